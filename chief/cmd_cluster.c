@@ -1,0 +1,74 @@
+/* `tessera cluster`: resolves the cluster as any process would (TF_CONFIG,
+ * --cluster FILE, --task TYPE:INDEX) and prints it, or prints the error and
+ * exits 2. */
+#include "chief/cli.h"
+#include "common/cluster.h"
+
+#include <getopt.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+int chief_cmd_cluster(int argc, char **argv) {
+  const char *file = NULL, *task = NULL;
+  bool json = false;
+  static const struct option opts[] = {{"cluster", required_argument, 0, 'c'},
+                                       {"task", required_argument, 0, 't'},
+                                       {"json", no_argument, 0, 'j'},
+                                       {"help", no_argument, 0, 'h'},
+                                       {0, 0, 0, 0}};
+  int ch;
+  optind = 1;
+  while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    switch (ch) {
+      case 'c': file = optarg; break;
+      case 't': task = optarg; break;
+      case 'j': json = true; break;
+      case 'h':
+        printf("usage: tessera cluster [--cluster FILE.json] [--task "
+               "TYPE:INDEX] [--json]\n");
+        return 0;
+      default: return 2;
+    }
+  }
+  tsr_cluster c;
+  char err[TSR_ERRBUF];
+  if (tsr_cluster_load(file, task, &c, err, sizeof err)) {
+    fprintf(stderr, "tessera cluster: %s\n", err);
+    return 2;
+  }
+  if (json) {
+    char *s = tsr_cluster_to_json(&c);
+    printf("%s\n", s ? s : "{}");
+    free(s);
+  } else {
+    static const tsr_task_type order[] = {TSR_TASK_CHIEF, TSR_TASK_WORKER,
+                                          TSR_TASK_PS, TSR_TASK_EVALUATOR};
+    printf("%-10s %-6s %-28s %s\n", "JOB", "INDEX", "ADDRESS", "");
+    for (int k = 0; k < 4; k++) {
+      tsr_task_type t = order[k];
+      for (int i = 0; i < c.n[t]; i++) {
+        const tsr_task_addr *a = &c.jobs[t][i];
+        bool me = c.task_type == t && c.task_index == a->index;
+        bool chief = (t == TSR_TASK_CHIEF) ||
+                     (c.n[TSR_TASK_CHIEF] == 0 && t == TSR_TASK_WORKER &&
+                      a->index == 0);
+        printf("%-10s %-6d %-28s %s%s\n", tsr_task_type_name(t), a->index,
+               a->addr, me ? "<- this task" : "",
+               chief && t != TSR_TASK_CHIEF ? (me ? " (acts as chief)"
+                                                  : "(acts as chief)")
+                                            : "");
+      }
+    }
+    if (c.task_type == TSR_TASK_NONE)
+      printf("task: none given (set TF_CONFIG's \"task\" or --task)\n");
+    else
+      printf("task: %s:%d%s\n", tsr_task_type_name(c.task_type), c.task_index,
+             tsr_cluster_is_chief(&c) ? " (chief)" : "");
+    char perr[TSR_ERRBUF];
+    if (tsr_cluster_check_ps_training(&c, perr, sizeof perr))
+      printf("note: %s\n", perr);
+  }
+  tsr_cluster_free(&c);
+  return 0;
+}

@@ -1,0 +1,284 @@
+/* `tessera partition`: prints every shard's row range and PS for a list of
+ * variables, as the chief would place them. Variables come from --var
+ * NAME=D0xD1[:dtype] flags; the partitioner from flags or a job file. */
+#include "chief/cli.h"
+#include "common/cluster.h"
+#include "common/err.h"
+#include "common/job.h"
+#include "common/partition.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_VARS 4096
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: tessera partition --var NAME=D0xD1[:dtype] [--var ...]\n"
+          "                         [--ps N | --cluster FILE | TF_CONFIG]\n"
+          "                         [--partitioner min_size|max_size|fixed]\n"
+          "                         [--min-shard-bytes B] [--max-shard-bytes B]\n"
+          "                         [--max-shards K] [--num-shards K]\n"
+          "                         [--job JOB.json] [--json]\n"
+          "dtype: float32 (default), float16, bfloat16, float64, int64, int32\n"
+          "Defaults follow TensorFlow: MinSize(min_shard_bytes=256 KiB, "
+          "max_shards=1).\n");
+}
+
+static int dtype_size(const char *s, size_t *out) {
+  static const struct { const char *n; size_t sz; } t[] = {
+      {"float32", 4}, {"float16", 2}, {"bfloat16", 2}, {"float64", 8},
+      {"int64", 8},   {"int32", 4},   {"fp32", 4},     {"fp16", 2},
+      {"bf16", 2}};
+  for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+    if (strcmp(s, t[i].n) == 0) {
+      *out = t[i].sz;
+      return 0;
+    }
+  return TSR_EINVAL;
+}
+
+/* NAME=D0xD1x...[:dtype]; a bare "NAME=" or "NAME=scalar" is rank 0. */
+static int parse_var(const char *arg, tsr_var_shape *v, char *namebuf,
+                     size_t namelen) {
+  const char *eq = strchr(arg, '=');
+  if (!eq || eq == arg || (size_t)(eq - arg) >= namelen) {
+    fprintf(stderr, "tessera partition: --var \"%s\": expected "
+                    "NAME=D0xD1[:dtype]\n", arg);
+    return TSR_EINVAL;
+  }
+  memcpy(namebuf, arg, (size_t)(eq - arg));
+  namebuf[eq - arg] = 0;
+  v->name = namebuf;
+  v->elem_size = 4;
+  v->rank = 0;
+  const char *p = eq + 1;
+  const char *colon = strchr(p, ':');
+  if (colon && dtype_size(colon + 1, &v->elem_size)) {
+    fprintf(stderr, "tessera partition: --var %s: dtype \"%s\" is not one of "
+                    "float32, float16, bfloat16, float64, int64, int32\n",
+            namebuf, colon + 1);
+    return TSR_EINVAL;
+  }
+  if (*p == 0 || *p == ':' || strncmp(p, "scalar", 6) == 0) return 0;
+  while (*p && *p != ':') {
+    char *end;
+    errno = 0;
+    long long d = strtoll(p, &end, 10);
+    if (end == p || errno) {
+      fprintf(stderr, "tessera partition: --var %s: dimension \"%.20s\" is "
+                      "not an integer\n", namebuf, p);
+      return TSR_EINVAL;
+    }
+    if (v->rank == TSR_MAX_RANK) {
+      fprintf(stderr, "tessera partition: --var %s: more than %d "
+                      "dimensions\n", namebuf, TSR_MAX_RANK);
+      return TSR_EINVAL;
+    }
+    v->shape[v->rank++] = d;
+    p = end;
+    if (*p == 'x' || *p == ',') p++;
+    else if (*p && *p != ':') {
+      fprintf(stderr, "tessera partition: --var %s: unexpected \"%c\" in "
+                      "shape\n", namebuf, *p);
+      return TSR_EINVAL;
+    }
+  }
+  return 0;
+}
+
+static long long parse_ll(const char *flag, const char *s, int *bad) {
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (!*s || *end || errno) {
+    fprintf(stderr, "tessera partition: %s \"%s\" is not an integer\n", flag,
+            s);
+    *bad = 1;
+  }
+  return v;
+}
+
+int chief_cmd_partition(int argc, char **argv) {
+  static const struct option opts[] = {
+      {"var", required_argument, 0, 'v'},
+      {"ps", required_argument, 0, 'p'},
+      {"partitioner", required_argument, 0, 'P'},
+      {"min-shard-bytes", required_argument, 0, 'm'},
+      {"max-shard-bytes", required_argument, 0, 'M'},
+      {"max-shards", required_argument, 0, 'k'},
+      {"num-shards", required_argument, 0, 'n'},
+      {"job", required_argument, 0, 'J'},
+      {"cluster", required_argument, 0, 'c'},
+      {"json", no_argument, 0, 'j'},
+      {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
+  tsr_var_shape *vars = calloc(MAX_VARS, sizeof *vars);
+  char (*names)[128] = calloc(MAX_VARS, sizeof *names);
+  int rc = 2;
+  size_t n_vars = 0;
+  long long n_ps = -1;
+  const char *kind = NULL, *job_path = NULL, *cluster_file = NULL;
+  long long min_b = -1, max_b = -1, max_s = -1, num_s = -1;
+  bool json = false, have_min = false, have_max = false, have_maxs = false,
+       have_num = false;
+  int bad = 0;
+  tsr_shard *shards = NULL;
+  size_t n_shards = 0;
+  if (!vars || !names) goto out;
+  optind = 1;
+  int ch;
+  while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    switch (ch) {
+      case 'v':
+        if (n_vars == MAX_VARS) {
+          fprintf(stderr, "tessera partition: more than %d variables\n",
+                  MAX_VARS);
+          goto out;
+        }
+        if (parse_var(optarg, &vars[n_vars], names[n_vars], sizeof names[0]))
+          goto out;
+        n_vars++;
+        break;
+      case 'p': n_ps = parse_ll("--ps", optarg, &bad); break;
+      case 'P': kind = optarg; break;
+      case 'm': min_b = parse_ll("--min-shard-bytes", optarg, &bad); have_min = true; break;
+      case 'M': max_b = parse_ll("--max-shard-bytes", optarg, &bad); have_max = true; break;
+      case 'k': max_s = parse_ll("--max-shards", optarg, &bad); have_maxs = true; break;
+      case 'n': num_s = parse_ll("--num-shards", optarg, &bad); have_num = true; break;
+      case 'J': job_path = optarg; break;
+      case 'c': cluster_file = optarg; break;
+      case 'j': json = true; break;
+      case 'h': usage(stdout); rc = 0; goto out;
+      default: usage(stderr); goto out;
+    }
+  }
+  if (bad) goto out;
+  if (optind < argc) {
+    fprintf(stderr, "tessera partition: unexpected argument \"%s\"\n",
+            argv[optind]);
+    goto out;
+  }
+  char err[TSR_ERRBUF];
+  tsr_partitioner part;
+  tsr_partitioner_default(&part);
+  if (job_path) {
+    tsr_job job;
+    if (tsr_job_load(job_path, NULL, &job, err, sizeof err)) {
+      fprintf(stderr, "tessera partition: %s\n", err);
+      goto out;
+    }
+    part = job.partitioner;
+    tsr_job_free(&job);
+  }
+  if (kind) {
+    if (!strcmp(kind, "min_size")) {
+      part.kind = TSR_PART_MIN_SIZE;
+    } else if (!strcmp(kind, "max_size")) {
+      part.kind = TSR_PART_MAX_SIZE;
+      part.max_shards = 0;
+    } else if (!strcmp(kind, "fixed")) {
+      part.kind = TSR_PART_FIXED;
+    } else {
+      fprintf(stderr, "tessera partition: --partitioner \"%s\" is not "
+                      "min_size, max_size or fixed\n", kind);
+      goto out;
+    }
+  }
+  if (have_min) part.min_shard_bytes = min_b;
+  if (have_max) part.max_shard_bytes = max_b;
+  if (have_maxs) part.max_shards = max_s;
+  if (have_num) part.num_shards = num_s;
+  if (part.kind == TSR_PART_MAX_SIZE && !have_max && part.max_shard_bytes == 0) {
+    fprintf(stderr, "tessera partition: max_size needs --max-shard-bytes\n");
+    goto out;
+  }
+  if (part.kind == TSR_PART_FIXED && !have_num && !job_path) {
+    fprintf(stderr, "tessera partition: fixed needs --num-shards\n");
+    goto out;
+  }
+  if (tsr_partitioner_check(&part, err, sizeof err)) {
+    fprintf(stderr, "tessera partition: %s\n", err);
+    goto out;
+  }
+  if (n_ps < 0) {
+    tsr_cluster c;
+    if (cluster_file || getenv("TF_CONFIG")) {
+      if (tsr_cluster_load(cluster_file, NULL, &c, err, sizeof err)) {
+        fprintf(stderr, "tessera partition: %s\n", err);
+        goto out;
+      }
+      n_ps = c.n[TSR_TASK_PS];
+      tsr_cluster_free(&c);
+    } else {
+      n_ps = 1;
+    }
+  }
+  if (n_ps <= 0) {
+    fprintf(stderr, "tessera partition: --ps %lld must be > 0\n", n_ps);
+    goto out;
+  }
+  if (n_vars == 0) {
+    fprintf(stderr, "tessera partition: no variables; give --var "
+                    "NAME=D0xD1 (see --help)\n");
+    goto out;
+  }
+  if (tsr_partition_plan(&part, vars, n_vars, (int)n_ps, &shards, &n_shards,
+                         err, sizeof err)) {
+    fprintf(stderr, "tessera partition: %s\n", err);
+    goto out;
+  }
+  if (json) {
+    json_t *root = json_object();
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n_shards; i++) {
+      const tsr_shard *s = &shards[i];
+      const tsr_var_shape *v = &vars[s->var];
+      int64_t row_elems = 1;
+      for (int d = 1; d < v->rank; d++) row_elems *= v->shape[d];
+      json_t *o = json_object();
+      json_object_set_new(o, "variable", json_string(v->name));
+      json_object_set_new(o, "shard", json_integer(s->shard));
+      json_object_set_new(o, "num_shards", json_integer(s->num_shards));
+      json_object_set_new(o, "row_start", json_integer(s->row0));
+      json_object_set_new(o, "rows", json_integer(s->rows));
+      json_object_set_new(o, "bytes", json_integer(s->rows * row_elems *
+                                                   (int64_t)v->elem_size));
+      json_object_set_new(o, "ps", json_integer(s->ps));
+      json_array_append_new(arr, o);
+    }
+    json_object_set_new(root, "num_ps", json_integer(n_ps));
+    json_object_set_new(root, "shards", arr);
+    char *s = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    printf("%s\n", s);
+    free(s);
+    json_decref(root);
+  } else {
+    printf("%-24s %6s %12s %12s %14s %4s\n", "VARIABLE", "SHARD", "ROWS",
+           "ROW RANGE", "BYTES", "PS");
+    for (size_t i = 0; i < n_shards; i++) {
+      const tsr_shard *s = &shards[i];
+      const tsr_var_shape *v = &vars[s->var];
+      int64_t row_elems = 1;
+      for (int d = 1; d < v->rank; d++) row_elems *= v->shape[d];
+      char range[48], shard[24];
+      snprintf(range, sizeof range, "%lld-%lld", (long long)s->row0,
+               (long long)(s->row0 + s->rows));
+      snprintf(shard, sizeof shard, "%d/%d", s->shard, s->num_shards);
+      printf("%-24s %6s %12lld %12s %14lld %4d\n", v->name, shard,
+             (long long)s->rows, range,
+             (long long)(s->rows * row_elems * (int64_t)v->elem_size), s->ps);
+    }
+  }
+  rc = 0;
+out:
+  free(shards);
+  free(vars);
+  free(names);
+  return rc;
+}

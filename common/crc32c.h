@@ -1,0 +1,22 @@
+/* CRC32C (Castagnoli), as TFRecord and the checkpoint files use it.
+ * Uses the SSE4.2 crc32 instruction when the CPU has it, a table otherwise;
+ * both give the same result. */
+#ifndef TSR_CRC32C_H
+#define TSR_CRC32C_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Continues a CRC: pass 0 to start. */
+uint32_t tsr_crc32c(uint32_t crc, const void *data, size_t len);
+
+/* TFRecord's masked CRC: ((crc >> 15) | (crc << 17)) + 0xa282ead8. */
+static inline uint32_t tsr_crc32c_mask(uint32_t crc) {
+  return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
+}
+static inline uint32_t tsr_crc32c_unmask(uint32_t masked) {
+  uint32_t rot = masked - 0xa282ead8u;
+  return (rot >> 17) | (rot << 15);
+}
+
+#endif

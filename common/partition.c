@@ -1,0 +1,162 @@
+/* Partitioner arithmetic (see partition.h for the formulas). All in 64-bit
+ * integers; the byte count of a variable is checked for overflow. */
+#include "common/partition.h"
+#include "common/err.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static int tsr__pfail(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int tsr__pfail(char *err, size_t errlen, const char *fmt, ...) {
+  if (err && errlen) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+  }
+  return TSR_EINVAL;
+}
+
+void tsr_partitioner_default(tsr_partitioner *p) {
+  p->kind = TSR_PART_MIN_SIZE;
+  p->num_shards = 1;
+  p->min_shard_bytes = 256 << 10;
+  p->max_shard_bytes = 0;
+  p->max_shards = 1;
+}
+
+int tsr_partitioner_check(const tsr_partitioner *p, char *err,
+                          size_t errlen) {
+  switch (p->kind) {
+    case TSR_PART_FIXED:
+      if (p->num_shards <= 0)
+        return tsr__pfail(err, errlen,
+                          "partitioner.num_shards %lld must be > 0",
+                          (long long)p->num_shards);
+      return 0;
+    case TSR_PART_MIN_SIZE:
+      if (p->min_shard_bytes <= 0)
+        return tsr__pfail(err, errlen,
+                          "partitioner.min_shard_bytes %lld must be > 0",
+                          (long long)p->min_shard_bytes);
+      if (p->max_shards <= 0)
+        return tsr__pfail(err, errlen, "partitioner.max_shards %lld must be > 0",
+                          (long long)p->max_shards);
+      return 0;
+    case TSR_PART_MAX_SIZE:
+      if (p->max_shard_bytes <= 0)
+        return tsr__pfail(err, errlen,
+                          "partitioner.max_shard_bytes %lld must be > 0",
+                          (long long)p->max_shard_bytes);
+      if (p->max_shards < 0)
+        return tsr__pfail(err, errlen,
+                          "partitioner.max_shards %lld must be > 0 (or 0 for "
+                          "no cap)", (long long)p->max_shards);
+      return 0;
+  }
+  return tsr__pfail(err, errlen, "unknown partitioner kind %d", (int)p->kind);
+}
+
+int tsr_partition_count(const tsr_partitioner *p, const tsr_var_shape *v,
+                        int64_t *n, char *err, size_t errlen) {
+  const char *name = v->name ? v->name : "variable";
+  int rc = tsr_partitioner_check(p, err, errlen);
+  if (rc) return rc;
+  if (v->rank < 0 || v->rank > TSR_MAX_RANK)
+    return tsr__pfail(err, errlen, "%s: rank %d out of range 0..%d", name,
+                      v->rank, TSR_MAX_RANK);
+  if (v->elem_size == 0)
+    return tsr__pfail(err, errlen, "%s: element size is 0", name);
+  int64_t numel = 1;
+  for (int i = 0; i < v->rank; i++) {
+    if (v->shape[i] <= 0)
+      return tsr__pfail(err, errlen, "%s: dimension %d is %lld; every "
+                        "dimension must be > 0", name, i,
+                        (long long)v->shape[i]);
+    if (__builtin_mul_overflow(numel, v->shape[i], &numel))
+      return tsr__pfail(err, errlen, "%s: element count overflows", name);
+  }
+  int64_t bytes;
+  if (__builtin_mul_overflow(numel, (int64_t)v->elem_size, &bytes))
+    return tsr__pfail(err, errlen, "%s: byte size overflows", name);
+  if (v->rank == 0) {
+    *n = 1;
+    return 0;
+  }
+  int64_t dim0 = v->shape[0];
+  int64_t k;
+  switch (p->kind) {
+    case TSR_PART_FIXED:
+      k = p->num_shards < dim0 ? p->num_shards : dim0;
+      break;
+    case TSR_PART_MIN_SIZE: {
+      int64_t want = (bytes + p->min_shard_bytes - 1) / p->min_shard_bytes;
+      k = dim0;
+      if (p->max_shards < k) k = p->max_shards;
+      if (want < k) k = want;
+      if (k < 1) k = 1;
+      break;
+    }
+    case TSR_PART_MAX_SIZE: {
+      int64_t row_bytes = bytes / dim0; /* numel/dim0*elem, exact */
+      int64_t rows = p->max_shard_bytes / row_bytes;
+      if (rows < 1) rows = 1;
+      k = (dim0 + rows - 1) / rows;
+      if (p->max_shards > 0 && p->max_shards < k) k = p->max_shards;
+      break;
+    }
+    default:
+      return tsr__pfail(err, errlen, "unknown partitioner");
+  }
+  *n = k;
+  return 0;
+}
+
+void tsr_partition_rows(int64_t dim0, int64_t n, int64_t i, int64_t *row0,
+                        int64_t *rows) {
+  int64_t base = dim0 / n, extra = dim0 % n;
+  *rows = base + (i < extra ? 1 : 0);
+  *row0 = i * base + (i < extra ? i : extra);
+}
+
+int tsr_partition_plan(const tsr_partitioner *p, const tsr_var_shape *vars,
+                       size_t n_vars, int n_ps, tsr_shard **out,
+                       size_t *n_out, char *err, size_t errlen) {
+  *out = NULL;
+  *n_out = 0;
+  if (n_ps <= 0)
+    return tsr__pfail(err, errlen, "number of ps %d must be > 0", n_ps);
+  size_t total = 0;
+  int64_t *counts = calloc(n_vars ? n_vars : 1, sizeof *counts);
+  if (!counts) return TSR_ENOMEM;
+  for (size_t i = 0; i < n_vars; i++) {
+    int rc = tsr_partition_count(p, &vars[i], &counts[i], err, errlen);
+    if (rc) {
+      free(counts);
+      return rc;
+    }
+    total += (size_t)counts[i];
+  }
+  tsr_shard *s = calloc(total ? total : 1, sizeof *s);
+  if (!s) {
+    free(counts);
+    return TSR_ENOMEM;
+  }
+  size_t k = 0;
+  for (size_t i = 0; i < n_vars; i++) {
+    int64_t dim0 = vars[i].rank ? vars[i].shape[0] : 1;
+    for (int64_t j = 0; j < counts[i]; j++, k++) {
+      s[k].var = (int)i;
+      s[k].shard = (int)j;
+      s[k].num_shards = (int)counts[i];
+      tsr_partition_rows(dim0, counts[i], j, &s[k].row0, &s[k].rows);
+      s[k].ps = (int)(k % (size_t)n_ps);
+    }
+  }
+  free(counts);
+  *out = s;
+  *n_out = total;
+  return 0;
+}

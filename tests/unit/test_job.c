@@ -1,0 +1,194 @@
+/* The job file: defaults are Keras's, every key is read, unknown keys are
+ * errors naming the key, and flag overrides replace single keys. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/err.h"
+#include "common/job.h"
+
+static void defaults_are_keras(void **state) {
+  (void)state;
+  tsr_job j;
+  char err[512];
+  assert_int_equal(tsr_job_parse("{}", "job", NULL, NULL, &j, err, sizeof err), 0);
+  assert_string_equal(j.loss, "mse");
+  assert_int_equal(j.optimizer.kind, TSR_OPT_ADAM);
+  assert_true(j.optimizer.learning_rate == 0.001);
+  assert_true(j.optimizer.beta_1 == 0.9 && j.optimizer.beta_2 == 0.999);
+  assert_true(j.optimizer.epsilon == 1e-7);
+  assert_int_equal(j.batch_size, 32);
+  assert_int_equal(j.epochs, 1);
+  assert_int_equal(j.mode, TSR_MODE_ASYNC);
+  assert_int_equal(j.partitioner.kind, TSR_PART_MIN_SIZE);
+  assert_int_equal(j.partitioner.min_shard_bytes, 256 << 10);
+  assert_int_equal(j.partitioner.max_shards, 1);
+  tsr_job_free(&j);
+  tsr_optim_spec o;
+  assert_int_equal(tsr_optim_parse(json_string("sgd"), &o, err, sizeof err), 0);
+  assert_true(o.learning_rate == 0.01 && o.momentum == 0 && !o.nesterov);
+}
+
+static void full_job_reads_every_key(void **state) {
+  (void)state;
+  const char *text =
+      "{\"model\": {\"builtin\": \"mlp\"}, \"loss\": \"sparse_categorical_crossentropy\","
+      " \"metrics\": [\"accuracy\"], \"optimizer\": {\"name\": \"sgd\", "
+      "\"learning_rate\": 0.1, \"momentum\": 0.9, \"nesterov\": true},"
+      " \"data\": {\"train\": {\"format\": \"csv\"}}, \"batch_size\": 64, \"steps\": 500,"
+      " \"steps_per_closure\": 20, \"mode\": \"ssp:3\", \"partitioner\": {\"type\": "
+      "\"max_size\", \"max_shard_bytes\": 65536, \"max_shards\": 8}, \"precision\": \"bf16\","
+      " \"seed\": 42, \"checkpoint\": {\"dir\": \"/tmp/ck\", \"every_steps\": 100, "
+      "\"keep\": 2}, \"logdir\": \"/tmp/logs\", \"eval_every_steps\": 50}";
+  tsr_job j;
+  char err[512];
+  assert_int_equal(tsr_job_parse(text, "job", NULL, NULL, &j, err, sizeof err), 0);
+  assert_string_equal(j.model_source, "inline");
+  assert_string_equal(j.loss, "sparse_categorical_crossentropy");
+  assert_int_equal(j.n_metrics, 1);
+  assert_string_equal(j.metrics[0], "accuracy");
+  assert_int_equal(j.optimizer.kind, TSR_OPT_SGD);
+  assert_true(j.optimizer.momentum == 0.9 && j.optimizer.nesterov);
+  assert_int_equal(j.batch_size, 64);
+  assert_int_equal(j.steps, 500);
+  assert_int_equal(j.epochs, 0);
+  assert_int_equal(j.steps_per_closure, 20);
+  assert_int_equal(j.mode, TSR_MODE_SSP);
+  assert_int_equal(j.staleness, 3);
+  assert_int_equal(j.partitioner.kind, TSR_PART_MAX_SIZE);
+  assert_int_equal(j.partitioner.max_shard_bytes, 65536);
+  assert_int_equal(j.precision, TSR_PREC_BF16);
+  assert_int_equal(j.seed, 42);
+  assert_string_equal(j.checkpoint_dir, "/tmp/ck");
+  assert_int_equal(j.checkpoint_every_steps, 100);
+  assert_int_equal(j.checkpoint_keep, 2);
+  assert_string_equal(j.logdir, "/tmp/logs");
+  assert_int_equal(j.eval_every_steps, 50);
+  assert_non_null(json_object_get(j.data, "train"));
+  tsr_job_free(&j);
+}
+
+typedef struct {
+  const char *text;
+  const char *needle;
+} bad_t;
+
+static const bad_t bad[] = {
+    {"{\"stepz\": 10}", "stepz: unknown key; did you mean \"steps\"?"},
+    {"{\"steps\": -1}", "steps = -1 is out of range"},
+    {"{\"batch_size\": 0}", "batch_size = 0"},
+    {"{\"batch_size\": \"big\"}", "batch_size must be an integer"},
+    {"{\"optimizer\": \"adamw\"}", "optimizer.name \"adamw\""},
+    {"{\"optimizer\": {\"name\": \"adam\", \"beta1\": 0.8}}", "optimizer.beta1: unknown key; did you mean \"beta_1\"?"},
+    {"{\"optimizer\": {\"name\": \"adam\", \"learning_rate\": 0}}", "learning_rate 0 must be > 0"},
+    {"{\"optimizer\": {\"name\": \"sgd\", \"momentum\": 1.5}}", "momentum 1.5"},
+    {"{\"mode\": \"ssp\"}", "mode \"ssp\""},
+    {"{\"mode\": \"semi\"}", "mode \"semi\""},
+    {"{\"partitioner\": {\"type\": \"min_size\", \"min_shard_bytes\": 0}}", "min_shard_bytes 0"},
+    {"{\"partitioner\": {\"type\": \"min_size\", \"max_shards\": -2}}", "max_shards -2"},
+    {"{\"partitioner\": {\"type\": \"evenly\"}}", "partitioner.type \"evenly\""},
+    {"{\"partitioner\": {\"type\": \"max_size\"}}", "max_shard_bytes is required"},
+    {"{\"precision\": \"fp8\"}", "precision \"fp8\""},
+    {"{\"checkpoint\": {\"dir\": \"x\", \"every\": 3}}", "checkpoint.every: unknown key"},
+    {"{\"metrics\": [1]}", "metrics[0] must be a string"},
+    {"{\"model\": 3}", "model must be"},
+    {"{\"model\": \"/nonexistent/model.json\"}", "/nonexistent/model.json"},
+    {"{\"steps\": 1, \"steps\": 2}", "malformed JSON"},
+    {"{\"data\": [1]}", "data must be an object"},
+    {"[]", "must be a JSON object"},
+    {"{\"seed\": -4}", "seed must be"},
+};
+
+static void bad_jobs_name_the_key(void **state) {
+  (void)state;
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    tsr_job j;
+    char err[512] = "";
+    int rc = tsr_job_parse(bad[i].text, "job.json", NULL, NULL, &j, err,
+                           sizeof err);
+    if (rc == 0 || !strstr(err, bad[i].needle)) {
+      print_error("case %zu: rc %d err \"%s\" lacks \"%s\"\n", i, rc, err,
+                  bad[i].needle);
+      fail();
+    }
+    assert_non_null(strstr(err, "job.json"));
+  }
+}
+
+static void overrides_replace_single_keys(void **state) {
+  (void)state;
+  const char *ov[] = {"steps=7", "optimizer.learning_rate=0.5",
+                      "logdir=/tmp/x y", "mode=sync", NULL};
+  tsr_job j;
+  char err[512];
+  assert_int_equal(tsr_job_parse("{\"steps\": 100, \"optimizer\": {\"name\": \"sgd\"}}",
+                                 "job", NULL, ov, &j, err, sizeof err), 0);
+  assert_int_equal(j.steps, 7);
+  assert_true(j.optimizer.learning_rate == 0.5);
+  assert_int_equal(j.optimizer.kind, TSR_OPT_SGD);
+  assert_string_equal(j.logdir, "/tmp/x y");
+  assert_int_equal(j.mode, TSR_MODE_SYNC);
+  tsr_job_free(&j);
+}
+
+static void overrides_errors(void **state) {
+  (void)state;
+  const char *ov1[] = {"nokey", NULL};
+  const char *ov2[] = {"steps.x=1", NULL};
+  const char *ov3[] = {"stepss=1", NULL};
+  tsr_job j;
+  char err[512];
+  assert_int_equal(tsr_job_parse("{}", "job", NULL, ov1, &j, err, sizeof err),
+                   TSR_ECONFIG);
+  assert_non_null(strstr(err, "key=value"));
+  assert_int_equal(tsr_job_parse("{\"steps\":3}", "job", NULL, ov2, &j, err,
+                                 sizeof err), TSR_ECONFIG);
+  assert_non_null(strstr(err, "\"steps\" is not an object"));
+  assert_int_equal(tsr_job_parse("{}", "job", NULL, ov3, &j, err, sizeof err),
+                   TSR_ECONFIG);
+  assert_non_null(strstr(err, "stepss"));
+}
+
+static void model_path_is_relative_to_job(void **state) {
+  (void)state;
+  char dir[] = "/tmp/tsr_job_XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  char p[256];
+  snprintf(p, sizeof p, "%s/model.json", dir);
+  FILE *f = fopen(p, "w");
+  fputs("{\"class_name\": \"Sequential\", \"config\": {\"layers\": []}}", f);
+  fclose(f);
+  char jp[256];
+  snprintf(jp, sizeof jp, "%s/job.json", dir);
+  f = fopen(jp, "w");
+  fputs("{\"model\": \"model.json\", \"steps\": 3}", f);
+  fclose(f);
+  tsr_job j;
+  char err[512];
+  assert_int_equal(tsr_job_load(jp, NULL, &j, err, sizeof err), 0);
+  assert_string_equal(json_string_value(json_object_get(j.model, "class_name")),
+                      "Sequential");
+  assert_string_equal(j.model_source, p);
+  tsr_job_free(&j);
+  unlink(p);
+  unlink(jp);
+  rmdir(dir);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(defaults_are_keras),
+      cmocka_unit_test(full_job_reads_every_key),
+      cmocka_unit_test(bad_jobs_name_the_key),
+      cmocka_unit_test(overrides_replace_single_keys),
+      cmocka_unit_test(overrides_errors),
+      cmocka_unit_test(model_path_is_relative_to_job),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
