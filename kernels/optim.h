@@ -1,0 +1,52 @@
+/* Optimizers with Keras semantics, shared by the parameter server (applies
+ * on push) and the standalone trainer. Pure functions over float32 arrays:
+ * no threads, no allocation, so the caller decides where they run (the PS
+ * runs them on its thread pool, one writer per shard).
+ *
+ * Update rules and defaults are Keras's (tf.keras.optimizers):
+ *   SGD      v = m*v - lr*g; w += v            (nesterov: w += m*v - lr*g)
+ *            momentum 0: w -= lr*g
+ *   Adagrad  a += g^2; w -= lr*g/(sqrt(a)+eps)
+ *   RMSprop  ms = rho*ms + (1-rho)*g^2; (centered: mg = rho*mg+(1-rho)*g,
+ *            denom = ms - mg^2); momentum: mom = m*mom + lr*g/sqrt(denom+eps)
+ *            w -= mom; else w -= lr*g/(sqrt(denom)+eps)  (Keras 2.11+ form)
+ *   Adam     m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g^2;
+ *            alpha = lr*sqrt(1-b2^t)/(1-b1^t); w -= alpha*m/(sqrt(v)+eps_hat)
+ *            with eps_hat = eps*sqrt(1-b2^t) (TF's fused kernel)
+ *   FTRL     (TF's ApplyFtrlV2, with l2 shrinkage) for sparse rows and dense.
+ * `step` is the 1-based count of applies to this variable (Adam's t).
+ * For sparse rows each row is applied with its own slots (lazy: rows not
+ * in the batch keep their slots, as TF's LazyAdam and as embedding tables
+ * too large to sweep require).
+ */
+#ifndef TSR_KERN_OPTIM_H
+#define TSR_KERN_OPTIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/job.h"
+
+#define KERN_OPTIM_MAX_SLOTS 3
+
+/* Number of float32 slot arrays (each the size of the variable) the
+ * optimizer needs with these hyperparameters: SGD 0 (1 with momentum),
+ * Adagrad 1, RMSprop 1..3, Adam 2, FTRL 2. */
+int kern_optim_num_slots(const tsr_optim_spec *spec);
+
+/* Slot names as checkpoints store them ("m", "v", "accumulator", ...). */
+const char *kern_optim_slot_name(const tsr_optim_spec *spec, int slot);
+
+/* Fills slot arrays with their initial values (zeros, or the initial
+ * accumulator value for Adagrad and FTRL). */
+void kern_optim_init_slots(const tsr_optim_spec *spec, float *const *slots,
+                           size_t n);
+
+/* One update of n elements in place. `slots` has kern_optim_num_slots()
+ * arrays of n floats. `scale` multiplies the gradient first (1/k for a mean
+ * of k summed gradients). Returns 0, or TSR_EINVAL for step < 1. */
+int kern_optim_apply(const tsr_optim_spec *spec, int64_t step, float *w,
+                     const float *g, float scale, float *const *slots,
+                     size_t n);
+
+#endif

@@ -1,0 +1,91 @@
+/* The input pipeline: reads a data set named in the job file, keeps this
+ * worker's share, shuffles, batches and prefetches on a reader thread.
+ *
+ * Happy path: wk_input_open() validates the data spec (unknown keys are
+ * errors naming them), opens the files and starts the reader thread;
+ * wk_input_next() hands out batches in order until the requested epochs are
+ * done (TSR_EEOF); wk_input_close() stops the thread and frees everything.
+ * Failure modes: a missing or unreadable file, a bad cell or record, a
+ * missing feature: the error names the file and the row or byte offset.
+ * A reader error after open surfaces from the next wk_input_next() call.
+ *
+ * The data spec is job.data.train / job.data.eval (DESIGN.md, "The job
+ * file"); an eval split may be cut from the training file ("every k-th
+ * row"), and normalization uses the training rows' statistics.
+ */
+#ifndef TSR_WK_INPUT_H
+#define TSR_WK_INPUT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/job.h"
+
+typedef enum {
+  WK_SPLIT_TRAIN = 0,
+  WK_SPLIT_EVAL = 1
+} wk_split;
+
+/* What the model needs to know about the data. */
+typedef struct {
+  int64_t n_dense;        /* dense features per example */
+  int n_sparse;           /* sparse (id list) features */
+  char **sparse_names;    /* n_sparse names */
+  int64_t *vocab;         /* per sparse feature: ids are in [0, vocab) (0: unbounded) */
+  int64_t n_classes;      /* > 1 for integer class labels, 1 for regression / binary */
+  int64_t n_examples;     /* examples in this worker's share per epoch, -1 if unknown */
+  char **dense_names;     /* n_dense names (may be NULL) */
+} wk_input_schema;
+
+/* One batch. Memory belongs to the pipeline and stays valid until the next
+ * wk_input_next() or wk_input_close(). Dense features row-major. */
+typedef struct {
+  int64_t n;             /* examples in this batch (== batch_size unless the last) */
+  int64_t n_dense;
+  float *x;              /* n * n_dense */
+  float *y;              /* n labels (class index as float for classification) */
+  int n_sparse;
+  /* sparse feature f, example i: ids[f][offsets[f][i] .. offsets[f][i+1]) */
+  int64_t **ids;
+  int64_t **offsets;     /* n+1 entries each */
+  int64_t epoch;         /* 0-based epoch this batch belongs to */
+  int64_t index;         /* 0-based batch index since open */
+} wk_batch;
+
+typedef struct {
+  int worker_index;      /* this worker's place, for sharding */
+  int num_workers;
+  int64_t batch_size;
+  bool drop_remainder;
+  int64_t epochs;        /* -1: repeat forever */
+  uint64_t seed;         /* shuffle seed (job seed) */
+  bool pinned;           /* allocate batch memory with the GPU backend's host allocator */
+  void *(*host_alloc)(size_t bytes);   /* used when pinned (may be NULL) */
+  void (*host_free)(void *p);
+} wk_input_opts;
+
+typedef struct wk_input wk_input;
+
+/* Opens the split of job->data ("train" or "eval"). */
+int wk_input_open(const tsr_job *job, wk_split split,
+                  const wk_input_opts *opts, wk_input **out, char *err,
+                  size_t errlen);
+
+/* The schema; valid until close. */
+const wk_input_schema *wk_input_get_schema(const wk_input *in);
+
+/* Next batch, or TSR_EEOF after the last epoch; any other negative code is
+ * a read error with wk_input_error() saying what and where. */
+int wk_input_next(wk_input *in, const wk_batch **out);
+
+/* The last error message ("" when none). */
+const char *wk_input_error(const wk_input *in);
+
+/* Time the consumer spent blocked in wk_input_next (seconds), for the
+ * "share of step time waiting for input" figure. */
+double wk_input_wait_seconds(const wk_input *in);
+
+void wk_input_close(wk_input *in);
+
+#endif
