@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Sets up a Debian 12 machine for Tessera and builds it. Idempotent: it
+# installs only the Debian packages that are missing, configures the build
+# folders once, and rebuilds what changed.
+#
+#   deploy/setup.sh            install what is missing, build (build/)
+#   deploy/setup.sh main       ... then run the main job: a local cluster
+#                              (2 PS, 2 workers, a chief) training an MLP on
+#                              Fashion-MNIST, with a progress bar and summary
+#   deploy/setup.sh test       ... then run every test: the suite in build/,
+#                              the same suite under ASan+UBSan in
+#                              build-asan/, and the fuzz targets for a
+#                              bounded time
+#
+# Environment: BUILD_DIR (default build), JOBS (ninja -j, default nproc),
+# TSR_FUZZ_SECONDS (per fuzz target in `test`, default 20).
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/.." && pwd)
+cd "$root"
+
+mode=${1:-build}
+case "$mode" in
+  build|main|test) ;;
+  -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+  *) echo "setup.sh: unknown mode '$mode' (build, main, test)" >&2; exit 2 ;;
+esac
+shift || true
+
+BUILD_DIR=${BUILD_DIR:-build}
+JOBS=${JOBS:-$(nproc)}
+
+say() { printf '[setup] %s\n' "$*"; }
+
+# ---- Debian packages -------------------------------------------------------
+pkgs=(meson ninja-build pkg-config gcc libc6-dev
+      libuv1-dev libprotobuf-c-dev protobuf-c-compiler libmsgpack-dev
+      libcmocka-dev libopenblas-dev libjansson-dev libsodium-dev zlib1g-dev
+      dataset-fashion-mnist)
+if [ "$mode" = test ]; then
+  # libFuzzer targets, network-namespace tests
+  pkgs+=(clang libclang-rt-14-dev iproute2 iptables procps)
+fi
+
+missing=()
+for p in "${pkgs[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  say "installing missing Debian packages: ${missing[*]}"
+  sudo=""
+  if [ "$(id -u)" != 0 ]; then sudo=sudo; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+  say "all Debian packages present"
+fi
+
+# ---- build -----------------------------------------------------------------
+# CUDA parts compile when nvcc is present (/usr/local/cuda); the binaries
+# fall back to the CPU at run time when there is no GPU.
+if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
+  export PATH=/usr/local/cuda/bin:$PATH
+fi
+
+configure() { # dir, extra meson args...
+  local dir=$1; shift
+  if [ ! -f "$dir/build.ninja" ]; then
+    say "configuring $dir"
+    meson setup "$dir" "$@" >/dev/null
+  fi
+}
+
+configure "$BUILD_DIR" --buildtype=debugoptimized
+say "building $BUILD_DIR"
+ninja -C "$BUILD_DIR" -j "$JOBS" >/dev/null
+
+case "$mode" in
+  build)
+    say "built: $BUILD_DIR/chief/tessera, $BUILD_DIR/ps/tessera-ps, $BUILD_DIR/worker/tessera-worker, $BUILD_DIR/chief/tessera-chief"
+    ;;
+  main)
+    exec "$here/run-main.sh" "$BUILD_DIR" "$@"
+    ;;
+  test)
+    export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
+    export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
+    say "test suite ($BUILD_DIR)"
+    meson test -C "$BUILD_DIR" --num-processes "$JOBS" --print-errorlogs "$@"
+    configure build-asan -Db_sanitize=address,undefined -Db_lundef=false \
+      -Dgpu=disabled --buildtype=debugoptimized
+    say "building build-asan (ASan + UBSan)"
+    ninja -C build-asan -j "$JOBS" >/dev/null
+    say "test suite under ASan + UBSan (build-asan)"
+    meson test -C build-asan --num-processes "$JOBS" --print-errorlogs \
+      --timeout-multiplier 3 "$@"
+    if [ -x tests/fuzz/run.sh ]; then
+      say "fuzzing (bounded)"
+      tests/fuzz/run.sh build-fuzz "${TSR_FUZZ_SECONDS:-20}"
+    fi
+    say "all tests passed"
+    ;;
+esac
