@@ -45,7 +45,7 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
     if (strcmp(argv[1], cmds[i].name) == 0)
       return cmds[i].run(argc - 1, argv + 1);
-  fprintf(stderr, "tessera: unknown command \"%s\"\n", argv[1]);
-  usage(stderr);
+  fprintf(stderr, "tessera: unknown command \"%s\" (tessera --help lists "
+                  "the commands)\n", argv[1]);
   return 2;
 }
