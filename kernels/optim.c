@@ -1,0 +1,253 @@
+/* Keras optimizers over float32 arrays (see optim.h for the rules).
+ *
+ * Happy path: kern_optim_apply() picks the loop for the optimizer kind and
+ * runs it once over n elements; every loop is a single pass with restrict
+ * pointers and no calls except sqrtf, so gcc vectorizes it (the file is
+ * built with -fno-math-errno so sqrtf becomes the vector instruction; the
+ * optimize attribute asks for the dynamic cost model that -O2 lacks).
+ * Per-apply scalars (Adam's alpha, FTRL's adjusted l2) are computed once in
+ * double and rounded to float. Failure modes: step < 1 (TSR_EINVAL).
+ * Slots are only ever touched by the loop of their optimizer.
+ */
+#include "kernels/optim.h"
+#include "common/err.h"
+
+#include <math.h>
+
+#define KERN__VEC __attribute__((optimize("tree-vectorize", \
+                                          "vect-cost-model=dynamic")))
+
+int kern_optim_num_slots(const tsr_optim_spec *spec) {
+  switch (spec->kind) {
+    case TSR_OPT_SGD: return spec->momentum > 0 ? 1 : 0;
+    case TSR_OPT_ADAGRAD: return 1;
+    case TSR_OPT_RMSPROP:
+      return 1 + (spec->centered ? 1 : 0) + (spec->momentum > 0 ? 1 : 0);
+    case TSR_OPT_ADAM: return 2;
+    case TSR_OPT_FTRL: return 2;
+  }
+  return 0;
+}
+
+const char *kern_optim_slot_name(const tsr_optim_spec *spec, int slot) {
+  if (slot < 0 || slot >= kern_optim_num_slots(spec)) return NULL;
+  switch (spec->kind) {
+    case TSR_OPT_SGD: return "momentum";
+    case TSR_OPT_ADAGRAD: return "accumulator";
+    case TSR_OPT_RMSPROP:
+      if (slot == 0) return "velocity";
+      if (slot == 1 && spec->centered) return "average_gradient";
+      return "momentum";
+    case TSR_OPT_ADAM: return slot == 0 ? "m" : "v";
+    case TSR_OPT_FTRL: return slot == 0 ? "accumulator" : "linear";
+  }
+  return NULL;
+}
+
+void kern_optim_init_slots(const tsr_optim_spec *spec, float *const *slots,
+                           size_t n) {
+  int ns = kern_optim_num_slots(spec);
+  for (int s = 0; s < ns; s++) {
+    float v = 0.0f;
+    if ((spec->kind == TSR_OPT_ADAGRAD || spec->kind == TSR_OPT_FTRL) &&
+        s == 0)
+      v = (float)spec->initial_accumulator_value;
+    float *p = slots[s];
+    for (size_t i = 0; i < n; i++) p[i] = v;
+  }
+}
+
+/* ---- SGD -----------------------------------------------------------------*/
+
+KERN__VEC static void sgd_plain(float *restrict w, const float *restrict g,
+                                float lr_s, size_t n) {
+  for (size_t i = 0; i < n; i++) w[i] -= lr_s * g[i];
+}
+
+KERN__VEC static void sgd_momentum(float *restrict w, const float *restrict g,
+                                   float *restrict v, float lr, float s,
+                                   float m, int nesterov, size_t n) {
+  if (nesterov) {
+    for (size_t i = 0; i < n; i++) {
+      float gi = g[i] * s;
+      float vi = m * v[i] - lr * gi;
+      v[i] = vi;
+      w[i] += m * vi - lr * gi;
+    }
+  } else {
+    for (size_t i = 0; i < n; i++) {
+      float vi = m * v[i] - lr * (g[i] * s);
+      v[i] = vi;
+      w[i] += vi;
+    }
+  }
+}
+
+/* ---- Adagrad -------------------------------------------------------------*/
+
+KERN__VEC static void adagrad(float *restrict w, const float *restrict g,
+                              float *restrict a, float lr, float s, float eps,
+                              size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    float gi = g[i] * s;
+    float ai = a[i] + gi * gi;
+    a[i] = ai;
+    w[i] -= lr * gi / (sqrtf(ai) + eps);
+  }
+}
+
+/* ---- RMSprop -------------------------------------------------------------*/
+
+KERN__VEC static void rmsprop(float *restrict w, const float *restrict g,
+                              float *restrict ms, float *restrict mg,
+                              float *restrict mom, float lr, float s,
+                              float rho, float eps, float m, size_t n) {
+  float r1 = 1.0f - rho;
+  if (!mg && !mom) {
+    for (size_t i = 0; i < n; i++) {
+      float gi = g[i] * s;
+      float msi = rho * ms[i] + r1 * gi * gi;
+      ms[i] = msi;
+      w[i] -= lr * gi / (sqrtf(msi) + eps);
+    }
+  } else if (mg && !mom) {
+    for (size_t i = 0; i < n; i++) {
+      float gi = g[i] * s;
+      float msi = rho * ms[i] + r1 * gi * gi;
+      float mgi = rho * mg[i] + r1 * gi;
+      ms[i] = msi;
+      mg[i] = mgi;
+      w[i] -= lr * gi / (sqrtf(msi - mgi * mgi) + eps);
+    }
+  } else if (!mg) {
+    for (size_t i = 0; i < n; i++) {
+      float gi = g[i] * s;
+      float msi = rho * ms[i] + r1 * gi * gi;
+      ms[i] = msi;
+      float mo = m * mom[i] + lr * gi / sqrtf(msi + eps);
+      mom[i] = mo;
+      w[i] -= mo;
+    }
+  } else {
+    for (size_t i = 0; i < n; i++) {
+      float gi = g[i] * s;
+      float msi = rho * ms[i] + r1 * gi * gi;
+      float mgi = rho * mg[i] + r1 * gi;
+      ms[i] = msi;
+      mg[i] = mgi;
+      float mo = m * mom[i] + lr * gi / sqrtf(msi - mgi * mgi + eps);
+      mom[i] = mo;
+      w[i] -= mo;
+    }
+  }
+}
+
+/* ---- Adam ----------------------------------------------------------------*/
+
+KERN__VEC static void adam(float *restrict w, const float *restrict g,
+                           float *restrict m, float *restrict v, float s,
+                           float b1, float b2, float alpha, float eps_hat,
+                           size_t n) {
+  float c1 = 1.0f - b1, c2 = 1.0f - b2;
+  for (size_t i = 0; i < n; i++) {
+    float gi = g[i] * s;
+    float mi = b1 * m[i] + c1 * gi;
+    float vi = b2 * v[i] + c2 * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    w[i] -= alpha * mi / (sqrtf(vi) + eps_hat);
+  }
+}
+
+/* ---- FTRL (ApplyFtrlV2) --------------------------------------------------*/
+
+/* lr_power -0.5 (the default) turns every pow into a sqrt, which
+ * vectorizes; other powers take the general loop. */
+KERN__VEC static void ftrl_sqrt(float *restrict w, const float *restrict g,
+                                float *restrict acc, float *restrict lin,
+                                float lr, float s, float l1, float l2x2,
+                                float shrink2, size_t n) {
+  float inv_lr = 1.0f / lr;
+  for (size_t i = 0; i < n; i++) {
+    float gi = g[i] * s;
+    float wi = w[i];
+    float gs = gi + shrink2 * wi;
+    float a0 = acc[i];
+    float a1 = a0 + gi * gi;
+    float sa1 = sqrtf(a1);
+    float li = lin[i] + gs - (sa1 - sqrtf(a0)) * inv_lr * wi;
+    lin[i] = li;
+    acc[i] = a1;
+    float quad = sa1 * inv_lr + l2x2;
+    float clip = li > l1 ? l1 : (li < -l1 ? -l1 : li);
+    w[i] = (clip - li) / quad;
+  }
+}
+
+static void ftrl_pow(float *restrict w, const float *restrict g,
+                     float *restrict acc, float *restrict lin, float lr,
+                     float s, float l1, float l2x2, float shrink2, float p,
+                     size_t n) {
+  float inv_lr = 1.0f / lr;
+  for (size_t i = 0; i < n; i++) {
+    float gi = g[i] * s;
+    float wi = w[i];
+    float gs = gi + shrink2 * wi;
+    float a0 = acc[i];
+    float a1 = a0 + gi * gi;
+    float pa1 = powf(a1, -p);
+    float li = lin[i] + gs - (pa1 - powf(a0, -p)) * inv_lr * wi;
+    lin[i] = li;
+    acc[i] = a1;
+    float quad = pa1 * inv_lr + l2x2;
+    float clip = li > l1 ? l1 : (li < -l1 ? -l1 : li);
+    w[i] = (clip - li) / quad;
+  }
+}
+
+int kern_optim_apply(const tsr_optim_spec *sp, int64_t step, float *w,
+                     const float *g, float scale, float *const *slots,
+                     size_t n) {
+  if (step < 1) return TSR_EINVAL;
+  float lr = (float)sp->learning_rate;
+  switch (sp->kind) {
+    case TSR_OPT_SGD:
+      if (sp->momentum > 0)
+        sgd_momentum(w, g, slots[0], lr, scale, (float)sp->momentum,
+                     sp->nesterov, n);
+      else
+        sgd_plain(w, g, lr * scale, n);
+      return 0;
+    case TSR_OPT_ADAGRAD:
+      adagrad(w, g, slots[0], lr, scale, (float)sp->epsilon, n);
+      return 0;
+    case TSR_OPT_RMSPROP: {
+      float *mg = sp->centered ? slots[1] : NULL;
+      float *mom = sp->momentum > 0 ? slots[sp->centered ? 2 : 1] : NULL;
+      rmsprop(w, g, slots[0], mg, mom, lr, scale, (float)sp->rho,
+              (float)sp->epsilon, (float)sp->momentum, n);
+      return 0;
+    }
+    case TSR_OPT_ADAM: {
+      double t = (double)step;
+      double b1t = pow(sp->beta_1, t), b2t = pow(sp->beta_2, t);
+      double alpha = sp->learning_rate * sqrt(1.0 - b2t) / (1.0 - b1t);
+      double eps_hat = sp->epsilon * sqrt(1.0 - b2t);
+      adam(w, g, slots[0], slots[1], scale, (float)sp->beta_1,
+           (float)sp->beta_2, (float)alpha, (float)eps_hat, n);
+      return 0;
+    }
+    case TSR_OPT_FTRL: {
+      double l2 = sp->l2 + sp->beta / (2.0 * sp->learning_rate);
+      float l2x2 = (float)(2.0 * l2), shrink2 = (float)(2.0 * sp->l2_shrinkage);
+      if (sp->learning_rate_power == -0.5)
+        ftrl_sqrt(w, g, slots[0], slots[1], lr, scale, (float)sp->l1, l2x2,
+                  shrink2, n);
+      else
+        ftrl_pow(w, g, slots[0], slots[1], lr, scale, (float)sp->l1, l2x2,
+                 shrink2, (float)sp->learning_rate_power, n);
+      return 0;
+    }
+  }
+  return TSR_EINVAL;
+}
