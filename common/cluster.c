@@ -432,10 +432,19 @@ int tsr_cluster_load(const char *cluster_file, const char *task_flag,
     free(text);
   } else {
     const char *env = getenv("TF_CONFIG");
-    if (!env || !*env)
+    const char *slurm = getenv("SLURM_PROCID");
+    if ((!env || !*env) && slurm && *slurm) {
+      const char *pb = getenv("TESSERA_SLURM_PORT_BASE");
+      int port_base = pb && *pb ? atoi(pb) : 8888;
+      rc = tsr_cluster_from_slurm(getenv("TESSERA_SLURM_JOBS"), port_base,
+                                  out, err, errlen);
+    } else if (!env || !*env) {
       return tsr__fail(err, errlen, TSR_ECONFIG,
-                       "no cluster: set TF_CONFIG or pass --cluster FILE.json");
-    rc = tsr_cluster_parse(env, "TF_CONFIG", out, err, errlen);
+                       "no cluster: set TF_CONFIG or pass --cluster FILE.json "
+                       "(or run under Slurm)");
+    } else {
+      rc = tsr_cluster_parse(env, "TF_CONFIG", out, err, errlen);
+    }
   }
   if (rc) return rc;
   if (task_flag) {

@@ -71,6 +71,16 @@ int tsr_cluster_parse(const char *json_text, const char *source,
 int tsr_cluster_load(const char *cluster_file, const char *task_flag,
                      tsr_cluster *out, char *err, size_t errlen);
 
+/* Builds the cluster from a Slurm step, as TF's SlurmClusterResolver:
+ * SLURM_PROCID, SLURM_(STEP|JOB)_NODELIST, SLURM_(STEP_)TASKS_PER_NODE;
+ * the k-th task on a host listens on port_base + k; ranks are dealt in
+ * order to `jobs` ("ps:2,worker:*", * = the rest; NULL: all workers, TF's
+ * default). tsr_cluster_load() uses it when TF_CONFIG is unset and
+ * SLURM_PROCID is set, with TESSERA_SLURM_JOBS and TESSERA_SLURM_PORT_BASE
+ * (default 8888, TF's). */
+int tsr_cluster_from_slurm(const char *jobs, int port_base, tsr_cluster *out,
+                           char *err, size_t errlen);
+
 /* Overrides the task from "TYPE:INDEX". */
 int tsr_cluster_set_task(tsr_cluster *c, const char *task_flag, char *err,
                          size_t errlen);

@@ -233,6 +233,71 @@ static void json_round_trip(void **state) {
   tsr_cluster_free(&cl);
 }
 
+static void slurm_step_as_tf_resolves_it(void **state) {
+  (void)state;
+  tsr_cluster cl;
+  char err[TSR_ERRBUF];
+  unsetenv("TF_CONFIG");
+  unsetenv("SLURM_STEP_NODELIST");
+  unsetenv("SLURM_STEP_TASKS_PER_NODE");
+  setenv("SLURM_JOB_NODELIST", "node[01-02],gpu5", 1);
+  setenv("SLURM_TASKS_PER_NODE", "2(x2),1", 1);
+  setenv("SLURM_PROCID", "3", 1);
+  assert_int_equal(tsr_cluster_from_slurm("ps:2,worker:*", 8888, &cl, err,
+                                          sizeof err), 0);
+  assert_int_equal(cl.n[TSR_TASK_PS], 2);
+  assert_int_equal(cl.n[TSR_TASK_WORKER], 3);
+  assert_string_equal(cl.jobs[TSR_TASK_PS][1].addr, "node01:8889");
+  assert_string_equal(cl.jobs[TSR_TASK_WORKER][0].addr, "node02:8888");
+  assert_string_equal(cl.jobs[TSR_TASK_WORKER][2].addr, "gpu5:8888");
+  assert_int_equal(cl.task_type, TSR_TASK_WORKER);
+  assert_int_equal(cl.task_index, 1);
+  tsr_cluster_free(&cl);
+  /* TF's default: all workers; and tsr_cluster_load picks Slurm up */
+  setenv("TESSERA_SLURM_PORT_BASE", "9000", 1);
+  assert_int_equal(tsr_cluster_load(NULL, NULL, &cl, err, sizeof err), 0);
+  assert_int_equal(cl.n[TSR_TASK_WORKER], 5);
+  assert_int_equal(cl.task_index, 3);
+  assert_string_equal(cl.jobs[TSR_TASK_WORKER][3].addr, "node02:9001");
+  tsr_cluster_free(&cl);
+  /* the step variables win over the job's */
+  setenv("SLURM_STEP_NODELIST", "a[7-8]", 1);
+  setenv("SLURM_STEP_TASKS_PER_NODE", "1(x2)", 1);
+  setenv("SLURM_PROCID", "0", 1);
+  assert_int_equal(tsr_cluster_from_slurm("chief:1,ps:1", 8888, &cl, err,
+                                          sizeof err), 0);
+  assert_string_equal(cl.jobs[TSR_TASK_PS][0].addr, "a8:8888");
+  assert_int_equal(cl.task_type, TSR_TASK_CHIEF);
+  tsr_cluster_free(&cl);
+  /* errors name the problem */
+  assert_int_equal(tsr_cluster_from_slurm("ps:3,worker:1", 8888, &cl, err,
+                                          sizeof err), TSR_ECONFIG);
+  assert_non_null(strstr(err, "ask for 4 tasks; the step has 2"));
+  assert_int_equal(tsr_cluster_from_slurm("boss:*", 8888, &cl, err,
+                                          sizeof err), TSR_ECONFIG);
+  assert_non_null(strstr(err, "\"boss\""));
+  setenv("SLURM_PROCID", "9", 1);
+  assert_int_equal(tsr_cluster_from_slurm(NULL, 8888, &cl, err, sizeof err),
+                   TSR_ECONFIG);
+  assert_non_null(strstr(err, "SLURM_PROCID 9"));
+  setenv("SLURM_PROCID", "0", 1);
+  setenv("SLURM_STEP_NODELIST", "a[9-7]", 1);
+  assert_int_equal(tsr_cluster_from_slurm(NULL, 8888, &cl, err, sizeof err),
+                   TSR_ECONFIG);
+  assert_non_null(strstr(err, "9-7"));
+  setenv("SLURM_STEP_NODELIST", "a[1-3]", 1);
+  setenv("SLURM_STEP_TASKS_PER_NODE", "1(x2)", 1);
+  assert_int_equal(tsr_cluster_from_slurm(NULL, 8888, &cl, err, sizeof err),
+                   TSR_ECONFIG);
+  assert_non_null(strstr(err, "covers 2 nodes, the node list has 3"));
+  unsetenv("SLURM_PROCID");
+  unsetenv("SLURM_JOB_NODELIST");
+  unsetenv("SLURM_TASKS_PER_NODE");
+  unsetenv("SLURM_STEP_NODELIST");
+  unsetenv("SLURM_STEP_TASKS_PER_NODE");
+  unsetenv("TESSERA_SLURM_PORT_BASE");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(tf_config_table),
@@ -240,6 +305,7 @@ int main(void) {
       cmocka_unit_test(task_flag_overrides),
       cmocka_unit_test(ps_training_needs_ps_and_worker),
       cmocka_unit_test(json_round_trip),
+      cmocka_unit_test(slurm_step_as_tf_resolves_it),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
