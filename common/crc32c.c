@@ -1,11 +1,13 @@
 /* CRC32C: hardware path with the SSE4.2 instruction (chosen once at first
- * use), byte-table fallback. */
+ * use, under pthread_once), byte-table fallback. */
 #include "common/crc32c.h"
 
+#include <pthread.h>
 #include <string.h>
 
 static uint32_t tsr__crc_table[256];
-static int tsr__crc_hw = -1;
+static int tsr__crc_hw;
+static pthread_once_t tsr__crc_once = PTHREAD_ONCE_INIT;
 
 static void tsr__crc_init(void) {
   for (uint32_t i = 0; i < 256; i++) {
@@ -44,8 +46,7 @@ tsr__crc_hw_run(uint32_t crc, const unsigned char *p, size_t n) {
 #endif
 
 uint32_t tsr_crc32c(uint32_t crc, const void *data, size_t len) {
-  /* Benign race: every thread computes the same table and flag. */
-  if (tsr__crc_hw < 0) tsr__crc_init();
+  pthread_once(&tsr__crc_once, tsr__crc_init);
   crc = ~crc;
 #if defined(__x86_64__)
   if (tsr__crc_hw) return ~tsr__crc_hw_run(crc, data, len);
