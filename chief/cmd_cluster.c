@@ -11,10 +11,11 @@
 
 int chief_cmd_cluster(int argc, char **argv) {
   const char *file = NULL, *task = NULL;
-  bool json = false;
+  bool json = false, task_only = false;
   static const struct option opts[] = {{"cluster", required_argument, 0, 'c'},
                                        {"task", required_argument, 0, 't'},
                                        {"json", no_argument, 0, 'j'},
+                                       {"task-only", no_argument, 0, 'o'},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
   int ch;
@@ -24,9 +25,12 @@ int chief_cmd_cluster(int argc, char **argv) {
       case 'c': file = optarg; break;
       case 't': task = optarg; break;
       case 'j': json = true; break;
+      case 'o': task_only = true; break;
       case 'h':
         printf("usage: tessera cluster [--cluster FILE.json] [--task "
-               "TYPE:INDEX] [--json]\n");
+               "TYPE:INDEX] [--json | --task-only]\n"
+               "  --task-only prints this task as TYPE:INDEX (for launch "
+               "scripts)\n");
         return 0;
       default: return 2;
     }
@@ -37,7 +41,15 @@ int chief_cmd_cluster(int argc, char **argv) {
     fprintf(stderr, "tessera cluster: %s\n", err);
     return 2;
   }
-  if (json) {
+  if (task_only) {
+    if (c.task_type == TSR_TASK_NONE) {
+      fprintf(stderr, "tessera cluster: no task given (TF_CONFIG's \"task\", "
+                      "--task, or SLURM_PROCID)\n");
+      tsr_cluster_free(&c);
+      return 2;
+    }
+    printf("%s:%d\n", tsr_task_type_name(c.task_type), c.task_index);
+  } else if (json) {
     char *s = tsr_cluster_to_json(&c);
     printf("%s\n", s ? s : "{}");
     free(s);
