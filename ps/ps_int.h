@@ -1,0 +1,209 @@
+/* Internals of the parameter server, shared by its files and its unit
+ * tests: the shard store (store.c, rows.c), the consistency state machine
+ * (consist.c) and shard checkpoints (ckpt.c). None of these take locks:
+ * the service (service.c) runs at most one writer per shard at a time and
+ * never lets a reader overlap a writer, so each function here may assume
+ * it has the shard to itself (or shares it only with other readers).
+ */
+#ifndef TSR_PS_INT_H
+#define TSR_PS_INT_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/job.h"
+#include "kernels/init.h"
+#include "kernels/optim.h"
+
+#define PS_NAME_MAX 256
+#define PS_MAX_RANK 8
+
+/* Wire dtypes of gradients (and of the variable, which is float32). */
+typedef enum {
+  PS_DT_F32 = 0,
+  PS_DT_BF16 = 1,
+  PS_DT_F16 = 2
+} ps_dtype;
+
+size_t ps__dtype_size(int dt);
+const char *ps__dtype_name(int dt);
+
+/* What a shard is: enough to rebuild it and to tell whether a second
+ * create names the same thing (ps__spec_equal). */
+typedef struct {
+  char name[PS_NAME_MAX];
+  int rank;
+  int64_t shape[PS_MAX_RANK];   /* the full variable */
+  bool sparse;                  /* rows by id, created on first touch */
+  bool bounded;                 /* sparse: ids limited to [row0, row0+rows);
+                                   unbounded: id % num_shards == shard */
+  int32_t shard, num_shards;
+  int64_t row0, rows;           /* rows of this shard (dense, bounded) */
+  kern_init_spec init;
+  uint64_t seed;
+  tsr_optim_spec optim;
+} ps_var_spec;
+
+bool ps__spec_equal(const ps_var_spec *a, const ps_var_spec *b);
+/* Elements per row: product of shape[1..rank). */
+int64_t ps__spec_width(const ps_var_spec *s);
+/* Whether a sparse id belongs to this shard; TSR_ERANGE when not (the
+ * message names the id and the range). */
+int ps__spec_owns_id(const ps_var_spec *s, int64_t id);
+
+/* Memory budget shared by every shard of a PS. Reservations are atomic so
+ * pool threads creating rows may charge it concurrently. */
+typedef struct {
+  _Atomic size_t used;
+  size_t limit;
+} ps_mem;
+
+int ps__mem_reserve(ps_mem *m, size_t bytes);
+void ps__mem_release(ps_mem *m, size_t bytes);
+
+/* Open-addressing table from int64 id to a row number, and the rows
+ * themselves in fixed chunks (value then each slot, `stride` floats). */
+typedef struct {
+  int64_t *keys;       /* PS__EMPTY_ID marks a free bucket */
+  uint32_t *vals;
+  size_t cap, count;   /* cap a power of two */
+  float **chunks;
+  size_t n_chunks, chunk_cap;
+  size_t stride;       /* floats per row record */
+} ps_rows;
+
+#define PS_ROWS_PER_CHUNK 1024
+
+/* One shard of one variable. */
+typedef struct ps_shard {
+  ps_var_spec spec;
+  int64_t width;
+  size_t numel;          /* dense: rows * width */
+  int nslots;
+  float *w;              /* dense values */
+  float *slots[KERN_OPTIM_MAX_SLOTS];
+  ps_rows rows;          /* sparse */
+  uint64_t version;      /* bumped by every apply and restore */
+  int64_t step;          /* applies so far (Adam's t) */
+  size_t mem_bytes;      /* charged to the budget */
+  /* sync mode: the sum of this step's gradients */
+  float *acc;            /* dense */
+  ps_rows acc_rows;      /* sparse: id -> summed gradient row */
+  int acc_count;         /* pushes summed so far */
+  int64_t acc_step;      /* the step being summed */
+  /* stats */
+  uint64_t applies, apply_ns, nonfinite;
+} ps_shard;
+
+/* Creates a shard and fills it with the deterministic initializer.
+ * TSR_EINVAL (err names the field) for a bad spec, TSR_EMEMLIMIT when the
+ * budget would be exceeded, TSR_ENOMEM. */
+int ps__shard_new(const ps_var_spec *spec, ps_mem *mem, ps_shard **out,
+                  char *err, size_t errlen);
+void ps__shard_free(ps_shard *s, ps_mem *mem);
+
+/* Gradient as it arrived: `n` elements of `dtype` at `data` (any
+ * alignment). ps__grad_to_f32 converts into `out` and reports whether
+ * every value is finite (1) or not (0). */
+int ps__grad_to_f32(const void *data, int dtype, size_t n, float *out);
+/* Finite check of float32 data in place (aligned). */
+int ps__all_finite(const float *p, size_t n);
+
+/* Applies one dense gradient (float32, numel elements) with `scale`.
+ * Bumps step and version. */
+int ps__shard_apply_dense(ps_shard *s, const float *g, float scale);
+
+/* Sparse apply: `n` ids and n*width float32 gradient values. Duplicate ids
+ * are summed first (as TF's IndexedSlices). Rows missing are created with
+ * the initializer. TSR_ERANGE for an id the shard does not own (nothing is
+ * applied then), TSR_EMEMLIMIT when a new row does not fit. */
+int ps__shard_apply_rows(ps_shard *s, ps_mem *mem, const int64_t *ids,
+                         size_t n, const float *g, float scale, char *err,
+                         size_t errlen);
+
+/* Copies the rows for `ids` into out (n*width floats), creating missing
+ * rows (create=true) or reading initializer values without storing them. */
+int ps__shard_gather(ps_shard *s, ps_mem *mem, const int64_t *ids, size_t n,
+                     float *out, bool create, char *err, size_t errlen);
+
+/* Sync mode: adds a gradient to this step's sum. */
+int ps__shard_accum_dense(ps_shard *s, ps_mem *mem, const float *g);
+int ps__shard_accum_rows(ps_shard *s, ps_mem *mem, const int64_t *ids,
+                         size_t n, const float *g, char *err, size_t errlen);
+/* Applies the mean of the sum (divided by `workers`) and clears it. */
+int ps__shard_accum_apply(ps_shard *s, ps_mem *mem, int workers, char *err,
+                          size_t errlen);
+
+/* Row tables. */
+int ps__rows_init(ps_rows *t, size_t stride);
+void ps__rows_free(ps_rows *t, ps_mem *mem);
+/* Row record for id, or NULL. */
+float *ps__rows_find(const ps_rows *t, int64_t id);
+/* Adds a zeroed record; *created = 1 when new. */
+int ps__rows_insert(ps_rows *t, ps_mem *mem, int64_t id, float **rec,
+                    int *created);
+/* Calls fn for every row in insertion order. */
+void ps__rows_each(const ps_rows *t,
+                   void (*fn)(void *ctx, int64_t id, const float *rec),
+                   void *ctx);
+/* Removes every row, keeping the table's memory. */
+void ps__rows_clear(ps_rows *t);
+size_t ps__rows_bytes(const ps_rows *t);
+
+/* ---- consistency (consist.c) ------------------------------------------ */
+
+typedef enum { PS_MODE_ASYNC = 0, PS_MODE_SSP = 1, PS_MODE_SYNC = 2 } ps_mode;
+
+typedef struct {
+  int id;
+  bool active;
+  int64_t clock;   /* steps finished */
+} ps_worker_clock;
+
+typedef struct {
+  ps_mode mode;
+  int staleness;
+  ps_worker_clock *w;
+  int n, cap;
+  uint64_t epoch;  /* bumped on every change: waiters re-check */
+} ps_consist;
+
+void ps__cons_init(ps_consist *c);
+void ps__cons_free(ps_consist *c);
+int ps__cons_set_mode(ps_consist *c, ps_mode mode, int staleness);
+/* A worker joins (or returns): its clock becomes max(clock, the slowest
+ * active clock), so a returning worker never holds the others back. */
+int ps__cons_join(ps_consist *c, int worker, int64_t clock);
+/* A worker leaves: it no longer holds anyone back. */
+int ps__cons_leave(ps_consist *c, int worker);
+/* Reports that a worker finished `clock` steps (never moves back).
+ * Unknown workers join. */
+int ps__cons_clock(ps_consist *c, int worker, int64_t clock);
+/* Slowest active clock; INT64_MAX when no worker is active. */
+int64_t ps__cons_min_clock(const ps_consist *c);
+int ps__cons_active(const ps_consist *c);
+/* SSP/async/sync gate for a read by `worker` at clock c: true when it may
+ * proceed (ssp: min clock >= c - S). */
+bool ps__cons_may_read(const ps_consist *c, int64_t clock);
+/* Sync: the step-t sum of a shard may be applied when every active worker
+ * has pushed it for step t (pushed(worker) true) or finished step t. */
+bool ps__cons_sync_ready(const ps_consist *c, int64_t step,
+                         bool (*pushed)(void *ctx, int worker), void *ctx);
+
+/* ---- checkpoints (ckpt.c) --------------------------------------------- */
+
+/* Writes one shard to dir (temp file, fsync, rename, fsync dir). */
+int ps__ckpt_save_shard(const ps_shard *s, const char *dir, char *err,
+                        size_t errlen);
+/* Builds the contents of `spec`'s shard from every saved part of the
+ * variable in dir, whatever sharding they were saved under. On success
+ * *out is a new shard to swap in; on any error (missing rows, truncated
+ * file, bad CRC, other variable spec) nothing is returned. */
+int ps__ckpt_load_shard(const ps_var_spec *spec, ps_mem *mem, const char *dir,
+                        ps_shard **out, char *err, size_t errlen);
+/* File name of a shard part (without the folder). */
+int ps__ckpt_file_name(const ps_var_spec *s, char *buf, size_t len);
+
+#endif

@@ -1,0 +1,442 @@
+/* Shards: creation with the deterministic initializer, gradients converted
+ * to float32 and checked, optimizer applies, row gathers, and the sums of
+ * sync mode.
+ *
+ * Happy path: ps__shard_new charges the budget, allocates the values and
+ * the optimizer slots side by side and fills them; a push converts its
+ * gradient (f32/bf16/f16) and calls kern_optim_apply over the whole shard
+ * (dense) or row by row (sparse, each row with its own slots, so rows not
+ * in the batch keep theirs: TF's lazy sparse updates).
+ * Failure modes: a bad spec (TSR_EINVAL, err names the field), a budget
+ * overrun (TSR_EMEMLIMIT; sparse applies check every id and reserve rows
+ * before changing anything, so a rejected push changes nothing), an id the
+ * shard does not own (TSR_ERANGE).
+ */
+#include "ps/ps_int.h"
+#include "common/clock.h"
+#include "common/err.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int ps__fail(char *err, size_t errlen, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int ps__fail(char *err, size_t errlen, int rc, const char *fmt, ...) {
+  if (err && errlen) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+  }
+  return rc;
+}
+
+size_t ps__dtype_size(int dt) {
+  switch (dt) {
+    case PS_DT_F32: return 4;
+    case PS_DT_BF16: return 2;
+    case PS_DT_F16: return 2;
+  }
+  return 0;
+}
+
+const char *ps__dtype_name(int dt) {
+  switch (dt) {
+    case PS_DT_F32: return "float32";
+    case PS_DT_BF16: return "bfloat16";
+    case PS_DT_F16: return "float16";
+  }
+  return "?";
+}
+
+bool ps__spec_equal(const ps_var_spec *a, const ps_var_spec *b) {
+  if (strcmp(a->name, b->name) || a->rank != b->rank ||
+      a->sparse != b->sparse || a->bounded != b->bounded ||
+      a->shard != b->shard || a->num_shards != b->num_shards ||
+      a->row0 != b->row0 || a->rows != b->rows || a->seed != b->seed)
+    return false;
+  for (int i = 0; i < a->rank; i++)
+    if (a->shape[i] != b->shape[i]) return false;
+  if (a->init.kind != b->init.kind || a->init.a != b->init.a ||
+      a->init.b != b->init.b || a->init.fan_in != b->init.fan_in ||
+      a->init.fan_out != b->init.fan_out)
+    return false;
+  return memcmp(&a->optim, &b->optim, sizeof a->optim) == 0;
+}
+
+int64_t ps__spec_width(const ps_var_spec *s) {
+  int64_t w = 1;
+  for (int i = 1; i < s->rank; i++) w *= s->shape[i];
+  return w;
+}
+
+int ps__spec_owns_id(const ps_var_spec *s, int64_t id) {
+  if (id < 0) return TSR_ERANGE;
+  if (s->bounded) return id >= s->row0 && id < s->row0 + s->rows ? 0 : TSR_ERANGE;
+  return id % s->num_shards == s->shard ? 0 : TSR_ERANGE;
+}
+
+static int ps__spec_check(const ps_var_spec *s, char *err, size_t errlen) {
+  if (!s->name[0])
+    return ps__fail(err, errlen, TSR_EINVAL, "variable name is empty");
+  if (s->rank < 0 || s->rank > PS_MAX_RANK)
+    return ps__fail(err, errlen, TSR_EINVAL, "%s: rank %d out of [0, %d]",
+                    s->name, s->rank, PS_MAX_RANK);
+  for (int i = 0; i < s->rank; i++)
+    if (s->shape[i] <= 0)
+      return ps__fail(err, errlen, TSR_EINVAL,
+                      "%s: shape[%d] = %" PRId64 " must be > 0", s->name, i,
+                      s->shape[i]);
+  if (s->num_shards < 1 || s->shard < 0 || s->shard >= s->num_shards)
+    return ps__fail(err, errlen, TSR_EINVAL, "%s: shard %d of %d is invalid",
+                    s->name, s->shard, s->num_shards);
+  int64_t dim0 = s->rank ? s->shape[0] : 1;
+  if (s->sparse && s->rank < 1)
+    return ps__fail(err, errlen, TSR_EINVAL,
+                    "%s: a sparse variable needs rank >= 1", s->name);
+  if (!s->sparse || s->bounded) {
+    if (s->row0 < 0 || s->rows < 1 || s->row0 + s->rows > dim0)
+      return ps__fail(err, errlen, TSR_EINVAL,
+                      "%s: rows [%" PRId64 ", %" PRId64 ") outside dim0 %" PRId64,
+                      s->name, s->row0, s->row0 + s->rows, dim0);
+  }
+  if (!(s->optim.learning_rate > 0))
+    return ps__fail(err, errlen, TSR_EINVAL, "%s: learning_rate %g must be > 0",
+                    s->name, s->optim.learning_rate);
+  if ((unsigned)s->optim.kind > TSR_OPT_FTRL)
+    return ps__fail(err, errlen, TSR_EINVAL, "%s: unknown optimizer %d",
+                    s->name, (int)s->optim.kind);
+  return 0;
+}
+
+int ps__shard_new(const ps_var_spec *spec, ps_mem *mem, ps_shard **out,
+                  char *err, size_t errlen) {
+  int rc = ps__spec_check(spec, err, errlen);
+  if (rc) return rc;
+  ps_shard *s = calloc(1, sizeof *s);
+  if (!s) return TSR_ENOMEM;
+  s->spec = *spec;
+  s->width = ps__spec_width(spec);
+  s->nslots = kern_optim_num_slots(&spec->optim);
+  s->acc_step = -1;
+  if (spec->sparse) {
+    ps__rows_init(&s->rows, (size_t)s->width * (size_t)(1 + s->nslots));
+    ps__rows_init(&s->acc_rows, (size_t)s->width);
+    *out = s;
+    return 0;
+  }
+  s->numel = (size_t)(spec->rows * s->width);
+  size_t bytes = s->numel * sizeof(float) * (size_t)(1 + s->nslots);
+  if ((rc = ps__mem_reserve(mem, bytes))) {
+    free(s);
+    return ps__fail(err, errlen, rc,
+                    "%s shard %d: %zu bytes would exceed the memory limit "
+                    "(%zu of %zu bytes in use)", spec->name, spec->shard, bytes,
+                    atomic_load(&mem->used), mem->limit);
+  }
+  s->mem_bytes = bytes;
+  size_t one = s->numel ? s->numel * sizeof(float) : 4;
+  s->w = malloc(one);
+  bool ok = s->w != NULL;
+  for (int i = 0; i < s->nslots; i++) {
+    s->slots[i] = malloc(one);
+    ok = ok && s->slots[i];
+  }
+  if (!ok) {
+    ps__shard_free(s, mem);
+    return ps__fail(err, errlen, TSR_ENOMEM, "%s: out of memory", spec->name);
+  }
+  kern_init_fill(&spec->init, spec->seed, kern_init_var_key(spec->name),
+                 (uint64_t)(spec->row0 * s->width), s->w, s->numel);
+  kern_optim_init_slots(&spec->optim, s->slots, s->numel);
+  *out = s;
+  return 0;
+}
+
+void ps__shard_free(ps_shard *s, ps_mem *mem) {
+  if (!s) return;
+  free(s->w);
+  for (int i = 0; i < KERN_OPTIM_MAX_SLOTS; i++) free(s->slots[i]);
+  if (s->acc) {
+    free(s->acc);
+    ps__mem_release(mem, s->numel * sizeof(float));
+  }
+  ps__mem_release(mem, s->mem_bytes);
+  ps__rows_free(&s->rows, mem);
+  ps__rows_free(&s->acc_rows, mem);
+  free(s);
+}
+
+/* ---- gradients ----------------------------------------------------------*/
+
+static float ps__f16_to_f32(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+  uint32_t e = (h >> 10) & 0x1f, m = h & 0x3ff, bits;
+  if (e == 0) {
+    if (m == 0) {
+      bits = sign;
+    } else { /* subnormal: normalise */
+      e = 127 - 15 + 1;
+      while (!(m & 0x400)) {
+        m <<= 1;
+        e--;
+      }
+      bits = sign | (e << 23) | ((m & 0x3ff) << 13);
+    }
+  } else if (e == 31) {
+    bits = sign | 0x7f800000u | (m << 13);
+  } else {
+    bits = sign | ((e + 127 - 15) << 23) | (m << 13);
+  }
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+
+int ps__all_finite(const float *p, size_t n) {
+  const uint32_t *u = (const uint32_t *)p;
+  uint32_t bad = 0;
+  for (size_t i = 0; i < n; i++)
+    bad |= (uint32_t)((u[i] & 0x7f800000u) == 0x7f800000u);
+  return !bad;
+}
+
+int ps__grad_to_f32(const void *data, int dtype, size_t n, float *out) {
+  const unsigned char *b = data;
+  switch (dtype) {
+    case PS_DT_F32:
+      if (out != data) memcpy(out, data, n * 4);
+      break;
+    case PS_DT_BF16:
+      for (size_t i = 0; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, b + 2 * i, 2);
+        uint32_t u = (uint32_t)h << 16;
+        memcpy(&out[i], &u, 4);
+      }
+      break;
+    case PS_DT_F16:
+      for (size_t i = 0; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, b + 2 * i, 2);
+        out[i] = ps__f16_to_f32(h);
+      }
+      break;
+    default: return TSR_EDTYPE;
+  }
+  return ps__all_finite(out, n);
+}
+
+/* ---- applies -------------------------------------------------------------*/
+
+int ps__shard_apply_dense(ps_shard *s, const float *g, float scale) {
+  uint64_t t0 = tsr_now_ns();
+  int rc = kern_optim_apply(&s->spec.optim, s->step + 1, s->w, g, scale,
+                            s->slots, s->numel);
+  if (rc) return rc;
+  s->step++;
+  s->version++;
+  s->applies++;
+  s->apply_ns += tsr_now_ns() - t0;
+  return 0;
+}
+
+static void ps__row_init(const ps_shard *s, int64_t id, float *rec) {
+  kern_init_fill(&s->spec.init, s->spec.seed, kern_init_var_key(s->spec.name),
+                 (uint64_t)id * (uint64_t)s->width, rec, (size_t)s->width);
+  float *slots[KERN_OPTIM_MAX_SLOTS];
+  for (int k = 0; k < s->nslots; k++) slots[k] = rec + (size_t)(k + 1) * s->width;
+  kern_optim_init_slots(&s->spec.optim, slots, (size_t)s->width);
+}
+
+static int ps__check_ids(const ps_shard *s, const int64_t *ids, size_t n,
+                         char *err, size_t errlen) {
+  for (size_t i = 0; i < n; i++)
+    if (ps__spec_owns_id(&s->spec, ids[i])) {
+      if (s->spec.bounded)
+        return ps__fail(err, errlen, TSR_ERANGE,
+                        "%s shard %d: row id %" PRId64 " (index %zu) is "
+                        "outside its rows [%" PRId64 ", %" PRId64 ")",
+                        s->spec.name, s->spec.shard, ids[i], i, s->spec.row0,
+                        s->spec.row0 + s->spec.rows);
+      return ps__fail(err, errlen, TSR_ERANGE,
+                      "%s shard %d of %d: row id %" PRId64 " (index %zu) "
+                      "belongs to another shard or is negative",
+                      s->spec.name, s->spec.shard, s->spec.num_shards, ids[i], i);
+    }
+  return 0;
+}
+
+/* Looks up or creates every row first so a budget failure changes nothing
+ * but the (harmless) creation of initializer-valued rows. */
+static int ps__touch_rows(ps_shard *s, ps_mem *mem, const int64_t *ids,
+                          size_t n, float **recs, char *err, size_t errlen) {
+  for (size_t i = 0; i < n; i++) {
+    int created;
+    int rc = ps__rows_insert(&s->rows, mem, ids[i], &recs[i], &created);
+    if (rc)
+      return ps__fail(err, errlen, rc,
+                      "%s shard %d: cannot create row %" PRId64 " (%zu rows "
+                      "held, %zu of %zu bytes in use): %s", s->spec.name,
+                      s->spec.shard, ids[i], s->rows.count,
+                      atomic_load(&mem->used), mem->limit, tsr_strerror(rc));
+    if (created) ps__row_init(s, ids[i], recs[i]);
+  }
+  return 0;
+}
+
+int ps__shard_apply_rows(ps_shard *s, ps_mem *mem, const int64_t *ids,
+                         size_t n, const float *g, float scale, char *err,
+                         size_t errlen) {
+  uint64_t t0 = tsr_now_ns();
+  int rc = ps__check_ids(s, ids, n, err, errlen);
+  if (rc) return rc;
+  float **recs = malloc((n ? n : 1) * sizeof *recs);
+  float *sum = NULL;
+  if (!recs) return TSR_ENOMEM;
+  if ((rc = ps__touch_rows(s, mem, ids, n, recs, err, errlen))) goto out;
+  size_t W = (size_t)s->width;
+  for (size_t i = 0; i < n; i++) {
+    if (!recs[i]) continue; /* an earlier duplicate took it */
+    const float *gi = g + i * W;
+    /* duplicates of this id later in the batch are summed in first */
+    for (size_t j = i + 1; j < n; j++) {
+      if (recs[j] != recs[i]) continue;
+      if (!sum) {
+        if (!(sum = malloc(W * sizeof *sum))) {
+          rc = TSR_ENOMEM;
+          goto out;
+        }
+      }
+      if (gi != sum) {
+        memcpy(sum, gi, W * sizeof *sum);
+        gi = sum;
+      }
+      for (size_t k = 0; k < W; k++) sum[k] += g[j * W + k];
+      recs[j] = NULL;
+    }
+    float *slots[KERN_OPTIM_MAX_SLOTS];
+    for (int k = 0; k < s->nslots; k++) slots[k] = recs[i] + (size_t)(k + 1) * W;
+    kern_optim_apply(&s->spec.optim, s->step + 1, recs[i], gi, scale, slots, W);
+  }
+  s->step++;
+  s->version++;
+  s->applies++;
+  s->apply_ns += tsr_now_ns() - t0;
+out:
+  free(sum);
+  free(recs);
+  return rc;
+}
+
+int ps__shard_gather(ps_shard *s, ps_mem *mem, const int64_t *ids, size_t n,
+                     float *out, bool create, char *err, size_t errlen) {
+  int rc = ps__check_ids(s, ids, n, err, errlen);
+  if (rc) return rc;
+  size_t W = (size_t)s->width;
+  for (size_t i = 0; i < n; i++) {
+    float *rec = ps__rows_find(&s->rows, ids[i]);
+    if (!rec && create) {
+      int created;
+      rc = ps__rows_insert(&s->rows, mem, ids[i], &rec, &created);
+      if (rc)
+        return ps__fail(err, errlen, rc,
+                        "%s shard %d: cannot create row %" PRId64 " (%zu rows "
+                        "held, %zu of %zu bytes in use): %s", s->spec.name,
+                        s->spec.shard, ids[i], s->rows.count,
+                        atomic_load(&mem->used), mem->limit, tsr_strerror(rc));
+      ps__row_init(s, ids[i], rec);
+    }
+    if (rec)
+      memcpy(out + i * W, rec, W * sizeof(float));
+    else
+      kern_init_fill(&s->spec.init, s->spec.seed,
+                     kern_init_var_key(s->spec.name),
+                     (uint64_t)ids[i] * (uint64_t)W, out + i * W, W);
+  }
+  return 0;
+}
+
+/* ---- sync-mode sums -------------------------------------------------------*/
+
+int ps__shard_accum_dense(ps_shard *s, ps_mem *mem, const float *g) {
+  if (!s->acc) {
+    int rc = ps__mem_reserve(mem, s->numel * sizeof(float));
+    if (rc) return rc;
+    s->acc = calloc(s->numel ? s->numel : 1, sizeof(float));
+    if (!s->acc) {
+      ps__mem_release(mem, s->numel * sizeof(float));
+      return TSR_ENOMEM;
+    }
+  } else if (s->acc_count == 0) {
+    memset(s->acc, 0, s->numel * sizeof(float));
+  }
+  float *restrict a = s->acc;
+  for (size_t i = 0; i < s->numel; i++) a[i] += g[i];
+  s->acc_count++;
+  return 0;
+}
+
+int ps__shard_accum_rows(ps_shard *s, ps_mem *mem, const int64_t *ids,
+                         size_t n, const float *g, char *err, size_t errlen) {
+  int rc = ps__check_ids(s, ids, n, err, errlen);
+  if (rc) return rc;
+  if (s->acc_count == 0) ps__rows_clear(&s->acc_rows);
+  size_t W = (size_t)s->width;
+  for (size_t i = 0; i < n; i++) {
+    float *rec;
+    int created;
+    if ((rc = ps__rows_insert(&s->acc_rows, mem, ids[i], &rec, &created)))
+      return ps__fail(err, errlen, rc, "%s: cannot hold the step's sum for "
+                      "row %" PRId64 ": %s", s->spec.name, ids[i],
+                      tsr_strerror(rc));
+    for (size_t k = 0; k < W; k++) rec[k] += g[i * W + k];
+  }
+  s->acc_count++;
+  return 0;
+}
+
+typedef struct {
+  int64_t *ids;
+  float *g;
+  size_t n, W;
+} ps__acc_collect;
+
+static void ps__collect(void *ctx, int64_t id, const float *rec) {
+  ps__acc_collect *c = ctx;
+  c->ids[c->n] = id;
+  memcpy(c->g + c->n * c->W, rec, c->W * sizeof(float));
+  c->n++;
+}
+
+int ps__shard_accum_apply(ps_shard *s, ps_mem *mem, int workers, char *err,
+                          size_t errlen) {
+  float scale = 1.0f / (float)(workers > 0 ? workers : 1);
+  int rc = 0;
+  if (!s->spec.sparse) {
+    if (s->acc_count == 0) {
+      /* nobody pushed this step: the mean is zero, the step still counts */
+      s->version++;
+      return 0;
+    }
+    rc = ps__shard_apply_dense(s, s->acc, scale);
+  } else {
+    size_t n = s->acc_count ? s->acc_rows.count : 0;
+    ps__acc_collect c = {malloc((n ? n : 1) * sizeof(int64_t)),
+                         malloc((n ? n : 1) * (size_t)s->width * sizeof(float)),
+                         0, (size_t)s->width};
+    if (!c.ids || !c.g) {
+      rc = TSR_ENOMEM;
+    } else {
+      if (n) ps__rows_each(&s->acc_rows, ps__collect, &c);
+      rc = ps__shard_apply_rows(s, mem, c.ids, c.n, c.g, scale, err, errlen);
+    }
+    free(c.ids);
+    free(c.g);
+  }
+  s->acc_count = 0;
+  return rc;
+}
