@@ -1,0 +1,195 @@
+/* Closure scheduler; see sched.h. Closures in flight are kept in a small
+ * array (at most n_workers * max_inflight entries); lookups are linear,
+ * which at that size beats any index. */
+#include "chief/sched.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+  chief_closure c;
+  bool used;
+} chief__slot;
+
+struct chief_sched {
+  int n_workers;
+  int max_inflight;
+  int64_t total, done, pool, per_closure;
+  uint64_t next_id;
+  uint32_t generation;
+  uint64_t retries;
+  bool paused;
+  bool *up;
+  int *load;
+  int rr; /* next worker to consider */
+  chief__slot *slots;
+  int n_slots;
+};
+
+chief_sched *chief_sched_new(int n_workers, int64_t total_steps,
+                             int64_t steps_per_closure, int max_inflight) {
+  if (n_workers <= 0 || total_steps < 0 || steps_per_closure <= 0 ||
+      max_inflight <= 0)
+    return NULL;
+  chief_sched *s = calloc(1, sizeof *s);
+  if (!s) return NULL;
+  s->n_workers = n_workers;
+  s->max_inflight = max_inflight;
+  s->total = total_steps;
+  s->pool = total_steps;
+  s->per_closure = steps_per_closure;
+  s->next_id = 1;
+  s->up = calloc((size_t)n_workers, sizeof *s->up);
+  s->load = calloc((size_t)n_workers, sizeof *s->load);
+  s->n_slots = n_workers * max_inflight;
+  s->slots = calloc((size_t)s->n_slots, sizeof *s->slots);
+  if (!s->up || !s->load || !s->slots) {
+    chief_sched_free(s);
+    return NULL;
+  }
+  return s;
+}
+
+void chief_sched_free(chief_sched *s) {
+  if (!s) return;
+  free(s->up);
+  free(s->load);
+  free(s->slots);
+  free(s);
+}
+
+static chief__slot *chief__find(chief_sched *s, uint64_t id, uint32_t gen) {
+  for (int i = 0; i < s->n_slots; i++)
+    if (s->slots[i].used && s->slots[i].c.id == id &&
+        s->slots[i].c.generation == gen)
+      return &s->slots[i];
+  return NULL;
+}
+
+static void chief__release(chief_sched *s, chief__slot *slot) {
+  s->load[slot->c.worker]--;
+  slot->used = false;
+}
+
+void chief_sched_worker_up(chief_sched *s, int w) {
+  if (w >= 0 && w < s->n_workers) s->up[w] = true;
+}
+
+int chief_sched_worker_down(chief_sched *s, int w) {
+  if (w < 0 || w >= s->n_workers) return 0;
+  s->up[w] = false;
+  int n = 0;
+  for (int i = 0; i < s->n_slots; i++) {
+    chief__slot *sl = &s->slots[i];
+    if (sl->used && sl->c.worker == w) {
+      s->pool += sl->c.steps;
+      chief__release(s, sl);
+      s->retries++;
+      n++;
+    }
+  }
+  return n;
+}
+
+bool chief_sched_worker_is_up(const chief_sched *s, int w) {
+  return w >= 0 && w < s->n_workers && s->up[w];
+}
+
+void chief_sched_pause(chief_sched *s, bool paused) { s->paused = paused; }
+bool chief_sched_paused(const chief_sched *s) { return s->paused; }
+
+bool chief_sched_next(chief_sched *s, chief_closure *out) {
+  if (s->paused || s->pool <= 0) return false;
+  /* least loaded worker that is up, ties broken round-robin */
+  int best = -1;
+  for (int k = 0; k < s->n_workers; k++) {
+    int w = (s->rr + k) % s->n_workers;
+    if (!s->up[w] || s->load[w] >= s->max_inflight) continue;
+    if (best < 0 || s->load[w] < s->load[best]) best = w;
+  }
+  if (best < 0) return false;
+  chief__slot *slot = NULL;
+  for (int i = 0; i < s->n_slots; i++)
+    if (!s->slots[i].used) {
+      slot = &s->slots[i];
+      break;
+    }
+  if (!slot) return false; /* cannot happen: loads bound the slots */
+  int64_t n = s->pool < s->per_closure ? s->pool : s->per_closure;
+  slot->used = true;
+  slot->c.id = s->next_id++;
+  slot->c.generation = s->generation;
+  slot->c.worker = best;
+  slot->c.steps = n;
+  slot->c.first_step = s->total - s->pool;
+  s->pool -= n;
+  s->load[best]++;
+  s->rr = (best + 1) % s->n_workers;
+  *out = slot->c;
+  return true;
+}
+
+bool chief_sched_done(chief_sched *s, uint64_t id, uint32_t gen,
+                      int64_t steps_done) {
+  chief__slot *sl = chief__find(s, id, gen);
+  if (!sl) return false;
+  if (steps_done < 0) steps_done = 0;
+  if (steps_done > sl->c.steps) steps_done = sl->c.steps;
+  s->done += steps_done;
+  s->pool += sl->c.steps - steps_done;
+  chief__release(s, sl);
+  return true;
+}
+
+bool chief_sched_failed(chief_sched *s, uint64_t id, uint32_t gen) {
+  chief__slot *sl = chief__find(s, id, gen);
+  if (!sl) return false;
+  s->pool += sl->c.steps;
+  s->retries++;
+  chief__release(s, sl);
+  return true;
+}
+
+void chief_sched_rewind(chief_sched *s, int64_t step) {
+  for (int i = 0; i < s->n_slots; i++)
+    if (s->slots[i].used) chief__release(s, &s->slots[i]);
+  if (step < 0) step = 0;
+  if (step > s->total) step = s->total;
+  s->done = step;
+  s->pool = s->total - step;
+  s->generation++;
+}
+
+void chief_sched_set_total(chief_sched *s, int64_t total) {
+  int64_t floor_ = s->done + chief_sched_inflight_steps(s);
+  if (total < floor_) total = floor_;
+  s->pool += total - s->total;
+  s->total = total;
+}
+
+int64_t chief_sched_done_steps(const chief_sched *s) { return s->done; }
+int64_t chief_sched_total_steps(const chief_sched *s) { return s->total; }
+
+int64_t chief_sched_inflight_steps(const chief_sched *s) {
+  int64_t n = 0;
+  for (int i = 0; i < s->n_slots; i++)
+    if (s->slots[i].used) n += s->slots[i].c.steps;
+  return n;
+}
+
+int chief_sched_inflight(const chief_sched *s, int worker) {
+  if (worker < 0) {
+    int n = 0;
+    for (int w = 0; w < s->n_workers; w++) n += s->load[w];
+    return n;
+  }
+  return worker < s->n_workers ? s->load[worker] : 0;
+}
+
+uint32_t chief_sched_generation(const chief_sched *s) { return s->generation; }
+
+bool chief_sched_finished(const chief_sched *s) {
+  return s->done >= s->total && chief_sched_inflight(s, -1) == 0;
+}
+
+uint64_t chief_sched_retries(const chief_sched *s) { return s->retries; }
