@@ -1,0 +1,279 @@
+/* Checkpoint folders, manifests and pruning; see ckpt.h. */
+#include "chief/ckpt.h"
+#include "chief/monitor_int.h"
+#include "common/err.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define CK_PREFIX "ckpt-"
+#define CK_PATH 4096
+
+/* a/b into buf; TSR_ERANGE when it does not fit. */
+static int ck_join(char *buf, size_t len, const char *a, const char *b) {
+  int n = snprintf(buf, len, "%s/%s", a, b);
+  return n < 0 || (size_t)n >= len ? TSR_ERANGE : 0;
+}
+
+int chief_ckpt_dir(const char *root, int64_t step, char *buf, size_t len) {
+  int n = snprintf(buf, len, "%s/" CK_PREFIX "%012" PRId64, root, step);
+  return n < 0 || (size_t)n >= len ? TSR_ERANGE : 0;
+}
+
+static int ck_is_step_dir(const char *name, int64_t *step) {
+  size_t pl = strlen(CK_PREFIX);
+  if (strncmp(name, CK_PREFIX, pl) != 0) return 0;
+  const char *d = name + pl;
+  if (strlen(d) != 12) return 0;
+  for (const char *p = d; *p; p++)
+    if (*p < '0' || *p > '9') return 0;
+  *step = strtoll(d, NULL, 10);
+  return 1;
+}
+
+static int ck_has_manifest(const char *dir) {
+  char p[CK_PATH];
+  return ck_join(p, sizeof p, dir, CHIEF_CKPT_MANIFEST) == 0 &&
+         access(p, R_OK) == 0;
+}
+
+static int ck_rm_tree(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return errno == ENOENT ? 0 : -errno;
+  struct dirent *e;
+  int rc = 0;
+  while ((e = readdir(d))) {
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+    char p[CK_PATH];
+    if (ck_join(p, sizeof p, dir, e->d_name)) continue;
+    struct stat st;
+    if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode)) {
+      int r = ck_rm_tree(p);
+      if (r) rc = r;
+    } else if (unlink(p) != 0) {
+      rc = -errno;
+    }
+  }
+  closedir(d);
+  if (rmdir(dir) != 0 && !rc) rc = -errno;
+  return rc;
+}
+
+int chief_ckpt_check_writable(const char *root, char *err, size_t errlen) {
+  int rc = chief__mkdir_p(root, err, errlen);
+  if (rc) return rc;
+  char probe[CK_PATH], name[64];
+  snprintf(name, sizeof name, ".write-probe.%d", (int)getpid());
+  if (ck_join(probe, sizeof probe, root, name)) return TSR_ERANGE;
+  int fd = open(probe, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) {
+    int e = errno;
+    snprintf(err, errlen, "checkpoint folder %s is not writable: %s", root,
+             strerror(e));
+    return -e;
+  }
+  ssize_t w = write(fd, "ok", 2);
+  int e = errno;
+  close(fd);
+  unlink(probe);
+  if (w != 2) {
+    snprintf(err, errlen, "checkpoint folder %s: write failed: %s", root,
+             strerror(e));
+    return -e;
+  }
+  return 0;
+}
+
+int chief_ckpt_prepare(const char *root, int64_t step, char *err,
+                       size_t errlen) {
+  char dir[CK_PATH];
+  if (chief_ckpt_dir(root, step, dir, sizeof dir)) {
+    snprintf(err, errlen, "checkpoint path too long under %s", root);
+    return TSR_ERANGE;
+  }
+  struct stat st;
+  if (stat(dir, &st) == 0 && !ck_has_manifest(dir)) ck_rm_tree(dir);
+  return chief__mkdir_p(dir, err, errlen);
+}
+
+static int ck_fsync_dir(const char *dir) {
+  int fd = open(dir, O_RDONLY | O_DIRECTORY);
+  if (fd < 0) return -errno;
+  int rc = fsync(fd) ? -errno : 0;
+  close(fd);
+  return rc;
+}
+
+int chief_ckpt_commit(const char *root, int64_t step, json_t *manifest,
+                      char *err, size_t errlen) {
+  char dir[CK_PATH], path[CK_PATH];
+  if (chief_ckpt_dir(root, step, dir, sizeof dir) ||
+      ck_join(path, sizeof path, dir, CHIEF_CKPT_MANIFEST))
+    return TSR_ERANGE;
+  json_object_set_new(manifest, "format", json_string(CHIEF_CKPT_FORMAT));
+  json_object_set_new(manifest, "version", json_integer(CHIEF_CKPT_VERSION));
+  json_object_set_new(manifest, "step", json_integer(step));
+  char *text = json_dumps(manifest, JSON_INDENT(1) | JSON_SORT_KEYS);
+  if (!text) {
+    snprintf(err, errlen, "out of memory writing the manifest");
+    return TSR_ENOMEM;
+  }
+  int rc = chief__write_atomic(path, text, strlen(text), err, errlen);
+  free(text);
+  if (rc) return rc;
+  rc = ck_fsync_dir(dir);
+  if (rc) {
+    snprintf(err, errlen, "fsync %s: %s", dir, tsr_strerror(rc));
+    return rc;
+  }
+  char hint[256];
+  int n = snprintf(hint, sizeof hint, "latest: " CK_PREFIX "%012" PRId64 "\n",
+                   step);
+  if (ck_join(path, sizeof path, root, "checkpoint")) return TSR_ERANGE;
+  return chief__write_atomic(path, hint, (size_t)n, err, errlen);
+}
+
+/* Committed step folders, newest first. */
+static int ck_list(const char *root, int64_t **steps, size_t *n, char *err,
+                   size_t errlen, int committed_only) {
+  *steps = NULL;
+  *n = 0;
+  DIR *d = opendir(root);
+  if (!d) {
+    int e = errno;
+    snprintf(err, errlen, "checkpoint folder %s: %s", root, strerror(e));
+    return e == ENOENT ? TSR_ENOTFOUND : -e;
+  }
+  size_t cap = 0;
+  struct dirent *e;
+  int rc = 0;
+  while ((e = readdir(d))) {
+    int64_t st;
+    if (!ck_is_step_dir(e->d_name, &st)) continue;
+    char p[CK_PATH];
+    if (ck_join(p, sizeof p, root, e->d_name)) continue;
+    if (committed_only && !ck_has_manifest(p)) continue;
+    if (*n == cap) {
+      cap = cap ? cap * 2 : 16;
+      int64_t *ns = realloc(*steps, cap * sizeof *ns);
+      if (!ns) {
+        rc = TSR_ENOMEM;
+        break;
+      }
+      *steps = ns;
+    }
+    (*steps)[(*n)++] = st;
+  }
+  closedir(d);
+  if (rc) {
+    free(*steps);
+    *steps = NULL;
+    *n = 0;
+    return rc;
+  }
+  /* newest first */
+  for (size_t i = 1; i < *n; i++)
+    for (size_t j = i; j > 0 && (*steps)[j] > (*steps)[j - 1]; j--) {
+      int64_t t = (*steps)[j];
+      (*steps)[j] = (*steps)[j - 1];
+      (*steps)[j - 1] = t;
+    }
+  return 0;
+}
+
+static int ck_load_manifest(const char *dir, json_t **out, char *err,
+                            size_t errlen) {
+  char p[CK_PATH];
+  if (ck_join(p, sizeof p, dir, CHIEF_CKPT_MANIFEST)) return TSR_ERANGE;
+  json_error_t je;
+  json_t *m = json_load_file(p, 0, &je);
+  if (!m) {
+    snprintf(err, errlen, "%s: %s (line %d)", p, je.text, je.line);
+    return TSR_ECORRUPT;
+  }
+  json_t *f = json_object_get(m, "format");
+  if (!json_is_string(f) || strcmp(json_string_value(f), CHIEF_CKPT_FORMAT)) {
+    snprintf(err, errlen, "%s: not a %s manifest", p, CHIEF_CKPT_FORMAT);
+    json_decref(m);
+    return TSR_EFORMAT;
+  }
+  *out = m;
+  return 0;
+}
+
+int chief_ckpt_latest(const char *root, int64_t *step, json_t **manifest,
+                      char *err, size_t errlen) {
+  int64_t *steps;
+  size_t n;
+  int rc = ck_list(root, &steps, &n, err, errlen, 1);
+  if (rc) return rc;
+  rc = TSR_ENOTFOUND;
+  snprintf(err, errlen, "no committed checkpoint in %s", root);
+  for (size_t i = 0; i < n; i++) {
+    char dir[CK_PATH];
+    if (chief_ckpt_dir(root, steps[i], dir, sizeof dir)) continue;
+    json_t *m;
+    char e2[512];
+    if (ck_load_manifest(dir, &m, e2, sizeof e2) == 0) {
+      *step = steps[i];
+      if (manifest)
+        *manifest = m;
+      else
+        json_decref(m);
+      rc = 0;
+      break;
+    }
+    fprintf(stderr, "checkpoint %s skipped: %s\n", dir, e2);
+  }
+  free(steps);
+  return rc;
+}
+
+int chief_ckpt_read(const char *path, int64_t *step, json_t **manifest,
+                    char *folder_out, size_t folder_len, char *err,
+                    size_t errlen) {
+  if (ck_has_manifest(path)) {
+    json_t *m;
+    int rc = ck_load_manifest(path, &m, err, errlen);
+    if (rc) return rc;
+    *step = json_integer_value(json_object_get(m, "step"));
+    if (folder_out) snprintf(folder_out, folder_len, "%s", path);
+    *manifest = m;
+    return 0;
+  }
+  int rc = chief_ckpt_latest(path, step, manifest, err, errlen);
+  if (rc == 0 && folder_out) chief_ckpt_dir(path, *step, folder_out,
+                                            folder_len);
+  return rc;
+}
+
+int chief_ckpt_prune(const char *root, int keep, char *err, size_t errlen) {
+  int64_t *all;
+  size_t n;
+  int rc = ck_list(root, &all, &n, err, errlen, 0);
+  if (rc) return rc == TSR_ENOTFOUND ? 0 : rc;
+  int kept = 0, removed = 0;
+  int64_t newest_committed = -1;
+  for (size_t i = 0; i < n; i++) {
+    char dir[CK_PATH];
+    if (chief_ckpt_dir(root, all[i], dir, sizeof dir)) continue;
+    int committed = ck_has_manifest(dir);
+    if (committed && newest_committed < 0) newest_committed = all[i];
+    int drop;
+    if (committed)
+      drop = kept >= keep;
+    else
+      drop = newest_committed >= 0; /* unfinished and older than a commit */
+    if (committed && !drop) kept++;
+    if (drop && ck_rm_tree(dir) == 0) removed++;
+  }
+  free(all);
+  return removed;
+}
