@@ -18,6 +18,8 @@ static const tsr_cmd cmds[] = {
      "print the resolved cluster and this task (TF_CONFIG or --cluster)"},
     {"partition", chief_cmd_partition,
      "show how variables are split into shards and placed on the PS"},
+    {"local", chief_cmd_local,
+     "start a whole cluster (ps, workers, chief) on this machine"},
 };
 
 static void usage(FILE *f) {

@@ -1,0 +1,174 @@
+/* `tessera local`: a whole cluster on loopback with one command.
+ *
+ * Its own options come first or anywhere; every argument it does not know
+ * (`--job JOB.json`, `--steps 100`, ...) goes to tessera-chief unchanged,
+ * and so does everything after `--`. It says where the TensorBoard logs
+ * will be (the chief's --logdir, else the job file's "logdir") and exits
+ * with the chief's status; 2 when the cluster could not be set up.
+ */
+#include "chief/cli.h"
+#include "chief/local.h"
+#include "common/err.h"
+#include "common/log.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: tessera local [--ps N] [--workers N] [--bin-dir DIR]\n"
+          "                     [--max-restarts N] [--restart-backoff-ms MS]\n"
+          "                     [--grace-ms MS] [--host IPV4] [CHIEF ARGS...]\n"
+          "\n"
+          "Starts tessera-ps x N (default 2), tessera-worker x N (default 2)\n"
+          "and tessera-chief on free loopback ports with a fresh cluster\n"
+          "token, restarts a crashed process (default up to 5 times, backoff\n"
+          "from 100 ms doubling to 10 s), prefixes each process's output,\n"
+          "stops everything on Ctrl-C (SIGTERM, then SIGKILL after the grace\n"
+          "period, default 10000 ms) and exits with the chief's status.\n"
+          "Other arguments (--job JOB.json, --steps N, ...) and everything\n"
+          "after -- go to tessera-chief. The binaries are looked up in\n"
+          "--bin-dir, $TESSERA_BIN_DIR, next to tessera, then $PATH.\n");
+}
+
+static int parse_int(const char *opt, const char *v, long lo, long hi,
+                     long *out) {
+  char *end;
+  errno = 0;
+  long x = strtol(v, &end, 10);
+  if (errno || end == v || *end || x < lo || x > hi) {
+    fprintf(stderr,
+            "tessera local: %s \"%s\" is not an integer between %ld and "
+            "%ld\n",
+            opt, v, lo, hi);
+    return -1;
+  }
+  *out = x;
+  return 0;
+}
+
+/* The logdir the chief will use, for the message; NULL when none. */
+static char *find_logdir(char **args, int n) {
+  const char *job = NULL;
+  for (int i = 0; i < n; i++) {
+    if (!strcmp(args[i], "--logdir") && i + 1 < n) return strdup(args[i + 1]);
+    if (!strncmp(args[i], "--logdir=", 9)) return strdup(args[i] + 9);
+    if (!strcmp(args[i], "--job") && i + 1 < n) job = args[i + 1];
+    if (!strncmp(args[i], "--job=", 6)) job = args[i] + 6;
+  }
+  if (!job) return NULL;
+  json_error_t jerr;
+  json_t *root = json_load_file(job, 0, &jerr);
+  if (!root) return NULL; /* the chief reports the job file's errors */
+  json_t *ld = json_object_get(root, "logdir");
+  char *out = json_is_string(ld) ? strdup(json_string_value(ld)) : NULL;
+  json_decref(root);
+  return out;
+}
+
+int chief_cmd_local(int argc, char **argv) {
+  tsr_log_set_task("local");
+  chief_local_opts o;
+  chief_local_opts_init(&o);
+  char **chief_args = calloc((size_t)argc + 1, sizeof *chief_args);
+  if (!chief_args) return 1;
+  int n_chief = 0, rc = 2;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "--")) {
+      while (++i < argc) chief_args[n_chief++] = argv[i];
+      break;
+    }
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      usage(stdout);
+      rc = 0;
+      goto done;
+    }
+    static const char *const with_value[] = {
+        "--ps", "--workers", "--bin-dir", "--max-restarts",
+        "--restart-backoff-ms", "--grace-ms", "--host"};
+    int k = -1;
+    const char *v = NULL;
+    for (int j = 0; j < (int)(sizeof with_value / sizeof *with_value); j++) {
+      size_t l = strlen(with_value[j]);
+      if (!strncmp(a, with_value[j], l) && (a[l] == '\0' || a[l] == '=')) {
+        k = j;
+        v = a[l] == '=' ? a + l + 1 : NULL;
+        break;
+      }
+    }
+    if (k < 0) {
+      chief_args[n_chief++] = argv[i];
+      continue;
+    }
+    if (!v) {
+      if (i + 1 >= argc) {
+        fprintf(stderr, "tessera local: %s needs a value\n", a);
+        goto done;
+      }
+      v = argv[++i];
+    }
+    long x = 0;
+    switch (k) {
+      case 0:
+        if (parse_int("--ps", v, 1, 1000, &x)) goto done;
+        o.n_ps = (int)x;
+        break;
+      case 1:
+        if (parse_int("--workers", v, 1, 1000, &x)) goto done;
+        o.n_workers = (int)x;
+        break;
+      case 2: o.bin_dir = v; break;
+      case 3:
+        if (parse_int("--max-restarts", v, 0, 1000000, &x)) goto done;
+        o.max_restarts = (int)x;
+        break;
+      case 4:
+        if (parse_int("--restart-backoff-ms", v, 1, 3600000, &x)) goto done;
+        o.backoff_ms = (uint64_t)x;
+        if (o.backoff_max_ms < o.backoff_ms) o.backoff_max_ms = o.backoff_ms;
+        break;
+      case 5:
+        if (parse_int("--grace-ms", v, 0, 3600000, &x)) goto done;
+        o.grace_ms = (uint64_t)x;
+        break;
+      case 6: o.host = v; break;
+    }
+  }
+  o.chief_args = chief_args;
+  o.n_chief_args = n_chief;
+
+  char *logdir = find_logdir(chief_args, n_chief);
+  if (logdir)
+    tsr_info("TensorBoard logs go to %s (view with: tensorboard --logdir "
+             "%s); report.html is written there at the end",
+             logdir, logdir);
+  else
+    tsr_info("no logdir given (job \"logdir\" key or --logdir DIR): no "
+             "TensorBoard logs will be written");
+
+  chief_local_result res;
+  char err[1024] = "";
+  int r = chief_local_run(&o, &res, err, sizeof err);
+  if (r) {
+    fprintf(stderr, "tessera local: %s\n", err[0] ? err : tsr_strerror(r));
+    rc = res.chief_status ? res.chief_status : 2;
+  } else {
+    rc = res.chief_status;
+    if (logdir)
+      tsr_info("TensorBoard logs: %s  (tensorboard --logdir %s)", logdir,
+               logdir);
+    tsr_info("chief exit status %d; restarts: %d ps, %d worker, %d chief%s",
+             rc, res.restarts[CHIEF_LOCAL_PS], res.restarts[CHIEF_LOCAL_WORKER],
+             res.restarts[CHIEF_LOCAL_CHIEF],
+             res.interrupted ? " (interrupted)" : "");
+  }
+  free(logdir);
+done:
+  free(chief_args);
+  return rc;
+}

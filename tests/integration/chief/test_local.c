@@ -1,0 +1,361 @@
+/* `tessera local` with stand-in binaries (fake_role): ports are distinct
+ * and free, each child sees a TF_CONFIG naming itself and the shared
+ * token, output lines carry their process's prefix, a crashed worker is
+ * restarted (and left down after the restart limit), the chief's exit
+ * status is the launcher's, SIGINT stops every child (SIGKILL after the
+ * grace period for one that ignores SIGTERM) and leaves none behind.
+ * Every wait has a deadline. Arguments: the tessera binary, fake_role. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "../../unit/chief/tmpdir.h"
+
+static const char *tessera_bin, *fake_bin;
+
+typedef struct {
+  char dir[256];      /* the test's folder */
+  char bindir[300];   /* tessera-ps/worker/chief -> fake_role */
+  char recdir[300];   /* FAKE_DIR */
+  char outpath[300];  /* tessera local's stdout and stderr */
+} fixture;
+
+typedef struct {
+  char name[32];
+  int port;
+  char token[80];
+  long pid;
+  char args[256];
+} record;
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void sleep_ms(long ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+static void fixture_make(fixture *f) {
+  test_tmpdir(f->dir, sizeof f->dir);
+  snprintf(f->bindir, sizeof f->bindir, "%s/bin", f->dir);
+  snprintf(f->recdir, sizeof f->recdir, "%s/rec", f->dir);
+  snprintf(f->outpath, sizeof f->outpath, "%s/out.txt", f->dir);
+  assert_int_equal(mkdir(f->bindir, 0777), 0);
+  assert_int_equal(mkdir(f->recdir, 0777), 0);
+  static const char *const names[] = {"tessera-ps", "tessera-worker",
+                                      "tessera-chief"};
+  for (int i = 0; i < 3; i++) {
+    char p[400];
+    snprintf(p, sizeof p, "%s/%s", f->bindir, names[i]);
+    assert_int_equal(symlink(fake_bin, p), 0);
+  }
+  unsetenv("FAKE_CRASH_ONCE");
+  unsetenv("FAKE_CRASH_ALWAYS");
+  unsetenv("FAKE_IGNORE_TERM");
+  unsetenv("FAKE_CHIEF");
+  unsetenv("FAKE_CHIEF_WAIT");
+  unsetenv("TESSERA_BIN_DIR");
+  setenv("FAKE_DIR", f->recdir, 1);
+  setenv("TESSERA_LOG", "info", 1);
+}
+
+/* Starts `tessera local ARGS...` with output to the fixture's file. */
+static pid_t launch(fixture *f, const char *const *args) {
+  const char *argv[32];
+  int n = 0;
+  argv[n++] = tessera_bin;
+  argv[n++] = "local";
+  for (; *args; args++) argv[n++] = *args;
+  argv[n] = NULL;
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    int fd = open(f->outpath, O_WRONLY | O_CREAT | O_TRUNC, 0666);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    execv(tessera_bin, (char **)argv);
+    _exit(127);
+  }
+  return pid;
+}
+
+/* Waits for `pid` until the deadline; kills it and fails after. */
+static int wait_exit(pid_t pid, double deadline_s) {
+  double end = now_s() + deadline_s;
+  int st;
+  while (now_s() < end) {
+    pid_t r = waitpid(pid, &st, WNOHANG);
+    if (r == pid) return st;
+    sleep_ms(10);
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, &st, 0);
+  fail_msg("tessera local did not exit within %.0f s", deadline_s);
+  return -1;
+}
+
+static int load_records(const fixture *f, record *out, int max) {
+  DIR *d = opendir(f->recdir);
+  assert_non_null(d);
+  struct dirent *de;
+  int n = 0;
+  while ((de = readdir(d))) {
+    if (strncmp(de->d_name, "rec.", 4)) continue;
+    char p[600];
+    snprintf(p, sizeof p, "%s/%s", f->recdir, de->d_name);
+    char *text = test_slurp(p, NULL);
+    assert_non_null(text);
+    assert_true(n < max);
+    record *r = &out[n++];
+    memset(r, 0, sizeof *r);
+    char *a = strstr(text, "args=");
+    assert_int_equal(sscanf(text, "name=%31s\nport=%d\ntoken=%79s\npid=%ld",
+                            r->name, &r->port, r->token, &r->pid), 4);
+    if (a) sscanf(a + 5, "%255[^\n]", r->args);
+    free(text);
+  }
+  closedir(d);
+  return n;
+}
+
+static int count_name(const record *r, int n, const char *name) {
+  int k = 0;
+  for (int i = 0; i < n; i++) k += !strcmp(r[i].name, name);
+  return k;
+}
+
+static void assert_all_gone(const record *r, int n) {
+  for (int i = 0; i < n; i++) {
+    /* Reaped by the launcher, so not even a zombie is left. */
+    errno = 0;
+    int alive = kill((pid_t)r[i].pid, 0) == 0;
+    assert_false(alive);
+  }
+}
+
+static void test_basic_cluster(void **state) {
+  fixture f;
+  fixture_make(&f);
+  setenv("FAKE_CHIEF", "exit:7", 1);
+  const char *args[] = {"--bin-dir", f.bindir, "--job", "x.json",
+                        "--steps", "5", NULL};
+  pid_t pid = launch(&f, args);
+  int st = wait_exit(pid, 30);
+  char *out = test_slurp(f.outpath, NULL);
+  assert_non_null(out);
+  if (!WIFEXITED(st) || WEXITSTATUS(st) != 7) fprintf(stderr, "%s", out);
+  assert_true(WIFEXITED(st));
+  assert_int_equal(WEXITSTATUS(st), 7); /* the chief's status */
+
+  record r[16];
+  int n = load_records(&f, r, 16);
+  assert_int_equal(n, 5);
+  static const char *const names[] = {"chief:0", "ps:0", "ps:1", "worker:0",
+                                      "worker:1"};
+  for (int i = 0; i < 5; i++) assert_int_equal(count_name(r, n, names[i]), 1);
+  for (int i = 0; i < n; i++) {
+    assert_true(r[i].port > 0 && r[i].port < 65536);
+    assert_string_equal(r[i].token, r[0].token);
+    for (int j = 0; j < i; j++) assert_int_not_equal(r[i].port, r[j].port);
+    if (!strcmp(r[i].name, "chief:0"))
+      assert_string_equal(r[i].args, "--job x.json --steps 5");
+    else
+      assert_string_equal(r[i].args, "");
+    char line[160];
+    snprintf(line, sizeof line, "%-8.31s | hello from %.31s\n", r[i].name,
+             r[i].name);
+    assert_non_null(strstr(out, line));
+    snprintf(line, sizeof line, "%-8.31s | stderr line from %.31s\n",
+             r[i].name,
+             r[i].name);
+    assert_non_null(strstr(out, line));
+  }
+  assert_non_null(strstr(out, "chief:0  | chief args: --job x.json --steps 5"));
+  assert_all_gone(r, n);
+  free(out);
+
+  /* A second run draws a different token. */
+  char first[80];
+  snprintf(first, sizeof first, "%s", r[0].token);
+  test_rmtree(f.recdir);
+  assert_int_equal(mkdir(f.recdir, 0777), 0);
+  pid = launch(&f, args);
+  st = wait_exit(pid, 30);
+  assert_int_equal(WEXITSTATUS(st), 7);
+  n = load_records(&f, r, 16);
+  assert_int_equal(n, 5);
+  assert_string_not_equal(r[0].token, first);
+  test_rmtree(f.dir);
+}
+
+static void test_crashed_worker_restarted(void **state) {
+  fixture f;
+  fixture_make(&f);
+  setenv("FAKE_CHIEF", "exit:0", 1);
+  setenv("FAKE_CHIEF_WAIT", "worker:1=2", 1);
+  setenv("FAKE_CRASH_ONCE", "worker:1", 1);
+  const char *args[] = {"--bin-dir", f.bindir, "--restart-backoff-ms", "20",
+                        NULL};
+  pid_t pid = launch(&f, args);
+  int st = wait_exit(pid, 30);
+  char *out = test_slurp(f.outpath, NULL);
+  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) fprintf(stderr, "%s", out);
+  assert_true(WIFEXITED(st));
+  assert_int_equal(WEXITSTATUS(st), 0);
+  record r[16];
+  int n = load_records(&f, r, 16);
+  assert_int_equal(count_name(r, n, "worker:1"), 2);
+  assert_int_equal(count_name(r, n, "worker:0"), 1);
+  /* The restarted worker kept its address. */
+  int p0 = -1;
+  for (int i = 0; i < n; i++)
+    if (!strcmp(r[i].name, "worker:1")) {
+      if (p0 < 0) p0 = r[i].port;
+      assert_int_equal(r[i].port, p0);
+    }
+  assert_non_null(strstr(out, "worker:1 was killed by signal"));
+  assert_non_null(strstr(out, "restart 1 of 5"));
+  assert_non_null(strstr(out, "1 worker"));
+  assert_all_gone(r, n);
+  free(out);
+  test_rmtree(f.dir);
+}
+
+static void test_restart_limit(void **state) {
+  fixture f;
+  fixture_make(&f);
+  setenv("FAKE_CHIEF", "exit:4", 1);
+  setenv("FAKE_CHIEF_WAIT", "ps:0=3", 1);
+  setenv("FAKE_CRASH_ALWAYS", "ps:0", 1);
+  const char *args[] = {"--bin-dir", f.bindir, "--ps", "1", "--workers", "1",
+                        "--max-restarts", "2", "--restart-backoff-ms", "10",
+                        NULL};
+  pid_t pid = launch(&f, args);
+  int st = wait_exit(pid, 30);
+  char *out = test_slurp(f.outpath, NULL);
+  assert_true(WIFEXITED(st));
+  if (WEXITSTATUS(st) != 4) fprintf(stderr, "%s", out);
+  assert_int_equal(WEXITSTATUS(st), 4);
+  record r[16];
+  int n = load_records(&f, r, 16);
+  assert_int_equal(count_name(r, n, "ps:0"), 3); /* 1 start + 2 restarts */
+  assert_int_equal(count_name(r, n, "ps:1"), 0);
+  assert_int_equal(count_name(r, n, "worker:1"), 0);
+  free(out);
+  test_rmtree(f.dir);
+}
+
+static void test_sigint_stops_everything(void **state) {
+  fixture f;
+  fixture_make(&f);
+  setenv("FAKE_CHIEF", "forever", 1);
+  setenv("FAKE_IGNORE_TERM", "ps:1", 1);
+  const char *args[] = {"--bin-dir", f.bindir, "--grace-ms", "300", NULL};
+  pid_t pid = launch(&f, args);
+  record r[16];
+  int n = 0;
+  for (double end = now_s() + 20; now_s() < end; sleep_ms(20)) {
+    n = load_records(&f, r, 16);
+    if (n == 5) break;
+  }
+  assert_int_equal(n, 5);
+  sleep_ms(50); /* let ps:1 install its SIGTERM disposition */
+  kill(pid, SIGINT);
+  int st = wait_exit(pid, 15);
+  char *out = test_slurp(f.outpath, NULL);
+  assert_true(WIFEXITED(st));
+  if (WEXITSTATUS(st) != 128 + SIGTERM) fprintf(stderr, "%s", out);
+  /* The chief ended by the SIGTERM it was forwarded. */
+  assert_int_equal(WEXITSTATUS(st), 128 + SIGTERM);
+  assert_non_null(strstr(out, "sending SIGKILL"));
+  assert_non_null(strstr(out, "ps:1 was killed by signal 9"));
+  assert_all_gone(r, n);
+  free(out);
+  test_rmtree(f.dir);
+}
+
+static void test_chief_crash_restarts_chief(void **state) {
+  fixture f;
+  fixture_make(&f);
+  setenv("FAKE_CHIEF", "exit:3", 1);
+  setenv("FAKE_CRASH_ONCE", "chief:0", 1);
+  const char *args[] = {"--bin-dir", f.bindir, "--ps", "1", "--workers", "1",
+                        "--restart-backoff-ms", "10", NULL};
+  pid_t pid = launch(&f, args);
+  int st = wait_exit(pid, 30);
+  assert_true(WIFEXITED(st));
+  assert_int_equal(WEXITSTATUS(st), 3);
+  record r[16];
+  int n = load_records(&f, r, 16);
+  assert_int_equal(count_name(r, n, "chief:0"), 2);
+  assert_int_equal(count_name(r, n, "ps:0"), 1);
+  test_rmtree(f.dir);
+}
+
+static void test_missing_binary(void **state) {
+  fixture f;
+  fixture_make(&f);
+  char empty[400];
+  snprintf(empty, sizeof empty, "%s/empty", f.dir);
+  assert_int_equal(mkdir(empty, 0777), 0);
+  const char *args[] = {"--bin-dir", empty, NULL};
+  pid_t pid = launch(&f, args);
+  int st = wait_exit(pid, 30);
+  assert_true(WIFEXITED(st));
+  assert_int_equal(WEXITSTATUS(st), 2);
+  char *out = test_slurp(f.outpath, NULL);
+  char want[500];
+  snprintf(want, sizeof want, "%s/tessera-", empty);
+  assert_non_null(strstr(out, want));
+  free(out);
+  const char *bad[] = {"--bin-dir", f.bindir, "--ps", "0", NULL};
+  pid = launch(&f, bad);
+  st = wait_exit(pid, 30);
+  assert_int_equal(WEXITSTATUS(st), 2);
+  out = test_slurp(f.outpath, NULL);
+  assert_non_null(strstr(out, "--ps"));
+  free(out);
+  test_rmtree(f.dir);
+}
+
+int main(int argc, char **argv) {
+  if (argc < 3) {
+    fprintf(stderr, "usage: %s TESSERA FAKE_ROLE\n", argv[0]);
+    return 2;
+  }
+  /* meson passes paths relative to the build folder; the links need
+   * absolute ones. */
+  static char t[4096], fk[4096];
+  if (!realpath(argv[1], t) || !realpath(argv[2], fk)) {
+    perror("realpath");
+    return 2;
+  }
+  tessera_bin = t;
+  fake_bin = fk;
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_basic_cluster),
+      cmocka_unit_test(test_crashed_worker_restarted),
+      cmocka_unit_test(test_restart_limit),
+      cmocka_unit_test(test_sigint_stops_everything),
+      cmocka_unit_test(test_chief_crash_restarts_chief),
+      cmocka_unit_test(test_missing_binary),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
