@@ -657,6 +657,16 @@ int tsr_job_parse(const char *text, const char *source, const char *base_dir,
   if ((rc = tsr__get_str(root, "", "logdir", &job->logdir, emsg,
                          sizeof emsg)))
     goto efail;
+  if (base_dir && *base_dir) {
+    /* Relative data paths resolve from the job file's folder: record where
+     * the file (named by `source`) is taken to live. */
+    const char *slash = source ? strrchr(source, '/') : NULL;
+    const char *base = slash ? slash + 1 : (source ? source : "job.json");
+    size_t n = strlen(base_dir) + strlen(base) + 2;
+    job->path = malloc(n);
+    if (!job->path) goto nomem;
+    snprintf(job->path, n, "%s/%s", base_dir, base);
+  }
   return 0;
 nomem:
   rc = TSR_ENOMEM;
@@ -687,6 +697,7 @@ int tsr_job_load(const char *path, const char *const *overrides,
   rc = tsr_job_parse(text, path, dir, overrides, job, err, errlen);
   free(text);
   if (rc == 0) {
+    free(job->path);
     job->path = strdup(path);
     if (!job->path) {
       tsr_job_free(job);

@@ -54,7 +54,9 @@ typedef enum {
 } tsr_precision;
 
 typedef struct {
-  char *path;          /* the job file, or NULL when parsed from text */
+  char *path;          /* the job file; when parsed from text with a
+                          base_dir, base_dir/<source's file name>; else
+                          NULL. Relative data paths resolve from its folder */
   json_t *model;       /* resolved model JSON (owned) */
   char *model_source;  /* path the model came from, or "inline" */
   char *loss;          /* Keras name; default "mse" */
