@@ -36,6 +36,10 @@ typedef struct {
   int64_t n_classes;      /* > 1 for integer class labels, 1 for regression / binary */
   int64_t n_examples;     /* examples in this worker's share per epoch, -1 if unknown */
   char **dense_names;     /* n_dense names (may be NULL) */
+  int64_t n_total;        /* examples in the split, all workers, -1 if unknown */
+  double best_auc;        /* synthetic_ctr: AUC of the hidden model on the
+                             generated split (the best a model can reach);
+                             NAN for other formats */
 } wk_input_schema;
 
 /* One batch. Memory belongs to the pipeline and stays valid until the next
@@ -87,5 +91,16 @@ const char *wk_input_error(const wk_input *in);
 double wk_input_wait_seconds(const wk_input *in);
 
 void wk_input_close(wk_input *in);
+
+/* Validates job->data (both splits) without opening files, so a bad data
+ * spec fails when the job is loaded rather than on the first worker. */
+int wk_input_check(const tsr_job *job, char *err, size_t errlen);
+
+/* Same as schema->best_auc. */
+double wk_input_best_auc(const wk_input *in);
+
+/* Corrupt TFRecord records skipped under skip_corrupt; -1 while the reader
+ * thread is still running (it owns the count until it ends). */
+int64_t wk_input_skipped(const wk_input *in);
 
 #endif

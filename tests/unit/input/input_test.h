@@ -1,0 +1,101 @@
+/* Helpers shared by the input pipeline's tests: a scratch folder, files
+ * written into it, a job file loaded from it, and draining an input. */
+#ifndef TSR_TEST_INPUT_H
+#define TSR_TEST_INPUT_H
+
+#include <ftw.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/err.h"
+#include "common/job.h"
+#include "worker/input.h"
+
+static int rm_one(const char *p, const struct stat *sb, int flag,
+                  struct FTW *ftw) {
+  (void)sb;
+  (void)flag;
+  (void)ftw;
+  return remove(p);
+}
+
+static inline void tdir_remove(char *dir) {
+  if (dir) nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+  free(dir);
+}
+
+static inline char *tdir_make(void) {
+  const char *base = getenv("TMPDIR");
+  char *d = malloc(4096);
+  snprintf(d, 4096, "%s/tsr_input_XXXXXX", base && *base ? base : "/tmp");
+  if (!mkdtemp(d)) {
+    free(d);
+    return NULL;
+  }
+  return d;
+}
+
+static inline char *tpath(const char *dir, const char *name) {
+  static char buf[8][4096];
+  static int k;
+  char *b = buf[k++ & 7];
+  snprintf(b, 4096, "%s/%s", dir, name);
+  return b;
+}
+
+static inline void twrite(const char *dir, const char *name, const void *data,
+                          size_t len) {
+  FILE *f = fopen(tpath(dir, name), "wb");
+  if (!f) abort();
+  if (len && fwrite(data, 1, len, f) != len) abort();
+  fclose(f);
+}
+
+static inline void twrites(const char *dir, const char *name,
+                           const char *text) {
+  twrite(dir, name, text, strlen(text));
+}
+
+/* Writes dir/job.json with the given text and loads it. */
+static inline int tjob(const char *dir, const char *text, tsr_job *job,
+                       char *err, size_t errlen) {
+  twrites(dir, "job.json", text);
+  return tsr_job_load(tpath(dir, "job.json"), NULL, job, err, errlen);
+}
+
+static inline wk_input_opts topts(int W, int w, int64_t batch, int64_t epochs,
+                                  uint64_t seed) {
+  wk_input_opts o;
+  memset(&o, 0, sizeof o);
+  o.worker_index = w;
+  o.num_workers = W;
+  o.batch_size = batch;
+  o.epochs = epochs;
+  o.seed = seed;
+  return o;
+}
+
+/* Drains an input into arrays of y values and the first feature (up to
+ * cap examples); returns the count, or a negative code. */
+static inline int64_t tdrain(wk_input *in, float *ys, float *x0, int64_t cap,
+                             int64_t *nbatches) {
+  const wk_batch *b;
+  int64_t n = 0, nb = 0;
+  int rc;
+  while ((rc = wk_input_next(in, &b)) == 0) {
+    for (int64_t i = 0; i < b->n; i++, n++) {
+      if (n < cap) {
+        if (ys) ys[n] = b->y[i];
+        if (x0) x0[n] = b->n_dense ? b->x[i * b->n_dense] : 0;
+      }
+    }
+    nb++;
+  }
+  if (nbatches) *nbatches = nb;
+  return rc == TSR_EEOF ? n : rc;
+}
+
+#endif

@@ -1,0 +1,560 @@
+/* The pipeline: spec -> source -> (scale, normalize) -> shuffle -> batch ->
+ * a ring of prefetched batches filled by one reader thread.
+ *
+ * Happy path: wk_input_open() parses the spec, opens the source for this
+ * worker's share, computes the training statistics when normalizing, and
+ * starts the reader thread; the thread fills the ring's free slots in order
+ * and wk_input_next() hands them out one at a time (the slot handed out
+ * stays the caller's until the next call, so the ring holds prefetch + 1
+ * slots and never grows).
+ * Failure modes: a source error ends the stream; the batches before it are
+ * still delivered, then wk_input_next() returns the error and
+ * wk_input_error() says what and where. wk_input_close() stops the thread
+ * wherever it waits.
+ */
+#include "worker/input_int.h"
+
+#include "common/clock.h"
+#include "common/err.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+  wk_batch b;
+  float *x, *y;
+  int64_t **ids;   /* n_sparse arrays */
+  int64_t **offs;  /* n_sparse arrays of batch_size + 1 */
+  size_t *ids_cap; /* n_sparse capacities (elements) */
+} wk_slot;
+
+struct wk_input {
+  wk_input_spec spec;
+  wk_input_opts opts;
+  wk_src *src;
+  wk_input_schema schema;
+  float *xa, *xb;  /* x' = x * xa + xb per dense feature */
+  int64_t batch_size;
+  bool drop;
+  int64_t epochs;
+  uint64_t seed;
+
+  int nslots;
+  wk_slot *slots;
+  pthread_t thread;
+  bool thread_started;
+  pthread_mutex_t mu;
+  pthread_cond_t cv_data, cv_space;
+  int head, tail, nfull;
+  bool held, done, stop;
+  int done_rc;
+  char perr[512]; /* the reader's error, published with done */
+  char cerr[512]; /* what wk_input_error() shows */
+  double wait_s;
+
+  /* reader-thread state */
+  wk_slot *fill; /* slot being filled, or NULL */
+  int64_t batch_index;
+};
+
+static void *buf_alloc(wk_input *in, size_t bytes) {
+  if (bytes == 0) bytes = 1;
+  if (in->opts.pinned && in->opts.host_alloc) return in->opts.host_alloc(bytes);
+  return malloc(bytes);
+}
+
+static void buf_free(wk_input *in, void *p) {
+  if (!p) return;
+  if (in->opts.pinned && in->opts.host_alloc) {
+    if (in->opts.host_free) in->opts.host_free(p);
+    return;
+  }
+  free(p);
+}
+
+static void slot_free(wk_input *in, wk_slot *s) {
+  buf_free(in, s->x);
+  buf_free(in, s->y);
+  for (int f = 0; f < in->schema.n_sparse; f++) {
+    if (s->ids) buf_free(in, s->ids[f]);
+    if (s->offs) buf_free(in, s->offs[f]);
+  }
+  free(s->ids);
+  free(s->offs);
+  free(s->ids_cap);
+}
+
+static int slot_init(wk_input *in, wk_slot *s) {
+  int64_t B = in->batch_size, d = in->schema.n_dense;
+  int ns = in->schema.n_sparse;
+  s->x = buf_alloc(in, (size_t)(B * d) * sizeof(float));
+  s->y = buf_alloc(in, (size_t)B * sizeof(float));
+  s->ids = calloc(ns ? ns : 1, sizeof *s->ids);
+  s->offs = calloc(ns ? ns : 1, sizeof *s->offs);
+  s->ids_cap = calloc(ns ? ns : 1, sizeof *s->ids_cap);
+  if (!s->x || !s->y || !s->ids || !s->offs || !s->ids_cap) return TSR_ENOMEM;
+  for (int f = 0; f < ns; f++) {
+    s->ids_cap[f] = (size_t)B * 2;
+    s->ids[f] = buf_alloc(in, s->ids_cap[f] * sizeof(int64_t));
+    s->offs[f] = buf_alloc(in, (size_t)(B + 1) * sizeof(int64_t));
+    if (!s->ids[f] || !s->offs[f]) return TSR_ENOMEM;
+  }
+  s->b.x = s->x;
+  s->b.y = s->y;
+  s->b.n_dense = d;
+  s->b.n_sparse = ns;
+  s->b.ids = s->ids;
+  s->b.offsets = s->offs;
+  return 0;
+}
+
+/* ---- the reader thread ------------------------------------------------- */
+
+/* Publishes the filled slot. */
+static void publish(wk_input *in) {
+  pthread_mutex_lock(&in->mu);
+  in->head = (in->head + 1) % in->nslots;
+  in->nfull++;
+  pthread_cond_signal(&in->cv_data);
+  pthread_mutex_unlock(&in->mu);
+  in->fill = NULL;
+}
+
+/* Waits for a free slot; TSR_ECANCELED when the pipeline is closing. */
+static int acquire(wk_input *in) {
+  pthread_mutex_lock(&in->mu);
+  while (!in->stop && in->nfull + (in->held ? 1 : 0) >= in->nslots)
+    pthread_cond_wait(&in->cv_space, &in->mu);
+  bool stop = in->stop;
+  wk_slot *s = &in->slots[in->head];
+  pthread_mutex_unlock(&in->mu);
+  if (stop) return TSR_ECANCELED;
+  in->fill = s;
+  s->b.n = 0;
+  for (int f = 0; f < in->schema.n_sparse; f++) s->offs[f][0] = 0;
+  return 0;
+}
+
+static int emit(wk_input *in, const wk_rec *r, int64_t epoch) {
+  int rc;
+  if (!in->fill && (rc = acquire(in))) return rc;
+  wk_slot *s = in->fill;
+  int64_t i = s->b.n, d = in->schema.n_dense;
+  float *x = s->x + i * d;
+  for (int64_t j = 0; j < d; j++) x[j] = r->x[j] * in->xa[j] + in->xb[j];
+  s->y[i] = r->y;
+  for (int f = 0; f < in->schema.n_sparse; f++) {
+    int64_t k = r->off[f + 1] - r->off[f];
+    int64_t at = s->offs[f][i];
+    if ((size_t)(at + k) > s->ids_cap[f]) {
+      size_t cap = s->ids_cap[f] * 2;
+      while (cap < (size_t)(at + k)) cap *= 2;
+      int64_t *n = buf_alloc(in, cap * sizeof(int64_t));
+      if (!n) return TSR_ENOMEM;
+      memcpy(n, s->ids[f], (size_t)at * sizeof(int64_t));
+      buf_free(in, s->ids[f]);
+      s->ids[f] = n;
+      s->ids_cap[f] = cap;
+    }
+    memcpy(s->ids[f] + at, r->ids + r->off[f], (size_t)k * sizeof(int64_t));
+    s->offs[f][i + 1] = at + k;
+  }
+  s->b.n = i + 1;
+  s->b.epoch = epoch;
+  if (s->b.n == in->batch_size) {
+    s->b.index = in->batch_index++;
+    publish(in);
+  }
+  return 0;
+}
+
+static void end_epoch(wk_input *in) {
+  if (!in->fill) return;
+  if (in->drop) {
+    in->fill->b.n = 0; /* keep the slot for the next epoch's first batch */
+    return;
+  }
+  in->fill->b.index = in->batch_index++;
+  publish(in);
+}
+
+static uint64_t epoch_seed(const wk_input *in, int64_t epoch) {
+  return wk_mix64(in->seed ^ wk_mix64((uint64_t)epoch * 0x100000001b3ull +
+                                      (uint64_t)in->opts.worker_index));
+}
+
+/* Random-access epoch: the tf.data shuffle-buffer algorithm applied to the
+ * row numbers of this share. */
+static int run_rows(wk_input *in, int64_t epoch, wk_rec *rec, int64_t *buf,
+                    char *err, size_t errlen) {
+  wk_src *s = in->src;
+  int64_t n = s->n_rows, B = in->spec.shuffle_buffer;
+  if (B > n) B = n;
+  uint64_t st = epoch_seed(in, epoch);
+  int rc;
+  if (B <= 1) {
+    for (int64_t i = 0; i < n; i++) {
+      if ((rc = s->ops->get(s, s->rows[i], rec, err, errlen))) return rc;
+      if ((rc = emit(in, rec, epoch))) return rc;
+    }
+    return 0;
+  }
+  memcpy(buf, s->rows, (size_t)B * sizeof(int64_t));
+  for (int64_t i = B; i < n; i++) {
+    int64_t j = (int64_t)wk_rng_below(&st, (uint64_t)B);
+    if ((rc = s->ops->get(s, buf[j], rec, err, errlen))) return rc;
+    if ((rc = emit(in, rec, epoch))) return rc;
+    buf[j] = s->rows[i];
+  }
+  for (int64_t m = B; m > 0; m--) {
+    int64_t j = (int64_t)wk_rng_below(&st, (uint64_t)m);
+    if ((rc = s->ops->get(s, buf[j], rec, err, errlen))) return rc;
+    if ((rc = emit(in, rec, epoch))) return rc;
+    buf[j] = buf[m - 1];
+  }
+  return 0;
+}
+
+/* Streaming epoch: the same algorithm over record copies. */
+static int run_stream(wk_input *in, int64_t epoch, wk_rec *recs, char *err,
+                      size_t errlen) {
+  wk_src *s = in->src;
+  int64_t B = in->spec.shuffle_buffer > 1 ? in->spec.shuffle_buffer : 1;
+  uint64_t st = epoch_seed(in, epoch);
+  int rc = s->ops->begin(s, err, errlen);
+  if (rc) return rc;
+  int64_t m = 0;
+  while (m < B) {
+    rc = s->ops->next(s, &recs[m], err, errlen);
+    if (rc == TSR_EEOF) break;
+    if (rc) return rc;
+    m++;
+  }
+  while (m > 0) {
+    int64_t j = B > 1 ? (int64_t)wk_rng_below(&st, (uint64_t)m) : 0;
+    if ((rc = emit(in, &recs[j], epoch))) return rc;
+    rc = s->ops->next(s, &recs[j], err, errlen);
+    if (rc == TSR_EEOF) {
+      wk_rec t = recs[j];
+      recs[j] = recs[m - 1];
+      recs[m - 1] = t;
+      m--;
+    } else if (rc) {
+      return rc;
+    }
+  }
+  return 0;
+}
+
+static void *reader_main(void *arg) {
+  wk_input *in = arg;
+  char err[512] = "";
+  int rc = 0;
+  wk_src *s = in->src;
+  int64_t nrec = s->rows ? 1 : (in->spec.shuffle_buffer > 1
+                                    ? in->spec.shuffle_buffer
+                                    : 1);
+  wk_rec *recs = calloc((size_t)nrec, sizeof *recs);
+  int64_t *buf = NULL;
+  if (!recs) rc = TSR_ENOMEM;
+  for (int64_t i = 0; !rc && i < nrec; i++)
+    rc = wk_rec__init(&recs[i], s->n_dense, s->n_sparse);
+  if (!rc && s->rows && in->spec.shuffle_buffer > 1) {
+    int64_t B = in->spec.shuffle_buffer < s->n_rows ? in->spec.shuffle_buffer
+                                                    : s->n_rows;
+    buf = malloc((size_t)(B > 0 ? B : 1) * sizeof(int64_t));
+    if (!buf) rc = TSR_ENOMEM;
+  }
+  for (int64_t e = 0; !rc && (in->epochs < 0 || e < in->epochs); e++) {
+    rc = s->rows ? run_rows(in, e, recs, buf, err, sizeof err)
+                 : run_stream(in, e, recs, err, sizeof err);
+    if (!rc) end_epoch(in);
+    /* an empty share repeated forever would spin: end it */
+    if (!rc && in->epochs < 0 && in->batch_index == 0 && e >= 1) break;
+  }
+  for (int64_t i = 0; recs && i < nrec; i++) wk_rec__free(&recs[i]);
+  free(recs);
+  free(buf);
+  pthread_mutex_lock(&in->mu);
+  in->done = true;
+  in->done_rc = rc ? rc : TSR_EEOF;
+  if (rc && !err[0]) snprintf(err, sizeof err, "%s", tsr_strerror(rc));
+  snprintf(in->perr, sizeof in->perr, "%s", rc ? err : "");
+  pthread_cond_broadcast(&in->cv_data);
+  pthread_mutex_unlock(&in->mu);
+  return NULL;
+}
+
+/* ---- consumer side ----------------------------------------------------- */
+
+int wk_input_next(wk_input *in, const wk_batch **out) {
+  *out = NULL;
+  pthread_mutex_lock(&in->mu);
+  if (in->held) {
+    in->held = false;
+    in->tail = (in->tail + 1) % in->nslots;
+    pthread_cond_signal(&in->cv_space);
+  }
+  if (in->nfull == 0 && !in->done) {
+    double t0 = tsr_now_s();
+    while (in->nfull == 0 && !in->done)
+      pthread_cond_wait(&in->cv_data, &in->mu);
+    in->wait_s += tsr_now_s() - t0;
+  }
+  int rc = 0;
+  if (in->nfull > 0) {
+    in->nfull--;
+    in->held = true;
+    *out = &in->slots[in->tail].b;
+  } else {
+    rc = in->done_rc;
+    snprintf(in->cerr, sizeof in->cerr, "%s", in->perr);
+  }
+  pthread_mutex_unlock(&in->mu);
+  return rc;
+}
+
+const char *wk_input_error(const wk_input *in) { return in->cerr; }
+
+double wk_input_wait_seconds(const wk_input *in) {
+  wk_input *m = (wk_input *)in;
+  pthread_mutex_lock(&m->mu);
+  double w = m->wait_s;
+  pthread_mutex_unlock(&m->mu);
+  return w;
+}
+
+const wk_input_schema *wk_input_get_schema(const wk_input *in) {
+  return &in->schema;
+}
+
+double wk_input_best_auc(const wk_input *in) { return in->schema.best_auc; }
+
+int64_t wk_input_skipped(const wk_input *in) {
+  wk_input *m = (wk_input *)in;
+  pthread_mutex_lock(&m->mu);
+  bool done = m->done;
+  pthread_mutex_unlock(&m->mu);
+  /* the reader thread owns the counter until it is done */
+  return done ? in->src->skipped : -1;
+}
+
+void wk_input_close(wk_input *in) {
+  if (!in) return;
+  if (in->thread_started) {
+    pthread_mutex_lock(&in->mu);
+    in->stop = true;
+    pthread_cond_broadcast(&in->cv_space);
+    pthread_mutex_unlock(&in->mu);
+    pthread_join(in->thread, NULL);
+  }
+  for (int i = 0; in->slots && i < in->nslots; i++)
+    slot_free(in, &in->slots[i]);
+  free(in->slots);
+  wk_src__close(in->src);
+  free(in->xa);
+  free(in->xb);
+  wk_input__spec_free(&in->spec);
+  pthread_mutex_destroy(&in->mu);
+  pthread_cond_destroy(&in->cv_data);
+  pthread_cond_destroy(&in->cv_space);
+  free(in);
+}
+
+/* ---- open -------------------------------------------------------------- */
+
+/* Mean and standard deviation of the scaled dense features over the
+ * training rows (all workers' rows, so every worker uses the same). */
+static int train_stats(const tsr_job *job, wk_input *in, char *err,
+                       size_t errlen) {
+  wk_input_spec ts;
+  wk_src *s = NULL;
+  wk_rec r = {0};
+  double *sum = NULL, *sq = NULL;
+  int rc = wk_input__spec_parse(job, WK_SPLIT_TRAIN, &ts, err, errlen);
+  if (rc) return rc;
+  wk_sel sel = {.split_k = ts.split_k, .split_index = ts.split_index,
+                .split_keep = ts.split_keep, .W = 1, .w = 0};
+  if ((rc = wk_sel__resolve(&sel, WK_SHARD_OFF, ts.n_paths, err, errlen)))
+    goto out;
+  if ((rc = wk_src__open(&ts, &sel, &s, err, errlen))) goto out;
+  int64_t d = s->n_dense;
+  if (d != in->schema.n_dense) {
+    rc = wk_input__fail(err, errlen, TSR_ESHAPE,
+                        "%s: %lld dense features, but the training data has "
+                        "%lld",
+                        in->spec.where, (long long)in->schema.n_dense,
+                        (long long)d);
+    goto out;
+  }
+  sum = calloc((size_t)(d ? d : 1), sizeof *sum);
+  sq = calloc((size_t)(d ? d : 1), sizeof *sq);
+  if (!sum || !sq || (rc = wk_rec__init(&r, d, s->n_sparse))) {
+    rc = rc ? rc : TSR_ENOMEM;
+    goto out;
+  }
+  /* shifted sums (shift = first row) keep the variance accurate */
+  double *shift = calloc((size_t)(d ? d : 1), sizeof *shift);
+  if (!shift) {
+    rc = TSR_ENOMEM;
+    goto out;
+  }
+  int64_t cnt = 0;
+  if (s->rows) {
+    for (int64_t i = 0; i < s->n_rows && !rc; i++) {
+      if ((rc = s->ops->get(s, s->rows[i], &r, err, errlen))) break;
+      for (int64_t j = 0; j < d; j++) {
+        double v = (double)r.x[j] * ts.scale;
+        if (cnt == 0) shift[j] = v;
+        sum[j] += v - shift[j];
+        sq[j] += (v - shift[j]) * (v - shift[j]);
+      }
+      cnt++;
+    }
+  } else if (!(rc = s->ops->begin(s, err, errlen))) {
+    while (!(rc = s->ops->next(s, &r, err, errlen))) {
+      for (int64_t j = 0; j < d; j++) {
+        double v = (double)r.x[j] * ts.scale;
+        if (cnt == 0) shift[j] = v;
+        sum[j] += v - shift[j];
+        sq[j] += (v - shift[j]) * (v - shift[j]);
+      }
+      cnt++;
+    }
+    if (rc == TSR_EEOF) rc = 0;
+  }
+  if (!rc && cnt == 0)
+    rc = wk_input__fail(err, errlen, TSR_EINVAL,
+                        "%s.normalize: the training data has no rows",
+                        in->spec.where);
+  for (int64_t j = 0; !rc && j < d; j++) {
+    double mean = sum[j] / (double)cnt;
+    double var = sq[j] / (double)cnt - mean * mean;
+    double sd = var > 0 ? sqrt(var) : 0;
+    if (!(sd > 1e-12 * (fabs(mean + shift[j]) + 1))) sd = 1; /* constant */
+    in->xa[j] = (float)(in->spec.scale / sd);
+    in->xb[j] = (float)(-(mean + shift[j]) / sd);
+  }
+  free(shift);
+out:
+  wk_rec__free(&r);
+  free(sum);
+  free(sq);
+  wk_src__close(s);
+  wk_input__spec_free(&ts);
+  return rc;
+}
+
+static bool loss_is_categorical(const tsr_job *job) {
+  return job->loss && strstr(job->loss, "categorical") != NULL;
+}
+
+int wk_input_check(const tsr_job *job, char *err, size_t errlen) {
+  wk_input_spec s;
+  int rc = wk_input__spec_parse(job, WK_SPLIT_TRAIN, &s, err, errlen);
+  if (rc) return rc;
+  wk_input__spec_free(&s);
+  if (job->data && json_object_get(job->data, "eval")) {
+    if ((rc = wk_input__spec_parse(job, WK_SPLIT_EVAL, &s, err, errlen)))
+      return rc;
+    wk_input__spec_free(&s);
+  }
+  return 0;
+}
+
+int wk_input_open(const tsr_job *job, wk_split split,
+                  const wk_input_opts *opts, wk_input **out, char *err,
+                  size_t errlen) {
+  *out = NULL;
+  if (err && errlen) err[0] = 0;
+  if (!opts || opts->batch_size < 1 || opts->num_workers < 1 ||
+      opts->worker_index < 0 || opts->worker_index >= opts->num_workers)
+    return wk_input__fail(err, errlen, TSR_EINVAL,
+                          "input options: batch_size >= 1 and 0 <= "
+                          "worker_index < num_workers needed");
+  wk_input *in = calloc(1, sizeof *in);
+  if (!in) return TSR_ENOMEM;
+  pthread_mutex_init(&in->mu, NULL);
+  pthread_cond_init(&in->cv_data, NULL);
+  pthread_cond_init(&in->cv_space, NULL);
+  in->opts = *opts;
+  int rc = wk_input__spec_parse(job, split, &in->spec, err, errlen);
+  if (rc) goto fail;
+  wk_input_spec *sp = &in->spec;
+  in->batch_size = opts->batch_size;
+  in->drop = sp->drop_remainder >= 0 ? sp->drop_remainder
+                                     : opts->drop_remainder;
+  in->epochs = sp->epochs != -2 ? sp->epochs : opts->epochs;
+  in->seed = sp->has_seed ? sp->seed : opts->seed;
+
+  wk_sel sel = {.split_k = sp->split_k, .split_index = sp->split_index,
+                .split_keep = sp->split_keep, .W = opts->num_workers,
+                .w = opts->worker_index};
+  if ((rc = wk_sel__resolve(&sel, sp->shard, sp->n_paths, err, errlen)))
+    goto fail;
+  if ((rc = wk_src__open(sp, &sel, &in->src, err, errlen))) goto fail;
+  wk_src *s = in->src;
+
+  wk_input_schema *sc = &in->schema;
+  sc->n_dense = s->n_dense;
+  sc->n_sparse = s->n_sparse;
+  sc->sparse_names = s->sparse_names;
+  sc->vocab = s->vocab;
+  sc->dense_names = s->dense_names;
+  sc->n_examples = s->rows ? s->n_rows : -1;
+  sc->n_total = s->n_total;
+  sc->best_auc = s->best_auc;
+  sc->n_classes = 1;
+  if (sp->n_classes > 0) {
+    sc->n_classes = sp->n_classes;
+  } else if (loss_is_categorical(job)) {
+    if (!s->rows)
+      rc = wk_input__fail(err, errlen, TSR_ECONFIG,
+                          "%s.n_classes: missing (needed by loss %s for "
+                          "streamed %s data)",
+                          sp->where, job->loss, "tfrecord");
+    else if (!s->labels_integral)
+      rc = wk_input__fail(err, errlen, TSR_EINVAL,
+                          "%s: loss %s needs class indices as labels, but "
+                          "some labels are not integers >= 0",
+                          sp->where, job->loss);
+    else
+      sc->n_classes = (int64_t)s->label_max + 1;
+    if (rc) goto fail;
+  }
+
+  int64_t d = sc->n_dense;
+  in->xa = malloc((size_t)(d ? d : 1) * sizeof(float));
+  in->xb = calloc((size_t)(d ? d : 1), sizeof(float));
+  if (!in->xa || !in->xb) {
+    rc = TSR_ENOMEM;
+    goto fail;
+  }
+  for (int64_t j = 0; j < d; j++) in->xa[j] = (float)sp->scale;
+  if (sp->normalize && (rc = train_stats(job, in, err, errlen))) goto fail;
+
+  in->nslots = (sp->prefetch > 0 ? sp->prefetch : 1) + 1;
+  in->slots = calloc((size_t)in->nslots, sizeof *in->slots);
+  if (!in->slots) {
+    rc = TSR_ENOMEM;
+    goto fail;
+  }
+  for (int i = 0; i < in->nslots; i++)
+    if ((rc = slot_init(in, &in->slots[i]))) goto fail;
+  if (pthread_create(&in->thread, NULL, reader_main, in) != 0) {
+    rc = wk_input__fail(err, errlen, TSR_ENOMEM,
+                        "input: cannot start the reader thread");
+    goto fail;
+  }
+  in->thread_started = true;
+  *out = in;
+  return 0;
+fail:
+  if (rc == TSR_ENOMEM && err && errlen && !err[0])
+    snprintf(err, errlen, "%s: out of memory", in->spec.where);
+  wk_input_close(in);
+  return rc;
+}

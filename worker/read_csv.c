@@ -1,0 +1,208 @@
+/* CSV reader: a header line of column names, then one example per line.
+ *
+ * Happy path: read the file (gzip allowed), map the label and feature
+ * columns by name, parse every needed cell as a number into a table.
+ * Failure modes, each naming the file and line: a label or feature column
+ * missing from the header, a row whose cell count differs from the header
+ * (ragged), a cell that is empty or not a finite number (the message gives
+ * the line, the data row, the column number and name, and the text).
+ */
+#include "worker/input_int.h"
+
+#include "common/err.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Trims blanks and one pair of double quotes. */
+static void trim(const char **a, const char **b) {
+  while (*a < *b && (**a == ' ' || **a == '\t')) (*a)++;
+  while (*b > *a && ((*b)[-1] == ' ' || (*b)[-1] == '\t' || (*b)[-1] == '\r'))
+    (*b)--;
+  if (*b - *a >= 2 && **a == '"' && (*b)[-1] == '"') {
+    (*a)++;
+    (*b)--;
+  }
+}
+
+/* Splits one line into cell bounds; returns the count (may exceed max, in
+ * which case only max are stored). */
+static int64_t split_line(const char *p, const char *end, const char **ca,
+                          const char **cb, int64_t max) {
+  int64_t n = 0;
+  const char *s = p;
+  for (const char *q = p;; q++) {
+    if (q == end || *q == ',') {
+      if (n < max) {
+        ca[n] = s;
+        cb[n] = q;
+      }
+      n++;
+      if (q == end) break;
+      s = q + 1;
+    }
+  }
+  return n;
+}
+
+static int parse_cell(const char *a, const char *b, float *out) {
+  trim(&a, &b);
+  char tmp[64];
+  if (a == b || (size_t)(b - a) >= sizeof tmp) return -1;
+  memcpy(tmp, a, (size_t)(b - a)); /* cells are not NUL-terminated */
+  tmp[b - a] = 0;
+  char *e;
+  double v = strtod(tmp, &e);
+  if (e != tmp + (b - a) || !isfinite(v)) return -1;
+  *out = (float)v;
+  return 0;
+}
+
+int wk_read__csv(const char *path, const wk_input_spec *spec, wk_table *out,
+                 char *err, size_t errlen) {
+  uint8_t *buf = NULL;
+  size_t len = 0;
+  const char **ca = NULL, **cb = NULL;
+  int64_t *col = NULL;
+  int rc = wk_read__slurp(path, &buf, &len, err, errlen);
+  if (rc) return rc;
+  memset(out, 0, sizeof *out);
+  const char *p = (const char *)buf, *end = p + len;
+  const char *nl = memchr(p, '\n', len);
+  const char *hend = nl ? nl : end;
+  if (hend == p || len == 0) {
+    rc = wk_input__fail(err, errlen, TSR_EFORMAT,
+                        "%s: empty file (a CSV needs a header line)", path);
+    goto out;
+  }
+  int64_t ncol = split_line(p, hend, NULL, NULL, 0);
+  ca = calloc((size_t)ncol, sizeof *ca);
+  cb = calloc((size_t)ncol, sizeof *cb);
+  col = calloc((size_t)ncol + 1, sizeof *col);
+  if (!ca || !cb || !col) {
+    rc = TSR_ENOMEM;
+    goto out;
+  }
+  split_line(p, hend, ca, cb, ncol);
+  for (int64_t c = 0; c < ncol; c++) trim(&ca[c], &cb[c]);
+
+  /* label column and feature columns */
+  int64_t label = -1;
+  for (int64_t c = 0; c < ncol; c++)
+    if ((size_t)(cb[c] - ca[c]) == strlen(spec->label) &&
+        memcmp(ca[c], spec->label, (size_t)(cb[c] - ca[c])) == 0)
+      label = c;
+  if (label < 0) {
+    rc = wk_input__fail(err, errlen, TSR_ENOTFOUND,
+                        "%s: label column \"%s\" (%s.label) is not in the "
+                        "header",
+                        path, spec->label, spec->where);
+    goto out;
+  }
+  int64_t d = 0;
+  if (spec->dense) {
+    for (int i = 0; i < spec->n_dense; i++) {
+      int64_t found = -1;
+      for (int64_t c = 0; c < ncol; c++)
+        if ((size_t)(cb[c] - ca[c]) == strlen(spec->dense[i].name) &&
+            memcmp(ca[c], spec->dense[i].name, (size_t)(cb[c] - ca[c])) == 0)
+          found = c;
+      if (found < 0) {
+        rc = wk_input__fail(err, errlen, TSR_ENOTFOUND,
+                            "%s: feature column \"%s\" (%s.features[%d]) is "
+                            "not in the header",
+                            path, spec->dense[i].name, spec->where, i);
+        goto out;
+      }
+      col[d++] = found;
+    }
+  } else {
+    for (int64_t c = 0; c < ncol; c++)
+      if (c != label) col[d++] = c;
+  }
+  out->d = d;
+  out->names = calloc((size_t)(d ? d : 1), sizeof *out->names);
+  if (!out->names) {
+    rc = TSR_ENOMEM;
+    goto out;
+  }
+  for (int64_t j = 0; j < d; j++) {
+    out->names[j] = strndup(ca[col[j]], (size_t)(cb[col[j]] - ca[col[j]]));
+    if (!out->names[j]) {
+      rc = TSR_ENOMEM;
+      goto out;
+    }
+  }
+
+  /* rows: count lines for the allocation */
+  int64_t nlines = 0;
+  for (const char *q = hend; q < end; q++) nlines += *q == '\n';
+  int64_t cap = nlines + 1;
+  out->x = malloc((size_t)(cap * (d ? d : 1)) * sizeof(float));
+  out->y = malloc((size_t)cap * sizeof(float));
+  if (!out->x || !out->y) {
+    rc = TSR_ENOMEM;
+    goto out;
+  }
+  int64_t line = 1, row = 0;
+  const char *q = nl ? nl + 1 : end;
+  while (q < end) {
+    const char *le = memchr(q, '\n', (size_t)(end - q));
+    if (!le) le = end;
+    line++;
+    const char *a = q, *b = le;
+    trim(&a, &b);
+    if (a == b) { /* blank: allowed only at the end of the file */
+      const char *r = le;
+      while (r < end && (*r == '\n' || *r == '\r' || *r == ' ' || *r == '\t'))
+        r++;
+      if (r != end) {
+        rc = wk_input__fail(err, errlen, TSR_EFORMAT,
+                            "%s: line %lld is blank (ragged: %lld cells "
+                            "expected)",
+                            path, (long long)line, (long long)ncol);
+        goto out;
+      }
+      break;
+    }
+    int64_t n = split_line(q, le, ca, cb, ncol);
+    if (n != ncol) {
+      rc = wk_input__fail(err, errlen, TSR_EFORMAT,
+                          "%s: line %lld (data row %lld) has %lld cells, the "
+                          "header has %lld (ragged rows)",
+                          path, (long long)line, (long long)row, (long long)n,
+                          (long long)ncol);
+      goto out;
+    }
+    for (int64_t j = 0; j <= d; j++) {
+      int64_t c = j < d ? col[j] : label;
+      float *dst = j < d ? &out->x[row * d + j] : &out->y[row];
+      if (parse_cell(ca[c], cb[c], dst) != 0) {
+        const char *ta = ca[c], *tb = cb[c];
+        trim(&ta, &tb);
+        split_line(p, hend, ca, cb, ncol); /* the header, for the name */
+        const char *na = ca[c], *nb = cb[c];
+        trim(&na, &nb);
+        rc = wk_input__fail(err, errlen, TSR_EFORMAT,
+                            "%s: line %lld (data row %lld), column %lld "
+                            "(\"%.*s\"): \"%.*s\" is not a number",
+                            path, (long long)line, (long long)row,
+                            (long long)c + 1, (int)(nb - na), na,
+                            (int)(tb - ta > 60 ? 60 : tb - ta), ta);
+        goto out;
+      }
+    }
+    row++;
+    q = le < end ? le + 1 : end;
+  }
+  out->n = row;
+out:
+  free(ca);
+  free(cb);
+  free(col);
+  free(buf);
+  if (rc) wk_table__free(out);
+  return rc;
+}
