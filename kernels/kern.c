@@ -242,6 +242,9 @@ int kern_download(kern_ctx *c, void *d, const void *s, size_t b) {
 int kern_memset0(kern_ctx *c, void *p, size_t b) {
   return b ? c->ops->memset0(c->impl, p, b) : 0;
 }
+int kern_copy(kern_ctx *c, void *d, const void *s, size_t b) {
+  return b ? c->ops->copy(c->impl, d, s, b) : 0;
+}
 int kern_sync(kern_ctx *c) { return c->ops->sync(c->impl); }
 
 int kern_gemm(kern_ctx *c, bool ta, bool tb, int64_t m, int64_t n, int64_t k,

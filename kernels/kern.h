@@ -123,6 +123,8 @@ void kern_host_free(kern_ctx *ctx, void *p);
 int kern_upload(kern_ctx *ctx, void *dst, const void *src, size_t bytes);
 int kern_download(kern_ctx *ctx, void *dst, const void *src, size_t bytes);
 int kern_memset0(kern_ctx *ctx, void *p, size_t bytes);
+/* Device to device copy on the context's stream. */
+int kern_copy(kern_ctx *ctx, void *dst, const void *src, size_t bytes);
 int kern_sync(kern_ctx *ctx);
 
 /* ---- ops (device pointers; sizes in elements) -------------------------- */

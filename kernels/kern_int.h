@@ -26,6 +26,7 @@ typedef struct kern__ops {
   int (*upload)(void *impl, void *dst, const void *src, size_t bytes);
   int (*download)(void *impl, void *dst, const void *src, size_t bytes);
   int (*memset0)(void *impl, void *p, size_t bytes);
+  int (*copy)(void *impl, void *dst, const void *src, size_t bytes);
   int (*sync)(void *impl);
   int (*gemm)(void *impl, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
               float alpha, const float *A, const float *B, float beta,

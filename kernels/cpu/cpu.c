@@ -226,6 +226,7 @@ const kern__ops kern__cpu_ops = {
     .upload = cpu_copy,
     .download = cpu_copy,
     .memset0 = cpu_memset0,
+    .copy = cpu_copy,
     .sync = cpu_sync,
     .gemm = cpu_gemm,
     .bias_act = kern__cpu_bias_act,
