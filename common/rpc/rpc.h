@@ -128,9 +128,10 @@ void tsr_rpc_ctx_opts(const tsr_rpc_ctx *ctx, tsr_rpc_opts *out);
  * neither is set or the token is empty. */
 int tsr_rpc_token_load(const char *path, void *buf, size_t cap, size_t *len,
                        char *err, size_t errlen);
-/* Fills buf with `len` random bytes rendered as lowercase hex (len/2 random
- * bytes), for launchers that start a whole cluster and hand every process
- * the same fresh token. */
+/* Writes a fresh random token as lowercase hex: len - 1 characters and a
+ * NUL (len >= 33, i.e. at least 128 random bits; TSR_EINVAL otherwise),
+ * for launchers that start a whole cluster and hand every process the
+ * same token. */
 int tsr_rpc_token_generate(char *buf, size_t len);
 
 /* ---- server ------------------------------------------------------------- */

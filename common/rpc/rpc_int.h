@@ -1,0 +1,332 @@
+/* RPC internals shared by the files of common/rpc/.
+ *
+ * Layers, bottom up: wire.c (frame header and error meta encoding, pure),
+ * handshake.c (the handshake state machine, pure), rx.c (the receive state
+ * machine that splits a byte stream into frames and tells where the next
+ * bytes should land, pure), ctx.c (context, allocator, buffer pool, token),
+ * idmap.c (request id -> object), conn.c (one TCP connection on libuv:
+ * handshake, reads, gathered writes, heartbeats, close), server.c and
+ * client.c. The pure layers take no handle so they can be fuzzed and
+ * tested byte by byte.
+ */
+#ifndef TSR_RPC_INT_H
+#define TSR_RPC_INT_H
+
+#include "common/rpc/rpc.h"
+
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+
+/* Messages are cut to their buffers on purpose (they name a peer and a
+ * cause; the head of the text is what matters). */
+#pragma GCC diagnostic ignored "-Wformat-truncation"
+
+/* ---- wire format -------------------------------------------------------- */
+
+#define TSR_RPC__FRAME_MAGIC 0x46525354u /* "TSRF" little-endian */
+#define TSR_RPC__HELLO_MAGIC 0x48525354u /* "TSRH" little-endian */
+
+enum tsr_rpc__kind {
+  TSR_RPC__REQ = 1,
+  TSR_RPC__RESP = 2,
+  TSR_RPC__ERR = 3,
+  TSR_RPC__PING = 4,
+  TSR_RPC__PONG = 5,
+};
+#define TSR_RPC__KIND_BIT(k) (1u << (k))
+
+/* Header layout (little-endian):
+ *  0 u32 magic  4 u8 version  5 u8 kind  6 u16 flags (0)
+ *  8 u32 method 12 u32 meta_len  16 u64 id  24 u64 payload_len */
+typedef struct tsr_rpc__hdr {
+  uint8_t version;
+  uint8_t kind;
+  uint16_t flags;
+  uint32_t method;
+  uint32_t meta_len;
+  uint64_t id;
+  uint64_t payload_len;
+} tsr_rpc__hdr;
+
+typedef struct tsr_rpc__limits {
+  uint32_t max_meta;
+  uint64_t max_payload;
+} tsr_rpc__limits;
+
+void tsr_rpc__hdr_encode(uint8_t out[TSR_RPC_HEADER_SIZE],
+                         const tsr_rpc__hdr *h);
+/* Decodes and checks one header: magic, version, known kind, zero flags,
+ * the kind's shape (pings carry nothing, errors no payload, requests a
+ * method) and the limits. 0 or TSR_EPROTO / TSR_EVERSION / TSR_ETOOBIG
+ * with a message in msg. Fields are filled even on error (best effort). */
+int tsr_rpc__hdr_decode(const uint8_t in[TSR_RPC_HEADER_SIZE],
+                        const tsr_rpc__limits *lim, tsr_rpc__hdr *h,
+                        char *msg, size_t msglen);
+const char *tsr_rpc__kind_name(unsigned kind);
+
+/* Error meta (proto/rpc.proto RpcError). Encode writes into a buffer of
+ * tsr_rpc__err_size() bytes; decode fills code and a NUL-terminated
+ * message (cut to msgcap). */
+size_t tsr_rpc__err_size(int code, const char *message);
+size_t tsr_rpc__err_encode(int code, const char *message, uint8_t *out);
+int tsr_rpc__err_decode(const uint8_t *meta, size_t len, int *code,
+                        char *msg, size_t msgcap);
+
+static inline void tsr_rpc__put32(uint8_t *p, uint32_t v) {
+  p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8);
+  p[2] = (uint8_t)(v >> 16); p[3] = (uint8_t)(v >> 24);
+}
+static inline uint32_t tsr_rpc__get32(const uint8_t *p) {
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+         (uint32_t)p[3] << 24;
+}
+static inline void tsr_rpc__put64(uint8_t *p, uint64_t v) {
+  tsr_rpc__put32(p, (uint32_t)v);
+  tsr_rpc__put32(p + 4, (uint32_t)(v >> 32));
+}
+static inline uint64_t tsr_rpc__get64(const uint8_t *p) {
+  return (uint64_t)tsr_rpc__get32(p) | (uint64_t)tsr_rpc__get32(p + 4) << 32;
+}
+
+/* ---- handshake (handshake.c) ------------------------------------------ */
+
+/* Client -> server: HELLO. Server -> client: HELLO (always, so a client
+ * of another version learns ours), then after the client's PROOF a
+ * VERDICT: status (0, TSR_EAUTH, TSR_EVERSION) and the server's proof.
+ * Proofs are HMAC-SHA256 under the cluster token over a role label and
+ * both HELLOs (so both fresh nonces): a recorded exchange never verifies
+ * again. */
+#define TSR_RPC__NONCE_SIZE 32
+#define TSR_RPC__HELLO_SIZE (8 + TSR_RPC__NONCE_SIZE + TSR_RPC_NAME_MAX + 1)
+#define TSR_RPC__PROOF_SIZE 32
+#define TSR_RPC__VERDICT_SIZE (4 + TSR_RPC__PROOF_SIZE)
+#define TSR_RPC__HS_OUT_MAX (TSR_RPC__HELLO_SIZE + TSR_RPC__VERDICT_SIZE)
+
+enum { TSR_RPC__CLIENT = 0, TSR_RPC__SERVER = 1 };
+
+enum tsr_rpc__hs_state {
+  TSR_RPC__HS_WAIT_HELLO,
+  TSR_RPC__HS_WAIT_PROOF,    /* server */
+  TSR_RPC__HS_WAIT_VERDICT,  /* client */
+  TSR_RPC__HS_DONE,
+  TSR_RPC__HS_FAILED,
+};
+
+typedef struct tsr_rpc__hs {
+  int role;
+  int state;
+  const uint8_t *token;
+  size_t token_len;
+  uint8_t mine[TSR_RPC__HELLO_SIZE];
+  uint8_t theirs[TSR_RPC__HELLO_SIZE];
+  uint8_t in[TSR_RPC__HELLO_SIZE];
+  size_t in_len;
+  unsigned peer_version;
+  char peer_name[TSR_RPC_NAME_MAX + 1];
+  int status;                 /* on failure */
+  char msg[200];              /* on failure: what went wrong */
+  int close_after_send;       /* server refusals: send, then close */
+} tsr_rpc__hs;
+
+/* Starts the handshake; the client gets its HELLO to send in out. */
+void tsr_rpc__hs_init(tsr_rpc__hs *hs, int role, const void *token,
+                      size_t token_len, const char *name, uint8_t *out,
+                      size_t *out_len);
+/* Feeds received bytes. Consumes what belongs to the handshake (*used),
+ * appends bytes to send to out (capacity TSR_RPC__HS_OUT_MAX, *out_len).
+ * Returns 0 while going on, 1 once done (bytes after *used are frames),
+ * or a negative code with hs->msg set (out may still hold a refusal to
+ * send before closing). */
+int tsr_rpc__hs_feed(tsr_rpc__hs *hs, const uint8_t *in, size_t len,
+                     size_t *used, uint8_t *out, size_t *out_len);
+
+/* ---- receive state machine (rx.c) -------------------------------------- */
+
+typedef struct tsr_rpc__rx tsr_rpc__rx;
+
+typedef struct tsr_rpc__rx_ops {
+  /* Header and meta complete (meta valid only during the call). Set *dst
+   * to where the payload must land (h->payload_len bytes) or leave it NULL
+   * to discard the payload. Return 0 to go on, a negative code to stop
+   * (the owner has dealt with it). */
+  int (*on_head)(tsr_rpc__rx *rx, const tsr_rpc__hdr *h, const uint8_t *meta,
+                 void **dst);
+  /* Payload complete (payload is *dst from on_head, NULL when discarded
+   * or empty). Return 0 to go on, 1 to pause (tsr_rpc__rx_process resumes),
+   * a negative code to stop. */
+  int (*on_frame)(tsr_rpc__rx *rx, const tsr_rpc__hdr *h, void *payload);
+} tsr_rpc__rx_ops;
+
+enum { TSR_RPC__RX_HDR, TSR_RPC__RX_META, TSR_RPC__RX_PAYLOAD,
+       TSR_RPC__RX_DEAD };
+
+struct tsr_rpc__rx {
+  const tsr_rpc__rx_ops *ops;
+  void *owner;
+  tsr_rpc__limits lim;
+  uint32_t accept;            /* TSR_RPC__KIND_BIT mask */
+  const tsr_rpc_allocator *al;
+  uint8_t *stage;             /* staging buffer */
+  size_t cap, beg, end;
+  int state;
+  tsr_rpc__hdr h;
+  uint8_t *meta;              /* big meta (does not fit in stage) */
+  size_t meta_got;
+  uint8_t *dst;               /* payload destination, NULL: discard */
+  uint64_t got;
+  int given;                  /* what rx_buf handed out last */
+  int paused;
+  int busy;                   /* inside rx_process */
+  int err;                    /* fatal error code, 0 */
+  uint64_t err_id;            /* request id the error is about (0: none) */
+  char msg[200];
+};
+
+int tsr_rpc__rx_init(tsr_rpc__rx *rx, const tsr_rpc__rx_ops *ops,
+                     void *owner, const tsr_rpc__limits *lim,
+                     uint32_t accept, const tsr_rpc_allocator *al,
+                     size_t stage_cap);
+void tsr_rpc__rx_free(tsr_rpc__rx *rx);
+/* Where the next received bytes must go. */
+void tsr_rpc__rx_buf(tsr_rpc__rx *rx, uint8_t **p, size_t *len);
+/* n bytes were written where rx_buf said; processes them. 0, or the
+ * negative fatal code (rx->msg, rx->err_id set). */
+int tsr_rpc__rx_done(tsr_rpc__rx *rx, size_t n);
+/* Puts bytes already received (after a handshake) into the stage; p may
+ * point into the stage itself. */
+int tsr_rpc__rx_push(tsr_rpc__rx *rx, const uint8_t *p, size_t n);
+/* Processes staged bytes (resuming after a pause). */
+int tsr_rpc__rx_process(tsr_rpc__rx *rx);
+/* The payload being received will be discarded from now on (its
+ * destination is no longer valid). */
+void tsr_rpc__rx_divert(tsr_rpc__rx *rx);
+/* Non-zero while a payload is landing in an owner's destination. */
+int tsr_rpc__rx_in_payload(const tsr_rpc__rx *rx);
+
+/* ---- context (ctx.c) --------------------------------------------------- */
+
+#define TSR_RPC__POOL_CLASSES 31 /* 4 KiB << 0 .. 30 */
+
+struct tsr_rpc_ctx {
+  uv_loop_t *loop;
+  tsr_rpc_opts o;             /* defaults filled in; o.token -> token */
+  char name[TSR_RPC_NAME_MAX + 1];
+  uint8_t token[TSR_RPC_TOKEN_MAX];
+  tsr_rpc_allocator user_al;  /* what the options gave (or malloc) */
+  tsr_rpc_allocator al;       /* counting wrapper around user_al */
+  ProtobufCAllocator pb_al;
+  uint64_t mem_bytes;         /* atomic */
+  void *pool[TSR_RPC__POOL_CLASSES];  /* free lists (next in first word) */
+  uint64_t pool_held;
+  unsigned users;             /* servers + clients not yet freed */
+};
+
+void *tsr_rpc__alloc(tsr_rpc_ctx *ctx, size_t n);
+void *tsr_rpc__calloc(tsr_rpc_ctx *ctx, size_t n);
+void tsr_rpc__free(tsr_rpc_ctx *ctx, void *p);
+char *tsr_rpc__strdup(tsr_rpc_ctx *ctx, const char *s);
+/* Receive buffers of any size, reused through per-size-class free lists
+ * (bounded by opts.pool_bytes). Loop thread only. */
+void *tsr_rpc__buf_get(tsr_rpc_ctx *ctx, size_t n);
+void tsr_rpc__buf_put(tsr_rpc_ctx *ctx, void *p, size_t n);
+uint64_t tsr_rpc__mem(const tsr_rpc_ctx *ctx);
+
+/* Exponential backoff with jitter: attempt 0 -> ~min, doubling, capped. */
+uint64_t tsr_rpc__backoff_ms(const tsr_rpc_opts *o, unsigned attempt);
+/* Splits "host:port" / "[v6]:port"; 0 or TSR_EINVAL with a message. */
+int tsr_rpc__split_addr(const char *addr, char *host, size_t hostcap,
+                        char *port, size_t portcap, char *err, size_t errlen);
+void tsr_rpc__fmt_sockaddr(const struct sockaddr *sa, char *out, size_t cap);
+
+/* ---- request id map (idmap.c) ------------------------------------------ */
+
+typedef struct tsr_rpc__idmap {
+  uint64_t *keys;             /* 0 = empty (ids are never 0) */
+  void **vals;
+  size_t cap, len;
+  tsr_rpc_ctx *ctx;
+} tsr_rpc__idmap;
+
+void tsr_rpc__idmap_init(tsr_rpc__idmap *m, tsr_rpc_ctx *ctx);
+void tsr_rpc__idmap_free(tsr_rpc__idmap *m);
+/* 0, TSR_EDUPID when present, TSR_ENOMEM. */
+int tsr_rpc__idmap_put(tsr_rpc__idmap *m, uint64_t id, void *v);
+void *tsr_rpc__idmap_get(const tsr_rpc__idmap *m, uint64_t id);
+void *tsr_rpc__idmap_del(tsr_rpc__idmap *m, uint64_t id);
+
+/* ---- connection (conn.c) ----------------------------------------------- */
+
+typedef struct tsr_rpc__conn tsr_rpc__conn;
+
+typedef struct tsr_rpc__conn_ops {
+  tsr_rpc__rx_ops rx;
+  void (*on_ready)(tsr_rpc__conn *c);                 /* handshake done */
+  /* The connection is going away (called once): fail what hangs on it. */
+  void (*on_down)(tsr_rpc__conn *c, int status, const char *msg);
+  void (*on_freed)(tsr_rpc__conn *c);                 /* handles closed */
+  /* A write completed (after its own callback): a chance to resume. */
+  void (*on_drain)(tsr_rpc__conn *c);
+} tsr_rpc__conn_ops;
+
+enum { TSR_RPC__C_HS, TSR_RPC__C_READY, TSR_RPC__C_FLUSH,
+       TSR_RPC__C_CLOSING };
+
+typedef void (*tsr_rpc__sent_cb)(tsr_rpc__conn *c, int status, void *data);
+
+struct tsr_rpc__conn {
+  uv_tcp_t tcp;
+  uv_timer_t timer;
+  tsr_rpc_ctx *ctx;
+  const tsr_rpc__conn_ops *ops;
+  void *owner;
+  int role;
+  int state;
+  int handles;                /* open handles */
+  int reading;
+  tsr_rpc__hs hs;
+  tsr_rpc__rx rx;
+  char peer[TSR_RPC_ADDR_MAX];
+  char peer_name[TSR_RPC_NAME_MAX + 1];
+  uint64_t started_ns, ready_ns;
+  uint64_t last_rx_ns, last_tx_ns;
+  uint64_t wq_bytes;          /* queued, not yet written */
+  uint32_t writes;            /* write requests in flight */
+  uint32_t inflight;          /* calls in flight on this connection */
+  int paused;
+  uint64_t bytes_in, bytes_out, frames_in, frames_out, calls;
+  uint64_t last_progress_ns;  /* a write that had to wait completed */
+  int down;                   /* on_down has run */
+  tsr_rpc_stats *agg;         /* owner totals to add to */
+  tsr_rpc__conn *next, *prev; /* owner's list */
+};
+
+/* Initialises c around an accepted or a connecting uv_tcp_t (c->tcp is
+ * initialised by this call; a server accepts into it afterwards). */
+int tsr_rpc__conn_init(tsr_rpc__conn *c, tsr_rpc_ctx *ctx, int role,
+                       const tsr_rpc__conn_ops *ops, void *owner);
+/* The TCP connection is up (accepted or connected): start the handshake
+ * and its timeout. */
+int tsr_rpc__conn_start(tsr_rpc__conn *c);
+/* A client's connect has started: the handshake deadline runs from now
+ * (a connect that hangs is dropped at the same deadline). */
+void tsr_rpc__conn_watch(tsr_rpc__conn *c);
+/* Sends one frame: header, meta (copied), payload (not copied; valid
+ * until cb). 0, or TSR_ECLOSED / TSR_ENOMEM / a libuv code with no
+ * callback. */
+int tsr_rpc__conn_send(tsr_rpc__conn *c, const tsr_rpc__hdr *h,
+                       const void *meta, const uv_buf_t *payload,
+                       unsigned npayload, tsr_rpc__sent_cb cb, void *data);
+/* Sends an error frame. */
+int tsr_rpc__conn_send_err(tsr_rpc__conn *c, uint64_t id, uint32_t method,
+                           int code, const char *msg, tsr_rpc__sent_cb cb,
+                           void *data);
+/* Closes now: on_down, then the handles, then on_freed. Idempotent. */
+void tsr_rpc__conn_close(tsr_rpc__conn *c, int status, const char *msg);
+/* Stops reading, lets queued writes go out (bounded wait), then closes. */
+void tsr_rpc__conn_close_after_flush(tsr_rpc__conn *c, int status,
+                                     const char *msg);
+void tsr_rpc__conn_pause(tsr_rpc__conn *c);
+void tsr_rpc__conn_resume(tsr_rpc__conn *c);
+
+#endif /* TSR_RPC_INT_H */
