@@ -1,0 +1,350 @@
+/* The training thread: takes jobs (configure, run a closure, evaluate) one
+ * after the other from the service and hands each back, answered, to the
+ * loop. This file holds the thread body and the configure step; the steps
+ * themselves are in loop_step.c.
+ *
+ * Configure, happy path: parse the chief's resolved job (relative paths
+ * from job_dir), open this worker's share of the training input, build
+ * the model against the input schema, check the chief's shard list against
+ * the model's variables (every variable covered by contiguous row ranges,
+ * every PS index known), open the compute context and the executor, make
+ * one host parameter buffer and one gradient buffer per variable (a dense
+ * variable whole, so a shard's pull lands in place at row0 * row_dim),
+ * connect to every PS and join its clocks.
+ * Failure modes: a data file missing here (TSR_EIO naming the path), a
+ * model the worker cannot build or a layout that does not match it
+ * (TSR_ECONFIG naming the variable), no GPU when one was asked for, a PS
+ * that cannot be reached (TSR_EUNAVAIL naming it). A failed configure
+ * leaves the worker unconfigured and serving.
+ */
+#include "worker/loop_int.h"
+#include "worker/loop_run.h"
+
+#include "common/err.h"
+#include "common/log.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int fail(char *err, size_t len, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int fail(char *err, size_t len, int code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, len, fmt, ap);
+  va_end(ap);
+  return code;
+}
+
+void wk__run_free(wk_run *r) {
+  if (!r) return;
+  if (r->ex) wk_exec_close(r->ex);
+  if (r->kc) kern_close(r->kc);
+  if (r->model) wk_model_free(r->model);
+  if (r->in) wk_input_close(r->in);
+  for (size_t v = 0; v < r->n_vars; v++) {
+    if (r->param) free(r->param[v]);
+    if (r->grad) free(r->grad[v]);
+    if (r->ids_cur) free(r->ids_cur[v]);
+    if (r->ids_nxt) free(r->ids_nxt[v]);
+  }
+  free(r->param);
+  free(r->grad);
+  free(r->ids_cur);
+  free(r->ids_nxt);
+  free(r->n_cur);
+  free(r->n_nxt);
+  free(r->cap_rows);
+  free(r->shards);
+  free(r->ops);
+  for (int i = 0; i < r->n_ps; i++) free(r->ps_addrs[i]);
+  free(r->ps_addrs);
+  tsr_job_free(&r->job);
+  free(r);
+}
+
+void wk__job_free(wk_job *j) {
+  if (!j) return;
+  free(j->strs[0]);
+  free(j->strs[1]);
+  for (int i = 0; i < j->n_names; i++) free(j->names[i]);
+  free(j->names);
+  free(j->values);
+  free(j);
+}
+
+/* Shards arrive in any order; sort by (var, row0) so each variable's
+ * shards are one contiguous, ordered run. */
+static int shard_cmp(const void *a, const void *b) {
+  const wk_shard *x = a, *y = b;
+  if (x->var != y->var) return x->var < y->var ? -1 : 1;
+  return x->row0 < y->row0 ? -1 : x->row0 > y->row0;
+}
+
+static int check_layout(wk_run *r, const Tessera__Worker__ConfigureRequest *q,
+                        char *err, size_t errlen) {
+  int n = (int)q->n_shards;
+  r->shards = calloc((size_t)(n ? n : 1), sizeof *r->shards);
+  r->var_first = calloc(r->n_vars + 1, sizeof *r->var_first);
+  if (!r->shards || !r->var_first)
+    return fail(err, errlen, TSR_ENOMEM, "out of memory for the layout");
+  for (int i = 0; i < n; i++) {
+    const Tessera__Worker__Shard *s = q->shards[i];
+    if (s->var >= r->n_vars)
+      return fail(err, errlen, TSR_ECONFIG,
+                  "layout: shard %d names variable %u but the model has %zu "
+                  "variables", i, s->var, r->n_vars);
+    if ((int)s->ps >= r->n_ps)
+      return fail(err, errlen, TSR_ECONFIG,
+                  "layout: %s shard %u is placed on ps:%u but only %d PS "
+                  "addresses were given", r->vars[s->var].name, s->shard,
+                  s->ps, r->n_ps);
+    r->shards[i] = (wk_shard){.var = (int)s->var, .shard = (int)s->shard,
+                              .num_shards = (int)s->num_shards,
+                              .row0 = s->row0, .rows = s->rows,
+                              .ps = (int)s->ps};
+  }
+  qsort(r->shards, (size_t)n, sizeof *r->shards, shard_cmp);
+  r->n_shards = n;
+  int i = 0;
+  for (size_t v = 0; v < r->n_vars; v++) {
+    const wk_var_info *vi = &r->vars[v];
+    r->var_first[v] = i;
+    int64_t next = 0, count = 0;
+    for (; i < n && r->shards[i].var == (int)v; i++, count++) {
+      const wk_shard *s = &r->shards[i];
+      if (s->row0 != next || s->rows < 1)
+        return fail(err, errlen, TSR_ECONFIG,
+                    "layout: %s shard %d covers rows [%lld, %lld) but rows "
+                    "from %lld were expected", vi->name, s->shard,
+                    (long long)s->row0, (long long)(s->row0 + s->rows),
+                    (long long)next);
+      next = s->row0 + s->rows;
+    }
+    if (count == 0)
+      return fail(err, errlen, TSR_ECONFIG,
+                  "layout: the model's variable %s (%zu) has no shard in the "
+                  "chief's layout", vi->name, v);
+    for (int k = r->var_first[v]; k < i; k++)
+      if (r->shards[k].num_shards != count)
+        return fail(err, errlen, TSR_ECONFIG,
+                    "layout: %s shard %d says %d shards but %lld were given",
+                    vi->name, r->shards[k].shard, r->shards[k].num_shards,
+                    (long long)count);
+    if (next != vi->shape[0])
+      return fail(err, errlen, TSR_ECONFIG,
+                  "layout: %s has %lld rows in the model but its shards "
+                  "cover %lld (shape mismatch: the chief built another "
+                  "model?)", vi->name, (long long)vi->shape[0],
+                  (long long)next);
+  }
+  r->var_first[r->n_vars] = i;
+  if (i != n)
+    return fail(err, errlen, TSR_ECONFIG, "layout: shards out of order");
+  return 0;
+}
+
+static int alloc_buffers(wk_run *r, char *err, size_t errlen) {
+  size_t nv = r->n_vars;
+  r->param = calloc(nv, sizeof *r->param);
+  r->grad = calloc(nv, sizeof *r->grad);
+  r->ids_cur = calloc(nv, sizeof *r->ids_cur);
+  r->ids_nxt = calloc(nv, sizeof *r->ids_nxt);
+  r->n_cur = calloc(nv, sizeof *r->n_cur);
+  r->n_nxt = calloc(nv, sizeof *r->n_nxt);
+  r->cap_rows = calloc(nv, sizeof *r->cap_rows);
+  r->ops = calloc((size_t)r->n_shards + (size_t)r->n_ps + 1, sizeof *r->ops);
+  if (!r->param || !r->grad || !r->ids_cur || !r->ids_nxt || !r->n_cur ||
+      !r->n_nxt || !r->cap_rows || !r->ops)
+    return fail(err, errlen, TSR_ENOMEM, "out of memory for buffers");
+  for (size_t v = 0; v < nv; v++) {
+    const wk_var_info *vi = &r->vars[v];
+    if (vi->kind == WK_VAR_ROW_SPARSE) continue; /* grown per batch */
+    r->param[v] = calloc((size_t)vi->numel, sizeof(float));
+    r->grad[v] = calloc((size_t)vi->numel, sizeof(float));
+    if (!r->param[v] || !r->grad[v])
+      return fail(err, errlen, TSR_ENOMEM,
+                  "out of memory for %s (%lld floats)", vi->name,
+                  (long long)vi->numel);
+  }
+  return 0;
+}
+
+/* Input open errors that come from the system (a missing or unreadable
+ * file) are TSR_EIO for the chief, with the input's message (it names the
+ * path). */
+static int input_code(int rc) {
+  return tsr_err_is_own(rc) ? rc : TSR_EIO;
+}
+
+static int do_configure(wk_svc *s, wk_job *j) {
+  const Tessera__Worker__ConfigureRequest *q = j->call->request;
+  char *err = j->err;
+  size_t errlen = sizeof j->err;
+  int rc;
+
+  wk__run_free(s->run);
+  s->run = NULL;
+  pthread_mutex_lock(&s->mu);
+  snprintf(s->state, sizeof s->state, "idle");
+  s->run_id = 0;
+  s->steps = 0;
+  pthread_mutex_unlock(&s->mu);
+
+  wk_run *r = calloc(1, sizeof *r);
+  if (!r) return fail(err, errlen, TSR_ENOMEM, "out of memory");
+  tsr_job_init(&r->job);
+  r->run_id = q->run_id;
+  r->worker_index = (int)q->worker_index;
+  r->num_workers = (int)q->num_workers;
+  if (r->num_workers < 1 || r->worker_index >= r->num_workers) {
+    rc = fail(err, errlen, TSR_ECONFIG,
+              "configure: worker_index %u is not below num_workers %u",
+              q->worker_index, q->num_workers);
+    goto out;
+  }
+  r->n_ps = (int)q->n_ps_addrs;
+  r->ps_addrs = calloc((size_t)(r->n_ps ? r->n_ps : 1), sizeof(char *));
+  if (!r->ps_addrs) {
+    rc = fail(err, errlen, TSR_ENOMEM, "out of memory");
+    goto out;
+  }
+  for (int i = 0; i < r->n_ps; i++)
+    if (!(r->ps_addrs[i] = strdup(q->ps_addrs[i]))) {
+      rc = fail(err, errlen, TSR_ENOMEM, "out of memory");
+      goto out;
+    }
+  if (r->n_ps < 1) {
+    rc = fail(err, errlen, TSR_ECONFIG, "configure: no PS address given");
+    goto out;
+  }
+
+  const char *base = q->job_dir && q->job_dir[0] ? q->job_dir : NULL;
+  if ((rc = tsr_job_parse(q->job_json, "the chief's job", base, NULL, &r->job,
+                          err, errlen)))
+    goto out;
+
+  wk_input_opts io = {.worker_index = r->worker_index,
+                      .num_workers = r->num_workers,
+                      .batch_size = r->job.batch_size,
+                      .drop_remainder = false,
+                      .epochs = r->job.steps > 0 ? -1 : r->job.epochs,
+                      .seed = r->job.seed};
+  char ierr[WK_ERR_MAX];
+  if ((rc = wk_input_open(&r->job, WK_SPLIT_TRAIN, &io, &r->in, ierr,
+                          sizeof ierr))) {
+    rc = fail(err, errlen, input_code(rc), "worker %d: training data: %s",
+              s->task_index, ierr);
+    goto out;
+  }
+  const wk_input_schema *schema = wk_input_get_schema(r->in);
+  if ((rc = wk_model_from_job(&r->job, schema, &r->model, err, errlen)))
+    goto out;
+  if ((rc = wk_model_variables(r->model, &r->vars, &r->n_vars))) {
+    fail(err, errlen, rc, "model: no variable list");
+    goto out;
+  }
+  if ((rc = check_layout(r, q, err, errlen))) goto out;
+  if ((rc = kern_open(&s->kopts, &r->kc, err, errlen))) goto out;
+  kern_prec prec = r->job.precision == TSR_PREC_BF16   ? KERN_BF16
+                   : r->job.precision == TSR_PREC_FP16 ? KERN_F16
+                                                       : KERN_F32;
+  if ((rc = wk_exec_open(r->model, r->kc, r->job.batch_size, prec, &r->ex,
+                         err, errlen)))
+    goto out;
+  if ((rc = alloc_buffers(r, err, errlen))) goto out;
+
+  pthread_mutex_lock(&s->mu);
+  s->ps_worker = r->worker_index;
+  pthread_mutex_unlock(&s->mu);
+  if ((rc = wk__ps_reconnect(s, r->ps_addrs, r->n_ps, err, errlen))) goto out;
+  if ((rc = wk__run_join(s, r, err, errlen))) goto out;
+
+  if (strcmp(kern_backend_name(r->kc), "cpu") == 0)
+    snprintf(r->device, sizeof r->device, "cpu");
+  else
+    snprintf(r->device, sizeof r->device, "cuda:%d",
+             kern_device_index(r->kc));
+  char summary[4096];
+  wk_model_summary(r->model, summary, sizeof summary);
+  j->strs[0] = strdup(r->device);
+  j->strs[1] = strdup(summary);
+  if (!j->strs[0] || !j->strs[1]) {
+    rc = fail(err, errlen, TSR_ENOMEM, "out of memory");
+    goto out;
+  }
+  tessera__worker__configure_response__init(&j->out.cfg);
+  j->out.cfg.device = j->strs[0];
+  j->out.cfg.examples = schema->n_examples;
+  j->out.cfg.model_summary = j->strs[1];
+  tsr_info("configured for run %llu: worker %d of %d, %zu variables in %d "
+           "shards over %d PS, %s, %lld examples per epoch",
+           (unsigned long long)r->run_id, r->worker_index, r->num_workers,
+           r->n_vars, r->n_shards, r->n_ps, r->device,
+           (long long)schema->n_examples);
+  s->run = r;
+  pthread_mutex_lock(&s->mu);
+  snprintf(s->state, sizeof s->state, "configured");
+  snprintf(s->device, sizeof s->device, "%s", r->device);
+  s->run_id = r->run_id;
+  pthread_mutex_unlock(&s->mu);
+  return 0;
+out:
+  wk__run_free(r);
+  return rc;
+}
+
+static void run_job(wk_svc *s, wk_job *j) {
+  switch (j->kind) {
+    case WK_JOB_CONFIGURE: j->rc = do_configure(s, j); break;
+    case WK_JOB_RUN: j->rc = wk__run_closure(s, s->run, j); break;
+    case WK_JOB_EVAL: j->rc = wk__run_eval(s, s->run, j); break;
+  }
+  if (j->rc < 0 && j->err[0] == '\0')
+    snprintf(j->err, sizeof j->err, "%s", tsr_strerror(j->rc));
+}
+
+void *wk__thread_main(void *arg) {
+  wk_svc *s = arg;
+  for (;;) {
+    pthread_mutex_lock(&s->mu);
+    while (!s->jobs && !s->stop) pthread_cond_wait(&s->cv, &s->mu);
+    if (s->stop) {
+      pthread_mutex_unlock(&s->mu);
+      break;
+    }
+    wk_job *j = s->jobs;
+    s->jobs = j->next;
+    if (!s->jobs) s->jobs_tail = NULL;
+    if (j->kind == WK_JOB_RUN && s->run)
+      snprintf(s->state, sizeof s->state, "running");
+    pthread_mutex_unlock(&s->mu);
+
+    run_job(s, j);
+
+    pthread_mutex_lock(&s->mu);
+    if (j->rc < 0) {
+      snprintf(s->last_error, sizeof s->last_error, "%s", j->err);
+      if (j->kind == WK_JOB_RUN || !s->run)
+        snprintf(s->state, sizeof s->state, s->run ? "failed" : "idle");
+    } else if (j->kind == WK_JOB_RUN) {
+      snprintf(s->state, sizeof s->state, "configured");
+    }
+    j->next = NULL;
+    if (s->done_tail)
+      s->done_tail->next = j;
+    else
+      s->done = j;
+    s->done_tail = j;
+    pthread_mutex_unlock(&s->mu);
+    wk__svc_wake(s);
+  }
+  wk__run_free(s->run);
+  s->run = NULL;
+  pthread_mutex_lock(&s->mu);
+  s->thread_exited = true;
+  pthread_mutex_unlock(&s->mu);
+  wk__svc_wake(s);
+  return NULL;
+}

@@ -1,0 +1,464 @@
+/* The worker's RPC service on the loop thread: answers the chief's
+ * configure, run, eval, status and shutdown calls (worker/wire.h).
+ *
+ * Happy path: configure, run and eval become jobs for the training thread
+ * (loop.c), which hands each back through the wake handle; the loop packs
+ * the answer and replies. Status and shutdown are answered here at once, as
+ * is a configure that repeats the current run id (a chief that reconnects).
+ * The same wake handle carries the thread's PS operations (pscomm.c).
+ * Failure modes: a chief of another format version (TSR_EVERSION naming
+ * both), a job the thread fails (its code and message, forwarded), an
+ * answer that does not fit the chief's limits (answered with the error).
+ * Shutdown (signal or method): queued jobs are answered TSR_ESHUTDOWN, the
+ * thread stops after its step, PS clients and the server close, the thread
+ * is joined, the last handles close and the loop ends with nothing open.
+ */
+#include "worker/service.h"
+#include "worker/loop_int.h"
+
+#include "common/err.h"
+#include "common/log.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void wk__svc_wake(wk_svc *s) { uv_async_send(&s->wake); }
+
+/* ---- answers ------------------------------------------------------------ */
+
+static void reply_msg(tsr_rpc_incoming *call, const ProtobufCMessage *m) {
+  size_t len = protobuf_c_message_get_packed_size(m);
+  uint8_t *buf = malloc(len ? len : 1);
+  if (!buf) {
+    tsr_rpc_reply_error(call, TSR_ENOMEM, "worker: out of memory for the answer");
+    return;
+  }
+  protobuf_c_message_pack(m, buf);
+  int rc = tsr_rpc_reply(call, buf, len, NULL, 0, NULL, NULL);
+  free(buf);
+  if (rc < 0) tsr_rpc_reply_error(call, rc, "worker: answer over the limits");
+}
+
+static void answer_job(wk_svc *s, wk_job *j) {
+  if (j->rc < 0) {
+    tsr_warn("%s failed: %s",
+             j->kind == WK_JOB_CONFIGURE ? "configure"
+             : j->kind == WK_JOB_RUN     ? "closure"
+                                         : "eval",
+             j->err);
+    tsr_rpc_reply_error(j->call, j->rc, j->err);
+    return;
+  }
+  switch (j->kind) {
+    case WK_JOB_CONFIGURE: {
+      const Tessera__Worker__ConfigureRequest *q = j->call->request;
+      free(s->cfg_device);
+      free(s->cfg_summary);
+      s->cfg_device = strdup(j->out.cfg.device);
+      s->cfg_summary = strdup(j->out.cfg.model_summary);
+      s->cfg_examples = j->out.cfg.examples;
+      s->cfg_run_id = s->cfg_device && s->cfg_summary ? q->run_id : 0;
+      reply_msg(j->call, &j->out.cfg.base);
+      break;
+    }
+    case WK_JOB_RUN: reply_msg(j->call, &j->out.run.base); break;
+    case WK_JOB_EVAL: reply_msg(j->call, &j->out.eval.base); break;
+  }
+}
+
+static void try_finish_close(wk_svc *s);
+
+static void on_wake(uv_async_t *h) {
+  wk_svc *s = h->data;
+  for (;;) {
+    pthread_mutex_lock(&s->mu);
+    wk_job *j = s->done;
+    if (j) {
+      s->done = j->next;
+      if (!s->done) s->done_tail = NULL;
+      s->queued--;
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (!j) break;
+    answer_job(s, j);
+    wk__job_free(j);
+  }
+  wk__ps_issue(s);
+  if (s->closing) try_finish_close(s);
+}
+
+static void enqueue(wk_svc *s, tsr_rpc_incoming *call, wk_job_kind kind) {
+  if (s->closing) {
+    tsr_rpc_reply_error(call, TSR_ESHUTDOWN, "worker: shutting down");
+    return;
+  }
+  wk_job *j = calloc(1, sizeof *j);
+  if (!j) {
+    tsr_rpc_reply_error(call, TSR_ENOMEM, "worker: out of memory");
+    return;
+  }
+  j->kind = kind;
+  j->call = call;
+  pthread_mutex_lock(&s->mu);
+  if (s->jobs_tail)
+    s->jobs_tail->next = j;
+  else
+    s->jobs = j;
+  s->jobs_tail = j;
+  s->queued++;
+  pthread_cond_broadcast(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+}
+
+/* ---- handlers ----------------------------------------------------------- */
+
+static void h_configure(tsr_rpc_incoming *call, void *data) {
+  wk_svc *s = data;
+  const Tessera__Worker__ConfigureRequest *q = call->request;
+  if (q->format_version != WK_FORMAT_VERSION) {
+    char msg[256];
+    snprintf(msg, sizeof msg,
+             "%s: the chief speaks worker format_version %u, this worker %d "
+             "(rebuild one of them from the same release)", s->role,
+             q->format_version, WK_FORMAT_VERSION);
+    tsr_rpc_reply_error(call, TSR_EVERSION, msg);
+    return;
+  }
+  pthread_mutex_lock(&s->mu);
+  bool same = s->cfg_run_id != 0 && s->cfg_run_id == q->run_id &&
+              s->run_id == q->run_id;
+  pthread_mutex_unlock(&s->mu);
+  if (same) {
+    Tessera__Worker__ConfigureResponse r =
+        TESSERA__WORKER__CONFIGURE_RESPONSE__INIT;
+    r.device = s->cfg_device;
+    r.examples = s->cfg_examples;
+    r.model_summary = s->cfg_summary;
+    reply_msg(call, &r.base);
+    return;
+  }
+  s->cfg_run_id = 0;
+  tsr_info("configure for run %llu from %s (%s), model %s",
+           (unsigned long long)q->run_id, call->peer_name, call->peer,
+           q->model_digest && q->model_digest[0] ? q->model_digest : "-");
+  enqueue(s, call, WK_JOB_CONFIGURE);
+}
+
+static void h_run(tsr_rpc_incoming *call, void *data) {
+  enqueue(data, call, WK_JOB_RUN);
+}
+
+static void h_eval(tsr_rpc_incoming *call, void *data) {
+  enqueue(data, call, WK_JOB_EVAL);
+}
+
+static void h_status(tsr_rpc_incoming *call, void *data) {
+  wk_svc *s = data;
+  Tessera__Worker__StatusResponse r = TESSERA__WORKER__STATUS_RESPONSE__INIT;
+  char state[16], device[32], last[WK_ERR_MAX];
+  pthread_mutex_lock(&s->mu);
+  snprintf(state, sizeof state, "%s", s->state);
+  snprintf(device, sizeof device, "%s", s->device);
+  snprintf(last, sizeof last, "%s", s->last_error);
+  r.run_id = s->run_id;
+  r.steps = s->steps;
+  r.examples_per_sec = s->ex_per_sec;
+  pthread_mutex_unlock(&s->mu);
+  r.role = s->role;
+  r.state = state;
+  r.device = device;
+  r.last_error = last;
+  reply_msg(call, &r.base);
+}
+
+static void start_close(wk_svc *s, int code);
+
+static void on_shutdown_written(int status, void *data) {
+  wk_svc *s = data;
+  tsr_info("shutdown asked by the chief");
+  start_close(s, 0);
+}
+
+static void h_shutdown(tsr_rpc_incoming *call, void *data) {
+  wk_svc *s = data;
+  Tessera__Worker__ShutdownResponse r =
+      TESSERA__WORKER__SHUTDOWN_RESPONSE__INIT;
+  uint8_t buf[16];
+  size_t len = tessera__worker__shutdown_response__pack(&r, buf);
+  if (tsr_rpc_reply(call, buf, len, NULL, 0, on_shutdown_written, s) < 0) {
+    tsr_rpc_reply_error(call, TSR_EINVAL, "worker: cannot answer");
+    start_close(s, 0);
+  }
+}
+
+/* ---- shutdown ----------------------------------------------------------- */
+
+static void on_handle_closed(uv_handle_t *h) {
+  wk_svc *s = h->data;
+  s->handles_open--;
+}
+
+static void on_server_closed(void *data) {
+  wk_svc *s = data;
+  s->srv = NULL;
+  try_finish_close(s);
+}
+
+static void try_finish_close(wk_svc *s) {
+  if (s->wake_closed) return;
+  if (s->thread_started) {
+    pthread_mutex_lock(&s->mu);
+    bool exited = s->thread_exited;
+    bool idle = s->done == NULL && s->ops == NULL;
+    pthread_mutex_unlock(&s->mu);
+    if (!exited || !idle) return;
+    pthread_join(s->thread, NULL);
+    s->thread_started = false;
+  }
+  wk__ps_close_all(s);
+  s->wake_closed = true;
+  uv_close((uv_handle_t *)&s->wake, on_handle_closed);
+}
+
+static void start_close(wk_svc *s, int code) {
+  if (s->closing) return;
+  s->closing = true;
+  s->exit_code = code;
+  uv_close((uv_handle_t *)&s->sig_term, on_handle_closed);
+  uv_close((uv_handle_t *)&s->sig_int, on_handle_closed);
+  /* Queued jobs will never run. */
+  pthread_mutex_lock(&s->mu);
+  wk_job *list = s->jobs;
+  s->jobs = s->jobs_tail = NULL;
+  s->stop = true;
+  pthread_cond_broadcast(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+  while (list) {
+    wk_job *j = list;
+    list = j->next;
+    tsr_rpc_reply_error(j->call, TSR_ESHUTDOWN, "worker: shutting down");
+    pthread_mutex_lock(&s->mu);
+    s->queued--;
+    pthread_mutex_unlock(&s->mu);
+    wk__job_free(j);
+  }
+  s->closing_ps = true;
+  wk__ps_close_all(s); /* calls in flight fail: the thread moves on */
+  if (s->srv) tsr_rpc_server_close(s->srv, on_server_closed, s);
+  try_finish_close(s);
+}
+
+static void on_signal(uv_signal_t *h, int signum) {
+  wk_svc *s = h->data;
+  tsr_info("signal %d: shutting down", signum);
+  start_close(s, 0);
+}
+
+/* ---- main --------------------------------------------------------------- */
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: tessera-worker [--cluster FILE.json] [--task worker:N]\n"
+          "                      [--token-file FILE] [--device auto|cpu|gpu]\n"
+          "                      [--ps-deadline-ms MS] [--listen HOST:PORT]\n"
+          "  The cluster comes from TF_CONFIG unless --cluster is given; the\n"
+          "  token from TESSERA_TOKEN unless --token-file is given.\n"
+          "  tessera-worker --standalone --job JOB.json trains in one process.\n");
+}
+
+static bool is_loopback(const char *host) {
+  return strncmp(host, "127.", 4) == 0 || strcmp(host, "localhost") == 0 ||
+         strcmp(host, "::1") == 0;
+}
+
+static int register_all(wk_svc *s) {
+  const tsr_rpc_method ms[] = {
+      {WK_M_CONFIGURE, "configure", h_configure, s,
+       &tessera__worker__configure_request__descriptor, NULL, NULL},
+      {WK_M_RUN, "run", h_run, s, &tessera__worker__run_request__descriptor,
+       NULL, NULL},
+      {WK_M_EVAL, "eval", h_eval, s,
+       &tessera__worker__eval_request__descriptor, NULL, NULL},
+      {WK_M_STATUS, "status", h_status, s,
+       &tessera__worker__status_request__descriptor, NULL, NULL},
+      {WK_M_SHUTDOWN, "shutdown", h_shutdown, s,
+       &tessera__worker__shutdown_request__descriptor, NULL, NULL},
+  };
+  for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
+    int rc = tsr_rpc_server_register_method(s->srv, &ms[i]);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+typedef struct {
+  const char *cluster_file, *task, *token_file, *device, *listen;
+  long deadline_ms;
+} wk_flags;
+
+static int parse_flags(int argc, char **argv, wk_flags *f) {
+  static const struct option opts[] = {
+      {"cluster", required_argument, 0, 'c'},
+      {"task", required_argument, 0, 't'},
+      {"token-file", required_argument, 0, 'k'},
+      {"device", required_argument, 0, 'd'},
+      {"ps-deadline-ms", required_argument, 0, 'p'},
+      {"listen", required_argument, 0, 'l'},
+      {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
+  int ch;
+  optind = 1;
+  while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    switch (ch) {
+      case 'c': f->cluster_file = optarg; break;
+      case 't': f->task = optarg; break;
+      case 'k': f->token_file = optarg; break;
+      case 'd': f->device = optarg; break;
+      case 'l': f->listen = optarg; break;
+      case 'p': {
+        char *end;
+        f->deadline_ms = strtol(optarg, &end, 10);
+        if (*end || f->deadline_ms < 1 || f->deadline_ms > 86400000) {
+          fprintf(stderr, "tessera-worker: --ps-deadline-ms %s: expected "
+                          "milliseconds in 1..86400000\n", optarg);
+          return 2;
+        }
+        break;
+      }
+      case 'h': usage(stdout); return 1;
+      default: usage(stderr); return 2;
+    }
+  }
+  if (optind < argc) {
+    fprintf(stderr, "tessera-worker: unexpected argument %s\n", argv[optind]);
+    return 2;
+  }
+  return 0;
+}
+
+static int setup(wk_svc *s, const wk_flags *f, char *err, size_t errlen) {
+  int rc;
+  if ((rc = tsr_cluster_load(f->cluster_file, f->task, &s->cluster, err,
+                             errlen)))
+    return rc;
+  if (s->cluster.task_type != TSR_TASK_WORKER) {
+    snprintf(err, errlen, "task type %s: tessera-worker runs worker tasks "
+             "only (set TF_CONFIG's task or --task worker:N)",
+             tsr_task_type_name(s->cluster.task_type));
+    return TSR_ECONFIG;
+  }
+  s->task_index = s->cluster.task_index;
+  snprintf(s->role, sizeof s->role, "worker:%d", s->task_index);
+  tsr_log_set_task(s->role);
+  s->kopts.device = KERN_DEVICE_AUTO;
+  s->kopts.cpu_threads = 1;
+  if (f->device) {
+    if (strcmp(f->device, "cpu") == 0)
+      s->kopts.device = KERN_DEVICE_CPU;
+    else if (strcmp(f->device, "gpu") == 0)
+      s->kopts.device = KERN_DEVICE_GPU;
+    else if (strcmp(f->device, "auto") != 0) {
+      snprintf(err, errlen, "--device %s: expected auto, cpu or gpu",
+               f->device);
+      return TSR_ECONFIG;
+    }
+  }
+  s->ps_deadline_ms = (uint32_t)(f->deadline_ms > 0 ? f->deadline_ms : 60000);
+  return 0;
+}
+
+int wk_service_main(int argc, char **argv) {
+  wk_flags f = {0};
+  int rc = parse_flags(argc, argv, &f);
+  if (rc) return rc == 1 ? 0 : rc;
+  tsr_log_init("worker");
+  char err[WK_ERR_MAX];
+  wk_svc *s = calloc(1, sizeof *s);
+  uv_loop_t loop;
+  if (!s) return 1;
+  tsr_cluster_init(&s->cluster);
+  snprintf(s->state, sizeof s->state, "idle");
+  if ((rc = setup(s, &f, err, sizeof err))) {
+    tsr_error("%s", err);
+    tsr_cluster_free(&s->cluster);
+    free(s);
+    return 2;
+  }
+  uint8_t token[TSR_RPC_TOKEN_MAX];
+  size_t token_len = 0;
+  if ((rc = tsr_rpc_token_load(f.token_file, token, sizeof token, &token_len,
+                               err, sizeof err))) {
+    tsr_error("%s", err);
+    tsr_cluster_free(&s->cluster);
+    free(s);
+    return 2;
+  }
+  const tsr_task_addr *me =
+      tsr_cluster_find(&s->cluster, TSR_TASK_WORKER, s->task_index);
+  char listen_addr[300];
+  if (f.listen)
+    snprintf(listen_addr, sizeof listen_addr, "%s", f.listen);
+  else if (is_loopback(me->host))
+    snprintf(listen_addr, sizeof listen_addr, "%s", me->addr);
+  else
+    snprintf(listen_addr, sizeof listen_addr, "0.0.0.0:%d", me->port);
+
+  int code = 1;
+  pthread_mutex_init(&s->mu, NULL);
+  pthread_cond_init(&s->cv, NULL);
+  uv_loop_init(&loop);
+  s->loop = &loop;
+  tsr_rpc_opts ro = {.name = s->role, .token = token, .token_len = token_len};
+  if ((rc = tsr_rpc_ctx_new(&s->rpc, &loop, &ro))) {
+    tsr_error("cannot make the RPC context: %s", tsr_strerror(rc));
+    goto out_loop;
+  }
+  uv_async_init(&loop, &s->wake, on_wake);
+  s->wake.data = s;
+  uv_signal_init(&loop, &s->sig_term);
+  uv_signal_init(&loop, &s->sig_int);
+  s->sig_term.data = s->sig_int.data = s;
+  s->handles_open = 3;
+  uv_signal_start(&s->sig_term, on_signal, SIGTERM);
+  uv_signal_start(&s->sig_int, on_signal, SIGINT);
+
+  if (pthread_create(&s->thread, NULL, wk__thread_main, s) != 0) {
+    tsr_error("cannot start the training thread");
+    start_close(s, 1);
+    goto run;
+  }
+  s->thread_started = true;
+  if ((rc = tsr_rpc_server_new(&s->srv, s->rpc)) || (rc = register_all(s))) {
+    tsr_error("cannot make the RPC server: %s", tsr_strerror(rc));
+    start_close(s, 1);
+    goto run;
+  }
+  if ((rc = tsr_rpc_server_listen(s->srv, listen_addr))) {
+    tsr_error("cannot listen on %s: %s", listen_addr, tsr_strerror(rc));
+    start_close(s, 1);
+    goto run;
+  }
+  tsr_info("listening on %s (%s)", listen_addr, me->addr);
+run:
+  uv_run(&loop, UV_RUN_DEFAULT);
+  code = s->exit_code;
+  if (s->handles_open != 0 || s->srv || s->ps_closing) {
+    tsr_error("loop ended with handles open");
+    code = 1;
+  }
+  if (tsr_rpc_ctx_free(s->rpc) != 0) code = 1;
+out_loop:
+  if (uv_loop_close(&loop) != 0) {
+    tsr_error("loop closed with handles open");
+    code = 1;
+  }
+  pthread_cond_destroy(&s->cv);
+  pthread_mutex_destroy(&s->mu);
+  free(s->cfg_device);
+  free(s->cfg_summary);
+  tsr_cluster_free(&s->cluster);
+  free(s);
+  return code;
+}
