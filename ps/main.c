@@ -1,45 +1,219 @@
-/* tessera-ps: resolves its place in the cluster (TF_CONFIG or
- * --cluster/--task) and reports it. The serving loop arrives with the
- * ps module; until then the binary refuses to run a job rather than
- * pretend to. */
+/* tessera-ps: one parameter server of a Tessera cluster.
+ *
+ * Happy path: resolve the cluster (TF_CONFIG or --cluster/--task; the task
+ * must be a ps), read the cluster token (--token-file or TESSERA_TOKEN),
+ * make the service with every method registered, listen on this task's
+ * port, serve until the shutdown method or SIGTERM/SIGINT, then close
+ * everything and exit 0.
+ * Failure modes: a bad cluster spec, a missing token, an address that
+ * cannot be bound, a bad flag: one line naming the problem, exit 2.
+ */
 #include "common/cluster.h"
 #include "common/err.h"
 #include "common/log.h"
+#include "common/rpc/rpc.h"
+#include "ps/ps.h"
 
+#include <arpa/inet.h>
 #include <getopt.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+typedef struct {
+  uv_loop_t loop;
+  tsr_rpc_ctx *ctx;
+  ps_server *srv;
+  uv_signal_t sigterm, sigint;
+  int closing;
+} ps_main;
 
 static void usage(FILE *f) {
-  fprintf(f, "usage: tessera-ps [--cluster FILE.json] [--task TYPE:INDEX]\n"
-             "  The cluster comes from TF_CONFIG unless --cluster is given.\n");
+  fprintf(f,
+          "usage: tessera-ps [--cluster FILE.json] [--task ps:INDEX]\n"
+          "                  [--token-file FILE] [--memory-limit BYTES]\n"
+          "                  [--listen HOST:PORT] [--mode async|ssp:S|sync]\n"
+          "                  [--allow-nonfinite]\n"
+          "  The cluster comes from TF_CONFIG unless --cluster is given; the\n"
+          "  token from TESSERA_TOKEN unless --token-file is given.\n"
+          "  --memory-limit takes a byte count with an optional K, M, G or T\n"
+          "  suffix (default: 80%% of the machine's memory).\n");
+}
+
+static int parse_bytes(const char *s, size_t *out) {
+  char *end;
+  double v = strtod(s, &end);
+  if (end == s || v < 0) return TSR_EINVAL;
+  double mul = 1;
+  switch (*end) {
+    case 'k': case 'K': mul = 1024.0; end++; break;
+    case 'm': case 'M': mul = 1024.0 * 1024; end++; break;
+    case 'g': case 'G': mul = 1024.0 * 1024 * 1024; end++; break;
+    case 't': case 'T': mul = 1024.0 * 1024 * 1024 * 1024; end++; break;
+    default: break;
+  }
+  if (*end == 'i' || *end == 'B') end++;
+  if (*end == 'B') end++;
+  if (*end) return TSR_EINVAL;
+  *out = (size_t)(v * mul);
+  return 0;
+}
+
+static void closed_all(void *data) {
+  ps_main *m = data;
+  m->srv = NULL;
+}
+
+static void begin_close(ps_main *m) {
+  if (m->closing) return;
+  m->closing = 1;
+  uv_close((uv_handle_t *)&m->sigterm, NULL);
+  uv_close((uv_handle_t *)&m->sigint, NULL);
+  ps_server_close(m->srv, closed_all, m);
+}
+
+static void on_signal(uv_signal_t *h, int signum) {
+  ps_main *m = h->data;
+  tsr_info("signal %d: closing", signum);
+  begin_close(m);
+}
+
+static void on_shutdown(ps_server *s, void *data) { begin_close(data); }
+
+/* Binds the cluster's own host when it is an address of this machine's
+ * kind (an IP literal or localhost), else every interface, as TF does. */
+static void listen_addr(const tsr_task_addr *a, char *out, size_t len) {
+  unsigned char buf[16];
+  if (inet_pton(AF_INET, a->host, buf) == 1)
+    snprintf(out, len, "%s:%d", a->host, a->port);
+  else if (inet_pton(AF_INET6, a->host, buf) == 1)
+    snprintf(out, len, "[%s]:%d", a->host, a->port);
+  else if (strcmp(a->host, "localhost") == 0)
+    snprintf(out, len, "127.0.0.1:%d", a->port);
+  else
+    snprintf(out, len, "0.0.0.0:%d", a->port);
 }
 
 int main(int argc, char **argv) {
-  const char *cluster_file = NULL, *task = NULL;
-  static const struct option opts[] = {{"cluster", required_argument, 0, 'c'},
-                                       {"task", required_argument, 0, 't'},
-                                       {"help", no_argument, 0, 'h'},
-                                       {0, 0, 0, 0}};
+  const char *cluster_file = NULL, *task = NULL, *token_file = NULL,
+             *listen = NULL, *mode = NULL;
+  size_t mem_limit = 0;
+  int allow_nonfinite = 0;
+  static const struct option opts[] = {
+      {"cluster", required_argument, 0, 'c'},
+      {"task", required_argument, 0, 't'},
+      {"token-file", required_argument, 0, 'k'},
+      {"memory-limit", required_argument, 0, 'm'},
+      {"listen", required_argument, 0, 'l'},
+      {"mode", required_argument, 0, 'M'},
+      {"allow-nonfinite", no_argument, 0, 'n'},
+      {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
   int ch;
+  tsr_log_init("ps");
   while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (ch) {
       case 'c': cluster_file = optarg; break;
       case 't': task = optarg; break;
+      case 'k': token_file = optarg; break;
+      case 'l': listen = optarg; break;
+      case 'M': mode = optarg; break;
+      case 'n': allow_nonfinite = 1; break;
+      case 'm':
+        if (parse_bytes(optarg, &mem_limit) || mem_limit == 0) {
+          tsr_error("--memory-limit \"%s\" is not a byte count (e.g. 8G)",
+                    optarg);
+          return 2;
+        }
+        break;
       case 'h': usage(stdout); return 0;
       default: usage(stderr); return 2;
     }
   }
-  tsr_log_init("ps");
+  if (optind < argc) {
+    tsr_error("unexpected argument \"%s\"", argv[optind]);
+    usage(stderr);
+    return 2;
+  }
+  if (!mem_limit) {
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    mem_limit = pages > 0 && psz > 0 ? (size_t)pages * (size_t)psz / 10 * 8 : 0;
+  }
   tsr_cluster c;
   char err[TSR_ERRBUF];
   if (tsr_cluster_load(cluster_file, task, &c, err, sizeof err)) {
     tsr_error("%s", err);
     return 2;
   }
-  tsr_error("tessera-ps is not implemented in this build: the cluster "
-            "resolved, but no ps service is compiled in");
+  if (c.task_type != TSR_TASK_PS) {
+    tsr_error("task is %s:%d; tessera-ps runs a ps task (--task ps:N)",
+              tsr_task_type_name(c.task_type), c.task_index);
+    tsr_cluster_free(&c);
+    return 2;
+  }
+  const tsr_task_addr *me = tsr_cluster_find(&c, TSR_TASK_PS, c.task_index);
+  char addr[300], name[32];
+  if (listen)
+    snprintf(addr, sizeof addr, "%s", listen);
+  else
+    listen_addr(me, addr, sizeof addr);
+  snprintf(name, sizeof name, "ps:%d", c.task_index);
+  tsr_log_set_task(name);
   tsr_cluster_free(&c);
-  return 3;
+
+  char token[TSR_RPC_TOKEN_MAX];
+  size_t token_len = 0;
+  if (tsr_rpc_token_load(token_file, token, sizeof token, &token_len, err,
+                         sizeof err)) {
+    tsr_error("%s", err);
+    return 2;
+  }
+
+  ps_main m;
+  memset(&m, 0, sizeof m);
+  int rc = uv_loop_init(&m.loop);
+  if (rc) {
+    tsr_error("uv_loop_init: %s", uv_strerror(rc));
+    return 1;
+  }
+  tsr_rpc_opts ro = {0};
+  ro.name = name;
+  ro.token = token;
+  ro.token_len = token_len;
+  ro.max_payload_bytes = 4ull << 30;
+  if ((rc = tsr_rpc_ctx_new(&m.ctx, &m.loop, &ro))) {
+    tsr_error("rpc context: %s", tsr_strerror(rc));
+    return 2;
+  }
+  ps_server_opts po = {0};
+  po.memory_limit = mem_limit;
+  po.allow_nonfinite = allow_nonfinite;
+  po.mode = mode;
+  po.on_shutdown = on_shutdown;
+  po.data = &m;
+  if ((rc = ps_server_new(&m.srv, m.ctx, &po))) {
+    tsr_error("cannot start the service: %s", tsr_strerror(rc));
+    return 2;
+  }
+  uv_signal_init(&m.loop, &m.sigterm);
+  uv_signal_init(&m.loop, &m.sigint);
+  m.sigterm.data = m.sigint.data = &m;
+  uv_signal_start(&m.sigterm, on_signal, SIGTERM);
+  uv_signal_start(&m.sigint, on_signal, SIGINT);
+  int exit_code = 0;
+  if ((rc = ps_server_listen(m.srv, addr))) {
+    tsr_error("cannot listen on %s: %s", addr, tsr_strerror(rc));
+    exit_code = 2;
+    begin_close(&m);
+  } else {
+    tsr_info("serving on %s (memory limit %zu bytes)", addr, mem_limit);
+  }
+  uv_run(&m.loop, UV_RUN_DEFAULT);
+  if ((rc = tsr_rpc_ctx_free(m.ctx)))
+    tsr_warn("rpc context still busy at exit: %s", tsr_strerror(rc));
+  if ((rc = uv_loop_close(&m.loop)))
+    tsr_warn("loop still has handles at exit: %s", uv_strerror(rc));
+  return exit_code;
 }

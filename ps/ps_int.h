@@ -16,35 +16,10 @@
 #include "common/job.h"
 #include "kernels/init.h"
 #include "kernels/optim.h"
-
-#define PS_NAME_MAX 256
-#define PS_MAX_RANK 8
-
-/* Wire dtypes of gradients (and of the variable, which is float32). */
-typedef enum {
-  PS_DT_F32 = 0,
-  PS_DT_BF16 = 1,
-  PS_DT_F16 = 2
-} ps_dtype;
+#include "ps/client.h"
 
 size_t ps__dtype_size(int dt);
 const char *ps__dtype_name(int dt);
-
-/* What a shard is: enough to rebuild it and to tell whether a second
- * create names the same thing (ps__spec_equal). */
-typedef struct {
-  char name[PS_NAME_MAX];
-  int rank;
-  int64_t shape[PS_MAX_RANK];   /* the full variable */
-  bool sparse;                  /* rows by id, created on first touch */
-  bool bounded;                 /* sparse: ids limited to [row0, row0+rows);
-                                   unbounded: id % num_shards == shard */
-  int32_t shard, num_shards;
-  int64_t row0, rows;           /* rows of this shard (dense, bounded) */
-  kern_init_spec init;
-  uint64_t seed;
-  tsr_optim_spec optim;
-} ps_var_spec;
 
 bool ps__spec_equal(const ps_var_spec *a, const ps_var_spec *b);
 /* Elements per row: product of shape[1..rank). */

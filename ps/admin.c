@@ -1,0 +1,575 @@
+/* The PS service around the data path: the server's life (new, listen,
+ * close), create, clocks and membership, config, save, restore, stats,
+ * shutdown.
+ *
+ * Happy path. Create adds a shard entry at once (so pushes that follow
+ * queue behind it) and allocates and initialises it on the pool; a second
+ * create with the same spec is a no-op, with another spec an error naming
+ * the field. Save writes every shard as a reader (pulls go on, applies
+ * wait). Restore loads every shard aside on the pool first; only when all
+ * loaded does each shard swap in as a write, so a bad file fails the
+ * restore whole. Shutdown answers, then calls the host's on_shutdown.
+ * Failure modes: conflicting create (TSR_EEXISTS), unknown mode
+ * (TSR_EINVAL), checkpoint errors (the file and the reason).
+ */
+#include "ps/svc_int.h"
+#include "common/clock.h"
+#include "common/err.h"
+#include "common/log.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* ---- batches ----------------------------------------------------------------*/
+
+static ps_batch *ps__batch_new(tsr_rpc_incoming *call, size_t n) {
+  ps_batch *b = calloc(1, sizeof *b);
+  if (!b) return NULL;
+  b->call = call;
+  b->method = (int)call->method;
+  b->n = n;
+  b->ents = calloc(n ? n : 1, sizeof *b->ents);
+  b->loaded = calloc(n ? n : 1, sizeof *b->loaded);
+  b->created = calloc(n ? n : 1, sizeof *b->created);
+  if (!b->ents || !b->loaded || !b->created) {
+    free(b->ents);
+    free(b->loaded);
+    free(b->created);
+    free(b);
+    return NULL;
+  }
+  b->pending = 1; /* the caller's own reference, dropped by batch_done */
+  return b;
+}
+
+static void ps__batch_free(ps_server *s, ps_batch *b) {
+  for (size_t i = 0; i < b->n; i++) ps__shard_free(b->loaded[i], &s->mem);
+  free(b->ents);
+  free(b->loaded);
+  free(b->created);
+  free(b);
+}
+
+static ps_op *ps__batch_op(ps_server *s, ps_batch *b, ps_entry *e,
+                           ps_op_kind k) {
+  ps_op *op = calloc(1, sizeof *op);
+  if (!op) return NULL;
+  op->srv = s;
+  op->e = e;
+  op->kind = k;
+  op->batch = b;
+  op->method = b->method;
+  b->pending++;
+  return op;
+}
+
+static void ps__remove_entry(ps_server *s, ps_entry *e) {
+  for (int i = 0; i < s->n_ents; i++)
+    if (s->ents[i] == e) {
+      s->ents[i] = s->ents[--s->n_ents];
+      break;
+    }
+  while (e->head) {
+    ps_op *op = e->head;
+    e->head = op->next;
+    ps__op_fail(s, op, TSR_ENOTFOUND, "%s shard %d: its creation failed",
+                e->spec.name, e->spec.shard);
+  }
+  ps__entry_free(e, &s->mem);
+}
+
+static void ps__restore_swap_all(ps_server *s, ps_batch *b);
+
+void ps__batch_finish(ps_server *s, ps_batch *b) {
+  if (b->method == PS_M_RESTORE && !b->rc && b->pending == 0 && b->ents[0] &&
+      b->loaded[0]) {
+    /* phase 2: every shard loaded, swap each in as a write */
+    ps__restore_swap_all(s, b);
+    return;
+  }
+  if (b->rc) {
+    tsr_rpc_reply_error(b->call, b->rc, b->err);
+    ps__batch_free(s, b);
+    return;
+  }
+  switch (b->method) {
+    case PS_M_CREATE: {
+      Tessera__Ps__CreateResponse m = TESSERA__PS__CREATE_RESPONSE__INIT;
+      protobuf_c_boolean *cr = calloc(b->n ? b->n : 1, sizeof *cr);
+      for (size_t i = 0; cr && i < b->n; i++) cr[i] = b->created[i];
+      m.n_created = cr ? b->n : 0;
+      m.created = cr;
+      ps__reply_msg(b->call, &m.base);
+      free(cr);
+      break;
+    }
+    case PS_M_SAVE: {
+      Tessera__Ps__SaveResponse m = TESSERA__PS__SAVE_RESPONSE__INIT;
+      m.shards = b->count;
+      m.bytes = b->bytes;
+      ps__reply_msg(b->call, &m.base);
+      break;
+    }
+    case PS_M_RESTORE: {
+      Tessera__Ps__RestoreResponse m = TESSERA__PS__RESTORE_RESPONSE__INIT;
+      m.shards = b->count;
+      ps__reply_msg(b->call, &m.base);
+      break;
+    }
+    default: tsr_rpc_reply_error(b->call, TSR_EINVAL, "unknown batch"); break;
+  }
+  ps__batch_free(s, b);
+}
+
+/* ---- pool work of create, save, restore --------------------------------------*/
+
+void ps__admin_work(ps_server *s, ps_op *op) {
+  ps_entry *e = op->e;
+  switch (op->kind) {
+    case PS_OP_CREATE:
+      op->rc = ps__shard_new(&e->spec, &s->mem, &op->loaded, op->err,
+                             sizeof op->err);
+      break;
+    case PS_OP_SAVE:
+      op->rc = ps__ckpt_save_shard(e->sh, op->batch->dir, op->err,
+                                   sizeof op->err);
+      op->out_len = e->spec.sparse
+                        ? e->sh->rows.count * (size_t)e->width *
+                              (size_t)(1 + e->sh->nslots) * 4
+                        : e->numel * (size_t)(1 + e->sh->nslots) * 4;
+      break;
+    default: op->rc = TSR_EINVAL; break;
+  }
+}
+
+void ps__admin_after(ps_server *s, ps_op *op) {
+  ps_batch *b = op->batch;
+  ps_entry *e = op->e;
+  switch (op->kind) {
+    case PS_OP_CREATE:
+      if (op->rc) {
+        if (!b->rc) {
+          b->rc = op->rc;
+          snprintf(b->err, sizeof b->err, "%s", op->err);
+        }
+        ps__remove_entry(s, e);
+        e = NULL;
+      } else {
+        e->sh = op->loaded;
+        e->version = e->sh->version;
+      }
+      break;
+    case PS_OP_SAVE:
+      if (op->rc && !b->rc) {
+        b->rc = op->rc;
+        snprintf(b->err, sizeof b->err, "%s", op->err);
+      }
+      if (!op->rc) {
+        b->count++;
+        b->bytes += op->out_len;
+      }
+      break;
+    case PS_OP_SWAP:
+      ps__shard_free(e->sh, &s->mem);
+      e->sh = op->loaded;
+      e->version = e->sh->version;
+      e->step = e->sh->step;
+      e->n_pushed = 0;
+      b->count++;
+      break;
+    default: break;
+  }
+  free(op);
+  if (e) ps__dispatch(s, e);
+  ps__batch_done(s, b);
+}
+
+/* ---- create -------------------------------------------------------------------*/
+
+static void ps__on_create(tsr_rpc_incoming *call, void *data) {
+  ps_server *s = data;
+  Tessera__Ps__CreateRequest *r = call->request;
+  char err[512];
+  ps_var_spec *specs = calloc(r->n_vars ? r->n_vars : 1, sizeof *specs);
+  ps_batch *b = ps__batch_new(call, r->n_vars);
+  if (!specs || !b) {
+    free(specs);
+    if (b) ps__batch_free(s, b);
+    tsr_rpc_reply_error(call, TSR_ENOMEM, "out of memory");
+    return;
+  }
+  /* check every spec before creating any */
+  for (size_t i = 0; i < r->n_vars; i++) {
+    int rc = ps__spec_from_proto(r->vars[i], &specs[i], err, sizeof err);
+    ps_entry *e = rc ? NULL : ps__find(s, specs[i].name, specs[i].shard);
+    if (!rc && e && !ps__spec_equal(&e->spec, &specs[i])) {
+      snprintf(err, sizeof err, "%s shard %d already exists with another "
+               "spec (shape, rows, initializer, seed or optimizer differ)",
+               specs[i].name, specs[i].shard);
+      rc = TSR_EEXISTS;
+    }
+    if (rc) {
+      tsr_rpc_reply_error(call, rc, err);
+      ps__batch_free(s, b);
+      free(specs);
+      return;
+    }
+  }
+  for (size_t i = 0; i < r->n_vars; i++) {
+    if (ps__find(s, specs[i].name, specs[i].shard)) continue;
+    if (s->n_ents == s->cap_ents) {
+      int nc = s->cap_ents ? 2 * s->cap_ents : 16;
+      ps_entry **ne = realloc(s->ents, (size_t)nc * sizeof *ne);
+      if (ne) {
+        s->ents = ne;
+        s->cap_ents = nc;
+      }
+    }
+    ps_entry *e = s->n_ents < s->cap_ents ? calloc(1, sizeof *e) : NULL;
+    ps_op *op = e ? ps__batch_op(s, b, e, PS_OP_CREATE) : NULL;
+    if (!op) {
+      free(e);
+      b->rc = TSR_ENOMEM;
+      snprintf(b->err, sizeof b->err, "out of memory creating %s",
+               specs[i].name);
+      break;
+    }
+    e->spec = specs[i];
+    e->width = ps__spec_width(&specs[i]);
+    e->numel = specs[i].sparse ? 0 : (size_t)(specs[i].rows * e->width);
+    s->ents[s->n_ents++] = e;
+    b->created[i] = true;
+    ps__enqueue(s, op, false);
+  }
+  free(specs);
+  ps__batch_done(s, b);
+}
+
+/* ---- clocks and config -----------------------------------------------------------*/
+
+static void ps__on_clock(tsr_rpc_incoming *call, void *data) {
+  ps_server *s = data;
+  Tessera__Ps__ClockRequest *r = call->request;
+  int rc;
+  switch (r->op) {
+    case TESSERA__PS__CLOCK_REQUEST__OP__JOIN:
+      rc = ps__cons_join(&s->cons, r->worker, r->clock);
+      break;
+    case TESSERA__PS__CLOCK_REQUEST__OP__LEAVE:
+      rc = ps__cons_leave(&s->cons, r->worker);
+      if (rc == TSR_ENOTFOUND) rc = 0; /* leaving twice is harmless */
+      break;
+    default: rc = ps__cons_clock(&s->cons, r->worker, r->clock); break;
+  }
+  if (rc) {
+    char msg[128];
+    snprintf(msg, sizeof msg, "clock: worker %d clock %" PRId64 " refused",
+             r->worker, r->clock);
+    tsr_rpc_reply_error(call, rc, msg);
+    return;
+  }
+  ps__sync_check(s);
+  ps__wake(s);
+  Tessera__Ps__ClockResponse m = TESSERA__PS__CLOCK_RESPONSE__INIT;
+  int64_t mc = ps__cons_min_clock(&s->cons);
+  m.min_clock = mc == INT64_MAX ? -1 : mc;
+  m.active = ps__cons_active(&s->cons);
+  ps__reply_msg(call, &m.base);
+}
+
+static void ps__on_config(tsr_rpc_incoming *call, void *data) {
+  ps_server *s = data;
+  Tessera__Ps__ConfigRequest *r = call->request;
+  ps_mode mode;
+  int st;
+  if (ps__mode_parse(r->mode, &mode, &st)) {
+    char msg[300];
+    snprintf(msg, sizeof msg, "mode \"%.200s\" is not async, ssp:S or sync",
+             r->mode ? r->mode : "");
+    tsr_rpc_reply_error(call, TSR_EINVAL, msg);
+    return;
+  }
+  ps__cons_set_mode(&s->cons, mode, st);
+  s->allow_nonfinite = r->allow_nonfinite || s->opts.allow_nonfinite;
+  ps__sync_check(s);
+  ps__wake(s);
+  Tessera__Ps__ConfigResponse m = TESSERA__PS__CONFIG_RESPONSE__INIT;
+  m.mode = r->mode && r->mode[0] ? r->mode : (char *)"async";
+  ps__reply_msg(call, &m.base);
+}
+
+/* ---- save and restore ------------------------------------------------------------*/
+
+static int ps__mkdirs(const char *dir) {
+  char p[4096];
+  snprintf(p, sizeof p, "%s", dir);
+  for (char *c = p + 1; *c; c++) {
+    if (*c != '/') continue;
+    *c = 0;
+    if (mkdir(p, 0755) && errno != EEXIST) return -errno;
+    *c = '/';
+  }
+  if (mkdir(p, 0755) && errno != EEXIST) return -errno;
+  return 0;
+}
+
+static void ps__on_save(tsr_rpc_incoming *call, void *data) {
+  ps_server *s = data;
+  Tessera__Ps__SaveRequest *r = call->request;
+  char msg[4200];
+  if (!r->dir || !r->dir[0] || strlen(r->dir) >= 4000) {
+    tsr_rpc_reply_error(call, TSR_EINVAL, "save: no folder given");
+    return;
+  }
+  int rc = ps__mkdirs(r->dir);
+  if (rc) {
+    snprintf(msg, sizeof msg, "save: cannot create %s: %s", r->dir,
+             uv_strerror(rc));
+    tsr_rpc_reply_error(call, rc, msg);
+    return;
+  }
+  ps_batch *b = ps__batch_new(call, 0);
+  if (!b) {
+    tsr_rpc_reply_error(call, TSR_ENOMEM, "out of memory");
+    return;
+  }
+  snprintf(b->dir, sizeof b->dir, "%s", r->dir);
+  for (int i = 0; i < s->n_ents; i++) {
+    ps_op *op = ps__batch_op(s, b, s->ents[i], PS_OP_SAVE);
+    if (!op) {
+      b->rc = TSR_ENOMEM;
+      break;
+    }
+    ps__enqueue(s, op, false);
+  }
+  ps__batch_done(s, b);
+}
+
+typedef struct {
+  ps_server *s;
+  ps_batch *b;
+  size_t i;
+  uv_work_t work;
+  int rc;
+  char err[512];
+} ps__load_job;
+
+static void ps__load_work(uv_work_t *w) {
+  ps__load_job *j = w->data;
+  ps_entry *e = j->b->ents[j->i];
+  j->rc = ps__ckpt_load_shard(&e->spec, &j->s->mem, j->b->dir,
+                              &j->b->loaded[j->i], j->err, sizeof j->err);
+}
+
+static void ps__load_after(uv_work_t *w, int status) {
+  ps__load_job *j = w->data;
+  ps_server *s = j->s;
+  ps_batch *b = j->b;
+  s->works--;
+  if (j->rc && !b->rc) {
+    b->rc = j->rc;
+    snprintf(b->err, sizeof b->err, "restore failed, nothing changed: %s",
+             j->err);
+  }
+  free(j);
+  ps__batch_done(s, b);
+  ps__maybe_finish(s);
+}
+
+static void ps__restore_swap_all(ps_server *s, ps_batch *b) {
+  b->pending = 1;
+  for (size_t i = 0; i < b->n; i++) {
+    ps_op *op = ps__batch_op(s, b, b->ents[i], PS_OP_SWAP);
+    if (!op) {
+      /* cannot happen in practice; the shards stay as they were */
+      b->rc = TSR_ENOMEM;
+      snprintf(b->err, sizeof b->err, "out of memory during restore");
+      break;
+    }
+    op->loaded = b->loaded[i];
+    b->loaded[i] = NULL;
+    ps__enqueue(s, op, false);
+  }
+  b->ents[0] = NULL; /* phase 2 started */
+  ps__batch_done(s, b);
+}
+
+static void ps__on_restore(tsr_rpc_incoming *call, void *data) {
+  ps_server *s = data;
+  Tessera__Ps__RestoreRequest *r = call->request;
+  char msg[600];
+  if (!r->dir || !r->dir[0] || strlen(r->dir) >= 4000) {
+    tsr_rpc_reply_error(call, TSR_EINVAL, "restore: no folder given");
+    return;
+  }
+  size_t n = r->n_shards ? r->n_shards : (size_t)s->n_ents;
+  ps_batch *b = ps__batch_new(call, n);
+  if (!b) {
+    tsr_rpc_reply_error(call, TSR_ENOMEM, "out of memory");
+    return;
+  }
+  snprintf(b->dir, sizeof b->dir, "%s", r->dir);
+  for (size_t i = 0; i < n; i++) {
+    ps_entry *e = r->n_shards ? ps__find(s, r->shards[i]->name,
+                                         r->shards[i]->shard)
+                              : s->ents[i];
+    if (!e || !e->sh) {
+      snprintf(msg, sizeof msg, "restore: %s shard %d is not created on this "
+               "parameter server", r->n_shards ? r->shards[i]->name : "?",
+               r->n_shards ? r->shards[i]->shard : -1);
+      tsr_rpc_reply_error(call, TSR_ENOTFOUND, msg);
+      ps__batch_free(s, b);
+      return;
+    }
+    b->ents[i] = e;
+  }
+  if (n == 0) {
+    ps__batch_done(s, b);
+    return;
+  }
+  for (size_t i = 0; i < n; i++) {
+    ps__load_job *j = calloc(1, sizeof *j);
+    if (!j) {
+      b->rc = TSR_ENOMEM;
+      break;
+    }
+    j->s = s;
+    j->b = b;
+    j->i = i;
+    j->work.data = j;
+    b->pending++;
+    s->works++;
+    int rc = uv_queue_work(s->loop, &j->work, ps__load_work, ps__load_after);
+    if (rc) {
+      s->works--;
+      b->pending--;
+      b->rc = rc;
+      free(j);
+      break;
+    }
+  }
+  ps__batch_done(s, b);
+}
+
+/* ---- stats and shutdown -----------------------------------------------------------*/
+
+static void ps__on_stats(tsr_rpc_incoming *call, void *data) {
+  ps_server *s = data;
+  Tessera__Ps__StatsResponse m = TESSERA__PS__STATS_RESPONSE__INIT;
+  tsr_rpc_stats rs;
+  tsr_rpc_server_stats(s->rpc, &rs);
+  m.bytes_in = rs.bytes_in;
+  m.bytes_out = rs.bytes_out;
+  tsr_rpc_method_stats ms[32];
+  size_t nm = tsr_rpc_server_method_stats(s->rpc, ms, 32);
+  if (nm > 32) nm = 32;
+  Tessera__Ps__MethodStats mst[32], *mp[32];
+  for (size_t i = 0; i < nm; i++) {
+    tessera__ps__method_stats__init(&mst[i]);
+    mst[i].name = (char *)ms[i].name;
+    mst[i].calls = ms[i].calls;
+    mst[i].errors = ms[i].errors;
+    mst[i].bytes_in = ms[i].bytes_in;
+    mst[i].bytes_out = ms[i].bytes_out;
+    mst[i].total_ns = ms[i].total_ns;
+    mp[i] = &mst[i];
+  }
+  m.n_methods = nm;
+  m.methods = mp;
+  size_t ns = (size_t)s->n_ents;
+  Tessera__Ps__ShardStats *sst = calloc(ns ? ns : 1, sizeof *sst);
+  Tessera__Ps__ShardStats **sp = calloc(ns ? ns : 1, sizeof *sp);
+  if (!sst || !sp) {
+    free(sst);
+    free(sp);
+    tsr_rpc_reply_error(call, TSR_ENOMEM, "out of memory");
+    return;
+  }
+  for (size_t i = 0; i < ns; i++) {
+    ps_entry *e = s->ents[i];
+    tessera__ps__shard_stats__init(&sst[i]);
+    sst[i].name = e->spec.name;
+    sst[i].shard = e->spec.shard;
+    sst[i].version = e->version;
+    sst[i].step = e->step;
+    if (e->sh && !e->writing) { /* a running writer owns these fields */
+      sst[i].applies = e->sh->applies;
+      sst[i].apply_ns = e->sh->apply_ns;
+      sst[i].rows = e->sh->rows.count;
+      sst[i].mem_bytes = e->sh->mem_bytes + ps__rows_bytes(&e->sh->rows);
+      m.applies += e->sh->applies;
+      m.apply_ns += e->sh->apply_ns;
+    }
+    sp[i] = &sst[i];
+  }
+  m.n_shards = ns;
+  m.shards = sp;
+  m.mem_used = atomic_load(&s->mem.used);
+  m.mem_limit = s->mem.limit;
+  m.nonfinite_rejected = s->nonfinite;
+  char mode[32];
+  if (s->cons.mode == PS_MODE_SSP)
+    snprintf(mode, sizeof mode, "ssp:%d", s->cons.staleness);
+  else
+    snprintf(mode, sizeof mode, "%s", s->cons.mode == PS_MODE_SYNC ? "sync" : "async");
+  m.mode = mode;
+  int64_t mc = ps__cons_min_clock(&s->cons);
+  m.min_clock = mc == INT64_MAX ? -1 : mc;
+  m.workers_active = ps__cons_active(&s->cons);
+  ps__reply_msg(call, &m.base);
+  free(sst);
+  free(sp);
+}
+
+static void ps__shutdown_sent(int status, void *data) {
+  ps_server *s = data;
+  tsr_info("shutdown requested: exiting");
+  if (s->opts.on_shutdown) s->opts.on_shutdown(s, s->opts.data);
+}
+
+static void ps__on_shutdown(tsr_rpc_incoming *call, void *data) {
+  ps_server *s = data;
+  Tessera__Ps__ShutdownResponse m = TESSERA__PS__SHUTDOWN_RESPONSE__INIT;
+  uint8_t buf[16];
+  size_t len = tessera__ps__shutdown_response__pack(&m, buf);
+  if (tsr_rpc_reply(call, buf, len, NULL, 0, ps__shutdown_sent, s))
+    tsr_rpc_reply_error(call, TSR_EINVAL, "answer refused");
+}
+
+int ps__register_admin(ps_server *s) {
+  const struct {
+    uint32_t m;
+    const char *name;
+    tsr_rpc_handler h;
+    const ProtobufCMessageDescriptor *d;
+  } ms[] = {
+      {PS_M_CREATE, "ps.Create", ps__on_create,
+       &tessera__ps__create_request__descriptor},
+      {PS_M_CLOCK, "ps.Clock", ps__on_clock,
+       &tessera__ps__clock_request__descriptor},
+      {PS_M_CONFIG, "ps.Config", ps__on_config,
+       &tessera__ps__config_request__descriptor},
+      {PS_M_SAVE, "ps.Save", ps__on_save, &tessera__ps__save_request__descriptor},
+      {PS_M_RESTORE, "ps.Restore", ps__on_restore,
+       &tessera__ps__restore_request__descriptor},
+      {PS_M_STATS, "ps.Stats", ps__on_stats,
+       &tessera__ps__stats_request__descriptor},
+      {PS_M_SHUTDOWN, "ps.Shutdown", ps__on_shutdown,
+       &tessera__ps__shutdown_request__descriptor},
+  };
+  for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
+    tsr_rpc_method m = {0};
+    m.method = ms[i].m;
+    m.name = ms[i].name;
+    m.handler = ms[i].h;
+    m.data = s;
+    m.request_type = ms[i].d;
+    int rc = tsr_rpc_server_register_method(s->rpc, &m);
+    if (rc) return rc;
+  }
+  return 0;
+}

@@ -1,0 +1,152 @@
+/* Internals of the PS service shared by service.c (the per-shard queues,
+ * pulls and pushes) and admin.c (create, clocks, config, checkpoints,
+ * stats, shutdown), and by spec.c (VarSpec <-> ps_var_spec).
+ *
+ * Per shard, on the loop thread only: a FIFO of operations, a count of
+ * readers (pulls whose bytes are being written straight from the shard,
+ * saves, gathers) and a writing flag (one apply, create or swap at a time).
+ * A write starts only with no reader and no writer; a read starts with no
+ * writer. Operations whose consistency condition does not hold yet (ssp,
+ * sync) wait on the server's list and are queued when it does.
+ */
+#ifndef TSR_PS_SVC_INT_H
+#define TSR_PS_SVC_INT_H
+
+#include <uv.h>
+
+#include "ps/ps.h"
+#include "ps/ps_int.h"
+#include "ps.pb-c.h"
+
+typedef struct ps_op ps_op;
+typedef struct ps_entry ps_entry;
+
+typedef enum {
+  PS_OP_PULL = 0,   /* read, on the loop, bytes straight from the shard */
+  PS_OP_PULL_ROWS,  /* read, gather on the pool */
+  PS_OP_SAVE,       /* read, file written on the pool */
+  PS_OP_PUSH,       /* write on the pool (apply, or sum in sync mode) */
+  PS_OP_SYNC_APPLY, /* write on the pool: the mean of a sync step */
+  PS_OP_CREATE,     /* write on the pool: allocate and initialise */
+  PS_OP_SWAP        /* write on the loop: install a restored shard */
+} ps_op_kind;
+
+/* A call answered once several shards are done (create, save, restore). */
+typedef struct {
+  tsr_rpc_incoming *call;
+  int method;
+  int pending;
+  int rc;
+  char err[512];
+  int count;
+  uint64_t bytes;
+  size_t n;
+  ps_entry **ents;     /* restore: the shards, and what was loaded */
+  ps_shard **loaded;
+  bool *created;       /* create: per requested spec */
+  char dir[4096];
+} ps_batch;
+
+struct ps_op {
+  ps_op *next;
+  ps_op_kind kind;
+  ps_server *srv;
+  ps_entry *e;
+  tsr_rpc_incoming *call;   /* NULL for internal ops */
+  ps_batch *batch;
+  uv_work_t work;
+  int method;
+  /* pull / push */
+  int worker;
+  int64_t clock;            /* pulls: gate; fused: pull_clock */
+  int64_t step;             /* push: sync step */
+  int dtype;
+  size_t n_ids, n_pull;
+  const uint8_t *payload;
+  size_t payload_len;
+  bool fused;
+  bool sync;
+  /* results */
+  int rc;
+  char err[384];
+  float *out;               /* gathered rows */
+  size_t out_len;
+  int64_t *ids_copy;
+  ps_shard *loaded;         /* swap */
+  uint64_t version;
+  int64_t shard_step;
+};
+
+struct ps_entry {
+  ps_var_spec spec;
+  ps_shard *sh;             /* NULL while being created */
+  int64_t width;
+  size_t numel;
+  int readers;
+  bool writing;
+  ps_op *head, *tail;
+  /* sync mode */
+  int64_t sync_done;        /* steps applied */
+  bool sync_queued;
+  int *pushed;
+  int n_pushed, cap_pushed;
+  /* writer-only conversion buffer */
+  float *scratch;
+  size_t scratch_cap;
+  /* mirrors for stats, updated on the loop */
+  uint64_t version;
+  int64_t step;
+};
+
+struct ps_server {
+  uv_loop_t *loop;
+  tsr_rpc_ctx *ctx;
+  tsr_rpc_server *rpc;
+  ps_server_opts opts;
+  bool allow_nonfinite;
+  ps_mem mem;
+  ps_consist cons;
+  ps_entry **ents;
+  int n_ents, cap_ents;
+  ps_op *waiting;
+  int works;
+  uv_timer_t timer;
+  bool closing, rpc_closed, timer_closed;
+  uint64_t nonfinite;
+  void (*close_cb)(void *data);
+  void *close_data;
+};
+
+/* service.c */
+ps_entry *ps__find(ps_server *s, const char *name, int shard);
+void ps__enqueue(ps_server *s, ps_op *op, bool front);
+void ps__dispatch(ps_server *s, ps_entry *e);
+void ps__wake(ps_server *s);
+void ps__sync_check(ps_server *s);
+void ps__op_fail(ps_server *s, ps_op *op, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+void ps__batch_done(ps_server *s, ps_batch *b);
+void ps__entry_free(ps_entry *e, ps_mem *mem);
+int ps__register_data(ps_server *s);
+void ps__reply_msg(tsr_rpc_incoming *call, const ProtobufCMessage *m);
+void ps__maybe_finish(ps_server *s);
+void ps__timer_cb(uv_timer_t *t);
+
+/* admin.c */
+int ps__register_admin(ps_server *s);
+void ps__admin_work(ps_server *s, ps_op *op);
+void ps__admin_after(ps_server *s, ps_op *op);
+/* Answers a batch once its last shard is done, and frees it. */
+void ps__batch_finish(ps_server *s, ps_batch *b);
+
+/* spec.c */
+int ps__spec_from_proto(const Tessera__Ps__VarSpec *v, ps_var_spec *out,
+                        char *err, size_t errlen);
+/* Fills `v` (and the caller-provided sub-messages) from a spec; strings
+ * point into the spec. */
+void ps__spec_to_proto(const ps_var_spec *s, Tessera__Ps__VarSpec *v,
+                       Tessera__Ps__Initializer *in, Tessera__Ps__Optimizer *o,
+                       int64_t *shape_buf);
+int ps__mode_parse(const char *s, ps_mode *mode, int *staleness);
+
+#endif
