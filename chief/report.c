@@ -46,7 +46,13 @@ static double nice_step(double range, int target) {
 
 static void fmt_num(double v, char *buf, size_t len) {
   double a = fabs(v);
-  if (a != 0 && (a >= 1e6 || a < 1e-3))
+  if (a >= 1e12)
+    snprintf(buf, len, "%.3g", v);
+  else if (a >= 1e9)
+    snprintf(buf, len, "%.4gG", v / 1e9);
+  else if (a >= 1e6)
+    snprintf(buf, len, "%.4gM", v / 1e6);
+  else if (a != 0 && a < 1e-3)
     snprintf(buf, len, "%.3g", v);
   else
     snprintf(buf, len, "%.6g", v);

@@ -20,6 +20,8 @@ static const tsr_cmd cmds[] = {
      "show how variables are split into shards and placed on the PS"},
     {"local", chief_cmd_local,
      "start a whole cluster (ps, workers, chief) on this machine"},
+    {"report", chief_cmd_report,
+     "write LOGDIR/report.html from LOGDIR/metrics.jsonl"},
 };
 
 static void usage(FILE *f) {
