@@ -54,6 +54,7 @@ static inline void h_cb(const ps_result *r, void *data) {
     o->nonfinite = s->nonfinite_rejected;
     o->mem_used = s->mem_used;
     o->applies = s->applies;
+    o->min_clock = s->min_clock;
     snprintf(o->mode, sizeof o->mode, "%s", s->mode);
   }
 }
