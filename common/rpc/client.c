@@ -622,7 +622,7 @@ static void on_resolved(uv_getaddrinfo_t *req, int status,
     retry_later(cl, msg);
     return;
   }
-  cconn *cc = tsr_rpc__alloc(cl->ctx, sizeof *cc);
+  cconn *cc = tsr_rpc__calloc(cl->ctx, sizeof *cc);
   if (!cc || tsr_rpc__conn_init(&cc->c, cl->ctx, TSR_RPC__CLIENT,
                                 &client_ops, cl) != 0) {
     tsr_rpc__free(cl->ctx, cc);

@@ -466,7 +466,7 @@ static void on_connection(uv_stream_t *l, int status) {
     return;
   }
   if (s->closing) return;
-  sconn *sc = tsr_rpc__alloc(s->ctx, sizeof *sc);
+  sconn *sc = tsr_rpc__calloc(s->ctx, sizeof *sc);
   if (!sc || tsr_rpc__conn_init(&sc->c, s->ctx, TSR_RPC__SERVER,
                                 &server_ops, s) != 0) {
     /* accept and drop, or the listener would report it forever */

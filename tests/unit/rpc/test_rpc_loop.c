@@ -1,0 +1,679 @@
+/* RPC server and client on one loop over loopback: echo with payloads of
+ * many sizes, remote errors, unknown methods, metas that do not decode,
+ * deadlines, response destinations (exact and mismatched), the in-flight
+ * bound, reconnection to a restarted server, a wrong token, calls from
+ * other threads, payload allocators, and allocation failures in turn.
+ * Every test ends with every handle closed and uv_loop_close() == 0. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "common/log.h"
+#include "rpc_util.h"
+#include "rpc.pb-c.h"
+
+#include <pthread.h>
+
+enum { M_ECHO = 1, M_FAIL = 2, M_SLEEP = 3, M_TYPED = 4, M_SINK = 5 };
+
+typedef struct env {
+  uv_loop_t loop;
+  tsr_rpc_ctx *sctx, *cctx;
+  tsr_rpc_server *srv;
+  tsr_rpc_client *cli;
+  int port;
+  uint8_t sink[1 << 16];
+  int sink_used, sink_aborts;
+  uv_timer_t sleeper;
+  tsr_rpc_incoming *held;
+} env;
+
+static void h_echo(tsr_rpc_incoming *call, void *data) {
+  uv_buf_t b = uv_buf_init(call->payload, (unsigned)call->payload_len);
+  assert_int_equal(tsr_rpc_reply(call, call->meta, call->meta_len, &b,
+                                 call->payload_len ? 1 : 0, NULL, NULL),
+                   0);
+}
+
+static void h_fail(tsr_rpc_incoming *call, void *data) {
+  tsr_rpc_reply_error(call, TSR_ESHAPE, "shape [3,4] does not match [4,3]");
+}
+
+static void sleeper_cb(uv_timer_t *t) {
+  env *e = t->data;
+  if (e->held) tsr_rpc_reply(e->held, "late", 4, NULL, 0, NULL, NULL);
+  e->held = NULL;
+}
+
+static void h_sleep(tsr_rpc_incoming *call, void *data) {
+  env *e = data;
+  e->held = call;
+  uv_timer_start(&e->sleeper, sleeper_cb, 300, 0);
+}
+
+static void h_typed(tsr_rpc_incoming *call, void *data) {
+  Tessera__Rpc__RpcError *m = call->request;
+  assert_non_null(m);
+  tsr_rpc_reply(call, m->message, strlen(m->message), NULL, 0, NULL, NULL);
+}
+
+static int sink_alloc(tsr_rpc_incoming *call, size_t len, void **buf,
+                      void *data) {
+  env *e = data;
+  if (len > sizeof e->sink) return TSR_ETOOBIG;
+  *buf = e->sink;
+  return 0;
+}
+static void sink_abort(tsr_rpc_incoming *call, void *buf, int status,
+                       void *data) {
+  ((env *)data)->sink_aborts++;
+}
+static void h_sink(tsr_rpc_incoming *call, void *data) {
+  env *e = data;
+  assert_ptr_equal(call->payload, e->sink);
+  e->sink_used++;
+  uint32_t sum = 0;
+  for (size_t i = 0; i < call->payload_len; i++)
+    sum = sum * 31 + ((uint8_t *)call->payload)[i];
+  tsr_rpc_reply(call, &sum, sizeof sum, NULL, 0, NULL, NULL);
+}
+
+static void env_server(env *e, tsr_rpc_opts *so, int port) {
+  assert_int_equal(tsr_rpc_ctx_new(&e->sctx, &e->loop, so), 0);
+  assert_int_equal(tsr_rpc_server_new(&e->srv, e->sctx), 0);
+  assert_int_equal(tsr_rpc_server_register(e->srv, M_ECHO, h_echo, e), 0);
+  assert_int_equal(tsr_rpc_server_register(e->srv, M_FAIL, h_fail, e), 0);
+  assert_int_equal(tsr_rpc_server_register(e->srv, M_SLEEP, h_sleep, e), 0);
+  tsr_rpc_method tm = {.method = M_TYPED, .name = "typed",
+                       .handler = h_typed, .data = e,
+                       .request_type = &tessera__rpc__rpc_error__descriptor};
+  assert_int_equal(tsr_rpc_server_register_method(e->srv, &tm), 0);
+  tsr_rpc_method sm = {.method = M_SINK, .name = "sink", .handler = h_sink,
+                       .data = e, .payload_alloc = sink_alloc,
+                       .payload_abort = sink_abort};
+  assert_int_equal(tsr_rpc_server_register_method(e->srv, &sm), 0);
+  char addr[64];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+  assert_int_equal(tsr_rpc_server_listen(e->srv, addr), 0);
+  e->port = tsr_rpc_server_port(e->srv);
+  assert_true(e->port > 0);
+  /* registration after listen is refused */
+  assert_int_equal(tsr_rpc_server_register(e->srv, 99, h_echo, e),
+                   TSR_EINVAL);
+}
+
+static void env_up(env *e, tsr_rpc_opts *so, tsr_rpc_opts *co) {
+  memset(e, 0, sizeof *e);
+  assert_int_equal(uv_loop_init(&e->loop), 0);
+  uv_timer_init(&e->loop, &e->sleeper);
+  e->sleeper.data = e;
+  tsr_rpc_opts d1, d2;
+  ru_opts(&d1, "server");
+  ru_opts(&d2, "client");
+  env_server(e, so ? so : &d1, 0);
+  assert_int_equal(tsr_rpc_ctx_new(&e->cctx, &e->loop, co ? co : &d2), 0);
+  char addr[64];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", e->port);
+  assert_int_equal(tsr_rpc_client_new(&e->cli, e->cctx, addr), 0);
+}
+
+static void env_down(env *e) {
+  int sdone = !e->srv, cdone = !e->cli;
+  if (e->cli) tsr_rpc_client_close(e->cli, ru_set_flag, &cdone);
+  if (e->srv) tsr_rpc_server_close(e->srv, ru_set_flag, &sdone);
+  assert_true(ru_run_until(&e->loop, &cdone, 5000));
+  assert_true(ru_run_until(&e->loop, &sdone, 5000));
+  assert_int_equal(tsr_rpc_ctx_free(e->cctx), 0);
+  if (e->sctx) assert_int_equal(tsr_rpc_ctx_free(e->sctx), 0);
+  uv_close((uv_handle_t *)&e->sleeper, NULL);
+  uv_run(&e->loop, UV_RUN_DEFAULT);
+  assert_int_equal(uv_loop_close(&e->loop), 0);
+}
+
+typedef struct res {
+  int done, status, remote;
+  char msg[300];
+  char meta[64];
+  size_t meta_len, payload_len;
+  uint32_t sum;
+} res;
+
+static uint32_t checksum(const void *p, size_t n) {
+  uint32_t s = 0;
+  for (size_t i = 0; i < n; i++) s = s * 31 + ((const uint8_t *)p)[i];
+  return s;
+}
+
+static void on_res(const tsr_rpc_result *r, void *data) {
+  res *x = data;
+  x->done = 1;
+  x->status = r->status;
+  x->remote = r->remote;
+  snprintf(x->msg, sizeof x->msg, "%s", r->message);
+  x->meta_len = r->meta_len;
+  if (r->meta_len && r->meta_len < sizeof x->meta)
+    memcpy(x->meta, r->meta, r->meta_len);
+  x->payload_len = r->payload_len;
+  x->sum = checksum(r->payload, r->payload_len);
+}
+
+static int call(env *e, uint32_t method, const void *meta, size_t meta_len,
+                const void *payload, size_t plen, void *dst, size_t dlen,
+                uint32_t deadline_ms, res *r) {
+  memset(r, 0, sizeof *r);
+  uv_buf_t b = uv_buf_init((char *)payload, (unsigned)plen);
+  tsr_rpc_request q = {.method = method, .meta = meta, .meta_len = meta_len,
+                       .payload = plen ? &b : NULL, .npayload = plen ? 1 : 0,
+                       .resp_buf = dst, .resp_len = dlen,
+                       .deadline_ms = deadline_ms};
+  int rc = tsr_rpc_call(e->cli, &q, on_res, r);
+  if (rc) return rc;
+  assert_false(r->done); /* never from inside tsr_rpc_call */
+  assert_true(ru_run_until(&e->loop, &r->done, 10000));
+  return 0;
+}
+
+static void test_echo(void **state) {
+  env e;
+  env_up(&e, NULL, NULL);
+  res r;
+  uint8_t pl[1000];
+  for (size_t i = 0; i < sizeof pl; i++) pl[i] = (uint8_t)(i * 7);
+  assert_int_equal(call(&e, M_ECHO, "hello", 5, pl, sizeof pl, NULL, 0, 0,
+                        &r), 0);
+  assert_int_equal(r.status, 0);
+  assert_int_equal(r.meta_len, 5);
+  assert_memory_equal(r.meta, "hello", 5);
+  assert_int_equal(r.payload_len, sizeof pl);
+  assert_int_equal(r.sum, checksum(pl, sizeof pl));
+  /* an empty call */
+  assert_int_equal(call(&e, M_ECHO, NULL, 0, NULL, 0, NULL, 0, 0, &r), 0);
+  assert_int_equal(r.status, 0);
+  assert_int_equal(r.payload_len, 0);
+  tsr_rpc_stats st;
+  tsr_rpc_server_stats(e.srv, &st);
+  assert_int_equal(st.calls, 2);
+  assert_int_equal(st.connections, 1);
+  assert_true(st.bytes_in > sizeof pl);
+  tsr_rpc_method_stats ms[8];
+  size_t n = tsr_rpc_server_method_stats(e.srv, ms, 8);
+  assert_int_equal(n, 5);
+  assert_int_equal(ms[0].method, M_ECHO);
+  assert_int_equal(ms[0].calls, 2);
+  assert_int_equal(tsr_rpc_server_foreach_conn(e.srv, NULL, NULL), 1);
+  env_down(&e);
+}
+
+/* Many calls in flight at once, payloads from 0 B to 8 MiB, every one
+ * checked; responses land in destinations the caller named. */
+typedef struct many {
+  int left, bad;
+  uint8_t *dst[40];
+  size_t len[40];
+  uint32_t want[40];
+} many;
+
+typedef struct slot {
+  many *m;
+  int i;
+} slot;
+
+static void on_slot(const tsr_rpc_result *r, void *data) {
+  slot *s = data;
+  many *m = s->m;
+  m->left--;
+  if (r->status || r->payload != m->dst[s->i] ||
+      r->payload_len != m->len[s->i] ||
+      checksum(r->payload, r->payload_len) != m->want[s->i])
+    m->bad++;
+}
+
+static void test_many_sizes(void **state) {
+  env e;
+  env_up(&e, NULL, NULL);
+  static const size_t sizes[] = {0, 1, 7, 64, 1000, 4096, 32767, 32768,
+                                 65536, 65537, 200000, 1 << 20,
+                                 (1 << 20) + 3, 8 << 20};
+  int n = (int)(sizeof sizes / sizeof sizes[0]);
+  many m = {.left = 0};
+  slot sl[40];
+  uint8_t *src[40];
+  for (int i = 0; i < n; i++) {
+    src[i] = malloc(sizes[i] + 1);
+    m.dst[i] = malloc(sizes[i] + 1);
+    for (size_t j = 0; j < sizes[i]; j++) src[i][j] = (uint8_t)(j * 13 + i);
+    m.len[i] = sizes[i];
+    m.want[i] = checksum(src[i], sizes[i]);
+    sl[i].m = &m;
+    sl[i].i = i;
+    uv_buf_t b = uv_buf_init((char *)src[i], (unsigned)sizes[i]);
+    tsr_rpc_request q = {.method = M_ECHO, .payload = &b, .npayload = 1,
+                         .resp_buf = m.dst[i], .resp_len = sizes[i]};
+    assert_int_equal(tsr_rpc_call(e.cli, &q, on_slot, &sl[i]), 0);
+    m.left++;
+  }
+  int guard = 0;
+  for (int k = 0; k < 1000 && m.left; k++) ru_run_until(&e.loop, &guard, 10);
+  assert_int_equal(m.left, 0);
+  assert_int_equal(m.bad, 0);
+  for (int i = 0; i < n; i++) {
+    free(src[i]);
+    free(m.dst[i]);
+  }
+  env_down(&e);
+}
+
+static void test_remote_error(void **state) {
+  env e;
+  env_up(&e, NULL, NULL);
+  res r;
+  assert_int_equal(call(&e, M_FAIL, NULL, 0, NULL, 0, NULL, 0, 0, &r), 0);
+  assert_int_equal(r.status, TSR_ESHAPE);
+  assert_true(r.remote);
+  assert_non_null(strstr(r.msg, "shape [3,4]"));
+  /* unknown method: answered, the connection goes on */
+  assert_int_equal(call(&e, 777, NULL, 0, "x", 1, NULL, 0, 0, &r), 0);
+  assert_int_equal(r.status, TSR_ENOMETHOD);
+  assert_non_null(strstr(r.msg, "777"));
+  assert_int_equal(call(&e, M_ECHO, "ok", 2, NULL, 0, NULL, 0, 0, &r), 0);
+  assert_int_equal(r.status, 0);
+  env_down(&e);
+}
+
+static void test_typed_meta(void **state) {
+  env e;
+  env_up(&e, NULL, NULL);
+  Tessera__Rpc__RpcError m = TESSERA__RPC__RPC_ERROR__INIT;
+  m.code = -1;
+  m.message = "decoded";
+  uint8_t buf[64];
+  size_t n = tessera__rpc__rpc_error__pack(&m, buf);
+  res r;
+  assert_int_equal(call(&e, M_TYPED, buf, n, NULL, 0, NULL, 0, 0, &r), 0);
+  assert_int_equal(r.status, 0);
+  assert_int_equal(r.meta_len, 7);
+  assert_memory_equal(r.meta, "decoded", 7);
+  /* a meta that does not decode never reaches the handler */
+  static const uint8_t junk[] = {0xff, 0xff, 0xff, 0xff, 0x0f, 0x12, 0x80};
+  assert_int_equal(call(&e, M_TYPED, junk, sizeof junk, "p", 1, NULL, 0, 0,
+                        &r), 0);
+  assert_int_equal(r.status, TSR_EPROTO);
+  assert_non_null(strstr(r.msg, "does not decode"));
+  assert_int_equal(call(&e, M_ECHO, "ok", 2, NULL, 0, NULL, 0, 0, &r), 0);
+  assert_int_equal(r.status, 0);
+  env_down(&e);
+}
+
+static void test_deadline(void **state) {
+  env e;
+  env_up(&e, NULL, NULL);
+  res r;
+  uint64_t t0 = tsr_now_ns();
+  assert_int_equal(call(&e, M_SLEEP, NULL, 0, NULL, 0, NULL, 0, 50, &r), 0);
+  assert_int_equal(r.status, TSR_ETIMEOUT);
+  assert_false(r.remote);
+  assert_non_null(strstr(r.msg, "deadline of 50 ms"));
+  /* it did not wait for the answer (which comes at 300 ms) */
+  uint64_t spent = tsr_now_ns() - t0;
+  int late = 0;
+  ru_run_until(&e.loop, &late, 400); /* the late answer arrives, dropped */
+  assert_true(tsr_now_ns() - t0 > spent);
+  assert_int_equal(call(&e, M_ECHO, "ok", 2, NULL, 0, NULL, 0, 0, &r), 0);
+  assert_int_equal(r.status, 0);
+  env_down(&e);
+}
+
+static void test_resp_buf(void **state) {
+  env e;
+  env_up(&e, NULL, NULL);
+  res r;
+  uint8_t src[5000], dst[5000], small[100];
+  for (size_t i = 0; i < sizeof src; i++) src[i] = (uint8_t)i;
+  assert_int_equal(call(&e, M_ECHO, NULL, 0, src, sizeof src, dst,
+                        sizeof dst, 0, &r), 0);
+  assert_int_equal(r.status, 0);
+  assert_memory_equal(src, dst, sizeof src);
+  assert_int_equal(call(&e, M_ECHO, NULL, 0, src, sizeof src, small,
+                        sizeof small, 0, &r), 0);
+  assert_int_equal(r.status, TSR_ESHAPE);
+  assert_non_null(strstr(r.msg, "5000 bytes"));
+  /* "up to" accepts a shorter answer */
+  uint8_t big[8000];
+  tsr_rpc_request q = {.method = M_ECHO,
+                       .payload = &(uv_buf_t){.base = (char *)src,
+                                              .len = sizeof src},
+                       .npayload = 1, .resp_buf = big,
+                       .resp_len = sizeof big, .flags = TSR_RPC_RESP_UPTO};
+  memset(&r, 0, sizeof r);
+  assert_int_equal(tsr_rpc_call(e.cli, &q, on_res, &r), 0);
+  assert_true(ru_run_until(&e.loop, &r.done, 5000));
+  assert_int_equal(r.status, 0);
+  assert_int_equal(r.payload_len, sizeof src);
+  assert_memory_equal(big, src, sizeof src);
+  env_down(&e);
+}
+
+static void test_sink(void **state) {
+  env e;
+  env_up(&e, NULL, NULL);
+  res r;
+  uint8_t src[40000];
+  for (size_t i = 0; i < sizeof src; i++) src[i] = (uint8_t)(i * 3);
+  assert_int_equal(call(&e, M_SINK, NULL, 0, src, sizeof src, NULL, 0, 0,
+                        &r), 0);
+  assert_int_equal(r.status, 0);
+  uint32_t want = checksum(src, sizeof src), got;
+  memcpy(&got, r.meta, 4);
+  assert_int_equal(got, want);
+  assert_int_equal(e.sink_used, 1);
+  /* the allocator refuses: the call is answered with its code */
+  uint8_t *huge = calloc(1, 100000);
+  assert_int_equal(call(&e, M_SINK, NULL, 0, huge, 100000, NULL, 0, 0, &r),
+                   0);
+  assert_int_equal(r.status, TSR_ETOOBIG);
+  free(huge);
+  env_down(&e);
+}
+
+static void test_busy(void **state) {
+  tsr_rpc_opts co;
+  ru_opts(&co, "client");
+  co.max_inflight = 4;
+  env e;
+  env_up(&e, NULL, &co);
+  res r[5];
+  tsr_rpc_request q = {.method = M_ECHO};
+  for (int i = 0; i < 4; i++)
+    assert_int_equal(tsr_rpc_call(e.cli, &q, on_res, &r[i]), 0);
+  memset(r, 0, sizeof r);
+  assert_int_equal(tsr_rpc_call(e.cli, &q, on_res, &r[4]), TSR_EBUSY);
+  for (int i = 0; i < 4; i++)
+    assert_true(ru_run_until(&e.loop, &r[i].done, 5000));
+  assert_int_equal(tsr_rpc_call(e.cli, &q, on_res, &r[4]), 0);
+  assert_true(ru_run_until(&e.loop, &r[4].done, 5000));
+  /* over the payload limit: refused at once */
+  tsr_rpc_opts o;
+  tsr_rpc_ctx_opts(e.cctx, &o);
+  uv_buf_t b = uv_buf_init(NULL, 0);
+  b.len = (size_t)o.max_payload_bytes + 1;
+  q.payload = &b;
+  q.npayload = 1;
+  assert_int_equal(tsr_rpc_call(e.cli, &q, on_res, &r[0]), TSR_ETOOBIG);
+  env_down(&e);
+}
+
+static int state_ups, state_downs;
+static void on_state(tsr_rpc_client *c, int up, int status, void *data) {
+  if (up)
+    state_ups++;
+  else
+    state_downs++;
+}
+
+static void test_reconnect(void **state) {
+  tsr_rpc_opts co;
+  ru_opts(&co, "client");
+  co.backoff_min_ms = 10;
+  co.backoff_max_ms = 40;
+  env e;
+  env_up(&e, NULL, &co);
+  state_ups = state_downs = 0;
+  tsr_rpc_client_on_state(e.cli, on_state, NULL);
+  res r;
+  assert_int_equal(call(&e, M_ECHO, NULL, 0, NULL, 0, NULL, 0, 0, &r), 0);
+  assert_int_equal(r.status, 0);
+  assert_true(tsr_rpc_client_connected(e.cli));
+  /* a call held by the server when it goes away fails at once */
+  res held;
+  memset(&held, 0, sizeof held);
+  tsr_rpc_request q = {.method = M_SLEEP};
+  assert_int_equal(tsr_rpc_call(e.cli, &q, on_res, &held), 0);
+  int spin = 0;
+  while (!e.held && spin++ < 100) ru_run_until(&e.loop, &spin, 10);
+  assert_non_null(e.held);
+  int sdone = 0;
+  tsr_rpc_server_close(e.srv, ru_set_flag, &sdone);
+  assert_true(ru_run_until(&e.loop, &held.done, 3000));
+  assert_int_equal(held.status, TSR_ECLOSED);
+  assert_non_null(strstr(held.msg, "lost"));
+  /* the held call is answered after its connection died: dropped */
+  uv_timer_stop(&e.sleeper);
+  tsr_rpc_reply_error(e.held, TSR_ESHUTDOWN, NULL);
+  e.held = NULL;
+  assert_true(ru_run_until(&e.loop, &sdone, 3000));
+  assert_int_equal(tsr_rpc_ctx_free(e.sctx), 0);
+  /* the client keeps trying; the server comes back on the same port */
+  int wait = 0;
+  ru_run_until(&e.loop, &wait, 100);
+  tsr_rpc_opts so;
+  ru_opts(&so, "server2");
+  env_server(&e, &so, e.port);
+  assert_int_equal(call(&e, M_ECHO, "back", 4, NULL, 0, NULL, 0, 3000, &r),
+                   0);
+  assert_int_equal(r.status, 0);
+  assert_true(state_ups >= 2);
+  assert_true(state_downs >= 1);
+  tsr_rpc_stats st;
+  tsr_rpc_client_stats(e.cli, &st);
+  assert_true(st.connects >= 2);
+  env_down(&e);
+}
+
+static void test_wrong_token(void **state) {
+  tsr_rpc_opts co;
+  ru_opts(&co, "stranger");
+  co.token = "not-the-token";
+  co.token_len = strlen(co.token);
+  co.backoff_min_ms = 20;
+  co.backoff_max_ms = 50;
+  env e;
+  env_up(&e, NULL, &co);
+  res r;
+  assert_int_equal(call(&e, M_ECHO, NULL, 0, NULL, 0, NULL, 0, 300, &r), 0);
+  assert_int_equal(r.status, TSR_EUNAVAIL);
+  assert_non_null(strstr(r.msg, "wrong cluster token"));
+  tsr_rpc_stats st;
+  tsr_rpc_server_stats(e.srv, &st);
+  assert_true(st.refused >= 1);
+  assert_int_equal(st.calls, 0);
+  env_down(&e);
+}
+
+static void test_fail_fast(void **state) {
+  tsr_rpc_opts co;
+  ru_opts(&co, "client");
+  co.fail_fast = 1;
+  co.backoff_min_ms = 1000;
+  co.backoff_max_ms = 2000;
+  env e;
+  env_up(&e, NULL, &co);
+  int sdone = 0;
+  tsr_rpc_server_close(e.srv, ru_set_flag, &sdone);
+  e.srv = NULL;
+  assert_true(ru_run_until(&e.loop, &sdone, 3000));
+  res r;
+  memset(&r, 0, sizeof r);
+  tsr_rpc_request q = {.method = M_ECHO};
+  int rc = tsr_rpc_call(e.cli, &q, on_res, &r);
+  if (rc == 0) { /* queued before the first attempt failed */
+    assert_true(ru_run_until(&e.loop, &r.done, 3000));
+    assert_int_equal(r.status, TSR_EUNAVAIL);
+    rc = tsr_rpc_call(e.cli, &q, on_res, &r);
+  }
+  assert_int_equal(rc, TSR_EUNAVAIL);
+  env_down(&e);
+}
+
+/* ---- calls from other threads ------------------------------------------- */
+
+typedef struct tsarg {
+  tsr_rpc_client *cli;
+  int ok, busy, fails;
+  int done;
+  pthread_mutex_t *mu;
+  uint8_t payload[256];
+} tsarg;
+
+static void on_ts(const tsr_rpc_result *r, void *data) {
+  tsarg *a = data;
+  if (r->status || r->payload_len != sizeof a->payload ||
+      memcmp(r->payload, a->payload, sizeof a->payload))
+    a->fails++;
+  else
+    a->ok++;
+  a->done++;
+}
+
+static void *ts_thread(void *p) {
+  tsarg *a = p;
+  uv_buf_t b = uv_buf_init((char *)a->payload, sizeof a->payload);
+  tsr_rpc_request q = {.method = M_ECHO, .payload = &b, .npayload = 1};
+  for (int i = 0; i < 200; i++) {
+    int rc;
+    while ((rc = tsr_rpc_call_ts(a->cli, &q, on_ts, a)) == TSR_EBUSY) {
+      __atomic_add_fetch(&a->busy, 1, __ATOMIC_RELAXED);
+      usleep(100);
+    }
+    assert_int_equal(rc, 0);
+  }
+  return NULL;
+}
+
+static void test_threads(void **state) {
+  tsr_rpc_opts co;
+  ru_opts(&co, "client");
+  co.max_inflight = 64;
+  env e;
+  env_up(&e, NULL, &co);
+  tsarg a[4];
+  pthread_t th[4];
+  memset(a, 0, sizeof a);
+  for (int i = 0; i < 4; i++) {
+    a[i].cli = e.cli;
+    memset(a[i].payload, 'a' + i, sizeof a[i].payload);
+    assert_int_equal(pthread_create(&th[i], NULL, ts_thread, &a[i]), 0);
+  }
+  int all = 0;
+  for (int k = 0; k < 2000 && !all; k++) {
+    int z = 0;
+    ru_run_until(&e.loop, &z, 5);
+    all = 1;
+    for (int i = 0; i < 4; i++)
+      if (a[i].done < 200) all = 0;
+  }
+  for (int i = 0; i < 4; i++) pthread_join(th[i], NULL);
+  for (int i = 0; i < 4; i++) {
+    assert_int_equal(a[i].ok, 200);
+    assert_int_equal(a[i].fails, 0);
+  }
+  env_down(&e);
+  /* after close the client refuses: exercised in test_close_pending */
+}
+
+/* Closing a client fails its calls with TSR_ESHUTDOWN; a closed loop has
+ * nothing left. */
+static void test_close_pending(void **state) {
+  env e;
+  env_up(&e, NULL, NULL);
+  res r;
+  memset(&r, 0, sizeof r);
+  tsr_rpc_request q = {.method = M_SLEEP};
+  assert_int_equal(tsr_rpc_call(e.cli, &q, on_res, &r), 0);
+  int spin = 0;
+  while (!e.held && spin++ < 100) ru_run_until(&e.loop, &spin, 10);
+  int cdone = 0;
+  tsr_rpc_client_close(e.cli, ru_set_flag, &cdone);
+  assert_true(r.done);
+  assert_int_equal(r.status, TSR_ESHUTDOWN);
+  assert_int_equal(tsr_rpc_call(e.cli, &q, on_res, &r), TSR_ESHUTDOWN);
+  assert_true(ru_run_until(&e.loop, &cdone, 3000));
+  e.cli = NULL;
+  /* the server's held call is answered after its peer left */
+  int wait = 0;
+  ru_run_until(&e.loop, &wait, 400);
+  assert_null(e.held);
+  env_down(&e);
+}
+
+/* ---- allocation failures in turn ---------------------------------------- */
+
+static void test_alloc_failures(void **state) {
+  ru_failer f;
+  tsr_rpc_allocator al = {ru_fail_alloc, ru_fail_free, &f};
+  int completed_ok = 0;
+  for (long n = 1; n < 400; n++) {
+    memset(&f, 0, sizeof f);
+    f.fail_at = n;
+    uv_loop_t loop;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    tsr_rpc_opts o;
+    ru_opts(&o, "both");
+    o.allocator = &al;
+    o.backoff_min_ms = 5;
+    o.backoff_max_ms = 10;
+    tsr_rpc_ctx *ctx = NULL;
+    tsr_rpc_server *s = NULL;
+    tsr_rpc_client *c = NULL;
+    int rc = tsr_rpc_ctx_new(&ctx, &loop, &o);
+    if (rc) {
+      assert_int_equal(rc, TSR_ENOMEM);
+      assert_int_equal(uv_loop_close(&loop), 0);
+      continue;
+    }
+    rc = tsr_rpc_server_new(&s, ctx);
+    if (!rc) rc = tsr_rpc_server_register(s, M_ECHO, h_echo, NULL);
+    if (!rc) rc = tsr_rpc_server_listen(s, "127.0.0.1:0");
+    char addr[64];
+    if (!rc) {
+      snprintf(addr, sizeof addr, "127.0.0.1:%d", tsr_rpc_server_port(s));
+      rc = tsr_rpc_client_new(&c, ctx, addr);
+    }
+    res r;
+    memset(&r, 0, sizeof r);
+    if (!rc) {
+      uint8_t pl[10000];
+      memset(pl, 5, sizeof pl);
+      uv_buf_t b = uv_buf_init((char *)pl, sizeof pl);
+      tsr_rpc_request q = {.method = M_ECHO, .meta = "m", .meta_len = 1,
+                           .payload = &b, .npayload = 1, .deadline_ms = 300};
+      rc = tsr_rpc_call(c, &q, on_res, &r);
+      if (!rc) {
+        ru_run_until(&loop, &r.done, 3000);
+        assert_true(r.done);
+        if (r.status == 0) {
+          assert_int_equal(r.payload_len, sizeof pl);
+          completed_ok++;
+        }
+      }
+    }
+    int cd = !c, sd = !s;
+    if (c) tsr_rpc_client_close(c, ru_set_flag, &cd);
+    if (s) tsr_rpc_server_close(s, ru_set_flag, &sd);
+    assert_true(ru_run_until(&loop, &cd, 3000));
+    assert_true(ru_run_until(&loop, &sd, 3000));
+    /* nothing leaked: all the context still holds is its buffer pool */
+    assert_int_equal(tsr_rpc__mem(ctx), ctx->pool_held);
+    assert_int_equal(tsr_rpc_ctx_free(ctx), 0);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(uv_loop_close(&loop), 0);
+    if (f.failures == 0) break; /* past the last allocation */
+  }
+  assert_true(completed_ok > 0);
+}
+
+int main(void) {
+  setenv("TESSERA_LOG", "error", 0);
+  tsr_log_init("test");
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_echo),          cmocka_unit_test(test_many_sizes),
+      cmocka_unit_test(test_remote_error),  cmocka_unit_test(test_typed_meta),
+      cmocka_unit_test(test_deadline),      cmocka_unit_test(test_resp_buf),
+      cmocka_unit_test(test_sink),          cmocka_unit_test(test_busy),
+      cmocka_unit_test(test_reconnect),     cmocka_unit_test(test_wrong_token),
+      cmocka_unit_test(test_fail_fast),     cmocka_unit_test(test_threads),
+      cmocka_unit_test(test_close_pending),
+      cmocka_unit_test(test_alloc_failures),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
