@@ -199,10 +199,12 @@ void chief_progress_update(chief_progress *p, int64_t step, int64_t examples,
 void chief_progress_note(chief_progress *p, const char *fmt, ...) {
   FILE *f = p->o.out;
   if (p->drawn) fputs("\r\033[K", f);
+  char line[1024];
   va_list ap;
   va_start(ap, fmt);
-  vfprintf(f, fmt, ap);
+  vsnprintf(line, sizeof line, fmt, ap);
   va_end(ap);
+  fputs(line, f);
   fputc('\n', f);
   if (p->drawn && p->have_state) draw(p, false);
   fflush(f);
