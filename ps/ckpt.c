@@ -418,8 +418,13 @@ static int ck_part_open(ck_part *p, const char *path, char *err,
 /* The part agrees with the shard that restores from it. */
 static int ck_part_check(const ck_part *p, const ps_shard *s, char *err,
                          size_t errlen) {
+  if (p->nslots != s->nslots)
+    return ck_fail(err, errlen, TSR_ESHAPE,
+                   "%s: saved with %d optimizer slot(s), the %s optimizer of "
+                   "%s has %d", p->path, p->nslots,
+                   tsr_optim_name(s->spec.optim.kind), s->spec.name, s->nslots);
   bool same = p->rank == s->spec.rank && p->sparse == s->spec.sparse &&
-              p->width == s->width && p->nslots == s->nslots;
+              p->width == s->width;
   for (int i = 1; same && i < p->rank; i++)
     same = p->shape[i] == s->spec.shape[i];
   if (same && (!p->sparse || s->spec.bounded))

@@ -1,0 +1,304 @@
+/* Shard checkpoints: a round trip of dense and sparse shards with their
+ * slots and step; a variable saved on 2 PS restored onto 3 (rows re-cut)
+ * through the real service; a truncated file and a flipped data byte fail
+ * the restore whole, leaving every shard as it was; the header is the
+ * documented msgpack map. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <msgpack.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ps_harness.h"
+#include "ps/ps_int.h"
+
+static void tmpdir(char *buf, size_t len, const char *tag) {
+  const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+  snprintf(buf, len, "%s/tsr-ps-%s-XXXXXX", base, tag);
+  if (!mkdtemp(buf)) abort();
+}
+
+static void rmtree(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return;
+  struct dirent *e;
+  char p[4096];
+  while ((e = readdir(d)))
+    if (e->d_name[0] != '.') {
+      snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+      unlink(p);
+    }
+  closedir(d);
+  rmdir(dir);
+}
+
+static ps_var_spec spec_of(const char *name, int64_t d0, int64_t d1, int shard,
+                           int nsh, tsr_opt_kind k) {
+  ps_var_spec s;
+  tsr_optim_spec o;
+  tsr_optim_defaults(k, &o);
+  int64_t shape[2] = {d0, d1};
+  if (ps_var_spec_init(&s, name, 2, shape, shard, nsh, "glorot_uniform", 5, &o))
+    abort();
+  return s;
+}
+
+static void shard_round_trip(void **state) {
+  (void)state;
+  char dir[256], err[512];
+  tmpdir(dir, sizeof dir, "rt");
+  ps_mem mem = {0, 0};
+  ps_var_spec sp = spec_of("layer/kernel:0", 10, 6, 0, 1, TSR_OPT_ADAM);
+  ps_shard *a, *b;
+  assert_int_equal(ps__shard_new(&sp, &mem, &a, err, sizeof err), 0);
+  float g[60];
+  for (int t = 0; t < 3; t++) {
+    for (int i = 0; i < 60; i++) g[i] = (float)(i - 30) * 0.01f * (float)(t + 1);
+    ps__shard_apply_dense(a, g, 1.0f);
+  }
+  assert_int_equal(ps__ckpt_save_shard(a, dir, err, sizeof err), 0);
+  assert_int_equal(ps__ckpt_load_shard(&sp, &mem, dir, &b, err, sizeof err), 0);
+  assert_memory_equal(a->w, b->w, 240);
+  assert_memory_equal(a->slots[0], b->slots[0], 240);
+  assert_memory_equal(a->slots[1], b->slots[1], 240);
+  assert_int_equal(b->step, 3);
+  ps__shard_free(b, &mem);
+
+  /* the header is a msgpack map with the documented keys */
+  char fname[512], path[1024];
+  ps__ckpt_file_name(&sp, fname, sizeof fname);
+  assert_string_equal(fname, "layer%2Fkernel%3A0.part-0-of-1.tshard");
+  snprintf(path, sizeof path, "%s/%s", dir, fname);
+  FILE *f = fopen(path, "rb");
+  assert_non_null(f);
+  char magic[8];
+  uint32_t hlen;
+  assert_int_equal(fread(magic, 1, 8, f), 8);
+  assert_memory_equal(magic, "TSRSHARD", 8);
+  assert_int_equal(fread(&hlen, 4, 1, f), 1);
+  char *h = malloc(hlen);
+  assert_int_equal(fread(h, 1, hlen, f), hlen);
+  fclose(f);
+  msgpack_unpacked up;
+  msgpack_unpacked_init(&up);
+  assert_int_equal(msgpack_unpack_next(&up, h, hlen, NULL), MSGPACK_UNPACK_SUCCESS);
+  assert_int_equal(up.data.type, MSGPACK_OBJECT_MAP);
+  int seen = 0;
+  for (uint32_t i = 0; i < up.data.via.map.size; i++) {
+    msgpack_object k = up.data.via.map.ptr[i].key;
+    msgpack_object v = up.data.via.map.ptr[i].val;
+    if (k.via.str.size == 8 && !memcmp(k.via.str.ptr, "sections", 8)) {
+      assert_int_equal(v.via.array.size, 3); /* value, slot/m, slot/v */
+      seen++;
+    }
+    if (k.via.str.size == 4 && !memcmp(k.via.str.ptr, "name", 4)) {
+      assert_memory_equal(v.via.str.ptr, "layer/kernel:0", 14);
+      seen++;
+    }
+  }
+  assert_int_equal(seen, 2);
+  msgpack_unpacked_destroy(&up);
+  free(h);
+
+  /* sparse: ids, values and slots; restored onto 2 shards by id % 2 */
+  ps_var_spec e = spec_of("emb", 1, 4, 0, 1, TSR_OPT_ADAGRAD);
+  e.sparse = true;
+  e.bounded = false;
+  assert_int_equal(ps__shard_new(&e, &mem, &b, err, sizeof err), 0);
+  int64_t ids[5] = {11, 4, 1000000007, 6, 9};
+  float rg[20];
+  for (int i = 0; i < 20; i++) rg[i] = (float)i * 0.1f;
+  assert_int_equal(ps__shard_apply_rows(b, &mem, ids, 5, rg, 1.0f, err, sizeof err), 0);
+  assert_int_equal(ps__ckpt_save_shard(b, dir, err, sizeof err), 0);
+  float want[20];
+  ps__shard_gather(b, &mem, ids, 5, want, false, err, sizeof err);
+  for (int k = 0; k < 2; k++) {
+    ps_var_spec ek = e;
+    ek.shard = k;
+    ek.num_shards = 2;
+    ps_shard *r;
+    assert_int_equal(ps__ckpt_load_shard(&ek, &mem, dir, &r, err, sizeof err), 0);
+    for (int i = 0; i < 5; i++) {
+      if (ids[i] % 2 != k) continue;
+      float *rec = ps__rows_find(&r->rows, ids[i]);
+      assert_non_null(rec);
+      assert_memory_equal(rec, want + 4 * i, 16);
+      assert_memory_equal(rec + 4, ps__rows_find(&b->rows, ids[i]) + 4, 16);
+    }
+    assert_int_equal(r->rows.count, k == 0 ? 2 : 3);
+    ps__shard_free(r, &mem);
+  }
+  ps__shard_free(b, &mem);
+  ps__shard_free(a, &mem);
+  assert_int_equal(atomic_load(&mem.used), 0);
+  rmtree(dir);
+}
+
+static void corrupt_files_fail_whole(void **state) {
+  (void)state;
+  char dir[256], err[512];
+  tmpdir(dir, sizeof dir, "bad");
+  ps_mem mem = {0, 0};
+  ps_var_spec s0 = spec_of("v", 9, 3, 0, 2, TSR_OPT_SGD);
+  ps_var_spec s1 = spec_of("v", 9, 3, 1, 2, TSR_OPT_SGD);
+  ps_shard *a, *b, *r = NULL;
+  assert_int_equal(ps__shard_new(&s0, &mem, &a, err, sizeof err), 0);
+  assert_int_equal(ps__shard_new(&s1, &mem, &b, err, sizeof err), 0);
+  assert_int_equal(ps__ckpt_save_shard(a, dir, err, sizeof err), 0);
+  assert_int_equal(ps__ckpt_save_shard(b, dir, err, sizeof err), 0);
+  ps_var_spec whole = spec_of("v", 9, 3, 0, 1, TSR_OPT_SGD);
+  assert_int_equal(ps__ckpt_load_shard(&whole, &mem, dir, &r, err, sizeof err), 0);
+  ps__shard_free(r, &mem);
+  r = NULL;
+  /* another optimizer's slots */
+  ps_var_spec adam = spec_of("v", 9, 3, 0, 2, TSR_OPT_ADAM);
+  assert_int_equal(ps__ckpt_load_shard(&adam, &mem, dir, &r, err, sizeof err),
+                   TSR_ESHAPE);
+  assert_non_null(strstr(err, "slot"));
+  char p1[1024];
+  ps__ckpt_file_name(&s1, p1, sizeof p1);
+  char path[1300];
+  snprintf(path, sizeof path, "%s/%s", dir, p1);
+  struct stat st;
+  assert_int_equal(stat(path, &st), 0);
+  /* flip one data byte */
+  int fd = open(path, O_RDWR);
+  unsigned char c;
+  assert_int_equal(pread(fd, &c, 1, st.st_size - 3), 1);
+  c ^= 0x40;
+  assert_int_equal(pwrite(fd, &c, 1, st.st_size - 3), 1);
+  assert_int_equal(ps__ckpt_load_shard(&whole, &mem, dir, &r, err, sizeof err),
+                   TSR_ECORRUPT);
+  assert_non_null(strstr(err, "CRC32C"));
+  assert_null(r);
+  /* truncate it */
+  c ^= 0x40;
+  assert_int_equal(pwrite(fd, &c, 1, st.st_size - 3), 1);
+  assert_int_equal(ftruncate(fd, st.st_size - 7), 0);
+  close(fd);
+  assert_int_equal(ps__ckpt_load_shard(&whole, &mem, dir, &r, err, sizeof err),
+                   TSR_ECORRUPT);
+  assert_non_null(strstr(err, "truncated"));
+  /* a missing part */
+  unlink(path);
+  assert_int_equal(ps__ckpt_load_shard(&whole, &mem, dir, &r, err, sizeof err),
+                   TSR_ENOTFOUND);
+  ps__shard_free(a, &mem);
+  ps__shard_free(b, &mem);
+  assert_int_equal(atomic_load(&mem.used), 0);
+  rmtree(dir);
+}
+
+/* ---- through the service: saved on 2 PS, restored onto 3 -------------------*/
+
+enum { R = 13, C = 5 };
+
+static void two_ps_to_three(void **state) {
+  (void)state;
+  char dir[256];
+  tmpdir(dir, sizeof dir, "svc");
+  h_env e2;
+  h_up(&e2, 2, NULL);
+  h_res r;
+  static float full[R * C], g[R * C], got[R * C];
+  /* "w" in 2 shards (7 + 6 rows), one per PS; "emb" sparse, 2 shards */
+  for (int k = 0; k < 2; k++) {
+    ps_var_spec v[2];
+    v[0] = spec_of("w", R, C, k, 2, TSR_OPT_ADAM);
+    v[1] = spec_of("emb", 1000, 3, k, 2, TSR_OPT_ADAGRAD);
+    v[1].sparse = v[1].bounded = true;
+    H_CALL(&e2, r, ps_client_create(e2.cl[k], v, 2, h_cb, &r));
+    assert_int_equal(r.status, 0);
+    assert_int_equal(r.count, 2);
+    int64_t row0 = v[0].row0, rows = v[0].rows;
+    for (int t = 0; t < 2; t++) {
+      for (int i = 0; i < rows * C; i++) g[i] = (float)((i + t) % 7) - 3.0f;
+      H_CALL(&e2, r, ps_client_push(e2.cl[k], "w", k, 0, t, PS_DT_F32, g,
+                                    (size_t)(rows * C * 4), h_cb, &r));
+      assert_int_equal(r.status, 0);
+    }
+    H_CALL(&e2, r, ps_client_pull(e2.cl[k], "w", k, 0, 0, full + row0 * C,
+                                  (size_t)(rows * C), h_cb, &r));
+    int64_t id = k == 0 ? 42 : 777;
+    float rg[3] = {1, 2, 3};
+    H_CALL(&e2, r, ps_client_push_rows(e2.cl[k], "emb", k, 0, 0, PS_DT_F32,
+                                       &id, 1, rg, sizeof rg, h_cb, &r));
+    assert_int_equal(r.status, 0);
+  }
+  float emb42[3], emb777[3];
+  int64_t i42 = 42, i777 = 777;
+  H_CALL(&e2, r, ps_client_pull_rows(e2.cl[0], "emb", 0, 0, 0, &i42, 1, emb42, 3, h_cb, &r));
+  H_CALL(&e2, r, ps_client_pull_rows(e2.cl[1], "emb", 1, 0, 0, &i777, 1, emb777, 3, h_cb, &r));
+  for (int k = 0; k < 2; k++) {
+    H_CALL(&e2, r, ps_client_save(e2.cl[k], dir, h_cb, &r));
+    assert_int_equal(r.status, 0);
+    assert_int_equal(r.count, 2);
+  }
+  assert_int_equal(h_down(&e2), 0);
+
+  h_env e3;
+  h_up(&e3, 3, NULL);
+  for (int k = 0; k < 3; k++) {
+    ps_var_spec v[2];
+    v[0] = spec_of("w", R, C, k, 3, TSR_OPT_ADAM);
+    v[1] = spec_of("emb", 1000, 3, k, 3, TSR_OPT_ADAGRAD);
+    v[1].sparse = v[1].bounded = true;
+    H_CALL(&e3, r, ps_client_create(e3.cl[k], v, 2, h_cb, &r));
+    assert_int_equal(r.status, 0);
+    H_CALL(&e3, r, ps_client_restore(e3.cl[k], dir, h_cb, &r));
+    assert_int_equal(r.status, 0);
+    assert_int_equal(r.count, 2);
+    H_CALL(&e3, r, ps_client_pull(e3.cl[k], "w", k, 0, 0, got,
+                                  (size_t)(v[0].rows * C), h_cb, &r));
+    assert_int_equal(r.status, 0);
+    assert_memory_equal(got, full + v[0].row0 * C, (size_t)(v[0].rows * C * 4));
+    assert_int_equal(r.step, 2);
+  }
+  /* rows re-cut: 42 is on shard 0 of 3 ([0,334)), 777 on shard 2 */
+  float back[3];
+  H_CALL(&e3, r, ps_client_pull_rows(e3.cl[0], "emb", 0, 0, 0, &i42, 1, back, 3, h_cb, &r));
+  assert_memory_equal(back, emb42, 12);
+  H_CALL(&e3, r, ps_client_pull_rows(e3.cl[2], "emb", 2, 0, 0, &i777, 1, back, 3, h_cb, &r));
+  assert_memory_equal(back, emb777, 12);
+  /* a corrupt file: the restore fails and nothing changes */
+  DIR *d = opendir(dir);
+  struct dirent *de;
+  char victim[1300] = "";
+  while ((de = readdir(d)))
+    if (strstr(de->d_name, "w.part-1-of-2")) snprintf(victim, sizeof victim, "%s/%s", dir, de->d_name);
+  closedir(d);
+  assert_true(victim[0]);
+  struct stat st;
+  stat(victim, &st);
+  assert_int_equal(truncate(victim, st.st_size / 2), 0);
+  float before[R * C];
+  H_CALL(&e3, r, ps_client_pull(e3.cl[1], "w", 1, 0, 0, before, 4 * C, h_cb, &r));
+  uint64_t version = r.version;
+  float gg[4 * C];
+  for (int i = 0; i < 4 * C; i++) gg[i] = 0.5f;
+  H_CALL(&e3, r, ps_client_push(e3.cl[1], "w", 1, 0, 0, PS_DT_F32, gg, sizeof gg, h_cb, &r));
+  H_CALL(&e3, r, ps_client_pull(e3.cl[1], "w", 1, 0, 0, before, 4 * C, h_cb, &r));
+  assert_int_equal(r.version, version + 1);
+  H_CALL(&e3, r, ps_client_restore(e3.cl[1], dir, h_cb, &r));
+  assert_int_equal(r.status, TSR_ECORRUPT);
+  assert_non_null(strstr(r.message, "nothing changed"));
+  H_CALL(&e3, r, ps_client_pull(e3.cl[1], "w", 1, 0, 0, got, 4 * C, h_cb, &r));
+  assert_memory_equal(got, before, sizeof gg);
+  assert_int_equal(r.version, version + 1);
+  assert_int_equal(h_down(&e3), 0);
+  rmtree(dir);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(shard_round_trip),
+      cmocka_unit_test(corrupt_files_fail_whole),
+      cmocka_unit_test(two_ps_to_three),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
