@@ -1,0 +1,209 @@
+/* The real tessera-ps binary: started from a cluster file on a free
+ * 127.0.0.1 port with a token in TESSERA_TOKEN, it serves create, push,
+ * pull, stats and save through ps_client; the shutdown method makes it
+ * exit 0, and so does SIGTERM; a bad task or a missing token exits 2 with
+ * a line naming the problem; a client with the wrong token is refused.
+ * Every wait has a deadline; a process still running at the end is
+ * killed. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <arpa/inet.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../../unit/ps/ps_harness.h"
+
+static const char *TOKEN = "integration-token-ps";
+
+static int free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a;
+  memset(&a, 0, sizeof a);
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  if (bind(fd, (struct sockaddr *)&a, sizeof a) ||
+      getsockname(fd, (struct sockaddr *)&a, &len))
+    abort();
+  int port = ntohs(a.sin_port);
+  close(fd);
+  return port;
+}
+
+static void binary(char *buf, size_t len) {
+  const char *b = getenv("TSR_BUILD_DIR");
+  snprintf(buf, len, "%s/ps/tessera-ps", b ? b : ".");
+}
+
+/* Starts tessera-ps as ps:0 of a cluster with one worker; stderr to a
+ * file so the test can read it. */
+static pid_t start_ps(int port, const char *task, const char *token,
+                      const char *errfile) {
+  char cluster[256], bin[1024];
+  snprintf(cluster, sizeof cluster,
+           "{\"cluster\": {\"worker\": [\"127.0.0.1:1\"], \"ps\": "
+           "[\"127.0.0.1:%d\"]}, \"task\": {\"type\": \"%s\", \"index\": 0}}",
+           port, task);
+  binary(bin, sizeof bin);
+  pid_t pid = fork();
+  if (pid == 0) {
+    setenv("TF_CONFIG", cluster, 1);
+    if (token)
+      setenv("TESSERA_TOKEN", token, 1);
+    else
+      unsetenv("TESSERA_TOKEN");
+    FILE *f = freopen(errfile, "w", stderr);
+    (void)f;
+    execl(bin, "tessera-ps", "--memory-limit", "256M", (char *)NULL);
+    _exit(127);
+  }
+  return pid;
+}
+
+/* Waits up to `ms` for the child; returns its exit status, or -1 (then it
+ * is killed). */
+static int wait_exit(pid_t pid, int ms) {
+  for (int waited = 0; waited < ms; waited += 10) {
+    int st;
+    pid_t r = waitpid(pid, &st, WNOHANG);
+    if (r == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    tsr_sleep_ms(10);
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+  return -1;
+}
+
+static void client_env(h_env *e, int port, const char *token) {
+  memset(e, 0, sizeof *e);
+  if (uv_loop_init(&e->loop)) abort();
+  tsr_rpc_opts ro = {0};
+  ro.name = "itest";
+  ro.token = token;
+  ro.token_len = strlen(token);
+  ro.default_deadline_ms = 10000;
+  if (tsr_rpc_ctx_new(&e->ctx, &e->loop, &ro)) abort();
+  char addr[64];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+  if (ps_client_new(&e->cl[0], e->ctx, addr)) abort();
+}
+
+static void read_file(const char *path, char *buf, size_t len) {
+  FILE *f = fopen(path, "r");
+  size_t n = f ? fread(buf, 1, len - 1, f) : 0;
+  buf[n] = 0;
+  if (f) fclose(f);
+}
+
+static void serve_then_shutdown_rpc(void **state) {
+  (void)state;
+  int port = free_port();
+  char errfile[] = "/tmp/tsr-ps-itest-XXXXXX";
+  close(mkstemp(errfile));
+  pid_t pid = start_ps(port, "ps", TOKEN, errfile);
+  h_env e;
+  client_env(&e, port, TOKEN);
+  h_res r;
+  tsr_optim_spec o;
+  tsr_optim_defaults(TSR_OPT_ADAM, &o);
+  ps_var_spec v;
+  int64_t shape[2] = {300, 70};
+  assert_int_equal(ps_var_spec_init(&v, "dense_1/kernel", 2, shape, 0, 1,
+                                    "glorot_uniform", 9, &o), 0);
+  /* the binary may still be starting: the call waits for the connection */
+  H_CALL(&e, r, ps_client_create(e.cl[0], &v, 1, h_cb, &r));
+  assert_int_equal(r.status, 0);
+  static float got[21000], want[21000], g[21000], m[21000], vv[21000];
+  float *slots[2] = {m, vv};
+  kern_init_fill(&v.init, 9, kern_init_var_key("dense_1/kernel"), 0, want, 21000);
+  kern_optim_init_slots(&o, slots, 21000);
+  for (int i = 0; i < 21000; i++) g[i] = cosf((float)i);
+  H_CALL(&e, r, ps_client_push(e.cl[0], "dense_1/kernel", 0, 0, 0, PS_DT_F32,
+                               g, sizeof g, h_cb, &r));
+  assert_int_equal(r.status, 0);
+  kern_optim_apply(&o, 1, want, g, 1.0f, slots, 21000);
+  H_CALL(&e, r, ps_client_pull(e.cl[0], "dense_1/kernel", 0, 0, 0, got, 21000,
+                               h_cb, &r));
+  assert_int_equal(r.status, 0);
+  assert_memory_equal(got, want, sizeof got);
+  H_CALL(&e, r, ps_client_stats(e.cl[0], h_cb, &r));
+  assert_int_equal(r.status, 0);
+  assert_int_equal(r.applies, 1);
+  assert_true(r.mem_used >= 3 * sizeof got);
+  H_CALL(&e, r, ps_client_shutdown(e.cl[0], h_cb, &r));
+  assert_int_equal(r.status, 0);
+  assert_int_equal(wait_exit(pid, 10000), 0);
+  assert_int_equal(h_down(&e), 0);
+  unlink(errfile);
+}
+
+static void sigterm_exits_zero(void **state) {
+  (void)state;
+  int port = free_port();
+  char errfile[] = "/tmp/tsr-ps-itest-XXXXXX";
+  close(mkstemp(errfile));
+  pid_t pid = start_ps(port, "ps", TOKEN, errfile);
+  h_env e;
+  client_env(&e, port, TOKEN);
+  h_res r;
+  H_CALL(&e, r, ps_client_stats(e.cl[0], h_cb, &r)); /* it is serving */
+  assert_int_equal(r.status, 0);
+  kill(pid, SIGTERM);
+  assert_int_equal(wait_exit(pid, 10000), 0);
+  assert_int_equal(h_down(&e), 0);
+  unlink(errfile);
+}
+
+static void wrong_token_refused(void **state) {
+  (void)state;
+  int port = free_port();
+  char errfile[] = "/tmp/tsr-ps-itest-XXXXXX";
+  close(mkstemp(errfile));
+  pid_t pid = start_ps(port, "ps", TOKEN, errfile);
+  h_env e;
+  client_env(&e, port, "not-the-token");
+  ps_client_set_deadline(e.cl[0], 1500);
+  h_res r;
+  H_CALL(&e, r, ps_client_stats(e.cl[0], h_cb, &r));
+  assert_int_not_equal(r.status, 0);
+  kill(pid, SIGTERM);
+  assert_int_equal(wait_exit(pid, 10000), 0);
+  assert_int_equal(h_down(&e), 0);
+  unlink(errfile);
+}
+
+static void bad_start_exits_two(void **state) {
+  (void)state;
+  char errfile[] = "/tmp/tsr-ps-itest-XXXXXX", text[4096];
+  close(mkstemp(errfile));
+  int port = free_port();
+  /* a worker task given to tessera-ps */
+  pid_t pid = start_ps(port, "worker", TOKEN, errfile);
+  assert_int_equal(wait_exit(pid, 10000), 2);
+  read_file(errfile, text, sizeof text);
+  assert_non_null(strstr(text, "ps task"));
+  /* no token anywhere */
+  pid = start_ps(port, "ps", NULL, errfile);
+  assert_int_equal(wait_exit(pid, 10000), 2);
+  read_file(errfile, text, sizeof text);
+  assert_non_null(strstr(text, "TESSERA_TOKEN"));
+  unlink(errfile);
+}
+
+int main(void) {
+  signal(SIGPIPE, SIG_IGN);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(serve_then_shutdown_rpc),
+      cmocka_unit_test(sigterm_exits_zero),
+      cmocka_unit_test(wrong_token_refused),
+      cmocka_unit_test(bad_start_exits_two),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
