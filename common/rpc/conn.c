@@ -330,11 +330,9 @@ static void timer_cb(uv_timer_t *t) {
   uint64_t now = tsr_now_ns();
   uint64_t alive = c->last_rx_ns > c->last_progress_ns ? c->last_rx_ns
                                                        : c->last_progress_ns;
-  /* a server that stopped reading on purpose (its handlers hold many
-   * calls) cannot hear pings; it is not the peer that is silent */
-  int own_pause = c->paused && c->wq_bytes == 0;
-  if (!own_pause &&
-      now - alive > (uint64_t)c->ctx->o.idle_timeout_ms * 1000000ull) {
+  /* a paused server connection hears nothing by choice, but its queued
+   * answers drain while the peer lives (last_progress_ns) */
+  if (now - alive > (uint64_t)c->ctx->o.idle_timeout_ms * 1000000ull) {
     snprintf(msg, sizeof msg, "%s %s silent for %llu ms (idle timeout %u "
              "ms): connection considered dead",
              who(c), c->peer, (unsigned long long)((now - alive) / 1000000),

@@ -81,8 +81,10 @@ typedef struct tsr_rpc_opts {
   uint32_t max_meta_bytes;      /* meta limit; default 1 MiB */
   uint64_t max_payload_bytes;   /* payload limit; default 1 GiB */
   uint32_t max_inflight;        /* calls in flight per connection (client:
-                                   submitted and not completed; server:
-                                   received and not answered); default 1024 */
+                                   submitted and not completed, more fail
+                                   with TSR_EBUSY; server: received and not
+                                   answered, more are answered TSR_EBUSY);
+                                   default 1024 */
   uint64_t max_write_queue;     /* server: bytes queued for writing on one
                                    connection before it stops reading from
                                    that peer; default 64 MiB */

@@ -11,9 +11,11 @@
  * or unallocatable payload are answered with an error and the connection
  * goes on (the payload is read and dropped). A request id reused while in
  * flight is answered with TSR_EDUPID and the connection closed (its
- * answers would be ambiguous). A connection with max_inflight calls held,
- * or more than max_write_queue bytes of answers not yet taken by the peer,
- * is no longer read until it drains: a peer that stops reading costs TCP
+ * answers would be ambiguous). A request beyond max_inflight calls held on
+ * its connection is answered TSR_EBUSY at once (the connection is still
+ * read, so pings and a hang-up are still seen). A connection with more
+ * than max_write_queue bytes of answers not yet taken by the peer is no
+ * longer read until it drains: a peer that stops reading costs TCP
  * window, not memory. Calls held when their connection dies are marked
  * dead; their answers are dropped and reported TSR_ECLOSED to done.
  */
@@ -288,6 +290,12 @@ static int s_on_head(tsr_rpc__rx *rx, const tsr_rpc__hdr *h,
     tsr_rpc__conn_close_after_flush(c, TSR_EDUPID, msg);
     return TSR_EDUPID;
   }
+  if (c->inflight >= s->ctx->o.max_inflight) {
+    snprintf(msg, sizeof msg,
+             "%u calls already in flight on this connection (limit %u)",
+             c->inflight, s->ctx->o.max_inflight);
+    return refuse(sc, h, TSR_EBUSY, msg);
+  }
   method_ent *me = find_method(s, h->method);
   if (!me) {
     snprintf(msg, sizeof msg, "unknown method %u", h->method);
@@ -383,12 +391,10 @@ static int s_on_frame(tsr_rpc__rx *rx, const tsr_rpc__hdr *h,
   s->st.inflight++;
   k->me->m.handler(&k->pub, k->me->m.data);
   if (c->state != TSR_RPC__C_READY) return TSR_ECLOSED;
-  if (c->inflight >= s->ctx->o.max_inflight ||
-      c->wq_bytes > s->ctx->o.max_write_queue) {
-    tsr_debug("rpc %s: peer %s: %u calls held, %llu bytes queued: not "
+  if (c->wq_bytes > s->ctx->o.max_write_queue) {
+    tsr_debug("rpc %s: peer %s: %llu bytes of answers not taken: not "
               "reading until it drains",
-              s->ctx->name, c->peer, c->inflight,
-              (unsigned long long)c->wq_bytes);
+              s->ctx->name, c->peer, (unsigned long long)c->wq_bytes);
     tsr_rpc__conn_pause(c);
     return 1;
   }
@@ -397,8 +403,7 @@ static int s_on_frame(tsr_rpc__rx *rx, const tsr_rpc__hdr *h,
 
 static void s_on_drain(tsr_rpc__conn *c) {
   tsr_rpc_server *s = ((sconn *)c)->s;
-  if (c->paused && c->inflight < s->ctx->o.max_inflight &&
-      c->wq_bytes <= s->ctx->o.max_write_queue / 2)
+  if (c->paused && c->wq_bytes <= s->ctx->o.max_write_queue / 2)
     tsr_rpc__conn_resume(c);
 }
 
