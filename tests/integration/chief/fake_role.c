@@ -94,6 +94,14 @@ int main(int argc, char **argv) {
     fprintf(stderr, "fake %s: TESSERA_TOKEN missing or not 64 hex\n", name);
     return 11;
   }
+  /* Output first: once the record exists, the lines are in the pipe. */
+  printf("hello from %s\n", name);
+  fprintf(stderr, "stderr line from %s\n", name);
+  if (c.task_type == TSR_TASK_CHIEF) {
+    printf("chief args:");
+    for (int i = 1; i < argc; i++) printf(" %s", argv[i]);
+    printf("\n");
+  }
   char path[4096], tmp[4200];
   snprintf(path, sizeof path, "%s/rec.%s.%ld", dir, name, (long)getpid());
   snprintf(tmp, sizeof tmp, "%s/tmp.%ld", dir, (long)getpid());
@@ -105,13 +113,6 @@ int main(int argc, char **argv) {
   fprintf(f, "\n");
   if (fclose(f) || rename(tmp, path)) return 12;
 
-  printf("hello from %s\n", name);
-  fprintf(stderr, "stderr line from %s\n", name);
-  if (c.task_type == TSR_TASK_CHIEF) {
-    printf("chief args:");
-    for (int i = 1; i < argc; i++) printf(" %s", argv[i]);
-    printf("\n");
-  }
 
   if (is_me("FAKE_IGNORE_TERM", name)) signal(SIGTERM, SIG_IGN);
   if (is_me("FAKE_CRASH_ALWAYS", name)) return 1;
