@@ -1,0 +1,135 @@
+/* Models: a Keras Sequential model read from its model.to_json() document,
+ * or the built-in wide-and-deep CTR model, with its loss and metrics, run
+ * on the kern_ compute interface.
+ *
+ * Happy path: wk_model_build() validates the model against the loss and
+ * (when given) the data schema and lists its variables; the chief creates
+ * those variables on the PS (wk_model_variables), the standalone trainer in
+ * memory. A wk_exec binds the model to one compute context (one per GPU
+ * replica). Per step: wk_exec_prepare(batch) checks the batch (NaN, label
+ * range, ids) and sorts and de-duplicates the ids of every row-sparse
+ * variable; the caller fetches those rows (wk_exec_rows) and the dense
+ * variables into parameter buffers, calls wk_exec_run(), and gets the
+ * gradients in buffers of the same layout.
+ * Failure modes: an unsupported layer, activation, initializer or option
+ * (the error names it and lists what is supported), shapes that do not
+ * chain (named with both widths), a batch with NaN or a bad label or id
+ * (named with the batch, example and feature).
+ *
+ * Parameter and gradient buffers (caller-owned host memory, float32):
+ *   dense variable v:       its full value, numel floats
+ *   row-sparse variable v:  the rows of the ids wk_exec_rows() lists, in
+ *                           that order, n_rows * row_dim floats
+ */
+#ifndef TSR_WK_MODEL_H
+#define TSR_WK_MODEL_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/job.h"
+#include "kernels/init.h"
+#include "kernels/kern.h"
+#include "worker/input.h"
+
+typedef enum { WK_VAR_DENSE = 0, WK_VAR_ROW_SPARSE = 1 } wk_var_kind;
+
+typedef struct {
+  char name[128];        /* Keras name: "dense/kernel", "embedding/embeddings" */
+  int rank;              /* 1 or 2 */
+  int64_t shape[2];
+  int64_t numel;
+  int64_t row_dim;       /* elements per axis-0 row */
+  const char *dtype;     /* "float32" */
+  kern_init_spec init;
+  wk_var_kind kind;
+} wk_var_info;
+
+typedef struct wk_model wk_model;
+
+/* Builds a model from the job's model JSON (Keras Sequential or
+ * {"builtin": "wide_deep", ...}), loss name and metric names. `schema` (may
+ * be NULL) is checked against the model's input and output shapes and fills
+ * sizes the built-in spec leaves out. */
+int wk_model_build(const json_t *model, const char *loss,
+                   char *const *metrics, int n_metrics,
+                   const wk_input_schema *schema, wk_model **out, char *err,
+                   size_t errlen);
+int wk_model_from_job(const tsr_job *job, const wk_input_schema *schema,
+                      wk_model **out, char *err, size_t errlen);
+void wk_model_free(wk_model *m);
+
+/* The variables in creation order (stable for a given model), for the chief
+ * to partition and create on the PS and for `tessera partition --job`. The
+ * array belongs to the model. */
+int wk_model_variables(const wk_model *m, const wk_var_info **out, size_t *n);
+
+/* Fills elements [first, first+n) of variable v with its initial value for
+ * the job seed (kern_init_fill keyed by the variable's name), as the PS
+ * does, so both start from identical values. */
+void wk_model_init_var(const wk_model *m, int v, uint64_t seed,
+                       uint64_t first, float *out, size_t n);
+
+/* One line per layer ("dense (Dense) 10 -> 64 relu"), for logs. */
+void wk_model_summary(const wk_model *m, char *buf, size_t len);
+int64_t wk_model_input_dense(const wk_model *m); /* dense features read */
+int64_t wk_model_output_dim(const wk_model *m);
+const char *wk_model_loss_name(const wk_model *m);
+int wk_model_num_metrics(const wk_model *m);
+const char *wk_model_metric_name(const wk_model *m, int i);
+
+/* ---- execution on one compute context --------------------------------- */
+typedef struct wk_exec wk_exec;
+
+typedef struct {
+  bool train;          /* dropout on, gradients computed */
+  float grad_scale;    /* multiplies dLoss/dOutput: loss_scale / global batch */
+  uint64_t seed;       /* dropout draws (job seed mixed with the step) */
+  bool keep_on_device; /* leave gradients on the device (replicas reduce
+                        * them with wk_exec_allreduce, then
+                        * wk_exec_fetch_grads) */
+} wk_run_opts;
+
+typedef struct {
+  double loss_sum;     /* sum of per-example losses of the slice */
+  int64_t n;           /* examples in the slice */
+  const float *pred;   /* host copy of the outputs [n, out_dim]
+                        * (probabilities), valid until the next run */
+  const float *labels; /* host labels of the slice [n] */
+} wk_run_result;
+
+/* Binds the model to a compute context for batches of up to max_batch
+ * examples; `prec` is the precision of the matrix products' inputs. */
+int wk_exec_open(const wk_model *m, kern_ctx *ctx, int64_t max_batch,
+                 kern_prec prec, wk_exec **out, char *err, size_t errlen);
+void wk_exec_close(wk_exec *e);
+kern_ctx *wk_exec_ctx(const wk_exec *e);
+
+/* Checks examples [lo, hi) of a batch and lists the sparse ids. Replicas of
+ * one step call it with their own slice and the same `global` exec (the
+ * one that saw the whole batch with lo = 0, hi = n first), so every replica
+ * uses the same row list and their gradients can be summed. Pass NULL as
+ * global for a single replica. */
+int wk_exec_prepare(wk_exec *e, const wk_batch *b, int64_t lo, int64_t hi,
+                    const wk_exec *global, char *err, size_t errlen);
+
+/* The sorted unique ids of row-sparse variable v in the prepared batch; for
+ * a dense variable n = 0 and ids = NULL. */
+int wk_exec_rows(const wk_exec *e, int v, const int64_t **ids, int64_t *n);
+
+/* Forward (and backward when o->train) on the prepared slice. params[v] and
+ * grads[v] are host buffers as described at the top (grads may be NULL when
+ * not training). On the CPU the parameters are read in place. */
+int wk_exec_run(wk_exec *e, float *const *params, float *const *grads,
+                const wk_run_opts *o, wk_run_result *r);
+
+/* Sums the device gradients of several replicas in place (NCCL on GPUs). */
+int wk_exec_allreduce(wk_exec *const *reps, int n);
+/* Copies the device gradients to host grads (after keep_on_device). */
+int wk_exec_fetch_grads(wk_exec *e, float *const *grads);
+/* True when every gradient of the last run is finite (loss-scale check). */
+int wk_exec_grads_finite(wk_exec *e, bool *finite);
+
+#endif

@@ -1,0 +1,701 @@
+/* Running a model on one compute context: batch checks, the sparse row
+ * plan (ids sorted and de-duplicated per variable, with the inverse lists
+ * the scatter-add needs), forward, loss, backward.
+ *
+ * Happy path: prepare() validates the slice on the host and builds the
+ * plan; run() uploads parameters (nothing on the CPU: they are read in
+ * place), runs the layers and the loss, and writes gradients into the
+ * caller's buffers (on the CPU directly, on a GPU by one download per
+ * variable, or not at all when replicas reduce them first).
+ * Failure modes: NaN/inf in features or labels, a class label out of range,
+ * a sparse id outside its vocabulary (each error names the batch, the
+ * example and the column or feature); device allocation failures.
+ */
+#include "worker/model_int.h"
+
+#include "common/err.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FAIL(code, ...) wk_model__fail(err, errlen, code, __VA_ARGS__)
+
+typedef struct {           /* per row-sparse variable */
+  int var;
+  bool wide;
+  int64_t dim;
+  int first_emb;           /* embed entry (non-wide: its only one) */
+  int64_t *uniq;           /* sorted unique ids */
+  int64_t n_uniq, cap_uniq;
+  /* gather: bags and their local row indices */
+  int32_t *idx, *bag_off;
+  int64_t n_idx, cap_idx, n_bags, cap_bags;
+  /* scatter: per unique row its (bag, weight) occurrences */
+  int32_t *occ_off, *occ_bag;
+  float *occ_w;
+  /* device copies (aliases on the CPU) */
+  int32_t *d_idx, *d_bag_off, *d_occ_off, *d_occ_bag;
+  float *d_occ_w;
+  int64_t dcap_idx, dcap_bags, dcap_uniq;
+} wk_splan;
+
+struct wk_exec {
+  const wk_model *m;
+  kern_ctx *ctx;
+  bool host;
+  int64_t maxb;
+  kern_prec prec;
+  int64_t xw;              /* dense features read by the first layer */
+  /* prepared slice */
+  const wk_batch *b;
+  int64_t lo, n;
+  float *hx, *hlab, *hpred, *hloss, *hlab_raw;
+  int64_t lab_w;           /* label columns on the device */
+  wk_splan sp[WK_MAX_EMB];
+  int n_sp;
+  /* device activations */
+  float *x, *lab, *emb, *demb, *wide, *dlast, *dz, *exl;
+  float *z[WK_MAX_LAYERS], *y[WK_MAX_LAYERS], *mask[WK_MAX_LAYERS],
+      *dy[WK_MAX_LAYERS];
+  bool own_y[WK_MAX_LAYERS];
+  /* parameters and gradients on the device */
+  float **dp, **dg;
+  int64_t *dcap;           /* allocated elements of dp/dg (sparse grow) */
+};
+
+kern_ctx *wk_exec_ctx(const wk_exec *e) { return e->ctx; }
+
+static float *dalloc(wk_exec *e, int64_t n) {
+  return kern_alloc(e->ctx, (size_t)(n > 0 ? n : 1) * sizeof(float));
+}
+
+int wk_exec_open(const wk_model *m, kern_ctx *ctx, int64_t maxb,
+                 kern_prec prec, wk_exec **out, char *err, size_t errlen) {
+  *out = NULL;
+  if (maxb < 1) return FAIL(TSR_EINVAL, "batch size must be >= 1");
+  wk_exec *e = calloc(1, sizeof *e);
+  if (!e) return TSR_ENOMEM;
+  e->m = m;
+  e->ctx = ctx;
+  e->host = kern_is_host(ctx);
+  e->maxb = maxb;
+  e->prec = prec;
+  e->xw = m->seq_ids ? 0 : m->n_dense;
+  e->lab_w = m->onehot_labels ? m->out_dim : 1;
+  int64_t maxw = 1;
+  for (int l = 0; l < m->n_layers; l++)
+    if (m->layers[l].out > maxw) maxw = m->layers[l].out;
+  e->hlab = malloc((size_t)(maxb * e->lab_w) * sizeof(float));
+  e->hpred = malloc((size_t)(maxb * m->out_dim) * sizeof(float));
+  e->hloss = malloc((size_t)maxb * sizeof(float));
+  e->dp = calloc((size_t)m->n_vars, sizeof *e->dp);
+  e->dg = calloc((size_t)m->n_vars, sizeof *e->dg);
+  e->dcap = calloc((size_t)m->n_vars, sizeof *e->dcap);
+  if (!e->hlab || !e->hpred || !e->hloss || !e->dp || !e->dg || !e->dcap)
+    goto nomem;
+  if (!e->host && e->xw > 0 && !(e->x = dalloc(e, maxb * e->xw))) goto nomem;
+  if (!e->host && !(e->lab = dalloc(e, maxb * e->lab_w))) goto nomem;
+  if (m->emb_width > 0 && (!(e->emb = dalloc(e, maxb * m->emb_width)) ||
+                           !(e->demb = dalloc(e, maxb * m->emb_width))))
+    goto nomem;
+  if (!(e->wide = dalloc(e, maxb)) || !(e->dlast = dalloc(e, maxb * maxw)) ||
+      !(e->dz = dalloc(e, maxb * maxw)) || !(e->exl = dalloc(e, maxb)))
+    goto nomem;
+  for (int l = 0; l < m->n_layers; l++) {
+    const wk_layer *ly = &m->layers[l];
+    int64_t sz = maxb * ly->out;
+    if (ly->kind == WK_L_DENSE && !(e->z[l] = dalloc(e, sz))) goto nomem;
+    if (ly->kind == WK_L_DROPOUT && !(e->mask[l] = dalloc(e, sz))) goto nomem;
+    bool needs_y = ly->kind != WK_L_DENSE || ly->act != KERN_ACT_LINEAR;
+    if (needs_y) {
+      if (!(e->y[l] = dalloc(e, sz))) goto nomem;
+      e->own_y[l] = true;
+    } else {
+      e->y[l] = e->z[l];
+    }
+    if (!(e->dy[l] = dalloc(e, sz))) goto nomem;
+  }
+  /* dense variables have fixed device buffers */
+  for (int v = 0; v < m->n_vars; v++) {
+    if (m->vars[v].kind != WK_VAR_DENSE || e->host) continue;
+    if (!(e->dp[v] = dalloc(e, m->vars[v].numel)) ||
+        !(e->dg[v] = dalloc(e, m->vars[v].numel)))
+      goto nomem;
+    e->dcap[v] = m->vars[v].numel;
+  }
+  /* one plan per row-sparse variable */
+  for (int i = 0; i < m->n_emb; i++) {
+    int s;
+    for (s = 0; s < e->n_sp; s++)
+      if (e->sp[s].var == m->emb[i].var) break;
+    if (s == e->n_sp) {
+      wk_splan *p = &e->sp[e->n_sp++];
+      p->var = m->emb[i].var;
+      p->wide = m->emb[i].wide;
+      p->dim = m->emb[i].dim;
+      p->first_emb = i;
+    }
+  }
+  *out = e;
+  return 0;
+nomem:
+  wk_exec_close(e);
+  return FAIL(TSR_ENOMEM, "out of %s memory for batch %lld",
+              kern_backend_name(ctx), (long long)maxb);
+}
+
+static void splan_free_dev(wk_exec *e, wk_splan *p) {
+  if (e->host) return;
+  kern_free(e->ctx, p->d_idx);
+  kern_free(e->ctx, p->d_bag_off);
+  kern_free(e->ctx, p->d_occ_off);
+  kern_free(e->ctx, p->d_occ_bag);
+  kern_free(e->ctx, p->d_occ_w);
+}
+
+void wk_exec_close(wk_exec *e) {
+  if (!e) return;
+  const wk_model *m = e->m;
+  kern_ctx *c = e->ctx;
+  free(e->hlab);
+  free(e->hpred);
+  free(e->hloss);
+  if (!e->host) {
+    kern_free(c, e->x);
+    kern_free(c, e->lab);
+  }
+  kern_free(c, e->emb);
+  kern_free(c, e->demb);
+  kern_free(c, e->wide);
+  kern_free(c, e->dlast);
+  kern_free(c, e->dz);
+  kern_free(c, e->exl);
+  for (int l = 0; l < m->n_layers; l++) {
+    kern_free(c, e->z[l]);
+    if (e->own_y[l]) kern_free(c, e->y[l]);
+    kern_free(c, e->mask[l]);
+    kern_free(c, e->dy[l]);
+  }
+  for (int v = 0; e->dp && v < m->n_vars; v++)
+    if (!e->host) {
+      kern_free(c, e->dp[v]);
+      kern_free(c, e->dg[v]);
+    }
+  for (int s = 0; s < e->n_sp; s++) {
+    wk_splan *p = &e->sp[s];
+    splan_free_dev(e, p);
+    free(p->uniq);
+    free(p->idx);
+    free(p->bag_off);
+    free(p->occ_off);
+    free(p->occ_bag);
+    free(p->occ_w);
+  }
+  free(e->dp);
+  free(e->dg);
+  free(e->dcap);
+  free(e);
+}
+
+static int grow(void **p, int64_t *cap, int64_t need, size_t elem) {
+  if (need <= *cap) return 0;
+  int64_t nc = need + need / 2 + 16;
+  void *np = realloc(*p, (size_t)nc * elem);
+  if (!np) return TSR_ENOMEM;
+  *p = np;
+  *cap = nc;
+  return 0;
+}
+
+static int cmp_i64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* Visits the ids of plan p for examples [lo, hi): fn(bag, id). Returns a
+ * negative code from the visitor or from an invalid id. */
+typedef int (*id_fn)(wk_splan *p, int64_t bag, int64_t id, void *arg);
+
+static int visit_ids(wk_exec *e, wk_splan *p, const wk_batch *b, int64_t lo,
+                     int64_t hi, id_fn fn, void *arg, char *err,
+                     size_t errlen) {
+  const wk_model *m = e->m;
+  int rc;
+  for (int i = p->first_emb; i < m->n_emb; i++) {
+    const wk_embed *em = &m->emb[i];
+    if (em->var != p->var) continue;
+    for (int64_t r = lo; r < hi; r++) {
+      if (em->feature < 0) { /* Sequential Embedding: ids are x columns */
+        for (int64_t c = 0; c < m->seq_ids; c++) {
+          float v = b->x[r * b->n_dense + c];
+          if (!(v >= 0 && v < (float)em->vocab) || v != floorf(v))
+            return FAIL(TSR_ERANGE, "batch %lld (epoch %lld) example %lld "
+                        "column %lld: %g is not an id in [0, %lld) for '%s'",
+                        (long long)b->index, (long long)b->epoch, (long long)r,
+                        (long long)c, (double)v, (long long)em->vocab,
+                        m->vars[em->var].name);
+          int64_t bag = em->per_id ? (r - lo) * m->seq_ids + c : r - lo;
+          if ((rc = fn(p, bag, (int64_t)v, arg))) return rc;
+        }
+      } else {
+        const int64_t *ids = b->ids[em->feature];
+        const int64_t *off = b->offsets[em->feature];
+        for (int64_t j = off[r]; j < off[r + 1]; j++) {
+          if (ids[j] < 0 || ids[j] >= em->vocab)
+            return FAIL(TSR_ERANGE, "batch %lld (epoch %lld) example %lld "
+                        "sparse feature %d: id %lld outside [0, %lld)",
+                        (long long)b->index, (long long)b->epoch, (long long)r,
+                        em->feature, (long long)ids[j], (long long)em->vocab);
+          if ((rc = fn(p, r - lo, ids[j] + em->id_offset, arg))) return rc;
+        }
+      }
+    }
+  }
+  return 0;
+}
+
+static int collect_id(wk_splan *p, int64_t bag, int64_t id, void *arg) {
+  if (grow((void **)&p->uniq, &p->cap_uniq, p->n_uniq + 1, sizeof(int64_t)))
+    return TSR_ENOMEM;
+  p->uniq[p->n_uniq++] = id;
+  return 0;
+}
+
+/* Bags arrive in order (bag index never decreases) so bag_off is filled
+ * as a running count. */
+static int place_id(wk_splan *p, int64_t bag, int64_t id, void *arg) {
+  int64_t lo = 0, hi = p->n_uniq;
+  while (lo < hi) {
+    int64_t mid = (lo + hi) / 2;
+    if (p->uniq[mid] < id) lo = mid + 1;
+    else hi = mid;
+  }
+  if (grow((void **)&p->idx, &p->cap_idx, p->n_idx + 1, sizeof(int32_t)))
+    return TSR_ENOMEM;
+  p->idx[p->n_idx] = (int32_t)lo;
+  p->bag_off[bag + 1]++;
+  p->n_idx++;
+  return 0;
+}
+
+static int build_plan(wk_exec *e, wk_splan *p, const wk_batch *b, int64_t lo,
+                      int64_t hi, const wk_exec *global, char *err,
+                      size_t errlen) {
+  const wk_model *m = e->m;
+  int rc;
+  int64_t n = hi - lo;
+  if (global) {
+    const wk_splan *g = NULL;
+    for (int s = 0; s < global->n_sp; s++)
+      if (global->sp[s].var == p->var) g = &global->sp[s];
+    if (!g) return TSR_EINVAL;
+    if (grow((void **)&p->uniq, &p->cap_uniq, g->n_uniq, sizeof(int64_t)))
+      return TSR_ENOMEM;
+    memcpy(p->uniq, g->uniq, (size_t)g->n_uniq * sizeof(int64_t));
+    p->n_uniq = g->n_uniq;
+  } else {
+    p->n_uniq = 0;
+    if ((rc = visit_ids(e, p, b, lo, hi, collect_id, NULL, err, errlen)))
+      return rc;
+    qsort(p->uniq, (size_t)p->n_uniq, sizeof(int64_t), cmp_i64);
+    int64_t k = 0;
+    for (int64_t i = 0; i < p->n_uniq; i++)
+      if (k == 0 || p->uniq[i] != p->uniq[k - 1]) p->uniq[k++] = p->uniq[i];
+    p->n_uniq = k;
+  }
+  const wk_embed *em = &m->emb[p->first_emb];
+  p->n_bags = em->per_id ? n * m->seq_ids : n;
+  if (grow((void **)&p->bag_off, &p->cap_bags, p->n_bags + 1,
+           sizeof(int32_t)))
+    return TSR_ENOMEM;
+  memset(p->bag_off, 0, (size_t)(p->n_bags + 1) * sizeof(int32_t));
+  p->n_idx = 0;
+  if ((rc = visit_ids(e, p, b, lo, hi, place_id, NULL, err, errlen)))
+    return rc;
+  /* place_id counted per bag; the wide variable's features visit the same
+   * bags feature by feature, so order the occurrences by bag */
+  for (int64_t i = 0; i < p->n_bags; i++) p->bag_off[i + 1] += p->bag_off[i];
+  if (p->wide && m->n_sparse > 1) {
+    int32_t *tmp = malloc((size_t)(p->n_idx ? p->n_idx : 1) * sizeof *tmp);
+    int32_t *fill = calloc((size_t)p->n_bags + 1, sizeof *fill);
+    if (!tmp || !fill) {
+      free(tmp);
+      free(fill);
+      return TSR_ENOMEM;
+    }
+    int64_t j = 0;
+    for (int i = p->first_emb; i < m->n_emb; i++) {
+      const wk_embed *w = &m->emb[i];
+      if (w->var != p->var) continue;
+      const int64_t *off = b->offsets[w->feature];
+      for (int64_t r = lo; r < hi; r++)
+        for (int64_t t = off[r]; t < off[r + 1]; t++, j++)
+          tmp[p->bag_off[r - lo] + fill[r - lo]++] = p->idx[j];
+    }
+    memcpy(p->idx, tmp, (size_t)p->n_idx * sizeof *tmp);
+    free(tmp);
+    free(fill);
+  }
+  /* inverse lists for the scatter-add: counting sort by unique row */
+  int64_t cu = p->n_uniq + 1, ci = p->n_idx;
+  p->occ_off = realloc(p->occ_off, (size_t)(cu ? cu : 1) * sizeof(int32_t));
+  p->occ_bag = realloc(p->occ_bag, (size_t)(ci ? ci : 1) * sizeof(int32_t));
+  p->occ_w = realloc(p->occ_w, (size_t)(ci ? ci : 1) * sizeof(float));
+  if (!p->occ_off || !p->occ_bag || !p->occ_w) return TSR_ENOMEM;
+  memset(p->occ_off, 0, (size_t)cu * sizeof(int32_t));
+  for (int64_t j = 0; j < p->n_idx; j++) p->occ_off[p->idx[j] + 1]++;
+  for (int64_t u = 0; u < p->n_uniq; u++) p->occ_off[u + 1] += p->occ_off[u];
+  int32_t *pos = malloc((size_t)(cu ? cu : 1) * sizeof *pos);
+  if (!pos) return TSR_ENOMEM;
+  memcpy(pos, p->occ_off, (size_t)cu * sizeof *pos);
+  for (int64_t bg = 0; bg < p->n_bags; bg++) {
+    int32_t cnt = p->bag_off[bg + 1] - p->bag_off[bg];
+    float w = em->pool == KERN_POOL_MEAN && cnt > 0 ? 1.0f / (float)cnt : 1.0f;
+    for (int32_t j = p->bag_off[bg]; j < p->bag_off[bg + 1]; j++) {
+      int32_t q = pos[p->idx[j]]++;
+      p->occ_bag[q] = (int32_t)bg;
+      p->occ_w[q] = w;
+    }
+  }
+  free(pos);
+  /* device copies */
+  if (e->host) {
+    p->d_idx = p->idx;
+    p->d_bag_off = p->bag_off;
+    p->d_occ_off = p->occ_off;
+    p->d_occ_bag = p->occ_bag;
+    p->d_occ_w = p->occ_w;
+    return 0;
+  }
+  if (p->dcap_idx < p->n_idx + 1 || p->dcap_bags < p->n_bags + 1 ||
+      p->dcap_uniq < p->n_uniq + 1) {
+    splan_free_dev(e, p);
+    p->dcap_idx = (p->n_idx + 1) * 2;
+    p->dcap_bags = (p->n_bags + 1) * 2;
+    p->dcap_uniq = (p->n_uniq + 1) * 2;
+    size_t si = (size_t)p->dcap_idx * 4, sb = (size_t)p->dcap_bags * 4,
+           su = (size_t)p->dcap_uniq * 4;
+    p->d_idx = kern_alloc(e->ctx, si);
+    p->d_bag_off = kern_alloc(e->ctx, sb);
+    p->d_occ_off = kern_alloc(e->ctx, su);
+    p->d_occ_bag = kern_alloc(e->ctx, si);
+    p->d_occ_w = kern_alloc(e->ctx, si);
+    if (!p->d_idx || !p->d_bag_off || !p->d_occ_off || !p->d_occ_bag ||
+        !p->d_occ_w) {
+      p->d_idx = p->d_occ_bag = p->d_bag_off = p->d_occ_off = NULL;
+      p->d_occ_w = NULL;
+      p->dcap_idx = p->dcap_bags = p->dcap_uniq = 0;
+      return TSR_ENOMEM;
+    }
+  }
+  if ((rc = kern_upload(e->ctx, p->d_idx, p->idx, (size_t)p->n_idx * 4)) ||
+      (rc = kern_upload(e->ctx, p->d_bag_off, p->bag_off,
+                        (size_t)(p->n_bags + 1) * 4)) ||
+      (rc = kern_upload(e->ctx, p->d_occ_off, p->occ_off,
+                        (size_t)(p->n_uniq + 1) * 4)) ||
+      (rc = kern_upload(e->ctx, p->d_occ_bag, p->occ_bag,
+                        (size_t)p->n_idx * 4)) ||
+      (rc = kern_upload(e->ctx, p->d_occ_w, p->occ_w, (size_t)p->n_idx * 4)))
+    return rc;
+  return 0;
+}
+
+int wk_exec_prepare(wk_exec *e, const wk_batch *b, int64_t lo, int64_t hi,
+                    const wk_exec *global, char *err, size_t errlen) {
+  const wk_model *m = e->m;
+  int64_t n = hi - lo;
+  if (lo < 0 || hi > b->n || n < 1 || n > e->maxb)
+    return FAIL(TSR_EINVAL, "batch slice [%lld, %lld) of %lld examples "
+                "(max %lld)", (long long)lo, (long long)hi, (long long)b->n,
+                (long long)e->maxb);
+  if (b->n_dense != m->n_dense && !(m->wide_deep && m->n_dense == 0))
+    return FAIL(TSR_ESHAPE, "shapes do not chain: the model's input takes "
+                "%lld feature(s), the batch has %lld", (long long)m->n_dense,
+                (long long)b->n_dense);
+  if (m->n_sparse > b->n_sparse)
+    return FAIL(TSR_ESHAPE, "shapes do not chain: the model reads %d sparse "
+                "feature(s), the batch has %d", m->n_sparse, b->n_sparse);
+  for (int64_t r = lo; r < hi; r++) {
+    const float *xr = b->x + r * b->n_dense;
+    for (int64_t c = 0; c < b->n_dense; c++)
+      if (!isfinite(xr[c]))
+        return FAIL(TSR_ENONFINITE, "batch %lld (epoch %lld) example %lld: "
+                    "feature column %lld is %s", (long long)b->index,
+                    (long long)b->epoch, (long long)r, (long long)c,
+                    isnan(xr[c]) ? "NaN" : "infinite");
+    float y = b->y[r];
+    if (!isfinite(y))
+      return FAIL(TSR_ENONFINITE, "batch %lld (epoch %lld) example %lld: the "
+                  "label is %s", (long long)b->index, (long long)b->epoch,
+                  (long long)r, isnan(y) ? "NaN" : "infinite");
+    if (m->loss >= KERN_LOSS_CCE_LOGITS &&
+        (!(y >= 0 && y < (float)m->out_dim) || y != floorf(y)))
+      return FAIL(TSR_ERANGE, "batch %lld (epoch %lld) example %lld: label "
+                  "%g is not a class in [0, %lld)", (long long)b->index,
+                  (long long)b->epoch, (long long)r, (double)y,
+                  (long long)m->out_dim);
+  }
+  e->b = b;
+  e->lo = lo;
+  e->n = n;
+  if (m->onehot_labels) {
+    memset(e->hlab, 0, (size_t)(n * e->lab_w) * sizeof(float));
+    for (int64_t r = 0; r < n; r++)
+      e->hlab[r * e->lab_w + (int64_t)b->y[lo + r]] = 1.0f;
+  } else {
+    memcpy(e->hlab, b->y + lo, (size_t)n * sizeof(float));
+  }
+  int rc;
+  for (int s = 0; s < e->n_sp; s++)
+    if ((rc = build_plan(e, &e->sp[s], b, lo, hi, global, err, errlen)))
+      return rc == TSR_ENOMEM ? FAIL(rc, "out of memory for the sparse ids")
+                              : rc;
+  if (e->host) {
+    e->x = e->xw ? b->x + lo * b->n_dense : NULL;
+    e->lab = e->hlab;
+  } else {
+    if (e->xw && (rc = kern_upload(e->ctx, e->x, b->x + lo * b->n_dense,
+                                   (size_t)(n * e->xw) * sizeof(float))))
+      return FAIL(rc, "upload of the batch failed");
+    if ((rc = kern_upload(e->ctx, e->lab, e->hlab,
+                          (size_t)(n * e->lab_w) * sizeof(float))))
+      return FAIL(rc, "upload of the labels failed");
+  }
+  return 0;
+}
+
+int wk_exec_rows(const wk_exec *e, int v, const int64_t **ids, int64_t *n) {
+  *ids = NULL;
+  *n = 0;
+  for (int s = 0; s < e->n_sp; s++)
+    if (e->sp[s].var == v) {
+      *ids = e->sp[s].uniq;
+      *n = e->sp[s].n_uniq;
+    }
+  return 0;
+}
+
+static int64_t var_elems(const wk_exec *e, int v) {
+  const wk_var_info *vi = &e->m->vars[v];
+  if (vi->kind == WK_VAR_DENSE) return vi->numel;
+  for (int s = 0; s < e->n_sp; s++)
+    if (e->sp[s].var == v) return e->sp[s].n_uniq * vi->row_dim;
+  return 0;
+}
+
+/* Points dp/dg at the parameters: the caller's on the CPU, uploaded
+ * copies on a GPU (sparse buffers grown to the batch's rows). */
+static int bind_params(wk_exec *e, float *const *params, float *const *grads) {
+  const wk_model *m = e->m;
+  int rc;
+  for (int v = 0; v < m->n_vars; v++) {
+    int64_t ne = var_elems(e, v);
+    if (e->host) {
+      e->dp[v] = params[v];
+      e->dg[v] = grads ? grads[v] : NULL;
+      continue;
+    }
+    if (ne > e->dcap[v]) {
+      kern_free(e->ctx, e->dp[v]);
+      kern_free(e->ctx, e->dg[v]);
+      int64_t cap = ne + ne / 2;
+      e->dp[v] = dalloc(e, cap);
+      e->dg[v] = dalloc(e, cap);
+      if (!e->dp[v] || !e->dg[v]) {
+        e->dcap[v] = 0;
+        return TSR_ENOMEM;
+      }
+      e->dcap[v] = cap;
+    }
+    if ((rc = kern_upload(e->ctx, e->dp[v], params[v],
+                          (size_t)ne * sizeof(float))))
+      return rc;
+  }
+  return 0;
+}
+
+#define CK(x) do { if ((rc = (x))) return rc; } while (0)
+
+static int forward(wk_exec *e, const wk_run_opts *o) {
+  const wk_model *m = e->m;
+  kern_ctx *c = e->ctx;
+  int64_t n = e->n;
+  int rc;
+  for (int s = 0; s < e->n_sp; s++) {
+    wk_splan *p = &e->sp[s];
+    const wk_embed *em = &m->emb[p->first_emb];
+    if (p->wide)
+      CK(kern_embed_gather(c, e->dp[p->var], 1, p->d_idx, p->d_bag_off, n,
+                           KERN_POOL_SUM, e->wide, 1, 0));
+    else if (em->per_id)
+      CK(kern_embed_gather(c, e->dp[p->var], p->dim, p->d_idx, p->d_bag_off,
+                           p->n_bags, KERN_POOL_SUM, e->emb, p->dim, 0));
+    else
+      CK(kern_embed_gather(c, e->dp[p->var], p->dim, p->d_idx, p->d_bag_off,
+                           n, em->pool, e->emb, m->emb_width, em->out_off));
+  }
+  const float *in = NULL;
+  for (int l = 0; l < m->n_layers; l++) {
+    const wk_layer *ly = &m->layers[l];
+    if (ly->kind == WK_L_DENSE) {
+      const float *W = e->dp[ly->var_w];
+      if (l == 0) {
+        if (e->xw)
+          CK(kern_gemm(c, false, false, n, ly->out, e->xw, 1.0f, e->x, W,
+                       0.0f, e->z[l], e->prec));
+        if (m->emb_width)
+          CK(kern_gemm(c, false, false, n, ly->out, m->emb_width, 1.0f,
+                       e->emb, W + e->xw * ly->out, e->xw ? 1.0f : 0.0f,
+                       e->z[l], e->prec));
+      } else {
+        CK(kern_gemm(c, false, false, n, ly->out, ly->in, 1.0f, in, W, 0.0f,
+                     e->z[l], e->prec));
+      }
+      if (l == m->n_layers - 1 && m->wide_deep && e->n_sp > 0 &&
+          e->sp[e->n_sp - 1].wide)
+        CK(kern_axpy(c, e->z[l], e->wide, (size_t)n, 1.0f));
+      CK(kern_bias_act(c, e->z[l], ly->var_b >= 0 ? e->dp[ly->var_b] : NULL,
+                       e->y[l], n, ly->out, ly->act, ly->alpha));
+    } else if (ly->kind == WK_L_ACTIVATION) {
+      CK(kern_bias_act(c, (float *)in, NULL, e->y[l], n, ly->out, ly->act,
+                       ly->alpha));
+    } else {
+      CK(kern_copy(c, e->y[l], in, (size_t)(n * ly->out) * sizeof(float)));
+      if (o->train && ly->rate > 0)
+        CK(kern_dropout(c, e->y[l], e->mask[l], (size_t)(n * ly->out),
+                        ly->rate, o->seed ^ ((uint64_t)l << 56)));
+    }
+    in = e->y[l];
+  }
+  return 0;
+}
+
+static int backward(wk_exec *e) {
+  const wk_model *m = e->m;
+  kern_ctx *c = e->ctx;
+  int64_t n = e->n;
+  int rc;
+  const float *g = e->dlast;
+  const float *dwide = NULL;
+  for (int l = m->n_layers - 1; l >= 0; l--) {
+    const wk_layer *ly = &m->layers[l];
+    const float *in = l > 0 ? e->y[l - 1] : NULL;
+    float *din = l > 0 ? e->dy[l - 1] : NULL;
+    if (ly->kind == WK_L_DENSE) {
+      const float *dz = g;
+      bool last = l == m->n_layers - 1;
+      if (!(last && m->fused) && ly->act != KERN_ACT_LINEAR) {
+        CK(kern_act_grad(c, g, e->z[l], e->y[l], e->dz, n, ly->out, ly->act,
+                         ly->alpha));
+        dz = e->dz;
+      }
+      if (last) dwide = dz;
+      float *dW = e->dg[ly->var_w];
+      const float *W = e->dp[ly->var_w];
+      if (l == 0) {
+        if (e->xw)
+          CK(kern_gemm(c, true, false, e->xw, ly->out, n, 1.0f, e->x, dz,
+                       0.0f, dW, e->prec));
+        if (m->emb_width) {
+          CK(kern_gemm(c, true, false, m->emb_width, ly->out, n, 1.0f,
+                       e->emb, dz, 0.0f, dW + e->xw * ly->out, e->prec));
+          CK(kern_gemm(c, false, true, n, m->emb_width, ly->out, 1.0f, dz,
+                       W + e->xw * ly->out, 0.0f, e->demb, e->prec));
+        }
+      } else {
+        CK(kern_gemm(c, true, false, ly->in, ly->out, n, 1.0f, in, dz, 0.0f,
+                     dW, e->prec));
+        CK(kern_gemm(c, false, true, n, ly->in, ly->out, 1.0f, dz, W, 0.0f,
+                     din, e->prec));
+      }
+      if (ly->var_b >= 0)
+        CK(kern_col_sum(c, dz, n, ly->out, 0.0f, e->dg[ly->var_b]));
+    } else if (ly->kind == WK_L_ACTIVATION) {
+      CK(kern_act_grad(c, g, in, e->y[l], din, n, ly->out, ly->act,
+                       ly->alpha));
+    } else {
+      CK(kern_copy(c, din, g, (size_t)(n * ly->out) * sizeof(float)));
+      if (ly->rate > 0) CK(kern_mul(c, din, e->mask[l], (size_t)(n * ly->out)));
+    }
+    g = din;
+  }
+  for (int s = 0; s < e->n_sp; s++) {
+    wk_splan *p = &e->sp[s];
+    const wk_embed *em = &m->emb[p->first_emb];
+    if (p->wide)
+      CK(kern_embed_scatter(c, dwide, 1, 0, 1, p->d_occ_off, p->d_occ_bag,
+                            p->d_occ_w, p->n_uniq, e->dg[p->var]));
+    else if (em->per_id)
+      CK(kern_embed_scatter(c, e->demb, p->dim, 0, p->dim, p->d_occ_off,
+                            p->d_occ_bag, p->d_occ_w, p->n_uniq,
+                            e->dg[p->var]));
+    else
+      CK(kern_embed_scatter(c, e->demb, m->emb_width, em->out_off, p->dim,
+                            p->d_occ_off, p->d_occ_bag, p->d_occ_w,
+                            p->n_uniq, e->dg[p->var]));
+  }
+  return 0;
+}
+
+int wk_exec_run(wk_exec *e, float *const *params, float *const *grads,
+                const wk_run_opts *o, wk_run_result *r) {
+  const wk_model *m = e->m;
+  int rc;
+  if (!e->b) return TSR_EINVAL;
+  if (o->train && !grads && !o->keep_on_device) return TSR_EINVAL;
+  CK(bind_params(e, params, o->train ? grads : NULL));
+  CK(forward(e, o));
+  int last = m->n_layers - 1;
+  const float *pl = m->fused ? e->z[last] : e->y[last];
+  CK(kern_loss_eval(e->ctx, m->loss, pl, e->lab, e->n, m->out_dim,
+                    o->grad_scale, e->exl, o->train ? e->dlast : NULL));
+  if (o->train) CK(backward(e));
+  CK(kern_download(e->ctx, e->hloss, e->exl, (size_t)e->n * sizeof(float)));
+  CK(kern_download(e->ctx, e->hpred, e->y[last],
+                   (size_t)(e->n * m->out_dim) * sizeof(float)));
+  if (o->train && !o->keep_on_device && !e->host)
+    CK(wk_exec_fetch_grads(e, grads));
+  double s = 0;
+  for (int64_t i = 0; i < e->n; i++) s += e->hloss[i];
+  r->loss_sum = s;
+  r->n = e->n;
+  r->pred = e->hpred;
+  r->labels = e->b->y + e->lo;
+  return 0;
+}
+
+int wk_exec_fetch_grads(wk_exec *e, float *const *grads) {
+  int rc;
+  for (int v = 0; v < e->m->n_vars; v++) {
+    if (e->host && grads[v] == e->dg[v]) continue;
+    CK(kern_download(e->ctx, grads[v], e->dg[v],
+                     (size_t)var_elems(e, v) * sizeof(float)));
+  }
+  return 0;
+}
+
+int wk_exec_allreduce(wk_exec *const *reps, int n) {
+  if (n <= 1) return 0;
+  kern_ctx *ctxs[64];
+  float *bufs[64];
+  if (n > 64) return TSR_ERANGE;
+  int rc;
+  for (int v = 0; v < reps[0]->m->n_vars; v++) {
+    for (int r = 0; r < n; r++) {
+      ctxs[r] = reps[r]->ctx;
+      bufs[r] = reps[r]->dg[v];
+    }
+    CK(kern_allreduce_sum(ctxs, bufs, n, (size_t)var_elems(reps[0], v)));
+  }
+  return 0;
+}
+
+int wk_exec_grads_finite(wk_exec *e, bool *finite) {
+  *finite = true;
+  int rc;
+  for (int v = 0; v < e->m->n_vars && *finite; v++)
+    CK(kern_all_finite(e->ctx, e->dg[v], (size_t)var_elems(e, v), finite));
+  return 0;
+}

@@ -1,0 +1,170 @@
+/* wk_train_standalone: a whole job in one process (train.h).
+ *
+ * Happy path: open the training split (worker 0 of 1), build the model
+ * against its schema, train for `steps` or `epochs` with a progress line
+ * every few steps, then evaluate data.eval (when the job has one) and
+ * print one summary line. Failure modes: the input's errors (file, row),
+ * the model's (layer, shape, batch), the device's; all come back in `err`.
+ */
+#include "worker/train.h"
+
+#include "common/clock.h"
+#include "common/err.h"
+#include "common/log.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#define FAIL(code, ...) \
+  (snprintf(err, errlen, __VA_ARGS__), (code))
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int evaluate(const tsr_job *job, wk_trainer *t, const wk_model *m,
+                    wk_train_result *r, char *err, size_t errlen) {
+  wk_input_opts io = {.worker_index = 0, .num_workers = 1,
+                      .batch_size = job->batch_size, .epochs = 1,
+                      .seed = job->seed};
+  wk_input *in = NULL;
+  char ierr[512];
+  int rc = wk_input_open(job, WK_SPLIT_EVAL, &io, &in, ierr, sizeof ierr);
+  if (rc) return FAIL(rc, "evaluation data: %s", ierr);
+  wk_metrics *mt = NULL;
+  if ((rc = wk_metrics_open(m, &mt))) goto out;
+  const wk_batch *b;
+  while ((rc = wk_input_next(in, &b)) == 0)
+    if ((rc = wk_trainer_eval(t, b, mt, err, errlen))) goto out;
+  if (rc != TSR_EEOF) {
+    rc = FAIL(rc, "evaluation data: %s", wk_input_error(in));
+    goto out;
+  }
+  rc = 0;
+  r->has_eval = true;
+  r->eval_examples = wk_metrics_count(mt);
+  wk_metrics_result(mt, &r->eval_loss, r->metrics);
+out:
+  wk_metrics_close(mt);
+  wk_input_close(in);
+  return rc;
+}
+
+int wk_train_standalone(const tsr_job *job, const wk_train_opts *o,
+                        wk_train_result *r, char *err, size_t errlen) {
+  memset(r, 0, sizeof *r);
+  wk_input_opts io = {.worker_index = 0, .num_workers = 1,
+                      .batch_size = job->batch_size,
+                      .epochs = job->steps > 0 ? -1 : job->epochs,
+                      .seed = job->seed};
+  wk_input *in = NULL;
+  wk_model *m = NULL;
+  wk_trainer *t = NULL;
+  char ierr[512];
+  int rc = wk_input_open(job, WK_SPLIT_TRAIN, &io, &in, ierr, sizeof ierr);
+  if (rc) return FAIL(rc, "training data: %s", ierr);
+  if ((rc = wk_model_from_job(job, wk_input_get_schema(in), &m, err, errlen)))
+    goto out;
+  if ((rc = wk_trainer_open(m, &job->optimizer, job->seed, job->precision, o,
+                            job->batch_size, &t, err, errlen)))
+    goto out;
+  char summ[2048];
+  wk_model_summary(m, summ, sizeof summ);
+  if (!o->quiet)
+    tsr_info("standalone: %s on %s x%d, %s, batch %lld, %s\n%s",
+             job->path ? job->path : "job", wk_trainer_backend(t),
+             wk_trainer_replicas(t), tsr_precision_name(job->precision),
+             (long long)job->batch_size, tsr_optim_name(job->optimizer.kind),
+             summ);
+  const wk_input_schema *sc = wk_input_get_schema(in);
+  int64_t per_epoch = sc->n_examples > 0
+                          ? (sc->n_examples + job->batch_size - 1) / job->batch_size
+                          : 0;
+  int64_t total = job->steps > 0 ? job->steps : per_epoch * job->epochs;
+  int64_t every = o->log_every > 0 ? o->log_every : total > 20 ? total / 20 : 1;
+  double t0 = now_s(), win_loss = 0, ep_loss = 0;
+  int64_t win_n = 0, ep_n = 0, cur_epoch = 0, steps = 0;
+  const wk_batch *b;
+  while (job->steps <= 0 || steps < job->steps) {
+    rc = wk_input_next(in, &b);
+    if (rc == TSR_EEOF) break;
+    if (rc) {
+      rc = FAIL(rc, "training data: %s", wk_input_error(in));
+      goto out;
+    }
+    if (b->epoch != cur_epoch) {
+      int64_t ep_every = job->epochs > 10 ? job->epochs / 10 : 1;
+      if (!o->quiet && ep_n && (cur_epoch + 1) % ep_every == 0)
+        tsr_info("epoch %lld done: loss %.6g", (long long)cur_epoch + 1,
+                 ep_loss / (double)ep_n);
+      cur_epoch = b->epoch;
+      ep_loss = 0;
+      ep_n = 0;
+    }
+    double loss;
+    bool applied;
+    if ((rc = wk_trainer_step(t, b, &loss, &applied, err, errlen))) goto out;
+    steps++;
+    r->examples += b->n;
+    win_loss += loss * (double)b->n;
+    win_n += b->n;
+    ep_loss += loss * (double)b->n;
+    ep_n += b->n;
+    if (!o->quiet && steps % every == 0) {
+      double el = now_s() - t0;
+      char ls[48] = "";
+      if (job->precision == TSR_PREC_FP16)
+        snprintf(ls, sizeof ls, ", loss scale %g", wk_trainer_loss_scale(t));
+      tsr_info("step %lld/%lld epoch %lld loss %.6g  %.0f examples/s%s",
+               (long long)steps, (long long)total, (long long)b->epoch + 1,
+               win_loss / (double)win_n,
+               (double)r->examples / (el > 0 ? el : 1e-9), ls);
+      win_loss = 0;
+      win_n = 0;
+    }
+  }
+  rc = 0;
+  r->seconds = now_s() - t0;
+  r->steps = wk_trainer_steps(t);
+  r->skipped = wk_trainer_skipped(t);
+  r->examples_per_sec = r->seconds > 0 ? (double)r->examples / r->seconds : 0;
+  r->train_loss = ep_n ? ep_loss / (double)ep_n : 0;
+  r->loss_scale = wk_trainer_loss_scale(t);
+  r->replicas = wk_trainer_replicas(t);
+  snprintf(r->backend, sizeof r->backend, "%s", wk_trainer_backend(t));
+  r->n_metrics = wk_model_num_metrics(m);
+  for (int k = 0; k < r->n_metrics && k < 8; k++)
+    snprintf(r->metric_names[k], 32, "%s", wk_model_metric_name(m, k));
+  json_t *data = job->data;
+  if (data && json_object_get(data, "eval") &&
+      (rc = evaluate(job, t, m, r, err, errlen)))
+    goto out;
+  if (!o->quiet) {
+    char line[1024];
+    int k = snprintf(line, sizeof line,
+                     "final: steps %lld (skipped %lld), train loss %.6g",
+                     (long long)r->steps, (long long)r->skipped, r->train_loss);
+    if (r->has_eval) {
+      k += snprintf(line + k, sizeof line - (size_t)k,
+                    ", eval loss %.6g on %lld examples", r->eval_loss,
+                    (long long)r->eval_examples);
+      for (int i = 0; i < r->n_metrics; i++)
+        k += snprintf(line + k, sizeof line - (size_t)k, ", %s %.4f",
+                      r->metric_names[i], r->metrics[i]);
+    }
+    snprintf(line + k, sizeof line - (size_t)k,
+             ", %.0f examples/s, %.2f s, %s x%d %s", r->examples_per_sec,
+             r->seconds, r->backend, r->replicas,
+             tsr_precision_name(job->precision));
+    printf("%s\n", line);
+    fflush(stdout);
+  }
+out:
+  wk_trainer_close(t);
+  wk_model_free(m);
+  wk_input_close(in);
+  return rc;
+}

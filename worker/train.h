@@ -1,0 +1,80 @@
+/* Training in one process: the model's variables in host memory, the
+ * optimizer of kernels/optim.h applied after every step, one replica per
+ * GPU (gradients summed with NCCL, as MirroredStrategy) or one CPU replica.
+ * `tessera-worker --standalone` runs wk_train_standalone(); it is the
+ * correctness reference for distributed runs (same initial values from
+ * the same seed and names, same optimizer, same data order) and their
+ * speed baseline.
+ *
+ * Happy path: open a trainer for a model, call wk_trainer_step() per batch
+ * (prepare, gather the batch's embedding rows, forward/backward, loss-scale
+ * check, optimizer), evaluate batches into a wk_metrics.
+ * Failure modes: a bad batch (the model's error, naming the example), no
+ * GPU when one is required, allocation failures. With fp16 a step whose
+ * gradients are not finite is skipped and the loss scale halves (Keras
+ * LossScaleOptimizer: start 2^15, double after 2000 finite steps).
+ */
+#ifndef TSR_WK_TRAIN_H
+#define TSR_WK_TRAIN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/job.h"
+#include "worker/metrics.h"
+#include "worker/model.h"
+
+typedef struct {
+  kern_device device;     /* auto (default), cpu, gpu */
+  int max_gpus;           /* replicas on a GPU machine; 0: every visible GPU */
+  int cpu_threads;        /* OpenBLAS threads (0: 1) */
+  int64_t log_every;      /* progress line every N steps (0: about 20 lines) */
+  bool quiet;             /* no progress lines (tests) */
+} wk_train_opts;
+
+typedef struct wk_trainer wk_trainer;
+
+/* `batch` is the largest global batch the trainer will see. */
+int wk_trainer_open(const wk_model *m, const tsr_optim_spec *opt,
+                    uint64_t seed, tsr_precision prec,
+                    const wk_train_opts *o, int64_t batch, wk_trainer **out,
+                    char *err, size_t errlen);
+void wk_trainer_close(wk_trainer *t);
+
+/* One full training step on the batch. *loss is the batch's mean loss;
+ * *applied is false when fp16 loss scaling skipped the step. */
+int wk_trainer_step(wk_trainer *t, const wk_batch *b, double *loss,
+                    bool *applied, char *err, size_t errlen);
+/* Forward only (no dropout); adds the outputs to mt. */
+int wk_trainer_eval(wk_trainer *t, const wk_batch *b, wk_metrics *mt,
+                    char *err, size_t errlen);
+
+/* Host value of variable v (full table), owned by the trainer. */
+float *wk_trainer_var(wk_trainer *t, int v);
+float wk_trainer_loss_scale(const wk_trainer *t);
+int64_t wk_trainer_steps(const wk_trainer *t);      /* applied steps */
+int64_t wk_trainer_skipped(const wk_trainer *t);    /* fp16 skipped steps */
+int wk_trainer_replicas(const wk_trainer *t);
+const char *wk_trainer_backend(const wk_trainer *t);
+
+typedef struct {
+  int64_t steps, skipped, examples;
+  double seconds, examples_per_sec;
+  double train_loss;      /* mean over the last epoch (or last 100 steps) */
+  bool has_eval;
+  double eval_loss;
+  int64_t eval_examples;
+  int n_metrics;
+  char metric_names[8][32];
+  double metrics[8];
+  float loss_scale;
+  int replicas;
+  char backend[16];
+} wk_train_result;
+
+/* The whole standalone run of a job: input, model, training, evaluation on
+ * data.eval when the job has one, and a summary line on stdout. */
+int wk_train_standalone(const tsr_job *job, const wk_train_opts *o,
+                        wk_train_result *r, char *err, size_t errlen);
+
+#endif
