@@ -110,6 +110,12 @@ static void ps__read_done(int status, void *data) {
  * one more reader until the bytes are written. */
 static void ps__answer_dense(ps_server *s, ps_op *op) {
   ps_entry *e = op->e;
+  if ((uint64_t)e->numel * sizeof(float) > UINT32_MAX) {
+    ps__op_fail(s, op, TSR_ETOOBIG, "%s shard %d: %zu bytes is more than one "
+                "answer can carry (4 GiB): use more shards", e->spec.name,
+                e->spec.shard, e->numel * sizeof(float));
+    return;
+  }
   ps__read_ref *ref = malloc(sizeof *ref);
   if (!ref) {
     ps__op_fail(s, op, TSR_ENOMEM, "out of memory");

@@ -25,6 +25,7 @@
 #include "kernels/optim.h"
 #include "ps/client.h"
 #include "ps/ps.h"
+#include "ps.pb-c.h"
 
 /* ---- 1. apply vs memcpy ------------------------------------------------------*/
 
@@ -195,12 +196,17 @@ static void *srv_main(void *arg) {
 
 typedef struct {
   int done, status;
+  double apply_ms;
 } cres;
 
 static void ccb(const ps_result *r, void *data) {
   cres *c = data;
   c->done = 1;
   c->status = r->status;
+  if (r->stats) {
+    const Tessera__Ps__StatsResponse *s = r->stats;
+    c->apply_ms = s->applies ? (double)s->apply_ns / 1e6 / (double)s->applies : 0;
+  }
 }
 
 static void cwait(uv_loop_t *l, cres *c) {
@@ -307,6 +313,10 @@ int main(void) {
     double t = tsr_now_s() - t0;
     if (t < t_push) t_push = t;
   }
+  r = (cres){0};
+  if (ps_client_stats(c, ccb, &r)) abort();
+  cwait(&loop, &r);
+  double apply_ms = r.apply_ms;
   int closed = 0;
   ps_client_close(c, client_closed, &closed);
   while (!closed) uv_run(&loop, UV_RUN_ONCE);
@@ -321,6 +331,8 @@ int main(void) {
   printf("%-28s %12.2f\n", "raw TCP (one way)", (double)bytes / t_tcp / 1e9);
   printf("%-28s %12.2f\n", "ps pull", (double)bytes / t_pull / 1e9);
   printf("%-28s %12.2f\n", "ps push (incl. SGD apply)", (double)bytes / t_push / 1e9);
+  printf("%-28s %12.2f\n", "  of which apply, ms", apply_ms);
+  printf("%-28s %12.2f\n", "  push, ms", t_push * 1e3);
   printf("\n");
   for (int i = 0; i < nl; i++) printf("%s\n", lines[i]);
   printf("RATIO ps_pull_64MiB %.3f goal 0.7\n", t_tcp / t_pull);
