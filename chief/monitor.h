@@ -222,4 +222,53 @@ void chief_summary_print(FILE *out, const chief_summary *s);
 int chief_summary_write_json(const char *path, const chief_summary *s,
                              char *err, size_t errlen);
 
+/* ---- live status file (status.c) ----------------------------------------
+ * The chief rewrites LOGDIR/status.json every few seconds (temp file and
+ * rename) with what its heartbeats know about every process; `tessera
+ * status` reads it, so a person can look at a run without the cluster
+ * token and without adding load to the chief. A file whose updated_at is
+ * older than `stale_after_s` is shown as stale (the chief may be gone). */
+#define CHIEF_STATUS_JSON "status.json"
+
+typedef struct {
+  char role[16];        /* "chief", "worker", "ps", "evaluator" */
+  int index;
+  char addr[272];       /* "host:port" */
+  char state[32];       /* "running", "idle", "waiting", "lost",
+                           "restoring", "done", ... */
+  int64_t steps;        /* worker: steps run; ps: applies */
+  double steps_per_sec; /* worker: steps/s; ps: applies/s */
+  double examples_per_sec;  /* workers; 0 for others */
+  double bytes_per_sec;     /* ps: bytes in + out per second */
+  double last_seen_s;   /* since the last heartbeat; < 0 unknown */
+  int restarts;         /* times it came back */
+} chief_proc_status;
+
+typedef struct {
+  char run_id[64];
+  char phase[64];       /* "training", "waiting for ps:1", "restoring step
+                           1200", "done" */
+  int64_t step, total_steps;
+  double loss;          /* NaN unknown */
+  double examples_per_sec;
+  double elapsed_s;
+  double updated_at;    /* wall-clock seconds since the epoch */
+  double interval_s;    /* how often the chief rewrites the file */
+  chief_proc_status *procs;
+  size_t n_procs;
+} chief_run_status;
+
+int chief_status_write(const char *path, const chief_run_status *st,
+                       char *err, size_t errlen);
+/* Fills `out` (procs allocated; free with chief_status_free). A missing or
+ * mistyped key is an error naming the file and the key. */
+int chief_status_read(const char *path, chief_run_status *out, char *err,
+                      size_t errlen);
+void chief_status_free(chief_run_status *st);
+/* A header and one table row per process; `now_wall` (seconds since the
+ * epoch) decides the age and staleness (older than 3 intervals, at least
+ * 10 s). */
+void chief_status_print(FILE *out, const chief_run_status *st,
+                        double now_wall);
+
 #endif /* TSR_CHIEF_MONITOR_H */
