@@ -1,0 +1,380 @@
+/* bench_rpc: Tessera RPC against raw TCP on loopback, in the same run.
+ *
+ * Baseline: blocking sockets, a server thread that reads a 4-byte length
+ * and the payload into one reused buffer and answers (an echo for round
+ * trips, a 4-byte ack for bulk). Tessera: a server on its own loop thread
+ * (echo method; a bulk method whose payload lands in a pooled buffer and
+ * is answered with an empty response) and a client on the main loop.
+ * Measured: 64 B round trips (median and p99, one in flight), and bulk
+ * calls of 4 KiB, 1 MiB and 16 MiB with 1 and 8 in flight (throughput,
+ * best of 3 runs each, raw and RPC alternating). Prints a table and
+ * `RATIO <name> <value> goal <goal>` lines, higher better (latency as
+ * raw/rpc). */
+#include "common/clock.h"
+#include "common/err.h"
+#include "common/log.h"
+#include "common/rpc/rpc.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#define TOKEN "bench-token"
+enum { M_ECHO = 1, M_BULK = 2 };
+
+static uint8_t *g_src; /* payload source, 16 MiB */
+#define SRC_BYTES ((size_t)16 << 20)
+
+/* ---- raw TCP ------------------------------------------------------------ */
+
+static int write_all(int fd, const void *p, size_t n) {
+  const uint8_t *b = p;
+  while (n) {
+    ssize_t w = write(fd, b, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return -1;
+    b += w;
+    n -= (size_t)w;
+  }
+  return 0;
+}
+
+static int read_all(int fd, void *p, size_t n) {
+  uint8_t *b = p;
+  while (n) {
+    ssize_t r = read(fd, b, n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return -1;
+    b += r;
+    n -= (size_t)r;
+  }
+  return 0;
+}
+
+typedef struct raw_srv {
+  int lfd, port;
+  pthread_t th;
+} raw_srv;
+
+/* Serves one connection: [u32 len][u8 echo][payload] -> echo: the same
+ * frame back; else a 4-byte ack. */
+static void *raw_serve(void *arg) {
+  raw_srv *s = arg;
+  int fd = accept(s->lfd, NULL, NULL);
+  if (fd < 0) return NULL;
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  uint8_t *buf = malloc(SRC_BYTES + 8);
+  memset(buf, 0, SRC_BYTES + 8);
+  for (;;) {
+    uint8_t hdr[5];
+    if (read_all(fd, hdr, 5)) break;
+    uint32_t len;
+    memcpy(&len, hdr, 4);
+    if (len > SRC_BYTES || read_all(fd, buf, len)) break;
+    if (hdr[4]) {
+      struct iovec iov[2] = {{hdr, 5}, {buf, len}};
+      if (writev(fd, iov, 2) != (ssize_t)(5 + len)) break;
+    } else {
+      if (write_all(fd, hdr, 4)) break;
+    }
+  }
+  free(buf);
+  close(fd);
+  return NULL;
+}
+
+static int raw_start(raw_srv *s) {
+  s->lfd = socket(AF_INET, SOCK_STREAM, 0);
+  int one = 1;
+  setsockopt(s->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  struct sockaddr_in a = {.sin_family = AF_INET};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (bind(s->lfd, (struct sockaddr *)&a, sizeof a) || listen(s->lfd, 4))
+    return -1;
+  socklen_t l = sizeof a;
+  getsockname(s->lfd, (struct sockaddr *)&a, &l);
+  s->port = ntohs(a.sin_port);
+  return pthread_create(&s->th, NULL, raw_serve, s);
+}
+
+static int raw_connect(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  if (connect(fd, (struct sockaddr *)&a, sizeof a)) return -1;
+  return fd;
+}
+
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+static void raw_rtt(int fd, int n, uint64_t *lat) {
+  uint8_t msg[5 + 64], back[5 + 64];
+  uint32_t len = 64;
+  memcpy(msg, &len, 4);
+  msg[4] = 1;
+  memcpy(msg + 5, g_src, 64);
+  for (int i = 0; i < n; i++) {
+    uint64_t t0 = tsr_now_ns();
+    write_all(fd, msg, sizeof msg);
+    read_all(fd, back, sizeof back);
+    lat[i] = tsr_now_ns() - t0;
+  }
+}
+
+/* n messages of `size` bytes, `depth` in flight; returns bytes/s. */
+static double raw_bulk(int fd, size_t size, int depth, int n) {
+  uint8_t hdr[5];
+  uint32_t len = (uint32_t)size;
+  memcpy(hdr, &len, 4);
+  hdr[4] = 0;
+  uint64_t t0 = tsr_now_ns();
+  int sent = 0, acked = 0;
+  while (acked < n) {
+    while (sent < n && sent - acked < depth) {
+      struct iovec iov[2] = {{hdr, 5}, {g_src, size}};
+      size_t want = 5 + size, done = 0;
+      while (done < want) { /* writev may be partial */
+        ssize_t w = writev(fd, iov, 2);
+        if (w <= 0) return 0;
+        done += (size_t)w;
+        size_t k = (size_t)w;
+        for (int i = 0; i < 2 && k; i++) {
+          size_t t = k < iov[i].iov_len ? k : iov[i].iov_len;
+          iov[i].iov_base = (uint8_t *)iov[i].iov_base + t;
+          iov[i].iov_len -= t;
+          k -= t;
+        }
+      }
+      sent++;
+    }
+    uint8_t ack[4];
+    if (read_all(fd, ack, 4)) return 0;
+    acked++;
+  }
+  double s = (double)(tsr_now_ns() - t0) / 1e9;
+  return (double)size * n / s;
+}
+
+/* ---- Tessera RPC ------------------------------------------------------- */
+
+typedef struct rpc_srv {
+  uv_loop_t loop;
+  tsr_rpc_ctx *ctx;
+  tsr_rpc_server *s;
+  uv_async_t stop;
+  pthread_t th;
+  int port;
+} rpc_srv;
+
+static void h_echo(tsr_rpc_incoming *call, void *data) {
+  uv_buf_t b = uv_buf_init(call->payload, (unsigned)call->payload_len);
+  tsr_rpc_reply(call, NULL, 0, &b, call->payload_len ? 1 : 0, NULL, NULL);
+}
+
+static void h_bulk(tsr_rpc_incoming *call, void *data) {
+  tsr_rpc_reply(call, NULL, 0, NULL, 0, NULL, NULL);
+}
+
+static void srv_closed(void *data) {
+  rpc_srv *s = data;
+  uv_close((uv_handle_t *)&s->stop, NULL);
+}
+static void srv_stop(uv_async_t *a) {
+  rpc_srv *s = a->data;
+  tsr_rpc_server_close(s->s, srv_closed, s);
+}
+static void *srv_main(void *arg) {
+  rpc_srv *s = arg;
+  uv_run(&s->loop, UV_RUN_DEFAULT);
+  return NULL;
+}
+
+static int rpc_start(rpc_srv *s) {
+  uv_loop_init(&s->loop);
+  tsr_rpc_opts o = {.name = "bench-server", .token = TOKEN,
+                    .token_len = strlen(TOKEN)};
+  if (tsr_rpc_ctx_new(&s->ctx, &s->loop, &o) ||
+      tsr_rpc_server_new(&s->s, s->ctx) ||
+      tsr_rpc_server_register(s->s, M_ECHO, h_echo, s) ||
+      tsr_rpc_server_register(s->s, M_BULK, h_bulk, s) ||
+      tsr_rpc_server_listen(s->s, "127.0.0.1:0"))
+    return -1;
+  s->port = tsr_rpc_server_port(s->s);
+  uv_async_init(&s->loop, &s->stop, srv_stop);
+  s->stop.data = s;
+  return pthread_create(&s->th, NULL, srv_main, s);
+}
+
+typedef struct cli {
+  uv_loop_t loop;
+  tsr_rpc_ctx *ctx;
+  tsr_rpc_client *c;
+  /* a run */
+  uint32_t method;
+  size_t size;
+  int n, sent, done, depth, fails;
+  uint64_t *lat;
+  uint64_t t0;
+} cli;
+
+static void issue(cli *k);
+
+static void on_done(const tsr_rpc_result *r, void *data) {
+  cli *k = data;
+  if (r->status) {
+    if (!k->fails) fprintf(stderr, "call failed: %s\n", r->message);
+    k->fails++;
+  }
+  if (k->lat) k->lat[k->done] = r->latency_ns;
+  k->done++;
+  while (k->sent < k->n && k->sent - k->done < k->depth) issue(k);
+}
+
+static void issue(cli *k) {
+  uv_buf_t b = uv_buf_init((char *)g_src, (unsigned)k->size);
+  tsr_rpc_request q = {.method = k->method, .payload = &b, .npayload = 1,
+                       .deadline_ms = 60000};
+  if (tsr_rpc_call(k->c, &q, on_done, k) == 0)
+    k->sent++;
+  else
+    k->fails++, k->sent++, k->done++;
+}
+
+static void rpc_run(cli *k, uint32_t method, size_t size, int depth, int n,
+                    uint64_t *lat) {
+  k->method = method;
+  k->size = size;
+  k->depth = depth;
+  k->n = n;
+  k->sent = k->done = k->fails = 0;
+  k->lat = lat;
+  k->t0 = tsr_now_ns();
+  while (k->sent < n && k->sent - k->done < depth) issue(k);
+  while (k->done < n) uv_run(&k->loop, UV_RUN_ONCE);
+}
+
+static double rpc_bulk(cli *k, size_t size, int depth, int n) {
+  rpc_run(k, M_BULK, size, depth, n, NULL);
+  double s = (double)(tsr_now_ns() - k->t0) / 1e9;
+  return k->fails ? 0 : (double)size * n / s;
+}
+
+static void wait_connected(cli *k) {
+  uint64_t t0 = tsr_now_ms();
+  while (!tsr_rpc_client_connected(k->c) && tsr_now_ms() - t0 < 5000)
+    uv_run(&k->loop, UV_RUN_ONCE);
+}
+
+static void closed_flag(void *d) { *(int *)d = 1; }
+
+int main(void) {
+  tsr_log_init("bench");
+  g_src = malloc(SRC_BYTES);
+  for (size_t i = 0; i < SRC_BYTES; i++) g_src[i] = (uint8_t)(i * 131);
+
+  raw_srv rs;
+  if (raw_start(&rs)) return 1;
+  int rfd = raw_connect(rs.port);
+  rpc_srv ss;
+  memset(&ss, 0, sizeof ss);
+  if (rpc_start(&ss)) return 1;
+  cli k;
+  memset(&k, 0, sizeof k);
+  uv_loop_init(&k.loop);
+  tsr_rpc_opts o = {.name = "bench-client", .token = TOKEN,
+                    .token_len = strlen(TOKEN)};
+  char addr[64];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", ss.port);
+  if (tsr_rpc_ctx_new(&k.ctx, &k.loop, &o) ||
+      tsr_rpc_client_new(&k.c, k.ctx, addr))
+    return 1;
+  wait_connected(&k);
+
+  /* round trips */
+  enum { NRTT = 20000, WARM = 2000 };
+  uint64_t *lr = malloc(NRTT * sizeof *lr), *lt = malloc(NRTT * sizeof *lt);
+  raw_rtt(rfd, WARM, lr);
+  rpc_run(&k, M_ECHO, 64, 1, WARM, lt);
+  double raw_med = 1e30, raw_p99 = 1e30, rpc_med = 1e30, rpc_p99 = 1e30;
+  for (int rep = 0; rep < 2; rep++) {
+    raw_rtt(rfd, NRTT, lr);
+    rpc_run(&k, M_ECHO, 64, 1, NRTT, lt);
+    qsort(lr, NRTT, sizeof *lr, cmp_u64);
+    qsort(lt, NRTT, sizeof *lt, cmp_u64);
+    double a = lr[NRTT / 2] / 1e3, b = lr[NRTT * 99 / 100] / 1e3;
+    double c = lt[NRTT / 2] / 1e3, d = lt[NRTT * 99 / 100] / 1e3;
+    raw_med = a < raw_med ? a : raw_med;
+    raw_p99 = b < raw_p99 ? b : raw_p99;
+    rpc_med = c < rpc_med ? c : rpc_med;
+    rpc_p99 = d < rpc_p99 ? d : rpc_p99;
+  }
+  printf("%-22s %12s %12s %8s\n", "test", "raw TCP", "Tessera", "ratio");
+  printf("%-22s %9.1f us %9.1f us %8.2f\n", "rtt 64 B median", raw_med,
+         rpc_med, raw_med / rpc_med);
+  printf("%-22s %9.1f us %9.1f us %8.2f\n", "rtt 64 B p99", raw_p99,
+         rpc_p99, raw_p99 / rpc_p99);
+
+  static const struct {
+    const char *name;
+    size_t size;
+    int n;
+  } sizes[] = {{"4KiB", 4096, 16384}, {"1MiB", 1 << 20, 384},
+               {"16MiB", 16 << 20, 24}};
+  static const int depths[] = {1, 8};
+  double ratios[3][2];
+  for (int si = 0; si < 3; si++)
+    for (int di = 0; di < 2; di++) {
+      size_t sz = sizes[si].size;
+      int n = sizes[si].n, d = depths[di];
+      raw_bulk(rfd, sz, d, n / 8 + 1); /* warm */
+      rpc_bulk(&k, sz, d, n / 8 + 1);
+      double best_raw = 0, best_rpc = 0;
+      for (int rep = 0; rep < 3; rep++) {
+        double r = raw_bulk(rfd, sz, d, n), t = rpc_bulk(&k, sz, d, n);
+        best_raw = r > best_raw ? r : best_raw;
+        best_rpc = t > best_rpc ? t : best_rpc;
+      }
+      ratios[si][di] = best_raw > 0 ? best_rpc / best_raw : 0;
+      char label[40];
+      snprintf(label, sizeof label, "bulk %s x%d", sizes[si].name, d);
+      printf("%-22s %7.0f MB/s %7.0f MB/s %8.2f\n", label, best_raw / 1e6,
+             best_rpc / 1e6, ratios[si][di]);
+    }
+  printf("RATIO rpc_rtt64_median %.3f goal 0.667\n", raw_med / rpc_med);
+  printf("RATIO rpc_rtt64_p99 %.3f goal 0.667\n", raw_p99 / rpc_p99);
+  for (int si = 0; si < 3; si++)
+    for (int di = 0; di < 2; di++)
+      printf("RATIO rpc_bulk_%s_x%d %.3f goal 0.8\n", sizes[si].name,
+             depths[di], ratios[si][di]);
+
+  int done = 0;
+  tsr_rpc_client_close(k.c, closed_flag, &done);
+  while (!done) uv_run(&k.loop, UV_RUN_ONCE);
+  tsr_rpc_ctx_free(k.ctx);
+  int lc = uv_loop_close(&k.loop);
+  uv_async_send(&ss.stop);
+  pthread_join(ss.th, NULL);
+  tsr_rpc_ctx_free(ss.ctx);
+  int ls = uv_loop_close(&ss.loop);
+  close(rfd);
+  pthread_join(rs.th, NULL);
+  close(rs.lfd);
+  free(lr);
+  free(lt);
+  free(g_src);
+  return lc || ls ? 1 : 0;
+}
