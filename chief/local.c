@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -49,6 +50,7 @@ typedef struct {
   bool is_err;
   char *line;
   size_t len;
+  bool after_cr;  /* the current line began with '\r' */
 } stream;
 
 struct proc {
@@ -78,6 +80,8 @@ struct sup {
   int open_streams;
   bool stopping, killed, done, closing;
   bool relay_tty;       /* out_fd is a terminal: '\r' lines redraw in place */
+  bool err_tty;         /* err_fd is a terminal (clears a shown bar) */
+  int chief_columns;    /* terminal width left after the prefix; 0 unknown */
   bool bar_shown;
   int name_width;
   char token[80];
@@ -107,7 +111,7 @@ static void emit_line(stream *st, const char *text, size_t n, bool inplace) {
   char *buf = need <= sizeof stackbuf ? stackbuf : malloc(need);
   if (!buf) return;
   size_t k = 0;
-  bool tty = s->relay_tty && fd == s->o->out_fd;
+  bool tty = st->is_err ? s->err_tty : s->relay_tty;
   if (tty && s->bar_shown) {
     memcpy(buf, "\r\033[K", 4);
     k = 4;
@@ -125,14 +129,33 @@ static void emit_line(stream *st, const char *text, size_t n, bool inplace) {
   if (buf != stackbuf) free(buf);
 }
 
+/* Lines end at '\n'. A '\r' (not part of "\r\n") starts a line that is
+ * redrawn in place, like the chief's progress bar: on a terminal it is
+ * shown as soon as it arrives and stays until the next line; elsewhere it
+ * becomes an ordinary line. */
 static void relay_bytes(stream *st, const char *p, size_t n) {
+  sup *s = st->p->s;
+  bool tty = st->is_err ? s->err_tty : s->relay_tty;
   for (size_t i = 0; i < n; i++) {
     char c = p[i];
-    if (c == '\n' || c == '\r') {
-      /* "\r\n" ends one line, not an empty progress line plus a line. */
-      if (c == '\n' && st->len == 0 && i > 0 && p[i - 1] == '\r') continue;
-      emit_line(st, st->line, st->len, c == '\r');
+    if (c == '\n') {
+      if (tty && st->after_cr && st->len == 0 && s->bar_shown) {
+        /* The in-place line was drawn already: just end it. */
+        write_all(st->is_err ? s->o->err_fd : s->o->out_fd, "\n", 1);
+        s->bar_shown = false;
+        st->after_cr = false;
+        continue;
+      }
+      emit_line(st, st->line, st->len, false);
       st->len = 0;
+      st->after_cr = false;
+      continue;
+    }
+    if (c == '\r') {
+      if (i + 1 < n && p[i + 1] == '\n') continue;
+      if (st->len > 0) emit_line(st, st->line, st->len, true);
+      st->len = 0;
+      st->after_cr = true;
       continue;
     }
     if (!st->line) {
@@ -144,6 +167,10 @@ static void relay_bytes(stream *st, const char *p, size_t n) {
       emit_line(st, st->line, st->len, false);
       st->len = 0;
     }
+  }
+  if (tty && st->after_cr && st->len > 0) {
+    emit_line(st, st->line, st->len, true);
+    st->len = 0;
   }
 }
 
@@ -223,7 +250,7 @@ static int start_proc(proc *p) {
   const chief_local_opts *o = s->o;
   int nargs = p->role == CHIEF_LOCAL_CHIEF ? o->n_chief_args : 0;
   char **argv = calloc((size_t)nargs + 2, sizeof *argv);
-  char **envp = calloc((size_t)s->n_envp_base + 4, sizeof *envp);
+  char **envp = calloc((size_t)s->n_envp_base + 5, sizeof *envp);
   char *tf = NULL, *tok = NULL;
   int out[2] = {-1, -1}, errp[2] = {-1, -1};
   int rc = TSR_ENOMEM;
@@ -242,8 +269,14 @@ static int start_proc(proc *p) {
   }
   envp[ne++] = tf;
   envp[ne++] = tok;
-  if (p->role == CHIEF_LOCAL_CHIEF && s->relay_tty)
+  char cols[32];
+  if (p->role == CHIEF_LOCAL_CHIEF && s->relay_tty) {
     envp[ne++] = (char *)"TESSERA_PROGRESS=bar";
+    if (s->chief_columns > 0) {
+      snprintf(cols, sizeof cols, "COLUMNS=%d", s->chief_columns);
+      envp[ne++] = cols;
+    }
+  }
   envp[ne] = NULL;
 
   if (pipe2(out, O_CLOEXEC) != 0 || pipe2(errp, O_CLOEXEC) != 0) {
@@ -488,7 +521,7 @@ void chief_local_opts_init(chief_local_opts *o) {
 
 static bool env_is_ours(const char *kv) {
   static const char *const ours[] = {"TF_CONFIG=", "TESSERA_TOKEN=",
-                                     "TESSERA_PROGRESS="};
+                                     "TESSERA_PROGRESS=", "COLUMNS="};
   for (size_t i = 0; i < sizeof ours / sizeof ours[0]; i++)
     if (strncmp(kv, ours[i], strlen(ours[i])) == 0) return true;
   return false;
@@ -582,6 +615,10 @@ int chief_local_run(const chief_local_opts *o, chief_local_result *res,
   int rc = prepare(&s, err, errlen);
   if (rc) goto out;
   s.relay_tty = isatty(o->out_fd) == 1;
+  s.err_tty = isatty(o->err_fd) == 1;
+  struct winsize ws;
+  if (s.relay_tty && ioctl(o->out_fd, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
+    s.chief_columns = ws.ws_col - s.name_width - 3;
   signal(SIGPIPE, SIG_IGN);
 
   rc = uv_loop_init(&s.loop);

@@ -11,6 +11,9 @@
  *                           until NAME has started K times), then exits
  *                           CODE; exit 99 if that takes over 20 s
  *   FAKE_CHIEF=forever      the chief runs until killed
+ *   FAKE_PROGRESS=1         the chief (exit mode) first prints what it got
+ *                           in TESSERA_PROGRESS and COLUMNS, then two
+ *                           progress-bar redraws ("\rstep N\033[K")
  * Exit codes 9-12 mean a check failed (TF_CONFIG, port, token, record).
  */
 #include "common/cluster.h"
@@ -128,6 +131,15 @@ int main(int argc, char **argv) {
   const char *mode = getenv("FAKE_CHIEF");
   if (c.task_type == TSR_TASK_CHIEF && mode && !strncmp(mode, "exit:", 5)) {
     int code = atoi(mode + 5);
+    if (getenv("FAKE_PROGRESS")) {
+      const char *pe = getenv("TESSERA_PROGRESS"), *co = getenv("COLUMNS");
+      printf("progress env: %s columns: %s\n", pe ? pe : "-", co ? co : "-");
+      printf("\rstep 1\033[K");
+      fflush(stdout);
+      sleep_ms(100);
+      printf("\rstep 2\033[K\n");
+      fflush(stdout);
+    }
     char wname[32] = "";
     int wcount = 0;
     const char *w = getenv("FAKE_CHIEF_WAIT");

@@ -16,6 +16,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <stdbool.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -355,6 +358,67 @@ static int run_tessera(fixture *f, const char *const *args) {
   return wait_exit(pid, 30);
 }
 
+/* Output relayed to a terminal: the chief is asked for a progress bar
+ * sized to what the prefix leaves, and its redraws stay on one line. */
+static void test_terminal_progress(void **state) {
+  fixture f;
+  fixture_make(&f);
+  setenv("FAKE_CHIEF", "exit:0", 1);
+  setenv("FAKE_PROGRESS", "1", 1);
+  int master = posix_openpt(O_RDWR | O_NOCTTY);
+  assert_true(master >= 0);
+  assert_int_equal(grantpt(master), 0);
+  assert_int_equal(unlockpt(master), 0);
+  struct winsize ws = {.ws_row = 40, .ws_col = 100};
+  assert_int_equal(ioctl(master, TIOCSWINSZ, &ws), 0);
+  char slave[256];
+  snprintf(slave, sizeof slave, "%s", ptsname(master));
+  const char *argv[] = {tessera_bin, "local", "--bin-dir", f.bindir, "--ps",
+                        "1", "--workers", "1", NULL};
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    int fd = open(slave, O_RDWR);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    close(master);
+    execv(tessera_bin, (char **)argv);
+    _exit(127);
+  }
+  size_t cap = 1 << 16, len = 0;
+  char *out = malloc(cap);
+  int st = -1;
+  bool exited = false;
+  for (double end = now_s() + 30; now_s() < end;) {
+    struct pollfd pfd = {.fd = master, .events = POLLIN};
+    if (poll(&pfd, 1, 20) > 0) {
+      ssize_t r = read(master, out + len, cap - 1 - len);
+      if (r > 0) len += (size_t)r;
+      if (r <= 0 && exited) break; /* EIO: the last writer is gone */
+    } else if (exited) {
+      break;
+    }
+    if (!exited && waitpid(pid, &st, WNOHANG) == pid) exited = true;
+  }
+  if (!exited) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &st, 0);
+    fail_msg("tessera local did not exit");
+  }
+  out[len] = '\0';
+  close(master);
+  assert_int_equal(WEXITSTATUS(st), 0);
+  /* 100 columns less "worker:0 | ". */
+  if (!strstr(out, "progress env: bar columns: 89")) fprintf(stderr, "%s", out);
+  assert_non_null(strstr(out, "progress env: bar columns: 89"));
+  assert_non_null(strstr(out, "chief:0  | step 1\033[K"));
+  assert_null(strstr(out, "step 1\033[K\r\n")); /* redrawn, not scrolled */
+  assert_non_null(strstr(out, "\r\033[Kchief:0  | step 2\033[K"));
+  free(out);
+  unsetenv("FAKE_PROGRESS");
+  test_rmtree(f.dir);
+}
+
 static void test_status_command(void **state) {
   fixture f;
   fixture_make(&f);
@@ -417,6 +481,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_chief_crash_restarts_chief),
       cmocka_unit_test(test_missing_binary),
       cmocka_unit_test(test_status_command),
+      cmocka_unit_test(test_terminal_progress),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
