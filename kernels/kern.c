@@ -106,9 +106,11 @@ static int kern__load(const kern_opts *o, int *count, char *why, size_t len) {
     }
     kern__mod = m;
   }
+  if (why && len) why[0] = 0;
   rc = kern__mod->device_count(count, why, len);
   if (rc == 0 && *count == 0) {
-    kern__errf(why, len, "the CUDA runtime sees no GPU");
+    if (why && len && !why[0])
+      kern__errf(why, len, "the CUDA runtime sees no GPU");
     rc = TSR_ENODEVICE;
   }
 out:

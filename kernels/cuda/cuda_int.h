@@ -1,0 +1,58 @@
+/* Internals of the CUDA module: the per-context state shared by
+ * kern_cuda.cu (module entry, memory, cuBLAS, NCCL) and ops.cu (the CUDA
+ * kernels). Every entry point first makes its context's device current,
+ * because replicas run on their own threads. */
+#ifndef TSR_KERN_CUDA_INT_H
+#define TSR_KERN_CUDA_INT_H
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include "common/err.h"
+#include "kernels/kern_int.h"
+
+struct kc_ctx {
+  int dev;
+  cudaStream_t s;
+  cublasHandle_t blas;
+  void *half_a, *half_b;      /* 16-bit copies of GEMM inputs */
+  size_t half_a_n, half_b_n;  /* elements */
+  float *part;                /* column-sum partials */
+  size_t part_n;
+  int *flag;                  /* device flag for the finiteness check */
+  int *hflag;                 /* pinned host copy */
+  void *nccl;                 /* cached communicators (kern_cuda.cu) */
+};
+
+/* cudaError_t / launch errors to the project's codes */
+int kc__err(cudaError_t e);
+int kc__launch_check(void);
+/* Grows a device scratch buffer to at least `bytes`. */
+int kc__scratch(void **p, size_t *have, size_t bytes);
+
+/* ops.cu */
+int kc__bias_act(kc_ctx *c, float *z, const float *bias, float *y, int64_t n,
+                 int64_t d, kern_act act, float alpha);
+int kc__act_grad(kc_ctx *c, const float *dy, const float *z, const float *y,
+                 float *dz, int64_t n, int64_t d, kern_act act, float alpha);
+int kc__col_sum(kc_ctx *c, const float *dz, int64_t n, int64_t d, float beta,
+                float *db);
+int kc__loss(kc_ctx *c, kern_loss kind, const float *p, const float *y,
+             int64_t n, int64_t d, float s, float *ex_loss, float *grad);
+int kc__gather(kc_ctx *c, const float *rows, int64_t dim, const int32_t *idx,
+               const int32_t *bag_off, int64_t nb, kern_pool pool, float *out,
+               int64_t stride, int64_t off);
+int kc__scatter(kc_ctx *c, const float *dout, int64_t stride, int64_t off,
+                int64_t dim, const int32_t *occ_off, const int32_t *occ_bag,
+                const float *occ_w, int64_t n_uniq, float *grad);
+int kc__to_half(kc_ctx *c, const float *x, void *out, size_t n,
+                kern_prec prec);
+int kc__round(kc_ctx *c, float *x, size_t n, kern_prec prec);
+int kc__all_finite(kc_ctx *c, const float *x, size_t n, bool *finite);
+int kc__scale(kc_ctx *c, float *x, size_t n, float a);
+int kc__axpy(kc_ctx *c, float *y, const float *x, size_t n, float a);
+int kc__dropout(kc_ctx *c, float *x, float *mask, size_t n, float rate,
+                uint64_t seed);
+int kc__mul(kc_ctx *c, float *x, const float *m, size_t n);
+
+#endif
