@@ -37,6 +37,7 @@ struct wk_input {
   wk_src *src;
   wk_input_schema schema;
   float *xa, *xb;  /* x' = x * xa + xb per dense feature */
+  bool identity;   /* xa == 1 and xb == 0: a plain copy */
   int64_t batch_size;
   bool drop;
   int64_t epochs;
@@ -143,8 +144,12 @@ static int emit(wk_input *in, const wk_rec *r, int64_t epoch) {
   if (!in->fill && (rc = acquire(in))) return rc;
   wk_slot *s = in->fill;
   int64_t i = s->b.n, d = in->schema.n_dense;
-  float *x = s->x + i * d;
-  for (int64_t j = 0; j < d; j++) x[j] = r->x[j] * in->xa[j] + in->xb[j];
+  float *restrict x = s->x + i * d;
+  const float *restrict rx = r->x, *restrict xa = in->xa, *restrict xb = in->xb;
+  if (in->identity)
+    memcpy(x, rx, (size_t)d * sizeof(float));
+  else
+    for (int64_t j = 0; j < d; j++) x[j] = rx[j] * xa[j] + xb[j];
   s->y[i] = r->y;
   for (int f = 0; f < in->schema.n_sparse; f++) {
     int64_t k = r->off[f + 1] - r->off[f];
@@ -251,6 +256,7 @@ static int run_stream(wk_input *in, int64_t epoch, wk_rec *recs, char *err,
 
 static void *reader_main(void *arg) {
   wk_input *in = arg;
+  pthread_setname_np(pthread_self(), "tsr-input");
   char err[512] = "";
   int rc = 0;
   wk_src *s = in->src;
@@ -535,6 +541,10 @@ int wk_input_open(const tsr_job *job, wk_split split,
   }
   for (int64_t j = 0; j < d; j++) in->xa[j] = (float)sp->scale;
   if (sp->normalize && (rc = train_stats(job, in, err, errlen))) goto fail;
+
+  in->identity = true;
+  for (int64_t j = 0; j < d; j++)
+    if (in->xa[j] != 1.0f || in->xb[j] != 0.0f) in->identity = false;
 
   in->nslots = (sp->prefetch > 0 ? sp->prefetch : 1) + 1;
   in->slots = calloc((size_t)in->nslots, sizeof *in->slots);

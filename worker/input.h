@@ -12,6 +12,46 @@
  * The data spec is job.data.train / job.data.eval (DESIGN.md, "The job
  * file"); an eval split may be cut from the training file ("every k-th
  * row"), and normalization uses the training rows' statistics.
+ * worker/INPUT.md has the user's guide with examples. Keys of a split
+ * (an unknown key, or one its format does not use, is an error naming its
+ * path, e.g. "data.train.shufle_buffer: unknown key; did you mean
+ * shuffle_buffer?"):
+ *
+ *   format          csv | npy | npz | idx | tfrecord | synthetic |
+ *                   synthetic_ctr (default: from the first path's suffix)
+ *   paths           file or list of files, relative to the job file's folder;
+ *                   gzip is detected (csv, npy, idx, tfrecord)
+ *   labels          npy, idx: the label file of each path
+ *   label           csv column / tfrecord feature / npz member with the label
+ *                   (npz default "y")
+ *   features        csv: list of column names or "all but label" (default);
+ *                   tfrecord: list of names or {"name", "size"} (float_list of
+ *                   `size` values, default 1); npz: the member (default "x")
+ *   sparse_features tfrecord: list of names or {"name", "vocab"} (int64_list
+ *                   of ids in [0, vocab); absent = empty list)
+ *   n_classes       class count (default: max label + 1 when the loss is
+ *                   categorical; required then for tfrecord)
+ *   scale           multiplies every dense feature (digits 1/16, images 1/255)
+ *   normalize       true: standardize with the training rows' mean and std
+ *   shard           auto (default) | file | data | off   (tf.data AutoShardPolicy)
+ *   shuffle_buffer  tf.data shuffle buffer size (0: keep the order)
+ *   seed            shuffle seed (default: the options' seed, the job's seed)
+ *   prefetch        batches read ahead (default 2; -1: 2)
+ *   drop_remainder, epochs (-1 forever), repeat (true or a count): override
+ *                   the options
+ *   skip_corrupt    tfrecord: count and skip records with a bad CRC or
+ *                   truncation instead of failing
+ *   split, k, index eval only: {"split": "every", "k": 5, "index": 4} takes
+ *                   rows with i % k == index (i counted within each file) of
+ *                   the training files for eval; training leaves them out
+ *   synthetic:      n (1000), dense (10), noise (0.1), data_seed (42)
+ *   synthetic_ctr:  n, dense (13), sparse (26), vocab (100000, or a list),
+ *                   zipf (1.1), ids_per_feature (1), positive_rate (0.25),
+ *                   data_seed
+ * The eval split inherits the data description (format, paths, labels,
+ * label, features, sparse_features, n_classes, scale, normalize and the
+ * generator keys) from train; pipeline keys (shard, shuffle_buffer, ...) it
+ * does not inherit.
  */
 #ifndef TSR_WK_INPUT_H
 #define TSR_WK_INPUT_H
@@ -71,7 +111,11 @@ typedef struct {
 
 typedef struct wk_input wk_input;
 
-/* Opens the split of job->data ("train" or "eval"). */
+/* Opens the split of job->data ("train" or "eval"): reads table formats
+ * (csv, npy, npz, idx) into memory, checks that the streamed files exist,
+ * computes the training statistics when normalizing, and starts the reader
+ * thread. TSR_ENOTFOUND when the job has no data.eval and `split` asks for
+ * it; any other error names the key, file, line or byte offset in `err`. */
 int wk_input_open(const tsr_job *job, wk_split split,
                   const wk_input_opts *opts, wk_input **out, char *err,
                   size_t errlen);

@@ -12,6 +12,7 @@
 #include "common/err.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,14 +48,68 @@ static int64_t split_line(const char *p, const char *end, const char **ca,
   return n;
 }
 
+/* Decimal numbers of up to 15 significant digits with a small exponent
+ * are exact as mantissa * 10^e in double arithmetic (Clinger's fast path),
+ * so they skip strtod; everything else goes through strtod. */
+static const double pow10_tab[23] = {
+    1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
+    1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+
+static int fast_number(const char *a, const char *b, double *out) {
+  const char *p = a;
+  bool neg = false;
+  if (p < b && (*p == '-' || *p == '+')) neg = *p++ == '-';
+  uint64_t m = 0;
+  int digits = 0, frac = 0;
+  const char *d0 = p;
+  while (p < b && *p >= '0' && *p <= '9') {
+    if (m || *p != '0') digits++;
+    m = m * 10 + (uint64_t)(*p++ - '0');
+  }
+  bool any = p > d0;
+  if (p < b && *p == '.') {
+    p++;
+    const char *f0 = p;
+    while (p < b && *p >= '0' && *p <= '9') {
+      if (m || *p != '0') digits++;
+      m = m * 10 + (uint64_t)(*p++ - '0');
+      frac++;
+    }
+    any = any || p > f0;
+  }
+  if (!any || digits > 15) return -1;
+  int e = 0;
+  if (p < b && (*p == 'e' || *p == 'E')) {
+    p++;
+    bool eneg = false;
+    if (p < b && (*p == '-' || *p == '+')) eneg = *p++ == '-';
+    const char *e0 = p;
+    while (p < b && *p >= '0' && *p <= '9' && e < 1000) e = e * 10 + (*p++ - '0');
+    if (p == e0) return -1;
+    if (eneg) e = -e;
+  }
+  if (p != b) return -1;
+  e -= frac;
+  double v = (double)m;
+  if (e < -22 || e > 22) return -1;
+  v = e < 0 ? v / pow10_tab[-e] : v * pow10_tab[e];
+  *out = neg ? -v : v;
+  return 0;
+}
+
 static int parse_cell(const char *a, const char *b, float *out) {
   trim(&a, &b);
+  double v;
+  if (a < b && fast_number(a, b, &v) == 0) {
+    *out = (float)v;
+    return 0;
+  }
   char tmp[64];
   if (a == b || (size_t)(b - a) >= sizeof tmp) return -1;
   memcpy(tmp, a, (size_t)(b - a)); /* cells are not NUL-terminated */
   tmp[b - a] = 0;
   char *e;
-  double v = strtod(tmp, &e);
+  v = strtod(tmp, &e);
   if (e != tmp + (b - a) || !isfinite(v)) return -1;
   *out = (float)v;
   return 0;

@@ -39,7 +39,7 @@
 #include <zlib.h>
 
 #define TFR_MAX_RECORD (INT64_C(1) << 30)
-#define TFR_BUF (1 << 20)
+#define TFR_BUF (256 << 10)
 
 enum { SLOT_DENSE = 0, SLOT_LABEL, SLOT_SPARSE };
 
@@ -90,7 +90,11 @@ static int lookup(const tfr_src *t, const char *p, size_t n) {
     int s = t->table[i];
     if (!s) return -1;
     const tfr_slot *sl = &t->slots[s - 1];
-    if (sl->len == n && memcmp(sl->name, p, n) == 0) return s - 1;
+    if (sl->len == n) {
+      size_t k = 0;
+      while (k < n && sl->name[k] == p[k]) k++;
+      if (k == n) return s - 1;
+    }
     i = (i + 1) & t->table_mask;
   }
 }
@@ -298,7 +302,9 @@ static int decode_feature(tfr_src *t, const tfr_slot *sl, const uint8_t *p,
                 "is outside its vocabulary [0, %lld)",
                 c->path, (unsigned long long)c->off, sl->name,
                 (long long)id, (long long)vocab);
-          if (wk_rec__reserve(r, (size_t)(f_at + cnt + 1))) return TSR_ENOMEM;
+          if ((size_t)(f_at + cnt + 1) > r->ids_cap &&
+              wk_rec__reserve(r, (size_t)(f_at + cnt + 1)))
+            return TSR_ENOMEM;
           r->ids[f_at + cnt] = id;
         } else if (cnt == 0) {
           label = (double)(int64_t)v;
@@ -401,9 +407,9 @@ static int decode_example(tfr_src *t, const uint8_t *p, const uint8_t *end,
       }
     }
   }
-  for (int i = 0; i < t->n_slots; i++) {
+  for (int i = 0; i < t->n_slots - ns; i++) { /* dense and label */
     const tfr_slot *sl = &t->slots[i];
-    if (t->seen[i] != t->gen && sl->kind != SLOT_SPARSE)
+    if (t->seen[i] != t->gen)
       return wk_input__fail(c->err, c->errlen, TSR_ENOTFOUND,
                             "%s: record at byte offset %llu: feature \"%s\" "
                             "is absent from the Example",
@@ -413,10 +419,7 @@ static int decode_example(tfr_src *t, const uint8_t *p, const uint8_t *end,
   for (int f = 0; f < ns; f++) {
     r->off[f + 1] = r->off[f];
     if (!sp[f].p) continue;
-    const tfr_slot *sl = NULL;
-    for (int i = 0; i < t->n_slots; i++)
-      if (t->slots[i].kind == SLOT_SPARSE && t->slots[i].index == f)
-        sl = &t->slots[i];
+    const tfr_slot *sl = &t->slots[t->n_slots - ns + f]; /* sparse come last */
     if ((rc = decode_feature(t, sl, sp[f].p, sp[f].e, r, c))) return rc;
   }
   return 0;

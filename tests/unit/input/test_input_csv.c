@@ -85,6 +85,47 @@ static void csv_basic(void **state) {
   assert_int_equal(wk_input_next(f->in, &b), TSR_EEOF);
 }
 
+/* Every accepted spelling parses to what strtod gives (the reader has a
+ * fast path for short decimals); bad ones are refused. */
+static void csv_number_spellings(void **state) {
+  fx *f = *state;
+  static const char *good[] = {
+      "0", "-0", "+3", "1.", ".5", "-.25", "1e3", "1E-5", "2.5e+2",
+      "0.000123", "-123.456", "123456789012345", "1234567890123456789",
+      "3.14159265358979323846", "1e-30", "7e22", "9.999999e-23", "0x10",
+      " 42 ", "\"17\"", "00012.50"};
+  static const char *bad[] = {"1e", "--1", "1.2.3", "e5", ".", "-", "1e400",
+                              "nan", "12abc"};
+  char csv[2048];
+  size_t at = (size_t)sprintf(csv, "v,y\n");
+  size_t ng = sizeof good / sizeof good[0];
+  for (size_t i = 0; i < ng; i++) at += (size_t)sprintf(csv + at, "%s,1\n", good[i]);
+  assert_int_equal(open_train(f, csv, "{\"format\": \"csv\", \"paths\": "
+                                      "\"d.csv\", \"label\": \"y\"}",
+                              64, false),
+                   0);
+  float x[64];
+  assert_int_equal(tdrain(f->in, NULL, x, 64, NULL), (int64_t)ng);
+  for (size_t i = 0; i < ng; i++) {
+    char t[64];
+    snprintf(t, sizeof t, "%s", good[i]);
+    char *p = t;
+    while (*p == ' ' || *p == '"') p++;
+    float want = (float)strtod(p, NULL);
+    if (x[i] != want) fail_msg("\"%s\": %.9g, want %.9g", good[i], x[i], want);
+  }
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    wk_input_close(f->in);
+    f->in = NULL;
+    tsr_job_free(&f->job);
+    snprintf(csv, sizeof csv, "v,y\n1,1\n%s,1\n", bad[i]);
+    int rc = open_train(f, csv, "{\"format\": \"csv\", \"paths\": "
+                                "\"d.csv\", \"label\": \"y\"}",
+                        64, false);
+    if (rc != TSR_EFORMAT) fail_msg("\"%s\" accepted", bad[i]);
+  }
+}
+
 static void csv_drop_remainder_and_features(void **state) {
   fx *f = *state;
   const char *csv = "a,b,y\n1,2,3\n4,5,6\n7,8,9\n";
@@ -375,6 +416,7 @@ static void digits_job(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(csv_basic, setup, teardown),
+      cmocka_unit_test_setup_teardown(csv_number_spellings, setup, teardown),
       cmocka_unit_test_setup_teardown(csv_drop_remainder_and_features, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(csv_bad_cell, setup, teardown),

@@ -1,0 +1,337 @@
+/* Input pipeline benchmark: records per second of the TFRecord, CSV and
+ * synthetic CTR readers with shuffling (buffer 1000) and batching (256),
+ * each against plain read() of the same number of bytes in the same run;
+ * and the share of step time a Fashion-MNIST-MLP-sized CPU step waits for
+ * its input.
+ *
+ * Files are written to a scratch folder first; the raw read() baseline
+ * reads the same file from the page cache with a 1 MiB buffer (best of
+ * three), so both sides read warm data. For the synthetic CTR source the
+ * baseline reads a file as large as the batches it produced.
+ * The step stand-in runs the MLP 784-256-128-10's forward and backward
+ * GEMMs (sgemm, OpenBLAS, one thread) per batch of 128 and compares the
+ * time spent blocked in wk_input_next() with the whole loop.
+ * Ends with RATIO lines (higher is better).
+ */
+#include <cblas.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../../unit/input/input_test.h"
+#include "../../unit/input/tfr_write.h"
+#include "common/clock.h"
+
+static double raw_read_bps(const char *path, size_t *bytes) {
+  static char buf[1 << 20];
+  double best = 0;
+  for (int k = 0; k < 3; k++) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) abort();
+    size_t n = 0;
+    double t0 = tsr_now_s();
+    ssize_t r;
+    while ((r = read(fd, buf, sizeof buf)) > 0) n += (size_t)r;
+    double dt = tsr_now_s() - t0;
+    close(fd);
+    *bytes = n;
+    if (n / dt > best) best = (double)n / dt;
+  }
+  return best;
+}
+
+/* Runs one epoch through the pipeline; returns records per second and the
+ * bytes of the batches delivered. */
+static double run_pipeline(const char *dir, const char *data, int64_t batch,
+                           int64_t *records, double *batch_bytes) {
+  tsr_job job;
+  char err[512], text[4096];
+  snprintf(text, sizeof text, "{\"data\": %s}", data);
+  if (tjob(dir, text, &job, err, sizeof err)) {
+    fprintf(stderr, "job: %s\n", err);
+    exit(1);
+  }
+  wk_input *in;
+  wk_input_opts o = topts(1, 0, batch, 1, 1);
+  double t0 = tsr_now_s();
+  if (wk_input_open(&job, WK_SPLIT_TRAIN, &o, &in, err, sizeof err)) {
+    fprintf(stderr, "open: %s\n", err);
+    exit(1);
+  }
+  const wk_batch *b;
+  int64_t n = 0;
+  double bytes = 0;
+  int rc;
+  while ((rc = wk_input_next(in, &b)) == 0) {
+    n += b->n;
+    bytes += (double)b->n * (double)(b->n_dense + 1) * 4;
+    for (int f = 0; f < b->n_sparse; f++) bytes += (double)b->offsets[f][b->n] * 8;
+  }
+  double dt = tsr_now_s() - t0;
+  if (rc != TSR_EEOF) {
+    fprintf(stderr, "next: %s\n", wk_input_error(in));
+    exit(1);
+  }
+  wk_input_close(in);
+  tsr_job_free(&job);
+  *records = n;
+  if (batch_bytes) *batch_bytes = bytes;
+  return (double)n / dt;
+}
+
+static void write_tfr_dense(const char *path, int n) {
+  FILE *fp = fopen(path, "wb");
+  float x[784];
+  for (int r = 0; r < n; r++) {
+    for (int j = 0; j < 784; j++) x[j] = (float)((r * 31 + j * 7) % 255) / 255;
+    int64_t l = r % 10;
+    tfrw_feat fs[] = {{"image", TFRW_FLOAT, 784, x, NULL},
+                      {"label", TFRW_INT64, 1, NULL, &l}};
+    size_t len;
+    uint8_t *d = tfrw_pack(fs, 2, &len);
+    tfrw_frame(fp, d, len);
+    free(d);
+  }
+  fclose(fp);
+}
+
+/* Criteo-like: 13 dense floats, 26 id features, a 0/1 label. */
+static void write_tfr_ctr(const char *path, int n) {
+  FILE *fp = fopen(path, "wb");
+  static const char *names[39];
+  static char buf[39][8];
+  for (int k = 0; k < 39; k++) {
+    snprintf(buf[k], sizeof buf[k], k < 13 ? "I%d" : "C%d", k < 13 ? k : k - 13);
+    names[k] = buf[k];
+  }
+  uint64_t st = 1;
+  for (int r = 0; r < n; r++) {
+    tfrw_feat fs[40];
+    float dv[13];
+    int64_t ids[26], l = r % 4 == 0;
+    for (int k = 0; k < 13; k++) {
+      dv[k] = (float)(st = st * 6364136223846793005ull + 1) / 1e19f;
+      fs[k] = (tfrw_feat){names[k], TFRW_FLOAT, 1, &dv[k], NULL};
+    }
+    for (int k = 0; k < 26; k++) {
+      st = st * 6364136223846793005ull + 1442695040888963407ull;
+      ids[k] = (int64_t)((st >> 33) % 1000000);
+      fs[13 + k] = (tfrw_feat){names[13 + k], TFRW_INT64, 1, NULL, &ids[k]};
+    }
+    fs[39] = (tfrw_feat){"label", TFRW_INT64, 1, NULL, &l};
+    size_t len;
+    uint8_t *d = tfrw_pack(fs, 40, &len);
+    tfrw_frame(fp, d, len);
+    free(d);
+  }
+  fclose(fp);
+}
+
+static void write_csv(const char *path, int n) {
+  FILE *fp = fopen(path, "w");
+  for (int j = 0; j < 20; j++) fprintf(fp, "f%d,", j);
+  fprintf(fp, "label\n");
+  for (int r = 0; r < n; r++) {
+    for (int j = 0; j < 20; j++)
+      fprintf(fp, "%.4f,", (double)((r * 13 + j * 7) % 1000) / 37.0);
+    fprintf(fp, "%d\n", r % 10);
+  }
+  fclose(fp);
+}
+
+static off_t file_size(const char *p) {
+  struct stat st;
+  return stat(p, &st) == 0 ? st.st_size : 0;
+}
+
+/* A stand-in for one MLP 784-256-128-10 training step on the CPU: the
+ * forward GEMMs and the two backward GEMMs per layer. */
+typedef struct {
+  float *w1, *w2, *w3, *h1, *h2, *o, *g1, *g2;
+} mlp;
+
+static void mlp_step(mlp *m, const float *x, int B) {
+  const int d[4] = {784, 256, 128, 10};
+  float *w[3] = {m->w1, m->w2, m->w3}, *act[4] = {(float *)x, m->h1, m->h2, m->o};
+  for (int l = 0; l < 3; l++)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, d[l + 1], d[l],
+                1, act[l], d[l], w[l], d[l + 1], 0, act[l + 1], d[l + 1]);
+  for (int l = 2; l >= 0; l--) {
+    /* dW = act^T * grad; dX = grad * W^T */
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d[l], d[l + 1], B, 1,
+                act[l], d[l], act[l + 1], d[l + 1], 0, m->g1, d[l + 1]);
+    if (l > 0)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, d[l], d[l + 1],
+                  1, act[l + 1], d[l + 1], w[l], d[l + 1], 0, m->g2, d[l]);
+  }
+}
+
+static double fashion_wait_share(const char *dir, double *steps_per_s) {
+  struct stat st;
+  if (stat("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz",
+           &st) != 0)
+    return NAN;
+  tsr_job job;
+  char err[512];
+  const char *text =
+      "{\"data\": {\"train\": {\"format\": \"idx\", \"paths\": "
+      "\"/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz\", "
+      "\"labels\": "
+      "\"/usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz\", "
+      "\"scale\": 0.00392156862745098, \"shuffle_buffer\": 10000, "
+      "\"prefetch\": 4}}}";
+  if (tjob(dir, text, &job, err, sizeof err)) abort();
+  mlp m;
+  size_t sz = 784 * 256 + 256 * 128 + 128 * 10;
+  float *mem = calloc(sz + 128 * (256 + 128 + 10) + 2 * 784 * 256, 4);
+  m.w1 = mem;
+  m.w2 = m.w1 + 784 * 256;
+  m.w3 = m.w2 + 256 * 128;
+  m.h1 = m.w3 + 128 * 10;
+  m.h2 = m.h1 + 128 * 256;
+  m.o = m.h2 + 128 * 128;
+  m.g1 = m.o + 128 * 10;
+  m.g2 = m.g1 + 784 * 256;
+  for (size_t i = 0; i < sz; i++) mem[i] = (float)((i * 2654435761u) % 1000) * 1e-5f;
+  wk_input *in;
+  wk_input_opts o = topts(1, 0, 128, 2, 1);
+  o.drop_remainder = true;
+  if (wk_input_open(&job, WK_SPLIT_TRAIN, &o, &in, err, sizeof err)) {
+    fprintf(stderr, "%s\n", err);
+    exit(1);
+  }
+  const wk_batch *b;
+  /* the first batch waits for the file to load: leave it out, as a
+   * trainer's first step is left out of a step-time figure */
+  if (wk_input_next(in, &b) != 0) abort();
+  mlp_step(&m, b->x, (int)b->n);
+  double w0 = wk_input_wait_seconds(in), t0 = tsr_now_s();
+  int64_t steps = 0;
+  while (wk_input_next(in, &b) == 0) {
+    mlp_step(&m, b->x, (int)b->n);
+    steps++;
+  }
+  double total = tsr_now_s() - t0, wait = wk_input_wait_seconds(in) - w0;
+  wk_input_close(in);
+  tsr_job_free(&job);
+  free(mem);
+  *steps_per_s = (double)steps / total;
+  return wait / total;
+}
+
+/* With arguments, runs only the named parts (dense ctr csv synth fashion),
+ * for profiling one of them. */
+static bool want(int argc, char **argv, const char *name) {
+  if (argc < 2) return true;
+  for (int i = 1; i < argc; i++)
+    if (strcmp(argv[i], name) == 0) return true;
+  return false;
+}
+
+int main(int argc, char **argv) {
+  openblas_set_num_threads(1);
+  char *dir = tdir_make();
+  char spec[2048];
+  int64_t n;
+  size_t bytes;
+  double bb;
+
+  double raw1 = NAN, raw2 = NAN, raw3 = NAN, raw4 = NAN;
+  double bps1 = NAN, bps2 = NAN, bps3 = NAN, bps4 = NAN, share = NAN;
+  /* TFRecord, image-like records (784 floats + label) */
+  if (want(argc, argv, "dense")) {
+  const char *p1 = tpath(dir, "dense.tfrecord");
+  write_tfr_dense(p1, 20000);
+  snprintf(spec, sizeof spec,
+           "{\"train\": {\"format\": \"tfrecord\", \"paths\": \"%s\", "
+           "\"label\": \"label\", \"features\": [{\"name\": \"image\", "
+           "\"size\": 784}], \"shuffle_buffer\": 1000}}", p1);
+  raw1 = raw_read_bps(p1, &bytes);
+  double rps1 = run_pipeline(dir, spec, 256, &n, NULL);
+  bps1 = rps1 * (double)file_size(p1) / (double)n;
+  printf("%-28s %10.0f rec/s %8.1f MB/s   raw read() %8.1f MB/s\n",
+         "tfrecord 784 floats", rps1, bps1 / 1e6, raw1 / 1e6);
+  }
+  if (want(argc, argv, "ctr")) {
+
+  /* TFRecord, Criteo-like records (13 dense + 26 sparse) */
+  const char *p2 = tpath(dir, "ctr.tfrecord");
+  write_tfr_ctr(p2, 100000);
+  size_t at = (size_t)snprintf(spec, sizeof spec,
+                               "{\"train\": {\"format\": \"tfrecord\", "
+                               "\"paths\": \"%s\", \"label\": \"label\", "
+                               "\"features\": [", p2);
+  for (int k = 0; k < 13; k++)
+    at += (size_t)snprintf(spec + at, sizeof spec - at, "%s\"I%d\"", k ? ", " : "", k);
+  at += (size_t)snprintf(spec + at, sizeof spec - at, "], \"sparse_features\": [");
+  for (int k = 0; k < 26; k++)
+    at += (size_t)snprintf(spec + at, sizeof spec - at,
+                           "%s{\"name\": \"C%d\", \"vocab\": 1000000}", k ? ", " : "", k);
+  snprintf(spec + at, sizeof spec - at, "], \"shuffle_buffer\": 1000}}");
+  raw2 = raw_read_bps(p2, &bytes);
+  double rps2 = run_pipeline(dir, spec, 256, &n, NULL);
+  bps2 = rps2 * (double)file_size(p2) / (double)n;
+  printf("%-28s %10.0f rec/s %8.1f MB/s   raw read() %8.1f MB/s\n",
+         "tfrecord ctr (13+26)", rps2, bps2 / 1e6, raw2 / 1e6);
+  }
+  if (want(argc, argv, "csv")) {
+
+  /* CSV, 20 features + label */
+  const char *p3 = tpath(dir, "d.csv");
+  write_csv(p3, 200000);
+  snprintf(spec, sizeof spec,
+           "{\"train\": {\"format\": \"csv\", \"paths\": \"%s\", \"label\": "
+           "\"label\", \"shuffle_buffer\": 1000}}", p3);
+  raw3 = raw_read_bps(p3, &bytes);
+  double rps3 = run_pipeline(dir, spec, 256, &n, NULL);
+  bps3 = rps3 * (double)file_size(p3) / (double)n;
+  printf("%-28s %10.0f rec/s %8.1f MB/s   raw read() %8.1f MB/s\n",
+         "csv 20 features", rps3, bps3 / 1e6, raw3 / 1e6);
+  }
+  if (want(argc, argv, "synth")) {
+
+  /* synthetic CTR (13 dense + 26 Zipf ids), against reading as many bytes */
+  snprintf(spec, sizeof spec,
+           "{\"train\": {\"format\": \"synthetic_ctr\", \"n\": 300000, "
+           "\"vocab\": 1000000, \"shuffle_buffer\": 1000}}");
+  double rps4 = run_pipeline(dir, spec, 256, &n, &bb);
+  const char *p4 = tpath(dir, "ctr.bytes");
+  {
+    FILE *fp = fopen(p4, "wb");
+    static char z[1 << 20];
+    for (double left = bb; left > 0; left -= sizeof z)
+      fwrite(z, 1, left < sizeof z ? (size_t)left : sizeof z, fp);
+    fclose(fp);
+  }
+  raw4 = raw_read_bps(p4, &bytes);
+  bps4 = rps4 * bb / (double)n;
+  printf("%-28s %10.0f rec/s %8.1f MB/s   raw read() %8.1f MB/s "
+         "(open includes the best-AUC pass)\n",
+         "synthetic_ctr (13+26)", rps4, bps4 / 1e6, raw4 / 1e6);
+  }
+  double sps = 0;
+  if (want(argc, argv, "fashion")) share = fashion_wait_share(dir, &sps);
+  if (isnan(share) && want(argc, argv, "fashion"))
+    printf("fashion-mnist wait share: dataset not installed\n");
+  else
+    printf("fashion-mnist MLP stand-in step (sgemm, 1 thread): %.1f steps/s, "
+           "waiting for input %.2f%% of the time\n",
+           sps, 100 * share);
+
+  if (!isnan(bps1))
+    printf("RATIO input_tfrecord_dense_vs_read %.3f goal 0.3\n", bps1 / raw1);
+  if (!isnan(bps2))
+    printf("RATIO input_tfrecord_ctr_vs_read %.3f goal 0.3\n", bps2 / raw2);
+  if (!isnan(bps3))
+    printf("RATIO input_csv_vs_read %.3f goal 0.02\n", bps3 / raw3);
+  if (!isnan(bps4))
+    printf("RATIO input_synthetic_ctr_vs_read %.3f goal 0.05\n", bps4 / raw4);
+  if (!isnan(share))
+    printf("RATIO input_fashion_mnist_not_waiting %.3f goal 0.95\n", 1 - share);
+  tdir_remove(dir);
+  return 0;
+}
