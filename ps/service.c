@@ -648,6 +648,11 @@ static void ps__on_push(tsr_rpc_incoming *call, void *data) {
   op->sync = s->cons.mode == PS_MODE_SYNC;
   ps__auto_join(s, r->worker, r->step);
   ps__admit(s, op, false);
+  /* ssp: a gradient of step t means the worker finished t steps + 1 (not
+   * in sync, where a worker may still owe other shards of step t) */
+  if (s->cons.mode == PS_MODE_SSP && r->worker >= 0 &&
+      ps__cons_clock(&s->cons, r->worker, r->step + 1) == 0)
+    ps__wake(s);
 }
 
 void ps__timer_cb(uv_timer_t *t) {

@@ -203,7 +203,12 @@ static void ssp_holds_fast_worker(void **state) {
   H_CALL(&c.e, r, ps_client_clock(c.w[1], 1, 1, PS_CLOCK_TICK, h_cb, &r));
   H_CALL(&c.e, r, ps_client_stats(c.w[2], h_cb, &r));
   assert_false(held.done);
-  H_CALL(&c.e, r, ps_client_clock(c.w[1], 1, 2, PS_CLOCK_TICK, h_cb, &r));
+  /* in ssp a push of step 1 means worker 1 finished 2 steps */
+  float g1[N];
+  for (int i = 0; i < N; i++) g1[i] = 0.0f;
+  H_CALL(&c.e, r, ps_client_push(c.w[1], "ssp/w", 0, 1, 1, PS_DT_F32, g1,
+                                 sizeof g1, h_cb, &r));
+  assert_int_equal(r.status, 0);
   assert_true(h_wait(&c.e, &held.done));
   assert_int_equal(held.status, 0);
   /* worker 0 further ahead; worker 1 leaves instead of catching up */
