@@ -172,6 +172,42 @@ static void bad_inputs_then_correct_pulls(void **state) {
   H_CALL(&e, r, ps_client_pull(e.cl[0], "w", 0, 0, 0, got, 128, h_cb, &r));
   assert_int_equal(r.status, 0);
   assert_true(isinf(got[77]));
+  /* an unbounded table grows row by row until the budget says no */
+  tsr_optim_spec ao;
+  tsr_optim_defaults(TSR_OPT_ADAGRAD, &ao);
+  ps_var_spec huge;
+  int64_t hs[2] = {1, 64};
+  assert_int_equal(ps_var_spec_init(&huge, "huge_emb", 2, hs, 0, 1,
+                                    "random_uniform", 1, &ao), 0);
+  huge.sparse = true;
+  H_CALL(&e, r, ps_client_create(e.cl[0], &huge, 1, h_cb, &r));
+  assert_int_equal(r.status, 0);
+  static int64_t hid[1000];
+  static float hg[1000 * 64];
+  for (int i = 0; i < 1000 * 64; i++) hg[i] = 0.01f;
+  int batch;
+  for (batch = 0; batch < 100; batch++) {
+    for (int i = 0; i < 1000; i++) hid[i] = (int64_t)batch * 1000 + i;
+    H_CALL(&e, r, ps_client_push_rows(e.cl[0], "huge_emb", 0, 0, 0, PS_DT_F32,
+                                      hid, 1000, hg, sizeof hg, h_cb, &r));
+    if (r.status) break;
+  }
+  assert_int_equal(r.status, TSR_EMEMLIMIT);
+  assert_non_null(strstr(r.message, "cannot create row"));
+  assert_true(batch > 2 && batch < 100);
+  H_CALL(&e, r, ps_client_stats(e.cl[0], h_cb, &r));
+  assert_true(r.mem_used <= (4u << 20));
+  /* rows already held are served; the dense variable still is too */
+  float row[64], row_want[64];
+  int64_t id0 = 0;
+  H_CALL(&e, r, ps_client_pull_rows(e.cl[0], "huge_emb", 0, 0, 0, &id0, 1, row,
+                                    64, h_cb, &r));
+  assert_int_equal(r.status, 0);
+  kern_init_fill(&huge.init, 1, kern_init_var_key("huge_emb"), 0, row_want, 64);
+  for (int i = 0; i < 64; i++) assert_true(row[i] != row_want[i]); /* updated */
+  H_CALL(&e, r, ps_client_pull(e.cl[0], "w", 0, 0, 0, got, 128, h_cb, &r));
+  assert_int_equal(r.status, 0);
+  assert_true(isinf(got[77]));
   assert_int_equal(h_down(&e), 0);
 }
 
