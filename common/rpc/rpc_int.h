@@ -20,7 +20,9 @@
 
 /* Messages are cut to their buffers on purpose (they name a peer and a
  * cause; the head of the text is what matters). */
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wformat-truncation"
+#endif
 
 /* ---- wire format -------------------------------------------------------- */
 
