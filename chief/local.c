@@ -215,6 +215,22 @@ static void close_stray_stream(uv_handle_t *h, void *arg) {
     close_stream((stream *)h->data);
 }
 
+/* The launcher's own log lines go to stderr directly: end a progress line
+ * shown on the terminal first, so they do not run into it. */
+static void end_bar(sup *s) {
+  if (s->bar_shown) {
+    write_all(s->o->out_fd, "\n", 1);
+    s->bar_shown = false;
+  }
+}
+#define SLOG(s, lvl, ...)                                  \
+  do {                                                     \
+    if (TSR_LOG_ENABLED(lvl)) {                            \
+      end_bar(s);                                          \
+      tsr_log(lvl, __VA_ARGS__);                           \
+    }                                                      \
+  } while (0)
+
 /* ---- starting and stopping children ----------------------------------- */
 static int open_stream(sup *s, proc *p, int fd, bool is_err) {
   stream *st = calloc(1, sizeof *st);
@@ -315,7 +331,7 @@ static int start_proc(proc *p) {
   p->started_ms = tsr_now_ms();
   open_stream(s, p, out[0], false);
   open_stream(s, p, errp[0], true);
-  tsr_info("%s started (pid %ld)", p->name, (long)pid);
+  SLOG(s, TSR_LOG_INFO, "%s started (pid %ld)", p->name, (long)pid);
   free(argv);
   free(envp);
   free(tf);
@@ -343,9 +359,10 @@ static void on_grace(uv_timer_t *t) {
   int left = 0;
   for (int i = 0; i < s->n_procs; i++) left += s->procs[i].pid > 0;
   if (left > 0)
-    tsr_warn("%d process(es) still running %llu ms after SIGTERM: sending "
-             "SIGKILL",
-             left, (unsigned long long)s->o->grace_ms);
+    SLOG(s, TSR_LOG_WARN,
+         "%d process(es) still running %llu ms after SIGTERM: sending "
+         "SIGKILL",
+         left, (unsigned long long)s->o->grace_ms);
   s->killed = true;
   signal_all(s, SIGKILL);
 }
@@ -353,7 +370,7 @@ static void on_grace(uv_timer_t *t) {
 static void stop_all(sup *s, const char *why) {
   if (s->stopping) return;
   s->stopping = true;
-  tsr_info("stopping the cluster: %s", why);
+  SLOG(s, TSR_LOG_INFO, "stopping the cluster: %s", why);
   for (int i = 0; i < s->n_procs; i++) {
     proc *p = &s->procs[i];
     if (p->restart_pending) {
@@ -375,7 +392,8 @@ static void on_restart_timer(uv_timer_t *t) {
   s->res->restarts[p->role]++;
   int rc = start_proc(p);
   if (rc) {
-    tsr_error("%s: cannot start %s: %s", p->name, p->exe, tsr_strerror(rc));
+    SLOG(s, TSR_LOG_ERROR, "%s: cannot start %s: %s", p->name, p->exe,
+         tsr_strerror(rc));
     /* Count it as a failed run: try again later, within the budget. */
     if (p->restarts < s->o->max_restarts) {
       p->restart_pending = true;
@@ -400,7 +418,7 @@ static void on_exit_status(sup *s, proc *p, int status) {
              : WIFSIGNALED(status) ? 128 + WTERMSIG(status)
                                    : 1;
   if (s->stopping) {
-    tsr_info("%s %s", p->name, how);
+    SLOG(s, TSR_LOG_INFO, "%s %s", p->name, how);
     if (p->role == CHIEF_LOCAL_CHIEF) s->res->chief_status = code;
     check_done(s);
     return;
@@ -410,18 +428,19 @@ static void on_exit_status(sup *s, proc *p, int status) {
   if (!restart) {
     if (p->role == CHIEF_LOCAL_CHIEF) {
       s->res->chief_status = code;
-      tsr_info("chief %s", how);
+      SLOG(s, TSR_LOG_INFO, "chief %s", how);
       stop_all(s, "the chief has ended");
     } else {
-      tsr_info("%s %s; not restarted", p->name, how);
+      SLOG(s, TSR_LOG_INFO, "%s %s; not restarted", p->name, how);
       check_done(s);
     }
     return;
   }
   if (p->restarts >= s->o->max_restarts) {
-    tsr_error("%s %s; it failed %d time(s), the restart limit: leaving it "
-              "down",
-              p->name, how, p->restarts + 1);
+    SLOG(s, TSR_LOG_ERROR,
+         "%s %s; it failed %d time(s), the restart limit: leaving it "
+         "down",
+         p->name, how, p->restarts + 1);
     p->gave_up = true;
     s->res->gave_up++;
     if (p->role == CHIEF_LOCAL_CHIEF) {
@@ -432,9 +451,9 @@ static void on_exit_status(sup *s, proc *p, int status) {
     return;
   }
   if (ran >= BACKOFF_RESET_MS) p->backoff_ms = s->o->backoff_ms;
-  tsr_warn("%s %s; restarting in %llu ms (restart %d of %d)", p->name, how,
-           (unsigned long long)p->backoff_ms, p->restarts + 1,
-           s->o->max_restarts);
+  SLOG(s, TSR_LOG_WARN, "%s %s; restarting in %llu ms (restart %d of %d)",
+       p->name, how, (unsigned long long)p->backoff_ms, p->restarts + 1,
+       s->o->max_restarts);
   p->restart_pending = true;
   uv_timer_start(&p->timer, on_restart_timer, p->backoff_ms, 0);
   p->backoff_ms = p->backoff_ms * 2 > s->o->backoff_max_ms
@@ -462,7 +481,7 @@ static void on_stop_signal(uv_signal_t *h, int signum) {
   s->res->interrupted = 1;
   if (s->stopping) {
     if (!s->killed) {
-      tsr_warn("second %s: sending SIGKILL", strsignal(signum));
+      SLOG(s, TSR_LOG_WARN, "second %s: sending SIGKILL", strsignal(signum));
       s->killed = true;
       signal_all(s, SIGKILL);
     }
@@ -475,8 +494,9 @@ static void on_stop_signal(uv_signal_t *h, int signum) {
 
 static void on_drain(uv_timer_t *t) {
   sup *s = t->data;
-  tsr_warn("output pipes still open after every process ended (a "
-           "process they started may hold them): closing them");
+  SLOG(s, TSR_LOG_WARN,
+       "output pipes still open after every process ended (a "
+       "process they started may hold them): closing them");
   uv_walk(&s->loop, close_stray_stream, NULL);
 }
 

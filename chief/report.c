@@ -195,7 +195,8 @@ static void body(chief__buf *b, const chief_series_set *set) {
   /* Loss: training and eval loss together. */
   for (size_t i = 0; i < n; i++) {
     const char *t = set->s[i].tag;
-    if (!strcmp(t, CHIEF_TAG_LOSS) || !strcmp(t, CHIEF_TAG_EVAL_PREFIX "loss")) {
+    if (!strcmp(t, CHIEF_TAG_LOSS) ||
+        !strcmp(t, CHIEF_TAG_EVAL_PREFIX "loss")) {
       ls[k++] = (line){&set->s[i], t};
       used[i] = true;
     }

@@ -85,7 +85,9 @@ static json_t *need(rd *r, json_t *o, const char *key, const char *where,
 }
 static int is_str(const json_t *v) { return json_is_string(v); }
 static int is_int(const json_t *v) { return json_is_integer(v); }
-static int is_num(const json_t *v) { return json_is_number(v) || json_is_null(v); }
+static int is_num(const json_t *v) {
+  return json_is_number(v) || json_is_null(v);
+}
 
 static void get_str(rd *r, json_t *o, const char *k, const char *where,
                     char *dst, size_t len) {

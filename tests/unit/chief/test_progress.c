@@ -108,7 +108,8 @@ static void test_plain_lines(void **state) {
   fflush(c.f);
   assert_int_equal(count_char(c.buf, c.len, '\r'), 0);
   assert_int_equal(count_char(c.buf, c.len, '\n'), 3); /* t = 0, 10, 20 */
-  assert_non_null(strstr(c.buf, "step 200/1000  20% loss 2 80 ex/s ETA 1m20s\n"));
+  assert_non_null(
+      strstr(c.buf, "step 200/1000  20% loss 2 80 ex/s ETA 1m20s\n"));
   assert_null(strstr(c.buf, "[#"));
   chief_progress_free(p);
   cap_close(&c);

@@ -65,7 +65,8 @@ static void test_page(void **state) {
   char dir[256], path[300], err[512];
   test_tmpdir(dir, sizeof dir);
   snprintf(path, sizeof path, "%s/report.html", dir);
-  chief_report_opts o = {.title = "MLP <fashion>", .subtitle = "2 ps, 2 workers"};
+  chief_report_opts o = {.title = "MLP <fashion>",
+                         .subtitle = "2 ps, 2 workers"};
   assert_int_equal(chief_report_write(path, &set, &o, err, sizeof err), 0);
   char *html = test_slurp(path, NULL);
   assert_non_null(html);

@@ -24,7 +24,9 @@ static uint32_t crc32c_bitwise(const uint8_t *p, size_t n) {
   }
   return ~c;
 }
-static uint32_t mask(uint32_t c) { return ((c >> 15) | (c << 17)) + 0xa282ead8u; }
+static uint32_t mask(uint32_t c) {
+  return ((c >> 15) | (c << 17)) + 0xa282ead8u;
+}
 static uint64_t le(const uint8_t *p, int n) {
   uint64_t v = 0;
   for (int i = n - 1; i >= 0; i--) v = (v << 8) | p[i];
