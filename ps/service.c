@@ -189,7 +189,7 @@ static void ps__do_push(ps_server *s, ps_op *op) {
   int finite;
   if (op->dtype == PS_DT_F32 && ((uintptr_t)gp & 3) == 0) {
     g = (const float *)gp;
-    finite = s->allow_nonfinite || ps__all_finite(g, n);
+    finite = op->allow_nonfinite || ps__all_finite(g, n);
   } else {
     if (e->scratch_cap < n) {
       free(e->scratch);
@@ -203,7 +203,7 @@ static void ps__do_push(ps_server *s, ps_op *op) {
     finite = ps__grad_to_f32(gp, op->dtype, n, e->scratch);
     g = e->scratch;
   }
-  if (!finite && !s->allow_nonfinite) {
+  if (!finite && !op->allow_nonfinite) {
     size_t at = 0;
     while (at < n && ps__all_finite(g + at, 1)) at++;
     op->rc = TSR_ENONFINITE;
@@ -253,13 +253,10 @@ static void ps__work_cb(uv_work_t *w) {
   switch (op->kind) {
     case PS_OP_PUSH: ps__do_push(s, op); break;
     case PS_OP_PULL_ROWS: ps__do_gather(s, op); break;
-    case PS_OP_SYNC_APPLY: {
-      int workers = ps__cons_active(&s->cons);
-      if (workers < op->e->n_pushed) workers = op->e->n_pushed;
-      op->rc = ps__shard_accum_apply(op->e->sh, &s->mem, workers, op->err,
+    case PS_OP_SYNC_APPLY: /* op->worker: the divisor, fixed on the loop */
+      op->rc = ps__shard_accum_apply(op->e->sh, &s->mem, op->worker, op->err,
                                      sizeof op->err);
       break;
-    }
     default: ps__admin_work(s, op); break;
   }
   if (op->e->sh) {
@@ -515,6 +512,10 @@ void ps__sync_check(ps_server *s) {
     op->kind = PS_OP_SYNC_APPLY;
     op->e = e;
     op->srv = s;
+    /* the mean over the workers of this step: the active ones, or more if
+     * some that pushed have left since */
+    op->worker = ps__cons_active(&s->cons);
+    if (op->worker < e->n_pushed) op->worker = e->n_pushed;
     e->sync_queued = true;
     ps__enqueue(s, op, false);
   }
@@ -646,6 +647,7 @@ static void ps__on_push(tsr_rpc_incoming *call, void *data) {
   op->fused = fused;
   op->clock = r->pull_clock;
   op->sync = s->cons.mode == PS_MODE_SYNC;
+  op->allow_nonfinite = s->allow_nonfinite;
   ps__auto_join(s, r->worker, r->step);
   ps__admit(s, op, false);
   /* ssp: a gradient of step t means the worker finished t steps + 1 (not

@@ -66,6 +66,7 @@ struct ps_op {
   size_t payload_len;
   bool fused;
   bool sync;
+  bool allow_nonfinite;     /* as configured when the push arrived */
   /* results */
   int rc;
   char err[384];
