@@ -1,45 +1,126 @@
-/* tessera-chief: resolves its place in the cluster (TF_CONFIG or
- * --cluster/--task) and reports it. The serving loop arrives with the
- * chief module; until then the binary refuses to run a job rather than
- * pretend to. */
-#include "common/cluster.h"
-#include "common/err.h"
+/* tessera-chief: the coordinator. Reads its place in the cluster
+ * (TF_CONFIG, --cluster/--task, or Slurm) and the job file, then runs the
+ * training described in chief/coord.h. Flags that name a job key override
+ * it (--steps 100 is steps=100; --set KEY=VALUE for any key).
+ */
+#include "chief/coord.h"
 #include "common/log.h"
+#include "tsr_config.h"
 
 #include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#define MAX_OVERRIDES 64
+
 static void usage(FILE *f) {
-  fprintf(f, "usage: tessera-chief [--cluster FILE.json] [--task TYPE:INDEX]\n"
-             "  The cluster comes from TF_CONFIG unless --cluster is given.\n");
+  fprintf(f,
+      "usage: tessera-chief --job JOB.json [options]\n"
+      "  --cluster FILE.json     cluster spec (default: TF_CONFIG, or Slurm)\n"
+      "  --task TYPE:INDEX       this task (default: from TF_CONFIG)\n"
+      "  --token-file FILE       cluster token (default: TESSERA_TOKEN)\n"
+      "  --steps N               job key steps\n"
+      "  --epochs N              job key epochs\n"
+      "  --logdir DIR            job key logdir (TensorBoard, report.html)\n"
+      "  --checkpoint-dir DIR    job key checkpoint.dir\n"
+      "  --set KEY=VALUE         any job key (e.g. optimizer.learning_rate=0.01)\n"
+      "  --summary-json PATH     write the final summary as JSON\n"
+      "  --wait-timeout S        wait this long for the cluster (300)\n"
+      "  --ps-timeout S          wait this long for a lost PS (600)\n"
+      "  --closure-timeout S     deadline of one closure (600)\n"
+      "  --keep-cluster          leave the PS and workers running at the end\n"
+      "  --version, --help\n");
+}
+
+static int add_override(const char **ov, int *n, const char *kv) {
+  if (*n >= MAX_OVERRIDES - 1) {
+    fprintf(stderr, "tessera-chief: more than %d overrides\n",
+            MAX_OVERRIDES - 1);
+    return -1;
+  }
+  ov[(*n)++] = kv;
+  ov[*n] = NULL;
+  return 0;
 }
 
 int main(int argc, char **argv) {
-  const char *cluster_file = NULL, *task = NULL;
-  static const struct option opts[] = {{"cluster", required_argument, 0, 'c'},
-                                       {"task", required_argument, 0, 't'},
-                                       {"help", no_argument, 0, 'h'},
-                                       {0, 0, 0, 0}};
-  int ch;
+  chief_coord_opts o;
+  chief_coord_opts_init(&o);
+  const char *ov[MAX_OVERRIDES] = {NULL};
+  char *owned[MAX_OVERRIDES];
+  int n_ov = 0, n_owned = 0;
+  static const struct option opts[] = {
+      {"job", required_argument, 0, 'J'},
+      {"cluster", required_argument, 0, 'c'},
+      {"task", required_argument, 0, 't'},
+      {"token-file", required_argument, 0, 'T'},
+      {"steps", required_argument, 0, 's'},
+      {"epochs", required_argument, 0, 'e'},
+      {"logdir", required_argument, 0, 'l'},
+      {"checkpoint-dir", required_argument, 0, 'k'},
+      {"set", required_argument, 0, 'S'},
+      {"summary-json", required_argument, 0, 'j'},
+      {"wait-timeout", required_argument, 0, 'w'},
+      {"ps-timeout", required_argument, 0, 'p'},
+      {"closure-timeout", required_argument, 0, 'C'},
+      {"keep-cluster", no_argument, 0, 'K'},
+      {"version", no_argument, 0, 'V'},
+      {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
+  int ch, rc = 2;
   while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    const char *key = NULL;
     switch (ch) {
-      case 'c': cluster_file = optarg; break;
-      case 't': task = optarg; break;
-      case 'h': usage(stdout); return 0;
-      default: usage(stderr); return 2;
+      case 'J': o.job_path = optarg; break;
+      case 'c': o.cluster_file = optarg; break;
+      case 't': o.task = optarg; break;
+      case 'T': o.token_file = optarg; break;
+      case 's': key = "steps"; break;
+      case 'e': key = "epochs"; break;
+      case 'l': key = "logdir"; break;
+      case 'k': key = "checkpoint.dir"; break;
+      case 'S':
+        if (add_override(ov, &n_ov, optarg)) goto out;
+        break;
+      case 'j': o.summary_json = optarg; break;
+      case 'w': o.wait_timeout_s = atof(optarg); break;
+      case 'p': o.ps_timeout_s = atof(optarg); break;
+      case 'C': o.closure_timeout_s = atof(optarg); break;
+      case 'K': o.keep_cluster = true; break;
+      case 'V': printf("tessera-chief %s\n", TSR_VERSION); rc = 0; goto out;
+      case 'h': usage(stdout); rc = 0; goto out;
+      default: usage(stderr); goto out;
+    }
+    if (key) {
+      size_t n = strlen(key) + strlen(optarg) + 2;
+      char *kv = malloc(n);
+      if (!kv || n_owned >= MAX_OVERRIDES) {
+        free(kv);
+        goto out;
+      }
+      snprintf(kv, n, "%s=%s", key, optarg);
+      owned[n_owned++] = kv;
+      if (add_override(ov, &n_ov, kv)) goto out;
     }
   }
-  tsr_log_init("chief");
-  tsr_cluster c;
-  char err[TSR_ERRBUF];
-  if (tsr_cluster_load(cluster_file, task, &c, err, sizeof err)) {
-    tsr_error("%s", err);
-    return 2;
+  if (optind < argc) {
+    fprintf(stderr, "tessera-chief: unexpected argument \"%s\"\n",
+            argv[optind]);
+    goto out;
   }
-  tsr_error("tessera-chief is not implemented in this build: the cluster "
-            "resolved, but no chief service is compiled in");
-  tsr_cluster_free(&c);
-  return 3;
+  if (o.wait_timeout_s <= 0 || o.ps_timeout_s <= 0 ||
+      o.closure_timeout_s <= 0) {
+    fprintf(stderr, "tessera-chief: timeouts must be > 0 seconds\n");
+    goto out;
+  }
+  o.overrides = ov;
+  /* A peer that closes while we write must give EPIPE, not end us. */
+  signal(SIGPIPE, SIG_IGN);
+  tsr_log_init("chief");
+  rc = chief_coord_run(&o);
+out:
+  for (int i = 0; i < n_owned; i++) free(owned[i]);
+  return rc;
 }

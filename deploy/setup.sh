@@ -40,7 +40,8 @@ pkgs=(meson ninja-build pkg-config gcc libc6-dev
       dataset-fashion-mnist)
 if [ "$mode" = test ]; then
   # libFuzzer targets, network-namespace tests
-  pkgs+=(clang libclang-rt-14-dev iproute2 iptables procps)
+  pkgs+=(clang libclang-rt-14-dev iproute2 iptables procps python3 python3-numpy
+        docker-compose)
 fi
 
 missing=()

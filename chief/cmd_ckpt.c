@@ -1,0 +1,262 @@
+/* `tessera ckpt inspect PATH` and `tessera ckpt export PATH --npz OUT`:
+ * PATH is a checkpoint root (its newest committed checkpoint is used) or one
+ * ckpt-<step> folder. Export writes every variable in the model's order
+ * under its Keras name, so
+ *   z = numpy.load(OUT); model.set_weights([z[k] for k in z.files])
+ * loads it into the Keras model. Rows of an embedding table that training
+ * never touched were never created on the PS; export gives them their
+ * initial values (the same deterministic ones the PS would have made).
+ */
+#include "chief/ckpt.h"
+#include "chief/ckpt_read.h"
+#include "chief/cli.h"
+#include "chief/npz.h"
+#include "common/err.h"
+#include "kernels/init.h"
+
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f) {
+  fprintf(f, "usage: tessera ckpt inspect PATH [--json]\n"
+             "       tessera ckpt export PATH --npz OUT.npz\n"
+             "PATH: a checkpoint folder (the newest committed checkpoint in "
+             "it) or one ckpt-<step> folder.\n");
+}
+
+/* Manifest order first (the model's), then anything else found. */
+static const chief_ckpt_var *find_var(const chief_ckpt_var *v, size_t n,
+                                      const char *name) {
+  for (size_t i = 0; i < n; i++)
+    if (strcmp(v[i].name, name) == 0) return &v[i];
+  return NULL;
+}
+
+static void shape_text(const chief_ckpt_var *v, char *buf, size_t len) {
+  size_t o = (size_t)snprintf(buf, len, "[");
+  for (int d = 0; d < v->rank && o < len; d++)
+    o += (size_t)snprintf(buf + o, len - o, "%s%lld", d ? ", " : "",
+                          (long long)v->shape[d]);
+  if (o < len) snprintf(buf + o, len - o, "]");
+}
+
+static int inspect(const char *folder, int64_t step, json_t *man, bool json,
+                   chief_ckpt_var *vars, size_t n) {
+  if (json) {
+    json_t *root = json_object();
+    json_object_set_new(root, "folder", json_string(folder));
+    json_object_set_new(root, "step", json_integer(step));
+    json_object_set(root, "manifest", man);
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++) {
+      json_t *o = json_object();
+      json_object_set_new(o, "name", json_string(vars[i].name));
+      json_t *sh = json_array();
+      for (int d = 0; d < vars[i].rank; d++)
+        json_array_append_new(sh, json_integer(vars[i].shape[d]));
+      json_object_set_new(o, "shape", sh);
+      json_object_set_new(o, "sparse", json_boolean(vars[i].sparse));
+      json_object_set_new(o, "parts", json_integer(vars[i].n_parts));
+      json_object_set_new(o, "rows_stored",
+                          json_integer((json_int_t)vars[i].n_rows));
+      json_object_set_new(o, "optimizer", json_string(vars[i].optimizer));
+      json_t *sl = json_array();
+      for (int k = 0; k < vars[i].n_slots; k++)
+        json_array_append_new(sl, json_string(vars[i].slots[k]));
+      json_object_set_new(o, "slots", sl);
+      json_object_set_new(o, "applies", json_integer(vars[i].step));
+      json_object_set_new(o, "bytes", json_integer((json_int_t)vars[i].bytes));
+      json_array_append_new(arr, o);
+    }
+    json_object_set_new(root, "variables", arr);
+    char *s = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    printf("%s\n", s ? s : "{}");
+    free(s);
+    json_decref(root);
+    return 0;
+  }
+  json_t *rid = json_object_get(man, "run_id");
+  json_t *ex = json_object_get(man, "examples");
+  printf("checkpoint %s\nstep %" PRId64 ", run %016llx, %lld examples seen, "
+         "model digest %s\n\n", folder, step,
+         (unsigned long long)json_integer_value(rid),
+         (long long)json_integer_value(ex),
+         json_string_value(json_object_get(man, "model_digest"))
+             ? json_string_value(json_object_get(man, "model_digest"))
+             : "?");
+  printf("%-28s %-16s %-10s %5s %10s %-9s %-22s %8s %12s\n", "VARIABLE",
+         "SHAPE", "KIND", "PARTS", "ROWS", "OPTIMIZER", "SLOTS", "APPLIES",
+         "BYTES");
+  for (size_t i = 0; i < n; i++) {
+    char sh[64], slots[64] = "";
+    shape_text(&vars[i], sh, sizeof sh);
+    size_t o = 0;
+    for (int k = 0; k < vars[i].n_slots && o < sizeof slots; k++)
+      o += (size_t)snprintf(slots + o, sizeof slots - o, "%s%s",
+                            k ? "," : "", vars[i].slots[k]);
+    printf("%-28s %-16s %-10s %5d %10llu %-9s %-22s %8lld %12llu\n",
+           vars[i].name, sh, vars[i].sparse ? "row-sparse" : "dense",
+           vars[i].n_parts, (unsigned long long)vars[i].n_rows,
+           vars[i].optimizer, o ? slots : "-", (long long)vars[i].step,
+           (unsigned long long)vars[i].bytes);
+  }
+  return 0;
+}
+
+/* Initial values for rows the PS never created (sparse tables). */
+static void fill_absent(const chief_ckpt_var *v, json_t *mvar, uint64_t seed,
+                        float *val, const uint8_t *present) {
+  kern_init_spec spec = {KERN_INIT_UNIFORM, -0.05, 0.05, 0, 0};
+  json_t *init = json_object_get(mvar, "init");
+  if (json_is_object(init)) {
+    const char *nm = json_string_value(json_object_get(init, "name"));
+    if (nm && kern_init_parse(nm, &spec) == 0) {
+      spec.a = json_number_value(json_object_get(init, "a"));
+      spec.b = json_number_value(json_object_get(init, "b"));
+      spec.fan_in = json_integer_value(json_object_get(init, "fan_in"));
+      spec.fan_out = json_integer_value(json_object_get(init, "fan_out"));
+    }
+  }
+  uint64_t key = kern_init_var_key(v->name);
+  for (int64_t r = 0; r < v->shape[0]; r++)
+    if (!present[r])
+      kern_init_fill(&spec, seed, key, (uint64_t)(r * v->width),
+                     val + r * v->width, (size_t)v->width);
+}
+
+static int export_npz(const char *out, json_t *man, chief_ckpt_var *vars,
+                      size_t n) {
+  char err[1024];
+  chief_npz *z;
+  if (chief_npz_open(&z, out, err, sizeof err)) {
+    fprintf(stderr, "tessera ckpt export: %s\n", err);
+    return 1;
+  }
+  uint64_t seed = (uint64_t)json_integer_value(json_object_get(man, "seed"));
+  json_t *mv = json_object_get(man, "variables");
+  size_t nm = json_array_size(mv);
+  /* order: the manifest's (the model's), then unlisted ones */
+  size_t total = 0;
+  const chief_ckpt_var **order = calloc(n + 1, sizeof *order);
+  json_t **mvars = calloc(n + 1, sizeof *mvars);
+  if (!order || !mvars) {
+    free(order);
+    free(mvars);
+    chief_npz_abort(z);
+    return 1;
+  }
+  for (size_t i = 0; i < nm; i++) {
+    json_t *o = json_array_get(mv, i);
+    const char *name = json_string_value(json_object_get(o, "name"));
+    const chief_ckpt_var *v = name ? find_var(vars, n, name) : NULL;
+    if (!v) {
+      fprintf(stderr, "tessera ckpt export: the manifest lists %s but no "
+                      "shard file holds it\n", name ? name : "?");
+      free(order);
+      free(mvars);
+      chief_npz_abort(z);
+      return 1;
+    }
+    mvars[total] = o;
+    order[total++] = v;
+  }
+  for (size_t i = 0; i < n; i++) {
+    bool listed = false;
+    for (size_t k = 0; k < total; k++) listed |= order[k] == &vars[i];
+    if (!listed) order[total++] = &vars[i];
+  }
+  int rc = 0;
+  for (size_t i = 0; i < total && !rc; i++) {
+    const chief_ckpt_var *v = order[i];
+    int64_t dim0 = v->rank ? v->shape[0] : 1;
+    float *val = malloc((size_t)(dim0 * v->width) * sizeof *val + 1);
+    uint8_t *present = malloc((size_t)dim0 + 1);
+    if (!val || !present) {
+      rc = TSR_ENOMEM;
+      snprintf(err, sizeof err, "%s: out of memory", v->name);
+    }
+    if (!rc) rc = chief_ckpt_load_value(v, val, present, err, sizeof err);
+    if (!rc && v->sparse) fill_absent(v, mvars[i], seed, val, present);
+    if (!rc)
+      rc = chief_npz_add_f32(z, v->name, v->shape, v->rank, val, err,
+                             sizeof err);
+    free(val);
+    free(present);
+  }
+  free(order);
+  free(mvars);
+  if (rc) {
+    fprintf(stderr, "tessera ckpt export: %s\n", err);
+    chief_npz_abort(z);
+    return 1;
+  }
+  if (chief_npz_close(z, err, sizeof err)) {
+    fprintf(stderr, "tessera ckpt export: %s\n", err);
+    return 1;
+  }
+  printf("wrote %zu arrays to %s\n", total, out);
+  return 0;
+}
+
+int chief_cmd_ckpt(int argc, char **argv) {
+  if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+    usage(argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  const char *verb = argv[1];
+  bool is_inspect = !strcmp(verb, "inspect"), is_export = !strcmp(verb, "export");
+  if (!is_inspect && !is_export) {
+    fprintf(stderr, "tessera ckpt: unknown action \"%s\" (inspect, export)\n",
+            verb);
+    return 2;
+  }
+  static const struct option opts[] = {{"json", no_argument, 0, 'j'},
+                                       {"npz", required_argument, 0, 'n'},
+                                       {"help", no_argument, 0, 'h'},
+                                       {0, 0, 0, 0}};
+  bool json = false;
+  const char *npz = NULL;
+  optind = 1;
+  int ch;
+  while ((ch = getopt_long(argc - 1, argv + 1, "h", opts, NULL)) != -1) {
+    switch (ch) {
+      case 'j': json = true; break;
+      case 'n': npz = optarg; break;
+      case 'h': usage(stdout); return 0;
+      default: usage(stderr); return 2;
+    }
+  }
+  if (optind >= argc - 1) {
+    fprintf(stderr, "tessera ckpt %s: no PATH given\n", verb);
+    return 2;
+  }
+  const char *path = argv[1 + optind];
+  if (is_export && !npz) {
+    fprintf(stderr, "tessera ckpt export: give --npz OUT.npz\n");
+    return 2;
+  }
+  char err[1024], folder[4096];
+  int64_t step;
+  json_t *man;
+  if (chief_ckpt_read(path, &step, &man, folder, sizeof folder, err,
+                      sizeof err)) {
+    fprintf(stderr, "tessera ckpt %s: %s\n", verb, err);
+    return 1;
+  }
+  chief_ckpt_var *vars;
+  size_t n;
+  if (chief_ckpt_scan(folder, &vars, &n, err, sizeof err)) {
+    fprintf(stderr, "tessera ckpt %s: %s\n", verb, err);
+    json_decref(man);
+    return 1;
+  }
+  int rc = is_inspect ? inspect(folder, step, man, json, vars, n)
+                      : export_npz(npz, man, vars, n);
+  chief_ckpt_vars_free(vars, n);
+  json_decref(man);
+  return rc;
+}

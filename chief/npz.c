@@ -1,0 +1,203 @@
+/* .npz writer; see npz.h. ZIP records are written little-endian field by
+ * field; CRC-32 (the ZIP one, not CRC32C) comes from zlib. */
+#include "chief/npz.h"
+#include "common/err.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zlib.h>
+
+typedef struct {
+  char *name;
+  uint32_t crc, size, offset;
+} npz_entry;
+
+struct chief_npz {
+  FILE *f;
+  char *path, *tmp;
+  npz_entry *e;
+  size_t n, cap;
+  uint64_t off;
+};
+
+static void put16(uint8_t *p, uint16_t v) {
+  p[0] = (uint8_t)v;
+  p[1] = (uint8_t)(v >> 8);
+}
+static void put32(uint8_t *p, uint32_t v) {
+  for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+size_t chief_npy_header(char *buf, size_t cap, const int64_t *shape,
+                        int rank) {
+  char dict[512];
+  int n = snprintf(dict, sizeof dict,
+                   "{'descr': '<f4', 'fortran_order': False, 'shape': (");
+  for (int i = 0; i < rank && n > 0 && (size_t)n < sizeof dict; i++)
+    n += snprintf(dict + n, sizeof dict - (size_t)n, "%lld,%s",
+                  (long long)shape[i], i + 1 < rank ? " " : "");
+  if (n <= 0 || (size_t)n >= sizeof dict - 8) return 0;
+  n += snprintf(dict + n, sizeof dict - (size_t)n, "), }");
+  size_t total = 10 + (size_t)n + 1; /* magic+ver+len, dict, '\n' */
+  size_t padded = (total + 63) / 64 * 64;
+  if (padded > cap) return 0;
+  memcpy(buf, "\x93NUMPY\x01\x00", 8);
+  put16((uint8_t *)buf + 8, (uint16_t)(padded - 10));
+  memcpy(buf + 10, dict, (size_t)n);
+  memset(buf + 10 + n, ' ', padded - total);
+  buf[padded - 1] = '\n';
+  return padded;
+}
+
+int chief_npz_open(chief_npz **out, const char *path, char *err,
+                   size_t errlen) {
+  chief_npz *z = calloc(1, sizeof *z);
+  if (!z) return TSR_ENOMEM;
+  size_t n = strlen(path) + 8;
+  z->path = strdup(path);
+  z->tmp = malloc(n);
+  if (!z->path || !z->tmp) {
+    free(z->path);
+    free(z->tmp);
+    free(z);
+    return TSR_ENOMEM;
+  }
+  snprintf(z->tmp, n, "%s.tmp", path);
+  z->f = fopen(z->tmp, "wb");
+  if (!z->f) {
+    int e = errno;
+    snprintf(err, errlen, "%s: %s", z->tmp, strerror(e));
+    free(z->path);
+    free(z->tmp);
+    free(z);
+    return -e;
+  }
+  *out = z;
+  return 0;
+}
+
+int chief_npz_add_f32(chief_npz *z, const char *name, const int64_t *shape,
+                      int rank, const float *data, char *err, size_t errlen) {
+  char hdr[640];
+  size_t hl = chief_npy_header(hdr, sizeof hdr, shape, rank);
+  if (!hl) {
+    snprintf(err, errlen, "%s: shape too long for an .npy header", name);
+    return TSR_EINVAL;
+  }
+  uint64_t numel = 1;
+  for (int i = 0; i < rank; i++) numel *= (uint64_t)shape[i];
+  uint64_t size = hl + numel * 4;
+  if (size >= 0xffffffffull || z->off + size >= 0xffffffffull ||
+      z->n >= 65535) {
+    snprintf(err, errlen, "%s: archive over 4 GiB or 65535 arrays (no "
+             "ZIP64)", name);
+    return TSR_ETOOBIG;
+  }
+  if (z->n == z->cap) {
+    size_t nc = z->cap ? z->cap * 2 : 16;
+    npz_entry *ne = realloc(z->e, nc * sizeof *ne);
+    if (!ne) return TSR_ENOMEM;
+    z->e = ne;
+    z->cap = nc;
+  }
+  size_t nl = strlen(name) + 5;
+  char *member = malloc(nl);
+  if (!member) return TSR_ENOMEM;
+  snprintf(member, nl, "%s.npy", name);
+  uLong crc = crc32(0L, Z_NULL, 0);
+  crc = crc32(crc, (const Bytef *)hdr, (uInt)hl);
+  const uint8_t *p = (const uint8_t *)data;
+  for (uint64_t left = numel * 4; left > 0;) {
+    uInt chunk = left > (1u << 30) ? (1u << 30) : (uInt)left;
+    crc = crc32(crc, p, chunk);
+    p += chunk;
+    left -= chunk;
+  }
+  uint8_t lh[30];
+  memset(lh, 0, sizeof lh);
+  put32(lh, 0x04034b50);
+  put16(lh + 4, 20);              /* version needed */
+  put16(lh + 10, 0);              /* mod time */
+  put16(lh + 12, (1 << 5) | 1);   /* mod date: 1980-01-01 */
+  put32(lh + 14, (uint32_t)crc);
+  put32(lh + 18, (uint32_t)size); /* compressed = stored */
+  put32(lh + 22, (uint32_t)size);
+  put16(lh + 26, (uint16_t)strlen(member));
+  size_t ml = strlen(member);
+  if (fwrite(lh, 1, 30, z->f) != 30 || fwrite(member, 1, ml, z->f) != ml ||
+      fwrite(hdr, 1, hl, z->f) != hl ||
+      fwrite(data, 4, numel, z->f) != numel) {
+    int e = errno;
+    free(member);
+    snprintf(err, errlen, "%s: write failed: %s", z->tmp, strerror(e));
+    return e ? -e : TSR_EIO;
+  }
+  npz_entry *en = &z->e[z->n++];
+  en->name = member;
+  en->crc = (uint32_t)crc;
+  en->size = (uint32_t)size;
+  en->offset = (uint32_t)z->off;
+  z->off += 30 + ml + size;
+  return 0;
+}
+
+static void npz_free(chief_npz *z) {
+  for (size_t i = 0; i < z->n; i++) free(z->e[i].name);
+  free(z->e);
+  free(z->path);
+  free(z->tmp);
+  free(z);
+}
+
+void chief_npz_abort(chief_npz *z) {
+  if (!z) return;
+  if (z->f) fclose(z->f);
+  unlink(z->tmp);
+  npz_free(z);
+}
+
+int chief_npz_close(chief_npz *z, char *err, size_t errlen) {
+  uint64_t cd_start = z->off, cd_size = 0;
+  int bad = 0;
+  for (size_t i = 0; i < z->n; i++) {
+    npz_entry *en = &z->e[i];
+    uint8_t ch[46];
+    memset(ch, 0, sizeof ch);
+    size_t ml = strlen(en->name);
+    put32(ch, 0x02014b50);
+    put16(ch + 4, 20);
+    put16(ch + 6, 20);
+    put16(ch + 14, (1 << 5) | 1);
+    put32(ch + 16, en->crc);
+    put32(ch + 20, en->size);
+    put32(ch + 24, en->size);
+    put16(ch + 28, (uint16_t)ml);
+    put32(ch + 42, en->offset);
+    if (fwrite(ch, 1, 46, z->f) != 46 || fwrite(en->name, 1, ml, z->f) != ml)
+      bad = 1;
+    cd_size += 46 + ml;
+  }
+  uint8_t eocd[22];
+  memset(eocd, 0, sizeof eocd);
+  put32(eocd, 0x06054b50);
+  put16(eocd + 8, (uint16_t)z->n);
+  put16(eocd + 10, (uint16_t)z->n);
+  put32(eocd + 12, (uint32_t)cd_size);
+  put32(eocd + 16, (uint32_t)cd_start);
+  if (fwrite(eocd, 1, 22, z->f) != 22) bad = 1;
+  if (fflush(z->f) != 0 || fsync(fileno(z->f)) != 0) bad = 1;
+  if (fclose(z->f) != 0) bad = 1;
+  z->f = NULL;
+  if (bad || rename(z->tmp, z->path) != 0) {
+    int e = errno;
+    snprintf(err, errlen, "%s: %s", z->path, strerror(e ? e : EIO));
+    unlink(z->tmp);
+    npz_free(z);
+    return e ? -e : TSR_EIO;
+  }
+  npz_free(z);
+  return 0;
+}

@@ -1,0 +1,33 @@
+/* A minimal .npz writer: a ZIP archive (stored, no compression) of .npy
+ * files, as numpy.savez writes it, so `numpy.load(path)` returns the
+ * arrays by name, in the order they were added (NpzFile.files keeps the
+ * archive order, which Keras `model.set_weights` needs).
+ *
+ * Limits: each array and the archive below 4 GiB (no ZIP64), at most
+ * 65535 arrays. Written to PATH.tmp, then renamed.
+ */
+#ifndef TSR_CHIEF_NPZ_H
+#define TSR_CHIEF_NPZ_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct chief_npz chief_npz;
+
+int chief_npz_open(chief_npz **out, const char *path, char *err,
+                   size_t errlen);
+/* Adds `name`.npy: a little-endian float32 array of the given shape. */
+int chief_npz_add_f32(chief_npz *z, const char *name, const int64_t *shape,
+                      int rank, const float *data, char *err, size_t errlen);
+/* Writes the central directory and renames the file into place; frees z.
+ * On error the temp file is removed. */
+int chief_npz_close(chief_npz *z, char *err, size_t errlen);
+/* Frees without writing (removes the temp file). */
+void chief_npz_abort(chief_npz *z);
+
+/* The .npy header for a float32 array (padded so the data starts at a
+ * multiple of 64 bytes); returns its length, or 0 if it does not fit. */
+size_t chief_npy_header(char *buf, size_t cap, const int64_t *shape,
+                        int rank);
+
+#endif

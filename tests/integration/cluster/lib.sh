@@ -1,0 +1,156 @@
+#!/usr/bin/env bash
+# Helpers for the cluster integration tests: a real cluster of tessera-ps,
+# tessera-worker and tessera-chief processes on 127.0.0.1 with free ports,
+# each started from TF_CONFIG exactly as a Kubeflow TFJob sets it (the
+# whole cluster, and this task's type and index). Every wait has a deadline;
+# every process is killed on exit.
+set -u
+BUILD=${TSR_BUILD_DIR:?TSR_BUILD_DIR not set}
+SRC=${TSR_SOURCE_DIR:?TSR_SOURCE_DIR not set}
+PS_BIN=$BUILD/ps/tessera-ps
+WK_BIN=$BUILD/worker/tessera-worker
+CH_BIN=$BUILD/chief/tessera-chief
+TESSERA=$BUILD/chief/tessera
+WORK=$(mktemp -d /tmp/tsr_cluster_XXXXXX)
+export TESSERA_TOKEN=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+export TESSERA_LOG=${TESSERA_LOG_LEVEL:-info}
+declare -A PIDS
+FAILS=0
+PASSES=0
+
+cleanup() {
+  for k in "${!PIDS[@]}"; do kill -9 "${PIDS[$k]}" 2>/dev/null; done
+  wait 2>/dev/null
+  if [ "$FAILS" != 0 ] || [ -n "${KEEP_WORK:-}" ]; then
+    echo "logs kept in $WORK"
+    for f in "$WORK"/*.log; do echo "---- $f"; tail -n 25 "$f"; done
+  else
+    rm -rf "$WORK"
+  fi
+}
+trap cleanup EXIT
+
+# free_ports N: N distinct ports that were free a moment ago
+free_ports() {
+  /usr/bin/python3 - "$1" <<'PY'
+import socket, sys
+socks = []
+for _ in range(int(sys.argv[1])):
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); socks.append(s)
+print(" ".join(str(s.getsockname()[1]) for s in socks))
+PY
+}
+
+# cluster NPS NWK: sets CLUSTER (the TF_CONFIG cluster JSON)
+cluster() {
+  local nps=$1 nwk=$2
+  read -r -a P <<<"$(free_ports $((1 + nps + nwk)))"
+  local ps="" wk="" i
+  for ((i = 0; i < nps; i++)); do ps+="${ps:+,}\"127.0.0.1:${P[$((1 + i))]}\""; done
+  for ((i = 0; i < nwk; i++)); do wk+="${wk:+,}\"127.0.0.1:${P[$((1 + nps + i))]}\""; done
+  CLUSTER="{\"chief\":[\"127.0.0.1:${P[0]}\"],\"ps\":[$ps],\"worker\":[$wk]}"
+  NPS=$nps
+  NWK=$nwk
+}
+
+tf_config() { # type index
+  echo "{\"cluster\":$CLUSTER,\"task\":{\"type\":\"$1\",\"index\":$2}}"
+}
+
+start_ps() { # index
+  TF_CONFIG=$(tf_config ps "$1") "$PS_BIN" >>"$WORK/ps$1.log" 2>&1 &
+  PIDS[ps$1]=$!
+}
+
+start_worker() { # index
+  TF_CONFIG=$(tf_config worker "$1") "$WK_BIN" --device cpu >>"$WORK/worker$1.log" 2>&1 &
+  PIDS[worker$1]=$!
+}
+
+# start_chief ARGS...: in the background; CHIEF_PID
+start_chief() {
+  TF_CONFIG=$(tf_config chief 0) "$CH_BIN" --wait-timeout 60 \
+    --ps-timeout 60 "$@" >>"$WORK/chief.log" 2>&1 &
+  PIDS[chief]=$!
+  CHIEF_PID=$!
+}
+
+start_all() {
+  local i
+  for ((i = 0; i < NPS; i++)); do start_ps $i; done
+  for ((i = 0; i < NWK; i++)); do start_worker $i; done
+}
+
+# wait_chief SECONDS: waits for the chief; CHIEF_RC
+wait_chief() {
+  local deadline=$((SECONDS + $1))
+  while kill -0 "$CHIEF_PID" 2>/dev/null; do
+    if [ $SECONDS -ge $deadline ]; then
+      echo "chief still running after $1 s"; kill -9 "$CHIEF_PID"; CHIEF_RC=124; return
+    fi
+    sleep 0.2
+  done
+  wait "$CHIEF_PID"; CHIEF_RC=$?
+  unset 'PIDS[chief]'
+}
+
+# wait_for SECONDS COMMAND...: polls until COMMAND succeeds
+wait_for() {
+  local deadline=$((SECONDS + $1)); shift
+  until "$@"; do
+    [ $SECONDS -ge $deadline ] && return 1
+    sleep 0.1
+  done
+}
+
+# newest committed checkpoint step in DIR (or -1)
+ckpt_step() {
+  local d best=-1 s
+  for d in "$1"/ckpt-*; do
+    [ -f "$d/manifest.json" ] || continue
+    s=$((10#${d##*ckpt-}))
+    [ "$s" -gt "$best" ] && best=$s
+  done
+  echo "$best"
+}
+
+json_get() { # file key  (top-level number or string)
+  /usr/bin/python3 -c 'import json,sys; v=json.load(open(sys.argv[1])); k=sys.argv[2].split("."); 
+for p in k: v=v[p]
+print(v)' "$1" "$2"
+}
+
+check() { # description, command...
+  local what=$1; shift
+  if "$@"; then PASSES=$((PASSES + 1)); echo "ok   $what"
+  else FAILS=$((FAILS + 1)); echo "FAIL $what"; fi
+}
+
+finish() {
+  echo "$PASSES passed, $FAILS failed"
+  [ "$FAILS" = 0 ]
+}
+
+# The Keras example model on the diabetes set (named layers, as
+# model.to_json() writes them), with the split of tests/data/README.md.
+write_diabetes_job() { # path, extra JSON members (e.g. ', "steps": 100')
+  cp "$SRC/tests/data/diabetes.csv" "$WORK/diabetes.csv"
+  cat >"$1" <<JSON
+{
+  "model": {"class_name": "Sequential", "config": {"name": "sequential", "layers": [
+    {"class_name": "InputLayer", "config": {"batch_input_shape": [null, 10], "name": "input_1"}},
+    {"class_name": "Dense", "config": {"name": "dense", "units": 64, "activation": "relu"}},
+    {"class_name": "Dense", "config": {"name": "dense_1", "units": 1}}]}},
+  "loss": "mse",
+  "optimizer": {"name": "adam", "learning_rate": 0.001},
+  "batch_size": 32,
+  "seed": 1,
+  "data": {
+    "train": {"format": "csv", "paths": "diabetes.csv", "label": "target",
+              "features": "all but label", "normalize": true,
+              "shuffle_buffer": 1000},
+    "eval": {"split": "every", "k": 5, "index": 4}
+  }$2
+}
+JSON
+}

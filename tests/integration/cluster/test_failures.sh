@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Failures, each on a real cluster started from TF_CONFIG:
+#  1. kill -9 a worker mid-run and start it again: the run completes with
+#     the exact step count and the chief counts the worker's return;
+#  2. kill -9 a PS mid-run and start it again: the chief pauses, every PS
+#     restores the last checkpoint, the run resumes from it and completes;
+#  3. kill -9 the chief mid-run and start it again: it resumes from the
+#     latest checkpoint and completes.
+. "$(dirname "$0")/lib.sh"
+
+STEPS=30000
+started() { grep -q "ready on" "$WORK/chief.log" 2>/dev/null; }
+past_ckpt() { [ "$(ckpt_step "$WORK/ckpt")" -gt 0 ]; }
+
+# ---- 1. a worker dies ------------------------------------------------------
+write_diabetes_job "$WORK/job.json" ", \"steps\": $STEPS, \"steps_per_closure\": 20"
+cluster 2 2
+start_all
+start_chief --job "$WORK/job.json" --summary-json "$WORK/s1.json"
+check "worker kill: training started" wait_for 60 started
+sleep 1
+kill -9 "${PIDS[worker1]}"
+sleep 1
+start_worker 1
+wait_chief 240
+check "worker kill: chief exits 0" test "$CHIEF_RC" = 0
+check "worker kill: exact step count" test "$(json_get "$WORK/s1.json" steps)" = $STEPS
+check "worker kill: the return is counted" test "$(json_get "$WORK/s1.json" restarts.worker)" -ge 1
+check "worker kill: the chief said so" grep -q "lost worker:1" "$WORK/chief.log"
+for k in "${!PIDS[@]}"; do kill -9 "${PIDS[$k]}" 2>/dev/null; unset "PIDS[$k]"; done
+wait 2>/dev/null
+mv "$WORK/chief.log" "$WORK/chief1.log.txt"
+
+# ---- 2. a PS dies ----------------------------------------------------------
+write_diabetes_job "$WORK/job.json" ", \"steps\": $STEPS, \"steps_per_closure\": 20,
+  \"checkpoint\": {\"dir\": \"ckpt\", \"every_steps\": 2000}"
+cluster 2 2
+start_all
+start_chief --job "$WORK/job.json" --summary-json "$WORK/s2.json"
+check "ps kill: a checkpoint past step 0" wait_for 60 past_ckpt
+kill -9 "${PIDS[ps1]}"
+sleep 1
+start_ps 1
+wait_chief 240
+check "ps kill: chief exits 0" test "$CHIEF_RC" = 0
+check "ps kill: exact step count" test "$(json_get "$WORK/s2.json" steps)" = $STEPS
+check "ps kill: one recovery" test "$(json_get "$WORK/s2.json" restarts.ps)" -ge 1
+check "ps kill: restored from a checkpoint" grep -q "restored the checkpoint of step" "$WORK/chief.log"
+check "ps kill: final checkpoint" test "$(ckpt_step "$WORK/ckpt")" = $STEPS
+for k in "${!PIDS[@]}"; do kill -9 "${PIDS[$k]}" 2>/dev/null; unset "PIDS[$k]"; done
+wait 2>/dev/null
+mv "$WORK/chief.log" "$WORK/chief2.log.txt"
+rm -rf "$WORK/ckpt"
+
+# ---- 3. the chief dies -----------------------------------------------------
+cluster 2 2
+start_all
+start_chief --job "$WORK/job.json" --summary-json "$WORK/s3.json"
+check "chief kill: a checkpoint past step 0" wait_for 60 past_ckpt
+kill -9 "$CHIEF_PID"
+wait "$CHIEF_PID" 2>/dev/null
+at=$(ckpt_step "$WORK/ckpt")
+start_chief --job "$WORK/job.json" --summary-json "$WORK/s3.json"
+wait_chief 240
+check "chief restart: exits 0" test "$CHIEF_RC" = 0
+check "chief restart: resumed from the checkpoint of step $at" \
+  test "$(json_get "$WORK/s3.json" resumed_from_step)" -ge "$at"
+check "chief restart: exact step count" test "$(json_get "$WORK/s3.json" steps)" = $STEPS
+finish

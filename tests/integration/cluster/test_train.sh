@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The Keras example model on the diabetes set over 2 PS and 2 workers,
+# every process started from TF_CONFIG: it reaches the quality the
+# standalone trainer reaches (test MSE <= 3500), writes TensorBoard events,
+# metrics.jsonl, report.html and checkpoints, and the last checkpoint
+# exports to an .npz with the model's arrays under their Keras names.
+. "$(dirname "$0")/lib.sh"
+
+write_diabetes_job "$WORK/job.json" ', "epochs": 300, "steps_per_closure": 20,
+  "checkpoint": {"dir": "ckpt", "every_steps": 1000, "keep": 2},
+  "logdir": "logs", "eval_every_steps": 1500'
+cluster 2 2
+start_all
+start_chief --job "$WORK/job.json" --summary-json "$WORK/summary.json"
+wait_chief 240
+
+check "chief exits 0" test "$CHIEF_RC" = 0
+check "summary written" test -f "$WORK/summary.json"
+steps=$(json_get "$WORK/summary.json" steps 2>/dev/null || echo 0)
+check "exact step count (300 epochs of 6 + 6 steps: $steps)" test "$steps" = 3600
+mse=$(json_get "$WORK/summary.json" eval.loss 2>/dev/null || echo 1e9)
+echo "test MSE: $mse"
+check "test MSE <= 3500" /usr/bin/python3 -c "import sys; sys.exit(0 if float('$mse') <= 3500 else 1)"
+check "TensorBoard event file" bash -c "ls $WORK/logs/events.out.tfevents.* >/dev/null"
+check "metrics.jsonl has loss" grep -q '"loss"' "$WORK/logs/metrics.jsonl"
+check "report.html" grep -q "<svg" "$WORK/logs/report.html"
+check "checkpoints pruned to 2" test "$(ls -d "$WORK"/ckpt/ckpt-* | wc -l)" = 2
+check "last checkpoint at the last step" test "$(ckpt_step "$WORK/ckpt")" = 3600
+out=$("$TESSERA" ckpt inspect "$WORK/ckpt" 2>&1)
+check "ckpt inspect lists the kernel" grep -q "dense/kernel" <<<"$out"
+check "ckpt inspect shows the step" grep -q "step 3600" <<<"$out"
+"$TESSERA" ckpt export "$WORK/ckpt" --npz "$WORK/weights.npz" >/dev/null
+check "ckpt export writes the npz" test -s "$WORK/weights.npz"
+if /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
+  check "npz arrays in Keras order and shapes" /usr/bin/python3 - "$WORK/weights.npz" <<'PY'
+import sys, numpy as np
+z = np.load(sys.argv[1])
+want = [("dense/kernel", (10, 64)), ("dense/bias", (64,)),
+        ("dense_1/kernel", (64, 1)), ("dense_1/bias", (1,))]
+got = [(k, z[k].shape) for k in z.files]
+print(got)
+assert got == want, got
+assert all(np.isfinite(z[k]).all() for k in z.files)
+assert np.abs(z["dense/bias"]).sum() > 0   # trained, not the zero init
+PY
+else
+  echo "numpy is not installed (deploy/setup.sh test installs python3-numpy)"
+  FAILS=$((FAILS + 1))
+fi
+finish
