@@ -98,7 +98,12 @@ tsr_rpc_client *ps_client_rpc(ps_client *c);
 /* Creates shards (idempotent for an identical spec). */
 int ps_client_create(ps_client *c, const ps_var_spec *specs, size_t n,
                      ps_client_cb cb, void *data);
-/* Pulls a dense shard into dst (exactly its rows*width floats). */
+/* `worker` is the worker's task index (-1 for a reader that is no worker:
+ * the chief, an evaluator); `clock` the step it is about to compute, which
+ * gates the pull (ssp: the slowest worker has finished clock - S steps;
+ * sync: `clock` steps are applied); async ignores it. `step` of a push is
+ * the step its gradient belongs to.
+ * Pulls a dense shard into dst (exactly its rows*width floats). */
 int ps_client_pull(ps_client *c, const char *name, int shard, int worker,
                    int64_t clock, float *dst, size_t n_floats,
                    ps_client_cb cb, void *data);

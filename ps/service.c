@@ -307,7 +307,7 @@ static void ps__after_cb(uv_work_t *w, int status) {
       if (op->rc)
         tsr_error("%s shard %d: sync step %" PRId64 " failed: %s",
                   e->spec.name, e->spec.shard, e->sync_done, op->err);
-      e->sync_done++;
+      e->sync_done = op->clock;
       e->n_pushed = 0;
       e->sync_queued = false;
       ps__op_free(op);
@@ -516,6 +516,12 @@ void ps__sync_check(ps_server *s) {
      * some that pushed have left since */
     op->worker = ps__cons_active(&s->cons);
     if (op->worker < e->n_pushed) op->worker = e->n_pushed;
+    /* steps nobody pushed (every worker is past them, e.g. after a PS
+     * restart) are skipped in one go: their mean is zero */
+    op->clock = e->sync_done + 1;
+    int64_t slowest = ps__cons_min_clock(&s->cons);
+    if (e->n_pushed == 0 && slowest != INT64_MAX && slowest > op->clock)
+      op->clock = slowest;
     e->sync_queued = true;
     ps__enqueue(s, op, false);
   }

@@ -167,6 +167,20 @@ static void sync_three_workers_equal_one(void **state) {
     assert_true(h_wait(&c.e, &rr[w].done));
     assert_int_equal(rr[w].status, 0);
   }
+  /* every worker jumps ahead (as after a PS restart): the steps nobody
+   * pushed are skipped at once and step 40 needs all three again */
+  for (int w = 0; w < 3; w++)
+    H_CALL(&c.e, r, ps_client_clock(c.w[w], w, 40, PS_CLOCK_TICK, h_cb, &r));
+  assert_int_equal(r.min_clock, 40);
+  memset(rr, 0, sizeof rr);
+  for (int w = 0; w < 3; w++)
+    assert_int_equal(ps_client_push_pull(c.w[w], "sync/w", 0, w, 40,
+                                         PS_DT_F32, g[w], sizeof g[w], got[w],
+                                         N, h_cb, &rr[w]), 0);
+  for (int w = 0; w < 3; w++) {
+    assert_true(h_wait(&c.e, &rr[w].done));
+    assert_int_equal(rr[w].status, 0);
+  }
   /* a push for a step already applied is refused as stale */
   H_CALL(&c.e, r, ps_client_push(c.w[0], "sync/w", 0, 0, 1, PS_DT_F32, g[0],
                                  sizeof g[0], h_cb, &r));
