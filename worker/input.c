@@ -51,6 +51,7 @@ struct wk_input {
   pthread_cond_t cv_data, cv_space;
   int head, tail, nfull;
   bool held, done, stop;
+  bool reader_waiting; /* the reader sleeps on cv_space */
   int done_rc;
   char perr[512]; /* the reader's error, published with done */
   char cerr[512]; /* what wk_input_error() shows */
@@ -127,8 +128,11 @@ static void publish(wk_input *in) {
 /* Waits for a free slot; TSR_ECANCELED when the pipeline is closing. */
 static int acquire(wk_input *in) {
   pthread_mutex_lock(&in->mu);
-  while (!in->stop && in->nfull + (in->held ? 1 : 0) >= in->nslots)
+  while (!in->stop && in->nfull + (in->held ? 1 : 0) >= in->nslots) {
+    in->reader_waiting = true;
     pthread_cond_wait(&in->cv_space, &in->mu);
+  }
+  in->reader_waiting = false;
   bool stop = in->stop;
   wk_slot *s = &in->slots[in->head];
   pthread_mutex_unlock(&in->mu);
@@ -297,18 +301,31 @@ static void *reader_main(void *arg) {
 /* ---- consumer side ----------------------------------------------------- */
 
 int wk_input_next(wk_input *in, const wk_batch **out) {
+  double t0 = tsr_now_s();
   *out = NULL;
   pthread_mutex_lock(&in->mu);
+  bool wake = false;
   if (in->held) {
     in->held = false;
     in->tail = (in->tail + 1) % in->nslots;
-    pthread_cond_signal(&in->cv_space);
+    /* wake the reader only once half the ring is free: fewer wakeups, and
+     * each one fills several batches */
+    int free_slots = in->nslots - in->nfull;
+    wake = in->reader_waiting && (free_slots * 2 >= in->nslots ||
+                                  in->nfull == 0);
+    if (wake) in->reader_waiting = false;
   }
-  if (in->nfull == 0 && !in->done) {
-    double t0 = tsr_now_s();
-    while (in->nfull == 0 && !in->done)
-      pthread_cond_wait(&in->cv_data, &in->mu);
-    in->wait_s += tsr_now_s() - t0;
+  if (wake) {
+    pthread_mutex_unlock(&in->mu);
+    pthread_cond_signal(&in->cv_space);
+    pthread_mutex_lock(&in->mu);
+  }
+  while (in->nfull == 0 && !in->done) {
+    if (in->reader_waiting) { /* never sleep while the reader does */
+      in->reader_waiting = false;
+      pthread_cond_signal(&in->cv_space);
+    }
+    pthread_cond_wait(&in->cv_data, &in->mu);
   }
   int rc = 0;
   if (in->nfull > 0) {
@@ -319,6 +336,7 @@ int wk_input_next(wk_input *in, const wk_batch **out) {
     rc = in->done_rc;
     snprintf(in->cerr, sizeof in->cerr, "%s", in->perr);
   }
+  in->wait_s += tsr_now_s() - t0;
   pthread_mutex_unlock(&in->mu);
   return rc;
 }

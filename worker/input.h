@@ -130,8 +130,9 @@ int wk_input_next(wk_input *in, const wk_batch **out);
 /* The last error message ("" when none). */
 const char *wk_input_error(const wk_input *in);
 
-/* Time the consumer spent blocked in wk_input_next (seconds), for the
- * "share of step time waiting for input" figure. */
+/* Time the consumer spent inside wk_input_next (seconds: blocked on an
+ * empty ring, on the lock, or descheduled there), for the "share of step
+ * time waiting for input" figure. */
 double wk_input_wait_seconds(const wk_input *in);
 
 void wk_input_close(wk_input *in);

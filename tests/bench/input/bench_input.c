@@ -1,19 +1,14 @@
 /* Input pipeline benchmark: records per second of the TFRecord, CSV and
  * synthetic CTR readers with shuffling (buffer 1000) and batching (256),
- * each against plain read() of the same number of bytes in the same run;
- * and the share of step time a Fashion-MNIST-MLP-sized CPU step waits for
- * its input.
+ * each against plain read() of the same number of bytes in the same run.
+ * (bench_input_wait.c measures the share of step time spent waiting.)
  *
  * Files are written to a scratch folder first; the raw read() baseline
  * reads the same file from the page cache with a 1 MiB buffer (best of
  * three), so both sides read warm data. For the synthetic CTR source the
  * baseline reads a file as large as the batches it produced.
- * The step stand-in runs the MLP 784-256-128-10's forward and backward
- * GEMMs (sgemm, OpenBLAS, one thread) per batch of 128 and compares the
- * time spent blocked in wk_input_next() with the whole loop.
  * Ends with RATIO lines (higher is better).
  */
-#include <cblas.h>
 #include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
@@ -148,82 +143,7 @@ static off_t file_size(const char *p) {
   return stat(p, &st) == 0 ? st.st_size : 0;
 }
 
-/* A stand-in for one MLP 784-256-128-10 training step on the CPU: the
- * forward GEMMs and the two backward GEMMs per layer. */
-typedef struct {
-  float *w1, *w2, *w3, *h1, *h2, *o, *g1, *g2;
-} mlp;
-
-static void mlp_step(mlp *m, const float *x, int B) {
-  const int d[4] = {784, 256, 128, 10};
-  float *w[3] = {m->w1, m->w2, m->w3}, *act[4] = {(float *)x, m->h1, m->h2, m->o};
-  for (int l = 0; l < 3; l++)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, d[l + 1], d[l],
-                1, act[l], d[l], w[l], d[l + 1], 0, act[l + 1], d[l + 1]);
-  for (int l = 2; l >= 0; l--) {
-    /* dW = act^T * grad; dX = grad * W^T */
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d[l], d[l + 1], B, 1,
-                act[l], d[l], act[l + 1], d[l + 1], 0, m->g1, d[l + 1]);
-    if (l > 0)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, d[l], d[l + 1],
-                  1, act[l + 1], d[l + 1], w[l], d[l + 1], 0, m->g2, d[l]);
-  }
-}
-
-static double fashion_wait_share(const char *dir, double *steps_per_s) {
-  struct stat st;
-  if (stat("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz",
-           &st) != 0)
-    return NAN;
-  tsr_job job;
-  char err[512];
-  const char *text =
-      "{\"data\": {\"train\": {\"format\": \"idx\", \"paths\": "
-      "\"/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz\", "
-      "\"labels\": "
-      "\"/usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz\", "
-      "\"scale\": 0.00392156862745098, \"shuffle_buffer\": 10000, "
-      "\"prefetch\": 4}}}";
-  if (tjob(dir, text, &job, err, sizeof err)) abort();
-  mlp m;
-  size_t sz = 784 * 256 + 256 * 128 + 128 * 10;
-  float *mem = calloc(sz + 128 * (256 + 128 + 10) + 2 * 784 * 256, 4);
-  m.w1 = mem;
-  m.w2 = m.w1 + 784 * 256;
-  m.w3 = m.w2 + 256 * 128;
-  m.h1 = m.w3 + 128 * 10;
-  m.h2 = m.h1 + 128 * 256;
-  m.o = m.h2 + 128 * 128;
-  m.g1 = m.o + 128 * 10;
-  m.g2 = m.g1 + 784 * 256;
-  for (size_t i = 0; i < sz; i++) mem[i] = (float)((i * 2654435761u) % 1000) * 1e-5f;
-  wk_input *in;
-  wk_input_opts o = topts(1, 0, 128, 2, 1);
-  o.drop_remainder = true;
-  if (wk_input_open(&job, WK_SPLIT_TRAIN, &o, &in, err, sizeof err)) {
-    fprintf(stderr, "%s\n", err);
-    exit(1);
-  }
-  const wk_batch *b;
-  /* the first batch waits for the file to load: leave it out, as a
-   * trainer's first step is left out of a step-time figure */
-  if (wk_input_next(in, &b) != 0) abort();
-  mlp_step(&m, b->x, (int)b->n);
-  double w0 = wk_input_wait_seconds(in), t0 = tsr_now_s();
-  int64_t steps = 0;
-  while (wk_input_next(in, &b) == 0) {
-    mlp_step(&m, b->x, (int)b->n);
-    steps++;
-  }
-  double total = tsr_now_s() - t0, wait = wk_input_wait_seconds(in) - w0;
-  wk_input_close(in);
-  tsr_job_free(&job);
-  free(mem);
-  *steps_per_s = (double)steps / total;
-  return wait / total;
-}
-
-/* With arguments, runs only the named parts (dense ctr csv synth fashion),
+/* With arguments, runs only the named parts (dense ctr csv synth),
  * for profiling one of them. */
 static bool want(int argc, char **argv, const char *name) {
   if (argc < 2) return true;
@@ -233,7 +153,6 @@ static bool want(int argc, char **argv, const char *name) {
 }
 
 int main(int argc, char **argv) {
-  openblas_set_num_threads(1);
   char *dir = tdir_make();
   char spec[2048];
   int64_t n;
@@ -241,7 +160,7 @@ int main(int argc, char **argv) {
   double bb;
 
   double raw1 = NAN, raw2 = NAN, raw3 = NAN, raw4 = NAN;
-  double bps1 = NAN, bps2 = NAN, bps3 = NAN, bps4 = NAN, share = NAN;
+  double bps1 = NAN, bps2 = NAN, bps3 = NAN, bps4 = NAN;
   /* TFRecord, image-like records (784 floats + label) */
   if (want(argc, argv, "dense")) {
   const char *p1 = tpath(dir, "dense.tfrecord");
@@ -313,14 +232,6 @@ int main(int argc, char **argv) {
          "(open includes the best-AUC pass)\n",
          "synthetic_ctr (13+26)", rps4, bps4 / 1e6, raw4 / 1e6);
   }
-  double sps = 0;
-  if (want(argc, argv, "fashion")) share = fashion_wait_share(dir, &sps);
-  if (isnan(share) && want(argc, argv, "fashion"))
-    printf("fashion-mnist wait share: dataset not installed\n");
-  else
-    printf("fashion-mnist MLP stand-in step (sgemm, 1 thread): %.1f steps/s, "
-           "waiting for input %.2f%% of the time\n",
-           sps, 100 * share);
 
   if (!isnan(bps1))
     printf("RATIO input_tfrecord_dense_vs_read %.3f goal 0.3\n", bps1 / raw1);
@@ -330,8 +241,6 @@ int main(int argc, char **argv) {
     printf("RATIO input_csv_vs_read %.3f goal 0.02\n", bps3 / raw3);
   if (!isnan(bps4))
     printf("RATIO input_synthetic_ctr_vs_read %.3f goal 0.05\n", bps4 / raw4);
-  if (!isnan(share))
-    printf("RATIO input_fashion_mnist_not_waiting %.3f goal 0.95\n", 1 - share);
   tdir_remove(dir);
   return 0;
 }
