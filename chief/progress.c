@@ -77,6 +77,10 @@ void chief_format_duration(double s, char *buf, size_t len) {
     snprintf(buf, len, "?");
     return;
   }
+  if (s < 9.95) {
+    snprintf(buf, len, "%.1fs", s);
+    return;
+  }
   long t = (long)(s + 0.5);
   if (t >= 3600)
     snprintf(buf, len, "%ldh%02ldm", t / 3600, (t / 60) % 60);

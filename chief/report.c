@@ -78,7 +78,10 @@ static void chart(chief__buf *b, const char *title, const line *ls, int n) {
     chief__buf_printf(b, "<p class=\"empty\">no finite values</p></figure>\n");
     return;
   }
-  if (x1 == x0) x1 = x0 + 1;
+  if (x1 == x0) { /* one step: centre it */
+    x0 -= 1;
+    x1 += 1;
+  }
   if (y1 - y0 < 1e-12 * (fabs(y0) + 1)) {
     double pad = fabs(y0) > 0 ? fabs(y0) * 0.1 : 1;
     y0 -= pad;
@@ -192,15 +195,15 @@ static void body(chief__buf *b, const chief_series_set *set) {
     goto out;
   }
   int k = 0;
-  /* Loss: training and eval loss together. */
-  for (size_t i = 0; i < n; i++) {
-    const char *t = set->s[i].tag;
-    if (!strcmp(t, CHIEF_TAG_LOSS) ||
-        !strcmp(t, CHIEF_TAG_EVAL_PREFIX "loss")) {
-      ls[k++] = (line){&set->s[i], t};
-      used[i] = true;
-    }
-  }
+  /* Loss: training loss, then eval loss, in the same chart. */
+  static const char *const loss_tags[] = {CHIEF_TAG_LOSS,
+                                          CHIEF_TAG_EVAL_PREFIX "loss"};
+  for (int j = 0; j < 2; j++)
+    for (size_t i = 0; i < n; i++)
+      if (!strcmp(set->s[i].tag, loss_tags[j])) {
+        ls[k++] = (line){&set->s[i], set->s[i].tag};
+        used[i] = true;
+      }
   if (k) {
     section(b, "Loss");
     chart(b, "loss", ls, k);

@@ -14,11 +14,12 @@
 void chief_summary_print(FILE *out, const chief_summary *s) {
   char d[32];
   chief_format_duration(s->seconds, d, sizeof d);
-  fprintf(out, "training done: %lld steps, %lld examples in %s (%.1f s",
-          (long long)s->steps, (long long)s->examples, d, s->seconds);
+  fprintf(out, "training done: %lld steps, %lld examples in %s",
+          (long long)s->steps, (long long)s->examples, d);
+  if (s->seconds >= 60) fprintf(out, " (%.1f s)", s->seconds);
   if (s->seconds > 0)
     fprintf(out, ", %.1f examples/s", (double)s->examples / s->seconds);
-  fprintf(out, ")\n");
+  fputc('\n', out);
   if (s->has_loss) fprintf(out, "  final loss      %.6g\n", s->final_loss);
   for (size_t i = 0; i < s->n_eval; i++)
     fprintf(out, "  eval %-10s %.6g\n", s->eval[i].name, s->eval[i].value);

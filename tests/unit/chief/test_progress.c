@@ -57,7 +57,7 @@ static void test_bar_terminal(void **state) {
   assert_non_null(strstr(last, " 50%"));
   assert_non_null(strstr(last, "loss 0.01961"));
   assert_non_null(strstr(last, "320 ex/s"));
-  assert_non_null(strstr(last, "ETA 5s")); /* 50 steps at 10/s */
+  assert_non_null(strstr(last, "ETA 5.0s")); /* 50 steps at 10/s */
   assert_non_null(strstr(last, "\033[K"));
   /* The line fits the terminal. */
   size_t visible = strcspn(last + 1, "\033");
@@ -147,6 +147,8 @@ static void test_durations(void **state) {
   assert_string_equal(b, "3m05s");
   chief_format_duration(12.4, b, sizeof b);
   assert_string_equal(b, "12s");
+  chief_format_duration(0.46, b, sizeof b);
+  assert_string_equal(b, "0.5s");
   chief_format_duration(NAN, b, sizeof b);
   assert_string_equal(b, "?");
 }
@@ -161,13 +163,23 @@ static void test_summary(void **state) {
   cap_open(&c);
   chief_summary_print(c.f, &s);
   fflush(c.f);
-  assert_non_null(strstr(c.buf, "5000 steps, 160000 examples in 1m20s"));
-  assert_non_null(strstr(c.buf, "2000.0 examples/s"));
+  assert_non_null(strstr(c.buf, "5000 steps, 160000 examples in 1m20s "
+                              "(80.0 s), 2000.0 examples/s\n"));
   assert_non_null(strstr(c.buf, "final loss      0.3125"));
   assert_non_null(strstr(c.buf, "eval accuracy   0.8725"));
   assert_non_null(strstr(c.buf, "1 worker, 2 ps"));
   assert_non_null(strstr(c.buf, "resumed from    step 1200"));
   assert_non_null(strstr(c.buf, "tensorboard --logdir /tmp/logs"));
+  cap_close(&c);
+  chief_summary quick = {.steps = 10, .examples = 320, .seconds = 0.5,
+                         .resumed_from_step = -1};
+  cap_open(&c);
+  chief_summary_print(c.f, &quick);
+  fflush(c.f);
+  assert_non_null(strstr(c.buf, "10 steps, 320 examples in 0.5s, 640.0 "
+                              "examples/s\n"));
+  assert_null(strstr(c.buf, "final loss"));
+  assert_null(strstr(c.buf, "resumed"));
   cap_close(&c);
 
   char dir[256], path[300], err[512];

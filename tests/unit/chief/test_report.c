@@ -119,7 +119,9 @@ static void test_empty_and_flat(void **state) {
   char *html = test_slurp(path, NULL);
   assert_non_null(strstr(html, "No scalars were recorded"));
   free(html);
-  /* One point, a constant and an all-NaN series still draw. */
+  /* One point, a constant and an all-NaN series still draw; eval/loss
+   * recorded first is still listed after loss. */
+  chief_series_add(&set, "eval/loss", 7, 0.75, 0);
   chief_series_add(&set, "loss", 7, 0.5, 0);
   chief_series_add(&set, "steps_per_sec", 1, 3, 0);
   chief_series_add(&set, "steps_per_sec", 2, 3, 0);
@@ -127,6 +129,11 @@ static void test_empty_and_flat(void **state) {
   assert_int_equal(chief_report_write(path, &set, NULL, err, sizeof err), 0);
   html = test_slurp(path, NULL);
   assert_non_null(strstr(html, "<circle"));
+  /* A single step sits in the middle of the plot, not on its edge. */
+  assert_non_null(strstr(html, "<circle cx=\"365.0\""));
+  const char *lg = strstr(html, "<div class=\"legend\">");
+  assert_non_null(lg);
+  assert_true(strstr(lg, "</i>loss<") < strstr(lg, "</i>eval/loss<"));
   assert_non_null(strstr(html, "no finite values"));
   assert_null(strstr(html, "nan"));
   assert_null(strstr(html, "inf"));

@@ -69,7 +69,7 @@ static void test_roundtrip_and_table(void **state) {
   fclose(f);
   assert_non_null(strstr(buf, "run run-42: waiting for ps:1, step 1200/5000, "
                               "loss 0.4375, 16.0k examples/s, running 1m15s "
-                              "(updated 3s ago)"));
+                              "(updated 3.0s ago)"));
   assert_null(strstr(buf, "warning"));
   assert_non_null(strstr(buf, "worker:0     127.0.0.1:4001         running"));
   assert_non_null(strstr(buf, "250.0MB"));
