@@ -16,6 +16,7 @@
 
 #include <arpa/inet.h>
 #include <getopt.h>
+#include <signal.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -197,6 +198,9 @@ int main(int argc, char **argv) {
     tsr_error("cannot start the service: %s", tsr_strerror(rc));
     return 2;
   }
+  /* A worker that dies while we answer it must give this PS an EPIPE on
+   * that connection, not end the process (the default for SIGPIPE). */
+  signal(SIGPIPE, SIG_IGN);
   uv_signal_init(&m.loop, &m.sigterm);
   uv_signal_init(&m.loop, &m.sigint);
   m.sigterm.data = m.sigint.data = &m;
