@@ -4,7 +4,8 @@
  * server, echoes compared here); a deadline fires while the server sleeps;
  * a client with the wrong token is refused and the server logs it with
  * the client's address; a server killed mid-call fails every call at once
- * and the client reconnects when it comes back on the same port. Every
+ * and the client reconnects when it comes back on the same port; a frozen
+ * server is found dead by the heartbeat. Every
  * wait has a deadline; the server must stop cleanly on SIGTERM. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -336,6 +337,47 @@ static void test_kill_midcall(void **state) {
   cl_down(&k);
 }
 
+/* A frozen server (SIGSTOP: the TCP connection stays up, nothing answers)
+ * is found dead by the heartbeat within idle_timeout, not at the call's
+ * deadline; the client is back once the server runs again. */
+static void test_frozen_server(void **state) {
+  cl k;
+  assert_int_equal(uv_loop_init(&k.loop), 0);
+  tsr_rpc_opts o;
+  ru_opts(&o, "itest");
+  o.heartbeat_ms = 100;
+  o.idle_timeout_ms = 600;
+  o.backoff_min_ms = 20;
+  o.backoff_max_ms = 100;
+  assert_int_equal(tsr_rpc_ctx_new(&k.ctx, &k.loop, &o), 0);
+  char addr[64];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", server_port);
+  assert_int_equal(tsr_rpc_client_new(&k.c, k.ctx, addr), 0);
+  job j[2];
+  memset(j, 0, sizeof j);
+  tsr_rpc_request e = {.method = M_ECHO, .deadline_ms = 5000};
+  j[0].want = (const uint8_t *)"";
+  assert_int_equal(tsr_rpc_call(k.c, &e, on_job, &j[0]), 0);
+  assert_true(ru_run_until(&k.loop, &j[0].done, 5000));
+  assert_int_equal(j[0].status, 0);
+  kill(server_pid, SIGSTOP);
+  uint32_t ms = 10;
+  tsr_rpc_request q = {.method = M_SLEEP, .meta = &ms, .meta_len = 4,
+                       .deadline_ms = 30000};
+  assert_int_equal(tsr_rpc_call(k.c, &q, on_job, &j[1]), 0);
+  int ok = ru_run_until(&k.loop, &j[1].done, 10000);
+  kill(server_pid, SIGCONT);
+  assert_true(ok);
+  assert_int_equal(j[1].status, TSR_ECLOSED);
+  assert_non_null(strstr(j[1].msg, "silent"));
+  memset(j, 0, sizeof j);
+  j[0].want = (const uint8_t *)"";
+  assert_int_equal(tsr_rpc_call(k.c, &e, on_job, &j[0]), 0);
+  assert_true(ru_run_until(&k.loop, &j[0].done, 5000));
+  assert_int_equal(j[0].status, 0);
+  cl_down(&k);
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     fprintf(stderr, "usage: test_rpc_procs PATH/rpc_test_server\n");
@@ -349,6 +391,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_deadline),
       cmocka_unit_test(test_wrong_token),
       cmocka_unit_test(test_kill_midcall),
+      cmocka_unit_test(test_frozen_server),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
