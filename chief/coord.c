@@ -68,12 +68,23 @@ int64_t coord__global_step(const coord *co) {
 
 /* ---- monitoring -------------------------------------------------------- */
 
+/* Mean loss of the last closures (NaN before the first). */
+static double coord_recent_loss(const coord *co) {
+  double sum = 0;
+  int64_t n = 0;
+  for (int i = 0; i < co->n_recent; i++) {
+    sum += co->recent_loss[i];
+    n += co->recent_steps[i];
+  }
+  return n > 0 ? sum / (double)n : NAN;
+}
+
 static void coord_scalars(coord *co, double now) {
   if (!co->metrics) return;
   int64_t step = coord__global_step(co);
   if (co->loss_n > 0) {
-    co->last_loss = co->loss_sum / (double)co->loss_n;
-    chief_metrics_scalar(co->metrics, CHIEF_TAG_LOSS, step, co->last_loss, 0);
+    chief_metrics_scalar(co->metrics, CHIEF_TAG_LOSS, step,
+                         co->loss_sum / (double)co->loss_n, 0);
     co->loss_sum = 0;
     co->loss_n = 0;
   }
@@ -112,8 +123,7 @@ static void coord_progress(coord *co, double now) {
     if (chief_progress_create(&co->progress, &po)) co->progress = NULL;
   }
   if (!co->progress) return;
-  double loss = co->loss_n > 0 ? co->loss_sum / (double)co->loss_n
-                               : co->last_loss;
+  double loss = coord_recent_loss(co);
   chief_progress_update(co->progress, coord__global_step(co), co->examples,
                         loss, now);
 }
@@ -839,6 +849,7 @@ out_clients:
     s.steps = co->sched ? coord__global_step(co) : 0;
     s.examples = co->examples;
     s.seconds = tsr_now_s() - co->t_start;
+    co->last_loss = coord_recent_loss(co);
     s.has_loss = !isnan(co->last_loss);
     s.final_loss = co->last_loss;
     s.eval = co->eval_vals;
@@ -853,8 +864,6 @@ out_clients:
     if (o->summary_json &&
         chief_summary_write_json(o->summary_json, &s, err, sizeof err))
       tsr_warn("--summary-json: %s", err);
-    if (status == 0 && co->job.logdir)
-      printf("TensorBoard: tensorboard --logdir %s\n", co->job.logdir);
   }
   if (co->metrics) chief_metrics_close(co->metrics);
   if (co->progress) chief_progress_free(co->progress);

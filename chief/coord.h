@@ -178,6 +178,11 @@ struct coord {
   double loss_sum;
   int64_t loss_n;
   double last_loss;
+  /* the last closures' losses, for the progress bar and the summary's
+   * final loss (a mean over the whole run would be dominated by its start) */
+  double recent_loss[16];
+  int64_t recent_steps[16];
+  int n_recent, recent_at;
   int restarts_ps, restarts_worker;
   /* eval */
   bool has_eval;

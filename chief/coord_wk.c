@@ -266,6 +266,10 @@ static void coord_wk_on_run(const tsr_rpc_result *r, void *data) {
     if (resp->steps_done > 0 && isfinite(resp->loss_sum)) {
       co->loss_sum += resp->loss_sum;
       co->loss_n += resp->steps_done;
+      co->recent_loss[co->recent_at] = resp->loss_sum;
+      co->recent_steps[co->recent_at] = resp->steps_done;
+      co->recent_at = (co->recent_at + 1) % 16;
+      if (co->n_recent < 16) co->n_recent++;
     }
   }
   tessera__worker__run_response__free_unpacked(resp, NULL);
