@@ -4,7 +4,9 @@
  *
  * metrics.jsonl holds one object per line,
  *   {"wall_time": 1764600000.123, "step": 100, "tag": "loss", "value": 0.42}
- * with null for a non-finite value (JSON has no NaN). It is flushed with
+ * with null for a non-finite value (JSON has no NaN), and
+ *   {"wall_time": ..., "step": 1200, "event": "session_start"}
+ * where the run resumed from a checkpoint. It is flushed with
  * the event file. Failure modes: files that cannot be created fail open
  * with the path named; later write errors are remembered, returned, and
  * never lose the in-memory copy.
@@ -102,6 +104,25 @@ int chief_metrics_scalar(chief_metrics *m, const char *tag, int64_t step,
     chief__buf_free(&b);
   }
   return rc ? rc : m->error;
+}
+
+int chief_metrics_session_start(chief_metrics *m, int64_t step) {
+  double wall = tsr_wall_s();
+  chief_series_purge_after(&m->series, step);
+  if (m->tb) {
+    int r = chief_tb_session_start(m->tb, step, wall);
+    if (r && !m->error) m->error = r;
+  }
+  if (m->jsonl) {
+    if (fprintf(m->jsonl,
+                "{\"wall_time\": %.3f, \"step\": %lld, \"event\": "
+                "\"session_start\"}\n",
+                wall, (long long)step) < 0 ||
+        fflush(m->jsonl) != 0) {
+      if (!m->error) m->error = errno ? -errno : TSR_EIO;
+    }
+  }
+  return m->error;
 }
 
 int chief_metrics_flush(chief_metrics *m) {

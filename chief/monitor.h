@@ -64,6 +64,11 @@ int chief_tb_open(chief_tb **out, const char *logdir,
  * keeps it. */
 int chief_tb_scalar(chief_tb *tb, const char *tag, int64_t step, double value,
                     double wall_time);
+/* Marks a restart from a checkpoint: Event{step, session_log{START}}, on
+ * which TensorBoard drops the points of every tag with a larger step (they
+ * were computed by the run that failed and are recomputed). Written at
+ * once, not buffered. */
+int chief_tb_session_start(chief_tb *tb, int64_t step, double wall_time);
 /* Writes the buffered records and fflush()es them to the kernel. */
 int chief_tb_flush(chief_tb *tb);
 /* Flushes, fsyncs and frees; returns the first error seen while writing.
@@ -100,11 +105,16 @@ void chief_series_init(chief_series_set *set);
 void chief_series_free(chief_series_set *set);
 int chief_series_add(chief_series_set *set, const char *tag, int64_t step,
                      double value, double wall_time);
+/* Drops every point with a step larger than `step` (a restart from the
+ * checkpoint of that step), as TensorBoard does. */
+void chief_series_purge_after(chief_series_set *set, int64_t step);
 /* NULL when no point carries that tag. */
 const chief_series *chief_series_find(const chief_series_set *set,
                                       const char *tag);
-/* Appends every line of a metrics.jsonl file. A malformed line is an error
- * naming the file and the line number; nothing of that line is kept. */
+/* Appends every line of a metrics.jsonl file; a session_start line
+ * ({"wall_time", "step", "event": "session_start"}) purges what came after
+ * its step. A malformed line is an error naming the file and the line
+ * number; nothing of that line is kept. */
 int chief_series_load_jsonl(chief_series_set *set, const char *path,
                             char *err, size_t errlen);
 
@@ -120,6 +130,11 @@ int chief_metrics_open(chief_metrics **out, const char *logdir,
  * write error (the point is still kept in memory). */
 int chief_metrics_scalar(chief_metrics *m, const char *tag, int64_t step,
                          double value, double wall_time);
+/* The run resumed from the checkpoint of `step` (chief restart, or a PS
+ * failure recovered): the points after it are dropped from memory and from
+ * TensorBoard's view, and metrics.jsonl gets a session_start line so a
+ * report rebuilt from it does the same. */
+int chief_metrics_session_start(chief_metrics *m, int64_t step);
 int chief_metrics_flush(chief_metrics *m);
 const chief_series_set *chief_metrics_series(const chief_metrics *m);
 /* NULL when opened without a logdir. */

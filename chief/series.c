@@ -64,6 +64,16 @@ int chief_series_add(chief_series_set *set, const char *tag, int64_t step,
   return 0;
 }
 
+void chief_series_purge_after(chief_series_set *set, int64_t step) {
+  for (size_t i = 0; i < set->n; i++) {
+    chief_series *s = &set->s[i];
+    size_t k = 0;
+    for (size_t j = 0; j < s->n; j++)
+      if (s->pts[j].step <= step) s->pts[k++] = s->pts[j];
+    s->n = k;
+  }
+}
+
 int chief_series_load_jsonl(chief_series_set *set, const char *path,
                             char *err, size_t errlen) {
   FILE *f = fopen(path, "re");
@@ -89,6 +99,21 @@ int chief_series_load_jsonl(chief_series_set *set, const char *path,
                jerr.text);
       rc = TSR_EJSON;
       break;
+    }
+    json_t *event = json_object_get(o, "event");
+    if (json_is_string(event) &&
+        !strcmp(json_string_value(event), "session_start")) {
+      json_t *st = json_object_get(o, "step");
+      if (!json_is_integer(st)) {
+        snprintf(err, errlen, "%s:%ld: session_start without an integer "
+                 "\"step\"", path, lineno);
+        json_decref(o);
+        rc = TSR_EFORMAT;
+        break;
+      }
+      chief_series_purge_after(set, json_integer_value(st));
+      json_decref(o);
+      continue;
     }
     json_t *tag = json_object_get(o, "tag");
     json_t *step = json_object_get(o, "step");

@@ -169,6 +169,18 @@ int chief_tb_scalar(chief_tb *tb, const char *tag, int64_t step, double value,
   return append_event(tb, &ev);
 }
 
+int chief_tb_session_start(chief_tb *tb, int64_t step, double wall_time) {
+  Tensorflow__SessionLog log = TENSORFLOW__SESSION_LOG__INIT;
+  log.status = TENSORFLOW__SESSION_LOG__SESSION_STATUS__START;
+  Tensorflow__Event ev = TENSORFLOW__EVENT__INIT;
+  ev.wall_time = wall_time > 0 ? wall_time : tsr_wall_s();
+  ev.step = step;
+  ev.what_case = TENSORFLOW__EVENT__WHAT_SESSION_LOG;
+  ev.session_log = &log;
+  int rc = append_event(tb, &ev);
+  return rc ? rc : write_pending(tb);
+}
+
 int chief_tb_flush(chief_tb *tb) { return write_pending(tb); }
 
 int chief_tb_close(chief_tb *tb) {

@@ -40,6 +40,7 @@ typedef struct {
   char tag[64];
   float simple_value;
   int has_value;
+  int session_status; /* SessionLog.status, 0 when absent */
 } ev_t;
 
 static uint64_t varint(const uint8_t **p, const uint8_t *end) {
@@ -101,6 +102,11 @@ static void summary_cb(void *ctx, int num, int wt, uint64_t v,
   assert_int_equal(wt, 2);
   walk(d, len, value_cb, ctx);
 }
+static void session_cb(void *ctx, int num, int wt, uint64_t v,
+                       const uint8_t *d, size_t len) {
+  ev_t *e = ctx;
+  if (num == 1 && wt == 0) e->session_status = (int)v;
+}
 static void event_cb(void *ctx, int num, int wt, uint64_t v,
                      const uint8_t *d, size_t len) {
   ev_t *e = ctx;
@@ -118,6 +124,9 @@ static void event_cb(void *ctx, int num, int wt, uint64_t v,
   } else if (num == 5) {
     assert_int_equal(wt, 2);
     walk(d, len, summary_cb, ctx);
+  } else if (num == 7) {
+    assert_int_equal(wt, 2);
+    walk(d, len, session_cb, ctx);
   }
 }
 
@@ -330,6 +339,46 @@ static void test_metrics_jsonl(void **state) {
   test_rmtree(dir);
 }
 
+/* A restart from the checkpoint of step 30: what the failed run logged
+ * after 30 is dropped in memory, marked for TensorBoard, and dropped again
+ * when metrics.jsonl is read back. */
+static void test_session_start(void **state) {
+  char dir[256], path[600], err[512], evpath[600];
+  test_tmpdir(dir, sizeof dir);
+  chief_metrics *m;
+  chief_tb_opts o = {.host = "h"};
+  assert_int_equal(chief_metrics_open(&m, dir, &o, err, sizeof err), 0);
+  for (int s = 10; s <= 50; s += 10)
+    chief_metrics_scalar(m, "loss", s, s, 0);
+  chief_metrics_scalar(m, "eval/acc", 40, 0.5, 0);
+  assert_int_equal(chief_metrics_session_start(m, 30), 0);
+  const chief_series *ls = chief_series_find(chief_metrics_series(m), "loss");
+  assert_int_equal(ls->n, 3);
+  assert_int_equal(chief_series_find(chief_metrics_series(m), "eval/acc")->n,
+                   0);
+  for (int s = 40; s <= 60; s += 10)
+    chief_metrics_scalar(m, "loss", s, 1000 + s, 0);
+  snprintf(evpath, sizeof evpath, "%s", chief_metrics_event_path(m));
+  assert_int_equal(chief_metrics_close(m), 0);
+
+  static ev_t ev[16];
+  int n = read_events(evpath, ev, 16);
+  assert_int_equal(n, 1 + 6 + 1 + 3);
+  assert_int_equal(ev[7].session_status, 1); /* START */
+  assert_int_equal(ev[7].step, 30);
+
+  snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+  chief_series_set set;
+  chief_series_init(&set);
+  assert_int_equal(chief_series_load_jsonl(&set, path, err, sizeof err), 0);
+  ls = chief_series_find(&set, "loss");
+  assert_int_equal(ls->n, 6);
+  static const double want[] = {10, 20, 30, 1040, 1050, 1060};
+  for (int i = 0; i < 6; i++) assert_true(ls->pts[i].value == want[i]);
+  chief_series_free(&set);
+  test_rmtree(dir);
+}
+
 static void test_metrics_memory_only(void **state) {
   char err[512];
   chief_metrics *m;
@@ -349,6 +398,7 @@ int main(void) {
       cmocka_unit_test(test_two_files_same_second),
       cmocka_unit_test(test_unwritable_logdir),
       cmocka_unit_test(test_metrics_jsonl),
+      cmocka_unit_test(test_session_start),
       cmocka_unit_test(test_metrics_memory_only),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
