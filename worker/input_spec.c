@@ -423,6 +423,11 @@ static int parse_obj(const tsr_job *job, json_t *o, wk_input_spec *s,
   if ((v = json_object_get(o, "features")) &&
       (rc = parse_dense(v, s, err, errlen)))
     return rc;
+  for (int i = 0; s->label && i < s->n_dense; i++)
+    if (strcmp(s->dense[i].name, s->label) == 0)
+      return wk_input__fail(err, errlen, TSR_ECONFIG,
+                            "%s.features[%d]: \"%s\" is the label", w, i,
+                            s->label);
   if (s->format == WK_FMT_NPZ && !s->features_member)
     s->features_member = strdup("x");
   if ((v = json_object_get(o, "sparse_features")) &&

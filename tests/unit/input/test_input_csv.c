@@ -264,6 +264,9 @@ static void spec_errors(void **state) {
        "\"shuffle_buffer\": -1}",
        "data.train.shuffle_buffer: -1 is out of range"},
       {"{\"format\": \"idx\", \"paths\": \"a\"}", "data.train.labels: missing"},
+      {"{\"format\": \"csv\", \"paths\": \"d.csv\", \"label\": \"y\", "
+       "\"features\": [\"a\", \"y\"]}",
+       "data.train.features[1]: \"y\" is the label"},
   };
   twrites(f->dir, "d.csv", "a,y\n1,2\n");
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
