@@ -4,7 +4,8 @@
  * decode, unknown methods, a request id reused while in flight, a replayed
  * handshake, a client that sends nothing, and clients that stop reading or
  * hold many calls (backpressure: the server stops reading them and its
- * memory stays bounded). After each, the server still serves a good
+ * memory stays bounded), a peer that leaves mid-payload, a peer of
+ * another protocol version. After each, the server still serves a good
  * client; at the end its loop closes with every handle gone. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -19,7 +20,7 @@
 #include <pthread.h>
 #include <sys/time.h>
 
-enum { M_ECHO = 1, M_HOLD = 2, M_TYPED = 4 };
+enum { M_ECHO = 1, M_HOLD = 2, M_TYPED = 4, M_SINK = 5 };
 #define MAX_PAYLOAD (1u << 20)
 #define MAX_INFLIGHT 8
 
@@ -36,6 +37,8 @@ typedef struct srv {
   int nheld;
   pthread_mutex_t mu;
   tsr_rpc_stats snap;
+  uint8_t sink[64 * 1024];
+  int sink_aborts;      /* server thread writes, read after a snapshot */
 } srv;
 
 static srv S;
@@ -55,6 +58,18 @@ static void h_hold(tsr_rpc_incoming *call, void *data) {
 
 static void h_typed(tsr_rpc_incoming *call, void *data) {
   tsr_rpc_reply(call, NULL, 0, NULL, 0, NULL, NULL);
+}
+
+static int sink_alloc(tsr_rpc_incoming *call, size_t len, void **buf,
+                      void *data) {
+  if (len > sizeof S.sink) return TSR_ETOOBIG;
+  *buf = S.sink;
+  return 0;
+}
+static void sink_abort(tsr_rpc_incoming *call, void *buf, int status,
+                       void *data) {
+  assert_ptr_equal(buf, S.sink);
+  __atomic_add_fetch(&S.sink_aborts, 1, __ATOMIC_RELAXED);
 }
 
 static void snap_cb(uv_timer_t *t) {
@@ -107,6 +122,10 @@ static int setup(void **state) {
   tsr_rpc_method tm = {.method = M_TYPED, .handler = h_typed,
                        .request_type = &tessera__rpc__rpc_error__descriptor};
   assert_int_equal(tsr_rpc_server_register_method(S.s, &tm), 0);
+  tsr_rpc_method sm = {.method = M_SINK, .handler = h_echo,
+                       .payload_alloc = sink_alloc,
+                       .payload_abort = sink_abort};
+  assert_int_equal(tsr_rpc_server_register_method(S.s, &sm), 0);
   assert_int_equal(tsr_rpc_server_listen(S.s, "127.0.0.1:0"), 0);
   S.port = tsr_rpc_server_port(S.s);
   uv_async_init(&S.loop, &S.stop, stop_cb);
@@ -373,6 +392,44 @@ static void test_held_calls_bound(void **state) {
   assert_int_equal(st.paused, 0);
 }
 
+/* A peer that leaves halfway through a payload landing in a method's own
+ * buffer: the buffer is handed back through payload_abort. */
+static void test_payload_abort(void **state) {
+  int fd = good_conn();
+  uint8_t f[64 + 1000];
+  size_t n = ru_frame(f, TSR_RPC__REQ, M_SINK, 1, NULL, 0, 50000);
+  memset(f + n, 1, 1000);
+  assert_int_equal(ru_write_all(fd, f, n + 1000), 0);
+  snap();
+  close(fd);
+  snap();
+  assert_int_equal(__atomic_load_n(&S.sink_aborts, __ATOMIC_RELAXED), 1);
+  assert_int_equal(snap().inflight, 0);
+  assert_serving();
+}
+
+/* A peer of another protocol version gets the server's HELLO (so it can
+ * name both versions) and a refusal, then the connection closes. */
+static void test_version_mismatch(void **state) {
+  tsr_rpc_stats before = snap();
+  int fd = ru_connect(S.port);
+  tsr_rpc__hs hs;
+  uint8_t out[TSR_RPC__HS_OUT_MAX];
+  size_t ol;
+  tsr_rpc__hs_init(&hs, TSR_RPC__CLIENT, TEST_TOKEN, strlen(TEST_TOKEN),
+                   "old", out, &ol);
+  out[4] = 2; /* version 2 */
+  assert_int_equal(ru_write_all(fd, out, ol), 0);
+  uint8_t hello[TSR_RPC__HELLO_SIZE], verdict[TSR_RPC__VERDICT_SIZE];
+  assert_int_equal(ru_read_all(fd, hello, sizeof hello), 0);
+  assert_int_equal(hello[4] | hello[5] << 8, TSR_RPC_VERSION);
+  assert_int_equal(ru_read_all(fd, verdict, sizeof verdict), 0);
+  assert_int_equal((int)tsr_rpc__get32(verdict), TSR_EVERSION);
+  assert_true(read_eof(fd));
+  close(fd);
+  assert_int_equal(snap().refused, before.refused + 1);
+}
+
 int main(void) {
   setenv("TESSERA_LOG", "error", 0);
   tsr_log_init("test");
@@ -389,6 +446,8 @@ int main(void) {
       cmocka_unit_test(test_silent_client),
       cmocka_unit_test(test_stops_reading),
       cmocka_unit_test(test_held_calls_bound),
+      cmocka_unit_test(test_payload_abort),
+      cmocka_unit_test(test_version_mismatch),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
