@@ -7,6 +7,7 @@
 int chief_cmd_cluster(int argc, char **argv);
 int chief_cmd_partition(int argc, char **argv);
 int chief_cmd_ckpt(int argc, char **argv);
+int chief_cmd_status(int argc, char **argv);
 int chief_cmd_local(int argc, char **argv);
 int chief_cmd_report(int argc, char **argv);
 int chief_cmd_status(int argc, char **argv);

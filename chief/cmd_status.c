@@ -1,84 +1,237 @@
-/* `tessera status`: shows a run's processes (role, address, state, steps,
- * rates, last heartbeat, restarts) from the status file the chief keeps in
- * its logdir. `--watch SECS` redraws until interrupted; `--json` prints
- * the file's content as is. Exit 1 when the file cannot be read (the
- * message names it), 2 on usage errors. */
+/* `tessera status`: asks every process of the cluster how it is, at once,
+ * and prints one line per process (role, address, state, steps, rates) and
+ * the run as the chief sees it. A process that does not answer within the
+ * deadline is shown as down with the reason. Uses the cluster spec and the
+ * token as every process does (TF_CONFIG or --cluster; TESSERA_TOKEN or
+ * --token-file). Exit status: 0 when every process answered, 1 otherwise,
+ * 2 for a bad spec or token.
+ */
+#include "chief.pb-c.h"
 #include "chief/cli.h"
-#include "chief/monitor.h"
-#include "common/clock.h"
+#include "chief/wire.h"
+#include "common/cluster.h"
+#include "common/err.h"
+#include "common/log.h"
+#include "common/rpc/rpc.h"
+#include "ps.pb-c.h"
+#include "ps/client.h"
+#include "worker.pb-c.h"
+#include "worker/wire.h"
 
 #include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static void usage(FILE *f) {
-  fprintf(f, "usage: tessera status (--logdir DIR | FILE) [--json] "
-             "[--watch SECS]\n"
-             "  reads DIR/status.json, which the chief rewrites while it "
-             "runs\n");
+typedef struct {
+  tsr_task_type type;
+  int index;
+  const char *addr;
+  tsr_rpc_client *cli;
+  ps_client *ps;
+  bool done, ok;
+  char line[512];
+  int *pending;
+} st_task;
+
+static void st_fmt_bytes(double b, char *buf, size_t len) {
+  const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int i = 0;
+  while (b >= 1024 && i < 4) {
+    b /= 1024;
+    i++;
+  }
+  snprintf(buf, len, "%.1f %s", b, u[i]);
 }
 
+static void st_on_chief(const tsr_rpc_result *r, void *data) {
+  st_task *t = data;
+  t->done = true;
+  (*t->pending)--;
+  if (r->status) {
+    snprintf(t->line, sizeof t->line, "down     %s", r->message);
+    return;
+  }
+  Tessera__Chief__StatusResponse *s =
+      tessera__chief__status_response__unpack(NULL, r->meta_len, r->meta);
+  if (!s) {
+    snprintf(t->line, sizeof t->line, "?        answer does not decode");
+    return;
+  }
+  t->ok = true;
+  char ck[32] = "none";
+  if (s->last_checkpoint_step >= 0)
+    snprintf(ck, sizeof ck, "%" PRId64, s->last_checkpoint_step);
+  snprintf(t->line, sizeof t->line,
+           "%-8s step %" PRId64 "/%" PRId64 ", %.0f ex/s, loss %.4g, last "
+           "checkpoint %s, up %.0f s", s->phase, s->step, s->total_steps,
+           s->examples_per_sec, s->loss, ck, s->uptime_s);
+  tessera__chief__status_response__free_unpacked(s, NULL);
+}
+
+static void st_on_worker(const tsr_rpc_result *r, void *data) {
+  st_task *t = data;
+  t->done = true;
+  (*t->pending)--;
+  if (r->status) {
+    snprintf(t->line, sizeof t->line, "down     %s", r->message);
+    return;
+  }
+  Tessera__Worker__StatusResponse *s =
+      tessera__worker__status_response__unpack(NULL, r->meta_len, r->meta);
+  if (!s) {
+    snprintf(t->line, sizeof t->line, "?        answer does not decode");
+    return;
+  }
+  t->ok = true;
+  snprintf(t->line, sizeof t->line, "%-8s %" PRId64 " steps, %.0f ex/s, %s%s%s",
+           s->state, s->steps, s->examples_per_sec,
+           s->device && *s->device ? s->device : "-",
+           s->last_error && *s->last_error ? ", last error: " : "",
+           s->last_error ? s->last_error : "");
+  tessera__worker__status_response__free_unpacked(s, NULL);
+}
+
+static void st_on_ps(const ps_result *r, void *data) {
+  st_task *t = data;
+  t->done = true;
+  (*t->pending)--;
+  if (r->status || !r->stats) {
+    snprintf(t->line, sizeof t->line, "down     %s", r->message);
+    return;
+  }
+  const Tessera__Ps__StatsResponse *s = r->stats;
+  t->ok = true;
+  char in[32], out[32], mem[32];
+  st_fmt_bytes((double)s->bytes_in, in, sizeof in);
+  st_fmt_bytes((double)s->bytes_out, out, sizeof out);
+  st_fmt_bytes((double)s->mem_used, mem, sizeof mem);
+  snprintf(t->line, sizeof t->line,
+           "up       %zu shards, %" PRIu64 " applies (%.3f ms each), in %s, "
+           "out %s, memory %s, mode %s", s->n_shards, s->applies,
+           s->applies ? (double)s->apply_ns / 1e6 / (double)s->applies : 0.0,
+           in, out, mem, s->mode ? s->mode : "?");
+}
+
+static void st_closed(void *data) { (void)data; }
+
 int chief_cmd_status(int argc, char **argv) {
-  const char *logdir = NULL;
-  bool json = false;
-  double watch = 0;
-  static const struct option opts[] = {{"logdir", required_argument, 0, 'l'},
-                                       {"json", no_argument, 0, 'j'},
-                                       {"watch", required_argument, 0, 'w'},
-                                       {"help", no_argument, 0, 'h'},
-                                       {0, 0, 0, 0}};
-  int ch;
+  const char *file = NULL, *token_file = NULL;
+  double timeout_s = 3;
+  static const struct option opts[] = {
+      {"cluster", required_argument, 0, 'c'},
+      {"token-file", required_argument, 0, 'T'},
+      {"timeout", required_argument, 0, 't'},
+      {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
   optind = 1;
+  int ch;
   while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (ch) {
-      case 'l': logdir = optarg; break;
-      case 'j': json = true; break;
-      case 'w': {
-        char *end;
-        watch = strtod(optarg, &end);
-        if (*end || !(watch > 0)) {
-          fprintf(stderr, "tessera status: --watch \"%s\" is not a positive "
-                          "number of seconds\n", optarg);
-          return 2;
-        }
-        break;
-      }
-      case 'h': usage(stdout); return 0;
-      default: usage(stderr); return 2;
+      case 'c': file = optarg; break;
+      case 'T': token_file = optarg; break;
+      case 't': timeout_s = atof(optarg); break;
+      case 'h':
+        printf("usage: tessera status [--cluster FILE.json] [--token-file F] "
+               "[--timeout S]\n");
+        return 0;
+      default: return 2;
     }
   }
-  char path[4096];
-  if (logdir && optind == argc) {
-    snprintf(path, sizeof path, "%s/%s", logdir, CHIEF_STATUS_JSON);
-  } else if (!logdir && optind + 1 == argc) {
-    snprintf(path, sizeof path, "%s", argv[optind]);
-  } else {
-    usage(stderr);
+  char err[TSR_ERRBUF];
+  tsr_cluster c;
+  if (tsr_cluster_load(file, NULL, &c, err, sizeof err)) {
+    fprintf(stderr, "tessera status: %s\n", err);
     return 2;
   }
-  for (;;) {
-    chief_run_status st;
-    char err[1024];
-    if (chief_status_read(path, &st, err, sizeof err)) {
-      fprintf(stderr, "tessera status: %s\n", err);
-      return 1;
-    }
-    if (watch > 0) fputs("\033[H\033[J", stdout);
-    if (json) {
-      FILE *f = fopen(path, "r");
-      char buf[8192];
-      size_t n;
-      while (f && (n = fread(buf, 1, sizeof buf, f)) > 0)
-        fwrite(buf, 1, n, stdout);
-      if (f) fclose(f);
-    } else {
-      chief_status_print(stdout, &st, tsr_wall_s());
-    }
-    chief_status_free(&st);
-    fflush(stdout);
-    if (watch <= 0) return 0;
-    tsr_sleep_ms((uint64_t)(watch * 1000));
+  char token[TSR_RPC_TOKEN_MAX];
+  size_t tlen;
+  if (tsr_rpc_token_load(token_file, token, sizeof token, &tlen, err,
+                         sizeof err)) {
+    fprintf(stderr, "tessera status: %s\n", err);
+    tsr_cluster_free(&c);
+    return 2;
   }
+  tsr_log_set_level(TSR_LOG_ERROR);
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  tsr_rpc_opts ro;
+  memset(&ro, 0, sizeof ro);
+  ro.name = "status";
+  ro.token = token;
+  ro.token_len = tlen;
+  ro.default_deadline_ms = (uint32_t)(timeout_s * 1000);
+  ro.handshake_timeout_ms = (uint32_t)(timeout_s * 1000);
+  tsr_rpc_ctx *ctx;
+  if (tsr_rpc_ctx_new(&ctx, &loop, &ro)) {
+    tsr_cluster_free(&c);
+    return 2;
+  }
+  int total = 0;
+  for (int t = 0; t < TSR_TASK__COUNT; t++) total += c.n[t];
+  st_task *tasks = calloc((size_t)total, sizeof *tasks);
+  int pending = 0, k = 0;
+  static const tsr_task_type order[] = {TSR_TASK_CHIEF, TSR_TASK_PS,
+                                        TSR_TASK_WORKER, TSR_TASK_EVALUATOR};
+  for (int o = 0; o < 4 && tasks; o++) {
+    tsr_task_type ty = order[o];
+    for (int i = 0; i < c.n[ty]; i++, k++) {
+      st_task *t = &tasks[k];
+      t->type = ty;
+      t->index = c.jobs[ty][i].index;
+      t->addr = c.jobs[ty][i].addr;
+      t->pending = &pending;
+      snprintf(t->line, sizeof t->line, "down     no answer");
+      int rc = 0;
+      if (ty == TSR_TASK_PS) {
+        rc = ps_client_new(&t->ps, ctx, t->addr);
+        if (!rc) rc = ps_client_stats(t->ps, st_on_ps, t);
+      } else if (ty == TSR_TASK_EVALUATOR) {
+        snprintf(t->line, sizeof t->line, "-        (evaluators answer no "
+                 "status)");
+        t->done = true;
+        continue;
+      } else {
+        rc = tsr_rpc_client_new(&t->cli, ctx, t->addr);
+        if (!rc) {
+          uint8_t meta[1];
+          tsr_rpc_request req;
+          memset(&req, 0, sizeof req);
+          req.method = ty == TSR_TASK_CHIEF ? CHIEF_M_STATUS : WK_M_STATUS;
+          req.meta = meta;
+          req.meta_len = 0;
+          rc = tsr_rpc_call(t->cli, &req,
+                            ty == TSR_TASK_CHIEF ? st_on_chief : st_on_worker,
+                            t);
+        }
+      }
+      if (rc)
+        snprintf(t->line, sizeof t->line, "down     %s", tsr_strerror(rc));
+      else
+        pending++;
+    }
+  }
+  while (pending > 0 && uv_run(&loop, UV_RUN_ONCE)) {
+  }
+  int down = 0;
+  printf("%-10s %-24s %s\n", "TASK", "ADDRESS", "STATE");
+  for (int i = 0; i < total && tasks; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "%s:%d", tsr_task_type_name(tasks[i].type),
+             tasks[i].index);
+    printf("%-10s %-24s %s\n", name, tasks[i].addr, tasks[i].line);
+    if (!tasks[i].ok && tasks[i].type != TSR_TASK_EVALUATOR) down++;
+    if (tasks[i].cli) tsr_rpc_client_close(tasks[i].cli, st_closed, NULL);
+    if (tasks[i].ps) ps_client_close(tasks[i].ps, st_closed, NULL);
+  }
+  uv_run(&loop, UV_RUN_DEFAULT);
+  tsr_rpc_ctx_free(ctx);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  uv_loop_close(&loop);
+  free(tasks);
+  tsr_cluster_free(&c);
+  return down ? 1 : 0;
 }

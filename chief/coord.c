@@ -807,7 +807,8 @@ int chief_coord_run(const chief_coord_opts *o) {
   }
   co->t_start = tsr_now_s();
   co->t_phase = co->t_start;
-  if (coord__ps_open(co) || coord__wk_open(co)) goto out_clients;
+  if (coord__ps_open(co) || coord__wk_open(co) || coord__status_open(co))
+    goto out_clients;
   uv_timer_init(&co->loop, &co->tick);
   co->tick.data = co;
   uv_timer_start(&co->tick, coord_on_tick, 100, 100);
@@ -828,6 +829,7 @@ int chief_coord_run(const chief_coord_opts *o) {
   uv_close((uv_handle_t *)&co->sigint, NULL);
   uv_close((uv_handle_t *)&co->sigterm, NULL);
 out_clients:
+  coord__status_close(co);
   coord__wk_close(co);
   coord__ps_close(co);
   uv_run(&co->loop, UV_RUN_DEFAULT);

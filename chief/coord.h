@@ -128,6 +128,7 @@ struct coord {
   uv_timer_t tick;
   uv_signal_t sigint, sigterm;
   tsr_rpc_ctx *rpc;
+  tsr_rpc_server *status;  /* CHIEF_M_STATUS on the chief's address */
   tsr_cluster cluster;
   tsr_job job;
   char *job_json;        /* resolved job sent to workers */
@@ -214,6 +215,10 @@ void coord__ps_stats(coord *co);
 void coord__ps_shutdown(coord *co);
 void coord__ps_close(coord *co);
 bool coord__ps_all_connected(const coord *co);
+
+/* coord_status.c */
+int coord__status_open(coord *co);
+void coord__status_close(coord *co);
 
 /* coord_wk.c */
 int coord__wk_open(coord *co);

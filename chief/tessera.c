@@ -18,6 +18,8 @@ static const tsr_cmd cmds[] = {
      "print the resolved cluster and this task (TF_CONFIG or --cluster)"},
     {"partition", chief_cmd_partition,
      "show how variables are split into shards and placed on the PS"},
+    {"status", chief_cmd_status,
+     "ask every process of the cluster how it is (chief, ps, workers)"},
     {"ckpt", chief_cmd_ckpt,
      "inspect a checkpoint, or export it to .npz for numpy and Keras"},
     {"local", chief_cmd_local,
