@@ -20,7 +20,8 @@
  *   format          csv | npy | npz | idx | tfrecord | synthetic |
  *                   synthetic_ctr (default: from the first path's suffix)
  *   paths           file or list of files, relative to the job file's folder;
- *                   gzip is detected (csv, npy, idx, tfrecord)
+ *                   entries with * ? [ are sorted glob patterns; gzip is
+ *                   detected (csv, npy, idx, tfrecord)
  *   labels          npy, idx: the label file of each path
  *   label           csv column / tfrecord feature / npz member with the label
  *                   (npz default "y")

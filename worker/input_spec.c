@@ -13,6 +13,7 @@
 
 #include "common/err.h"
 
+#include <glob.h>
 #include <libgen.h>
 #include <math.h>
 #include <stdio.h>
@@ -150,7 +151,25 @@ static char *resolve_path(const tsr_job *job, const char *p) {
   return out;
 }
 
-/* A string or a list of strings into a resolved path array. */
+static int push_path(char ***out, int *n, size_t *cap, char *p) {
+  if (!p) return TSR_ENOMEM;
+  if ((size_t)*n == *cap) {
+    size_t nc = *cap ? *cap * 2 : 8;
+    char **np = realloc(*out, nc * sizeof *np);
+    if (!np) {
+      free(p);
+      return TSR_ENOMEM;
+    }
+    *out = np;
+    *cap = nc;
+  }
+  (*out)[(*n)++] = p;
+  return 0;
+}
+
+/* A string or a list of strings into resolved paths; an entry with * ? or
+ * [ is a glob pattern (as tf.data.Dataset.list_files) expanded in sorted
+ * order, and must match at least one file. */
 static int get_paths(const tsr_job *job, json_t *v, const char *where,
                      const char *key, char ***out, int *n, char *err,
                      size_t errlen) {
@@ -160,18 +179,39 @@ static int get_paths(const tsr_job *job, json_t *v, const char *where,
     return wk_input__fail(err, errlen, TSR_ECONFIG,
                           "%s.%s must be a path or a non-empty list of paths",
                           where, key);
-  char **p = calloc(cnt, sizeof *p);
-  if (!p) return TSR_ENOMEM;
-  *out = p;
-  *n = (int)cnt;
+  size_t cap = 0;
+  *out = NULL;
+  *n = 0;
   for (size_t i = 0; i < cnt; i++) {
     json_t *e = json_is_string(v) ? v : json_array_get(v, i);
     if (!json_is_string(e) || !json_string_value(e)[0])
       return wk_input__fail(err, errlen, TSR_ECONFIG,
                             "%s.%s[%zu] must be a non-empty string", where,
                             key, i);
-    p[i] = resolve_path(job, json_string_value(e));
-    if (!p[i]) return TSR_ENOMEM;
+    char *p = resolve_path(job, json_string_value(e));
+    if (!p) return TSR_ENOMEM;
+    if (!strpbrk(json_string_value(e), "*?[")) {
+      int rc = push_path(out, n, &cap, p);
+      if (rc) return rc;
+      continue;
+    }
+    glob_t g;
+    int gr = glob(p, 0, NULL, &g);
+    free(p);
+    if (gr != 0 || g.gl_pathc == 0) {
+      if (gr == 0) globfree(&g);
+      return wk_input__fail(err, errlen, TSR_ENOTFOUND,
+                            "%s.%s: \"%s\" matches no file", where, key,
+                            json_string_value(e));
+    }
+    for (size_t k = 0; k < g.gl_pathc; k++) {
+      int rc = push_path(out, n, &cap, strdup(g.gl_pathv[k]));
+      if (rc) {
+        globfree(&g);
+        return rc;
+      }
+    }
+    globfree(&g);
   }
   return 0;
 }

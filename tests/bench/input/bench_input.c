@@ -160,7 +160,7 @@ int main(int argc, char **argv) {
   double bb;
 
   double raw1 = NAN, raw2 = NAN, raw3 = NAN, raw4 = NAN;
-  double bps1 = NAN, bps2 = NAN, bps3 = NAN, bps4 = NAN;
+  double bps1 = NAN, bps1n = NAN, bps2 = NAN, bps3 = NAN, bps4 = NAN;
   /* TFRecord, image-like records (784 floats + label) */
   if (want(argc, argv, "dense")) {
   const char *p1 = tpath(dir, "dense.tfrecord");
@@ -174,6 +174,15 @@ int main(int argc, char **argv) {
   bps1 = rps1 * (double)file_size(p1) / (double)n;
   printf("%-28s %10.0f rec/s %8.1f MB/s   raw read() %8.1f MB/s\n",
          "tfrecord 784 floats", rps1, bps1 / 1e6, raw1 / 1e6);
+  /* the same without the shuffle buffer: parse and batch only */
+  snprintf(spec, sizeof spec,
+           "{\"train\": {\"format\": \"tfrecord\", \"paths\": \"%s\", "
+           "\"label\": \"label\", \"features\": [{\"name\": \"image\", "
+           "\"size\": 784}]}}", p1);
+  double rps1n = run_pipeline(dir, spec, 256, &n, NULL);
+  bps1n = rps1n * (double)file_size(p1) / (double)n;
+  printf("%-28s %10.0f rec/s %8.1f MB/s\n", "  same, no shuffle", rps1n,
+         bps1n / 1e6);
   }
   if (want(argc, argv, "ctr")) {
 
@@ -235,6 +244,9 @@ int main(int argc, char **argv) {
 
   if (!isnan(bps1))
     printf("RATIO input_tfrecord_dense_vs_read %.3f goal 0.3\n", bps1 / raw1);
+  if (!isnan(bps1n))
+    printf("RATIO input_tfrecord_dense_noshuffle_vs_read %.3f goal 0.3\n",
+           bps1n / raw1);
   if (!isnan(bps2))
     printf("RATIO input_tfrecord_ctr_vs_read %.3f goal 0.3\n", bps2 / raw2);
   if (!isnan(bps3))

@@ -169,6 +169,25 @@ static void sharding(void **state) {
   assert_int_equal(tdrain(f->in, NULL, NULL, 0, NULL), total);
 }
 
+static void glob_paths(void **state) {
+  fx *f = *state;
+  int rows[3] = {4, 5, 6};
+  write_tfrs(f, 3, rows);
+  /* t0, t1, t2 in sorted order: file sharding deals t0 and t2 to worker 0 */
+  load(f, "{\"train\": {\"paths\": \"t*.tfrecord\", \"label\": \"label\", "
+          "\"features\": [\"x\"], \"shard\": \"file\"}}");
+  assert_int_equal(open_opts(f, WK_SPLIT_TRAIN, topts(2, 0, 100, 1, 1)), 0);
+  float ys[32];
+  assert_int_equal(tdrain(f->in, ys, NULL, 32, NULL), 10);
+  assert_true(ys[0] == 0 && ys[3] == 3 && ys[4] == 9 && ys[9] == 14);
+  load(f, "{\"train\": {\"paths\": [\"t0.tfrecord\", \"u*.tfrecord\"], "
+          "\"label\": \"label\", \"features\": [\"x\"]}}");
+  assert_int_equal(open_opts(f, WK_SPLIT_TRAIN, topts(1, 0, 100, 1, 1)),
+                   TSR_ENOTFOUND);
+  assert_non_null(strstr(f->err, "data.train.paths: \"u*.tfrecord\" matches "
+                                  "no file"));
+}
+
 /* Output position p may only hold input rows < p + buffer (tf.data). */
 static void check_shuffle(const float *ys, int64_t n, int64_t buffer) {
   char *seen = calloc((size_t)n, 1);
@@ -469,6 +488,7 @@ static void synthetic_ctr(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(sharding, setup, teardown),
+      cmocka_unit_test_setup_teardown(glob_paths, setup, teardown),
       cmocka_unit_test_setup_teardown(shuffle, setup, teardown),
       cmocka_unit_test_setup_teardown(batching_over_epochs, setup, teardown),
       cmocka_unit_test_setup_teardown(prefetch_order, setup, teardown),
