@@ -90,10 +90,12 @@ typedef struct tsr_rpc_opts {
                                    that peer; default 64 MiB */
   uint32_t handshake_timeout_ms;/* connect + handshake; default 5000 */
   uint32_t heartbeat_ms;        /* client pings an idle connection this
-                                   often; default 1000 */
-  uint32_t idle_timeout_ms;     /* a connection with no byte received and
-                                   no write completed for this long is dead;
-                                   default 10000 */
+                                   often, the server answers; must be below
+                                   idle_timeout_ms; default 1000 */
+  uint32_t idle_timeout_ms;     /* a connection that received no byte (and
+                                   whose queued writes did not drain) for
+                                   this long is dead: its calls fail with
+                                   TSR_ECLOSED; default 10000 */
   uint32_t backoff_min_ms;      /* first reconnect delay; default 50 */
   uint32_t backoff_max_ms;      /* reconnect delay cap; default 5000 */
   uint32_t default_deadline_ms; /* for calls that give none; default 30000 */
@@ -158,7 +160,8 @@ typedef struct tsr_rpc_incoming {
                                   method names a request_type, else NULL */
   void *payload;               /* request payload (NULL when empty); in the
                                   method's own buffer when its payload_alloc
-                                  gave one, else in a library buffer */
+                                  gave one, else in a library buffer
+                                  (16-byte aligned) */
   size_t payload_len;
   const char *peer;            /* "ip:port" of the caller */
   const char *peer_name;       /* the name the caller announced */
@@ -312,7 +315,13 @@ typedef struct tsr_rpc_request {
                                is unspecified, but the library no longer
                                touches it once the callback has run. */
   size_t resp_len;
-  uint32_t deadline_ms;     /* from submission; 0: default_deadline_ms */
+  uint32_t deadline_ms;     /* from submission; 0: default_deadline_ms.
+                               Past it the call fails with TSR_ETIMEOUT
+                               (TSR_EUNAVAIL if it never left for want of
+                               a connection). The callback comes later
+                               only while the request's payload is still
+                               being written (its memory is in use): at
+                               worst idle_timeout_ms later */
   uint32_t flags;           /* TSR_RPC_RESP_* */
 } tsr_rpc_request;
 
