@@ -357,6 +357,41 @@ static void pinned_memory(void **state) {
   assert_int_equal(g_live, 0);
 }
 
+/* A host allocator that fails at call number g_fail_at. */
+static int64_t g_fail_at;
+static void *failing_alloc(size_t n) {
+  if (g_calls++ == g_fail_at) return NULL;
+  g_live++;
+  return malloc(n);
+}
+
+/* Every allocation of batch memory failing in turn: open fails cleanly
+ * (no leak: the sanitizer build checks) or, once past them all, works. */
+static void allocations_failing(void **state) {
+  fx *f = *state;
+  load(f, "{\"train\": {\"format\": \"synthetic_ctr\", \"n\": 50, "
+          "\"sparse\": 2, \"dense\": 2, \"vocab\": 100, \"prefetch\": 1}}");
+  int64_t k;
+  for (k = 0; k < 100; k++) {
+    wk_input_opts o = topts(1, 0, 16, 1, 4);
+    o.pinned = true;
+    o.host_alloc = failing_alloc;
+    o.host_free = count_free;
+    g_calls = g_live = 0;
+    g_fail_at = k;
+    int rc = open_opts(f, WK_SPLIT_TRAIN, o);
+    if (rc == 0) break;
+    assert_int_equal(rc, TSR_ENOMEM);
+    assert_non_null(strstr(f->err, "out of memory"));
+    assert_int_equal(g_live, 0);
+  }
+  assert_true(k > 4 && k < 100);
+  assert_int_equal(tdrain(f->in, NULL, NULL, 0, NULL), 50);
+  wk_input_close(f->in);
+  f->in = NULL;
+  assert_int_equal(g_live, 0);
+}
+
 static void normalize_streamed(void **state) {
   fx *f = *state;
   int rows[2] = {300, 200};
@@ -494,6 +529,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(prefetch_order, setup, teardown),
       cmocka_unit_test_setup_teardown(close_midstream, setup, teardown),
       cmocka_unit_test_setup_teardown(pinned_memory, setup, teardown),
+      cmocka_unit_test_setup_teardown(allocations_failing, setup, teardown),
       cmocka_unit_test_setup_teardown(normalize_streamed, setup, teardown),
       cmocka_unit_test_setup_teardown(synthetic_regression, setup, teardown),
       cmocka_unit_test_setup_teardown(synthetic_ctr, setup, teardown),
