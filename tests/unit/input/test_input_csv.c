@@ -378,6 +378,66 @@ static void diabetes_job(void **state) {
   for (int i = 0; i < 88; i++) assert_true(ys[i] == (float)target[5 * i + 4]);
 }
 
+/* Least squares on the training rows via the normal equations (d + 1
+ * unknowns, Gauss-Jordan), then the mean squared error on the eval rows. */
+static double ols_test_mse(const float *xtr, const float *ytr, int ntr,
+                           const float *xte, const float *yte, int nte,
+                           int d) {
+  double A[11][12] = {{0}};
+  for (int r = 0; r < ntr; r++) {
+    double v[11];
+    for (int j = 0; j < d; j++) v[j] = xtr[r * d + j];
+    v[d] = 1;
+    for (int i = 0; i <= d; i++) {
+      for (int j = 0; j <= d; j++) A[i][j] += v[i] * v[j];
+      A[i][d + 1] += v[i] * ytr[r];
+    }
+  }
+  for (int c = 0; c <= d; c++)
+    for (int r = 0; r <= d; r++)
+      if (r != c) {
+        double m = A[r][c] / A[c][c];
+        for (int j = c; j <= d + 1; j++) A[r][j] -= m * A[c][j];
+      }
+  double se = 0;
+  for (int r = 0; r < nte; r++) {
+    double p = A[d][d + 1] / A[d][d];
+    for (int j = 0; j < d; j++) p += A[j][d + 1] / A[j][j] * xte[r * d + j];
+    se += (p - yte[r]) * (p - yte[r]);
+  }
+  return se / nte;
+}
+
+/* The reference figure of the shared data README: linear regression on
+ * the training rows of diabetes has test MSE 3279 with this split. */
+static void diabetes_reference_figure(void **state) {
+  fx *f = *state;
+  char path[4096];
+  data_path(path, sizeof path, "diabetes_job.json");
+  assert_int_equal(tsr_job_load(path, NULL, &f->job, f->err, sizeof f->err),
+                   0);
+  static float x[2][442 * 10], y[2][442];
+  int n[2] = {0, 0};
+  for (int split = 0; split < 2; split++) {
+    wk_input_opts o = topts(1, 0, 500, 1, 3);
+    assert_int_equal(wk_input_open(&f->job, split, &o, &f->in, f->err,
+                                   sizeof f->err),
+                     0);
+    const wk_batch *b;
+    assert_int_equal(wk_input_next(f->in, &b), 0);
+    n[split] = (int)b->n;
+    memcpy(x[split], b->x, (size_t)b->n * 10 * sizeof(float));
+    memcpy(y[split], b->y, (size_t)b->n * sizeof(float));
+    wk_input_close(f->in);
+    f->in = NULL;
+  }
+  assert_int_equal(n[0], 354);
+  assert_int_equal(n[1], 88);
+  double mse = ols_test_mse(x[0], y[0], n[0], x[1], y[1], n[1], 10);
+  print_message("diabetes linear regression test MSE %.1f\n", mse);
+  assert_true(mse > 3279 - 5 && mse < 3279 + 5);
+}
+
 static void digits_job(void **state) {
   fx *f = *state;
   char path[4096];
@@ -432,6 +492,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(unreadable_file, setup, teardown),
       cmocka_unit_test_setup_teardown(spec_errors, setup, teardown),
       cmocka_unit_test_setup_teardown(diabetes_job, setup, teardown),
+      cmocka_unit_test_setup_teardown(diabetes_reference_figure, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(digits_job, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
