@@ -247,7 +247,6 @@ int wk__run_closure(wk_svc *s, wk_run *r, wk_job *j) {
     return fail(err, errlen, TSR_EINVAL, "closure %llu: steps %lld < 1",
                 (unsigned long long)q->closure_id, (long long)q->steps);
   double t_start = tsr_now_s();
-  bool fused = r->job.mode != TSR_MODE_SSP;
   wk_run_opts ro = {.train = true};
   wk_group g;
   int64_t pulled_step = 0;
@@ -284,16 +283,7 @@ int wk__run_closure(wk_svc *s, wk_run *r, wk_job *j) {
       else if (rc)
         return rc;
     }
-    if (fused || !more) {
-      rc = exchange(s, r, true, more, &o->push_s, &g, err, errlen);
-    } else {
-      rc = exchange(s, r, true, false, &o->push_s, &g, err, errlen);
-      if (!rc) {
-        r->clock++;
-        rc = exchange(s, r, false, true, &o->pull_s, &g, err, errlen);
-        r->clock--;
-      }
-    }
+    rc = exchange(s, r, true, more, &o->push_s, &g, err, errlen);
     if (rc) return rc;
     if (g.max_step >= 0 && r->job.mode == TSR_MODE_ASYNC &&
         g.max_step > pulled_step + 1) {

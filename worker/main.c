@@ -8,6 +8,7 @@
 #include "common/err.h"
 #include "common/job.h"
 #include "common/log.h"
+#include "worker/service.h"
 #include "worker/train.h"
 
 #include <getopt.h>
@@ -50,6 +51,7 @@ static int run_standalone(const char *job_path, char **ovr,
 }
 
 int main(int argc, char **argv) {
+  if (wk_service_selected(argc, argv)) return wk_service_main(argc, argv);
   const char *cluster_file = NULL, *task = NULL, *job_path = NULL;
   bool standalone = false;
   wk_train_opts to = {.device = KERN_DEVICE_AUTO};

@@ -268,6 +268,12 @@ static void usage(FILE *f) {
           "  tessera-worker --standalone --job JOB.json trains in one process.\n");
 }
 
+int wk_service_selected(int argc, char **argv) {
+  for (int i = 1; i < argc; i++)
+    if (strcmp(argv[i], "--standalone") == 0) return 0;
+  return 1;
+}
+
 static bool is_loopback(const char *host) {
   return strncmp(host, "127.", 4) == 0 || strcmp(host, "localhost") == 0 ||
          strcmp(host, "::1") == 0;

@@ -23,4 +23,8 @@
  * port when the host is not a loopback address). */
 int wk_service_main(int argc, char **argv);
 
+/* True unless argv asks for the standalone trainer (--standalone), so
+ * main() can hand every other command line to wk_service_main(). */
+int wk_service_selected(int argc, char **argv);
+
 #endif

@@ -1,0 +1,366 @@
+/* The worker tests' harness (harness.h): real processes on loopback, a
+ * driver loop with deadlines on every wait.
+ */
+#include "harness.h"
+
+#include "common/clock.h"
+#include "common/err.h"
+#include "kernels/init.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <libgen.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define H_TOKEN "worker-integration-test-token"
+
+static int free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  struct sockaddr_in a = {.sin_family = AF_INET};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  int port = -1;
+  if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+      getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+    port = ntohs(a.sin_port);
+  close(fd);
+  return port;
+}
+
+static pid_t spawn(h_cluster *c, const char *exe, const char *type, int i) {
+  char path[1024], tf[1400], task[32];
+  snprintf(path, sizeof path, "%s/%s", c->build_dir, exe);
+  snprintf(tf, sizeof tf, "{\"cluster\": %s, \"task\": {\"type\": \"%s\", "
+           "\"index\": %d}}", c->cluster_json, type, i);
+  snprintf(task, sizeof task, "%s:%d", type, i);
+  pid_t pid = fork();
+  if (pid != 0) return pid;
+  prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive a failed test */
+  setenv("TF_CONFIG", tf, 1);
+  setenv("TESSERA_TOKEN", H_TOKEN, 1);
+  if (strcmp(type, "worker") == 0)
+    execl(path, path, "--device", "cpu", "--ps-deadline-ms", "5000", NULL);
+  else
+    execl(path, path, NULL);
+  fprintf(stderr, "cannot run %s: %s\n", path, strerror(errno));
+  _exit(127);
+}
+
+int h_kill(pid_t pid, int sig, int timeout_ms) {
+  if (pid <= 0) return -1;
+  kill(pid, sig);
+  uint64_t end = tsr_now_ms() + (uint64_t)timeout_ms;
+  for (;;) {
+    int st;
+    pid_t r = waitpid(pid, &st, WNOHANG);
+    if (r == pid)
+      return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    if (tsr_now_ms() > end) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &st, 0);
+      return -1;
+    }
+    tsr_sleep_ms(10);
+  }
+}
+
+static void on_tick(uv_timer_t *t) { (void)t; }
+
+int h_start_ps(h_cluster *c, int i, const char *ps_mode) {
+  (void)ps_mode;
+  c->ps_pid[i] = spawn(c, "ps/tessera-ps", "ps", i);
+  return c->ps_pid[i] > 0 ? 0 : TSR_EINVAL;
+}
+
+int h_start(h_cluster *c, int n_ps, int n_workers, const char *ps_mode) {
+  memset(c, 0, sizeof *c);
+  tsr_job_init(&c->job);
+  c->build_dir = getenv("TSR_BUILD_DIR");
+  c->source_dir = getenv("TSR_SOURCE_DIR");
+  if (!c->build_dir || !c->source_dir) {
+    fprintf(stderr, "TSR_BUILD_DIR and TSR_SOURCE_DIR must be set\n");
+    return TSR_ECONFIG;
+  }
+  c->n_ps = n_ps;
+  c->n_workers = n_workers;
+  char ps_list[256] = "", wk_list[256] = "";
+  for (int i = 0; i < n_ps; i++) {
+    c->ps_port[i] = free_port();
+    snprintf(c->ps_addr[i], sizeof c->ps_addr[i], "127.0.0.1:%d",
+             c->ps_port[i]);
+    size_t l = strlen(ps_list);
+    snprintf(ps_list + l, sizeof ps_list - l, "%s\"%s\"", i ? ", " : "",
+             c->ps_addr[i]);
+  }
+  for (int i = 0; i < n_workers; i++) {
+    c->wk_port[i] = free_port();
+    snprintf(c->wk_addr[i], sizeof c->wk_addr[i], "127.0.0.1:%d",
+             c->wk_port[i]);
+    size_t l = strlen(wk_list);
+    snprintf(wk_list + l, sizeof wk_list - l, "%s\"%s\"", i ? ", " : "",
+             c->wk_addr[i]);
+  }
+  snprintf(c->cluster_json, sizeof c->cluster_json,
+           "{\"ps\": [%s], \"worker\": [%s]}", ps_list, wk_list);
+  for (int i = 0; i < n_ps; i++) h_start_ps(c, i, ps_mode);
+  for (int i = 0; i < n_workers; i++)
+    c->wk_pid[i] = spawn(c, "worker/tessera-worker", "worker", i);
+
+  uv_loop_init(&c->loop);
+  uv_timer_init(&c->loop, &c->tick);
+  uv_timer_start(&c->tick, on_tick, 20, 20);
+  tsr_rpc_opts o = {.name = "chief:0", .token = H_TOKEN,
+                    .token_len = strlen(H_TOKEN), .backoff_max_ms = 200};
+  int rc = tsr_rpc_ctx_new(&c->ctx, &c->loop, &o);
+  for (int i = 0; !rc && i < n_ps; i++)
+    rc = ps_client_new(&c->ps[i], c->ctx, c->ps_addr[i]);
+  for (int i = 0; !rc && i < n_workers; i++)
+    rc = tsr_rpc_client_new(&c->wk[i], c->ctx, c->wk_addr[i]);
+  for (int i = 0; !rc && i < n_ps; i++) ps_client_set_deadline(c->ps[i], 10000);
+  return rc;
+}
+
+static int closing;
+static void on_closed(void *data) {
+  (void)data;
+  closing--;
+}
+
+int h_stop(h_cluster *c) {
+  int bad = 0;
+  for (int i = 0; i < c->n_workers; i++) {
+    int st = h_kill(c->wk_pid[i], SIGTERM, 10000);
+    if (c->wk_pid[i] > 0 && st != 0) {
+      fprintf(stderr, "worker %d exited with %d after SIGTERM\n", i, st);
+      bad = 1;
+    }
+  }
+  for (int i = 0; i < c->n_ps; i++) {
+    int st = h_kill(c->ps_pid[i], SIGTERM, 10000);
+    if (c->ps_pid[i] > 0 && st != 0) {
+      fprintf(stderr, "ps %d exited with %d after SIGTERM\n", i, st);
+      bad = 1;
+    }
+  }
+  for (int i = 0; i < c->n_ps; i++)
+    if (c->ps[i]) {
+      closing++;
+      ps_client_close(c->ps[i], on_closed, NULL);
+    }
+  for (int i = 0; i < c->n_workers; i++)
+    if (c->wk[i]) {
+      closing++;
+      tsr_rpc_client_close(c->wk[i], on_closed, NULL);
+    }
+  uint64_t end = tsr_now_ms() + 5000;
+  while (closing > 0 && tsr_now_ms() < end) uv_run(&c->loop, UV_RUN_ONCE);
+  uv_close((uv_handle_t *)&c->tick, NULL);
+  uv_run(&c->loop, UV_RUN_DEFAULT);
+  if (closing || tsr_rpc_ctx_free(c->ctx) != 0) bad = 1;
+  if (uv_loop_close(&c->loop) != 0) {
+    fprintf(stderr, "uv_loop_close failed: handles left open\n");
+    bad = 1;
+  }
+  if (c->model) wk_model_free(c->model);
+  free(c->shards);
+  free(c->job_text);
+  tsr_job_free(&c->job);
+  return bad;
+}
+
+void h_spin(h_cluster *c, int ms) {
+  uint64_t end = tsr_now_ms() + (uint64_t)ms;
+  while (tsr_now_ms() < end) uv_run(&c->loop, UV_RUN_ONCE);
+}
+
+int h_load_job(h_cluster *c, const char *path, const char *const *overrides,
+               int parts) {
+  char err[1024];
+  int rc = tsr_job_load(path, overrides, &c->job, err, sizeof err);
+  if (rc) {
+    fprintf(stderr, "job %s: %s\n", path, err);
+    return rc;
+  }
+  c->job_text = json_dumps(c->job.raw, JSON_COMPACT);
+  wk_input *in = NULL;
+  wk_input_opts io = {.worker_index = 0, .num_workers = 1,
+                      .batch_size = c->job.batch_size, .epochs = 1};
+  if ((rc = wk_input_open(&c->job, WK_SPLIT_TRAIN, &io, &in, err,
+                          sizeof err)) ||
+      (rc = wk_model_from_job(&c->job, wk_input_get_schema(in), &c->model,
+                              err, sizeof err))) {
+    fprintf(stderr, "job %s: %s\n", path, err);
+    if (in) wk_input_close(in);
+    return rc;
+  }
+  wk_input_close(in);
+  wk_model_variables(c->model, &c->vars, &c->n_vars);
+  tsr_var_shape shapes[64];
+  for (size_t v = 0; v < c->n_vars && v < 64; v++) {
+    shapes[v] = (tsr_var_shape){.name = c->vars[v].name,
+                                .rank = c->vars[v].rank, .elem_size = 4};
+    shapes[v].shape[0] = c->vars[v].shape[0];
+    shapes[v].shape[1] = c->vars[v].shape[1];
+  }
+  tsr_partitioner p = c->job.partitioner;
+  if (parts > 0) p = (tsr_partitioner){.kind = TSR_PART_FIXED,
+                                       .num_shards = parts};
+  if ((rc = tsr_partition_plan(&p, shapes, c->n_vars, c->n_ps, &c->shards,
+                               &c->n_shards, err, sizeof err))) {
+    fprintf(stderr, "partition: %s\n", err);
+    return rc;
+  }
+  return 0;
+}
+
+/* ---- calls ---------------------------------------------------------------- */
+
+static void on_ps(const ps_result *r, void *data) {
+  h_result *res = data;
+  res->done = true;
+  res->status = r->status;
+  res->step = r->step;
+  snprintf(res->msg, sizeof res->msg, "%s", r->message);
+}
+
+int h_wait(h_cluster *c, h_result *res, int timeout_ms) {
+  uint64_t end = tsr_now_ms() + (uint64_t)timeout_ms;
+  while (!res->done) {
+    if (tsr_now_ms() > end) return TSR_ETIMEOUT;
+    uv_run(&c->loop, UV_RUN_ONCE);
+  }
+  return res->status;
+}
+
+int h_create_vars(h_cluster *c, const char *mode) {
+  for (int p = 0; p < c->n_ps; p++) {
+    ps_var_spec specs[64];
+    size_t n = 0;
+    for (size_t i = 0; i < c->n_shards && n < 64; i++) {
+      const tsr_shard *sh = &c->shards[i];
+      if (sh->ps != p) continue;
+      const wk_var_info *vi = &c->vars[sh->var];
+      ps_var_spec *s = &specs[n++];
+      int rc = ps_var_spec_init(s, vi->name, vi->rank, vi->shape, sh->shard,
+                                sh->num_shards, kern_init_name(vi->init.kind),
+                                c->job.seed, &c->job.optimizer);
+      if (rc) return rc;
+      s->init = vi->init;
+      s->sparse = vi->kind == WK_VAR_ROW_SPARSE;
+      s->bounded = true;
+    }
+    h_result r = {0}, m = {0};
+    int rc = ps_client_create(c->ps[p], specs, n, on_ps, &r);
+    if (!rc) rc = h_wait(c, &r, 10000);
+    if (rc) {
+      fprintf(stderr, "create on ps:%d: %s\n", p, r.msg);
+      return rc;
+    }
+    rc = ps_client_config(c->ps[p], mode, false, on_ps, &m);
+    if (!rc) rc = h_wait(c, &m, 10000);
+    if (rc) {
+      fprintf(stderr, "config on ps:%d: %s\n", p, m.msg);
+      return rc;
+    }
+  }
+  return 0;
+}
+
+int h_pull_var(h_cluster *c, int v, float *out, int64_t *step) {
+  const wk_var_info *vi = &c->vars[v];
+  for (size_t i = 0; i < c->n_shards; i++) {
+    const tsr_shard *sh = &c->shards[i];
+    if (sh->var != v) continue;
+    h_result r = {0};
+    int rc = ps_client_pull(c->ps[sh->ps], vi->name, sh->shard, -1, 0,
+                            out + sh->row0 * vi->row_dim,
+                            (size_t)(sh->rows * vi->row_dim), on_ps, &r);
+    if (!rc) rc = h_wait(c, &r, 10000);
+    if (rc) {
+      fprintf(stderr, "pull %s shard %d: %s\n", vi->name, sh->shard, r.msg);
+      return rc;
+    }
+    if (step) *step = r.step;
+  }
+  return 0;
+}
+
+static void on_call(const tsr_rpc_result *r, void *data) {
+  h_result *res = data;
+  res->done = true;
+  res->status = r->status;
+  snprintf(res->msg, sizeof res->msg, "%s", r->message);
+  if (r->status == 0) {
+    res->meta = malloc(r->meta_len ? r->meta_len : 1);
+    if (res->meta) memcpy(res->meta, r->meta, r->meta_len);
+    res->meta_len = r->meta_len;
+  }
+}
+
+int h_call_start(h_cluster *c, int w, uint32_t method,
+                 const ProtobufCMessage *req, h_result *res) {
+  memset(res, 0, sizeof *res);
+  size_t len = protobuf_c_message_get_packed_size(req);
+  uint8_t *buf = malloc(len ? len : 1);
+  if (!buf) return TSR_ENOMEM;
+  protobuf_c_message_pack(req, buf);
+  tsr_rpc_request rq = {.method = method, .meta = buf, .meta_len = len,
+                        .deadline_ms = 60000};
+  int rc = tsr_rpc_call(c->wk[w], &rq, on_call, res);
+  free(buf);
+  return rc;
+}
+
+int h_call(h_cluster *c, int w, uint32_t method, const ProtobufCMessage *req,
+           h_result *res, int timeout_ms) {
+  int rc = h_call_start(c, w, method, req, res);
+  if (rc) return rc;
+  return h_wait(c, res, timeout_ms);
+}
+
+void h_result_free(h_result *res) {
+  free(res->meta);
+  res->meta = NULL;
+}
+
+int h_configure(h_cluster *c, int w, uint64_t run_id, uint32_t version,
+                const char *job_text, h_result *res) {
+  Tessera__Worker__ConfigureRequest q =
+      TESSERA__WORKER__CONFIGURE_REQUEST__INIT;
+  Tessera__Worker__Shard sh[64], *shp[64];
+  char *addrs[H_MAX_PROCS];
+  char dir[1024];
+  snprintf(dir, sizeof dir, "%s", c->job.path ? c->job.path : ".");
+  q.run_id = run_id;
+  q.format_version = version;
+  q.worker_index = (uint32_t)w;
+  q.num_workers = (uint32_t)c->n_workers;
+  q.job_json = (char *)job_text;
+  q.job_dir = dirname(dir);
+  for (int i = 0; i < c->n_ps; i++) addrs[i] = c->ps_addr[i];
+  q.n_ps_addrs = (size_t)c->n_ps;
+  q.ps_addrs = addrs;
+  for (size_t i = 0; i < c->n_shards && i < 64; i++) {
+    tessera__worker__shard__init(&sh[i]);
+    sh[i].var = (uint32_t)c->shards[i].var;
+    sh[i].shard = (uint32_t)c->shards[i].shard;
+    sh[i].num_shards = (uint32_t)c->shards[i].num_shards;
+    sh[i].row0 = c->shards[i].row0;
+    sh[i].rows = c->shards[i].rows;
+    sh[i].ps = (uint32_t)c->shards[i].ps;
+    shp[i] = &sh[i];
+  }
+  q.n_shards = c->n_shards;
+  q.shards = shp;
+  q.model_digest = "test";
+  return h_call(c, w, WK_M_CONFIGURE, &q.base, res, 30000);
+}

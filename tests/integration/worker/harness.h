@@ -1,0 +1,107 @@
+/* Test harness of the worker integration tests: a small cluster of real
+ * tessera-ps and tessera-worker processes on 127.0.0.1 ephemeral ports,
+ * and a driver that plays the chief (creates the variables on the PS,
+ * configures the workers, runs closures) through blocking helpers that
+ * run the driver's own loop until an answer or a deadline.
+ */
+#ifndef TSR_TEST_WK_HARNESS_H
+#define TSR_TEST_WK_HARNESS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "common/job.h"
+#include "common/partition.h"
+#include "common/rpc/rpc.h"
+#include "ps/client.h"
+#include "worker/model.h"
+#include "worker/wire.h"
+
+#include "worker.pb-c.h"
+
+#define H_MAX_PROCS 4
+
+typedef struct {
+  const char *build_dir, *source_dir;
+  int n_ps, n_workers;
+  int ps_port[H_MAX_PROCS], wk_port[H_MAX_PROCS];
+  char ps_addr[H_MAX_PROCS][32], wk_addr[H_MAX_PROCS][32];
+  pid_t ps_pid[H_MAX_PROCS], wk_pid[H_MAX_PROCS];
+  char cluster_json[1024];
+  uv_loop_t loop;
+  uv_timer_t tick;          /* keeps uv_run(ONCE) returning */
+  tsr_rpc_ctx *ctx;
+  ps_client *ps[H_MAX_PROCS];
+  tsr_rpc_client *wk[H_MAX_PROCS];
+  /* the job and the chief's layout */
+  tsr_job job;
+  char *job_text;
+  wk_model *model;
+  const wk_var_info *vars;
+  size_t n_vars;
+  tsr_shard *shards;
+  size_t n_shards;
+} h_cluster;
+
+/* A finished call. */
+typedef struct {
+  bool done;
+  int status;
+  char msg[1024];
+  uint8_t *meta;            /* response meta (malloc'd) */
+  size_t meta_len;
+  int64_t step;             /* ps: shard step */
+} h_result;
+
+#define H_CHECK(cond, ...)                                              \
+  do {                                                                  \
+    if (!(cond)) {                                                      \
+      fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);   \
+      fprintf(stderr, __VA_ARGS__);                                     \
+      fprintf(stderr, "\n");                                            \
+      return 1;                                                         \
+    }                                                                   \
+  } while (0)
+
+/* Picks ports, starts n_ps PS and n_workers workers (extra worker argv
+ * may be NULL), connects the driver. 0 or a negative code (logged). */
+int h_start(h_cluster *c, int n_ps, int n_workers, const char *ps_mode);
+/* Starts PS i again on its port. */
+int h_start_ps(h_cluster *c, int i, const char *ps_mode);
+/* SIGTERM every process, checks each exits 0 within the deadline; closes
+ * the driver and checks uv_loop_close() == 0. Returns 0 when all did. */
+int h_stop(h_cluster *c);
+/* Sends `sig` to a process and waits (deadline) for it to end; returns
+ * its exit status (128+signal when killed), or -1 on timeout. */
+int h_kill(pid_t pid, int sig, int timeout_ms);
+
+/* Loads a job file, builds the model (schema from the training input of
+ * worker 0 of 1) and plans its shards over the PS with `parts` shards per
+ * variable (0: the job's partitioner). */
+int h_load_job(h_cluster *c, const char *path, const char *const *overrides,
+               int parts);
+/* Creates every shard on its PS and sets the PS mode. */
+int h_create_vars(h_cluster *c, const char *mode);
+
+/* Worker calls: pack `req`, call, wait up to timeout_ms; res->meta holds
+ * the answer on status 0. */
+int h_call(h_cluster *c, int w, uint32_t method, const ProtobufCMessage *req,
+           h_result *res, int timeout_ms);
+/* Starts a call and returns at once; h_wait waits for it. */
+int h_call_start(h_cluster *c, int w, uint32_t method,
+                 const ProtobufCMessage *req, h_result *res);
+int h_wait(h_cluster *c, h_result *res, int timeout_ms);
+void h_result_free(h_result *res);
+
+/* Configure request for worker w (format version and job as given). */
+int h_configure(h_cluster *c, int w, uint64_t run_id, uint32_t version,
+                const char *job_text, h_result *res);
+
+/* Pulls the whole value of variable v from the PS into out (numel). */
+int h_pull_var(h_cluster *c, int v, float *out, int64_t *step);
+
+/* Runs the driver loop for about ms milliseconds. */
+void h_spin(h_cluster *c, int ms);
+
+#endif

@@ -1,0 +1,332 @@
+/* tessera-worker end to end, with real tessera-ps and tessera-worker
+ * processes on loopback and this program as the chief:
+ *   train   2 PS, 2 workers, async: closures run, the eval loss of the
+ *           Keras diabetes model goes down, status and PS steps add up;
+ *   sync    2 PS, 2 workers, sync: the parameters after N steps equal the
+ *           standalone trainer's on the global batch (1e-5 relative);
+ *   errors  1 PS, 1 worker: another format_version is refused
+ *           (TSR_EVERSION), a missing data file answers TSR_EIO naming the
+ *           path, a PS killed mid-closure fails the closure naming the PS
+ *           and the worker keeps serving (configured again once the PS is
+ *           back), shutdown by the method exits 0.
+ * Every wait has a deadline; every process must exit 0 on SIGTERM.
+ */
+#include "harness.h"
+
+#include "common/err.h"
+#include "worker/train.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static char job_path[1024];
+
+static int run_closure(h_cluster *c, int w, uint64_t id, int64_t steps,
+                       h_result *res) {
+  Tessera__Worker__RunRequest q = TESSERA__WORKER__RUN_REQUEST__INIT;
+  q.closure_id = id;
+  q.steps = steps;
+  return h_call_start(c, w, WK_M_RUN, &q.base, res);
+}
+
+static int eval_loss(h_cluster *c, int w, double *loss, int64_t *n) {
+  Tessera__Worker__EvalRequest q = TESSERA__WORKER__EVAL_REQUEST__INIT;
+  q.eval_id = 1;
+  h_result r;
+  int rc = h_call(c, w, WK_M_EVAL, &q.base, &r, 30000);
+  if (rc) {
+    fprintf(stderr, "eval: %s: %s\n", tsr_err_name(rc), r.msg);
+    return rc;
+  }
+  Tessera__Worker__EvalResponse *e =
+      tessera__worker__eval_response__unpack(NULL, r.meta_len, r.meta);
+  h_result_free(&r);
+  if (!e) return TSR_EPROTO;
+  *loss = e->loss;
+  *n = e->examples;
+  tessera__worker__eval_response__free_unpacked(e, NULL);
+  return 0;
+}
+
+static Tessera__Worker__StatusResponse *status_of(h_cluster *c, int w) {
+  Tessera__Worker__StatusRequest q = TESSERA__WORKER__STATUS_REQUEST__INIT;
+  h_result r;
+  if (h_call(c, w, WK_M_STATUS, &q.base, &r, 10000)) return NULL;
+  Tessera__Worker__StatusResponse *s =
+      tessera__worker__status_response__unpack(NULL, r.meta_len, r.meta);
+  h_result_free(&r);
+  return s;
+}
+
+/* ---- train ----------------------------------------------------------------- */
+
+static int test_train(void) {
+  h_cluster c;
+  int rc = h_start(&c, 2, 2, "async");
+  H_CHECK(rc == 0, "start: %s", tsr_strerror(rc));
+  const char *ovr[] = {"optimizer.learning_rate=0.01", NULL};
+  H_CHECK(h_load_job(&c, job_path, ovr, 2) == 0, "job");
+  H_CHECK(h_create_vars(&c, "async") == 0, "create");
+  for (int w = 0; w < 2; w++) {
+    h_result r;
+    rc = h_configure(&c, w, 7, WK_FORMAT_VERSION, c.job_text, &r);
+    H_CHECK(rc == 0, "configure worker %d: %s", w, r.msg);
+    Tessera__Worker__ConfigureResponse *cr =
+        tessera__worker__configure_response__unpack(NULL, r.meta_len, r.meta);
+    h_result_free(&r);
+    H_CHECK(cr && strcmp(cr->device, "cpu") == 0, "device %s",
+            cr ? cr->device : "?");
+    H_CHECK(cr->examples == 177, "examples per epoch %lld, want 177",
+            (long long)cr->examples);
+    H_CHECK(strstr(cr->model_summary, "Dense") != NULL ||
+                strstr(cr->model_summary, "dense") != NULL,
+            "summary %s", cr->model_summary);
+    tessera__worker__configure_response__free_unpacked(cr, NULL);
+  }
+  double loss0, loss1;
+  int64_t n0, n1;
+  H_CHECK(eval_loss(&c, 0, &loss0, &n0) == 0, "eval before");
+  H_CHECK(n0 == 88, "eval examples %lld, want 88", (long long)n0);
+
+  const int closures = 10, steps = 20;
+  double first_loss = 0, last_loss = 0;
+  for (int k = 0; k < closures; k++) {
+    h_result r[2];
+    for (int w = 0; w < 2; w++)
+      H_CHECK(run_closure(&c, w, (uint64_t)(k * 2 + w), steps, &r[w]) == 0,
+              "run start");
+    for (int w = 0; w < 2; w++) {
+      rc = h_wait(&c, &r[w], 60000);
+      H_CHECK(rc == 0, "closure %d on worker %d: %s", k, w, r[w].msg);
+      Tessera__Worker__RunResponse *o =
+          tessera__worker__run_response__unpack(NULL, r[w].meta_len,
+                                                 r[w].meta);
+      h_result_free(&r[w]);
+      H_CHECK(o, "run answer does not decode");
+      H_CHECK(o->closure_id == (uint64_t)(k * 2 + w), "closure id");
+      H_CHECK(o->steps_done == steps, "steps_done %lld",
+              (long long)o->steps_done);
+      H_CHECK(o->examples >= steps && o->examples <= steps * 32,
+              "examples %lld", (long long)o->examples);
+      H_CHECK(isfinite(o->loss_sum) && o->loss_sum > 0, "loss_sum %g",
+              o->loss_sum);
+      H_CHECK(o->pull_s >= 0 && o->push_s > 0 && o->compute_s > 0 &&
+                  o->input_wait_s >= 0 && o->wall_s > 0,
+              "phase times %g %g %g %g", o->pull_s, o->push_s, o->compute_s,
+              o->input_wait_s);
+      if (k == 0 && w == 0) first_loss = o->loss_sum / steps;
+      if (k == closures - 1 && w == 0) last_loss = o->loss_sum / steps;
+      tessera__worker__run_response__free_unpacked(o, NULL);
+    }
+  }
+  H_CHECK(eval_loss(&c, 1, &loss1, &n1) == 0, "eval after");
+  fprintf(stderr, "train: eval loss %.1f -> %.1f, closure loss %.1f -> %.1f\n",
+          loss0, loss1, first_loss, last_loss);
+  H_CHECK(loss1 < 0.5 * loss0, "eval loss %g -> %g did not halve", loss0,
+          loss1);
+  H_CHECK(last_loss < 0.5 * first_loss, "training loss %g -> %g", first_loss,
+          last_loss);
+
+  /* Every push was applied once: each shard counts 2 * closures * steps. */
+  for (size_t v = 0; v < c.n_vars; v++) {
+    float *val = calloc((size_t)c.vars[v].numel, sizeof(float));
+    int64_t step = -1;
+    H_CHECK(val && h_pull_var(&c, (int)v, val, &step) == 0, "pull");
+    free(val);
+    H_CHECK(step == 2 * closures * steps, "%s: %lld applies, want %d",
+            c.vars[v].name, (long long)step, 2 * closures * steps);
+  }
+  /* The same run id again is answered at once; status adds up. */
+  h_result r;
+  rc = h_configure(&c, 1, 7, WK_FORMAT_VERSION, c.job_text, &r);
+  H_CHECK(rc == 0, "configure again: %s", r.msg);
+  h_result_free(&r);
+  for (int w = 0; w < 2; w++) {
+    Tessera__Worker__StatusResponse *s = status_of(&c, w);
+    H_CHECK(s, "status");
+    char role[16];
+    snprintf(role, sizeof role, "worker:%d", w);
+    H_CHECK(strcmp(s->role, role) == 0 && strcmp(s->state, "configured") == 0 &&
+                s->run_id == 7 && s->steps == closures * steps &&
+                s->examples_per_sec > 0 && strcmp(s->device, "cpu") == 0,
+            "status %s %s run %llu steps %lld", s->role, s->state,
+            (unsigned long long)s->run_id, (long long)s->steps);
+    tessera__worker__status_response__free_unpacked(s, NULL);
+  }
+  H_CHECK(h_stop(&c) == 0, "clean stop");
+  return 0;
+}
+
+/* ---- sync ------------------------------------------------------------------ */
+
+static int test_sync(void) {
+  h_cluster c;
+  int rc = h_start(&c, 2, 2, "sync");
+  H_CHECK(rc == 0, "start");
+  const char *ovr[] = {"data.train.shuffle_buffer=0", "batch_size=16",
+                       "mode=\"sync\"", NULL};
+  H_CHECK(h_load_job(&c, job_path, ovr, 2) == 0, "job");
+  H_CHECK(h_create_vars(&c, "sync") == 0, "create");
+  for (int w = 0; w < 2; w++) {
+    h_result r;
+    rc = h_configure(&c, w, 11, WK_FORMAT_VERSION, c.job_text, &r);
+    H_CHECK(rc == 0, "configure worker %d: %s", w, r.msg);
+    h_result_free(&r);
+  }
+  /* 12 steps per epoch (11 of 16 and one of a single example per worker:
+   * the same 2 rows as the global batch's last), so 22 steps cross an
+   * epoch. */
+  const int closures = 2, steps = 11;
+  for (int k = 0; k < closures; k++) {
+    h_result r[2];
+    for (int w = 0; w < 2; w++)
+      H_CHECK(run_closure(&c, w, (uint64_t)(k * 2 + w), steps, &r[w]) == 0,
+              "run");
+    for (int w = 0; w < 2; w++) {
+      rc = h_wait(&c, &r[w], 60000);
+      H_CHECK(rc == 0, "sync closure %d worker %d: %s", k, w, r[w].msg);
+      h_result_free(&r[w]);
+    }
+  }
+  /* The reference: one process, global batch 32, same seed and order. */
+  char err[1024];
+  wk_input *in = NULL;
+  wk_input_opts io = {.worker_index = 0, .num_workers = 1, .batch_size = 32,
+                      .epochs = -1, .seed = c.job.seed};
+  wk_trainer *t = NULL;
+  wk_train_opts to = {.device = KERN_DEVICE_CPU, .quiet = true};
+  H_CHECK(wk_input_open(&c.job, WK_SPLIT_TRAIN, &io, &in, err, sizeof err) == 0,
+          "%s", err);
+  H_CHECK(wk_trainer_open(c.model, &c.job.optimizer, c.job.seed,
+                          c.job.precision, &to, 32, &t, err, sizeof err) == 0,
+          "%s", err);
+  for (int s = 0; s < closures * steps; s++) {
+    const wk_batch *b;
+    double loss;
+    bool applied;
+    H_CHECK(wk_input_next(in, &b) == 0, "reference input");
+    H_CHECK(wk_trainer_step(t, b, &loss, &applied, err, sizeof err) == 0,
+            "%s", err);
+  }
+  double worst = 0;
+  for (size_t v = 0; v < c.n_vars; v++) {
+    size_t n = (size_t)c.vars[v].numel;
+    float *val = calloc(n, sizeof(float));
+    int64_t step = -1;
+    H_CHECK(val && h_pull_var(&c, (int)v, val, &step) == 0, "pull");
+    H_CHECK(step == closures * steps, "%s: %lld sync steps, want %d",
+            c.vars[v].name, (long long)step, closures * steps);
+    const float *ref = wk_trainer_var(t, (int)v);
+    double maxref = 0, maxdiff = 0;
+    for (size_t i = 0; i < n; i++) {
+      if (fabs(ref[i]) > maxref) maxref = fabs(ref[i]);
+      if (fabs(val[i] - ref[i]) > maxdiff) maxdiff = fabs(val[i] - ref[i]);
+    }
+    free(val);
+    double rel = maxdiff / (maxref > 0 ? maxref : 1);
+    if (rel > worst) worst = rel;
+    fprintf(stderr, "sync: %s max |diff| %.3g, relative %.3g\n",
+            c.vars[v].name, maxdiff, rel);
+    H_CHECK(rel <= 1e-5, "%s differs from the standalone trainer by %.3g "
+            "relative", c.vars[v].name, rel);
+  }
+  wk_trainer_close(t);
+  wk_input_close(in);
+  H_CHECK(h_stop(&c) == 0, "clean stop");
+  return 0;
+}
+
+/* ---- errors ---------------------------------------------------------------- */
+
+static int test_errors(void) {
+  h_cluster c;
+  int rc = h_start(&c, 1, 1, "async");
+  H_CHECK(rc == 0, "start");
+  H_CHECK(h_load_job(&c, job_path, NULL, 0) == 0, "job");
+  H_CHECK(h_create_vars(&c, "async") == 0, "create");
+  h_result r;
+
+  rc = h_configure(&c, 0, 3, WK_FORMAT_VERSION + 1, c.job_text, &r);
+  H_CHECK(rc == TSR_EVERSION && strstr(r.msg, "format_version"),
+          "wrong version: %s %s", tsr_err_name(rc), r.msg);
+
+  Tessera__Worker__RunRequest rq = TESSERA__WORKER__RUN_REQUEST__INIT;
+  rq.steps = 1;
+  rc = h_call(&c, 0, WK_M_RUN, &rq.base, &r, 10000);
+  H_CHECK(rc == TSR_EINVAL && strstr(r.msg, "not configured"),
+          "run unconfigured: %s %s", tsr_err_name(rc), r.msg);
+
+  json_t *bad = json_deep_copy(c.job.raw);
+  json_object_set_new(json_object_get(json_object_get(bad, "data"), "train"),
+                      "paths", json_string("missing_data_file.csv"));
+  char *bad_text = json_dumps(bad, JSON_COMPACT);
+  json_decref(bad);
+  rc = h_configure(&c, 0, 4, WK_FORMAT_VERSION, bad_text, &r);
+  free(bad_text);
+  H_CHECK(rc == TSR_EIO && strstr(r.msg, "missing_data_file.csv"),
+          "missing file: %s %s", tsr_err_name(rc), r.msg);
+
+  rc = h_configure(&c, 0, 5, WK_FORMAT_VERSION, c.job_text, &r);
+  H_CHECK(rc == 0, "configure after errors: %s", r.msg);
+  h_result_free(&r);
+  H_CHECK(run_closure(&c, 0, 1, 5, &r) == 0 && h_wait(&c, &r, 30000) == 0,
+          "closure: %s", r.msg);
+  h_result_free(&r);
+
+  /* A PS killed mid-closure fails the closure, naming the PS. */
+  H_CHECK(run_closure(&c, 0, 2, 100000000, &r) == 0, "long closure");
+  h_spin(&c, 300);
+  H_CHECK(!r.done, "the long closure ended early: %s", r.msg);
+  H_CHECK(h_kill(c.ps_pid[0], SIGKILL, 5000) >= 0, "kill ps");
+  c.ps_pid[0] = 0;
+  rc = h_wait(&c, &r, 20000);
+  fprintf(stderr, "errors: closure after PS kill: %s: %s\n",
+          tsr_err_name(rc), r.msg);
+  H_CHECK(rc != 0 && rc != TSR_ETIMEOUT && strstr(r.msg, "ps:0"),
+          "closure after PS kill: %s %s", tsr_err_name(rc), r.msg);
+  Tessera__Worker__StatusResponse *s = status_of(&c, 0);
+  H_CHECK(s && strcmp(s->state, "failed") == 0 && strstr(s->last_error, "ps:0"),
+          "status after PS kill: %s / %s", s ? s->state : "?",
+          s ? s->last_error : "?");
+  tessera__worker__status_response__free_unpacked(s, NULL);
+
+  /* The PS returns: create, configure a new run, train again. */
+  H_CHECK(h_start_ps(&c, 0, "async") == 0, "restart ps");
+  H_CHECK(h_create_vars(&c, "async") == 0, "create again");
+  rc = h_configure(&c, 0, 6, WK_FORMAT_VERSION, c.job_text, &r);
+  H_CHECK(rc == 0, "configure after PS restart: %s", r.msg);
+  h_result_free(&r);
+  H_CHECK(run_closure(&c, 0, 3, 5, &r) == 0 && h_wait(&c, &r, 30000) == 0,
+          "closure after PS restart: %s", r.msg);
+  h_result_free(&r);
+
+  /* Shutdown by the method: answered, then the process exits 0. */
+  Tessera__Worker__ShutdownRequest sq =
+      TESSERA__WORKER__SHUTDOWN_REQUEST__INIT;
+  rc = h_call(&c, 0, WK_M_SHUTDOWN, &sq.base, &r, 10000);
+  H_CHECK(rc == 0, "shutdown: %s", r.msg);
+  h_result_free(&r);
+  rc = h_kill(c.wk_pid[0], 0, 10000);
+  H_CHECK(rc == 0, "worker exit status after shutdown: %d", rc);
+  c.wk_pid[0] = 0;
+  H_CHECK(h_stop(&c) == 0, "clean stop");
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  const char *src = getenv("TSR_SOURCE_DIR");
+  if (argc != 2 || !src) {
+    fprintf(stderr, "usage: test_worker train|sync|errors (TSR_SOURCE_DIR, "
+                    "TSR_BUILD_DIR set)\n");
+    return 2;
+  }
+  snprintf(job_path, sizeof job_path, "%s/tests/data/diabetes_job.json", src);
+  signal(SIGPIPE, SIG_IGN);
+  if (strcmp(argv[1], "train") == 0) return test_train();
+  if (strcmp(argv[1], "sync") == 0) return test_sync();
+  if (strcmp(argv[1], "errors") == 0) return test_errors();
+  fprintf(stderr, "unknown test %s\n", argv[1]);
+  return 2;
+}
