@@ -4,6 +4,8 @@
  * it (--steps 100 is steps=100; --set KEY=VALUE for any key).
  */
 #include "chief/coord.h"
+#include "chief/evaluator.h"
+#include "common/cluster.h"
 #include "common/log.h"
 #include "tsr_config.h"
 
@@ -31,6 +33,10 @@ static void usage(FILE *f) {
       "  --ps-timeout S          wait this long for a lost PS (600)\n"
       "  --closure-timeout S     deadline of one closure (600)\n"
       "  --keep-cluster          leave the PS and workers running at the end\n"
+      "As the evaluator task (TF_CONFIG task type evaluator), it evaluates\n"
+      "every new checkpoint of the job instead:\n"
+      "  --eval-poll S           look for a new checkpoint every S s (2)\n"
+      "  --eval-idle-timeout S   stop after S s without one (600)\n"
       "  --version, --help\n");
 }
 
@@ -66,9 +72,12 @@ int main(int argc, char **argv) {
       {"ps-timeout", required_argument, 0, 'p'},
       {"closure-timeout", required_argument, 0, 'C'},
       {"keep-cluster", no_argument, 0, 'K'},
+      {"eval-poll", required_argument, 0, 'P'},
+      {"eval-idle-timeout", required_argument, 0, 'I'},
       {"version", no_argument, 0, 'V'},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
+  chief_eval_opts eo = {2.0, 600.0};
   int ch, rc = 2;
   while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     const char *key = NULL;
@@ -89,6 +98,8 @@ int main(int argc, char **argv) {
       case 'p': o.ps_timeout_s = atof(optarg); break;
       case 'C': o.closure_timeout_s = atof(optarg); break;
       case 'K': o.keep_cluster = true; break;
+      case 'P': eo.poll_s = atof(optarg); break;
+      case 'I': eo.idle_timeout_s = atof(optarg); break;
       case 'V': printf("tessera-chief %s\n", TSR_VERSION); rc = 0; goto out;
       case 'h': usage(stdout); rc = 0; goto out;
       default: usage(stderr); goto out;
@@ -111,7 +122,7 @@ int main(int argc, char **argv) {
     goto out;
   }
   if (o.wait_timeout_s <= 0 || o.ps_timeout_s <= 0 ||
-      o.closure_timeout_s <= 0) {
+      o.closure_timeout_s <= 0 || eo.poll_s <= 0 || eo.idle_timeout_s <= 0) {
     fprintf(stderr, "tessera-chief: timeouts must be > 0 seconds\n");
     goto out;
   }
@@ -119,6 +130,20 @@ int main(int argc, char **argv) {
   /* A peer that closes while we write must give EPIPE, not end us. */
   signal(SIGPIPE, SIG_IGN);
   tsr_log_init("chief");
+  {
+    /* The evaluator task runs the checkpoint sidecar instead. */
+    tsr_cluster c;
+    char err[TSR_ERRBUF];
+    if (tsr_cluster_load(o.cluster_file, o.task, &c, err, sizeof err) == 0) {
+      bool eval = c.task_type == TSR_TASK_EVALUATOR;
+      tsr_cluster_free(&c);
+      if (eval) {
+        tsr_log_set_task("evaluator");
+        rc = chief_evaluator_run(&o, &eo);
+        goto out;
+      }
+    }
+  }
   rc = chief_coord_run(&o);
 out:
   for (int i = 0; i < n_owned; i++) free(owned[i]);

@@ -41,14 +41,15 @@ print(" ".join(str(s.getsockname()[1]) for s in socks))
 PY
 }
 
-# cluster NPS NWK: sets CLUSTER (the TF_CONFIG cluster JSON)
+# cluster NPS NWK [evaluator]: sets CLUSTER (the TF_CONFIG cluster JSON)
 cluster() {
   local nps=$1 nwk=$2
-  read -r -a P <<<"$(free_ports $((1 + nps + nwk)))"
-  local ps="" wk="" i
+  read -r -a P <<<"$(free_ports $((2 + nps + nwk)))"
+  local ps="" wk="" ev="" i
   for ((i = 0; i < nps; i++)); do ps+="${ps:+,}\"127.0.0.1:${P[$((1 + i))]}\""; done
   for ((i = 0; i < nwk; i++)); do wk+="${wk:+,}\"127.0.0.1:${P[$((1 + nps + i))]}\""; done
-  CLUSTER="{\"chief\":[\"127.0.0.1:${P[0]}\"],\"ps\":[$ps],\"worker\":[$wk]}"
+  [ "${3:-}" = evaluator ] && ev=",\"evaluator\":[\"127.0.0.1:${P[$((1 + nps + nwk))]}\"]"
+  CLUSTER="{\"chief\":[\"127.0.0.1:${P[0]}\"],\"ps\":[$ps],\"worker\":[$wk]$ev}"
   NPS=$nps
   NWK=$nwk
 }
@@ -73,6 +74,13 @@ start_chief() {
     --ps-timeout 60 "$@" >>"$WORK/chief.log" 2>&1 &
   PIDS[chief]=$!
   CHIEF_PID=$!
+}
+
+# start_evaluator ARGS...: the evaluator task (tessera-chief as evaluator)
+start_evaluator() {
+  TF_CONFIG=$(tf_config evaluator 0) "$CH_BIN" --eval-poll 0.2 \
+    --eval-idle-timeout 60 "$@" >>"$WORK/evaluator.log" 2>&1 &
+  PIDS[evaluator]=$!
 }
 
 start_all() {

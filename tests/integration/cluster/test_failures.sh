@@ -19,6 +19,11 @@ start_all
 start_chief --job "$WORK/job.json" --summary-json "$WORK/s1.json"
 check "worker kill: training started" wait_for 60 started
 sleep 1
+status=$(TF_CONFIG="{\"cluster\":$CLUSTER}" "$TESSERA" status)
+echo "$status"
+check "status: the chief is training" grep -q "^chief:0 .* train " <<<"$status"
+check "status: both PS answer" test "$(grep -c '^ps:[01] .* up ' <<<"$status")" = 2
+check "status: both workers answer" test "$(grep -c '^worker:[01] .* running\|^worker:[01] .* configured' <<<"$status")" = 2
 kill -9 "${PIDS[worker1]}"
 sleep 1
 start_worker 1

@@ -6,29 +6,37 @@
 # exports to an .npz with the model's arrays under their Keras names.
 . "$(dirname "$0")/lib.sh"
 
-write_diabetes_job "$WORK/job.json" ', "epochs": 300, "steps_per_closure": 20,
-  "checkpoint": {"dir": "ckpt", "every_steps": 1000, "keep": 2},
-  "logdir": "logs", "eval_every_steps": 1500'
-cluster 2 2
+write_diabetes_job "$WORK/job.json" ', "epochs": 500, "steps_per_closure": 20,
+  "checkpoint": {"dir": "ckpt", "every_steps": 2000, "keep": 2},
+  "logdir": "logs", "eval_every_steps": 2500'
+cluster 2 2 evaluator
 start_all
+start_evaluator --job "$WORK/job.json" --steps 6000
 start_chief --job "$WORK/job.json" --summary-json "$WORK/summary.json"
 wait_chief 240
+ev_done() { grep -q "evaluated step 6000" "$WORK/evaluator.log"; }
+check "evaluator evaluated the last checkpoint" wait_for 60 ev_done
+ev_mse=$(sed -n 's/^evaluated step 6000: loss \([0-9.e+-]*\).*/\1/p' "$WORK/evaluator.log")
 
 check "chief exits 0" test "$CHIEF_RC" = 0
 check "summary written" test -f "$WORK/summary.json"
 steps=$(json_get "$WORK/summary.json" steps 2>/dev/null || echo 0)
-check "exact step count (300 epochs of 6 + 6 steps: $steps)" test "$steps" = 3600
+check "exact step count (500 epochs of 6 + 6 steps: $steps)" test "$steps" = 6000
 mse=$(json_get "$WORK/summary.json" eval.loss 2>/dev/null || echo 1e9)
 echo "test MSE: $mse"
 check "test MSE <= 3500" /usr/bin/python3 -c "import sys; sys.exit(0 if float('$mse') <= 3500 else 1)"
+echo "evaluator's MSE at the last checkpoint: $ev_mse"
+check "the evaluator agrees with the chief's evaluation (1e-4 relative)" \
+  /usr/bin/python3 -c "import sys; a, b = float('$mse'), float('${ev_mse:-nan}'); sys.exit(0 if abs(a - b) <= 1e-4 * abs(a) else 1)"
+check "evaluator events in logs/eval" bash -c "ls $WORK/logs/eval/events.out.tfevents.* >/dev/null"
 check "TensorBoard event file" bash -c "ls $WORK/logs/events.out.tfevents.* >/dev/null"
 check "metrics.jsonl has loss" grep -q '"loss"' "$WORK/logs/metrics.jsonl"
 check "report.html" grep -q "<svg" "$WORK/logs/report.html"
 check "checkpoints pruned to 2" test "$(ls -d "$WORK"/ckpt/ckpt-* | wc -l)" = 2
-check "last checkpoint at the last step" test "$(ckpt_step "$WORK/ckpt")" = 3600
+check "last checkpoint at the last step" test "$(ckpt_step "$WORK/ckpt")" = 6000
 out=$("$TESSERA" ckpt inspect "$WORK/ckpt" 2>&1)
 check "ckpt inspect lists the kernel" grep -q "dense/kernel" <<<"$out"
-check "ckpt inspect shows the step" grep -q "step 3600" <<<"$out"
+check "ckpt inspect shows the step" grep -q "step 6000" <<<"$out"
 "$TESSERA" ckpt export "$WORK/ckpt" --npz "$WORK/weights.npz" >/dev/null
 check "ckpt export writes the npz" test -s "$WORK/weights.npz"
 if /usr/bin/python3 -c 'import numpy' 2>/dev/null; then

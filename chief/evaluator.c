@@ -1,0 +1,232 @@
+/* The evaluator sidecar; see evaluator.h. One loop: look for a newer
+ * committed checkpoint, load it into a trainer's host variables, run the
+ * eval split through the model, record the figures, sleep. */
+#include "chief/evaluator.h"
+#include "chief/ckpt_read.h"
+#include "common/clock.h"
+#include "common/err.h"
+#include "common/log.h"
+#include "worker/input.h"
+#include "worker/metrics.h"
+#include "worker/model.h"
+#include "worker/train.h"
+
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static volatile sig_atomic_t ev_stop;
+
+static void ev_on_signal(int sig) {
+  (void)sig;
+  ev_stop = 1;
+}
+
+/* Copies every variable of the checkpoint folder into the trainer; rows a
+ * sparse table never stored keep the trainer's initial values, which are
+ * the ones the PS would have created. */
+static int ev_load(wk_trainer *tr, const wk_model *m, const char *folder,
+                   char *err, size_t errlen) {
+  chief_ckpt_var *vars;
+  size_t n;
+  int rc = chief_ckpt_scan(folder, &vars, &n, err, errlen);
+  if (rc) return rc;
+  const wk_var_info *vi;
+  size_t nv;
+  wk_model_variables(m, &vi, &nv);
+  for (size_t v = 0; v < nv && !rc; v++) {
+    const chief_ckpt_var *cv = NULL;
+    for (size_t k = 0; k < n; k++)
+      if (strcmp(vars[k].name, vi[v].name) == 0) cv = &vars[k];
+    if (!cv) {
+      rc = TSR_ENOTFOUND;
+      snprintf(err, errlen, "%s: no variable %s", folder, vi[v].name);
+      break;
+    }
+    if (cv->shape[0] != vi[v].shape[0] || cv->width != vi[v].row_dim) {
+      rc = TSR_ESHAPE;
+      snprintf(err, errlen, "%s: %s is [%lld, %lld] there, [%lld, %lld] in "
+               "the model", folder, vi[v].name, (long long)cv->shape[0],
+               (long long)cv->width, (long long)vi[v].shape[0],
+               (long long)vi[v].row_dim);
+      break;
+    }
+    float *dst = wk_trainer_var(tr, (int)v);
+    uint8_t *present = malloc((size_t)cv->shape[0] + 1);
+    float *tmp = malloc((size_t)(cv->shape[0] * cv->width) * sizeof *tmp + 1);
+    if (!present || !tmp) {
+      free(present);
+      free(tmp);
+      rc = TSR_ENOMEM;
+      break;
+    }
+    rc = chief_ckpt_load_value(cv, tmp, present, err, errlen);
+    for (int64_t r = 0; !rc && r < cv->shape[0]; r++)
+      if (present[r])
+        memcpy(dst + r * cv->width, tmp + r * cv->width,
+               (size_t)cv->width * sizeof *dst);
+    free(present);
+    free(tmp);
+  }
+  chief_ckpt_vars_free(vars, n);
+  return rc;
+}
+
+static int ev_evaluate(const tsr_job *job, wk_trainer *tr, wk_metrics *mt,
+                       const wk_input_opts *io, char *err, size_t errlen) {
+  wk_input *in;
+  int rc = wk_input_open(job, WK_SPLIT_EVAL, io, &in, err, errlen);
+  if (rc) return rc;
+  wk_metrics_reset(mt);
+  const wk_batch *b;
+  while ((rc = wk_input_next(in, &b)) == 0) {
+    rc = wk_trainer_eval(tr, b, mt, err, errlen);
+    if (rc) break;
+  }
+  if (rc == TSR_EEOF)
+    rc = 0;
+  else if (rc && !err[0])
+    snprintf(err, errlen, "%s", wk_input_error(in));
+  wk_input_close(in);
+  return rc;
+}
+
+int chief_evaluator_run(const chief_coord_opts *o, const chief_eval_opts *e) {
+  char err[1024] = "";
+  tsr_job job;
+  int status = 2;
+  if (!o->job_path) {
+    tsr_error("the evaluator needs --job JOB.json");
+    return 2;
+  }
+  if (tsr_job_load(o->job_path, o->overrides, &job, err, sizeof err)) {
+    tsr_error("%s", err);
+    return 2;
+  }
+  wk_model *m = NULL;
+  wk_trainer *tr = NULL;
+  wk_metrics *mt = NULL;
+  chief_metrics *rec = NULL;
+  char *root = NULL, *logdir = NULL;
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s", job.path);
+  char *slash = strrchr(dir, '/');
+  if (slash)
+    *slash = 0;
+  else
+    snprintf(dir, sizeof dir, ".");
+  if (!job.checkpoint_dir) {
+    tsr_error("%s: the evaluator needs checkpoint.dir", job.path);
+    goto out;
+  }
+  if (!job.data || !json_object_get(job.data, "eval")) {
+    tsr_error("%s: the evaluator needs data.eval", job.path);
+    goto out;
+  }
+  size_t n = strlen(dir) + strlen(job.checkpoint_dir) + 2;
+  root = malloc(n);
+  if (!root) goto out;
+  if (job.checkpoint_dir[0] == '/')
+    snprintf(root, n, "%s", job.checkpoint_dir);
+  else
+    snprintf(root, n, "%s/%s", dir, job.checkpoint_dir);
+  if (job.logdir) {
+    n = strlen(dir) + strlen(job.logdir) + 8;
+    logdir = malloc(n);
+    if (!logdir) goto out;
+    if (job.logdir[0] == '/')
+      snprintf(logdir, n, "%s/eval", job.logdir);
+    else
+      snprintf(logdir, n, "%s/%s/eval", dir, job.logdir);
+  }
+  if (wk_model_from_job(&job, NULL, &m, err, sizeof err)) {
+    tsr_error("%s", err);
+    goto out;
+  }
+  wk_train_opts to;
+  memset(&to, 0, sizeof to);
+  to.device = KERN_DEVICE_AUTO;
+  to.quiet = true;
+  if (wk_trainer_open(m, &job.optimizer, job.seed, job.precision, &to,
+                      job.batch_size, &tr, err, sizeof err) ||
+      wk_metrics_open(m, &mt)) {
+    tsr_error("%s", err[0] ? err : "out of memory");
+    status = 1;
+    goto out;
+  }
+  if (chief_metrics_open(&rec, logdir, NULL, err, sizeof err)) {
+    tsr_warn("TensorBoard logs disabled: %s", err);
+    chief_metrics_open(&rec, NULL, NULL, err, sizeof err);
+  }
+  wk_input_opts io;
+  memset(&io, 0, sizeof io);
+  io.worker_index = 0;
+  io.num_workers = 1;
+  io.batch_size = job.batch_size;
+  io.epochs = 1;
+  io.seed = job.seed;
+  signal(SIGINT, ev_on_signal);
+  signal(SIGTERM, ev_on_signal);
+  tsr_info("evaluator: watching %s%s%s", root, logdir ? "; events in " : "",
+           logdir ? logdir : "");
+  int64_t last = -1;
+  double t_new = tsr_now_s();
+  status = 0;
+  while (!ev_stop) {
+    int64_t step;
+    json_t *man = NULL;
+    char folder[4096];
+    int rc = chief_ckpt_read(root, &step, &man, folder, sizeof folder, err,
+                             sizeof err);
+    json_decref(man);
+    if (rc == 0 && step > last) {
+      last = step;
+      t_new = tsr_now_s();
+      err[0] = 0;
+      rc = ev_load(tr, m, folder, err, sizeof err);
+      if (!rc) rc = ev_evaluate(&job, tr, mt, &io, err, sizeof err);
+      if (rc) {
+        tsr_warn("checkpoint of step %" PRId64 " not evaluated: %s", step,
+                 err);
+      } else {
+        double loss, vals[8];
+        wk_metrics_result(mt, &loss, vals);
+        char line[512];
+        size_t off = (size_t)snprintf(line, sizeof line,
+                                      "evaluated step %" PRId64 ": loss %.6g",
+                                      step, loss);
+        chief_metrics_scalar(rec, "eval/loss", step, loss, 0);
+        for (int k = 0; k < wk_model_num_metrics(m) && k < 8; k++) {
+          char tag[96];
+          snprintf(tag, sizeof tag, "eval/%s", wk_model_metric_name(m, k));
+          chief_metrics_scalar(rec, tag, step, vals[k], 0);
+          if (off < sizeof line)
+            off += (size_t)snprintf(line + off, sizeof line - off, ", %s %.4f",
+                                    wk_model_metric_name(m, k), vals[k]);
+        }
+        chief_metrics_flush(rec);
+        printf("%s\n", line);
+        fflush(stdout);
+      }
+      if (job.steps > 0 && step >= job.steps) break;
+      continue;
+    }
+    if (tsr_now_s() - t_new > e->idle_timeout_s) {
+      tsr_info("evaluator: no new checkpoint for %.0f s; stopping",
+               e->idle_timeout_s);
+      break;
+    }
+    tsr_sleep_ms((uint64_t)(e->poll_s * 1000));
+  }
+out:
+  if (rec) chief_metrics_close(rec);
+  if (mt) wk_metrics_close(mt);
+  if (tr) wk_trainer_close(tr);
+  if (m) wk_model_free(m);
+  free(root);
+  free(logdir);
+  tsr_job_free(&job);
+  return status;
+}
