@@ -237,6 +237,10 @@ static int run_stream(wk_input *in, int64_t epoch, wk_rec *recs, char *err,
   if (rc) return rc;
   int64_t m = 0;
   while (m < B) {
+    /* buffer records are allocated on first use: a buffer larger than the
+     * data costs only what the data fills */
+    if (!recs[m].x && (rc = wk_rec__init(&recs[m], s->n_dense, s->n_sparse)))
+      return rc;
     rc = s->ops->next(s, &recs[m], err, errlen);
     if (rc == TSR_EEOF) break;
     if (rc) return rc;
@@ -270,8 +274,7 @@ static void *reader_main(void *arg) {
   wk_rec *recs = calloc((size_t)nrec, sizeof *recs);
   int64_t *buf = NULL;
   if (!recs) rc = TSR_ENOMEM;
-  for (int64_t i = 0; !rc && i < nrec; i++)
-    rc = wk_rec__init(&recs[i], s->n_dense, s->n_sparse);
+  if (!rc) rc = wk_rec__init(&recs[0], s->n_dense, s->n_sparse);
   if (!rc && s->rows && in->spec.shuffle_buffer > 1) {
     int64_t B = in->spec.shuffle_buffer < s->n_rows ? in->spec.shuffle_buffer
                                                     : s->n_rows;
