@@ -15,7 +15,8 @@
 
 #include <pthread.h>
 
-enum { M_ECHO = 1, M_FAIL = 2, M_SLEEP = 3, M_TYPED = 4, M_SINK = 5 };
+enum { M_ECHO = 1, M_FAIL = 2, M_SLEEP = 3, M_TYPED = 4, M_SINK = 5,
+       M_DELAY = 6 };
 
 typedef struct env {
   uv_loop_t loop;
@@ -27,6 +28,10 @@ typedef struct env {
   int sink_used, sink_aborts;
   uv_timer_t sleeper;
   tsr_rpc_incoming *held;
+  uv_timer_t ticker;           /* answers M_DELAY calls when due */
+  tsr_rpc_incoming *delayed[512];
+  uint64_t due[512];
+  int ndelayed;
 } env;
 
 static void h_echo(tsr_rpc_incoming *call, void *data) {
@@ -58,6 +63,33 @@ static void h_typed(tsr_rpc_incoming *call, void *data) {
   tsr_rpc_reply(call, m->message, strlen(m->message), NULL, 0, NULL, NULL);
 }
 
+static void ticker_cb(uv_timer_t *t) {
+  env *e = t->data;
+  uint64_t now = tsr_now_ns();
+  for (int i = 0; i < e->ndelayed;) {
+    if (e->due[i] > now) {
+      i++;
+      continue;
+    }
+    tsr_rpc_incoming *call = e->delayed[i];
+    e->delayed[i] = e->delayed[--e->ndelayed];
+    e->due[i] = e->due[e->ndelayed];
+    uv_buf_t b = uv_buf_init(call->payload, (unsigned)call->payload_len);
+    tsr_rpc_reply(call, NULL, 0, &b, call->payload_len ? 1 : 0, NULL, NULL);
+  }
+}
+
+/* Echo after the milliseconds in the first meta byte. */
+static void h_delay(tsr_rpc_incoming *call, void *data) {
+  env *e = data;
+  if (e->ndelayed == 512 || call->meta_len < 1) {
+    tsr_rpc_reply_error(call, TSR_EBUSY, NULL);
+    return;
+  }
+  e->delayed[e->ndelayed] = call;
+  e->due[e->ndelayed++] = tsr_now_ns() + call->meta[0] * 1000000ull;
+}
+
 static int sink_alloc(tsr_rpc_incoming *call, size_t len, void **buf,
                       void *data) {
   env *e = data;
@@ -85,6 +117,7 @@ static void env_server(env *e, tsr_rpc_opts *so, int port) {
   assert_int_equal(tsr_rpc_server_register(e->srv, M_ECHO, h_echo, e), 0);
   assert_int_equal(tsr_rpc_server_register(e->srv, M_FAIL, h_fail, e), 0);
   assert_int_equal(tsr_rpc_server_register(e->srv, M_SLEEP, h_sleep, e), 0);
+  assert_int_equal(tsr_rpc_server_register(e->srv, M_DELAY, h_delay, e), 0);
   tsr_rpc_method tm = {.method = M_TYPED, .name = "typed",
                        .handler = h_typed, .data = e,
                        .request_type = &tessera__rpc__rpc_error__descriptor};
@@ -108,6 +141,9 @@ static void env_up(env *e, tsr_rpc_opts *so, tsr_rpc_opts *co) {
   assert_int_equal(uv_loop_init(&e->loop), 0);
   uv_timer_init(&e->loop, &e->sleeper);
   e->sleeper.data = e;
+  uv_timer_init(&e->loop, &e->ticker);
+  e->ticker.data = e;
+  uv_timer_start(&e->ticker, ticker_cb, 1, 1);
   tsr_rpc_opts d1, d2;
   ru_opts(&d1, "server");
   ru_opts(&d2, "client");
@@ -124,9 +160,11 @@ static void env_down(env *e) {
   if (e->srv) tsr_rpc_server_close(e->srv, ru_set_flag, &sdone);
   assert_true(ru_run_until(&e->loop, &cdone, 5000));
   assert_true(ru_run_until(&e->loop, &sdone, 5000));
+  assert_int_equal(e->ndelayed, 0);
   assert_int_equal(tsr_rpc_ctx_free(e->cctx), 0);
   if (e->sctx) assert_int_equal(tsr_rpc_ctx_free(e->sctx), 0);
   uv_close((uv_handle_t *)&e->sleeper, NULL);
+  uv_close((uv_handle_t *)&e->ticker, NULL);
   uv_run(&e->loop, UV_RUN_DEFAULT);
   assert_int_equal(uv_loop_close(&e->loop), 0);
 }
@@ -198,7 +236,7 @@ static void test_echo(void **state) {
   assert_true(st.bytes_in > sizeof pl);
   tsr_rpc_method_stats ms[8];
   size_t n = tsr_rpc_server_method_stats(e.srv, ms, 8);
-  assert_int_equal(n, 5);
+  assert_int_equal(n, 6);
   assert_int_equal(ms[0].method, M_ECHO);
   assert_int_equal(ms[0].calls, 2);
   assert_int_equal(tsr_rpc_server_foreach_conn(e.srv, NULL, NULL), 1);
@@ -505,6 +543,120 @@ static void test_fail_fast(void **state) {
   env_down(&e);
 }
 
+/* Deadlines racing answers: many calls whose answers come around their
+ * deadlines, some while the payload is landing in the caller's buffer.
+ * A call that failed must never see its buffer written afterwards: each
+ * one is filled with a canary when its callback runs, checked at the end
+ * when every late answer has arrived. */
+typedef struct race {
+  uint8_t *dst;
+  size_t len;
+  int done, status;
+  uint32_t want;
+  uint8_t delay;
+  uint32_t deadline_ms;
+} race;
+
+typedef struct racer {
+  env *e;
+  race *x;
+  int next;
+  const uint8_t *src;
+} racer;
+
+static void on_race(const tsr_rpc_result *rr, void *data) {
+  race *x = data;
+  x->done = 1;
+  x->status = rr->status;
+  if (rr->status == 0) {
+    if (checksum(x->dst, x->len) != x->want) x->status = 12345;
+  } else {
+    memset(x->dst, 0xEE, x->len);
+  }
+}
+
+static void race_issue(racer *r) {
+  race *x = &r->x[r->next++];
+  uv_buf_t b = uv_buf_init((char *)r->src + (x - r->x), (unsigned)x->len);
+  tsr_rpc_request q = {.method = M_DELAY, .meta = &x->delay, .meta_len = 1,
+                       .payload = &b, .npayload = 1, .resp_buf = x->dst,
+                       .resp_len = x->len, .deadline_ms = x->deadline_ms};
+  assert_int_equal(tsr_rpc_call(r->e->cli, &q, on_race, x), 0);
+}
+
+/* Runs calls [from, to) with `depth` in flight until all are done. */
+static void race_run(env *e, racer *r, int from, int to, int depth) {
+  int z = 0, done = 0;
+  r->next = from;
+  for (int k = 0; k < 20000 && done < to - from; k++) {
+    done = 0;
+    int pending = 0;
+    for (int i = from; i < r->next; i++) {
+      if (r->x[i].done)
+        done++;
+      else
+        pending++;
+    }
+    while (r->next < to && pending < depth) {
+      race_issue(r);
+      pending++;
+    }
+    if (done < to - from) ru_run_until(&e->loop, &z, 1);
+  }
+  assert_int_equal(done, to - from);
+}
+
+static void test_deadline_race(void **state) {
+  env e;
+  env_up(&e, NULL, NULL);
+  enum { N = 240, NBIG = 12 };
+  race *x = calloc(N + NBIG, sizeof *x);
+  size_t src_len = (24u << 20) + N + NBIG;
+  uint8_t *src = malloc(src_len);
+  for (size_t i = 0; i < src_len; i++) src[i] = (uint8_t)(i * 29 + 1);
+  int z = 0;
+  for (int k = 0; k < 500 && !tsr_rpc_client_connected(e.cli); k++)
+    ru_run_until(&e.loop, &z, 5);
+  assert_true(tsr_rpc_client_connected(e.cli));
+  unsigned seed = 7;
+  for (int i = 0; i < N + NBIG; i++) {
+    seed = seed * 1103515245 + 12345;
+    x[i].len = (seed >> 8) % (512u << 10);
+    x[i].delay = (uint8_t)((seed >> 4) % 10);
+    x[i].deadline_ms = 2 + (seed >> 12) % 12;
+    if (i >= N) { /* big, alone: the deadline falls while bytes move */
+      x[i].len = (8u << 20) + (seed >> 6) % (16u << 20);
+      x[i].delay = 0;
+      x[i].deadline_ms = 2 + (seed >> 10) % 40;
+    }
+    x[i].dst = malloc(x[i].len + 1);
+    x[i].want = checksum(src + i, x[i].len);
+  }
+  racer r = {.e = &e, .x = x, .src = src};
+  race_run(&e, &r, 0, N, 8);
+  race_run(&e, &r, N, N + NBIG, 1);
+  /* let every late answer arrive and be dropped */
+  for (int k = 0; k < 200 && e.ndelayed; k++) ru_run_until(&e.loop, &z, 5);
+  ru_run_until(&e.loop, &z, 100);
+  int ok = 0, late = 0;
+  for (int i = 0; i < N + NBIG; i++) {
+    if (x[i].status == 0) {
+      if (i < N) ok++;
+    } else {
+      assert_int_equal(x[i].status, TSR_ETIMEOUT);
+      if (i < N) late++;
+      for (size_t j = 0; j < x[i].len; j++)
+        if (x[i].dst[j] != 0xEE)
+          fail_msg("call %d: buffer written after its deadline", i);
+    }
+    free(x[i].dst);
+  }
+  if (!ok || !late) fail_msg("%d answered, %d timed out: no race", ok, late);
+  free(src);
+  free(x);
+  env_down(&e);
+}
+
 /* ---- calls from other threads ------------------------------------------- */
 
 typedef struct tsarg {
@@ -669,6 +821,7 @@ int main(void) {
       cmocka_unit_test(test_echo),          cmocka_unit_test(test_many_sizes),
       cmocka_unit_test(test_remote_error),  cmocka_unit_test(test_typed_meta),
       cmocka_unit_test(test_deadline),      cmocka_unit_test(test_resp_buf),
+      cmocka_unit_test(test_deadline_race),
       cmocka_unit_test(test_sink),          cmocka_unit_test(test_busy),
       cmocka_unit_test(test_reconnect),     cmocka_unit_test(test_wrong_token),
       cmocka_unit_test(test_fail_fast),     cmocka_unit_test(test_threads),
