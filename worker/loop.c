@@ -57,6 +57,7 @@ void wk__run_free(wk_run *r) {
   free(r->n_nxt);
   free(r->cap_rows);
   free(r->shards);
+  free(r->var_first);
   free(r->ops);
   for (int i = 0; i < r->n_ps; i++) free(r->ps_addrs[i]);
   free(r->ps_addrs);

@@ -301,7 +301,7 @@ static void on_call(const tsr_rpc_result *r, void *data) {
   snprintf(res->msg, sizeof res->msg, "%s", r->message);
   if (r->status == 0) {
     res->meta = malloc(r->meta_len ? r->meta_len : 1);
-    if (res->meta) memcpy(res->meta, r->meta, r->meta_len);
+    if (res->meta && r->meta_len) memcpy(res->meta, r->meta, r->meta_len);
     res->meta_len = r->meta_len;
   }
 }
