@@ -748,6 +748,39 @@ static void test_close_pending(void **state) {
   env_down(&e);
 }
 
+/* Closing the client from inside a call's callback: the other calls end
+ * with TSR_ESHUTDOWN, the close completes, nothing is left on the loop. */
+typedef struct closer {
+  env *e;
+  res r[3];
+  int closed;
+} closer;
+
+static void on_close_inside(const tsr_rpc_result *rr, void *data) {
+  closer *k = data;
+  on_res(rr, &k->r[0]);
+  tsr_rpc_client_close(k->e->cli, ru_set_flag, &k->closed);
+  k->e->cli = NULL;
+}
+
+static void test_close_in_callback(void **state) {
+  env e;
+  env_up(&e, NULL, NULL);
+  closer k = {.e = &e};
+  uint32_t ms = 200;
+  tsr_rpc_request fast = {.method = M_ECHO};
+  tsr_rpc_request slow = {.method = M_SLEEP, .meta = &ms, .meta_len = 4};
+  assert_int_equal(tsr_rpc_call(e.cli, &fast, on_close_inside, &k), 0);
+  assert_int_equal(tsr_rpc_call(e.cli, &slow, on_res, &k.r[1]), 0);
+  assert_true(ru_run_until(&e.loop, &k.closed, 3000));
+  assert_int_equal(k.r[0].status, 0);
+  assert_true(k.r[1].done);
+  assert_int_equal(k.r[1].status, TSR_ESHUTDOWN);
+  int wait = 0;
+  ru_run_until(&e.loop, &wait, 400); /* the held call is answered, dropped */
+  env_down(&e);
+}
+
 /* ---- allocation failures in turn ---------------------------------------- */
 
 static void test_alloc_failures(void **state) {
@@ -826,6 +859,7 @@ int main(void) {
       cmocka_unit_test(test_reconnect),     cmocka_unit_test(test_wrong_token),
       cmocka_unit_test(test_fail_fast),     cmocka_unit_test(test_threads),
       cmocka_unit_test(test_close_pending),
+      cmocka_unit_test(test_close_in_callback),
       cmocka_unit_test(test_alloc_failures),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
