@@ -386,6 +386,7 @@ static void coord_pump_train(coord *co, double now) {
   }
   if (co->total_steps == 0) return; /* still learning the epoch size */
   if (chief_sched_finished(co->sched)) {
+    co->t_train_end = now;
     coord__set_phase(co, COORD_FINAL);
     return;
   }
@@ -850,7 +851,11 @@ out_clients:
     memset(&s, 0, sizeof s);
     s.steps = co->sched ? coord__global_step(co) : 0;
     s.examples = co->examples;
-    s.seconds = tsr_now_s() - co->t_start;
+    /* training time, from the first closure to the last step: setup,
+     * the final checkpoint and evaluation are not in the rate */
+    s.seconds = co->t_train_end > 0 && co->t_train_start > 0
+                    ? co->t_train_end - co->t_train_start
+                    : tsr_now_s() - co->t_start;
     co->last_loss = coord_recent_loss(co);
     s.has_loss = !isnan(co->last_loss);
     s.final_loss = co->last_loss;

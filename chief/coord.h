@@ -163,6 +163,7 @@ struct coord {
   char fail_msg[512];
   /* time */
   double t_start, t_phase, t_last_wait_note, t_last_ckpt, t_train_start;
+  double t_train_end;    /* when the last step was done (0 before) */
   /* pending calls of the current phase */
   int pending;
   int pending_errors;
