@@ -10,6 +10,5 @@ int chief_cmd_ckpt(int argc, char **argv);
 int chief_cmd_status(int argc, char **argv);
 int chief_cmd_local(int argc, char **argv);
 int chief_cmd_report(int argc, char **argv);
-int chief_cmd_status(int argc, char **argv);
 
 #endif

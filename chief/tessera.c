@@ -26,8 +26,6 @@ static const tsr_cmd cmds[] = {
      "start a whole cluster (ps, workers, chief) on this machine"},
     {"report", chief_cmd_report,
      "write LOGDIR/report.html from LOGDIR/metrics.jsonl"},
-    {"status", chief_cmd_status,
-     "show every process of a run (from LOGDIR/status.json)"},
 };
 
 static void usage(FILE *f) {

@@ -338,26 +338,6 @@ static void test_missing_binary(void **state) {
   test_rmtree(f.dir);
 }
 
-/* Runs `tessera ARGS...` (not `local`) to completion with output to the
- * fixture's file; returns the wait status. */
-static int run_tessera(fixture *f, const char *const *args) {
-  const char *argv[16];
-  int n = 0;
-  argv[n++] = tessera_bin;
-  for (; *args; args++) argv[n++] = *args;
-  argv[n] = NULL;
-  pid_t pid = fork();
-  assert_true(pid >= 0);
-  if (pid == 0) {
-    int fd = open(f->outpath, O_WRONLY | O_CREAT | O_TRUNC, 0666);
-    dup2(fd, 1);
-    dup2(fd, 2);
-    execv(tessera_bin, (char **)argv);
-    _exit(127);
-  }
-  return wait_exit(pid, 30);
-}
-
 /* Output relayed to a terminal: the chief is asked for a progress bar
  * sized to what the prefix leaves, and its redraws stay on one line. */
 static void test_terminal_progress(void **state) {
@@ -423,46 +403,6 @@ static void test_terminal_progress(void **state) {
   test_rmtree(f.dir);
 }
 
-static void test_status_command(void **state) {
-  fixture f;
-  fixture_make(&f);
-  char path[400];
-  snprintf(path, sizeof path, "%s/status.json", f.dir);
-  FILE *s = fopen(path, "w");
-  fprintf(s, "{\"format\": \"tessera-status\", \"run_id\": \"r1\", "
-             "\"phase\": \"training\", \"step\": 40, \"total_steps\": 100, "
-             "\"loss\": 0.5, \"examples_per_sec\": 1000, \"elapsed_s\": 4, "
-             "\"updated_at\": 1e9, \"interval_s\": 2, \"processes\": ["
-             "{\"role\": \"worker\", \"index\": 1, \"addr\": \"127.0.0.1:5\", "
-             "\"state\": \"running\", \"steps\": 20, \"steps_per_sec\": 5, "
-             "\"examples_per_sec\": 500, \"bytes_per_sec\": null, "
-             "\"last_seen_s\": 1, \"restarts\": 2}]}\n");
-  fclose(s);
-  const char *args[] = {"status", "--logdir", f.dir, NULL};
-  int st = run_tessera(&f, args);
-  char *out = test_slurp(f.outpath, NULL);
-  assert_true(WIFEXITED(st));
-  if (WEXITSTATUS(st) != 0) fprintf(stderr, "%s", out);
-  assert_int_equal(WEXITSTATUS(st), 0);
-  assert_non_null(strstr(out, "run r1: training, step 40/100"));
-  assert_non_null(strstr(out, "worker:1     127.0.0.1:5"));
-  assert_non_null(strstr(out, "warning: the status has not been updated"));
-  free(out);
-  const char *json[] = {"status", "--json", path, NULL};
-  st = run_tessera(&f, json);
-  out = test_slurp(f.outpath, NULL);
-  assert_int_equal(WEXITSTATUS(st), 0);
-  assert_non_null(strstr(out, "\"tessera-status\""));
-  free(out);
-  const char *missing[] = {"status", "--logdir", f.recdir, NULL};
-  st = run_tessera(&f, missing);
-  out = test_slurp(f.outpath, NULL);
-  assert_int_equal(WEXITSTATUS(st), 1);
-  assert_non_null(strstr(out, "status.json"));
-  free(out);
-  test_rmtree(f.dir);
-}
-
 int main(int argc, char **argv) {
   if (argc < 3) {
     fprintf(stderr, "usage: %s TESSERA FAKE_ROLE\n", argv[0]);
@@ -484,7 +424,6 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_sigint_stops_everything),
       cmocka_unit_test(test_chief_crash_restarts_chief),
       cmocka_unit_test(test_missing_binary),
-      cmocka_unit_test(test_status_command),
       cmocka_unit_test(test_terminal_progress),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
