@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct {
   wk_batch b;
@@ -56,6 +57,7 @@ struct wk_input {
   char perr[512]; /* the reader's error, published with done */
   char cerr[512]; /* what wk_input_error() shows */
   double wait_s;
+  double reader_cpu_s; /* the reader thread's CPU time, once it is done */
 
   /* reader-thread state */
   wk_slot *fill; /* slot being filled, or NULL */
@@ -180,6 +182,30 @@ static int emit(wk_input *in, const wk_rec *r, int64_t epoch) {
   return 0;
 }
 
+/* Row `row` of a random-access source into the batch: straight into the
+ * slot when the source can write transformed dense rows (tables), else
+ * through `rec`. */
+static int emit_row(wk_input *in, int64_t row, wk_rec *rec, int64_t epoch,
+                    char *err, size_t errlen) {
+  wk_src *src = in->src;
+  int rc;
+  if (!src->ops->get_dense)
+    return (rc = src->ops->get(src, row, rec, err, errlen)) ? rc
+                                                            : emit(in, rec, epoch);
+  if (!in->fill && (rc = acquire(in))) return rc;
+  wk_slot *s = in->fill;
+  int64_t i = s->b.n;
+  src->ops->get_dense(src, row, in->identity ? NULL : in->xa, in->xb,
+                      s->x + i * in->schema.n_dense, &s->y[i]);
+  s->b.n = i + 1;
+  s->b.epoch = epoch;
+  if (s->b.n == in->batch_size) {
+    s->b.index = in->batch_index++;
+    publish(in);
+  }
+  return 0;
+}
+
 static void end_epoch(wk_input *in) {
   if (!in->fill) return;
   if (in->drop) {
@@ -206,22 +232,19 @@ static int run_rows(wk_input *in, int64_t epoch, wk_rec *rec, int64_t *buf,
   int rc;
   if (B <= 1) {
     for (int64_t i = 0; i < n; i++) {
-      if ((rc = s->ops->get(s, s->rows[i], rec, err, errlen))) return rc;
-      if ((rc = emit(in, rec, epoch))) return rc;
+      if ((rc = emit_row(in, s->rows[i], rec, epoch, err, errlen))) return rc;
     }
     return 0;
   }
   memcpy(buf, s->rows, (size_t)B * sizeof(int64_t));
   for (int64_t i = B; i < n; i++) {
     int64_t j = (int64_t)wk_rng_below(&st, (uint64_t)B);
-    if ((rc = s->ops->get(s, buf[j], rec, err, errlen))) return rc;
-    if ((rc = emit(in, rec, epoch))) return rc;
+    if ((rc = emit_row(in, buf[j], rec, epoch, err, errlen))) return rc;
     buf[j] = s->rows[i];
   }
   for (int64_t m = B; m > 0; m--) {
     int64_t j = (int64_t)wk_rng_below(&st, (uint64_t)m);
-    if ((rc = s->ops->get(s, buf[j], rec, err, errlen))) return rc;
-    if ((rc = emit(in, rec, epoch))) return rc;
+    if ((rc = emit_row(in, buf[j], rec, epoch, err, errlen))) return rc;
     buf[j] = buf[m - 1];
   }
   return 0;
@@ -291,7 +314,10 @@ static void *reader_main(void *arg) {
   for (int64_t i = 0; recs && i < nrec; i++) wk_rec__free(&recs[i]);
   free(recs);
   free(buf);
+  struct timespec cpu;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu);
   pthread_mutex_lock(&in->mu);
+  in->reader_cpu_s = (double)cpu.tv_sec + 1e-9 * (double)cpu.tv_nsec;
   in->done = true;
   in->done_rc = rc ? rc : TSR_EEOF;
   if (rc && !err[0]) snprintf(err, sizeof err, "%s", tsr_strerror(rc));
@@ -367,6 +393,24 @@ int64_t wk_input_skipped(const wk_input *in) {
   pthread_mutex_unlock(&m->mu);
   /* the reader thread owns the counter until it is done */
   return done ? in->src->skipped : -1;
+}
+
+double wk_input_reader_cpu_seconds(const wk_input *in) {
+  wk_input *m = (wk_input *)in;
+  double v = 0;
+  pthread_mutex_lock(&m->mu);
+  if (m->done) {
+    v = m->reader_cpu_s;
+  } else if (m->thread_started) {
+    /* the thread is joined only in close, so its clock stays valid */
+    clockid_t cid;
+    struct timespec ts;
+    if (pthread_getcpuclockid(m->thread, &cid) == 0 &&
+        clock_gettime(cid, &ts) == 0)
+      v = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+  }
+  pthread_mutex_unlock(&m->mu);
+  return v;
 }
 
 void wk_input_close(wk_input *in) {

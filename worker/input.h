@@ -136,6 +136,11 @@ const char *wk_input_error(const wk_input *in);
  * time waiting for input" figure. */
 double wk_input_wait_seconds(const wk_input *in);
 
+/* CPU time the reader thread has used (seconds). Compared with a step's
+ * compute time it says whether the input keeps up on a machine with a core
+ * to spare, whatever the wall-clock noise of a busy one. */
+double wk_input_reader_cpu_seconds(const wk_input *in);
+
 void wk_input_close(wk_input *in);
 
 /* Validates job->data (both splits) without opening files, so a bad data

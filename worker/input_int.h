@@ -141,6 +141,11 @@ typedef struct wk_src wk_src;
 typedef struct {
   /* Random-access sources: fills `r` with row `row` (an entry of rows[]). */
   int (*get)(wk_src *s, int64_t row, wk_rec *r, char *err, size_t errlen);
+  /* Optional, for sources without sparse features: writes row `row`'s
+   * dense features as x * xa + xb (a plain copy when xa is NULL) and its
+   * label straight into the batch. */
+  void (*get_dense)(wk_src *s, int64_t row, const float *xa, const float *xb,
+                    float *x, float *y);
   /* Streaming sources: starts a pass, then records until TSR_EEOF. */
   int (*begin)(wk_src *s, char *err, size_t errlen);
   int (*next)(wk_src *s, wk_rec *r, char *err, size_t errlen);

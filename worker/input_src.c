@@ -228,6 +228,26 @@ static int table_get(wk_src *s, int64_t row, wk_rec *r, char *err,
   return 0;
 }
 
+static void table_get_dense(wk_src *s, int64_t row, const float *xa,
+                            const float *xb, float *restrict x, float *y) {
+  wk_table *t = &((wk_table_src *)s)->t;
+  int64_t d = t->d;
+  if (t->x) {
+    const float *restrict p = t->x + row * d;
+    if (!xa)
+      memcpy(x, p, (size_t)d * sizeof(float));
+    else
+      for (int64_t j = 0; j < d; j++) x[j] = p[j] * xa[j] + xb[j];
+  } else {
+    const uint8_t *restrict p = t->xu8 + row * d;
+    if (!xa)
+      for (int64_t j = 0; j < d; j++) x[j] = (float)p[j];
+    else
+      for (int64_t j = 0; j < d; j++) x[j] = (float)p[j] * xa[j] + xb[j];
+  }
+  *y = t->y[row];
+}
+
 static void table_destroy(wk_src *s) {
   wk_table_src *ts = (wk_table_src *)s;
   wk_table__free(&ts->t);
@@ -236,6 +256,7 @@ static void table_destroy(wk_src *s) {
 }
 
 static const wk_src_ops table_ops = {.get = table_get,
+                                     .get_dense = table_get_dense,
                                      .destroy = table_destroy};
 
 int wk_table__src(wk_table *t, const wk_sel *sel, wk_src **out, char *err,
