@@ -203,11 +203,23 @@ static int add_ticks(wk_run *r, int n, int64_t clock) {
   return n;
 }
 
+/* A PS that is down (or not up yet: a fresh client has not connected)
+ * fails at once; configure retries it until the PS deadline. */
+static bool retryable(int rc) {
+  return rc == TSR_EUNAVAIL || rc == TSR_ECLOSED || rc == UV_ECONNREFUSED;
+}
+
 int wk__run_join(wk_svc *s, wk_run *r, char *err, size_t errlen) {
-  int n = add_ticks(r, 0, 0);
-  for (int i = 0; i < n; i++) r->ops[i].clock_op = PS_CLOCK_JOIN;
+  uint64_t end = tsr_now_ms() + s->ps_deadline_ms;
+  int n, rc;
   wk_group g;
-  int rc = wk__ps_run(s, r->ops, n, &g);
+  for (;;) {
+    n = add_ticks(r, 0, 0);
+    for (int i = 0; i < n; i++) r->ops[i].clock_op = PS_CLOCK_JOIN;
+    rc = wk__ps_run(s, r->ops, n, &g);
+    if (!rc || !retryable(rc) || tsr_now_ms() >= end || stopping(s)) break;
+    tsr_sleep_ms(50);
+  }
   if (rc) return fail(err, errlen, rc, "joining the PS: %s", g.err);
   r->clock = 0;
   if (r->job.mode == TSR_MODE_SSP)

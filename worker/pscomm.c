@@ -138,7 +138,12 @@ void wk__ps_issue(wk_svc *s) {
       rc = issue_one(s, op, c);
       if (rc < 0) free(c);
     }
-    if (rc < 0) op_finish(s, op, rc, tsr_strerror(rc), -1, -1);
+    if (rc < 0)
+      op_finish(s, op, rc,
+                rc == TSR_EUNAVAIL ? "not reachable (connection down, "
+                                     "reconnecting)"
+                                   : tsr_strerror(rc),
+                -1, -1);
   }
 }
 

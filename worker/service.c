@@ -416,7 +416,11 @@ int wk_service_main(int argc, char **argv) {
   pthread_cond_init(&s->cv, NULL);
   uv_loop_init(&loop);
   s->loop = &loop;
-  tsr_rpc_opts ro = {.name = s->role, .token = token, .token_len = token_len};
+  /* fail_fast: a call to a PS known to be down fails at once, so a
+   * closure fails promptly and the chief can start the PS recovery;
+   * reconnects are retried at least every second. */
+  tsr_rpc_opts ro = {.name = s->role, .token = token, .token_len = token_len,
+                     .fail_fast = 1, .backoff_max_ms = 1000};
   if ((rc = tsr_rpc_ctx_new(&s->rpc, &loop, &ro))) {
     tsr_error("cannot make the RPC context: %s", tsr_strerror(rc));
     goto out_loop;

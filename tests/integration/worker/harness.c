@@ -281,10 +281,23 @@ int h_pull_var(h_cluster *c, int v, float *out, int64_t *step) {
     const tsr_shard *sh = &c->shards[i];
     if (sh->var != v) continue;
     h_result r = {0};
-    int rc = ps_client_pull(c->ps[sh->ps], vi->name, sh->shard, -1, 0,
-                            out + sh->row0 * vi->row_dim,
-                            (size_t)(sh->rows * vi->row_dim), on_ps, &r);
+    float *dst = out + sh->row0 * vi->row_dim;
+    int64_t *ids = NULL;
+    int rc;
+    if (vi->kind == WK_VAR_ROW_SPARSE) {
+      /* Every row of the shard (untouched ones read as initialized). */
+      ids = malloc((size_t)sh->rows * sizeof *ids);
+      if (!ids) return TSR_ENOMEM;
+      for (int64_t k = 0; k < sh->rows; k++) ids[k] = sh->row0 + k;
+      rc = ps_client_pull_rows(c->ps[sh->ps], vi->name, sh->shard, -1, 0, ids,
+                               (size_t)sh->rows, dst, (size_t)vi->row_dim,
+                               on_ps, &r);
+    } else {
+      rc = ps_client_pull(c->ps[sh->ps], vi->name, sh->shard, -1, 0, dst,
+                          (size_t)(sh->rows * vi->row_dim), on_ps, &r);
+    }
     if (!rc) rc = h_wait(c, &r, 10000);
+    free(ids);
     if (rc) {
       fprintf(stderr, "pull %s shard %d: %s\n", vi->name, sh->shard, r.msg);
       return rc;

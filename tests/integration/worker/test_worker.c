@@ -2,8 +2,11 @@
  * processes on loopback and this program as the chief:
  *   train   2 PS, 2 workers, async: closures run, the eval loss of the
  *           Keras diabetes model goes down, status and PS steps add up;
+ *   ssp     the same in ssp:1 (bounded staleness: workers tick every PS);
  *   sync    2 PS, 2 workers, sync: the parameters after N steps equal the
  *           standalone trainer's on the global batch (1e-5 relative);
+ *   sparse  the same with a wide-and-deep model whose embedding tables are
+ *           row-sparse and split over both PS;
  *   errors  1 PS, 1 worker: another format_version is refused
  *           (TSR_EVERSION), a missing data file answers TSR_EIO naming the
  *           path, a PS killed mid-closure fails the closure naming the PS
@@ -62,13 +65,15 @@ static Tessera__Worker__StatusResponse *status_of(h_cluster *c, int w) {
 
 /* ---- train ----------------------------------------------------------------- */
 
-static int test_train(void) {
+static int test_train(const char *mode) {
   h_cluster c;
-  int rc = h_start(&c, 2, 2, "async");
+  int rc = h_start(&c, 2, 2, mode);
   H_CHECK(rc == 0, "start: %s", tsr_strerror(rc));
-  const char *ovr[] = {"optimizer.learning_rate=0.01", NULL};
+  char mode_ovr[64];
+  snprintf(mode_ovr, sizeof mode_ovr, "mode=\"%s\"", mode);
+  const char *ovr[] = {"optimizer.learning_rate=0.01", mode_ovr, NULL};
   H_CHECK(h_load_job(&c, job_path, ovr, 2) == 0, "job");
-  H_CHECK(h_create_vars(&c, "async") == 0, "create");
+  H_CHECK(h_create_vars(&c, mode) == 0, "create");
   for (int w = 0; w < 2; w++) {
     h_result r;
     rc = h_configure(&c, w, 7, WK_FORMAT_VERSION, c.job_text, &r);
@@ -122,8 +127,8 @@ static int test_train(void) {
     }
   }
   H_CHECK(eval_loss(&c, 1, &loss1, &n1) == 0, "eval after");
-  fprintf(stderr, "train: eval loss %.1f -> %.1f, closure loss %.1f -> %.1f\n",
-          loss0, loss1, first_loss, last_loss);
+  fprintf(stderr, "train (%s): eval loss %.1f -> %.1f, closure loss %.1f -> "
+          "%.1f\n", mode, loss0, loss1, first_loss, last_loss);
   H_CHECK(loss1 < 0.5 * loss0, "eval loss %g -> %g did not halve", loss0,
           loss1);
   H_CHECK(last_loss < 0.5 * first_loss, "training loss %g -> %g", first_loss,
@@ -161,13 +166,12 @@ static int test_train(void) {
 
 /* ---- sync ------------------------------------------------------------------ */
 
-static int test_sync(void) {
+static int test_sync(const char *path, const char *const *ovr, int closures,
+                     int steps) {
   h_cluster c;
   int rc = h_start(&c, 2, 2, "sync");
   H_CHECK(rc == 0, "start");
-  const char *ovr[] = {"data.train.shuffle_buffer=0", "batch_size=16",
-                       "mode=\"sync\"", NULL};
-  H_CHECK(h_load_job(&c, job_path, ovr, 2) == 0, "job");
+  H_CHECK(h_load_job(&c, path, ovr, 2) == 0, "job");
   H_CHECK(h_create_vars(&c, "sync") == 0, "create");
   for (int w = 0; w < 2; w++) {
     h_result r;
@@ -175,10 +179,6 @@ static int test_sync(void) {
     H_CHECK(rc == 0, "configure worker %d: %s", w, r.msg);
     h_result_free(&r);
   }
-  /* 12 steps per epoch (11 of 16 and one of a single example per worker:
-   * the same 2 rows as the global batch's last), so 22 steps cross an
-   * epoch. */
-  const int closures = 2, steps = 11;
   for (int k = 0; k < closures; k++) {
     h_result r[2];
     for (int w = 0; w < 2; w++)
@@ -193,14 +193,16 @@ static int test_sync(void) {
   /* The reference: one process, global batch 32, same seed and order. */
   char err[1024];
   wk_input *in = NULL;
-  wk_input_opts io = {.worker_index = 0, .num_workers = 1, .batch_size = 32,
+  wk_input_opts io = {.worker_index = 0, .num_workers = 1,
+                      .batch_size = 2 * c.job.batch_size,
                       .epochs = -1, .seed = c.job.seed};
   wk_trainer *t = NULL;
   wk_train_opts to = {.device = KERN_DEVICE_CPU, .quiet = true};
   H_CHECK(wk_input_open(&c.job, WK_SPLIT_TRAIN, &io, &in, err, sizeof err) == 0,
           "%s", err);
   H_CHECK(wk_trainer_open(c.model, &c.job.optimizer, c.job.seed,
-                          c.job.precision, &to, 32, &t, err, sizeof err) == 0,
+                          c.job.precision, &to, 2 * c.job.batch_size, &t, err,
+                          sizeof err) == 0,
           "%s", err);
   for (int s = 0; s < closures * steps; s++) {
     const wk_batch *b;
@@ -210,7 +212,7 @@ static int test_sync(void) {
     H_CHECK(wk_trainer_step(t, b, &loss, &applied, err, sizeof err) == 0,
             "%s", err);
   }
-  double worst = 0;
+  double worst = 0, moved = 0;
   for (size_t v = 0; v < c.n_vars; v++) {
     size_t n = (size_t)c.vars[v].numel;
     float *val = calloc(n, sizeof(float));
@@ -220,6 +222,14 @@ static int test_sync(void) {
             c.vars[v].name, (long long)step, closures * steps);
     const float *ref = wk_trainer_var(t, (int)v);
     double maxref = 0, maxdiff = 0;
+    float *init = calloc(n, sizeof(float));
+    H_CHECK(init, "memory");
+    wk_model_init_var(c.model, (int)v, c.job.seed, 0, init, n);
+    for (size_t i = 0; i < n; i++) {
+      double d = fabs(ref[i] - init[i]);
+      if (d > moved) moved = d;
+    }
+    free(init);
     for (size_t i = 0; i < n; i++) {
       if (fabs(ref[i]) > maxref) maxref = fabs(ref[i]);
       if (fabs(val[i] - ref[i]) > maxdiff) maxdiff = fabs(val[i] - ref[i]);
@@ -232,6 +242,9 @@ static int test_sync(void) {
     H_CHECK(rel <= 1e-5, "%s differs from the standalone trainer by %.3g "
             "relative", c.vars[v].name, rel);
   }
+  /* The comparison means something only if training moved the values. */
+  H_CHECK(moved > 1e-3, "no parameter moved more than %g from its initial "
+          "value", moved);
   wk_trainer_close(t);
   wk_input_close(in);
   H_CHECK(h_stop(&c) == 0, "clean stop");
@@ -318,14 +331,31 @@ static int test_errors(void) {
 int main(int argc, char **argv) {
   const char *src = getenv("TSR_SOURCE_DIR");
   if (argc != 2 || !src) {
-    fprintf(stderr, "usage: test_worker train|sync|errors (TSR_SOURCE_DIR, "
+    fprintf(stderr, "usage: test_worker train|ssp|sync|sparse|errors (TSR_SOURCE_DIR, "
                     "TSR_BUILD_DIR set)\n");
     return 2;
   }
   snprintf(job_path, sizeof job_path, "%s/tests/data/diabetes_job.json", src);
   signal(SIGPIPE, SIG_IGN);
-  if (strcmp(argv[1], "train") == 0) return test_train();
-  if (strcmp(argv[1], "sync") == 0) return test_sync();
+  if (strcmp(argv[1], "train") == 0) return test_train("async");
+  if (strcmp(argv[1], "ssp") == 0) return test_train("ssp:1");
+  if (strcmp(argv[1], "sync") == 0) {
+    /* 12 steps per epoch (11 of 16 and one of a single example per
+     * worker: the same 2 rows as the global batch's last), so 22 steps
+     * cross an epoch. */
+    const char *ovr[] = {"data.train.shuffle_buffer=0", "batch_size=16",
+                         "mode=\"sync\"", NULL};
+    return test_sync(job_path, ovr, 2, 11);
+  }
+  if (strcmp(argv[1], "sparse") == 0) {
+    /* Row-sparse embedding tables split over both PS: each step pulls and
+     * pushes only the rows its batch touches. */
+    char ctr[1024];
+    snprintf(ctr, sizeof ctr, "%s/tests/integration/worker/ctr_job.json",
+             src);
+    const char *ovr[] = {"batch_size=16", "mode=\"sync\"", NULL};
+    return test_sync(ctr, ovr, 2, 6);
+  }
   if (strcmp(argv[1], "errors") == 0) return test_errors();
   fprintf(stderr, "unknown test %s\n", argv[1]);
   return 2;
