@@ -183,6 +183,13 @@ static void add_sample(chief_progress *p, double now) {
 
 void chief_progress_update(chief_progress *p, int64_t step, int64_t examples,
                            double loss, double now_s) {
+  /* A rewind (recovery from a checkpoint) restarts the rate window: the
+   * steps between are run again, not undone at a negative rate. */
+  if (p->have_state && (step < p->step || examples < p->examples)) {
+    p->count = 0;
+    p->head = 0;
+    p->last_sample = -1e300;
+  }
   p->step = step;
   p->examples = examples;
   if (!isnan(loss)) p->loss = loss;

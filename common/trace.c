@@ -140,6 +140,12 @@ int tsr_trace_complete(tsr_trace *t, int32_t pid, int32_t tid,
   return rc;
 }
 
+int tsr_trace_end(tsr_trace *t, int32_t pid, int32_t tid, const char *cat,
+                  const char *name, int64_t start_us) {
+  return tsr_trace_complete(t, pid, tid, cat, name, start_us,
+                            tsr_trace_now_us() - start_us);
+}
+
 size_t tsr_trace_drain(tsr_trace *t, tsr_trace_event *out, size_t max) {
   pthread_mutex_lock(&t->mu);
   size_t k = t->n < max ? t->n : max;

@@ -57,6 +57,11 @@ int tsr_trace_complete(tsr_trace *t, int32_t pid, int32_t tid,
                        const char *cat, const char *name, int64_t ts_us,
                        int64_t dur_us);
 
+/* Records an event that began at `start_us` (tsr_trace_now_us()) and ends
+ * now: the usual way to time a phase. Thread-safe; as complete(). */
+int tsr_trace_end(tsr_trace *t, int32_t pid, int32_t tid, const char *cat,
+                  const char *name, int64_t start_us);
+
 /* Moves up to `max` of the oldest events into `out` and removes them from
  * the recorder; returns how many. Thread-safe. */
 size_t tsr_trace_drain(tsr_trace *t, tsr_trace_event *out, size_t max);

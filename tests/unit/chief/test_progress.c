@@ -115,6 +115,26 @@ static void test_plain_lines(void **state) {
   cap_close(&c);
 }
 
+/* A rewind to a checkpoint does not show a negative rate. */
+static void test_rewind(void **state) {
+  capture c;
+  cap_open(&c);
+  chief_progress_opts o = {.out = c.f, .mode = CHIEF_PROGRESS_LINES,
+                           .total_steps = 1000, .log_every_s = 1};
+  chief_progress *p;
+  assert_int_equal(chief_progress_create(&p, &o), 0);
+  for (int t = 0; t <= 5; t++) chief_progress_update(p, t * 100, t * 800, 1, t);
+  assert_true(chief_progress_steps_per_sec(p) == 100);
+  chief_progress_update(p, 200, 1600, 1, 6); /* back to the step-200 ckpt */
+  chief_progress_update(p, 250, 2000, 1, 7);
+  assert_true(chief_progress_steps_per_sec(p) == 50);
+  assert_true(chief_progress_examples_per_sec(p) == 400);
+  fflush(c.f);
+  assert_null(strstr(c.buf, "-"));
+  chief_progress_free(p);
+  cap_close(&c);
+}
+
 static void test_mode_from_environment(void **state) {
   capture c;
   cap_open(&c);
@@ -220,6 +240,7 @@ int main(void) {
       cmocka_unit_test(test_bar_terminal),
       cmocka_unit_test(test_bar_narrow_and_unknown_total),
       cmocka_unit_test(test_plain_lines),
+      cmocka_unit_test(test_rewind),
       cmocka_unit_test(test_mode_from_environment),
       cmocka_unit_test(test_durations),
       cmocka_unit_test(test_summary),

@@ -136,6 +136,15 @@ static void test_drain_merge_and_files(void **state) {
   assert_int_equal(tsr_trace_create(&chief, 0), 0);
   int64_t t0 = tsr_trace_now_us();
   assert_true(t0 > 1600000000LL * 1000000);
+  int64_t start = tsr_trace_now_us();
+  assert_int_equal(tsr_trace_end(w, tsr_trace_pid(1, 0), 1, "input",
+                                 "input wait", start), 0);
+  tsr_trace_event one;
+  assert_int_equal(tsr_trace_drain(w, &one, 1), 1);
+  assert_int_equal(one.ts_us, start);
+  assert_true(one.dur_us >= 0);
+  assert_string_equal(one.name, "input wait");
+  assert_int_equal(one.tid, 1);
   tsr_trace_complete(w, tsr_trace_pid(1, 0), 0, "step", "pull", t0, 100);
   tsr_trace_complete(w, tsr_trace_pid(1, 0), 0, "step", "compute", t0 + 100,
                      300);
