@@ -387,12 +387,7 @@ const wk_input_schema *wk_input_get_schema(const wk_input *in) {
 double wk_input_best_auc(const wk_input *in) { return in->schema.best_auc; }
 
 int64_t wk_input_skipped(const wk_input *in) {
-  wk_input *m = (wk_input *)in;
-  pthread_mutex_lock(&m->mu);
-  bool done = m->done;
-  pthread_mutex_unlock(&m->mu);
-  /* the reader thread owns the counter until it is done */
-  return done ? in->src->skipped : -1;
+  return __atomic_load_n(&in->src->skipped, __ATOMIC_RELAXED);
 }
 
 double wk_input_reader_cpu_seconds(const wk_input *in) {

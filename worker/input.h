@@ -150,8 +150,8 @@ int wk_input_check(const tsr_job *job, char *err, size_t errlen);
 /* Same as schema->best_auc. */
 double wk_input_best_auc(const wk_input *in);
 
-/* Corrupt TFRecord records skipped under skip_corrupt; -1 while the reader
- * thread is still running (it owns the count until it ends). */
+/* Corrupt TFRecord records skipped so far under skip_corrupt (the reader
+ * thread counts; readable at any time). */
 int64_t wk_input_skipped(const wk_input *in);
 
 #endif

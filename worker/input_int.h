@@ -165,7 +165,7 @@ struct wk_src {
   bool labels_integral;   /* every label seen at open is an integer >= 0 */
   double label_max;
   double best_auc;        /* synthetic_ctr: the hidden model's AUC; NAN else */
-  int64_t skipped;        /* corrupt records skipped (skip_corrupt) */
+  int64_t skipped;        /* corrupt records skipped (atomic: read live) */
 };
 
 /* Opens the source of a spec for the given selection. */

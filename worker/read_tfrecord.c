@@ -443,7 +443,7 @@ static int tfr_begin(wk_src *s, char *err, size_t errlen) {
 static int corrupt(tfr_src *t, bool end_file, int code, char *err,
                    size_t errlen) {
   if (!t->skip_corrupt) return code;
-  t->base.skipped++;
+  __atomic_fetch_add(&t->base.skipped, 1, __ATOMIC_RELAXED); /* read live */
   tsr_warn("skipping a corrupt record: %s", err);
   if (err && errlen) err[0] = 0;
   if (end_file) close_file(t);
