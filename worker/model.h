@@ -90,6 +90,9 @@ typedef struct {
   bool keep_on_device; /* leave gradients on the device (replicas reduce
                         * them with wk_exec_allreduce, then
                         * wk_exec_fetch_grads) */
+  bool params_resident;/* the parameters uploaded by the previous run are
+                        * still current: skip the upload (evaluation loops,
+                        * benchmarks) */
 } wk_run_opts;
 
 typedef struct {

@@ -487,7 +487,8 @@ static int64_t var_elems(const wk_exec *e, int v) {
 
 /* Points dp/dg at the parameters: the caller's on the CPU, uploaded
  * copies on a GPU (sparse buffers grown to the batch's rows). */
-static int bind_params(wk_exec *e, float *const *params, float *const *grads) {
+static int bind_params(wk_exec *e, float *const *params, float *const *grads,
+                       bool resident) {
   const wk_model *m = e->m;
   int rc;
   for (int v = 0; v < m->n_vars; v++) {
@@ -497,7 +498,9 @@ static int bind_params(wk_exec *e, float *const *params, float *const *grads) {
       e->dg[v] = grads ? grads[v] : NULL;
       continue;
     }
+    bool fresh = false; /* a new buffer holds nothing yet */
     if (ne > e->dcap[v]) {
+      fresh = true;
       kern_free(e->ctx, e->dp[v]);
       kern_free(e->ctx, e->dg[v]);
       int64_t cap = ne + ne / 2;
@@ -509,6 +512,7 @@ static int bind_params(wk_exec *e, float *const *params, float *const *grads) {
       }
       e->dcap[v] = cap;
     }
+    if (resident && !fresh) continue;
     if ((rc = kern_upload(e->ctx, e->dp[v], params[v],
                           (size_t)ne * sizeof(float))))
       return rc;
@@ -645,7 +649,7 @@ int wk_exec_run(wk_exec *e, float *const *params, float *const *grads,
   int rc;
   if (!e->b) return TSR_EINVAL;
   if (o->train && !grads && !o->keep_on_device) return TSR_EINVAL;
-  CK(bind_params(e, params, o->train ? grads : NULL));
+  CK(bind_params(e, params, o->train ? grads : NULL, o->params_resident));
   CK(forward(e, o));
   int last = m->n_layers - 1;
   const float *pl = m->fused ? e->z[last] : e->y[last];

@@ -1,0 +1,131 @@
+#!/bin/sh
+# tests/gpu/run.sh: the GPU checks of the compute module, in one go, on a
+# machine with an NVIDIA GPU (sm_80 or sm_90; written for an H200).
+#
+#   1. build with -Dgpu=enabled (nvcc: sm_80 + sm_90) in $BUILD (build-gpu)
+#   2. unit tests of kernels and models on that build (the module loads)
+#   3. gpu_check: every GPU kernel and a full training step (MLP, wide_deep;
+#      fp32, bf16, fp16) against the CPU backend, NCCL replicas when there
+#      are several GPUs, then the GPU benchmark (MLP 784-1024-1024-10 at
+#      batch 256, and 8192-wide layers at batch 4096 in bf16, each against
+#      its own products through cuBLAS in the same run)
+#   4. the CPU benchmark of the same step, and standalone training on the
+#      GPU (diabetes, Fashion-MNIST when installed) for the quality figures
+#
+# Machines without the build dependencies (libuv, jansson, ... , meson):
+# make a bundle on a build machine with `tests/gpu/run.sh --bundle DIR`
+# (binaries, the CUDA module and the non-system shared libraries they
+# need), carry DIR, and run `tests/gpu/run.sh --from DIR` on the GPU
+# machine. Output: a log and a summary under $OUT (default $BUILD/gpu-out).
+# Exit status: 0 when every check passed.
+set -u
+cd "$(dirname "$0")/../.." || exit 2
+BUILD=${BUILD:-build-gpu}
+OUT=${OUT:-$BUILD/gpu-out}
+MODE=build
+DIR=
+case "${1:-}" in
+  --bundle) MODE=bundle; DIR=${2:?--bundle DIR}; OUT=$DIR ;;
+  --from) MODE=from; DIR=${2:?--from DIR} ;;
+  "") ;;
+  *) echo "usage: $0 [--bundle DIR | --from DIR]" >&2; exit 2 ;;
+esac
+mkdir -p "$OUT"
+LOG=$OUT/gpu-run.log
+: > "$LOG"
+say() { echo "$*" | tee -a "$LOG"; }
+# runs a command, its output into the log too; returns its status
+run() {
+  say "+ $*"
+  { "$@" 2>&1; echo $? > "$OUT/.rc"; } | tee -a "$LOG"
+  return "$(cat "$OUT/.rc")"
+}
+fails=0
+
+deps_ok() {
+  for t in meson ninja pkg-config protoc-c nvcc; do
+    command -v $t >/dev/null 2>&1 || [ "$t" = nvcc -a -x /usr/local/cuda/bin/nvcc ] ||
+      { say "missing tool: $t"; return 1; }
+  done
+  for p in libuv jansson libsodium libprotobuf-c zlib openblas cmocka; do
+    pkg-config --exists $p || { say "missing library: $p"; return 1; }
+  done
+  return 0
+}
+
+build() {
+  export PATH="$PATH:/usr/local/cuda/bin"
+  if [ ! -f "$BUILD/build.ninja" ]; then
+    run meson setup "$BUILD" -Dgpu=enabled -Dbuildtype=release || return 1
+  fi
+  run ninja -C "$BUILD" ${JOBS:+-j$JOBS} kernels/cuda/libtsr_kern_cuda.so \
+      worker/tessera-worker worker/libtsr_worker.a \
+      tests/bench/kernels/bench_kern_step tests/unit/kernels/test_kern \
+      tests/unit/worker/test_model tests/unit/worker/test_standalone ||
+    return 1
+  [ -f "$BUILD/kernels/cuda/libtsr_kern_cuda.so" ] ||
+    { say "the CUDA module was not built"; return 1; }
+  # gpu_check links the project's libraries
+  run cc -std=gnu11 -O2 -Wall -Wextra -Werror -Wno-unused-parameter -I. \
+      -I"$BUILD" tests/gpu/gpu_check.c "$BUILD/worker/libtsr_worker.a" \
+      "$BUILD/kernels/libtsr_kernels.a" "$BUILD/common/libtsr_common.a" \
+      $(pkg-config --libs jansson libuv libsodium libprotobuf-c zlib) \
+      -lopenblas -lm -ldl -lpthread -o "$BUILD/gpu_check" || return 1
+}
+
+if [ "$MODE" = bundle ]; then
+  deps_ok && build || exit 1
+  mkdir -p "$DIR/lib"
+  cp "$BUILD/gpu_check" "$BUILD/worker/tessera-worker" \
+     "$BUILD/tests/bench/kernels/bench_kern_step" "$DIR/"
+  cp "$BUILD/kernels/cuda/libtsr_kern_cuda.so" "$DIR/"
+  for b in "$DIR/gpu_check" "$DIR/tessera-worker" "$DIR/bench_kern_step"; do
+    ldd "$b" | awk '$3 ~ /^\// {print $3}' | while read -r l; do
+      case "$(basename "$l")" in
+        libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|ld-linux*) ;;
+        *) cp -L "$l" "$DIR/lib/" ;;
+      esac
+    done
+  done
+  du -sh "$DIR"
+  exit 0
+fi
+
+if [ "$MODE" = from ]; then
+  BIN=$DIR
+  export LD_LIBRARY_PATH="$DIR/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export TESSERA_MODULE_DIR="$DIR"
+  WORKER=$DIR/tessera-worker
+  BENCH=$DIR/bench_kern_step
+else
+  if ! deps_ok; then
+    say "build dependencies missing here: make a bundle elsewhere with"
+    say "  tests/gpu/run.sh --bundle DIR   and run   tests/gpu/run.sh --from DIR"
+    exit 2
+  fi
+  build || { say "BUILD FAILED"; exit 1; }
+  BIN=$BUILD
+  WORKER=$BUILD/worker/tessera-worker
+  BENCH=$BUILD/tests/bench/kernels/bench_kern_step
+  run meson test -C "$BUILD" --no-rebuild kern model standalone ||
+    fails=$((fails + 1))
+fi
+
+run nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+# 3. kernels and steps against the CPU, then the GPU benchmark
+run "$BIN/gpu_check" || fails=$((fails + 1))
+# 4. CPU benchmark and standalone training on the GPU
+run "$BENCH" 20 || fails=$((fails + 1))
+run "$WORKER" --standalone --job deploy/jobs/diabetes.json --device gpu ||
+  fails=$((fails + 1))
+grep -q "cuda x" "$LOG" || { say "standalone did not run on the GPU"; fails=$((fails + 1)); }
+if [ -r /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+  for p in fp32 bf16 fp16; do
+    run "$WORKER" --standalone --job deploy/jobs/fashion_mnist.json \
+        --device gpu --precision $p || fails=$((fails + 1))
+  done
+fi
+say "---- summary"
+grep -E "^RATIO|FAIL|final:|failure|TFLOP" "$LOG" | tee "$OUT/summary.txt"
+say "run.sh: $fails failed stage(s)"
+[ "$fails" -eq 0 ]
