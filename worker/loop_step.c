@@ -229,12 +229,11 @@ int wk__run_join(wk_svc *s, wk_run *r, char *err, size_t errlen) {
 }
 
 /* Pulls (and pushes) with timing; PS failures name the PS. */
-static int exchange(wk_svc *s, wk_run *r, bool push, bool pull, double *secs,
-                    wk_group *g, char *err, size_t errlen) {
+static int exchange(wk_svc *s, wk_run *r, bool push, bool pull,
+                    int64_t pull_clock, double *secs, wk_group *g, char *err,
+                    size_t errlen) {
   bool ssp = r->job.mode == TSR_MODE_SSP;
   int64_t step = r->clock;
-  /* The pull after a push is for the next step. */
-  int64_t pull_clock = push ? r->clock + 1 : r->clock;
   int n = build_ops(r, push, pull, step, pull_clock);
   if (push && ssp) n = add_ticks(r, n, r->clock + 1);
   double t0 = tsr_now_s();
@@ -268,7 +267,26 @@ int wk__run_closure(wk_svc *s, wk_run *r, wk_job *j) {
   if (rc) return rc;
   /* The first pull fetches the batch's rows (ids_nxt), which then become
    * the current ones. */
-  rc = exchange(s, r, false, true, &o->pull_s, &g, err, errlen);
+  if (r->job.mode != TSR_MODE_SYNC) {
+    rc = exchange(s, r, false, true, r->clock, &o->pull_s, &g, err, errlen);
+  } else {
+    /* Sync: this worker's last push (step clock - 1) may not be applied
+     * yet, and a PS restored from a checkpoint may have gone back to an
+     * earlier step. Read what is there without waiting, then wait for the
+     * apply only when the shards are exactly one step behind. */
+    rc = exchange(s, r, false, true, 0, &o->pull_s, &g, err, errlen);
+    if (!rc && g.min_step != INT64_MAX && g.min_step < r->clock) {
+      if (g.max_step < r->clock - 1) {
+        tsr_info("the PS are at step %lld, this worker at %lld: following "
+                 "the PS (restored from a checkpoint)",
+                 (long long)g.max_step, (long long)r->clock);
+        r->clock = g.max_step;
+      } else {
+        rc = exchange(s, r, false, true, r->clock, &o->pull_s, &g, err,
+                      errlen);
+      }
+    }
+  }
   swap_ids(r);
   if (rc) return rc;
   pulled_step = g.min_step == INT64_MAX ? 0 : g.min_step;
@@ -295,7 +313,9 @@ int wk__run_closure(wk_svc *s, wk_run *r, wk_job *j) {
       else if (rc)
         return rc;
     }
-    rc = exchange(s, r, true, more, &o->push_s, &g, err, errlen);
+    /* The pull after a push is for the next step. */
+    rc = exchange(s, r, true, more, r->clock + 1, &o->push_s, &g, err,
+                  errlen);
     if (rc) return rc;
     if (g.max_step >= 0 && r->job.mode == TSR_MODE_ASYNC &&
         g.max_step > pulled_step + 1) {

@@ -372,7 +372,7 @@ int h_configure(h_cluster *c, int w, uint64_t run_id, uint32_t version,
     sh[i].ps = (uint32_t)c->shards[i].ps;
     shp[i] = &sh[i];
   }
-  q.n_shards = c->n_shards;
+  q.n_shards = c->n_shards - c->drop_shards;
   q.shards = shp;
   q.model_digest = "test";
   return h_call(c, w, WK_M_CONFIGURE, &q.base, res, 30000);

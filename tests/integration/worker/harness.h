@@ -42,6 +42,7 @@ typedef struct {
   size_t n_vars;
   tsr_shard *shards;
   size_t n_shards;
+  size_t drop_shards;       /* h_configure leaves out the last ones */
 } h_cluster;
 
 /* A finished call. */

@@ -242,6 +242,32 @@ static int test_sync(const char *path, const char *const *ovr, int closures,
     H_CHECK(rel <= 1e-5, "%s differs from the standalone trainer by %.3g "
             "relative", c.vars[v].name, rel);
   }
+  /* Evaluation names the model's metrics (the CTR job asks for auc). */
+  {
+    Tessera__Worker__EvalRequest q = TESSERA__WORKER__EVAL_REQUEST__INIT;
+    h_result r;
+    rc = h_call(&c, 1, WK_M_EVAL, &q.base, &r, 30000);
+    H_CHECK(rc == 0, "eval: %s", r.msg);
+    Tessera__Worker__EvalResponse *e =
+        tessera__worker__eval_response__unpack(NULL, r.meta_len, r.meta);
+    h_result_free(&r);
+    H_CHECK(e && e->examples > 0 && isfinite(e->loss) &&
+                (int)e->n_metric_names == c.job.n_metrics &&
+                e->n_metric_values == e->n_metric_names,
+            "eval answer");
+    for (size_t i = 0; i < e->n_metric_names; i++) {
+      fprintf(stderr, "sync: eval %s %.4f (loss %.4f)\n", e->metric_names[i],
+              e->metric_values[i], e->loss);
+      bool unit = strcmp(e->metric_names[i], "auc") == 0 ||
+                  strcmp(e->metric_names[i], "accuracy") == 0;
+      H_CHECK(strcmp(e->metric_names[i], c.job.metrics[i]) == 0 &&
+                  isfinite(e->metric_values[i]) &&
+                  (!unit || (e->metric_values[i] >= 0 &&
+                             e->metric_values[i] <= 1)),
+              "metric %s = %g", e->metric_names[i], e->metric_values[i]);
+    }
+    tessera__worker__eval_response__free_unpacked(e, NULL);
+  }
   /* The comparison means something only if training moved the values. */
   H_CHECK(moved > 1e-3, "no parameter moved more than %g from its initial "
           "value", moved);
@@ -280,6 +306,14 @@ static int test_errors(void) {
   free(bad_text);
   H_CHECK(rc == TSR_EIO && strstr(r.msg, "missing_data_file.csv"),
           "missing file: %s %s", tsr_err_name(rc), r.msg);
+
+  /* A layout that leaves a variable out is refused, naming it. */
+  c.drop_shards = 1;
+  rc = h_configure(&c, 0, 4, WK_FORMAT_VERSION, c.job_text, &r);
+  c.drop_shards = 0;
+  const char *last = c.vars[c.shards[c.n_shards - 1].var].name;
+  H_CHECK(rc == TSR_ECONFIG && strstr(r.msg, last),
+          "layout without %s: %s %s", last, tsr_err_name(rc), r.msg);
 
   rc = h_configure(&c, 0, 5, WK_FORMAT_VERSION, c.job_text, &r);
   H_CHECK(rc == 0, "configure after errors: %s", r.msg);
