@@ -166,7 +166,7 @@ int tsr_rpc__hs_feed(tsr_rpc__hs *hs, const uint8_t *in, size_t len,
       hs_proof(hs, tsr__label_client, want);
       if (crypto_verify_32(want, hs->in) != 0) {
         snprintf(hs->msg, sizeof hs->msg,
-                 "refused: wrong cluster token (its proof does not verify)");
+                 "wrong cluster token (its proof does not verify)");
         verdict(out, out_len, TSR_EAUTH, NULL);
         hs->close_after_send = 1;
         return hs_fail(hs, TSR_EAUTH);
