@@ -236,16 +236,22 @@ static int run_rows(wk_input *in, int64_t epoch, wk_rec *rec, int64_t *buf,
     }
     return 0;
   }
+  /* draw k picks from the first `bound` entries of buf: B while rows
+   * remain to refill it, then B, B-1, ..., 1 as it drains. Each pick is
+   * drawn one step early so that its row can be prefetched. */
   memcpy(buf, s->rows, (size_t)B * sizeof(int64_t));
-  for (int64_t i = B; i < n; i++) {
-    int64_t j = (int64_t)wk_rng_below(&st, (uint64_t)B);
+  int64_t j = (int64_t)wk_rng_below(&st, (uint64_t)B);
+  for (int64_t k = 0; k < n; k++) {
+    int64_t m = k < n - B ? B : n - k; /* this draw's bound */
+    int64_t jn = 0;
+    if (k + 1 < n) {
+      int64_t mn = k + 1 < n - B ? B : n - k - 1;
+      jn = (int64_t)wk_rng_below(&st, (uint64_t)mn);
+      if (s->ops->prefetch && jn != j) s->ops->prefetch(s, buf[jn]);
+    }
     if ((rc = emit_row(in, buf[j], rec, epoch, err, errlen))) return rc;
-    buf[j] = s->rows[i];
-  }
-  for (int64_t m = B; m > 0; m--) {
-    int64_t j = (int64_t)wk_rng_below(&st, (uint64_t)m);
-    if ((rc = emit_row(in, buf[j], rec, epoch, err, errlen))) return rc;
-    buf[j] = buf[m - 1];
+    buf[j] = k < n - B ? s->rows[B + k] : buf[m - 1];
+    j = jn;
   }
   return 0;
 }

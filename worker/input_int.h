@@ -146,6 +146,8 @@ typedef struct {
    * label straight into the batch. */
   void (*get_dense)(wk_src *s, int64_t row, const float *xa, const float *xb,
                     float *x, float *y);
+  /* Optional hint: row `row` is wanted soon. */
+  void (*prefetch)(wk_src *s, int64_t row);
   /* Streaming sources: starts a pass, then records until TSR_EEOF. */
   int (*begin)(wk_src *s, char *err, size_t errlen);
   int (*next)(wk_src *s, wk_rec *r, char *err, size_t errlen);

@@ -248,6 +248,15 @@ static void table_get_dense(wk_src *s, int64_t row, const float *xa,
   *y = t->y[row];
 }
 
+static void table_prefetch(wk_src *s, int64_t row) {
+  wk_table *t = &((wk_table_src *)s)->t;
+  const char *p = t->x ? (const char *)(t->x + row * t->d)
+                       : (const char *)(t->xu8 + row * t->d);
+  size_t bytes = (size_t)t->d * (t->x ? sizeof(float) : 1);
+  for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o);
+  __builtin_prefetch(&t->y[row]);
+}
+
 static void table_destroy(wk_src *s) {
   wk_table_src *ts = (wk_table_src *)s;
   wk_table__free(&ts->t);
@@ -257,6 +266,7 @@ static void table_destroy(wk_src *s) {
 
 static const wk_src_ops table_ops = {.get = table_get,
                                      .get_dense = table_get_dense,
+                                     .prefetch = table_prefetch,
                                      .destroy = table_destroy};
 
 int wk_table__src(wk_table *t, const wk_sel *sel, wk_src **out, char *err,
