@@ -2,7 +2,7 @@
  * job files shipped in deploy/jobs: the Keras example on diabetes (test MSE
  * <= 3500), Dense(64)+Dense(10) on digits (accuracy >= 0.96), an MLP on
  * Fashion-MNIST (>= 0.87; skipped where Debian's dataset-fashion-mnist is
- * not installed). Bad jobs: a missing label column, NaN in the data, an
+ * not installed), wide_deep on synthetic CTR data (AUC >= 0.7). Bad jobs: a missing label column, NaN in the data, an
  * unsupported layer, shapes that do not chain. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -85,6 +85,15 @@ static void test_fashion_mnist(void **state) {
   assert_true(r.metrics[0] >= 0.87);
 }
 
+/* wide_deep on the synthetic CTR data (sparse ids through the pipeline,
+ * row-sparse gradients, lazy Adam on the touched rows) */
+static void test_ctr_wide_deep(void **state) {
+  wk_train_result r;
+  run_shipped("ctr_wide_deep.json", &r);
+  assert_string_equal(r.metric_names[0], "auc");
+  assert_true(r.metrics[0] >= 0.7);
+}
+
 static void write_file(const char *path, const char *text) {
   FILE *f = fopen(path, "w");
   assert_non_null(f);
@@ -156,6 +165,7 @@ int main(void) {
       cmocka_unit_test(test_diabetes_keras_example),
       cmocka_unit_test(test_digits),
       cmocka_unit_test(test_fashion_mnist),
+      cmocka_unit_test(test_ctr_wide_deep),
       cmocka_unit_test(test_bad_jobs),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
