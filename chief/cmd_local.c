@@ -20,13 +20,16 @@
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: tessera local [--ps N] [--workers N] [--bin-dir DIR]\n"
+          "usage: tessera local [--ps N] [--workers N] [--evaluator]\n"
+          "                     [--bin-dir DIR]\n"
           "                     [--max-restarts N] [--restart-backoff-ms MS]\n"
           "                     [--grace-ms MS] [--host IPV4] [CHIEF ARGS...]\n"
           "\n"
           "Starts tessera-ps x N (default 2), tessera-worker x N (default 2)\n"
           "and tessera-chief on free loopback ports with a fresh cluster\n"
-          "token, restarts a crashed process (default up to 5 times, backoff\n"
+          "token (--evaluator adds TF_CONFIG's evaluator task, which\n"
+          "evaluates each new checkpoint and finishes after the chief),\n"
+          "restarts a crashed process (default up to 5 times, backoff\n"
           "from 100 ms doubling to 10 s), prefixes each process's output,\n"
           "stops everything on Ctrl-C (SIGTERM, then SIGKILL after the grace\n"
           "period, default 10000 ms) and exits with the chief's status.\n"
@@ -82,6 +85,10 @@ int chief_cmd_local(int argc, char **argv) {
     if (!strcmp(a, "--")) {
       while (++i < argc) chief_args[n_chief++] = argv[i];
       break;
+    }
+    if (!strcmp(a, "--evaluator")) {
+      o.n_evaluators = 1;
+      continue;
     }
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
       usage(stdout);
@@ -162,9 +169,10 @@ int chief_cmd_local(int argc, char **argv) {
     if (logdir)
       tsr_info("TensorBoard logs: %s  (tensorboard --logdir %s)", logdir,
                logdir);
-    tsr_info("chief exit status %d; restarts: %d ps, %d worker, %d chief%s",
+    tsr_info("chief exit status %d; restarts: %d ps, %d worker, %d chief, "
+             "%d evaluator%s",
              rc, res.restarts[CHIEF_LOCAL_PS], res.restarts[CHIEF_LOCAL_WORKER],
-             res.restarts[CHIEF_LOCAL_CHIEF],
+             res.restarts[CHIEF_LOCAL_CHIEF], res.restarts[CHIEF_LOCAL_EVALUATOR],
              res.interrupted ? " (interrupted)" : "");
   }
   free(logdir);

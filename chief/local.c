@@ -79,6 +79,7 @@ struct sup {
   int n_procs;
   int open_streams;
   bool stopping, killed, done, closing;
+  bool eval_drain;      /* the chief ended well: the evaluator finishes */
   bool relay_tty;       /* out_fd is a terminal: '\r' lines redraw in place */
   bool err_tty;         /* err_fd is a terminal (clears a shown bar) */
   int chief_columns;    /* terminal width left after the prefix; 0 unknown */
@@ -264,7 +265,9 @@ static void exit_name(int status, char *buf, size_t len) {
 static int start_proc(proc *p) {
   sup *s = p->s;
   const chief_local_opts *o = s->o;
-  int nargs = p->role == CHIEF_LOCAL_CHIEF ? o->n_chief_args : 0;
+  bool chief_bin =
+      p->role == CHIEF_LOCAL_CHIEF || p->role == CHIEF_LOCAL_EVALUATOR;
+  int nargs = chief_bin ? o->n_chief_args : 0;
   char **argv = calloc((size_t)nargs + 2, sizeof *argv);
   char **envp = calloc((size_t)s->n_envp_base + 5, sizeof *envp);
   char *tf = NULL, *tok = NULL;
@@ -350,8 +353,12 @@ fail:
 }
 
 static void signal_all(sup *s, int sig) {
-  for (int i = 0; i < s->n_procs; i++)
-    if (s->procs[i].pid > 0) kill(-s->procs[i].pid, sig);
+  for (int i = 0; i < s->n_procs; i++) {
+    const proc *p = &s->procs[i];
+    if (p->pid <= 0) continue;
+    if (s->eval_drain && p->role == CHIEF_LOCAL_EVALUATOR) continue;
+    kill(-p->pid, sig);
+  }
 }
 
 static void on_grace(uv_timer_t *t) {
@@ -429,6 +436,15 @@ static void on_exit_status(sup *s, proc *p, int status) {
     if (p->role == CHIEF_LOCAL_CHIEF) {
       s->res->chief_status = code;
       SLOG(s, TSR_LOG_INFO, "chief %s", how);
+      for (int i = 0; code == 0 && i < s->n_procs; i++)
+        if (s->procs[i].role == CHIEF_LOCAL_EVALUATOR &&
+            (s->procs[i].pid > 0 || s->procs[i].restart_pending)) {
+          s->eval_drain = true;
+          SLOG(s, TSR_LOG_INFO,
+               "%s keeps running until it has evaluated the last checkpoint "
+               "(Ctrl-C stops it)",
+               s->procs[i].name);
+        }
       stop_all(s, "the chief has ended");
     } else {
       SLOG(s, TSR_LOG_INFO, "%s %s; not restarted", p->name, how);
@@ -479,6 +495,15 @@ static void on_sigchld(uv_signal_t *h, int signum) {
 static void on_stop_signal(uv_signal_t *h, int signum) {
   sup *s = h->data;
   s->res->interrupted = 1;
+  if (s->stopping && s->eval_drain) {
+    /* First signal while the evaluator finishes: stop it gently too. */
+    s->eval_drain = false;
+    SLOG(s, TSR_LOG_INFO, "%s received: stopping the evaluator",
+         strsignal(signum));
+    signal_all(s, SIGTERM);
+    uv_timer_start(&s->grace, on_grace, s->o->grace_ms, 0);
+    return;
+  }
   if (s->stopping) {
     if (!s->killed) {
       SLOG(s, TSR_LOG_WARN, "second %s: sending SIGKILL", strsignal(signum));
@@ -549,6 +574,11 @@ static bool env_is_ours(const char *kv) {
 
 static int prepare(sup *s, char *err, size_t errlen) {
   const chief_local_opts *o = s->o;
+  if (o->n_evaluators < 0 || o->n_evaluators > 1) {
+    snprintf(err, errlen, "%d evaluators: TF_CONFIG allows at most one",
+             o->n_evaluators);
+    return TSR_EINVAL;
+  }
   if (o->n_ps < 1 || o->n_workers < 1 || o->n_ps > 1000 ||
       o->n_workers > 1000) {
     snprintf(err, errlen,
@@ -560,14 +590,16 @@ static int prepare(sup *s, char *err, size_t errlen) {
     snprintf(err, errlen, "max restarts %d must be >= 0", o->max_restarts);
     return TSR_EINVAL;
   }
-  s->n_procs = 1 + o->n_ps + o->n_workers;
+  /* The evaluator listens nowhere: TF gives it no address. */
+  int n_listen = 1 + o->n_ps + o->n_workers;
+  s->n_procs = n_listen + o->n_evaluators;
   s->procs = calloc((size_t)s->n_procs, sizeof *s->procs);
   int *ports = calloc((size_t)s->n_procs, sizeof *ports);
   if (!s->procs || !ports) {
     free(ports);
     return TSR_ENOMEM;
   }
-  int rc = chief_local_free_ports(o->host, s->n_procs, ports, err, errlen);
+  int rc = chief_local_free_ports(o->host, n_listen, ports, err, errlen);
   if (rc) goto done;
   if (o->token) {
     snprintf(s->token, sizeof s->token, "%s", o->token);
@@ -576,14 +608,19 @@ static int prepare(sup *s, char *err, size_t errlen) {
              tsr_strerror(rc));
     goto done;
   }
-  /* procs[0] chief, then ps 0.., then workers 0..; ports in that order. */
+  /* procs[0] chief, then ps 0.., workers 0.. (ports in that order), then
+   * the evaluator. */
   for (int i = 0; i < s->n_procs; i++) {
     proc *p = &s->procs[i];
     p->s = s;
-    p->role = i == 0 ? CHIEF_LOCAL_CHIEF
-              : i <= o->n_ps ? CHIEF_LOCAL_PS
-                             : CHIEF_LOCAL_WORKER;
-    p->index = i == 0 ? 0 : i <= o->n_ps ? i - 1 : i - 1 - o->n_ps;
+    p->role = i == 0                     ? CHIEF_LOCAL_CHIEF
+              : i <= o->n_ps             ? CHIEF_LOCAL_PS
+              : i < n_listen             ? CHIEF_LOCAL_WORKER
+                                         : CHIEF_LOCAL_EVALUATOR;
+    p->index = i == 0                ? 0
+               : i <= o->n_ps        ? i - 1
+               : i < n_listen        ? i - 1 - o->n_ps
+                                     : i - n_listen;
     snprintf(p->name, sizeof p->name, "%s:%d", chief_local_role_name(p->role),
              p->index);
     int w = (int)strlen(p->name);
@@ -611,8 +648,9 @@ static int prepare(sup *s, char *err, size_t errlen) {
     if (!env_is_ours(environ[i])) s->envp_base[s->n_envp_base++] = environ[i];
   tsr_info("cluster on %s: chief %s:%d, %d ps, %d worker(s)", o->host,
            o->host, ports[0], o->n_ps, o->n_workers);
-  for (int i = 1; i < s->n_procs; i++)
+  for (int i = 1; i < n_listen; i++)
     tsr_debug("%s at %s:%d", s->procs[i].name, o->host, ports[i]);
+  if (o->n_evaluators) tsr_info("with an evaluator (checkpoint sidecar)");
 done:
   free(ports);
   return rc;
@@ -661,8 +699,9 @@ int chief_local_run(const chief_local_opts *o, chief_local_result *res,
     uv_timer_init(&s.loop, &s.procs[i].timer);
     s.procs[i].timer.data = &s.procs[i];
   }
-  /* PS first, then workers, then the chief: the order a person would
-   * start them in; the chief waits for the others with a deadline anyway. */
+  /* PS first, then workers (and the evaluator), then the chief: the order
+   * a person would start them in; the chief waits for the others with a
+   * deadline anyway. */
   for (int k = 1; k <= s.n_procs; k++) {
     proc *p = &s.procs[k % s.n_procs];
     int r = start_proc(p);

@@ -19,6 +19,12 @@
  * restarted like the others (it resumes from its last checkpoint). SIGINT
  * or SIGTERM to the launcher stops everyone the same way; a second one
  * sends SIGKILL at once.
+ *
+ * With an evaluator (TF's sidecar: tessera-chief whose task is evaluator,
+ * outside the cluster map, with the chief's arguments), a chief that ends
+ * with status 0 leaves the evaluator running until it has evaluated the
+ * last checkpoint and exits on its own; any other end stops it with the
+ * rest (a SIGINT while it finishes stops it too).
  */
 #ifndef TSR_CHIEF_LOCAL_H
 #define TSR_CHIEF_LOCAL_H
@@ -30,12 +36,14 @@ typedef enum {
   CHIEF_LOCAL_CHIEF = 0,
   CHIEF_LOCAL_PS,
   CHIEF_LOCAL_WORKER,
+  CHIEF_LOCAL_EVALUATOR,  /* tessera-chief as TF_CONFIG's evaluator task */
   CHIEF_LOCAL__ROLES
 } chief_local_role;
 
 typedef struct {
   int n_ps;                 /* >= 1; default 2 */
   int n_workers;            /* >= 1; default 2 */
+  int n_evaluators;         /* 0 or 1; default 0 */
   const char *host;         /* IPv4 literal; default "127.0.0.1" */
   /* Folder holding tessera-ps, tessera-worker and tessera-chief. NULL:
    * $TESSERA_BIN_DIR, else next to this executable (and, in a build tree,
@@ -95,7 +103,7 @@ char *chief_local_tf_config(const char *host, int chief_port,
 int chief_local_find_binary(const char *bin_dir, chief_local_role role,
                             char *out, size_t len, char *err, size_t errlen);
 
-/* "chief", "ps", "worker". */
+/* "chief", "ps", "worker", "evaluator". */
 const char *chief_local_role_name(chief_local_role role);
 
 #endif /* TSR_CHIEF_LOCAL_H */

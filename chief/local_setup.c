@@ -17,10 +17,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-static const char *const role_names[CHIEF_LOCAL__ROLES] = {"chief", "ps",
-                                                           "worker"};
+static const char *const role_names[CHIEF_LOCAL__ROLES] = {
+    "chief", "ps", "worker", "evaluator"};
 static const char *const role_bins[CHIEF_LOCAL__ROLES] = {
-    "tessera-chief", "tessera-ps", "tessera-worker"};
+    "tessera-chief", "tessera-ps", "tessera-worker", "tessera-chief"};
+/* Build tree: each binary in its module's folder. */
+static const char *const role_dirs[CHIEF_LOCAL__ROLES] = {"chief", "ps",
+                                                          "worker", "chief"};
 
 const char *chief_local_role_name(chief_local_role role) {
   return role >= 0 && role < CHIEF_LOCAL__ROLES ? role_names[role] : "?";
@@ -137,10 +140,10 @@ int chief_local_find_binary(const char *bin_dir, chief_local_role role,
   if (*dir) {
     /* Installed: side by side. Build tree: chief/tessera beside ps/ and
      * worker/. */
-    static const char *const subs[CHIEF_LOCAL__ROLES] = {
-        "/../chief", "/../ps", "/../worker"};
     if (try_exe(dir, "", name, out, len)) return 0;
-    if (try_exe(dir, subs[role], name, out, len)) return 0;
+    char sub[32];
+    snprintf(sub, sizeof sub, "/../%s", role_dirs[role]);
+    if (try_exe(dir, sub, name, out, len)) return 0;
   }
   const char *path = getenv("PATH");
   if (path) {
@@ -162,6 +165,6 @@ int chief_local_find_binary(const char *bin_dir, chief_local_role role,
            "cannot find %s: looked in %s, %s/../%s and $PATH; pass --bin-dir "
            "DIR or set TESSERA_BIN_DIR",
            name, *dir ? dir : "(unknown executable folder)",
-           *dir ? dir : "(unknown)", role_names[role]);
+           *dir ? dir : "(unknown)", role_dirs[role]);
   return TSR_ENOTFOUND;
 }

@@ -11,6 +11,11 @@
  *                           until NAME has started K times), then exits
  *                           CODE; exit 99 if that takes over 20 s
  *   FAKE_CHIEF=forever      the chief runs until killed
+ *   FAKE_EVAL=forever       the evaluator runs until killed; otherwise it
+ *                           waits for the chief to end (the chief touches
+ *                           $FAKE_DIR/chief-done before exiting), prints
+ *                           "evaluated the last checkpoint" 300 ms later
+ *                           and exits 0 (98 if the chief never ends)
  *   FAKE_PROGRESS=1         the chief (exit mode) first prints what it got
  *                           in TESSERA_PROGRESS and COLUMNS, then two
  *                           progress-bar redraws ("\rstep N\033[K")
@@ -82,13 +87,25 @@ int main(int argc, char **argv) {
   snprintf(name, sizeof name, "%s:%d", tsr_task_type_name(c.task_type),
            c.task_index);
   const tsr_task_addr *me = tsr_cluster_find(&c, c.task_type, c.task_index);
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (c.task_type == TSR_TASK_EVALUATOR) {
+    /* A sidecar outside the cluster map: no address, nothing to bind. */
+    if (me) {
+      fprintf(stderr, "fake %s: the evaluator is in the cluster map\n", name);
+      return 9;
+    }
+    static const tsr_task_addr none = {.port = 0};
+    me = &none;
+  }
+  int fd = me->port ? socket(AF_INET, SOCK_STREAM, 0) : -1;
   struct sockaddr_in sa = {.sin_family = AF_INET,
                            .sin_port = htons((uint16_t)me->port)};
-  inet_pton(AF_INET, me->host, &sa.sin_addr);
-  int one = 1;
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (bind(fd, (struct sockaddr *)&sa, sizeof sa) || listen(fd, 8)) {
+  if (fd >= 0) {
+    inet_pton(AF_INET, me->host, &sa.sin_addr);
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  }
+  if (fd >= 0 && (bind(fd, (struct sockaddr *)&sa, sizeof sa) ||
+                  listen(fd, 8))) {
     fprintf(stderr, "fake %s: port %d is not free\n", name, me->port);
     return 10;
   }
@@ -155,6 +172,10 @@ int main(int argc, char **argv) {
           count_records(dir, "worker:", 1) >= n_w &&
           (!wcount || count_records(dir, wprefix, 0) >= wcount)) {
         printf("chief: all started, exiting %d\n", code);
+        char done[4200];
+        snprintf(done, sizeof done, "%s/chief-done", dir);
+        FILE *d = fopen(done, "w");
+        if (d) fclose(d);
         tsr_cluster_free(&c);
         return code;
       }
@@ -162,6 +183,21 @@ int main(int argc, char **argv) {
     }
     fprintf(stderr, "fake chief: the cluster did not come up\n");
     return 99;
+  }
+  if (c.task_type == TSR_TASK_EVALUATOR &&
+      !(getenv("FAKE_EVAL") && !strcmp(getenv("FAKE_EVAL"), "forever"))) {
+    tsr_cluster_free(&c);
+    char done[4200];
+    snprintf(done, sizeof done, "%s/chief-done", dir);
+    for (int t = 0; t < 2000; t++) {
+      if (access(done, F_OK) == 0) {
+        sleep_ms(300);
+        printf("evaluated the last checkpoint\n");
+        return 0;
+      }
+      sleep_ms(10);
+    }
+    return 98;
   }
   tsr_cluster_free(&c);
   for (;;) pause();

@@ -74,6 +74,8 @@ static void fixture_make(fixture *f) {
   unsetenv("FAKE_IGNORE_TERM");
   unsetenv("FAKE_CHIEF");
   unsetenv("FAKE_CHIEF_WAIT");
+  unsetenv("FAKE_EVAL");
+  unsetenv("FAKE_PROGRESS");
   unsetenv("TESSERA_BIN_DIR");
   setenv("FAKE_DIR", f->recdir, 1);
   setenv("TESSERA_LOG", "info", 1);
@@ -312,6 +314,84 @@ static void test_chief_crash_restarts_chief(void **state) {
   test_rmtree(f.dir);
 }
 
+/* Waits until `text` shows up in the fixture's output file. */
+static bool wait_output(const fixture *f, const char *text, double secs) {
+  for (double end = now_s() + secs; now_s() < end; sleep_ms(20)) {
+    char *out = test_slurp(f->outpath, NULL);
+    bool found = out && strstr(out, text);
+    free(out);
+    if (found) return true;
+  }
+  return false;
+}
+
+static void test_evaluator_finishes_after_chief(void **state) {
+  fixture f;
+  fixture_make(&f);
+  setenv("FAKE_CHIEF", "exit:0", 1);
+  const char *args[] = {"--bin-dir", f.bindir, "--ps", "1", "--workers", "1",
+                        "--evaluator", "--job", "j.json", NULL};
+  pid_t pid = launch(&f, args);
+  int st = wait_exit(pid, 30);
+  char *out = test_slurp(f.outpath, NULL);
+  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) fprintf(stderr, "%s", out);
+  assert_int_equal(WEXITSTATUS(st), 0);
+  record r[16];
+  int n = load_records(&f, r, 16);
+  assert_int_equal(n, 4);
+  assert_int_equal(count_name(r, n, "evaluator:0"), 1);
+  for (int i = 0; i < n; i++)
+    if (!strcmp(r[i].name, "evaluator:0")) {
+      assert_string_equal(r[i].args, "--job j.json"); /* the chief's */
+      assert_string_equal(r[i].token, r[0].token);
+    }
+  /* It was let finish, not stopped with the PS and the worker. */
+  assert_non_null(strstr(out, "evaluator:0 | evaluated the last checkpoint"));
+  assert_non_null(strstr(out, "evaluator:0 exited with status 0"));
+  assert_non_null(strstr(out, "ps:0 was killed by signal 15"));
+  assert_all_gone(r, n);
+  free(out);
+  test_rmtree(f.dir);
+}
+
+static void test_evaluator_stopped(void **state) {
+  /* The chief failed: the evaluator is stopped with the others. */
+  fixture f;
+  fixture_make(&f);
+  setenv("FAKE_CHIEF", "exit:5", 1);
+  setenv("FAKE_EVAL", "forever", 1);
+  const char *args[] = {"--bin-dir", f.bindir, "--ps", "1", "--workers", "1",
+                        "--evaluator", "--grace-ms", "2000", NULL};
+  pid_t pid = launch(&f, args);
+  int st = wait_exit(pid, 30);
+  char *out = test_slurp(f.outpath, NULL);
+  assert_int_equal(WEXITSTATUS(st), 5);
+  assert_non_null(strstr(out, "evaluator:0 was killed by signal 15"));
+  free(out);
+  record r[16];
+  int n = load_records(&f, r, 16);
+  assert_all_gone(r, n);
+
+  /* The chief ended well, the evaluator runs on: Ctrl-C stops it. */
+  test_rmtree(f.recdir);
+  assert_int_equal(mkdir(f.recdir, 0777), 0);
+  setenv("FAKE_CHIEF", "exit:0", 1);
+  pid = launch(&f, args);
+  assert_true(wait_output(&f, "keeps running until it has evaluated", 20));
+  kill(pid, SIGINT);
+  st = wait_exit(pid, 15);
+  out = test_slurp(f.outpath, NULL);
+  assert_int_equal(WEXITSTATUS(st), 0); /* still the chief's status */
+  assert_non_null(strstr(out, "stopping the evaluator"));
+  assert_non_null(strstr(out, "evaluator:0 was killed by signal 15"));
+  free(out);
+  n = load_records(&f, r, 16);
+  assert_int_equal(n, 4);
+  assert_all_gone(r, n);
+  unsetenv("FAKE_EVAL");
+  test_rmtree(f.dir);
+}
+
 static void test_missing_binary(void **state) {
   fixture f;
   fixture_make(&f);
@@ -423,6 +503,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_restart_limit),
       cmocka_unit_test(test_sigint_stops_everything),
       cmocka_unit_test(test_chief_crash_restarts_chief),
+      cmocka_unit_test(test_evaluator_finishes_after_chief),
+      cmocka_unit_test(test_evaluator_stopped),
       cmocka_unit_test(test_missing_binary),
       cmocka_unit_test(test_terminal_progress),
   };
