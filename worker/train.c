@@ -218,10 +218,11 @@ static int run_replicas(wk_trainer *t, const wk_batch *b, bool train,
   for (int r = 0; r < nr; r++) {
     jobs[r].t = t;
     jobs[r].r = r;
-    jobs[r].o.train = train;
-    jobs[r].o.grad_scale = t->loss_scale / (float)n;
-    jobs[r].o.seed = t->seed * 0x9e3779b97f4a7c15ull + (uint64_t)t->runs;
-    jobs[r].o.keep_on_device = nr > 1;
+    jobs[r].o = (wk_run_opts){
+        .train = train,
+        .grad_scale = t->loss_scale / (float)n,
+        .seed = t->seed * 0x9e3779b97f4a7c15ull + (uint64_t)t->runs,
+        .keep_on_device = nr > 1};
     jobs[r].rc = 0;
   }
   if (nr == 1) {
