@@ -278,6 +278,66 @@ static void test_keras_example_variables(void **state) {
   wk_model_free(m);
 }
 
+/* Keras 3's model.to_json(): InputLayer batch_shape, module and
+ * registered_name keys, dtype policies; names left out get Keras's. */
+static void test_keras3_and_default_names(void **state) {
+  const char *k3 =
+      "{\"module\": \"keras\", \"class_name\": \"Sequential\", \"config\": "
+      "{\"name\": \"sequential\", \"trainable\": true, \"dtype\": {\"module\": "
+      "\"keras\", \"class_name\": \"DTypePolicy\", \"config\": {\"name\": "
+      "\"float32\"}, \"registered_name\": null}, \"layers\": [{\"module\": "
+      "\"keras.layers\", \"class_name\": \"InputLayer\", \"config\": "
+      "{\"batch_shape\": [null, 10], \"dtype\": \"float32\", \"sparse\": false, "
+      "\"name\": \"input_layer\"}, \"registered_name\": null}, {\"module\": "
+      "\"keras.layers\", \"class_name\": \"Dense\", \"config\": {\"name\": "
+      "\"dense\", \"trainable\": true, \"units\": 64, \"activation\": \"relu\", "
+      "\"use_bias\": true, \"kernel_initializer\": {\"module\": "
+      "\"keras.initializers\", \"class_name\": \"GlorotUniform\", \"config\": "
+      "{\"seed\": null}, \"registered_name\": null}, \"bias_initializer\": "
+      "{\"module\": \"keras.initializers\", \"class_name\": \"Zeros\", "
+      "\"config\": {}, \"registered_name\": null}, \"kernel_regularizer\": null,"
+      " \"bias_regularizer\": null, \"kernel_constraint\": null, "
+      "\"bias_constraint\": null}, \"registered_name\": null, \"build_config\": "
+      "{\"input_shape\": [null, 10]}}, {\"module\": \"keras.layers\", "
+      "\"class_name\": \"Dense\", \"config\": {\"name\": \"dense_1\", "
+      "\"units\": 1, \"activation\": \"linear\", \"kernel_initializer\": "
+      "{\"module\": \"keras.initializers\", \"class_name\": \"RandomUniform\", "
+      "\"config\": {\"minval\": -0.5, \"maxval\": 0.25, \"seed\": null}}}}]}}";
+  char err[512];
+  wk_model *m;
+  if (build(k3, "mse", NULL, NULL, &m, err, sizeof err)) fail_msg("%s", err);
+  const wk_var_info *v;
+  size_t n;
+  wk_model_variables(m, &v, &n);
+  assert_int_equal(n, 4);
+  assert_string_equal(v[0].name, "dense/kernel");
+  assert_int_equal(v[0].shape[0], 10);
+  assert_string_equal(v[2].name, "dense_1/kernel");
+  assert_int_equal(v[2].init.kind, KERN_INIT_UNIFORM);
+  assert_float_equal(v[2].init.a, -0.5, 0);
+  assert_float_equal(v[2].init.b, 0.25, 0);
+  wk_model_free(m);
+  /* no names: Keras's defaults, per class */
+  const char *anon =
+      "{\"class_name\": \"Sequential\", \"config\": {\"layers\": ["
+      "{\"class_name\": \"InputLayer\", \"config\": {\"batch_input_shape\": "
+      "[null, 6]}}, {\"class_name\": \"Embedding\", \"config\": "
+      "{\"input_dim\": 9, \"output_dim\": 2}}, {\"class_name\": \"Flatten\", "
+      "\"config\": {}}, {\"class_name\": \"Dense\", \"config\": {\"units\": 3}},"
+      " {\"class_name\": \"Dropout\", \"config\": {\"rate\": 0.1}}, "
+      "{\"class_name\": \"Dense\", \"config\": {\"units\": 1}}]}}";
+  if (build(anon, "mse", NULL, NULL, &m, err, sizeof err)) fail_msg("%s", err);
+  wk_model_variables(m, &v, &n);
+  assert_int_equal(n, 5);
+  assert_string_equal(v[0].name, "embedding/embeddings");
+  assert_int_equal(v[0].kind, WK_VAR_ROW_SPARSE);
+  assert_int_equal(v[0].init.kind, KERN_INIT_UNIFORM);
+  assert_string_equal(v[1].name, "dense/kernel");
+  assert_int_equal(v[1].shape[0], 12);
+  assert_string_equal(v[3].name, "dense_1/kernel");
+  wk_model_free(m);
+}
+
 static void test_grad_dense_activations(void **state) {
   const char *acts[] = {"linear", "relu", "sigmoid", "tanh", "elu", "selu",
                         "gelu", "swish", "silu", "softplus", "softsign",
@@ -615,6 +675,7 @@ static void test_metrics(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_keras_example_variables),
+      cmocka_unit_test(test_keras3_and_default_names),
       cmocka_unit_test(test_grad_dense_activations),
       cmocka_unit_test(test_grad_losses_and_layers),
       cmocka_unit_test(test_grad_embeddings),
