@@ -394,7 +394,6 @@ static void async_cb(uv_async_t *a) {
       /* the caller was told 0: it hears of the failure through cb */
       cl->live++;
       cl->st.inflight++;
-      p->state = P_NEW;
       p->status = rc;
       snprintf(p->msg, sizeof p->msg, "call to %s (method %u) failed: %s",
                cl->addr, p->req.method, tsr_strerror(rc));
