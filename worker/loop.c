@@ -226,11 +226,14 @@ static int do_configure(wk_svc *s, wk_job *j) {
                           err, errlen)))
     goto out;
 
+  /* The input repeats: the chief counts steps (and epochs from the
+   * examples per epoch answered below), and closures that run again after
+   * a failure or a checkpoint restore need more than `epochs` passes. */
   wk_input_opts io = {.worker_index = r->worker_index,
                       .num_workers = r->num_workers,
                       .batch_size = r->job.batch_size,
                       .drop_remainder = false,
-                      .epochs = r->job.steps > 0 ? -1 : r->job.epochs,
+                      .epochs = -1,
                       .seed = r->job.seed};
   char ierr[WK_ERR_MAX];
   if ((rc = wk_input_open(&r->job, WK_SPLIT_TRAIN, &io, &r->in, ierr,

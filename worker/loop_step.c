@@ -243,6 +243,33 @@ static int exchange(wk_svc *s, wk_run *r, bool push, bool pull,
   return 0;
 }
 
+/* Pulls the values of the closure's first batch. */
+static int first_pull(wk_svc *s, wk_run *r, Tessera__Worker__RunResponse *o,
+                      wk_group *g, char *err, size_t errlen) {
+  int rc;
+  if (r->job.mode != TSR_MODE_SYNC) {
+    rc = exchange(s, r, false, true, r->clock, &o->pull_s, g, err, errlen);
+  } else {
+    /* Sync: this worker's last push (step clock - 1) may not be applied
+     * yet, and a PS restored from a checkpoint may have gone back to an
+     * earlier step. Read what is there without waiting, then wait for the
+     * apply only when the shards are exactly one step behind. */
+    rc = exchange(s, r, false, true, 0, &o->pull_s, g, err, errlen);
+    if (!rc && g->min_step != INT64_MAX && g->min_step < r->clock) {
+      if (g->max_step < r->clock - 1) {
+        tsr_info("the PS are at step %lld, this worker at %lld: following "
+                 "the PS (restored from a checkpoint)",
+                 (long long)g->max_step, (long long)r->clock);
+        r->clock = g->max_step;
+      } else {
+        rc = exchange(s, r, false, true, r->clock, &o->pull_s, g, err,
+                      errlen);
+      }
+    }
+  }
+  return rc;
+}
+
 int wk__run_closure(wk_svc *s, wk_run *r, wk_job *j) {
   const Tessera__Worker__RunRequest *q = j->call->request;
   char *err = j->err;
@@ -266,27 +293,12 @@ int wk__run_closure(wk_svc *s, wk_run *r, wk_job *j) {
   if (rc == TSR_EEOF) goto done;
   if (rc) return rc;
   /* The first pull fetches the batch's rows (ids_nxt), which then become
-   * the current ones. */
-  if (r->job.mode != TSR_MODE_SYNC) {
-    rc = exchange(s, r, false, true, r->clock, &o->pull_s, &g, err, errlen);
-  } else {
-    /* Sync: this worker's last push (step clock - 1) may not be applied
-     * yet, and a PS restored from a checkpoint may have gone back to an
-     * earlier step. Read what is there without waiting, then wait for the
-     * apply only when the shards are exactly one step behind. */
-    rc = exchange(s, r, false, true, 0, &o->pull_s, &g, err, errlen);
-    if (!rc && g.min_step != INT64_MAX && g.min_step < r->clock) {
-      if (g.max_step < r->clock - 1) {
-        tsr_info("the PS are at step %lld, this worker at %lld: following "
-                 "the PS (restored from a checkpoint)",
-                 (long long)g.max_step, (long long)r->clock);
-        r->clock = g.max_step;
-      } else {
-        rc = exchange(s, r, false, true, r->clock, &o->pull_s, &g, err,
-                      errlen);
-      }
-    }
-  }
+   * the current ones. Nothing is pushed yet, so a PS that is reconnecting
+   * (just restarted) is given a few seconds before the closure fails. */
+  uint64_t retry_end = tsr_now_ms() + 3000;
+  while ((rc = first_pull(s, r, o, &g, err, errlen)) && retryable(rc) &&
+         tsr_now_ms() < retry_end && !stopping(s))
+    tsr_sleep_ms(100);
   swap_ids(r);
   if (rc) return rc;
   pulled_step = g.min_step == INT64_MAX ? 0 : g.min_step;
