@@ -635,7 +635,8 @@ static void on_resolved(uv_getaddrinfo_t *req, int status,
   cl->conn = cc;
   cc->creq.data = cc;
   tsr_rpc__conn_watch(&cc->c);
-  int rc = uv_tcp_connect(&cc->creq, &cc->c.tcp, res->ai_addr, on_connect);
+  int rc = uv_tcp_connect(&cc->creq, &cc->c.tcp,
+                          tsr_rpc__pick_addr(res)->ai_addr, on_connect);
   uv_freeaddrinfo(res);
   if (rc) {
     snprintf(msg, sizeof msg, "cannot connect to %s: %s", cl->addr,

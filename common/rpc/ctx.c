@@ -345,6 +345,12 @@ int tsr_rpc__split_addr(const char *addr, char *host, size_t hostcap,
   return 0;
 }
 
+const struct addrinfo *tsr_rpc__pick_addr(const struct addrinfo *res) {
+  for (const struct addrinfo *a = res; a; a = a->ai_next)
+    if (a->ai_family == AF_INET) return a;
+  return res;
+}
+
 void tsr_rpc__fmt_sockaddr(const struct sockaddr *sa, char *out, size_t cap) {
   char ip[64] = "?";
   int port = 0;

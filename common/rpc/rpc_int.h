@@ -240,6 +240,10 @@ uint64_t tsr_rpc__backoff_ms(const tsr_rpc_opts *o, unsigned attempt);
 int tsr_rpc__split_addr(const char *addr, char *host, size_t hostcap,
                         char *port, size_t portcap, char *err, size_t errlen);
 void tsr_rpc__fmt_sockaddr(const struct sockaddr *sa, char *out, size_t cap);
+/* The address to use from a resolver answer: the first IPv4 one, else the
+ * first. Servers and clients pick alike, so "localhost" on both ends
+ * meets even where it resolves to ::1 and 127.0.0.1. */
+const struct addrinfo *tsr_rpc__pick_addr(const struct addrinfo *res);
 
 /* ---- request id map (idmap.c) ------------------------------------------ */
 

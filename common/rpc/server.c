@@ -587,7 +587,8 @@ int tsr_rpc_server_listen(tsr_rpc_server *s, const char *addr) {
   s->listener.data = s;
   s->handles++;
   s->listening = 1; /* from here the listener handle must be closed */
-  rc = uv_tcp_bind(&s->listener, gai.addrinfo->ai_addr, 0);
+  rc = uv_tcp_bind(&s->listener, tsr_rpc__pick_addr(gai.addrinfo)->ai_addr,
+                   0);
   uv_freeaddrinfo(gai.addrinfo);
   if (!rc) rc = uv_listen((uv_stream_t *)&s->listener, 511, on_connection);
   if (rc) {

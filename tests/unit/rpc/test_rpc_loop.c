@@ -243,6 +243,39 @@ static void test_echo(void **state) {
   env_down(&e);
 }
 
+/* Names resolve on both ends: a server on "localhost" meets a client of
+ * "localhost" whatever the resolver lists first. */
+static void test_localhost(void **state) {
+  uv_loop_t loop;
+  assert_int_equal(uv_loop_init(&loop), 0);
+  tsr_rpc_opts o;
+  ru_opts(&o, "both");
+  tsr_rpc_ctx *ctx;
+  tsr_rpc_server *s;
+  tsr_rpc_client *c;
+  assert_int_equal(tsr_rpc_ctx_new(&ctx, &loop, &o), 0);
+  assert_int_equal(tsr_rpc_server_new(&s, ctx), 0);
+  assert_int_equal(tsr_rpc_server_register(s, M_ECHO, h_echo, NULL), 0);
+  assert_int_equal(tsr_rpc_server_listen(s, "localhost:0"), 0);
+  char addr[64];
+  snprintf(addr, sizeof addr, "localhost:%d", tsr_rpc_server_port(s));
+  assert_int_equal(tsr_rpc_client_new(&c, ctx, addr), 0);
+  res r;
+  memset(&r, 0, sizeof r);
+  tsr_rpc_request q = {.method = M_ECHO, .meta = "lh", .meta_len = 2};
+  assert_int_equal(tsr_rpc_call(c, &q, on_res, &r), 0);
+  assert_true(ru_run_until(&loop, &r.done, 5000));
+  assert_int_equal(r.status, 0);
+  int cd = 0, sd = 0;
+  tsr_rpc_client_close(c, ru_set_flag, &cd);
+  tsr_rpc_server_close(s, ru_set_flag, &sd);
+  assert_true(ru_run_until(&loop, &cd, 3000));
+  assert_true(ru_run_until(&loop, &sd, 3000));
+  assert_int_equal(tsr_rpc_ctx_free(ctx), 0);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  assert_int_equal(uv_loop_close(&loop), 0);
+}
+
 /* Many calls in flight at once, payloads from 0 B to 8 MiB, every one
  * checked; responses land in destinations the caller named. */
 typedef struct many {
@@ -851,6 +884,7 @@ int main(void) {
   tsr_log_init("test");
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_echo),          cmocka_unit_test(test_many_sizes),
+      cmocka_unit_test(test_localhost),
       cmocka_unit_test(test_remote_error),  cmocka_unit_test(test_typed_meta),
       cmocka_unit_test(test_deadline),      cmocka_unit_test(test_resp_buf),
       cmocka_unit_test(test_deadline_race),

@@ -523,6 +523,18 @@ static void test_addr(void **state) {
   }
 }
 
+static void test_pick_addr(void **state) {
+  struct sockaddr_in6 s6 = {.sin6_family = AF_INET6};
+  struct sockaddr_in s4 = {.sin_family = AF_INET};
+  struct addrinfo a4 = {.ai_family = AF_INET,
+                        .ai_addr = (struct sockaddr *)&s4};
+  struct addrinfo a6 = {.ai_family = AF_INET6,
+                        .ai_addr = (struct sockaddr *)&s6, .ai_next = &a4};
+  assert_ptr_equal(tsr_rpc__pick_addr(&a6), &a4);
+  a6.ai_next = NULL;
+  assert_ptr_equal(tsr_rpc__pick_addr(&a6), &a6);
+}
+
 static void test_token(void **state) {
   char buf[TSR_RPC_TOKEN_MAX], err[300];
   size_t len;
@@ -603,6 +615,7 @@ int main(void) {
       cmocka_unit_test(test_handshake_bad),
       cmocka_unit_test(test_idmap),
       cmocka_unit_test(test_addr),
+      cmocka_unit_test(test_pick_addr),
       cmocka_unit_test(test_token),
       cmocka_unit_test(test_backoff),
   };
