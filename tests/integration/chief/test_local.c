@@ -19,6 +19,7 @@
 #include <poll.h>
 #include <stdbool.h>
 #include <sys/ioctl.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -296,6 +297,45 @@ static void test_sigint_stops_everything(void **state) {
   test_rmtree(f.dir);
 }
 
+/* The launcher killed with -9 cannot stop anyone: its children still die
+ * (PR_SET_PDEATHSIG). This test process becomes their subreaper so it can
+ * see them end. */
+static void test_launcher_killed(void **state) {
+  fixture f;
+  fixture_make(&f);
+  setenv("FAKE_CHIEF", "forever", 1);
+  assert_int_equal(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+  const char *args[] = {"--bin-dir", f.bindir, NULL};
+  pid_t pid = launch(&f, args);
+  record r[16];
+  int n = 0;
+  for (double end = now_s() + 20; now_s() < end; sleep_ms(20)) {
+    n = load_records(&f, r, 16);
+    if (n == 5) break;
+  }
+  assert_int_equal(n, 5);
+  kill(pid, SIGKILL);
+  int st;
+  assert_int_equal(waitpid(pid, &st, 0), pid);
+  int reaped = 0;
+  for (double end = now_s() + 15; reaped < 5 && now_s() < end;) {
+    pid_t c = waitpid(-1, &st, WNOHANG);
+    if (c > 0) {
+      int known = 0;
+      for (int i = 0; i < n; i++) known |= r[i].pid == c;
+      assert_true(known);
+      assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+      reaped++;
+    } else {
+      sleep_ms(10);
+    }
+  }
+  prctl(PR_SET_CHILD_SUBREAPER, 0);
+  for (int i = 0; i < n; i++) kill((pid_t)r[i].pid, SIGKILL); /* if any */
+  assert_int_equal(reaped, 5);
+  test_rmtree(f.dir);
+}
+
 static void test_chief_crash_restarts_chief(void **state) {
   fixture f;
   fixture_make(&f);
@@ -503,6 +543,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_restart_limit),
       cmocka_unit_test(test_sigint_stops_everything),
       cmocka_unit_test(test_chief_crash_restarts_chief),
+      cmocka_unit_test(test_launcher_killed),
       cmocka_unit_test(test_evaluator_finishes_after_chief),
       cmocka_unit_test(test_evaluator_stopped),
       cmocka_unit_test(test_missing_binary),
