@@ -163,6 +163,56 @@ static void chart(chief__buf *b, const char *title, const line *ls, int n) {
   chief__buf_printf(b, "</div>\n</figure>\n");
 }
 
+/* Horizontal bars of each line's last finite value: how evenly the PS
+ * share the load, at a glance. */
+static void bars(chief__buf *b, const char *title, const line *ls, int n) {
+  double vmax = 0;
+  double *last = calloc((size_t)(n ? n : 1), sizeof *last);
+  if (!last) {
+    b->oom = 1;
+    return;
+  }
+  for (int i = 0; i < n; i++) {
+    last[i] = NAN;
+    for (size_t k = ls[i].s->n; k-- > 0;)
+      if (isfinite(ls[i].s->pts[k].value)) {
+        last[i] = ls[i].s->pts[k].value;
+        break;
+      }
+    if (isfinite(last[i]) && fabs(last[i]) > vmax) vmax = fabs(last[i]);
+  }
+  const int row = 26, label_w = 150, val_w = 80;
+  int h = MT + n * row + 8;
+  double bw = W - label_w - val_w - MR;
+  chief__buf_printf(b, "<figure>\n<figcaption>");
+  chief__buf_html(b, title);
+  chief__buf_printf(b,
+                    "</figcaption>\n<svg xmlns=\"http://www.w3.org/2000/svg\" "
+                    "width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
+                    "role=\"img\">\n",
+                    W, h, W, h);
+  for (int i = 0; i < n; i++) {
+    double y = MT + i * row;
+    double len = vmax > 0 && isfinite(last[i]) ? fabs(last[i]) / vmax * bw : 0;
+    char num[32];
+    if (isfinite(last[i]))
+      fmt_num(last[i], num, sizeof num);
+    else
+      snprintf(num, sizeof num, "-");
+    chief__buf_printf(b, "<text x=\"%d\" y=\"%.0f\" class=\"yl\">",
+                      label_w - 8, y + 15);
+    chief__buf_html(b, ls[i].label);
+    chief__buf_printf(b,
+                      "</text><rect x=\"%d\" y=\"%.0f\" width=\"%.1f\" "
+                      "height=\"18\" fill=\"%s\"/><text x=\"%.1f\" "
+                      "y=\"%.0f\" class=\"bl\">%s</text>\n",
+                      label_w, y + 2, len, palette[i % 10],
+                      label_w + len + 6, y + 15, num);
+  }
+  chief__buf_printf(b, "</svg>\n</figure>\n");
+  free(last);
+}
+
 static int by_tag(const void *a, const void *b) {
   return strverscmp((*(const line *)a).s->tag, (*(const line *)b).s->tag);
 }
@@ -254,6 +304,8 @@ static void body(chief__buf *b, const chief_series_set *set) {
     char title[160];
     snprintf(title, sizeof title, "%s per PS", suf);
     chart(b, title, ls, k);
+    snprintf(title, sizeof title, "%s per PS, last value", suf);
+    bars(b, title, ls, k);
   }
   /* Everything else, one chart each (per-worker tags grouped as above). */
   first = true;
@@ -327,6 +379,7 @@ static const char css[] =
     ".yl{font-size:11px;fill:#555;text-anchor:end}"
     ".xl{font-size:11px;fill:#555;text-anchor:middle}"
     ".xt{font-size:12px;fill:#333;text-anchor:middle}"
+    ".bl{font-size:11px;fill:#333}"
     ".l{fill:none;stroke-width:1.6;stroke-linejoin:round}"
     ".legend span{margin-right:14px;font-size:12px;white-space:nowrap}"
     ".legend i{display:inline-block;width:12px;height:3px;margin-right:5px;"

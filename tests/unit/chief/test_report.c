@@ -81,10 +81,23 @@ static void test_page(void **state) {
   /* http: appears only as the SVG namespace name. */
   assert_int_equal(count(html, "http:"),
                    count(html, "xmlns=\"http://www.w3.org/2000/svg\""));
-  /* Charts: loss, eval/accuracy, eval/<b>&, examples/s, ps bytes_in,
-   * ps apply_ms, staleness, steps_per_sec. */
-  assert_int_equal(count(html, "<svg"), 8);
-  assert_int_equal(count(html, "</svg>"), 8);
+  /* Charts: loss, eval/accuracy, eval/<b>&, examples/s, ps bytes_in and
+   * its bars, ps apply_ms and its bars, staleness, steps_per_sec. */
+  assert_int_equal(count(html, "<svg"), 10);
+  assert_int_equal(count(html, "</svg>"), 10);
+  /* The bars: the largest PS fills the width, the others in proportion
+   * (ps/2 has 3e6 bytes, ps/0 1e6: a third of it). */
+  const char *bars = strstr(html, "bytes_in per PS, last value");
+  assert_non_null(bars);
+  double w0 = 0, w2 = 0;
+  const char *r0 = strstr(bars, "ps/0/bytes_in</text><rect");
+  const char *r2 = strstr(bars, "ps/2/bytes_in</text><rect");
+  assert_non_null(r0);
+  assert_non_null(r2);
+  assert_int_equal(sscanf(strstr(r0, "width=\"") + 7, "%lf", &w0), 1);
+  assert_int_equal(sscanf(strstr(r2, "width=\"") + 7, "%lf", &w2), 1);
+  assert_true(fabs(w0 * 3 - w2) < 0.5);
+  assert_non_null(strstr(r2, ">3M</text>"));
   assert_non_null(strstr(html, "<title>MLP &lt;fashion&gt;</title>"));
   assert_non_null(strstr(html, "eval/&lt;b&gt;&amp;"));
   assert_null(strstr(html, "<b>"));
@@ -163,7 +176,7 @@ static void test_from_logdir(void **state) {
   assert_non_null(html);
   assert_non_null(strstr(html, "Tessera training report"));
   assert_non_null(strstr(html, "bytes_out per PS"));
-  assert_int_equal(count(html, "<svg"), 2);
+  assert_int_equal(count(html, "<svg"), 3); /* loss, bytes_out + bars */
   free(html);
   /* No metrics.jsonl: the error names it. */
   char empty[300];
