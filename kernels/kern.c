@@ -72,7 +72,9 @@ static bool kern__dev_nodes(void) {
 /* Loads the module (once) and asks it for the device count. */
 static int kern__load(const kern_opts *o, int *count, char *why, size_t len) {
   *count = 0;
-  if (!o->force_module && !kern__dev_nodes()) {
+  /* the cheap check spares CPU machines the module's load time; an explicit
+   * GPU request always asks the CUDA runtime */
+  if (!o->force_module && o->device != KERN_DEVICE_GPU && !kern__dev_nodes()) {
     kern__errf(why, len, "no NVIDIA device node (/dev/nvidia*) on this machine");
     return TSR_ENODEVICE;
   }

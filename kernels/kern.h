@@ -93,8 +93,9 @@ int kern_open(const kern_opts *opts, kern_ctx **out, char *err, size_t errlen);
 void kern_close(kern_ctx *ctx);
 
 /* Number of GPUs the CUDA module sees (0 when it is not built, does not
- * load, or finds no device; `why` says which). Loads the module unless no
- * /dev/nvidia* node exists and force_module is false. */
+ * load, or finds no device; `why` says which). With KERN_DEVICE_AUTO the
+ * module is loaded only when a /dev/nvidia* node exists (or force_module);
+ * KERN_DEVICE_GPU always loads it. */
 int kern_gpu_count(const kern_opts *opts, int *count, char *why, size_t len);
 
 /* Where the CUDA module is looked for: $TESSERA_MODULE_DIR, the build
