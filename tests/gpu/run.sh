@@ -111,6 +111,15 @@ else
     fails=$((fails + 1))
 fi
 
+# the CUDA libraries the module needs: /usr/local/cuda, else wherever the
+# image keeps them (e.g. the nvidia-* Python wheels)
+for lib in libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libnccl.so.2; do
+  [ -e "/usr/local/cuda/lib64/$lib" ] && continue
+  ldconfig -p 2>/dev/null | grep -q "$lib" && continue
+  f=$(find / -xdev -name "$lib" -not -path '/proc/*' 2>/dev/null | head -n 1)
+  [ -n "$f" ] && export LD_LIBRARY_PATH="$(dirname "$f")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" &&
+    say "using $f"
+done
 run nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
 # 3. kernels and steps against the CPU, then the GPU benchmark
 run "$BIN/gpu_check" || fails=$((fails + 1))
