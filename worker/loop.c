@@ -261,6 +261,7 @@ static int do_configure(wk_svc *s, wk_job *j) {
 
   pthread_mutex_lock(&s->mu);
   s->ps_worker = r->worker_index;
+  s->ps_hold = r->job.mode != TSR_MODE_ASYNC;
   pthread_mutex_unlock(&s->mu);
   if ((rc = wk__ps_reconnect(s, r->ps_addrs, r->n_ps, err, errlen))) goto out;
   if ((rc = wk__run_join(s, r, err, errlen))) goto out;

@@ -121,6 +121,12 @@ struct wk_svc {
   kern_opts kopts;
   uint32_t ps_deadline_ms;
   int ps_worker;              /* worker id on the PS (configure's index) */
+  bool ps_hold;               /* ssp/sync: a PS may hold calls (under mu) */
+  int ps_inflight;            /* PS calls issued and not completed (mu) */
+  char ps_lost[WK_ERR_MAX];   /* why the clients were reset (mu) */
+  bool ps_reset;              /* loop: reset the clients on the next wake */
+  uint64_t ps_losses;         /* PS connections lost so far (mu) */
+  char ps_loss_msg[WK_ERR_MAX]; /* the last one (mu) */
 
   /* PS clients, loop-owned; replaced by a configure for another layout */
   ps_client **ps;

@@ -44,6 +44,7 @@ struct wk_run {
 
   int64_t clock;             /* steps this worker finished (ssp) or steps
                                 applied on the PS (sync) */
+  uint64_t losses;           /* PS connections lost when the closure began */
   int64_t steps;             /* steps run since configured */
   int64_t examples;
 };

@@ -232,6 +232,13 @@ int wk__run_join(wk_svc *s, wk_run *r, char *err, size_t errlen) {
 static int exchange(wk_svc *s, wk_run *r, bool push, bool pull,
                     int64_t pull_clock, double *secs, wk_group *g, char *err,
                     size_t errlen) {
+  pthread_mutex_lock(&s->mu);
+  bool lost = s->ps_losses != r->losses;
+  if (lost)
+    snprintf(err, errlen, "%s during the closure: stopping (the PS may have "
+             "restarted without its shards)", s->ps_loss_msg);
+  pthread_mutex_unlock(&s->mu);
+  if (lost) return TSR_ECLOSED;
   bool ssp = r->job.mode == TSR_MODE_SSP;
   int64_t step = r->clock;
   int n = build_ops(r, push, pull, step, pull_clock);
@@ -285,6 +292,10 @@ int wk__run_closure(wk_svc *s, wk_run *r, wk_job *j) {
     return fail(err, errlen, TSR_EINVAL, "closure %llu: steps %lld < 1",
                 (unsigned long long)q->closure_id, (long long)q->steps);
   double t_start = tsr_now_s();
+  pthread_mutex_lock(&s->mu);
+  s->ps_lost[0] = '\0';
+  r->losses = s->ps_losses;
+  pthread_mutex_unlock(&s->mu);
   wk_run_opts ro = {.train = true};
   wk_group g;
   int64_t pulled_step = 0;
@@ -297,8 +308,12 @@ int wk__run_closure(wk_svc *s, wk_run *r, wk_job *j) {
    * (just restarted) is given a few seconds before the closure fails. */
   uint64_t retry_end = tsr_now_ms() + 3000;
   while ((rc = first_pull(s, r, o, &g, err, errlen)) && retryable(rc) &&
-         tsr_now_ms() < retry_end && !stopping(s))
+         tsr_now_ms() < retry_end && !stopping(s)) {
     tsr_sleep_ms(100);
+    pthread_mutex_lock(&s->mu);
+    r->losses = s->ps_losses; /* nothing computed yet: a reconnect is fine */
+    pthread_mutex_unlock(&s->mu);
+  }
   swap_ids(r);
   if (rc) return rc;
   pulled_step = g.min_step == INT64_MAX ? 0 : g.min_step;

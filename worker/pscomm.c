@@ -13,7 +13,14 @@
  * own error) both complete the op with that code; the group keeps the
  * first failure with a message naming the PS, its address, the variable
  * and the shard, and still waits for every op so no buffer is touched
- * after the thread moves on.
+ * after the thread moves on. In ssp and sync modes a PS holds calls until
+ * the other workers catch up; when one PS connection drops then, the
+ * calls held on the others would wait for a step that may never come, so
+ * every client is closed (failing what is in flight) and made again, and
+ * the closure fails at once naming the lost PS. Every lost connection is
+ * counted, so a closure also stops when a PS went away and came back
+ * between two of its steps (its shards are then not the ones this closure
+ * computed against).
  */
 #include "worker/loop_int.h"
 
@@ -23,6 +30,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+static void reset_clients(wk_svc *s);
 
 static const char *op_name(wk_op_kind k) {
   switch (k) {
@@ -46,8 +55,12 @@ typedef struct {
 static void op_finish(wk_svc *s, wk_op *op, int status, const char *msg,
                       int64_t step, int64_t min_clock) {
   pthread_mutex_lock(&s->mu);
+  s->ps_inflight--;
   wk_group *g = op->group;
-  if (status < 0 && g->rc == 0) {
+  if (status < 0 && g->rc == 0 && status == TSR_ESHUTDOWN && s->ps_lost[0]) {
+    g->rc = TSR_ECLOSED;
+    snprintf(g->err, sizeof g->err, "%s", s->ps_lost);
+  } else if (status < 0 && g->rc == 0) {
     g->rc = status;
     const char *addr =
         op->ps >= 0 && op->ps < s->n_ps ? s->ps_addrs[op->ps] : "?";
@@ -115,6 +128,10 @@ void wk__ps_issue(wk_svc *s) {
   s->ops = s->ops_tail = NULL;
   bool want = s->want_connect;
   pthread_mutex_unlock(&s->mu);
+  if (s->ps_reset) {
+    s->ps_reset = false;
+    if (!s->closing_ps) reset_clients(s);
+  }
 
   if (want) {
     char err[WK_ERR_MAX] = "";
@@ -132,6 +149,9 @@ void wk__ps_issue(wk_svc *s) {
     list = op->next;
     op_ctx *c = malloc(sizeof *c);
     int rc = c ? 0 : TSR_ENOMEM;
+    pthread_mutex_lock(&s->mu);
+    s->ps_inflight++;
+    pthread_mutex_unlock(&s->mu);
     if (c) {
       c->svc = s;
       c->op = op;
@@ -171,6 +191,55 @@ int wk__ps_run(wk_svc *s, wk_op *ops, int n, wk_group *g) {
   int rc = g->rc;
   pthread_mutex_unlock(&s->mu);
   return rc;
+}
+
+static void on_ps_state(tsr_rpc_client *rc_cl, int connected, int status,
+                        void *data);
+static void on_ps_closed(void *data);
+
+/* Closes every client and makes a new one for the same address (loop
+ * thread): calls in flight fail with TSR_ESHUTDOWN. */
+static void reset_clients(wk_svc *s) {
+  for (int i = 0; i < s->n_ps; i++) {
+    ps_client *old = s->ps[i];
+    s->ps[i] = NULL;
+    if (ps_client_new(&s->ps[i], s->rpc, s->ps_addrs[i]) == 0) {
+      if (s->ps_deadline_ms) ps_client_set_deadline(s->ps[i], s->ps_deadline_ms);
+      tsr_rpc_client_on_state(ps_client_rpc(s->ps[i]), on_ps_state, s);
+    } else {
+      s->ps[i] = NULL; /* issue_one answers TSR_EUNAVAIL */
+    }
+    if (old) {
+      s->ps_closing++;
+      ps_client_close(old, on_ps_closed, s);
+    }
+  }
+}
+
+static void on_ps_state(tsr_rpc_client *rc_cl, int connected, int status,
+                        void *data) {
+  wk_svc *s = data;
+  if (connected || s->closing_ps) return;
+  int i = 0;
+  while (i < s->n_ps && (!s->ps[i] || ps_client_rpc(s->ps[i]) != rc_cl)) i++;
+  if (i == s->n_ps) return;
+  pthread_mutex_lock(&s->mu);
+  s->ps_losses++;
+  snprintf(s->ps_loss_msg, sizeof s->ps_loss_msg,
+           "ps:%d (%s) lost its connection (%s)", i, s->ps_addrs[i],
+           tsr_strerror(status));
+  bool reset = s->ps_hold && s->ps_inflight > 0;
+  if (reset)
+    snprintf(s->ps_lost, sizeof s->ps_lost,
+             "ps:%d (%s) lost its connection (%s); the calls held on the "
+             "other PS were given up", i, s->ps_addrs[i],
+             tsr_strerror(status));
+  pthread_mutex_unlock(&s->mu);
+  if (!reset) return;
+  tsr_warn("%s", s->ps_lost);
+  /* Not from inside the client's own callback: on the next wake. */
+  s->ps_reset = true;
+  wk__svc_wake(s);
 }
 
 static void on_ps_closed(void *data) {
@@ -228,6 +297,7 @@ int wk__ps_connect(wk_svc *s, char *const *addrs, int n, char *err,
       return rc;
     }
     if (s->ps_deadline_ms) ps_client_set_deadline(s->ps[i], s->ps_deadline_ms);
+    tsr_rpc_client_on_state(ps_client_rpc(s->ps[i]), on_ps_state, s);
   }
   return 0;
 }

@@ -36,6 +36,12 @@ static int free_port(void) {
   return port;
 }
 
+static char ps_deadline[16] = "5000";
+
+void h_set_ps_deadline(int ms) {
+  snprintf(ps_deadline, sizeof ps_deadline, "%d", ms);
+}
+
 static pid_t spawn(h_cluster *c, const char *exe, const char *type, int i) {
   char path[1024], tf[1400], task[32];
   snprintf(path, sizeof path, "%s/%s", c->build_dir, exe);
@@ -48,7 +54,8 @@ static pid_t spawn(h_cluster *c, const char *exe, const char *type, int i) {
   setenv("TF_CONFIG", tf, 1);
   setenv("TESSERA_TOKEN", H_TOKEN, 1);
   if (strcmp(type, "worker") == 0)
-    execl(path, path, "--device", "cpu", "--ps-deadline-ms", "5000", NULL);
+    execl(path, path, "--device", "cpu", "--ps-deadline-ms", ps_deadline,
+          NULL);
   else
     execl(path, path, NULL);
   fprintf(stderr, "cannot run %s: %s\n", path, strerror(errno));

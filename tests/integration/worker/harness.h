@@ -68,6 +68,8 @@ typedef struct {
 /* Picks ports, starts n_ps PS and n_workers workers (extra worker argv
  * may be NULL), connects the driver. 0 or a negative code (logged). */
 int h_start(h_cluster *c, int n_ps, int n_workers, const char *ps_mode);
+/* Deadline of the workers' PS calls for the next h_start (default 5 s). */
+void h_set_ps_deadline(int ms);
 /* Starts PS i again on its port. */
 int h_start_ps(h_cluster *c, int i, const char *ps_mode);
 /* SIGTERM every process, checks each exits 0 within the deadline; closes

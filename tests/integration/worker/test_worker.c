@@ -11,7 +11,9 @@
  *           (TSR_EVERSION), a missing data file answers TSR_EIO naming the
  *           path, a PS killed mid-closure fails the closure naming the PS
  *           and the worker keeps serving (configured again once the PS is
- *           back), shutdown by the method exits 0.
+ *           back), shutdown by the method exits 0;
+ *   synckill 2 PS, 2 workers, sync: a PS killed while the other holds
+ *           calls fails both closures at once, naming it.
  * Every wait has a deadline; every process must exit 0 on SIGTERM.
  */
 #include "harness.h"
@@ -362,10 +364,54 @@ static int test_errors(void) {
   return 0;
 }
 
+/* ---- a PS lost in sync mode ------------------------------------------------- */
+
+/* Calls held on the surviving PS (waiting for the other worker's step)
+ * must not wait for a step that will never come: both closures fail,
+ * naming the lost PS, not by a deadline. */
+static int test_synckill(void) {
+  h_cluster c;
+  /* Far beyond the waits below: a held call must not end by its deadline. */
+  h_set_ps_deadline(120000);
+  int rc = h_start(&c, 2, 2, "sync");
+  H_CHECK(rc == 0, "start");
+  const char *ovr[] = {"batch_size=16", "mode=\"sync\"", NULL};
+  H_CHECK(h_load_job(&c, job_path, ovr, 2) == 0, "job");
+  H_CHECK(h_create_vars(&c, "sync") == 0, "create");
+  for (int w = 0; w < 2; w++) {
+    h_result r;
+    rc = h_configure(&c, w, 21, WK_FORMAT_VERSION, c.job_text, &r);
+    H_CHECK(rc == 0, "configure worker %d: %s", w, r.msg);
+    h_result_free(&r);
+  }
+  h_result r[2];
+  for (int w = 0; w < 2; w++)
+    H_CHECK(run_closure(&c, w, (uint64_t)w, 100000000, &r[w]) == 0, "run");
+  h_spin(&c, 300);
+  H_CHECK(!r[0].done && !r[1].done, "closures ended early: %s / %s",
+          r[0].msg, r[1].msg);
+  H_CHECK(h_kill(c.ps_pid[1], SIGKILL, 5000) >= 0, "kill ps:1");
+  c.ps_pid[1] = 0;
+  for (int w = 0; w < 2; w++) {
+    rc = h_wait(&c, &r[w], 20000);
+    fprintf(stderr, "synckill: worker %d: %s: %s\n", w, tsr_err_name(rc),
+            r[w].msg);
+    H_CHECK(rc != 0 && rc != TSR_ETIMEOUT && strstr(r[w].msg, "ps:1") &&
+                !strstr(r[w].msg, "deadline"),
+            "worker %d after ps:1 died: %s %s", w, tsr_err_name(rc),
+            r[w].msg);
+    Tessera__Worker__StatusResponse *st = status_of(&c, w);
+    H_CHECK(st && strcmp(st->state, "failed") == 0, "status after the loss");
+    tessera__worker__status_response__free_unpacked(st, NULL);
+  }
+  H_CHECK(h_stop(&c) == 0, "clean stop");
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const char *src = getenv("TSR_SOURCE_DIR");
   if (argc != 2 || !src) {
-    fprintf(stderr, "usage: test_worker train|ssp|sync|sparse|errors (TSR_SOURCE_DIR, "
+    fprintf(stderr, "usage: test_worker train|ssp|sync|sparse|errors|synckill (TSR_SOURCE_DIR, "
                     "TSR_BUILD_DIR set)\n");
     return 2;
   }
@@ -391,6 +437,7 @@ int main(int argc, char **argv) {
     return test_sync(ctr, ovr, 2, 6);
   }
   if (strcmp(argv[1], "errors") == 0) return test_errors();
+  if (strcmp(argv[1], "synckill") == 0) return test_synckill();
   fprintf(stderr, "unknown test %s\n", argv[1]);
   return 2;
 }
