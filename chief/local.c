@@ -50,7 +50,8 @@ typedef struct {
   bool is_err;
   char *line;
   size_t len;
-  bool after_cr;  /* the current line began with '\r' */
+  bool after_cr;  /* the text held in `line` began with '\r' */
+  bool drawn;     /* this stream's last output was an in-place line */
 } stream;
 
 struct proc {
@@ -140,21 +141,23 @@ static void relay_bytes(stream *st, const char *p, size_t n) {
   for (size_t i = 0; i < n; i++) {
     char c = p[i];
     if (c == '\n') {
-      if (tty && st->after_cr && st->len == 0 && s->bar_shown) {
-        /* The in-place line was drawn already: just end it. */
+      if (tty && st->drawn && st->len == 0 && s->bar_shown) {
+        /* The in-place line is on screen already: just end it. */
         write_all(st->is_err ? s->o->err_fd : s->o->out_fd, "\n", 1);
         s->bar_shown = false;
-        st->after_cr = false;
-        continue;
+      } else {
+        emit_line(st, st->line, st->len, false);
       }
-      emit_line(st, st->line, st->len, false);
       st->len = 0;
-      st->after_cr = false;
+      st->after_cr = st->drawn = false;
       continue;
     }
     if (c == '\r') {
       if (i + 1 < n && p[i + 1] == '\n') continue;
-      if (st->len > 0) emit_line(st, st->line, st->len, true);
+      if (st->len > 0) {
+        emit_line(st, st->line, st->len, true);
+        st->drawn = true;
+      }
       st->len = 0;
       st->after_cr = true;
       continue;
@@ -172,6 +175,10 @@ static void relay_bytes(stream *st, const char *p, size_t n) {
   if (tty && st->after_cr && st->len > 0) {
     emit_line(st, st->line, st->len, true);
     st->len = 0;
+    st->drawn = true;
+    /* What follows without a new '\r' (a log line) is a line of its own:
+     * it replaces the bar rather than being drawn in place piecemeal. */
+    st->after_cr = false;
   }
 }
 
@@ -289,7 +296,9 @@ static int start_proc(proc *p) {
   envp[ne++] = tf;
   envp[ne++] = tok;
   char cols[32];
-  if (p->role == CHIEF_LOCAL_CHIEF && s->relay_tty) {
+  /* Only when both streams reach the terminal: the chief may draw on
+   * either, and a bar must never end up in a log file. */
+  if (p->role == CHIEF_LOCAL_CHIEF && s->relay_tty && s->err_tty) {
     envp[ne++] = (char *)"TESSERA_PROGRESS=bar";
     if (s->chief_columns > 0) {
       snprintf(cols, sizeof cols, "COLUMNS=%d", s->chief_columns);

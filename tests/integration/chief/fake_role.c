@@ -16,9 +16,11 @@
  *                           $FAKE_DIR/chief-done before exiting), prints
  *                           "evaluated the last checkpoint" 300 ms later
  *                           and exits 0 (98 if the chief never ends)
- *   FAKE_PROGRESS=1         the chief (exit mode) first prints what it got
- *                           in TESSERA_PROGRESS and COLUMNS, then two
- *                           progress-bar redraws ("\rstep N\033[K")
+ *   FAKE_PROGRESS=1         the chief (exit mode), once all have started,
+ *                           prints what it got
+ *                           in TESSERA_PROGRESS and COLUMNS, then on
+ *                           stderr a progress bar ("\rstep N\033[K"), a
+ *                           log line over it, and two more redraws
  * Exit codes 9-12 mean a check failed (TF_CONFIG, port, token, record).
  */
 #include "common/cluster.h"
@@ -148,15 +150,6 @@ int main(int argc, char **argv) {
   const char *mode = getenv("FAKE_CHIEF");
   if (c.task_type == TSR_TASK_CHIEF && mode && !strncmp(mode, "exit:", 5)) {
     int code = atoi(mode + 5);
-    if (getenv("FAKE_PROGRESS")) {
-      const char *pe = getenv("TESSERA_PROGRESS"), *co = getenv("COLUMNS");
-      printf("progress env: %s columns: %s\n", pe ? pe : "-", co ? co : "-");
-      printf("\rstep 1\033[K");
-      fflush(stdout);
-      sleep_ms(100);
-      printf("\rstep 2\033[K\n");
-      fflush(stdout);
-    }
     char wname[32] = "";
     int wcount = 0;
     const char *w = getenv("FAKE_CHIEF_WAIT");
@@ -171,6 +164,23 @@ int main(int argc, char **argv) {
       if (count_records(dir, "ps:", 1) >= n_ps &&
           count_records(dir, "worker:", 1) >= n_w &&
           (!wcount || count_records(dir, wprefix, 0) >= wcount)) {
+        /* Everyone has printed (a start is recorded after its output). */
+        if (getenv("FAKE_PROGRESS")) {
+          const char *pe = getenv("TESSERA_PROGRESS");
+          const char *co = getenv("COLUMNS");
+          printf("progress env: %s columns: %s\n", pe ? pe : "-",
+                 co ? co : "-");
+          fflush(stdout);
+          sleep_ms(50); /* relayed before the bar, from its own pipe */
+          /* On stderr, as the chief draws it, with a log line in between. */
+          fprintf(stderr, "\rstep 1\033[K");
+          sleep_ms(100);
+          fprintf(stderr, "a log line\n");
+          sleep_ms(100);
+          fprintf(stderr, "\rstep 2\033[K");
+          sleep_ms(100);
+          fprintf(stderr, "\rstep 3\033[K\n");
+        }
         printf("chief: all started, exiting %d\n", code);
         char done[4200];
         snprintf(done, sizeof done, "%s/chief-done", dir);
