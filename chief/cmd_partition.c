@@ -6,6 +6,7 @@
 #include "common/err.h"
 #include "common/job.h"
 #include "common/partition.h"
+#include "worker/model.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -25,6 +26,7 @@ static void usage(FILE *f) {
           "                         [--min-shard-bytes B] [--max-shard-bytes B]\n"
           "                         [--max-shards K] [--num-shards K]\n"
           "                         [--job JOB.json] [--json]\n"
+          "With --job and no --var, the job's model gives the variables.\n"
           "dtype: float32 (default), float16, bfloat16, float64, int64, int32\n"
           "Defaults follow TensorFlow: MinSize(min_shard_bytes=256 KiB, "
           "max_shards=1).\n");
@@ -174,6 +176,27 @@ int chief_cmd_partition(int argc, char **argv) {
       goto out;
     }
     part = job.partitioner;
+    if (n_vars == 0 && job.model) {
+      /* the model's own variables, as the chief will create them */
+      wk_model *m;
+      if (wk_model_from_job(&job, NULL, &m, err, sizeof err)) {
+        fprintf(stderr, "tessera partition: %s\n", err);
+        tsr_job_free(&job);
+        goto out;
+      }
+      const wk_var_info *vi;
+      size_t nv;
+      wk_model_variables(m, &vi, &nv);
+      for (size_t i = 0; i < nv && n_vars < MAX_VARS; i++, n_vars++) {
+        snprintf(names[n_vars], sizeof names[0], "%s", vi[i].name);
+        vars[n_vars].name = names[n_vars];
+        vars[n_vars].rank = vi[i].rank;
+        vars[n_vars].shape[0] = vi[i].shape[0];
+        vars[n_vars].shape[1] = vi[i].rank > 1 ? vi[i].shape[1] : 0;
+        vars[n_vars].elem_size = 4;
+      }
+      wk_model_free(m);
+    }
     tsr_job_free(&job);
   }
   if (kind) {

@@ -34,7 +34,7 @@ JOBS=${JOBS:-$(nproc)}
 say() { printf '[setup] %s\n' "$*"; }
 
 # ---- Debian packages -------------------------------------------------------
-pkgs=(meson ninja-build pkg-config gcc libc6-dev
+pkgs=(meson ninja-build pkg-config gcc g++ libc6-dev
       libuv1-dev libprotobuf-c-dev protobuf-c-compiler libmsgpack-dev
       libcmocka-dev libopenblas-dev libjansson-dev libsodium-dev zlib1g-dev
       dataset-fashion-mnist)

@@ -64,6 +64,10 @@ echo '{"partitioner": {"type": "fixed", "num_shards": 3}}' > "$tmp/job.json"
 check partition_job 0 "2/3" "$T" partition --job "$tmp/job.json" --var w=9x2 --ps 2
 echo '{"partitioner": {"type": "fixed", "num_shardz": 3}}' > "$tmp/bad.json"
 check partition_job_bad 2 "num_shardz: unknown key" "$T" partition --job "$tmp/bad.json" --var w=9x2
+# the job's model gives the variables (Keras names, in creation order)
+out=$("$T" partition --job "$TSR_SOURCE_DIR/deploy/jobs/fashion_mnist.json" --ps 2 --json)
+names=$(grep -o '"variable": "[^"]*"' <<<"$out" | cut -d'"' -f4 | tr '\n' ' ')
+if [ "$names" = "dense/kernel dense/bias dense_1/kernel dense_1/bias dense_2/kernel dense_2/bias " ]; then pass=$((pass+1)); else echo "FAIL partition_job_model: $names"; fails=$((fails+1)); fi
 check unknown_command 2 'unknown command "frobnicate"' "$T" frobnicate
 
 echo "$pass passed, $fails failed"
