@@ -4,7 +4,7 @@
  * sorts the copy by time and prints JSON by hand (it is the hot output of
  * a long run: no DOM). Failure modes: a full recorder drops and counts;
  * an unwritable path names the path; merge names the input that is not a
- * trace.
+ * trace; a wire batch that is cut or malformed is refused whole.
  */
 #include "common/trace.h"
 #include "common/err.h"
@@ -168,6 +168,55 @@ int tsr_trace_append(tsr_trace *t, const tsr_trace_event *ev, size_t n) {
   }
   pthread_mutex_unlock(&t->mu);
   return rc;
+}
+
+static void put_le(uint8_t *p, uint64_t v, int bytes) {
+  for (int i = 0; i < bytes; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static uint64_t get_le(const uint8_t *p, int bytes) {
+  uint64_t v = 0;
+  for (int i = bytes - 1; i >= 0; i--) v = (v << 8) | p[i];
+  return v;
+}
+
+void tsr_trace_pack(const tsr_trace_event *ev, size_t n, uint8_t *out) {
+  for (size_t i = 0; i < n; i++, out += TSR_TRACE_WIRE_SIZE) {
+    memset(out, 0, 48);
+    memcpy(out, ev[i].name, strnlen(ev[i].name, TSR_TRACE_NAME_MAX - 1));
+    memcpy(out + 32, ev[i].cat, strnlen(ev[i].cat, TSR_TRACE_CAT_MAX - 1));
+    put_le(out + 48, (uint32_t)ev[i].pid, 4);
+    put_le(out + 52, (uint32_t)ev[i].tid, 4);
+    put_le(out + 56, (uint64_t)ev[i].ts_us, 8);
+    put_le(out + 64, (uint64_t)ev[i].dur_us, 8);
+  }
+}
+
+int tsr_trace_unpack(const uint8_t *data, size_t len, tsr_trace_event *out,
+                     size_t max, size_t *n) {
+  *n = 0;
+  if (len % TSR_TRACE_WIRE_SIZE) return TSR_ECORRUPT;
+  size_t k = len / TSR_TRACE_WIRE_SIZE;
+  if (k > max) return TSR_ETOOBIG;
+  /* Check everything first: a bad batch is refused whole. */
+  for (size_t i = 0; i < k; i++) {
+    const uint8_t *p = data + i * TSR_TRACE_WIRE_SIZE;
+    if (!memchr(p, 0, TSR_TRACE_NAME_MAX) ||
+        !memchr(p + 32, 0, TSR_TRACE_CAT_MAX) ||
+        (int64_t)get_le(p + 64, 8) < 0)
+      return TSR_ECORRUPT;
+  }
+  for (size_t i = 0; i < k; i++) {
+    const uint8_t *p = data + i * TSR_TRACE_WIRE_SIZE;
+    tsr_trace_event *e = &out[i];
+    memcpy(e->name, p, TSR_TRACE_NAME_MAX);
+    memcpy(e->cat, p + 32, TSR_TRACE_CAT_MAX);
+    e->pid = (int32_t)(uint32_t)get_le(p + 48, 4);
+    e->tid = (int32_t)(uint32_t)get_le(p + 52, 4);
+    e->ts_us = (int64_t)get_le(p + 56, 8);
+    e->dur_us = (int64_t)get_le(p + 64, 8);
+  }
+  *n = k;
+  return 0;
 }
 
 size_t tsr_trace_count(tsr_trace *t) {

@@ -70,6 +70,19 @@ size_t tsr_trace_drain(tsr_trace *t, tsr_trace_event *out, size_t max);
  * over the limit are dropped and counted; returns TSR_EBUSY then. */
 int tsr_trace_append(tsr_trace *t, const tsr_trace_event *ev, size_t n);
 
+/* Wire form of events, for a worker or PS to send its drained events to
+ * the chief (e.g. as the raw payload of an RPC): TSR_TRACE_WIRE_SIZE bytes
+ * per event, little-endian: name[32], cat[16], pid i32, tid i32, ts i64,
+ * dur i64. `out` holds n * TSR_TRACE_WIRE_SIZE bytes. */
+#define TSR_TRACE_WIRE_SIZE 72
+void tsr_trace_pack(const tsr_trace_event *ev, size_t n, uint8_t *out);
+/* Decodes `len` bytes into at most `max` events (`*n` set). A length that
+ * is not a whole number of events, a name or category without its NUL, or
+ * a negative duration is TSR_ECORRUPT, nothing decoded; more events than
+ * `max` is TSR_ETOOBIG. */
+int tsr_trace_unpack(const uint8_t *data, size_t len, tsr_trace_event *out,
+                     size_t max, size_t *n);
+
 size_t tsr_trace_count(tsr_trace *t);
 size_t tsr_trace_dropped(tsr_trace *t);
 

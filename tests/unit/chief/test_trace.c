@@ -205,11 +205,62 @@ static void test_drain_merge_and_files(void **state) {
   test_rmtree(dir);
 }
 
+/* Events cross the wire and come back the same; bad batches are refused
+ * whole. */
+static void test_wire(void **state) {
+  tsr_trace_event ev[3];
+  memset(ev, 0, sizeof ev);
+  snprintf(ev[0].name, sizeof ev[0].name, "pull");
+  snprintf(ev[0].cat, sizeof ev[0].cat, "step");
+  ev[0].pid = 1001;
+  ev[0].tid = -1;
+  ev[0].ts_us = 1764600000123456LL;
+  ev[0].dur_us = 250;
+  snprintf(ev[1].name, sizeof ev[1].name, "a name of exactly 31 bytes long");
+  ev[1].pid = 2000;
+  ev[2] = ev[0];
+  ev[2].dur_us = 0;
+  uint8_t buf[3 * TSR_TRACE_WIRE_SIZE];
+  tsr_trace_pack(ev, 3, buf);
+  tsr_trace_event back[3];
+  size_t n = 99;
+  assert_int_equal(tsr_trace_unpack(buf, sizeof buf, back, 3, &n), 0);
+  assert_int_equal(n, 3);
+  for (int i = 0; i < 3; i++) {
+    assert_string_equal(back[i].name, ev[i].name);
+    assert_string_equal(back[i].cat, ev[i].cat);
+    assert_int_equal(back[i].pid, ev[i].pid);
+    assert_int_equal(back[i].tid, ev[i].tid);
+    assert_int_equal(back[i].ts_us, ev[i].ts_us);
+    assert_int_equal(back[i].dur_us, ev[i].dur_us);
+  }
+  /* Little-endian on the wire, whatever the host. */
+  assert_int_equal(buf[48], 1001 & 0xff);
+  assert_int_equal(buf[49], 1001 >> 8);
+  assert_int_equal(tsr_trace_unpack(buf, sizeof buf, back, 2, &n),
+                   TSR_ETOOBIG);
+  assert_int_equal(tsr_trace_unpack(buf, sizeof buf - 1, back, 3, &n),
+                   TSR_ECORRUPT);
+  assert_int_equal(n, 0);
+  uint8_t bad[TSR_TRACE_WIRE_SIZE];
+  memcpy(bad, buf, sizeof bad);
+  memset(bad, 'x', TSR_TRACE_NAME_MAX); /* no NUL in the name */
+  assert_int_equal(tsr_trace_unpack(bad, sizeof bad, back, 3, &n),
+                   TSR_ECORRUPT);
+  memcpy(bad, buf, sizeof bad);
+  bad[71] = 0x80; /* negative duration */
+  assert_int_equal(tsr_trace_unpack(bad, sizeof bad, back, 3, &n),
+                   TSR_ECORRUPT);
+  assert_int_equal(tsr_trace_unpack(buf, 0, back, 3, &n), 0);
+  assert_int_equal(n, 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_threads_and_format),
       cmocka_unit_test(test_bounded),
       cmocka_unit_test(test_drain_merge_and_files),
+      cmocka_unit_test(test_wire),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
