@@ -99,6 +99,7 @@ static int test_train(const char *mode) {
 
   const int closures = 10, steps = 20;
   double first_loss = 0, last_loss = 0;
+  double t_in = 0, t_pull = 0, t_comp = 0, t_push = 0, t_wall = 0;
   for (int k = 0; k < closures; k++) {
     h_result r[2];
     for (int w = 0; w < 2; w++)
@@ -123,6 +124,11 @@ static int test_train(const char *mode) {
                   o->input_wait_s >= 0 && o->wall_s > 0,
               "phase times %g %g %g %g", o->pull_s, o->push_s, o->compute_s,
               o->input_wait_s);
+      t_in += o->input_wait_s;
+      t_pull += o->pull_s;
+      t_comp += o->compute_s;
+      t_push += o->push_s;
+      t_wall += o->wall_s;
       if (k == 0 && w == 0) first_loss = o->loss_sum / steps;
       if (k == closures - 1 && w == 0) last_loss = o->loss_sum / steps;
       tessera__worker__run_response__free_unpacked(o, NULL);
@@ -131,6 +137,10 @@ static int test_train(const char *mode) {
   H_CHECK(eval_loss(&c, 1, &loss1, &n1) == 0, "eval after");
   fprintf(stderr, "train (%s): eval loss %.1f -> %.1f, closure loss %.1f -> "
           "%.1f\n", mode, loss0, loss1, first_loss, last_loss);
+  fprintf(stderr, "train (%s): share of closure time: input %.0f%%, pull "
+          "%.0f%%, compute %.0f%%, push+pull %.0f%%\n", mode,
+          100 * t_in / t_wall, 100 * t_pull / t_wall, 100 * t_comp / t_wall,
+          100 * t_push / t_wall);
   H_CHECK(loss1 < 0.5 * loss0, "eval loss %g -> %g did not halve", loss0,
           loss1);
   H_CHECK(last_loss < 0.5 * first_loss, "training loss %g -> %g", first_loss,
