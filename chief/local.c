@@ -14,8 +14,6 @@
  * left down after max_restarts, with a message, and the chief decides
  * whether the run can go on.
  */
-#include <uv.h> /* first: its pthread.h needs sched.h unparsed */
-
 #include "chief/local.h"
 #include "common/clock.h"
 #include "common/err.h"
@@ -34,6 +32,7 @@
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <uv.h>
 
 extern char **environ;
 
@@ -87,6 +86,7 @@ struct sup {
   bool bar_shown;
   int name_width;
   char token[80];
+  char rundir[4096];    /* cluster.json and token for `tessera status` */
   char **envp_base;     /* environ minus the variables set per child */
   int n_envp_base;
   char rbuf[65536];
@@ -581,6 +581,58 @@ static bool env_is_ours(const char *kv) {
   return false;
 }
 
+/* Writes `text` to DIR/name, readable by the owner only. */
+static int write_private(const char *dir, const char *name, const char *text,
+                         char *err, size_t errlen) {
+  char path[4200];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  size_t n = strlen(text);
+  if (fd < 0 || write(fd, text, n) != (ssize_t)n) {
+    int e = errno;
+    if (fd >= 0) close(fd);
+    snprintf(err, errlen, "cannot write %s: %s", path, strerror(e));
+    return -e;
+  }
+  return close(fd) ? -errno : 0;
+}
+
+/* The folder `tessera status` reads the cluster and the token from. */
+static int make_rundir(sup *s, const int *ports, char *err, size_t errlen) {
+  const chief_local_opts *o = s->o;
+  const char *base = getenv("XDG_RUNTIME_DIR");
+  if (!base || access(base, W_OK) != 0) base = getenv("TMPDIR");
+  if (!base || access(base, W_OK) != 0) base = "/tmp";
+  snprintf(s->rundir, sizeof s->rundir, "%s/tessera-local-XXXXXX", base);
+  if (!mkdtemp(s->rundir)) {
+    int e = errno;
+    snprintf(err, errlen, "cannot create a folder in %s: %s", base,
+             strerror(e));
+    s->rundir[0] = '\0';
+    return -e;
+  }
+  char *cluster = chief_local_cluster_json(o->host, ports[0], ports + 1,
+                                           o->n_ps, ports + 1 + o->n_ps,
+                                           o->n_workers);
+  if (!cluster) return TSR_ENOMEM;
+  int rc = write_private(s->rundir, "cluster.json", cluster, err, errlen);
+  free(cluster);
+  if (!rc) rc = write_private(s->rundir, "token", s->token, err, errlen);
+  return rc;
+}
+
+static void remove_rundir(sup *s) {
+  if (!s->rundir[0]) return;
+  static const char *const files[] = {"cluster.json", "token"};
+  for (size_t i = 0; i < 2; i++) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", s->rundir, files[i]);
+    unlink(path);
+  }
+  rmdir(s->rundir);
+  s->rundir[0] = '\0';
+}
+
 static int prepare(sup *s, char *err, size_t errlen) {
   const chief_local_opts *o = s->o;
   if (o->n_evaluators < 0 || o->n_evaluators > 1) {
@@ -646,6 +698,8 @@ static int prepare(sup *s, char *err, size_t errlen) {
       goto done;
     }
   }
+  rc = make_rundir(s, ports, err, errlen);
+  if (rc) goto done;
   int n = 0;
   while (environ[n]) n++;
   s->envp_base = calloc((size_t)n + 1, sizeof *s->envp_base);
@@ -660,6 +714,9 @@ static int prepare(sup *s, char *err, size_t errlen) {
   for (int i = 1; i < n_listen; i++)
     tsr_debug("%s at %s:%d", s->procs[i].name, o->host, ports[i]);
   if (o->n_evaluators) tsr_info("with an evaluator (checkpoint sidecar)");
+  tsr_info("while it runs: tessera status --cluster %s/cluster.json "
+           "--token-file %s/token",
+           s->rundir, s->rundir);
 done:
   free(ports);
   return rc;
@@ -669,6 +726,7 @@ static void release(sup *s) {
   for (int i = 0; s->procs && i < s->n_procs; i++) free(s->procs[i].tf_config);
   free(s->procs);
   free(s->envp_base);
+  remove_rundir(s);
   sodium_memzero(s->token, sizeof s->token);
 }
 

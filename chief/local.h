@@ -7,7 +7,11 @@
  * the terminal reaches only the launcher, which then stops them in order)
  * and die with the launcher even when it is killed (PR_SET_PDEATHSIG).
  * Their stdout and stderr come back through pipes and are relayed line by
- * line with a prefix ("ps:0   | ..."), each line in one write().
+ * line with a prefix ("ps:0   | ..."), each line in one write(). While it
+ * runs, a private folder (mode 0700, removed at the end) holds the
+ * cluster map and the token, so `tessera status --cluster DIR/cluster.json
+ * --token-file DIR/token` can look at the running cluster; the launcher
+ * prints that command.
  *
  * Supervision follows docker-compose's `restart: on-failure` with a
  * maximum retry count: a ps or worker that exits non-zero or dies by a
@@ -97,6 +101,12 @@ char *chief_local_tf_config(const char *host, int chief_port,
                             const int *ps_ports, int n_ps,
                             const int *worker_ports, int n_workers,
                             chief_local_role role, int index);
+
+/* The cluster map alone ({"chief": [...], "ps": [...], "worker": [...]}),
+ * as `--cluster FILE.json` takes it; the caller frees. */
+char *chief_local_cluster_json(const char *host, int chief_port,
+                               const int *ps_ports, int n_ps,
+                               const int *worker_ports, int n_workers);
 
 /* Resolves the executable for `role` (see bin_dir above) into `out`. The
  * error lists every place that was looked at. */

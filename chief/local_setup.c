@@ -85,19 +85,39 @@ static json_t *addr_list(const char *host, const int *ports, int n) {
   return a;
 }
 
-char *chief_local_tf_config(const char *host, int chief_port,
-                            const int *ps_ports, int n_ps,
-                            const int *worker_ports, int n_workers,
-                            chief_local_role role, int index) {
+static json_t *cluster_map(const char *host, int chief_port,
+                           const int *ps_ports, int n_ps,
+                           const int *worker_ports, int n_workers) {
   json_t *cluster = json_object();
-  json_t *task = json_object();
-  json_t *root = json_object();
-  char *out = NULL;
-  if (!cluster || !task || !root) goto done;
+  if (!cluster) return NULL;
   json_object_set_new(cluster, "chief", addr_list(host, &chief_port, 1));
   json_object_set_new(cluster, "ps", addr_list(host, ps_ports, n_ps));
   json_object_set_new(cluster, "worker",
                       addr_list(host, worker_ports, n_workers));
+  return cluster;
+}
+
+char *chief_local_cluster_json(const char *host, int chief_port,
+                               const int *ps_ports, int n_ps,
+                               const int *worker_ports, int n_workers) {
+  json_t *cluster =
+      cluster_map(host, chief_port, ps_ports, n_ps, worker_ports, n_workers);
+  char *out =
+      cluster ? json_dumps(cluster, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+  json_decref(cluster);
+  return out;
+}
+
+char *chief_local_tf_config(const char *host, int chief_port,
+                            const int *ps_ports, int n_ps,
+                            const int *worker_ports, int n_workers,
+                            chief_local_role role, int index) {
+  json_t *cluster =
+      cluster_map(host, chief_port, ps_ports, n_ps, worker_ports, n_workers);
+  json_t *task = json_object();
+  json_t *root = json_object();
+  char *out = NULL;
+  if (!cluster || !task || !root) goto done;
   json_object_set_new(task, "type", json_string(chief_local_role_name(role)));
   json_object_set_new(task, "index", json_integer(index));
   json_object_set(root, "cluster", cluster);

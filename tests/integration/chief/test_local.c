@@ -27,6 +27,7 @@
 #include <cmocka.h>
 
 #include "../../unit/chief/tmpdir.h"
+#include "common/cluster.h"
 
 static const char *tessera_bin, *fake_bin;
 
@@ -96,6 +97,10 @@ static pid_t launch(fixture *f, const char *const *args) {
     int fd = open(f->outpath, O_WRONLY | O_CREAT | O_TRUNC, 0666);
     dup2(fd, 1);
     dup2(fd, 2);
+    /* The launcher's private folder goes into the test's, so a launcher
+     * killed with -9 leaves nothing in /tmp. */
+    unsetenv("XDG_RUNTIME_DIR");
+    setenv("TMPDIR", f->dir, 1);
     execv(tessera_bin, (char **)argv);
     _exit(127);
   }
@@ -156,6 +161,18 @@ static void assert_all_gone(const record *r, int n) {
   }
 }
 
+/* The folder named in "tessera status --cluster DIR/cluster.json". */
+static bool status_dir(const char *out, char *dir, size_t len) {
+  const char *p = strstr(out, "tessera status --cluster ");
+  if (!p) return false;
+  p += strlen("tessera status --cluster ");
+  const char *e = strstr(p, "/cluster.json");
+  if (!e || (size_t)(e - p) >= len) return false;
+  memcpy(dir, p, (size_t)(e - p));
+  dir[e - p] = '\0';
+  return true;
+}
+
 static void test_basic_cluster(void **state) {
   fixture f;
   fixture_make(&f);
@@ -195,6 +212,10 @@ static void test_basic_cluster(void **state) {
   }
   assert_non_null(strstr(out, "chief:0  | chief args: --job x.json --steps 5"));
   assert_all_gone(r, n);
+  /* The folder for `tessera status` is gone with the cluster. */
+  char rundir[512];
+  assert_true(status_dir(out, rundir, sizeof rundir));
+  assert_int_not_equal(access(rundir, F_OK), 0);
   free(out);
 
   /* A second run draws a different token. */
@@ -282,6 +303,37 @@ static void test_sigint_stops_everything(void **state) {
     if (n == 5) break;
   }
   assert_int_equal(n, 5);
+  /* While it runs, `tessera status` can find the cluster and the token. */
+  char *early = test_slurp(f.outpath, NULL);
+  char rundir[512], path[600];
+  assert_true(status_dir(early, rundir, sizeof rundir));
+  free(early);
+  struct stat sb;
+  assert_int_equal(stat(rundir, &sb), 0);
+  assert_int_equal(sb.st_mode & 0777, 0700);
+  snprintf(path, sizeof path, "%s/cluster.json", rundir);
+  tsr_cluster c;
+  char err[TSR_ERRBUF];
+  if (tsr_cluster_load(path, "worker:0", &c, err, sizeof err))
+    fail_msg("%s", err);
+  assert_int_equal(c.n[TSR_TASK_PS], 2);
+  assert_int_equal(c.n[TSR_TASK_WORKER], 2);
+  for (int i = 0; i < n; i++) {
+    char type[32];
+    snprintf(type, sizeof type, "%s", r[i].name);
+    *strchr(type, ':') = '\0';
+    int idx = atoi(strchr(r[i].name, ':') + 1);
+    const tsr_task_addr *a =
+        tsr_cluster_find(&c, tsr_task_type_parse(type), idx);
+    assert_non_null(a);
+    assert_int_equal(a->port, r[i].port);
+  }
+  tsr_cluster_free(&c);
+  snprintf(path, sizeof path, "%s/token", rundir);
+  char *tok = test_slurp(path, NULL);
+  assert_non_null(tok);
+  assert_string_equal(tok, r[0].token);
+  free(tok);
   sleep_ms(50); /* let ps:1 install its SIGTERM disposition */
   kill(pid, SIGINT);
   int st = wait_exit(pid, 15);
@@ -293,6 +345,7 @@ static void test_sigint_stops_everything(void **state) {
   assert_non_null(strstr(out, "sending SIGKILL"));
   assert_non_null(strstr(out, "ps:1 was killed by signal 9"));
   assert_all_gone(r, n);
+  assert_int_not_equal(access(rundir, F_OK), 0);
   free(out);
   test_rmtree(f.dir);
 }
@@ -482,6 +535,8 @@ static void test_terminal_progress(void **state) {
     dup2(fd, 1);
     dup2(fd, 2);
     close(master);
+    unsetenv("XDG_RUNTIME_DIR");
+    setenv("TMPDIR", f.dir, 1);
     execv(tessera_bin, (char **)argv);
     _exit(127);
   }

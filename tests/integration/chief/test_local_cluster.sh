@@ -12,6 +12,9 @@ TESSERA=$BUILD/chief/tessera
 JOB=$SRC/deploy/jobs/diabetes.json
 WORK=$(mktemp -d /tmp/tsr_local_XXXXXX)
 export TESSERA_LOG=info
+# tessera local's private folder (cluster map and token) goes in here.
+unset XDG_RUNTIME_DIR
+export TMPDIR=$WORK
 FAILS=0
 LPID=
 
@@ -88,6 +91,21 @@ if wait_for "$out" "worker:1 (.*) ready" 60; then
   else
     fail "worker:1 did not come back"
   fi
+  # `tessera status` reaches every process with what the launcher printed.
+  cmd=$(grep -o 'tessera status --cluster [^ ]* --token-file [^ ]*' "$out")
+  if [ -n "$cmd" ]; then
+    # shellcheck disable=SC2086 # the command line as printed
+    timeout 30 $BUILD/chief/$cmd >"$WORK/status.txt" 2>&1
+    src=$?
+    if [ $src = 0 ] && grep -q '^worker:1 ' "$WORK/status.txt" \
+        && grep -q '^ps:1 ' "$WORK/status.txt"; then
+      ok "tessera status sees the local cluster"
+    else
+      fail "tessera status exited $src: $(cat "$WORK/status.txt")"
+    fi
+  else
+    fail "no tessera status command printed"
+  fi
 else
   fail "worker:1 never became ready"
 fi
@@ -106,6 +124,8 @@ else
     || fail "restart count"
 fi
 none_left && ok "no process left after SIGINT" || fail "processes left after SIGINT"
+ls -d "$WORK"/tessera-local-* >/dev/null 2>&1 \
+  && fail "the status folder was left behind" || ok "status folder removed"
 
 echo "$FAILS failure(s)"
 [ "$FAILS" = 0 ]

@@ -71,6 +71,28 @@ static void test_tf_config(void **state) {
   }
 }
 
+/* The map alone, as `tessera status --cluster FILE` reads it. */
+static void test_cluster_file(void **state) {
+  int ps[2] = {2001, 2002}, wk[1] = {3001};
+  char *map = chief_local_cluster_json("127.0.0.1", 1000, ps, 2, wk, 1);
+  assert_non_null(map);
+  assert_null(strstr(map, "task"));
+  char dir[256], path[300], err[TSR_ERRBUF];
+  test_tmpdir(dir, sizeof dir);
+  snprintf(path, sizeof path, "%s/cluster.json", dir);
+  FILE *f = fopen(path, "w");
+  fputs(map, f);
+  fclose(f);
+  free(map);
+  tsr_cluster c;
+  if (tsr_cluster_load(path, "ps:1", &c, err, sizeof err)) fail_msg("%s", err);
+  assert_int_equal(c.n[TSR_TASK_PS], 2);
+  assert_int_equal(c.n[TSR_TASK_WORKER], 1);
+  assert_int_equal(tsr_cluster_find(&c, TSR_TASK_PS, 1)->port, 2002);
+  tsr_cluster_free(&c);
+  test_rmtree(dir);
+}
+
 static void make_exe(const char *path) {
   FILE *f = fopen(path, "w");
   assert_non_null(f);
@@ -155,6 +177,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_ports_and_token),
       cmocka_unit_test(test_tf_config),
+      cmocka_unit_test(test_cluster_file),
       cmocka_unit_test(test_find_binary),
       cmocka_unit_test(test_bad_options),
   };
