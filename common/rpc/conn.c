@@ -6,6 +6,9 @@
  * header + meta + the caller's payload buffers into one uv_write. The
  * timer then drives heartbeats (a client pings an idle connection; a
  * server answers pings) and dead-peer detection.
+ * A frame the kernel takes at once (uv_try_write) costs no write request
+ * and no epoll change; its completion is reported from a check handle in
+ * the same loop iteration, as libuv would report its own.
  * Failure modes: a refused or silent handshake, a bad frame, a dead or
  * closing peer all end in tsr_rpc__conn_close(): the owner's on_down fails
  * what hangs on the connection (once, with a message naming the peer), the
@@ -30,7 +33,9 @@ typedef struct wreq {
   tsr_rpc__conn *c;
   tsr_rpc__sent_cb cb;
   void *data;
+  struct wreq *next;  /* written at once, waiting to be reported */
   size_t bytes;
+  size_t queued;      /* bytes handed to uv_write */
   int waited;
   uint8_t head[]; /* header + meta, or handshake bytes */
 } wreq;
@@ -41,6 +46,23 @@ static const char *who(const tsr_rpc__conn *c) {
 
 static void conn_rx_error(tsr_rpc__conn *c, int rc);
 static void timer_cb(uv_timer_t *t);
+static void write_finish(tsr_rpc__conn *c, wreq *w, int status);
+
+/* Reports the writes that went out at once. */
+static void flush_done(tsr_rpc__conn *c) {
+  while (c->done_head) {
+    wreq *w = c->done_head;
+    c->done_head = w->next;
+    if (!c->done_head) c->done_tail = NULL;
+    write_finish(c, w, 0);
+  }
+}
+
+static void check_cb(uv_check_t *h) {
+  tsr_rpc__conn *c = h->data;
+  uv_check_stop(h);
+  flush_done(c);
+}
 
 /* ---- frame hooks: pings are handled here, the rest goes to the owner --- */
 
@@ -73,6 +95,7 @@ static const tsr_rpc__rx_ops conn_rx_ops = {c_on_head, c_on_frame};
 static void on_handle_closed(uv_handle_t *h) {
   tsr_rpc__conn *c = h->data;
   if (--c->handles > 0) return;
+  flush_done(c); /* those bytes did leave */
   tsr_rpc__rx_free(&c->rx);
   c->ops->on_freed(c);
 }
@@ -92,6 +115,7 @@ void tsr_rpc__conn_close(tsr_rpc__conn *c, int status, const char *msg) {
   uv_timer_stop(&c->timer);
   uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
   uv_close((uv_handle_t *)&c->timer, on_handle_closed);
+  uv_close((uv_handle_t *)&c->check, on_handle_closed);
 }
 
 void tsr_rpc__conn_close_after_flush(tsr_rpc__conn *c, int status,
@@ -113,9 +137,13 @@ void tsr_rpc__conn_close_after_flush(tsr_rpc__conn *c, int status,
 
 static void write_cb(uv_write_t *req, int status) {
   wreq *w = (wreq *)req;
-  tsr_rpc__conn *c = w->c;
+  w->c->uv_writes--;
+  write_finish(w->c, w, status);
+}
+
+static void write_finish(tsr_rpc__conn *c, wreq *w, int status) {
   c->writes--;
-  c->wq_bytes -= w->bytes;
+  c->wq_bytes -= w->queued;
   if (status == 0 && w->waited) c->last_progress_ns = tsr_now_ns();
   if (status == UV_ECANCELED) status = TSR_ECLOSED;
   if (w->cb) w->cb(c, status, w->data);
@@ -126,17 +154,52 @@ static void write_cb(uv_write_t *req, int status) {
     c->ops->on_drain(c);
 }
 
+/* Sends w's bufs (an array the caller owns and lets us change): straight
+ * to the kernel while nothing is queued, the rest through uv_write. */
 static int raw_send(tsr_rpc__conn *c, wreq *w, uv_buf_t *bufs,
                     unsigned nbufs) {
   w->c = c;
-  int rc = uv_write(&w->req, (uv_stream_t *)&c->tcp, bufs, nbufs, write_cb);
-  if (rc) {
-    tsr_rpc__free(c->ctx, w);
-    return rc;
+  size_t left = w->bytes;
+  if (c->uv_writes == 0 && w->bytes <= ((size_t)1 << 30)) {
+    int n = uv_try_write((uv_stream_t *)&c->tcp, bufs, nbufs);
+    if (n > 0) {
+      size_t skip = (size_t)n;
+      left -= skip;
+      while (nbufs && skip >= bufs[0].len) {
+        skip -= bufs[0].len;
+        bufs++;
+        nbufs--;
+      }
+      if (nbufs) {
+        bufs[0].base += skip;
+        bufs[0].len -= skip;
+      }
+    }
   }
-  w->waited = uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) > 0;
+  if (left == 0) {
+    w->next = NULL;
+    if (c->done_tail)
+      ((wreq *)c->done_tail)->next = w;
+    else
+      c->done_head = w;
+    c->done_tail = w;
+    uv_check_start(&c->check, check_cb);
+  } else {
+    int rc = uv_write(&w->req, (uv_stream_t *)&c->tcp, bufs, nbufs,
+                      write_cb);
+    if (rc) {
+      int partial = left != w->bytes;
+      tsr_rpc__free(c->ctx, w);
+      /* part of a frame went out: the stream cannot be resumed */
+      if (partial) tsr_rpc__conn_close(c, rc, "write failed");
+      return rc;
+    }
+    w->queued = left;
+    w->waited = uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) > 0;
+    c->uv_writes++;
+    c->wq_bytes += left;
+  }
   c->writes++;
-  c->wq_bytes += w->bytes;
   c->bytes_out += w->bytes;
   if (c->agg) c->agg->bytes_out += w->bytes;
   c->last_tx_ns = tsr_now_ns();
@@ -371,9 +434,11 @@ int tsr_rpc__conn_init(tsr_rpc__conn *c, tsr_rpc_ctx *ctx, int role,
   if (rc) return rc;
   uv_tcp_init(ctx->loop, &c->tcp);
   uv_timer_init(ctx->loop, &c->timer);
+  uv_check_init(ctx->loop, &c->check);
   c->tcp.data = c;
   c->timer.data = c;
-  c->handles = 2;
+  c->check.data = c;
+  c->handles = 3;
   c->started_ns = tsr_now_ns();
   return 0;
 }

@@ -283,6 +283,8 @@ typedef void (*tsr_rpc__sent_cb)(tsr_rpc__conn *c, int status, void *data);
 struct tsr_rpc__conn {
   uv_tcp_t tcp;
   uv_timer_t timer;
+  uv_check_t check;           /* reports writes that went out at once */
+  void *done_head, *done_tail;/* such writes, oldest first */
   tsr_rpc_ctx *ctx;
   const tsr_rpc__conn_ops *ops;
   void *owner;
@@ -297,7 +299,8 @@ struct tsr_rpc__conn {
   uint64_t started_ns, ready_ns;
   uint64_t last_rx_ns, last_tx_ns;
   uint64_t wq_bytes;          /* queued, not yet written */
-  uint32_t writes;            /* write requests in flight */
+  uint32_t writes;            /* write requests not yet reported */
+  uint32_t uv_writes;         /* of which handed to uv_write */
   uint32_t inflight;          /* calls in flight on this connection */
   int paused;
   uint64_t bytes_in, bytes_out, frames_in, frames_out, calls;

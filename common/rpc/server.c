@@ -14,7 +14,8 @@
  * answers would be ambiguous). A request beyond max_inflight calls held on
  * its connection is answered TSR_EBUSY at once (the connection is still
  * read, so pings and a hang-up are still seen). A connection with more
- * than max_write_queue bytes of answers not yet taken by the peer is no
+ * than max_write_queue bytes of answers not yet taken by the peer, or
+ * whose max_inflight calls are all answers waiting to go out, is no
  * longer read until it drains: a peer that stops reading costs TCP
  * window, not memory. Calls held when their connection dies are marked
  * dead; their answers are dropped and reported TSR_ECLOSED to done.
@@ -375,6 +376,13 @@ static int s_on_head(tsr_rpc__rx *rx, const tsr_rpc__hdr *h,
   return 0;
 }
 
+/* The peer is not taking its answers: too many bytes wait, or all the
+ * calls it may have in flight are answers waiting to go out. */
+static int stuck(const tsr_rpc__conn *c, const tsr_rpc_server *s) {
+  return c->wq_bytes > s->ctx->o.max_write_queue ||
+         (c->wq_bytes > 0 && c->inflight >= s->ctx->o.max_inflight);
+}
+
 static int s_on_frame(tsr_rpc__rx *rx, const tsr_rpc__hdr *h,
                       void *payload) {
   tsr_rpc__conn *c = rx->owner;
@@ -391,7 +399,7 @@ static int s_on_frame(tsr_rpc__rx *rx, const tsr_rpc__hdr *h,
   s->st.inflight++;
   k->me->m.handler(&k->pub, k->me->m.data);
   if (c->state != TSR_RPC__C_READY) return TSR_ECLOSED;
-  if (c->wq_bytes > s->ctx->o.max_write_queue) {
+  if (stuck(c, s)) {
     tsr_debug("rpc %s: peer %s: %llu bytes of answers not taken: not "
               "reading until it drains",
               s->ctx->name, c->peer, (unsigned long long)c->wq_bytes);
@@ -403,7 +411,8 @@ static int s_on_frame(tsr_rpc__rx *rx, const tsr_rpc__hdr *h,
 
 static void s_on_drain(tsr_rpc__conn *c) {
   tsr_rpc_server *s = ((sconn *)c)->s;
-  if (c->paused && c->wq_bytes <= s->ctx->o.max_write_queue / 2)
+  if (c->paused && c->wq_bytes <= s->ctx->o.max_write_queue / 2 &&
+      !stuck(c, s))
     tsr_rpc__conn_resume(c);
 }
 
