@@ -36,6 +36,10 @@
  * Shutdown. Close every server and client (their callbacks report when all
  * their handles are closed), then free the context; uv_loop_close() then
  * returns 0.
+ *
+ * Signals. A process that uses this layer must ignore SIGPIPE
+ * (signal(SIGPIPE, SIG_IGN)): libuv writes with plain writev, and a peer
+ * that leaves mid-write must fail that connection, not end the process.
  */
 #ifndef TSR_RPC_H
 #define TSR_RPC_H

@@ -21,6 +21,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -284,6 +285,7 @@ static void closed_flag(void *d) { *(int *)d = 1; }
 
 int main(void) {
   tsr_log_init("bench");
+  signal(SIGPIPE, SIG_IGN);
   g_src = malloc(SRC_BYTES);
   for (size_t i = 0; i < SRC_BYTES; i++) g_src[i] = (uint8_t)(i * 131);
 

@@ -12,6 +12,7 @@
 #include "common/rpc/rpc.h"
 
 #include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,6 +126,7 @@ int main(int argc, char **argv) {
     }
   }
   tsr_log_init("rpc-test-server");
+  signal(SIGPIPE, SIG_IGN);
   char token[TSR_RPC_TOKEN_MAX], err[300];
   size_t token_len;
   if (tsr_rpc_token_load(token_file, token, sizeof token, &token_len, err,

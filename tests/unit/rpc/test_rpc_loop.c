@@ -14,6 +14,7 @@
 #include "rpc.pb-c.h"
 
 #include <pthread.h>
+#include <signal.h>
 
 enum { M_ECHO = 1, M_FAIL = 2, M_SLEEP = 3, M_TYPED = 4, M_SINK = 5,
        M_DELAY = 6 };
@@ -882,6 +883,7 @@ static void test_alloc_failures(void **state) {
 int main(void) {
   setenv("TESSERA_LOG", "error", 0);
   tsr_log_init("test");
+  signal(SIGPIPE, SIG_IGN);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_echo),          cmocka_unit_test(test_many_sizes),
       cmocka_unit_test(test_localhost),
