@@ -25,6 +25,7 @@ void chief_coord_opts_init(chief_coord_opts *o) {
   o->wait_timeout_s = 300;
   o->ps_timeout_s = 600;
   o->closure_timeout_s = 600;
+  o->heartbeat_timeout_s = 10;
 }
 
 void coord__note(coord *co, const char *fmt, ...) {
@@ -334,6 +335,7 @@ static void coord_pump_setup(coord *co) {
         co->last_ckpt_step = step;
         coord__note(co, "resuming from the checkpoint of step %" PRId64,
                     step);
+        if (co->metrics) chief_metrics_session_start(co->metrics, step);
         coord__ps_restore(co, step);
         return;
       }
@@ -532,6 +534,7 @@ static void coord_pump_recover(coord *co, double now) {
     co->restarts_ps++;
     coord__note(co, "recovered: every PS restored the checkpoint of step "
                 "%" PRId64 "; resuming from there", step);
+    if (co->metrics) chief_metrics_session_start(co->metrics, step);
     int64_t every = co->job.checkpoint_every_steps;
     co->next_ckpt_step = every > 0 ? step + every : INT64_MAX;
     chief_sched_pause(co->sched, false);
@@ -797,6 +800,8 @@ int chief_coord_run(const chief_coord_opts *o) {
   ro.token = token;
   ro.token_len = token_len;
   ro.default_deadline_ms = 60000;
+  ro.idle_timeout_ms = (uint32_t)(o->heartbeat_timeout_s * 1000);
+  ro.heartbeat_ms = ro.idle_timeout_ms / 4 ? ro.idle_timeout_ms / 4 : 1;
   if (tsr_rpc_ctx_new(&co->rpc, &co->loop, &ro)) goto out_loop;
   sodium_memzero(token, sizeof token);
   if (co->job.logdir && coord_abs(co->job_dir, &co->job.logdir)) goto out_rpc;
