@@ -114,6 +114,11 @@ static void st_on_ps(const ps_result *r, void *data) {
            "out %s, memory %s, mode %s", s->n_shards, s->applies,
            s->applies ? (double)s->apply_ns / 1e6 / (double)s->applies : 0.0,
            in, out, mem, s->mode ? s->mode : "?");
+  if (s->mode && strncmp(s->mode, "ssp:", 4) == 0) {
+    size_t l = strlen(t->line);
+    snprintf(t->line + l, sizeof t->line - l, ", max read lead %" PRId64,
+             s->max_read_lead);
+  }
 }
 
 static void st_closed(void *data) { (void)data; }

@@ -58,6 +58,7 @@ typedef struct {
   double ps_timeout_s;           /* a dead PS; default 600 */
   double closure_timeout_s;      /* one closure; default 600 */
   bool keep_cluster;             /* do not shut PS and workers down */
+  double heartbeat_timeout_s;    /* a silent peer is lost after this; 10 */
 } chief_coord_opts;
 
 void chief_coord_opts_init(chief_coord_opts *o);

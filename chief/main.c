@@ -33,6 +33,7 @@ static void usage(FILE *f) {
       "  --ps-timeout S          wait this long for a lost PS (600)\n"
       "  --closure-timeout S     deadline of one closure (600)\n"
       "  --keep-cluster          leave the PS and workers running at the end\n"
+      "  --heartbeat-timeout S   a silent worker or PS is lost after S s (10)\n"
       "As the evaluator task (TF_CONFIG task type evaluator), it evaluates\n"
       "every new checkpoint of the job instead:\n"
       "  --eval-poll S           look for a new checkpoint every S s (2)\n"
@@ -72,6 +73,7 @@ int main(int argc, char **argv) {
       {"ps-timeout", required_argument, 0, 'p'},
       {"closure-timeout", required_argument, 0, 'C'},
       {"keep-cluster", no_argument, 0, 'K'},
+      {"heartbeat-timeout", required_argument, 0, 'H'},
       {"eval-poll", required_argument, 0, 'P'},
       {"eval-idle-timeout", required_argument, 0, 'I'},
       {"version", no_argument, 0, 'V'},
@@ -98,6 +100,7 @@ int main(int argc, char **argv) {
       case 'p': o.ps_timeout_s = atof(optarg); break;
       case 'C': o.closure_timeout_s = atof(optarg); break;
       case 'K': o.keep_cluster = true; break;
+      case 'H': o.heartbeat_timeout_s = atof(optarg); break;
       case 'P': eo.poll_s = atof(optarg); break;
       case 'I': eo.idle_timeout_s = atof(optarg); break;
       case 'V': printf("tessera-chief %s\n", TSR_VERSION); rc = 0; goto out;
@@ -122,7 +125,7 @@ int main(int argc, char **argv) {
     goto out;
   }
   if (o.wait_timeout_s <= 0 || o.ps_timeout_s <= 0 ||
-      o.closure_timeout_s <= 0 || eo.poll_s <= 0 || eo.idle_timeout_s <= 0) {
+      o.closure_timeout_s <= 0 || o.heartbeat_timeout_s < 0.2 || eo.poll_s <= 0 || eo.idle_timeout_s <= 0) {
     fprintf(stderr, "tessera-chief: timeouts must be > 0 seconds\n");
     goto out;
   }

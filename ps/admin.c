@@ -511,6 +511,7 @@ static void ps__on_stats(tsr_rpc_incoming *call, void *data) {
   m.mem_used = atomic_load(&s->mem.used);
   m.mem_limit = s->mem.limit;
   m.nonfinite_rejected = s->nonfinite;
+  m.max_read_lead = s->max_read_lead;
   char mode[32];
   if (s->cons.mode == PS_MODE_SSP)
     snprintf(mode, sizeof mode, "ssp:%d", s->cons.staleness);

@@ -400,7 +400,16 @@ static int ps__gate(ps_server *s, ps_op *op) {
     return 1;
   }
   switch (s->cons.mode) {
-    case PS_MODE_SSP: return ps__cons_may_read(&s->cons, op->clock);
+    case PS_MODE_SSP: {
+      if (!ps__cons_may_read(&s->cons, op->clock)) return 0;
+      /* how far ahead of the slowest worker a read was let through */
+      int64_t mc = ps__cons_min_clock(&s->cons);
+      if ((op->kind == PS_OP_PULL || op->kind == PS_OP_PULL_ROWS ||
+           op->kind == PS_OP_PUSH) &&
+          mc >= 0 && op->clock - mc > s->max_read_lead)
+        s->max_read_lead = op->clock - mc;
+      return 1;
+    }
     case PS_MODE_SYNC: return e->sync_done >= op->clock;
     default: return 1;
   }

@@ -114,6 +114,8 @@ struct ps_server {
   uv_timer_t timer;
   bool closing, rpc_closed, timer_closed;
   uint64_t nonfinite;
+  int64_t max_read_lead;    /* ssp: largest clock - slowest clock of a read
+                               let through (<= staleness) */
   void (*close_cb)(void *data);
   void *close_data;
 };
