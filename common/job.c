@@ -411,6 +411,16 @@ int tsr_job_override(json_t *root, const char *kv, char *err, size_t errlen) {
     if (!child) {
       child = json_object();
       json_object_set_new(obj, part, child);
+    } else if (json_is_string(child) && obj == root &&
+               (!strcmp(part, "optimizer") || !strcmp(part, "checkpoint"))) {
+      /* the short forms: "adam" is {"name": "adam"}, a checkpoint folder
+       * is {"dir": ...}; a key set inside them keeps the short form's
+       * meaning */
+      json_t *full = json_object();
+      json_object_set(full, !strcmp(part, "optimizer") ? "name" : "dir",
+                      child);
+      json_object_set_new(obj, part, full);
+      child = full;
     }
     if (!json_is_object(child)) {
       json_decref(jv);

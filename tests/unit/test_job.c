@@ -137,6 +137,22 @@ static void overrides_replace_single_keys(void **state) {
   tsr_job_free(&j);
 }
 
+static void overrides_inside_short_forms(void **state) {
+  (void)state;
+  const char *ov[] = {"optimizer.learning_rate=0.002", "checkpoint.keep=7",
+                      NULL};
+  tsr_job j;
+  char err[512];
+  assert_int_equal(tsr_job_parse("{\"optimizer\": \"sgd\", \"checkpoint\": "
+                                 "\"/tmp/ck\"}", "job", NULL, ov, &j, err,
+                                 sizeof err), 0);
+  assert_int_equal(j.optimizer.kind, TSR_OPT_SGD);
+  assert_true(j.optimizer.learning_rate == 0.002);
+  assert_string_equal(j.checkpoint_dir, "/tmp/ck");
+  assert_int_equal(j.checkpoint_keep, 7);
+  tsr_job_free(&j);
+}
+
 static void overrides_errors(void **state) {
   (void)state;
   const char *ov1[] = {"nokey", NULL};
@@ -187,6 +203,7 @@ int main(void) {
       cmocka_unit_test(full_job_reads_every_key),
       cmocka_unit_test(bad_jobs_name_the_key),
       cmocka_unit_test(overrides_replace_single_keys),
+      cmocka_unit_test(overrides_inside_short_forms),
       cmocka_unit_test(overrides_errors),
       cmocka_unit_test(model_path_is_relative_to_job),
   };
