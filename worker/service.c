@@ -19,6 +19,7 @@
 #include "common/err.h"
 #include "common/log.h"
 
+#include <signal.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -427,6 +428,9 @@ int wk_service_main(int argc, char **argv) {
   }
   uv_async_init(&loop, &s->wake, on_wake);
   s->wake.data = s;
+  /* a PS or chief that goes away while we write must give EPIPE on that
+   * connection, not end this worker (rpc.h, "Signals") */
+  signal(SIGPIPE, SIG_IGN);
   uv_signal_init(&loop, &s->sig_term);
   uv_signal_init(&loop, &s->sig_int);
   s->sig_term.data = s->sig_int.data = s;
