@@ -248,6 +248,20 @@ static void coord_enter_recover(coord *co) {
                   "back", i, co->ps[i].addr->addr);
 }
 
+/* " ps:1 (addr) worker:0 (addr)": who has not answered yet. */
+static void coord_missing(const coord *co, char *buf, size_t len) {
+  size_t off = 0;
+  buf[0] = 0;
+  for (int i = 0; i < co->n_ps && off + 64 < len; i++)
+    if (!co->ps[i].connected)
+      off += (size_t)snprintf(buf + off, len - off, " ps:%d (%s)", i,
+                              co->ps[i].addr->addr);
+  for (int i = 0; i < co->n_wk && off + 64 < len; i++)
+    if (co->wk[i].st == CW_DOWN)
+      off += (size_t)snprintf(buf + off, len - off, " worker:%d (%s)", i,
+                              co->wk[i].addr->addr);
+}
+
 static void coord_pump_connect(coord *co, double now) {
   bool ps_ok = coord__ps_all_connected(co);
   int wk_up = co->n_wk - coord__wk_count(co, CW_DOWN);
@@ -264,32 +278,16 @@ static void coord_pump_connect(coord *co, double now) {
       coord__set_phase(co, COORD_SETUP);
       return;
     }
-    char missing[512] = "";
-    size_t off = 0;
-    for (int i = 0; i < co->n_ps && off < sizeof missing - 64; i++)
-      if (!co->ps[i].connected)
-        off += (size_t)snprintf(missing + off, sizeof missing - off,
-                                " ps:%d (%s)", i, co->ps[i].addr->addr);
-    for (int i = 0; i < co->n_wk && off < sizeof missing - 64; i++)
-      if (co->wk[i].st == CW_DOWN)
-        off += (size_t)snprintf(missing + off, sizeof missing - off,
-                                " worker:%d (%s)", i, co->wk[i].addr->addr);
+    char missing[512];
+    coord_missing(co, missing, sizeof missing);
     coord__fail(co, 1, "cluster not ready after %.0f s; missing:%s", waited,
                 missing);
     return;
   }
   if (now - co->t_last_wait_note >= 5.0) {
     co->t_last_wait_note = now;
-    char missing[512] = "";
-    size_t off = 0;
-    for (int i = 0; i < co->n_ps && off < sizeof missing - 64; i++)
-      if (!co->ps[i].connected)
-        off += (size_t)snprintf(missing + off, sizeof missing - off,
-                                " ps:%d (%s)", i, co->ps[i].addr->addr);
-    for (int i = 0; i < co->n_wk && off < sizeof missing - 64; i++)
-      if (co->wk[i].st == CW_DOWN)
-        off += (size_t)snprintf(missing + off, sizeof missing - off,
-                                " worker:%d (%s)", i, co->wk[i].addr->addr);
+    char missing[512];
+    coord_missing(co, missing, sizeof missing);
     if (waited >= 1.0)
       coord__note(co, "waiting for:%s (%.0f s of %.0f s)", missing, waited,
                   co->o->wait_timeout_s);

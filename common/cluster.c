@@ -5,6 +5,7 @@
  */
 #include "common/cluster.h"
 #include "common/err.h"
+#include "common/job.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -379,54 +380,12 @@ int tsr_cluster_set_task(tsr_cluster *c, const char *task_flag, char *err,
   return 0;
 }
 
-static char *tsr__read_file(const char *path, char *err, size_t errlen,
-                            int *rc) {
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    *rc = tsr__fail(err, errlen, TSR_EIO, "%s: %s", path, strerror(errno));
-    return NULL;
-  }
-  size_t cap = 4096, len = 0;
-  char *buf = malloc(cap);
-  while (buf) {
-    size_t r = fread(buf + len, 1, cap - len - 1, f);
-    len += r;
-    if (r == 0) break;
-    if (cap - len - 1 == 0) {
-      if (cap > (64u << 20)) {
-        free(buf);
-        fclose(f);
-        *rc = tsr__fail(err, errlen, TSR_ETOOBIG, "%s: larger than 64 MiB",
-                        path);
-        return NULL;
-      }
-      char *nb = realloc(buf, cap * 2);
-      if (!nb) {
-        free(buf);
-        buf = NULL;
-        break;
-      }
-      buf = nb;
-      cap *= 2;
-    }
-  }
-  int ioerr = ferror(f);
-  fclose(f);
-  if (!buf || ioerr) {
-    free(buf);
-    *rc = tsr__fail(err, errlen, TSR_EIO, "%s: read failed", path);
-    return NULL;
-  }
-  buf[len] = 0;
-  return buf;
-}
-
 int tsr_cluster_load(const char *cluster_file, const char *task_flag,
                      tsr_cluster *out, char *err, size_t errlen) {
   int rc = 0;
   tsr_cluster_init(out);
   if (cluster_file) {
-    char *text = tsr__read_file(cluster_file, err, errlen, &rc);
+    char *text = tsr_read_file(cluster_file, NULL, &rc, err, errlen);
     if (!text) return rc;
     rc = tsr_cluster_parse(text, cluster_file, out, err, errlen);
     free(text);

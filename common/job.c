@@ -74,8 +74,7 @@ char *tsr_read_file(const char *path, size_t *len, int *rc, char *err,
 
 /* ---- small helpers for strict key walking -------------------------------*/
 
-/* Levenshtein distance, for "did you mean" on unknown keys. */
-static int tsr__edit_distance(const char *a, const char *b) {
+int tsr_edit_distance(const char *a, const char *b) {
   size_t la = strlen(a), lb = strlen(b);
   if (la > 40 || lb > 40) return 99;
   int d[41][41];
@@ -106,7 +105,7 @@ static int tsr__check_keys(json_t *obj, const char *where,
         ok = 1;
         break;
       }
-      int dd = tsr__edit_distance(key, *a);
+      int dd = tsr_edit_distance(key, *a);
       if (dd < bestd) {
         bestd = dd;
         best = *a;

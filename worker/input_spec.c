@@ -84,22 +84,6 @@ int wk_input__fail(char *err, size_t errlen, int code, const char *fmt,
   return code;
 }
 
-static int edit_distance(const char *a, const char *b) {
-  size_t la = strlen(a), lb = strlen(b);
-  if (la > 40 || lb > 40) return 99;
-  int d[41][41];
-  for (size_t i = 0; i <= la; i++) d[i][0] = (int)i;
-  for (size_t j = 0; j <= lb; j++) d[0][j] = (int)j;
-  for (size_t i = 1; i <= la; i++)
-    for (size_t j = 1; j <= lb; j++) {
-      int c = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
-      if (d[i - 1][j] + 1 < c) c = d[i - 1][j] + 1;
-      if (d[i][j - 1] + 1 < c) c = d[i][j - 1] + 1;
-      d[i][j] = c;
-    }
-  return d[la][lb];
-}
-
 static const wk_key_info *find_key(const char *k) {
   for (size_t i = 0; i < WK_NKEYS; i++)
     if (strcmp(wk_keys[i].key, k) == 0) return &wk_keys[i];
@@ -112,7 +96,7 @@ static int unknown_key(const char *where, const char *key,
   const char *best = NULL;
   int bestd = 3;
   for (size_t i = 0; i < nknown; i++) {
-    int d = edit_distance(key, known[i]);
+    int d = tsr_edit_distance(key, known[i]);
     if (d < bestd) {
       bestd = d;
       best = known[i];
