@@ -6,6 +6,7 @@
 #include "common/clock.h"
 #include "common/err.h"
 #include "common/log.h"
+#include "common/trace.h"
 #include "worker/model.h"
 
 #include <inttypes.h>
@@ -241,6 +242,7 @@ static void coord_enter_recover(coord *co) {
   /* forget the closures in flight: they ran against a PS that is gone */
   chief_sched_rewind(co->sched, chief_sched_done_steps(co->sched));
   coord__set_phase(co, COORD_RECOVER);
+  if (co->trace) co->trace_recover_us = tsr_trace_now_us();
   co->t_last_wait_note = 0;
   for (int i = 0; i < co->n_ps; i++)
     if (co->ps[i].lost)
@@ -431,11 +433,13 @@ static void coord_pump_pause(coord *co) {
       return;
     }
     coord__set_phase(co, COORD_SAVE);
+    if (co->trace) co->trace_save_us = tsr_trace_now_us();
     coord__ps_save(co, co->save_step);
     return;
   }
   if (co->eval_due) {
     coord__set_phase(co, COORD_EVAL);
+    if (co->trace) co->trace_eval_us = tsr_trace_now_us();
     coord__wk_eval(co, coord__global_step(co));
     return;
   }
@@ -445,6 +449,9 @@ static void coord_pump_pause(coord *co) {
 
 static void coord_pump_save(coord *co) {
   if (co->pending > 0) return;
+  if (co->trace)
+    tsr_trace_end(co->trace, tsr_trace_pid(TSR_TASK_CHIEF, 0), 0, "chief",
+                  "checkpoint", co->trace_save_us);
   co->ckpt_due = false;
   int64_t every = co->job.checkpoint_every_steps;
   co->next_ckpt_step = every > 0 ? co->save_step + every : INT64_MAX;
@@ -466,6 +473,9 @@ static void coord_pump_save(coord *co) {
 
 static void coord_pump_eval(coord *co) {
   if (co->pending > 0) return;
+  if (co->trace)
+    tsr_trace_end(co->trace, tsr_trace_pid(TSR_TASK_CHIEF, 0), 0, "chief",
+                  "evaluation", co->trace_eval_us);
   co->eval_due = false;
   int64_t ev = co->job.eval_every_steps;
   int64_t step = coord__global_step(co);
@@ -533,6 +543,9 @@ static void coord_pump_recover(coord *co, double now) {
     coord__note(co, "recovered: every PS restored the checkpoint of step "
                 "%" PRId64 "; resuming from there", step);
     if (co->metrics) chief_metrics_session_start(co->metrics, step);
+    if (co->trace)
+      tsr_trace_end(co->trace, tsr_trace_pid(TSR_TASK_CHIEF, 0), 0, "chief",
+                    "recovery from a lost PS", co->trace_recover_us);
     int64_t every = co->job.checkpoint_every_steps;
     co->next_ckpt_step = every > 0 ? step + every : INT64_MAX;
     chief_sched_pause(co->sched, false);
@@ -809,6 +822,24 @@ int chief_coord_run(const chief_coord_opts *o) {
     co->metrics = NULL;
     chief_metrics_open(&co->metrics, NULL, NULL, err, sizeof err);
   }
+  if (o->trace_path) {
+    if (tsr_trace_create(&co->trace, 0)) {
+      tsr_error("--trace: out of memory");
+      goto out_rpc;
+    }
+    tsr_trace_name_process(co->trace, tsr_trace_pid(TSR_TASK_CHIEF, 0),
+                           "chief");
+    for (int i = 0; i < co->cluster.n[TSR_TASK_WORKER]; i++) {
+      char nm[32];
+      snprintf(nm, sizeof nm, "worker:%d", i);
+      tsr_trace_name_process(co->trace, tsr_trace_pid(TSR_TASK_WORKER, i), nm);
+    }
+    for (int i = 0; i < co->cluster.n[TSR_TASK_PS]; i++) {
+      char nm[32];
+      snprintf(nm, sizeof nm, "ps:%d", i);
+      tsr_trace_name_process(co->trace, tsr_trace_pid(TSR_TASK_PS, i), nm);
+    }
+  }
   co->t_start = tsr_now_s();
   co->t_phase = co->t_start;
   if (coord__ps_open(co) || coord__wk_open(co) || coord__status_open(co))
@@ -874,6 +905,15 @@ out_clients:
     if (o->summary_json &&
         chief_summary_write_json(o->summary_json, &s, err, sizeof err))
       tsr_warn("--summary-json: %s", err);
+  }
+  if (co->trace) {
+    if (tsr_trace_write(co->trace, o->trace_path, err, sizeof err))
+      tsr_warn("--trace: %s", err);
+    else
+      tsr_info("trace of %zu events written to %s (open it in "
+               "https://ui.perfetto.dev or chrome://tracing)",
+               tsr_trace_count(co->trace), o->trace_path);
+    tsr_trace_free(co->trace);
   }
   if (co->metrics) chief_metrics_close(co->metrics);
   if (co->progress) chief_progress_free(co->progress);

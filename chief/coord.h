@@ -59,6 +59,7 @@ typedef struct {
   double closure_timeout_s;      /* one closure; default 600 */
   bool keep_cluster;             /* do not shut PS and workers down */
   double heartbeat_timeout_s;    /* a silent peer is lost after this; 10 */
+  const char *trace_path;        /* --trace: Chrome trace-event JSON */
 } chief_coord_opts;
 
 void chief_coord_opts_init(chief_coord_opts *o);
@@ -196,6 +197,8 @@ struct coord {
   /* monitoring */
   chief_metrics *metrics;
   chief_progress *progress;
+  struct tsr_trace *trace;   /* --trace: every process's events, merged */
+  int64_t trace_save_us, trace_eval_us, trace_recover_us;
   double t_last_scalar;
 };
 

@@ -7,6 +7,7 @@
 #include "chief/coord.h"
 #include "common/err.h"
 #include "common/log.h"
+#include "common/trace.h"
 #include "ps.pb-c.h"
 
 #include <inttypes.h>
@@ -121,8 +122,10 @@ void coord__ps_setup(coord *co) {
       coord__fail(co, 1, "out of memory");
       return;
     }
-    coord_ps_started(co, call, ps_client_config(p->cli, mode, false,
-                                                coord_ps_on_result, call));
+    int32_t tpid = co->trace ? tsr_trace_pid(TSR_TASK_PS, i) : -1;
+    coord_ps_started(co, call,
+                     ps_client_config_trace(p->cli, mode, false, tpid,
+                                            coord_ps_on_result, call));
     size_t n = 0;
     for (size_t k = 0; k < co->n_shards; k++)
       if (co->shards[k].ps == i) n++;
@@ -202,6 +205,13 @@ static void coord_ps_on_stats(const ps_result *r, void *data) {
   coord *co = p->co;
   p->busy = false;
   free(call);
+  if (r->status == 0 && co->trace && r->payload_len) {
+    size_t max = r->payload_len / TSR_TRACE_WIRE_SIZE, n = 0;
+    tsr_trace_event *ev = malloc((max ? max : 1) * sizeof *ev);
+    if (ev && tsr_trace_unpack(r->payload, r->payload_len, ev, max, &n) == 0)
+      tsr_trace_append(co->trace, ev, n);
+    free(ev);
+  }
   if (r->status || !r->stats || !co->metrics) return;
   const Tessera__Ps__StatsResponse *st = r->stats;
   int64_t step = coord__global_step(co);
@@ -229,7 +239,9 @@ void coord__ps_stats(coord *co) {
     coord_stats_call *call = calloc(1, sizeof *call);
     if (!call) return;
     call->ps = p;
-    if (ps_client_stats(p->cli, coord_ps_on_stats, call) == 0)
+    int rc = co->trace ? ps_client_stats_drain(p->cli, coord_ps_on_stats, call)
+                       : ps_client_stats(p->cli, coord_ps_on_stats, call);
+    if (rc == 0)
       p->busy = true;
     else
       free(call);
@@ -239,6 +251,17 @@ void coord__ps_stats(coord *co) {
 void coord__ps_shutdown(coord *co) {
   for (int i = 0; i < co->n_ps; i++) {
     coord_ps *p = &co->ps[i];
+    if (co->trace) {
+      /* the last applies, answered before the shutdown sent after it */
+      coord_stats_call *sc = calloc(1, sizeof *sc);
+      if (sc) {
+        sc->ps = p;
+        if (ps_client_stats_drain(p->cli, coord_ps_on_stats, sc) == 0)
+          p->busy = true;
+        else
+          free(sc);
+      }
+    }
     coord_ps_call *call = coord_ps_call_new(p, "shutdown");
     if (!call) return;
     int rc = ps_client_shutdown(p->cli, coord_ps_on_result, call);

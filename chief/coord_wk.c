@@ -7,6 +7,7 @@
 #include "common/clock.h"
 #include "common/err.h"
 #include "common/log.h"
+#include "common/trace.h"
 #include "worker.pb-c.h"
 #include "worker/wire.h"
 
@@ -254,6 +255,23 @@ static void coord_wk_on_run(const tsr_rpc_result *r, void *data) {
     return;
   }
   w->failures = 0;
+  if (co->trace) {
+    int32_t pid = tsr_trace_pid(TSR_TASK_WORKER, w->index);
+    char name[TSR_TRACE_NAME_MAX];
+    snprintf(name, sizeof name, "closure of %lld steps",
+             (long long)resp->steps_done);
+    int64_t dur = (int64_t)(r->latency_ns / 1000);
+    tsr_trace_complete(co->trace, pid, 0, "closure", name,
+                       tsr_trace_now_us() - dur, dur);
+    /* the worker's own step phases, when it sent them */
+    size_t max = r->payload_len / TSR_TRACE_WIRE_SIZE, n = 0;
+    if (max) {
+      tsr_trace_event *ev = malloc(max * sizeof *ev);
+      if (ev && tsr_trace_unpack(r->payload, r->payload_len, ev, max, &n) == 0)
+        tsr_trace_append(co->trace, ev, n);
+      free(ev);
+    }
+  }
   if (chief_sched_done(co->sched, c.id, c.generation, resp->steps_done)) {
     w->steps += resp->steps_done;
     w->examples += resp->examples;
@@ -285,6 +303,7 @@ void coord__wk_dispatch(coord *co) {
     req.generation = c.generation;
     req.steps = c.steps;
     req.first_step = c.first_step;
+    req.trace = co->trace != NULL;
     coord_wk_call *call = calloc(1, sizeof *call);
     if (!call) {
       chief_sched_failed(co->sched, c.id, c.generation);

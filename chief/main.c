@@ -34,6 +34,8 @@ static void usage(FILE *f) {
       "  --closure-timeout S     deadline of one closure (600)\n"
       "  --keep-cluster          leave the PS and workers running at the end\n"
       "  --heartbeat-timeout S   a silent worker or PS is lost after S s (10)\n"
+      "  --trace FILE            Chrome trace-event JSON of every worker's\n"
+      "                          closures and step phases and every PS's applies\n"
       "As the evaluator task (TF_CONFIG task type evaluator), it evaluates\n"
       "every new checkpoint of the job instead:\n"
       "  --eval-poll S           look for a new checkpoint every S s (2)\n"
@@ -74,6 +76,7 @@ int main(int argc, char **argv) {
       {"closure-timeout", required_argument, 0, 'C'},
       {"keep-cluster", no_argument, 0, 'K'},
       {"heartbeat-timeout", required_argument, 0, 'H'},
+      {"trace", required_argument, 0, 'R'},
       {"eval-poll", required_argument, 0, 'P'},
       {"eval-idle-timeout", required_argument, 0, 'I'},
       {"version", no_argument, 0, 'V'},
@@ -101,6 +104,7 @@ int main(int argc, char **argv) {
       case 'C': o.closure_timeout_s = atof(optarg); break;
       case 'K': o.keep_cluster = true; break;
       case 'H': o.heartbeat_timeout_s = atof(optarg); break;
+      case 'R': o.trace_path = optarg; break;
       case 'P': eo.poll_s = atof(optarg); break;
       case 'I': eo.idle_timeout_s = atof(optarg); break;
       case 'V': printf("tessera-chief %s\n", TSR_VERSION); rc = 0; goto out;

@@ -15,6 +15,7 @@
 #include "ps/svc_int.h"
 #include "common/clock.h"
 #include "common/err.h"
+#include "common/trace.h"
 #include "common/log.h"
 
 #include <errno.h>
@@ -295,6 +296,10 @@ static void ps__on_config(tsr_rpc_incoming *call, void *data) {
   }
   ps__cons_set_mode(&s->cons, mode, st);
   s->allow_nonfinite = r->allow_nonfinite || s->opts.allow_nonfinite;
+  if (r->trace && !s->trace && tsr_trace_create(&s->trace, 0) == 0) {
+    s->trace_pid = r->trace_pid;
+    tsr_trace_name_process(s->trace, s->trace_pid, "ps applies");
+  }
   ps__sync_check(s);
   ps__wake(s);
   Tessera__Ps__ConfigResponse m = TESSERA__PS__CONFIG_RESPONSE__INIT;
@@ -457,6 +462,39 @@ static void ps__on_restore(tsr_rpc_incoming *call, void *data) {
 
 /* ---- stats and shutdown -----------------------------------------------------------*/
 
+static void ps__trace_sent(int status, void *data) {
+  (void)status;
+  free(data);
+}
+
+/* The stats answer with the recorded apply events as its payload. */
+static void ps__reply_trace(ps_server *s, tsr_rpc_incoming *call,
+                            Tessera__Ps__StatsResponse *m) {
+  enum { MAX_EV = 65536 };
+  tsr_trace_event *ev = malloc(MAX_EV * sizeof *ev);
+  size_t n = ev ? tsr_trace_drain(s->trace, ev, MAX_EV) : 0;
+  uint8_t *wire = malloc(n * TSR_TRACE_WIRE_SIZE + 1);
+  size_t len = protobuf_c_message_get_packed_size(&m->base) + 16;
+  uint8_t *meta = malloc(len);
+  if (!ev || !wire || !meta) {
+    free(ev);
+    free(wire);
+    free(meta);
+    tsr_rpc_reply_error(call, TSR_ENOMEM, "out of memory");
+    return;
+  }
+  tsr_trace_pack(ev, n, wire);
+  free(ev);
+  m->trace_events = n;
+  len = protobuf_c_message_pack(&m->base, meta);
+  uv_buf_t b = uv_buf_init((char *)wire, (unsigned)(n * TSR_TRACE_WIRE_SIZE));
+  if (tsr_rpc_reply(call, meta, len, &b, 1, ps__trace_sent, wire)) {
+    free(wire);
+    tsr_rpc_reply_error(call, TSR_ETOOBIG, "trace answer refused");
+  }
+  free(meta);
+}
+
 static void ps__on_stats(tsr_rpc_incoming *call, void *data) {
   ps_server *s = data;
   Tessera__Ps__StatsResponse m = TESSERA__PS__STATS_RESPONSE__INIT;
@@ -521,7 +559,11 @@ static void ps__on_stats(tsr_rpc_incoming *call, void *data) {
   int64_t mc = ps__cons_min_clock(&s->cons);
   m.min_clock = mc == INT64_MAX ? -1 : mc;
   m.workers_active = ps__cons_active(&s->cons);
-  ps__reply_msg(call, &m.base);
+  Tessera__Ps__StatsRequest *req = call->request;
+  if (req && req->drain_trace && s->trace)
+    ps__reply_trace(s, call, &m);
+  else
+    ps__reply_msg(call, &m.base);
   free(sst);
   free(sp);
 }

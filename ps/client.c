@@ -130,6 +130,8 @@ static void ps__done(const tsr_rpc_result *r, void *data) {
         Tessera__Ps__StatsResponse *m =
             tessera__ps__stats_response__unpack(a, r->meta_len, r->meta);
         res.stats = m;
+        res.payload = r->payload;
+        res.payload_len = r->payload_len;
         if (!m) {
           res.status = TSR_EPROTO;
           res.message = "stats answer does not decode";
@@ -306,6 +308,17 @@ int ps_client_config(ps_client *c, const char *mode, bool allow_nonfinite,
   return ps__call(c, PS_M_CONFIG, &m.base, NULL, 0, NULL, 0, cb, data);
 }
 
+int ps_client_config_trace(ps_client *c, const char *mode,
+                           bool allow_nonfinite, int32_t trace_pid,
+                           ps_client_cb cb, void *data) {
+  Tessera__Ps__ConfigRequest m = TESSERA__PS__CONFIG_REQUEST__INIT;
+  m.mode = (char *)(mode ? mode : "async");
+  m.allow_nonfinite = allow_nonfinite;
+  m.trace = trace_pid >= 0;
+  m.trace_pid = trace_pid;
+  return ps__call(c, PS_M_CONFIG, &m.base, NULL, 0, NULL, 0, cb, data);
+}
+
 int ps_client_save(ps_client *c, const char *dir, ps_client_cb cb,
                    void *data) {
   Tessera__Ps__SaveRequest m = TESSERA__PS__SAVE_REQUEST__INIT;
@@ -322,6 +335,12 @@ int ps_client_restore(ps_client *c, const char *dir, ps_client_cb cb,
 
 int ps_client_stats(ps_client *c, ps_client_cb cb, void *data) {
   Tessera__Ps__StatsRequest m = TESSERA__PS__STATS_REQUEST__INIT;
+  return ps__call(c, PS_M_STATS, &m.base, NULL, 0, NULL, 0, cb, data);
+}
+
+int ps_client_stats_drain(ps_client *c, ps_client_cb cb, void *data) {
+  Tessera__Ps__StatsRequest m = TESSERA__PS__STATS_REQUEST__INIT;
+  m.drain_trace = true;
   return ps__call(c, PS_M_STATS, &m.base, NULL, 0, NULL, 0, cb, data);
 }
 

@@ -80,6 +80,9 @@ typedef struct {
   int32_t count;        /* create: how many were new; save/restore:
                            shards; clock: active workers */
   const void *stats;    /* stats: Tessera__Ps__StatsResponse * */
+  const void *payload;  /* stats with drain: trace events (common/trace.h
+                           wire form), valid during the callback */
+  size_t payload_len;
 } ps_result;
 
 typedef void (*ps_client_cb)(const ps_result *r, void *data);
@@ -143,6 +146,11 @@ int ps_client_clock(ps_client *c, int worker, int64_t clock, ps_clock_op op,
  * non-finite gradients are applied (default: rejected). */
 int ps_client_config(ps_client *c, const char *mode, bool allow_nonfinite,
                      ps_client_cb cb, void *data);
+/* The same, and when trace_pid >= 0 the PS records every apply as a trace
+ * event on that track, for ps_client_stats_drain to collect. */
+int ps_client_config_trace(ps_client *c, const char *mode,
+                           bool allow_nonfinite, int32_t trace_pid,
+                           ps_client_cb cb, void *data);
 int ps_client_save(ps_client *c, const char *dir, ps_client_cb cb,
                    void *data);
 /* Restores every shard the PS holds from dir (re-cut as needed). */
@@ -150,6 +158,9 @@ int ps_client_restore(ps_client *c, const char *dir, ps_client_cb cb,
                       void *data);
 /* r->stats points at the decoded StatsResponse during the callback. */
 int ps_client_stats(ps_client *c, ps_client_cb cb, void *data);
+/* Stats, and the apply events recorded since the last drain as
+ * r->payload (the PS forgets them). */
+int ps_client_stats_drain(ps_client *c, ps_client_cb cb, void *data);
 /* Asks the PS to exit (status 0). */
 int ps_client_shutdown(ps_client *c, ps_client_cb cb, void *data);
 

@@ -6,6 +6,7 @@
  */
 #include "ps/svc_int.h"
 #include "common/err.h"
+#include "common/trace.h"
 #include "common/log.h"
 
 #include <stdlib.h>
@@ -60,6 +61,7 @@ static void ps__free_all(ps_server *s) {
   for (int i = 0; i < s->n_ents; i++) ps__entry_free(s->ents[i], &s->mem);
   free(s->ents);
   ps__cons_free(&s->cons);
+  tsr_trace_free(s->trace);
   void (*cb)(void *) = s->close_cb;
   void *data = s->close_data;
   free(s);

@@ -18,6 +18,7 @@
 #include "ps/svc_int.h"
 #include "common/clock.h"
 #include "common/err.h"
+#include "common/trace.h"
 #include "common/log.h"
 
 #include <inttypes.h>
@@ -250,6 +251,7 @@ static void ps__do_gather(ps_server *s, ps_op *op) {
 static void ps__work_cb(uv_work_t *w) {
   ps_op *op = w->data;
   ps_server *s = op->srv;
+  int64_t t0 = s->trace ? tsr_trace_now_us() : 0;
   switch (op->kind) {
     case PS_OP_PUSH: ps__do_push(s, op); break;
     case PS_OP_PULL_ROWS: ps__do_gather(s, op); break;
@@ -258,6 +260,12 @@ static void ps__work_cb(uv_work_t *w) {
                                      sizeof op->err);
       break;
     default: ps__admin_work(s, op); break;
+  }
+  if (s->trace && (op->kind == PS_OP_PUSH || op->kind == PS_OP_SYNC_APPLY)) {
+    char name[TSR_TRACE_NAME_MAX];
+    snprintf(name, sizeof name, "apply %s", op->e->spec.name);
+    tsr_trace_end(s->trace, s->trace_pid, 1 + op->e->spec.shard, "ps", name,
+                  t0);
   }
   if (op->e->sh) {
     op->version = op->e->sh->version;

@@ -72,6 +72,7 @@ void wk__job_free(wk_job *j) {
   for (int i = 0; i < j->n_names; i++) free(j->names[i]);
   free(j->names);
   free(j->values);
+  free(j->trace);
   free(j);
 }
 

@@ -50,6 +50,9 @@ typedef struct wk_job {
     Tessera__Worker__EvalResponse eval;
   } out;
   char *strs[2];           /* strings the answer points at (freed after) */
+  uint8_t *trace;          /* run with trace: the steps' phases, packed
+                              (common/trace.h), sent as the payload */
+  size_t trace_len;
   char **names;            /* eval metric names (copies) */
   int n_names;
   double *values;

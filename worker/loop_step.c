@@ -16,6 +16,7 @@
  * and fails with that error; the run stays usable for the next closure,
  * which starts with a fresh pull.
  */
+#include "common/trace.h"
 #include "worker/loop_run.h"
 
 #include "common/clock.h"
@@ -277,6 +278,15 @@ static int first_pull(wk_svc *s, wk_run *r, Tessera__Worker__RunResponse *o,
   return rc;
 }
 
+/* Closes the phase that began at the last mark and starts the next one. */
+#define WK_TRACE(name)                                               \
+  do {                                                               \
+    if (tr) {                                                        \
+      tsr_trace_end(tr, tpid, 1, "step", (name), tt);                \
+      tt = tsr_trace_now_us();                                       \
+    }                                                                \
+  } while (0)
+
 int wk__run_closure(wk_svc *s, wk_run *r, wk_job *j) {
   const Tessera__Worker__RunRequest *q = j->call->request;
   char *err = j->err;
@@ -292,6 +302,12 @@ int wk__run_closure(wk_svc *s, wk_run *r, wk_job *j) {
     return fail(err, errlen, TSR_EINVAL, "closure %llu: steps %lld < 1",
                 (unsigned long long)q->closure_id, (long long)q->steps);
   double t_start = tsr_now_s();
+  /* --trace on the chief: every step's phases as trace events */
+  tsr_trace *tr = NULL;
+  int32_t tpid = tsr_trace_pid(TSR_TASK_WORKER, r->worker_index);
+  if (q->trace && tsr_trace_create(&tr, (size_t)(4 * q->steps + 8)))
+    tr = NULL;
+  int64_t tt = tr ? tsr_trace_now_us() : 0;
   pthread_mutex_lock(&s->mu);
   s->ps_lost[0] = '\0';
   r->losses = s->ps_losses;
@@ -301,8 +317,9 @@ int wk__run_closure(wk_svc *s, wk_run *r, wk_job *j) {
   int64_t pulled_step = 0;
   const wk_batch *b;
   int rc = next_batch(r, &b, &o->input_wait_s, err, errlen);
+  WK_TRACE("input wait");
   if (rc == TSR_EEOF) goto done;
-  if (rc) return rc;
+  if (rc) goto out;
   /* The first pull fetches the batch's rows (ids_nxt), which then become
    * the current ones. Nothing is pushed yet, so a PS that is reconnecting
    * (just restarted) is given a few seconds before the closure fails. */
@@ -315,7 +332,8 @@ int wk__run_closure(wk_svc *s, wk_run *r, wk_job *j) {
     pthread_mutex_unlock(&s->mu);
   }
   swap_ids(r);
-  if (rc) return rc;
+  WK_TRACE("pull");
+  if (rc) goto out;
   pulled_step = g.min_step == INT64_MAX ? 0 : g.min_step;
   if (r->job.mode == TSR_MODE_SYNC && pulled_step > r->clock)
     r->clock = pulled_step;
@@ -327,23 +345,28 @@ int wk__run_closure(wk_svc *s, wk_run *r, wk_job *j) {
     wk_run_result res;
     rc = wk_exec_run(r->ex, r->param, r->grad, &ro, &res);
     o->compute_s += tsr_now_s() - t0;
-    if (rc)
-      return fail(err, errlen, rc, "step %lld: compute failed: %s",
-                  (long long)(q->first_step + i), tsr_strerror(rc));
+    WK_TRACE("compute");
+    if (rc) {
+      rc = fail(err, errlen, rc, "step %lld: compute failed: %s",
+                (long long)(q->first_step + i), tsr_strerror(rc));
+      goto out;
+    }
     o->loss_sum += res.n ? res.loss_sum / (double)res.n : 0.0;
     o->examples += res.n;
     bool more = i + 1 < q->steps && !stopping(s);
     if (more) {
       rc = next_batch(r, &b, &o->input_wait_s, err, errlen);
+      WK_TRACE("input wait");
       if (rc == TSR_EEOF)
         more = false;
       else if (rc)
-        return rc;
+        goto out;
     }
     /* The pull after a push is for the next step. */
     rc = exchange(s, r, true, more, r->clock + 1, &o->push_s, &g, err,
                   errlen);
-    if (rc) return rc;
+    WK_TRACE(more ? "push + pull" : "push");
+    if (rc) goto out;
     if (g.max_step >= 0 && r->job.mode == TSR_MODE_ASYNC &&
         g.max_step > pulled_step + 1) {
       uint64_t lag = (uint64_t)(g.max_step - pulled_step - 1);
@@ -364,7 +387,21 @@ done:
   pthread_mutex_lock(&s->mu);
   s->ex_per_sec = o->wall_s > 0 ? (double)o->examples / o->wall_s : 0;
   pthread_mutex_unlock(&s->mu);
-  return 0;
+  if (tr) {
+    size_t n = tsr_trace_count(tr);
+    tsr_trace_event *ev = malloc((n ? n : 1) * sizeof *ev);
+    j->trace = malloc(n * TSR_TRACE_WIRE_SIZE + 1);
+    if (ev && j->trace) {
+      n = tsr_trace_drain(tr, ev, n);
+      tsr_trace_pack(ev, n, j->trace);
+      j->trace_len = n * TSR_TRACE_WIRE_SIZE;
+    }
+    free(ev);
+  }
+  rc = 0;
+out:
+  tsr_trace_free(tr);
+  return rc;
 }
 
 int wk__run_eval(wk_svc *s, wk_run *r, wk_job *j) {

@@ -42,6 +42,32 @@ static void reply_msg(tsr_rpc_incoming *call, const ProtobufCMessage *m) {
   if (rc < 0) tsr_rpc_reply_error(call, rc, "worker: answer over the limits");
 }
 
+static void payload_sent(int status, void *data) {
+  (void)status;
+  free(data);
+}
+
+/* A closure's answer with its trace events as the payload; the buffer
+ * leaves the job and is freed once written. */
+static void reply_with_payload(wk_job *j) {
+  size_t len = protobuf_c_message_get_packed_size(&j->out.run.base);
+  uint8_t *buf = malloc(len ? len : 1);
+  if (!buf) {
+    tsr_rpc_reply_error(j->call, TSR_ENOMEM, "worker: out of memory");
+    return;
+  }
+  protobuf_c_message_pack(&j->out.run.base, buf);
+  uv_buf_t b = uv_buf_init((char *)j->trace, (unsigned)j->trace_len);
+  int rc = tsr_rpc_reply(j->call, buf, len, &b, 1, payload_sent, j->trace);
+  free(buf);
+  if (rc < 0) {
+    tsr_rpc_reply_error(j->call, rc, "worker: answer over the limits");
+    return;
+  }
+  j->trace = NULL; /* now owned by payload_sent */
+  j->trace_len = 0;
+}
+
 static void answer_job(wk_svc *s, wk_job *j) {
   if (j->rc < 0) {
     tsr_warn("%s failed: %s",
@@ -64,7 +90,13 @@ static void answer_job(wk_svc *s, wk_job *j) {
       reply_msg(j->call, &j->out.cfg.base);
       break;
     }
-    case WK_JOB_RUN: reply_msg(j->call, &j->out.run.base); break;
+    case WK_JOB_RUN:
+      if (j->trace_len) {
+        reply_with_payload(j);
+        break;
+      }
+      reply_msg(j->call, &j->out.run.base);
+      break;
     case WK_JOB_EVAL: reply_msg(j->call, &j->out.eval.base); break;
   }
 }

@@ -12,7 +12,8 @@ write_diabetes_job "$WORK/job.json" ', "epochs": 500, "steps_per_closure": 20,
 cluster 2 2 evaluator
 start_all
 start_evaluator --job "$WORK/job.json" --steps 6000
-start_chief --job "$WORK/job.json" --summary-json "$WORK/summary.json"
+start_chief --job "$WORK/job.json" --summary-json "$WORK/summary.json" \
+  --trace "$WORK/trace.json"
 wait_chief 240
 ev_done() { grep -q "evaluated step 6000" "$WORK/evaluator.log"; }
 check "evaluator evaluated the last checkpoint" wait_for 60 ev_done
@@ -29,6 +30,19 @@ echo "evaluator's MSE at the last checkpoint: $ev_mse"
 check "the evaluator agrees with the chief's evaluation (1e-4 relative)" \
   /usr/bin/python3 -c "import sys; a, b = float('$mse'), float('${ev_mse:-nan}'); sys.exit(0 if abs(a - b) <= 1e-4 * abs(a) else 1)"
 check "evaluator events in logs/eval" bash -c "ls $WORK/logs/eval/events.out.tfevents.* >/dev/null"
+check "trace: workers' step phases, PS applies, the chief's checkpoints" \
+  /usr/bin/python3 - "$WORK/trace.json" <<'PY'
+import json, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+x = [e for e in ev if e.get("ph") == "X"]
+names = {(e["pid"] // 1000, e["name"].split(" ")[0]) for e in x}
+need = {(1, "compute"), (1, "push"), (1, "input"), (1, "pull"),
+        (2, "apply"), (0, "checkpoint"), (0, "evaluation")}
+missing = need - names
+print(len(x), "events; missing:", missing or "none")
+assert not missing
+assert all(e["dur"] >= 0 and e["ts"] > 1.6e15 for e in x)
+PY
 check "TensorBoard event file" bash -c "ls $WORK/logs/events.out.tfevents.* >/dev/null"
 check "metrics.jsonl has loss" grep -q '"loss"' "$WORK/logs/metrics.jsonl"
 check "report.html" grep -q "<svg" "$WORK/logs/report.html"
