@@ -259,8 +259,8 @@ int tsr_trace_write(tsr_trace *t, const char *path, char *err, size_t errlen) {
   tsr_trace_event *ev = malloc((n ? n : 1) * sizeof *ev);
   track_name *names = malloc((nn ? nn : 1) * sizeof *names);
   if (ev && names) {
-    memcpy(ev, t->ev, n * sizeof *ev);
-    memcpy(names, t->names, nn * sizeof *names);
+    if (n) memcpy(ev, t->ev, n * sizeof *ev);
+    if (nn) memcpy(names, t->names, nn * sizeof *names);
   }
   size_t dropped = t->dropped;
   pthread_mutex_unlock(&t->mu);

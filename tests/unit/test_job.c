@@ -31,7 +31,9 @@ static void defaults_are_keras(void **state) {
   assert_int_equal(j.partitioner.max_shards, 1);
   tsr_job_free(&j);
   tsr_optim_spec o;
-  assert_int_equal(tsr_optim_parse(json_string("sgd"), &o, err, sizeof err), 0);
+  json_t *sgd = json_string("sgd");
+  assert_int_equal(tsr_optim_parse(sgd, &o, err, sizeof err), 0);
+  json_decref(sgd);
   assert_true(o.learning_rate == 0.01 && o.momentum == 0 && !o.nesterov);
 }
 
