@@ -149,8 +149,10 @@ int tsr_trace_end(tsr_trace *t, int32_t pid, int32_t tid, const char *cat,
 size_t tsr_trace_drain(tsr_trace *t, tsr_trace_event *out, size_t max) {
   pthread_mutex_lock(&t->mu);
   size_t k = t->n < max ? t->n : max;
-  memcpy(out, t->ev, k * sizeof *out);
-  memmove(t->ev, t->ev + k, (t->n - k) * sizeof *t->ev);
+  if (k) {
+    memcpy(out, t->ev, k * sizeof *out);
+    memmove(t->ev, t->ev + k, (t->n - k) * sizeof *t->ev);
+  }
   t->n -= k;
   pthread_mutex_unlock(&t->mu);
   return k;
