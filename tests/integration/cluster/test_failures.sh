@@ -5,7 +5,8 @@
 #  2. kill -9 a PS mid-run and start it again: the chief pauses, every PS
 #     restores the last checkpoint, the run resumes from it and completes;
 #  3. kill -9 the chief mid-run and start it again: it resumes from the
-#     latest checkpoint and completes.
+#     latest checkpoint and completes;
+#  4. the last checkpoint, made on 2 PS, restored onto 3 PS by a new run.
 . "$(dirname "$0")/lib.sh"
 
 STEPS=30000
@@ -71,4 +72,21 @@ check "chief restart: exits 0" test "$CHIEF_RC" = 0
 check "chief restart: resumed from the checkpoint of step $at" \
   test "$(json_get "$WORK/s3.json" resumed_from_step)" -ge "$at"
 check "chief restart: exact step count" test "$(json_get "$WORK/s3.json" steps)" = $STEPS
+for k in "${!PIDS[@]}"; do kill -9 "${PIDS[$k]}" 2>/dev/null; unset "PIDS[$k]"; done
+wait 2>/dev/null
+mv "$WORK/chief.log" "$WORK/chief3.log.txt"
+
+# ---- 4. the checkpoint made on 2 PS restored onto 3 --------------------------
+cluster 3 2
+start_all
+start_chief --job "$WORK/job.json" --steps $((STEPS + 2000)) \
+  --summary-json "$WORK/s4.json"
+wait_chief 240
+check "3 PS: exits 0" test "$CHIEF_RC" = 0
+check "3 PS: resumed from the 2-PS checkpoint of step $STEPS" \
+  test "$(json_get "$WORK/s4.json" resumed_from_step)" = $STEPS
+check "3 PS: exact step count" test "$(json_get "$WORK/s4.json" steps)" = $((STEPS + 2000))
+loss=$(json_get "$WORK/s4.json" eval.loss 2>/dev/null || echo 1e9)
+check "3 PS: the restored model is the trained one (test MSE $loss <= 4000)" \
+  /usr/bin/python3 -c "import sys; sys.exit(0 if float('$loss') <= 4000 else 1)"
 finish
