@@ -5,6 +5,7 @@
 
 #include "common/clock.h"
 #include "common/err.h"
+#include "common/trace.h"
 #include "kernels/init.h"
 
 #include <arpa/inet.h>
@@ -323,6 +324,12 @@ static void on_call(const tsr_rpc_result *r, void *data) {
     res->meta = malloc(r->meta_len ? r->meta_len : 1);
     if (res->meta && r->meta_len) memcpy(res->meta, r->meta, r->meta_len);
     res->meta_len = r->meta_len;
+    res->payload_len = r->payload_len;
+    size_t max = r->payload_len / TSR_TRACE_WIRE_SIZE, n = 0;
+    tsr_trace_event *ev = max ? malloc(max * sizeof *ev) : NULL;
+    if (ev && tsr_trace_unpack(r->payload, r->payload_len, ev, max, &n) == 0)
+      res->trace_events = n;
+    free(ev);
   }
 }
 

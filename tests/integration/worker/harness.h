@@ -53,6 +53,8 @@ typedef struct {
   uint8_t *meta;            /* response meta (malloc'd) */
   size_t meta_len;
   int64_t step;             /* ps: shard step */
+  size_t payload_len;       /* response payload bytes (not kept) */
+  size_t trace_events;      /* of them, trace events that decode */
 } h_result;
 
 #define H_CHECK(cond, ...)                                              \

@@ -33,6 +33,7 @@ static int run_closure(h_cluster *c, int w, uint64_t id, int64_t steps,
   Tessera__Worker__RunRequest q = TESSERA__WORKER__RUN_REQUEST__INIT;
   q.closure_id = id;
   q.steps = steps;
+  q.trace = id == 1; /* one closure answers with its step phases */
   return h_call_start(c, w, WK_M_RUN, &q.base, res);
 }
 
@@ -114,6 +115,12 @@ static int test_train(const char *mode) {
       h_result_free(&r[w]);
       H_CHECK(o, "run answer does not decode");
       H_CHECK(o->closure_id == (uint64_t)(k * 2 + w), "closure id");
+      if (o->closure_id == 1)
+        H_CHECK(r[w].trace_events >= 3 * (size_t)steps,
+                "traced closure: %zu events in %zu payload bytes",
+                r[w].trace_events, r[w].payload_len);
+      else
+        H_CHECK(r[w].payload_len == 0, "untraced closure with a payload");
       H_CHECK(o->steps_done == steps, "steps_done %lld",
               (long long)o->steps_done);
       H_CHECK(o->examples >= steps && o->examples <= steps * 32,
