@@ -534,13 +534,13 @@ static void ps__on_stats(tsr_rpc_incoming *call, void *data) {
     sst[i].shard = e->spec.shard;
     sst[i].version = e->version;
     sst[i].step = e->step;
+    sst[i].applies = e->applies;
+    sst[i].apply_ns = e->apply_ns;
+    m.applies += e->applies;
+    m.apply_ns += e->apply_ns;
     if (e->sh && !e->writing) { /* a running writer owns these fields */
-      sst[i].applies = e->sh->applies;
-      sst[i].apply_ns = e->sh->apply_ns;
       sst[i].rows = e->sh->rows.count;
       sst[i].mem_bytes = e->sh->mem_bytes + ps__rows_bytes(&e->sh->rows);
-      m.applies += e->sh->applies;
-      m.apply_ns += e->sh->apply_ns;
     }
     sp[i] = &sst[i];
   }

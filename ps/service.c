@@ -287,6 +287,8 @@ static void ps__after_cb(uv_work_t *w, int status) {
   if (e->sh) {
     e->version = e->sh->version;
     e->step = e->sh->step;
+    e->applies = e->sh->applies;
+    e->apply_ns = e->sh->apply_ns;
   }
   switch (op->kind) {
     case PS_OP_PUSH:

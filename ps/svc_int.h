@@ -94,9 +94,11 @@ struct ps_entry {
   /* writer-only conversion buffer */
   float *scratch;
   size_t scratch_cap;
-  /* mirrors for stats, updated on the loop */
+  /* mirrors for stats, updated on the loop after every write, so stats
+   * never wait for (or race with) a running writer */
   uint64_t version;
   int64_t step;
+  uint64_t applies, apply_ns;
 };
 
 struct ps_server {
