@@ -8,8 +8,8 @@
  * the gradients to every shard with the next batch's pull fused into the
  * same call (one round trip, and the next pull overlaps this push). The
  * closure's last step pushes only. Consistency is the PS's job: pulls
- * carry this worker's clock (ssp: steps it finished, after each of which it
- * ticks every PS; sync: steps applied, so a pull for step t+1 waits until
+ * carry this worker's clock (ssp: steps it finished, which each push also
+ * tells the PS; sync: steps applied, so a pull for step t+1 waits until
  * every worker's step t has been applied).
  * Failure modes: an input error (named by the pipeline), a bad batch (the
  * model's error), a PS that fails or cannot be reached: the closure stops
@@ -222,8 +222,10 @@ int wk__run_join(wk_svc *s, wk_run *r, char *err, size_t errlen) {
     tsr_sleep_ms(50);
   }
   if (rc) return fail(err, errlen, rc, "joining the PS: %s", g.err);
+  /* A worker that (re)joins a run in progress starts at the slowest
+   * worker's clock. */
   r->clock = 0;
-  if (r->job.mode == TSR_MODE_SSP)
+  if (r->job.mode != TSR_MODE_ASYNC)
     for (int i = 0; i < n; i++)
       if (r->ops[i].min_clock > r->clock) r->clock = r->ops[i].min_clock;
   return 0;
@@ -240,10 +242,13 @@ static int exchange(wk_svc *s, wk_run *r, bool push, bool pull,
              "restarted without its shards)", s->ps_loss_msg);
   pthread_mutex_unlock(&s->mu);
   if (lost) return TSR_ECLOSED;
-  bool ssp = r->job.mode == TSR_MODE_SSP;
   int64_t step = r->clock;
   int n = build_ops(r, push, pull, step, pull_clock);
-  if (push && ssp) n = add_ticks(r, n, r->clock + 1);
+  /* ssp: a push of step t tells the PS this worker finished t + 1 steps.
+   * sync: at a closure's start every step before `clock` has been pushed
+   * to every shard, so saying so never lets a PS apply a step without
+   * this worker. */
+  if (!push && r->job.mode == TSR_MODE_SYNC) n = add_ticks(r, n, r->clock);
   double t0 = tsr_now_s();
   int rc = wk__ps_run(s, r->ops, n, g);
   *secs += tsr_now_s() - t0;
@@ -251,31 +256,13 @@ static int exchange(wk_svc *s, wk_run *r, bool push, bool pull,
   return 0;
 }
 
-/* Pulls the values of the closure's first batch. */
+/* Pulls the values of the closure's first batch. Sync: the pull waits
+ * until this worker's last step is applied everywhere (clock steps), and
+ * each PS is told the clock, so a PS that restarted (and skips the steps
+ * nobody pushed) or a worker that joins later knows where the run is. */
 static int first_pull(wk_svc *s, wk_run *r, Tessera__Worker__RunResponse *o,
                       wk_group *g, char *err, size_t errlen) {
-  int rc;
-  if (r->job.mode != TSR_MODE_SYNC) {
-    rc = exchange(s, r, false, true, r->clock, &o->pull_s, g, err, errlen);
-  } else {
-    /* Sync: this worker's last push (step clock - 1) may not be applied
-     * yet, and a PS restored from a checkpoint may have gone back to an
-     * earlier step. Read what is there without waiting, then wait for the
-     * apply only when the shards are exactly one step behind. */
-    rc = exchange(s, r, false, true, 0, &o->pull_s, g, err, errlen);
-    if (!rc && g->min_step != INT64_MAX && g->min_step < r->clock) {
-      if (g->max_step < r->clock - 1) {
-        tsr_info("the PS are at step %lld, this worker at %lld: following "
-                 "the PS (restored from a checkpoint)",
-                 (long long)g->max_step, (long long)r->clock);
-        r->clock = g->max_step;
-      } else {
-        rc = exchange(s, r, false, true, r->clock, &o->pull_s, g, err,
-                      errlen);
-      }
-    }
-  }
-  return rc;
+  return exchange(s, r, false, true, r->clock, &o->pull_s, g, err, errlen);
 }
 
 /* Closes the phase that began at the last mark and starts the next one. */
@@ -366,7 +353,13 @@ int wk__run_closure(wk_svc *s, wk_run *r, wk_job *j) {
     rc = exchange(s, r, true, more, r->clock + 1, &o->push_s, &g, err,
                   errlen);
     WK_TRACE(more ? "push + pull" : "push");
-    if (rc) goto out;
+    if (rc) {
+      /* Sync: some shards may have applied this step already, so it is
+       * spent: retrying it would be refused as stale. The next closure
+       * tells every PS this worker is past it. */
+      if (r->job.mode == TSR_MODE_SYNC) r->clock++;
+      goto out;
+    }
     if (g.max_step >= 0 && r->job.mode == TSR_MODE_ASYNC &&
         g.max_step > pulled_step + 1) {
       uint64_t lag = (uint64_t)(g.max_step - pulled_step - 1);
