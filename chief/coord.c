@@ -794,6 +794,9 @@ int chief_coord_run(const chief_coord_opts *o) {
   int64_t wtotal = co->job.mode == TSR_MODE_SYNC ? total * co->n_wk : total;
   co->sched = chief_sched_new(co->n_wk, wtotal, co->job.steps_per_closure, 2);
   if (!co->sched) goto out_free;
+  /* ssp and sync: every worker runs its own share of the steps, so none
+   * waits at the end on a worker that has no closure left */
+  chief_sched_set_pinned(co->sched, co->job.mode != TSR_MODE_ASYNC);
   chief_sched_pause(co->sched, true);
   if (uv_loop_init(&co->loop)) goto out_free;
   status = 1;

@@ -9,6 +9,7 @@
 typedef struct {
   chief_closure c;
   bool used;
+  int pool_of; /* pinned: whose pool the steps came from */
 } chief__slot;
 
 struct chief_sched {
@@ -21,6 +22,8 @@ struct chief_sched {
   bool paused;
   bool *up;
   int *load;
+  bool pinned;
+  int64_t *wpool; /* pinned: each worker's own steps (sum == pool) */
   int rr; /* next worker to consider */
   chief__slot *slots;
   int n_slots;
@@ -41,9 +44,10 @@ chief_sched *chief_sched_new(int n_workers, int64_t total_steps,
   s->next_id = 1;
   s->up = calloc((size_t)n_workers, sizeof *s->up);
   s->load = calloc((size_t)n_workers, sizeof *s->load);
+  s->wpool = calloc((size_t)n_workers, sizeof *s->wpool);
   s->n_slots = n_workers * max_inflight;
   s->slots = calloc((size_t)s->n_slots, sizeof *s->slots);
-  if (!s->up || !s->load || !s->slots) {
+  if (!s->up || !s->load || !s->slots || !s->wpool) {
     chief_sched_free(s);
     return NULL;
   }
@@ -54,8 +58,28 @@ void chief_sched_free(chief_sched *s) {
   if (!s) return;
   free(s->up);
   free(s->load);
+  free(s->wpool);
   free(s->slots);
   free(s);
+}
+
+/* Pinned: deals the pool evenly over the workers again. */
+static void chief__split(chief_sched *s) {
+  if (!s->pinned) return;
+  int64_t base = s->pool / s->n_workers, extra = s->pool % s->n_workers;
+  for (int w = 0; w < s->n_workers; w++) s->wpool[w] = base + (w < extra);
+}
+
+/* Steps going back to the pool. */
+static void chief__give_back(chief_sched *s, const chief__slot *sl,
+                             int64_t steps) {
+  s->pool += steps;
+  if (s->pinned) s->wpool[sl->pool_of] += steps;
+}
+
+void chief_sched_set_pinned(chief_sched *s, bool pinned) {
+  s->pinned = pinned;
+  chief__split(s);
 }
 
 static chief__slot *chief__find(chief_sched *s, uint64_t id, uint32_t gen) {
@@ -82,7 +106,7 @@ int chief_sched_worker_down(chief_sched *s, int w) {
   for (int i = 0; i < s->n_slots; i++) {
     chief__slot *sl = &s->slots[i];
     if (sl->used && sl->c.worker == w) {
-      s->pool += sl->c.steps;
+      chief__give_back(s, sl, sl->c.steps);
       chief__release(s, sl);
       s->retries++;
       n++;
@@ -98,13 +122,25 @@ bool chief_sched_worker_is_up(const chief_sched *s, int w) {
 void chief_sched_pause(chief_sched *s, bool paused) { s->paused = paused; }
 bool chief_sched_paused(const chief_sched *s) { return s->paused; }
 
+/* Pinned: where worker w's next steps come from: its own pool, else the
+ * pool of a worker that is down (so a lost worker's share still runs);
+ * -1 when neither has steps. */
+static int chief__source(const chief_sched *s, int w) {
+  if (s->wpool[w] > 0) return w;
+  for (int k = 0; k < s->n_workers; k++)
+    if (!s->up[k] && s->wpool[k] > 0) return k;
+  return -1;
+}
+
 bool chief_sched_next(chief_sched *s, chief_closure *out) {
   if (s->paused || s->pool <= 0) return false;
-  /* least loaded worker that is up, ties broken round-robin */
+  /* least loaded worker that is up (and, pinned, has steps to run), ties
+   * broken round-robin */
   int best = -1;
   for (int k = 0; k < s->n_workers; k++) {
     int w = (s->rr + k) % s->n_workers;
     if (!s->up[w] || s->load[w] >= s->max_inflight) continue;
+    if (s->pinned && chief__source(s, w) < 0) continue;
     if (best < 0 || s->load[w] < s->load[best]) best = w;
   }
   if (best < 0) return false;
@@ -115,14 +151,18 @@ bool chief_sched_next(chief_sched *s, chief_closure *out) {
       break;
     }
   if (!slot) return false; /* cannot happen: loads bound the slots */
-  int64_t n = s->pool < s->per_closure ? s->pool : s->per_closure;
+  int src = s->pinned ? chief__source(s, best) : best;
+  int64_t avail = s->pinned ? s->wpool[src] : s->pool;
+  int64_t n = avail < s->per_closure ? avail : s->per_closure;
   slot->used = true;
+  slot->pool_of = src;
   slot->c.id = s->next_id++;
   slot->c.generation = s->generation;
   slot->c.worker = best;
   slot->c.steps = n;
   slot->c.first_step = s->total - s->pool;
   s->pool -= n;
+  if (s->pinned) s->wpool[src] -= n;
   s->load[best]++;
   s->rr = (best + 1) % s->n_workers;
   *out = slot->c;
@@ -136,7 +176,7 @@ bool chief_sched_done(chief_sched *s, uint64_t id, uint32_t gen,
   if (steps_done < 0) steps_done = 0;
   if (steps_done > sl->c.steps) steps_done = sl->c.steps;
   s->done += steps_done;
-  s->pool += sl->c.steps - steps_done;
+  chief__give_back(s, sl, sl->c.steps - steps_done);
   chief__release(s, sl);
   return true;
 }
@@ -144,7 +184,7 @@ bool chief_sched_done(chief_sched *s, uint64_t id, uint32_t gen,
 bool chief_sched_failed(chief_sched *s, uint64_t id, uint32_t gen) {
   chief__slot *sl = chief__find(s, id, gen);
   if (!sl) return false;
-  s->pool += sl->c.steps;
+  chief__give_back(s, sl, sl->c.steps);
   s->retries++;
   chief__release(s, sl);
   return true;
@@ -157,6 +197,7 @@ void chief_sched_rewind(chief_sched *s, int64_t step) {
   if (step > s->total) step = s->total;
   s->done = step;
   s->pool = s->total - step;
+  chief__split(s);
   s->generation++;
 }
 
@@ -165,6 +206,7 @@ void chief_sched_set_total(chief_sched *s, int64_t total) {
   if (total < floor_) total = floor_;
   s->pool += total - s->total;
   s->total = total;
+  chief__split(s);
 }
 
 int64_t chief_sched_done_steps(const chief_sched *s) { return s->done; }

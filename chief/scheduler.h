@@ -37,6 +37,12 @@ chief_sched *chief_sched_new(int n_workers, int64_t total_steps,
                              int64_t steps_per_closure, int max_inflight);
 void chief_sched_free(chief_sched *s);
 
+/* Pinned pools (ssp and sync modes): the steps are dealt evenly to the
+ * workers and each runs its own share, so every worker reaches the same
+ * final clock and none is left waiting on an idle one. A worker that is
+ * down has its share run by the others. */
+void chief_sched_set_pinned(chief_sched *s, bool pinned);
+
 /* A worker came up (configured and ready) or went down. Down gives the
  * steps of its closures back to the pool and returns how many closures
  * that was. */

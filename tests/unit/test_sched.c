@@ -126,14 +126,50 @@ static void pause_and_short_closures(void **state) {
   chief_sched_free(s);
 }
 
+/* Pinned (ssp, sync): each worker runs its own even share; an idle worker
+ * never takes the other's steps while that one is up, so both end at the
+ * same clock; a worker that is down has its share run by the others. */
+static void pinned_shares(void **state) {
+  (void)state;
+  chief_sched *s = chief_sched_new(2, 25, 10, 2);
+  chief_sched_set_pinned(s, true);
+  chief_sched_worker_up(s, 0);
+  chief_sched_worker_up(s, 1);
+  int64_t per[2] = {0, 0};
+  chief_closure c;
+  while (chief_sched_next(s, &c)) {
+    per[c.worker] += c.steps;
+    if (c.worker == 0) chief_sched_done(s, c.id, c.generation, c.steps);
+  }
+  /* worker 0 finished its 13 while worker 1 still holds its 12 */
+  assert_int_equal(per[0], 13);
+  assert_int_equal(per[1], 12);
+  assert_false(chief_sched_next(s, &c));
+  chief_sched_free(s);
+
+  s = chief_sched_new(2, 40, 10, 2);
+  chief_sched_set_pinned(s, true);
+  chief_sched_worker_up(s, 0);
+  int64_t got = 0;
+  while (chief_sched_next(s, &c)) { /* worker 1 never came: its share too */
+    assert_int_equal(c.worker, 0);
+    got += c.steps;
+    chief_sched_done(s, c.id, c.generation, c.steps);
+  }
+  assert_int_equal(got, 40);
+  assert_true(chief_sched_finished(s));
+  chief_sched_free(s);
+}
+
 /* Random failures, deaths, returns and rewinds: the count ends exact. */
 static void exact_count_under_random_failures(void **state) {
   (void)state;
   srand(12345);
-  for (int trial = 0; trial < 200; trial++) {
+  for (int trial = 0; trial < 400; trial++) {
     int nw = 1 + rand() % 4;
     int64_t total = 1 + rand() % 500;
     chief_sched *s = chief_sched_new(nw, total, 1 + rand() % 20, 2);
+    chief_sched_set_pinned(s, trial % 2 == 1);
     chief_closure fl[64];
     int nfl = 0;
     for (int w = 0; w < nw; w++) chief_sched_worker_up(s, w);
@@ -176,6 +212,7 @@ int main(void) {
       cmocka_unit_test(dead_worker_gives_steps_back),
       cmocka_unit_test(rewind_forgets_old_closures),
       cmocka_unit_test(pause_and_short_closures),
+      cmocka_unit_test(pinned_shares),
       cmocka_unit_test(exact_count_under_random_failures),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
