@@ -99,6 +99,11 @@ static void coord_scalars(coord *co, double now) {
     if (sps > 0)
       chief_metrics_scalar(co->metrics, CHIEF_TAG_STEPS_PER_SEC, step, sps, 0);
   }
+  if (co->job.mode == TSR_MODE_ASYNC) {
+    chief_metrics_scalar(co->metrics, CHIEF_TAG_STALENESS, step,
+                         (double)co->max_staleness, 0);
+    co->max_staleness = 0;
+  }
   for (int i = 0; i < co->n_wk; i++) {
     coord_wk *w = &co->wk[i];
     if (w->busy_s <= 0) continue;

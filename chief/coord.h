@@ -187,6 +187,8 @@ struct coord {
   double recent_loss[16];
   int64_t recent_steps[16];
   int n_recent, recent_at;
+  uint64_t max_staleness;    /* largest version lag workers saw since the
+                                last scalars */
   int restarts_ps, restarts_worker;
   /* eval */
   bool has_eval;

@@ -281,6 +281,8 @@ static void coord_wk_on_run(const tsr_rpc_result *r, void *data) {
     w->compute_s += resp->compute_s;
     w->push_s += resp->push_s;
     co->examples += resp->examples;
+    if (resp->max_staleness > co->max_staleness)
+      co->max_staleness = resp->max_staleness;
     if (resp->steps_done > 0 && isfinite(resp->loss_sum)) {
       co->loss_sum += resp->loss_sum;
       co->loss_n += resp->steps_done;
