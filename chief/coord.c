@@ -417,6 +417,7 @@ static void coord_pump_train(coord *co, double now) {
     coord__note(co, "no worker is ready; waiting for one to come back");
   }
   coord__wk_dispatch(co);
+  coord__wk_release_idle(co);
 }
 
 static void coord_pump_pause(coord *co) {

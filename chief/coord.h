@@ -117,6 +117,7 @@ typedef struct {
   int restarts;          /* came back after being lost */
   int inflight;          /* our calls outstanding to it */
   int failures;          /* closures failed in a row by the worker itself */
+  bool left;             /* ssp/sync: told the PS it no longer counts */
   int64_t examples_share;/* per epoch, from configure (-1 unknown) */
   int64_t steps, examples;
   double busy_s, input_s, pull_s, compute_s, push_s;
@@ -231,6 +232,7 @@ void coord__status_close(coord *co);
 int coord__wk_open(coord *co);
 void coord__wk_configure_ready(coord *co);   /* configure every connected one */
 void coord__wk_dispatch(coord *co);          /* hand out closures */
+void coord__wk_release_idle(coord *co);      /* ssp/sync: idle workers leave */
 void coord__wk_eval(coord *co, int64_t step);
 void coord__wk_shutdown(coord *co);
 void coord__wk_close(coord *co);

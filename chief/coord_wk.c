@@ -300,6 +300,7 @@ void coord__wk_dispatch(coord *co) {
   chief_closure c;
   while (chief_sched_next(co->sched, &c)) {
     coord_wk *w = &co->wk[c.worker];
+    w->left = false; /* its first pull or push joins it again */
     Tessera__Worker__RunRequest req = TESSERA__WORKER__RUN_REQUEST__INIT;
     req.closure_id = c.id;
     req.generation = c.generation;
@@ -322,6 +323,31 @@ void coord__wk_dispatch(coord *co) {
       if (rc == TSR_EUNAVAIL || rc == TSR_ESHUTDOWN) coord_wk_down(w, tsr_strerror(rc));
       return;
     }
+  }
+}
+
+/* ---- membership (ssp, sync) ----------------------------------------------*/
+
+static void coord_wk_on_leave(const ps_result *r, void *data) {
+  coord_wk *w = data;
+  if (r->status && r->status != TSR_ENOTFOUND)
+    tsr_debug("worker:%d leaving a PS: %s", w->index, r->message);
+}
+
+/* A worker that has run its share waits for nothing; without this the
+ * PS would hold the others back for it (ssp) or wait for its gradient
+ * (sync) for ever. */
+void coord__wk_release_idle(coord *co) {
+  if (co->job.mode == TSR_MODE_ASYNC) return;
+  for (int i = 0; i < co->n_wk; i++) {
+    coord_wk *w = &co->wk[i];
+    if (w->left || w->st != CW_READY || !chief_sched_idle(co->sched, i))
+      continue;
+    w->left = true;
+    tsr_debug("worker:%d has run its share: it leaves the PS clocks", i);
+    for (int p = 0; p < co->n_ps; p++)
+      ps_client_clock(co->ps[p].cli, i, 0, PS_CLOCK_LEAVE, coord_wk_on_leave,
+                      w);
   }
 }
 

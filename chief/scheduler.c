@@ -132,6 +132,11 @@ static int chief__source(const chief_sched *s, int w) {
   return -1;
 }
 
+bool chief_sched_idle(const chief_sched *s, int w) {
+  return s->pinned && w >= 0 && w < s->n_workers && s->up[w] &&
+         s->load[w] == 0 && chief__source(s, w) < 0;
+}
+
 bool chief_sched_next(chief_sched *s, chief_closure *out) {
   if (s->paused || s->pool <= 0) return false;
   /* least loaded worker that is up (and, pinned, has steps to run), ties

@@ -43,6 +43,10 @@ void chief_sched_free(chief_sched *s);
  * down has its share run by the others. */
 void chief_sched_set_pinned(chief_sched *s, bool pinned);
 
+/* Pinned: worker w is up, has nothing in flight and no steps left to run
+ * (its share is done): it must stop holding the others back (ssp, sync). */
+bool chief_sched_idle(const chief_sched *s, int w);
+
 /* A worker came up (configured and ready) or went down. Down gives the
  * steps of its closures back to the pool and returns how many closures
  * that was. */

@@ -9,6 +9,11 @@
 #   cut I / restore I   drops every packet in and out of host I (iptables)
 #                       and lets them through again
 #   host_kill           kills every process left in the hosts
+#   slow_link I IP PORT MS   host I reaches IP:PORT through a proxy in host I
+#                       that delays every chunk of bytes by MS ms, each way
+#                       (the kernel has no netem); DNAT sends the host's
+#                       connections to the proxy, whose own connections
+#                       leave from a second address the rule lets through
 set -u
 NS_TAG="tsr$$"
 SW_NS="${NS_TAG}sw"
@@ -69,4 +74,44 @@ host_kill() {
   for ((i = 1; i <= NET_HOSTS; i++)); do
     ip netns pids "${HOST_NS[$i]}" 2>/dev/null | xargs -r kill -9 2>/dev/null
   done
+}
+
+slow_link() { # host ip port ms
+  local i=$1 ip=$2 port=$3 ms=$4 lport=$((40000 + RANDOM % 20000))
+  local alt="10.231.0.$((100 + i))"
+  on "$i" ip addr add "$alt/24" dev eth0 2>/dev/null
+  on "$i" sysctl -qw net.ipv4.conf.all.route_localnet=1
+  on "$i" iptables -t nat -A OUTPUT -p tcp -s "${HOST_IP[$i]}" -d "$ip" \
+    --dport "$port" -j DNAT --to-destination "127.0.0.1:$lport"
+  on "$i" /usr/bin/python3 - "$lport" "$ip" "$port" "$ms" "$alt" <<'PY' &
+import asyncio, sys
+lport, ip, port, ms = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+src = sys.argv[5]
+async def pipe(r, w):
+    try:
+        while True:
+            data = await r.read(65536)
+            if not data:
+                break
+            await asyncio.sleep(ms / 1000.0)
+            w.write(data)
+            await w.drain()
+    except Exception:
+        pass
+    finally:
+        w.close()
+async def handle(cr, cw):
+    try:
+        sr, sw = await asyncio.open_connection(ip, port, local_addr=(src, 0))
+    except Exception:
+        cw.close()
+        return
+    await asyncio.gather(pipe(cr, sw), pipe(sr, cw))
+async def main():
+    srv = await asyncio.start_server(handle, "127.0.0.1", lport)
+    async with srv:
+        await srv.serve_forever()
+asyncio.run(main())
+PY
+  sleep 0.3
 }
