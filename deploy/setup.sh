@@ -104,6 +104,19 @@ case "$mode" in
       say "fuzzing (bounded)"
       tests/fuzz/run.sh build-fuzz "${TSR_FUZZ_SECONDS:-20}"
     fi
+    # one closing line over both runs, read from meson's JSON logs
+    /usr/bin/python3 - "$BUILD_DIR" build-asan <<'PY'
+import json, sys
+ok = bad = 0
+for d in sys.argv[1:]:
+    for line in open(f"{d}/meson-logs/testlog.json"):
+        r = json.loads(line).get("result")
+        if r in ("OK", "EXPECTEDFAIL"):
+            ok += 1
+        elif r != "SKIP":
+            bad += 1
+print(f"tests: {ok} passed, {bad} failed")
+PY
     say "all tests passed"
     ;;
 esac
