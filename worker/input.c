@@ -66,12 +66,18 @@ struct wk_input {
 
 static void *buf_alloc(wk_input *in, size_t bytes) {
   if (bytes == 0) bytes = 1;
+  if (in->opts.pinned && in->opts.host_alloc_ctx)
+    return in->opts.host_alloc_ctx(in->opts.host_ctx, bytes);
   if (in->opts.pinned && in->opts.host_alloc) return in->opts.host_alloc(bytes);
   return malloc(bytes);
 }
 
 static void buf_free(wk_input *in, void *p) {
   if (!p) return;
+  if (in->opts.pinned && in->opts.host_alloc_ctx) {
+    if (in->opts.host_free_ctx) in->opts.host_free_ctx(in->opts.host_ctx, p);
+    return;
+  }
   if (in->opts.pinned && in->opts.host_alloc) {
     if (in->opts.host_free) in->opts.host_free(p);
     return;

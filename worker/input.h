@@ -107,6 +107,12 @@ typedef struct {
   uint64_t seed;         /* shuffle seed (job seed) */
   bool pinned;           /* allocate batch memory with the GPU backend's host allocator */
   void *(*host_alloc)(size_t bytes);   /* used when pinned (may be NULL) */
+  /* The same with a context (the GPU backend's kern_ctx), used in
+   * preference to host_alloc when set; the context must outlive the
+   * pipeline. */
+  void *(*host_alloc_ctx)(void *ctx, size_t bytes);
+  void (*host_free_ctx)(void *ctx, void *p);
+  void *host_ctx;
   void (*host_free)(void *p);
 } wk_input_opts;
 

@@ -40,9 +40,11 @@ static int fail(char *err, size_t len, int code, const char *fmt, ...) {
 void wk__run_free(wk_run *r) {
   if (!r) return;
   if (r->ex) wk_exec_close(r->ex);
+  /* the input's batches may be pinned memory of the compute context */
+  if (r->in) wk_input_close(r->in);
+  r->in = NULL;
   if (r->kc) kern_close(r->kc);
   if (r->model) wk_model_free(r->model);
-  if (r->in) wk_input_close(r->in);
   for (size_t v = 0; v < r->n_vars; v++) {
     if (r->param) free(r->param[v]);
     if (r->grad) free(r->grad[v]);
@@ -64,6 +66,12 @@ void wk__run_free(wk_run *r) {
   tsr_job_free(&r->job);
   free(r);
 }
+
+void *wk__pin_alloc(void *ctx, size_t bytes) {
+  return kern_host_alloc(ctx, bytes);
+}
+
+void wk__pin_free(void *ctx, void *p) { kern_host_free(ctx, p); }
 
 void wk__job_free(wk_job *j) {
   if (!j) return;
@@ -236,6 +244,15 @@ static int do_configure(wk_svc *s, wk_job *j) {
                       .drop_remainder = false,
                       .epochs = -1,
                       .seed = r->job.seed};
+  /* the compute context first, so a GPU backend's batches are read into
+   * pinned memory and copied to the device at full speed */
+  if ((rc = kern_open(&s->kopts, &r->kc, err, errlen))) goto out;
+  if (!kern_is_host(r->kc)) {
+    io.pinned = true;
+    io.host_alloc_ctx = wk__pin_alloc;
+    io.host_free_ctx = wk__pin_free;
+    io.host_ctx = r->kc;
+  }
   char ierr[WK_ERR_MAX];
   if ((rc = wk_input_open(&r->job, WK_SPLIT_TRAIN, &io, &r->in, ierr,
                           sizeof ierr))) {
@@ -251,7 +268,6 @@ static int do_configure(wk_svc *s, wk_job *j) {
     goto out;
   }
   if ((rc = check_layout(r, q, err, errlen))) goto out;
-  if ((rc = kern_open(&s->kopts, &r->kc, err, errlen))) goto out;
   kern_prec prec = r->job.precision == TSR_PREC_BF16   ? KERN_BF16
                    : r->job.precision == TSR_PREC_FP16 ? KERN_F16
                                                        : KERN_F32;

@@ -34,6 +34,11 @@
 typedef struct wk_svc wk_svc;
 typedef struct wk_run wk_run;
 
+/* Host allocations of a compute context (pinned on a GPU), for the input
+ * pipeline's batch buffers; ctx is the kern_ctx. */
+void *wk__pin_alloc(void *ctx, size_t bytes);
+void wk__pin_free(void *ctx, void *p);
+
 /* ---- jobs: requests handed from the loop to the training thread -------- */
 
 typedef enum { WK_JOB_CONFIGURE = 0, WK_JOB_RUN, WK_JOB_EVAL } wk_job_kind;
@@ -96,6 +101,8 @@ typedef struct wk_op {
 
 /* A set of operations the thread waits for together. */
 struct wk_group {
+  bool check_losses;       /* fail ops at issue once a PS connection was */
+  uint64_t losses;         /* lost after this count (closures) */
   int pending;
   int rc;                  /* first failure */
   char err[WK_ERR_MAX];

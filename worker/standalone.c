@@ -7,6 +7,7 @@
  * the model's (layer, shape, batch), the device's; all come back in `err`.
  */
 #include "worker/train.h"
+#include "worker/loop_int.h"
 
 #include "common/clock.h"
 #include "common/err.h"
@@ -63,9 +64,28 @@ int wk_train_standalone(const tsr_job *job, const wk_train_opts *o,
   wk_input *in = NULL;
   wk_model *m = NULL;
   wk_trainer *t = NULL;
+  kern_ctx *pin = NULL;
   char ierr[512];
+  if (o->device != KERN_DEVICE_CPU) {
+    /* a GPU context for pinned batch buffers, so reading overlaps the
+     * copies to the device (kept until the input is closed) */
+    kern_opts ko = {.device = o->device, .cpu_threads = 1};
+    if (kern_open(&ko, &pin, ierr, sizeof ierr) == 0 && kern_is_host(pin)) {
+      kern_close(pin);
+      pin = NULL;
+    }
+    if (pin) {
+      io.pinned = true;
+      io.host_alloc_ctx = wk__pin_alloc;
+      io.host_free_ctx = wk__pin_free;
+      io.host_ctx = pin;
+    }
+  }
   int rc = wk_input_open(job, WK_SPLIT_TRAIN, &io, &in, ierr, sizeof ierr);
-  if (rc) return FAIL(rc, "training data: %s", ierr);
+  if (rc) {
+    if (pin) kern_close(pin);
+    return FAIL(rc, "training data: %s", ierr);
+  }
   if ((rc = wk_model_from_job(job, wk_input_get_schema(in), &m, err, errlen)))
     goto out;
   if ((rc = wk_trainer_open(m, &job->optimizer, job->seed, job->precision, o,
@@ -166,5 +186,6 @@ out:
   wk_trainer_close(t);
   wk_model_free(m);
   wk_input_close(in);
+  if (pin) kern_close(pin);
   return rc;
 }

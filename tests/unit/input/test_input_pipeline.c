@@ -357,6 +357,46 @@ static void pinned_memory(void **state) {
   assert_int_equal(g_live, 0);
 }
 
+/* The context form (the GPU backend's kern_ctx): the context reaches
+ * every call, and wins over the plain hooks. */
+typedef struct {
+  int64_t live, calls;
+} pin_ctx;
+static void *ctx_alloc(void *c, size_t n) {
+  ((pin_ctx *)c)->live++;
+  ((pin_ctx *)c)->calls++;
+  return malloc(n);
+}
+static void ctx_free(void *c, void *p) {
+  ((pin_ctx *)c)->live--;
+  free(p);
+}
+
+static void pinned_memory_with_context(void **state) {
+  fx *f = *state;
+  load(f, "{\"train\": {\"format\": \"synthetic\", \"n\": 300, "
+          "\"prefetch\": 3}}");
+  pin_ctx pc = {0, 0};
+  wk_input_opts o = topts(1, 0, 32, 1, 4);
+  o.pinned = true;
+  o.host_alloc = count_alloc; /* not used: the context form wins */
+  o.host_free = count_free;
+  o.host_alloc_ctx = ctx_alloc;
+  o.host_free_ctx = ctx_free;
+  o.host_ctx = &pc;
+  int64_t before = g_calls;
+  assert_int_equal(open_opts(f, WK_SPLIT_TRAIN, o), 0);
+  const wk_batch *b;
+  int64_t n = 0;
+  while (wk_input_next(f->in, &b) == 0) n += b->n;
+  assert_int_equal(n, 300);
+  wk_input_close(f->in);
+  f->in = NULL;
+  assert_true(pc.calls >= 3 * 2);
+  assert_int_equal(pc.live, 0);
+  assert_int_equal(g_calls, before);
+}
+
 /* A host allocator that fails at call number g_fail_at. */
 static int64_t g_fail_at;
 static void *failing_alloc(size_t n) {
@@ -591,6 +631,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(prefetch_order, setup, teardown),
       cmocka_unit_test_setup_teardown(close_midstream, setup, teardown),
       cmocka_unit_test_setup_teardown(pinned_memory, setup, teardown),
+      cmocka_unit_test_setup_teardown(pinned_memory_with_context, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(allocations_failing, setup, teardown),
       cmocka_unit_test_setup_teardown(normalize_streamed, setup, teardown),
       cmocka_unit_test_setup_teardown(synthetic_regression, setup, teardown),
