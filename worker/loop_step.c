@@ -213,7 +213,7 @@ static bool retryable(int rc) {
 int wk__run_join(wk_svc *s, wk_run *r, char *err, size_t errlen) {
   uint64_t end = tsr_now_ms() + s->ps_deadline_ms;
   int n, rc;
-  wk_group g;
+  wk_group g = {0};
   for (;;) {
     n = add_ticks(r, 0, 0);
     for (int i = 0; i < n; i++) r->ops[i].clock_op = PS_CLOCK_JOIN;
@@ -243,6 +243,8 @@ static int exchange(wk_svc *s, wk_run *r, bool push, bool pull,
   pthread_mutex_unlock(&s->mu);
   if (lost) return TSR_ECLOSED;
   int64_t step = r->clock;
+  g->check_losses = true;
+  g->losses = r->losses;
   int n = build_ops(r, push, pull, step, pull_clock);
   /* ssp: a push of step t tells the PS this worker finished t + 1 steps.
    * sync: at a closure's start every step before `clock` has been pushed
@@ -300,7 +302,7 @@ int wk__run_closure(wk_svc *s, wk_run *r, wk_job *j) {
   r->losses = s->ps_losses;
   pthread_mutex_unlock(&s->mu);
   wk_run_opts ro = {.train = true};
-  wk_group g;
+  wk_group g = {0};
   int64_t pulled_step = 0;
   const wk_batch *b;
   int rc = next_batch(r, &b, &o->input_wait_s, err, errlen);
@@ -409,7 +411,7 @@ int wk__run_eval(wk_svc *s, wk_run *r, wk_job *j) {
                 (unsigned long long)q->eval_id);
   wk_input *in = NULL;
   wk_metrics *mt = NULL;
-  wk_group g;
+  wk_group g = {0};
   int rc;
   int nm = wk_model_num_metrics(r->model);
   /* Fresh dense values (clock 0: never waits). */

@@ -147,11 +147,21 @@ void wk__ps_issue(wk_svc *s) {
   while (list) {
     wk_op *op = list;
     list = op->next;
-    op_ctx *c = malloc(sizeof *c);
-    int rc = c ? 0 : TSR_ENOMEM;
+    /* A PS connection lost since the closure began (counted here on the
+     * loop, so never between a check and the issue): do not start the
+     * call, the closure is over. */
     pthread_mutex_lock(&s->mu);
+    bool lost = op->group->check_losses && op->group->losses != s->ps_losses;
+    char msg[WK_ERR_MAX];
+    if (lost) snprintf(msg, sizeof msg, "%s", s->ps_loss_msg);
     s->ps_inflight++;
     pthread_mutex_unlock(&s->mu);
+    if (lost) {
+      op_finish(s, op, TSR_ECLOSED, msg, -1, -1);
+      continue;
+    }
+    op_ctx *c = malloc(sizeof *c);
+    int rc = c ? 0 : TSR_ENOMEM;
     if (c) {
       c->svc = s;
       c->op = op;
@@ -168,6 +178,7 @@ void wk__ps_issue(wk_svc *s) {
 }
 
 int wk__ps_run(wk_svc *s, wk_op *ops, int n, wk_group *g) {
+  /* check_losses and losses are the caller's */
   g->pending = n;
   g->rc = 0;
   g->err[0] = '\0';
