@@ -27,7 +27,7 @@ static void usage(FILE *f) {
       "  --standalone trains the job in this process, without a PS.\n");
 }
 
-enum { O_CLUSTER = 1, O_TASK, O_STANDALONE, O_JOB, O_DEVICE, O_PREC,
+enum { O_STANDALONE = 1, O_JOB, O_DEVICE, O_PREC,
        O_STEPS, O_EPOCHS, O_BATCH, O_SEED, O_GPUS, O_THREADS, O_SET };
 
 static int run_standalone(const char *job_path, char **ovr,
@@ -52,14 +52,11 @@ static int run_standalone(const char *job_path, char **ovr,
 
 int main(int argc, char **argv) {
   if (wk_service_selected(argc, argv)) return wk_service_main(argc, argv);
-  const char *cluster_file = NULL, *task = NULL, *job_path = NULL;
-  bool standalone = false;
+  const char *job_path = NULL;
   wk_train_opts to = {.device = KERN_DEVICE_AUTO};
   char *ovr[64];
   int novr = 0;
   static const struct option opts[] = {
-      {"cluster", required_argument, 0, O_CLUSTER},
-      {"task", required_argument, 0, O_TASK},
       {"standalone", no_argument, 0, O_STANDALONE},
       {"job", required_argument, 0, O_JOB},
       {"device", required_argument, 0, O_DEVICE},
@@ -80,9 +77,7 @@ int main(int argc, char **argv) {
   tsr_log_init("worker");
   while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (ch) {
-      case O_CLUSTER: cluster_file = optarg; break;
-      case O_TASK: task = optarg; break;
-      case O_STANDALONE: standalone = true; break;
+      case O_STANDALONE: break; /* how main() got here */
       case O_JOB: job_path = optarg; break;
       case O_DEVICE:
         if (!strcmp(optarg, "auto")) to.device = KERN_DEVICE_AUTO;
@@ -112,27 +107,13 @@ int main(int argc, char **argv) {
     }
   }
   ovr[novr] = NULL;
+  /* every command line without --standalone went to the service above */
   int ret;
-  if (standalone) {
-    if (!job_path) {
-      tsr_error("--standalone needs --job JOB.json");
-      ret = 2;
-    } else {
-      ret = run_standalone(job_path, ovr, &to);
-    }
+  if (!job_path) {
+    tsr_error("--standalone needs --job JOB.json");
+    ret = 2;
   } else {
-    tsr_cluster c;
-    char err[TSR_ERRBUF];
-    if (tsr_cluster_load(cluster_file, task, &c, err, sizeof err)) {
-      tsr_error("%s", err);
-      ret = 2;
-    } else {
-      tsr_error("tessera-worker is not implemented in this build: the "
-                "cluster resolved, but no worker service is compiled in (use "
-                "--standalone --job JOB.json to train in one process)");
-      tsr_cluster_free(&c);
-      ret = 3;
-    }
+    ret = run_standalone(job_path, ovr, &to);
   }
   for (int i = 0; i < novr; i++) free(ovr[i]);
   return ret;
