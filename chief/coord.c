@@ -421,6 +421,8 @@ static void coord_pump_train(coord *co, double now) {
 }
 
 static void coord_pump_pause(coord *co) {
+  /* pinned (ssp, sync): bring every worker level before the pause holds */
+  coord__wk_dispatch(co);
   if (coord__wk_inflight(co) > 0) return;
   if (co->ckpt_due) {
     char err[512];

@@ -28,9 +28,15 @@ typedef struct {
   bool shutdown;
 } coord_wk_call;
 
+static void coord_wk_leave(coord_wk *w);
+
 static void coord_wk_down(coord_wk *w, const char *why) {
   coord *co = w->co;
   int back = chief_sched_worker_down(co->sched, w->index);
+  /* ssp/sync: a worker that is gone must not hold the others back; its
+   * first pull or push when it returns joins it again */
+  if (co->phase != COORD_SHUTDOWN && co->phase != COORD_DONE)
+    coord_wk_leave(w);
   if (w->st == CW_READY || w->st == CW_CONFIGURING) {
     if (co->phase != COORD_SHUTDOWN && co->phase != COORD_DONE)
       coord__note(co, "lost worker:%d (%s): %s; %d closure(s) go back to "
@@ -234,10 +240,21 @@ static void coord_wk_on_run(const tsr_rpc_result *r, void *data) {
       tsr_warn("worker:%d (%s) failed closure %" PRIu64 " (its steps go "
                "back to the queue): %s", w->index, w->addr->addr, c.id,
                r->message);
-      if (r->remote && ++w->failures >= COORD_MAX_CLOSURE_FAILURES &&
-          w->st == CW_READY) {
+      /* a PS that cannot be reached is not the worker's fault: recovery
+       * deals with it, and the worker stays in the run */
+      bool ps_trouble = r->status == TSR_EUNAVAIL ||
+                        r->status == TSR_ECLOSED ||
+                        r->status == TSR_ETIMEOUT ||
+                        r->status == TSR_ESHUTDOWN ||
+                        /* sync: a worker back from the dead pushed a step
+                         * the others finished without it; its next
+                         * closure starts from the PS's step */
+                        r->status == TSR_ESTALE;
+      if (r->remote && !ps_trouble &&
+          ++w->failures >= COORD_MAX_CLOSURE_FAILURES && w->st == CW_READY) {
         chief_sched_worker_down(co->sched, w->index);
         w->st = CW_FAILED;
+        coord_wk_leave(w);
         coord__note(co, "worker:%d (%s) failed %d closures in a row and is "
                     "left out of the run: %s", w->index, w->addr->addr,
                     w->failures, r->message);
@@ -254,7 +271,20 @@ static void coord_wk_on_run(const tsr_rpc_result *r, void *data) {
     coord__pump(co);
     return;
   }
-  w->failures = 0;
+  if (resp->steps_done == 0) {
+    /* nothing run (its input gave nothing): counted as a failure, so a
+     * worker that keeps doing it is left out instead of spinning */
+    if (++w->failures >= COORD_MAX_CLOSURE_FAILURES && w->st == CW_READY) {
+      chief_sched_worker_down(co->sched, w->index);
+      w->st = CW_FAILED;
+      coord_wk_leave(w);
+      coord__note(co, "worker:%d (%s) ran no step in %d closures in a row "
+                  "(its input gives no batch) and is left out of the run",
+                  w->index, w->addr->addr, w->failures);
+    }
+  } else {
+    w->failures = 0;
+  }
   if (co->trace) {
     int32_t pid = tsr_trace_pid(TSR_TASK_WORKER, w->index);
     char name[TSR_TRACE_NAME_MAX];
@@ -334,6 +364,17 @@ static void coord_wk_on_leave(const ps_result *r, void *data) {
     tsr_debug("worker:%d leaving a PS: %s", w->index, r->message);
 }
 
+/* Tells every PS that worker w no longer counts (ssp, sync). */
+static void coord_wk_leave(coord_wk *w) {
+  coord *co = w->co;
+  if (co->job.mode == TSR_MODE_ASYNC || w->left || !co->ps) return;
+  w->left = true;
+  for (int p = 0; p < co->n_ps; p++)
+    if (co->ps[p].cli)
+      ps_client_clock(co->ps[p].cli, w->index, 0, PS_CLOCK_LEAVE,
+                      coord_wk_on_leave, w);
+}
+
 /* A worker that has run its share waits for nothing; without this the
  * PS would hold the others back for it (ssp) or wait for its gradient
  * (sync) for ever. */
@@ -343,11 +384,8 @@ void coord__wk_release_idle(coord *co) {
     coord_wk *w = &co->wk[i];
     if (w->left || w->st != CW_READY || !chief_sched_idle(co->sched, i))
       continue;
-    w->left = true;
     tsr_debug("worker:%d has run its share: it leaves the PS clocks", i);
-    for (int p = 0; p < co->n_ps; p++)
-      ps_client_clock(co->ps[p].cli, i, 0, PS_CLOCK_LEAVE, coord_wk_on_leave,
-                      w);
+    coord_wk_leave(w);
   }
 }
 

@@ -24,6 +24,7 @@ struct chief_sched {
   int *load;
   bool pinned;
   int64_t *wpool; /* pinned: each worker's own steps (sum == pool) */
+  int64_t *given; /* pinned: steps handed to each worker and not given back */
   int rr; /* next worker to consider */
   chief__slot *slots;
   int n_slots;
@@ -45,9 +46,10 @@ chief_sched *chief_sched_new(int n_workers, int64_t total_steps,
   s->up = calloc((size_t)n_workers, sizeof *s->up);
   s->load = calloc((size_t)n_workers, sizeof *s->load);
   s->wpool = calloc((size_t)n_workers, sizeof *s->wpool);
+  s->given = calloc((size_t)n_workers, sizeof *s->given);
   s->n_slots = n_workers * max_inflight;
   s->slots = calloc((size_t)s->n_slots, sizeof *s->slots);
-  if (!s->up || !s->load || !s->slots || !s->wpool) {
+  if (!s->up || !s->load || !s->slots || !s->wpool || !s->given) {
     chief_sched_free(s);
     return NULL;
   }
@@ -59,6 +61,7 @@ void chief_sched_free(chief_sched *s) {
   free(s->up);
   free(s->load);
   free(s->wpool);
+  free(s->given);
   free(s->slots);
   free(s);
 }
@@ -66,6 +69,7 @@ void chief_sched_free(chief_sched *s) {
 /* Pinned: deals the pool evenly over the workers again. */
 static void chief__split(chief_sched *s) {
   if (!s->pinned) return;
+  memset(s->given, 0, (size_t)s->n_workers * sizeof *s->given);
   int64_t base = s->pool / s->n_workers, extra = s->pool % s->n_workers;
   for (int w = 0; w < s->n_workers; w++) s->wpool[w] = base + (w < extra);
 }
@@ -74,7 +78,10 @@ static void chief__split(chief_sched *s) {
 static void chief__give_back(chief_sched *s, const chief__slot *sl,
                              int64_t steps) {
   s->pool += steps;
-  if (s->pinned) s->wpool[sl->pool_of] += steps;
+  if (s->pinned) {
+    s->wpool[sl->pool_of] += steps;
+    s->given[sl->c.worker] -= steps;
+  }
 }
 
 void chief_sched_set_pinned(chief_sched *s, bool pinned) {
@@ -137,8 +144,21 @@ bool chief_sched_idle(const chief_sched *s, int w) {
          s->load[w] == 0 && chief__source(s, w) < 0;
 }
 
+/* Pinned and paused: the most steps any worker that is up has been
+ * handed. A pause lets the others be handed as many (and no more), so in
+ * sync and ssp modes no worker is left holding steps its peers will not
+ * run until after the pause. */
+static int64_t chief__given_max(const chief_sched *s) {
+  int64_t m = 0;
+  for (int w = 0; w < s->n_workers; w++)
+    if (s->up[w] && s->given[w] > m) m = s->given[w];
+  return m;
+}
+
 bool chief_sched_next(chief_sched *s, chief_closure *out) {
-  if (s->paused || s->pool <= 0) return false;
+  if (s->pool <= 0) return false;
+  if (s->paused && !s->pinned) return false;
+  int64_t cap = s->paused ? chief__given_max(s) : INT64_MAX;
   /* least loaded worker that is up (and, pinned, has steps to run), ties
    * broken round-robin */
   int best = -1;
@@ -146,6 +166,7 @@ bool chief_sched_next(chief_sched *s, chief_closure *out) {
     int w = (s->rr + k) % s->n_workers;
     if (!s->up[w] || s->load[w] >= s->max_inflight) continue;
     if (s->pinned && chief__source(s, w) < 0) continue;
+    if (s->given[w] >= cap) continue;
     if (best < 0 || s->load[w] < s->load[best]) best = w;
   }
   if (best < 0) return false;
@@ -159,6 +180,7 @@ bool chief_sched_next(chief_sched *s, chief_closure *out) {
   int src = s->pinned ? chief__source(s, best) : best;
   int64_t avail = s->pinned ? s->wpool[src] : s->pool;
   int64_t n = avail < s->per_closure ? avail : s->per_closure;
+  if (s->paused && cap - s->given[best] < n) n = cap - s->given[best];
   slot->used = true;
   slot->pool_of = src;
   slot->c.id = s->next_id++;
@@ -167,7 +189,10 @@ bool chief_sched_next(chief_sched *s, chief_closure *out) {
   slot->c.steps = n;
   slot->c.first_step = s->total - s->pool;
   s->pool -= n;
-  if (s->pinned) s->wpool[src] -= n;
+  if (s->pinned) {
+    s->wpool[src] -= n;
+    s->given[best] += n;
+  }
   s->load[best]++;
   s->rr = (best + 1) % s->n_workers;
   *out = slot->c;

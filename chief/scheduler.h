@@ -54,7 +54,10 @@ void chief_sched_worker_up(chief_sched *s, int worker);
 int chief_sched_worker_down(chief_sched *s, int worker);
 bool chief_sched_worker_is_up(const chief_sched *s, int worker);
 
-/* Stops and restarts handing out closures (checkpoints, recovery). */
+/* Stops and restarts handing out closures (checkpoints, recovery). Pinned,
+ * a pause still hands a worker the steps that bring it level with the
+ * most any worker has been handed, so peers stay matched in sync and ssp
+ * and the pause can drain. */
 void chief_sched_pause(chief_sched *s, bool paused);
 bool chief_sched_paused(const chief_sched *s);
 

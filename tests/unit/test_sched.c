@@ -161,6 +161,36 @@ static void pinned_shares(void **state) {
   chief_sched_free(s);
 }
 
+/* Pinned and paused: a worker handed fewer steps than its peer is brought
+ * level (so in sync mode the peer's closure is matched) and no further. */
+static void pinned_pause_levels_workers(void **state) {
+  (void)state;
+  chief_sched *s = chief_sched_new(2, 200, 10, 2);
+  chief_sched_set_pinned(s, true);
+  chief_sched_worker_up(s, 0);
+  chief_sched_worker_up(s, 1);
+  chief_closure a, b, c;
+  assert_true(chief_sched_next(s, &a)); /* w0: 10 */
+  assert_true(chief_sched_next(s, &b)); /* w1: 10 */
+  assert_true(chief_sched_next(s, &c)); /* w0: 20 */
+  assert_int_equal(a.worker, c.worker);
+  chief_sched_pause(s, true);
+  chief_closure d, e;
+  assert_true(chief_sched_next(s, &d));
+  assert_int_equal(d.worker, b.worker); /* the other is brought level */
+  assert_int_equal(d.steps, 10);
+  assert_false(chief_sched_next(s, &e)); /* and no one goes further */
+  chief_sched_free(s);
+  /* not pinned: a pause hands out nothing */
+  s = chief_sched_new(2, 200, 10, 2);
+  chief_sched_worker_up(s, 0);
+  chief_sched_worker_up(s, 1);
+  assert_true(chief_sched_next(s, &a));
+  chief_sched_pause(s, true);
+  assert_false(chief_sched_next(s, &e));
+  chief_sched_free(s);
+}
+
 /* Random failures, deaths, returns and rewinds: the count ends exact. */
 static void exact_count_under_random_failures(void **state) {
   (void)state;
@@ -213,6 +243,7 @@ int main(void) {
       cmocka_unit_test(rewind_forgets_old_closures),
       cmocka_unit_test(pause_and_short_closures),
       cmocka_unit_test(pinned_shares),
+      cmocka_unit_test(pinned_pause_levels_workers),
       cmocka_unit_test(exact_count_under_random_failures),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
