@@ -6,7 +6,10 @@
 #     restores the last checkpoint, the run resumes from it and completes;
 #  3. kill -9 the chief mid-run and start it again: it resumes from the
 #     latest checkpoint and completes;
-#  4. the last checkpoint, made on 2 PS, restored onto 3 PS by a new run.
+#  4. the last checkpoint, made on 2 PS, restored onto 3 PS by a new run;
+#  5. in sync mode, a PS killed and started again: the run recovers and
+#     completes with the exact step count (no worker waits for ever on a
+#     step its peer will not push after the pause and the restore).
 . "$(dirname "$0")/lib.sh"
 
 STEPS=30000
@@ -89,4 +92,30 @@ check "3 PS: exact step count" test "$(json_get "$WORK/s4.json" steps)" = $((STE
 loss=$(json_get "$WORK/s4.json" eval.loss 2>/dev/null || echo 1e9)
 check "3 PS: the restored model is the trained one (test MSE $loss <= 4000)" \
   /usr/bin/python3 -c "import sys; sys.exit(0 if float('$loss') <= 4000 else 1)"
+for k in "${!PIDS[@]}"; do kill -9 "${PIDS[$k]}" 2>/dev/null; unset "PIDS[$k]"; done
+wait 2>/dev/null
+mv "$WORK/chief.log" "$WORK/chief4.log.txt"
+rm -rf "$WORK/ckpt"
+
+# ---- 5. sync mode: a PS killed and started again -------------------------------
+SSTEPS=6000
+write_diabetes_job "$WORK/job.json" ", \"steps\": $SSTEPS, \"steps_per_closure\": 20,
+  \"mode\": \"sync\", \"checkpoint\": {\"dir\": \"ckpt\", \"every_steps\": 1000}"
+for victim in ps1; do
+  cluster 2 2
+  start_all
+  start_chief --job "$WORK/job.json" --summary-json "$WORK/s_$victim.json"
+  check "sync, $victim killed: a checkpoint past step 0" wait_for 60 past_ckpt
+  kill -9 "${PIDS[$victim]}"
+  sleep 1
+  start_ps 1
+  wait_chief 240
+  check "sync, $victim killed: chief exits 0" test "$CHIEF_RC" = 0
+  check "sync, $victim killed: exact step count" \
+    test "$(json_get "$WORK/s_$victim.json" steps 2>/dev/null)" = $SSTEPS
+  for k in "${!PIDS[@]}"; do kill -9 "${PIDS[$k]}" 2>/dev/null; unset "PIDS[$k]"; done
+  wait 2>/dev/null
+  mv "$WORK/chief.log" "$WORK/chief_sync_$victim.log.txt"
+  rm -rf "$WORK/ckpt"
+done
 finish
