@@ -205,7 +205,7 @@ struct coord {
   double t_last_scalar;
 };
 
-/* coord.c */
+/* coord.c (the state machine), coord_run.c (setup and teardown) */
 void coord__fail(coord *co, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void coord__set_phase(coord *co, coord_phase p);
@@ -213,6 +213,10 @@ void coord__pump(coord *co);
 int64_t coord__global_step(const coord *co);
 void coord__note(coord *co, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+double coord__recent_loss(const coord *co);  /* NaN before any closure */
+void coord__scalars(coord *co, double now);  /* TensorBoard scalars */
+void coord__on_tick(uv_timer_t *t);
+void coord__on_signal(uv_signal_t *s, int signum);
 
 /* coord_ps.c */
 int coord__ps_open(coord *co);

@@ -35,13 +35,7 @@ static void coord_on_status(tsr_rpc_incoming *call, void *data) {
   r.examples = co->examples;
   r.examples_per_sec =
       co->progress ? chief_progress_examples_per_sec(co->progress) : 0;
-  double sum = 0;
-  int64_t n = 0;
-  for (int i = 0; i < co->n_recent; i++) {
-    sum += co->recent_loss[i];
-    n += co->recent_steps[i];
-  }
-  r.loss = n ? sum / (double)n : NAN;
+  r.loss = coord__recent_loss(co);
   r.last_checkpoint_step = co->have_ckpt ? co->last_ckpt_step : -1;
   r.job = co->job.path ? co->job.path : (char *)"";
   r.uptime_s = tsr_now_s() - co->t_start;

@@ -1,0 +1,321 @@
+/* tessera-chief's setup and teardown around the state machine of
+ * coord.c: read the cluster, the job and the token, build the model's
+ * variable list and its placement, open the clients, the status service
+ * and the monitoring, run the loop, then write the report, the trace and
+ * the summary. Errors before the loop starts are configuration errors
+ * (exit 2) named with their key or file.
+ */
+#include "chief/coord.h"
+#include "common/clock.h"
+#include "common/err.h"
+#include "common/log.h"
+#include "common/trace.h"
+#include "worker/model.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- setup ------------------------------------------------------------- */
+
+/* dir/name in a new string (NULL when out of memory). */
+static char *coord_join(const char *dir, const char *name) {
+  size_t n = strlen(dir) + strlen(name) + 2;
+  char *p = malloc(n);
+  if (p) snprintf(p, n, "%s/%s", dir, name);
+  return p;
+}
+
+/* Makes a relative path of the job file relative to its folder. */
+static int coord_abs(const char *dir, char **path) {
+  if ((*path)[0] == '/') return 0;
+  char *abs = coord_join(dir, *path);
+  if (!abs) return TSR_ENOMEM;
+  free(*path);
+  *path = abs;
+  return 0;
+}
+
+static int coord_load(coord *co, char *err, size_t errlen) {
+  int rc = tsr_cluster_load(co->o->cluster_file, co->o->task, &co->cluster,
+                            err, errlen);
+  if (rc) return rc;
+  if (!tsr_cluster_is_chief(&co->cluster)) {
+    snprintf(err, errlen, "this task is %s:%d; tessera-chief runs as the "
+             "chief (or as worker 0 when the cluster has no chief job)",
+             tsr_task_type_name(co->cluster.task_type),
+             co->cluster.task_index);
+    return TSR_ECONFIG;
+  }
+  if ((rc = tsr_cluster_check_ps_training(&co->cluster, err, errlen)))
+    return rc;
+  if (!co->o->job_path) {
+    snprintf(err, errlen, "no job: pass --job JOB.json");
+    return TSR_ECONFIG;
+  }
+  rc = tsr_job_load(co->o->job_path, co->o->overrides, &co->job, err, errlen);
+  if (rc) return rc;
+  if (!co->job.model) {
+    snprintf(err, errlen, "%s: no \"model\"", co->o->job_path);
+    return TSR_ECONFIG;
+  }
+  if (!co->job.data || !json_object_get(co->job.data, "train")) {
+    snprintf(err, errlen, "%s: no \"data\": {\"train\": ...}",
+             co->o->job_path);
+    return TSR_ECONFIG;
+  }
+  co->has_eval = json_object_get(co->job.data, "eval") != NULL;
+  snprintf(co->job_dir, sizeof co->job_dir, "%s", co->job.path);
+  char *slash = strrchr(co->job_dir, '/');
+  if (slash)
+    *slash = 0;
+  else
+    snprintf(co->job_dir, sizeof co->job_dir, ".");
+  /* The job the workers get: the resolved model inline. */
+  json_t *send = json_deep_copy(co->job.raw);
+  json_object_set(send, "model", co->job.model);
+  co->job_json = json_dumps(send, JSON_COMPACT);
+  char *model_text = json_dumps(co->job.model, JSON_COMPACT | JSON_SORT_KEYS);
+  json_decref(send);
+  if (!co->job_json || !model_text) {
+    free(model_text);
+    return TSR_ENOMEM;
+  }
+  unsigned char h[8];
+  crypto_generichash(h, sizeof h, (const unsigned char *)model_text,
+                     strlen(model_text), NULL, 0);
+  free(model_text);
+  for (int i = 0; i < 8; i++)
+    snprintf(co->model_digest + 2 * i, 3, "%02x", h[i]);
+  if (co->job.checkpoint_dir) {
+    if ((rc = coord_abs(co->job_dir, &co->job.checkpoint_dir))) return rc;
+    if ((rc = chief_ckpt_check_writable(co->job.checkpoint_dir, err, errlen)))
+      return rc;
+  }
+  return 0;
+}
+
+static int coord_plan(coord *co, char *err, size_t errlen) {
+  wk_model *m = NULL;
+  int rc = wk_model_from_job(&co->job, NULL, &m, err, errlen);
+  if (rc) return rc;
+  const wk_var_info *vi;
+  size_t n;
+  wk_model_variables(m, &vi, &n);
+  co->vars = calloc(n ? n : 1, sizeof *co->vars);
+  tsr_var_shape *shapes = calloc(n ? n : 1, sizeof *shapes);
+  if (!co->vars || !shapes) {
+    free(shapes);
+    wk_model_free(m);
+    return TSR_ENOMEM;
+  }
+  for (size_t i = 0; i < n; i++) {
+    struct coord_var *v = &co->vars[i];
+    snprintf(v->name, sizeof v->name, "%s", vi[i].name);
+    v->rank = vi[i].rank;
+    v->shape[0] = vi[i].shape[0];
+    v->shape[1] = vi[i].rank > 1 ? vi[i].shape[1] : 1;
+    v->row_dim = vi[i].row_dim;
+    v->sparse = vi[i].kind == WK_VAR_ROW_SPARSE;
+    v->init = vi[i].init;
+    shapes[i].name = v->name;
+    shapes[i].rank = v->rank;
+    shapes[i].shape[0] = vi[i].shape[0];
+    shapes[i].shape[1] = vi[i].rank > 1 ? vi[i].shape[1] : 0;
+    shapes[i].elem_size = 4;
+  }
+  co->n_vars = n;
+  for (size_t i = 0; i < n; i++)
+    for (size_t j = 0; j < i; j++)
+      if (strcmp(co->vars[i].name, co->vars[j].name) == 0) {
+        snprintf(err, errlen, "%s: the model has two variables named \"%s\"; "
+                 "give its layers distinct names", co->job.model_source,
+                 co->vars[i].name);
+        free(shapes);
+        wk_model_free(m);
+        return TSR_ECONFIG;
+      }
+  char summary[2048];
+  wk_model_summary(m, summary, sizeof summary);
+  tsr_info("model (%s):\n%s", co->job.model_source, summary);
+  wk_model_free(m);
+  rc = tsr_partition_plan(&co->job.partitioner, shapes, n,
+                          co->cluster.n[TSR_TASK_PS], &co->shards,
+                          &co->n_shards, err, errlen);
+  free(shapes);
+  return rc;
+}
+
+int chief_coord_run(const chief_coord_opts *o) {
+  coord *co = calloc(1, sizeof *co);
+  if (!co) return 1;
+  co->o = o;
+  co->exit_status = 0;
+  co->resumed_from = -1;
+  co->last_ckpt_step = -1;
+  co->last_loss = NAN;
+  tsr_job_init(&co->job);
+  tsr_cluster_init(&co->cluster);
+  char err[1024];
+  int status = 2;
+  int rc = coord_load(co, err, sizeof err);
+  if (rc == 0) rc = coord_plan(co, err, sizeof err);
+  if (rc) {
+    tsr_error("%s", err);
+    goto out_free;
+  }
+  randombytes_buf(&co->run_id, sizeof co->run_id);
+  co->run_id >>= 1; /* keep it positive in JSON */
+  co->n_ps = co->cluster.n[TSR_TASK_PS];
+  co->n_wk = co->cluster.n[TSR_TASK_WORKER];
+  int64_t total = co->job.steps;
+  co->total_steps = total; /* 0 until the epoch size is known */
+  int64_t wtotal = co->job.mode == TSR_MODE_SYNC ? total * co->n_wk : total;
+  co->sched = chief_sched_new(co->n_wk, wtotal, co->job.steps_per_closure, 2);
+  if (!co->sched) goto out_free;
+  /* ssp and sync: every worker runs its own share of the steps, so none
+   * waits at the end on a worker that has no closure left */
+  chief_sched_set_pinned(co->sched, co->job.mode != TSR_MODE_ASYNC);
+  chief_sched_pause(co->sched, true);
+  if (uv_loop_init(&co->loop)) goto out_free;
+  status = 1;
+  char token[TSR_RPC_TOKEN_MAX];
+  size_t token_len;
+  if (tsr_rpc_token_load(o->token_file, token, sizeof token, &token_len, err,
+                         sizeof err)) {
+    tsr_error("%s", err);
+    status = 2;
+    goto out_loop;
+  }
+  tsr_rpc_opts ro;
+  memset(&ro, 0, sizeof ro);
+  ro.name = "chief";
+  ro.token = token;
+  ro.token_len = token_len;
+  ro.default_deadline_ms = 60000;
+  ro.idle_timeout_ms = (uint32_t)(o->heartbeat_timeout_s * 1000);
+  ro.heartbeat_ms = ro.idle_timeout_ms / 4 ? ro.idle_timeout_ms / 4 : 1;
+  if (tsr_rpc_ctx_new(&co->rpc, &co->loop, &ro)) goto out_loop;
+  sodium_memzero(token, sizeof token);
+  if (co->job.logdir && coord_abs(co->job_dir, &co->job.logdir)) goto out_rpc;
+  if (chief_metrics_open(&co->metrics, co->job.logdir, NULL, err,
+                         sizeof err)) {
+    tsr_warn("TensorBoard logs disabled: %s", err);
+    co->metrics = NULL;
+    chief_metrics_open(&co->metrics, NULL, NULL, err, sizeof err);
+  }
+  if (o->trace_path) {
+    if (tsr_trace_create(&co->trace, 0)) {
+      tsr_error("--trace: out of memory");
+      goto out_rpc;
+    }
+    tsr_trace_name_process(co->trace, tsr_trace_pid(TSR_TASK_CHIEF, 0),
+                           "chief");
+    for (int i = 0; i < co->cluster.n[TSR_TASK_WORKER]; i++) {
+      char nm[32];
+      snprintf(nm, sizeof nm, "worker:%d", i);
+      tsr_trace_name_process(co->trace, tsr_trace_pid(TSR_TASK_WORKER, i), nm);
+    }
+    for (int i = 0; i < co->cluster.n[TSR_TASK_PS]; i++) {
+      char nm[32];
+      snprintf(nm, sizeof nm, "ps:%d", i);
+      tsr_trace_name_process(co->trace, tsr_trace_pid(TSR_TASK_PS, i), nm);
+    }
+  }
+  co->t_start = tsr_now_s();
+  co->t_phase = co->t_start;
+  if (coord__ps_open(co) || coord__wk_open(co) || coord__status_open(co))
+    goto out_clients;
+  uv_timer_init(&co->loop, &co->tick);
+  co->tick.data = co;
+  uv_timer_start(&co->tick, coord__on_tick, 100, 100);
+  uv_signal_init(&co->loop, &co->sigint);
+  uv_signal_init(&co->loop, &co->sigterm);
+  co->sigint.data = co->sigterm.data = co;
+  uv_signal_start(&co->sigint, coord__on_signal, SIGINT);
+  uv_signal_start(&co->sigterm, coord__on_signal, SIGTERM);
+  coord__note(co, "run %016" PRIx64 ": %zu variable(s) in %zu shard(s) over "
+              "%d ps; %d worker(s); mode %s", co->run_id, co->n_vars,
+              co->n_shards, co->n_ps, co->n_wk,
+              co->job.mode == TSR_MODE_ASYNC ? "async"
+              : co->job.mode == TSR_MODE_SYNC ? "sync" : "ssp");
+  uv_run(&co->loop, UV_RUN_DEFAULT);
+  status = co->exit_status;
+  uv_timer_stop(&co->tick);
+  uv_close((uv_handle_t *)&co->tick, NULL);
+  uv_close((uv_handle_t *)&co->sigint, NULL);
+  uv_close((uv_handle_t *)&co->sigterm, NULL);
+out_clients:
+  coord__status_close(co);
+  coord__wk_close(co);
+  coord__ps_close(co);
+  uv_run(&co->loop, UV_RUN_DEFAULT);
+  if (co->progress) chief_progress_finish(co->progress);
+  if (co->metrics) {
+    coord__scalars(co, tsr_now_s());
+    if (co->job.logdir) {
+      chief_report_opts rep = {NULL, co->job.path};
+      char *rp = coord_join(co->job.logdir, CHIEF_REPORT_HTML);
+      if (rp && chief_report_write(rp, chief_metrics_series(co->metrics),
+                                   &rep, err, sizeof err))
+        tsr_warn("report.html: %s", err);
+      free(rp);
+    }
+  }
+  {
+    chief_summary s;
+    memset(&s, 0, sizeof s);
+    s.steps = co->sched ? coord__global_step(co) : 0;
+    s.examples = co->examples;
+    /* training time, from the first closure to the last step: setup,
+     * the final checkpoint and evaluation are not in the rate */
+    s.seconds = co->t_train_end > 0 && co->t_train_start > 0
+                    ? co->t_train_end - co->t_train_start
+                    : tsr_now_s() - co->t_start;
+    co->last_loss = coord__recent_loss(co);
+    s.has_loss = !isnan(co->last_loss);
+    s.final_loss = co->last_loss;
+    s.eval = co->eval_vals;
+    s.n_eval = co->n_eval;
+    s.restarts_worker = co->restarts_worker;
+    s.restarts_ps = co->restarts_ps;
+    s.restarts_chief = co->resumed_from > 0 ? 1 : 0;
+    s.resumed_from_step = co->resumed_from;
+    s.logdir = co->job.logdir;
+    s.checkpoint_dir = co->job.checkpoint_dir;
+    if (status == 0) chief_summary_print(stdout, &s);
+    if (o->summary_json &&
+        chief_summary_write_json(o->summary_json, &s, err, sizeof err))
+      tsr_warn("--summary-json: %s", err);
+  }
+  if (co->trace) {
+    if (tsr_trace_write(co->trace, o->trace_path, err, sizeof err))
+      tsr_warn("--trace: %s", err);
+    else
+      tsr_info("trace of %zu events written to %s (open it in "
+               "https://ui.perfetto.dev or chrome://tracing)",
+               tsr_trace_count(co->trace), o->trace_path);
+    tsr_trace_free(co->trace);
+  }
+  if (co->metrics) chief_metrics_close(co->metrics);
+  if (co->progress) chief_progress_free(co->progress);
+out_rpc:
+  if (co->rpc) tsr_rpc_ctx_free(co->rpc);
+out_loop:
+  uv_run(&co->loop, UV_RUN_DEFAULT);
+  if (uv_loop_close(&co->loop)) tsr_warn("event loop closed with handles open");
+out_free:
+  free(co->ps);
+  free(co->wk);
+  chief_sched_free(co->sched);
+  free(co->vars);
+  free(co->shards);
+  free(co->job_json);
+  tsr_job_free(&co->job);
+  tsr_cluster_free(&co->cluster);
+  free(co);
+  return status;
+}
