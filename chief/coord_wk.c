@@ -155,6 +155,22 @@ static void coord_wk_on_configure(const tsr_rpc_result *r, void *data) {
              resp->device ? resp->device : "?");
     tessera__worker__configure_response__free_unpacked(resp, NULL);
   }
+  if (co->job.mode == TSR_MODE_SYNC && w->restarts > 0 &&
+      coord__wk_count(co, CW_READY) > 0) {
+    /* Sync: its peers went on without it and own its steps now; a worker
+     * joining again mid-run would push steps they have already finished.
+     * It sits the rest of the run out, counted by no PS. */
+    w->st = CW_FAILED;
+    snprintf(w->last_error, sizeof w->last_error,
+             "came back during a sync run: sits it out");
+    w->left = false;
+    coord_wk_leave(w);
+    coord__note(co, "worker:%d (%s) is back, but in sync mode it sits the "
+                "rest of this run out (its peers run its steps)", w->index,
+                w->addr->addr);
+    coord__pump(co);
+    return;
+  }
   w->st = CW_READY;
   w->ever_ready = true;
   chief_sched_worker_up(co->sched, w->index);

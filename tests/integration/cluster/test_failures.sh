@@ -7,9 +7,10 @@
 #  3. kill -9 the chief mid-run and start it again: it resumes from the
 #     latest checkpoint and completes;
 #  4. the last checkpoint, made on 2 PS, restored onto 3 PS by a new run;
-#  5. in sync mode, a PS killed and started again: the run recovers and
-#     completes with the exact step count (no worker waits for ever on a
-#     step its peer will not push after the pause and the restore).
+#  5, 6. in sync mode, a PS and then a worker killed and started again: the
+#     run completes with the exact step count (the PS case recovers from the
+#     checkpoint; the worker that comes back sits the run out, its peer runs
+#     its steps).
 . "$(dirname "$0")/lib.sh"
 
 STEPS=30000
@@ -97,24 +98,28 @@ wait 2>/dev/null
 mv "$WORK/chief.log" "$WORK/chief4.log.txt"
 rm -rf "$WORK/ckpt"
 
-# ---- 5. sync mode: a PS killed and started again -------------------------------
+# ---- 5, 6. sync mode: a PS, then a worker, killed and started again ---------
 SSTEPS=6000
 write_diabetes_job "$WORK/job.json" ", \"steps\": $SSTEPS, \"steps_per_closure\": 20,
   \"mode\": \"sync\", \"checkpoint\": {\"dir\": \"ckpt\", \"every_steps\": 1000}"
-for victim in ps1; do
+for victim in ps1 worker1; do
   cluster 2 2
   start_all
   start_chief --job "$WORK/job.json" --summary-json "$WORK/s_$victim.json"
   check "sync, $victim killed: a checkpoint past step 0" wait_for 60 past_ckpt
   kill -9 "${PIDS[$victim]}"
   sleep 1
-  start_ps 1
+  if [ "$victim" = ps1 ]; then start_ps 1; else start_worker 1; fi
   wait_chief 240
   check "sync, $victim killed: chief exits 0" test "$CHIEF_RC" = 0
   check "sync, $victim killed: exact step count" \
     test "$(json_get "$WORK/s_$victim.json" steps 2>/dev/null)" = $SSTEPS
   for k in "${!PIDS[@]}"; do kill -9 "${PIDS[$k]}" 2>/dev/null; unset "PIDS[$k]"; done
   wait 2>/dev/null
+  if [ "$victim" = worker1 ]; then
+    check "sync, worker1 back: it sits the run out" \
+      grep -q "worker:1 .* is back, but in sync mode it sits" "$WORK/chief.log"
+  fi
   mv "$WORK/chief.log" "$WORK/chief_sync_$victim.log.txt"
   rm -rf "$WORK/ckpt"
 done
