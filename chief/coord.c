@@ -409,6 +409,14 @@ static void coord_pump_train(coord *co, double now) {
     coord__set_phase(co, COORD_PAUSE);
     return;
   }
+  /* sync: every step needs every worker, so none starts before all that
+   * are coming have answered their configuration (one that starts early
+   * runs steps alone that the others then push too late) */
+  if (co->job.mode == TSR_MODE_SYNC &&
+      configuring + coord__wk_count(co, CW_CONNECTED) > 0 &&
+      chief_sched_inflight(co->sched, -1) == 0 &&
+      chief_sched_done_steps(co->sched) == 0)
+    return;
   if (ready == 0 && configuring == 0 && now - co->t_phase > 1.0 &&
       now - co->t_last_wait_note >= 10.0) {
     co->t_last_wait_note = now;
