@@ -98,4 +98,31 @@ static inline int64_t tdrain(wk_input *in, float *ys, float *x0, int64_t cap,
   return rc == TSR_EEOF ? n : rc;
 }
 
+
+/* The fixture every input test uses: a scratch folder, a job, the input
+ * opened from it, and room for an error message. */
+typedef struct {
+  char *dir;
+  tsr_job job;
+  wk_input *in;
+  char err[512];
+} fx;
+
+static inline int setup(void **state) {
+  fx *f = calloc(1, sizeof *f);
+  f->dir = tdir_make();
+  tsr_job_init(&f->job);
+  *state = f;
+  return f->dir ? 0 : -1;
+}
+
+static inline int teardown(void **state) {
+  fx *f = *state;
+  wk_input_close(f->in);
+  tsr_job_free(&f->job);
+  tdir_remove(f->dir);
+  free(f);
+  return 0;
+}
+
 #endif

@@ -13,30 +13,6 @@
 
 #include "input_test.h"
 
-typedef struct {
-  char *dir;
-  tsr_job job;
-  wk_input *in;
-  char err[512];
-} fx;
-
-static int setup(void **state) {
-  fx *f = calloc(1, sizeof *f);
-  f->dir = tdir_make();
-  tsr_job_init(&f->job);
-  *state = f;
-  return f->dir ? 0 : -1;
-}
-
-static int teardown(void **state) {
-  fx *f = *state;
-  wk_input_close(f->in);
-  tsr_job_free(&f->job);
-  tdir_remove(f->dir);
-  free(f);
-  return 0;
-}
-
 static int open_train(fx *f, const char *train, int64_t batch) {
   char job[2048];
   wk_input_close(f->in);

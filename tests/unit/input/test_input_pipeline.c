@@ -18,30 +18,6 @@
 #include "input_test.h"
 #include "tfr_write.h"
 
-typedef struct {
-  char *dir;
-  tsr_job job;
-  wk_input *in;
-  char err[512];
-} fx;
-
-static int setup(void **state) {
-  fx *f = calloc(1, sizeof *f);
-  f->dir = tdir_make();
-  tsr_job_init(&f->job);
-  *state = f;
-  return f->dir ? 0 : -1;
-}
-
-static int teardown(void **state) {
-  fx *f = *state;
-  wk_input_close(f->in);
-  tsr_job_free(&f->job);
-  tdir_remove(f->dir);
-  free(f);
-  return 0;
-}
-
 static void load(fx *f, const char *data) {
   char job[4096];
   tsr_job_free(&f->job);
