@@ -1,10 +1,10 @@
 /* tessera-chief: the coordinator. Reads its place in the cluster
  * (TF_CONFIG, --cluster/--task, or Slurm) and the job file, then runs the
- * training described in chief/coord.h. Flags that name a job key override
+ * training described in chief/coord/coord.h. Flags that name a job key override
  * it (--steps 100 is steps=100; --set KEY=VALUE for any key).
  */
-#include "chief/coord.h"
-#include "chief/evaluator.h"
+#include "chief/coord/coord.h"
+#include "chief/eval/evaluator.h"
 #include "common/cluster.h"
 #include "common/log.h"
 #include "tsr_config.h"

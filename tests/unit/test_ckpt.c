@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "chief/ckpt.h"
+#include "chief/ckpt/ckpt.h"
 #include "common/err.h"
 
 static char root[64];

@@ -9,7 +9,7 @@
 #include <cmocka.h>
 #include <stdlib.h>
 
-#include "chief/scheduler.h"
+#include "chief/coord/scheduler.h"
 
 static void hands_out_closures_to_workers_with_room(void **state) {
   (void)state;

@@ -2,7 +2,7 @@
  * time, a TF_CONFIG per task that the real parser accepts and that names
  * that task (the evaluator outside the cluster map, as in TensorFlow), and
  * the binary search order with an error that lists where it looked. */
-#include "chief/local.h"
+#include "chief/cli/local.h"
 #include "common/cluster.h"
 #include "common/err.h"
 #include "tmpdir.h"

@@ -1,7 +1,7 @@
 /* Progress display and end-of-run summary: what a terminal and a log file
  * get, rates and ETA from the sample window, the summary JSON. Times are
  * passed in, so nothing here depends on how fast the machine is. */
-#include "chief/monitor.h"
+#include "chief/monitor/monitor.h"
 #include "tmpdir.h"
 
 #include <jansson.h>

@@ -1,7 +1,7 @@
 /* `tessera partition`: prints every shard's row range and PS for a list of
  * variables, as the chief would place them. Variables come from --var
  * NAME=D0xD1[:dtype] flags; the partitioner from flags or a job file. */
-#include "chief/cli.h"
+#include "chief/cli/cli.h"
 #include "common/cluster.h"
 #include "common/err.h"
 #include "common/job.h"

@@ -5,7 +5,7 @@
  * the summary. Errors before the loop starts are configuration errors
  * (exit 2) named with their key or file.
  */
-#include "chief/coord.h"
+#include "chief/coord/coord.h"
 #include "common/clock.h"
 #include "common/err.h"
 #include "common/log.h"

@@ -2,8 +2,8 @@
  * LOGDIR/metrics.jsonl, e.g. after a run that was killed before the chief
  * wrote it, or while a run is still going. Exit 1 when the metrics cannot
  * be read or the page cannot be written (the message names the file). */
-#include "chief/cli.h"
-#include "chief/monitor.h"
+#include "chief/cli/cli.h"
+#include "chief/monitor/monitor.h"
 
 #include <getopt.h>
 #include <stdio.h>

@@ -4,7 +4,7 @@
  * statistics for TensorBoard. Every call adds to co->pending; its callback
  * takes it off, records the first error in co->pending_msg, and pumps.
  */
-#include "chief/coord.h"
+#include "chief/coord/coord.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "common/trace.h"

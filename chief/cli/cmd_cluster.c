@@ -1,7 +1,7 @@
 /* `tessera cluster`: resolves the cluster as any process would (TF_CONFIG,
  * --cluster FILE, --task TYPE:INDEX) and prints it, or prints the error and
  * exits 2. */
-#include "chief/cli.h"
+#include "chief/cli/cli.h"
 #include "common/cluster.h"
 
 #include <getopt.h>

@@ -37,9 +37,9 @@
 #include <stdint.h>
 #include <uv.h>
 
-#include "chief/ckpt.h"
-#include "chief/monitor.h"
-#include "chief/scheduler.h"
+#include "chief/ckpt/ckpt.h"
+#include "chief/monitor/monitor.h"
+#include "chief/coord/scheduler.h"
 #include "common/cluster.h"
 #include "common/job.h"
 #include "common/partition.h"

@@ -7,7 +7,7 @@
  * 2 for a bad spec or token.
  */
 #include "chief.pb-c.h"
-#include "chief/cli.h"
+#include "chief/cli/cli.h"
 #include "chief/wire.h"
 #include "common/cluster.h"
 #include "common/err.h"

@@ -4,7 +4,7 @@
  * runs as worker 0 (a cluster without a chief job), that address belongs to
  * the worker process and no status service is started. */
 #include "chief.pb-c.h"
-#include "chief/coord.h"
+#include "chief/coord/coord.h"
 #include "chief/wire.h"
 #include "common/clock.h"
 #include "common/err.h"

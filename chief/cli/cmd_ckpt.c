@@ -7,10 +7,10 @@
  * never touched were never created on the PS; export gives them their
  * initial values (the same deterministic ones the PS would have made).
  */
-#include "chief/ckpt.h"
-#include "chief/ckpt_read.h"
-#include "chief/cli.h"
-#include "chief/npz.h"
+#include "chief/ckpt/ckpt.h"
+#include "chief/ckpt/ckpt_read.h"
+#include "chief/cli/cli.h"
+#include "chief/ckpt/npz.h"
 #include "common/err.h"
 #include "kernels/init.h"
 

@@ -1,8 +1,8 @@
 /* The evaluator sidecar; see evaluator.h. One loop: look for a newer
  * committed checkpoint, load it into a trainer's host variables, run the
  * eval split through the model, record the figures, sleep. */
-#include "chief/evaluator.h"
-#include "chief/ckpt_read.h"
+#include "chief/eval/evaluator.h"
+#include "chief/ckpt/ckpt_read.h"
 #include "common/clock.h"
 #include "common/err.h"
 #include "common/log.h"

@@ -1,7 +1,7 @@
 /* Closure scheduler; see scheduler.h. Closures in flight are kept in a small
  * array (at most n_workers * max_inflight entries); lookups are linear,
  * which at that size beats any index. */
-#include "chief/scheduler.h"
+#include "chief/coord/scheduler.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,6 +1,6 @@
 /* tessera: the front door. Dispatches to a subcommand; unknown commands get
  * the list of known ones. */
-#include "chief/cli.h"
+#include "chief/cli/cli.h"
 #include "common/log.h"
 #include "tsr_config.h"
 

@@ -1,7 +1,7 @@
 /* File helpers for the monitoring writers: mkdir -p, whole-file writes that
  * readers never see half done (temp file, fsync, rename), and a text
  * buffer. Failures return the errno as a negative code and name the path. */
-#include "chief/monitor_int.h"
+#include "chief/monitor/monitor_int.h"
 #include "common/err.h"
 
 #include <errno.h>

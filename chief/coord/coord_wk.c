@@ -3,7 +3,7 @@
  * comes back is configured again), configuration, closures, evaluation and
  * shutdown, over the protocol of proto/worker.proto and worker/wire.h.
  */
-#include "chief/coord.h"
+#include "chief/coord/coord.h"
 #include "common/clock.h"
 #include "common/err.h"
 #include "common/log.h"

@@ -2,7 +2,7 @@
  * state and calls coord__pump(), which moves the phase on; a 100 ms timer
  * also pumps, for deadlines, waits and monitoring. Nothing here blocks.
  */
-#include "chief/coord.h"
+#include "chief/coord/coord.h"
 #include "common/clock.h"
 #include "common/err.h"
 #include "common/log.h"

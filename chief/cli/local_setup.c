@@ -2,7 +2,7 @@
  * cluster token, each task's TF_CONFIG, and where the binaries are.
  * Failures name what was tried (the host that would not bind, every folder
  * searched for a binary). */
-#include "chief/local.h"
+#include "chief/cli/local.h"
 #include "common/err.h"
 
 #include <arpa/inet.h>

@@ -14,7 +14,7 @@
  * left down after max_restarts, with a message, and the chief decides
  * whether the run can go on.
  */
-#include "chief/local.h"
+#include "chief/cli/local.h"
 #include "common/clock.h"
 #include "common/err.h"
 #include "common/log.h"

@@ -6,8 +6,8 @@
  * will be (the chief's --logdir, else the job file's "logdir") and exits
  * with the chief's status; 2 when the cluster could not be set up.
  */
-#include "chief/cli.h"
-#include "chief/local.h"
+#include "chief/cli/cli.h"
+#include "chief/cli/local.h"
 #include "common/err.h"
 #include "common/log.h"
 

@@ -2,8 +2,8 @@
  * JSON (--summary-json PATH) for scripts and CI. The JSON is written to a
  * temp file and renamed, so a reader sees the whole object or none; a
  * non-finite number (a diverged loss) is written as null. */
-#include "chief/monitor.h"
-#include "chief/monitor_int.h"
+#include "chief/monitor/monitor.h"
+#include "chief/monitor/monitor_int.h"
 #include "common/err.h"
 
 #include <jansson.h>

@@ -16,7 +16,7 @@
 #ifndef TSR_CHIEF_EVALUATOR_H
 #define TSR_CHIEF_EVALUATOR_H
 
-#include "chief/coord.h"
+#include "chief/coord/coord.h"
 
 typedef struct {
   double poll_s;          /* how often the folder is looked at; default 2 */

@@ -1,6 +1,6 @@
 /* Shard file reader; see ckpt_read.h. Files are read whole with one
  * read per file (they are written whole too). */
-#include "chief/ckpt_read.h"
+#include "chief/ckpt/ckpt_read.h"
 #include "common/crc32c.h"
 #include "common/err.h"
 

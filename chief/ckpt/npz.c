@@ -1,6 +1,6 @@
 /* .npz writer; see npz.h. ZIP records are written little-endian field by
  * field; CRC-32 (the ZIP one, not CRC32C) comes from zlib. */
-#include "chief/npz.h"
+#include "chief/ckpt/npz.h"
 #include "common/err.h"
 
 #include <errno.h>

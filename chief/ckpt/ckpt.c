@@ -1,6 +1,6 @@
 /* Checkpoint folders, manifests and pruning; see ckpt.h. */
-#include "chief/ckpt.h"
-#include "chief/monitor_int.h"
+#include "chief/ckpt/ckpt.h"
+#include "chief/monitor/monitor_int.h"
 #include "common/err.h"
 
 #include <dirent.h>
