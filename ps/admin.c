@@ -15,8 +15,9 @@
 #include "ps/svc_int.h"
 #include "common/clock.h"
 #include "common/err.h"
-#include "common/trace.h"
 #include "common/log.h"
+#include "common/size.h"
+#include "common/trace.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -27,20 +28,21 @@
 
 /* ---- batches ----------------------------------------------------------------*/
 
-static ps_batch *ps__batch_new(tsr_rpc_incoming *call, size_t n) {
-  ps_batch *b = calloc(1, sizeof *b);
+static ps_batch *ps__batch_new(ps_server *s, tsr_rpc_incoming *call,
+                               size_t n) {
+  ps_batch *b = ps__calloc(&s->mem, 1, sizeof *b);
   if (!b) return NULL;
   b->call = call;
   b->method = (int)call->method;
   b->n = n;
-  b->ents = calloc(n ? n : 1, sizeof *b->ents);
-  b->loaded = calloc(n ? n : 1, sizeof *b->loaded);
-  b->created = calloc(n ? n : 1, sizeof *b->created);
+  b->ents = ps__calloc(&s->mem, n, sizeof *b->ents);
+  b->loaded = ps__calloc(&s->mem, n, sizeof *b->loaded);
+  b->created = ps__calloc(&s->mem, n, sizeof *b->created);
   if (!b->ents || !b->loaded || !b->created) {
-    free(b->ents);
-    free(b->loaded);
-    free(b->created);
-    free(b);
+    ps__free(&s->mem, b->ents);
+    ps__free(&s->mem, b->loaded);
+    ps__free(&s->mem, b->created);
+    ps__free(&s->mem, b);
     return NULL;
   }
   b->pending = 1; /* the caller's own reference, dropped by batch_done */
@@ -49,15 +51,15 @@ static ps_batch *ps__batch_new(tsr_rpc_incoming *call, size_t n) {
 
 static void ps__batch_free(ps_server *s, ps_batch *b) {
   for (size_t i = 0; i < b->n; i++) ps__shard_free(b->loaded[i], &s->mem);
-  free(b->ents);
-  free(b->loaded);
-  free(b->created);
-  free(b);
+  ps__free(&s->mem, b->ents);
+  ps__free(&s->mem, b->loaded);
+  ps__free(&s->mem, b->created);
+  ps__free(&s->mem, b);
 }
 
 static ps_op *ps__batch_op(ps_server *s, ps_batch *b, ps_entry *e,
                            ps_op_kind k) {
-  ps_op *op = calloc(1, sizeof *op);
+  ps_op *op = ps__calloc(&s->mem, 1, sizeof *op);
   if (!op) return NULL;
   op->srv = s;
   op->e = e;
@@ -100,25 +102,25 @@ void ps__batch_finish(ps_server *s, ps_batch *b) {
   switch (b->method) {
     case PS_M_CREATE: {
       Tessera__Ps__CreateResponse m = TESSERA__PS__CREATE_RESPONSE__INIT;
-      protobuf_c_boolean *cr = calloc(b->n ? b->n : 1, sizeof *cr);
+      protobuf_c_boolean *cr = ps__calloc(&s->mem, b->n, sizeof *cr);
       for (size_t i = 0; cr && i < b->n; i++) cr[i] = b->created[i];
       m.n_created = cr ? b->n : 0;
       m.created = cr;
-      ps__reply_msg(b->call, &m.base);
-      free(cr);
+      ps__reply_msg(s, b->call, &m.base);
+      ps__free(&s->mem, cr);
       break;
     }
     case PS_M_SAVE: {
       Tessera__Ps__SaveResponse m = TESSERA__PS__SAVE_RESPONSE__INIT;
       m.shards = b->count;
       m.bytes = b->bytes;
-      ps__reply_msg(b->call, &m.base);
+      ps__reply_msg(s, b->call, &m.base);
       break;
     }
     case PS_M_RESTORE: {
       Tessera__Ps__RestoreResponse m = TESSERA__PS__RESTORE_RESPONSE__INIT;
       m.shards = b->count;
-      ps__reply_msg(b->call, &m.base);
+      ps__reply_msg(s, b->call, &m.base);
       break;
     }
     default: tsr_rpc_reply_error(b->call, TSR_EINVAL, "unknown batch"); break;
@@ -184,7 +186,7 @@ void ps__admin_after(ps_server *s, ps_op *op) {
       break;
     default: break;
   }
-  free(op);
+  ps__free(&s->mem, op);
   if (e) ps__dispatch(s, e);
   ps__batch_done(s, b);
 }
@@ -195,10 +197,10 @@ static void ps__on_create(tsr_rpc_incoming *call, void *data) {
   ps_server *s = data;
   Tessera__Ps__CreateRequest *r = call->request;
   char err[512];
-  ps_var_spec *specs = calloc(r->n_vars ? r->n_vars : 1, sizeof *specs);
-  ps_batch *b = ps__batch_new(call, r->n_vars);
+  ps_var_spec *specs = ps__calloc(&s->mem, r->n_vars, sizeof *specs);
+  ps_batch *b = ps__batch_new(s, call, r->n_vars);
   if (!specs || !b) {
-    free(specs);
+    ps__free(&s->mem, specs);
     if (b) ps__batch_free(s, b);
     tsr_rpc_reply_error(call, TSR_ENOMEM, "out of memory");
     return;
@@ -216,7 +218,7 @@ static void ps__on_create(tsr_rpc_incoming *call, void *data) {
     if (rc) {
       tsr_rpc_reply_error(call, rc, err);
       ps__batch_free(s, b);
-      free(specs);
+      ps__free(&s->mem, specs);
       return;
     }
   }
@@ -224,7 +226,9 @@ static void ps__on_create(tsr_rpc_incoming *call, void *data) {
     if (ps__find(s, specs[i].name, specs[i].shard)) continue;
     if (s->n_ents == s->cap_ents) {
       int nc = s->cap_ents ? 2 * s->cap_ents : 16;
-      ps_entry **ne = realloc(s->ents, (size_t)nc * sizeof *ne);
+      ps_entry **ne = ps__realloc(&s->mem, s->ents,
+                                  (size_t)s->cap_ents * sizeof *ne,
+                                  (size_t)nc * sizeof *ne);
       if (ne) {
         s->ents = ne;
         s->cap_ents = nc;
@@ -233,7 +237,7 @@ static void ps__on_create(tsr_rpc_incoming *call, void *data) {
     ps_entry *e = s->n_ents < s->cap_ents ? calloc(1, sizeof *e) : NULL;
     ps_op *op = e ? ps__batch_op(s, b, e, PS_OP_CREATE) : NULL;
     if (!op) {
-      free(e);
+      ps__free(&s->mem, e);
       b->rc = TSR_ENOMEM;
       snprintf(b->err, sizeof b->err, "out of memory creating %s",
                specs[i].name);
@@ -246,7 +250,7 @@ static void ps__on_create(tsr_rpc_incoming *call, void *data) {
     b->created[i] = true;
     ps__enqueue(s, op, false);
   }
-  free(specs);
+  ps__free(&s->mem, specs);
   ps__batch_done(s, b);
 }
 
@@ -256,6 +260,23 @@ static void ps__on_clock(tsr_rpc_incoming *call, void *data) {
   ps_server *s = data;
   Tessera__Ps__ClockRequest *r = call->request;
   int rc;
+  char msg[160];
+  if (r->op != TESSERA__PS__CLOCK_REQUEST__OP__CLOCK &&
+      r->op != TESSERA__PS__CLOCK_REQUEST__OP__JOIN &&
+      r->op != TESSERA__PS__CLOCK_REQUEST__OP__LEAVE) {
+    snprintf(msg, sizeof msg, "clock: op %d is not CLOCK (0), JOIN (1) or "
+             "LEAVE (2)", (int)r->op);
+    tsr_rpc_reply_error(call, TSR_EINVAL, msg);
+    return;
+  }
+  if (r->worker < 0 || r->worker > PS_WORKER_MAX || r->clock < 0 ||
+      r->clock > TSR_STEP_MAX) {
+    snprintf(msg, sizeof msg, "clock: worker %" PRId32 " (in [0, %d]) or "
+             "clock %" PRId64 " (in [0, 2^62]) out of range", r->worker,
+             PS_WORKER_MAX, r->clock);
+    tsr_rpc_reply_error(call, TSR_EINVAL, msg);
+    return;
+  }
   switch (r->op) {
     case TESSERA__PS__CLOCK_REQUEST__OP__JOIN:
       rc = ps__cons_join(&s->cons, r->worker, r->clock);
@@ -267,7 +288,6 @@ static void ps__on_clock(tsr_rpc_incoming *call, void *data) {
     default: rc = ps__cons_clock(&s->cons, r->worker, r->clock); break;
   }
   if (rc) {
-    char msg[128];
     snprintf(msg, sizeof msg, "clock: worker %d clock %" PRId64 " refused",
              r->worker, r->clock);
     tsr_rpc_reply_error(call, rc, msg);
@@ -279,7 +299,7 @@ static void ps__on_clock(tsr_rpc_incoming *call, void *data) {
   int64_t mc = ps__cons_min_clock(&s->cons);
   m.min_clock = mc == INT64_MAX ? -1 : mc;
   m.active = ps__cons_active(&s->cons);
-  ps__reply_msg(call, &m.base);
+  ps__reply_msg(s, call, &m.base);
 }
 
 static void ps__on_config(tsr_rpc_incoming *call, void *data) {
@@ -294,6 +314,13 @@ static void ps__on_config(tsr_rpc_incoming *call, void *data) {
     tsr_rpc_reply_error(call, TSR_EINVAL, msg);
     return;
   }
+  if (r->trace && r->trace_pid < 0) {
+    char msg[120];
+    snprintf(msg, sizeof msg, "config: trace_pid %" PRId32 " must be >= 0",
+             r->trace_pid);
+    tsr_rpc_reply_error(call, TSR_EINVAL, msg);
+    return;
+  }
   ps__cons_set_mode(&s->cons, mode, st);
   s->allow_nonfinite = r->allow_nonfinite || s->opts.allow_nonfinite;
   if (r->trace && !s->trace && tsr_trace_create(&s->trace, 0) == 0) {
@@ -304,7 +331,7 @@ static void ps__on_config(tsr_rpc_incoming *call, void *data) {
   ps__wake(s);
   Tessera__Ps__ConfigResponse m = TESSERA__PS__CONFIG_RESPONSE__INIT;
   m.mode = r->mode && r->mode[0] ? r->mode : (char *)"async";
-  ps__reply_msg(call, &m.base);
+  ps__reply_msg(s, call, &m.base);
 }
 
 /* ---- save and restore ------------------------------------------------------------*/
@@ -337,7 +364,7 @@ static void ps__on_save(tsr_rpc_incoming *call, void *data) {
     tsr_rpc_reply_error(call, rc, msg);
     return;
   }
-  ps_batch *b = ps__batch_new(call, 0);
+  ps_batch *b = ps__batch_new(s, call, 0);
   if (!b) {
     tsr_rpc_reply_error(call, TSR_ENOMEM, "out of memory");
     return;
@@ -380,7 +407,7 @@ static void ps__load_after(uv_work_t *w, int status) {
     snprintf(b->err, sizeof b->err, "restore failed, nothing changed: %s",
              j->err);
   }
-  free(j);
+  ps__free(&s->mem, j);
   ps__batch_done(s, b);
   ps__maybe_finish(s);
 }
@@ -412,7 +439,7 @@ static void ps__on_restore(tsr_rpc_incoming *call, void *data) {
     return;
   }
   size_t n = r->n_shards ? r->n_shards : (size_t)s->n_ents;
-  ps_batch *b = ps__batch_new(call, n);
+  ps_batch *b = ps__batch_new(s, call, n);
   if (!b) {
     tsr_rpc_reply_error(call, TSR_ENOMEM, "out of memory");
     return;
@@ -430,6 +457,14 @@ static void ps__on_restore(tsr_rpc_incoming *call, void *data) {
       ps__batch_free(s, b);
       return;
     }
+    for (size_t j = 0; j < i; j++)
+      if (b->ents[j] == e) {
+        snprintf(msg, sizeof msg, "restore: shards[%zu] names %s shard %d "
+                 "again", i, e->spec.name, e->spec.shard);
+        tsr_rpc_reply_error(call, TSR_EINVAL, msg);
+        ps__batch_free(s, b);
+        return;
+      }
     b->ents[i] = e;
   }
   if (n == 0) {
@@ -437,7 +472,7 @@ static void ps__on_restore(tsr_rpc_incoming *call, void *data) {
     return;
   }
   for (size_t i = 0; i < n; i++) {
-    ps__load_job *j = calloc(1, sizeof *j);
+    ps__load_job *j = ps__calloc(&s->mem, 1, sizeof *j);
     if (!j) {
       b->rc = TSR_ENOMEM;
       break;
@@ -453,7 +488,7 @@ static void ps__on_restore(tsr_rpc_incoming *call, void *data) {
       s->works--;
       b->pending--;
       b->rc = rc;
-      free(j);
+      ps__free(&s->mem, j);
       break;
     }
   }
@@ -462,37 +497,46 @@ static void ps__on_restore(tsr_rpc_incoming *call, void *data) {
 
 /* ---- stats and shutdown -----------------------------------------------------------*/
 
+/* The trace answer's bytes, freed once written. */
+typedef struct {
+  ps_server *s;
+  uint8_t bytes[];
+} ps__wire;
+
 static void ps__trace_sent(int status, void *data) {
   (void)status;
-  free(data);
+  ps__wire *w = data;
+  ps__free(&w->s->mem, w);
 }
 
 /* The stats answer with the recorded apply events as its payload. */
 static void ps__reply_trace(ps_server *s, tsr_rpc_incoming *call,
                             Tessera__Ps__StatsResponse *m) {
   enum { MAX_EV = 65536 };
-  tsr_trace_event *ev = malloc(MAX_EV * sizeof *ev);
+  tsr_trace_event *ev = ps__alloc(&s->mem, MAX_EV * sizeof *ev);
   size_t n = ev ? tsr_trace_drain(s->trace, ev, MAX_EV) : 0;
-  uint8_t *wire = malloc(n * TSR_TRACE_WIRE_SIZE + 1);
+  ps__wire *wire = ps__alloc(&s->mem, sizeof *wire + n * TSR_TRACE_WIRE_SIZE);
   size_t len = protobuf_c_message_get_packed_size(&m->base) + 16;
-  uint8_t *meta = malloc(len);
+  uint8_t *meta = ps__alloc(&s->mem, len);
   if (!ev || !wire || !meta) {
-    free(ev);
-    free(wire);
-    free(meta);
+    ps__free(&s->mem, ev);
+    ps__free(&s->mem, wire);
+    ps__free(&s->mem, meta);
     tsr_rpc_reply_error(call, TSR_ENOMEM, "out of memory");
     return;
   }
-  tsr_trace_pack(ev, n, wire);
-  free(ev);
+  wire->s = s;
+  tsr_trace_pack(ev, n, wire->bytes);
+  ps__free(&s->mem, ev);
   m->trace_events = n;
   len = protobuf_c_message_pack(&m->base, meta);
-  uv_buf_t b = uv_buf_init((char *)wire, (unsigned)(n * TSR_TRACE_WIRE_SIZE));
+  uv_buf_t b = uv_buf_init((char *)wire->bytes,
+                           (unsigned)(n * TSR_TRACE_WIRE_SIZE));
   if (tsr_rpc_reply(call, meta, len, &b, 1, ps__trace_sent, wire)) {
-    free(wire);
+    ps__free(&s->mem, wire);
     tsr_rpc_reply_error(call, TSR_ETOOBIG, "trace answer refused");
   }
-  free(meta);
+  ps__free(&s->mem, meta);
 }
 
 static void ps__on_stats(tsr_rpc_incoming *call, void *data) {
@@ -519,11 +563,11 @@ static void ps__on_stats(tsr_rpc_incoming *call, void *data) {
   m.n_methods = nm;
   m.methods = mp;
   size_t ns = (size_t)s->n_ents;
-  Tessera__Ps__ShardStats *sst = calloc(ns ? ns : 1, sizeof *sst);
-  Tessera__Ps__ShardStats **sp = calloc(ns ? ns : 1, sizeof *sp);
+  Tessera__Ps__ShardStats *sst = ps__calloc(&s->mem, ns, sizeof *sst);
+  Tessera__Ps__ShardStats **sp = ps__calloc(&s->mem, ns, sizeof *sp);
   if (!sst || !sp) {
-    free(sst);
-    free(sp);
+    ps__free(&s->mem, sst);
+    ps__free(&s->mem, sp);
     tsr_rpc_reply_error(call, TSR_ENOMEM, "out of memory");
     return;
   }
@@ -563,9 +607,9 @@ static void ps__on_stats(tsr_rpc_incoming *call, void *data) {
   if (req && req->drain_trace && s->trace)
     ps__reply_trace(s, call, &m);
   else
-    ps__reply_msg(call, &m.base);
-  free(sst);
-  free(sp);
+    ps__reply_msg(s, call, &m.base);
+  ps__free(&s->mem, sst);
+  ps__free(&s->mem, sp);
 }
 
 static void ps__shutdown_sent(int status, void *data) {

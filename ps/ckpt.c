@@ -509,7 +509,8 @@ int ps__ckpt_load_shard(const ps_var_spec *spec, ps_mem *mem, const char *dir,
       continue;
     if (n == cap) {
       cap = cap ? cap * 2 : 8;
-      ck_part *np = realloc(parts, (size_t)cap * sizeof *np);
+      ck_part *np = ps__realloc(mem, parts, (size_t)n * sizeof *np,
+                                (size_t)cap * sizeof *np);
       if (!np) {
         rc = TSR_ENOMEM;
         goto out;
@@ -560,7 +561,7 @@ int ps__ckpt_load_shard(const ps_var_spec *spec, ps_mem *mem, const char *dir,
 out:
   if (s) ps__shard_free(s, mem);
   for (int i = 0; i < n; i++) ck_part_close(&parts[i]);
-  free(parts);
+  ps__free(mem, parts);
   closedir(d);
   return rc;
 }

@@ -25,6 +25,8 @@
 
 #define PS_NAME_MAX 256
 #define PS_MAX_RANK 8
+/* Largest worker index a PS accepts (pulls, pushes, clocks). */
+#define PS_WORKER_MAX 65535
 
 /* Method numbers of tessera-ps. */
 enum {

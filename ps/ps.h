@@ -26,6 +26,10 @@ typedef struct {
   size_t memory_limit;      /* bytes for shards, slots and rows; 0: none */
   bool allow_nonfinite;     /* apply NaN/Inf gradients instead of refusing */
   const char *mode;         /* initial mode: NULL or "async", "ssp:S", "sync" */
+  const tsr_rpc_allocator *allocator; /* every allocation of the service
+                               (loop and pool threads: must be
+                               thread-safe); NULL: malloc/free. Not copied:
+                               must outlive the server */
   /* called on the loop once the shutdown method has been answered */
   void (*on_shutdown)(ps_server *s, void *data);
   void *data;

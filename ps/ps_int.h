@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "common/job.h"
+#include "common/rpc/rpc.h"
 #include "kernels/init.h"
 #include "kernels/optim.h"
 #include "ps/client.h"
@@ -22,6 +23,13 @@ size_t ps__dtype_size(int dt);
 const char *ps__dtype_name(int dt);
 
 bool ps__spec_equal(const ps_var_spec *a, const ps_var_spec *b);
+/* Every field of a spec, as a request or a file may carry it: names, shape
+ * (each dim in [1, 2^62]), shard and row ranges, sizes of rows and of the
+ * shard computed with checked arithmetic (so nothing later can overflow),
+ * known initializer and optimizer kinds, finite hyper-parameters in their
+ * ranges. TSR_EINVAL / TSR_ERANGE with err naming the variable, the field
+ * and the value. */
+int ps__spec_validate(const ps_var_spec *s, char *err, size_t errlen);
 /* Elements per row: product of shape[1..rank). */
 int64_t ps__spec_width(const ps_var_spec *s);
 /* Whether a sparse id belongs to this shard; TSR_ERANGE when not (the
@@ -29,14 +37,28 @@ int64_t ps__spec_width(const ps_var_spec *s);
 int ps__spec_owns_id(const ps_var_spec *s, int64_t id);
 
 /* Memory budget shared by every shard of a PS. Reservations are atomic so
- * pool threads creating rows may charge it concurrently. */
+ * pool threads creating rows may charge it concurrently. `al` is the
+ * server's allocation hook (ps_server_opts.allocator; NULL: malloc/free):
+ * every allocation the service makes goes through ps__alloc and friends,
+ * from the loop and from pool threads alike, so a test can fail each in
+ * turn. */
 typedef struct {
   _Atomic size_t used;
   size_t limit;
+  const tsr_rpc_allocator *al;
 } ps_mem;
 
 int ps__mem_reserve(ps_mem *m, size_t bytes);
 void ps__mem_release(ps_mem *m, size_t bytes);
+
+/* Allocations through m's hook (m may be NULL: malloc). A size of 0 gets
+ * a 1-byte block; ps__calloc refuses (NULL) a product that overflows;
+ * ps__realloc moves `old` bytes into the new block and frees the old one
+ * only on success. Memory from these is freed with ps__free. */
+void *ps__alloc(const ps_mem *m, size_t n);
+void *ps__calloc(const ps_mem *m, size_t n, size_t size);
+void *ps__realloc(const ps_mem *m, void *p, size_t old, size_t n);
+void ps__free(const ps_mem *m, void *p);
 
 /* Open-addressing table from int64 id to a row number, and the rows
  * themselves in fixed chunks (value then each slot, `stride` floats). */
@@ -119,7 +141,8 @@ float *ps__rows_find(const ps_rows *t, int64_t id);
 /* Adds a zeroed record; *created = 1 when new. */
 int ps__rows_insert(ps_rows *t, ps_mem *mem, int64_t id, float **rec,
                     int *created);
-/* Calls fn for every row in insertion order. */
+/* Calls fn for every row, in the table's order (the same for every walk
+ * of an unchanged table); allocates nothing. */
 void ps__rows_each(const ps_rows *t,
                    void (*fn)(void *ctx, int64_t id, const float *rec),
                    void *ctx);

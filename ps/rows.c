@@ -7,6 +7,7 @@
  */
 #include "ps/ps_int.h"
 #include "common/err.h"
+#include "common/size.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,39 @@ int ps__mem_reserve(ps_mem *m, size_t bytes) {
 
 void ps__mem_release(ps_mem *m, size_t bytes) {
   atomic_fetch_sub(&m->used, bytes);
+}
+
+void *ps__alloc(const ps_mem *m, size_t n) {
+  if (!n) n = 1;
+  if (m && m->al) return m->al->alloc(m->al->ctx, n);
+  return malloc(n);
+}
+
+void *ps__calloc(const ps_mem *m, size_t n, size_t size) {
+  size_t b;
+  if (tsr_mul_size(n, size, &b)) return NULL;
+  void *p = ps__alloc(m, b);
+  if (p) memset(p, 0, b ? b : 1);
+  return p;
+}
+
+void *ps__realloc(const ps_mem *m, void *p, size_t old, size_t n) {
+  if (!m || !m->al) return realloc(p, n ? n : 1);
+  void *q = ps__alloc(m, n);
+  if (!q) return NULL;
+  if (p) {
+    memcpy(q, p, old < n ? old : n);
+    ps__free(m, p);
+  }
+  return q;
+}
+
+void ps__free(const ps_mem *m, void *p) {
+  if (!p) return;
+  if (m && m->al)
+    m->al->free(m->al->ctx, p);
+  else
+    free(p);
 }
 
 static uint64_t ps__hash(int64_t id) {
@@ -45,10 +79,10 @@ size_t ps__rows_bytes(const ps_rows *t) {
 
 void ps__rows_free(ps_rows *t, ps_mem *mem) {
   if (mem) ps__mem_release(mem, ps__rows_bytes(t));
-  for (size_t i = 0; i < t->n_chunks; i++) free(t->chunks[i]);
-  free(t->chunks);
-  free(t->keys);
-  free(t->vals);
+  for (size_t i = 0; i < t->n_chunks; i++) ps__free(mem, t->chunks[i]);
+  ps__free(mem, t->chunks);
+  ps__free(mem, t->keys);
+  ps__free(mem, t->vals);
   size_t stride = t->stride;
   memset(t, 0, sizeof *t);
   t->stride = stride;
@@ -78,11 +112,11 @@ static int ps__rows_grow(ps_rows *t, ps_mem *mem) {
   size_t add = (ncap - t->cap) * (sizeof(int64_t) + sizeof(uint32_t));
   int rc = mem ? ps__mem_reserve(mem, add) : 0;
   if (rc) return rc;
-  int64_t *keys = malloc(ncap * sizeof *keys);
-  uint32_t *vals = malloc(ncap * sizeof *vals);
+  int64_t *keys = ps__alloc(mem, ncap * sizeof *keys);
+  uint32_t *vals = ps__alloc(mem, ncap * sizeof *vals);
   if (!keys || !vals) {
-    free(keys);
-    free(vals);
+    ps__free(mem, keys);
+    ps__free(mem, vals);
     if (mem) ps__mem_release(mem, add);
     return TSR_ENOMEM;
   }
@@ -95,8 +129,8 @@ static int ps__rows_grow(ps_rows *t, ps_mem *mem) {
     keys[j] = t->keys[i];
     vals[j] = t->vals[i];
   }
-  free(t->keys);
-  free(t->vals);
+  ps__free(mem, t->keys);
+  ps__free(mem, t->vals);
   t->keys = keys;
   t->vals = vals;
   t->cap = ncap;
@@ -111,12 +145,13 @@ static int ps__rows_add_chunk(ps_rows *t, ps_mem *mem) {
   int rc = mem ? ps__mem_reserve(mem, charge) : 0;
   if (rc) return rc;
   if (grow_ptrs) {
-    float **c = realloc(t->chunks, ncap * sizeof *c);
+    float **c = ps__realloc(mem, t->chunks, t->chunk_cap * sizeof *c,
+                            ncap * sizeof *c);
     if (!c) goto nomem;
     t->chunks = c;
     t->chunk_cap = ncap;
   }
-  float *chunk = malloc(bytes);
+  float *chunk = ps__alloc(mem, bytes);
   if (!chunk) goto nomem;
   t->chunks[t->n_chunks++] = chunk;
   return 0;
@@ -156,18 +191,9 @@ int ps__rows_insert(ps_rows *t, ps_mem *mem, int64_t id, float **rec,
 void ps__rows_each(const ps_rows *t,
                    void (*fn)(void *ctx, int64_t id, const float *rec),
                    void *ctx) {
-  if (!t->count) return;
-  /* invert the table so rows come out in insertion order */
-  int64_t *ids = malloc(t->count * sizeof *ids);
-  if (!ids) {
-    for (size_t i = 0; i < t->cap; i++)
-      if (t->keys[i] != PS__EMPTY_ID)
-        fn(ctx, t->keys[i], ps__rec(t, t->vals[i]));
-    return;
-  }
-  for (size_t i = 0; i < t->cap; i++)
-    if (t->keys[i] != PS__EMPTY_ID) ids[t->vals[i]] = t->keys[i];
-  for (size_t r = 0; r < t->count; r++)
-    fn(ctx, ids[r], ps__rec(t, (uint32_t)r));
-  free(ids);
+  /* table order: the same for two walks of an unchanged table (a save's
+   * CRC pass and its write pass), and no allocation that could fail */
+  for (size_t i = 0; t->count && i < t->cap; i++)
+    if (t->keys[i] != PS__EMPTY_ID)
+      fn(ctx, t->keys[i], ps__rec(t, t->vals[i]));
 }

@@ -12,27 +12,41 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void ps__free_owner(uv_handle_t *h) { free(h->data); }
+/* Frees the server itself, through the hook it was allocated with. */
+static void ps__free_self(ps_server *s) {
+  ps_mem m = {0};
+  m.al = s->mem.al;
+  ps__free(&m, s);
+}
+
+static void ps__free_owner(uv_handle_t *h) { ps__free_self(h->data); }
 
 int ps_server_new(ps_server **out, tsr_rpc_ctx *ctx, const ps_server_opts *o) {
-  ps_server *s = calloc(1, sizeof *s);
+  ps_mem m0 = {0};
+  m0.al = o ? o->allocator : NULL;
+  ps_server *s = ps__calloc(&m0, 1, sizeof *s);
   if (!s) return TSR_ENOMEM;
+  s->mem.al = m0.al;
   s->ctx = ctx;
   s->loop = tsr_rpc_ctx_loop(ctx);
   if (o) s->opts = *o;
   s->allow_nonfinite = s->opts.allow_nonfinite;
   s->mem.limit = s->opts.memory_limit;
+  tsr_rpc_opts ro;
+  tsr_rpc_ctx_opts(ctx, &ro);
+  s->max_answer = ro.max_payload_bytes > SIZE_MAX ? SIZE_MAX
+                                                  : (size_t)ro.max_payload_bytes;
   ps__cons_init(&s->cons);
   ps_mode mode;
   int st, rc;
   if ((rc = ps__mode_parse(s->opts.mode, &mode, &st))) {
     tsr_error("mode \"%s\" is not async, ssp:S or sync", s->opts.mode);
-    free(s);
+    ps__free_self(s);
     return TSR_EINVAL;
   }
   ps__cons_set_mode(&s->cons, mode, st);
   if ((rc = uv_timer_init(s->loop, &s->timer))) {
-    free(s);
+    ps__free_self(s);
     return rc;
   }
   s->timer.data = s;
@@ -59,12 +73,12 @@ int ps_server_port(const ps_server *s) { return tsr_rpc_server_port(s->rpc); }
 
 static void ps__free_all(ps_server *s) {
   for (int i = 0; i < s->n_ents; i++) ps__entry_free(s->ents[i], &s->mem);
-  free(s->ents);
+  ps__free(&s->mem, s->ents);
   ps__cons_free(&s->cons);
   tsr_trace_free(s->trace);
   void (*cb)(void *) = s->close_cb;
   void *data = s->close_data;
-  free(s);
+  ps__free_self(s);
   if (cb) cb(data);
 }
 

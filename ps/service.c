@@ -18,8 +18,9 @@
 #include "ps/svc_int.h"
 #include "common/clock.h"
 #include "common/err.h"
-#include "common/trace.h"
 #include "common/log.h"
+#include "common/size.h"
+#include "common/trace.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
@@ -38,23 +39,25 @@ ps_entry *ps__find(ps_server *s, const char *name, int shard) {
 void ps__entry_free(ps_entry *e, ps_mem *mem) {
   if (!e) return;
   ps__shard_free(e->sh, mem);
-  free(e->pushed);
-  free(e->scratch);
-  free(e);
+  ps__free(mem, e->pushed);
+  ps__free(mem, e->scratch);
+  ps__free(mem, e);
 }
 
 static bool ps__is_write(ps_op_kind k) { return k >= PS_OP_PUSH; }
 
 static void ps__op_free(ps_op *op) {
-  free(op->out);
-  free(op->ids_copy);
-  free(op);
+  const ps_mem *m = &op->srv->mem;
+  ps__free(m, op->out);
+  ps__free(m, op->ids_copy);
+  ps__free(m, op);
 }
 
-void ps__reply_msg(tsr_rpc_incoming *call, const ProtobufCMessage *m) {
+void ps__reply_msg(ps_server *s, tsr_rpc_incoming *call,
+                   const ProtobufCMessage *m) {
   uint8_t small[256];
   size_t len = protobuf_c_message_get_packed_size(m);
-  uint8_t *buf = len <= sizeof small ? small : malloc(len);
+  uint8_t *buf = len <= sizeof small ? small : ps__alloc(&s->mem, len);
   if (!buf) {
     tsr_rpc_reply_error(call, TSR_ENOMEM, "out of memory packing the answer");
     return;
@@ -62,7 +65,7 @@ void ps__reply_msg(tsr_rpc_incoming *call, const ProtobufCMessage *m) {
   protobuf_c_message_pack(m, buf);
   int rc = tsr_rpc_reply(call, buf, len, NULL, 0, NULL, NULL);
   if (rc) tsr_rpc_reply_error(call, rc, "answer refused by the RPC layer");
-  if (buf != small) free(buf);
+  if (buf != small) ps__free(&s->mem, buf);
 }
 
 void ps__batch_done(ps_server *s, ps_batch *b) {
@@ -101,7 +104,7 @@ static void ps__read_done(int status, void *data) {
   ps__read_ref *r = data;
   ps_server *s = r->s;
   ps_entry *e = r->e;
-  free(r);
+  ps__free(&s->mem, r);
   e->readers--;
   ps__dispatch(s, e);
   ps__maybe_finish(s);
@@ -117,7 +120,7 @@ static void ps__answer_dense(ps_server *s, ps_op *op) {
                 e->spec.shard, e->numel * sizeof(float));
     return;
   }
-  ps__read_ref *ref = malloc(sizeof *ref);
+  ps__read_ref *ref = ps__alloc(&s->mem, sizeof *ref);
   if (!ref) {
     ps__op_fail(s, op, TSR_ENOMEM, "out of memory");
     return;
@@ -136,7 +139,7 @@ static void ps__answer_dense(ps_server *s, ps_op *op) {
                          ps__read_done, ref);
   if (rc) {
     e->readers--;
-    free(ref);
+    ps__free(&s->mem, ref);
     ps__op_fail(s, op, rc, "%s shard %d: answer of %" PRIu64 " bytes refused "
                 "(over the peer's limit?)", e->spec.name, e->spec.shard,
                 (uint64_t)m.nbytes);
@@ -145,7 +148,8 @@ static void ps__answer_dense(ps_server *s, ps_op *op) {
   ps__op_free(op);
 }
 
-static void ps__free_out(int status, void *data) { free(data); }
+/* The answer's rows are written: the op (which holds them) goes. */
+static void ps__rows_sent(int status, void *data) { ps__op_free(data); }
 
 static void ps__answer_rows(ps_server *s, ps_op *op) {
   Tessera__Ps__PullResponse m = TESSERA__PS__PULL_RESPONSE__INIT;
@@ -156,22 +160,18 @@ static void ps__answer_rows(ps_server *s, ps_op *op) {
   size_t mlen = tessera__ps__pull_response__pack(&m, meta);
   uv_buf_t b = uv_buf_init((char *)op->out, (unsigned)op->out_len);
   int rc = tsr_rpc_reply(op->call, meta, mlen, &b, op->out_len ? 1 : 0,
-                         ps__free_out, op->out);
-  if (rc) {
+                         ps__rows_sent, op);
+  if (rc)
     ps__op_fail(s, op, rc, "%s: answer of %zu bytes refused", op->e->spec.name,
                 op->out_len);
-    return;
-  }
-  op->out = NULL; /* freed by ps__free_out */
-  ps__op_free(op);
 }
 
 /* ---- the pool ---------------------------------------------------------------*/
 
 static const int64_t *ps__ids(ps_op *op, const uint8_t *p, size_t n) {
   if (((uintptr_t)p & 7) == 0) return (const int64_t *)p;
-  free(op->ids_copy);
-  op->ids_copy = malloc((n ? n : 1) * sizeof(int64_t));
+  ps__free(&op->srv->mem, op->ids_copy);
+  op->ids_copy = ps__calloc(&op->srv->mem, n, sizeof(int64_t));
   if (op->ids_copy) memcpy(op->ids_copy, p, n * sizeof(int64_t));
   return op->ids_copy;
 }
@@ -193,8 +193,8 @@ static void ps__do_push(ps_server *s, ps_op *op) {
     finite = op->allow_nonfinite || ps__all_finite(g, n);
   } else {
     if (e->scratch_cap < n) {
-      free(e->scratch);
-      e->scratch = malloc((n ? n : 1) * sizeof(float));
+      ps__free(&s->mem, e->scratch);
+      e->scratch = ps__calloc(&s->mem, n, sizeof(float));
       e->scratch_cap = e->scratch ? n : 0;
       if (!e->scratch) {
         op->rc = TSR_ENOMEM;
@@ -238,8 +238,8 @@ static void ps__do_gather(ps_server *s, ps_op *op) {
                     : 0;
   size_t n = op->fused ? op->n_pull : op->n_ids;
   const int64_t *ids = ps__ids(op, op->payload + skip, n);
-  op->out_len = n * (size_t)e->width * sizeof(float);
-  op->out = malloc(op->out_len ? op->out_len : 1);
+  /* op->out_len: n rows of the shard's width, checked by the handler */
+  op->out = ps__alloc(&s->mem, op->out_len);
   if (!ids || !op->out) {
     op->rc = TSR_ENOMEM;
     return;
@@ -303,7 +303,7 @@ static void ps__after_cb(uv_work_t *w, int status) {
         Tessera__Ps__PushResponse m = TESSERA__PS__PUSH_RESPONSE__INIT;
         m.version = op->version;
         m.step = op->shard_step;
-        ps__reply_msg(op->call, &m.base);
+        ps__reply_msg(s, op->call, &m.base);
         ps__op_free(op);
       }
       break;
@@ -425,10 +425,12 @@ static int ps__gate(ps_server *s, ps_op *op) {
   }
 }
 
-static int ps__note_push(ps_entry *e, int worker) {
+static int ps__note_push(ps_server *s, ps_entry *e, int worker) {
   if (e->n_pushed == e->cap_pushed) {
     int ncap = e->cap_pushed ? 2 * e->cap_pushed : 8;
-    int *p = realloc(e->pushed, (size_t)ncap * sizeof *p);
+    int *p = ps__realloc(&s->mem, e->pushed,
+                         (size_t)e->cap_pushed * sizeof *p,
+                         (size_t)ncap * sizeof *p);
     if (!p) return TSR_ENOMEM;
     e->pushed = p;
     e->cap_pushed = ncap;
@@ -453,7 +455,7 @@ static void ps__admit(ps_server *s, ps_op *op, bool front) {
     ps__hold(s, op);
     return;
   }
-  if (op->kind == PS_OP_PUSH && op->sync && ps__note_push(op->e, op->worker)) {
+  if (op->kind == PS_OP_PUSH && op->sync && ps__note_push(s, op->e, op->worker)) {
     ps__op_fail(s, op, TSR_ENOMEM, "out of memory");
     return;
   }
@@ -526,8 +528,8 @@ void ps__sync_check(ps_server *s) {
     if (!e->sh || e->sync_queued) continue;
     if (ps__cons_active(&s->cons) == 0 && e->n_pushed == 0) continue;
     if (!ps__cons_sync_ready(&s->cons, e->sync_done, ps__pushed, e)) continue;
-    ps_op *op = calloc(1, sizeof *op);
-    if (!op) return;
+    ps_op *op = ps__calloc(&s->mem, 1, sizeof *op);
+    if (!op) return; /* tried again at the next check */
     op->kind = PS_OP_SYNC_APPLY;
     op->e = e;
     op->srv = s;
@@ -562,7 +564,7 @@ static ps_entry *ps__lookup(ps_server *s, tsr_rpc_incoming *call,
 
 static ps_op *ps__new_op(ps_server *s, tsr_rpc_incoming *call, ps_entry *e,
                          ps_op_kind k) {
-  ps_op *op = calloc(1, sizeof *op);
+  ps_op *op = ps__calloc(&s->mem, 1, sizeof *op);
   if (!op) {
     tsr_rpc_reply_error(call, TSR_ENOMEM, "out of memory");
     return NULL;
@@ -584,9 +586,48 @@ static void ps__auto_join(ps_server *s, int worker, int64_t clock) {
   ps__cons_join(&s->cons, worker, clock);
 }
 
+/* Fields every pull and push carries: the worker (-1: a reader that is
+ * no worker) and a step or clock. 0, or the call is answered with an
+ * error naming the field and its value. */
+static int ps__check_who(tsr_rpc_incoming *call, const char *what,
+                         int32_t worker, const char *field, int64_t clock) {
+  char msg[256];
+  if (worker < -1 || worker > PS_WORKER_MAX) {
+    snprintf(msg, sizeof msg, "%s: worker %" PRId32 " is not -1 or a worker "
+             "index in [0, %d]", what, worker, PS_WORKER_MAX);
+    tsr_rpc_reply_error(call, TSR_EINVAL, msg);
+    return TSR_EINVAL;
+  }
+  if (clock < 0 || clock > TSR_STEP_MAX) {
+    snprintf(msg, sizeof msg, "%s: %s %" PRId64 " is not in [0, 2^62]", what,
+             field, clock);
+    tsr_rpc_reply_error(call, TSR_EINVAL, msg);
+    return TSR_EINVAL;
+  }
+  return 0;
+}
+
+/* Bytes of `n` gathered rows of e's width, refused (and answered) when
+ * the product overflows or the answer would pass the payload limit. */
+static int ps__rows_answer(ps_server *s, tsr_rpc_incoming *call,
+                           const ps_entry *e, const char *field, uint64_t n,
+                           size_t *bytes) {
+  char msg[384];
+  if (tsr_mul3_size((size_t)n, (size_t)e->width, sizeof(float), bytes) ||
+      n > SIZE_MAX || *bytes > s->max_answer) {
+    snprintf(msg, sizeof msg, "%s shard %d: %s %" PRIu64 " rows of width %"
+             PRId64 " would answer more than the payload limit of %zu bytes",
+             e->spec.name, e->spec.shard, field, n, e->width, s->max_answer);
+    tsr_rpc_reply_error(call, TSR_ETOOBIG, msg);
+    return TSR_ETOOBIG;
+  }
+  return 0;
+}
+
 static void ps__on_pull(tsr_rpc_incoming *call, void *data) {
   ps_server *s = data;
   Tessera__Ps__PullRequest *r = call->request;
+  if (ps__check_who(call, "pull", r->worker, "clock", r->clock)) return;
   ps_entry *e = ps__lookup(s, call, r->name, r->shard);
   if (!e) return;
   char msg[512];
@@ -598,10 +639,27 @@ static void ps__on_pull(tsr_rpc_incoming *call, void *data) {
     tsr_rpc_reply_error(call, TSR_EINVAL, msg);
     return;
   }
-  if (rows && (r->n_ids > SIZE_MAX / 8 || call->payload_len != r->n_ids * 8)) {
-    snprintf(msg, sizeof msg, "%s shard %d: pull of %" PRIu64 " ids needs %"
-             PRIu64 " payload bytes, got %zu", e->spec.name, e->spec.shard,
-             r->n_ids, r->n_ids * 8, call->payload_len);
+  size_t want = 0, out_len = 0;
+  if (!rows && r->n_ids) {
+    snprintf(msg, sizeof msg, "%s shard %d: n_ids %" PRIu64 " on a dense "
+             "pull (must be 0)", e->spec.name, e->spec.shard, r->n_ids);
+    tsr_rpc_reply_error(call, TSR_EINVAL, msg);
+    return;
+  }
+  if (rows && (r->n_ids > SIZE_MAX ||
+               tsr_mul_size((size_t)r->n_ids, 8, &want) ||
+               call->payload_len != want)) {
+    snprintf(msg, sizeof msg, "%s shard %d: n_ids %" PRIu64 " does not match "
+             "a payload of %zu bytes (8 per id)", e->spec.name, e->spec.shard,
+             r->n_ids, call->payload_len);
+    tsr_rpc_reply_error(call, TSR_ESHAPE, msg);
+    return;
+  }
+  if (rows && ps__rows_answer(s, call, e, "n_ids", r->n_ids, &out_len))
+    return;
+  if (!rows && call->payload_len != 0) {
+    snprintf(msg, sizeof msg, "%s shard %d: a dense pull carries no payload, "
+             "got %zu bytes", e->spec.name, e->spec.shard, call->payload_len);
     tsr_rpc_reply_error(call, TSR_ESHAPE, msg);
     return;
   }
@@ -610,6 +668,7 @@ static void ps__on_pull(tsr_rpc_incoming *call, void *data) {
   op->worker = r->worker;
   op->clock = r->clock;
   op->n_ids = r->n_ids;
+  op->out_len = out_len;
   ps__auto_join(s, r->worker, r->clock);
   ps__pull_ready(s, op, false);
 }
@@ -617,6 +676,9 @@ static void ps__on_pull(tsr_rpc_incoming *call, void *data) {
 static void ps__on_push(tsr_rpc_incoming *call, void *data) {
   ps_server *s = data;
   Tessera__Ps__PushRequest *r = call->request;
+  if (ps__check_who(call, "push", r->worker, "step", r->step) ||
+      ps__check_who(call, "push", r->worker, "pull_clock", r->pull_clock))
+    return;
   ps_entry *e = ps__lookup(s, call, r->name, r->shard);
   if (!e) return;
   char msg[512];
@@ -637,31 +699,49 @@ static void ps__on_push(tsr_rpc_incoming *call, void *data) {
     tsr_rpc_reply_error(call, TSR_EDTYPE, msg);
     return;
   }
-  uint64_t want;
+  size_t want = 0, ids_b, grad_b, pull_b = 0, out_len = 0;
+  int bad;
   if (rows) {
-    if (r->n_ids > (1ull << 40) || r->n_pull_ids > (1ull << 40)) {
-      tsr_rpc_reply_error(call, TSR_ERANGE, "id count out of range");
-      return;
-    }
-    want = r->n_ids * 8 + r->n_ids * (uint64_t)e->width * dsz +
-           (fused ? r->n_pull_ids * 8 : 0);
+    bad = r->n_ids > SIZE_MAX || r->n_pull_ids > SIZE_MAX ||
+          tsr_mul_size((size_t)r->n_ids, 8, &ids_b) ||
+          tsr_mul3_size((size_t)r->n_ids, (size_t)e->width, dsz, &grad_b) ||
+          tsr_mul_size((size_t)r->n_pull_ids, fused ? 8 : 0, &pull_b) ||
+          tsr_add_size(ids_b, grad_b, &want) ||
+          tsr_add_size(want, pull_b, &want);
   } else {
-    want = (uint64_t)e->numel * dsz;
+    bad = tsr_mul_size(e->numel, dsz, &want);
   }
-  if (call->payload_len != want) {
+  if (!fused && r->n_pull_ids) {
+    snprintf(msg, sizeof msg, "%s shard %d: n_pull_ids %" PRIu64 " on a push "
+             "that pulls nothing (must be 0)", e->spec.name, e->spec.shard,
+             r->n_pull_ids);
+    tsr_rpc_reply_error(call, TSR_EINVAL, msg);
+    return;
+  }
+  if (!rows && r->n_ids) {
+    snprintf(msg, sizeof msg, "%s shard %d: n_ids %" PRIu64 " on a dense push "
+             "(must be 0)", e->spec.name, e->spec.shard, r->n_ids);
+    tsr_rpc_reply_error(call, TSR_EINVAL, msg);
+    return;
+  }
+  if (bad || call->payload_len != want) {
     if (rows)
-      snprintf(msg, sizeof msg, "%s shard %d: %" PRIu64 " rows of width %"
-               PRId64 " in %s need %" PRIu64 " payload bytes, got %zu",
-               e->spec.name, e->spec.shard, r->n_ids, e->width,
-               ps__dtype_name(r->dtype), want, call->payload_len);
+      snprintf(msg, sizeof msg, "%s shard %d: n_ids %" PRIu64 " rows of width "
+               "%" PRId64 " in %s (and n_pull_ids %" PRIu64 ") do not match a "
+               "payload of %zu bytes", e->spec.name, e->spec.shard, r->n_ids,
+               e->width, ps__dtype_name(r->dtype), r->n_pull_ids,
+               call->payload_len);
     else
       snprintf(msg, sizeof msg, "%s shard %d: gradient of %zu bytes does not "
-               "match the shard's %zu elements in %s (%" PRIu64 " bytes)",
+               "match the shard's %zu elements in %s (%zu bytes)",
                e->spec.name, e->spec.shard, call->payload_len, e->numel,
                ps__dtype_name(r->dtype), want);
     tsr_rpc_reply_error(call, TSR_ESHAPE, msg);
     return;
   }
+  if (fused && rows &&
+      ps__rows_answer(s, call, e, "n_pull_ids", r->n_pull_ids, &out_len))
+    return;
   ps_op *op = ps__new_op(s, call, e, PS_OP_PUSH);
   if (!op) return;
   op->worker = r->worker;
@@ -671,6 +751,7 @@ static void ps__on_push(tsr_rpc_incoming *call, void *data) {
   op->n_pull = r->n_pull_ids;
   op->fused = fused;
   op->clock = r->pull_clock;
+  op->out_len = out_len;
   op->sync = s->cons.mode == PS_MODE_SYNC;
   op->allow_nonfinite = s->allow_nonfinite;
   ps__auto_join(s, r->worker, r->step);

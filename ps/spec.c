@@ -5,8 +5,10 @@
 #include "ps/svc_int.h"
 #include "common/err.h"
 #include "common/partition.h"
+#include "common/size.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,10 +47,11 @@ int ps_var_spec_init(ps_var_spec *s, const char *name, int rank,
   if (kern_init_parse(init, &s->init)) return TSR_EINVAL;
   /* Keras fans: receptive field times the last two dims */
   if (rank >= 2) {
-    int64_t rf = 1;
-    for (int i = 0; i < rank - 2; i++) rf *= shape[i];
-    s->init.fan_in = shape[rank - 2] * rf;
-    s->init.fan_out = shape[rank - 1] * rf;
+    int64_t rf;
+    if (tsr_dims_product(shape, 0, rank - 2, &rf) ||
+        tsr_mul_i64(shape[rank - 2], rf, &s->init.fan_in) ||
+        tsr_mul_i64(shape[rank - 1], rf, &s->init.fan_out))
+      return TSR_ERANGE;
   } else if (rank == 1) {
     s->init.fan_in = s->init.fan_out = shape[0];
   } else {
@@ -56,6 +59,121 @@ int ps_var_spec_init(ps_var_spec *s, const char *name, int rank,
   }
   s->seed = seed;
   s->optim = *optim;
+  return 0;
+}
+
+/* ---- validation ---------------------------------------------------------*/
+
+static bool sp_finite(double v) { return isfinite(v); }
+
+/* A hyper-parameter: finite and in [lo, hi) (hi_open) or [lo, hi]. */
+static int sp_hyper(const ps_var_spec *s, const char *field, double v,
+                    double lo, double hi, bool hi_open, char *err,
+                    size_t errlen) {
+  if (!sp_finite(v) || v < lo || (hi_open ? v >= hi : v > hi))
+    return sp_fail(err, errlen, TSR_EINVAL,
+                   "%s: optimizer.%s %g is not a finite value in [%g, %g%s",
+                   s->name, field, v, lo, hi, hi_open ? ")" : "]");
+  return 0;
+}
+
+int ps__spec_validate(const ps_var_spec *s, char *err, size_t errlen) {
+  if (!s->name[0])
+    return sp_fail(err, errlen, TSR_EINVAL, "variable name is empty");
+  if (memchr(s->name, 0, PS_NAME_MAX) == NULL)
+    return sp_fail(err, errlen, TSR_EINVAL, "variable name is not terminated");
+  if (s->rank < 0 || s->rank > PS_MAX_RANK)
+    return sp_fail(err, errlen, TSR_EINVAL, "%s: rank %d out of [0, %d]",
+                   s->name, s->rank, PS_MAX_RANK);
+  for (int i = 0; i < s->rank; i++)
+    if (s->shape[i] <= 0 || s->shape[i] > TSR_STEP_MAX)
+      return sp_fail(err, errlen, TSR_EINVAL,
+                     "%s: shape[%d] = %" PRId64 " must be in [1, 2^62]",
+                     s->name, i, s->shape[i]);
+  if (s->num_shards < 1 || s->shard < 0 || s->shard >= s->num_shards)
+    return sp_fail(err, errlen, TSR_EINVAL,
+                   "%s: shard %d of num_shards %d is invalid", s->name,
+                   s->shard, s->num_shards);
+  if (s->sparse && s->rank < 1)
+    return sp_fail(err, errlen, TSR_EINVAL,
+                   "%s: a sparse variable needs rank >= 1", s->name);
+  if ((unsigned)s->optim.kind > TSR_OPT_FTRL)
+    return sp_fail(err, errlen, TSR_EINVAL, "%s: optimizer kind %d is unknown",
+                   s->name, (int)s->optim.kind);
+  int64_t width, numel;
+  size_t slots = (size_t)kern_optim_num_slots(&s->optim), bytes;
+  if (tsr_dims_product(s->shape, 1, s->rank, &width) ||
+      tsr_mul3_size((size_t)width, sizeof(float), 1 + slots, &bytes))
+    return sp_fail(err, errlen, TSR_ERANGE,
+                   "%s: a row of shape[1:] with %zu optimizer slot(s) does "
+                   "not fit in memory sizes", s->name, slots);
+  int64_t dim0 = s->rank ? s->shape[0] : 1, end;
+  if (!s->sparse || s->bounded) {
+    if (s->row0 < 0 || s->rows < 1 || tsr_add_i64(s->row0, s->rows, &end) ||
+        end > dim0)
+      return sp_fail(err, errlen, TSR_EINVAL,
+                     "%s: rows (row0 %" PRId64 ", rows %" PRId64 ") are "
+                     "empty or reach outside dim0 %" PRId64, s->name, s->row0,
+                     s->rows, dim0);
+  } else if (s->row0 < 0 || s->rows < 0) {
+    return sp_fail(err, errlen, TSR_EINVAL,
+                   "%s: row0 %" PRId64 " / rows %" PRId64 " must not be "
+                   "negative", s->name, s->row0, s->rows);
+  }
+  if (!s->sparse &&
+      (tsr_mul_i64(s->rows, width, &numel) ||
+       tsr_mul3_size((size_t)numel, sizeof(float), 1 + slots, &bytes)))
+    return sp_fail(err, errlen, TSR_ERANGE,
+                   "%s shard %d: %" PRId64 " rows of %" PRId64 " elements "
+                   "(with %zu slot(s)) overflow a memory size", s->name,
+                   s->shard, s->rows, width, slots);
+  if (s->sparse && tsr_mul_size(bytes, PS_ROWS_PER_CHUNK, &bytes))
+    return sp_fail(err, errlen, TSR_ERANGE,
+                   "%s: rows of %" PRId64 " elements are too wide to hold",
+                   s->name, width);
+  const kern_init_spec *in = &s->init;
+  if ((unsigned)in->kind > KERN_INIT_HE_NORMAL)
+    return sp_fail(err, errlen, TSR_EINVAL, "%s: initializer kind %d is "
+                   "unknown", s->name, (int)in->kind);
+  if (!sp_finite(in->a) || !sp_finite(in->b))
+    return sp_fail(err, errlen, TSR_EINVAL,
+                   "%s: initializer arguments a %g, b %g must be finite",
+                   s->name, in->a, in->b);
+  if (in->kind == KERN_INIT_UNIFORM && in->a > in->b)
+    return sp_fail(err, errlen, TSR_EINVAL,
+                   "%s: uniform initializer minval %g > maxval %g", s->name,
+                   in->a, in->b);
+  if ((in->kind == KERN_INIT_NORMAL || in->kind == KERN_INIT_TRUNCATED_NORMAL) &&
+      in->b < 0)
+    return sp_fail(err, errlen, TSR_EINVAL,
+                   "%s: initializer stddev %g must be >= 0", s->name, in->b);
+  if (in->fan_in < 0 || in->fan_out < 0)
+    return sp_fail(err, errlen, TSR_EINVAL,
+                   "%s: initializer fan_in %" PRId64 " / fan_out %" PRId64
+                   " must not be negative", s->name, in->fan_in, in->fan_out);
+  const tsr_optim_spec *o = &s->optim;
+  if (!sp_finite(o->learning_rate) || !(o->learning_rate > 0))
+    return sp_fail(err, errlen, TSR_EINVAL,
+                   "%s: optimizer.learning_rate %g must be finite and > 0",
+                   s->name, o->learning_rate);
+  int rc;
+  if ((rc = sp_hyper(s, "momentum", o->momentum, 0, 1, true, err, errlen)) ||
+      (rc = sp_hyper(s, "beta_1", o->beta_1, 0, 1, true, err, errlen)) ||
+      (rc = sp_hyper(s, "beta_2", o->beta_2, 0, 1, true, err, errlen)) ||
+      (rc = sp_hyper(s, "rho", o->rho, 0, 1, true, err, errlen)) ||
+      (rc = sp_hyper(s, "epsilon", o->epsilon, 0, HUGE_VAL, false, err,
+                     errlen)) ||
+      (rc = sp_hyper(s, "initial_accumulator_value",
+                     o->initial_accumulator_value, 0, HUGE_VAL, false, err,
+                     errlen)) ||
+      (rc = sp_hyper(s, "learning_rate_power", o->learning_rate_power,
+                     -HUGE_VAL, 0, false, err, errlen)) ||
+      (rc = sp_hyper(s, "l1", o->l1, 0, HUGE_VAL, false, err, errlen)) ||
+      (rc = sp_hyper(s, "l2", o->l2, 0, HUGE_VAL, false, err, errlen)) ||
+      (rc = sp_hyper(s, "l2_shrinkage", o->l2_shrinkage, 0, HUGE_VAL, false,
+                     err, errlen)) ||
+      (rc = sp_hyper(s, "beta", o->beta, 0, HUGE_VAL, false, err, errlen)))
+    return rc;
   return 0;
 }
 
@@ -128,10 +246,7 @@ int ps__spec_from_proto(const Tessera__Ps__VarSpec *v, ps_var_spec *s,
   s->optim.l2 = o->l2;
   s->optim.l2_shrinkage = o->l2_shrinkage;
   s->optim.beta = o->beta;
-  if (s->optim.momentum < 0 || s->optim.momentum >= 1)
-    return sp_fail(err, errlen, TSR_EINVAL, "%s: momentum %g not in [0, 1)",
-                   v->name, s->optim.momentum);
-  return 0;
+  return ps__spec_validate(s, err, errlen);
 }
 
 void ps__spec_to_proto(const ps_var_spec *s, Tessera__Ps__VarSpec *v,

@@ -15,6 +15,7 @@
 #include "ps/ps_int.h"
 #include "common/clock.h"
 #include "common/err.h"
+#include "common/size.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
@@ -75,49 +76,19 @@ int64_t ps__spec_width(const ps_var_spec *s) {
 
 int ps__spec_owns_id(const ps_var_spec *s, int64_t id) {
   if (id < 0) return TSR_ERANGE;
-  if (s->bounded) return id >= s->row0 && id < s->row0 + s->rows ? 0 : TSR_ERANGE;
+  /* row0 + rows fits: ps__spec_validate checked it against dim0 */
+  if (s->bounded) return id >= s->row0 && id - s->row0 < s->rows ? 0 : TSR_ERANGE;
   return id % s->num_shards == s->shard ? 0 : TSR_ERANGE;
-}
-
-static int ps__spec_check(const ps_var_spec *s, char *err, size_t errlen) {
-  if (!s->name[0])
-    return ps__fail(err, errlen, TSR_EINVAL, "variable name is empty");
-  if (s->rank < 0 || s->rank > PS_MAX_RANK)
-    return ps__fail(err, errlen, TSR_EINVAL, "%s: rank %d out of [0, %d]",
-                    s->name, s->rank, PS_MAX_RANK);
-  for (int i = 0; i < s->rank; i++)
-    if (s->shape[i] <= 0)
-      return ps__fail(err, errlen, TSR_EINVAL,
-                      "%s: shape[%d] = %" PRId64 " must be > 0", s->name, i,
-                      s->shape[i]);
-  if (s->num_shards < 1 || s->shard < 0 || s->shard >= s->num_shards)
-    return ps__fail(err, errlen, TSR_EINVAL, "%s: shard %d of %d is invalid",
-                    s->name, s->shard, s->num_shards);
-  int64_t dim0 = s->rank ? s->shape[0] : 1;
-  if (s->sparse && s->rank < 1)
-    return ps__fail(err, errlen, TSR_EINVAL,
-                    "%s: a sparse variable needs rank >= 1", s->name);
-  if (!s->sparse || s->bounded) {
-    if (s->row0 < 0 || s->rows < 1 || s->row0 + s->rows > dim0)
-      return ps__fail(err, errlen, TSR_EINVAL,
-                      "%s: rows [%" PRId64 ", %" PRId64 ") outside dim0 %" PRId64,
-                      s->name, s->row0, s->row0 + s->rows, dim0);
-  }
-  if (!(s->optim.learning_rate > 0))
-    return ps__fail(err, errlen, TSR_EINVAL, "%s: learning_rate %g must be > 0",
-                    s->name, s->optim.learning_rate);
-  if ((unsigned)s->optim.kind > TSR_OPT_FTRL)
-    return ps__fail(err, errlen, TSR_EINVAL, "%s: unknown optimizer %d",
-                    s->name, (int)s->optim.kind);
-  return 0;
 }
 
 int ps__shard_new(const ps_var_spec *spec, ps_mem *mem, ps_shard **out,
                   char *err, size_t errlen) {
-  int rc = ps__spec_check(spec, err, errlen);
+  int rc = ps__spec_validate(spec, err, errlen);
   if (rc) return rc;
-  ps_shard *s = calloc(1, sizeof *s);
-  if (!s) return TSR_ENOMEM;
+  ps_shard *s = ps__calloc(mem, 1, sizeof *s);
+  if (!s)
+    return ps__fail(err, errlen, TSR_ENOMEM, "%s shard %d: out of memory",
+                    spec->name, spec->shard);
   s->spec = *spec;
   s->width = ps__spec_width(spec);
   s->nslots = kern_optim_num_slots(&spec->optim);
@@ -128,10 +99,17 @@ int ps__shard_new(const ps_var_spec *spec, ps_mem *mem, ps_shard **out,
     *out = s;
     return 0;
   }
-  s->numel = (size_t)(spec->rows * s->width);
-  size_t bytes = s->numel * sizeof(float) * (size_t)(1 + s->nslots);
+  size_t bytes;
+  /* both checked by ps__spec_validate; computed checked all the same */
+  if (tsr_mul_size((size_t)spec->rows, (size_t)s->width, &s->numel) ||
+      tsr_mul3_size(s->numel, sizeof(float), (size_t)(1 + s->nslots),
+                    &bytes)) {
+    ps__free(mem, s);
+    return ps__fail(err, errlen, TSR_ERANGE, "%s shard %d: size overflows",
+                    spec->name, spec->shard);
+  }
   if ((rc = ps__mem_reserve(mem, bytes))) {
-    free(s);
+    ps__free(mem, s);
     return ps__fail(err, errlen, rc,
                     "%s shard %d: %zu bytes would exceed the memory limit "
                     "(%zu of %zu bytes in use)", spec->name, spec->shard, bytes,
@@ -139,10 +117,10 @@ int ps__shard_new(const ps_var_spec *spec, ps_mem *mem, ps_shard **out,
   }
   s->mem_bytes = bytes;
   size_t one = s->numel ? s->numel * sizeof(float) : 4;
-  s->w = malloc(one);
+  s->w = ps__alloc(mem, one);
   bool ok = s->w != NULL;
   for (int i = 0; i < s->nslots; i++) {
-    s->slots[i] = malloc(one);
+    s->slots[i] = ps__alloc(mem, one);
     ok = ok && s->slots[i];
   }
   if (!ok) {
@@ -158,16 +136,16 @@ int ps__shard_new(const ps_var_spec *spec, ps_mem *mem, ps_shard **out,
 
 void ps__shard_free(ps_shard *s, ps_mem *mem) {
   if (!s) return;
-  free(s->w);
-  for (int i = 0; i < KERN_OPTIM_MAX_SLOTS; i++) free(s->slots[i]);
+  ps__free(mem, s->w);
+  for (int i = 0; i < KERN_OPTIM_MAX_SLOTS; i++) ps__free(mem, s->slots[i]);
   if (s->acc) {
-    free(s->acc);
+    ps__free(mem, s->acc);
     ps__mem_release(mem, s->numel * sizeof(float));
   }
   ps__mem_release(mem, s->mem_bytes);
   ps__rows_free(&s->rows, mem);
   ps__rows_free(&s->acc_rows, mem);
-  free(s);
+  ps__free(mem, s);
 }
 
 /* ---- gradients ----------------------------------------------------------*/
@@ -300,9 +278,11 @@ int ps__shard_apply_rows(ps_shard *s, ps_mem *mem, const int64_t *ids,
   uint64_t t0 = tsr_now_ns();
   int rc = ps__check_ids(s, ids, n, err, errlen);
   if (rc) return rc;
-  float **recs = malloc((n ? n : 1) * sizeof *recs);
+  float **recs = ps__calloc(mem, n, sizeof *recs);
   float *sum = NULL;
-  if (!recs) return TSR_ENOMEM;
+  if (!recs)
+    return ps__fail(err, errlen, TSR_ENOMEM, "%s shard %d: out of memory for "
+                    "%zu rows", s->spec.name, s->spec.shard, n);
   if ((rc = ps__touch_rows(s, mem, ids, n, recs, err, errlen))) goto out;
   size_t W = (size_t)s->width;
   for (size_t i = 0; i < n; i++) {
@@ -312,7 +292,7 @@ int ps__shard_apply_rows(ps_shard *s, ps_mem *mem, const int64_t *ids,
     for (size_t j = i + 1; j < n; j++) {
       if (recs[j] != recs[i]) continue;
       if (!sum) {
-        if (!(sum = malloc(W * sizeof *sum))) {
+        if (!(sum = ps__alloc(mem, W * sizeof *sum))) {
           rc = TSR_ENOMEM;
           goto out;
         }
@@ -333,8 +313,8 @@ int ps__shard_apply_rows(ps_shard *s, ps_mem *mem, const int64_t *ids,
   s->applies++;
   s->apply_ns += tsr_now_ns() - t0;
 out:
-  free(sum);
-  free(recs);
+  ps__free(mem, sum);
+  ps__free(mem, recs);
   return rc;
 }
 
@@ -377,7 +357,7 @@ int ps__shard_accum_dense(ps_shard *s, ps_mem *mem, const float *g) {
   if (!s->acc) {
     int rc = ps__mem_reserve(mem, s->numel * sizeof(float));
     if (rc) return rc;
-    s->acc = calloc(s->numel ? s->numel : 1, sizeof(float));
+    s->acc = ps__calloc(mem, s->numel, sizeof(float));
     if (!s->acc) {
       ps__mem_release(mem, s->numel * sizeof(float));
       return TSR_ENOMEM;
@@ -435,8 +415,8 @@ int ps__shard_accum_apply(ps_shard *s, ps_mem *mem, int workers, char *err,
     rc = ps__shard_apply_dense(s, s->acc, scale);
   } else {
     size_t n = s->acc_count ? s->acc_rows.count : 0;
-    ps__acc_collect c = {malloc((n ? n : 1) * sizeof(int64_t)),
-                         malloc((n ? n : 1) * (size_t)s->width * sizeof(float)),
+    ps__acc_collect c = {ps__calloc(mem, n, sizeof(int64_t)),
+                         ps__calloc(mem, n * (size_t)s->width, sizeof(float)),
                          0, (size_t)s->width};
     if (!c.ids || !c.g) {
       rc = TSR_ENOMEM;
@@ -444,8 +424,8 @@ int ps__shard_accum_apply(ps_shard *s, ps_mem *mem, int workers, char *err,
       if (n) ps__rows_each(&s->acc_rows, ps__collect, &c);
       rc = ps__shard_apply_rows(s, mem, c.ids, c.n, c.g, scale, err, errlen);
     }
-    free(c.ids);
-    free(c.g);
+    ps__free(mem, c.ids);
+    ps__free(mem, c.g);
   }
   s->acc_count = 0;
   return rc;

@@ -108,6 +108,8 @@ struct ps_server {
   ps_server_opts opts;
   bool allow_nonfinite;
   ps_mem mem;
+  size_t max_answer;        /* largest payload an answer may carry (the
+                               context's max_payload_bytes) */
   ps_consist cons;
   ps_entry **ents;
   int n_ents, cap_ents;
@@ -135,7 +137,8 @@ void ps__op_fail(ps_server *s, ps_op *op, int rc, const char *fmt, ...)
 void ps__batch_done(ps_server *s, ps_batch *b);
 void ps__entry_free(ps_entry *e, ps_mem *mem);
 int ps__register_data(ps_server *s);
-void ps__reply_msg(tsr_rpc_incoming *call, const ProtobufCMessage *m);
+void ps__reply_msg(ps_server *s, tsr_rpc_incoming *call,
+                   const ProtobufCMessage *m);
 void ps__maybe_finish(ps_server *s);
 void ps__timer_cb(uv_timer_t *t);
 

@@ -17,7 +17,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   char err[512];
-  ps_mem mem = {0, 0};
+  ps_mem mem = {0, 0, NULL};
   tsr_optim_spec o;
   tsr_optim_defaults(TSR_OPT_ADAM, &o);
   ps_var_spec s;

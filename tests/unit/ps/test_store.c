@@ -37,7 +37,7 @@ static ps_var_spec dense_spec(const char *name, int64_t d0, int64_t d1,
 
 static void init_independent_of_sharding(void **state) {
   (void)state;
-  ps_mem mem = {0, 0};
+  ps_mem mem = {0, 0, NULL};
   ps_var_spec whole = dense_spec("dense/kernel", 13, 7, 0, 1);
   ps_shard *w;
   char err[256];
@@ -56,7 +56,7 @@ static void init_independent_of_sharding(void **state) {
 
 static void dense_apply_matches_kernel(void **state) {
   (void)state;
-  ps_mem mem = {0, 0};
+  ps_mem mem = {0, 0, NULL};
   ps_var_spec sp = dense_spec("v", 8, 4, 0, 1);
   ps_shard *s;
   char err[256];
@@ -119,7 +119,7 @@ static ps_var_spec sparse_spec(bool bounded, int64_t d0, int shard, int ns) {
 
 static void sparse_rows_first_touch(void **state) {
   (void)state;
-  ps_mem mem = {0, 0};
+  ps_mem mem = {0, 0, NULL};
   /* ten billion rows: far more than memory could ever hold densely */
   ps_var_spec sp = sparse_spec(true, 10000000000LL, 0, 1);
   ps_shard *s;
@@ -156,7 +156,7 @@ static void sparse_rows_first_touch(void **state) {
 
 static void ids_out_of_range(void **state) {
   (void)state;
-  ps_mem mem = {0, 0};
+  ps_mem mem = {0, 0, NULL};
   ps_var_spec sp = sparse_spec(true, 100, 1, 2); /* rows [50, 100) */
   ps_shard *s;
   char err[256] = "";
@@ -186,7 +186,7 @@ static void ids_out_of_range(void **state) {
 static void memory_limit(void **state) {
   (void)state;
   ps_var_spec sp = dense_spec("big", 1000, 100, 0, 1); /* 400 KB x3 (adam) */
-  ps_mem mem = {0, 1000000};
+  ps_mem mem = {0, 1000000, NULL};
   ps_shard *s;
   char err[256] = "";
   assert_int_equal(ps__shard_new(&sp, &mem, &s, err, sizeof err), TSR_EMEMLIMIT);
@@ -216,7 +216,7 @@ static void memory_limit(void **state) {
 
 static void sync_sum_is_mean(void **state) {
   (void)state;
-  ps_mem mem = {0, 0};
+  ps_mem mem = {0, 0, NULL};
   ps_var_spec sp = dense_spec("v", 6, 5, 0, 1);
   tsr_optim_defaults(TSR_OPT_SGD, &sp.optim);
   sp.optim.momentum = 0.9;
@@ -266,7 +266,7 @@ static void sync_sum_is_mean(void **state) {
 
 static void bad_specs(void **state) {
   (void)state;
-  ps_mem mem = {0, 0};
+  ps_mem mem = {0, 0, NULL};
   ps_shard *s;
   char err[256] = "";
   ps_var_spec sp = dense_spec("v", 10, 3, 0, 1);
