@@ -321,6 +321,14 @@ static void ps__on_config(tsr_rpc_incoming *call, void *data) {
     tsr_rpc_reply_error(call, TSR_EINVAL, msg);
     return;
   }
+  if (r->checkpoint_root && r->checkpoint_root[0] &&
+      ps__root_set(s, r->checkpoint_root, false)) {
+    char msg[400];
+    snprintf(msg, sizeof msg, "config: checkpoint_root \"%.300s\" is not a "
+             "usable path", r->checkpoint_root);
+    tsr_rpc_reply_error(call, TSR_EINVAL, msg);
+    return;
+  }
   ps__cons_set_mode(&s->cons, mode, st);
   s->allow_nonfinite = r->allow_nonfinite || s->opts.allow_nonfinite;
   if (r->trace && !s->trace && tsr_trace_create(&s->trace, 0) == 0) {
@@ -352,14 +360,15 @@ static int ps__mkdirs(const char *dir) {
 static void ps__on_save(tsr_rpc_incoming *call, void *data) {
   ps_server *s = data;
   Tessera__Ps__SaveRequest *r = call->request;
-  char msg[4200];
-  if (!r->dir || !r->dir[0] || strlen(r->dir) >= 4000) {
-    tsr_rpc_reply_error(call, TSR_EINVAL, "save: no folder given");
+  char msg[1200], path[PS_PATH_MAX];
+  int rc = ps__root_resolve(s, "save", r->dir, path, sizeof path, msg,
+                            sizeof msg);
+  if (rc) {
+    tsr_rpc_reply_error(call, rc, msg);
     return;
   }
-  int rc = ps__mkdirs(r->dir);
-  if (rc) {
-    snprintf(msg, sizeof msg, "save: cannot create %s: %s", r->dir,
+  if ((rc = ps__mkdirs(path))) {
+    snprintf(msg, sizeof msg, "save: cannot create %s: %s", path,
              uv_strerror(rc));
     tsr_rpc_reply_error(call, rc, msg);
     return;
@@ -369,7 +378,7 @@ static void ps__on_save(tsr_rpc_incoming *call, void *data) {
     tsr_rpc_reply_error(call, TSR_ENOMEM, "out of memory");
     return;
   }
-  snprintf(b->dir, sizeof b->dir, "%s", r->dir);
+  snprintf(b->dir, sizeof b->dir, "%s", path);
   for (int i = 0; i < s->n_ents; i++) {
     ps_op *op = ps__batch_op(s, b, s->ents[i], PS_OP_SAVE);
     if (!op) {
@@ -433,9 +442,11 @@ static void ps__restore_swap_all(ps_server *s, ps_batch *b) {
 static void ps__on_restore(tsr_rpc_incoming *call, void *data) {
   ps_server *s = data;
   Tessera__Ps__RestoreRequest *r = call->request;
-  char msg[600];
-  if (!r->dir || !r->dir[0] || strlen(r->dir) >= 4000) {
-    tsr_rpc_reply_error(call, TSR_EINVAL, "restore: no folder given");
+  char msg[1200], path[PS_PATH_MAX];
+  int rc = ps__root_resolve(s, "restore", r->dir, path, sizeof path, msg,
+                            sizeof msg);
+  if (rc) {
+    tsr_rpc_reply_error(call, rc, msg);
     return;
   }
   size_t n = r->n_shards ? r->n_shards : (size_t)s->n_ents;
@@ -444,7 +455,7 @@ static void ps__on_restore(tsr_rpc_incoming *call, void *data) {
     tsr_rpc_reply_error(call, TSR_ENOMEM, "out of memory");
     return;
   }
-  snprintf(b->dir, sizeof b->dir, "%s", r->dir);
+  snprintf(b->dir, sizeof b->dir, "%s", path);
   for (size_t i = 0; i < n; i++) {
     ps_entry *e = r->n_shards ? ps__find(s, r->shards[i]->name,
                                          r->shards[i]->shard)
@@ -483,7 +494,7 @@ static void ps__on_restore(tsr_rpc_incoming *call, void *data) {
     j->work.data = j;
     b->pending++;
     s->works++;
-    int rc = uv_queue_work(s->loop, &j->work, ps__load_work, ps__load_after);
+    rc = uv_queue_work(s->loop, &j->work, ps__load_work, ps__load_after);
     if (rc) {
       s->works--;
       b->pending--;

@@ -319,6 +319,17 @@ int ps_client_config_trace(ps_client *c, const char *mode,
   return ps__call(c, PS_M_CONFIG, &m.base, NULL, 0, NULL, 0, cb, data);
 }
 
+int ps_client_configure(ps_client *c, const ps_config *cfg, ps_client_cb cb,
+                        void *data) {
+  Tessera__Ps__ConfigRequest m = TESSERA__PS__CONFIG_REQUEST__INIT;
+  m.mode = (char *)(cfg->mode ? cfg->mode : "async");
+  m.allow_nonfinite = cfg->allow_nonfinite;
+  m.trace = cfg->trace_pid >= 0;
+  m.trace_pid = cfg->trace_pid;
+  if (cfg->checkpoint_root) m.checkpoint_root = (char *)cfg->checkpoint_root;
+  return ps__call(c, PS_M_CONFIG, &m.base, NULL, 0, NULL, 0, cb, data);
+}
+
 int ps_client_save(ps_client *c, const char *dir, ps_client_cb cb,
                    void *data) {
   Tessera__Ps__SaveRequest m = TESSERA__PS__SAVE_REQUEST__INIT;

@@ -153,6 +153,17 @@ int ps_client_config(ps_client *c, const char *mode, bool allow_nonfinite,
 int ps_client_config_trace(ps_client *c, const char *mode,
                            bool allow_nonfinite, int32_t trace_pid,
                            ps_client_cb cb, void *data);
+/* Everything a configure carries. */
+typedef struct {
+  const char *mode;             /* NULL: "async" */
+  bool allow_nonfinite;
+  int32_t trace_pid;            /* >= 0: record applies on that track */
+  const char *checkpoint_root;  /* the job's checkpoint folder (NULL: none):
+                                   the PS saves and restores only under it,
+                                   unless started with its own root */
+} ps_config;
+int ps_client_configure(ps_client *c, const ps_config *cfg, ps_client_cb cb,
+                        void *data);
 int ps_client_save(ps_client *c, const char *dir, ps_client_cb cb,
                    void *data);
 /* Restores every shard the PS holds from dir (re-cut as needed). */

@@ -36,11 +36,13 @@ static void usage(FILE *f) {
           "usage: tessera-ps [--cluster FILE.json] [--task ps:INDEX]\n"
           "                  [--token-file FILE] [--memory-limit BYTES]\n"
           "                  [--listen HOST:PORT] [--mode async|ssp:S|sync]\n"
-          "                  [--allow-nonfinite]\n"
+          "                  [--allow-nonfinite] [--checkpoint-root DIR]\n"
           "  The cluster comes from TF_CONFIG unless --cluster is given; the\n"
           "  token from TESSERA_TOKEN unless --token-file is given.\n"
           "  --memory-limit takes a byte count with an optional K, M, G or T\n"
-          "  suffix (default: 80%% of the machine's memory).\n");
+          "  suffix (default: 80%% of the machine's memory).\n"
+          "  --checkpoint-root: Save and Restore stay under DIR (default: the\n"
+          "  job's checkpoint folder, as the chief names it).\n");
 }
 
 static int parse_bytes(const char *s, size_t *out) {
@@ -99,7 +101,7 @@ static void listen_addr(const tsr_task_addr *a, char *out, size_t len) {
 
 int main(int argc, char **argv) {
   const char *cluster_file = NULL, *task = NULL, *token_file = NULL,
-             *listen = NULL, *mode = NULL;
+             *listen = NULL, *mode = NULL, *ckpt_root = NULL;
   size_t mem_limit = 0;
   int allow_nonfinite = 0;
   static const struct option opts[] = {
@@ -110,6 +112,7 @@ int main(int argc, char **argv) {
       {"listen", required_argument, 0, 'l'},
       {"mode", required_argument, 0, 'M'},
       {"allow-nonfinite", no_argument, 0, 'n'},
+      {"checkpoint-root", required_argument, 0, 'r'},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   int ch;
@@ -122,6 +125,7 @@ int main(int argc, char **argv) {
       case 'l': listen = optarg; break;
       case 'M': mode = optarg; break;
       case 'n': allow_nonfinite = 1; break;
+      case 'r': ckpt_root = optarg; break;
       case 'm':
         if (parse_bytes(optarg, &mem_limit) || mem_limit == 0) {
           tsr_error("--memory-limit \"%s\" is not a byte count (e.g. 8G)",
@@ -192,6 +196,7 @@ int main(int argc, char **argv) {
   po.memory_limit = mem_limit;
   po.allow_nonfinite = allow_nonfinite;
   po.mode = mode;
+  po.checkpoint_root = ckpt_root;
   po.on_shutdown = on_shutdown;
   po.data = &m;
   if ((rc = ps_server_new(&m.srv, m.ctx, &po))) {

@@ -26,6 +26,9 @@ typedef struct {
   size_t memory_limit;      /* bytes for shards, slots and rows; 0: none */
   bool allow_nonfinite;     /* apply NaN/Inf gradients instead of refusing */
   const char *mode;         /* initial mode: NULL or "async", "ssp:S", "sync" */
+  const char *checkpoint_root; /* Save and Restore read and write only
+                               under it; NULL: the folder the chief names
+                               at configure (copied) */
   const tsr_rpc_allocator *allocator; /* every allocation of the service
                                (loop and pool threads: must be
                                thread-safe); NULL: malloc/free. Not copied:

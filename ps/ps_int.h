@@ -129,7 +129,8 @@ int ps__shard_gather(ps_shard *s, ps_mem *mem, const int64_t *ids, size_t n,
 int ps__shard_accum_dense(ps_shard *s, ps_mem *mem, const float *g);
 int ps__shard_accum_rows(ps_shard *s, ps_mem *mem, const int64_t *ids,
                          size_t n, const float *g, char *err, size_t errlen);
-/* Applies the mean of the sum (divided by `workers`) and clears it. */
+/* Applies the mean of the sum (divided by `workers`) and clears it; on
+ * TSR_ENOMEM nothing is applied and the sum is kept for another try. */
 int ps__shard_accum_apply(ps_shard *s, ps_mem *mem, int workers, char *err,
                           size_t errlen);
 

@@ -45,6 +45,14 @@ int ps_server_new(ps_server **out, tsr_rpc_ctx *ctx, const ps_server_opts *o) {
     return TSR_EINVAL;
   }
   ps__cons_set_mode(&s->cons, mode, st);
+  s->opts.checkpoint_root = NULL; /* not kept: copied below */
+  if (o && o->checkpoint_root && (rc = ps__root_set(s, o->checkpoint_root,
+                                                    true))) {
+    tsr_error("checkpoint root \"%s\": %s", o->checkpoint_root,
+              tsr_strerror(rc));
+    ps__free_self(s);
+    return TSR_EINVAL;
+  }
   if ((rc = uv_timer_init(s->loop, &s->timer))) {
     ps__free_self(s);
     return rc;

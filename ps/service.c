@@ -314,9 +314,20 @@ static void ps__after_cb(uv_work_t *w, int status) {
         ps__answer_rows(s, op);
       break;
     case PS_OP_SYNC_APPLY:
+      if (op->rc == TSR_ENOMEM) {
+        /* nothing applied, the sum kept: the timer tries again */
+        tsr_warn("%s shard %d: sync step %" PRId64 ": %s; trying again",
+                 e->spec.name, e->spec.shard, e->sync_done,
+                 op->err[0] ? op->err : tsr_strerror(op->rc));
+        e->sync_queued = false;
+        e->sync_retry = true;
+        ps__op_free(op);
+        break;
+      }
       if (op->rc)
         tsr_error("%s shard %d: sync step %" PRId64 " failed: %s",
-                  e->spec.name, e->spec.shard, e->sync_done, op->err);
+                  e->spec.name, e->spec.shard, e->sync_done,
+                  op->err[0] ? op->err : tsr_strerror(op->rc));
       e->sync_done = op->clock;
       e->n_pushed = 0;
       e->sync_queued = false;
@@ -525,7 +536,7 @@ void ps__sync_check(ps_server *s) {
   if (s->cons.mode != PS_MODE_SYNC || s->closing) return;
   for (int i = 0; i < s->n_ents; i++) {
     ps_entry *e = s->ents[i];
-    if (!e->sh || e->sync_queued) continue;
+    if (!e->sh || e->sync_queued || e->sync_retry) continue;
     if (ps__cons_active(&s->cons) == 0 && e->n_pushed == 0) continue;
     if (!ps__cons_sync_ready(&s->cons, e->sync_done, ps__pushed, e)) continue;
     ps_op *op = ps__calloc(&s->mem, 1, sizeof *op);
@@ -765,6 +776,9 @@ static void ps__on_push(tsr_rpc_incoming *call, void *data) {
 
 void ps__timer_cb(uv_timer_t *t) {
   ps_server *s = t->data;
+  /* sync applies that ran out of memory, or could not be queued */
+  for (int i = 0; i < s->n_ents; i++) s->ents[i]->sync_retry = false;
+  ps__sync_check(s);
   ps__wake(s);
 }
 

@@ -278,25 +278,24 @@ int ps__shard_apply_rows(ps_shard *s, ps_mem *mem, const int64_t *ids,
   uint64_t t0 = tsr_now_ns();
   int rc = ps__check_ids(s, ids, n, err, errlen);
   if (rc) return rc;
+  size_t W = (size_t)s->width;
+  /* every allocation before the first row changes: a failure applies
+   * nothing (rows touched meanwhile hold their initial values) */
   float **recs = ps__calloc(mem, n, sizeof *recs);
-  float *sum = NULL;
-  if (!recs)
+  float *sum = ps__calloc(mem, W, sizeof *sum);
+  if (!recs || !sum) {
+    ps__free(mem, recs);
+    ps__free(mem, sum);
     return ps__fail(err, errlen, TSR_ENOMEM, "%s shard %d: out of memory for "
                     "%zu rows", s->spec.name, s->spec.shard, n);
+  }
   if ((rc = ps__touch_rows(s, mem, ids, n, recs, err, errlen))) goto out;
-  size_t W = (size_t)s->width;
   for (size_t i = 0; i < n; i++) {
     if (!recs[i]) continue; /* an earlier duplicate took it */
     const float *gi = g + i * W;
     /* duplicates of this id later in the batch are summed in first */
     for (size_t j = i + 1; j < n; j++) {
       if (recs[j] != recs[i]) continue;
-      if (!sum) {
-        if (!(sum = ps__alloc(mem, W * sizeof *sum))) {
-          rc = TSR_ENOMEM;
-          goto out;
-        }
-      }
       if (gi != sum) {
         memcpy(sum, gi, W * sizeof *sum);
         gi = sum;
@@ -419,7 +418,9 @@ int ps__shard_accum_apply(ps_shard *s, ps_mem *mem, int workers, char *err,
                          ps__calloc(mem, n * (size_t)s->width, sizeof(float)),
                          0, (size_t)s->width};
     if (!c.ids || !c.g) {
-      rc = TSR_ENOMEM;
+      rc = ps__fail(err, errlen, TSR_ENOMEM, "%s shard %d: out of memory "
+                    "collecting %zu summed rows", s->spec.name, s->spec.shard,
+                    n);
     } else {
       if (n) ps__rows_each(&s->acc_rows, ps__collect, &c);
       rc = ps__shard_apply_rows(s, mem, c.ids, c.n, c.g, scale, err, errlen);
@@ -427,6 +428,7 @@ int ps__shard_accum_apply(ps_shard *s, ps_mem *mem, int workers, char *err,
     ps__free(mem, c.ids);
     ps__free(mem, c.g);
   }
-  s->acc_count = 0;
+  /* out of memory changed nothing: the sum stays for another try */
+  if (rc != TSR_ENOMEM) s->acc_count = 0;
   return rc;
 }

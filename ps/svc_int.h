@@ -18,6 +18,8 @@
 #include "ps/ps_int.h"
 #include "ps.pb-c.h"
 
+#define PS_PATH_MAX 4096
+
 typedef struct ps_op ps_op;
 typedef struct ps_entry ps_entry;
 
@@ -44,7 +46,7 @@ typedef struct {
   ps_entry **ents;     /* restore: the shards, and what was loaded */
   ps_shard **loaded;
   bool *created;       /* create: per requested spec */
-  char dir[4096];
+  char dir[PS_PATH_MAX];
 } ps_batch;
 
 struct ps_op {
@@ -89,6 +91,8 @@ struct ps_entry {
   /* sync mode */
   int64_t sync_done;        /* steps applied */
   bool sync_queued;
+  bool sync_retry;          /* its apply ran out of memory: the timer
+                               queues it again */
   int *pushed;
   int n_pushed, cap_pushed;
   /* writer-only conversion buffer */
@@ -108,6 +112,8 @@ struct ps_server {
   ps_server_opts opts;
   bool allow_nonfinite;
   ps_mem mem;
+  char ckpt_root[PS_PATH_MAX]; /* Save/Restore only under it ("" none yet) */
+  bool root_fixed;          /* given at start: configure does not move it */
   size_t max_answer;        /* largest payload an answer may carry (the
                                context's max_payload_bytes) */
   ps_consist cons;
@@ -148,6 +154,16 @@ void ps__admin_work(ps_server *s, ps_op *op);
 void ps__admin_after(ps_server *s, ps_op *op);
 /* Answers a batch once its last shard is done, and frees it. */
 void ps__batch_finish(ps_server *s, ps_batch *b);
+
+/* ckroot.c */
+/* Sets the checkpoint root (normalized to an absolute path). A root given
+ * at start (fixed) is kept when the chief names another at configure. */
+int ps__root_set(ps_server *s, const char *root, bool fixed);
+/* The path of a Save/Restore folder `dir` (relative to the root, or
+ * absolute inside it) into out; refuses anything that is not under the
+ * root (err names `what`, the path and the root). */
+int ps__root_resolve(const ps_server *s, const char *what, const char *dir,
+                     char *out, size_t len, char *err, size_t errlen);
 
 /* spec.c */
 int ps__spec_from_proto(const Tessera__Ps__VarSpec *v, ps_var_spec *out,

@@ -123,9 +123,9 @@ void coord__ps_setup(coord *co) {
       return;
     }
     int32_t tpid = co->trace ? tsr_trace_pid(TSR_TASK_PS, i) : -1;
-    coord_ps_started(co, call,
-                     ps_client_config_trace(p->cli, mode, false, tpid,
-                                            coord_ps_on_result, call));
+    ps_config cfg = {mode, false, tpid, co->job.checkpoint_dir};
+    coord_ps_started(co, call, ps_client_configure(p->cli, &cfg,
+                                                   coord_ps_on_result, call));
     size_t n = 0;
     for (size_t k = 0; k < co->n_shards; k++)
       if (co->shards[k].ps == i) n++;

@@ -202,8 +202,13 @@ static void two_ps_to_three(void **state) {
   (void)state;
   char dir[256];
   tmpdir(dir, sizeof dir, "svc");
+  /* the PS save and restore only under their root: "ck" is inside it */
+  ps_server_opts o = {0};
+  o.checkpoint_root = dir;
+  char ck[300];
+  snprintf(ck, sizeof ck, "%s/ck", dir);
   h_env e2;
-  h_up(&e2, 2, NULL);
+  h_up(&e2, 2, &o);
   h_res r;
   static float full[R * C], g[R * C], got[R * C];
   /* "w" in 2 shards (7 + 6 rows), one per PS; "emb" sparse, 2 shards */
@@ -235,14 +240,14 @@ static void two_ps_to_three(void **state) {
   H_CALL(&e2, r, ps_client_pull_rows(e2.cl[0], "emb", 0, 0, 0, &i42, 1, emb42, 3, h_cb, &r));
   H_CALL(&e2, r, ps_client_pull_rows(e2.cl[1], "emb", 1, 0, 0, &i777, 1, emb777, 3, h_cb, &r));
   for (int k = 0; k < 2; k++) {
-    H_CALL(&e2, r, ps_client_save(e2.cl[k], dir, h_cb, &r));
+    H_CALL(&e2, r, ps_client_save(e2.cl[k], "ck", h_cb, &r));
     assert_int_equal(r.status, 0);
     assert_int_equal(r.count, 2);
   }
   assert_int_equal(h_down(&e2), 0);
 
   h_env e3;
-  h_up(&e3, 3, NULL);
+  h_up(&e3, 3, &o);
   for (int k = 0; k < 3; k++) {
     ps_var_spec v[2];
     v[0] = spec_of("w", R, C, k, 3, TSR_OPT_ADAM);
@@ -250,7 +255,7 @@ static void two_ps_to_three(void **state) {
     v[1].sparse = v[1].bounded = true;
     H_CALL(&e3, r, ps_client_create(e3.cl[k], v, 2, h_cb, &r));
     assert_int_equal(r.status, 0);
-    H_CALL(&e3, r, ps_client_restore(e3.cl[k], dir, h_cb, &r));
+    H_CALL(&e3, r, ps_client_restore(e3.cl[k], ck, h_cb, &r));
     assert_int_equal(r.status, 0);
     assert_int_equal(r.count, 2);
     H_CALL(&e3, r, ps_client_pull(e3.cl[k], "w", k, 0, 0, got,
@@ -266,11 +271,11 @@ static void two_ps_to_three(void **state) {
   H_CALL(&e3, r, ps_client_pull_rows(e3.cl[2], "emb", 2, 0, 0, &i777, 1, back, 3, h_cb, &r));
   assert_memory_equal(back, emb777, 12);
   /* a corrupt file: the restore fails and nothing changes */
-  DIR *d = opendir(dir);
+  DIR *d = opendir(ck);
   struct dirent *de;
   char victim[1300] = "";
   while ((de = readdir(d)))
-    if (strstr(de->d_name, "w.part-1-of-2")) snprintf(victim, sizeof victim, "%s/%s", dir, de->d_name);
+    if (strstr(de->d_name, "w.part-1-of-2")) snprintf(victim, sizeof victim, "%s/%s", ck, de->d_name);
   closedir(d);
   assert_true(victim[0]);
   struct stat st;
@@ -284,13 +289,14 @@ static void two_ps_to_three(void **state) {
   H_CALL(&e3, r, ps_client_push(e3.cl[1], "w", 1, 0, 0, PS_DT_F32, gg, sizeof gg, h_cb, &r));
   H_CALL(&e3, r, ps_client_pull(e3.cl[1], "w", 1, 0, 0, before, 4 * C, h_cb, &r));
   assert_int_equal(r.version, version + 1);
-  H_CALL(&e3, r, ps_client_restore(e3.cl[1], dir, h_cb, &r));
+  H_CALL(&e3, r, ps_client_restore(e3.cl[1], "ck", h_cb, &r));
   assert_int_equal(r.status, TSR_ECORRUPT);
   assert_non_null(strstr(r.message, "nothing changed"));
   H_CALL(&e3, r, ps_client_pull(e3.cl[1], "w", 1, 0, 0, got, 4 * C, h_cb, &r));
   assert_memory_equal(got, before, sizeof gg);
   assert_int_equal(r.version, version + 1);
   assert_int_equal(h_down(&e3), 0);
+  rmtree(ck);
   rmtree(dir);
 }
 

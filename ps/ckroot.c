@@ -1,0 +1,143 @@
+/* Where Save and Restore may read and write: only under the PS's
+ * checkpoint root.
+ *
+ * The root is given at start (--checkpoint-root, ps_server_opts) or, when
+ * it was not, by the chief at configure (the job's checkpoint folder).
+ * A request names a folder relative to the root ("ckpt-000000001200") or
+ * an absolute path inside it. Happy path: the name is checked lexically
+ * (no "..", no "." and no empty component, not the root itself), joined
+ * to the root, and the deepest part of it that exists already must still
+ * lie under the root once symbolic links are resolved.
+ * Failure modes, each refused with a message naming the path: no root
+ * yet, a path outside the root, a component that climbs out, a link that
+ * leads outside, a path too long.
+ */
+#include "ps/svc_int.h"
+#include "common/err.h"
+#include "common/log.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Absolute, without a trailing slash or repeated slashes ("/" stays "/"). */
+static int cr_normalize(const char *in, char *out, size_t len) {
+  char tmp[PS_PATH_MAX];
+  if (in[0] != '/') {
+    char cwd[PS_PATH_MAX];
+    if (!getcwd(cwd, sizeof cwd)) return -errno;
+    int n = snprintf(tmp, sizeof tmp, "%s/%s", cwd, in);
+    if (n < 0 || (size_t)n >= sizeof tmp) return TSR_ERANGE;
+  } else if (strlen(in) >= sizeof tmp) {
+    return TSR_ERANGE;
+  } else {
+    snprintf(tmp, sizeof tmp, "%s", in);
+  }
+  size_t o = 0;
+  for (const char *p = tmp; *p; p++) {
+    if (*p == '/' && o > 0 && out[o - 1] == '/') continue;
+    if (o + 1 >= len) return TSR_ERANGE;
+    out[o++] = *p;
+  }
+  while (o > 1 && out[o - 1] == '/') o--;
+  out[o] = 0;
+  return 0;
+}
+
+int ps__root_set(ps_server *s, const char *root, bool fixed) {
+  char norm[PS_PATH_MAX];
+  if (!root || !root[0]) return TSR_EINVAL;
+  int rc = cr_normalize(root, norm, sizeof norm);
+  if (rc) return rc;
+  if (s->root_fixed && !fixed) {
+    if (strcmp(norm, s->ckpt_root))
+      tsr_info("checkpoint root stays %s (given at start); the chief's is %s",
+               s->ckpt_root, norm);
+    return 0;
+  }
+  if (strcmp(norm, s->ckpt_root))
+    tsr_info("checkpoint root: %s (%s)", norm,
+             fixed ? "--checkpoint-root" : "from the chief");
+  snprintf(s->ckpt_root, sizeof s->ckpt_root, "%s", norm);
+  s->root_fixed = fixed;
+  return 0;
+}
+
+/* Whether `path` is `root` or lies below it (both normalized). */
+static bool cr_under(const char *root, const char *path) {
+  size_t n = strlen(root);
+  if (strcmp(root, "/") == 0) return path[0] == '/';
+  return strncmp(path, root, n) == 0 && (path[n] == '/' || path[n] == 0);
+}
+
+int ps__root_resolve(const ps_server *s, const char *what, const char *dir,
+                     char *out, size_t len, char *err, size_t errlen) {
+  if (!s->ckpt_root[0]) {
+    snprintf(err, errlen, "%s: no checkpoint root: start tessera-ps with "
+             "--checkpoint-root or let the chief configure one", what);
+    return TSR_ECONFIG;
+  }
+  if (!dir || !dir[0]) {
+    snprintf(err, errlen, "%s: no folder given", what);
+    return TSR_EINVAL;
+  }
+  size_t dl = strnlen(dir, PS_PATH_MAX);
+  if (dl >= PS_PATH_MAX - 1) {
+    snprintf(err, errlen, "%s: folder name of %zu bytes is too long", what,
+             dl);
+    return TSR_ERANGE;
+  }
+  /* the part under the root, component by component */
+  const char *rel = dir;
+  char abs[PS_PATH_MAX];
+  if (dir[0] == '/') {
+    if (cr_normalize(dir, abs, sizeof abs) || !cr_under(s->ckpt_root, abs) ||
+        strcmp(abs, s->ckpt_root) == 0) {
+      snprintf(err, errlen, "%s: %.300s is not inside the checkpoint root "
+               "%.300s", what, dir, s->ckpt_root);
+      return TSR_EINVAL;
+    }
+    rel = abs + strlen(s->ckpt_root) + (strcmp(s->ckpt_root, "/") ? 1 : 0);
+  }
+  for (const char *c = rel; *c;) {
+    const char *e = strchr(c, '/');
+    size_t n = e ? (size_t)(e - c) : strlen(c);
+    if (n == 0 || (n == 1 && c[0] == '.') ||
+        (n == 2 && c[0] == '.' && c[1] == '.')) {
+      snprintf(err, errlen, "%s: %.300s has a \"%.*s\" component: folders "
+               "are named inside the checkpoint root %.300s", what, dir,
+               (int)n, c, s->ckpt_root);
+      return TSR_EINVAL;
+    }
+    c = e ? e + 1 : c + n;
+  }
+  int n = snprintf(out, len, "%s/%s", strcmp(s->ckpt_root, "/") ? s->ckpt_root
+                                                                 : "",
+                   rel);
+  if (n < 0 || (size_t)n >= len) {
+    snprintf(err, errlen, "%s: path under %.300s is too long", what,
+             s->ckpt_root);
+    return TSR_ERANGE;
+  }
+  /* links: the deepest existing prefix must resolve under the root */
+  char real_root[PATH_MAX], probe[PS_PATH_MAX], real[PATH_MAX];
+  if (!realpath(s->ckpt_root, real_root))
+    return 0; /* no root on disk yet: nothing under it can lead out */
+  snprintf(probe, sizeof probe, "%s", out);
+  for (;;) {
+    if (realpath(probe, real)) {
+      if (!cr_under(real_root, real)) {
+        snprintf(err, errlen, "%s: %.300s leads outside the checkpoint root "
+                 "%.300s (to %.300s)", what, dir, s->ckpt_root, real);
+        return TSR_EINVAL;
+      }
+      return 0;
+    }
+    char *slash = strrchr(probe, '/');
+    if (!slash || slash == probe) return 0;
+    *slash = 0;
+  }
+}
