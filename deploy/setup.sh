@@ -37,6 +37,7 @@ say() { printf '[setup] %s\n' "$*"; }
 pkgs=(meson ninja-build pkg-config gcc g++ libc6-dev
       libuv1-dev libprotobuf-c-dev protobuf-c-compiler libmsgpack-dev
       libcmocka-dev libopenblas-dev libjansson-dev libsodium-dev zlib1g-dev
+      libssl-dev
       dataset-fashion-mnist)
 if [ "$mode" = test ]; then
   # libFuzzer targets, network-namespace tests

@@ -56,6 +56,10 @@ typedef struct cconn {
   tsr_rpc_client *cl;
   uv_connect_t creq;
   int was_ready;
+  int closing_msg;            /* the server's connection error (request id
+                                 0) is in: acted on once its frame is whole
+                                 (and its MAC verified) */
+  char server_msg[300];
 } cconn;
 
 struct tsr_rpc_client {
@@ -412,14 +416,13 @@ static int c_on_head(tsr_rpc__rx *rx, const tsr_rpc__hdr *h,
   tsr_rpc_client *cl = cc->cl;
   if (h->kind == TSR_RPC__ERR && h->id == 0) {
     int code;
-    char m[200], msg[300];
+    char m[200];
     if (tsr_rpc__err_decode(meta, h->meta_len, &code, m, sizeof m)) code =
         TSR_EPROTO;
-    snprintf(msg, sizeof msg, "server %s closed the connection: %s",
-             cl->addr, m);
-    tsr_warn("rpc %s: %s", cl->ctx->name, msg);
-    tsr_rpc__conn_close(&cc->c, TSR_ECLOSED, msg);
-    return TSR_ECLOSED;
+    snprintf(cc->server_msg, sizeof cc->server_msg,
+             "server %s closed the connection: %s", cl->addr, m);
+    cc->closing_msg = 1;
+    return 0;
   }
   pcall *p = tsr_rpc__idmap_get(&cl->ids, h->id);
   if (!p) {
@@ -486,6 +489,11 @@ static int c_on_frame(tsr_rpc__rx *rx, const tsr_rpc__hdr *h,
                       void *payload) {
   cconn *cc = rx->owner;
   tsr_rpc_client *cl = cc->cl;
+  if (cc->closing_msg) {
+    tsr_warn("rpc %s: %s", cl->ctx->name, cc->server_msg);
+    tsr_rpc__conn_close(&cc->c, TSR_ECLOSED, cc->server_msg);
+    return TSR_ECLOSED;
+  }
   pcall *p = cl->receiving;
   if (!p) return 0;
   cl->receiving = NULL;

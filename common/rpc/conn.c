@@ -3,7 +3,8 @@
  * Happy path: once TCP is up the handshake runs (handshake.c) under a
  * timer; then frames flow: reads go where the receive machine (rx.c) says
  * (straight into payload destinations for large tensors), writes gather
- * header + meta + the caller's payload buffers into one uv_write. The
+ * header + meta + the caller's payload buffers + the frame's MAC (mac.c,
+ * computed over the caller's buffers in place) into one uv_write. The
  * timer then drives heartbeats (a client pings an idle connection; a
  * server answers pings) and dead-peer detection.
  * A frame the kernel takes at once (uv_try_write) costs no write request
@@ -97,6 +98,7 @@ static void on_handle_closed(uv_handle_t *h) {
   if (--c->handles > 0) return;
   flush_done(c); /* those bytes did leave */
   tsr_rpc__rx_free(&c->rx);
+  tsr_rpc__mac_wipe(&c->txmac);
   c->ops->on_freed(c);
 }
 
@@ -220,35 +222,56 @@ int tsr_rpc__conn_send(tsr_rpc__conn *c, const tsr_rpc__hdr *h,
                        const void *meta, const uv_buf_t *payload,
                        unsigned npayload, tsr_rpc__sent_cb cb, void *data) {
   if (c->state != TSR_RPC__C_READY) return TSR_ECLOSED;
-  wreq *w = tsr_rpc__alloc(c->ctx, sizeof *w + TSR_RPC_HEADER_SIZE +
-                                       h->meta_len);
+  size_t head = TSR_RPC_HEADER_SIZE + h->meta_len;
+  size_t tag = c->txmac.on ? TSR_RPC__TAG_SIZE : 0;
+  wreq *w = tsr_rpc__alloc(c->ctx, sizeof *w + head + tag);
   if (!w) return TSR_ENOMEM;
   memset(w, 0, sizeof *w);
   w->cb = cb;
   w->data = data;
   tsr_rpc__hdr_encode(w->head, h);
   if (h->meta_len) memcpy(w->head + TSR_RPC_HEADER_SIZE, meta, h->meta_len);
-  uv_buf_t small[9], *bufs = small;
-  if (npayload + 1 > 9) {
-    bufs = tsr_rpc__alloc(c->ctx, (npayload + 1) * sizeof *bufs);
+  uv_buf_t small[10], *bufs = small;
+  if (npayload + 2 > 10) {
+    bufs = tsr_rpc__alloc(c->ctx, (npayload + 2) * sizeof *bufs);
     if (!bufs) {
       tsr_rpc__free(c->ctx, w);
       return TSR_ENOMEM;
     }
   }
-  bufs[0] = uv_buf_init((char *)w->head, TSR_RPC_HEADER_SIZE + h->meta_len);
+  bufs[0] = uv_buf_init((char *)w->head, (unsigned)head);
   unsigned n = 1;
-  w->bytes = bufs[0].len;
+  w->bytes = head;
+  if (tag) {
+    uint64_t total = head;
+    for (unsigned i = 0; i < npayload; i++) total += payload[i].len;
+    tsr_rpc__mac_begin(&c->txmac, total);
+    tsr_rpc__mac_update(&c->txmac, w->head, head);
+  }
   for (unsigned i = 0; i < npayload; i++) {
     if (!payload[i].len) continue;
     bufs[n++] = payload[i];
     w->bytes += payload[i].len;
+    if (tag) tsr_rpc__mac_update(&c->txmac, payload[i].base, payload[i].len);
+  }
+  if (tag) {
+    /* the tag follows the payload: in the head block when there is none */
+    uint8_t *t = w->head + head;
+    tsr_rpc__mac_final(&c->txmac, t);
+    if (n == 1)
+      bufs[0].len += TSR_RPC__TAG_SIZE;
+    else
+      bufs[n++] = uv_buf_init((char *)t, TSR_RPC__TAG_SIZE);
+    w->bytes += TSR_RPC__TAG_SIZE;
   }
   int rc = raw_send(c, w, bufs, n); /* libuv copies the array */
   if (bufs != small) tsr_rpc__free(c->ctx, bufs);
   if (rc == 0) {
     c->frames_out++;
     if (c->agg) c->agg->frames_out++;
+  } else if (tag && c->state != TSR_RPC__C_CLOSING) {
+    /* the frame's number is spent: the peer would refuse every later one */
+    tsr_rpc__conn_close(c, rc, "write failed");
   }
   return rc;
 }
@@ -278,6 +301,15 @@ static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
 }
 
 static void hs_done(tsr_rpc__conn *c, const uint8_t *rest, size_t n) {
+  if (c->hs.mac) {
+    tsr_rpc__mac_init(&c->txmac, c->hs.key_tx);
+    tsr_rpc__rx_mac_on(&c->rx, c->hs.key_rx);
+  } else {
+    tsr_debug("rpc %s: %s %s: plain frames (both ends asked)", c->ctx->name,
+              who(c), c->peer);
+  }
+  sodium_memzero(c->hs.key_tx, sizeof c->hs.key_tx);
+  sodium_memzero(c->hs.key_rx, sizeof c->hs.key_rx);
   c->state = TSR_RPC__C_READY;
   c->ready_ns = tsr_now_ns();
   c->last_rx_ns = c->ready_ns;
@@ -454,7 +486,7 @@ int tsr_rpc__conn_start(tsr_rpc__conn *c) {
   uint8_t out[TSR_RPC__HS_OUT_MAX];
   size_t out_len;
   tsr_rpc__hs_init(&c->hs, c->role, c->ctx->token, c->ctx->o.token_len,
-                   c->ctx->name, out, &out_len);
+                   c->ctx->name, c->ctx->o.plain_frames, out, &out_len);
   int rc = 0;
   if (out_len) rc = send_bytes(c, out, out_len);
   if (!rc) rc = uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb);

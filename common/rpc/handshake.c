@@ -11,6 +11,8 @@
  * can name both versions, then refuses), a wrong proof (the server answers
  * a refusal and closes; the client drops a server whose proof fails). The
  * server never computes a proof for a client that has not proven itself.
+ * Done: both ends hold the same two session keys (one per direction) for
+ * the frames' MACs (mac.c), and agree whether frames carry one.
  */
 #include "common/rpc/rpc_int.h"
 
@@ -21,14 +23,19 @@
 
 static const char tsr__label_client[] = "tessera-rpc client proof v1";
 static const char tsr__label_server[] = "tessera-rpc server proof v1";
+static const char tsr__label_session[] = "tessera-rpc session keys v2";
 
-static void hs_hello(tsr_rpc__hs *hs, const char *name) {
+/* HELLO byte 7: flags. */
+#define HS_FLAG_PLAIN 0x01u /* asks for frames without a MAC */
+
+static void hs_hello(tsr_rpc__hs *hs, const char *name, int plain) {
   uint8_t *p = hs->mine;
   memset(p, 0, TSR_RPC__HELLO_SIZE);
   tsr_rpc__put32(p, TSR_RPC__HELLO_MAGIC);
   p[4] = (uint8_t)TSR_RPC_VERSION;
   p[5] = (uint8_t)(TSR_RPC_VERSION >> 8);
   p[6] = (uint8_t)hs->role;
+  p[7] = plain ? HS_FLAG_PLAIN : 0;
   randombytes_buf(p + 8, TSR_RPC__NONCE_SIZE);
   if (name) {
     size_t n = strlen(name);
@@ -50,15 +57,41 @@ static void hs_proof(const tsr_rpc__hs *hs, const char *label,
   sodium_memzero(&st, sizeof st);
 }
 
+/* Both ends, once both proofs verified: K = HMAC(token, label, client
+ * HELLO, server HELLO), then one key per direction, HMAC(K, "c2s") and
+ * HMAC(K, "s2c"). Fresh nonces make them new for every connection. */
+static void hs_session(tsr_rpc__hs *hs) {
+  const uint8_t *ch = hs->role == TSR_RPC__CLIENT ? hs->mine : hs->theirs;
+  const uint8_t *sh = hs->role == TSR_RPC__CLIENT ? hs->theirs : hs->mine;
+  uint8_t k[32], c2s[32], s2c[32];
+  crypto_auth_hmacsha256_state st;
+  crypto_auth_hmacsha256_init(&st, hs->token, hs->token_len);
+  crypto_auth_hmacsha256_update(&st, (const uint8_t *)tsr__label_session,
+                                strlen(tsr__label_session));
+  crypto_auth_hmacsha256_update(&st, ch, TSR_RPC__HELLO_SIZE);
+  crypto_auth_hmacsha256_update(&st, sh, TSR_RPC__HELLO_SIZE);
+  crypto_auth_hmacsha256_final(&st, k);
+  crypto_auth_hmacsha256(c2s, (const uint8_t *)"c2s", 3, k);
+  crypto_auth_hmacsha256(s2c, (const uint8_t *)"s2c", 3, k);
+  int client = hs->role == TSR_RPC__CLIENT;
+  memcpy(hs->key_tx, client ? c2s : s2c, 32);
+  memcpy(hs->key_rx, client ? s2c : c2s, 32);
+  hs->mac = !((ch[7] & HS_FLAG_PLAIN) && (sh[7] & HS_FLAG_PLAIN));
+  sodium_memzero(&st, sizeof st);
+  sodium_memzero(k, sizeof k);
+  sodium_memzero(c2s, sizeof c2s);
+  sodium_memzero(s2c, sizeof s2c);
+}
+
 void tsr_rpc__hs_init(tsr_rpc__hs *hs, int role, const void *token,
-                      size_t token_len, const char *name, uint8_t *out,
-                      size_t *out_len) {
+                      size_t token_len, const char *name, int plain,
+                      uint8_t *out, size_t *out_len) {
   memset(hs, 0, sizeof *hs);
   hs->role = role;
   hs->token = token;
   hs->token_len = token_len;
   hs->state = TSR_RPC__HS_WAIT_HELLO;
-  hs_hello(hs, name);
+  hs_hello(hs, name, plain);
   *out_len = 0;
   if (role == TSR_RPC__CLIENT) {
     memcpy(out, hs->mine, TSR_RPC__HELLO_SIZE);
@@ -174,6 +207,7 @@ int tsr_rpc__hs_feed(tsr_rpc__hs *hs, const uint8_t *in, size_t len,
       uint8_t proof[TSR_RPC__PROOF_SIZE];
       hs_proof(hs, tsr__label_server, proof);
       verdict(out, out_len, 0, proof);
+      hs_session(hs);
       hs->state = TSR_RPC__HS_DONE;
     } else {
       int status = (int)tsr_rpc__get32(hs->in);
@@ -200,6 +234,7 @@ int tsr_rpc__hs_feed(tsr_rpc__hs *hs, const uint8_t *in, size_t len,
                  "not verify)");
         return hs_fail(hs, TSR_EAUTH);
       }
+      hs_session(hs);
       hs->state = TSR_RPC__HS_DONE;
     }
   }

@@ -8,8 +8,13 @@
  * with a handshake (magic, protocol version, mutual HMAC proof of the
  * cluster token over fresh nonces); only then are frames read. A frame is a
  * fixed 32-byte little-endian header, the protobuf-c meta message (its
- * schema belongs to the method, the RPC layer only carries the bytes), then
- * the raw payload. Payload bytes are never copied: the sender passes them
+ * schema belongs to the method, the RPC layer only carries the bytes), the
+ * raw payload, then a 16-byte MAC (Poly1305 under a per-connection,
+ * per-direction session key from the handshake and the frame's number):
+ * a frame altered, replayed, reordered or dropped on the way closes the
+ * connection (logged), so nothing a relay without the token touched is
+ * ever handed to a handler or a caller. Both ends may agree to plain
+ * frames on a trusted network (opts.plain_frames on both). Payload bytes are never copied: the sender passes them
  * as its own uv_buf_t array (written with one gathered uv_write), the
  * receiver reads them straight into their destination (a buffer named by
  * the caller for a response, or one chosen by the method's payload
@@ -52,7 +57,7 @@
 
 /* Protocol version spoken by this build; a peer with another version is
  * refused with a message naming both. */
-#define TSR_RPC_VERSION 1
+#define TSR_RPC_VERSION 2
 /* Fixed frame header size on the wire (bytes). */
 #define TSR_RPC_HEADER_SIZE 32
 /* Longest cluster token accepted (bytes). */
@@ -110,6 +115,9 @@ typedef struct tsr_rpc_opts {
                                    TSR_EUNAVAIL instead of waiting for the
                                    connection until its deadline */
   const tsr_rpc_allocator *allocator; /* NULL: malloc/free; copied */
+  int plain_frames;             /* non-zero: ask peers for frames without a
+                                   MAC (a trusted network). Frames carry a
+                                   MAC unless both ends ask; default 0 */
 } tsr_rpc_opts;
 
 typedef struct tsr_rpc_ctx tsr_rpc_ctx;

@@ -13,8 +13,10 @@
 #define TSR_RPC_INT_H
 
 #include "common/rpc/rpc.h"
+#include "tsr_config.h"
 
 #include <pthread.h>
+#include <sodium.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -91,6 +93,39 @@ static inline uint64_t tsr_rpc__get64(const uint8_t *p) {
   return (uint64_t)tsr_rpc__get32(p) | (uint64_t)tsr_rpc__get32(p + 4) << 32;
 }
 
+/* ---- frame integrity (mac.c) ------------------------------------------ */
+
+/* Poly1305 tag after every frame once the handshake is done (unless both
+ * ends asked for plain frames): frame n of a direction is keyed with
+ * ChaCha20(direction's session key, n), so replayed, reordered, dropped
+ * and altered frames all fail. */
+#define TSR_RPC__TAG_SIZE 16
+
+#define TSR_RPC__MAC_BATCH 64  /* frames' one-time keys made at once */
+
+typedef struct tsr_rpc__mac {
+  int on;
+  uint8_t key[32];
+  uint64_t counter;             /* frames of this direction so far */
+  uint8_t keys[TSR_RPC__MAC_BATCH * 32]; /* one-time keys of this batch */
+  int keys_ready;
+  int use_big;                  /* this frame through libcrypto */
+  void *big;                    /* EVP_MAC_CTX (libcrypto builds) */
+  crypto_onetimeauth_state st;  /* the frame being sent or received */
+} tsr_rpc__mac;
+
+/* m must be zeroed or wiped before its first init. */
+void tsr_rpc__mac_init(tsr_rpc__mac *m, const uint8_t key[32]);
+void tsr_rpc__mac_wipe(tsr_rpc__mac *m);
+/* Starts frame number m->counter, of frame_len bytes before its tag. */
+void tsr_rpc__mac_begin(tsr_rpc__mac *m, uint64_t frame_len);
+void tsr_rpc__mac_update(tsr_rpc__mac *m, const void *p, size_t n);
+/* Ends the frame: its tag (send) or 0 when `tag` is right (receive). Both
+ * move on to the next frame number. */
+void tsr_rpc__mac_final(tsr_rpc__mac *m, uint8_t tag[TSR_RPC__TAG_SIZE]);
+int tsr_rpc__mac_verify(tsr_rpc__mac *m,
+                        const uint8_t tag[TSR_RPC__TAG_SIZE]);
+
 /* ---- handshake (handshake.c) ------------------------------------------ */
 
 /* Client -> server: HELLO. Server -> client: HELLO (always, so a client
@@ -98,7 +133,11 @@ static inline uint64_t tsr_rpc__get64(const uint8_t *p) {
  * VERDICT: status (0, TSR_EAUTH, TSR_EVERSION) and the server's proof.
  * Proofs are HMAC-SHA256 under the cluster token over a role label and
  * both HELLOs (so both fresh nonces): a recorded exchange never verifies
- * again. */
+ * again. Once both proofs verify, each end derives the same two session
+ * keys (client->server, server->client) from the token and both HELLOs.
+ * A HELLO's flags byte says whether its sender asks for plain frames;
+ * frames carry a MAC unless both ends ask (and since the proofs cover the
+ * HELLOs, nobody on the path can change that). */
 #define TSR_RPC__NONCE_SIZE 32
 #define TSR_RPC__HELLO_SIZE (8 + TSR_RPC__NONCE_SIZE + TSR_RPC_NAME_MAX + 1)
 #define TSR_RPC__PROOF_SIZE 32
@@ -129,12 +168,15 @@ typedef struct tsr_rpc__hs {
   int status;                 /* on failure */
   char msg[200];              /* on failure: what went wrong */
   int close_after_send;       /* server refusals: send, then close */
+  int mac;                    /* done: frames carry a MAC */
+  uint8_t key_tx[32], key_rx[32]; /* done: this end's session keys */
 } tsr_rpc__hs;
 
-/* Starts the handshake; the client gets its HELLO to send in out. */
+/* Starts the handshake; the client gets its HELLO to send in out. `plain`
+ * asks for frames without a MAC (granted only if the peer asks too). */
 void tsr_rpc__hs_init(tsr_rpc__hs *hs, int role, const void *token,
-                      size_t token_len, const char *name, uint8_t *out,
-                      size_t *out_len);
+                      size_t token_len, const char *name, int plain,
+                      uint8_t *out, size_t *out_len);
 /* Feeds received bytes. Consumes what belongs to the handshake (*used),
  * appends bytes to send to out (capacity TSR_RPC__HS_OUT_MAX, *out_len).
  * Returns 0 while going on, 1 once done (bytes after *used are frames),
@@ -161,7 +203,7 @@ typedef struct tsr_rpc__rx_ops {
 } tsr_rpc__rx_ops;
 
 enum { TSR_RPC__RX_HDR, TSR_RPC__RX_META, TSR_RPC__RX_PAYLOAD,
-       TSR_RPC__RX_DEAD };
+       TSR_RPC__RX_TAG, TSR_RPC__RX_DEAD };
 
 struct tsr_rpc__rx {
   const tsr_rpc__rx_ops *ops;
@@ -178,11 +220,15 @@ struct tsr_rpc__rx {
   uint8_t *dst;               /* payload destination, NULL: discard */
   uint64_t got;
   int given;                  /* what rx_buf handed out last */
+  uint8_t *given_p;           /* where (payloads: hashed from there) */
   int paused;
   int busy;                   /* inside rx_process */
   int err;                    /* fatal error code, 0 */
   uint64_t err_id;            /* request id the error is about (0: none) */
   char msg[200];
+  tsr_rpc__mac mac;           /* off until tsr_rpc__rx_mac_on */
+  uint8_t tag[TSR_RPC__TAG_SIZE];
+  size_t tag_got;
 };
 
 int tsr_rpc__rx_init(tsr_rpc__rx *rx, const tsr_rpc__rx_ops *ops,
@@ -198,6 +244,9 @@ int tsr_rpc__rx_done(tsr_rpc__rx *rx, size_t n);
 /* Puts bytes already received (after a handshake) into the stage; p may
  * point into the stage itself. */
 int tsr_rpc__rx_push(tsr_rpc__rx *rx, const uint8_t *p, size_t n);
+/* From the next frame on, every frame must end with its tag under `key`
+ * (a frame whose tag does not verify stops the machine: TSR_EAUTH). */
+void tsr_rpc__rx_mac_on(tsr_rpc__rx *rx, const uint8_t key[32]);
 /* Processes staged bytes (resuming after a pause). */
 int tsr_rpc__rx_process(tsr_rpc__rx *rx);
 /* The payload being received will be discarded from now on (its
@@ -306,6 +355,7 @@ struct tsr_rpc__conn {
   uint64_t bytes_in, bytes_out, frames_in, frames_out, calls;
   uint64_t last_progress_ns;  /* a write that had to wait completed */
   int down;                   /* on_down has run */
+  tsr_rpc__mac txmac;         /* frames sent (on once handshaken) */
   tsr_rpc_stats *agg;         /* owner totals to add to */
   tsr_rpc__conn *next, *prev; /* owner's list */
 };

@@ -8,10 +8,16 @@
  * straight into that destination (rx_buf hands out the destination itself,
  * so a large tensor is never copied). A frame whose payload the owner
  * does not want is read into the stage and dropped.
- * Failure modes: a bad header or an unexpected kind stops the machine for
- * good with a code, a message, and the request id it concerns, and the
- * owner closes the connection. Nothing is allocated before the header has
- * passed its limits.
+ * With frame MACs on (after the handshake), every byte of a frame is fed
+ * to the frame's MAC as it arrives (the payload where it lands, while it
+ * is hot in the cache), the 16-byte tag that follows the payload is
+ * gathered in the stage, and only a frame whose tag verifies reaches
+ * on_frame: an altered, replayed, reordered or dropped frame never gets
+ * to a handler or a caller.
+ * Failure modes: a bad header, an unexpected kind or a tag that does not
+ * verify stops the machine for good with a code, a message, and the
+ * request id it concerns, and the owner closes the connection. Nothing is
+ * allocated before the header has passed its limits.
  */
 #include "common/rpc/rpc_int.h"
 
@@ -43,6 +49,11 @@ void tsr_rpc__rx_free(tsr_rpc__rx *rx) {
   if (rx->stage) rx->al->free(rx->al->ctx, rx->stage);
   rx->meta = rx->stage = NULL;
   rx->state = TSR_RPC__RX_DEAD;
+  tsr_rpc__mac_wipe(&rx->mac);
+}
+
+void tsr_rpc__rx_mac_on(tsr_rpc__rx *rx, const uint8_t key[32]) {
+  tsr_rpc__mac_init(&rx->mac, key);
 }
 
 static size_t direct_min(const tsr_rpc__rx *rx) { return rx->cap / 2; }
@@ -55,12 +66,14 @@ void tsr_rpc__rx_buf(tsr_rpc__rx *rx, uint8_t **p, size_t *len) {
       if (!rx->dst) {
         rx->given = GIVE_DISCARD;
         *p = rx->stage;
+        rx->given_p = *p;
         *len = left < rx->cap ? (size_t)left : rx->cap;
         return;
       }
       if (left >= direct_min(rx)) {
         rx->given = GIVE_DIRECT;
         *p = rx->dst + rx->got;
+        rx->given_p = *p;
         /* read(2) moves at most 2 GiB - 4 KiB at a time anyway */
         *len = left < (1u << 30) ? (size_t)left : (size_t)1 << 30;
         return;
@@ -88,6 +101,11 @@ static int rx_fail(tsr_rpc__rx *rx, int code) {
 }
 
 static int finish_frame(tsr_rpc__rx *rx) {
+  if (rx->mac.on && rx->state != TSR_RPC__RX_TAG) {
+    rx->state = TSR_RPC__RX_TAG; /* the tag first */
+    rx->tag_got = 0;
+    return 0;
+  }
   rx->state = TSR_RPC__RX_HDR;
   void *payload = rx->h.payload_len ? rx->dst : NULL;
   rx->dst = NULL;
@@ -99,6 +117,7 @@ static int finish_frame(tsr_rpc__rx *rx) {
 
 static int head_done(tsr_rpc__rx *rx, const uint8_t *meta) {
   void *dst = NULL;
+  if (rx->mac.on) tsr_rpc__mac_update(&rx->mac, meta, rx->h.meta_len);
   int rc = rx->ops->on_head(rx, &rx->h, meta, &dst);
   if (rx->meta) {
     rx->al->free(rx->al->ctx, rx->meta);
@@ -123,6 +142,12 @@ static int take_header(tsr_rpc__rx *rx) {
     return rx_fail(rx, TSR_EPROTO);
   }
   rx->err_id = 0;
+  if (rx->mac.on) {
+    tsr_rpc__mac_begin(&rx->mac, TSR_RPC_HEADER_SIZE +
+                                     (uint64_t)rx->h.meta_len +
+                                     rx->h.payload_len);
+    tsr_rpc__mac_update(&rx->mac, rx->stage + rx->beg, TSR_RPC_HEADER_SIZE);
+  }
   rx->beg += TSR_RPC_HEADER_SIZE;
   rx->state = TSR_RPC__RX_META;
   rx->meta_got = 0;
@@ -159,10 +184,33 @@ int tsr_rpc__rx_process(tsr_rpc__rx *rx) {
       const uint8_t *m = rx->stage + rx->beg;
       rx->beg += rx->h.meta_len;
       rc = head_done(rx, m);
+    } else if (rx->state == TSR_RPC__RX_TAG) {
+      size_t take = TSR_RPC__TAG_SIZE - rx->tag_got;
+      if (take > avail) take = avail;
+      if (take == 0) break;
+      memcpy(rx->tag + rx->tag_got, rx->stage + rx->beg, take);
+      rx->tag_got += take;
+      rx->beg += take;
+      if (rx->tag_got < TSR_RPC__TAG_SIZE) break;
+      uint64_t n = rx->mac.counter;
+      if (tsr_rpc__mac_verify(&rx->mac, rx->tag)) {
+        snprintf(rx->msg, sizeof rx->msg,
+                 "%s frame %llu (request %llu, method %u) fails its "
+                 "integrity check: altered, replayed, reordered or dropped "
+                 "on the way",
+                 tsr_rpc__kind_name(rx->h.kind), (unsigned long long)n,
+                 (unsigned long long)rx->h.id, rx->h.method);
+        rx->err_id = 0;
+        rc = rx_fail(rx, TSR_EAUTH);
+        break;
+      }
+      rc = finish_frame(rx);
     } else {
       uint64_t left = rx->h.payload_len - rx->got;
       size_t take = left < avail ? (size_t)left : avail;
       if (take == 0) break;
+      if (rx->mac.on)
+        tsr_rpc__mac_update(&rx->mac, rx->stage + rx->beg, take);
       if (rx->dst) memcpy(rx->dst + rx->got, rx->stage + rx->beg, take);
       rx->got += take;
       rx->beg += take;
@@ -179,6 +227,7 @@ int tsr_rpc__rx_done(tsr_rpc__rx *rx, size_t n) {
   switch (rx->given) {
     case GIVE_DIRECT:
     case GIVE_DISCARD:
+      if (rx->mac.on) tsr_rpc__mac_update(&rx->mac, rx->given_p, n);
       rx->got += n;
       if (rx->got == rx->h.payload_len) {
         int rc = finish_frame(rx);

@@ -60,6 +60,15 @@ struct sconn {
   scall *calls;              /* handled, not answered */
   scall *receiving;          /* payload landing */
   int counted;               /* in s->st.connections */
+  struct {                   /* a request refused before its handler,
+                                answered once its frame is complete (and
+                                its MAC verified: nothing is answered to
+                                a frame a relay made up) */
+    int pending, code;
+    uint64_t id;
+    uint32_t method;
+    char msg[300];
+  } refusal;
 };
 
 struct tsr_rpc_server {
@@ -264,15 +273,25 @@ int tsr_rpc_incoming_dead(const tsr_rpc_incoming *call) {
 
 /* ---- requests ---------------------------------------------------------- */
 
-/* A request refused before its handler: answer it, drop its payload. */
+/* A request refused before its handler: its payload is dropped, and it
+ * is answered once the whole frame is in (s_on_frame). */
 static int refuse(sconn *sc, const tsr_rpc__hdr *h, int code,
                   const char *msg) {
-  tsr_debug("rpc %s: peer %s: request %llu: %s", sc->s->ctx->name,
-            sc->c.peer, (unsigned long long)h->id, msg);
-  sc->s->st.errors++;
-  (void)tsr_rpc__conn_send_err(&sc->c, h->id, h->method, code, msg, NULL,
-                               NULL);
+  sc->refusal.pending = 1;
+  sc->refusal.code = code;
+  sc->refusal.id = h->id;
+  sc->refusal.method = h->method;
+  snprintf(sc->refusal.msg, sizeof sc->refusal.msg, "%s", msg);
   return 0;
+}
+
+static void send_refusal(sconn *sc) {
+  sc->refusal.pending = 0;
+  tsr_debug("rpc %s: peer %s: request %llu: %s", sc->s->ctx->name,
+            sc->c.peer, (unsigned long long)sc->refusal.id, sc->refusal.msg);
+  sc->s->st.errors++;
+  (void)tsr_rpc__conn_send_err(&sc->c, sc->refusal.id, sc->refusal.method,
+                               sc->refusal.code, sc->refusal.msg, NULL, NULL);
 }
 
 static int s_on_head(tsr_rpc__rx *rx, const tsr_rpc__hdr *h,
@@ -389,7 +408,10 @@ static int s_on_frame(tsr_rpc__rx *rx, const tsr_rpc__hdr *h,
   sconn *sc = (sconn *)c;
   tsr_rpc_server *s = sc->s;
   scall *k = sc->receiving;
-  if (!k) return 0; /* refused: its payload has been dropped */
+  if (!k) { /* refused: its payload has been dropped */
+    if (sc->refusal.pending) send_refusal(sc);
+    return c->state == TSR_RPC__C_READY ? 0 : TSR_ECLOSED;
+  }
   sc->receiving = NULL;
   k->state = CALL_HANDLING;
   k->pub.recv_ns = tsr_now_ns();

@@ -26,7 +26,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   tsr_rpc__hs hs;
   uint8_t out[TSR_RPC__HS_OUT_MAX];
   size_t out_len, used;
-  tsr_rpc__hs_init(&hs, role, "fuzz-token", 10, "fuzz", out, &out_len);
+  tsr_rpc__hs_init(&hs, role, "fuzz-token", 10, "fuzz", 0, out, &out_len);
   int rc = 0;
   while (size) {
     size_t n = size < chunk ? size : chunk;

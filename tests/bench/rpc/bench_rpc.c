@@ -9,9 +9,11 @@
  * flight, raw and RPC alternating in blocks of 2000; all threads on one
  * CPU, then servers and clients on two), and bulk calls of 4 KiB, 1 MiB
  * and 16 MiB with 1 and 8 in flight (throughput on two CPUs, best of 5
- * runs each, raw and RPC alternating). Prints a table and
- * `RATIO <name> <value> goal <goal>` lines, higher better (latency as
- * raw/rpc). */
+ * runs each, raw and RPC alternating). Everything runs twice over: with
+ * frame MACs (the default: every frame authenticated, Poly1305) and with
+ * plain frames (both ends asked, as on a trusted network). Prints a table
+ * and `RATIO <name> <value> goal <goal>` lines, higher better (latency as
+ * raw/rpc); the plain figures carry a `_plain` suffix. */
 #include "common/clock.h"
 #include "common/err.h"
 #include "common/log.h"
@@ -224,10 +226,12 @@ static void *srv_main(void *arg) {
   return NULL;
 }
 
-static int rpc_start(rpc_srv *s) {
+static int rpc_start(rpc_srv *s, int plain) {
   uv_loop_init(&s->loop);
+  /* two setups take turns: the one waiting must not be dropped as idle */
   tsr_rpc_opts o = {.name = "bench-server", .token = TOKEN,
-                    .token_len = strlen(TOKEN)};
+                    .token_len = strlen(TOKEN), .plain_frames = plain,
+                    .idle_timeout_ms = 3600000};
   if (tsr_rpc_ctx_new(&s->ctx, &s->loop, &o) ||
       tsr_rpc_server_new(&s->s, s->ctx) ||
       tsr_rpc_server_register(s->s, M_ECHO, h_echo, s) ||
@@ -324,6 +328,65 @@ static void rtt_pair(cli *k, int rfd, double *raw_med, double *raw_p99,
   free(lt);
 }
 
+static int cli_start(cli *k, int port, int plain) {
+  memset(k, 0, sizeof *k);
+  uv_loop_init(&k->loop);
+  tsr_rpc_opts o = {.name = "bench-client", .token = TOKEN,
+                    .token_len = strlen(TOKEN), .plain_frames = plain,
+                    .idle_timeout_ms = 3600000};
+  char addr[64];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+  if (tsr_rpc_ctx_new(&k->ctx, &k->loop, &o) ||
+      tsr_rpc_client_new(&k->c, k->ctx, addr))
+    return -1;
+  wait_connected(k);
+  return 0;
+}
+
+static int cli_stop(cli *k) {
+  int done = 0;
+  tsr_rpc_client_close(k->c, closed_flag, &done);
+  while (!done) uv_run(&k->loop, UV_RUN_ONCE);
+  tsr_rpc_ctx_free(k->ctx);
+  return uv_loop_close(&k->loop);
+}
+
+static int srv_stop_join(rpc_srv *s) {
+  uv_async_send(&s->stop);
+  pthread_join(s->th, NULL);
+  tsr_rpc_ctx_free(s->ctx);
+  return uv_loop_close(&s->loop);
+}
+
+/* Round trips and bulk of one RPC setup (MAC or plain) against raw TCP. */
+typedef struct {
+  double med, p99, x_med, x_p99;          /* RPC round trips */
+  double r_med, r_p99, r_x_med, r_x_p99;  /* raw, measured beside them */
+  double bulk[3][2];                      /* ratios */
+} figures;
+
+static const struct {
+  const char *name;
+  size_t size;
+  int n;
+} sizes[] = {{"4KiB", 4096, 16384}, {"1MiB", 1 << 20, 384},
+             {"16MiB", 16 << 20, 24}};
+static const int depths[] = {1, 8};
+
+static void print_figures(const char *tag, const figures *f, int cross) {
+  printf("%-28s %12s %12s %8s\n", tag, "raw TCP", "Tessera", "ratio");
+  printf("%-28s %9.1f us %9.1f us %8.2f\n", "rtt 64 B median", f->r_med,
+         f->med, f->r_med / f->med);
+  printf("%-28s %9.1f us %9.1f us %8.2f\n", "rtt 64 B p99", f->r_p99, f->p99,
+         f->r_p99 / f->p99);
+  if (cross) {
+    printf("%-28s %9.1f us %9.1f us %8.2f\n", "rtt median, 2 CPUs",
+           f->r_x_med, f->x_med, f->r_x_med / f->x_med);
+    printf("%-28s %9.1f us %9.1f us %8.2f\n", "rtt p99, 2 CPUs", f->r_x_p99,
+           f->x_p99, f->r_x_p99 / f->x_p99);
+  }
+}
+
 int main(void) {
   tsr_log_init("bench");
   signal(SIGPIPE, SIG_IGN);
@@ -334,91 +397,77 @@ int main(void) {
   raw_srv rs;
   if (raw_start(&rs)) return 1;
   int rfd = raw_connect(rs.port);
-  rpc_srv ss;
-  memset(&ss, 0, sizeof ss);
-  if (rpc_start(&ss)) return 1;
-  cli k;
-  memset(&k, 0, sizeof k);
-  uv_loop_init(&k.loop);
-  tsr_rpc_opts o = {.name = "bench-client", .token = TOKEN,
-                    .token_len = strlen(TOKEN)};
-  char addr[64];
-  snprintf(addr, sizeof addr, "127.0.0.1:%d", ss.port);
-  if (tsr_rpc_ctx_new(&k.ctx, &k.loop, &o) ||
-      tsr_rpc_client_new(&k.c, k.ctx, addr))
-    return 1;
-  wait_connected(&k);
+  /* [0]: frames with their MAC (the default), [1]: plain frames */
+  rpc_srv ss[2];
+  cli k[2];
+  figures fig[2];
+  memset(ss, 0, sizeof ss);
+  memset(fig, 0, sizeof fig);
+  for (int m = 0; m < 2; m++)
+    if (rpc_start(&ss[m], m) || cli_start(&k[m], ss[m].port, m)) return 1;
 
-  double raw_med, raw_p99, rpc_med, rpc_p99;
-  rtt_pair(&k, rfd, &raw_med, &raw_p99, &rpc_med, &rpc_p99);
-  printf("%-22s %12s %12s %8s\n", "test", "raw TCP", "Tessera", "ratio");
-  printf("%-22s %9.1f us %9.1f us %8.2f\n", "rtt 64 B median", raw_med,
-         rpc_med, raw_med / rpc_med);
-  printf("%-22s %9.1f us %9.1f us %8.2f\n", "rtt 64 B p99", raw_p99,
-         rpc_p99, raw_p99 / rpc_p99);
-
+  for (int m = 0; m < 2; m++)
+    rtt_pair(&k[m], rfd, &fig[m].r_med, &fig[m].r_p99, &fig[m].med,
+             &fig[m].p99);
   /* the same round trips with the servers on another CPU; the bulk
    * figures too, each side with its own CPU as in a cluster */
-  double x_raw_med = 0, x_raw_p99 = 0, x_rpc_med = 0, x_rpc_p99 = 0;
-  int cross = pin_thread(rs.th, 1) == 0 && pin_thread(ss.th, 1) == 0;
-  if (cross) {
-    rtt_pair(&k, rfd, &x_raw_med, &x_raw_p99, &x_rpc_med, &x_rpc_p99);
-    printf("%-22s %9.1f us %9.1f us %8.2f\n", "rtt median, 2 CPUs",
-           x_raw_med, x_rpc_med, x_raw_med / x_rpc_med);
-    printf("%-22s %9.1f us %9.1f us %8.2f\n", "rtt p99, 2 CPUs", x_raw_p99,
-           x_rpc_p99, x_raw_p99 / x_rpc_p99);
-  }
-  static const struct {
-    const char *name;
-    size_t size;
-    int n;
-  } sizes[] = {{"4KiB", 4096, 16384}, {"1MiB", 1 << 20, 384},
-               {"16MiB", 16 << 20, 24}};
-  static const int depths[] = {1, 8};
-  double ratios[3][2];
+  int cross = pin_thread(rs.th, 1) == 0 && pin_thread(ss[0].th, 1) == 0 &&
+              pin_thread(ss[1].th, 1) == 0;
+  if (cross)
+    for (int m = 0; m < 2; m++)
+      rtt_pair(&k[m], rfd, &fig[m].r_x_med, &fig[m].r_x_p99, &fig[m].x_med,
+               &fig[m].x_p99);
+  print_figures("round trips (frame MAC)", &fig[0], cross);
+  print_figures("round trips (plain frames)", &fig[1], cross);
+  printf("%-28s %12s %12s %12s %6s %6s\n", "bulk", "raw TCP", "MAC",
+         "plain", "MAC", "plain");
   for (int si = 0; si < 3; si++)
     for (int di = 0; di < 2; di++) {
       size_t sz = sizes[si].size;
       int n = sizes[si].n, d = depths[di];
       raw_bulk(rfd, sz, d, n / 8 + 1); /* warm */
-      rpc_bulk(&k, sz, d, n / 8 + 1);
-      double best_raw = 0, best_rpc = 0;
+      rpc_bulk(&k[0], sz, d, n / 8 + 1);
+      rpc_bulk(&k[1], sz, d, n / 8 + 1);
+      double best_raw = 0, best[2] = {0, 0};
       for (int rep = 0; rep < 5; rep++) {
-        double r = raw_bulk(rfd, sz, d, n), t = rpc_bulk(&k, sz, d, n);
+        double r = raw_bulk(rfd, sz, d, n);
         best_raw = r > best_raw ? r : best_raw;
-        best_rpc = t > best_rpc ? t : best_rpc;
+        for (int m = 0; m < 2; m++) {
+          double t = rpc_bulk(&k[m], sz, d, n);
+          best[m] = t > best[m] ? t : best[m];
+        }
       }
-      ratios[si][di] = best_raw > 0 ? best_rpc / best_raw : 0;
+      for (int m = 0; m < 2; m++)
+        fig[m].bulk[si][di] = best_raw > 0 ? best[m] / best_raw : 0;
       char label[40];
       snprintf(label, sizeof label, "bulk %s x%d", sizes[si].name, d);
-      printf("%-22s %7.0f MB/s %7.0f MB/s %8.2f\n", label, best_raw / 1e6,
-             best_rpc / 1e6, ratios[si][di]);
+      printf("%-28s %7.0f MB/s %7.0f MB/s %7.0f MB/s %6.2f %6.2f\n", label,
+             best_raw / 1e6, best[0] / 1e6, best[1] / 1e6,
+             fig[0].bulk[si][di], fig[1].bulk[si][di]);
     }
-  printf("RATIO rpc_rtt64_median %.3f goal 0.667\n", raw_med / rpc_med);
-  printf("RATIO rpc_rtt64_p99 %.3f goal 0.667\n", raw_p99 / rpc_p99);
-  if (cross) {
-    printf("RATIO rpc_rtt64_median_2cpu %.3f goal 0.667\n",
-           x_raw_med / x_rpc_med);
-    printf("RATIO rpc_rtt64_p99_2cpu %.3f goal 0.667\n",
-           x_raw_p99 / x_rpc_p99);
+  for (int m = 0; m < 2; m++) {
+    const char *sfx = m ? "_plain" : "";
+    const figures *f = &fig[m];
+    printf("RATIO rpc_rtt64_median%s %.3f goal 0.667\n", sfx, f->r_med / f->med);
+    printf("RATIO rpc_rtt64_p99%s %.3f goal 0.667\n", sfx, f->r_p99 / f->p99);
+    if (cross) {
+      printf("RATIO rpc_rtt64_median_2cpu%s %.3f goal 0.667\n", sfx,
+             f->r_x_med / f->x_med);
+      printf("RATIO rpc_rtt64_p99_2cpu%s %.3f goal 0.667\n", sfx,
+             f->r_x_p99 / f->x_p99);
+    }
+    /* with every frame authenticated the goal is 0.7 of raw TCP */
+    for (int si = 0; si < 3; si++)
+      for (int di = 0; di < 2; di++)
+        printf("RATIO rpc_bulk_%s_x%d%s %.3f goal %s\n", sizes[si].name,
+               depths[di], sfx, f->bulk[si][di], m ? "0.8" : "0.7");
   }
-  for (int si = 0; si < 3; si++)
-    for (int di = 0; di < 2; di++)
-      printf("RATIO rpc_bulk_%s_x%d %.3f goal 0.8\n", sizes[si].name,
-             depths[di], ratios[si][di]);
 
-  int done = 0;
-  tsr_rpc_client_close(k.c, closed_flag, &done);
-  while (!done) uv_run(&k.loop, UV_RUN_ONCE);
-  tsr_rpc_ctx_free(k.ctx);
-  int lc = uv_loop_close(&k.loop);
-  uv_async_send(&ss.stop);
-  pthread_join(ss.th, NULL);
-  tsr_rpc_ctx_free(ss.ctx);
-  int ls = uv_loop_close(&ss.loop);
+  int bad = 0;
+  for (int m = 0; m < 2; m++) bad |= cli_stop(&k[m]) | srv_stop_join(&ss[m]);
   close(rfd);
   pthread_join(rs.th, NULL);
   close(rs.lfd);
   free(g_src);
-  return lc || ls ? 1 : 0;
+  return bad ? 1 : 0;
 }

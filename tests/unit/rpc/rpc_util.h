@@ -115,7 +115,7 @@ static inline int ru_handshake(int fd, const char *token, uint8_t *rec) {
   tsr_rpc__hs hs;
   uint8_t out[TSR_RPC__HS_OUT_MAX], in[256];
   size_t out_len, used, rec_len = 0;
-  tsr_rpc__hs_init(&hs, TSR_RPC__CLIENT, token, strlen(token), "raw", out,
+  tsr_rpc__hs_init(&hs, TSR_RPC__CLIENT, token, strlen(token), "raw", 1, out,
                    &out_len);
   for (;;) {
     if (out_len) {

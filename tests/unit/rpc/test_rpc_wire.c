@@ -360,14 +360,14 @@ static void hs_pair(hsrun *r, const char *ctok, const char *stok,
   uint8_t out[TSR_RPC__HS_OUT_MAX];
   size_t out_len, used;
   memset(r, 0, sizeof *r);
-  tsr_rpc__hs_init(&r->c, TSR_RPC__CLIENT, ctok, strlen(ctok), "cli", out,
+  tsr_rpc__hs_init(&r->c, TSR_RPC__CLIENT, ctok, strlen(ctok), "cli", 0, out,
                    &out_len);
   if (cver != TSR_RPC_VERSION) {
     out[4] = (uint8_t)cver;
     out[5] = (uint8_t)(cver >> 8);
     memcpy(r->c.mine, out, out_len);
   }
-  tsr_rpc__hs_init(&r->s, TSR_RPC__SERVER, stok, strlen(stok), "srv", NULL,
+  tsr_rpc__hs_init(&r->s, TSR_RPC__SERVER, stok, strlen(stok), "srv", 0, NULL,
                    &used);
   uint8_t pend[512];
   size_t pend_len = out_len;
@@ -415,7 +415,7 @@ static void test_handshake(void **state) {
   tsr_rpc__hs c;
   uint8_t out[TSR_RPC__HS_OUT_MAX];
   size_t ol, used;
-  tsr_rpc__hs_init(&c, TSR_RPC__CLIENT, "tok", 3, "c", out, &ol);
+  tsr_rpc__hs_init(&c, TSR_RPC__CLIENT, "tok", 3, "c", 0, out, &ol);
   uint8_t sh[TSR_RPC__HELLO_SIZE];
   memcpy(sh, r.s.mine, sizeof sh);
   sh[4] = 9;
@@ -431,7 +431,7 @@ static void test_handshake_bad(void **state) {
   uint8_t out[TSR_RPC__HS_OUT_MAX];
   size_t ol, used;
   /* wrong magic is refused after 4 bytes, with nothing sent back */
-  tsr_rpc__hs_init(&s, TSR_RPC__SERVER, "tok", 3, "s", NULL, &ol);
+  tsr_rpc__hs_init(&s, TSR_RPC__SERVER, "tok", 3, "s", 0, NULL, &ol);
   assert_int_equal(tsr_rpc__hs_feed(&s, (const uint8_t *)"GET / HTTP/1.1",
                                     14, &used, out, &ol),
                    TSR_EPROTO);
@@ -440,23 +440,23 @@ static void test_handshake_bad(void **state) {
   /* a server HELLO sent to a server (role confusion) */
   hsrun r;
   hs_pair(&r, "tok", "tok", TSR_RPC_VERSION);
-  tsr_rpc__hs_init(&s, TSR_RPC__SERVER, "tok", 3, "s", NULL, &ol);
+  tsr_rpc__hs_init(&s, TSR_RPC__SERVER, "tok", 3, "s", 0, NULL, &ol);
   assert_int_equal(tsr_rpc__hs_feed(&s, r.s.mine, TSR_RPC__HELLO_SIZE, &used,
                                     out, &ol), TSR_EPROTO);
   /* replay: a recorded client side (HELLO + PROOF) fed to a fresh server
    * does not verify, because the server's nonce is new */
-  tsr_rpc__hs_init(&s, TSR_RPC__SERVER, "tok", 3, "s", NULL, &ol);
+  tsr_rpc__hs_init(&s, TSR_RPC__SERVER, "tok", 3, "s", 0, NULL, &ol);
   int rc = tsr_rpc__hs_feed(&s, r.c2s, r.c2s_len, &used, out, &ol);
   assert_int_equal(rc, TSR_EAUTH);
   /* a recorded server side fed to a fresh client fails the same way */
   tsr_rpc__hs c;
-  tsr_rpc__hs_init(&c, TSR_RPC__CLIENT, "tok", 3, "c", out, &ol);
+  tsr_rpc__hs_init(&c, TSR_RPC__CLIENT, "tok", 3, "c", 0, out, &ol);
   rc = tsr_rpc__hs_feed(&c, r.s2c, r.s2c_len, &used, out, &ol);
   assert_int_equal(rc, TSR_EAUTH);
   assert_non_null(strstr(c.msg, "does not hold the cluster token"));
   /* byte by byte works as well as all at once */
-  tsr_rpc__hs_init(&s, TSR_RPC__SERVER, "tok", 3, "s", NULL, &ol);
-  tsr_rpc__hs_init(&c, TSR_RPC__CLIENT, "tok", 3, "c", out, &ol);
+  tsr_rpc__hs_init(&s, TSR_RPC__SERVER, "tok", 3, "s", 0, NULL, &ol);
+  tsr_rpc__hs_init(&c, TSR_RPC__CLIENT, "tok", 3, "c", 0, out, &ol);
   uint8_t pend[512];
   size_t pl = ol;
   memcpy(pend, out, ol);
