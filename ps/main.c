@@ -37,12 +37,16 @@ static void usage(FILE *f) {
           "                  [--token-file FILE] [--memory-limit BYTES]\n"
           "                  [--listen HOST:PORT] [--mode async|ssp:S|sync]\n"
           "                  [--allow-nonfinite] [--checkpoint-root DIR]\n"
+          "                  [--frame-mac on|off]\n"
           "  The cluster comes from TF_CONFIG unless --cluster is given; the\n"
           "  token from TESSERA_TOKEN unless --token-file is given.\n"
           "  --memory-limit takes a byte count with an optional K, M, G or T\n"
           "  suffix (default: 80%% of the machine's memory).\n"
           "  --checkpoint-root: Save and Restore stay under DIR (default: the\n"
-          "  job's checkpoint folder, as the chief names it).\n");
+          "  job's checkpoint folder, as the chief names it).\n"
+          "  --frame-mac off (or TESSERA_FRAME_MAC=off) asks peers for frames\n"
+          "  without a MAC, for a trusted network; used only where the peer\n"
+          "  asks too.\n");
 }
 
 static int parse_bytes(const char *s, size_t *out) {
@@ -101,7 +105,8 @@ static void listen_addr(const tsr_task_addr *a, char *out, size_t len) {
 
 int main(int argc, char **argv) {
   const char *cluster_file = NULL, *task = NULL, *token_file = NULL,
-             *listen = NULL, *mode = NULL, *ckpt_root = NULL;
+             *listen = NULL, *mode = NULL, *ckpt_root = NULL,
+             *frame_mac = NULL;
   size_t mem_limit = 0;
   int allow_nonfinite = 0;
   static const struct option opts[] = {
@@ -113,6 +118,7 @@ int main(int argc, char **argv) {
       {"mode", required_argument, 0, 'M'},
       {"allow-nonfinite", no_argument, 0, 'n'},
       {"checkpoint-root", required_argument, 0, 'r'},
+      {"frame-mac", required_argument, 0, 'f'},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   int ch;
@@ -126,6 +132,7 @@ int main(int argc, char **argv) {
       case 'M': mode = optarg; break;
       case 'n': allow_nonfinite = 1; break;
       case 'r': ckpt_root = optarg; break;
+      case 'f': frame_mac = optarg; break;
       case 'm':
         if (parse_bytes(optarg, &mem_limit) || mem_limit == 0) {
           tsr_error("--memory-limit \"%s\" is not a byte count (e.g. 8G)",
@@ -188,6 +195,13 @@ int main(int argc, char **argv) {
   ro.token = token;
   ro.token_len = token_len;
   ro.max_payload_bytes = 4ull << 30;
+  if (tsr_rpc_frame_mac_setting(frame_mac, &ro.plain_frames, err,
+                                sizeof err)) {
+    tsr_error("%s", err);
+    return 2;
+  }
+  if (ro.plain_frames)
+    tsr_warn("frames without a MAC asked for (trusted network only)");
   if ((rc = tsr_rpc_ctx_new(&m.ctx, &m.loop, &ro))) {
     tsr_error("rpc context: %s", tsr_strerror(rc));
     return 2;

@@ -454,6 +454,11 @@ int wk_service_main(int argc, char **argv) {
    * reconnects are retried at least every second. */
   tsr_rpc_opts ro = {.name = s->role, .token = token, .token_len = token_len,
                      .fail_fast = 1, .backoff_max_ms = 1000};
+  if ((rc = tsr_rpc_frame_mac_setting(NULL, &ro.plain_frames, err,
+                                      sizeof err))) {
+    tsr_error("%s", err);
+    goto out_loop;
+  }
   if ((rc = tsr_rpc_ctx_new(&s->rpc, &loop, &ro))) {
     tsr_error("cannot make the RPC context: %s", tsr_strerror(rc));
     goto out_loop;

@@ -170,6 +170,11 @@ int chief_cmd_status(int argc, char **argv) {
   ro.token_len = tlen;
   ro.default_deadline_ms = (uint32_t)(timeout_s * 1000);
   ro.handshake_timeout_ms = (uint32_t)(timeout_s * 1000);
+  if (tsr_rpc_frame_mac_setting(NULL, &ro.plain_frames, err, sizeof err)) {
+    fprintf(stderr, "tessera status: %s\n", err);
+    tsr_cluster_free(&c);
+    return 2;
+  }
   tsr_rpc_ctx *ctx;
   if (tsr_rpc_ctx_new(&ctx, &loop, &ro)) {
     tsr_cluster_free(&c);

@@ -198,6 +198,11 @@ int chief_coord_run(const chief_coord_opts *o) {
   ro.default_deadline_ms = 60000;
   ro.idle_timeout_ms = (uint32_t)(o->heartbeat_timeout_s * 1000);
   ro.heartbeat_ms = ro.idle_timeout_ms / 4 ? ro.idle_timeout_ms / 4 : 1;
+  if (tsr_rpc_frame_mac_setting(NULL, &ro.plain_frames, err, sizeof err)) {
+    tsr_error("%s", err);
+    status = 2;
+    goto out_loop;
+  }
   if (tsr_rpc_ctx_new(&co->rpc, &co->loop, &ro)) goto out_loop;
   sodium_memzero(token, sizeof token);
   if (co->job.logdir && coord_abs(co->job_dir, &co->job.logdir)) goto out_rpc;

@@ -21,6 +21,8 @@
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #define PREFIX 16 /* keeps 16-byte alignment */
@@ -367,4 +369,26 @@ void tsr_rpc__fmt_sockaddr(const struct sockaddr *sa, char *out, size_t cap) {
   } else {
     snprintf(out, cap, "?");
   }
+}
+
+int tsr_rpc_frame_mac_setting(const char *flag, int *plain, char *err,
+                              size_t errlen) {
+  const char *v = flag, *where = "--frame-mac";
+  if (!v) {
+    v = getenv("TESSERA_FRAME_MAC");
+    where = "TESSERA_FRAME_MAC";
+  }
+  *plain = 0;
+  if (!v || !v[0]) return 0;
+  static const char *const on[] = {"on", "1", "true", "yes"};
+  static const char *const off[] = {"off", "0", "false", "no"};
+  for (size_t i = 0; i < 4; i++) {
+    if (strcasecmp(v, on[i]) == 0) return 0;
+    if (strcasecmp(v, off[i]) == 0) {
+      *plain = 1;
+      return 0;
+    }
+  }
+  snprintf(err, errlen, "%s \"%.100s\" is not on or off", where, v);
+  return TSR_ECONFIG;
 }

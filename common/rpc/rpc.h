@@ -144,6 +144,14 @@ void tsr_rpc_ctx_opts(const tsr_rpc_ctx *ctx, tsr_rpc_opts *out);
  * neither is set or the token is empty. */
 int tsr_rpc_token_load(const char *path, void *buf, size_t cap, size_t *len,
                        char *err, size_t errlen);
+/* Whether this process asks for plain frames (no MAC; only on a trusted
+ * network, and only where every peer asks too): `flag` ("on" or "off",
+ * from a --frame-mac flag; NULL when not given) wins over the environment
+ * variable TESSERA_FRAME_MAC (on|off|1|0|true|false|yes|no; unset: on).
+ * *plain = 1 for "off". TSR_ECONFIG with a message naming the flag or the
+ * variable and the value otherwise. */
+int tsr_rpc_frame_mac_setting(const char *flag, int *plain, char *err,
+                              size_t errlen);
 /* Writes a fresh random token as lowercase hex: len - 1 characters and a
  * NUL (len >= 33, i.e. at least 128 random bits; TSR_EINVAL otherwise),
  * for launchers that start a whole cluster and hand every process the

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "ps_harness.h"
+#include "../rpc/tamper_proxy.h"
 
 static ps_var_spec mk(const char *name, int64_t d0, int64_t d1) {
   ps_var_spec s;
@@ -389,12 +390,68 @@ static void paths_stay_under_the_root(void **state) {
   assert_int_equal(system(cmd), 0);
 }
 
+/* ---- a relay without the token flips a byte of a push ---------------------*/
+
+static void altered_push_never_applied(void **state) {
+  (void)state;
+  h_env e;
+  h_up(&e, 1, NULL);
+  h_res r;
+  tsr_optim_spec o;
+  tsr_optim_defaults(TSR_OPT_SGD, &o);
+  o.learning_rate = 1.0;
+  ps_var_spec v;
+  int64_t shape[2] = {64, 64};
+  assert_int_equal(ps_var_spec_init(&v, "w", 2, shape, 0, 1, "zeros", 1, &o),
+                   0);
+  H_CALL(&e, r, ps_client_create(e.cl[0], &v, 1, h_cb, &r));
+  assert_int_equal(r.status, 0);
+  /* the worker's connection goes through the relay: it flips one bit of
+   * the first push's gradient (the sign and exponent byte of a float) */
+  tamper_proxy tp;
+  memset(&tp, 0, sizeof tp);
+  tp.mode = TP_FLIP;
+  tp.dir = TP_C2S;
+  tp.at = 0;
+  tp.flip_off = -17 - 3; /* the top byte of the last float */
+  tp.min_payload = 64 * 64 * 4;
+  assert_int_equal(tp_start(&tp, ps_server_port(e.srv[0])), 0);
+  char addr[64];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", tp.port);
+  assert_int_equal(ps_client_new(&e.cl[1], e.ctx, addr), 0);
+  static float g[64 * 64], got[64 * 64];
+  for (int i = 0; i < 64 * 64; i++) g[i] = -1.0f;
+  H_CALL(&e, r, ps_client_push(e.cl[1], "w", 0, 0, 0, PS_DT_F32, g, sizeof g,
+                               h_cb, &r));
+  assert_int_equal(r.status, TSR_ECLOSED);
+  assert_true(atomic_load(&tp.done));
+  /* nothing was applied */
+  H_CALL(&e, r, ps_client_pull(e.cl[0], "w", 0, 0, 0, got, 64 * 64, h_cb, &r));
+  assert_int_equal(r.status, 0);
+  assert_int_equal(r.version, 0);
+  for (int i = 0; i < 64 * 64; i++) assert_true(got[i] == 0.0f);
+  /* the worker retries on its new connection: applied once, exactly */
+  for (int k = 0; k < 50; k++) {
+    H_CALL(&e, r, ps_client_push(e.cl[1], "w", 0, 0, 0, PS_DT_F32, g,
+                                 sizeof g, h_cb, &r));
+    if (r.status == 0) break;
+    h_spin(&e, 20);
+  }
+  assert_int_equal(r.status, 0);
+  H_CALL(&e, r, ps_client_pull(e.cl[0], "w", 0, 0, 0, got, 64 * 64, h_cb, &r));
+  assert_int_equal(r.version, 1);
+  for (int i = 0; i < 64 * 64; i++) assert_true(got[i] == 1.0f);
+  assert_int_equal(h_down(&e), 0);
+  tp_stop(&tp);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(create_refuses_what_overflows),
       cmocka_unit_test(data_calls_refuse_bad_fields),
       cmocka_unit_test(admin_calls_refuse_bad_fields),
       cmocka_unit_test(paths_stay_under_the_root),
+      cmocka_unit_test(altered_push_never_applied),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -60,15 +60,16 @@ typedef struct {
   tamper_proxy tp;
 } env;
 
-/* e zeroed, e->tp's tampering fields set. */
+/* e zeroed, e->tp's tampering fields set; plain: 1 both ends ask for
+ * plain frames, 2 only the client does. */
 static void env_up(env *e, int plain) {
   assert_int_equal(uv_loop_init(&e->loop), 0);
   tsr_rpc_opts o;
   ru_opts(&o, "srv");
-  o.plain_frames = plain;
+  o.plain_frames = plain == 1;
   assert_int_equal(tsr_rpc_ctx_new(&e->sctx, &e->loop, &o), 0);
   ru_opts(&o, "cli");
-  o.plain_frames = plain;
+  o.plain_frames = plain != 0;
   o.backoff_min_ms = 10;
   o.backoff_max_ms = 50;
   o.heartbeat_ms = 100; /* a dropped frame shows at the next ping */
@@ -77,7 +78,7 @@ static void env_up(env *e, int plain) {
   assert_int_equal(tsr_rpc_server_register(e->srv, M_ECHO, h_echo, &e->seen),
                    0);
   assert_int_equal(tsr_rpc_server_listen(e->srv, "127.0.0.1:0"), 0);
-  e->tp.plain = plain;
+  e->tp.plain = plain == 1;
   assert_int_equal(tp_start(&e->tp, tsr_rpc_server_port(e->srv)), 0);
   char addr[64];
   snprintf(addr, sizeof addr, "127.0.0.1:%d", e->tp.port);
@@ -199,6 +200,45 @@ static void plain_frames_carry_no_check(void **s) {
   env_down(&e);
 }
 
+/* Only one end asks for plain frames: they carry a MAC all the same. */
+static void plain_needs_both_ends(void **s) {
+  env e;
+  memset(&e, 0, sizeof e);
+  e.tp.mode = TP_FLIP;
+  e.tp.dir = TP_C2S;
+  e.tp.at = 0;
+  e.tp.flip_off = -17 - 100;
+  e.tp.min_payload = PLEN;
+  env_up(&e, 2);
+  res r;
+  call(&e, &r);
+  assert_int_equal(r.status, TSR_ECLOSED);
+  assert_int_equal(e.seen.altered, 0);
+  env_down(&e);
+}
+
+static void frame_mac_setting(void **s) {
+  int plain = -1;
+  char err[200];
+  unsetenv("TESSERA_FRAME_MAC");
+  assert_int_equal(tsr_rpc_frame_mac_setting(NULL, &plain, err, sizeof err), 0);
+  assert_int_equal(plain, 0);
+  setenv("TESSERA_FRAME_MAC", "off", 1);
+  assert_int_equal(tsr_rpc_frame_mac_setting(NULL, &plain, err, sizeof err), 0);
+  assert_int_equal(plain, 1);
+  /* the flag wins */
+  assert_int_equal(tsr_rpc_frame_mac_setting("on", &plain, err, sizeof err), 0);
+  assert_int_equal(plain, 0);
+  setenv("TESSERA_FRAME_MAC", "maybe", 1);
+  assert_int_equal(tsr_rpc_frame_mac_setting(NULL, &plain, err, sizeof err),
+                   TSR_ECONFIG);
+  assert_non_null(strstr(err, "TESSERA_FRAME_MAC \"maybe\""));
+  assert_int_equal(tsr_rpc_frame_mac_setting("nah", &plain, err, sizeof err),
+                   TSR_ECONFIG);
+  assert_non_null(strstr(err, "--frame-mac"));
+  unsetenv("TESSERA_FRAME_MAC");
+}
+
 int main(void) {
   for (int i = 0; i < PLEN; i++) g_pat[i] = (uint8_t)(i * 7 + 1);
   const struct CMUnitTest tests[] = {
@@ -213,6 +253,8 @@ int main(void) {
       cmocka_unit_test(replayed_answer),
       cmocka_unit_test(dropped_answer),
       cmocka_unit_test(plain_frames_carry_no_check),
+      cmocka_unit_test(plain_needs_both_ends),
+      cmocka_unit_test(frame_mac_setting),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
