@@ -51,6 +51,7 @@ static ps_batch *ps__batch_new(ps_server *s, tsr_rpc_incoming *call,
 
 static void ps__batch_free(ps_server *s, ps_batch *b) {
   for (size_t i = 0; i < b->n; i++) ps__shard_free(b->loaded[i], &s->mem);
+  ps__free(&s->mem, b->files);
   ps__free(&s->mem, b->ents);
   ps__free(&s->mem, b->loaded);
   ps__free(&s->mem, b->created);
@@ -114,7 +115,27 @@ void ps__batch_finish(ps_server *s, ps_batch *b) {
       Tessera__Ps__SaveResponse m = TESSERA__PS__SAVE_RESPONSE__INIT;
       m.shards = b->count;
       m.bytes = b->bytes;
-      ps__reply_msg(s, b->call, &m.base);
+      m.checkpoint_id = b->who.id;
+      Tessera__Ps__SavedFile *f = ps__calloc(&s->mem, b->n_files, sizeof *f);
+      Tessera__Ps__SavedFile **fp = ps__calloc(&s->mem, b->n_files,
+                                               sizeof *fp);
+      if (!f || !fp) {
+        tsr_rpc_reply_error(b->call, TSR_ENOMEM, "out of memory listing the "
+                            "files saved");
+      } else {
+        for (size_t i = 0; i < b->n_files; i++) {
+          tessera__ps__saved_file__init(&f[i]);
+          f[i].name = b->files[i].name;
+          f[i].bytes = b->files[i].bytes;
+          f[i].crc32c = b->files[i].crc32c;
+          fp[i] = &f[i];
+        }
+        m.n_files = b->n_files;
+        m.files = fp;
+        ps__reply_msg(s, b->call, &m.base);
+      }
+      ps__free(&s->mem, f);
+      ps__free(&s->mem, fp);
       break;
     }
     case PS_M_RESTORE: {
@@ -138,7 +159,8 @@ void ps__admin_work(ps_server *s, ps_op *op) {
                              sizeof op->err);
       break;
     case PS_OP_SAVE:
-      op->rc = ps__ckpt_save_shard(e->sh, op->batch->dir, op->err,
+      op->rc = ps__ckpt_save_shard(e->sh, op->batch->dir, &op->batch->who,
+                                   op->batch->verify, &op->file, op->err,
                                    sizeof op->err);
       op->out_len = e->spec.sparse
                         ? e->sh->rows.count * (size_t)e->width *
@@ -174,6 +196,7 @@ void ps__admin_after(ps_server *s, ps_op *op) {
       if (!op->rc) {
         b->count++;
         b->bytes += op->out_len;
+        if (b->files) b->files[b->n_files++] = op->file;
       }
       break;
     case PS_OP_SWAP:
@@ -357,12 +380,37 @@ static int ps__mkdirs(const char *dir) {
   return 0;
 }
 
+/* A checkpoint id as requests carry it: at most PS_CKPT_ID_MAX bytes of
+ * [A-Za-z0-9._-] (it goes into file headers and logs), and its step. */
+static int ps__check_ckpt_id(const char *what, const char *id, int64_t step,
+                             char *msg, size_t len) {
+  size_t n = id ? strlen(id) : 0;
+  bool ok = n <= PS_CKPT_ID_MAX;
+  for (size_t i = 0; ok && i < n; i++) {
+    char c = id[i];
+    ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+         (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
+  }
+  if (!ok) {
+    snprintf(msg, len, "%s: checkpoint_id \"%.80s\" is not up to %d bytes "
+             "of [A-Za-z0-9._-]", what, id, PS_CKPT_ID_MAX);
+    return TSR_EINVAL;
+  }
+  if (step < 0 || step > TSR_STEP_MAX) {
+    snprintf(msg, len, "%s: step %" PRId64 " is not in [0, 2^62]", what, step);
+    return TSR_EINVAL;
+  }
+  return 0;
+}
+
 static void ps__on_save(tsr_rpc_incoming *call, void *data) {
   ps_server *s = data;
   Tessera__Ps__SaveRequest *r = call->request;
   char msg[1200], path[PS_PATH_MAX];
   int rc = ps__root_resolve(s, "save", r->dir, path, sizeof path, msg,
                             sizeof msg);
+  if (!rc) rc = ps__check_ckpt_id("save", r->checkpoint_id, r->step, msg,
+                                  sizeof msg);
   if (rc) {
     tsr_rpc_reply_error(call, rc, msg);
     return;
@@ -374,11 +422,19 @@ static void ps__on_save(tsr_rpc_incoming *call, void *data) {
     return;
   }
   ps_batch *b = ps__batch_new(s, call, 0);
+  if (b && !(b->files = ps__calloc(&s->mem, (size_t)s->n_ents,
+                                   sizeof *b->files))) {
+    ps__batch_free(s, b);
+    b = NULL;
+  }
   if (!b) {
     tsr_rpc_reply_error(call, TSR_ENOMEM, "out of memory");
     return;
   }
   snprintf(b->dir, sizeof b->dir, "%s", path);
+  snprintf(b->who.id, sizeof b->who.id, "%s", r->checkpoint_id);
+  b->who.step = r->step;
+  b->verify = r->verify;
   for (int i = 0; i < s->n_ents; i++) {
     ps_op *op = ps__batch_op(s, b, s->ents[i], PS_OP_SAVE);
     if (!op) {
@@ -402,7 +458,7 @@ typedef struct {
 static void ps__load_work(uv_work_t *w) {
   ps__load_job *j = w->data;
   ps_entry *e = j->b->ents[j->i];
-  j->rc = ps__ckpt_load_shard(&e->spec, &j->s->mem, j->b->dir,
+  j->rc = ps__ckpt_load_shard(&e->spec, &j->s->mem, j->b->dir, &j->b->who,
                               &j->b->loaded[j->i], j->err, sizeof j->err);
 }
 
@@ -445,6 +501,8 @@ static void ps__on_restore(tsr_rpc_incoming *call, void *data) {
   char msg[1200], path[PS_PATH_MAX];
   int rc = ps__root_resolve(s, "restore", r->dir, path, sizeof path, msg,
                             sizeof msg);
+  if (!rc) rc = ps__check_ckpt_id("restore", r->checkpoint_id, r->step, msg,
+                                  sizeof msg);
   if (rc) {
     tsr_rpc_reply_error(call, rc, msg);
     return;
@@ -456,6 +514,8 @@ static void ps__on_restore(tsr_rpc_incoming *call, void *data) {
     return;
   }
   snprintf(b->dir, sizeof b->dir, "%s", path);
+  snprintf(b->who.id, sizeof b->who.id, "%s", r->checkpoint_id);
+  b->who.step = r->step;
   for (size_t i = 0; i < n; i++) {
     ps_entry *e = r->n_shards ? ps__find(s, r->shards[i]->name,
                                          r->shards[i]->shard)

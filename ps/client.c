@@ -110,12 +110,18 @@ static void ps__done(const tsr_rpc_result *r, void *data) {
       case PS_M_SAVE: {
         Tessera__Ps__SaveResponse *m =
             tessera__ps__save_response__unpack(a, r->meta_len, r->meta);
-        if (m) {
-          res.count = m->shards;
-          res.nbytes = m->bytes;
-          tessera__ps__save_response__free_unpacked(m, a);
+        if (!m) {
+          res.status = TSR_EPROTO;
+          res.message = "save answer does not decode";
+          break;
         }
-        break;
+        res.count = m->shards;
+        res.nbytes = m->bytes;
+        res.save = m;
+        p->cb(&res, p->data);
+        tessera__ps__save_response__free_unpacked(m, a);
+        free(p);
+        return;
       }
       case PS_M_RESTORE: {
         Tessera__Ps__RestoreResponse *m =
@@ -335,6 +341,26 @@ int ps_client_save(ps_client *c, const char *dir, ps_client_cb cb,
   Tessera__Ps__SaveRequest m = TESSERA__PS__SAVE_REQUEST__INIT;
   m.dir = (char *)dir;
   return ps__call(c, PS_M_SAVE, &m.base, NULL, 0, NULL, 0, cb, data);
+}
+
+int ps_client_save_ckpt(ps_client *c, const char *dir, const char *id,
+                        int64_t step, bool verify, ps_client_cb cb,
+                        void *data) {
+  Tessera__Ps__SaveRequest m = TESSERA__PS__SAVE_REQUEST__INIT;
+  m.dir = (char *)dir;
+  m.checkpoint_id = (char *)(id ? id : "");
+  m.step = step;
+  m.verify = verify;
+  return ps__call(c, PS_M_SAVE, &m.base, NULL, 0, NULL, 0, cb, data);
+}
+
+int ps_client_restore_ckpt(ps_client *c, const char *dir, const char *id,
+                           int64_t step, ps_client_cb cb, void *data) {
+  Tessera__Ps__RestoreRequest m = TESSERA__PS__RESTORE_REQUEST__INIT;
+  m.dir = (char *)dir;
+  m.checkpoint_id = (char *)(id ? id : "");
+  m.step = step;
+  return ps__call(c, PS_M_RESTORE, &m.base, NULL, 0, NULL, 0, cb, data);
 }
 
 int ps_client_restore(ps_client *c, const char *dir, ps_client_cb cb,

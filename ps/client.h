@@ -82,6 +82,8 @@ typedef struct {
   int32_t count;        /* create: how many were new; save/restore:
                            shards; clock: active workers */
   const void *stats;    /* stats: Tessera__Ps__StatsResponse * */
+  const void *save;     /* save: Tessera__Ps__SaveResponse * (the files
+                           written, each with its size and CRC32C) */
   const void *payload;  /* stats with drain: trace events (common/trace.h
                            wire form), valid during the callback */
   size_t payload_len;
@@ -164,11 +166,22 @@ typedef struct {
 } ps_config;
 int ps_client_configure(ps_client *c, const ps_config *cfg, ps_client_cb cb,
                         void *data);
+/* Saves every shard into dir: a folder under the PS's checkpoint root,
+ * named relative to it (or absolute inside it). */
 int ps_client_save(ps_client *c, const char *dir, ps_client_cb cb,
                    void *data);
 /* Restores every shard the PS holds from dir (re-cut as needed). */
 int ps_client_restore(ps_client *c, const char *dir, ps_client_cb cb,
                       void *data);
+/* Save as part of checkpoint `id` (at most 64 bytes of [A-Za-z0-9._-]) of
+ * `step`: every file carries both; r->save lists the files written. With
+ * `verify` each PS reads its files back (a folder the chief cannot see). */
+int ps_client_save_ckpt(ps_client *c, const char *dir, const char *id,
+                        int64_t step, bool verify, ps_client_cb cb,
+                        void *data);
+/* Restore refusing any file that is not of checkpoint `id` of `step`. */
+int ps_client_restore_ckpt(ps_client *c, const char *dir, const char *id,
+                           int64_t step, ps_client_cb cb, void *data);
 /* r->stats points at the decoded StatsResponse during the callback. */
 int ps_client_stats(ps_client *c, ps_client_cb cb, void *data);
 /* Stats, and the apply events recorded since the last drain as

@@ -47,6 +47,11 @@ typedef struct {
   ps_shard **loaded;
   bool *created;       /* create: per requested spec */
   char dir[PS_PATH_MAX];
+  ps_ckpt_ident who;   /* save: the files' checkpoint; restore: the one
+                          asked for (id "": any, the files must agree) */
+  bool verify;         /* save: read every file back */
+  ps_ckpt_file *files; /* save: what was written */
+  size_t n_files;
 } ps_batch;
 
 struct ps_op {
@@ -76,6 +81,7 @@ struct ps_op {
   size_t out_len;
   int64_t *ids_copy;
   ps_shard *loaded;         /* swap */
+  ps_ckpt_file file;        /* save: the file written */
   uint64_t version;
   int64_t shard_step;
 };

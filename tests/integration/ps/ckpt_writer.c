@@ -18,6 +18,7 @@ int main(int argc, char **argv) {
   }
   char err[512];
   ps_mem mem = {0, 0, NULL};
+  ps_ckpt_ident who = {"run-7", 9};
   tsr_optim_spec o;
   tsr_optim_defaults(TSR_OPT_ADAM, &o);
   ps_var_spec s;
@@ -37,7 +38,7 @@ int main(int argc, char **argv) {
       d->slots[1][r * 3 + c] = v * v;
     }
   d->step = 9;
-  if (ps__ckpt_save_shard(d, argv[1], err, sizeof err)) {
+  if (ps__ckpt_save_shard(d, argv[1], &who, false, NULL, err, sizeof err)) {
     fprintf(stderr, "%s\n", err);
     return 1;
   }
@@ -57,7 +58,7 @@ int main(int argc, char **argv) {
     rec[2] = 0.25f;
     rec[3] = 0.5f;
   }
-  if (ps__ckpt_save_shard(e, argv[1], err, sizeof err)) {
+  if (ps__ckpt_save_shard(e, argv[1], &who, false, NULL, err, sizeof err)) {
     fprintf(stderr, "%s\n", err);
     return 1;
   }

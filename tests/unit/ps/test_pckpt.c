@@ -61,8 +61,8 @@ static void shard_round_trip(void **state) {
     for (int i = 0; i < 60; i++) g[i] = (float)(i - 30) * 0.01f * (float)(t + 1);
     ps__shard_apply_dense(a, g, 1.0f);
   }
-  assert_int_equal(ps__ckpt_save_shard(a, dir, err, sizeof err), 0);
-  assert_int_equal(ps__ckpt_load_shard(&sp, &mem, dir, &b, err, sizeof err), 0);
+  assert_int_equal(ps__ckpt_save_shard(a, dir, NULL, false, NULL, err, sizeof err), 0);
+  assert_int_equal(ps__ckpt_load_shard(&sp, &mem, dir, NULL, &b, err, sizeof err), 0);
   assert_memory_equal(a->w, b->w, 240);
   assert_memory_equal(a->slots[0], b->slots[0], 240);
   assert_memory_equal(a->slots[1], b->slots[1], 240);
@@ -114,7 +114,7 @@ static void shard_round_trip(void **state) {
   float rg[20];
   for (int i = 0; i < 20; i++) rg[i] = (float)i * 0.1f;
   assert_int_equal(ps__shard_apply_rows(b, &mem, ids, 5, rg, 1.0f, err, sizeof err), 0);
-  assert_int_equal(ps__ckpt_save_shard(b, dir, err, sizeof err), 0);
+  assert_int_equal(ps__ckpt_save_shard(b, dir, NULL, false, NULL, err, sizeof err), 0);
   float want[20];
   ps__shard_gather(b, &mem, ids, 5, want, false, err, sizeof err);
   for (int k = 0; k < 2; k++) {
@@ -122,7 +122,7 @@ static void shard_round_trip(void **state) {
     ek.shard = k;
     ek.num_shards = 2;
     ps_shard *r;
-    assert_int_equal(ps__ckpt_load_shard(&ek, &mem, dir, &r, err, sizeof err), 0);
+    assert_int_equal(ps__ckpt_load_shard(&ek, &mem, dir, NULL, &r, err, sizeof err), 0);
     for (int i = 0; i < 5; i++) {
       if (ids[i] % 2 != k) continue;
       float *rec = ps__rows_find(&r->rows, ids[i]);
@@ -149,15 +149,15 @@ static void corrupt_files_fail_whole(void **state) {
   ps_shard *a, *b, *r = NULL;
   assert_int_equal(ps__shard_new(&s0, &mem, &a, err, sizeof err), 0);
   assert_int_equal(ps__shard_new(&s1, &mem, &b, err, sizeof err), 0);
-  assert_int_equal(ps__ckpt_save_shard(a, dir, err, sizeof err), 0);
-  assert_int_equal(ps__ckpt_save_shard(b, dir, err, sizeof err), 0);
+  assert_int_equal(ps__ckpt_save_shard(a, dir, NULL, false, NULL, err, sizeof err), 0);
+  assert_int_equal(ps__ckpt_save_shard(b, dir, NULL, false, NULL, err, sizeof err), 0);
   ps_var_spec whole = spec_of("v", 9, 3, 0, 1, TSR_OPT_SGD);
-  assert_int_equal(ps__ckpt_load_shard(&whole, &mem, dir, &r, err, sizeof err), 0);
+  assert_int_equal(ps__ckpt_load_shard(&whole, &mem, dir, NULL, &r, err, sizeof err), 0);
   ps__shard_free(r, &mem);
   r = NULL;
   /* another optimizer's slots */
   ps_var_spec adam = spec_of("v", 9, 3, 0, 2, TSR_OPT_ADAM);
-  assert_int_equal(ps__ckpt_load_shard(&adam, &mem, dir, &r, err, sizeof err),
+  assert_int_equal(ps__ckpt_load_shard(&adam, &mem, dir, NULL, &r, err, sizeof err),
                    TSR_ESHAPE);
   assert_non_null(strstr(err, "slot"));
   char p1[1024];
@@ -172,7 +172,7 @@ static void corrupt_files_fail_whole(void **state) {
   assert_int_equal(pread(fd, &c, 1, st.st_size - 3), 1);
   c ^= 0x40;
   assert_int_equal(pwrite(fd, &c, 1, st.st_size - 3), 1);
-  assert_int_equal(ps__ckpt_load_shard(&whole, &mem, dir, &r, err, sizeof err),
+  assert_int_equal(ps__ckpt_load_shard(&whole, &mem, dir, NULL, &r, err, sizeof err),
                    TSR_ECORRUPT);
   assert_non_null(strstr(err, "CRC32C"));
   assert_null(r);
@@ -181,12 +181,12 @@ static void corrupt_files_fail_whole(void **state) {
   assert_int_equal(pwrite(fd, &c, 1, st.st_size - 3), 1);
   assert_int_equal(ftruncate(fd, st.st_size - 7), 0);
   close(fd);
-  assert_int_equal(ps__ckpt_load_shard(&whole, &mem, dir, &r, err, sizeof err),
+  assert_int_equal(ps__ckpt_load_shard(&whole, &mem, dir, NULL, &r, err, sizeof err),
                    TSR_ECORRUPT);
   assert_non_null(strstr(err, "truncated"));
   /* a missing part */
   unlink(path);
-  assert_int_equal(ps__ckpt_load_shard(&whole, &mem, dir, &r, err, sizeof err),
+  assert_int_equal(ps__ckpt_load_shard(&whole, &mem, dir, NULL, &r, err, sizeof err),
                    TSR_ENOTFOUND);
   ps__shard_free(a, &mem);
   ps__shard_free(b, &mem);
