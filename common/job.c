@@ -635,7 +635,7 @@ int tsr_job_parse(const char *text, const char *source, const char *base_dir,
       job->checkpoint_dir = strdup(json_string_value(v));
     } else if (json_is_object(v)) {
       static const char *const ck[] = {"dir", "every_steps", "every_secs",
-                                       "keep", NULL};
+                                       "keep", "storage", NULL};
       if ((rc = tsr__check_keys(v, "checkpoint", ck, emsg, sizeof emsg)))
         goto efail;
       int64_t keep = job->checkpoint_keep;
@@ -651,6 +651,16 @@ int tsr_job_parse(const char *text, const char *source, const char *base_dir,
                              sizeof emsg)))
         goto efail;
       job->checkpoint_keep = (int)keep;
+      json_t *st = json_object_get(v, "storage");
+      if (st && (!json_is_string(st) ||
+                 (strcmp(json_string_value(st), "shared") &&
+                  strcmp(json_string_value(st), "per_ps")))) {
+        rc = tsr__jfail(emsg, sizeof emsg, TSR_ECONFIG,
+                        "checkpoint.storage must be \"shared\" (one folder "
+                        "every process sees) or \"per_ps\" (each PS its own)");
+        goto efail;
+      }
+      job->checkpoint_per_ps = st && !strcmp(json_string_value(st), "per_ps");
       if (job->checkpoint_every_secs < 0) {
         rc = tsr__jfail(emsg, sizeof emsg, TSR_ECONFIG,
                         "checkpoint.every_secs must be >= 0");

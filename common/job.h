@@ -77,6 +77,10 @@ typedef struct {
   int64_t checkpoint_every_steps; /* 0: only at the end */
   double checkpoint_every_secs;   /* 0: off */
   int checkpoint_keep;      /* default 3 */
+  bool checkpoint_per_ps;   /* checkpoint.storage "per_ps": each PS writes
+                               to a folder only it sees (and verifies its
+                               own files); default "shared": the chief
+                               verifies every file before it commits */
   char *logdir;             /* NULL: no TensorBoard files */
   int64_t eval_every_steps; /* 0: only at the end */
   json_t *raw;              /* the whole document after overrides (owned) */

@@ -18,6 +18,7 @@
  * part missing. Every check comes before the first byte is copied.
  */
 #include "ps/ps_int.h"
+#include "ps/ckpt_file.h"
 #include "common/crc32c.h"
 #include "common/err.h"
 #include "common/partition.h"
@@ -558,5 +559,27 @@ out:
   for (int i = 0; i < n; i++) cl_unmap(&files[i]);
   ps__free(mem, files);
   closedir(d);
+  return rc;
+}
+
+int ps_ckpt_file_check(const char *path, ps_ckpt_file_info *info, char *err,
+                       size_t errlen) {
+  cl_file f;
+  memset(&f, 0, sizeof f);
+  snprintf(f.path, sizeof f.path, "%s", path);
+  int rc = cl_map(&f, err, errlen);
+  if (!rc) rc = ps__ckpt_part_parse(f.path, f.map, f.size, &f.p, err, errlen);
+  if (!rc && info) {
+    memset(info, 0, sizeof *info);
+    snprintf(info->name, sizeof info->name, "%s", f.p.name);
+    snprintf(info->ckpt_id, sizeof info->ckpt_id, "%s", f.p.ckpt_id);
+    info->ckpt_step = f.p.ckpt_step;
+    info->shard = f.p.shard;
+    info->num_shards = f.p.num_shards;
+    info->sparse = f.p.sparse;
+    info->n_rows = f.p.n_rows;
+    info->bytes = f.size;
+  }
+  cl_unmap(&f);
   return rc;
 }

@@ -2,6 +2,7 @@
 #include "chief/ckpt/ckpt.h"
 #include "chief/monitor/monitor_int.h"
 #include "common/err.h"
+#include "common/log.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -19,6 +20,11 @@
 /* a/b into buf; TSR_ERANGE when it does not fit. */
 static int ck_join(char *buf, size_t len, const char *a, const char *b) {
   int n = snprintf(buf, len, "%s/%s", a, b);
+  return n < 0 || (size_t)n >= len ? TSR_ERANGE : 0;
+}
+
+int chief_ckpt_name(int64_t step, char *buf, size_t len) {
+  int n = snprintf(buf, len, CK_PREFIX "%012" PRId64, step);
   return n < 0 || (size_t)n >= len ? TSR_ERANGE : 0;
 }
 
@@ -230,7 +236,40 @@ int chief_ckpt_latest(const char *root, int64_t *step, json_t **manifest,
       rc = 0;
       break;
     }
-    fprintf(stderr, "checkpoint %s skipped: %s\n", dir, e2);
+    tsr_warn("checkpoint %s skipped: %s", dir, e2);
+  }
+  free(steps);
+  return rc;
+}
+
+int chief_ckpt_latest_intact(const char *root, int64_t max_step,
+                             int64_t *step, json_t **manifest, char *err,
+                             size_t errlen) {
+  int64_t *steps;
+  size_t n;
+  int rc = ck_list(root, &steps, &n, err, errlen, 1);
+  if (rc) return rc;
+  rc = TSR_ENOTFOUND;
+  snprintf(err, errlen, "no intact committed checkpoint in %s", root);
+  for (size_t i = 0; i < n; i++) {
+    if (steps[i] > max_step) continue;
+    char dir[CK_PATH], why[1024];
+    if (chief_ckpt_dir(root, steps[i], dir, sizeof dir)) continue;
+    json_t *m;
+    if (ck_load_manifest(dir, &m, why, sizeof why) == 0) {
+      if (chief_ckpt_verify(dir, m, why, sizeof why) == 0) {
+        *step = steps[i];
+        if (manifest)
+          *manifest = m;
+        else
+          json_decref(m);
+        rc = 0;
+        break;
+      }
+      json_decref(m);
+    }
+    tsr_warn("checkpoint of step %" PRId64 " skipped (%s): %s", steps[i], dir,
+             why);
   }
   free(steps);
   return rc;

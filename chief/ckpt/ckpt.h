@@ -17,12 +17,14 @@
  *
  * Failure modes: a root that cannot be created or written (found before
  * training by chief_ckpt_check_writable), a manifest that does not parse
- * (that checkpoint is skipped with a warning naming it).
+ * or a checkpoint whose files are damaged (that checkpoint is skipped with
+ * a warning naming it and why; the newest intact one is restored).
  */
 #ifndef TSR_CHIEF_CKPT_H
 #define TSR_CHIEF_CKPT_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -47,9 +49,83 @@ int chief_ckpt_commit(const char *root, int64_t step, json_t *manifest,
                       char *err, size_t errlen);
 
 /* The newest committed checkpoint: its step and manifest (caller decrefs).
- * TSR_ENOTFOUND when there is none. */
+ * TSR_ENOTFOUND when there is none. Files are not checked (see
+ * chief_ckpt_latest_intact). */
 int chief_ckpt_latest(const char *root, int64_t *step, json_t **manifest,
                       char *err, size_t errlen);
+
+/* ---- verified checkpoints (verify.c) ----------------------------------
+ *
+ * Every PS tags its files with the checkpoint's id and step and reports
+ * each file's size and CRC32C; the manifest lists them all ("files":
+ * [{name, bytes, crc32c, ps}], "checkpoint_id", "storage"). With storage
+ * "shared" the chief reads every listed file before it commits; with
+ * "per_ps" each PS has read its own back. Restore and the CLI check the
+ * same list: a checkpoint with a file missing, of another size, with
+ * another CRC, with a part that fails its own checks, of another
+ * checkpoint, or with a shard file nobody listed is not intact. */
+
+#define CHIEF_CKPT_ID_MAX 64
+
+typedef struct {
+  char name[800];       /* file name inside the checkpoint folder */
+  uint64_t bytes;
+  uint32_t crc32c;      /* of the whole file */
+  int ps;               /* the PS that wrote it */
+} chief_ckpt_file;
+
+/* The files of the checkpoint being written. Zero-initialise; free with
+ * chief_ckpt_files_free. */
+typedef struct {
+  char id[CHIEF_CKPT_ID_MAX + 1];
+  int64_t step;
+  chief_ckpt_file *files;
+  size_t n, cap;
+  int reports;          /* PS answers added */
+} chief_ckpt_files;
+
+/* Starts the checkpoint of `step`: a fresh id (random, with the step in
+ * it), no files yet. */
+void chief_ckpt_files_start(chief_ckpt_files *f, int64_t step);
+void chief_ckpt_files_free(chief_ckpt_files *f);
+/* Adds the files one PS's save answer lists (`save_response`: the
+ * ps_result's save field, a Tessera__Ps__SaveResponse). TSR_EPROTO when the
+ * answer is of another checkpoint or names a file outside the folder. */
+int chief_ckpt_files_add(chief_ckpt_files *f, int ps,
+                         const void *save_response, char *err, size_t errlen);
+
+/* The commit point, verified: every one of the `n_ps` PS reported its
+ * files; with per_ps false the chief reads each listed file whole (size
+ * and CRC32C of every byte, then the part's own checks) and finds no
+ * other shard file; the manifest then gets "files", "checkpoint_id" and
+ * "storage", and is committed (chief_ckpt_commit). Nothing is committed
+ * on any failure (err names the file and the problem, e.g. a file the
+ * chief cannot see: no shared folder). */
+int chief_ckpt_commit_verified(const char *root, int64_t step,
+                               json_t *manifest, const chief_ckpt_files *f,
+                               int n_ps, bool per_ps, char *err,
+                               size_t errlen);
+
+/* Checks a committed checkpoint folder against its manifest: every listed
+ * file present with its size and CRC32C and passing the part's own checks
+ * (PS layout, ids, CRCs), tagged with the manifest's id and step, every
+ * variable's parts all there, no shard file unlisted. Files of a "per_ps"
+ * checkpoint that the chief cannot see are skipped (the PS check their
+ * own on restore). 0, or a negative code with `why` saying what is
+ * damaged. */
+int chief_ckpt_verify(const char *folder, const json_t *manifest, char *why,
+                      size_t whylen);
+
+/* The newest committed checkpoint of a step <= max_step (INT64_MAX: any)
+ * that chief_ckpt_verify finds intact: its step and manifest (caller
+ * decrefs). Each newer one passed over is logged (warn) with its step and
+ * why. TSR_ENOTFOUND when none is intact. */
+int chief_ckpt_latest_intact(const char *root, int64_t max_step,
+                             int64_t *step, json_t **manifest, char *err,
+                             size_t errlen);
+
+/* "ckpt-<step, 12 digits>": a checkpoint folder's name under the root. */
+int chief_ckpt_name(int64_t step, char *buf, size_t len);
 
 /* Reads one checkpoint folder's manifest (`path` is the folder or ROOT: the
  * newest then). */

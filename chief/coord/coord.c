@@ -215,8 +215,10 @@ static void coord_manifest_and_commit(coord *co) {
   }
   json_object_set_new(m, "variables", vars);
   char err[512];
-  int rc = chief_ckpt_commit(co->job.checkpoint_dir, co->save_step, m, err,
-                             sizeof err);
+  int rc = chief_ckpt_commit_verified(co->job.checkpoint_dir, co->save_step,
+                                      m, &co->ckpt_files, co->n_ps,
+                                      co->job.checkpoint_per_ps, err,
+                                      sizeof err);
   json_decref(m);
   if (rc) {
     tsr_warn("checkpoint of step %" PRId64 " not committed: %s",
@@ -321,8 +323,8 @@ static void coord_pump_setup(coord *co) {
       if (!coord_ckpt_enabled(co)) return;
       int64_t step;
       json_t *m = NULL;
-      int rc = chief_ckpt_latest(co->job.checkpoint_dir, &step, &m, err,
-                                 sizeof err);
+      int rc = chief_ckpt_latest_intact(co->job.checkpoint_dir, INT64_MAX,
+                                        &step, &m, err, sizeof err);
       if (rc == 0) {
         json_t *dig = json_object_get(m, "model_digest");
         if (json_is_string(dig) &&

@@ -177,6 +177,8 @@ struct coord {
   int64_t last_ckpt_step;
   int64_t next_ckpt_step, next_eval_step;
   bool have_ckpt;
+  chief_ckpt_files ckpt_files; /* the checkpoint being saved: its id and
+                                  the files every PS reported */
   bool want_final_eval;
   bool final_done;
   int64_t examples;

@@ -166,12 +166,41 @@ void coord__ps_setup(coord *co) {
   coord__pump(co);
 }
 
+/* A save answer: its files go on the checkpoint's list. */
+static void coord_ps_on_save(const ps_result *r, void *data) {
+  coord_ps_call *call = data;
+  coord *co = call->ps->co;
+  char err[512];
+  if (r->status == 0 &&
+      chief_ckpt_files_add(&co->ckpt_files, call->ps->index, r->save, err,
+                           sizeof err)) {
+    coord_ps_done(co, call, TSR_EPROTO, err);
+    return;
+  }
+  coord_ps_done(co, call, r->status, r->message);
+}
+
 static void coord_ps_dir_call(coord *co, int64_t step, bool save) {
-  char dir[4096];
-  if (chief_ckpt_dir(co->job.checkpoint_dir, step, dir, sizeof dir)) {
+  /* named relative to the checkpoint root each PS was configured with */
+  char name[64], dir[4096], id[CHIEF_CKPT_ID_MAX + 1] = "";
+  if (chief_ckpt_name(step, name, sizeof name) ||
+      chief_ckpt_dir(co->job.checkpoint_dir, step, dir, sizeof dir)) {
     coord__fail(co, 1, "checkpoint path too long under %s",
                 co->job.checkpoint_dir);
     return;
+  }
+  if (save) {
+    chief_ckpt_files_start(&co->ckpt_files, step);
+  } else {
+    /* the files must be of the checkpoint the manifest commits */
+    int64_t st;
+    json_t *m = NULL;
+    char err[512];
+    if (chief_ckpt_read(dir, &st, &m, NULL, 0, err, sizeof err) == 0) {
+      const char *s = json_string_value(json_object_get(m, "checkpoint_id"));
+      snprintf(id, sizeof id, "%s", s ? s : "");
+      json_decref(m);
+    }
   }
   co->pending_errors = 0;
   for (int i = 0; i < co->n_ps; i++) {
@@ -181,8 +210,11 @@ static void coord_ps_dir_call(coord *co, int64_t step, bool save) {
       coord__fail(co, 1, "out of memory");
       return;
     }
-    int rc = save ? ps_client_save(p->cli, dir, coord_ps_on_result, call)
-                  : ps_client_restore(p->cli, dir, coord_ps_on_result, call);
+    int rc = save ? ps_client_save_ckpt(p->cli, name, co->ckpt_files.id, step,
+                                        co->job.checkpoint_per_ps,
+                                        coord_ps_on_save, call)
+                  : ps_client_restore_ckpt(p->cli, name, id, step,
+                                           coord_ps_on_result, call);
     coord_ps_started(co, call, rc);
   }
   coord__pump(co);

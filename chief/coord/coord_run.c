@@ -313,6 +313,7 @@ out_loop:
   uv_run(&co->loop, UV_RUN_DEFAULT);
   if (uv_loop_close(&co->loop)) tsr_warn("event loop closed with handles open");
 out_free:
+  chief_ckpt_files_free(&co->ckpt_files);
   free(co->ps);
   free(co->wk);
   chief_sched_free(co->sched);
