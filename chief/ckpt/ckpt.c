@@ -104,8 +104,10 @@ int chief_ckpt_prepare(const char *root, int64_t step, char *err,
     snprintf(err, errlen, "checkpoint path too long under %s", root);
     return TSR_ERANGE;
   }
+  /* an unfinished folder, or a committed one being taken again (after a
+   * resume from an older checkpoint): its files give way to the new ones */
   struct stat st;
-  if (stat(dir, &st) == 0 && !ck_has_manifest(dir)) ck_rm_tree(dir);
+  if (stat(dir, &st) == 0) ck_rm_tree(dir);
   return chief__mkdir_p(dir, err, errlen);
 }
 

@@ -38,7 +38,8 @@ int chief_ckpt_dir(const char *root, int64_t step, char *buf, size_t len);
 /* Creates ROOT (and parents) and proves it writable with a probe file. */
 int chief_ckpt_check_writable(const char *root, char *err, size_t errlen);
 
-/* Creates the step's folder (an old unfinished one is emptied first). */
+/* Creates the step's folder (one already there, unfinished or taken
+ * again after a resume from an older checkpoint, is emptied first). */
 int chief_ckpt_prepare(const char *root, int64_t step, char *err,
                        size_t errlen);
 

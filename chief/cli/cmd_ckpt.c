@@ -6,6 +6,8 @@
  * loads it into the Keras model. Rows of an embedding table that training
  * never touched were never created on the PS; export gives them their
  * initial values (the same deterministic ones the PS would have made).
+ * `inspect --verify` checks the checkpoint as a restore would
+ * (chief_ckpt_verify) and exits 1 naming the damage.
  */
 #include "chief/ckpt/ckpt.h"
 #include "chief/ckpt/ckpt_read.h"
@@ -22,10 +24,13 @@
 #include <string.h>
 
 static void usage(FILE *f) {
-  fprintf(f, "usage: tessera ckpt inspect PATH [--json]\n"
+  fprintf(f, "usage: tessera ckpt inspect PATH [--json] [--verify]\n"
              "       tessera ckpt export PATH --npz OUT.npz\n"
              "PATH: a checkpoint folder (the newest committed checkpoint in "
-             "it) or one ckpt-<step> folder.\n");
+             "it) or one ckpt-<step> folder.\n"
+             "--verify reads every byte of every file the manifest lists "
+             "(sizes, CRCs, each part's own checks, every part present, no "
+             "file unlisted) and exits 1 on any damage.\n");
 }
 
 /* Manifest order first (the model's), then anything else found. */
@@ -215,16 +220,18 @@ int chief_cmd_ckpt(int argc, char **argv) {
     return 2;
   }
   static const struct option opts[] = {{"json", no_argument, 0, 'j'},
+                                       {"verify", no_argument, 0, 'v'},
                                        {"npz", required_argument, 0, 'n'},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
-  bool json = false;
+  bool json = false, verify = false;
   const char *npz = NULL;
   optind = 1;
   int ch;
   while ((ch = getopt_long(argc - 1, argv + 1, "h", opts, NULL)) != -1) {
     switch (ch) {
       case 'j': json = true; break;
+      case 'v': verify = true; break;
       case 'n': npz = optarg; break;
       case 'h': usage(stdout); return 0;
       default: usage(stderr); return 2;
@@ -247,6 +254,15 @@ int chief_cmd_ckpt(int argc, char **argv) {
     fprintf(stderr, "tessera ckpt %s: %s\n", verb, err);
     return 1;
   }
+  if (verify) {
+    char why[1024];
+    if (chief_ckpt_verify(folder, man, why, sizeof why)) {
+      fprintf(stderr, "tessera ckpt %s: %s is damaged: %s\n", verb, folder,
+              why);
+      json_decref(man);
+      return 1;
+    }
+  }
   chief_ckpt_var *vars;
   size_t n;
   if (chief_ckpt_scan(folder, &vars, &n, err, sizeof err)) {
@@ -256,6 +272,9 @@ int chief_cmd_ckpt(int argc, char **argv) {
   }
   int rc = is_inspect ? inspect(folder, step, man, json, vars, n)
                       : export_npz(npz, man, vars, n);
+  if (!rc && verify && !json)
+    printf("\nverified: %zu file(s), every byte read, all intact\n",
+           json_array_size(json_object_get(man, "files")));
   chief_ckpt_vars_free(vars, n);
   json_decref(man);
   return rc;
