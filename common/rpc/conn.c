@@ -13,10 +13,11 @@
  * Failure modes: a refused or silent handshake, a bad frame, a dead or
  * closing peer all end in tsr_rpc__conn_close(): the owner's on_down fails
  * what hangs on the connection (once, with a message naming the peer), the
- * handles close, and on_freed runs from the last close callback. Refusals
- * and protocol errors are written to the peer first (close after flush,
- * bounded by a one-second guard). Handles are freed only in their close
- * callbacks.
+ * handles close, and on_freed runs from the last close callback. Refused
+ * peers are logged at most once per address per interval, with a count of
+ * the rest (ratelog.c). Refusals and protocol errors are written to the
+ * peer first (close after flush, bounded by a one-second guard). Handles
+ * are freed only in their close callbacks.
  */
 #include "common/rpc/rpc_int.h"
 
@@ -346,7 +347,8 @@ static void hs_read(tsr_rpc__conn *c, const uint8_t *p, size_t n) {
   snprintf(msg, sizeof msg, "%s %s: %s", who(c), c->peer,
            c->hs.msg[0] ? c->hs.msg : tsr_strerror(rc));
   if (c->role == TSR_RPC__SERVER) {
-    tsr_warn("rpc %s: refused %s", c->ctx->name, msg);
+    tsr_rpc__log_refused(c->ctx, c->peer, "%s",
+                         c->hs.msg[0] ? c->hs.msg : tsr_strerror(rc));
     if (c->agg) c->agg->refused++;
   } else {
     tsr_warn("rpc %s: %s", c->ctx->name, msg);
@@ -384,8 +386,7 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
       snprintf(msg, sizeof msg, "connection to %s %s failed: %s", who(c),
                c->peer, uv_strerror((int)nread));
     if (c->state == TSR_RPC__C_HS && c->role == TSR_RPC__SERVER) {
-      tsr_warn("rpc %s: refused %s %s: it left during the handshake",
-               c->ctx->name, who(c), c->peer);
+      tsr_rpc__log_refused(c->ctx, c->peer, "it left during the handshake");
       if (c->agg) c->agg->refused++;
     }
     tsr_rpc__conn_close(c, TSR_ECLOSED, msg);
@@ -416,8 +417,13 @@ static void timer_cb(uv_timer_t *t) {
   if (c->state == TSR_RPC__C_HS) {
     snprintf(msg, sizeof msg, "%s %s: no handshake within %u ms, dropped",
              who(c), c->peer, c->ctx->o.handshake_timeout_ms);
-    tsr_warn("rpc %s: %s", c->ctx->name, msg);
-    if (c->role == TSR_RPC__SERVER && c->agg) c->agg->refused++;
+    if (c->role == TSR_RPC__SERVER) {
+      tsr_rpc__log_refused(c->ctx, c->peer, "no handshake within %u ms",
+                           c->ctx->o.handshake_timeout_ms);
+      if (c->agg) c->agg->refused++;
+    } else {
+      tsr_warn("rpc %s: %s", c->ctx->name, msg);
+    }
     tsr_rpc__conn_close(c, TSR_ETIMEOUT, msg);
     return;
   }

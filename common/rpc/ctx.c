@@ -12,10 +12,12 @@
  */
 #include "common/rpc/rpc_int.h"
 
+#include "common/clock.h"
 #include "common/err.h"
 #include "common/log.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <sodium.h>
@@ -134,6 +136,7 @@ static void fill_defaults(tsr_rpc_opts *o) {
   if (!o->backoff_max_ms) o->backoff_max_ms = 5000;
   if (!o->default_deadline_ms) o->default_deadline_ms = 30000;
   if (!o->pool_bytes) o->pool_bytes = (uint64_t)256 << 20;
+  if (!o->refuse_log_ms) o->refuse_log_ms = 10000;
 }
 
 int tsr_rpc_ctx_new(tsr_rpc_ctx **out, uv_loop_t *loop,
@@ -391,4 +394,25 @@ int tsr_rpc_frame_mac_setting(const char *flag, int *plain, char *err,
   }
   snprintf(err, errlen, "%s \"%.100s\" is not on or off", where, v);
   return TSR_ECONFIG;
+}
+
+void tsr_rpc__log_refused(tsr_rpc_ctx *ctx, const char *peer,
+                          const char *fmt, ...) {
+  uint64_t suppressed = 0;
+  char host[TSR_RPC_ADDR_MAX];
+  if (!tsr_rpc__ratelog_note(&ctx->refused, peer, tsr_now_ns(),
+                             (uint64_t)ctx->o.refuse_log_ms * 1000000ull,
+                             &suppressed, host, sizeof host))
+    return;
+  char why[400];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(why, sizeof why, fmt, ap);
+  va_end(ap);
+  if (suppressed)
+    tsr_warn("rpc %s: refused peer %s: %s (and %llu more refusals of %s in "
+             "the %u ms before, not logged)", ctx->name, peer, why,
+             (unsigned long long)suppressed, host, ctx->o.refuse_log_ms);
+  else
+    tsr_warn("rpc %s: refused peer %s: %s", ctx->name, peer, why);
 }

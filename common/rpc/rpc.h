@@ -24,7 +24,8 @@
  * allocated; a frame over a limit gets an error answer where the stream
  * still makes sense, then its connection is closed while the server keeps
  * serving others. A peer without the token, with the wrong one, or with
- * another protocol version is refused and logged with its address. A
+ * another protocol version is refused and logged with its address (one
+ * line per address per refuse_log_ms, with a count of the rest). A
  * dropped connection fails every call written on it at once (TSR_ECLOSED)
  * and the client reconnects with exponential backoff and jitter; calls not
  * yet written wait for the connection until their deadline. Silent peers
@@ -115,6 +116,9 @@ typedef struct tsr_rpc_opts {
                                    TSR_EUNAVAIL instead of waiting for the
                                    connection until its deadline */
   const tsr_rpc_allocator *allocator; /* NULL: malloc/free; copied */
+  uint32_t refuse_log_ms;       /* refused peers: at most one log line per
+                                   address per this many ms (with a count
+                                   of those suppressed); default 10000 */
   int plain_frames;             /* non-zero: ask peers for frames without a
                                    MAC (a trusted network). Frames carry a
                                    MAC unless both ends ask; default 0 */

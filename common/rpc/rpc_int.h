@@ -255,6 +255,29 @@ void tsr_rpc__rx_divert(tsr_rpc__rx *rx);
 /* Non-zero while a payload is landing in an owner's destination. */
 int tsr_rpc__rx_in_payload(const tsr_rpc__rx *rx);
 
+/* ---- refused-peer log lines (ratelog.c) -------------------------------- */
+
+#define TSR_RPC__RATELOG_SLOTS 64
+
+typedef struct tsr_rpc__ratelog_slot {
+  int used;
+  char host[TSR_RPC_ADDR_MAX];
+  uint64_t since_ns;          /* when its last line was logged */
+  uint64_t suppressed;        /* refusals not logged since */
+} tsr_rpc__ratelog_slot;
+
+typedef struct tsr_rpc__ratelog {
+  tsr_rpc__ratelog_slot slot[TSR_RPC__RATELOG_SLOTS];
+} tsr_rpc__ratelog;
+
+/* A refusal of `peer` ("ip:port") at now_ns: 1 when a line is due (then
+ * *suppressed says how many refusals of that address went unlogged since
+ * its last line), 0 when it is only counted. `host` gets the address
+ * without the port. */
+int tsr_rpc__ratelog_note(tsr_rpc__ratelog *rl, const char *peer,
+                          uint64_t now_ns, uint64_t interval_ns,
+                          uint64_t *suppressed, char *host, size_t hostlen);
+
 /* ---- context (ctx.c) --------------------------------------------------- */
 
 #define TSR_RPC__POOL_CLASSES 31 /* 4 KiB << 0 .. 30 */
@@ -271,7 +294,15 @@ struct tsr_rpc_ctx {
   void *pool[TSR_RPC__POOL_CLASSES];  /* free lists (next in first word) */
   uint64_t pool_held;
   unsigned users;             /* servers + clients not yet freed */
+  tsr_rpc__ratelog refused;   /* log lines about refused peers */
 };
+
+/* Logs a refused peer (rate limited per address, opts.refuse_log_ms):
+ * "rpc NAME: refused peer ADDR: why (and N more refusals of ADDR since
+ * its last line)". Loop thread only. */
+void tsr_rpc__log_refused(tsr_rpc_ctx *ctx, const char *peer,
+                          const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 void *tsr_rpc__alloc(tsr_rpc_ctx *ctx, size_t n);
 void *tsr_rpc__calloc(tsr_rpc_ctx *ctx, size_t n);

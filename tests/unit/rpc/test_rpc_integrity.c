@@ -1,4 +1,6 @@
-/* Frame integrity: a client and a server with a relay between them that
+/* Frame integrity, and what a server logs about peers it refuses.
+ *
+ * A client and a server with a relay between them that
  * holds no token (tamper_proxy.h). Whatever the relay does to one frame
  * after the handshake (flip a byte of its header, meta, payload or tag,
  * drop it, send it twice, swap it with the next, in either direction) the
@@ -239,6 +241,112 @@ static void frame_mac_setting(void **s) {
   unsetenv("TESSERA_FRAME_MAC");
 }
 
+/* ---- refused peers: one log line per address per interval ------------------*/
+
+static void ratelog_pure(void **s) {
+  tsr_rpc__ratelog rl;
+  memset(&rl, 0, sizeof rl);
+  uint64_t sup = 0, iv = 1000;
+  char host[64];
+  assert_int_equal(tsr_rpc__ratelog_note(&rl, "10.0.0.1:5", 0, iv, &sup, host,
+                                         sizeof host), 1);
+  assert_string_equal(host, "10.0.0.1");
+  assert_int_equal(sup, 0);
+  for (int i = 1; i <= 99; i++)
+    assert_int_equal(tsr_rpc__ratelog_note(&rl, "10.0.0.1:6", (uint64_t)i,
+                                           iv, &sup, host, sizeof host), 0);
+  /* another address has its own window */
+  assert_int_equal(tsr_rpc__ratelog_note(&rl, "[::1]:9", 50, iv, &sup, host,
+                                         sizeof host), 1);
+  assert_string_equal(host, "::1");
+  /* past the interval: a line, with the count of the rest */
+  assert_int_equal(tsr_rpc__ratelog_note(&rl, "10.0.0.1:7", 1000, iv, &sup,
+                                         host, sizeof host), 1);
+  assert_int_equal(sup, 99);
+  assert_int_equal(tsr_rpc__ratelog_note(&rl, "10.0.0.1:7", 1001, iv, &sup,
+                                         host, sizeof host), 0);
+  /* more addresses than slots: each still gets its first line */
+  for (int i = 0; i < 3 * TSR_RPC__RATELOG_SLOTS; i++) {
+    char peer[32];
+    snprintf(peer, sizeof peer, "10.1.%d.%d:1", i / 200, i % 200);
+    assert_int_equal(tsr_rpc__ratelog_note(&rl, peer, 2000 + (uint64_t)i, iv,
+                                           &sup, host, sizeof host), 1);
+  }
+}
+
+static int count_lines(const char *path, const char *what) {
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  char line[1024];
+  int n = 0;
+  while (fgets(line, sizeof line, f)) n += strstr(line, what) != NULL;
+  fclose(f);
+  return n;
+}
+
+/* A client with the wrong token reconnecting as fast as it can: the
+ * server refuses every attempt but logs one line per interval, the next
+ * one with the count of those it did not log. */
+static void refused_peers_rate_limited(void **s) {
+  uv_loop_t loop;
+  assert_int_equal(uv_loop_init(&loop), 0);
+  tsr_rpc_opts o;
+  ru_opts(&o, "srv");
+  o.refuse_log_ms = 400;
+  tsr_rpc_ctx *sctx, *cctx;
+  assert_int_equal(tsr_rpc_ctx_new(&sctx, &loop, &o), 0);
+  ru_opts(&o, "intruder");
+  o.token = "not-the-token";
+  o.token_len = strlen("not-the-token");
+  o.backoff_min_ms = 1;
+  o.backoff_max_ms = 2;
+  assert_int_equal(tsr_rpc_ctx_new(&cctx, &loop, &o), 0);
+  tsr_rpc_server *srv;
+  assert_int_equal(tsr_rpc_server_new(&srv, sctx), 0);
+  assert_int_equal(tsr_rpc_server_listen(srv, "127.0.0.1:0"), 0);
+  char addr[64], path[] = "/tmp/tsr-refused-XXXXXX";
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", tsr_rpc_server_port(srv));
+  int lf = mkstemp(path);
+  assert_true(lf >= 0);
+  fflush(stderr);
+  int saved = dup(2);
+  dup2(lf, 2);
+  tsr_rpc_client *cli;
+  assert_int_equal(tsr_rpc_client_new(&cli, cctx, addr), 0);
+  /* refusals until the interval has run out once */
+  uint64_t t0 = tsr_now_ms();
+  tsr_rpc_stats st;
+  do {
+    uv_run(&loop, UV_RUN_NOWAIT);
+    tsr_rpc_server_stats(srv, &st);
+  } while (tsr_now_ms() - t0 < 600 || st.refused < 40);
+  int a = 0, b = 0;
+  tsr_rpc_client_close(cli, ru_set_flag, &a);
+  tsr_rpc_server_close(srv, ru_set_flag, &b);
+  ru_run_until(&loop, &a, 5000);
+  ru_run_until(&loop, &b, 5000);
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  close(lf);
+  uint64_t elapsed = tsr_now_ms() - t0;
+  int lines = count_lines(path, "refused peer 127.0.0.1");
+  int counted = count_lines(path, "more refusals of 127.0.0.1");
+  unlink(path);
+  print_message("%llu refusals in %llu ms, %d lines\n",
+                (unsigned long long)st.refused, (unsigned long long)elapsed,
+                lines);
+  assert_true(st.refused >= 40);
+  /* one line per started interval of 400 ms, not one per refusal */
+  assert_true(lines >= 2);
+  assert_true((uint64_t)lines <= elapsed / 400 + 1);
+  assert_true(counted >= 1);
+  assert_int_equal(tsr_rpc_ctx_free(cctx), 0);
+  assert_int_equal(tsr_rpc_ctx_free(sctx), 0);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  assert_int_equal(uv_loop_close(&loop), 0);
+}
+
 int main(void) {
   for (int i = 0; i < PLEN; i++) g_pat[i] = (uint8_t)(i * 7 + 1);
   const struct CMUnitTest tests[] = {
@@ -255,6 +363,8 @@ int main(void) {
       cmocka_unit_test(plain_frames_carry_no_check),
       cmocka_unit_test(plain_needs_both_ends),
       cmocka_unit_test(frame_mac_setting),
+      cmocka_unit_test(ratelog_pure),
+      cmocka_unit_test(refused_peers_rate_limited),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
