@@ -11,6 +11,7 @@
 #include "common/cluster.h"
 #include "common/err.h"
 #include "common/log.h"
+#include "common/memlimit.h"
 #include "common/rpc/rpc.h"
 #include "ps/ps.h"
 
@@ -41,7 +42,8 @@ static void usage(FILE *f) {
           "  The cluster comes from TF_CONFIG unless --cluster is given; the\n"
           "  token from TESSERA_TOKEN unless --token-file is given.\n"
           "  --memory-limit takes a byte count with an optional K, M, G or T\n"
-          "  suffix (default: 80%% of the machine's memory).\n"
+          "  suffix (default: 80%% of the cgroup's memory limit when there\n"
+          "  is one, as in a container, else of the machine's memory).\n"
           "  --checkpoint-root: Save and Restore stay under DIR (default: the\n"
           "  job's checkpoint folder, as the chief names it).\n"
           "  --frame-mac off (or TESSERA_FRAME_MAC=off) asks peers for frames\n"
@@ -149,9 +151,15 @@ int main(int argc, char **argv) {
     usage(stderr);
     return 2;
   }
+  char mem_src[600] = "--memory-limit";
   if (!mem_limit) {
-    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
-    mem_limit = pages > 0 && psz > 0 ? (size_t)pages * (size_t)psz / 10 * 8 : 0;
+    uint64_t avail;
+    tsr_mem_source src;
+    char desc[512];
+    tsr_mem_available("", 0, &avail, &src, desc, sizeof desc);
+    mem_limit = (size_t)(avail / 10 * 8);
+    snprintf(mem_src, sizeof mem_src, "80%% of %s, %" PRIu64 " bytes", desc,
+             avail);
   }
   tsr_cluster c;
   char err[TSR_ERRBUF];
@@ -231,7 +239,8 @@ int main(int argc, char **argv) {
     exit_code = 2;
     begin_close(&m);
   } else {
-    tsr_info("serving on %s (memory limit %zu bytes)", addr, mem_limit);
+    tsr_info("serving on %s (memory limit %zu bytes: %s)", addr, mem_limit,
+             mem_src);
   }
   uv_run(&m.loop, UV_RUN_DEFAULT);
   if ((rc = tsr_rpc_ctx_free(m.ctx)))
