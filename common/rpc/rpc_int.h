@@ -341,6 +341,18 @@ int tsr_rpc__idmap_put(tsr_rpc__idmap *m, uint64_t id, void *v);
 void *tsr_rpc__idmap_get(const tsr_rpc__idmap *m, uint64_t id);
 void *tsr_rpc__idmap_del(tsr_rpc__idmap *m, uint64_t id);
 
+/* ---- injected requests (server.c), for the fuzz targets --------------- */
+
+/* Hands a request to a method's handler as if it had arrived complete on
+ * a connection that is already gone: decoded, its payload in a buffer of
+ * its own, the answer accepted and dropped (done callbacks report
+ * TSR_ECLOSED). Lets a fuzz target drive a service without sockets.
+ * TSR_ENOMETHOD, TSR_ETOOBIG, TSR_EPROTO (meta does not decode), a
+ * payload_alloc refusal or TSR_ENOMEM; 0 once the handler ran. */
+int tsr_rpc__server_inject(tsr_rpc_server *s, uint32_t method, uint64_t id,
+                           const void *meta, size_t meta_len,
+                           const void *payload, size_t payload_len);
+
 /* ---- connection (conn.c) ----------------------------------------------- */
 
 typedef struct tsr_rpc__conn tsr_rpc__conn;

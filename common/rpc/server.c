@@ -395,6 +395,62 @@ static int s_on_head(tsr_rpc__rx *rx, const tsr_rpc__hdr *h,
   return 0;
 }
 
+int tsr_rpc__server_inject(tsr_rpc_server *s, uint32_t method, uint64_t id,
+                           const void *meta, size_t meta_len,
+                           const void *payload, size_t payload_len) {
+  if (s->closing) return TSR_ESHUTDOWN;
+  method_ent *me = find_method(s, method);
+  if (!me) return TSR_ENOMETHOD;
+  if (meta_len > s->ctx->o.max_meta_bytes ||
+      payload_len > s->ctx->o.max_payload_bytes)
+    return TSR_ETOOBIG;
+  scall *k = tsr_rpc__alloc(s->ctx, sizeof *k + meta_len);
+  if (!k) return TSR_ENOMEM;
+  memset(k, 0, sizeof *k);
+  s->live_calls++;
+  k->s = s;
+  k->me = me;
+  k->pub.method = method;
+  k->pub.id = id;
+  k->pub.meta_len = meta_len;
+  k->pub.meta = meta_len ? k->meta : NULL;
+  if (meta_len) memcpy(k->meta, meta, meta_len);
+  k->pub.payload_len = payload_len;
+  k->pub.peer = "injected";
+  k->pub.peer_name = "injected";
+  if (me->m.request_type &&
+      !(k->pub.request = protobuf_c_message_unpack(
+            me->m.request_type, &s->ctx->pb_al, meta_len, k->meta))) {
+    k->pub.payload_len = 0;
+    call_free(k, 0, 0);
+    return TSR_EPROTO;
+  }
+  if (payload_len) {
+    void *buf = NULL;
+    int rc = me->m.payload_alloc ? me->m.payload_alloc(&k->pub, payload_len,
+                                                       &buf, me->m.data)
+                                 : 0;
+    if (rc < 0) {
+      k->pub.payload_len = 0;
+      call_free(k, 0, 0);
+      return rc;
+    }
+    if (buf)
+      k->user_buf = 1;
+    else if (!(buf = tsr_rpc__buf_get(s->ctx, payload_len))) {
+      k->pub.payload_len = 0;
+      call_free(k, 0, 0);
+      return TSR_ENOMEM;
+    }
+    memcpy(buf, payload, payload_len);
+    k->pub.payload = buf;
+  }
+  k->state = CALL_HANDLING;
+  k->pub.recv_ns = tsr_now_ns();
+  me->m.handler(&k->pub, me->m.data);
+  return 0;
+}
+
 /* The peer is not taking its answers: too many bytes wait, or all the
  * calls it may have in flight are answers waiting to go out. */
 static int stuck(const tsr_rpc__conn *c, const tsr_rpc_server *s) {

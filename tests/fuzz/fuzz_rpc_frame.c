@@ -6,7 +6,9 @@
  * big-meta and direct-payload paths run with a 256-byte stage), payloads
  * land in buffers of exactly their size (ASan catches any write past
  * them), error metas are decoded. The machine must never crash, never
- * write outside what it was given, and stop for good after an error. */
+ * write outside what it was given, and stop for good after an error. With
+ * the first byte's top bit, frames must carry a MAC: no random frame may
+ * ever reach on_frame. */
 #include "common/rpc/rpc_int.h"
 
 #include <stdlib.h>
@@ -37,6 +39,7 @@ static int on_head(tsr_rpc__rx *rx, const tsr_rpc__hdr *h,
 
 static int on_frame(tsr_rpc__rx *rx, const tsr_rpc__hdr *h, void *payload) {
   owner *o = rx->owner;
+  if (rx->mac.on) abort(); /* a frame whose MAC nobody could make */
   if (payload && payload != o->dst) abort();
   free(o->dst);
   o->dst = NULL;
@@ -49,7 +52,10 @@ static const tsr_rpc__rx_ops ops = {on_head, on_frame};
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1) return 0;
-  size_t chunk = (size_t)data[0] * 3 + 1;
+  /* the top bit: frames must carry a MAC (random input never has a right
+   * one: the first complete frame must stop the machine) */
+  int mac = data[0] & 0x80;
+  size_t chunk = (size_t)(data[0] & 0x7f) * 3 + 1;
   data++;
   size--;
   tsr_rpc_allocator al = {fz_alloc, fz_free, NULL};
@@ -61,6 +67,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   owner o = {0};
   tsr_rpc__rx rx;
   if (tsr_rpc__rx_init(&rx, &ops, &o, &lim, accept, &al, 256)) return 0;
+  static const uint8_t key[32] = {7};
+  if (mac) tsr_rpc__rx_mac_on(&rx, key);
   while (size) {
     if (rx.paused) {
       rx.paused = 0;

@@ -16,7 +16,8 @@ src=$(cd "$(dirname "$0")/../.." && pwd)
 command -v clang >/dev/null || { echo "$0: clang not found (apt-get install clang libclang-rt-14-dev)" >&2; exit 2; }
 # gcc-only warning flags elsewhere in the build must not stop clang
 opts="-Dfuzz=true -Dgpu=disabled -Db_sanitize=address,undefined
-      -Db_lundef=false -Dc_args=-Wno-unknown-warning-option"
+      -Db_lundef=false
+      -Dc_args=-Wno-unknown-warning-option,-Wno-unknown-attributes"
 log=$(mktemp)
 if [ ! -f "$build/build.ninja" ]; then
   CC=clang meson setup "$build" "$src" $opts >"$log" 2>&1 ||
@@ -26,7 +27,7 @@ else
     { cat "$log" >&2; rm -f "$log"; exit 1; }
 fi
 rm -f "$log"
-targets="fuzz_rpc_frame fuzz_rpc_handshake"
+targets="fuzz_rpc_frame fuzz_rpc_handshake fuzz_ps_service fuzz_ckpt_shard fuzz_manifest fuzz_job fuzz_model"
 for t in $targets; do
   if ! ninja -C "$build" -t targets all 2>/dev/null | grep -q "tests/fuzz/$t:"; then
     echo "$0: $build has no target $t: configure it with CC=clang and -Dfuzz=true" >&2

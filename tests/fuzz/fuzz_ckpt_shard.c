@@ -1,0 +1,101 @@
+/* libFuzzer target: the shard file readers.
+ *
+ * The input is a whole shard checkpoint file. It is checked in memory by
+ * the PS's parser (ps__ckpt_part_parse); when that accepts it, a shard of
+ * the variable it describes is restored from it through the full restore
+ * path (the folder listing, the part's place in the layout, every row
+ * copied), both as one shard and re-cut in two. The chief's own reader
+ * (tessera ckpt inspect/export: chief_ckpt_scan, chief_ckpt_load_value)
+ * reads the same file. Nothing may crash, read outside the file or leak,
+ * whatever the header claims (sizes, counts, ranges, ids). */
+#include "chief/ckpt/ckpt_read.h"
+#include "common/log.h"
+#include "ps/ps_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static char g_dir[64];
+
+static void fz_restore(const ps_ckpt_part *p, const char *dir, int shard,
+                       int num_shards) {
+  ps_var_spec s;
+  memset(&s, 0, sizeof s);
+  snprintf(s.name, sizeof s.name, "%s", p->name);
+  s.rank = p->rank;
+  memcpy(s.shape, p->shape, sizeof s.shape);
+  s.sparse = p->sparse;
+  s.bounded = p->bounded;
+  s.shard = shard;
+  s.num_shards = num_shards;
+  int64_t dim0 = s.rank ? s.shape[0] : 1;
+  if (num_shards > dim0) return;
+  tsr_partition_rows(dim0, num_shards, shard, &s.row0, &s.rows);
+  kern_init_parse("zeros", &s.init);
+  static const char *const opt[] = {"sgd", "adagrad", "rmsprop", "adam",
+                                    "ftrl"};
+  tsr_optim_defaults(TSR_OPT_SGD, &s.optim);
+  for (int k = 0; k < 5; k++)
+    if (!strcmp(p->optimizer, opt[k])) tsr_optim_defaults(k, &s.optim);
+  if (p->nslots == 1 && s.optim.kind == TSR_OPT_SGD) s.optim.momentum = 0.9;
+  ps_mem mem = {0, 64 << 20, NULL};
+  ps_shard *out = NULL;
+  char err[512];
+  if (ps__ckpt_load_shard(&s, &mem, dir, NULL, &out, err, sizeof err) == 0)
+    ps__shard_free(out, &mem);
+  if (atomic_load(&mem.used) != 0) abort(); /* the budget leaked */
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  if (!g_dir[0]) {
+    tsr_log_set_level(TSR_LOG_ERROR);
+    snprintf(g_dir, sizeof g_dir, "%s/tsr-fuzz-ck-%d",
+             access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp",
+             (int)getpid());
+    mkdir(g_dir, 0755);
+  }
+  ps_ckpt_part p;
+  char err[512];
+  int ok = ps__ckpt_part_parse("input", data, size, &p, err, sizeof err) == 0;
+  /* the file under its own name, alone in the folder */
+  char path[600], enc[800];
+  if (ok) {
+    ps__ckpt_enc_name(p.name, enc, sizeof enc);
+    snprintf(path, sizeof path, "%s/%s.part-%d-of-%d.tshard", g_dir, enc,
+             p.shard, p.num_shards);
+  } else {
+    snprintf(path, sizeof path, "%s/x.part-0-of-1.tshard", g_dir);
+  }
+  FILE *f = fopen(path, "wb");
+  if (!f) return 0;
+  fwrite(data, 1, size, f);
+  fclose(f);
+  if (ok && p.num_shards == 1) {
+    fz_restore(&p, g_dir, 0, 1);
+    fz_restore(&p, g_dir, 1, 2);
+  }
+  chief_ckpt_var *vars;
+  size_t n;
+  if (chief_ckpt_scan(g_dir, &vars, &n, err, sizeof err) == 0) {
+    for (size_t i = 0; i < n; i++) {
+      int64_t dim0 = vars[i].rank ? vars[i].shape[0] : 1, cells;
+      if (dim0 < 0 || dim0 > (1 << 20) || vars[i].width > (1 << 20) ||
+          __builtin_mul_overflow(dim0, vars[i].width, &cells) ||
+          cells > (1 << 22))
+        continue; /* export would need that much memory: not its check */
+      float *val = calloc((size_t)cells + 1, sizeof *val);
+      uint8_t *present = calloc((size_t)dim0 + 1, 1);
+      if (val && present)
+        chief_ckpt_load_value(&vars[i], val, present, err, sizeof err);
+      free(val);
+      free(present);
+    }
+    chief_ckpt_vars_free(vars, n);
+  }
+  unlink(path);
+  return 0;
+}
