@@ -52,7 +52,8 @@ int ps__mem_reserve(ps_mem *m, size_t bytes);
 void ps__mem_release(ps_mem *m, size_t bytes);
 
 /* Allocations through m's hook (m may be NULL: malloc). A size of 0 gets
- * a 1-byte block; ps__calloc refuses (NULL) a product that overflows;
+ * a 1-byte block; ps__calloc gives at least one zeroed element (n = 0
+ * too) and refuses (NULL) a product that overflows;
  * ps__realloc moves `old` bytes into the new block and frees the old one
  * only on success. Memory from these is freed with ps__free. */
 void *ps__alloc(const ps_mem *m, size_t n);

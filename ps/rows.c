@@ -35,7 +35,7 @@ void *ps__alloc(const ps_mem *m, size_t n) {
 
 void *ps__calloc(const ps_mem *m, size_t n, size_t size) {
   size_t b;
-  if (tsr_mul_size(n, size, &b)) return NULL;
+  if (tsr_mul_size(n ? n : 1, size, &b)) return NULL; /* one at least */
   void *p = ps__alloc(m, b);
   if (p) memset(p, 0, b ? b : 1);
   return p;

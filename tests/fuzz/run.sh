@@ -16,14 +16,15 @@ src=$(cd "$(dirname "$0")/../.." && pwd)
 command -v clang >/dev/null || { echo "$0: clang not found (apt-get install clang libclang-rt-14-dev)" >&2; exit 2; }
 # gcc-only warning flags elsewhere in the build must not stop clang
 opts="-Dfuzz=true -Dgpu=disabled -Db_sanitize=address,undefined
-      -Db_lundef=false
-      -Dc_args=-Wno-unknown-warning-option,-Wno-unknown-attributes"
+      -Db_lundef=false"
+# gcc-only attributes (optimize) must not stop clang either
+cargs="-Dc_args=-Wno-unknown-warning-option -Wno-unknown-attributes"
 log=$(mktemp)
 if [ ! -f "$build/build.ninja" ]; then
-  CC=clang meson setup "$build" "$src" $opts >"$log" 2>&1 ||
+  CC=clang meson setup "$build" "$src" $opts "$cargs" >"$log" 2>&1 ||
     { cat "$log" >&2; rm -f "$log"; exit 1; }
 else
-  meson configure "$build" $opts >"$log" 2>&1 ||
+  meson configure "$build" $opts "$cargs" >"$log" 2>&1 ||
     { cat "$log" >&2; rm -f "$log"; exit 1; }
 fi
 rm -f "$log"
