@@ -408,17 +408,29 @@ int tsr_job_override(json_t *root, const char *kv, char *err, size_t errlen) {
   while (part && (next = strtok_r(NULL, ".", &save))) {
     json_t *child = json_object_get(obj, part);
     if (!child) {
+      /* set_new takes (and on failure frees) the new object: use it only
+       * once it is in place */
       child = json_object();
-      json_object_set_new(obj, part, child);
+      if (!child || json_object_set_new(obj, part, child)) {
+        json_decref(jv);
+        return tsr__jfail(err, errlen, TSR_ECONFIG, "override \"%s\": key "
+                          "\"%s\" is not valid UTF-8 (or out of memory)", kv,
+                          part);
+      }
     } else if (json_is_string(child) && obj == root &&
                (!strcmp(part, "optimizer") || !strcmp(part, "checkpoint"))) {
       /* the short forms: "adam" is {"name": "adam"}, a checkpoint folder
        * is {"dir": ...}; a key set inside them keeps the short form's
        * meaning */
       json_t *full = json_object();
-      json_object_set(full, !strcmp(part, "optimizer") ? "name" : "dir",
-                      child);
-      json_object_set_new(obj, part, full);
+      if (!full ||
+          json_object_set(full, !strcmp(part, "optimizer") ? "name" : "dir",
+                          child) ||
+          json_object_set_new(obj, part, full)) {
+        json_decref(jv);
+        return tsr__jfail(err, errlen, TSR_ENOMEM, "override \"%s\": out of "
+                          "memory", kv);
+      }
       child = full;
     }
     if (!json_is_object(child)) {
@@ -434,7 +446,9 @@ int tsr_job_override(json_t *root, const char *kv, char *err, size_t errlen) {
     return tsr__jfail(err, errlen, TSR_ECONFIG, "override \"%s\": empty key",
                       kv);
   }
-  json_object_set_new(obj, part, jv);
+  if (json_object_set_new(obj, part, jv)) /* it took jv either way */
+    return tsr__jfail(err, errlen, TSR_ECONFIG, "override \"%s\": key \"%s\" "
+                      "is not valid UTF-8", kv, part);
   return 0;
 }
 

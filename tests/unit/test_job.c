@@ -172,6 +172,16 @@ static void overrides_errors(void **state) {
   assert_int_equal(tsr_job_parse("{}", "job", NULL, ov3, &j, err, sizeof err),
                    TSR_ECONFIG);
   assert_non_null(strstr(err, "stepss"));
+  /* keys that are not UTF-8 (found by fuzz_job: the new object was used
+   * after jansson had refused and freed it) */
+  const char *ov4[] = {"o\xa0ptimizer.learning_rate=0.5", NULL};
+  const char *ov5[] = {"st\xffps=1", NULL};
+  assert_int_equal(tsr_job_parse("{}", "job", NULL, ov4, &j, err, sizeof err),
+                   TSR_ECONFIG);
+  assert_non_null(strstr(err, "UTF-8"));
+  assert_int_equal(tsr_job_parse("{}", "job", NULL, ov5, &j, err, sizeof err),
+                   TSR_ECONFIG);
+  assert_non_null(strstr(err, "UTF-8"));
 }
 
 static void model_path_is_relative_to_job(void **state) {
