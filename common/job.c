@@ -399,8 +399,10 @@ int tsr_job_override(json_t *root, const char *kv, char *err, size_t errlen) {
   const char *val = eq + 1;
   json_error_t je;
   json_t *jv = json_loads(val, JSON_DECODE_ANY, &je);
-  if (!jv) jv = json_string(val);
-  if (!jv) return TSR_ENOMEM;
+  if (!jv) jv = json_string(val); /* NULL for text that is not UTF-8 */
+  if (!jv)
+    return tsr__jfail(err, errlen, TSR_ECONFIG, "override \"%s\": the value "
+                      "is neither JSON nor UTF-8 text", kv);
   json_t *obj = root;
   char *save = NULL;
   char *part = strtok_r(key, ".", &save);

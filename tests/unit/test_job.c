@@ -182,6 +182,10 @@ static void overrides_errors(void **state) {
   assert_int_equal(tsr_job_parse("{}", "job", NULL, ov5, &j, err, sizeof err),
                    TSR_ECONFIG);
   assert_non_null(strstr(err, "UTF-8"));
+  const char *ov6[] = {"optimizer.learning_rate=0\xae" "5", NULL};
+  assert_int_equal(tsr_job_parse("{}", "job", NULL, ov6, &j, err, sizeof err),
+                   TSR_ECONFIG);
+  assert_non_null(strstr(err, "neither JSON nor UTF-8"));
 }
 
 static void model_path_is_relative_to_job(void **state) {
