@@ -36,7 +36,13 @@ int wk_model__fail(char *err, size_t len, int code, const char *fmt, ...) {
 
 static int add_var(wk_model *m, const char *layer, const char *vname,
                    int rank, int64_t d0, int64_t d1, const kern_init_spec *in,
-                   wk_var_kind kind) {
+                   wk_var_kind kind, char *err, size_t errlen) {
+  int64_t numel;
+  if (d0 < 1 || (rank == 2 && d1 < 1) ||
+      __builtin_mul_overflow(d0, rank == 2 ? d1 : 1, &numel) ||
+      numel > ((int64_t)1 << 62))
+    return FAIL(TSR_ERANGE, "layer '%s': %s of shape [%lld, %lld] is empty "
+                "or too large", layer, vname, (long long)d0, (long long)d1);
   wk_var_info *nv = realloc(m->vars, (size_t)(m->n_vars + 1) * sizeof *nv);
   if (!nv) return TSR_ENOMEM;
   m->vars = nv;
@@ -46,7 +52,7 @@ static int add_var(wk_model *m, const char *layer, const char *vname,
   v->rank = rank;
   v->shape[0] = d0;
   v->shape[1] = rank == 2 ? d1 : 1;
-  v->numel = d0 * v->shape[1];
+  v->numel = numel;
   v->row_dim = v->shape[1];
   v->dtype = "float32";
   v->init = *in;
@@ -247,7 +253,8 @@ static int parse_sequential(wk_model *m, const json_t *root, char *err,
                            "uniform", nm, &is, err, errlen)))
         return rc;
       int v = add_var(m, nm, "embeddings", 2, json_integer_value(idim),
-                      json_integer_value(odim), &is, WK_VAR_ROW_SPARSE);
+                      json_integer_value(odim), &is, WK_VAR_ROW_SPARSE, err,
+                      errlen);
       if (v < 0) return v;
       wk_embed *e = &m->emb[m->n_emb++];
       memset(e, 0, sizeof *e);
@@ -313,11 +320,11 @@ static int parse_sequential(wk_model *m, const json_t *root, char *err,
                            nm, &bi, err, errlen)))
         return rc;
       if ((ly->var_w = add_var(m, nm, "kernel", 2, ly->in, ly->out, &ki,
-                               WK_VAR_DENSE)) < 0)
+                               WK_VAR_DENSE, err, errlen)) < 0)
         return ly->var_w;
       if (ly->use_bias &&
           (ly->var_b = add_var(m, nm, "bias", 1, ly->out, 1, &bi,
-                               WK_VAR_DENSE)) < 0)
+                               WK_VAR_DENSE, err, errlen)) < 0)
         return ly->var_b;
     } else if (!strcmp(cls, "Activation")) {
       ly->kind = WK_L_ACTIVATION;
@@ -418,7 +425,7 @@ static int parse_wide_deep(wk_model *m, const json_t *j,
     char lname[96];
     snprintf(lname, sizeof lname, "embedding_%s", name);
     int var = add_var(m, lname, "embeddings", 2, voc, dim, &ui,
-                      WK_VAR_ROW_SPARSE);
+                      WK_VAR_ROW_SPARSE, err, errlen);
     if (var < 0) return var;
     wk_embed *e = &m->emb[m->n_emb++];
     memset(e, 0, sizeof *e);
@@ -462,10 +469,10 @@ static int parse_wide_deep(wk_model *m, const json_t *j,
     ly->alpha = alpha;
     ly->use_bias = true;
     if ((ly->var_w = add_var(m, ly->name, "kernel", 2, ly->in, ly->out, &gi,
-                             WK_VAR_DENSE)) < 0 ||
+                             WK_VAR_DENSE, err, errlen)) < 0 ||
         (ly->var_b = add_var(m, ly->name, "bias", 1, ly->out, 1, &zi,
-                             WK_VAR_DENSE)) < 0) {
-      rc = TSR_ENOMEM;
+                             WK_VAR_DENSE, err, errlen)) < 0) {
+      rc = ly->var_w < 0 ? ly->var_w : ly->var_b;
       goto out;
     }
     width = ly->out;
@@ -475,7 +482,7 @@ static int parse_wide_deep(wk_model *m, const json_t *j,
   json_t *w = json_object_get(j, "wide");
   if (!w || json_is_true(w)) {
     int var = add_var(m, "wide", "embeddings", 2, wide_total, 1, &zi,
-                      WK_VAR_ROW_SPARSE);
+                      WK_VAR_ROW_SPARSE, err, errlen);
     if (var < 0) { rc = var; goto out; }
     int64_t off = 0;
     for (int f = 0; f < nsf; f++) {

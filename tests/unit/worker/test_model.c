@@ -512,6 +512,11 @@ static void test_bad_models(void **state) {
                      "mse", NULL, TSR_EUNSUPPORTED, "'mish'", "gelu");
   expect_build_error(keras_example, "hinge", NULL, TSR_EUNSUPPORTED, "hinge",
                      "sparse_categorical_crossentropy");
+  /* a kernel of 4 x 2^62 elements: its size overflowed (UBSan) */
+  expect_build_error(seq_json("{\"class_name\": \"Dense\", \"config\": "
+                              "{\"name\": \"big\", \"units\": "
+                              "4611686018427387904}}", 4),
+                     "mse", NULL, TSR_ERANGE, "layer 'big'", "too large");
   wk_input_schema sc = {.n_dense = 9, .n_classes = 1};
   expect_build_error(keras_example, "mse", &sc, TSR_ESHAPE,
                      "shapes do not chain", "10 feature(s) but the data has 9");
