@@ -383,9 +383,11 @@ static int parse_wide_deep(wk_model *m, const json_t *j,
   int nsf = json_is_array(sf) ? (int)json_array_size(sf)
             : json_is_integer(sf) ? (int)json_integer_value(sf)
             : sc ? sc->n_sparse : 0;
-  if (nsf < 1 || nsf > WK_MAX_EMB - 1)
+  /* each sparse feature takes two embedding slots: its own and the
+   * wide part's */
+  if (nsf < 1 || nsf > WK_MAX_EMB / 2)
     return FAIL(TSR_ECONFIG, "model.sparse_features: wide_deep needs 1..%d "
-                "sparse features (got %d)", WK_MAX_EMB - 1, nsf);
+                "sparse features (got %d)", WK_MAX_EMB / 2, nsf);
   json_t *dv = json_object_get(j, "vocab");
   json_t *dd = json_object_get(j, "embedding_dim");
   int64_t def_dim = dd ? json_integer_value(dd) : 8;
@@ -437,7 +439,9 @@ static int parse_wide_deep(wk_model *m, const json_t *j,
     e->out_off = m->emb_width;
     m->emb_width += dim;
     vocabs[f] = voc;
-    wide_total += voc;
+    if (__builtin_add_overflow(wide_total, voc, &wide_total))
+      return FAIL(TSR_ERANGE, "model: the sparse features' vocab sizes add "
+                  "up past 2^63");
   }
   m->n_sparse = nsf;
   json_t *hid = json_object_get(j, "hidden");

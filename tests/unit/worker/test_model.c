@@ -512,6 +512,12 @@ static void test_bad_models(void **state) {
                      "mse", NULL, TSR_EUNSUPPORTED, "'mish'", "gelu");
   expect_build_error(keras_example, "hinge", NULL, TSR_EUNSUPPORTED, "hinge",
                      "sparse_categorical_crossentropy");
+  /* 40 sparse features took 80 of 64 embedding slots (found by fuzz_job:
+   * an index out of bounds) */
+  expect_build_error("{\"builtin\": \"wide_deep\", \"dense_features\": 1, "
+                     "\"sparse_features\": 40, \"vocab\": 5}",
+                     "binary_crossentropy", NULL, TSR_ECONFIG,
+                     "sparse_features", "1..32");
   /* a kernel of 4 x 2^62 elements: its size overflowed (UBSan) */
   expect_build_error(seq_json("{\"class_name\": \"Dense\", \"config\": "
                               "{\"name\": \"big\", \"units\": "
