@@ -47,9 +47,11 @@ void ps__entry_free(ps_entry *e, ps_mem *mem) {
 static bool ps__is_write(ps_op_kind k) { return k >= PS_OP_PUSH; }
 
 static void ps__op_free(ps_op *op) {
-  const ps_mem *m = &op->srv->mem;
+  ps_mem *m = &op->srv->mem;
   ps__free(m, op->out);
   ps__free(m, op->ids_copy);
+  /* a restored shard whose swap never ran (the server closed first) */
+  ps__shard_free(op->loaded, m);
   ps__free(m, op);
 }
 
