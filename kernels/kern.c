@@ -184,6 +184,8 @@ void kern_close(kern_ctx *ctx) {
 }
 
 const char *kern_backend_name(const kern_ctx *c) { return c->ops->name; }
+const kern__ops *kern__ctx_ops(const kern_ctx *c) { return c->ops; }
+void *kern__ctx_impl(const kern_ctx *c) { return c->impl; }
 bool kern_is_host(const kern_ctx *c) { return c->ops->host; }
 int kern_device_index(const kern_ctx *c) { return c->device; }
 

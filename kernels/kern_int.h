@@ -12,7 +12,9 @@
 extern "C" {
 #endif
 
-#define KERN__ABI 1
+#define KERN__ABI 2
+
+struct kern__nn_ops; /* kern_nn_int.h: convolution, pooling, normalization */
 
 typedef struct kern__ops {
   const char *name;
@@ -56,6 +58,7 @@ typedef struct kern__ops {
   int (*mul)(void *impl, float *x, const float *mask, size_t n);
   int (*allreduce)(void *const *impls, float *const *bufs, int n_impl,
                    size_t n);
+  const struct kern__nn_ops *nn;
 } kern__ops;
 
 /* What the CUDA module exports under the symbol name below. */
@@ -70,6 +73,10 @@ typedef struct {
 #define KERN__MODULE_SYMBOL "kern_cuda_module_v1"
 
 extern const kern__ops kern__cpu_ops;
+
+/* A context's backend and its state, for the ops of kern_nn.c. */
+const kern__ops *kern__ctx_ops(const kern_ctx *ctx);
+void *kern__ctx_impl(const kern_ctx *ctx);
 
 /* The counter-based draw behind dropout masks, shared by both backends so
  * a step gives the same mask on either. */

@@ -9,6 +9,7 @@
  * (TSR_ENOMEM); everything else works on any input.
  */
 #include "kernels/cpu/cpu_int.h"
+#include "kernels/kern_nn_int.h"
 #include "common/err.h"
 
 #include <cblas.h>
@@ -242,4 +243,5 @@ const kern__ops kern__cpu_ops = {
     .dropout = cpu_dropout,
     .mul = cpu_mul,
     .allreduce = cpu_allreduce,
+    .nn = &kern__cpu_nn_ops,
 };
