@@ -181,11 +181,12 @@ static int tsr__get_str(json_t *obj, const char *where, const char *key,
 
 /* ---- optimizer -----------------------------------------------------------*/
 
-static const char *const tsr__opt_names[] = {"sgd", "adagrad", "rmsprop",
-                                             "adam", "ftrl"};
+static const char *const tsr__opt_names[] = {
+    "sgd", "adagrad", "rmsprop", "adam", "ftrl", "moving_average"};
 
 const char *tsr_optim_name(tsr_opt_kind kind) {
-  return (unsigned)kind < 5 ? tsr__opt_names[kind] : "?";
+  return (unsigned)kind <= TSR_OPT_MOVING_AVERAGE ? tsr__opt_names[kind]
+                                                  : "?";
 }
 
 void tsr_optim_defaults(tsr_opt_kind kind, tsr_optim_spec *o) {

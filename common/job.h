@@ -26,7 +26,12 @@ typedef enum {
   TSR_OPT_ADAGRAD,
   TSR_OPT_RMSPROP,
   TSR_OPT_ADAM,
-  TSR_OPT_FTRL
+  TSR_OPT_FTRL,
+  /* Not an optimizer a job names: the rule of non-trainable moving
+   * statistics (BatchNormalization's moving mean and variance), w +=
+   * learning_rate * (g - w) with learning_rate = 1 - momentum, where the
+   * pushed "gradient" g is the batch statistic. */
+  TSR_OPT_MOVING_AVERAGE
 } tsr_opt_kind;
 
 /* Keras names and defaults (tf.keras.optimizers, Keras 2/3). */

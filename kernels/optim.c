@@ -25,6 +25,7 @@ int kern_optim_num_slots(const tsr_optim_spec *spec) {
       return 1 + (spec->centered ? 1 : 0) + (spec->momentum > 0 ? 1 : 0);
     case TSR_OPT_ADAM: return 2;
     case TSR_OPT_FTRL: return 2;
+    case TSR_OPT_MOVING_AVERAGE: return 0;
   }
   return 0;
 }
@@ -40,6 +41,7 @@ const char *kern_optim_slot_name(const tsr_optim_spec *spec, int slot) {
       return "momentum";
     case TSR_OPT_ADAM: return slot == 0 ? "m" : "v";
     case TSR_OPT_FTRL: return slot == 0 ? "accumulator" : "linear";
+    case TSR_OPT_MOVING_AVERAGE: return NULL;
   }
   return NULL;
 }
@@ -205,6 +207,14 @@ static void ftrl_pow(float *restrict w, const float *restrict g,
   }
 }
 
+/* ---- moving average (non-trainable statistics) ---------------------------*/
+
+KERN__VEC static void moving_average(float *restrict w,
+                                     const float *restrict g, float a,
+                                     float s, size_t n) {
+  for (size_t i = 0; i < n; i++) w[i] += a * (g[i] * s - w[i]);
+}
+
 int kern_optim_apply(const tsr_optim_spec *sp, int64_t step, float *w,
                      const float *g, float scale, float *const *slots,
                      size_t n) {
@@ -248,6 +258,9 @@ int kern_optim_apply(const tsr_optim_spec *sp, int64_t step, float *w,
                  shrink2, (float)sp->learning_rate_power, n);
       return 0;
     }
+    case TSR_OPT_MOVING_AVERAGE:
+      moving_average(w, g, lr, scale, n);
+      return 0;
   }
   return TSR_EINVAL;
 }

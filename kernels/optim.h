@@ -14,6 +14,11 @@
  *            alpha = lr*sqrt(1-b2^t)/(1-b1^t); w -= alpha*m/(sqrt(v)+eps_hat)
  *            with eps_hat = eps*sqrt(1-b2^t) (TF's fused kernel)
  *   FTRL     (TF's ApplyFtrlV2, with l2 shrinkage) for sparse rows and dense.
+ *   moving average (not a Keras optimizer: the update of non-trainable
+ *            statistics such as BatchNormalization's moving mean and
+ *            variance, Keras's momentum rule) w += lr * (g - w), with
+ *            lr = 1 - momentum and g the pushed batch statistic (a mean of
+ *            the k pushes summed in sync mode, through `scale`); no slots.
  * `step` is the 1-based count of applies to this variable (Adam's t).
  * For sparse rows each row is applied with its own slots (lazy: rows not
  * in the batch keep their slots, as TF's LazyAdam and as embedding tables

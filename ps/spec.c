@@ -60,10 +60,8 @@ int ps_var_spec_init(ps_var_spec *s, const char *name, int rank,
 }
 
 static int sp_optim_kind(const char *name, tsr_opt_kind *k) {
-  static const char *const names[] = {"sgd", "adagrad", "rmsprop", "adam",
-                                      "ftrl"};
-  for (int i = 0; i < 5; i++)
-    if (strcasecmp(name, names[i]) == 0) {
+  for (int i = 0; i <= TSR_OPT_MOVING_AVERAGE; i++)
+    if (strcasecmp(name, tsr_optim_name((tsr_opt_kind)i)) == 0) {
       *k = (tsr_opt_kind)i;
       return 0;
     }

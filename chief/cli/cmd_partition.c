@@ -191,8 +191,8 @@ int chief_cmd_partition(int argc, char **argv) {
         snprintf(names[n_vars], sizeof names[0], "%s", vi[i].name);
         vars[n_vars].name = names[n_vars];
         vars[n_vars].rank = vi[i].rank;
-        vars[n_vars].shape[0] = vi[i].shape[0];
-        vars[n_vars].shape[1] = vi[i].rank > 1 ? vi[i].shape[1] : 0;
+        for (int d = 0; d < vi[i].rank; d++)
+          vars[n_vars].shape[d] = vi[i].shape[d];
         vars[n_vars].elem_size = 4;
       }
       wk_model_free(m);

@@ -141,10 +141,11 @@ struct coord {
   struct coord_var {
     char name[128];
     int rank;
-    int64_t shape[2];
+    int64_t shape[4];
     int64_t row_dim;
     bool sparse;
     kern_init_spec init;
+    tsr_optim_spec optim;  /* the job's, or a moving statistic's rule */
   } *vars;
   size_t n_vars;
   tsr_shard *shards;

@@ -147,7 +147,7 @@ void coord__ps_setup(coord *co) {
       const struct coord_var *v = &co->vars[s->var];
       rc = ps_var_spec_init(&specs[j], v->name, v->rank, v->shape, s->shard,
                             s->num_shards, kern_init_name(v->init.kind),
-                            co->job.seed, &co->job.optimizer);
+                            co->job.seed, &v->optim);
       specs[j].init = v->init;
       specs[j].sparse = v->sparse;
       specs[j].bounded = v->sparse;

@@ -116,15 +116,14 @@ static int coord_plan(coord *co, char *err, size_t errlen) {
     struct coord_var *v = &co->vars[i];
     snprintf(v->name, sizeof v->name, "%s", vi[i].name);
     v->rank = vi[i].rank;
-    v->shape[0] = vi[i].shape[0];
-    v->shape[1] = vi[i].rank > 1 ? vi[i].shape[1] : 1;
+    for (int d = 0; d < 4; d++) v->shape[d] = vi[i].shape[d];
     v->row_dim = vi[i].row_dim;
     v->sparse = vi[i].kind == WK_VAR_ROW_SPARSE;
     v->init = vi[i].init;
+    wk_var_optimizer(&vi[i], &co->job.optimizer, &v->optim);
     shapes[i].name = v->name;
     shapes[i].rank = v->rank;
-    shapes[i].shape[0] = vi[i].shape[0];
-    shapes[i].shape[1] = vi[i].rank > 1 ? vi[i].shape[1] : 0;
+    for (int d = 0; d < v->rank; d++) shapes[i].shape[d] = vi[i].shape[d];
     shapes[i].elem_size = 4;
   }
   co->n_vars = n;

@@ -94,6 +94,10 @@ static void ref_step(const tsr_optim_spec *o, int t, ref_state *r,
         *acc = na;
         break;
       }
+      case TSR_OPT_MOVING_AVERAGE:
+        /* Keras: moving = moving * momentum + batch * (1 - momentum) */
+        *w = *w * o->momentum + g * (1 - o->momentum);
+        break;
     }
   }
 }
@@ -191,6 +195,22 @@ static void ftrl_variants(void **state) {
   run_case(&o, 1.0f);
 }
 
+/* BatchNormalization's moving statistics: Keras's momentum rule, the
+ * pushed statistic scaled like a gradient (1/k for a sync mean). */
+static void moving_average_steps(void **state) {
+  (void)state;
+  tsr_optim_spec o;
+  tsr_optim_defaults(TSR_OPT_MOVING_AVERAGE, &o);
+  assert_int_equal(kern_optim_num_slots(&o), 0);
+  assert_string_equal(tsr_optim_name(o.kind), "moving_average");
+  o.momentum = 0.99;
+  o.learning_rate = 1 - o.momentum;
+  run_case(&o, 1.0f);
+  o.momentum = 0.6;
+  o.learning_rate = 1 - o.momentum;
+  run_case(&o, 0.5f);
+}
+
 static void slots_and_errors(void **state) {
   (void)state;
   tsr_optim_spec o;
@@ -224,7 +244,9 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(sgd_variants),     cmocka_unit_test(adagrad_steps),
       cmocka_unit_test(rmsprop_variants), cmocka_unit_test(adam_steps),
-      cmocka_unit_test(ftrl_variants),    cmocka_unit_test(slots_and_errors),
+      cmocka_unit_test(ftrl_variants),
+      cmocka_unit_test(moving_average_steps),
+      cmocka_unit_test(slots_and_errors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
