@@ -10,6 +10,7 @@
 #include "common/err.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -72,6 +73,9 @@ static int cpu_col2im(void *impl, const kern_win *g, int64_t n,
   return 0;
 }
 
+/* Channels innermost: every window position updates a contiguous run of
+ * channels (vectorized); the first maximum in row-major window order wins,
+ * as in TF. */
 static int cpu_pool_fwd(void *impl, const kern_win *g, int64_t n,
                         kern_pool2d kind, const float *x, float *y,
                         int32_t *arg) {
@@ -84,28 +88,34 @@ static int cpu_pool_fwd(void *impl, const kern_win *g, int64_t n,
         int64_t o = ((b * g->oh + oy) * g->ow + ox) * C;
         int64_t y0 = oy * g->sh - g->pt, x0 = ox * g->sw - g->pl;
         int64_t ya = y0 < 0 ? 0 : y0, yb = y0 + g->kh > g->h ? g->h : y0 + g->kh;
-        int64_t xa = x0 < 0 ? 0 : x0, xb2 = x0 + g->kw > g->w ? g->w : x0 + g->kw;
-        for (int64_t ch = 0; ch < C; ch++) {
-          if (kind == KERN_POOL2D_MAX) {
-            float best = -INFINITY;
-            int64_t at = (ya * g->w + xa) * C + ch;
-            for (int64_t iy = ya; iy < yb; iy++)
-              for (int64_t ix = xa; ix < xb2; ix++) {
-                int64_t i = (iy * g->w + ix) * C + ch;
-                if (xb[i] > best) {
-                  best = xb[i];
-                  at = i;
-                }
+        int64_t xa = x0 < 0 ? 0 : x0, xe = x0 + g->kw > g->w ? g->w : x0 + g->kw;
+        float *yo = y + o;
+        int32_t *ao = arg ? arg + o : NULL;
+        int64_t first = (ya * g->w + xa) * C;
+        memcpy(yo, xb + first, (size_t)C * sizeof *yo);
+        if (ao)
+          for (int64_t ch = 0; ch < C; ch++) ao[ch] = (int32_t)(first + ch);
+        for (int64_t iy = ya; iy < yb; iy++)
+          for (int64_t ix = xa; ix < xe; ix++) {
+            int64_t base = (iy * g->w + ix) * C;
+            if (base == first) continue;
+            const float *xr = xb + base;
+            if (kind == KERN_POOL2D_AVG) {
+              for (int64_t ch = 0; ch < C; ch++) yo[ch] += xr[ch];
+            } else if (ao) {
+              for (int64_t ch = 0; ch < C; ch++) {
+                bool gt = xr[ch] > yo[ch];
+                yo[ch] = gt ? xr[ch] : yo[ch];
+                ao[ch] = gt ? (int32_t)(base + ch) : ao[ch];
               }
-            y[o + ch] = best;
-            if (arg) arg[o + ch] = (int32_t)at;
-          } else {
-            float s = 0;
-            for (int64_t iy = ya; iy < yb; iy++)
-              for (int64_t ix = xa; ix < xb2; ix++)
-                s += xb[(iy * g->w + ix) * C + ch];
-            y[o + ch] = s / (float)((yb - ya) * (xb2 - xa));
+            } else {
+              for (int64_t ch = 0; ch < C; ch++)
+                yo[ch] = xr[ch] > yo[ch] ? xr[ch] : yo[ch];
+            }
           }
+        if (kind == KERN_POOL2D_AVG) {
+          float inv = 1.0f / (float)((yb - ya) * (xe - xa));
+          for (int64_t ch = 0; ch < C; ch++) yo[ch] *= inv;
         }
       }
   }

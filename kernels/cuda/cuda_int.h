@@ -19,6 +19,8 @@ struct kc_ctx {
   size_t half_a_n, half_b_n;  /* elements */
   float *part;                /* column-sum partials */
   size_t part_n;
+  float *nn_part;             /* batch-norm per-channel sums (nn.cu) */
+  size_t nn_part_n;
   int *flag;                  /* device flag for the finiteness check */
   int *hflag;                 /* pinned host copy */
   void *nccl;                 /* cached communicators (kern_cuda.cu) */
@@ -54,5 +56,8 @@ int kc__axpy(kc_ctx *c, float *y, const float *x, size_t n, float a);
 int kc__dropout(kc_ctx *c, float *x, float *mask, size_t n, float rate,
                 uint64_t seed);
 int kc__mul(kc_ctx *c, float *x, const float *m, size_t n);
+
+/* nn.cu: kern_nn.h's ops */
+extern "C" const struct kern__nn_ops kc__nn_ops;
 
 #endif

@@ -13,6 +13,7 @@
  * failures (TSR_ENOMEM), cuBLAS/NCCL errors (TSR_EIO / TSR_EUNAVAIL).
  */
 #include "kernels/cuda/cuda_int.h"
+#include "kernels/kern_nn_int.h"
 
 #include <dlfcn.h>
 #include <nccl.h>
@@ -120,6 +121,7 @@ static void kc_close(void *impl) {
   cudaFree(c->half_a);
   cudaFree(c->half_b);
   cudaFree(c->part);
+  cudaFree(c->nn_part);
   cudaFree(c->flag);
   cudaFreeHost(c->hflag);
   cudaStreamDestroy(c->s);
@@ -300,7 +302,7 @@ static const kern__ops kc_ops = {
     kc_host_free, kc_upload, kc_download, kc_memset0, kc_copy, kc_sync,
     kc_gemm, kc_bias_act, kc_act_grad, kc_col_sum, kc_loss, kc_gather,
     kc_scatter, kc_round, kc_all_finite, kc_scale, kc_axpy, kc_dropout,
-    kc_mul, kc_allreduce};
+    kc_mul, kc_allreduce, &kc__nn_ops};
 
 extern "C" __attribute__((visibility("default")))
 const kern__module kern_cuda_module_v1 = {KERN__ABI, &kc_ops, kc_device_count};
