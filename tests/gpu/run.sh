@@ -4,7 +4,8 @@
 #
 #   1. build with -Dgpu=enabled (nvcc: sm_80 + sm_90) in $BUILD (build-gpu)
 #   2. unit tests of kernels and models on that build (the module loads)
-#   3. gpu_check: every GPU kernel and a full training step (MLP, wide_deep;
+#   3. gpu_check: every GPU kernel and a full training step (MLP, wide_deep,
+#      a CNN with BatchNormalization, a Functional residual block;
 #      fp32, bf16, fp16) against the CPU backend, NCCL replicas when there
 #      are several GPUs, then the GPU benchmark (MLP 784-1024-1024-10 at
 #      batch 256, and 8192-wide layers at batch 4096 in bf16, each against
@@ -67,7 +68,8 @@ build() {
     { say "the CUDA module was not built"; return 1; }
   # gpu_check links the project's libraries
   run cc -std=gnu11 -O2 -Wall -Wextra -Werror -Wno-unused-parameter -I. \
-      -I"$BUILD" tests/gpu/gpu_check.c "$BUILD/worker/libtsr_worker.a" \
+      -I"$BUILD" tests/gpu/gpu_check.c tests/gpu/gpu_check_nn.c \
+      "$BUILD/worker/libtsr_worker.a" \
       "$BUILD/kernels/libtsr_kernels.a" "$BUILD/common/libtsr_common.a" \
       $(pkg-config --libs jansson libuv libsodium libprotobuf-c zlib) \
       -lopenblas -lm -ldl -lpthread -o "$BUILD/gpu_check" || return 1
