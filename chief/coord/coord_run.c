@@ -126,7 +126,7 @@ static int coord_plan(coord *co, char *err, size_t errlen) {
     shapes[i].rank = v->rank;
     for (int d = 0; d < v->rank; d++) shapes[i].shape[d] = vi[i].shape[d];
     shapes[i].elem_size = 4;
-    shapes[i].slots = kern_optim_num_slots(&co->job.optimizer);
+    shapes[i].slots = kern_optim_num_slots(&v->optim);
   }
   co->n_vars = n;
   for (size_t i = 0; i < n; i++)
