@@ -141,8 +141,8 @@ int wk_model__parse_init(const json_t *j, const char *def, const char *where,
 int wk_model__parse_layer(wk_model *m, const char *cls, const json_t *cfg,
                           const char *name, const int *in, int n_in,
                           int *out, char *err, size_t errlen);
-/* "Dense, Conv2D, ..." for error messages. */
-const char *wk_model__layers_supported(void);
+/* "InputLayer, Dense, Conv2D, ..." from the layer table, for messages. */
+void wk_model__layers_supported(char *buf, size_t len);
 
 int wk_model__parse_sequential(wk_model *m, const json_t *root, char *err,
                                size_t errlen);

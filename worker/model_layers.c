@@ -414,7 +414,7 @@ static int norm_axes(const lp *p, int *first, int *count) {
     if (ax[i] < 1 || ax[i] > r) n = -1;
   }
   /* sorted, contiguous, ending at the last axis */
-  for (int i = 1; i > 0 && i < n; i++)
+  for (int i = 1; i < n; i++)
     for (int j = i; j > 0 && ax[j] < ax[j - 1]; j--) {
       int t = ax[j];
       ax[j] = ax[j - 1];
@@ -445,6 +445,9 @@ static int no_opts(const lp *p, const char *const *keys) {
   return 0;
 }
 
+/* The batch statistics are the batch's own (biased variance), as Keras 3
+ * and tf_keras on 2-D inputs compute them; tf_keras's fused kernel on
+ * images feeds the moving variance with Bessel's correction instead. */
 static int p_batchnorm(lp *p) {
   static const char *const no[] = {"renorm", "virtual_batch_size",
                                    "adjustment", "synchronized", NULL};
@@ -770,12 +773,10 @@ static const wk_layer_entry layer_table[] = {
 };
 #define N_LAYERS (sizeof layer_table / sizeof layer_table[0])
 
-const char *wk_model__layers_supported(void) {
-  return "InputLayer, Dense, Conv2D, MaxPooling2D, AveragePooling2D, "
-         "GlobalAveragePooling1D, GlobalAveragePooling2D, Flatten, Reshape, "
-         "BatchNormalization, LayerNormalization, Activation, ReLU, "
-         "LeakyReLU, ELU, Softmax, Dropout, Embedding, Add, Subtract, "
-         "Average, Concatenate";
+void wk_model__layers_supported(char *buf, size_t len) {
+  size_t o = (size_t)snprintf(buf, len, "InputLayer");
+  for (size_t i = 0; i < N_LAYERS && o < len; i++)
+    o += (size_t)snprintf(buf + o, len - o, ", %s", layer_table[i].cls);
 }
 
 /* Options no layer implements: they must be absent or null. */
@@ -807,10 +808,12 @@ int wk_model__parse_layer(wk_model *m, const char *cls, const json_t *cfg,
   const wk_layer_entry *e = NULL;
   for (size_t i = 0; i < N_LAYERS && !e; i++)
     if (!strcmp(layer_table[i].cls, cls)) e = &layer_table[i];
-  if (!e)
+  if (!e) {
+    char list[512];
+    wk_model__layers_supported(list, sizeof list);
     return FAIL(TSR_EUNSUPPORTED, "layer '%s': layer class '%s' is not "
-                "supported (supported: %s)", name, cls,
-                wk_model__layers_supported());
+                "supported (supported: %s)", name, cls, list);
+  }
   if (n_in < 1)
     return FAIL(TSR_ESHAPE, "layer '%s' (%s) has no input", name, cls);
   if (!e->multi && n_in != 1)
