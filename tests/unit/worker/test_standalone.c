@@ -2,8 +2,7 @@
  * job files shipped in deploy/jobs: the Keras example on diabetes (test MSE
  * <= 3500), Dense(64)+Dense(10) on digits (accuracy >= 0.96), an MLP on
  * Fashion-MNIST (>= 0.87; skipped where Debian's dataset-fashion-mnist is
- * not installed), the Fashion-MNIST CNN on 120 steps, the digits CNN with
- * BatchNormalization, the Functional diabetes model, wide_deep on
+ * not installed), the digits CNN with BatchNormalization, the Functional diabetes model, wide_deep on
  * synthetic CTR data (AUC >= 0.7). Bad jobs: a missing label column, NaN in the data, an
  * unsupported layer, shapes that do not chain. */
 #include <setjmp.h>
@@ -87,43 +86,6 @@ static void test_fashion_mnist(void **state) {
   assert_true(r.metrics[0] >= 0.87);
 }
 
-/* The Fashion-MNIST CNN job (Conv2D, MaxPooling2D, Flatten, Dropout) on
- * a few steps: the whole job is a benchmark-sized run (its accuracy is in
- * the README); 120 steps of 128 already get most images right. */
-static void test_fashion_mnist_cnn(void **state) {
-  if (access("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz",
-             R_OK))
-    skip();
-  char path[4096], err[1024];
-  snprintf(path, sizeof path, "%s/deploy/jobs/fashion_mnist_cnn.json",
-           src_dir);
-  const char *ovr[] = {"steps=120", NULL};
-  wk_train_result r;
-  if (run_job(path, ovr, &r, err, sizeof err)) fail_msg("%s", err);
-  print_message("fashion_mnist_cnn, 120 steps: accuracy %.4f (%.0f "
-                "examples/s)\n", r.metrics[0], r.examples_per_sec);
-  assert_int_equal(r.eval_examples, 10000);
-  assert_true(r.metrics[0] >= 0.75); /* 0.789 on the build machines */
-}
-
-/* BatchNormalization (moving statistics, inference with them) and a
- * Functional model with inputs placed by feature name, whole jobs, against
- * Keras's range on the same split (tf_keras, 5 seeds: digits accuracy
- * 0.955-0.978; diabetes MSE 3432-3619). */
-static void test_digits_cnn_bn(void **state) {
-  wk_train_result r;
-  run_shipped("digits_cnn_bn.json", &r);
-  assert_int_equal(r.eval_examples, 359);
-  assert_true(r.metrics[0] >= 0.95);
-}
-
-static void test_diabetes_functional(void **state) {
-  wk_train_result r;
-  run_shipped("diabetes_functional.json", &r);
-  assert_int_equal(r.eval_examples, 88);
-  assert_true(r.eval_loss <= 3800.0);
-}
-
 /* wide_deep on the synthetic CTR data (sparse ids through the pipeline,
  * row-sparse gradients, lazy Adam on the touched rows) */
 static void test_ctr_wide_deep(void **state) {
@@ -204,9 +166,6 @@ int main(void) {
       cmocka_unit_test(test_diabetes_keras_example),
       cmocka_unit_test(test_digits),
       cmocka_unit_test(test_fashion_mnist),
-      cmocka_unit_test(test_fashion_mnist_cnn),
-      cmocka_unit_test(test_digits_cnn_bn),
-      cmocka_unit_test(test_diabetes_functional),
       cmocka_unit_test(test_ctr_wide_deep),
       cmocka_unit_test(test_bad_jobs),
   };
