@@ -2,8 +2,7 @@
  * job files shipped in deploy/jobs: the Keras example on diabetes (test MSE
  * <= 3500), Dense(64)+Dense(10) on digits (accuracy >= 0.96), an MLP on
  * Fashion-MNIST (>= 0.87; skipped where Debian's dataset-fashion-mnist is
- * not installed), the digits CNN with BatchNormalization, the Functional diabetes model, wide_deep on
- * synthetic CTR data (AUC >= 0.7). Bad jobs: a missing label column, NaN in the data, an
+ * not installed), wide_deep on synthetic CTR data (AUC >= 0.7). Bad jobs: a missing label column, NaN in the data, an
  * unsupported layer, shapes that do not chain. */
 #include <setjmp.h>
 #include <stdarg.h>
