@@ -8,7 +8,8 @@
  * strided column copies, the l1/l2 gradient. Every sum runs in a fixed
  * order, so results do not change between runs; the formulas follow
  * kernels/cpu/cpu_nn.c. Failure modes: launch errors and scratch
- * allocation, mapped to TSR_E* codes.
+ * allocation, recorded in the context's message (kern_last_error) and
+ * returned as TSR_E* codes.
  */
 #include "kernels/cuda/cuda_int.h"
 #include "kernels/kern_nn_int.h"
@@ -20,7 +21,7 @@
 #define SETDEV(c)                                           \
   do {                                                      \
     cudaError_t se_ = cudaSetDevice((c)->dev);              \
-    if (se_ != cudaSuccess) return kc__err(se_);            \
+    if (se_ != cudaSuccess) return kc__cuda_fail(c, se_, "cudaSetDevice"); \
   } while (0)
 #define GRID(n) nn_blocks((size_t)(n)), TPB, 0, c->s
 #define LOOP(i, N)                                                        \
@@ -322,7 +323,7 @@ static int nn_im2col(void *impl, const kern_win *g, int64_t n, const float *x,
   SETDEV(c);
   k_im2col<<<GRID(n * g->oh * g->ow * g->kh * g->kw * g->c)>>>(*g, n, x,
                                                                 cols);
-  return kc__launch_check();
+  return kc__launch_check(c, "im2col");
 }
 
 static int nn_col2im(void *impl, const kern_win *g, int64_t n,
@@ -330,7 +331,7 @@ static int nn_col2im(void *impl, const kern_win *g, int64_t n,
   C(impl);
   SETDEV(c);
   k_col2im<<<GRID(n * g->h * g->w * g->c)>>>(*g, n, cols, beta, dx);
-  return kc__launch_check();
+  return kc__launch_check(c, "col2im");
 }
 
 static int nn_pool_fwd(void *impl, const kern_win *g, int64_t n,
@@ -339,7 +340,7 @@ static int nn_pool_fwd(void *impl, const kern_win *g, int64_t n,
   C(impl);
   SETDEV(c);
   k_pool_fwd<<<GRID(n * g->oh * g->ow * g->c)>>>(*g, n, kind, x, y, arg);
-  return kc__launch_check();
+  return kc__launch_check(c, "pool2d");
 }
 
 static int nn_pool_grad(void *impl, const kern_win *g, int64_t n,
@@ -349,7 +350,7 @@ static int nn_pool_grad(void *impl, const kern_win *g, int64_t n,
   SETDEV(c);
   k_pool_grad<<<GRID(n * g->h * g->w * g->c)>>>(*g, n, kind, dy, arg, beta,
                                                  dx);
-  return kc__launch_check();
+  return kc__launch_check(c, "pool2d backward");
 }
 
 static int nn_mean_mid(void *impl, const float *x, int64_t n, int64_t p,
@@ -357,7 +358,7 @@ static int nn_mean_mid(void *impl, const float *x, int64_t n, int64_t p,
   C(impl);
   SETDEV(c);
   k_mean_mid<<<GRID(n * ch)>>>(x, n, p, ch, y);
-  return kc__launch_check();
+  return kc__launch_check(c, "global average pooling");
 }
 
 static int nn_mean_mid_grad(void *impl, const float *dy, int64_t n, int64_t p,
@@ -365,7 +366,7 @@ static int nn_mean_mid_grad(void *impl, const float *dy, int64_t n, int64_t p,
   C(impl);
   SETDEV(c);
   k_mean_mid_grad<<<GRID(n * p * ch)>>>(dy, n, p, ch, beta, dx);
-  return kc__launch_check();
+  return kc__launch_check(c, "global average pooling backward");
 }
 
 static int nn_moments(void *impl, const float *x, int64_t rows, int64_t ch,
@@ -373,7 +374,7 @@ static int nn_moments(void *impl, const float *x, int64_t rows, int64_t ch,
   C(impl);
   SETDEV(c);
   k_moments<<<(unsigned)ch, TPB, 0, c->s>>>(x, rows, ch, mean, var);
-  return kc__launch_check();
+  return kc__launch_check(c, "batch norm moments");
 }
 
 static int nn_bn_apply(void *impl, const float *x, int64_t rows, int64_t ch,
@@ -383,7 +384,7 @@ static int nn_bn_apply(void *impl, const float *x, int64_t rows, int64_t ch,
   SETDEV(c);
   k_bn_apply<<<GRID(rows * ch)>>>(x, rows, ch, mean, var, eps, gamma, beta,
                                    y);
-  return kc__launch_check();
+  return kc__launch_check(c, "batch norm");
 }
 
 static int nn_bn_grad(void *impl, const float *dy, const float *x,
@@ -392,15 +393,16 @@ static int nn_bn_grad(void *impl, const float *dy, const float *x,
                       float beta_dx, float *dx, float *dgamma, float *dbeta) {
   C(impl);
   SETDEV(c);
-  int rc = kc__scratch((void **)&c->nn_part, &c->nn_part_n,
-                       (size_t)(2 * ch) * sizeof(float));
+  int rc = kc__scratch(c, (void **)&c->nn_part, &c->nn_part_n,
+                       (size_t)(2 * ch) * sizeof(float),
+                       "batch-norm channel sums");
   if (rc) return rc;
   k_bn_sums<<<(unsigned)ch, TPB, 0, c->s>>>(dy, x, rows, ch, mean, var, eps,
                                             dgamma, dbeta, c->nn_part);
   if (dx)
     k_bn_dx<<<GRID(rows * ch)>>>(dy, x, rows, ch, mean, var, eps, gamma,
                                   c->nn_part, beta_dx, dx);
-  return kc__launch_check();
+  return kc__launch_check(c, "batch norm backward");
 }
 
 static int nn_ln_fwd(void *impl, const float *x, int64_t rows, int64_t d,
@@ -410,7 +412,7 @@ static int nn_ln_fwd(void *impl, const float *x, int64_t rows, int64_t d,
   SETDEV(c);
   k_ln_fwd<<<(unsigned)rows, TPB, 0, c->s>>>(x, d, eps, gamma, beta, y, mean,
                                              rstd);
-  return kc__launch_check();
+  return kc__launch_check(c, "layer norm");
 }
 
 static int nn_ln_grad(void *impl, const float *dy, const float *x,
@@ -424,7 +426,7 @@ static int nn_ln_grad(void *impl, const float *dy, const float *x,
                                               beta_dx, dx);
   if (dgamma || dbeta)
     k_ln_params<<<GRID(d)>>>(dy, x, rows, d, mean, rstd, dgamma, dbeta);
-  return kc__launch_check();
+  return kc__launch_check(c, "layer norm backward");
 }
 
 static int nn_copy_cols(void *impl, int64_t rows, int64_t w, const float *src,
@@ -433,7 +435,7 @@ static int nn_copy_cols(void *impl, int64_t rows, int64_t w, const float *src,
   C(impl);
   SETDEV(c);
   k_copy_cols<<<GRID(rows * w)>>>(rows, w, src, ss, so, beta, dst, ds, doff);
-  return kc__launch_check();
+  return kc__launch_check(c, "column copy");
 }
 
 static int nn_l1l2_grad(void *impl, const float *w, size_t n, float a1,
@@ -441,7 +443,7 @@ static int nn_l1l2_grad(void *impl, const float *w, size_t n, float a1,
   C(impl);
   SETDEV(c);
   k_l1l2<<<GRID(n)>>>(w, n, a1, a2, g);
-  return kc__launch_check();
+  return kc__launch_check(c, "l1/l2 gradient");
 }
 
 extern "C" const kern__nn_ops kc__nn_ops = {

@@ -17,6 +17,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "../cmocka_skip.h"
+
 #include "common/err.h"
 #include "common/job.h"
 #include "worker/train.h"
@@ -46,7 +48,7 @@ static int run_shipped(const char *name, const char *const *ovr,
 static void test_fashion_mnist_cnn(void **state) {
   if (access("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz",
              R_OK))
-    skip();
+    TSR_SKIP();
   char err[1024];
   const char *ovr[] = {"steps=80", "batch_size=64", NULL};
   wk_train_result r;
@@ -84,5 +86,5 @@ int main(void) {
       cmocka_unit_test(test_digits_cnn_bn),
       cmocka_unit_test(test_diabetes_functional),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  return tsr_cmocka_exit(cmocka_run_group_tests(tests, NULL, NULL));
 }
