@@ -390,6 +390,37 @@ KERN_MATH uint16_t kern_math_f16_bits(float f) {
   return (uint16_t)(sign | (e << 10) | ((r >> 13) & 0x3ffu));
 }
 
+/* ---- windows, normalization, regularizers (kern_nn.h) -----------------------
+ * The rows [*lo, *hi) of an input of size n that output o's window covers
+ * (k wide, stride s, padding p before the input): padding is clipped. */
+KERN_MATH void kern_math_window(int64_t o, int64_t s, int64_t p, int64_t k,
+                                int64_t n, int64_t *lo, int64_t *hi) {
+  int64_t a = o * s - p;
+  *lo = a < 0 ? 0 : a;
+  *hi = a + k > n ? n : a + k;
+}
+/* Batch/layer normalization: y = (x - mean) * scale + beta with scale =
+ * gamma / sqrt(var + eps) (gamma 1 when the layer does not scale). */
+KERN_MATH float kern_math_norm_scale(float gamma, float var, float eps) {
+  return gamma / sqrtf(var + eps);
+}
+KERN_MATH float kern_math_norm_apply(float x, float mean, float scale,
+                                     float beta) {
+  return (x - mean) * scale + beta;
+}
+/* The input gradient of a normalization over m values given xh (the
+ * normalized input), g = dy * gamma, and the means over the m values of g
+ * (mg) and of g * xh (mgx): rstd * (g - mg - xh * mgx). Batch
+ * normalization passes gamma * rstd as rstd and dy as g. */
+KERN_MATH float kern_math_norm_dx(float g, float xh, float mg, float mgx,
+                                  float rstd) {
+  return rstd * (g - mg - xh * mgx);
+}
+/* l1 * |w| + l2 * w^2's gradient as a1 * sign(w) + a2 * w (sign(0) = 0). */
+KERN_MATH float kern_math_l1l2_grad(float w, float a1, float a2) {
+  return a1 * (float)((w > 0) - (w < 0)) + a2 * w;
+}
+
 /* ---- dropout ----------------------------------------------------------------
  * Inverted dropout from a counter-based draw keyed by (seed, element), so a
  * step gives the same mask on either backend, whatever the launch. */

@@ -6,6 +6,7 @@
  * float64 sums (TSR_ENOMEM); nothing else fails.
  */
 #include "kernels/cpu/cpu_int.h"
+#include "kernels/kern_math.h"
 #include "kernels/kern_nn_int.h"
 #include "common/err.h"
 
@@ -86,9 +87,9 @@ static int cpu_pool_fwd(void *impl, const kern_win *g, int64_t n,
     for (int64_t oy = 0; oy < g->oh; oy++)
       for (int64_t ox = 0; ox < g->ow; ox++) {
         int64_t o = ((b * g->oh + oy) * g->ow + ox) * C;
-        int64_t y0 = oy * g->sh - g->pt, x0 = ox * g->sw - g->pl;
-        int64_t ya = y0 < 0 ? 0 : y0, yb = y0 + g->kh > g->h ? g->h : y0 + g->kh;
-        int64_t xa = x0 < 0 ? 0 : x0, xe = x0 + g->kw > g->w ? g->w : x0 + g->kw;
+        int64_t ya, yb, xa, xe;
+        kern_math_window(oy, g->sh, g->pt, g->kh, g->h, &ya, &yb);
+        kern_math_window(ox, g->sw, g->pl, g->kw, g->w, &xa, &xe);
         float *yo = y + o;
         int32_t *ao = arg ? arg + o : NULL;
         int64_t first = (ya * g->w + xa) * C;
@@ -137,9 +138,9 @@ static int cpu_pool_grad(void *impl, const kern_win *g, int64_t n,
           for (int64_t ch = 0; ch < C; ch++) db[arg[o + ch]] += dy[o + ch];
           continue;
         }
-        int64_t y0 = oy * g->sh - g->pt, x0 = ox * g->sw - g->pl;
-        int64_t ya = y0 < 0 ? 0 : y0, yb = y0 + g->kh > g->h ? g->h : y0 + g->kh;
-        int64_t xa = x0 < 0 ? 0 : x0, xb2 = x0 + g->kw > g->w ? g->w : x0 + g->kw;
+        int64_t ya, yb, xa, xb2;
+        kern_math_window(oy, g->sh, g->pt, g->kh, g->h, &ya, &yb);
+        kern_math_window(ox, g->sw, g->pl, g->kw, g->w, &xa, &xb2);
         float inv = 1.0f / (float)((yb - ya) * (xb2 - xa));
         for (int64_t iy = ya; iy < yb; iy++)
           for (int64_t ix = xa; ix < xb2; ix++) {
@@ -216,12 +217,13 @@ static int cpu_bn_apply(void *impl, const float *x, int64_t rows, int64_t c,
   float *sc = malloc((size_t)c * sizeof *sc);
   if (!sc) return TSR_ENOMEM;
   for (int64_t ch = 0; ch < c; ch++)
-    sc[ch] = (gamma ? gamma[ch] : 1.0f) / sqrtf(var[ch] + eps);
+    sc[ch] = kern_math_norm_scale(gamma ? gamma[ch] : 1.0f, var[ch], eps);
   for (int64_t r = 0; r < rows; r++) {
     const float *xr = x + r * c;
     float *yr = y + r * c;
     for (int64_t ch = 0; ch < c; ch++)
-      yr[ch] = (xr[ch] - mean[ch]) * sc[ch] + (beta ? beta[ch] : 0.0f);
+      yr[ch] = kern_math_norm_apply(xr[ch], mean[ch], sc[ch],
+                                    beta ? beta[ch] : 0.0f);
   }
   free(sc);
   return 0;
@@ -242,7 +244,8 @@ static int cpu_bn_grad(void *impl, const float *dy, const float *x,
   }
   double *sx = s + c;
   float *a = inv + c, *bb = inv + 2 * c;
-  for (int64_t ch = 0; ch < c; ch++) inv[ch] = 1.0f / sqrtf(var[ch] + eps);
+  for (int64_t ch = 0; ch < c; ch++)
+    inv[ch] = kern_math_norm_scale(1.0f, var[ch], eps);
   for (int64_t r = 0; r < rows; r++) {
     const float *xr = x + r * c, *dr = dy + r * c;
     for (int64_t ch = 0; ch < c; ch++) {
@@ -262,8 +265,8 @@ static int cpu_bn_grad(void *impl, const float *dy, const float *x,
       float *o = dx + r * c;
       for (int64_t ch = 0; ch < c; ch++) {
         float xh = (xr[ch] - mean[ch]) * inv[ch];
-        float v = (gamma ? gamma[ch] : 1.0f) * inv[ch] *
-                  (dr[ch] - a[ch] - xh * bb[ch]);
+        float v = kern_math_norm_dx(dr[ch], xh, a[ch], bb[ch],
+                                    (gamma ? gamma[ch] : 1.0f) * inv[ch]);
         o[ch] = beta_dx == 0.0f ? v : o[ch] + v;
       }
     }
@@ -290,8 +293,8 @@ static int cpu_ln_fwd(void *impl, const float *x, int64_t rows, int64_t d,
     if (mean) mean[r] = m;
     if (rstd) rstd[r] = rs;
     for (int64_t j = 0; j < d; j++)
-      yr[j] = (xr[j] - m) * rs * (gamma ? gamma[j] : 1.0f) +
-              (beta ? beta[j] : 0.0f);
+      yr[j] = kern_math_norm_apply(xr[j], m, rs * (gamma ? gamma[j] : 1.0f),
+                                   beta ? beta[j] : 0.0f);
   }
   return 0;
 }
@@ -320,7 +323,7 @@ static int cpu_ln_grad(void *impl, const float *dy, const float *x,
     for (int64_t j = 0; j < d; j++) {
       float xh = (xr[j] - mean[r]) * rstd[r];
       float gj = dr[j] * (gamma ? gamma[j] : 1.0f);
-      float v = rstd[r] * (gj - mg - xh * mgx);
+      float v = kern_math_norm_dx(gj, xh, mg, mgx, rstd[r]);
       o[j] = beta_dx == 0.0f ? v : o[j] + v;
     }
   }
@@ -350,8 +353,7 @@ static int cpu_copy_cols(void *impl, int64_t rows, int64_t w,
 static int cpu_l1l2_grad(void *impl, const float *w, size_t n, float a1,
                          float a2, float *g) {
   (void)impl;
-  for (size_t i = 0; i < n; i++)
-    g[i] += a1 * (float)((w[i] > 0) - (w[i] < 0)) + a2 * w[i];
+  for (size_t i = 0; i < n; i++) g[i] += kern_math_l1l2_grad(w[i], a1, a2);
   return 0;
 }
 

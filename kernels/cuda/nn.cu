@@ -5,13 +5,15 @@
  * average pooling, batch normalization (a block per channel reducing in
  * float64, then an elementwise pass), layer normalization (a block per
  * row; its gamma/beta gradients a thread per column over the rows),
- * strided column copies, the l1/l2 gradient. Every sum runs in a fixed
+ * strided column copies, the l1/l2 gradient; the element-wise formulas
+ * and window clipping are kern_math.h's. Every sum runs in a fixed
  * order, so results do not change between runs; the formulas follow
  * kernels/cpu/cpu_nn.c. Failure modes: launch errors and scratch
  * allocation, recorded in the context's message (kern_last_error) and
  * returned as TSR_E* codes.
  */
 #include "kernels/cuda/cuda_int.h"
+#include "kernels/kern_math.h"
 #include "kernels/kern_nn_int.h"
 
 #include <math.h>
@@ -82,9 +84,9 @@ __global__ void k_pool_fwd(kern_win g, int64_t n, kern_pool2d kind,
     int64_t oy = (int64_t)(i / (g.c * g.ow)) % g.oh;
     int64_t b = (int64_t)(i / (g.c * g.ow * g.oh));
     const float *xb = x + b * g.h * g.w * g.c;
-    int64_t y0 = oy * g.sh - g.pt, x0 = ox * g.sw - g.pl;
-    int64_t ya = y0 < 0 ? 0 : y0, yb = y0 + g.kh > g.h ? g.h : y0 + g.kh;
-    int64_t xa = x0 < 0 ? 0 : x0, xe = x0 + g.kw > g.w ? g.w : x0 + g.kw;
+    int64_t ya, yb, xa, xe;
+    kern_math_window(oy, g.sh, g.pt, g.kh, g.h, &ya, &yb);
+    kern_math_window(ox, g.sw, g.pl, g.kw, g.w, &xa, &xe);
     int64_t at = (ya * g.w + xa) * g.c + ch;
     float v = xb[at];
     for (int64_t iy = ya; iy < yb; iy++)
@@ -124,9 +126,9 @@ __global__ void k_pool_grad(kern_win g, int64_t n, kern_pool2d kind,
         if (kind == KERN_POOL2D_MAX) {
           if (arg[o] == self) s += dy[o];
         } else {
-          int64_t y0 = oy * g.sh - g.pt, x0 = ox * g.sw - g.pl;
-          int64_t ya = y0 < 0 ? 0 : y0, yb = y0 + g.kh > g.h ? g.h : y0 + g.kh;
-          int64_t xa = x0 < 0 ? 0 : x0, xe = x0 + g.kw > g.w ? g.w : x0 + g.kw;
+          int64_t ya, yb, xa, xe;
+          kern_math_window(oy, g.sh, g.pt, g.kh, g.h, &ya, &yb);
+          kern_math_window(ox, g.sw, g.pl, g.kw, g.w, &xa, &xe);
           s += dy[o] * (1.0f / (float)((yb - ya) * (xe - xa)));
         }
       }
@@ -191,8 +193,8 @@ __global__ void k_bn_apply(const float *x, int64_t rows, int64_t c,
                            const float *gamma, const float *beta, float *y) {
   LOOP(i, (size_t)(rows * c)) {
     int64_t ch = (int64_t)(i % c);
-    float sc = (gamma ? gamma[ch] : 1.0f) / sqrtf(var[ch] + eps);
-    y[i] = (x[i] - mean[ch]) * sc + (beta ? beta[ch] : 0.0f);
+    float sc = kern_math_norm_scale(gamma ? gamma[ch] : 1.0f, var[ch], eps);
+    y[i] = kern_math_norm_apply(x[i], mean[ch], sc, beta ? beta[ch] : 0.0f);
   }
 }
 
@@ -201,7 +203,7 @@ __global__ void k_bn_sums(const float *dy, const float *x, int64_t rows,
                           int64_t c, const float *mean, const float *var,
                           float eps, float *dgamma, float *dbeta, float *st) {
   int64_t ch = blockIdx.x;
-  float inv = 1.0f / sqrtf(var[ch] + eps);
+  float inv = kern_math_norm_scale(1.0f, var[ch], eps);
   double s = 0, sx = 0;
   for (int64_t r = threadIdx.x; r < rows; r += TPB) {
     float d = dy[r * c + ch];
@@ -224,10 +226,10 @@ __global__ void k_bn_dx(const float *dy, const float *x, int64_t rows,
                         float beta_dx, float *dx) {
   LOOP(i, (size_t)(rows * c)) {
     int64_t ch = (int64_t)(i % c);
-    float inv = 1.0f / sqrtf(var[ch] + eps);
+    float inv = kern_math_norm_scale(1.0f, var[ch], eps);
     float xh = (x[i] - mean[ch]) * inv;
-    float v = (gamma ? gamma[ch] : 1.0f) * inv *
-              (dy[i] - st[ch] - xh * st[c + ch]);
+    float v = kern_math_norm_dx(dy[i], xh, st[ch], st[c + ch],
+                                (gamma ? gamma[ch] : 1.0f) * inv);
     dx[i] = beta_dx == 0.0f ? v : dx[i] + v;
   }
 }
@@ -253,8 +255,9 @@ __global__ void k_ln_fwd(const float *x, int64_t d, float eps,
     if (rstd) rstd[r] = rs;
   }
   for (int64_t j = threadIdx.x; j < d; j += TPB)
-    y[r * d + j] = (xr[j] - m) * rs * (gamma ? gamma[j] : 1.0f) +
-                   (beta ? beta[j] : 0.0f);
+    y[r * d + j] = kern_math_norm_apply(xr[j], m,
+                                        rs * (gamma ? gamma[j] : 1.0f),
+                                        beta ? beta[j] : 0.0f);
 }
 
 __global__ void k_ln_dx(const float *dy, const float *x, int64_t d,
@@ -275,7 +278,7 @@ __global__ void k_ln_dx(const float *dy, const float *x, int64_t d,
   for (int64_t j = threadIdx.x; j < d; j += TPB) {
     float xh = (xr[j] - mean[r]) * rstd[r];
     float gj = dr[j] * (gamma ? gamma[j] : 1.0f);
-    float v = rstd[r] * (gj - mg - xh * mgx);
+    float v = kern_math_norm_dx(gj, xh, mg, mgx, rstd[r]);
     dx[r * d + j] = beta_dx == 0.0f ? v : dx[r * d + j] + v;
   }
 }
@@ -309,10 +312,7 @@ __global__ void k_copy_cols(int64_t rows, int64_t w, const float *src,
 
 __global__ void k_l1l2(const float *w, size_t n, float a1, float a2,
                        float *g) {
-  LOOP(i, n) {
-    float s = (float)((w[i] > 0) - (w[i] < 0));
-    g[i] += a1 * s + a2 * w[i];
-  }
+  LOOP(i, n) g[i] += kern_math_l1l2_grad(w[i], a1, a2);
 }
 
 /* ---- the table -----------------------------------------------------------*/
