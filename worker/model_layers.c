@@ -21,36 +21,24 @@
 
 #define FAIL(code, ...) wk_model__fail(err, errlen, code, __VA_ARGS__)
 
-typedef struct {
-  wk_model *m;
-  const char *cls;
-  const json_t *cfg;
-  const char *nm;
-  const int *in;
-  int n_in;
-  int *out;
-  char *err;
-  size_t errlen;
-} lp; /* one layer being parsed */
+#include "worker/model_layers_int.h"
 
-#define LFAIL(code, ...) wk_model__fail(p->err, p->errlen, code, __VA_ARGS__)
+const wk_layer *wk_layer__in0(const lp *p) { return &p->m->layers[p->in[0]]; }
 
-static const wk_layer *in0(const lp *p) { return &p->m->layers[p->in[0]]; }
-
-static wk_layer *node(lp *p, wk_layer_kind kind) {
+wk_layer *wk_layer__node(lp *p, wk_layer_kind kind) {
   wk_layer *l = wk_model__add_node(p->m, kind, p->nm, p->cls, p->in, p->n_in,
                                    p->err, p->errlen);
   if (l) *p->out = (int)(l - p->m->layers);
   return l;
 }
 
-static void same_shape(wk_layer *l, const wk_layer *src) {
+void wk_layer__same_shape(wk_layer *l, const wk_layer *src) {
   l->rank = src->rank;
   memcpy(l->dim, src->dim, sizeof l->dim);
   l->size = src->size;
 }
 
-static void shape_text(const wk_layer *l, char *buf, size_t len) {
+void wk_layer__shape_text(const wk_layer *l, char *buf, size_t len) {
   size_t o = (size_t)snprintf(buf, len, "(batch");
   for (int i = 0; i < l->rank && o < len; i++)
     o += (size_t)snprintf(buf + o, len - o, ", %lld", (long long)l->dim[i]);
@@ -59,7 +47,7 @@ static void shape_text(const wk_layer *l, char *buf, size_t len) {
 
 /* ---- config values -------------------------------------------------------*/
 
-static int get_int(const lp *p, const char *key, int64_t def, int64_t lo,
+int wk_layer__get_int(const lp *p, const char *key, int64_t def, int64_t lo,
                    int64_t *out) {
   const json_t *v = json_object_get(p->cfg, key);
   if (!v || json_is_null(v)) {
@@ -73,7 +61,7 @@ static int get_int(const lp *p, const char *key, int64_t def, int64_t lo,
   return 0;
 }
 
-static int get_num(const lp *p, const char *key, double def, double *out) {
+int wk_layer__get_num(const lp *p, const char *key, double def, double *out) {
   const json_t *v = json_object_get(p->cfg, key);
   if (!v || json_is_null(v)) {
     *out = def;
@@ -196,9 +184,9 @@ static int var(lp *p, const char *vname, int rank, const int64_t *shape,
 }
 
 static int need_rank(const lp *p, int rank, const char *what) {
-  if (in0(p)->rank == rank) return 0;
+  if (wk_layer__in0(p)->rank == rank) return 0;
   char s[96];
-  shape_text(in0(p), s, sizeof s);
+  wk_layer__shape_text(wk_layer__in0(p), s, sizeof s);
   return LFAIL(TSR_ESHAPE, "layer '%s' (%s): input of shape %s; it needs %s",
                p->nm, p->cls, s, what);
 }
@@ -208,13 +196,13 @@ static int need_rank(const lp *p, int rank, const char *what) {
 static int p_dense(lp *p) {
   int64_t units;
   int rc;
-  if ((rc = get_int(p, "units", 0, 1, &units))) return rc;
+  if ((rc = wk_layer__get_int(p, "units", 0, 1, &units))) return rc;
   if (units < 1)
     return LFAIL(TSR_ECONFIG, "layer '%s': units must be a positive integer",
                  p->nm);
-  wk_layer *l = node(p, WK_L_DENSE);
+  wk_layer *l = wk_layer__node(p, WK_L_DENSE);
   if (!l) return TSR_ERANGE;
-  same_shape(l, in0(p));
+  wk_layer__same_shape(l, wk_layer__in0(p));
   int64_t fan_in = l->dim[l->rank - 1];
   l->dim[l->rank - 1] = units;
   l->size = l->size / fan_in * units;
@@ -240,11 +228,11 @@ static int p_conv2d(lp *p) {
   int64_t filters, ks[2], st[2], one[2] = {1, 1}, dil[2], groups;
   bool same;
   if ((rc = need_rank(p, 3, "an image (batch, rows, cols, channels)")) ||
-      (rc = get_int(p, "filters", 0, 1, &filters)) ||
+      (rc = wk_layer__get_int(p, "filters", 0, 1, &filters)) ||
       (rc = get_pair(p, "kernel_size", NULL, ks)) ||
       (rc = get_pair(p, "strides", one, st)) ||
       (rc = get_pair(p, "dilation_rate", one, dil)) ||
-      (rc = get_int(p, "groups", 1, 1, &groups)) ||
+      (rc = wk_layer__get_int(p, "groups", 1, 1, &groups)) ||
       (rc = get_padding(p, &same)) || (rc = channels_last(p)))
     return rc;
   if (filters < 1)
@@ -257,7 +245,7 @@ static int p_conv2d(lp *p) {
   if (groups != 1)
     return LFAIL(TSR_EUNSUPPORTED, "layer '%s': groups %lld is not supported "
                  "(only 1)", p->nm, (long long)groups);
-  const wk_layer *x = in0(p);
+  const wk_layer *x = wk_layer__in0(p);
   kern_win g;
   if ((rc = kern_win_make(&g, x->dim[0], x->dim[1], x->dim[2], ks[0], ks[1],
                           st[0], st[1], same)))
@@ -265,7 +253,7 @@ static int p_conv2d(lp *p) {
                  "the %lldx%lld input with padding 'valid'", p->nm,
                  (long long)ks[0], (long long)ks[1], (long long)x->dim[0],
                  (long long)x->dim[1]);
-  wk_layer *l = node(p, WK_L_CONV2D);
+  wk_layer *l = wk_layer__node(p, WK_L_CONV2D);
   if (!l) return TSR_ERANGE;
   l->win = g;
   l->rank = 3;
@@ -299,7 +287,7 @@ static int p_pool2d(lp *p) {
       (rc = get_pair(p, "strides", ps, st)) || (rc = get_padding(p, &same)) ||
       (rc = channels_last(p)))
     return rc;
-  const wk_layer *x = in0(p);
+  const wk_layer *x = wk_layer__in0(p);
   kern_win g;
   if (kern_win_make(&g, x->dim[0], x->dim[1], x->dim[2], ps[0], ps[1], st[0],
                     st[1], same))
@@ -307,7 +295,7 @@ static int p_pool2d(lp *p) {
                  "%lldx%lld input with padding 'valid'", p->nm,
                  (long long)ps[0], (long long)ps[1], (long long)x->dim[0],
                  (long long)x->dim[1]);
-  wk_layer *l = node(p, WK_L_POOL2D);
+  wk_layer *l = wk_layer__node(p, WK_L_POOL2D);
   if (!l) return TSR_ERANGE;
   l->win = g;
   l->pool = strstr(p->cls, "Max") ? KERN_POOL2D_MAX : KERN_POOL2D_AVG;
@@ -327,11 +315,11 @@ static int p_gpool(lp *p) {
                       "channels)" : "a sequence (batch, steps, features)")) ||
       (rc = channels_last(p)) || (rc = get_bool(p, "keepdims", false, &keep)))
     return rc;
-  wk_layer *l = node(p, WK_L_GPOOL);
+  wk_layer *l = wk_layer__node(p, WK_L_GPOOL);
   if (!l) return TSR_ERANGE;
-  int64_t c = in0(p)->dim[in0(p)->rank - 1];
+  int64_t c = wk_layer__in0(p)->dim[wk_layer__in0(p)->rank - 1];
   if (keep) {
-    l->rank = in0(p)->rank;
+    l->rank = wk_layer__in0(p)->rank;
     for (int i = 0; i < l->rank - 1; i++) l->dim[i] = 1;
   } else {
     l->rank = 1;
@@ -344,10 +332,10 @@ static int p_gpool(lp *p) {
 static int p_flatten(lp *p) {
   int rc = channels_last(p);
   if (rc) return rc;
-  wk_layer *l = node(p, WK_L_RESHAPE);
+  wk_layer *l = wk_layer__node(p, WK_L_RESHAPE);
   if (!l) return TSR_ERANGE;
   l->rank = 1;
-  l->size = l->dim[0] = in0(p)->size;
+  l->size = l->dim[0] = wk_layer__in0(p)->size;
   return 0;
 }
 
@@ -368,7 +356,7 @@ static int p_reshape(lp *p) {
                    "positive integer (or one -1)", p->nm, i);
     else prod *= d[i];
   }
-  int64_t n = in0(p)->size;
+  int64_t n = wk_layer__in0(p)->size;
   if (free_at >= 0) {
     if (n % prod)
       return LFAIL(TSR_ESHAPE, "layer '%s': %lld elements do not reshape to "
@@ -379,7 +367,7 @@ static int p_reshape(lp *p) {
   if (prod != n)
     return LFAIL(TSR_ESHAPE, "layer '%s': target_shape holds %lld elements, "
                  "its input %lld", p->nm, (long long)prod, (long long)n);
-  wk_layer *l = node(p, WK_L_RESHAPE);
+  wk_layer *l = wk_layer__node(p, WK_L_RESHAPE);
   if (!l) return TSR_ERANGE;
   l->rank = (int)k;
   memcpy(l->dim, d, k * sizeof *d);
@@ -393,7 +381,7 @@ static int p_reshape(lp *p) {
  * batch (0-based); they must run to the last. */
 static int norm_axes(const lp *p, int *first, int *count) {
   const json_t *a = json_object_get(p->cfg, "axis");
-  int r = in0(p)->rank; /* axes 1..r with the batch as 0 */
+  int r = wk_layer__in0(p)->rank; /* axes 1..r with the batch as 0 */
   int ax[WK_MAX_DIMS + 1], n = 0;
   if (!a || json_is_null(a)) {
     ax[n++] = r;
@@ -435,7 +423,7 @@ static int norm_axes(const lp *p, int *first, int *count) {
   return 0;
 }
 
-static int no_opts(const lp *p, const char *const *keys) {
+int wk_layer__no_opts(const lp *p, const char *const *keys) {
   for (int i = 0; keys[i]; i++) {
     const json_t *v = json_object_get(p->cfg, keys[i]);
     if (v && !json_is_null(v) && !json_is_false(v))
@@ -454,9 +442,9 @@ static int p_batchnorm(lp *p) {
   int rc, first, cnt;
   double mom, eps;
   bool center, scale;
-  if ((rc = no_opts(p, no)) || (rc = norm_axes(p, &first, &cnt)) ||
-      (rc = get_num(p, "momentum", 0.99, &mom)) ||
-      (rc = get_num(p, "epsilon", 1e-3, &eps)) ||
+  if ((rc = wk_layer__no_opts(p, no)) || (rc = norm_axes(p, &first, &cnt)) ||
+      (rc = wk_layer__get_num(p, "momentum", 0.99, &mom)) ||
+      (rc = wk_layer__get_num(p, "epsilon", 1e-3, &eps)) ||
       (rc = get_bool(p, "center", true, &center)) ||
       (rc = get_bool(p, "scale", true, &scale)))
     return rc;
@@ -466,9 +454,9 @@ static int p_batchnorm(lp *p) {
   if (!(mom >= 0 && mom < 1) || !(eps > 0))
     return LFAIL(TSR_ECONFIG, "layer '%s': momentum must be in [0, 1) and "
                  "epsilon > 0 (momentum %g, epsilon %g)", p->nm, mom, eps);
-  wk_layer *l = node(p, WK_L_BATCHNORM);
+  wk_layer *l = wk_layer__node(p, WK_L_BATCHNORM);
   if (!l) return TSR_ERANGE;
-  same_shape(l, in0(p));
+  wk_layer__same_shape(l, wk_layer__in0(p));
   l->eps = (float)eps;
   int64_t c = l->dim[l->rank - 1];
   if (scale && (l->var_w = var(p, "gamma", 1, &c, "gamma_initializer",
@@ -500,16 +488,16 @@ static int p_layernorm(lp *p) {
   int rc, first, cnt;
   double eps;
   bool center, scale;
-  if ((rc = no_opts(p, no)) || (rc = norm_axes(p, &first, &cnt)) ||
-      (rc = get_num(p, "epsilon", 1e-3, &eps)) ||
+  if ((rc = wk_layer__no_opts(p, no)) || (rc = norm_axes(p, &first, &cnt)) ||
+      (rc = wk_layer__get_num(p, "epsilon", 1e-3, &eps)) ||
       (rc = get_bool(p, "center", true, &center)) ||
       (rc = get_bool(p, "scale", true, &scale)))
     return rc;
   if (!(eps > 0))
     return LFAIL(TSR_ECONFIG, "layer '%s': epsilon must be > 0", p->nm);
-  wk_layer *l = node(p, WK_L_LAYERNORM);
+  wk_layer *l = wk_layer__node(p, WK_L_LAYERNORM);
   if (!l) return TSR_ERANGE;
-  same_shape(l, in0(p));
+  wk_layer__same_shape(l, wk_layer__in0(p));
   l->eps = (float)eps;
   int64_t shape[WK_MAX_DIMS];
   l->norm_w = 1;
@@ -530,105 +518,13 @@ static int p_layernorm(lp *p) {
   return 0;
 }
 
-static wk_layer *act_node(lp *p) {
-  wk_layer *l = node(p, WK_L_ACTIVATION);
-  if (l) same_shape(l, in0(p));
-  return l;
-}
-
-static int p_activation(lp *p) {
-  wk_layer *l = act_node(p);
-  if (!l) return TSR_ERANGE;
-  return wk_model__parse_act(json_object_get(p->cfg, "activation"), p->nm,
-                             &l->act, &l->alpha, p->err, p->errlen);
-}
-
-static int p_relu(lp *p) {
-  double mx, slope, thr;
-  int rc;
-  if ((rc = get_num(p, "max_value", -1, &mx)) ||
-      (rc = get_num(p, "negative_slope", 0, &slope)) ||
-      (rc = get_num(p, "threshold", 0, &thr)))
-    return rc;
-  kern_act a;
-  if (thr == 0 && slope == 0 && mx < 0) a = KERN_ACT_RELU;
-  else if (thr == 0 && slope == 0 && mx == 6) a = KERN_ACT_RELU6;
-  else if (thr == 0 && slope > 0 && mx < 0) a = KERN_ACT_LEAKY_RELU;
-  else
-    return LFAIL(TSR_EUNSUPPORTED, "layer '%s': ReLU with max_value %g, "
-                 "negative_slope %g, threshold %g is not supported (supported:"
-                 " the defaults, max_value 6, or a negative_slope alone)",
-                 p->nm, mx, slope, thr);
-  wk_layer *l = act_node(p);
-  if (!l) return TSR_ERANGE;
-  l->act = a;
-  l->alpha = (float)slope;
-  return 0;
-}
-
-static int p_leaky(lp *p) {
-  double a;
-  int rc;
-  /* Keras 3: negative_slope; Keras 2: alpha; both default 0.3 */
-  if (json_object_get(p->cfg, "negative_slope"))
-    rc = get_num(p, "negative_slope", 0.3, &a);
-  else
-    rc = get_num(p, "alpha", 0.3, &a);
-  if (rc) return rc;
-  wk_layer *l = act_node(p);
-  if (!l) return TSR_ERANGE;
-  l->act = KERN_ACT_LEAKY_RELU;
-  l->alpha = (float)a;
-  return 0;
-}
-
-static int p_elu(lp *p) {
-  double a;
-  int rc = get_num(p, "alpha", 1.0, &a);
-  if (rc) return rc;
-  wk_layer *l = act_node(p);
-  if (!l) return TSR_ERANGE;
-  l->act = KERN_ACT_ELU;
-  l->alpha = (float)a;
-  return 0;
-}
-
-static int p_softmax(lp *p) {
-  const json_t *a = json_object_get(p->cfg, "axis");
-  int64_t ax = -1;
-  if (json_is_integer(a)) ax = json_integer_value(a);
-  else if (json_is_array(a) && json_array_size(a) == 1)
-    ax = json_integer_value(json_array_get(a, 0));
-  if (ax != -1 && ax != in0(p)->rank)
-    return LFAIL(TSR_EUNSUPPORTED, "layer '%s': Softmax over axis %lld is "
-                 "not supported (only the last, -1)", p->nm, (long long)ax);
-  wk_layer *l = act_node(p);
-  if (!l) return TSR_ERANGE;
-  l->act = KERN_ACT_SOFTMAX;
-  return 0;
-}
-
-static int p_dropout(lp *p) {
-  static const char *const no[] = {"noise_shape", NULL};
-  double r;
-  int rc;
-  if ((rc = no_opts(p, no)) || (rc = get_num(p, "rate", -1, &r))) return rc;
-  if (!(r >= 0 && r < 1))
-    return LFAIL(TSR_ECONFIG, "layer '%s': rate must be in [0, 1)", p->nm);
-  wk_layer *l = node(p, WK_L_DROPOUT);
-  if (!l) return TSR_ERANGE;
-  same_shape(l, in0(p));
-  l->rate = (float)r;
-  return 0;
-}
-
 static int p_embedding(lp *p) {
-  const wk_layer *x = in0(p);
+  const wk_layer *x = wk_layer__in0(p);
   int64_t idim, odim, len;
   int rc;
-  if ((rc = get_int(p, "input_dim", 0, 1, &idim)) ||
-      (rc = get_int(p, "output_dim", 0, 1, &odim)) ||
-      (rc = get_int(p, "input_length", x->size, 1, &len)))
+  if ((rc = wk_layer__get_int(p, "input_dim", 0, 1, &idim)) ||
+      (rc = wk_layer__get_int(p, "output_dim", 0, 1, &odim)) ||
+      (rc = wk_layer__get_int(p, "input_length", x->size, 1, &len)))
     return rc;
   if (idim < 1 || odim < 1)
     return LFAIL(TSR_ECONFIG, "layer '%s': input_dim and output_dim must be "
@@ -642,7 +538,7 @@ static int p_embedding(lp *p) {
                  (long long)x->size);
   if (p->m->n_emb >= WK_MAX_EMB)
     return LFAIL(TSR_ERANGE, "model: more than %d embeddings", WK_MAX_EMB);
-  wk_layer *l = node(p, WK_L_EMBED);
+  wk_layer *l = wk_layer__node(p, WK_L_EMBED);
   if (!l) return TSR_ERANGE;
   l->rank = 2;
   l->dim[0] = len;
@@ -671,75 +567,6 @@ static int p_embedding(lp *p) {
   return 0;
 }
 
-static int p_merge(lp *p) {
-  if (p->n_in < 2)
-    return LFAIL(TSR_ESHAPE, "layer '%s' (%s) needs at least 2 inputs, it "
-                 "has %d", p->nm, p->cls, p->n_in);
-  bool sub = !strcmp(p->cls, "Subtract");
-  if (sub && p->n_in != 2)
-    return LFAIL(TSR_ESHAPE, "layer '%s': Subtract takes exactly 2 inputs, "
-                 "it has %d", p->nm, p->n_in);
-  const wk_layer *a = in0(p);
-  for (int i = 1; i < p->n_in; i++) {
-    const wk_layer *b = &p->m->layers[p->in[i]];
-    bool same = a->rank == b->rank;
-    for (int d = 0; same && d < a->rank; d++) same = a->dim[d] == b->dim[d];
-    if (!same) {
-      char s1[96], s2[96];
-      shape_text(a, s1, sizeof s1);
-      shape_text(b, s2, sizeof s2);
-      return LFAIL(TSR_ESHAPE, "layer '%s' (%s): inputs of shapes %s and %s "
-                   "(%s needs equal shapes)", p->nm, p->cls, s1, s2, p->cls);
-    }
-  }
-  wk_layer *l = node(p, WK_L_ADD);
-  if (!l) return TSR_ERANGE;
-  same_shape(l, a);
-  l->coef = !strcmp(p->cls, "Average") ? 1.0f / (float)p->n_in
-            : sub ? -1.0f : 1.0f;
-  return 0;
-}
-
-static int p_concat(lp *p) {
-  int64_t ax;
-  int rc;
-  const json_t *av = json_object_get(p->cfg, "axis");
-  if (av && !json_is_integer(av))
-    return LFAIL(TSR_ECONFIG, "layer '%s': axis must be an integer", p->nm);
-  if ((rc = get_int(p, "axis", -1, INT32_MIN, &ax))) return rc;
-  if (p->n_in < 2)
-    return LFAIL(TSR_ESHAPE, "layer '%s' (Concatenate) needs at least 2 "
-                 "inputs, it has %d", p->nm, p->n_in);
-  const wk_layer *a = in0(p);
-  int r = a->rank;
-  if (ax < 0) ax += r + 1;
-  if (ax < 1 || ax > r)
-    return LFAIL(TSR_ESHAPE, "layer '%s': axis %lld is outside the inputs' "
-                 "axes 1..%d", p->nm, (long long)ax, r);
-  int64_t tot = 0;
-  for (int i = 0; i < p->n_in; i++) {
-    const wk_layer *b = &p->m->layers[p->in[i]];
-    bool ok = b->rank == r;
-    for (int d = 0; ok && d < r; d++)
-      ok = d == ax - 1 || b->dim[d] == a->dim[d];
-    if (!ok) {
-      char s1[96], s2[96];
-      shape_text(a, s1, sizeof s1);
-      shape_text(b, s2, sizeof s2);
-      return LFAIL(TSR_ESHAPE, "layer '%s' (Concatenate on axis %lld): inputs"
-                   " of shapes %s and %s", p->nm, (long long)ax, s1, s2);
-    }
-    tot += b->dim[ax - 1];
-  }
-  wk_layer *l = node(p, WK_L_CONCAT);
-  if (!l) return TSR_ERANGE;
-  same_shape(l, a);
-  l->cat_axis = (int)ax - 1;
-  l->dim[ax - 1] = tot;
-  l->size = a->size / a->dim[ax - 1] * tot;
-  return 0;
-}
-
 /* ---- the table -------------------------------------------------------- */
 
 typedef struct {
@@ -759,17 +586,17 @@ static const wk_layer_entry layer_table[] = {
     {"Reshape", p_reshape, false},
     {"BatchNormalization", p_batchnorm, false},
     {"LayerNormalization", p_layernorm, false},
-    {"Activation", p_activation, false},
-    {"ReLU", p_relu, false},
-    {"LeakyReLU", p_leaky, false},
-    {"ELU", p_elu, false},
-    {"Softmax", p_softmax, false},
-    {"Dropout", p_dropout, false},
+    {"Activation", wk_layer__p_activation, false},
+    {"ReLU", wk_layer__p_relu, false},
+    {"LeakyReLU", wk_layer__p_leaky, false},
+    {"ELU", wk_layer__p_elu, false},
+    {"Softmax", wk_layer__p_softmax, false},
+    {"Dropout", wk_layer__p_dropout, false},
     {"Embedding", p_embedding, false},
-    {"Add", p_merge, true},
-    {"Subtract", p_merge, true},
-    {"Average", p_merge, true},
-    {"Concatenate", p_concat, true},
+    {"Add", wk_layer__p_merge, true},
+    {"Subtract", wk_layer__p_merge, true},
+    {"Average", wk_layer__p_merge, true},
+    {"Concatenate", wk_layer__p_concat, true},
 };
 #define N_LAYERS (sizeof layer_table / sizeof layer_table[0])
 
