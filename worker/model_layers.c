@@ -3,6 +3,8 @@
  * it, working out its output shape from its inputs' and creating its
  * variables with Keras's names, shapes, order and initializers.
  *
+ * The layers without variables (activation layers, Dropout, merges) are
+ * in model_layers_plain.c.
  * Happy path: wk_model__parse_layer() finds the class in the table,
  * refuses options that are set but not implemented, and calls the parser,
  * which appends one node (or none, for a layer that computes nothing).
@@ -10,7 +12,7 @@
  * shapes that do not fit: TSR_EUNSUPPORTED / TSR_ESHAPE / TSR_ECONFIG with
  * the layer's name, the key and the value, and what is supported.
  */
-#include "worker/model_int.h"
+#include "worker/model_layers_int.h"
 
 #include "common/err.h"
 
@@ -20,8 +22,6 @@
 #include <string.h>
 
 #define FAIL(code, ...) wk_model__fail(err, errlen, code, __VA_ARGS__)
-
-#include "worker/model_layers_int.h"
 
 const wk_layer *wk_layer__in0(const lp *p) { return &p->m->layers[p->in[0]]; }
 
