@@ -241,6 +241,8 @@ static void check_norms(void) {
   cmp("l1/l2 regularizer gradient", rc, gd, ref, N, 1e-6);
   kern_free(G_, gx);
   kern_free(G_, gdy);
+  kern_free(G_, glm);
+  kern_free(G_, glr);
   kern_free(G_, pm);
   kern_free(G_, pv);
   kern_free(G_, pg);
