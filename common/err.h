@@ -44,7 +44,8 @@
   X(CANCELED,    "canceled")                                                 \
   X(SHUTDOWN,    "shutting down")                                            \
   X(STALE,       "stale state")                                              \
-  X(EOF,         "end of data")
+  X(EOF,         "end of data")                                              \
+  X(DATA,        "bad training or evaluation data")
 
 enum tsr_errno {
   TSR__ERR_FIRST = TSR_ERR_BASE,

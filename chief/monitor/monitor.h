@@ -228,6 +228,12 @@ typedef struct {
   int64_t resumed_from_step;  /* -1 when the run started fresh */
   const char *logdir;    /* may be NULL */
   const char *checkpoint_dir; /* may be NULL */
+  int64_t last_ckpt_step;     /* newest committed checkpoint, -1 none */
+  size_t n_failed_ckpts;      /* checkpoints that failed (disk full...) */
+  const int64_t *failed_ckpt_steps;
+  const char *const *failed_ckpt_reasons;
+  int exit_status;            /* 0: the job is done */
+  const char *error;          /* why it failed; NULL when it did not */
 } chief_summary;
 
 /* Human summary, a few lines. */

@@ -137,7 +137,7 @@ static void serve_then_shutdown_rpc(void **state) {
   assert_int_equal(r.status, 0);
   assert_int_equal(r.applies, 1);
   assert_true(r.mem_used >= 3 * sizeof got);
-  H_CALL(&e, r, ps_client_shutdown(e.cl[0], h_cb, &r));
+  H_CALL(&e, r, ps_client_shutdown(e.cl[0], true, h_cb, &r));
   assert_int_equal(r.status, 0);
   assert_int_equal(wait_exit(pid, 10000), 0);
   assert_int_equal(h_down(&e), 0);
