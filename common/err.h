@@ -55,6 +55,11 @@ enum tsr_errno {
   TSR__ERR_LAST
 };
 
+/* Exit status of a process whose job stops on its data (a file missing,
+ * a value that is not a number, a label out of range): the chief and
+ * `tessera-worker --standalone` alike. */
+#define TSR_EXIT_DATA 3
+
 /* Message for any code: the project's own, libuv's, or errno's (negated).
  * Never NULL; the string is static. */
 const char *tsr_strerror(int code);

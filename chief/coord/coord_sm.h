@@ -60,11 +60,12 @@
 #include <stdint.h>
 
 #include "chief/coord/scheduler.h"
+#include "common/err.h"
 #include "common/job.h"
 
 /* Exit status of a run that stops on its data (the chief and
  * `tessera-worker --standalone` alike). */
-#define COORD_EXIT_DATA 3
+#define COORD_EXIT_DATA TSR_EXIT_DATA
 /* Interrupted by a signal. */
 #define COORD_EXIT_SIGNAL 130
 
