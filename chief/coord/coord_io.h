@@ -116,6 +116,7 @@ struct coord {
   uint64_t run_id;
 
   double t_start;
+  int64_t worker_steps_run;  /* steps of every counted closure */
   int64_t examples;
   double loss_sum;
   int64_t loss_n;

@@ -349,6 +349,9 @@ out_clients:
     chief_summary s;
     memset(&s, 0, sizeof s);
     s.steps = coord__step(co);
+    s.steps_run = co->job.mode == TSR_MODE_SYNC && co->n_wk > 0
+                      ? co->worker_steps_run / co->n_wk
+                      : co->worker_steps_run;
     s.examples = co->examples;
     /* training time, from the first closure to the last step: setup,
      * the final checkpoint and evaluation are not in the rate */

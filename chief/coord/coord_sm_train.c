@@ -371,6 +371,9 @@ static void sm_apply_resume(coord_sm *sm) {
     sm__note(sm, TSR_LOG_INFO, "the job is already done: its checkpoint of "
              "step %" PRId64 " is at its end (%" PRId64 " steps); nothing "
              "to train", s, sm->total);
+  else if (sm->pending_why == SM_START_CHIEF)
+    sm__note(sm, TSR_LOG_INFO, "training goes on from step %" PRId64
+             " of %" PRId64, start, sm->total);
   sm->pending_why = SM_START_FRESH;
 }
 

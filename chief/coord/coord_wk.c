@@ -284,6 +284,7 @@ void coord__wk_count(coord *co, const coord_action *a) {
   coord_wk *w = &co->wk[a->index];
   const coord_closure_stats *s = &a->stats;
   w->steps += a->closure.steps;
+  co->worker_steps_run += a->closure.steps;
   w->examples += s->examples;
   w->busy_s += s->wall_s;
   w->input_s += s->input_s;

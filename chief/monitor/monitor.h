@@ -216,6 +216,8 @@ typedef struct {
 
 typedef struct {
   int64_t steps;
+  int64_t steps_run;     /* trained by this process (a resumed run: not
+                            the restored ones); -1 unknown */
   int64_t examples;
   double seconds;
   bool has_loss;

@@ -67,6 +67,8 @@ int chief_summary_write_json(const char *path, const chief_summary *s,
   char *text = NULL;
   if (!o || !ev || !rs) goto done;
   json_object_set_new(o, "steps", json_integer(s->steps));
+  if (s->steps_run >= 0)
+    json_object_set_new(o, "steps_run", json_integer(s->steps_run));
   json_object_set_new(o, "examples", json_integer(s->examples));
   json_object_set_new(o, "seconds", num(s->seconds));
   json_object_set_new(o, "examples_per_sec",
