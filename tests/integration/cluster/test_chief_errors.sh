@@ -56,6 +56,9 @@ check "resume: goes on from step $at, not from 0" \
   grep -q "training goes on from step $at of $total" "$WORK/chief.log"
 check "resume: trains only the steps after it ($run = $total - $at)" \
   test "$run" = $((total - at))
+ex=$(json_get "$WORK/s1.json" examples)
+check "resume: no more examples than steps x batch ($ex <= $((total * 32)))" \
+  test "$ex" -le $((total * 32))
 mv "$WORK/chief.log" "$WORK/chief1b.log.txt"
 
 # ---- 2. the finished job run again ----------------------------------------
@@ -69,6 +72,8 @@ wait_chief 120
 check "done job: exits 0" test "$CHIEF_RC" = 0
 check "done job: says it is done" grep -q "the job is already done" "$WORK/chief.log"
 check "done job: trains nothing" test "$(json_get "$WORK/s2.json" steps_run)" = 0
+check "done job: the examples of the finished run, no more" \
+  test "$(json_get "$WORK/s2.json" examples)" = "$ex"
 check "done job: evaluates" grep -q "eval at step $total" "$WORK/chief.log"
 check "done job: no new checkpoint" test "$(ls -d "$WORK"/ckpt/ckpt-* | wc -l)" = "$before"
 stop_cluster
