@@ -11,21 +11,11 @@
 #     checkpoint; with every checkpoint broken the run fails, saying why;
 #  4. bad data (a value float32 cannot hold, a cell that is not a number, a
 #     missing file, a label out of range in the eval file): the run stops
-#     naming the file, line and column, with standalone's exit status;
-#  5. a full disk (a small tmpfs; root only): the run ends, its summary and
-#     last lines name the failed checkpoints and the last good one, and no
-#     half-written checkpoint folder is left.
+#     naming the file, line and column, with standalone's exit status.
+# A full disk is test_disk_full.sh.
 . "$(dirname "$0")/lib.sh"
 
 last_error() { grep ' ERROR ' "$1" | tail -n 1; }
-all_committed() { # every ckpt-* folder under $1 has its manifest
-  local d
-  for d in "$1"/ckpt-*; do
-    [ -d "$d" ] || continue
-    [ -f "$d/manifest.json" ] || { echo "partial: $d"; return 1; }
-  done
-  return 0
-}
 stop_cluster() {
   local k
   for k in "${!PIDS[@]}"; do kill -9 "${PIDS[$k]}" 2>/dev/null; unset "PIDS[$k]"; done
@@ -173,38 +163,5 @@ job = {"model": {"class_name": "Sequential", "config": {"layers": [
 json.dump(job, open(w + "/job_label.json", "w"))
 PY
 check_data_error label "$WORK/job_label.json" 'digits_eval.csv: line 6 (data row 4), column "label" (the label): 12 is not a class in [0, 10)'
-
-# ---- 5. a full disk --------------------------------------------------------
-if [ "$(id -u)" = 0 ] && mkdir -p "$WORK/full" && \
-   mount -t tmpfs -o size=112k tsr_full "$WORK/full" 2>/dev/null; then
-  trap 'umount "$WORK/full" 2>/dev/null; cleanup' EXIT
-  write_diabetes_job "$WORK/job.json" ', "steps": 3000, "steps_per_closure": 20,
-    "checkpoint": {"dir": "full/ckpt", "every_steps": 300, "keep": 100}'
-  cluster 2 2
-  start_all
-  start_chief --job "$WORK/job.json" --summary-json "$WORK/s5.json"
-  wait_chief 240
-  check "disk full: the run ends (exit 0)" test "$CHIEF_RC" = 0
-  check "disk full: exact step count" test "$(json_get "$WORK/s5.json" steps)" = 3000
-  /usr/bin/python3 - "$WORK/s5.json" "$(ckpt_step "$WORK/full/ckpt")" <<'PY'
-import json, sys
-s = json.load(open(sys.argv[1]))["checkpoints"]
-print("summary:", s["last_good"], [f["step"] for f in s["failed"]],
-      s["failed"][0]["error"] if s["failed"] else "")
-assert s["failed"], "no failed checkpoint named"
-assert s["last_good"] == int(sys.argv[2]), (s["last_good"], sys.argv[2])
-assert all(f["step"] > s["last_good"] for f in s["failed"])
-assert "space" in s["failed"][0]["error"].lower(), s["failed"][0]
-PY
-  check "disk full: the summary names the failed ones and the last good one" test $? = 0
-  check "disk full: the last lines say so" \
-    bash -c "tail -n 12 '$WORK/chief.log' | grep -q 'FAILED .* checkpoint(s): step' && tail -n 12 '$WORK/chief.log' | grep -q 'last good       step '"
-  check "disk full: no half-written checkpoint folder" all_committed "$WORK/full/ckpt"
-  stop_cluster
-  umount "$WORK/full"
-  trap cleanup EXIT
-else
-  echo "skip: disk full needs root and tmpfs"
-fi
 
 finish
