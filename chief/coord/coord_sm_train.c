@@ -448,10 +448,13 @@ void sm__pump_train(coord_sm *sm) {
   } else {
     sm->t_noworker = 0;
   }
-  /* sync: every step needs every worker, so none starts before all that
-   * are coming have answered their configuration (one that starts early
-   * runs steps alone that the others then push too late) */
-  if (sm->c.mode == TSR_MODE_SYNC && !sm->gate_open && coming > 0 &&
+  /* sync and ssp: no closure goes out before every worker that is coming
+   * has answered its configuration. In sync one that starts early runs
+   * steps alone that the others then push too late; in ssp (and sync) a
+   * worker still configuring counts as away, so the first ready one would
+   * be handed its share and run the whole job (a slow link made that the
+   * rule, and left the slow worker gated on an idle clock) */
+  if (sm->c.mode != TSR_MODE_ASYNC && !sm->gate_open && coming > 0 &&
       sm->now - sm->t_gate <= sm__grace(sm->c.op_timeout_s)) {
     sm_stalled(sm);
     return;

@@ -385,6 +385,32 @@ static void sync_worker_back_rejoins(void **state) {
   sync_worker_back(true);
 }
 
+/* ssp: a worker still configuring (a slow link) is not handed over to the
+ * first ready one: no closure goes out until it has answered, so each runs
+ * its own share (the fast worker ran the whole job, and the slow one then
+ * waited on an idle clock). */
+static void ssp_start_waits_for_a_slow_worker(void **state) {
+  (void)state;
+  coord_sm_config c = sim_config(2, 2, TSR_MODE_SSP, 200);
+  sim s;
+  sim_init(&s, &c, 0);
+  start(&s);
+  sim_ready(&s, 0);
+  for (int i = 0; i < 5; i++) sim_tick(&s, 1.0);
+  assert_int_equal(s.count[COORD_ACT_DISPATCH], 0);
+  sim_ready(&s, 1);
+  assert_true(s.count[COORD_ACT_DISPATCH] > 0);
+  int64_t per[2] = {0, 0};
+  for (int r = 0; r < 5000 && !s.ended; r++) {
+    if (s.n_fl) per[s.fl[0].c.worker] += s.fl[0].c.steps;
+    sim_step(&s);
+  }
+  assert_int_equal(s.status, 0);
+  assert_int_equal(per[0], 100);
+  assert_int_equal(per[1], 100);
+  sim_free(&s);
+}
+
 /* Pruning keeps `keep` checkpoints and never the newest away. */
 static void pruning_keeps_the_newest(void **state) {
   (void)state;
@@ -488,6 +514,7 @@ int main(void) {
       cmocka_unit_test(both_workers_die_at_once),
       cmocka_unit_test(sync_worker_back_sits_out),
       cmocka_unit_test(sync_worker_back_rejoins),
+      cmocka_unit_test(ssp_start_waits_for_a_slow_worker),
       cmocka_unit_test(pruning_keeps_the_newest),
       cmocka_unit_test(failing_worker_is_left_out),
       cmocka_unit_test(nothing_answers_at_any_stage),
