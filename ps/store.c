@@ -106,7 +106,7 @@ static int ps__spec_check(const ps_var_spec *s, char *err, size_t errlen) {
   if (!(s->optim.learning_rate > 0))
     return ps__fail(err, errlen, TSR_EINVAL, "%s: learning_rate %g must be > 0",
                     s->name, s->optim.learning_rate);
-  if ((unsigned)s->optim.kind > TSR_OPT_FTRL)
+  if ((unsigned)s->optim.kind >= TSR_OPT__COUNT)
     return ps__fail(err, errlen, TSR_EINVAL, "%s: unknown optimizer %d",
                     s->name, (int)s->optim.kind);
   return 0;

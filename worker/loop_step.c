@@ -22,6 +22,7 @@
 #include "common/clock.h"
 #include "common/err.h"
 #include "common/log.h"
+#include "kernels/optim.h"
 #include "worker/metrics.h"
 
 #include <stdarg.h>
@@ -44,6 +45,37 @@ static bool stopping(wk_svc *s) {
   bool st = s->stop;
   pthread_mutex_unlock(&s->mu);
   return st;
+}
+
+/* clipnorm / global_clipnorm need the whole gradient, which only this side
+ * has (each PS holds a shard): the step's gradients are clipped here before
+ * the push, as Keras clips before its update. In sync mode the PS averages
+ * gradients clipped per worker (Keras clips the average); the mean of
+ * clipped gradients still has a norm within the bound. */
+static int clip_grads(wk_run *r) {
+  const tsr_optim_spec *o = &r->job.optimizer;
+  if (!(o->clipnorm > 0) && !(o->global_clipnorm > 0)) return 0;
+  float *gs[256], **g = gs;
+  size_t ns[256], *n = ns;
+  if (r->n_vars > 256) {
+    g = malloc(r->n_vars * sizeof *g);
+    n = malloc(r->n_vars * sizeof *n);
+    if (!g || !n) {
+      if (g != gs) free(g);
+      if (n != ns) free(n);
+      return TSR_ENOMEM;
+    }
+  }
+  for (size_t v = 0; v < r->n_vars; v++) {
+    g[v] = r->grad[v];
+    n[v] = (size_t)(r->vars[v].kind == WK_VAR_DENSE
+                        ? r->vars[v].numel
+                        : r->n_cur[v] * r->vars[v].row_dim);
+  }
+  kern_optim_clip_norm(o, g, n, (int)r->n_vars, 1.0f);
+  if (g != gs) free(g);
+  if (n != ns) free(n);
+  return 0;
 }
 
 /* First index in sorted ids[0..n) with ids[i] >= x. */
@@ -335,6 +367,7 @@ int wk__run_closure(wk_svc *s, wk_run *r, wk_job *j) {
     rc = wk_exec_run(r->ex, r->param, r->grad, &ro, &res);
     o->compute_s += tsr_now_s() - t0;
     WK_TRACE("compute");
+    if (!rc) rc = clip_grads(r);
     if (rc) {
       rc = fail(err, errlen, rc, "step %lld: compute failed: %s",
                 (long long)(q->first_step + i), tsr_strerror(rc));
