@@ -410,8 +410,12 @@ int tsr_job_parse(const char *text, const char *source, const char *base_dir,
     if ((rc = tsr__load_model(job, v, base_dir, emsg, sizeof emsg)))
       goto efail;
   }
-  if ((rc = tsr__get_str(root, "", "loss", &job->loss, emsg, sizeof emsg)))
-    goto efail;
+  if ((v = json_object_get(root, "loss")) && !json_is_null(v)) {
+    char canon[256];
+    if ((rc = tsr_loss_canon(v, canon, sizeof canon, emsg, sizeof emsg)))
+      goto efail;
+    if (!(job->loss = strdup(canon))) goto nomem;
+  }
   if (!job->loss && !(job->loss = strdup("mse"))) goto nomem;
   if ((v = json_object_get(root, "metrics"))) {
     if (json_is_string(v)) {
@@ -425,12 +429,18 @@ int tsr_job_parse(const char *text, const char *source, const char *base_dir,
       if (!job->metrics) goto nomem;
       for (size_t i = 0; i < n; i++) {
         json_t *m = json_array_get(v, i);
-        if (!json_is_string(m)) {
+        char canon[256], e2[400];
+        if (!json_is_string(m) && !json_is_object(m)) {
           rc = tsr__jfail(emsg, sizeof emsg, TSR_ECONFIG,
-                          "metrics[%zu] must be a string", i);
+                          "metrics[%zu] must be a string or a serialized "
+                          "Keras metric", i);
           goto efail;
         }
-        job->metrics[i] = strdup(json_string_value(m));
+        if ((rc = tsr_metric_canon(m, canon, sizeof canon, e2, sizeof e2))) {
+          tsr__jfail(emsg, sizeof emsg, rc, "metrics[%zu]: %s", i, e2);
+          goto efail;
+        }
+        if (!(job->metrics[i] = strdup(canon))) goto nomem;
         job->n_metrics++;
       }
     } else {

@@ -168,6 +168,18 @@ const char *tsr_lr_schedule_name(tsr_lr_kind kind);
 double tsr_optim_lr(const tsr_optim_spec *o, int64_t iterations);
 double tsr_lr_schedule_at(const tsr_lr_schedule *s, int64_t step);
 
+/* Losses and metrics (common/keras_names.c): a Keras name passes through;
+ * Keras's serialized object ({"class_name": "Huber", "config": {...}})
+ * becomes the canonical text the model resolves: the snake-case name,
+ * "_from_logits" when set, then "@option=value" for each option that
+ * differs from its default ("huber@delta=2", "auc@multi_label",
+ * "top_k_categorical_accuracy@k=3"). Options at values Tessera does not
+ * implement are refused, naming them. */
+int tsr_loss_canon(json_t *v, char *out, size_t len, char *err,
+                   size_t errlen);
+int tsr_metric_canon(json_t *v, char *out, size_t len, char *err,
+                     size_t errlen);
+
 /* Parses a partitioner object. */
 int tsr_partitioner_parse(json_t *v, tsr_partitioner *out, char *err,
                           size_t errlen);

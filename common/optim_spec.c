@@ -368,7 +368,7 @@ static int inactive(json_t *o, const char *key, const char *why, char *err,
   if (!strcmp(key, "gradient_accumulation_steps") && json_is_integer(v) &&
       json_integer_value(v) <= 1)
     return 0;
-  char *d = json_dumps(v, JSON_ENCODE_ANY);
+  char *d = json_dumps(v, JSON_ENCODE_ANY | JSON_REAL_PRECISION(6));
   int rc = of_fail(err, errlen, TSR_EUNSUPPORTED,
                    "optimizer.%s = %s is not supported (%s)", key,
                    d ? d : "?", why);

@@ -211,9 +211,9 @@ static double ce_probs_row(const float *p, const float *t, int64_t cls,
   return loss;
 }
 
-int kern__cpu_loss(void *impl, kern_loss kind, const float *p, const float *y,
-                   int64_t n, int64_t d, float s, float *ex_loss,
-                   float *grad) {
+int kern__cpu_loss(void *impl, kern_loss kind, float param, const float *p,
+                   const float *y, int64_t n, int64_t d, float s,
+                   float *ex_loss, float *grad) {
   for (int64_t i = 0; i < n; i++) {
     const float *pi = p + i * d;
     float *gi = grad ? grad + i * d : NULL;
@@ -277,6 +277,26 @@ int kern__cpu_loss(void *impl, kern_loss kind, const float *p, const float *y,
         break;
       case KERN_LOSS_SPARSE_CCE_PROBS:
         L = ce_probs_row(pi, NULL, cls, d, s, gi);
+        break;
+      case KERN_LOSS_HUBER:
+        for (int64_t j = 0; j < d; j++) {
+          double e = (double)pi[j] - yi[j], a = fabs(e);
+          L += a <= param ? 0.5 * e * e : param * (a - 0.5 * param);
+          if (gi)
+            gi[j] = (float)((a <= param ? e : e > 0 ? param : -param) /
+                            (double)d * s);
+        }
+        L /= (double)d;
+        break;
+      case KERN_LOSS_KLD:
+        for (int64_t j = 0; j < d; j++) {
+          double t = yi[j], q = pi[j];
+          double tc = t < KERAS_EPS ? KERAS_EPS : t > 1 ? 1 : t;
+          bool clipped = q < KERAS_EPS || q > 1;
+          double qc = q < KERAS_EPS ? KERAS_EPS : q > 1 ? 1 : q;
+          L += tc * log(tc / qc);
+          if (gi) gi[j] = clipped ? 0.0f : (float)(-tc / q * s);
+        }
         break;
       default:
         return TSR_EINVAL;

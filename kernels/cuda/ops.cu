@@ -208,8 +208,9 @@ int kc__col_sum(kc_ctx *c, const float *dz, int64_t n, int64_t d, float beta,
 }
 
 /* one thread per row; mirrors kern__cpu_loss */
-__global__ void k_loss(kern_loss kind, const float *p, const float *y,
-                       int64_t n, int64_t d, float s, float *ex, float *grad) {
+__global__ void k_loss(kern_loss kind, float param, const float *p,
+                       const float *y, int64_t n, int64_t d, float s,
+                       float *ex, float *grad) {
   int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
   if (i >= n) return;
   const float *pi = p + i * d;
@@ -294,16 +295,37 @@ __global__ void k_loss(kern_loss kind, const float *p, const float *y,
         for (int64_t j = 0; j < d; j++) gi[j] = (float)((gi[j] - gq) / S * s);
       break;
     }
+    case KERN_LOSS_HUBER:
+      for (int64_t j = 0; j < d; j++) {
+        double e = (double)pi[j] - yi[j], a = fabs(e);
+        L += a <= param ? 0.5 * e * e : param * (a - 0.5 * param);
+        if (gi)
+          gi[j] = (float)((a <= param ? e : e > 0 ? param : -param) /
+                          (double)d * s);
+      }
+      L /= (double)d;
+      break;
+    case KERN_LOSS_KLD:
+      for (int64_t j = 0; j < d; j++) {
+        double t = yi[j], q = pi[j];
+        double tc = t < KERAS_EPS ? KERAS_EPS : t > 1 ? 1 : t;
+        bool clipped = q < KERAS_EPS || q > 1;
+        double qc = q < KERAS_EPS ? KERAS_EPS : q > 1 ? 1 : q;
+        L += tc * log(tc / qc);
+        if (gi) gi[j] = clipped ? 0.0f : (float)(-tc / q * s);
+      }
+      break;
     default:
       break;
   }
   if (ex) ex[i] = (float)L;
 }
 
-int kc__loss(kc_ctx *c, kern_loss kind, const float *p, const float *y,
-             int64_t n, int64_t d, float s, float *ex_loss, float *grad) {
-  k_loss<<<(unsigned)((n + 127) / 128), 128, 0, c->s>>>(kind, p, y, n, d, s,
-                                                        ex_loss, grad);
+int kc__loss(kc_ctx *c, kern_loss kind, float param, const float *p,
+             const float *y, int64_t n, int64_t d, float s, float *ex_loss,
+             float *grad) {
+  k_loss<<<(unsigned)((n + 127) / 128), 128, 0, c->s>>>(
+      kind, param, p, y, n, d, s, ex_loss, grad);
   return kc__launch_check();
 }
 
