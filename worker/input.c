@@ -527,7 +527,9 @@ out:
 }
 
 static bool loss_is_categorical(const tsr_job *job) {
-  return job->loss && strstr(job->loss, "categorical") != NULL;
+  return job->loss && (strstr(job->loss, "categorical") != NULL ||
+                       strncmp(job->loss, "kl", 2) == 0 ||
+                       strncmp(job->loss, "KL", 2) == 0);
 }
 
 int wk_input_check(const tsr_job *job, char *err, size_t errlen) {
