@@ -401,8 +401,9 @@ int tsr_job_parse(const char *text, const char *source, const char *base_dir,
   static const char *const keys[] = {
       "model", "loss", "metrics", "optimizer", "data", "batch_size", "steps",
       "epochs", "steps_per_closure", "mode", "partitioner", "precision",
-      "seed", "checkpoint", "logdir", "eval_every_steps", "name",
-      "description", NULL};
+      "seed", "checkpoint", "logdir", "eval_every_steps",
+      "summary_every_steps", "summary_every_secs", "name", "description",
+      NULL};
   if ((rc = tsr__check_keys(root, "", keys, emsg, sizeof emsg))) goto efail;
 
   json_t *v;
@@ -472,8 +473,19 @@ int tsr_job_parse(const char *text, const char *source, const char *base_dir,
                          &job->steps_per_closure, 1, 1 << 30, emsg,
                          sizeof emsg)) ||
       (rc = tsr__get_int(root, "", "eval_every_steps", &job->eval_every_steps,
-                         0, INT64_MAX / 2, emsg, sizeof emsg)))
+                         0, INT64_MAX / 2, emsg, sizeof emsg)) ||
+      (rc = tsr__get_int(root, "", "summary_every_steps",
+                         &job->summary_every_steps, 0, INT64_MAX / 2, emsg,
+                         sizeof emsg)))
     goto efail;
+  if ((v = json_object_get(root, "summary_every_secs"))) {
+    if (!json_is_number(v) || json_number_value(v) < 0) {
+      rc = tsr__jfail(emsg, sizeof emsg, TSR_ECONFIG,
+                      "summary_every_secs must be a number >= 0");
+      goto efail;
+    }
+    job->summary_every_secs = json_number_value(v);
+  }
   if (job->steps == 0 && job->epochs == 0) job->epochs = 1;
   if ((v = json_object_get(root, "mode"))) {
     if (!json_is_string(v) ||

@@ -124,6 +124,9 @@ typedef struct {
   int checkpoint_keep;      /* default 3 */
   char *logdir;             /* NULL: no TensorBoard files */
   int64_t eval_every_steps; /* 0: only at the end */
+  int64_t summary_every_steps; /* TensorBoard points; 0: a hundredth of the
+                                  run */
+  double summary_every_secs;   /* also by time; 0: off */
   json_t *raw;              /* the whole document after overrides (owned) */
 } tsr_job;
 

@@ -80,6 +80,10 @@ void wk__job_free(wk_job *j) {
   for (int i = 0; i < j->n_names; i++) free(j->names[i]);
   free(j->names);
   free(j->values);
+  free(j->histo);
+  free(j->hmsg);
+  free(j->hptr);
+  free(j->htag);
   free(j->trace);
   free(j);
 }

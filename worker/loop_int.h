@@ -19,6 +19,7 @@
 #include <uv.h>
 
 #include "common/cluster.h"
+#include "common/histo.h"
 #include "common/job.h"
 #include "common/rpc/rpc.h"
 #include "kernels/kern.h"
@@ -58,9 +59,14 @@ typedef struct wk_job {
   uint8_t *trace;          /* run with trace: the steps' phases, packed
                               (common/trace.h), sent as the payload */
   size_t trace_len;
-  char **names;            /* eval metric names (copies) */
+  char **names;            /* eval / run metric names (copies) */
   int n_names;
   double *values;
+  /* eval: histograms of the dense variables and their last gradients */
+  struct tsr_histo *histo;
+  Tessera__Worker__Histogram *hmsg, **hptr;
+  char (*htag)[160];
+  int n_hist;
 } wk_job;
 
 /* ---- PS operations: issued on the loop on behalf of the thread --------- */

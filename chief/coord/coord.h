@@ -203,6 +203,9 @@ struct coord {
   struct tsr_trace *trace;   /* --trace: every process's events, merged */
   int64_t trace_save_us, trace_eval_us, trace_recover_us;
   double t_last_scalar;
+  double t_last_ps;          /* PS statistics every 2 s */
+  chief_summary_policy sum_pol;
+  chief_train_acc train_acc;
 };
 
 /* coord.c (the state machine), coord_run.c (setup and teardown) */

@@ -207,6 +207,9 @@ int chief_coord_run(const chief_coord_opts *o) {
     co->metrics = NULL;
     chief_metrics_open(&co->metrics, NULL, NULL, err, sizeof err);
   }
+  chief_summary_policy_init(&co->sum_pol, co->job.summary_every_steps,
+                            co->job.summary_every_secs);
+  if (co->metrics) chief_metrics_job_info(co->metrics, &co->job);
   if (o->trace_path) {
     if (tsr_trace_create(&co->trace, 0)) {
       tsr_error("--trace: out of memory");

@@ -337,6 +337,15 @@ static void coord_wk_on_run(const tsr_rpc_result *r, void *data) {
       co->recent_at = (co->recent_at + 1) % 16;
       if (co->n_recent < 16) co->n_recent++;
     }
+    chief_train_acc_add(&co->train_acc, resp->metric_names,
+                        resp->metric_values,
+                        resp->n_metric_names < resp->n_metric_values
+                            ? resp->n_metric_names
+                            : resp->n_metric_values,
+                        (double)resp->examples);
+    if (co->metrics && chief_summary_due(&co->sum_pol, coord__global_step(co),
+                                         co->total_steps, tsr_now_s()))
+      coord__scalars(co, tsr_now_s());
   }
   tessera__worker__run_response__free_unpacked(resp, NULL);
   coord__pump(co);
@@ -457,6 +466,17 @@ static void coord_wk_on_eval(const tsr_rpc_result *r, void *data) {
     if (off < sizeof line)
       off += (size_t)snprintf(line + off, sizeof line - off, ", %s %.4f",
                               resp->metric_names[i], resp->metric_values[i]);
+  }
+  /* weight and gradient histograms, in the train run as Keras writes them */
+  chief_tb *htb = co->metrics ? chief_metrics_tb(co->metrics, CHIEF_RUN_TRAIN)
+                              : NULL;
+  for (size_t i = 0; htb && i < resp->n_histograms; i++) {
+    const Tessera__Worker__Histogram *h = resp->histograms[i];
+    size_t nb = h->n_bucket < h->n_bucket_limit ? h->n_bucket
+                                                : h->n_bucket_limit;
+    chief_tb_histogram_counts(htb, h->tag, step, h->min, h->max, h->num,
+                              h->sum, h->sum_squares, h->bucket_limit,
+                              h->bucket, nb, 0);
   }
   tessera__worker__eval_response__free_unpacked(resp, NULL);
   coord__note(co, "%s", line);
