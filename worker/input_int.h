@@ -63,7 +63,8 @@ typedef struct {
   wk_sparse_feat *sparse;
   int n_sparse;
   wk_shard_policy shard;
-  int64_t shuffle_buffer;
+  int64_t shuffle_buffer;  /* -1: the default (input.c: the whole share
+                              when it fits WK_SHUFFLE_BUDGET, train only) */
   int prefetch;
   bool normalize;
   double scale;
@@ -136,6 +137,10 @@ void wk_rec__free(wk_rec *r);
 int wk_rec__reserve(wk_rec *r, size_t more);
 int wk_rec__copy(wk_rec *dst, const wk_rec *src, int64_t n_dense,
                  int n_sparse);
+
+/* Memory the default shuffle buffer of a streamed split may take. */
+#define WK_SHUFFLE_BUDGET ((int64_t)256 << 20)
+#define WK_SHUFFLE_MAX ((int64_t)1 << 20)   /* and at most this many records */
 
 typedef struct wk_src wk_src;
 typedef struct {

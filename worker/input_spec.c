@@ -626,6 +626,7 @@ static void spec_defaults(wk_input_spec *s, const char *where) {
   memset(s, 0, sizeof *s);
   snprintf(s->where, sizeof s->where, "%s", where);
   s->shard = WK_SHARD_AUTO;
+  s->shuffle_buffer = -1;
   s->prefetch = 2;
   s->scale = 1.0;
   s->drop_remainder = -1;
@@ -713,6 +714,8 @@ int wk_input__spec_parse(const tsr_job *job, wk_split split,
   }
   if (out->syn_dense < 0)
     out->syn_dense = out->format == WK_FMT_SYNTHETIC_CTR ? 13 : 10;
+  /* Keras shuffles training data each epoch, never validation data */
+  if (split == WK_SPLIT_EVAL && out->shuffle_buffer < 0) out->shuffle_buffer = 0;
   out->split_k = k;
   out->split_index = index;
   out->split_keep = split == WK_SPLIT_EVAL;
