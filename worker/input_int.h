@@ -57,6 +57,7 @@ typedef struct {
   char **labels;          /* npy / idx: label files, parallel to paths */
   int n_labels;
   char *label;            /* csv column, tfrecord feature, npz member */
+  char delimiter;         /* csv: the cell separator (default ',') */
   char *features_member;  /* npz member holding the features */
   wk_dense_feat *dense;   /* csv / tfrecord dense features; NULL: all but label (csv) */
   int n_dense;

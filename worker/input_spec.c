@@ -64,6 +64,7 @@ static const wk_key_info wk_keys[] = {
     {"repeat", F_ALL, false},
     {"seed", F_ALL, false},
     {"skip_corrupt", F_TFR, false},
+    {"delimiter", F_CSV, true},
     {"split", F_ALL, false},
     {"k", F_ALL, false},
     {"index", F_ALL, false},
@@ -513,6 +514,15 @@ static int parse_obj(const tsr_job *job, json_t *o, wk_input_spec *s,
   }
   if ((rc = get_bool(o, w, "skip_corrupt", &s->skip_corrupt, err, errlen)))
     return rc;
+  if ((v = json_object_get(o, "delimiter"))) {
+    const char *d = json_string_value(v);
+    if (!d || strlen(d) != 1 || d[0] == '"' || d[0] == '\n' || d[0] == '\r')
+      return wk_input__fail(err, errlen, TSR_ECONFIG,
+                            "%s.delimiter must be one character other than a "
+                            "quote or a line end (\",\", \";\", \"\\t\", \"|\")",
+                            w);
+    s->delimiter = d[0];
+  }
   if ((rc = get_int(o, w, "n_classes", 1, INT64_C(1) << 31, &s->n_classes,
                     err, errlen)))
     return rc;
@@ -627,6 +637,7 @@ static void spec_defaults(wk_input_spec *s, const char *where) {
   snprintf(s->where, sizeof s->where, "%s", where);
   s->shard = WK_SHARD_AUTO;
   s->shuffle_buffer = -1;
+  s->delimiter = ',';
   s->prefetch = 2;
   s->scale = 1.0;
   s->drop_remainder = -1;
