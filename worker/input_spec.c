@@ -262,6 +262,12 @@ static int infer_format(const char *path, wk_fmt *f) {
   base = base ? base + 1 : path;
   size_t n = strlen(base);
   if (n > 3 && strcmp(base + n - 3, ".gz") == 0) n -= 3;
+  /* TFDS shards: "mnist-train.tfrecord-00000-of-00001" */
+  const char *tf = strstr(base, ".tfrecord-");
+  if (tf && strstr(tf, "-of-")) {
+    *f = WK_FMT_TFRECORD;
+    return 0;
+  }
   struct { const char *ext; wk_fmt f; } tab[] = {
       {".csv", WK_FMT_CSV},       {".npy", WK_FMT_NPY},
       {".npz", WK_FMT_NPZ},       {".tfrecord", WK_FMT_TFRECORD},
@@ -312,10 +318,10 @@ static int parse_dense(json_t *v, wk_input_spec *s, char *err,
       const char *k;
       json_t *x;
       json_object_foreach(e, k, x) {
-        if (strcmp(k, "name") && strcmp(k, "size"))
+        if (strcmp(k, "name") && strcmp(k, "size") && strcmp(k, "decode"))
           return wk_input__fail(err, errlen, TSR_ECONFIG,
                                 "%s.features[%zu].%s: unknown key (name, "
-                                "size)",
+                                "size, decode)",
                                 w, i, k);
       }
       name = json_object_get(e, "name");
@@ -323,6 +329,19 @@ static int parse_dense(json_t *v, wk_input_spec *s, char *err,
       snprintf(where2, sizeof where2, "%s.features[%zu]", w, i);
       int rc = get_int(e, where2, "size", 1, 1 << 24, &size, err, errlen);
       if (rc) return rc;
+      json_t *dec = json_object_get(e, "decode");
+      if (dec) {
+        const char *ds = json_string_value(dec);
+        int k2 = -1;
+        for (int d = WK_DECODE_RAW_U8; d <= WK_DECODE_IMAGE && ds; d++)
+          if (!strcmp(ds, wk_decode__name((wk_decode)d))) k2 = d;
+        if (k2 < 0)
+          return wk_input__fail(err, errlen, TSR_ECONFIG,
+                                "%s.decode must be \"raw_uint8\", "
+                                "\"raw_float32\", \"png\", \"jpeg\" or "
+                                "\"image\" (a bytes_list feature)", where2);
+        s->dense[i].decode = (wk_decode)k2;
+      }
     }
     if (!json_is_string(name) || !json_string_value(name)[0])
       return wk_input__fail(err, errlen, TSR_ECONFIG,

@@ -477,6 +477,7 @@ int wk__run_closure(wk_svc *s, wk_run *r, wk_job *j) {
     if (!more) break;
   }
 done:
+  o->skipped_records = r->in ? wk_input_skipped(r->in) : 0;
   if (tm && wk_metrics_count(tm) > 0 &&
       metric_answer(r, j, tm, NULL, err, errlen) == 0) {
     o->n_metric_names = o->n_metric_values = (size_t)j->n_names;

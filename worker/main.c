@@ -165,6 +165,7 @@ static int run_standalone(const char *job_path, char **ovr,
     s.eval = ne ? ev : NULL;
     s.n_eval = ne;
     s.resumed_from_step = -1;
+    s.skipped_records = rc ? 0 : r.skipped_records;
     s.logdir = job.logdir;
     s.checkpoint_dir = job.checkpoint_dir;
     if (chief_summary_write_json(summary_json, &s, err, sizeof err)) {

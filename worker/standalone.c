@@ -183,6 +183,10 @@ int wk_train_standalone(const tsr_job *job, const wk_train_opts *o,
   r->examples_per_sec = r->seconds > 0 ? (double)r->examples / r->seconds : 0;
   r->train_loss = ep_n ? ep_loss / (double)ep_n : 0;
   r->loss_scale = wk_trainer_loss_scale(t);
+  r->skipped_records = wk_input_skipped(in);
+  if (o->on_scalar && r->skipped_records > 0)
+    o->on_scalar(o->hook_data, "input/skipped_records", steps,
+                 (double)r->skipped_records);
   r->replicas = wk_trainer_replicas(t);
   snprintf(r->backend, sizeof r->backend, "%s", wk_trainer_backend(t));
   r->n_metrics = wk_model_num_metrics(m);
@@ -219,6 +223,10 @@ int wk_train_standalone(const tsr_job *job, const wk_train_opts *o,
         k += snprintf(line + k, sizeof line - (size_t)k, ", %s %.4f",
                       r->metric_names[i], r->metrics[i]);
     }
+    if (r->skipped_records > 0 && k < (int)sizeof line)
+      k += snprintf(line + k, sizeof line - (size_t)k,
+                    ", %lld corrupt records skipped",
+                    (long long)r->skipped_records);
     if (r->best_auc == r->best_auc && k < (int)sizeof line)
       k += snprintf(line + k, sizeof line - (size_t)k,
                     ", best reachable auc %.4f", r->best_auc);

@@ -84,6 +84,7 @@ typedef struct {
   float loss_scale;
   int replicas;
   char backend[16];
+  int64_t skipped_records;/* corrupt records skipped (skip_corrupt) */
   double best_auc;        /* synthetic_ctr: the hidden model's AUC on the
                              training data (the best reachable); NAN else */
 } wk_train_result;

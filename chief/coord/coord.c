@@ -89,6 +89,9 @@ void coord__scalars(coord *co, double now) {
     co->loss_n = 0;
   }
   chief_train_acc_flush(&co->train_acc, co->metrics, step);
+  if (co->skipped_records > 0)
+    chief_metrics_scalar(co->metrics, CHIEF_TAG_SKIPPED, step,
+                         (double)co->skipped_records, 0);
   chief_metrics_scalar(co->metrics, "train/learning_rate", step,
                        tsr_optim_lr(&co->job.optimizer, step), 0);
   if (co->progress) {

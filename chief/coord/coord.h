@@ -121,6 +121,7 @@ typedef struct {
   int64_t examples_share;/* per epoch, from configure (-1 unknown) */
   int64_t steps, examples;
   double busy_s, input_s, pull_s, compute_s, push_s;
+  int64_t skipped_seen;  /* its last skipped_records (a restart resets it) */
   char device[32];
   char last_error[256];
 } coord_wk;
@@ -206,6 +207,7 @@ struct coord {
   double t_last_ps;          /* PS statistics every 2 s */
   chief_summary_policy sum_pol;
   chief_train_acc train_acc;
+  int64_t skipped_records;   /* corrupt input records, all workers */
 };
 
 /* coord.c (the state machine), coord_run.c (setup and teardown) */

@@ -285,6 +285,7 @@ out_clients:
     s.n_eval = co->n_eval;
     s.restarts_worker = co->restarts_worker;
     s.restarts_ps = co->restarts_ps;
+    s.skipped_records = co->skipped_records;
     s.restarts_chief = co->resumed_from > 0 ? 1 : 0;
     s.resumed_from_step = co->resumed_from;
     s.logdir = co->job.logdir;

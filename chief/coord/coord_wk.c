@@ -337,6 +337,10 @@ static void coord_wk_on_run(const tsr_rpc_result *r, void *data) {
       co->recent_at = (co->recent_at + 1) % 16;
       if (co->n_recent < 16) co->n_recent++;
     }
+    co->skipped_records += resp->skipped_records >= w->skipped_seen
+                               ? resp->skipped_records - w->skipped_seen
+                               : resp->skipped_records;
+    w->skipped_seen = resp->skipped_records;
     chief_train_acc_add(&co->train_acc, resp->metric_names,
                         resp->metric_values,
                         resp->n_metric_names < resp->n_metric_values

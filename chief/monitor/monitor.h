@@ -40,6 +40,7 @@
 #define CHIEF_TAG_EXAMPLES_PER_SEC "examples_per_sec"
 #define CHIEF_TAG_STEPS_PER_SEC "steps_per_sec"
 #define CHIEF_TAG_STALENESS "staleness"
+#define CHIEF_TAG_SKIPPED "input/skipped_records" /* skip_corrupt's count */
 #define CHIEF_TAG_WORKER_PREFIX "worker/"
 #define CHIEF_TAG_PS_PREFIX "ps/"
 #define CHIEF_METRICS_JSONL "metrics.jsonl"
@@ -303,6 +304,7 @@ typedef struct {
   int restarts_worker;   /* worker processes that came back */
   int restarts_ps;       /* PS failures recovered from a checkpoint */
   int restarts_chief;    /* chief restarts (resumed from a checkpoint) */
+  int64_t skipped_records; /* corrupt input records skipped (skip_corrupt) */
   int64_t resumed_from_step;  /* -1 when the run started fresh */
   const char *logdir;    /* may be NULL */
   const char *checkpoint_dir; /* may be NULL */

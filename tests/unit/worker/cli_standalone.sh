@@ -38,6 +38,57 @@ assert z.files == ["dense/kernel", "dense/bias", "dense_1/kernel",
 assert z["dense/kernel"].shape == (10, 64)
 PY
 fi
+# Corrupt TFRecord records skipped under skip_corrupt are counted in the
+# summary line, the summary JSON and TensorBoard's input/skipped_records.
+if [ -x /usr/bin/python3 ]; then
+  /usr/bin/python3 - "$T/c.tfrecord" <<'PY' || exit 1
+import struct, sys
+def crc32c(b):
+    c = 0xffffffff
+    for x in b:
+        c ^= x
+        for _ in range(8):
+            c = (c >> 1) ^ (0x82f63b78 & -(c & 1))
+    return c ^ 0xffffffff
+def mask(c):
+    return (((c >> 15) | (c << 17)) + 0xa282ead8) & 0xffffffff
+def ld(field, b):
+    n, v = len(b), b""
+    while True:
+        v += bytes([(n & 0x7f) | (0x80 if n > 0x7f else 0)])
+        n >>= 7
+        if not n: break
+    return bytes([field << 3 | 2]) + v + b
+def feat(name, val):
+    fl = ld(1, struct.pack("<f", val))          # FloatList.value, packed
+    return ld(1, ld(1, name.encode()) + ld(2, ld(2, fl)))
+with open(sys.argv[1], "wb") as f:
+    for i in range(40):
+        ex = ld(1, feat("x", i / 40.0) + feat("y", 2.0 * i / 40.0))
+        data = bytearray(ex)
+        if i == 7: data[3] ^= 0xff                 # a bad data CRC
+        hdr = struct.pack("<Q", len(ex))
+        f.write(hdr + struct.pack("<I", mask(crc32c(hdr))) + bytes(data) +
+                struct.pack("<I", mask(crc32c(ex))))
+PY
+  cat >"$T/c.json" <<EOF2
+{"model": {"class_name": "Sequential", "config": {"layers": [
+   {"class_name": "InputLayer", "config": {"batch_shape": [null, 1]}},
+   {"class_name": "Dense", "config": {"units": 1}}]}},
+ "loss": "mse", "batch_size": 8, "epochs": 2,
+ "data": {"train": {"format": "tfrecord", "paths": "c.tfrecord",
+                    "label": "y", "features": ["x"], "skip_corrupt": true}}}
+EOF2
+  timeout 60 "$W" --standalone --job "$T/c.json" --device cpu \
+    --summary-json "$T/c_sum.json" --logdir "$T/c_logs" >"$T/out" 2>"$T/err" ||
+    { echo "skip_corrupt standalone failed"; cat "$T/err"; exit 1; }
+  grep -q ", 2 corrupt records skipped" "$T/out" ||
+    { echo "no skip count:"; cat "$T/out"; exit 1; }
+  grep -q '"skipped_records": 2' "$T/c_sum.json" ||
+    { echo "summary:"; cat "$T/c_sum.json"; exit 1; }
+  grep -q '"tag": "input/skipped_records"' "$T/c_logs/metrics.jsonl" ||
+    { echo "no input/skipped_records scalar"; exit 1; }
+fi
 # The synthetic CTR data knows its best AUC: the summary line shows it.
 timeout 120 "$W" --standalone --job "$SRC/deploy/jobs/ctr_wide_deep.json" \
   --device cpu --steps 3 --set 'data.train.n=2000' \
