@@ -403,7 +403,7 @@ int tsr_job_parse(const char *text, const char *source, const char *base_dir,
       "epochs", "steps_per_closure", "mode", "partitioner", "precision",
       "seed", "checkpoint", "logdir", "eval_every_steps",
       "summary_every_steps", "summary_every_secs", "name", "description",
-      NULL};
+      "placement", NULL};
   if ((rc = tsr__check_keys(root, "", keys, emsg, sizeof emsg))) goto efail;
 
   json_t *v;
@@ -502,6 +502,18 @@ int tsr_job_parse(const char *text, const char *source, const char *base_dir,
     if ((rc = tsr_partitioner_parse(v, &job->partitioner, emsg,
                                     sizeof emsg)))
       goto efail;
+  }
+  if ((v = json_object_get(root, "placement"))) {
+    if (!json_is_string(v)) {
+      rc = tsr__jfail(emsg, sizeof emsg, TSR_ECONFIG,
+                      "placement must be \"balanced\" or \"round_robin\"");
+      goto efail;
+    }
+    if (tsr_placement_parse(json_string_value(v), &job->partitioner.placement,
+                            emsg, sizeof emsg)) {
+      rc = TSR_ECONFIG;
+      goto efail;
+    }
   }
   if ((v = json_object_get(root, "precision"))) {
     const char *p = json_is_string(v) ? json_string_value(v) : "";
