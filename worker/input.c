@@ -432,6 +432,15 @@ const wk_input_schema *wk_input_get_schema(const wk_input *in) {
   return &in->schema;
 }
 
+int64_t wk_input_affine(const wk_input *in, const float **a,
+                        const float **b) {
+  *a = *b = NULL;
+  if (in->identity) return 0;
+  *a = in->xa;
+  *b = in->xb;
+  return in->schema.n_dense;
+}
+
 double wk_input_best_auc(const wk_input *in) { return in->schema.best_auc; }
 
 int64_t wk_input_skipped(const wk_input *in) {

@@ -56,6 +56,7 @@ typedef struct wk_job {
     Tessera__Worker__EvalResponse eval;
   } out;
   char *strs[2];           /* strings the answer points at (freed after) */
+  float *affine;           /* configure: input scale then shift */
   uint8_t *trace;          /* run with trace: the steps' phases, packed
                               (common/trace.h), sent as the payload */
   size_t trace_len;

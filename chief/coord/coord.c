@@ -191,6 +191,7 @@ static void coord_manifest_and_commit(coord *co) {
   json_object_set_new(m, "seed", json_integer((json_int_t)co->job.seed));
   json_object_set_new(m, "model_digest", json_string(co->model_digest));
   if (co->job.model) json_object_set(m, "model", co->job.model);
+  if (co->input_affine) json_object_set(m, "input", co->input_affine);
   json_object_set_new(m, "optimizer",
                       json_string(tsr_optim_name(co->job.optimizer.kind)));
   json_t *vars = json_array();

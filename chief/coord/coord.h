@@ -208,6 +208,8 @@ struct coord {
   chief_summary_policy sum_pol;
   chief_train_acc train_acc;
   int64_t skipped_records;   /* corrupt input records, all workers */
+  json_t *input_affine;      /* {"scale": [...], "shift": [...]} from the
+                                first worker configured, for the manifest */
 };
 
 /* coord.c (the state machine), coord_run.c (setup and teardown) */

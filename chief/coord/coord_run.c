@@ -307,6 +307,7 @@ out_clients:
     tsr_trace_free(co->trace);
   }
   if (co->metrics) chief_metrics_close(co->metrics);
+  json_decref(co->input_affine);
   if (co->progress) chief_progress_free(co->progress);
 out_rpc:
   if (co->rpc) tsr_rpc_ctx_free(co->rpc);

@@ -153,6 +153,15 @@ static void coord_wk_on_configure(const tsr_rpc_result *r, void *data) {
     w->examples_share = resp->examples;
     snprintf(w->device, sizeof w->device, "%s",
              resp->device ? resp->device : "?");
+    if (!co->input_affine && resp->n_input_scale > 0 &&
+        resp->n_input_scale == resp->n_input_shift) {
+      json_t *sa = json_array(), *sb = json_array();
+      for (size_t k = 0; k < resp->n_input_scale; k++) {
+        json_array_append_new(sa, json_real(resp->input_scale[k]));
+        json_array_append_new(sb, json_real(resp->input_shift[k]));
+      }
+      co->input_affine = json_pack("{soso}", "scale", sa, "shift", sb);
+    }
     tessera__worker__configure_response__free_unpacked(resp, NULL);
   }
   if (co->job.mode == TSR_MODE_SYNC && w->restarts > 0 &&
