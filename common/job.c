@@ -335,6 +335,7 @@ void tsr_job_free(tsr_job *job) {
   json_decref(job->data);
   free(job->checkpoint_dir);
   free(job->logdir);
+  free(job->initial_weights);
   json_decref(job->raw);
   tsr_job_init(job);
 }
@@ -403,7 +404,7 @@ int tsr_job_parse(const char *text, const char *source, const char *base_dir,
       "epochs", "steps_per_closure", "mode", "partitioner", "precision",
       "seed", "checkpoint", "logdir", "eval_every_steps",
       "summary_every_steps", "summary_every_secs", "name", "description",
-      "placement", NULL};
+      "placement", "initial_weights", NULL};
   if ((rc = tsr__check_keys(root, "", keys, emsg, sizeof emsg))) goto efail;
 
   json_t *v;
@@ -571,7 +572,9 @@ int tsr_job_parse(const char *text, const char *source, const char *base_dir,
     }
   }
   if ((rc = tsr__get_str(root, "", "logdir", &job->logdir, emsg,
-                         sizeof emsg)))
+                         sizeof emsg)) ||
+      (rc = tsr__get_str(root, "", "initial_weights", &job->initial_weights,
+                         emsg, sizeof emsg)))
     goto efail;
   if (base_dir && *base_dir) {
     /* Relative data paths resolve from the job file's folder: record where

@@ -123,6 +123,8 @@ typedef struct {
   double checkpoint_every_secs;   /* 0: off */
   int checkpoint_keep;      /* default 3 */
   char *logdir;             /* NULL: no TensorBoard files */
+  char *initial_weights;    /* .npz / .keras / .weights.h5 to start from
+                               (as written; relative to the job file) */
   int64_t eval_every_steps; /* 0: only at the end */
   int64_t summary_every_steps; /* TensorBoard points; 0: a hundredth of the
                                   run */

@@ -159,6 +159,12 @@ int ps__spec_from_proto(const Tessera__Ps__VarSpec *v, ps_var_spec *s,
   s->row0 = v->row0;
   s->rows = v->rows;
   s->seed = v->seed;
+  if (v->init_path && v->init_path[0]) {
+    if (strlen(v->init_path) >= sizeof s->init_path)
+      return sp_fail(err, errlen, TSR_EINVAL, "%s: init_path longer than %zu "
+                     "bytes", v->name, sizeof s->init_path - 1);
+    snprintf(s->init_path, sizeof s->init_path, "%s", v->init_path);
+  }
   if (!s->sparse && s->rank == 0 && s->rows == 0) s->rows = 1;
   const char *iname = v->init && v->init->name && v->init->name[0]
                           ? v->init->name
@@ -229,6 +235,7 @@ void ps__spec_to_proto(const ps_var_spec *s, Tessera__Ps__VarSpec *v,
   v->rows = s->rows;
   v->seed = s->seed;
   v->dtype = (char *)"float32";
+  if (s->init_path[0]) v->init_path = (char *)s->init_path;
   in->name = (char *)kern_init_name(s->init.kind);
   in->a = s->init.a;
   in->b = s->init.b;

@@ -10,6 +10,7 @@
  * at the end) and --trace (every step's input wait and step as Chrome
  * trace events).
  */
+#include "chief/ckpt/export_keras.h"
 #include "chief/ckpt/npz.h"
 #include "chief/monitor/monitor.h"
 #include "common/cluster.h"
@@ -48,7 +49,35 @@ enum { O_STANDALONE = 1, O_JOB, O_DEVICE, O_PREC,
 typedef struct {
   chief_metrics *metrics;
   const char *ckpt_dir;
+  const tsr_job *job;
 } sa_mon;
+
+/* initial_weights (relative to the job file) into the trainer's values. */
+static int sa_start(void *data, wk_trainer *t, const wk_model *m, char *err,
+                    size_t errlen) {
+  sa_mon *mon = data;
+  const char *w = mon->job->initial_weights;
+  if (!w) return 0;
+  char path[4096];
+  const char *slash = mon->job->path ? strrchr(mon->job->path, '/') : NULL;
+  if (w[0] != '/' && slash)
+    snprintf(path, sizeof path, "%.*s/%s", (int)(slash - mon->job->path),
+             mon->job->path, w);
+  else
+    snprintf(path, sizeof path, "%s", w);
+  const wk_var_info *vi;
+  size_t nv;
+  wk_model_variables(m, &vi, &nv);
+  chief_import_var *iv = calloc(nv ? nv : 1, sizeof *iv);
+  if (!iv) return TSR_ENOMEM;
+  for (size_t v = 0; v < nv; v++)
+    iv[v] = (chief_import_var){vi[v].name, vi[v].rank, vi[v].shape,
+                               wk_trainer_var(t, (int)v)};
+  int rc = chief_weights_load(path, mon->job->model, iv, nv, err, errlen);
+  free(iv);
+  if (!rc) tsr_info("initial weights from %s", path);
+  return rc;
+}
 
 static void sa_scalar(void *data, const char *tag, int64_t step,
                       double value) {
@@ -94,7 +123,7 @@ static int run_standalone(const char *job_path, char **ovr,
     tsr_error("%s", err);
     return 2;
   }
-  sa_mon mon = {NULL, job.checkpoint_dir};
+  sa_mon mon = {NULL, job.checkpoint_dir, &job};
   if (job.logdir) {
     if (chief_metrics_open(&mon.metrics, job.logdir, NULL, err, sizeof err)) {
       tsr_error("--logdir: %s", err);
@@ -123,6 +152,7 @@ static int run_standalone(const char *job_path, char **ovr,
   }
   o->trace = tr;
   o->on_scalar = sa_scalar;
+  o->on_start = sa_start;
   o->hook_data = &mon;
   o->summary_every = job.summary_every_steps;
   wk_train_result r;

@@ -91,6 +91,8 @@ int wk_train_standalone(const tsr_job *job, const wk_train_opts *o,
   if ((rc = wk_trainer_open(m, &job->optimizer, job->seed, job->precision, o,
                             job->batch_size, &t, err, errlen)))
     goto out;
+  if (o->on_start && (rc = o->on_start(o->hook_data, t, m, err, errlen)))
+    goto out;
   char summ[2048];
   wk_model_summary(m, summ, sizeof summ);
   if (!o->quiet)

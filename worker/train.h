@@ -42,6 +42,9 @@ typedef struct {
   void (*on_scalar)(void *data, const char *tag, int64_t step, double value);
   int (*on_checkpoint)(void *data, wk_trainer *t, const wk_model *m,
                        int64_t step);
+  /* after the trainer opens, before the first step (initial_weights) */
+  int (*on_start)(void *data, wk_trainer *t, const wk_model *m, char *err,
+                  size_t errlen);
   void *hook_data;
   int64_t summary_every;
   int64_t checkpoint_every;

@@ -10,6 +10,7 @@
  * and its failures become messages naming the file and the dataset.
  */
 #include "chief/ckpt/export_keras.h"
+#include "chief/ckpt/keras_int.h"
 #include "chief/ckpt/npz.h"
 #include "common/err.h"
 
@@ -25,7 +26,6 @@
 
 #include <hdf5.h>
 
-#define EK_MAX_LAYERS 256
 
 static int ek_fail(char *err, size_t errlen, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -61,29 +61,14 @@ static void snake(const char *in, char *out, size_t len) {
   out[k] = 0;
 }
 
-typedef struct {
-  char path[96];          /* "dense_1" */
-  const json_t *cfg;      /* the layer object */
-  int first, count;       /* its variables: order[first .. first+count) */
-} ek_layer;
-
-typedef struct {
-  ek_layer l[EK_MAX_LAYERS];
-  int n;
-  const chief_export_var **order;
-  size_t n_order;
-  const json_t *input_layer;  /* InputLayer object, or NULL */
-  int64_t in_width;           /* flat input width, -1 unknown */
-} ek_plan;
-
 static const json_t *layer_shape(const json_t *cfg) {
   const json_t *s = json_object_get(cfg, "batch_shape");
   if (!s) s = json_object_get(cfg, "batch_input_shape");
   return s;
 }
 
-static int plan(const json_t *model, const chief_export_var *vars, size_t n,
-                ek_plan *p, char *err, size_t errlen) {
+int chief__keras_plan(const json_t *model, const chief_export_var *vars,
+                      size_t n, ek_plan *p, char *err, size_t errlen) {
   memset(p, 0, sizeof *p);
   p->in_width = -1;
   if (json_object_get(model, "builtin"))
@@ -220,7 +205,7 @@ int chief_export_weights_h5(const char *out, const json_t *model,
   ek_plan *p = calloc(1, sizeof *p);
   if (!p) return TSR_ENOMEM;
   err[0] = 0;
-  int rc = plan(model, vars, n, p, err, errlen);
+  int rc = chief__keras_plan(model, vars, n, p, err, errlen);
   char tmp[4096];
   snprintf(tmp, sizeof tmp, "%s.tmp", out);
   if (!rc) rc = h5_write(tmp, "_layer_checkpoint_dependencies", p, err, errlen);
@@ -340,7 +325,7 @@ int chief_export_keras(const char *out, const json_t *model,
   chief_npz *z = NULL;
   char tmp[4096];
   snprintf(tmp, sizeof tmp, "%s.weights.tmp", out);
-  int rc = plan(model, vars, n, p, err, errlen);
+  int rc = chief__keras_plan(model, vars, n, p, err, errlen);
   if (!rc && p->in_width < 1)
     rc = ek_fail(err, errlen, TSR_ESHAPE,
                  "model: the input shape is unknown (no batch_input_shape)");

@@ -47,4 +47,31 @@ int chief_export_weights_h5(const char *out, const json_t *model,
 int chief_export_input_stats(const char *path, const json_t *input,
                              char *err, size_t errlen);
 
+/* initial_weights: fills each variable's `data` (numel floats, the caller's)
+ * from an .npz (by variable name, else arr_<i> in order), a .keras archive
+ * or a .weights.h5 (Keras 3 or tf_keras layout, mapped through `model`).
+ * Every variable must be found with its shape; errors name the file and
+ * the variable. */
+typedef struct {
+  const char *name;
+  int rank;
+  const int64_t *shape;
+  float *data;
+} chief_import_var;
+
+int chief_weights_load(const char *path, const json_t *model,
+                       chief_import_var *vars, size_t n, char *err,
+                       size_t errlen);
+
+/* For a cluster run: loads `weights` as above and writes each variable as
+ * raw little-endian float32 to DIR/initial_weights/var-<i>.f32 (DIR: a
+ * folder the parameter servers can read, the checkpoint root), putting
+ * the absolute paths in paths[i] (each `plen` bytes) for the PS to
+ * initialize from. Each vars[i].data is ignored (scratch is allocated). */
+int chief_initial_weights_files(const char *weights, const json_t *model,
+                                const char *dir,
+                                const chief_import_var *vars, size_t n,
+                                char *paths, size_t plen, char *err,
+                                size_t errlen);
+
 #endif

@@ -146,6 +146,7 @@ struct coord {
     int64_t row_dim;
     bool sparse;
     kern_init_spec init;
+    char init_path[256];   /* initial_weights: its raw file for the PS */
   } *vars;
   size_t n_vars;
   tsr_shard *shards;

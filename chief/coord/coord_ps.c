@@ -151,6 +151,8 @@ void coord__ps_setup(coord *co) {
       specs[j].init = v->init;
       specs[j].sparse = v->sparse;
       specs[j].bounded = v->sparse;
+      snprintf(specs[j].init_path, sizeof specs[j].init_path, "%s",
+               v->init_path);
       j++;
     }
     if (rc) {

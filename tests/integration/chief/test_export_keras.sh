@@ -26,6 +26,38 @@ mkdir -p "$WORK/out"
   --keras "$WORK/out/m.keras" --weights-h5 "$WORK/out/w.weights.h5" \
   >"$WORK/exp" 2>&1 || { echo "export failed"; cat "$WORK/exp"; exit 1; }
 grep -q "input normalization" "$WORK/exp" || { cat "$WORK/exp"; exit 1; }
+# initial_weights: training starts from the exported weights. With a
+# learning rate of 1e-12 they do not move, so the eval loss is the one the
+# export reproduces: from the .keras on a cluster, from the .weights.h5
+# and the npz in the standalone trainer.
+want=$($PY -c "import json; print(json.load(open('$WORK/sum.json'))['eval']['loss'])")
+timeout 180 "$BUILD/chief/tessera" local --job "$SRC/tests/data/diabetes_job.json" \
+  --epochs 1 --set optimizer.learning_rate=1e-12 \
+  --set "initial_weights=$WORK/out/m.keras" --checkpoint-dir "$WORK/ck3" \
+  --summary-json "$WORK/sum3.json" >"$WORK/log3" 2>&1 ||
+  { echo "cluster run from .keras failed"; tail -20 "$WORK/log3"; exit 1; }
+for w in w.weights.h5 w.npz; do
+  timeout 120 "$BUILD/worker/tessera-worker" --standalone \
+    --job "$SRC/tests/data/diabetes_job.json" --device cpu --epochs 1 \
+    --set optimizer.learning_rate=1e-12 --set "initial_weights=$WORK/out/$w" \
+    --summary-json "$WORK/sum_$w.json" >"$WORK/log_$w" 2>&1 ||
+    { echo "standalone from $w failed"; tail -20 "$WORK/log_$w"; exit 1; }
+done
+for f in sum3.json sum_w.weights.h5.json sum_w.npz.json; do
+  $PY - "$WORK/$f" "$want" <<'PY' || { echo "$f: training did not start from the weights"; exit 1; }
+import json, sys
+got = json.load(open(sys.argv[1]))["eval"]["loss"]
+want = float(sys.argv[2])
+assert abs(got - want) <= 1e-4 * want, (got, want)
+PY
+done
+# A weights file that does not fit the model is refused, naming it
+timeout 60 "$BUILD/worker/tessera-worker" --standalone \
+  --job "$SRC/deploy/jobs/digits.json" --device cpu --epochs 1 \
+  --set "initial_weights=$WORK/out/w.npz" >"$WORK/log5" 2>&1 &&
+  { echo "mismatched weights accepted"; exit 1; }
+grep -q "w.npz: .* has shape 10x64, the model's dense/kernel is 64x" "$WORK/log5" ||
+  { echo "no shape message:"; tail -3 "$WORK/log5"; exit 1; }
 # The built-in wide_deep has no Keras form: refused with a reason
 timeout 180 "$BUILD/chief/tessera" local --job "$SRC/tests/integration/worker/ctr_job.json" \
   --steps 20 --checkpoint-dir "$WORK/ck2" >"$WORK/log2" 2>&1 ||
