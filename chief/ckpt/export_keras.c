@@ -250,7 +250,7 @@ int chief_export_input_stats(const char *path, const json_t *input,
   json_t *mean, *var;
   int rc = input_moments(input, &mean, &var, err, errlen);
   if (rc) return rc;
-  json_t *o = json_pack("{sosOsO}", "mean", mean, "variance", var, "scale",
+  json_t *o = json_pack("{sososO}", "mean", mean, "variance", var, "scale",
                         json_object_get(input, "scale"));
   json_object_set(o, "shift", json_object_get(input, "shift"));
   json_object_set_new(o, "note", json_string(

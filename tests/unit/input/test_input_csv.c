@@ -122,6 +122,13 @@ static void csv_drop_remainder_and_features(void **state) {
  * numbers, a quoted text column with a line end inside (its line count
  * kept for messages); another delimiter by option; a file cut by ';'
  * read with ',' gets a hint; an unterminated quote is named. */
+/* Closes the open input and job before the next open_train. */
+static void reopen(fx *f) {
+  wk_input_close(f->in);
+  f->in = NULL;
+  tsr_job_free(&f->job);
+}
+
 static void csv_quoting_and_delimiter(void **state) {
   fx *f = *state;
   const char *csv = "\"size, cm\",\"say \"\"hi\"\"\",note,y\n"
@@ -145,7 +152,7 @@ static void csv_quoting_and_delimiter(void **state) {
               b->x[3] == 4 && b->x[5] == 6);
   assert_true(b->y[0] == 0 && b->y[1] == 1 && b->y[2] == 1);
   /* the line after the two-line record is line 5 */
-  tsr_job_free(&f->job);
+  reopen(f);
   assert_int_equal(open_train(f, "a,t,y\n1,\"x\ny\",0\nq,z,1\n",
                               "{\"format\": \"csv\", \"paths\": \"d.csv\", "
                               "\"label\": \"y\", \"features\": [\"a\"]}",
@@ -153,7 +160,7 @@ static void csv_quoting_and_delimiter(void **state) {
                    TSR_EFORMAT);
   assert_non_null(strstr(f->err, "line 4 (data row 1)"));
   /* semicolons, by option */
-  tsr_job_free(&f->job);
+  reopen(f);
   assert_int_equal(open_train(f, "a;b;y\n1;2,5;3\n",
                               "{\"format\": \"csv\", \"paths\": \"d.csv\", "
                               "\"label\": \"y\", \"delimiter\": \";\", "
@@ -163,9 +170,7 @@ static void csv_quoting_and_delimiter(void **state) {
   assert_int_equal(wk_input_next(f->in, &b), 0);
   assert_true(b->x[0] == 1 && b->y[0] == 3);
   /* ... and without it, a hint */
-  tsr_job_free(&f->job);
-  wk_input_close(f->in);
-  f->in = NULL;
+  reopen(f);
   assert_int_equal(open_train(f, "a;b;y\n1;2;3\n",
                               "{\"format\": \"csv\", \"paths\": \"d.csv\", "
                               "\"label\": \"y\"}",
@@ -174,7 +179,7 @@ static void csv_quoting_and_delimiter(void **state) {
   assert_non_null(strstr(f->err, "label column \"y\""));
   assert_non_null(strstr(f->err, "set \"delimiter\": \";\""));
   /* an unterminated quote */
-  tsr_job_free(&f->job);
+  reopen(f);
   assert_int_equal(open_train(f, "a,y\n1,2\n\"3,4\n",
                               "{\"format\": \"csv\", \"paths\": \"d.csv\", "
                               "\"label\": \"y\"}",
@@ -182,7 +187,7 @@ static void csv_quoting_and_delimiter(void **state) {
                    TSR_EFORMAT);
   assert_non_null(strstr(f->err, "line 3 (data row 1) opens a quote"));
   /* a bad delimiter option */
-  tsr_job_free(&f->job);
+  reopen(f);
   assert_int_equal(open_train(f, NULL,
                               "{\"format\": \"csv\", \"paths\": \"d.csv\", "
                               "\"label\": \"y\", \"delimiter\": \";;\"}",
