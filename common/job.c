@@ -423,7 +423,7 @@ int tsr_job_parse(const char *text, const char *source, const char *base_dir,
     if (json_is_string(v)) {
       job->metrics = calloc(1, sizeof *job->metrics);
       if (!job->metrics) goto nomem;
-      job->metrics[0] = strdup(json_string_value(v));
+      if (!(job->metrics[0] = strdup(json_string_value(v)))) goto nomem;
       job->n_metrics = 1;
     } else if (json_is_array(v)) {
       size_t n = json_array_size(v);
@@ -540,7 +540,7 @@ int tsr_job_parse(const char *text, const char *source, const char *base_dir,
   }
   if ((v = json_object_get(root, "checkpoint"))) {
     if (json_is_string(v)) {
-      job->checkpoint_dir = strdup(json_string_value(v));
+      if (!(job->checkpoint_dir = strdup(json_string_value(v)))) goto nomem;
     } else if (json_is_object(v)) {
       static const char *const ck[] = {"dir", "every_steps", "every_secs",
                                        "keep", NULL};

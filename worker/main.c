@@ -158,7 +158,8 @@ static int run_standalone(const char *job_path, char **ovr,
   wk_train_result r;
   double t0 = tsr_now_s();
   rc = wk_train_standalone(&job, o, &r, err, sizeof err);
-  int status = rc ? (rc == TSR_ENODEVICE ? 4 : 1) : 0;
+  int status = rc ? (rc == TSR_ENODEVICE ? 4 : rc == TSR_EDATA ? TSR_EXIT_DATA : 1)
+                  : 0;
   if (rc) tsr_error("%s", err);
   if (tr) {
     if (tsr_trace_write(tr, trace_path, err, sizeof err))
