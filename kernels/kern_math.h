@@ -295,24 +295,6 @@ KERN_MATH double kern_math_cce_probs_row(const float *p, const float *t,
 
 /* The loss of one row of any kind (t NULL and cls for the sparse kinds);
  * 0 for an unknown kind (the front end refuses those). */
-KERN_MATH double kern_math_loss_row(kern_loss kind, const float *p,
-                                    const float *t, int64_t cls, int64_t d,
-                                    float s, float *g) {
-  switch (kind) {
-    case KERN_LOSS_MSE: return kern_math_mse_row(p, t, d, s, g);
-    case KERN_LOSS_MAE: return kern_math_mae_row(p, t, d, s, g);
-    case KERN_LOSS_BCE_LOGITS: return kern_math_bce_logits_row(p, t, d, s, g);
-    case KERN_LOSS_BCE_PROBS: return kern_math_bce_probs_row(p, t, d, s, g);
-    case KERN_LOSS_CCE_LOGITS:
-    case KERN_LOSS_SPARSE_CCE_LOGITS:
-      return kern_math_cce_logits_row(p, t, cls, d, s, g);
-    case KERN_LOSS_CCE_PROBS:
-    case KERN_LOSS_SPARSE_CCE_PROBS:
-      return kern_math_cce_probs_row(p, t, cls, d, s, g);
-    default: return 0;
-  }
-}
-
 /* Keras huber: 0.5 e^2 for |e| <= delta, else delta (|e| - delta/2); the
  * mean over the row. */
 KERN_MATH double kern_math_huber_row(const float *p, const float *t,
@@ -345,17 +327,34 @@ KERN_MATH double kern_math_kld_row(const float *p, const float *t, int64_t d,
   return L;
 }
 
+KERN_MATH double kern_math_loss_row(kern_loss kind, const float *p,
+                                    const float *t, int64_t cls, int64_t d,
+                                    float s, float *g) {
+  switch (kind) {
+    case KERN_LOSS_MSE: return kern_math_mse_row(p, t, d, s, g);
+    case KERN_LOSS_MAE: return kern_math_mae_row(p, t, d, s, g);
+    case KERN_LOSS_BCE_LOGITS: return kern_math_bce_logits_row(p, t, d, s, g);
+    case KERN_LOSS_BCE_PROBS: return kern_math_bce_probs_row(p, t, d, s, g);
+    case KERN_LOSS_CCE_LOGITS:
+    case KERN_LOSS_SPARSE_CCE_LOGITS:
+      return kern_math_cce_logits_row(p, t, cls, d, s, g);
+    case KERN_LOSS_CCE_PROBS:
+    case KERN_LOSS_SPARSE_CCE_PROBS:
+      return kern_math_cce_probs_row(p, t, cls, d, s, g);
+    case KERN_LOSS_HUBER: return kern_math_huber_row(p, t, d, 1.0f, s, g);
+    case KERN_LOSS_KLD: return kern_math_kld_row(p, t, d, s, g);
+    default: return 0;
+  }
+}
+
 /* kern_math_loss_row with the loss's parameter (huber's delta). */
 KERN_MATH double kern_math_loss_row_p(kern_loss kind, float param,
                                       const float *p, const float *t,
                                       int64_t cls, int64_t d, float s,
                                       float *g) {
-  switch (kind) {
-    case KERN_LOSS_HUBER:
-      return kern_math_huber_row(p, t, d, param > 0 ? param : 1.0f, s, g);
-    case KERN_LOSS_KLD: return kern_math_kld_row(p, t, d, s, g);
-    default: return kern_math_loss_row(kind, p, t, cls, d, s, g);
-  }
+  if (kind == KERN_LOSS_HUBER)
+    return kern_math_huber_row(p, t, d, param > 0 ? param : 1.0f, s, g);
+  return kern_math_loss_row(kind, p, t, cls, d, s, g);
 }
 
 KERN_MATH bool kern_math_loss_sparse(kern_loss kind) {
