@@ -43,9 +43,9 @@ typedef struct kern__ops {
                   kern_act act, float alpha);
   int (*col_sum)(void *impl, const float *dz, int64_t n, int64_t d,
                  float beta, float *db);
-  int (*loss)(void *impl, kern_loss kind, const float *p, const float *y,
-              int64_t n, int64_t d, float grad_scale, float *ex_loss,
-              float *grad);
+  int (*loss)(void *impl, kern_loss kind, float param, const float *p,
+              const float *y, int64_t n, int64_t d, float grad_scale,
+              float *ex_loss, float *grad);
   int (*gather)(void *impl, const float *rows, int64_t dim,
                 const int32_t *idx, const int32_t *bag_off, int64_t nb,
                 kern_pool pool, float *out, int64_t stride, int64_t off);

@@ -121,95 +121,6 @@ int wk_model__parse_act(const json_t *j, const char *layer, kern_act *act,
   return 0;
 }
 
-static int resolve_loss(wk_model *m, const char *loss, char *err,
-                        size_t errlen) {
-  char base[64];
-  snprintf(base, sizeof base, "%s", loss ? loss : "mse");
-  bool from_logits = false;
-  char *suf = strstr(base, "_from_logits");
-  if (suf && suf[12] == 0) {
-    *suf = 0;
-    from_logits = true;
-  }
-  wk_layer *last = &m->layers[m->n_layers - 1];
-  kern_act la = last->act;
-  bool last_dense = wk_model__has_logits(last);
-  snprintf(m->loss_name, sizeof m->loss_name, "%s", loss ? loss : "mse");
-  m->logit_out = from_logits;
-  if (!strcmp(base, "mse") || !strcmp(base, "mean_squared_error") ||
-      !strcmp(base, "MeanSquaredError")) {
-    m->loss = KERN_LOSS_MSE;
-  } else if (!strcmp(base, "mae") || !strcmp(base, "mean_absolute_error") ||
-             !strcmp(base, "MeanAbsoluteError")) {
-    m->loss = KERN_LOSS_MAE;
-  } else if (!strcmp(base, "binary_crossentropy") ||
-             !strcmp(base, "BinaryCrossentropy")) {
-    if (from_logits) m->loss = KERN_LOSS_BCE_LOGITS;
-    else if (la == KERN_ACT_SIGMOID && last_dense) {
-      m->loss = KERN_LOSS_BCE_LOGITS;
-      m->fused = true;
-    } else m->loss = KERN_LOSS_BCE_PROBS;
-  } else if (!strcmp(base, "categorical_crossentropy") ||
-             !strcmp(base, "CategoricalCrossentropy") ||
-             !strcmp(base, "sparse_categorical_crossentropy") ||
-             !strcmp(base, "SparseCategoricalCrossentropy")) {
-    bool sparse = strstr(base, "parse") != NULL;
-    if (from_logits || (la == KERN_ACT_SOFTMAX && last_dense)) {
-      m->loss = sparse ? KERN_LOSS_SPARSE_CCE_LOGITS : KERN_LOSS_CCE_LOGITS;
-      m->fused = !from_logits;
-    } else {
-      m->loss = sparse ? KERN_LOSS_SPARSE_CCE_PROBS : KERN_LOSS_CCE_PROBS;
-    }
-    if (m->out_dim < 2)
-      return FAIL(TSR_ESHAPE, "loss %s needs an output of at least 2 classes;"
-                  " the model's last layer '%s' has %lld unit(s)", loss,
-                  last->name, (long long)m->out_dim);
-    m->onehot_labels = !sparse;
-  } else {
-    return FAIL(TSR_EUNSUPPORTED, "loss '%s' is not supported (supported: "
-                "mse, mae, binary_crossentropy, categorical_crossentropy, "
-                "sparse_categorical_crossentropy; append _from_logits for "
-                "logit outputs)", loss);
-  }
-  bool ce = m->loss >= KERN_LOSS_CCE_LOGITS;
-  if (!ce && m->out_dim != 1)
-    return FAIL(TSR_ESHAPE, "loss %s: the model's output has %lld units but "
-                "the data has one label per example", loss,
-                (long long)m->out_dim);
-  return 0;
-}
-
-static int resolve_metrics(wk_model *m, char *const *names, int n, char *err,
-                           size_t errlen) {
-  if (n > WK_MAX_METRICS)
-    return FAIL(TSR_ERANGE, "metrics: at most %d", WK_MAX_METRICS);
-  for (int i = 0; i < n; i++) {
-    const char *s = names[i];
-    wk_metric_kind k;
-    if (!strcmp(s, "accuracy") || !strcmp(s, "acc") ||
-        !strcmp(s, "sparse_categorical_accuracy") ||
-        !strcmp(s, "categorical_accuracy") || !strcmp(s, "binary_accuracy"))
-      k = WK_M_ACCURACY;
-    else if (!strcmp(s, "auc") || !strcmp(s, "AUC")) {
-      if (m->out_dim != 1)
-        return FAIL(TSR_EUNSUPPORTED, "metric %s: needs a single output "
-                    "(binary classification); the model has %lld", s,
-                    (long long)m->out_dim);
-      k = WK_M_AUC;
-    } else if (!strcmp(s, "mse") || !strcmp(s, "mean_squared_error"))
-      k = WK_M_MSE;
-    else if (!strcmp(s, "mae") || !strcmp(s, "mean_absolute_error"))
-      k = WK_M_MAE;
-    else
-      return FAIL(TSR_EUNSUPPORTED, "metric '%s' is not supported (supported:"
-                  " accuracy, auc, mse, mae)", s);
-    m->metrics[m->n_metrics] = k;
-    snprintf(m->metric_names[m->n_metrics], 32, "%s", s);
-    m->n_metrics++;
-  }
-  return 0;
-}
-
 int wk_model_build(const json_t *model, const char *loss,
                    char *const *metrics, int n_metrics,
                    const wk_input_schema *sc, wk_model **out, char *err,
@@ -241,8 +152,8 @@ int wk_model_build(const json_t *model, const char *loss,
   }
   if (rc == 0) rc = wk_model__finish_graph(m, err, errlen);
   if (rc) goto fail;
-  if ((rc = resolve_loss(m, loss, err, errlen)) ||
-      (rc = resolve_metrics(m, metrics, n_metrics, err, errlen)))
+  if ((rc = wk_model__resolve_loss(m, loss, err, errlen)) ||
+      (rc = wk_model__resolve_metrics(m, metrics, n_metrics, err, errlen)))
     goto fail;
   if (sc) {
     if (m->n_dense != sc->n_dense && !(m->wide_deep && m->n_dense == 0)) {
@@ -256,7 +167,7 @@ int wk_model_build(const json_t *model, const char *loss,
                 "feature(s) but the data has %d", m->n_sparse, sc->n_sparse);
       goto fail;
     }
-    bool cls_loss = m->loss >= KERN_LOSS_CCE_LOGITS;
+    bool cls_loss = m->class_labels;
     if (cls_loss && sc->n_classes > 1 && sc->n_classes != m->out_dim) {
       rc = FAIL(TSR_ESHAPE, "shapes do not chain: the data has %lld classes "
                 "but the output layer '%s' has %lld units",

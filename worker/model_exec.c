@@ -444,7 +444,13 @@ int wk_exec_prepare(wk_exec *e, const wk_batch *b, int64_t lo, int64_t hi,
       return FAIL(TSR_ENONFINITE, "batch %lld (epoch %lld) example %lld: the "
                   "label is %s", (long long)b->index, (long long)b->epoch,
                   (long long)r, isnan(y) ? "NaN" : "infinite");
-    if (m->loss >= KERN_LOSS_CCE_LOGITS &&
+    if ((m->loss == KERN_LOSS_BCE_LOGITS || m->loss == KERN_LOSS_BCE_PROBS) &&
+        !(y >= 0 && y <= 1))
+      return FAIL(TSR_ERANGE, "batch %lld (epoch %lld) example %lld: label "
+                  "%g is outside [0, 1], which binary cross-entropy needs",
+                  (long long)b->index, (long long)b->epoch, (long long)r,
+                  (double)y);
+    if (m->class_labels &&
         (!(y >= 0 && y < (float)m->out_dim) || y != floorf(y)))
       return FAIL(TSR_ERANGE, "batch %lld (epoch %lld) example %lld: label "
                   "%g is not a class in [0, %lld)", (long long)b->index,
@@ -569,8 +575,9 @@ int wk_exec_run(wk_exec *e, float *const *params, float *const *grads,
   if (m->fused)
     pl = out->kind == WK_L_ACTIVATION ? e->y[m->layers[out->in[0]].root]
                                       : e->z[last];
-  CK(kern_loss_eval(e->ctx, m->loss, pl, e->lab, e->n, m->out_dim,
-                    o->grad_scale, e->exl, o->train ? e->dy[last] : NULL));
+  CK(kern_loss_eval_p(e->ctx, m->loss, m->loss_param, pl, e->lab, e->n,
+                      m->out_dim, o->grad_scale, e->exl,
+                      o->train ? e->dy[last] : NULL));
   if (o->train) CK(wk_exec__backward(e, o));
   CK(kern_download(e->ctx, e->hloss, e->exl, (size_t)e->n * sizeof(float)));
   CK(kern_download(e->ctx, e->hpred, e->y[last],

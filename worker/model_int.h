@@ -81,7 +81,22 @@ typedef struct {
   bool wide;             /* the wide logit (a [1] node) */
 } wk_embed;
 
-typedef enum { WK_M_ACCURACY = 0, WK_M_AUC, WK_M_MSE, WK_M_MAE } wk_metric_kind;
+typedef enum {
+  WK_M_ACCURACY = 0,
+  WK_M_AUC,
+  WK_M_MSE,
+  WK_M_MAE,
+  WK_M_PRECISION,
+  WK_M_RECALL,
+  WK_M_TOP_K
+} wk_metric_kind;
+
+typedef struct {
+  wk_metric_kind kind;
+  int k;                 /* top-k */
+  bool multi_label;      /* auc: mean of per-class AUCs (else pooled) */
+  bool from_logits;      /* auc, precision, recall: scores are logits */
+} wk_metric;
 
 struct wk_model {
   bool wide_deep;
@@ -100,9 +115,11 @@ struct wk_model {
   char loss_name[64];
   int64_t out_dim;
   bool onehot_labels;    /* categorical_crossentropy on class indices */
+  bool class_labels;     /* labels are class indices in [0, out_dim) */
+  float loss_param;      /* huber's delta (0: the default) */
   bool logit_out;        /* the output is a logit (from_logits losses) */
   int n_metrics;
-  wk_metric_kind metrics[WK_MAX_METRICS];
+  wk_metric metrics[WK_MAX_METRICS];
   char metric_names[WK_MAX_METRICS][32];
 };
 
@@ -221,5 +238,12 @@ int64_t wk_exec__conv_chunk(const wk_exec *e, const wk_layer *l);
 bool wk_exec__conv_direct(const wk_layer *l);
 int wk_exec__forward(wk_exec *e, const wk_run_opts *o);
 int wk_exec__backward(wk_exec *e, const wk_run_opts *o);
+
+/* loss.c: the loss and the metrics from the job's names (the model's
+ * layers are built first: the output width and activation decide). */
+int wk_model__resolve_loss(wk_model *m, const char *loss, char *err,
+                           size_t errlen);
+int wk_model__resolve_metrics(wk_model *m, char *const *names, int n,
+                              char *err, size_t errlen);
 
 #endif

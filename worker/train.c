@@ -275,7 +275,7 @@ static bool host_finite(const float *x, int64_t n) {
 
 int wk_trainer_step(wk_trainer *t, const wk_batch *b, double *loss,
                     bool *applied, char *err, size_t errlen) {
-  double ls;
+  double ls = 0;
   int rc;
   t->runs++;
   if ((rc = run_replicas(t, b, true, &ls, NULL, err, errlen))) return rc;
@@ -301,6 +301,23 @@ int wk_trainer_step(wk_trainer *t, const wk_batch *b, double *loss,
     }
   }
   float scale = 1.0f / t->loss_scale;
+  if (t->opt.clipnorm > 0 || t->opt.global_clipnorm > 0) {
+    /* as the distributed worker clips before its push */
+    float *gs[256];
+    size_t ns[256];
+    if (m->n_vars > 256)
+      return FAIL(TSR_ERANGE, "clipping: more than 256 variables");
+    for (int v = 0; v < m->n_vars; v++) {
+      const int64_t *ids;
+      int64_t nr;
+      wk_exec_rows(planner, v, &ids, &nr);
+      gs[v] = t->g[v];
+      ns[v] = (size_t)(m->vars[v].kind == WK_VAR_DENSE
+                           ? m->vars[v].numel
+                           : nr * m->vars[v].row_dim);
+    }
+    kern_optim_clip_norm(&t->opt, gs, ns, m->n_vars, scale);
+  }
   int64_t step = ++t->step;
   for (int v = 0; v < m->n_vars; v++) {
     const wk_var_info *vi = &m->vars[v];

@@ -175,7 +175,8 @@ int chief_evaluator_run(const chief_coord_opts *o, const chief_eval_opts *e) {
     status = 1;
     goto out;
   }
-  if (chief_metrics_open(&rec, logdir, NULL, err, sizeof err)) {
+  chief_tb_opts tbo = {.flat = true}; /* its own run: logdir/eval */
+  if (chief_metrics_open(&rec, logdir, &tbo, err, sizeof err)) {
     tsr_warn("TensorBoard logs disabled: %s", err);
     chief_metrics_open(&rec, NULL, NULL, err, sizeof err);
   }

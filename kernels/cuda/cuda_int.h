@@ -51,8 +51,9 @@ int kc__act_grad(kc_ctx *c, const float *dy, const float *z, const float *y,
                  float *dz, int64_t n, int64_t d, kern_act act, float alpha);
 int kc__col_sum(kc_ctx *c, const float *dz, int64_t n, int64_t d, float beta,
                 float *db);
-int kc__loss(kc_ctx *c, kern_loss kind, const float *p, const float *y,
-             int64_t n, int64_t d, float s, float *ex_loss, float *grad);
+int kc__loss(kc_ctx *c, kern_loss kind, float param, const float *p,
+             const float *y, int64_t n, int64_t d, float s, float *ex_loss,
+             float *grad);
 int kc__gather(kc_ctx *c, const float *rows, int64_t dim, const int32_t *idx,
                const int32_t *bag_off, int64_t nb, kern_pool pool, float *out,
                int64_t stride, int64_t off);

@@ -317,9 +317,10 @@ FWD(act_grad, (void *impl, const float *dy, const float *z, const float *y,
 FWD(col_sum, (void *impl, const float *dz, int64_t n, int64_t d, float beta,
               float *db),
     (c, dz, n, d, beta, db))
-FWD(loss, (void *impl, kern_loss kind, const float *p, const float *y,
-           int64_t n, int64_t d, float s, float *ex, float *g),
-    (c, kind, p, y, n, d, s, ex, g))
+FWD(loss, (void *impl, kern_loss kind, float param, const float *p,
+           const float *y, int64_t n, int64_t d, float s, float *ex,
+           float *g),
+    (c, kind, param, p, y, n, d, s, ex, g))
 FWD(gather, (void *impl, const float *rows, int64_t dim, const int32_t *idx,
              const int32_t *bag_off, int64_t nb, kern_pool pool, float *out,
              int64_t stride, int64_t off),

@@ -211,7 +211,7 @@ static void check_losses(void) {
   for (int k = 0; k < KERN_LOSS__COUNT; k++) {
     bool sparse = k == KERN_LOSS_SPARSE_CCE_LOGITS || k == KERN_LOSS_SPARSE_CCE_PROBS;
     bool probs = k == KERN_LOSS_BCE_PROBS || k == KERN_LOSS_CCE_PROBS ||
-                 k == KERN_LOSS_SPARSE_CCE_PROBS;
+                 k == KERN_LOSS_SPARSE_CCE_PROBS || k == KERN_LOSS_KLD;
     size_t N = (size_t)n * d, ny = sparse ? (size_t)n : N;
     float *p = rnd(N, probs ? 0.01f : -3, probs ? 0.99f : 3), *y = rnd(ny, 0, 1);
     if (sparse)
