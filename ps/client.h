@@ -61,6 +61,10 @@ typedef struct {
   kern_init_spec init;
   uint64_t seed;
   tsr_optim_spec optim;
+  char init_path[PS_NAME_MAX]; /* non-empty: initial values from this file
+                                  (the whole variable as raw little-endian
+                                  float32, row-major: a job's
+                                  initial_weights), read by every PS */
 } ps_var_spec;
 
 /* Fills a spec for shard `shard` of `num_shards` of a variable with TF's
@@ -187,7 +191,10 @@ int ps_client_stats(ps_client *c, ps_client_cb cb, void *data);
 /* Stats, and the apply events recorded since the last drain as
  * r->payload (the PS forgets them). */
 int ps_client_stats_drain(ps_client *c, ps_client_cb cb, void *data);
-/* Asks the PS to exit (status 0). */
-int ps_client_shutdown(ps_client *c, ps_client_cb cb, void *data);
+/* Asks the PS to exit: with job_done (the chief ends a finished job) it
+ * exits 0; without, a PS that holds variables exits non-zero, as a PS
+ * leaving an unfinished job must (a supervisor starts it again). */
+int ps_client_shutdown(ps_client *c, bool job_done, ps_client_cb cb,
+                       void *data);
 
 #endif

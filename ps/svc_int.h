@@ -130,6 +130,7 @@ struct ps_server {
   uv_timer_t timer;
   bool closing, rpc_closed, timer_closed;
   uint64_t nonfinite;
+  bool job_done;            /* the chief's shutdown said the job is done */
   int64_t max_read_lead;    /* ssp: largest clock - slowest clock of a read
                                let through (<= staleness) */
   struct tsr_trace *trace;  /* applies as trace events, when asked (config) */
@@ -178,7 +179,7 @@ int ps__spec_from_proto(const Tessera__Ps__VarSpec *v, ps_var_spec *out,
  * point into the spec. */
 void ps__spec_to_proto(const ps_var_spec *s, Tessera__Ps__VarSpec *v,
                        Tessera__Ps__Initializer *in, Tessera__Ps__Optimizer *o,
-                       int64_t *shape_buf);
+                       Tessera__Ps__LrSchedule *sched, int64_t *shape_buf);
 int ps__mode_parse(const char *s, ps_mode *mode, int *staleness);
 
 #endif

@@ -70,9 +70,10 @@ static void create(run *r, const ps_var_spec *specs, size_t n) {
   Tessera__Ps__VarSpec v[4], *vp[4];
   Tessera__Ps__Initializer in[4];
   Tessera__Ps__Optimizer o[4];
+  Tessera__Ps__LrSchedule sc[4];
   int64_t shape[4][PS_MAX_RANK];
   for (size_t i = 0; i < n; i++) {
-    ps__spec_to_proto(&specs[i], &v[i], &in[i], &o[i], shape[i]);
+    ps__spec_to_proto(&specs[i], &v[i], &in[i], &o[i], &sc[i], shape[i]);
     vp[i] = &v[i];
   }
   m.n_vars = n;
