@@ -235,7 +235,8 @@ out:
 }
 
 /* A restarted chief: the committed checkpoints on disk that are intact
- * (damaged ones are skipped, saying why), newest first. */
+ * (damaged ones are skipped, saying why), newest first; when none is,
+ * every committed one, so the restores fail with their reasons. */
 static void coord_post_checkpoints(coord *co) {
   if (!co->job.checkpoint_dir) return;
   int64_t *steps = NULL;
@@ -245,6 +246,14 @@ static void coord_post_checkpoints(coord *co) {
                              sizeof err)) {
     tsr_warn("%s", err);
     return;
+  }
+  if (n == 0) { /* none intact: the restores fail and say why, the run too */
+    free(steps);
+    steps = NULL;
+    if (chief_ckpt_list(co->job.checkpoint_dir, &steps, &n, err, sizeof err)) {
+      tsr_warn("%s", err);
+      return;
+    }
   }
   if (n) {
     coord_event ev = {.kind = COORD_EV_CHECKPOINTS, .steps = steps,
