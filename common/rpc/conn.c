@@ -28,6 +28,7 @@
 #include <stdio.h>
 
 #define STAGE_BYTES (64 * 1024)
+#define TAG_SPLIT_MIN (256u * 1024u) /* payloads from this size: see send */
 #define FLUSH_GUARD_MS 1000
 
 typedef struct wreq {
@@ -249,11 +250,36 @@ int tsr_rpc__conn_send(tsr_rpc__conn *c, const tsr_rpc__hdr *h,
     tsr_rpc__mac_begin(&c->txmac, total);
     tsr_rpc__mac_update(&c->txmac, w->head, head);
   }
+  uint64_t plen = 0;
+  for (unsigned i = 0; i < npayload; i++) plen += payload[i].len;
+  /* a large payload leaves before its MAC is computed: the peer reads and
+   * checks it while this side hashes it, and the tag follows in a write of
+   * its own (the frame's bytes stay in order: writes are queued in order) */
+  int split = tag && plen >= TAG_SPLIT_MIN;
   for (unsigned i = 0; i < npayload; i++) {
     if (!payload[i].len) continue;
     bufs[n++] = payload[i];
     w->bytes += payload[i].len;
-    if (tag) tsr_rpc__mac_update(&c->txmac, payload[i].base, payload[i].len);
+    if (tag && !split)
+      tsr_rpc__mac_update(&c->txmac, payload[i].base, payload[i].len);
+  }
+  if (split) {
+    uint8_t t[TSR_RPC__TAG_SIZE];
+    int rc = raw_send(c, w, bufs, n);
+    if (bufs != small) tsr_rpc__free(c->ctx, bufs);
+    if (rc) {
+      if (c->state != TSR_RPC__C_CLOSING)
+        tsr_rpc__conn_close(c, rc, "write failed");
+      return rc;
+    }
+    for (unsigned i = 0; i < npayload; i++)
+      tsr_rpc__mac_update(&c->txmac, payload[i].base, payload[i].len);
+    tsr_rpc__mac_final(&c->txmac, t);
+    c->frames_out++;
+    if (c->agg) c->agg->frames_out++;
+    if ((rc = send_bytes(c, t, sizeof t)) && c->state != TSR_RPC__C_CLOSING)
+      tsr_rpc__conn_close(c, rc, "write failed");
+    return 0; /* the frame is on its way; a failed tag closes the link */
   }
   if (tag) {
     /* the tag follows the payload: in the head block when there is none */
