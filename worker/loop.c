@@ -82,6 +82,7 @@ void wk__job_free(wk_job *j) {
   free(j->values);
   free(j->histo);
   free(j->affine);
+  free(j->cols);
   free(j->hmsg);
   free(j->hptr);
   free(j->htag);
@@ -342,6 +343,25 @@ static int do_configure(wk_svc *s, wk_job *j) {
       j->out.cfg.n_input_scale = j->out.cfg.n_input_shift = (size_t)nd;
       j->out.cfg.input_scale = j->affine;
       j->out.cfg.input_shift = j->affine + nd;
+    }
+    const char *in_names[64];
+    int64_t in_first[64];
+    int ni = nd > 0 ? wk_model_inputs(r->model, in_names, in_first, 64) : 0;
+    if (ni > 64) ni = 0; /* more than an export needs to tell apart */
+    if (ni > 0 && (j->names = calloc((size_t)ni, sizeof *j->names)) &&
+        (j->cols = malloc((size_t)ni * sizeof *j->cols))) {
+      bool all = true;
+      j->n_names = ni;
+      for (int i = 0; i < ni; i++) {
+        j->names[i] = strdup(in_names[i]);
+        j->cols[i] = in_first[i];
+        all = all && j->names[i];
+      }
+      if (all) {
+        j->out.cfg.n_input_names = j->out.cfg.n_input_columns = (size_t)ni;
+        j->out.cfg.input_names = j->names;
+        j->out.cfg.input_columns = j->cols;
+      }
     }
   }
   tsr_info("configured for run %llu: worker %d of %d, %zu variables in %d "

@@ -264,6 +264,21 @@ void wk_var_optimizer(const wk_var_info *v, const tsr_optim_spec *job_opt,
 }
 
 int64_t wk_model_input_dense(const wk_model *m) { return m->n_dense; }
+
+int wk_model_inputs(const wk_model *m, const char **names, int64_t *first,
+                    int max) {
+  int n = 0;
+  for (int k = 0; k < m->n_layers; k++) {
+    const wk_layer *l = &m->layers[k];
+    if (l->kind != WK_L_INPUT || l->ids) continue;
+    if (n < max) {
+      names[n] = l->name;
+      first[n] = l->x_off;
+    }
+    n++;
+  }
+  return n;
+}
 int64_t wk_model_output_dim(const wk_model *m) { return m->out_dim; }
 int64_t wk_model_num_classes(const wk_model *m) {
   return m->loss >= KERN_LOSS_CCE_LOGITS ? m->out_dim : 0;

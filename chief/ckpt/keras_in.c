@@ -1,14 +1,14 @@
 /* Weights in (a job's initial_weights): an .npz (arrays named as the
  * model's variables, as `tessera ckpt export --npz` writes them, or
- * np.savez(*model.get_weights())'s arr_0, arr_1, ... in the model's
- * order), a Keras 3 .keras archive, or a .weights.h5 (Keras 3's "layers"
- * or tf_keras's "_layer_checkpoint_dependencies" layout), mapped onto the
- * model's variables through the same layout the exporter writes.
+ * np.savez(*model.get_weights())'s arr_0, arr_1, ... in get_weights
+ * order), a Keras 3 .keras archive, a .weights.h5 or a legacy .h5
+ * (keras_h5.c reads every layout), mapped onto the model's variables
+ * through the same plan the exporter writes with.
  *
  * Happy path: read the zip's central directory (stored or deflated
  * members), parse each .npy header (little-endian float32/float64, C
- * order) or open the HDF5 file and read each layer's vars/<i>; check every
- * variable is found with its shape and copy it in.
+ * order) or open the HDF5 file and read each layer's variables; check
+ * every variable is found with its shape and copy it in.
  * Failure modes, each naming the file and the variable or member: a
  * missing variable, a shape that differs, a dtype other than float32 or
  * float64, a damaged zip or HDF5 file.
@@ -29,7 +29,6 @@
 #include <limits.h>
 #include <sys/stat.h>
 
-#include <hdf5.h>
 
 static int ki_fail(char *err, size_t errlen, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -214,16 +213,29 @@ static int npy_take(const char *path, const ki_member *m,
 }
 
 static int from_npz(const char *path, const uint8_t *z, size_t zl,
-                    chief_import_var *vars, size_t n, char *err,
-                    size_t errlen) {
+                    const json_t *model, chief_import_var *vars, size_t n,
+                    char *err, size_t errlen) {
   ki_member *m;
   size_t nm;
-  int rc = zip_read(path, z, zl, &m, &nm, err, errlen);
-  if (rc) return rc;
+  /* arr_<k> is the k-th of get_weights */
+  size_t *order = calloc(n ? n : 1, sizeof *order),
+         *pos = calloc(n ? n : 1, sizeof *pos);
+  const char **names = calloc(n ? n : 1, sizeof *names);
+  int rc = order && pos && names ? 0 : TSR_ENOMEM;
+  for (size_t v = 0; !rc && v < n; v++) names[v] = vars[v].name;
+  if (!rc) rc = chief_keras_weight_order(model, names, n, order, err, errlen);
+  for (size_t k = 0; !rc && k < n; k++) pos[order[k]] = k;
+  free(order);
+  free(names);
+  if (!rc) rc = zip_read(path, z, zl, &m, &nm, err, errlen);
+  if (rc) {
+    free(pos);
+    return rc;
+  }
   for (size_t v = 0; v < n && !rc; v++) {
     char want[300], arr[32];
     snprintf(want, sizeof want, "%s.npy", vars[v].name);
-    snprintf(arr, sizeof arr, "arr_%zu.npy", v);
+    snprintf(arr, sizeof arr, "arr_%zu.npy", pos[v]);
     const ki_member *hit = NULL;
     for (size_t i = 0; i < nm && !hit; i++)
       if (!strcmp(m[i].name, want)) hit = &m[i];
@@ -231,12 +243,13 @@ static int from_npz(const char *path, const uint8_t *z, size_t zl,
       if (!strcmp(m[i].name, arr)) hit = &m[i];
     if (!hit)
       rc = ki_fail(err, errlen, TSR_ENOTFOUND,
-                   "%s: no array for %s (named %s, or arr_%zu in the model's "
-                   "order)", path, vars[v].name, want, v);
+                   "%s: no array for %s (named %s, or arr_%zu in "
+                   "get_weights order)", path, vars[v].name, want, pos[v]);
     else
       rc = npy_take(path, hit, &vars[v], err, errlen);
   }
   members_free(m, nm);
+  free(pos);
   return rc;
 }
 
@@ -247,58 +260,13 @@ static int from_h5(const char *path, const char *shown, const json_t *model,
                    size_t errlen) {
   chief_export_var *ev = calloc(n ? n : 1, sizeof *ev);
   ek_plan *p = calloc(1, sizeof *p);
-  if (!ev || !p) {
-    free(ev);
-    free(p);
-    return TSR_ENOMEM;
-  }
-  for (size_t v = 0; v < n; v++)
+  int rc = ev && p ? 0 : TSR_ENOMEM;
+  for (size_t v = 0; !rc && v < n; v++)
     ev[v] = (chief_export_var){vars[v].name, vars[v].rank, vars[v].shape,
                                vars[v].data};
-  int rc = chief__keras_plan(model, ev, n, p, err, errlen);
-  H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-  hid_t f = rc ? -1 : H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-  if (!rc && f < 0)
-    rc = ki_fail(err, errlen, TSR_EFORMAT, "%s: not an HDF5 file", shown);
-  const char *root = "layers";
-  if (!rc && H5Lexists(f, "layers", H5P_DEFAULT) <= 0 &&
-      H5Lexists(f, "_layer_checkpoint_dependencies", H5P_DEFAULT) > 0)
-    root = "_layer_checkpoint_dependencies";
-  for (int i = 0; !rc && i < p->n; i++) {
-    const ek_layer *el = &p->l[i];
-    for (int k = 0; !rc && k < el->count; k++) {
-      const chief_export_var *v = p->order[el->first + k];
-      char dp[300];
-      snprintf(dp, sizeof dp, "%s/%s/vars/%d", root, el->path, k);
-      hid_t ds = H5Oexists_by_name(f, dp, H5P_DEFAULT) > 0
-                     ? H5Dopen2(f, dp, H5P_DEFAULT)
-                     : -1;
-      if (ds < 0) {
-        rc = ki_fail(err, errlen, TSR_ENOTFOUND,
-                     "%s: no dataset %s for %s", shown, dp, v->name);
-        break;
-      }
-      hid_t sp = H5Dget_space(ds);
-      hsize_t dims[8];
-      int rank = H5Sget_simple_extent_ndims(sp);
-      bool same = rank == v->rank && rank <= 8;
-      if (same) H5Sget_simple_extent_dims(sp, dims, NULL);
-      for (int d = 0; same && d < rank; d++)
-        same = (int64_t)dims[d] == v->shape[d];
-      if (!same)
-        rc = ki_fail(err, errlen, TSR_ESHAPE,
-                     "%s: %s does not have the shape of %s", shown, dp,
-                     v->name);
-      else if (H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT,
-                       (void *)v->data) < 0)
-        rc = ki_fail(err, errlen, TSR_EFORMAT, "%s: cannot read %s", shown,
-                     dp);
-      H5Sclose(sp);
-      H5Dclose(ds);
-    }
-  }
-  if (f >= 0) H5Fclose(f);
-  free(p->order);
+  if (!rc) rc = chief__keras_plan(model, ev, n, p, err, errlen);
+  if (!rc) rc = chief__h5_read(path, shown, p, err, errlen);
+  if (p) chief__keras_plan_free(p);
   free(p);
   free(ev);
   return rc;
@@ -320,7 +288,7 @@ int chief_weights_load(const char *path, const json_t *model,
   uint8_t *buf = (uint8_t *)tsr_read_file(path, &len, &rc, e2, sizeof e2);
   if (!buf) return ki_fail(err, errlen, rc, "initial_weights: %s", e2);
   if (ends(path, ".npz")) {
-    rc = from_npz(path, buf, len, vars, n, err, errlen);
+    rc = from_npz(path, buf, len, model, vars, n, err, errlen);
   } else if (ends(path, ".keras")) {
     ki_member *m = NULL;
     size_t nm = 0;
@@ -344,8 +312,8 @@ int chief_weights_load(const char *path, const json_t *model,
     if (m) members_free(m, nm);
   } else {
     rc = ki_fail(err, errlen, TSR_EUNSUPPORTED,
-                 "initial_weights %s: give an .npz, a .keras archive or a "
-                 ".weights.h5", path);
+                 "initial_weights %s: give an .npz, a .keras archive, a "
+                 ".weights.h5 or an .h5", path);
   }
   free(buf);
   return rc;
