@@ -246,8 +246,8 @@ static int get_strings(hid_t obj, const char *name, char ***out, size_t *n) {
     size_t w = H5Tget_size(ft);
     char **o = malloc(k * sizeof *o + k * (w + 1));
     char *raw = malloc(k * w + 1);
-    hid_t mt = H5Tcopy(H5T_C_S1);
-    H5Tset_size(mt, w);
+    hid_t mt = H5Tcopy(ft); /* as stored: a null-terminated type of the
+                             * same size would drop the last character */
     if (!o || !raw || H5Aread(a, mt, raw) < 0) {
       rc = o && raw ? TSR_EFORMAT : TSR_ENOMEM;
       free(o);

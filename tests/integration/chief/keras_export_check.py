@@ -5,7 +5,8 @@ Tessera's own evaluation (run by test_export_keras.sh).
     keras_export_check.py keras OUT MODEL CSV LABEL LOSS WANT
 
 OUT holds w.npz, input_stats.json, m.keras, w.weights.h5 and w.h5; MODEL
-is the job's Keras model JSON; the CSV's rows i % 5 == 4 are the job's
+is the job's Keras model JSON (or a job file with the model inline); the
+CSV's rows i % 5 == 4 are the job's
 eval split; LOSS is mse or sparse_categorical_crossentropy; WANT the eval
 loss Tessera reported.
 
@@ -18,8 +19,11 @@ tf_keras's legacy .h5 hold the npz's arrays at Keras's paths.
 keras: whichever of keras (Keras 3) and tf_keras imports: load_model on
 the .keras predicts on raw inputs what the numpy pass predicts, its
 get_weights() is the npz in order, and the model JSON loaded with
-load_weights from the .weights.h5 and the .h5 predicts the same. Exits 77
-when neither imports.
+load_weights from the .weights.h5 and the .h5 predicts the same. Then
+Keras writes the weights itself into OUT/keras/ (Keras 3: k3.keras,
+k3.weights.h5, k3.npz from np.savez(*get_weights()); tf_keras: tfk.h5,
+tfk.weights.h5) for the shell to start Tessera from. Exits 77 when
+neither imports.
 """
 import io
 import json
@@ -33,6 +37,23 @@ import numpy as np
 mode, out, model_path, csv, label, loss, want = sys.argv[1:8]
 want = float(want)
 model = json.load(open(model_path))
+model = model.get("model", model) if isinstance(model.get("model"), dict) else model
+
+
+def snake(cls):
+    s = re.sub("(.)([A-Z][a-z]+)", r"\1_\2", cls)
+    return re.sub("([a-z])([A-Z])", r"\1_\2", s).lower()
+
+
+# unnamed Sequential layers get Keras's default names ("dense", "dense_1")
+if model["class_name"] == "Sequential":
+    model["config"].setdefault("name", "sequential")  # tf_keras needs one
+    count = {}
+    for L in model["config"]["layers"]:
+        base = snake(L["class_name"])
+        k = count.get(base, 0)
+        count[base] = k + 1
+        L["config"].setdefault("name", base if k == 0 else f"{base}_{k}")
 z = np.load(f"{out}/w.npz")
 st = json.load(open(f"{out}/input_stats.json"))
 
@@ -51,6 +72,12 @@ def cfg_of(layer):
 
 def batch_shape(c):
     return c.get("batch_input_shape") or c.get("batch_shape")
+
+
+def feed(arrays):
+    """What predict takes: one array, or a list for several inputs."""
+    arrays = [a.astype("float32") for a in arrays]
+    return arrays[0] if len(arrays) == 1 else arrays
 
 
 def inputs_of(m):
@@ -276,11 +303,6 @@ def keras_layer_order():
     return [(n, by[n]["class_name"]) for n in order]
 
 
-def snake(cls):
-    s = re.sub("(.)([A-Z][a-z]+)", r"\1_\2", cls)
-    return re.sub("([a-z])([A-Z])", r"\1_\2", s).lower()
-
-
 def expected_layout():
     """[(layer name, saving path, [npz keys])] in model.layers order."""
     seen, rows = {}, []
@@ -336,7 +358,7 @@ except Exception:
 if keras is not None and keras.__version__.startswith("3"):
     m = keras.models.load_model(f"{out}/m.keras")
     raws = split_inputs(raw, columns())
-    p = np.asarray(m.predict([r.astype("float32") for r in raws], verbose=0))
+    p = np.asarray(m.predict(feed(raws), verbose=0))
     assert np.allclose(p, pred, rtol=1e-3, atol=1e-4), np.max(abs(p - pred))
     got = [np.asarray(w) for w in m.get_weights()]
     assert len(got) == len(z.files) and all(
@@ -346,8 +368,12 @@ if keras is not None and keras.__version__.startswith("3"):
         for v in m2.weights:
             v.assign(np.zeros(v.shape, v.dtype))
         m2.load_weights(f"{out}/{wf}")
-        p2 = np.asarray(m2.predict([r.astype("float32") for r in raws], verbose=0))
+        p2 = np.asarray(m2.predict(feed(raws), verbose=0))
         assert np.allclose(p2, p, rtol=1e-5, atol=1e-6), (wf, np.max(abs(p2 - p)))
+    os.makedirs(f"{out}/keras", exist_ok=True)
+    m.save(f"{out}/keras/k3.keras")
+    m.save_weights(f"{out}/keras/k3.weights.h5")
+    np.savez(f"{out}/keras/k3.npz", *m.get_weights())
     checked.append(f"keras {keras.__version__}: load_model predicts on raw inputs what "
                    f"Tessera's weights predict (max diff {np.max(abs(p - pred)):.2e}), "
                    "get_weights is the npz, load_weights reads the .weights.h5 and the .h5")
@@ -359,12 +385,17 @@ if tf_keras is not None:
     for wf in ("w.weights.h5", "w.h5"):
         m = tf_keras.models.model_from_json(json.dumps(model))
         m.load_weights(f"{out}/{wf}")
-        p = np.asarray(m.predict([x.astype("float32") for x in xs], verbose=0))
+        p = np.asarray(m.predict(feed(xs), verbose=0))
         assert np.allclose(p, pred, rtol=1e-3, atol=1e-4), (wf, np.max(abs(p - pred)))
         got = m.get_weights()
         assert all(np.array_equal(a, z[k]) for a, k in zip(got, z.files)), wf
+    os.makedirs(f"{out}/keras", exist_ok=True)
+    m.save_weights(f"{out}/keras/tfk.h5")
+    m.save_weights(f"{out}/keras/tfk.weights.h5")
     checked.append(f"tf_keras {tf_keras.__version__}: model_from_json + load_weights of the "
                    ".weights.h5 and the .h5 predict the same; get_weights is the npz")
+if checked:
+    checked.append("Keras wrote " + ", ".join(sorted(os.listdir(f"{out}/keras"))))
 if not checked:
     print("neither keras 3 nor tf_keras imports: Keras part skipped")
     sys.exit(77)
