@@ -32,7 +32,11 @@ import re
 import sys
 import zipfile
 
-import numpy as np
+try:
+    import numpy as np
+except ImportError:
+    print(f"no numpy in {sys.executable}: the Keras part is skipped")
+    sys.exit(77)
 
 mode, out, model_path, csv, label, loss, want = sys.argv[1:8]
 want = float(want)

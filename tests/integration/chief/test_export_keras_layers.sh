@@ -19,7 +19,7 @@
 # initial_weights: a cluster run from the CNN's .keras, one step at a
 # learning rate of 1e-12, evaluates to the exported run's eval loss (the
 # BatchNormalization moving statistics take that one step's batch at
-# momentum 0.99, hence a tolerance of 2%); the same run with the job's
+# momentum 0.99, hence a tolerance of 3%); the same run with the job's
 # learning rate continues training (its eval loss ends far below where it
 # started); the standalone trainer from the .weights.h5, the .h5 and the
 # npz (and Keras's own files) gives one and the same loss.
@@ -85,7 +85,13 @@ for kind in cnn functional; do
     [ -n "$first" ] || first=$got
     [ "$got" = "$first" ] || fail "$kind: from $(basename "$w") the loss is $got, from the first file $first"
   done
-  close "$first" "$want" 0.02 ||
+  # the standalone trainer's own weights.npz is in get_weights order too
+  timeout 120 "$BUILD/worker/tessera-worker" --standalone --job "$job" \
+    --device cpu --steps 1 --checkpoint-dir "$WORK/sa_ck_$kind" >"$WORK/log_sa" 2>&1 ||
+    { tail -5 "$WORK/log_sa"; fail "$kind: standalone with --checkpoint-dir"; }
+  $PY -c "import numpy as np, sys; a, b = (np.load(f).files for f in sys.argv[1:]); sys.exit(a != b)" \
+    "$WORK/sa_ck_$kind/weights.npz" "$out/w.npz" || fail "$kind: weights.npz not in get_weights order"
+  close "$first" "$want" 0.03 ||
     fail "$kind: the standalone trainer from the exported weights evaluates to $first, the export's run to $want"
   echo "$kind: initial_weights from every file: eval loss $first after one step (export's run: $want)"
 done
@@ -99,7 +105,7 @@ timeout 300 "$BUILD/chief/tessera" local --job "$job" --steps 1 \
   --checkpoint-dir "$WORK/ck_iw1" --summary-json "$WORK/sum_iw1.json" \
   >"$WORK/log_iw1" 2>&1 || { tail -20 "$WORK/log_iw1"; fail "cluster run from .keras"; }
 step1=$(eval_loss "$WORK/sum_iw1.json")
-close "$step1" "$want" 0.02 || fail "cluster from .keras: eval loss $step1 after one step, the export's run $want"
+close "$step1" "$want" 0.03 || fail "cluster from .keras: eval loss $step1 after one step, the export's run $want"
 timeout 300 "$BUILD/chief/tessera" local --job "$job" \
   --set "initial_weights=$WORK/out_cnn/m.keras" \
   --checkpoint-dir "$WORK/ck_iw2" --summary-json "$WORK/sum_iw2.json" \
