@@ -1,7 +1,8 @@
-/* `tessera ckpt inspect PATH` and `tessera ckpt export PATH --npz OUT`:
- * PATH is a checkpoint root (its newest committed checkpoint is used) or one
- * ckpt-<step> folder. Export writes every variable in the model's order
- * under its Keras name, so
+/* `tessera ckpt inspect PATH` and `tessera ckpt export PATH --npz OUT`
+ * (--keras, --weights-h5: export_keras.h): PATH is a checkpoint root (its
+ * newest committed checkpoint is used) or one ckpt-<step> folder. Export
+ * writes every variable in model.get_weights()'s order under its Keras
+ * name, so
  *   z = numpy.load(OUT); model.set_weights([z[k] for k in z.files])
  * loads it into the Keras model. Rows of an embedding table that training
  * never touched were never created on the PS; export gives them their
@@ -26,12 +27,17 @@ static void usage(FILE *f) {
   fprintf(f, "usage: tessera ckpt inspect PATH [--json]\n"
              "       tessera ckpt export PATH [--npz OUT.npz] [--keras "
              "OUT.keras]\n"
-             "              [--weights-h5 OUT.weights.h5]\n"
+             "              [--weights-h5 OUT.weights.h5 | OUT.h5]\n"
+             "  Sequential and Functional Keras models; the npz in "
+             "get_weights order.\n"
+             "  --weights-h5: NAME.weights.h5 for Keras 3 and tf_keras's "
+             "load_weights,\n"
+             "  NAME.h5 for tf_keras's HDF5 layout.\n"
              "  --npz writes input_stats.json beside the npz (and so does "
              "--weights-h5)\n"
              "  when training normalized or scaled its inputs; --keras "
              "carries them\n"
-             "  as a Normalization layer.\n"
+             "  as a Normalization layer after each input.\n"
              "PATH: a checkpoint folder (the newest committed checkpoint in "
              "it) or one ckpt-<step> folder.\n");
 }
