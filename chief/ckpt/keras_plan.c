@@ -59,9 +59,10 @@ static const json_t *batch_shape(const json_t *cfg) {
   return json_is_array(s) ? s : NULL;
 }
 
-/* Numbered saving paths per class, in the plan's order. */
+/* Numbered saving paths per class, in the plan's order (as many classes
+ * as a model may have layers, one more for a Sequential's InputLayer). */
 typedef struct {
-  struct { char cls[64]; int count; } seen[64];
+  struct { char cls[64]; int count; } seen[EK_MAX_LAYERS + 1];
   int n;
 } ek_namer;
 
@@ -71,11 +72,11 @@ static void name_path(ek_namer *nr, const char *cls, char *out, size_t len) {
   int k;
   for (k = 0; k < nr->n; k++)
     if (!strcmp(nr->seen[k].cls, base)) break;
-  if (k == nr->n && nr->n < 64) {
+  if (k == nr->n && nr->n <= EK_MAX_LAYERS) {
     snprintf(nr->seen[nr->n].cls, sizeof nr->seen[0].cls, "%s", base);
     nr->seen[nr->n++].count = 0;
   }
-  int nth = k < 64 ? nr->seen[k].count++ : 0;
+  int nth = k < nr->n ? nr->seen[k].count++ : 0;
   if (nth) snprintf(out, len, "%s_%d", base, nth);
   else snprintf(out, len, "%s", base);
 }
