@@ -29,7 +29,6 @@
 #include <limits.h>
 #include <sys/stat.h>
 
-
 static int ki_fail(char *err, size_t errlen, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 static int ki_fail(char *err, size_t errlen, int code, const char *fmt, ...) {
@@ -223,7 +222,9 @@ static int from_npz(const char *path, const uint8_t *z, size_t zl,
   const char **names = calloc(n ? n : 1, sizeof *names);
   int rc = order && pos && names ? 0 : TSR_ENOMEM;
   for (size_t v = 0; !rc && v < n; v++) names[v] = vars[v].name;
-  if (!rc) rc = chief_keras_weight_order(model, names, n, order, err, errlen);
+  /* a model without a Keras layout (the built-in one) keeps its order */
+  if (!rc && chief_keras_weight_order(model, names, n, order, err, errlen))
+    for (size_t k = 0; k < n; k++) order[k] = k;
   for (size_t k = 0; !rc && k < n; k++) pos[order[k]] = k;
   free(order);
   free(names);

@@ -353,11 +353,16 @@ int chief__keras_plan(const json_t *model, const chief_export_var *vars,
     el->first = (int)p->n_order;
     if (el->input) continue;
     size_t pl = strlen(el->name);
-    for (size_t v = 0; v < n; v++)
-      if (!strncmp(vars[v].name, el->name, pl) && vars[v].name[pl] == '/') {
-        p->order[p->n_order++] = &vars[v];
-        el->count++;
+    for (size_t v = 0; !rc && v < n; v++) {
+      if (strncmp(vars[v].name, el->name, pl) || vars[v].name[pl] != '/')
+        continue;
+      if (p->n_order == n) {
+        rc = FAIL(TSR_ECONFIG, "model: two layers are named '%s'", el->name);
+        break;
       }
+      p->order[p->n_order++] = &vars[v];
+      el->count++;
+    }
   }
   for (size_t v = 0; !rc && p->n_order != n && v < n; v++) {
     bool used = false;

@@ -447,6 +447,11 @@ static void test_refusals(void **state) {
   const char *d[] = {"dense/kernel", "stray/kernel"};
   expect_refused(seq_json, d + 1, 1, TSR_ECONFIG,
                  "variable stray/kernel belongs to no layer of the model");
+  const char *two[] = {"d/kernel", "d/bias"};
+  expect_refused("{\"class_name\": \"Sequential\", \"config\": {\"layers\": ["
+                 "{\"class_name\": \"Dense\", \"config\": {\"name\": \"d\"}},"
+                 "{\"class_name\": \"Dense\", \"config\": {\"name\": \"d\"}}]}}",
+                 two, 2, TSR_ECONFIG, "two layers are named 'd'");
   expect_refused("{\"class_name\": \"MyModel\", \"config\": {}}", d, 1,
                  TSR_EUNSUPPORTED, "model class MyModel");
   expect_refused(
