@@ -13,24 +13,11 @@
 #include <string.h>
 #include <strings.h>
 
-static int tsr__jfail(char *err, size_t errlen, int code, const char *fmt,
-                      ...) __attribute__((format(printf, 4, 5)));
-static int tsr__jfail(char *err, size_t errlen, int code, const char *fmt,
-                      ...) {
-  if (err && errlen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return code;
-}
-
 char *tsr_read_file(const char *path, size_t *len, int *rc, char *err,
                     size_t errlen) {
   FILE *f = fopen(path, "rb");
   if (!f) {
-    *rc = tsr__jfail(err, errlen, TSR_EIO, "%s: %s", path, strerror(errno));
+    *rc = tsr_errf(err, errlen, TSR_EIO, "%s: %s", path, strerror(errno));
     return NULL;
   }
   size_t cap = 1 << 16, n = 0;
@@ -44,8 +31,8 @@ char *tsr_read_file(const char *path, size_t *len, int *rc, char *err,
       if (cap >= ((size_t)1 << 30)) {
         free(buf);
         fclose(f);
-        *rc = tsr__jfail(err, errlen, TSR_ETOOBIG, "%s: larger than 1 GiB",
-                         path);
+        *rc = tsr_errf(err, errlen, TSR_ETOOBIG, "%s: larger than 1 GiB",
+                       path);
         return NULL;
       }
       char *nb = realloc(buf, cap * 2);
@@ -62,8 +49,8 @@ char *tsr_read_file(const char *path, size_t *len, int *rc, char *err,
   fclose(f);
   if (!buf || bad) {
     free(buf);
-    *rc = tsr__jfail(err, errlen, buf ? TSR_EIO : TSR_ENOMEM,
-                     "%s: read failed", path);
+    *rc = tsr_errf(err, errlen, buf ? TSR_EIO : TSR_ENOMEM,
+                   "%s: read failed", path);
     return NULL;
   }
   buf[n] = 0;
@@ -113,11 +100,11 @@ static int tsr__check_keys(json_t *obj, const char *where,
     }
     if (!ok) {
       if (best)
-        return tsr__jfail(err, errlen, TSR_ECONFIG,
-                          "%s%s%s: unknown key; did you mean \"%s\"?", where,
-                          *where ? "." : "", key, best);
-      return tsr__jfail(err, errlen, TSR_ECONFIG, "%s%s%s: unknown key",
-                        where, *where ? "." : "", key);
+        return tsr_errf(err, errlen, TSR_ECONFIG,
+                        "%s%s%s: unknown key; did you mean \"%s\"?", where,
+                        *where ? "." : "", key, best);
+      return tsr_errf(err, errlen, TSR_ECONFIG, "%s%s%s: unknown key",
+                      where, *where ? "." : "", key);
     }
   }
   return 0;
@@ -128,12 +115,12 @@ static int tsr__get_num(json_t *obj, const char *where, const char *key,
   json_t *v = json_object_get(obj, key);
   if (!v) return 0;
   if (!json_is_number(v))
-    return tsr__jfail(err, errlen, TSR_ECONFIG, "%s.%s must be a number",
-                      where, key);
+    return tsr_errf(err, errlen, TSR_ECONFIG, "%s.%s must be a number",
+                    where, key);
   double d = json_number_value(v);
   if (!isfinite(d))
-    return tsr__jfail(err, errlen, TSR_ECONFIG, "%s.%s must be finite", where,
-                      key);
+    return tsr_errf(err, errlen, TSR_ECONFIG, "%s.%s must be finite", where,
+                    key);
   *out = d;
   return 0;
 }
@@ -144,14 +131,14 @@ static int tsr__get_int(json_t *obj, const char *where, const char *key,
   json_t *v = json_object_get(obj, key);
   if (!v) return 0;
   if (!json_is_integer(v))
-    return tsr__jfail(err, errlen, TSR_ECONFIG, "%s%s%s must be an integer",
-                      where, *where ? "." : "", key);
+    return tsr_errf(err, errlen, TSR_ECONFIG, "%s%s%s must be an integer",
+                    where, *where ? "." : "", key);
   json_int_t x = json_integer_value(v);
   if (x < lo || x > hi)
-    return tsr__jfail(err, errlen, TSR_ECONFIG,
-                      "%s%s%s = %lld is out of range [%lld, %lld]", where,
-                      *where ? "." : "", key, (long long)x, (long long)lo,
-                      (long long)hi);
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "%s%s%s = %lld is out of range [%lld, %lld]", where,
+                    *where ? "." : "", key, (long long)x, (long long)lo,
+                    (long long)hi);
   *out = x;
   return 0;
 }
@@ -161,8 +148,8 @@ static int tsr__get_str(json_t *obj, const char *where, const char *key,
   json_t *v = json_object_get(obj, key);
   if (!v || json_is_null(v)) return 0;
   if (!json_is_string(v))
-    return tsr__jfail(err, errlen, TSR_ECONFIG, "%s%s%s must be a string",
-                      where, *where ? "." : "", key);
+    return tsr_errf(err, errlen, TSR_ECONFIG, "%s%s%s must be a string",
+                    where, *where ? "." : "", key);
   free(*out);
   *out = strdup(json_string_value(v));
   return *out ? 0 : TSR_ENOMEM;
@@ -174,14 +161,14 @@ int tsr_partitioner_parse(json_t *v, tsr_partitioner *out, char *err,
                           size_t errlen) {
   tsr_partitioner_default(out);
   if (!json_is_object(v))
-    return tsr__jfail(err, errlen, TSR_ECONFIG,
-                      "partitioner must be an object {\"type\": \"min_size\", "
-                      "...}");
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "partitioner must be an object {\"type\": \"min_size\", "
+                    "...}");
   json_t *t = json_object_get(v, "type");
   const char *type = json_is_string(t) ? json_string_value(t) : "min_size";
   if (t && !json_is_string(t))
-    return tsr__jfail(err, errlen, TSR_ECONFIG,
-                      "partitioner.type must be a string");
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "partitioner.type must be a string");
   int rc;
   if (strcmp(type, "min_size") == 0) {
     static const char *const k[] = {"type", "min_shard_bytes", "max_shards",
@@ -195,20 +182,20 @@ int tsr_partitioner_parse(json_t *v, tsr_partitioner *out, char *err,
     out->kind = TSR_PART_MAX_SIZE;
     out->max_shards = 0;
     if (!json_object_get(v, "max_shard_bytes"))
-      return tsr__jfail(err, errlen, TSR_ECONFIG,
-                        "partitioner.max_shard_bytes is required for "
-                        "max_size");
+      return tsr_errf(err, errlen, TSR_ECONFIG,
+                      "partitioner.max_shard_bytes is required for "
+                      "max_size");
   } else if (strcmp(type, "fixed") == 0 || strcmp(type, "fixed_shards") == 0) {
     static const char *const k[] = {"type", "num_shards", NULL};
     if ((rc = tsr__check_keys(v, "partitioner", k, err, errlen))) return rc;
     out->kind = TSR_PART_FIXED;
     if (!json_object_get(v, "num_shards"))
-      return tsr__jfail(err, errlen, TSR_ECONFIG,
-                        "partitioner.num_shards is required for fixed");
+      return tsr_errf(err, errlen, TSR_ECONFIG,
+                      "partitioner.num_shards is required for fixed");
   } else {
-    return tsr__jfail(err, errlen, TSR_ECONFIG,
-                      "partitioner.type \"%s\" is not one of min_size, "
-                      "max_size, fixed", type);
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "partitioner.type \"%s\" is not one of min_size, "
+                    "max_size, fixed", type);
   }
   if ((rc = tsr__get_int(v, "partitioner", "min_shard_bytes",
                          &out->min_shard_bytes, INT64_MIN, INT64_MAX, err,
@@ -261,12 +248,12 @@ const char *tsr_precision_name(tsr_precision p) {
 int tsr_job_override(json_t *root, const char *kv, char *err, size_t errlen) {
   const char *eq = strchr(kv, '=');
   if (!eq || eq == kv)
-    return tsr__jfail(err, errlen, TSR_ECONFIG,
-                      "override \"%s\": expected key=value", kv);
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "override \"%s\": expected key=value", kv);
   char key[256];
   size_t kl = (size_t)(eq - kv);
   if (kl >= sizeof key)
-    return tsr__jfail(err, errlen, TSR_ECONFIG, "override key too long");
+    return tsr_errf(err, errlen, TSR_ECONFIG, "override key too long");
   memcpy(key, kv, kl);
   key[kl] = 0;
   const char *val = eq + 1;
@@ -296,16 +283,16 @@ int tsr_job_override(json_t *root, const char *kv, char *err, size_t errlen) {
     }
     if (!json_is_object(child)) {
       json_decref(jv);
-      return tsr__jfail(err, errlen, TSR_ECONFIG,
-                        "override \"%s\": \"%s\" is not an object", kv, part);
+      return tsr_errf(err, errlen, TSR_ECONFIG,
+                      "override \"%s\": \"%s\" is not an object", kv, part);
     }
     obj = child;
     part = next;
   }
   if (!part) {
     json_decref(jv);
-    return tsr__jfail(err, errlen, TSR_ECONFIG, "override \"%s\": empty key",
-                      kv);
+    return tsr_errf(err, errlen, TSR_ECONFIG, "override \"%s\": empty key",
+                    kv);
   }
   json_object_set_new(obj, part, jv);
   return 0;
@@ -348,9 +335,9 @@ static int tsr__load_model(tsr_job *job, json_t *m, const char *base_dir,
     return job->model_source ? 0 : TSR_ENOMEM;
   }
   if (!json_is_string(m))
-    return tsr__jfail(err, errlen, TSR_ECONFIG,
-                      "model must be a path to a Keras model.to_json() file, "
-                      "the same inline, or {\"builtin\": ...}");
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "model must be a path to a Keras model.to_json() file, "
+                    "the same inline, or {\"builtin\": ...}");
   const char *p = json_string_value(m);
   char path[4096];
   if (p[0] != '/' && base_dir && *base_dir)
@@ -360,14 +347,14 @@ static int tsr__load_model(tsr_job *job, json_t *m, const char *base_dir,
   int rc;
   char emsg[512];
   char *text = tsr_read_file(path, NULL, &rc, emsg, sizeof emsg);
-  if (!text) return tsr__jfail(err, errlen, rc, "model: %s", emsg);
+  if (!text) return tsr_errf(err, errlen, rc, "model: %s", emsg);
   json_error_t je;
   json_t *doc = json_loads(text, 0, &je);
   free(text);
   if (!doc)
-    return tsr__jfail(err, errlen, TSR_EJSON,
-                      "model: %s: malformed JSON at line %d column %d: %s",
-                      path, je.line, je.column, je.text);
+    return tsr_errf(err, errlen, TSR_EJSON,
+                    "model: %s: malformed JSON at line %d column %d: %s",
+                    path, je.line, je.column, je.text);
   job->model = doc;
   job->model_source = strdup(path);
   return job->model_source ? 0 : TSR_ENOMEM;
@@ -382,19 +369,19 @@ int tsr_job_parse(const char *text, const char *source, const char *base_dir,
   json_error_t je;
   json_t *root = json_loads(text, JSON_REJECT_DUPLICATES, &je);
   if (!root)
-    return tsr__jfail(err, errlen, TSR_EJSON,
-                      "%s: malformed JSON at line %d column %d: %s", src,
-                      je.line, je.column, je.text);
+    return tsr_errf(err, errlen, TSR_EJSON,
+                    "%s: malformed JSON at line %d column %d: %s", src,
+                    je.line, je.column, je.text);
   int rc = 0;
   if (!json_is_object(root)) {
-    rc = tsr__jfail(err, errlen, TSR_ECONFIG, "%s: must be a JSON object",
-                    src);
+    rc = tsr_errf(err, errlen, TSR_ECONFIG, "%s: must be a JSON object",
+                  src);
     goto fail;
   }
   for (const char *const *o = overrides; o && *o; o++) {
     rc = tsr_job_override(root, *o, emsg, sizeof emsg);
     if (rc) {
-      tsr__jfail(err, errlen, rc, "%s", emsg);
+      tsr_errf(err, errlen, rc, "%s", emsg);
       goto fail;
     }
   }
@@ -433,21 +420,21 @@ int tsr_job_parse(const char *text, const char *source, const char *base_dir,
         json_t *m = json_array_get(v, i);
         char canon[256], e2[400];
         if (!json_is_string(m) && !json_is_object(m)) {
-          rc = tsr__jfail(emsg, sizeof emsg, TSR_ECONFIG,
-                          "metrics[%zu] must be a string or a serialized "
-                          "Keras metric", i);
+          rc = tsr_errf(emsg, sizeof emsg, TSR_ECONFIG,
+                        "metrics[%zu] must be a string or a serialized "
+                        "Keras metric", i);
           goto efail;
         }
         if ((rc = tsr_metric_canon(m, canon, sizeof canon, e2, sizeof e2))) {
-          tsr__jfail(emsg, sizeof emsg, rc, "metrics[%zu]: %s", i, e2);
+          tsr_errf(emsg, sizeof emsg, rc, "metrics[%zu]: %s", i, e2);
           goto efail;
         }
         if (!(job->metrics[i] = strdup(canon))) goto nomem;
         job->n_metrics++;
       }
     } else {
-      rc = tsr__jfail(emsg, sizeof emsg, TSR_ECONFIG,
-                      "metrics must be a list of names, e.g. [\"accuracy\"]");
+      rc = tsr_errf(emsg, sizeof emsg, TSR_ECONFIG,
+                    "metrics must be a list of names, e.g. [\"accuracy\"]");
       goto efail;
     }
   }
@@ -457,9 +444,9 @@ int tsr_job_parse(const char *text, const char *source, const char *base_dir,
   }
   if ((v = json_object_get(root, "data"))) {
     if (!json_is_object(v)) {
-      rc = tsr__jfail(emsg, sizeof emsg, TSR_ECONFIG,
-                      "data must be an object {\"train\": {...}, \"eval\": "
-                      "{...}}");
+      rc = tsr_errf(emsg, sizeof emsg, TSR_ECONFIG,
+                    "data must be an object {\"train\": {...}, \"eval\": "
+                    "{...}}");
       goto efail;
     }
     job->data = json_incref(v);
@@ -481,8 +468,8 @@ int tsr_job_parse(const char *text, const char *source, const char *base_dir,
     goto efail;
   if ((v = json_object_get(root, "summary_every_secs"))) {
     if (!json_is_number(v) || json_number_value(v) < 0) {
-      rc = tsr__jfail(emsg, sizeof emsg, TSR_ECONFIG,
-                      "summary_every_secs must be a number >= 0");
+      rc = tsr_errf(emsg, sizeof emsg, TSR_ECONFIG,
+                    "summary_every_secs must be a number >= 0");
       goto efail;
     }
     job->summary_every_secs = json_number_value(v);
@@ -492,9 +479,9 @@ int tsr_job_parse(const char *text, const char *source, const char *base_dir,
     if (!json_is_string(v) ||
         tsr_mode_parse(json_string_value(v), &job->mode, &job->staleness)) {
       char *d = json_dumps(v, JSON_ENCODE_ANY);
-      rc = tsr__jfail(emsg, sizeof emsg, TSR_ECONFIG,
-                      "mode %s is not \"async\", \"ssp:S\" or \"sync\"",
-                      d ? d : "?");
+      rc = tsr_errf(emsg, sizeof emsg, TSR_ECONFIG,
+                    "mode %s is not \"async\", \"ssp:S\" or \"sync\"",
+                    d ? d : "?");
       free(d);
       goto efail;
     }
@@ -506,8 +493,8 @@ int tsr_job_parse(const char *text, const char *source, const char *base_dir,
   }
   if ((v = json_object_get(root, "placement"))) {
     if (!json_is_string(v)) {
-      rc = tsr__jfail(emsg, sizeof emsg, TSR_ECONFIG,
-                      "placement must be \"balanced\" or \"round_robin\"");
+      rc = tsr_errf(emsg, sizeof emsg, TSR_ECONFIG,
+                    "placement must be \"balanced\" or \"round_robin\"");
       goto efail;
     }
     if (tsr_placement_parse(json_string_value(v), &job->partitioner.placement,
@@ -525,15 +512,15 @@ int tsr_job_parse(const char *text, const char *source, const char *base_dir,
     else if (strcmp(p, "fp16") == 0 || strcmp(p, "mixed_float16") == 0)
       job->precision = TSR_PREC_FP16;
     else {
-      rc = tsr__jfail(emsg, sizeof emsg, TSR_ECONFIG,
-                      "precision \"%s\" is not fp32, bf16 or fp16", p);
+      rc = tsr_errf(emsg, sizeof emsg, TSR_ECONFIG,
+                    "precision \"%s\" is not fp32, bf16 or fp16", p);
       goto efail;
     }
   }
   if ((v = json_object_get(root, "seed"))) {
     if (!json_is_integer(v) || json_integer_value(v) < 0) {
-      rc = tsr__jfail(emsg, sizeof emsg, TSR_ECONFIG,
-                      "seed must be a non-negative integer");
+      rc = tsr_errf(emsg, sizeof emsg, TSR_ECONFIG,
+                    "seed must be a non-negative integer");
       goto efail;
     }
     job->seed = (uint64_t)json_integer_value(v);
@@ -560,14 +547,14 @@ int tsr_job_parse(const char *text, const char *source, const char *base_dir,
         goto efail;
       job->checkpoint_keep = (int)keep;
       if (job->checkpoint_every_secs < 0) {
-        rc = tsr__jfail(emsg, sizeof emsg, TSR_ECONFIG,
-                        "checkpoint.every_secs must be >= 0");
+        rc = tsr_errf(emsg, sizeof emsg, TSR_ECONFIG,
+                      "checkpoint.every_secs must be >= 0");
         goto efail;
       }
     } else {
-      rc = tsr__jfail(emsg, sizeof emsg, TSR_ECONFIG,
-                      "checkpoint must be a folder path or {\"dir\", "
-                      "\"every_steps\", \"keep\"}");
+      rc = tsr_errf(emsg, sizeof emsg, TSR_ECONFIG,
+                    "checkpoint must be a folder path or {\"dir\", "
+                    "\"every_steps\", \"keep\"}");
       goto efail;
     }
   }
@@ -591,7 +578,7 @@ nomem:
   rc = TSR_ENOMEM;
   snprintf(emsg, sizeof emsg, "out of memory");
 efail:
-  tsr__jfail(err, errlen, rc, "%s: %s", src, emsg);
+  tsr_errf(err, errlen, rc, "%s: %s", src, emsg);
   tsr_job_free(job);
   return rc;
 fail:

@@ -26,17 +26,6 @@
 
 #include <hdf5.h>
 
-
-static int ek_fail(char *err, size_t errlen, int code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int ek_fail(char *err, size_t errlen, int code, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  return code;
-}
-
 /* Keras's naming.to_snake_case: "(.)([A-Z][a-z]+)" -> "\1_\2", then
  * "([a-z])([A-Z])" -> "\1_\2", lower case ("BatchNormalization" ->
  * "batch_normalization", "Conv2D" -> "conv2d"). */
@@ -72,17 +61,17 @@ int chief__keras_plan(const json_t *model, const chief_export_var *vars,
   memset(p, 0, sizeof *p);
   p->in_width = -1;
   if (json_object_get(model, "builtin"))
-    return ek_fail(err, errlen, TSR_EUNSUPPORTED,
-                   "the built-in %s model has no Keras counterpart: export "
-                   "it with --npz",
-                   json_string_value(json_object_get(model, "builtin")));
+    return tsr_errf(err, errlen, TSR_EUNSUPPORTED,
+                    "the built-in %s model has no Keras counterpart: export "
+                    "it with --npz",
+                    json_string_value(json_object_get(model, "builtin")));
   const char *cls = json_string_value(json_object_get(model, "class_name"));
   const json_t *cfg = json_object_get(model, "config");
   const json_t *layers = json_object_get(cfg, "layers");
   if (!cls || strcmp(cls, "Sequential") || !json_is_array(layers))
-    return ek_fail(err, errlen, TSR_EUNSUPPORTED,
-                   "model class %s: only Sequential models are exported to "
-                   "Keras files (use --npz)", cls ? cls : "(none)");
+    return tsr_errf(err, errlen, TSR_EUNSUPPORTED,
+                    "model class %s: only Sequential models are exported to "
+                    "Keras files (use --npz)", cls ? cls : "(none)");
   p->order = calloc(n ? n : 1, sizeof *p->order);
   if (!p->order) return TSR_ENOMEM;
   struct { char cls[64]; int count; } seen[64];
@@ -92,8 +81,8 @@ int chief__keras_plan(const json_t *model, const chief_export_var *vars,
     const char *lc = json_string_value(json_object_get(L, "class_name"));
     const json_t *c = json_object_get(L, "config");
     if (!lc || !json_is_object(c))
-      return ek_fail(err, errlen, TSR_ECONFIG,
-                     "model: layers[%zu] needs class_name and config", i);
+      return tsr_errf(err, errlen, TSR_ECONFIG,
+                      "model: layers[%zu] needs class_name and config", i);
     const json_t *shp = layer_shape(c);
     if (shp && p->in_width < 0 && json_is_array(shp)) {
       int64_t w = 1;
@@ -106,8 +95,8 @@ int chief__keras_plan(const json_t *model, const chief_export_var *vars,
       continue;
     }
     if (p->n == EK_MAX_LAYERS)
-      return ek_fail(err, errlen, TSR_ERANGE, "model: over %d layers",
-                     EK_MAX_LAYERS);
+      return tsr_errf(err, errlen, TSR_ERANGE, "model: over %d layers",
+                      EK_MAX_LAYERS);
     ek_layer *el = &p->l[p->n++];
     char base[64];
     snake(lc, base, sizeof base);
@@ -139,9 +128,9 @@ int chief__keras_plan(const json_t *model, const chief_export_var *vars,
       bool used = false;
       for (size_t k = 0; k < p->n_order; k++) used |= p->order[k] == &vars[v];
       if (!used)
-        return ek_fail(err, errlen, TSR_ECONFIG,
-                       "variable %s belongs to no layer of the model",
-                       vars[v].name);
+        return tsr_errf(err, errlen, TSR_ECONFIG,
+                        "variable %s belongs to no layer of the model",
+                        vars[v].name);
     }
   }
   return 0;
@@ -152,8 +141,8 @@ static int h5_write(const char *path, const char *root, const ek_plan *p,
   H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
   hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
   if (f < 0)
-    return ek_fail(err, errlen, TSR_EIO, "%s: HDF5 cannot create the file",
-                   path);
+    return tsr_errf(err, errlen, TSR_EIO, "%s: HDF5 cannot create the file",
+                    path);
   hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
   H5Pset_create_intermediate_group(lcpl, 1);
   int rc = 0;
@@ -166,8 +155,8 @@ static int h5_write(const char *path, const char *root, const ek_plan *p,
     snprintf(gp, sizeof gp, "%s/%s/vars", root, el->path);
     g = H5Gcreate2(f, gp, lcpl, H5P_DEFAULT, H5P_DEFAULT);
     if (g < 0) {
-      rc = ek_fail(err, errlen, TSR_EIO, "%s: HDF5 cannot create group %s",
-                   path, gp);
+      rc = tsr_errf(err, errlen, TSR_EIO, "%s: HDF5 cannot create group %s",
+                    path, gp);
       break;
     }
     for (int k = 0; !rc && k < el->count; k++) {
@@ -183,8 +172,8 @@ static int h5_write(const char *path, const char *root, const ek_plan *p,
                                      H5P_DEFAULT, H5P_DEFAULT);
       if (ds < 0 || H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL,
                              H5P_DEFAULT, v->data) < 0)
-        rc = ek_fail(err, errlen, TSR_EIO, "%s: HDF5 cannot write %s/%s (%s)",
-                     path, gp, dn, v->name);
+        rc = tsr_errf(err, errlen, TSR_EIO, "%s: HDF5 cannot write %s/%s (%s)",
+                      path, gp, dn, v->name);
       if (ds >= 0) H5Dclose(ds);
       if (sp >= 0) H5Sclose(sp);
     }
@@ -192,10 +181,10 @@ static int h5_write(const char *path, const char *root, const ek_plan *p,
   }
   H5Pclose(lcpl);
   if (H5Fclose(f) < 0 && !rc)
-    rc = ek_fail(err, errlen, TSR_EIO, "%s: HDF5 cannot close the file",
-                 path);
+    rc = tsr_errf(err, errlen, TSR_EIO, "%s: HDF5 cannot close the file",
+                  path);
   if (rc == TSR_EIO && !err[0])
-    ek_fail(err, errlen, rc, "%s: HDF5 write failed", path);
+    tsr_errf(err, errlen, rc, "%s: HDF5 write failed", path);
   return rc;
 }
 
@@ -210,7 +199,7 @@ int chief_export_weights_h5(const char *out, const json_t *model,
   snprintf(tmp, sizeof tmp, "%s.tmp", out);
   if (!rc) rc = h5_write(tmp, "_layer_checkpoint_dependencies", p, err, errlen);
   if (!rc && rename(tmp, out) != 0)
-    rc = ek_fail(err, errlen, -errno, "%s: %s", out, strerror(errno));
+    rc = tsr_errf(err, errlen, -errno, "%s: %s", out, strerror(errno));
   if (rc) unlink(tmp);
   free(p->order);
   free(p);
@@ -224,9 +213,9 @@ static int input_moments(const json_t *input, json_t **mean, json_t **var,
   const json_t *b = json_object_get(input, "shift");
   if (!json_is_array(a) || !json_is_array(b) ||
       json_array_size(a) != json_array_size(b))
-    return ek_fail(err, errlen, TSR_ECONFIG,
-                   "manifest input: scale and shift must be lists of one "
-                   "length");
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "manifest input: scale and shift must be lists of one "
+                    "length");
   *mean = json_array();
   *var = json_array();
   for (size_t j = 0; j < json_array_size(a); j++) {
@@ -235,8 +224,8 @@ static int input_moments(const json_t *input, json_t **mean, json_t **var,
     if (!(fabs(s) > 0)) {
       json_decref(*mean);
       json_decref(*var);
-      return ek_fail(err, errlen, TSR_ECONFIG,
-                     "manifest input: feature %zu has scale 0", j);
+      return tsr_errf(err, errlen, TSR_ECONFIG,
+                      "manifest input: feature %zu has scale 0", j);
     }
     json_array_append_new(*mean, json_real(-t / s));
     json_array_append_new(*var, json_real(1.0 / (s * s)));
@@ -257,7 +246,7 @@ int chief_export_input_stats(const char *path, const json_t *input,
       "inputs as training read them: (x - mean) / sqrt(variance), which is "
       "x * scale + shift; variance is the population one"));
   if (json_dump_file(o, path, JSON_INDENT(1)) != 0)
-    rc = ek_fail(err, errlen, TSR_EIO, "%s: cannot write", path);
+    rc = tsr_errf(err, errlen, TSR_EIO, "%s: cannot write", path);
   json_decref(o);
   return rc;
 }
@@ -327,8 +316,8 @@ int chief_export_keras(const char *out, const json_t *model,
   snprintf(tmp, sizeof tmp, "%s.weights.tmp", out);
   int rc = chief__keras_plan(model, vars, n, p, err, errlen);
   if (!rc && p->in_width < 1)
-    rc = ek_fail(err, errlen, TSR_ESHAPE,
-                 "model: the input shape is unknown (no batch_input_shape)");
+    rc = tsr_errf(err, errlen, TSR_ESHAPE,
+                  "model: the input shape is unknown (no batch_input_shape)");
   if (!rc && !(c = keras3_config(model, input, p, err, errlen)))
     rc = err[0] ? TSR_ECONFIG : TSR_ENOMEM;
   if (!rc && !(cfg = json_dumps(c, JSON_COMPACT))) rc = TSR_ENOMEM;
@@ -356,7 +345,7 @@ int chief_export_keras(const char *out, const json_t *model,
         hl = (size_t)sz;
     }
     if (f) fclose(f);
-    if (!hl) rc = ek_fail(err, errlen, TSR_EIO, "%s: cannot read back", tmp);
+    if (!hl) rc = tsr_errf(err, errlen, TSR_EIO, "%s: cannot read back", tmp);
   }
   if (!rc) rc = chief_npz_open(&z, out, err, errlen);
   if (!rc) rc = chief_npz_add_file(z, "metadata.json", meta, strlen(meta),
