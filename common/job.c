@@ -2,6 +2,7 @@
  * command-line overrides to the tree -> walk it key by key into tsr_job,
  * rejecting unknown keys with a suggestion when one is close. */
 #include "common/job.h"
+#include "common/conf.h"
 #include "common/err.h"
 
 #include <errno.h>
@@ -59,56 +60,7 @@ char *tsr_read_file(const char *path, size_t *len, int *rc, char *err,
   return buf;
 }
 
-/* ---- small helpers for strict key walking -------------------------------*/
-
-int tsr_edit_distance(const char *a, const char *b) {
-  size_t la = strlen(a), lb = strlen(b);
-  if (la > 40 || lb > 40) return 99;
-  int d[41][41];
-  for (size_t i = 0; i <= la; i++) d[i][0] = (int)i;
-  for (size_t j = 0; j <= lb; j++) d[0][j] = (int)j;
-  for (size_t i = 1; i <= la; i++)
-    for (size_t j = 1; j <= lb; j++) {
-      int c = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
-      if (d[i - 1][j] + 1 < c) c = d[i - 1][j] + 1;
-      if (d[i][j - 1] + 1 < c) c = d[i][j - 1] + 1;
-      d[i][j] = c;
-    }
-  return d[la][lb];
-}
-
-/* Fails on the first key of `obj` not in `allowed` (NULL-terminated). */
-static int tsr__check_keys(json_t *obj, const char *where,
-                           const char *const *allowed, char *err,
-                           size_t errlen) {
-  const char *key;
-  json_t *v;
-  json_object_foreach(obj, key, v) {
-    int ok = 0;
-    const char *best = NULL;
-    int bestd = 3;
-    for (const char *const *a = allowed; *a; a++) {
-      if (strcmp(key, *a) == 0) {
-        ok = 1;
-        break;
-      }
-      int dd = tsr_edit_distance(key, *a);
-      if (dd < bestd) {
-        bestd = dd;
-        best = *a;
-      }
-    }
-    if (!ok) {
-      if (best)
-        return tsr_errf(err, errlen, TSR_ECONFIG,
-                        "%s%s%s: unknown key; did you mean \"%s\"?", where,
-                        *where ? "." : "", key, best);
-      return tsr_errf(err, errlen, TSR_ECONFIG, "%s%s%s: unknown key",
-                      where, *where ? "." : "", key);
-    }
-  }
-  return 0;
-}
+/* ---- typed values --------------------------------------------------------*/
 
 static int tsr__get_num(json_t *obj, const char *where, const char *key,
                         double *out, char *err, size_t errlen) {
@@ -173,12 +125,14 @@ int tsr_partitioner_parse(json_t *v, tsr_partitioner *out, char *err,
   if (strcmp(type, "min_size") == 0) {
     static const char *const k[] = {"type", "min_shard_bytes", "max_shards",
                                     NULL};
-    if ((rc = tsr__check_keys(v, "partitioner", k, err, errlen))) return rc;
+    if ((rc = tsr_conf_check_keys(v, "partitioner", k, NULL, err, errlen)))
+      return rc;
     out->kind = TSR_PART_MIN_SIZE;
   } else if (strcmp(type, "max_size") == 0) {
     static const char *const k[] = {"type", "max_shard_bytes", "max_shards",
                                     NULL};
-    if ((rc = tsr__check_keys(v, "partitioner", k, err, errlen))) return rc;
+    if ((rc = tsr_conf_check_keys(v, "partitioner", k, NULL, err, errlen)))
+      return rc;
     out->kind = TSR_PART_MAX_SIZE;
     out->max_shards = 0;
     if (!json_object_get(v, "max_shard_bytes"))
@@ -187,7 +141,8 @@ int tsr_partitioner_parse(json_t *v, tsr_partitioner *out, char *err,
                       "max_size");
   } else if (strcmp(type, "fixed") == 0 || strcmp(type, "fixed_shards") == 0) {
     static const char *const k[] = {"type", "num_shards", NULL};
-    if ((rc = tsr__check_keys(v, "partitioner", k, err, errlen))) return rc;
+    if ((rc = tsr_conf_check_keys(v, "partitioner", k, NULL, err, errlen)))
+      return rc;
     out->kind = TSR_PART_FIXED;
     if (!json_object_get(v, "num_shards"))
       return tsr_errf(err, errlen, TSR_ECONFIG,
@@ -392,7 +347,8 @@ int tsr_job_parse(const char *text, const char *source, const char *base_dir,
       "seed", "checkpoint", "logdir", "eval_every_steps",
       "summary_every_steps", "summary_every_secs", "name", "description",
       "placement", "initial_weights", NULL};
-  if ((rc = tsr__check_keys(root, "", keys, emsg, sizeof emsg))) goto efail;
+  if ((rc = tsr_conf_check_keys(root, "", keys, NULL, emsg, sizeof emsg)))
+    goto efail;
 
   json_t *v;
   if ((v = json_object_get(root, "model"))) {
@@ -531,7 +487,8 @@ int tsr_job_parse(const char *text, const char *source, const char *base_dir,
     } else if (json_is_object(v)) {
       static const char *const ck[] = {"dir", "every_steps", "every_secs",
                                        "keep", NULL};
-      if ((rc = tsr__check_keys(v, "checkpoint", ck, emsg, sizeof emsg)))
+      if ((rc = tsr_conf_check_keys(v, "checkpoint", ck, NULL, emsg,
+                                    sizeof emsg)))
         goto efail;
       int64_t keep = job->checkpoint_keep;
       if ((rc = tsr__get_str(v, "checkpoint", "dir", &job->checkpoint_dir,

@@ -198,10 +198,6 @@ int tsr_partitioner_parse(json_t *v, tsr_partitioner *out, char *err,
 int tsr_mode_parse(const char *s, tsr_mode *mode, int *staleness);
 const char *tsr_precision_name(tsr_precision p);
 
-/* Levenshtein distance of two short strings (99 past 40 characters), for
- * the "did you mean" of unknown keys. */
-int tsr_edit_distance(const char *a, const char *b);
-
 /* Reads a whole file into a NUL-terminated malloc'd buffer (limit 1 GiB).
  * Returns NULL with `*rc` and `err` set. */
 char *tsr_read_file(const char *path, size_t *len, int *rc, char *err,

@@ -14,6 +14,7 @@
  * supported", naming it.
  */
 #include "common/job.h"
+#include "common/conf.h"
 #include "common/err.h"
 
 #include <math.h>
@@ -88,14 +89,10 @@ static int kn_lookup(json_t *v, const char *what, const kn_class *table,
     return tsr_errf(err, errlen, TSR_ECONFIG,
                     "%s must be a name or Keras's serialized {\"class_name\": "
                     "..., \"config\": {...}}", what);
-  const char *key;
-  json_t *x;
-  json_object_foreach(v, key, x) {
-    if (strcmp(key, "class_name") && strcmp(key, "config") &&
-        strcmp(key, "module") && strcmp(key, "registered_name"))
-      return tsr_errf(err, errlen, TSR_ECONFIG, "%s.%s: unknown key", what,
-                      key);
-  }
+  static const char *const top[] = {"class_name", "config", "module",
+                                    "registered_name", NULL};
+  int rc = tsr_conf_check_keys(v, what, top, NULL, err, errlen);
+  if (rc) return rc;
   const kn_class *c = NULL;
   for (const kn_class *t = table; t->cls; t++)
     if (!strcmp(t->cls, cls)) c = t;
@@ -110,15 +107,13 @@ static int kn_lookup(json_t *v, const char *what, const kn_class *table,
                     cls, list);
   }
   if (json_is_object(*cfg)) {
-    json_object_foreach(*cfg, key, x) {
-      bool ok = !strcmp(key, "name") || !strcmp(key, "dtype") ||
-                !strcmp(key, "reduction") || !strcmp(key, "fn");
-      for (const char *const *k = c->keys; *k && !ok; k++)
-        ok = !strcmp(key, *k);
-      if (!ok)
-        return tsr_errf(err, errlen, TSR_ECONFIG,
-                        "%s.config.%s: unknown key for %s", what, key, cls);
-    }
+    static const char *const common_keys[] = {"name", "dtype", "reduction",
+                                              "fn", NULL};
+    char where[160];
+    snprintf(where, sizeof where, "%s.config", what);
+    if ((rc = tsr_conf_check_keys(*cfg, where, c->keys, common_keys, err,
+                                  errlen)))
+      return rc;
     json_t *dt = json_object_get(*cfg, "dtype");
     if (dt && !json_is_null(dt) && !json_is_object(dt) &&
         !(json_is_string(dt) && !strcmp(json_string_value(dt), "float32")))

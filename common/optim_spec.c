@@ -14,6 +14,7 @@
  * option (Keras refuses that too).
  */
 #include "common/job.h"
+#include "common/conf.h"
 #include "common/err.h"
 
 #include <math.h>
@@ -55,37 +56,7 @@ void tsr_optim_defaults(tsr_opt_kind kind, tsr_optim_spec *o) {
   o->schedule.initial = o->learning_rate;
 }
 
-/* ---- strict key walking with null as "the default" ------------------------*/
-
-static int check_keys(json_t *obj, const char *where,
-                      const char *const *a, const char *const *b, char *err,
-                      size_t errlen) {
-  const char *key;
-  json_t *v;
-  json_object_foreach(obj, key, v) {
-    const char *best = NULL;
-    int bestd = 3, ok = 0;
-    for (int l = 0; l < 2 && !ok; l++)
-      for (const char *const *k = l ? b : a; k && *k; k++) {
-        if (!strcmp(key, *k)) {
-          ok = 1;
-          break;
-        }
-        int d = tsr_edit_distance(key, *k);
-        if (d < bestd) {
-          bestd = d;
-          best = *k;
-        }
-      }
-    if (ok) continue;
-    if (best)
-      return tsr_errf(err, errlen, TSR_ECONFIG,
-                      "%s.%s: unknown key; did you mean \"%s\"?", where, key,
-                      best);
-    return tsr_errf(err, errlen, TSR_ECONFIG, "%s.%s: unknown key", where, key);
-  }
-  return 0;
-}
+/* ---- typed values, null meaning "the default" ----------------------------*/
 
 static int get_num(json_t *o, const char *where, const char *key, double *out,
                    char *err, size_t errlen) {
@@ -156,7 +127,7 @@ int tsr_lr_schedule_parse(json_t *v, const char *where, tsr_lr_schedule *s,
                     where);
   static const char *const wrap[] = {"class_name", "config", "module",
                                      "registered_name", NULL};
-  int rc = check_keys(v, where, wrap, NULL, err, errlen);
+  int rc = tsr_conf_check_keys(v, where, wrap, NULL, err, errlen);
   if (rc) return rc;
   int kind = -1;
   for (int i = 1; i <= TSR_LR_INVERSE_TIME; i++)
@@ -182,7 +153,8 @@ int tsr_lr_schedule_parse(json_t *v, const char *where, tsr_lr_schedule *s,
                                        "decay_steps", "end_learning_rate",
                                        "power", "cycle", NULL};
   const char *const *keys[] = {NULL, k_exp, k_pw, k_cos, k_cr, k_poly, k_exp};
-  if ((rc = check_keys(cfg, w, keys[kind], NULL, err, errlen))) return rc;
+  if ((rc = tsr_conf_check_keys(cfg, w, keys[kind], NULL, err, errlen)))
+    return rc;
   s->t_mul = 2.0;
   s->m_mul = 1.0;
   s->end_lr = 0.0001;
@@ -377,7 +349,7 @@ int tsr_optim_parse(json_t *v, tsr_optim_spec *out, char *err,
      * anything, so the class decides */
     static const char *const wrap[] = {"class_name", "config", "module",
                                        "registered_name", NULL};
-    int rc = check_keys(v, "optimizer", wrap, NULL, err, errlen);
+    int rc = tsr_conf_check_keys(v, "optimizer", wrap, NULL, err, errlen);
     if (rc) return rc;
     name = json_string_value(json_object_get(v, "class_name"));
     cfg = json_object_get(v, "config");
@@ -420,7 +392,7 @@ int tsr_optim_parse(json_t *v, tsr_optim_spec *out, char *err,
   const char *const *own[TSR_OPT__COUNT] = {
       k_sgd, k_adagrad, k_rms, k_adam, k_ftrl, k_adam, k_adamax, k_adamax};
   const char *w = "optimizer";
-  int rc = check_keys(cfg, w, base_keys, own[kind], err, errlen);
+  int rc = tsr_conf_check_keys(cfg, w, base_keys, own[kind], err, errlen);
   if (rc) return rc;
   if ((rc = inactive(cfg, "use_ema", "no moving average of the weights is "
                      "kept", err, errlen)) ||

@@ -11,6 +11,7 @@
  */
 #include "worker/input_int.h"
 
+#include "common/conf.h"
 #include "common/err.h"
 
 #include <glob.h>
@@ -80,37 +81,12 @@ static const wk_key_info *find_key(const char *k) {
   return NULL;
 }
 
-static int unknown_key(const char *where, const char *key,
-                       const char *const *known, size_t nknown, char *err,
-                       size_t errlen) {
-  const char *best = NULL;
-  int bestd = 3;
-  for (size_t i = 0; i < nknown; i++) {
-    int d = tsr_edit_distance(key, known[i]);
-    if (d < bestd) {
-      bestd = d;
-      best = known[i];
-    }
-  }
-  if (best)
-    return tsr_errf(err, errlen, TSR_ECONFIG,
-                    "%s.%s: unknown key; did you mean %s?", where, key,
-                    best);
-  return tsr_errf(err, errlen, TSR_ECONFIG, "%s.%s: unknown key", where,
-                  key);
-}
-
 static int check_keys(json_t *obj, const char *where, char *err,
                       size_t errlen) {
-  const char *names[WK_NKEYS];
+  const char *names[WK_NKEYS + 1];
   for (size_t i = 0; i < WK_NKEYS; i++) names[i] = wk_keys[i].key;
-  const char *key;
-  json_t *v;
-  json_object_foreach(obj, key, v) {
-    if (!find_key(key))
-      return unknown_key(where, key, names, WK_NKEYS, err, errlen);
-  }
-  return 0;
+  names[WK_NKEYS] = NULL;
+  return tsr_conf_check_keys(obj, where, names, NULL, err, errlen);
 }
 
 static char *resolve_path(const tsr_job *job, const char *p) {
@@ -673,9 +649,9 @@ int wk_input__spec_parse(const tsr_job *job, wk_split split,
   const char *key;
   json_t *v;
   json_object_foreach(data, key, v) {
-    static const char *const top[] = {"train", "eval"};
+    static const char *const top[] = {"train", "eval", NULL};
     if (strcmp(key, "train") && strcmp(key, "eval"))
-      return unknown_key("data", key, top, 2, err, errlen);
+      return tsr_conf_unknown_key("data", key, top, NULL, err, errlen);
     if (!json_is_object(v))
       return tsr_errf(err, errlen, TSR_ECONFIG,
                       "data.%s must be an object", key);

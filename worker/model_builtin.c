@@ -15,6 +15,7 @@
  */
 #include "worker/model_int.h"
 
+#include "common/conf.h"
 #include "common/err.h"
 
 #include <stdio.h>
@@ -25,18 +26,7 @@ static int check_keys(const json_t *j, char *err, size_t errlen) {
   static const char *const keys[] = {
       "builtin", "dense_features", "sparse_features", "vocab",
       "embedding_dim", "combiner", "hidden", "activation", "wide", NULL};
-  const char *k;
-  json_t *v;
-  json_object_foreach((json_t *)j, k, v) {
-    int ok = 0;
-    for (int i = 0; keys[i]; i++) ok |= !strcmp(keys[i], k);
-    if (!ok)
-      return tsr_errf(err, errlen, TSR_ECONFIG,
-                      "model.%s: unknown key for builtin wide_deep "
-                      "(known: dense_features, sparse_features, vocab, "
-                      "embedding_dim, combiner, hidden, activation, wide)", k);
-  }
-  return 0;
+  return tsr_conf_check_keys(j, "model", keys, NULL, err, errlen);
 }
 
 int wk_model__parse_wide_deep(wk_model *m, const json_t *j,

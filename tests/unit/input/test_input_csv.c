@@ -332,7 +332,7 @@ static void spec_errors(void **state) {
   } cases[] = {
       {"{\"format\": \"csv\", \"paths\": \"d.csv\", \"label\": \"y\", "
        "\"shufle_buffer\": 4}",
-       "data.train.shufle_buffer: unknown key; did you mean shuffle_buffer?"},
+       "data.train.shufle_buffer: unknown key; did you mean \"shuffle_buffer\"?"},
       {"{\"format\": \"parquet\", \"paths\": \"d.csv\"}",
        "data.train.format: unknown format \"parquet\""},
       {"{\"format\": \"csv\", \"paths\": \"d.csv\", \"label\": \"y\", "
@@ -372,7 +372,7 @@ static void spec_errors(void **state) {
                    0);
   assert_int_equal(wk_input_check(&f->job, f->err, sizeof f->err),
                    TSR_ECONFIG);
-  assert_non_null(strstr(f->err, "data.evl: unknown key; did you mean eval?"));
+  assert_non_null(strstr(f->err, "data.evl: unknown key; did you mean \"eval\"?"));
   tsr_job_free(&f->job);
   assert_int_equal(tjob(f->dir,
                         "{\"data\": {\"train\": {\"format\": \"csv\", "
