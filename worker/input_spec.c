@@ -280,19 +280,13 @@ static int parse_dense(json_t *v, wk_input_spec *s, char *err,
     json_t *name = e;
     int64_t size = 1;
     if (json_is_object(e) && s->format == WK_FMT_TFRECORD) {
-      const char *k;
-      json_t *x;
-      json_object_foreach(e, k, x) {
-        if (strcmp(k, "name") && strcmp(k, "size") && strcmp(k, "decode"))
-          return tsr_errf(err, errlen, TSR_ECONFIG,
-                          "%s.features[%zu].%s: unknown key (name, "
-                          "size, decode)",
-                          w, i, k);
-      }
-      name = json_object_get(e, "name");
+      static const char *const keys[] = {"name", "size", "decode", NULL};
       char where2[64];
       snprintf(where2, sizeof where2, "%s.features[%zu]", w, i);
-      int rc = get_int(e, where2, "size", 1, 1 << 24, &size, err, errlen);
+      int rc = tsr_conf_check_keys(e, where2, keys, NULL, err, errlen);
+      if (rc) return rc;
+      name = json_object_get(e, "name");
+      rc = get_int(e, where2, "size", 1, 1 << 24, &size, err, errlen);
       if (rc) return rc;
       json_t *dec = json_object_get(e, "decode");
       if (dec) {
@@ -337,19 +331,13 @@ static int parse_sparse(json_t *v, wk_input_spec *s, char *err,
     json_t *e = json_array_get(v, i), *name = e;
     int64_t vocab = 0;
     if (json_is_object(e)) {
-      const char *k;
-      json_t *x;
-      json_object_foreach(e, k, x) {
-        if (strcmp(k, "name") && strcmp(k, "vocab"))
-          return tsr_errf(err, errlen, TSR_ECONFIG,
-                          "%s.sparse_features[%zu].%s: unknown key "
-                          "(name, vocab)",
-                          w, i, k);
-      }
-      name = json_object_get(e, "name");
+      static const char *const keys[] = {"name", "vocab", NULL};
       char where2[64];
       snprintf(where2, sizeof where2, "%s.sparse_features[%zu]", w, i);
-      int rc = get_int(e, where2, "vocab", 0, INT64_MAX, &vocab, err, errlen);
+      int rc = tsr_conf_check_keys(e, where2, keys, NULL, err, errlen);
+      if (rc) return rc;
+      name = json_object_get(e, "name");
+      rc = get_int(e, where2, "vocab", 0, INT64_MAX, &vocab, err, errlen);
       if (rc) return rc;
     }
     if (!json_is_string(name) || !json_string_value(name)[0])

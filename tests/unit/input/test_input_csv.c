@@ -351,6 +351,14 @@ static void spec_errors(void **state) {
       {"{\"format\": \"csv\", \"paths\": \"d.csv\", \"label\": \"y\", "
        "\"features\": [\"a\", \"y\"]}",
        "data.train.features[1]: \"y\" is the label"},
+      {"{\"format\": \"tfrecord\", \"paths\": \"d.csv\", \"label\": \"y\", "
+       "\"features\": [{\"name\": \"a\", \"sise\": 3}]}",
+       "data.train.features[0].sise: unknown key; did you mean \"size\"?"},
+      {"{\"format\": \"tfrecord\", \"paths\": \"d.csv\", \"label\": \"y\", "
+       "\"features\": [\"a\"], \"sparse_features\": [{\"name\": \"s\", "
+       "\"vocabulary\": 3}]}",
+       "data.train.sparse_features[0].vocabulary: unknown key (known: name, "
+       "vocab)"},
   };
   twrites(f->dir, "d.csv", "a,y\n1,2\n");
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
