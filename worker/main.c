@@ -15,6 +15,7 @@
 #include "chief/monitor/monitor.h"
 #include "common/cluster.h"
 #include "common/err.h"
+#include "common/fs.h"
 #include "common/job.h"
 #include "common/log.h"
 #include "worker/service.h"
@@ -146,9 +147,8 @@ static int run_standalone(const char *job_path, char **ovr,
     chief_metrics_job_info(mon.metrics, &job);
   }
   if (job.checkpoint_dir) {
-    if (mkdir(job.checkpoint_dir, 0777) && errno != EEXIST) {
-      tsr_error("--checkpoint-dir %s: %s", job.checkpoint_dir,
-                strerror(errno));
+    if (tsr_mkdir_p(job.checkpoint_dir, 0777, err, sizeof err)) {
+      tsr_error("--checkpoint-dir: %s", err);
       chief_metrics_close(mon.metrics);
       tsr_job_free(&job);
       return 2;

@@ -36,7 +36,7 @@ int chief_export_weights_h5(const char *out, const json_t *model,
   else if (ends(out, ".h5") || ends(out, ".hdf5"))
     layout = EK_H5_LEGACY;
   else
-    return chief__ek_fail(err, errlen, TSR_ECONFIG,
+    return tsr_errf(err, errlen, TSR_ECONFIG,
                           "%s: name the file NAME.weights.h5 (Keras 3 and "
                           "tf_keras's load_weights) or NAME.h5 (tf_keras's "
                           "legacy HDF5 layout)", out);
@@ -47,7 +47,7 @@ int chief_export_weights_h5(const char *out, const json_t *model,
   snprintf(tmp, sizeof tmp, "%s.tmp", out);
   if (!rc) rc = chief__h5_write(tmp, layout, p, err, errlen);
   if (!rc && rename(tmp, out) != 0)
-    rc = chief__ek_fail(err, errlen, -errno, "%s: %s", out, strerror(errno));
+    rc = tsr_errf(err, errlen, -errno, "%s: %s", out, strerror(errno));
   if (rc) unlink(tmp);
   chief__keras_plan_free(p);
   free(p);
@@ -89,7 +89,7 @@ int chief_export_input_stats(const char *path, const json_t *input,
       "x * scale + shift; variance is the population one; columns: the "
       "first feature of each model input"));
   if (json_dump_file(o, path, JSON_INDENT(1)) != 0)
-    rc = chief__ek_fail(err, errlen, TSR_EIO, "%s: cannot write", path);
+    rc = tsr_errf(err, errlen, TSR_EIO, "%s: cannot write", path);
   json_decref(o);
   return rc;
 }
@@ -135,7 +135,7 @@ int chief_export_keras(const char *out, const json_t *model,
     }
     if (f) fclose(f);
     if (!hl)
-      rc = chief__ek_fail(err, errlen, TSR_EIO, "%s: cannot read back", tmp);
+      rc = tsr_errf(err, errlen, TSR_EIO, "%s: cannot read back", tmp);
   }
   if (!rc) rc = chief_npz_open(&z, out, err, errlen);
   if (!rc) rc = chief_npz_add_file(z, "metadata.json", meta, strlen(meta),

@@ -25,7 +25,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FAIL(code, ...) chief__ek_fail(err, errlen, code, __VA_ARGS__)
 
 int chief__input_moments(const json_t *input, int64_t first, int64_t n,
                          json_t **mean, json_t **var, char *err,
@@ -34,11 +33,11 @@ int chief__input_moments(const json_t *input, int64_t first, int64_t n,
   const json_t *b = json_object_get(input, "shift");
   if (!json_is_array(a) || !json_is_array(b) ||
       json_array_size(a) != json_array_size(b))
-    return FAIL(TSR_ECONFIG, "manifest input: scale and shift must be lists "
+    return tsr_errf(err, errlen, TSR_ECONFIG, "manifest input: scale and shift must be lists "
                 "of one length");
   if (n < 0) n = (int64_t)json_array_size(a) - first;
   if (first < 0 || first + n > (int64_t)json_array_size(a))
-    return FAIL(TSR_ESHAPE, "manifest input: columns %lld..%lld are beyond "
+    return tsr_errf(err, errlen, TSR_ESHAPE, "manifest input: columns %lld..%lld are beyond "
                 "its %zu features", (long long)first,
                 (long long)(first + n - 1), json_array_size(a));
   *mean = json_array();
@@ -49,7 +48,7 @@ int chief__input_moments(const json_t *input, int64_t first, int64_t n,
     if (!(fabs(s) > 0)) {
       json_decref(*mean);
       json_decref(*var);
-      return FAIL(TSR_ECONFIG, "manifest input: feature %lld has scale 0",
+      return tsr_errf(err, errlen, TSR_ECONFIG, "manifest input: feature %lld has scale 0",
                   (long long)j);
     }
     json_array_append_new(*mean, json_real(t == 0 ? 0.0 : -t / s));
@@ -112,7 +111,7 @@ static json_t *normalization(const char *name, const json_t *shape,
     size *= dims[i];
   }
   if (r < 1 || r > 8 || size < 1) {
-    FAIL(TSR_ESHAPE, "model input '%s': its shape is unknown", name);
+    tsr_errf(err, errlen, TSR_ESHAPE, "model input '%s': its shape is unknown", name);
     return NULL;
   }
   json_t *mean, *var;
@@ -185,7 +184,7 @@ static int input_columns(const json_t *input, const ek_plan *p,
   int64_t off = 0;
   for (int i = 0; i < p->n_inputs; i++) {
     if (!p->input_shape[i])
-      return FAIL(TSR_ESHAPE, "model input '%s': no batch shape",
+      return tsr_errf(err, errlen, TSR_ESHAPE, "model input '%s': no batch shape",
                   p->inputs[i]);
     first[i] = off;
     off += shape_size(p->input_shape[i]);
@@ -204,7 +203,7 @@ static json_t *ref(const char *name) {
 static json_t *sequential(const json_t *model, const json_t *input,
                           const ek_plan *p, char *err, size_t errlen) {
   if (p->n_inputs < 1) {
-    FAIL(TSR_ESHAPE, "model: the input shape is unknown (no InputLayer or "
+    tsr_errf(err, errlen, TSR_ESHAPE, "model: the input shape is unknown (no InputLayer or "
          "batch_input_shape)");
     return NULL;
   }
@@ -293,6 +292,6 @@ json_t *chief__keras3_config(const json_t *model, const json_t *input,
                              const ek_plan *p, char *err, size_t errlen) {
   json_t *c = p->functional ? functional(model, input, p, err, errlen)
                             : sequential(model, input, p, err, errlen);
-  if (!c && !err[0]) FAIL(TSR_ENOMEM, "out of memory");
+  if (!c && !err[0]) tsr_errf(err, errlen, TSR_ENOMEM, "out of memory");
   return c;
 }

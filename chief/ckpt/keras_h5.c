@@ -23,7 +23,6 @@
 
 #include <hdf5.h>
 
-#define FAIL(code, ...) chief__ek_fail(err, errlen, code, __VA_ARGS__)
 
 /* ---- writing ------------------------------------------------------------ */
 
@@ -161,13 +160,13 @@ int chief__h5_write(const char *path, ek_h5_layout layout, const ek_plan *p,
                     char *err, size_t errlen) {
   H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
   hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-  if (f < 0) return FAIL(TSR_EIO, "%s: HDF5 cannot create the file", path);
+  if (f < 0) return tsr_errf(err, errlen, TSR_EIO, "%s: HDF5 cannot create the file", path);
   char gp[512] = "";
   int rc = layout == EK_H5_LEGACY ? write_legacy(f, p, gp, sizeof gp)
                                   : write_saving(f, p, gp, sizeof gp);
-  if (rc) FAIL(rc, "%s: HDF5 cannot write %s", path, gp);
+  if (rc) tsr_errf(err, errlen, rc, "%s: HDF5 cannot write %s", path, gp);
   if (H5Fclose(f) < 0 && !rc)
-    rc = FAIL(TSR_EIO, "%s: HDF5 cannot close the file", path);
+    rc = tsr_errf(err, errlen, TSR_EIO, "%s: HDF5 cannot close the file", path);
   return rc;
 }
 
@@ -180,7 +179,7 @@ static int get_dataset(hid_t at, const char *dp, const char *shown,
                  ? H5Dopen2(at, dp, H5P_DEFAULT)
                  : -1;
   if (ds < 0)
-    return FAIL(TSR_ENOTFOUND, "%s: no dataset %s for %s", shown, dp,
+    return tsr_errf(err, errlen, TSR_ENOTFOUND, "%s: no dataset %s for %s", shown, dp,
                 v->name);
   hid_t sp = H5Dget_space(ds);
   hsize_t dims[8];
@@ -198,11 +197,11 @@ static int get_dataset(hid_t at, const char *dp, const char *shown,
     for (int d = 0; d < v->rank; d++)
       snprintf(b + strlen(b), sizeof b - strlen(b), "%s%lld", d ? "x" : "",
                (long long)v->shape[d]);
-    rc = FAIL(TSR_ESHAPE, "%s: %s has shape %s, the model's %s is %s", shown,
+    rc = tsr_errf(err, errlen, TSR_ESHAPE, "%s: %s has shape %s, the model's %s is %s", shown,
               dp, same ? "?" : a, v->name, b);
   } else if (H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT,
                      (void *)v->data) < 0) {
-    rc = FAIL(TSR_EFORMAT, "%s: cannot read %s", shown, dp);
+    rc = tsr_errf(err, errlen, TSR_EFORMAT, "%s: cannot read %s", shown, dp);
   }
   H5Sclose(sp);
   H5Dclose(ds);
@@ -276,7 +275,7 @@ static int read_legacy(hid_t root, const char *shown, const ek_plan *p,
   char **names;
   size_t nn;
   if (get_strings(root, "layer_names", &names, &nn))
-    return FAIL(TSR_EFORMAT, "%s: not a Keras weights file (no layers group "
+    return tsr_errf(err, errlen, TSR_EFORMAT, "%s: not a Keras weights file (no layers group "
                 "and no layer_names attribute)", shown);
   /* the file's layers with weights, in order, against the model's */
   int model_k = 0, rc = 0;
@@ -286,7 +285,7 @@ static int read_legacy(hid_t root, const char *shown, const ek_plan *p,
                   ? H5Gopen2(root, names[i], H5P_DEFAULT)
                   : -1;
     if (g < 0) {
-      rc = FAIL(TSR_EFORMAT, "%s: layer_names lists %s, which the file does "
+      rc = tsr_errf(err, errlen, TSR_EFORMAT, "%s: layer_names lists %s, which the file does "
                 "not have", shown, names[i]);
       break;
     }
@@ -299,7 +298,7 @@ static int read_legacy(hid_t root, const char *shown, const ek_plan *p,
       if (model_k < p->n) {
         const ek_layer *el = &p->l[model_k++];
         if ((size_t)el->count != nw)
-          rc = FAIL(TSR_ESHAPE, "%s: layer %s has %zu weights, the model's "
+          rc = tsr_errf(err, errlen, TSR_ESHAPE, "%s: layer %s has %zu weights, the model's "
                     "layer %s (the same place in order) has %d", shown,
                     names[i], nw, el->name, el->count);
         for (int k = 0; !rc && k < el->count; k++)
@@ -313,7 +312,7 @@ static int read_legacy(hid_t root, const char *shown, const ek_plan *p,
   int model_layers = 0;
   for (int i = 0; i < p->n; i++) model_layers += p->l[i].count > 0;
   if (!rc && file_layers != (size_t)model_layers)
-    rc = FAIL(TSR_ESHAPE, "%s: the file has weights for %zu layers, the "
+    rc = tsr_errf(err, errlen, TSR_ESHAPE, "%s: the file has weights for %zu layers, the "
               "model has %d layers with weights", shown, file_layers,
               model_layers);
   free(names);
@@ -324,7 +323,7 @@ int chief__h5_read(const char *path, const char *shown, const ek_plan *p,
                    char *err, size_t errlen) {
   H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
   hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-  if (f < 0) return FAIL(TSR_EFORMAT, "%s: not an HDF5 file", shown);
+  if (f < 0) return tsr_errf(err, errlen, TSR_EFORMAT, "%s: not an HDF5 file", shown);
   const char *root = NULL;
   if (H5Lexists(f, "layers", H5P_DEFAULT) > 0) root = "layers";
   else if (H5Lexists(f, "_layer_checkpoint_dependencies", H5P_DEFAULT) > 0)

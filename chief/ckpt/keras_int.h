@@ -17,6 +17,7 @@
 #define TSR_CHIEF_KERAS_INT_H
 
 #include "chief/ckpt/export_keras.h"
+#include "common/err.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -87,8 +88,5 @@ int chief__h5_write(const char *path, ek_h5_layout layout, const ek_plan *p,
                     char *err, size_t errlen);
 int chief__h5_read(const char *path, const char *shown, const ek_plan *p,
                    char *err, size_t errlen);
-
-int chief__ek_fail(char *err, size_t errlen, int code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
 
 #endif

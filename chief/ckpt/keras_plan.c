@@ -21,15 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-int chief__ek_fail(char *err, size_t errlen, int code, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  return code;
-}
-#define FAIL(code, ...) chief__ek_fail(err, errlen, code, __VA_ARGS__)
-
 /* "(.)([A-Z][a-z]+)" -> "\1_\2", then "([a-z])([A-Z])" -> "\1_\2",
  * lower case. */
 void chief__keras_snake(const char *in, char *out, size_t len) {
@@ -94,14 +85,14 @@ static int plan_sequential(const json_t *model, ek_plan *p, char *err,
   const json_t *layers = json_object_get(cfg, "layers");
   if (!layers && json_is_array(cfg)) layers = cfg;
   if (!json_is_array(layers))
-    return FAIL(TSR_ECONFIG, "model: config.layers must be a list");
+    return tsr_errf(err, errlen, TSR_ECONFIG, "model: config.layers must be a list");
   ek_namer dn = {0};
   for (size_t i = 0; i < json_array_size(layers); i++) {
     const json_t *L = json_array_get(layers, i);
     const char *lc = json_string_value(json_object_get(L, "class_name"));
     const json_t *c = json_object_get(L, "config");
     if (!lc || !json_is_object(c))
-      return FAIL(TSR_ECONFIG, "model: layers[%zu] needs class_name and "
+      return tsr_errf(err, errlen, TSR_ECONFIG, "model: layers[%zu] needs class_name and "
                   "config", i);
     const json_t *shp = batch_shape(c);
     if (shp && !p->n_inputs) {
@@ -117,7 +108,7 @@ static int plan_sequential(const json_t *model, ek_plan *p, char *err,
       continue;
     }
     if (p->n == EK_MAX_LAYERS)
-      return FAIL(TSR_ERANGE, "model: over %d layers", EK_MAX_LAYERS);
+      return tsr_errf(err, errlen, TSR_ERANGE, "model: over %d layers", EK_MAX_LAYERS);
     ek_layer *el = &p->l[p->n];
     const char *nm = json_string_value(json_object_get(c, "name"));
     if (!nm) {
@@ -153,7 +144,7 @@ static int refs(const json_t *j, ek_layer *el, int depth, char *err,
   if (json_array_size(j) >= 3 && json_is_string(json_array_get(j, 0)) &&
       json_is_integer(json_array_get(j, 1))) {
     if (el->n_in == EK_MAX_IN)
-      return FAIL(TSR_ERANGE, "layer '%s': more than %d inputs", el->name,
+      return tsr_errf(err, errlen, TSR_ERANGE, "layer '%s': more than %d inputs", el->name,
                   EK_MAX_IN);
     el->in[el->n_in++] = json_string_value(json_array_get(j, 0));
     return 0;
@@ -177,11 +168,11 @@ static int io_names(const json_t *v, const char *key, const char **out,
     const char *s = json_string_value(json_array_get(json_array_get(v, i), 0));
     if (!s) break;
     if (*n == max)
-      return FAIL(TSR_ERANGE, "model: more than %d %s", max, key);
+      return tsr_errf(err, errlen, TSR_ERANGE, "model: more than %d %s", max, key);
     out[(*n)++] = s;
   }
   if (*n == 0)
-    return FAIL(TSR_ECONFIG, "model: config.%s must list [name, 0, 0] "
+    return tsr_errf(err, errlen, TSR_ECONFIG, "model: config.%s must list [name, 0, 0] "
                 "entries", key);
   return 0;
 }
@@ -203,7 +194,7 @@ static int find(const ek_scratch *s, const char *name) {
 static int walk(ek_walk *w, int k, char *err, size_t errlen) {
   if (w->state[k] == 2) return 0;
   if (w->state[k] == 1)
-    return FAIL(TSR_ECONFIG, "model: layer '%s' is part of a cycle",
+    return tsr_errf(err, errlen, TSR_ECONFIG, "model: layer '%s' is part of a cycle",
                 w->s->l[k].name);
   if (w->idx[k] < 0) w->idx[k] = w->counter++;
   w->state[k] = 1;
@@ -211,7 +202,7 @@ static int walk(ek_walk *w, int k, char *err, size_t errlen) {
   for (int i = 0; !el->input && i < el->n_in; i++) {
     int j = find(w->s, el->in[i]);
     if (j < 0)
-      return FAIL(TSR_ECONFIG, "layer '%s' reads layer '%s', which the model "
+      return tsr_errf(err, errlen, TSR_ECONFIG, "layer '%s' reads layer '%s', which the model "
                   "does not have", el->name, el->in[i]);
     int rc = walk(w, j, err, errlen);
     if (rc) return rc;
@@ -227,9 +218,9 @@ static int plan_functional(const json_t *model, ek_plan *p, ek_scratch *s,
   const json_t *layers = json_object_get(cfg, "layers");
   size_t nl = json_is_array(layers) ? json_array_size(layers) : 0;
   if (nl == 0)
-    return FAIL(TSR_ECONFIG, "model: config.layers must be a non-empty list");
+    return tsr_errf(err, errlen, TSR_ECONFIG, "model: config.layers must be a non-empty list");
   if (nl > EK_MAX_LAYERS)
-    return FAIL(TSR_ERANGE, "model: over %d layers", EK_MAX_LAYERS);
+    return tsr_errf(err, errlen, TSR_ERANGE, "model: over %d layers", EK_MAX_LAYERS);
   int rc;
   for (size_t i = 0; i < nl; i++) {
     const json_t *L = json_array_get(layers, i);
@@ -240,12 +231,12 @@ static int plan_functional(const json_t *model, ek_plan *p, ek_scratch *s,
     el->name = json_string_value(json_object_get(L, "name"));
     if (!el->name) el->name = json_string_value(json_object_get(c, "name"));
     if (!el->cls || !el->name || !json_is_object(c))
-      return FAIL(TSR_ECONFIG, "model: layers[%zu] needs name, class_name "
+      return tsr_errf(err, errlen, TSR_ECONFIG, "model: layers[%zu] needs name, class_name "
                   "and config", i);
     el->input = !strcmp(el->cls, "InputLayer");
     const json_t *ib = json_object_get(L, "inbound_nodes");
     if (!el->input && json_array_size(ib) != 1)
-      return FAIL(TSR_EUNSUPPORTED, "layer '%s': called %zu times (one call "
+      return tsr_errf(err, errlen, TSR_EUNSUPPORTED, "layer '%s': called %zu times (one call "
                   "per layer is supported)", el->name, json_array_size(ib));
     if (!el->input &&
         (rc = refs(json_array_get(ib, 0), el, 0, err, errlen)))
@@ -260,18 +251,18 @@ static int plan_functional(const json_t *model, ek_plan *p, ek_scratch *s,
                      outs, 2, &no, err, errlen)))
     return rc;
   if (no != 1)
-    return FAIL(TSR_EUNSUPPORTED, "model: %d outputs (one is supported)", no);
+    return tsr_errf(err, errlen, TSR_EUNSUPPORTED, "model: %d outputs (one is supported)", no);
   p->output = outs[0];
   for (int i = 0; i < p->n_inputs; i++) {
     int k = find(s, p->inputs[i]);
     if (k < 0 || !s->l[k].input)
-      return FAIL(TSR_ECONFIG, "model: input_layers names '%s', which is not "
+      return tsr_errf(err, errlen, TSR_ECONFIG, "model: input_layers names '%s', which is not "
                   "an InputLayer of the model", p->inputs[i]);
     p->input_shape[i] = batch_shape(json_object_get(s->l[k].obj, "config"));
   }
   int out = find(s, p->output);
   if (out < 0)
-    return FAIL(TSR_ECONFIG, "model: output_layers names '%s', which the "
+    return tsr_errf(err, errlen, TSR_ECONFIG, "model: output_layers names '%s', which the "
                 "model does not have", p->output);
   ek_walk *w = calloc(1, sizeof *w);
   if (!w) return TSR_ENOMEM;
@@ -326,7 +317,7 @@ int chief__keras_plan(const json_t *model, const chief_export_var *vars,
                       size_t n, ek_plan *p, char *err, size_t errlen) {
   memset(p, 0, sizeof *p);
   if (json_object_get(model, "builtin"))
-    return FAIL(TSR_EUNSUPPORTED,
+    return tsr_errf(err, errlen, TSR_EUNSUPPORTED,
                 "the built-in %s model has no Keras counterpart (its "
                 "embeddings pool bags of sparse ids, which Keras layers do "
                 "not): export it with --npz",
@@ -340,7 +331,7 @@ int chief__keras_plan(const json_t *model, const chief_export_var *vars,
   else if (cls && (!strcmp(cls, "Functional") || !strcmp(cls, "Model")))
     rc = plan_functional(model, p, s, err, errlen);
   else
-    rc = FAIL(TSR_EUNSUPPORTED, "model class %s: Keras files are written "
+    rc = tsr_errf(err, errlen, TSR_EUNSUPPORTED, "model class %s: Keras files are written "
               "for Sequential and Functional models (use --npz)",
               cls ? cls : "(none)");
   ek_namer nr = {0};
@@ -357,7 +348,7 @@ int chief__keras_plan(const json_t *model, const chief_export_var *vars,
       if (strncmp(vars[v].name, el->name, pl) || vars[v].name[pl] != '/')
         continue;
       if (p->n_order == n) {
-        rc = FAIL(TSR_ECONFIG, "model: two layers are named '%s'", el->name);
+        rc = tsr_errf(err, errlen, TSR_ECONFIG, "model: two layers are named '%s'", el->name);
         break;
       }
       p->order[p->n_order++] = &vars[v];
@@ -368,7 +359,7 @@ int chief__keras_plan(const json_t *model, const chief_export_var *vars,
     bool used = false;
     for (size_t k = 0; k < p->n_order; k++) used |= p->order[k] == &vars[v];
     if (!used)
-      rc = FAIL(TSR_ECONFIG, "variable %s belongs to no layer of the model",
+      rc = tsr_errf(err, errlen, TSR_ECONFIG, "variable %s belongs to no layer of the model",
                 vars[v].name);
   }
   if (rc) chief__keras_plan_free(p);
