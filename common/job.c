@@ -529,7 +529,8 @@ int tsr_job_parse(const char *text, const char *source, const char *base_dir,
       "model", "loss", "metrics", "optimizer", "data", "batch_size", "steps",
       "epochs", "steps_per_closure", "mode", "partitioner", "precision",
       "seed", "checkpoint", "logdir", "eval_every_steps", "name",
-      "description", "placement", NULL};
+      "description", "placement", "wire_precision", "prefetch_params",
+      NULL};
   if ((rc = tsr__check_keys(root, "", keys, emsg, sizeof emsg))) goto efail;
 
   json_t *v;
@@ -631,6 +632,33 @@ int tsr_job_parse(const char *text, const char *source, const char *base_dir,
     else {
       rc = tsr__jfail(emsg, sizeof emsg, TSR_ECONFIG,
                       "precision \"%s\" is not fp32, bf16 or fp16", p);
+      goto efail;
+    }
+  }
+  if ((v = json_object_get(root, "wire_precision"))) {
+    const char *p = json_is_string(v) ? json_string_value(v) : "";
+    if (strcmp(p, "fp32") == 0 || strcmp(p, "float32") == 0)
+      job->wire_precision = TSR_PREC_FP32;
+    else if (strcmp(p, "bf16") == 0 || strcmp(p, "bfloat16") == 0)
+      job->wire_precision = TSR_PREC_BF16;
+    else {
+      rc = tsr__jfail(emsg, sizeof emsg, TSR_ECONFIG,
+                      "wire_precision \"%s\" is not fp32 or bf16", p);
+      goto efail;
+    }
+  }
+  if ((v = json_object_get(root, "prefetch_params"))) {
+    if (!json_is_boolean(v)) {
+      rc = tsr__jfail(emsg, sizeof emsg, TSR_ECONFIG,
+                      "prefetch_params must be true or false");
+      goto efail;
+    }
+    job->prefetch_params = json_is_true(v);
+    if (job->prefetch_params && job->mode != TSR_MODE_ASYNC) {
+      rc = tsr__jfail(emsg, sizeof emsg, TSR_ECONFIG,
+                      "prefetch_params needs mode \"async\" (it computes "
+                      "each step with the values pulled during the one "
+                      "before: one more step of staleness)");
       goto efail;
     }
   }

@@ -61,6 +61,7 @@ struct ps_op {
   int64_t clock;            /* pulls: gate; fused: pull_clock */
   int64_t step;             /* push: sync step */
   int dtype;
+  int pull_dtype;           /* of the answered values (PS_DT_F32, _BF16) */
   size_t n_ids, n_pull;
   const uint8_t *payload;
   size_t payload_len;

@@ -488,11 +488,13 @@ static int64_t var_elems(const wk_exec *e, int v) {
 /* Points dp/dg at the parameters: the caller's on the CPU, uploaded
  * copies on a GPU (sparse buffers grown to the batch's rows). */
 static int bind_params(wk_exec *e, float *const *params, float *const *grads,
-                       bool resident) {
+                       bool resident, const wk_run_opts *o) {
   const wk_model *m = e->m;
   int rc;
   for (int v = 0; v < m->n_vars; v++) {
     int64_t ne = var_elems(e, v);
+    if (!e->host && o->param_need && (rc = o->param_need(o->hook_arg, v)))
+      return rc;
     if (e->host) {
       e->dp[v] = params[v];
       e->dg[v] = grads ? grads[v] : NULL;
@@ -522,6 +524,16 @@ static int bind_params(wk_exec *e, float *const *params, float *const *grads,
 
 #define CK(x) do { if ((rc = (x))) return rc; } while (0)
 
+/* The overlap hooks, on the CPU only (a GPU run calls them around its
+ * uploads and downloads). */
+static int need(const wk_exec *e, const wk_run_opts *o, int v) {
+  return e->host && o->param_need && v >= 0 ? o->param_need(o->hook_arg, v)
+                                            : 0;
+}
+static void ready(const wk_exec *e, const wk_run_opts *o, int v) {
+  if (e->host && o->grad_ready && v >= 0) o->grad_ready(o->hook_arg, v);
+}
+
 static int forward(wk_exec *e, const wk_run_opts *o) {
   const wk_model *m = e->m;
   kern_ctx *c = e->ctx;
@@ -530,6 +542,7 @@ static int forward(wk_exec *e, const wk_run_opts *o) {
   for (int s = 0; s < e->n_sp; s++) {
     wk_splan *p = &e->sp[s];
     const wk_embed *em = &m->emb[p->first_emb];
+    CK(need(e, o, p->var));
     if (p->wide)
       CK(kern_embed_gather(c, e->dp[p->var], 1, p->d_idx, p->d_bag_off, n,
                            KERN_POOL_SUM, e->wide, 1, 0));
@@ -544,6 +557,8 @@ static int forward(wk_exec *e, const wk_run_opts *o) {
   for (int l = 0; l < m->n_layers; l++) {
     const wk_layer *ly = &m->layers[l];
     if (ly->kind == WK_L_DENSE) {
+      CK(need(e, o, ly->var_w));
+      CK(need(e, o, ly->var_b));
       const float *W = e->dp[ly->var_w];
       if (l == 0) {
         if (e->xw)
@@ -576,7 +591,7 @@ static int forward(wk_exec *e, const wk_run_opts *o) {
   return 0;
 }
 
-static int backward(wk_exec *e) {
+static int backward(wk_exec *e, const wk_run_opts *o) {
   const wk_model *m = e->m;
   kern_ctx *c = e->ctx;
   int64_t n = e->n;
@@ -616,6 +631,8 @@ static int backward(wk_exec *e) {
       }
       if (ly->var_b >= 0)
         CK(kern_col_sum(c, dz, n, ly->out, 0.0f, e->dg[ly->var_b]));
+      ready(e, o, ly->var_w);
+      ready(e, o, ly->var_b);
     } else if (ly->kind == WK_L_ACTIVATION) {
       CK(kern_act_grad(c, g, in, e->y[l], din, n, ly->out, ly->act,
                        ly->alpha));
@@ -639,6 +656,7 @@ static int backward(wk_exec *e) {
       CK(kern_embed_scatter(c, e->demb, m->emb_width, em->out_off, p->dim,
                             p->d_occ_off, p->d_occ_bag, p->d_occ_w,
                             p->n_uniq, e->dg[p->var]));
+    ready(e, o, p->var);
   }
   return 0;
 }
@@ -649,18 +667,21 @@ int wk_exec_run(wk_exec *e, float *const *params, float *const *grads,
   int rc;
   if (!e->b) return TSR_EINVAL;
   if (o->train && !grads && !o->keep_on_device) return TSR_EINVAL;
-  CK(bind_params(e, params, o->train ? grads : NULL, o->params_resident));
+  CK(bind_params(e, params, o->train ? grads : NULL, o->params_resident, o));
   CK(forward(e, o));
   int last = m->n_layers - 1;
   const float *pl = m->fused ? e->z[last] : e->y[last];
   CK(kern_loss_eval(e->ctx, m->loss, pl, e->lab, e->n, m->out_dim,
                     o->grad_scale, e->exl, o->train ? e->dlast : NULL));
-  if (o->train) CK(backward(e));
+  if (o->train) CK(backward(e, o));
   CK(kern_download(e->ctx, e->hloss, e->exl, (size_t)e->n * sizeof(float)));
   CK(kern_download(e->ctx, e->hpred, e->y[last],
                    (size_t)(e->n * m->out_dim) * sizeof(float)));
-  if (o->train && !o->keep_on_device && !e->host)
+  if (o->train && !o->keep_on_device && !e->host) {
     CK(wk_exec_fetch_grads(e, grads));
+    for (int v = 0; o->grad_ready && v < m->n_vars; v++)
+      o->grad_ready(o->hook_arg, v);
+  }
   double s = 0;
   for (int64_t i = 0; i < e->n; i++) s += e->hloss[i];
   r->loss_sum = s;
