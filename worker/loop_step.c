@@ -79,9 +79,9 @@ static int take_ids(wk_run *r, char *err, size_t errlen) {
     int rc = wk_exec_rows(r->ex, (int)v, &ids, &n);
     if (rc) return fail(err, errlen, rc, "%s: no row list", r->vars[v].name);
     int64_t have = r->cap_rows[v];
-    /* the buffers move: this step's push of them must be done */
-    if ((n > have || !r->ids_nxt[v]) &&
-        (rc = wk__xfer_wait_var_push(r, (int)v)))
+    /* ids_nxt was the last step's push's ids, and the buffers may move:
+     * that push must be done (the forward pass waited for it already) */
+    if ((rc = wk__xfer_wait_var_push(r, (int)v)))
       return fail(err, errlen, rc, "%s", r->xs.err);
     if ((rc = grow_rows(r, v, n, err, errlen))) return rc;
     if (n > have || !r->ids_nxt[v]) {
@@ -198,10 +198,10 @@ static int compute(wk_run *r, int k, const wk_batch *b, uint64_t seed,
   ro.grad_scale = 1.0f / (float)b->n;
   ro.seed = seed;
   wk__xfer_hooks(r, &ro, k, r->clock);
-  double w0 = r->xs.wait_pull_s, t0 = tsr_now_s();
+  double w0 = r->xs.wait_pull_s + r->xs.wait_push_s, t0 = tsr_now_s();
   int rc = wk_exec_run(r->ex, wk__set_param(r, k), wk__set_grad(r, k), &ro,
                        res);
-  double waited = r->xs.wait_pull_s - w0;
+  double waited = r->xs.wait_pull_s + r->xs.wait_push_s - w0;
   o->compute_s += tsr_now_s() - t0 - waited;
   o->push_s += waited; /* the network share: blocked on the PS */
   if (!rc && r->xs.rc) rc = r->xs.rc; /* a push the client refused */
@@ -267,15 +267,10 @@ int wk__run_closure(wk_svc *s, wk_run *r, wk_job *j) {
     r->xs.max_step = -1;
     r->xs.min_step = INT64_MAX;
     r->xs.pushed = false;
-    double wp0 = r->xs.wait_push_s;
-    if (r->prefetch) {
-      /* the next step's values, pulled while this one computes; its
-       * gradients go from the set whose pushes were sent two steps ago */
-      if (i + 1 < q->steps &&
-          (rc = wk__xfer_pull(r, nk, r->clock + 1, true, false)))
-        goto xfail;
-      if ((rc = wk__xfer_wait_pushes(r, k, true, false))) goto xfail;
-    }
+    /* prefetch: the next step's values, pulled while this one computes */
+    if (r->prefetch && i + 1 < q->steps &&
+        (rc = wk__xfer_pull(r, nk, r->clock + 1, true, false)))
+      goto xfail;
     wk_run_result res;
     rc = compute(r, k, b,
                  r->job.seed ^ (uint64_t)(q->first_step + i) *
@@ -302,12 +297,16 @@ int wk__run_closure(wk_svc *s, wk_run *r, wk_job *j) {
         goto out;
     }
     /* The next step's values, first layer first (prefetch: the rows
-     * only), then the wait for this step's pushes. */
+     * only); this step's pushes are waited for as the next forward pass
+     * reaches each variable, the last step's here. */
     if (more && (rc = wk__xfer_pull(r, nk, r->clock + 1, !r->prefetch, true)))
       goto xfail;
-    rc = wk__xfer_wait_pushes(r, k, !r->prefetch, true);
-    o->push_s += r->xs.wait_push_s - wp0;
-    WK_TRACE(more ? "push + pull" : "push");
+    if (!more) {
+      double wp0 = r->xs.wait_push_s;
+      rc = wk__xfer_wait_pushes(r, k, true, true);
+      o->push_s += r->xs.wait_push_s - wp0;
+    }
+    WK_TRACE(more ? "pull" : "push");
     if (rc) goto xfail;
     if (r->xs.max_step >= 0 && r->job.mode == TSR_MODE_ASYNC &&
         r->xs.max_step > pulled_step + 1) {

@@ -6,11 +6,14 @@
  * backward pass pushes each variable's gradient as soon as it is final
  * (grad_ready hook, last layer first), and once the next batch is
  * prepared the next step's pulls go out in model order, so the next
- * forward starts as soon as its first layer has arrived. With
+ * forward starts as soon as its first layer has arrived. A push is
+ * waited for only when the next forward pass reaches its variable (just
+ * before the backward pass would write its buffer again), and a
+ * row-sparse variable's before its id buffers are reused. With
  * prefetch_params (async) the next step's dense values are pulled into a
  * second set of buffers at the start of this step, while it computes:
- * steps alternate between the two sets and the pushes of a set are waited
- * for only before its gradients are written again, two steps later.
+ * steps alternate between the two sets, each with its own tickets
+ * (row-sparse variables keep one set).
  * Every request carries the closure's count of lost connections, so a PS
  * that went away and came back mid-closure fails the calls at issue.
  * Failure modes: a refused submission or a failed ticket records the
@@ -37,6 +40,12 @@ float *const *wk__set_grad(wk_run *r, int k) {
 
 static bool sparse_var(const wk_run *r, int v) {
   return r->vars[v].kind == WK_VAR_ROW_SPARSE;
+}
+
+/* The ticket slot of variable v for set k: row-sparse variables have one
+ * set of buffers, so one slot. */
+static int slot(const wk_run *r, int v, int k) {
+  return sparse_var(r, v) ? 0 : k;
 }
 
 static void note_fail(wk_run *r, int rc, const char *msg) {
@@ -146,7 +155,7 @@ int wk__xfer_pull(wk_run *r, int k, int64_t clock, bool dense,
     ps_kv_request q = {.kind = PS_KV_PULL, .items = &it, .n_items = 1,
                        .clock = clock, .flags = check_flags(),
                        .losses = r->losses};
-    ps_ticket *t = &r->xf[v].pull[k];
+    ps_ticket *t = &r->xf[v].pull[slot(r, (int)v, k)];
     if (*t) { /* never two pulls into one buffer */
       int rc = wk__xfer_wait(r, t, false, r->vars[v].name);
       if (rc) return rc;
@@ -166,7 +175,8 @@ int wk__xfer_pull(wk_run *r, int k, int64_t clock, bool dense,
 int wk__xfer_wait_pulls(wk_run *r, int k) {
   int first = 0;
   for (size_t v = 0; v < r->n_vars; v++) {
-    int rc = wk__xfer_wait(r, &r->xf[v].pull[k], false, r->vars[v].name);
+    int rc = wk__xfer_wait(r, &r->xf[v].pull[slot(r, (int)v, k)], false,
+                           r->vars[v].name);
     if (rc && !first) first = rc;
   }
   return first;
@@ -176,7 +186,8 @@ int wk__xfer_wait_pushes(wk_run *r, int k, bool dense, bool sparse) {
   int first = 0;
   for (size_t v = 0; v < r->n_vars; v++) {
     if (sparse_var(r, (int)v) ? !sparse : !dense) continue;
-    int rc = wk__xfer_wait(r, &r->xf[v].push[k], true, r->vars[v].name);
+    int rc = wk__xfer_wait(r, &r->xf[v].push[slot(r, (int)v, k)], true,
+                           r->vars[v].name);
     if (rc && !first) first = rc;
   }
   return first;
@@ -201,10 +212,16 @@ int wk__xfer_drain(wk_run *r) {
 
 /* ---- the compute hooks ---------------------------------------------------*/
 
+/* Before the forward pass reads v: its values, and the end of the last
+ * push from the gradient buffer the backward pass is about to write (on
+ * the same connections, that push was answered before this pull, so it
+ * costs no wait of its own). */
 static int hook_need(void *arg, int v) {
   wk_run *r = arg;
-  return wk__xfer_wait(r, &r->xf[v].pull[r->hook_set], false,
-                       r->vars[v].name);
+  int k = slot(r, v, r->hook_set);
+  int rc = wk__xfer_wait(r, &r->xf[v].pull[k], false, r->vars[v].name);
+  if (!rc) rc = wk__xfer_wait(r, &r->xf[v].push[k], true, r->vars[v].name);
+  return rc;
 }
 
 static void hook_ready(void *arg, int v) {
@@ -219,7 +236,7 @@ static void hook_ready(void *arg, int v) {
   ps_kv_request q = {.kind = PS_KV_PUSH, .items = &it, .n_items = 1,
                      .step = r->hook_step, .flags = check_flags(),
                      .losses = r->losses};
-  int rc = ps_kv_submit(r->kv, &q, &r->xf[v].push[k]);
+  int rc = ps_kv_submit(r->kv, &q, &r->xf[v].push[slot(r, v, k)]);
   if (!rc) r->xs.pushed = true;
   if (rc) {
     char msg[WK_ERR_MAX];
