@@ -197,8 +197,8 @@ int ps_client_create(ps_client *c, const ps_var_spec *specs, size_t n,
   int rc = TSR_ENOMEM;
   if (!v || !vp || !in || !o || !shapes) goto out;
   for (size_t i = 0; i < n; i++) {
-    ps__spec_to_proto(&specs[i], &v[i], &in[i], &o[i],
-                      &shapes[i * PS_MAX_RANK]);
+    ps__client_spec_to_proto(&specs[i], &v[i], &in[i], &o[i],
+                             &shapes[i * PS_MAX_RANK]);
     vp[i] = &v[i];
   }
   m.n_vars = n;

@@ -8,10 +8,10 @@
 #include "ps/client.h"
 
 /* Fills `v` (and the caller-provided sub-messages) from a spec; strings
- * point into the spec (spec.c). */
-void ps__spec_to_proto(const ps_var_spec *s, Tessera__Ps__VarSpec *v,
-                       Tessera__Ps__Initializer *in, Tessera__Ps__Optimizer *o,
-                       int64_t *shape_buf);
+ * point into the spec (client_spec.c). */
+void ps__client_spec_to_proto(const ps_var_spec *s, Tessera__Ps__VarSpec *v,
+                              Tessera__Ps__Initializer *in,
+                              Tessera__Ps__Optimizer *o, int64_t *shape_buf);
 
 /* Widens n bfloat16 values held in the first 2n bytes of buf into n
  * float32 in place (bf16.c). */
