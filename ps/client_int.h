@@ -11,7 +11,9 @@
  * point into the spec (client_spec.c). */
 void ps__client_spec_to_proto(const ps_var_spec *s, Tessera__Ps__VarSpec *v,
                               Tessera__Ps__Initializer *in,
-                              Tessera__Ps__Optimizer *o, int64_t *shape_buf);
+                              Tessera__Ps__Optimizer *o,
+                              Tessera__Ps__LrSchedule *sched,
+                              int64_t *shape_buf);
 
 /* Widens n bfloat16 values held in the first 2n bytes of buf into n
  * float32 in place (bf16.c). */

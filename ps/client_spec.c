@@ -48,10 +48,36 @@ int ps_var_spec_init(ps_var_spec *s, const char *name, int rank,
   return 0;
 }
 
+static void sp_schedule_to_proto(const tsr_lr_schedule *s,
+                                 Tessera__Ps__LrSchedule *p) {
+  tessera__ps__lr_schedule__init(p);
+  p->kind = (char *)tsr_lr_schedule_name(s->kind);
+  p->initial = s->initial;
+  p->decay_steps = s->decay_steps;
+  p->decay_rate = s->decay_rate;
+  p->staircase = s->staircase;
+  p->alpha = s->alpha;
+  p->warmup = s->warmup;
+  p->warmup_target = s->warmup_target;
+  p->warmup_steps = s->warmup_steps;
+  p->t_mul = s->t_mul;
+  p->m_mul = s->m_mul;
+  p->end_lr = s->end_lr;
+  p->power = s->power;
+  p->cycle = s->cycle;
+  if (s->kind == TSR_LR_PIECEWISE) {
+    p->n_boundaries = (size_t)s->n_boundaries;
+    p->boundaries = (double *)s->boundaries;
+    p->n_values = (size_t)s->n_boundaries + 1;
+    p->values = (double *)s->values;
+  }
+}
 
 void ps__client_spec_to_proto(const ps_var_spec *s, Tessera__Ps__VarSpec *v,
                               Tessera__Ps__Initializer *in,
-                              Tessera__Ps__Optimizer *o, int64_t *shape_buf) {
+                              Tessera__Ps__Optimizer *o,
+                              Tessera__Ps__LrSchedule *sched,
+                              int64_t *shape_buf) {
   tessera__ps__var_spec__init(v);
   tessera__ps__initializer__init(in);
   tessera__ps__optimizer__init(o);
@@ -67,6 +93,7 @@ void ps__client_spec_to_proto(const ps_var_spec *s, Tessera__Ps__VarSpec *v,
   v->rows = s->rows;
   v->seed = s->seed;
   v->dtype = (char *)"float32";
+  if (s->init_path[0]) v->init_path = (char *)s->init_path;
   in->name = (char *)kern_init_name(s->init.kind);
   in->a = s->init.a;
   in->b = s->init.b;
@@ -88,5 +115,13 @@ void ps__client_spec_to_proto(const ps_var_spec *s, Tessera__Ps__VarSpec *v,
   o->l2 = s->optim.l2;
   o->l2_shrinkage = s->optim.l2_shrinkage;
   o->beta = s->optim.beta;
+  o->weight_decay = s->optim.weight_decay;
+  o->clipnorm = s->optim.clipnorm;
+  o->global_clipnorm = s->optim.global_clipnorm;
+  o->clipvalue = s->optim.clipvalue;
+  if (s->optim.schedule.kind != TSR_LR_CONSTANT) {
+    sp_schedule_to_proto(&s->optim.schedule, sched);
+    o->schedule = sched;
+  }
   v->optimizer = o;
 }

@@ -67,6 +67,8 @@ struct wk_run {
   ps_kv *kv;                 /* the service's PS client */
   ps_dtype wire;             /* job's wire_precision */
   bool prefetch;             /* job's prefetch_params */
+  bool defer_push;           /* clipnorm / global_clipnorm: the gradient
+                                is clipped whole before any push */
   int cur;                   /* the set the next compute runs on */
   wk_var_xfer *xf;           /* per variable */
   wk_xstat xs;
@@ -101,6 +103,9 @@ int wk__xfer_wait_pushes(wk_run *r, int k, bool dense, bool sparse);
 /* Waits for variable v's pushes from either set (before its row buffers
  * move). */
 int wk__xfer_wait_var_push(wk_run *r, int v);
+/* Pushes every variable's gradient from set k, last variable first (when
+ * the pushes wait for the whole gradient). */
+int wk__xfer_push_all(wk_run *r, int k, int64_t step);
 /* Waits for every ticket still open; the first failure. */
 int wk__xfer_drain(wk_run *r);
 /* Sets the compute hooks for set k, pushing with `step`. */

@@ -80,6 +80,8 @@ int wk__xfer_configure(wk_svc *s, wk_run *r, char *err, size_t errlen) {
   }
   r->wire = r->job.wire_precision == TSR_PREC_BF16 ? PS_DT_BF16 : PS_DT_F32;
   r->prefetch = r->job.prefetch_params && r->job.mode == TSR_MODE_ASYNC;
+  r->defer_push = r->job.optimizer.clipnorm > 0 ||
+                  r->job.optimizer.global_clipnorm > 0;
   ps_kv_config c = {.worker = r->worker_index,
                     .hold = r->job.mode != TSR_MODE_ASYNC,
                     .wire = r->wire,
@@ -224,9 +226,7 @@ static int hook_need(void *arg, int v) {
   return rc;
 }
 
-static void hook_ready(void *arg, int v) {
-  wk_run *r = arg;
-  int k = r->hook_set;
+static void push_var(wk_run *r, int v, int k) {
   ps_kv_item it = {.var = v, .grad = wk__set_grad(r, k)[v]};
   if (sparse_var(r, v)) {
     it.grad = r->grad[v];
@@ -244,6 +244,17 @@ static void hook_ready(void *arg, int v) {
              r->vars[v].name, tsr_strerror(rc));
     note_fail(r, rc, msg);
   }
+}
+
+static void hook_ready(void *arg, int v) {
+  wk_run *r = arg;
+  if (!r->defer_push) push_var(r, v, r->hook_set);
+}
+
+int wk__xfer_push_all(wk_run *r, int k, int64_t step) {
+  r->hook_step = step;
+  for (size_t v = r->n_vars; v-- > 0;) push_var(r, (int)v, k);
+  return r->xs.rc;
 }
 
 void wk__xfer_hooks(wk_run *r, wk_run_opts *ro, int k, int64_t step) {

@@ -68,14 +68,29 @@ typedef struct {
   int64_t *ids[2], *offs[2];
 } fx;
 
-static void fx_up(fx *f) {
+/* A Sequential model with an l2-regularized kernel (its gradient is final
+ * only after the regularizers) and BatchNormalization (gamma, beta and the
+ * moving statistics). */
+static const char *reg_bn_json =
+    "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"s\", "
+    "\"layers\": [{\"class_name\": \"InputLayer\", \"config\": "
+    "{\"batch_input_shape\": [null, 3], \"name\": \"in\"}}, "
+    "{\"class_name\": \"Dense\", \"config\": {\"name\": \"dense\", "
+    "\"units\": 5, \"activation\": \"relu\", \"kernel_regularizer\": "
+    "{\"class_name\": \"L2\", \"config\": {\"l2\": 0.01}}}}, "
+    "{\"class_name\": \"BatchNormalization\", \"config\": {\"name\": "
+    "\"bn\"}}, {\"class_name\": \"Dense\", \"config\": {\"name\": "
+    "\"dense_1\", \"units\": 1}}]}}";
+
+static void fx_up_json(fx *f, const char *json, int n_sparse) {
   memset(f, 0, sizeof *f);
   char err[512];
   json_error_t je;
-  json_t *j = json_loads(model_json, 0, &je);
+  json_t *j = json_loads(json, 0, &je);
   assert_non_null(j);
-  assert_int_equal(wk_model_build(j, "binary_crossentropy", NULL, 0, NULL,
-                                  &f->m, err, sizeof err), 0);
+  if (wk_model_build(j, "binary_crossentropy", NULL, 0, NULL, &f->m, err,
+                     sizeof err))
+    fail_msg("model: %s", err);
   json_decref(j);
   kern_opts ko = {.device = KERN_DEVICE_CPU};
   assert_int_equal(kern_open(&ko, &f->c, err, sizeof err), 0);
@@ -89,7 +104,7 @@ static void fx_up(fx *f) {
   f->b.y = f->y;
   for (int i = 0; i < 24; i++) f->x[i] = (float)((i * 7) % 11) / 11.0f - 0.5f;
   for (int i = 0; i < 8; i++) f->y[i] = (float)(i % 2);
-  f->b.n_sparse = 2;
+  f->b.n_sparse = n_sparse;
   for (int i = 0; i <= 8; i++) f->offa[i] = f->offb[i] = i; /* one id each */
   for (int i = 0; i < 8; i++) {
     f->ida[i] = (i * 3) % 5;
@@ -115,6 +130,8 @@ static void fx_up(fx *f) {
       f->p[v][i] = (float)((i * 13 + (int64_t)v * 5) % 17) / 17.0f - 0.45f;
   }
 }
+
+static void fx_up(fx *f) { fx_up_json(f, model_json, 2); }
 
 static void fx_down(fx *f) {
   for (size_t v = 0; v < f->nv; v++) {
@@ -217,9 +234,38 @@ static void need_failure_stops(void **state) {
   fx_down(&f);
 }
 
+/* Every gradient is announced once, final (a regularized kernel only
+ * after its regularizer, BatchNormalization's variables after its node). */
+static void regularized_and_bn(void **state) {
+  (void)state;
+  fx f;
+  fx_up_json(&f, reg_bn_json, 0);
+  rec r;
+  memset(&r, 0, sizeof r);
+  r.grads = f.g;
+  r.fail_var = -1;
+  memcpy(r.elems, f.elems, sizeof r.elems);
+  wk_run_opts o = {.train = true, .grad_scale = 1.0f / 8, .seed = 1,
+                   .param_need = on_need, .grad_ready = on_ready,
+                   .hook_arg = &r};
+  wk_run_result res;
+  assert_int_equal(wk_exec_run(f.e, f.p, f.g, &o, &res), 0);
+  int readies[NV_MAX] = {0};
+  for (int i = 0; i < r.n; i++)
+    if (r.kind[i] == 'r') readies[r.var[i]]++;
+  for (size_t v = 0; v < f.nv; v++) {
+    assert_int_equal(readies[v], 1);
+    assert_memory_equal(r.snap[v], f.g[v],
+                        (size_t)f.elems[v] * sizeof(float));
+    free(r.snap[v]);
+  }
+  fx_down(&f);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(hook_order),
+      cmocka_unit_test(regularized_and_bn),
       cmocka_unit_test(need_failure_stops),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
