@@ -660,10 +660,12 @@ int ps_kv_submit(ps_kv *kv, const ps_kv_request *q, ps_ticket *ticket) {
     c->wire = wire;
     c->flags = q->flags;
     c->losses = q->losses;
-    if (c->grad_f32 || c->grad_floats) {
+    if (c->grad_floats == 0) {
+      c->grad = NULL; /* a push of no rows: no payload */
+    } else {
       if (wire == PS_DT_BF16) {
         uint16_t *d = buf->data + at;
-        if (c->grad_floats) ps_bf16_from_f32(d, c->grad_f32, c->grad_floats);
+        ps_bf16_from_f32(d, c->grad_f32, c->grad_floats);
         c->grad = d;
         at += c->grad_floats;
       }

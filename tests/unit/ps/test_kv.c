@@ -351,6 +351,13 @@ static void bf16_wire(void **state) {
   assert_int_equal(ps_kv_push_pull(f.kv, &pe, 1, 1, &t), 0);
   wait_ok(&f, t);
   assert_true(fabsf(e[0] + 0.3f) < 0.3f / 128 && fabsf(e[1] - 0.7f) < 0.7f / 128);
+  /* a push of no rows at all (a batch that touched none): nothing to
+   * convert, every shard still told */
+  ps_kv_item none = {.var = 2, .grad = ge, .ids = &id, .n_ids = 0};
+  assert_int_equal(ps_kv_push(f.kv, &none, 1, 2, &t), 0);
+  assert_int_equal(ps_kv_wait(f.kv, t, &r), 0);
+  assert_int_equal(r.bytes_out, 0);
+  assert_int_equal(r.max_step, 2);
   fx_down(&f);
 }
 
