@@ -158,23 +158,11 @@ static void free_vars(kv_var *v, int n) {
   free(v);
 }
 
-static int cfg_fail(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int cfg_fail(char *err, size_t errlen, const char *fmt, ...) {
-  if (err && errlen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return TSR_EINVAL;
-}
-
 static int copy_vars(const ps_kv_config *c, int n_ps, kv_var **out,
                      char *err, size_t errlen) {
   *out = NULL;
   if (c->n_vars < 0 || c->n_vars > PS_KV_MAX_VARS || (c->n_vars && !c->vars))
-    return cfg_fail(err, errlen, "layout: %d variables (at most %d)",
+    return tsr_errf(err, errlen, TSR_EINVAL, "layout: %d variables (at most %d)",
                     c->n_vars, PS_KV_MAX_VARS);
   kv_var *v = calloc((size_t)(c->n_vars ? c->n_vars : 1), sizeof *v);
   if (!v) return TSR_ENOMEM;
@@ -184,7 +172,7 @@ static int copy_vars(const ps_kv_config *c, int n_ps, kv_var **out,
     if (!s->name || strlen(s->name) >= PS_NAME_MAX || s->rows < 1 ||
         s->row_dim < 1 || s->n_shards < 1 || !s->shards) {
       free_vars(v, c->n_vars);
-      return cfg_fail(err, errlen, "layout: variable %d (%.64s): needs a "
+      return tsr_errf(err, errlen, TSR_EINVAL, "layout: variable %d (%.64s): needs a "
                       "name, rows >= 1, row_dim >= 1 and shards", i, name);
     }
     int64_t next = 0;
@@ -192,7 +180,7 @@ static int copy_vars(const ps_kv_config *c, int n_ps, kv_var **out,
       const ps_kv_shard *h = &s->shards[k];
       if (h->ps < 0 || h->ps >= n_ps || h->row0 != next || h->rows < 1) {
         free_vars(v, c->n_vars);
-        return cfg_fail(err, errlen, "layout: %s shard %d: rows [%lld, "
+        return tsr_errf(err, errlen, TSR_EINVAL, "layout: %s shard %d: rows [%lld, "
                         "+%lld) on ps:%d (rows from %lld expected, %d PS)",
                         name, h->shard, (long long)h->row0,
                         (long long)h->rows, h->ps, (long long)next, n_ps);
@@ -201,7 +189,7 @@ static int copy_vars(const ps_kv_config *c, int n_ps, kv_var **out,
     }
     if (next != s->rows) {
       free_vars(v, c->n_vars);
-      return cfg_fail(err, errlen, "layout: %s: shards cover %lld of %lld "
+      return tsr_errf(err, errlen, TSR_EINVAL, "layout: %s: shards cover %lld of %lld "
                       "rows", name, (long long)next, (long long)s->rows);
     }
     v[i].name = strdup(s->name);
@@ -223,7 +211,7 @@ static int copy_vars(const ps_kv_config *c, int n_ps, kv_var **out,
 int ps_kv_configure(ps_kv *kv, const ps_kv_config *cfg, char *err,
                     size_t errlen) {
   if (!cfg || (cfg->wire != PS_DT_F32 && cfg->wire != PS_DT_BF16))
-    return cfg_fail(err, errlen, "wire dtype %d: float32 (0) or bfloat16 "
+    return tsr_errf(err, errlen, TSR_EINVAL, "wire dtype %d: float32 (0) or bfloat16 "
                     "(1)", cfg ? (int)cfg->wire : -1);
   kv_var *v;
   int rc = copy_vars(cfg, kv->n_ps, &v, err, errlen);

@@ -34,16 +34,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int fail(char *err, size_t len, int code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int fail(char *err, size_t len, int code, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, len, fmt, ap);
-  va_end(ap);
-  return code;
-}
-
 static bool stopping(wk_svc *s) {
   pthread_mutex_lock(&s->mu);
   bool st = s->stop;
@@ -89,10 +79,10 @@ static int metric_answer(wk_run *r, wk_job *j, wk_metrics *mt, double *loss,
   j->values = calloc((size_t)(nm ? nm : 1), sizeof(double));
   j->names = calloc((size_t)(nm ? nm : 1), sizeof(char *));
   if (!j->values || !j->names)
-    return fail(err, errlen, TSR_ENOMEM, "out of memory for metrics");
+    return tsr_errf(err, errlen, TSR_ENOMEM, "out of memory for metrics");
   for (int i = 0; i < nm; i++)
     if (!(j->names[i] = strdup(wk_model_metric_name(r->model, i))))
-      return fail(err, errlen, TSR_ENOMEM, "out of memory for metrics");
+      return tsr_errf(err, errlen, TSR_ENOMEM, "out of memory for metrics");
   j->n_names = nm;
   double l;
   wk_metrics_result(mt, loss ? loss : &l, j->values);
@@ -153,8 +143,8 @@ static int grow_rows(wk_run *r, size_t v, int64_t n, char *err,
   float *g = p ? realloc(r->grad[v], bytes) : NULL;
   if (g) r->grad[v] = g;
   if (!p || !g)
-    return fail(err, errlen, TSR_ENOMEM, "out of memory for %lld rows of %s",
-                (long long)cap, r->vars[v].name);
+    return tsr_errf(err, errlen, TSR_ENOMEM, "out of memory for %lld rows of %s",
+                    (long long)cap, r->vars[v].name);
   r->cap_rows[v] = cap;
   if (r->param1) r->param1[v] = p; /* one set of rows for both */
   if (r->grad1) r->grad1[v] = g;
@@ -169,19 +159,19 @@ static int take_ids(wk_run *r, char *err, size_t errlen) {
     const int64_t *ids;
     int64_t n;
     int rc = wk_exec_rows(r->ex, (int)v, &ids, &n);
-    if (rc) return fail(err, errlen, rc, "%s: no row list", r->vars[v].name);
+    if (rc) return tsr_errf(err, errlen, rc, "%s: no row list", r->vars[v].name);
     int64_t have = r->cap_rows[v];
     /* ids_nxt was the last step's push's ids, and the buffers may move:
      * that push must be done (the forward pass waited for it already) */
     if ((rc = wk__xfer_wait_var_push(r, (int)v)))
-      return fail(err, errlen, rc, "%s", r->xs.err);
+      return tsr_errf(err, errlen, rc, "%s", r->xs.err);
     if ((rc = grow_rows(r, v, n, err, errlen))) return rc;
     if (n > have || !r->ids_nxt[v]) {
       int64_t *p = realloc(r->ids_nxt[v], (size_t)(r->cap_rows[v] ? r->cap_rows[v] : 1) * sizeof *p);
       int64_t *q = p ? realloc(r->ids_cur[v], (size_t)(r->cap_rows[v] ? r->cap_rows[v] : 1) * sizeof *q) : NULL;
       if (p) r->ids_nxt[v] = p;
       if (q) r->ids_cur[v] = q;
-      if (!p || !q) return fail(err, errlen, TSR_ENOMEM, "out of memory for ids");
+      if (!p || !q) return tsr_errf(err, errlen, TSR_ENOMEM, "out of memory for ids");
     }
     if (n) memcpy(r->ids_nxt[v], ids, (size_t)n * sizeof *ids);
     r->n_nxt[v] = n;
@@ -208,8 +198,8 @@ static int next_batch(wk_run *r, const wk_batch **b, double *wait_s,
   *wait_s += tsr_now_s() - t0;
   if (rc == TSR_EEOF) return rc;
   if (rc)
-    return fail(err, errlen, wk__data_code(rc), "training data: %s",
-                wk_input_error(r->in));
+    return tsr_errf(err, errlen, wk__data_code(rc), "training data: %s",
+                    wk_input_error(r->in));
   if ((rc = wk_exec_prepare(r->ex, *b, 0, (*b)->n, NULL, err, errlen)))
     return wk__data_code(rc);
   return take_ids(r, err, errlen);
@@ -231,7 +221,7 @@ int wk__run_join(wk_svc *s, wk_run *r, char *err, size_t errlen) {
     if (!rc || !retryable(rc) || tsr_now_ms() >= end || stopping(s)) break;
     tsr_sleep_ms(50);
   }
-  if (rc) return fail(err, errlen, rc, "joining the PS: %s", r->xs.err);
+  if (rc) return tsr_errf(err, errlen, rc, "joining the PS: %s", r->xs.err);
   /* A worker that (re)joins a run in progress starts at the slowest
    * worker's clock. */
   r->clock = 0;
@@ -245,7 +235,7 @@ int wk__run_join(wk_svc *s, wk_run *r, char *err, size_t errlen) {
 static int check_losses(wk_run *r, char *err, size_t errlen) {
   char msg[WK_ERR_MAX];
   if (ps_kv_losses(r->kv, msg, sizeof msg) == r->losses) return 0;
-  return fail(err, errlen, TSR_ECLOSED, "%s during the closure: stopping (the "
+  return tsr_errf(err, errlen, TSR_ECLOSED, "%s during the closure: stopping (the "
               "PS may have restarted without its shards)", msg);
 }
 
@@ -269,7 +259,7 @@ static int first_pull(wk_run *r, Tessera__Worker__RunResponse *o, char *err,
   int c = wk__xfer_wait(r, &tick, false, NULL);
   o->pull_s += r->xs.wait_pull_s;
   if (!rc) rc = w ? w : c;
-  if (rc) return fail(err, errlen, rc, "%s", r->xs.err);
+  if (rc) return tsr_errf(err, errlen, rc, "%s", r->xs.err);
   return 0;
 }
 
@@ -308,12 +298,12 @@ int wk__run_closure(wk_svc *s, wk_run *r, wk_job *j) {
   tessera__worker__run_response__init(o);
   o->closure_id = q->closure_id;
   if (!r)
-    return fail(err, errlen, TSR_EINVAL,
-                "closure %llu: this worker is not configured (configure "
-                "first)", (unsigned long long)q->closure_id);
+    return tsr_errf(err, errlen, TSR_EINVAL,
+                    "closure %llu: this worker is not configured (configure "
+                    "first)", (unsigned long long)q->closure_id);
   if (q->steps < 1)
-    return fail(err, errlen, TSR_EINVAL, "closure %llu: steps %lld < 1",
-                (unsigned long long)q->closure_id, (long long)q->steps);
+    return tsr_errf(err, errlen, TSR_EINVAL, "closure %llu: steps %lld < 1",
+                    (unsigned long long)q->closure_id, (long long)q->steps);
   double t_start = tsr_now_s();
   /* --trace on the chief: every step's phases as trace events, and every
    * variable's pull and push on the traffic track */
@@ -381,9 +371,9 @@ int wk__run_closure(wk_svc *s, wk_run *r, wk_job *j) {
     if (rc) {
       if (r->xs.rc) goto xfail;
       const char *why = kern_last_error(wk_exec_ctx(r->ex));
-      rc = fail(err, errlen, rc, "step %lld: compute failed: %s",
-                (long long)(q->first_step + i),
-                *why ? why : tsr_strerror(rc));
+      rc = tsr_errf(err, errlen, rc, "step %lld: compute failed: %s",
+                    (long long)(q->first_step + i),
+                    *why ? why : tsr_strerror(rc));
       goto out;
     }
     o->loss_sum += res.n ? res.loss_sum / (double)res.n : 0.0;
@@ -463,7 +453,7 @@ xfail:
    * refused as stale. The next closure tells every PS this worker is past
    * it. */
   if (r->job.mode == TSR_MODE_SYNC && r->xs.pushed) r->clock++;
-  fail(err, errlen, rc, "%s", r->xs.err[0] ? r->xs.err : tsr_strerror(rc));
+  tsr_errf(err, errlen, rc, "%s", r->xs.err[0] ? r->xs.err : tsr_strerror(rc));
 out:
   wk__xfer_drain(r); /* no call may still use the buffers */
   r->xs.tr = NULL;
@@ -479,9 +469,9 @@ int wk__run_eval(wk_svc *s, wk_run *r, wk_job *j) {
   Tessera__Worker__EvalResponse *o = &j->out.eval;
   tessera__worker__eval_response__init(o);
   if (!r)
-    return fail(err, errlen, TSR_EINVAL,
-                "eval %llu: this worker is not configured (configure first)",
-                (unsigned long long)q->eval_id);
+    return tsr_errf(err, errlen, TSR_EINVAL,
+                    "eval %llu: this worker is not configured (configure first)",
+                    (unsigned long long)q->eval_id);
   wk_input *in = NULL;
   wk_metrics *mt = NULL;
   int rc;
@@ -492,7 +482,7 @@ int wk__run_eval(wk_svc *s, wk_run *r, wk_job *j) {
   wk__xfer_begin(r, NULL, 0);
   rc = wk__xfer_pull(r, 0, 0, true, false);
   int w = wk__xfer_wait_pulls(r, 0);
-  if (rc || (rc = w)) return fail(err, errlen, rc, "eval: %s", r->xs.err);
+  if (rc || (rc = w)) return tsr_errf(err, errlen, rc, "eval: %s", r->xs.err);
 
   wk_input_opts io = {.worker_index = 0, .num_workers = 1,
                       .batch_size = r->job.batch_size, .epochs = 1,
@@ -500,11 +490,11 @@ int wk__run_eval(wk_svc *s, wk_run *r, wk_job *j) {
   char ierr[WK_ERR_MAX];
   if ((rc = wk_input_open(&r->job, WK_SPLIT_EVAL, &io, &in, ierr,
                           sizeof ierr))) {
-    rc = fail(err, errlen, wk__data_code(rc), "eval data: %s", ierr);
+    rc = tsr_errf(err, errlen, wk__data_code(rc), "eval data: %s", ierr);
     goto out;
   }
   if ((rc = wk_metrics_open(r->model, &mt))) {
-    fail(err, errlen, rc, "eval: out of memory for metrics");
+    tsr_errf(err, errlen, rc, "eval: out of memory for metrics");
     goto out;
   }
   wk_run_opts ro = {.train = false, .grad_scale = 1.0f, .seed = r->job.seed};
@@ -513,8 +503,8 @@ int wk__run_eval(wk_svc *s, wk_run *r, wk_job *j) {
     rc = wk_input_next(in, &b);
     if (rc == TSR_EEOF) break;
     if (rc) {
-      rc = fail(err, errlen, wk__data_code(rc), "eval data: %s",
-                wk_input_error(in));
+      rc = tsr_errf(err, errlen, wk__data_code(rc), "eval data: %s",
+                    wk_input_error(in));
       goto out;
     }
     if ((rc = wk_exec_prepare(r->ex, b, 0, b->n, NULL, err, errlen))) {
@@ -526,26 +516,26 @@ int wk__run_eval(wk_svc *s, wk_run *r, wk_job *j) {
     rc = wk__xfer_pull(r, 0, 0, false, true);
     w = wk__xfer_wait_pulls(r, 0);
     if (rc || (rc = w)) {
-      fail(err, errlen, rc, "eval: %s", r->xs.err);
+      tsr_errf(err, errlen, rc, "eval: %s", r->xs.err);
       goto out;
     }
     swap_ids(r);
     wk_run_result res;
     if ((rc = wk_exec_run(r->ex, r->param, NULL, &ro, &res))) {
       const char *why = kern_last_error(wk_exec_ctx(r->ex));
-      fail(err, errlen, rc, "eval: compute failed: %s",
-           *why ? why : tsr_strerror(rc));
+      tsr_errf(err, errlen, rc, "eval: compute failed: %s",
+               *why ? why : tsr_strerror(rc));
       goto out;
     }
     if ((rc = wk_metrics_add(mt, res.pred, res.labels, res.n,
                              res.loss_sum))) {
-      fail(err, errlen, rc, "eval: out of memory for metrics");
+      tsr_errf(err, errlen, rc, "eval: out of memory for metrics");
       goto out;
     }
   }
   if ((rc = metric_answer(r, j, mt, &o->loss, err, errlen))) goto out;
   if ((rc = eval_histograms(r, j, o))) {
-    fail(err, errlen, rc, "eval: out of memory for histograms");
+    tsr_errf(err, errlen, rc, "eval: out of memory for histograms");
     goto out;
   }
   o->examples = wk_metrics_count(mt);
