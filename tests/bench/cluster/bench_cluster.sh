@@ -11,7 +11,9 @@
 # shared with other work can still be read: a run with more threads gets
 # more of a loaded machine's CPU, which the examples/s ratios then show as
 # speed. With BENCH_VARIANTS=1 (default) the 2 PS + 2 workers Fashion-MNIST
-# run is repeated with bfloat16 on the wire and with prefetch_params.
+# run is repeated with bfloat16 on the wire, with prefetch_params, and
+# over loopback TCP (TESSERA_RPC_TRANSPORT=tcp) instead of the same-host
+# Unix sockets every other run uses.
 # Ends with RATIO lines, higher better. On a 2-core machine the cluster's
 # processes share the cores the standalone run has to itself, so the 1w
 # ratios measure the cost of the distribution, not a speed-up.
@@ -93,6 +95,8 @@ if [ "$VARIANTS" = 1 ]; then
     --set wire_precision=bf16)"
   read -r p2 np2 p2cpu p2ex <<<"$(run_cluster "$JOB" "$STEPS" 2 2 fp \
     --set prefetch_params=true)"
+  read -r t2 nt2 t2cpu t2ex <<<"$(export TESSERA_RPC_TRANSPORT=tcp
+    run_cluster "$JOB" "$STEPS" 2 2 ft)"
 fi
 psa=$(per "$saex" "$sacpu" "$saex0" "$sacpu0")
 pc1=$(per "$c1ex" "$c1cpu" "$c1ex0" "$c1cpu0")
@@ -112,6 +116,8 @@ if [ "$VARIANTS" = 1 ]; then
     "$(per "$b2ex" "$b2cpu" "$c2ex0" "$c2cpu0")"
   row "Fashion-MNIST 2 PS + 2 workers, prefetch" "$p2" "$np2" \
     "$(per "$p2ex" "$p2cpu" "$c2ex0" "$c2cpu0")"
+  row "Fashion-MNIST 2 PS + 2 workers, TCP only" "$t2" "$nt2" \
+    "$(per "$t2ex" "$t2cpu" "$c2ex0" "$c2cpu0")"
 fi
 row "CTR wide-and-deep standalone" "$ca" "-" "$pca"
 row "CTR wide-and-deep 1 PS + 1 worker" "$r1" "$m1" "$pr1"
@@ -132,4 +138,8 @@ print(f"RATIO cluster_fmnist_2w_cpu_vs_standalone {psa / pc2:.2f} goal 0.9")
 print(f"RATIO cluster_ctr_1w_cpu_vs_standalone {pca / pr1:.2f} goal 0.8")
 print(f"RATIO cluster_ctr_2w_cpu_vs_standalone {pca / pr2:.2f} goal 0.8")
 PY
+if [ "$VARIANTS" = 1 ] && [ -n "$t2" ]; then
+  /usr/bin/python3 -c "import sys; print(f'RATIO cluster_fmnist_2w_unix_vs_tcp \
+{float(sys.argv[1]) / float(sys.argv[2]):.2f} goal 1.0')" "$c2" "$t2"
+fi
 [ -n "$c1" ] && [ -n "$c2" ] && [ -n "$sa" ] && [ -n "$r1" ] && [ -n "$r2" ] && [ -n "$ca" ]
