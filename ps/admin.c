@@ -15,6 +15,7 @@
 #include "ps/svc_int.h"
 #include "common/clock.h"
 #include "common/err.h"
+#include "common/fs.h"
 #include "common/log.h"
 #include "common/size.h"
 #include "common/trace.h"
@@ -367,19 +368,6 @@ static void ps__on_config(tsr_rpc_incoming *call, void *data) {
 
 /* ---- save and restore ------------------------------------------------------------*/
 
-static int ps__mkdirs(const char *dir) {
-  char p[4096];
-  snprintf(p, sizeof p, "%s", dir);
-  for (char *c = p + 1; *c; c++) {
-    if (*c != '/') continue;
-    *c = 0;
-    if (mkdir(p, 0755) && errno != EEXIST) return -errno;
-    *c = '/';
-  }
-  if (mkdir(p, 0755) && errno != EEXIST) return -errno;
-  return 0;
-}
-
 /* A checkpoint id as requests carry it: at most PS_CKPT_ID_MAX bytes of
  * [A-Za-z0-9._-] (it goes into file headers and logs), and its step. */
 static int ps__check_ckpt_id(const char *what, const char *id, int64_t step,
@@ -391,15 +379,13 @@ static int ps__check_ckpt_id(const char *what, const char *id, int64_t step,
     ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
          (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
   }
-  if (!ok) {
-    snprintf(msg, len, "%s: checkpoint_id \"%.80s\" is not up to %d bytes "
-             "of [A-Za-z0-9._-]", what, id, PS_CKPT_ID_MAX);
-    return TSR_EINVAL;
-  }
-  if (step < 0 || step > TSR_STEP_MAX) {
-    snprintf(msg, len, "%s: step %" PRId64 " is not in [0, 2^62]", what, step);
-    return TSR_EINVAL;
-  }
+  if (!ok)
+    return tsr_errf(msg, len, TSR_EINVAL, "%s: checkpoint_id \"%.80s\" is "
+                    "not up to %d bytes of [A-Za-z0-9._-]", what, id,
+                    PS_CKPT_ID_MAX);
+  if (step < 0 || step > TSR_STEP_MAX)
+    return tsr_errf(msg, len, TSR_EINVAL, "%s: step %" PRId64 " is not in "
+                    "[0, 2^62]", what, step);
   return 0;
 }
 
@@ -415,7 +401,7 @@ static void ps__on_save(tsr_rpc_incoming *call, void *data) {
     tsr_rpc_reply_error(call, rc, msg);
     return;
   }
-  if ((rc = ps__mkdirs(path))) {
+  if ((rc = tsr_mkdir_p(path, 0755, NULL, 0))) {
     snprintf(msg, sizeof msg, "save: cannot create %s: %s", path,
              uv_strerror(rc));
     tsr_rpc_reply_error(call, rc, msg);

@@ -35,6 +35,7 @@
 #include "ps/ps_int.h"
 #include "common/crc32c.h"
 #include "common/err.h"
+#include "common/fs.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -48,16 +49,6 @@
 #include <unistd.h>
 
 #define PS__MAGIC "TSRSHARD"
-
-static int ck_fail(char *err, size_t errlen, int rc, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int ck_fail(char *err, size_t errlen, int rc, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  return rc;
-}
 
 void ps__ckpt_enc_name(const char *name, char *out, size_t len) {
   size_t o = 0;
@@ -131,21 +122,13 @@ static void ck_put_row(void *ctx, int64_t id, const float *rec) {
     ck_put(w, rec + (size_t)w->section * w->W, w->W * sizeof(float));
 }
 
-static int ck_fsync_dir(const char *dir) {
-  int fd = open(dir, O_RDONLY | O_DIRECTORY);
-  if (fd < 0) return -errno;
-  int rc = fsync(fd) ? -errno : 0;
-  close(fd);
-  return rc;
-}
-
 /* Reads a written file back: its size and the CRC32C of every byte. */
 static int ck_verify(const char *path, uint64_t bytes, uint32_t crc,
                      char *err, size_t errlen) {
   FILE *f = fopen(path, "rb");
   if (!f)
-    return ck_fail(err, errlen, -errno, "%s: cannot read it back: %s", path,
-                   strerror(errno));
+    return tsr_errf(err, errlen, -errno, "%s: cannot read it back: %s", path,
+                    strerror(errno));
   uint8_t buf[1 << 16];
   uint64_t n = 0;
   uint32_t c = 0;
@@ -157,12 +140,12 @@ static int ck_verify(const char *path, uint64_t bytes, uint32_t crc,
   int bad = ferror(f);
   fclose(f);
   if (bad)
-    return ck_fail(err, errlen, TSR_EIO, "%s: read error reading it back",
-                   path);
+    return tsr_errf(err, errlen, TSR_EIO, "%s: read error reading it back",
+                    path);
   if (n != bytes || c != crc)
-    return ck_fail(err, errlen, TSR_ECORRUPT, "%s: reads back as %" PRIu64
-                   " bytes with CRC32C %08x, written %" PRIu64 " bytes with "
-                   "%08x", path, n, c, bytes, crc);
+    return tsr_errf(err, errlen, TSR_ECORRUPT, "%s: reads back as %" PRIu64
+                    " bytes with CRC32C %08x, written %" PRIu64 " bytes with "
+                    "%08x", path, n, c, bytes, crc);
   return 0;
 }
 
@@ -171,7 +154,7 @@ int ps__ckpt_save_shard(const ps_shard *s, const char *dir,
                         ps_ckpt_file *out, char *err, size_t errlen) {
   char fname[3 * PS_NAME_MAX + 64], path[4096], tmp[4200];
   int rc = ps__ckpt_file_name(&s->spec, fname, sizeof fname);
-  if (rc) return ck_fail(err, errlen, rc, "%s: name too long", s->spec.name);
+  if (rc) return tsr_errf(err, errlen, rc, "%s: name too long", s->spec.name);
   snprintf(path, sizeof path, "%s/%s", dir, fname);
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
   size_t W = (size_t)s->width;
@@ -249,7 +232,7 @@ int ps__ckpt_save_shard(const ps_shard *s, const char *dir,
   if (!f) {
     rc = -errno;
     msgpack_sbuffer_destroy(&sb);
-    return ck_fail(err, errlen, rc, "%s: cannot create: %s", tmp, strerror(-rc));
+    return tsr_errf(err, errlen, rc, "%s: cannot create: %s", tmp, strerror(-rc));
   }
   setvbuf(f, NULL, _IOFBF, 1 << 20);
   uint32_t hlen = (uint32_t)sb.size, hcrc = tsr_crc32c(0, sb.data, sb.size);
@@ -271,18 +254,16 @@ int ps__ckpt_save_shard(const ps_shard *s, const char *dir,
   if (fclose(f) && !w.err) w.err = -errno;
   if (w.err) {
     unlink(tmp);
-    return ck_fail(err, errlen, w.err, "%s: write failed: %s", tmp,
-                   tsr_strerror(w.err));
+    return tsr_errf(err, errlen, w.err, "%s: write failed: %s", tmp,
+                    tsr_strerror(w.err));
   }
   if (rename(tmp, path)) {
     rc = -errno;
     unlink(tmp);
-    return ck_fail(err, errlen, rc, "%s: rename failed: %s", path,
-                   strerror(-rc));
+    return tsr_errf(err, errlen, rc, "%s: rename failed: %s", path,
+                    strerror(-rc));
   }
-  if ((rc = ck_fsync_dir(dir)))
-    return ck_fail(err, errlen, rc, "%s: fsync of the folder failed: %s", dir,
-                   strerror(-rc));
+  if ((rc = tsr_fsync_dir(dir, err, errlen))) return rc;
   if (verify && (rc = ck_verify(path, w.bytes, w.file_crc, err, errlen)))
     return rc;
   if (out) {

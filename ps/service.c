@@ -112,10 +112,46 @@ static void ps__read_done(int status, void *data) {
   ps__maybe_finish(s);
 }
 
+static void ps__rows_sent(int status, void *data);
+
+/* Answers with the shard's values in bfloat16: a converted copy the op
+ * holds (made on the loop, where no write can run meanwhile), freed with
+ * the op once written. */
+static void ps__answer_dense_bf16(ps_server *s, ps_op *op) {
+  ps_entry *e = op->e;
+  size_t nbytes = e->numel * sizeof(uint16_t);
+  op->out = ps__alloc(&s->mem, nbytes);
+  if (!op->out) {
+    ps__op_fail(s, op, TSR_ENOMEM, "%s shard %d: out of memory for a "
+                "bfloat16 answer of %zu bytes", e->spec.name, e->spec.shard,
+                nbytes);
+    return;
+  }
+  op->out_len = nbytes;
+  ps_bf16_from_f32((uint16_t *)op->out, e->sh->w, e->numel);
+  Tessera__Ps__PullResponse m = TESSERA__PS__PULL_RESPONSE__INIT;
+  m.version = e->sh->version;
+  m.step = e->sh->step;
+  m.nbytes = nbytes;
+  uint8_t meta[64];
+  size_t mlen = tessera__ps__pull_response__pack(&m, meta);
+  uv_buf_t b = uv_buf_init((char *)op->out, (unsigned)nbytes);
+  int rc = tsr_rpc_reply(op->call, meta, mlen, &b, nbytes ? 1 : 0,
+                         ps__rows_sent, op);
+  if (rc)
+    ps__op_fail(s, op, rc, "%s shard %d: answer of %zu bytes refused",
+                e->spec.name, e->spec.shard, nbytes);
+}
+
 /* Answers with the shard's values as the payload, no copy: the shard keeps
  * one more reader until the bytes are written. */
 static void ps__answer_dense(ps_server *s, ps_op *op) {
   ps_entry *e = op->e;
+  if (op->pull_dtype == PS_DT_BF16 &&
+      (uint64_t)e->numel * sizeof(uint16_t) <= UINT32_MAX) {
+    ps__answer_dense_bf16(s, op);
+    return;
+  }
   if ((uint64_t)e->numel * sizeof(float) > UINT32_MAX) {
     ps__op_fail(s, op, TSR_ETOOBIG, "%s shard %d: %zu bytes is more than one "
                 "answer can carry (4 GiB): use more shards", e->spec.name,
@@ -184,7 +220,10 @@ static void ps__do_push(ps_server *s, ps_op *op) {
   size_t n = e->spec.sparse ? op->n_ids * (size_t)e->width : e->numel;
   const uint8_t *gp = op->payload + (e->spec.sparse ? op->n_ids * 8 : 0);
   const int64_t *ids = NULL;
-  if (e->spec.sparse && !(ids = ps__ids(op, op->payload, op->n_ids))) {
+  /* a push of no rows (a worker's step that touched none of this shard's
+   * rows; sync counts it) has no payload and nothing to apply */
+  if (e->spec.sparse && op->n_ids &&
+      !(ids = ps__ids(op, op->payload, op->n_ids))) {
     op->rc = TSR_ENOMEM;
     return;
   }
@@ -248,6 +287,11 @@ static void ps__do_gather(ps_server *s, ps_op *op) {
   }
   op->rc = ps__shard_gather(e->sh, &s->mem, ids, n, op->out, false, op->err,
                             sizeof op->err);
+  if (op->rc == 0 && op->pull_dtype == PS_DT_BF16) {
+    size_t k = n * (size_t)e->width; /* in place (see ps_bf16_from_f32) */
+    ps_bf16_from_f32((uint16_t *)op->out, op->out, k);
+    op->out_len = k * sizeof(uint16_t);
+  }
 }
 
 static void ps__work_cb(uv_work_t *w) {
@@ -676,12 +720,20 @@ static void ps__on_pull(tsr_rpc_incoming *call, void *data) {
     tsr_rpc_reply_error(call, TSR_ESHAPE, msg);
     return;
   }
+  if (r->dtype != PS_DT_F32 && r->dtype != PS_DT_BF16) {
+    snprintf(msg, sizeof msg, "%s shard %d: pull dtype %d is not one of "
+             "float32 (0), bfloat16 (1)", e->spec.name, e->spec.shard,
+             r->dtype);
+    tsr_rpc_reply_error(call, TSR_EDTYPE, msg);
+    return;
+  }
   ps_op *op = ps__new_op(s, call, e, rows ? PS_OP_PULL_ROWS : PS_OP_PULL);
   if (!op) return;
   op->worker = r->worker;
   op->clock = r->clock;
   op->n_ids = r->n_ids;
   op->out_len = out_len;
+  op->pull_dtype = r->dtype;
   ps__auto_join(s, r->worker, r->clock);
   ps__pull_ready(s, op, false);
 }
@@ -709,6 +761,13 @@ static void ps__on_push(tsr_rpc_incoming *call, void *data) {
     snprintf(msg, sizeof msg, "%s shard %d: gradient dtype %d is not one of "
              "float32 (0), bfloat16 (1), float16 (2)", e->spec.name,
              e->spec.shard, r->dtype);
+    tsr_rpc_reply_error(call, TSR_EDTYPE, msg);
+    return;
+  }
+  if (fused && r->pull_dtype != PS_DT_F32 && r->pull_dtype != PS_DT_BF16) {
+    snprintf(msg, sizeof msg, "%s shard %d: pull dtype %d is not one of "
+             "float32 (0), bfloat16 (1)", e->spec.name, e->spec.shard,
+             r->pull_dtype);
     tsr_rpc_reply_error(call, TSR_EDTYPE, msg);
     return;
   }
@@ -765,6 +824,7 @@ static void ps__on_push(tsr_rpc_incoming *call, void *data) {
   op->fused = fused;
   op->clock = r->pull_clock;
   op->out_len = out_len;
+  op->pull_dtype = fused ? r->pull_dtype : PS_DT_F32;
   op->sync = s->cons.mode == PS_MODE_SYNC;
   op->allow_nonfinite = s->allow_nonfinite;
   ps__auto_join(s, r->worker, r->step);

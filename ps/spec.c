@@ -1,6 +1,7 @@
-/* Shard specs between their C form (ps_var_spec) and the wire (VarSpec),
- * the consistency mode text, and ps_var_spec_init for callers that place
- * shards. Every error names the variable and the field.
+/* Shard specs from the wire (VarSpec) to their C form (ps_var_spec), and
+ * the consistency mode text. Every error names the variable and the field.
+ * (The client's side, ps_var_spec_init and the VarSpec it sends, is
+ * client_spec.c.)
  */
 #include "ps/svc_int.h"
 #include "common/err.h"
@@ -15,53 +16,6 @@
 #include <string.h>
 #include <strings.h>
 
-static int sp_fail(char *err, size_t errlen, int rc, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int sp_fail(char *err, size_t errlen, int rc, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  return rc;
-}
-
-int ps_var_spec_init(ps_var_spec *s, const char *name, int rank,
-                     const int64_t *shape, int shard, int num_shards,
-                     const char *init, uint64_t seed,
-                     const tsr_optim_spec *optim) {
-  memset(s, 0, sizeof *s);
-  if (!name || strlen(name) >= PS_NAME_MAX || rank < 0 || rank > PS_MAX_RANK ||
-      num_shards < 1 || shard < 0 || shard >= num_shards)
-    return TSR_EINVAL;
-  snprintf(s->name, sizeof s->name, "%s", name);
-  s->rank = rank;
-  for (int i = 0; i < rank; i++) {
-    if (shape[i] <= 0) return TSR_EINVAL;
-    s->shape[i] = shape[i];
-  }
-  s->shard = shard;
-  s->num_shards = num_shards;
-  int64_t dim0 = rank ? shape[0] : 1;
-  if (num_shards > dim0) return TSR_EINVAL;
-  tsr_partition_rows(dim0, num_shards, shard, &s->row0, &s->rows);
-  if (kern_init_parse(init, &s->init)) return TSR_EINVAL;
-  /* Keras fans: receptive field times the last two dims */
-  if (rank >= 2) {
-    int64_t rf;
-    if (tsr_dims_product(shape, 0, rank - 2, &rf) ||
-        tsr_mul_i64(shape[rank - 2], rf, &s->init.fan_in) ||
-        tsr_mul_i64(shape[rank - 1], rf, &s->init.fan_out))
-      return TSR_ERANGE;
-  } else if (rank == 1) {
-    s->init.fan_in = s->init.fan_out = shape[0];
-  } else {
-    s->init.fan_in = s->init.fan_out = 1;
-  }
-  s->seed = seed;
-  s->optim = *optim;
-  return 0;
-}
-
 /* ---- validation ---------------------------------------------------------*/
 
 static bool sp_finite(double v) { return isfinite(v); }
@@ -71,91 +25,91 @@ static int sp_hyper(const ps_var_spec *s, const char *field, double v,
                     double lo, double hi, bool hi_open, char *err,
                     size_t errlen) {
   if (!sp_finite(v) || v < lo || (hi_open ? v >= hi : v > hi))
-    return sp_fail(err, errlen, TSR_EINVAL,
-                   "%s: optimizer.%s %g is not a finite value in [%g, %g%s",
-                   s->name, field, v, lo, hi, hi_open ? ")" : "]");
+    return tsr_errf(err, errlen, TSR_EINVAL,
+                    "%s: optimizer.%s %g is not a finite value in [%g, %g%s",
+                    s->name, field, v, lo, hi, hi_open ? ")" : "]");
   return 0;
 }
 
 int ps__spec_validate(const ps_var_spec *s, char *err, size_t errlen) {
   if (!s->name[0])
-    return sp_fail(err, errlen, TSR_EINVAL, "variable name is empty");
+    return tsr_errf(err, errlen, TSR_EINVAL, "variable name is empty");
   if (memchr(s->name, 0, PS_NAME_MAX) == NULL)
-    return sp_fail(err, errlen, TSR_EINVAL, "variable name is not terminated");
+    return tsr_errf(err, errlen, TSR_EINVAL, "variable name is not terminated");
   if (s->rank < 0 || s->rank > PS_MAX_RANK)
-    return sp_fail(err, errlen, TSR_EINVAL, "%s: rank %d out of [0, %d]",
-                   s->name, s->rank, PS_MAX_RANK);
+    return tsr_errf(err, errlen, TSR_EINVAL, "%s: rank %d out of [0, %d]",
+                    s->name, s->rank, PS_MAX_RANK);
   for (int i = 0; i < s->rank; i++)
     if (s->shape[i] <= 0 || s->shape[i] > TSR_STEP_MAX)
-      return sp_fail(err, errlen, TSR_EINVAL,
-                     "%s: shape[%d] = %" PRId64 " must be in [1, 2^62]",
-                     s->name, i, s->shape[i]);
+      return tsr_errf(err, errlen, TSR_EINVAL,
+                      "%s: shape[%d] = %" PRId64 " must be in [1, 2^62]",
+                      s->name, i, s->shape[i]);
   if (s->num_shards < 1 || s->shard < 0 || s->shard >= s->num_shards)
-    return sp_fail(err, errlen, TSR_EINVAL,
-                   "%s: shard %d of num_shards %d is invalid", s->name,
-                   s->shard, s->num_shards);
+    return tsr_errf(err, errlen, TSR_EINVAL,
+                    "%s: shard %d of num_shards %d is invalid", s->name,
+                    s->shard, s->num_shards);
   if (s->sparse && s->rank < 1)
-    return sp_fail(err, errlen, TSR_EINVAL,
-                   "%s: a sparse variable needs rank >= 1", s->name);
+    return tsr_errf(err, errlen, TSR_EINVAL,
+                    "%s: a sparse variable needs rank >= 1", s->name);
   if ((unsigned)s->optim.kind >= TSR_OPT__COUNT)
-    return sp_fail(err, errlen, TSR_EINVAL, "%s: optimizer kind %d is unknown",
-                   s->name, (int)s->optim.kind);
+    return tsr_errf(err, errlen, TSR_EINVAL, "%s: optimizer kind %d is unknown",
+                    s->name, (int)s->optim.kind);
   int64_t width, numel;
   size_t slots = (size_t)kern_optim_num_slots(&s->optim), bytes;
   if (tsr_dims_product(s->shape, 1, s->rank, &width) ||
       tsr_mul3_size((size_t)width, sizeof(float), 1 + slots, &bytes))
-    return sp_fail(err, errlen, TSR_ERANGE,
-                   "%s: a row of shape[1:] with %zu optimizer slot(s) does "
-                   "not fit in memory sizes", s->name, slots);
+    return tsr_errf(err, errlen, TSR_ERANGE,
+                    "%s: a row of shape[1:] with %zu optimizer slot(s) does "
+                    "not fit in memory sizes", s->name, slots);
   int64_t dim0 = s->rank ? s->shape[0] : 1, end;
   if (!s->sparse || s->bounded) {
     if (s->row0 < 0 || s->rows < 1 || tsr_add_i64(s->row0, s->rows, &end) ||
         end > dim0)
-      return sp_fail(err, errlen, TSR_EINVAL,
-                     "%s: rows (row0 %" PRId64 ", rows %" PRId64 ") are "
-                     "empty or reach outside dim0 %" PRId64, s->name, s->row0,
-                     s->rows, dim0);
+      return tsr_errf(err, errlen, TSR_EINVAL,
+                      "%s: rows (row0 %" PRId64 ", rows %" PRId64 ") are "
+                      "empty or reach outside dim0 %" PRId64, s->name, s->row0,
+                      s->rows, dim0);
   } else if (s->row0 < 0 || s->rows < 0) {
-    return sp_fail(err, errlen, TSR_EINVAL,
-                   "%s: row0 %" PRId64 " / rows %" PRId64 " must not be "
-                   "negative", s->name, s->row0, s->rows);
+    return tsr_errf(err, errlen, TSR_EINVAL,
+                    "%s: row0 %" PRId64 " / rows %" PRId64 " must not be "
+                    "negative", s->name, s->row0, s->rows);
   }
   if (!s->sparse &&
       (tsr_mul_i64(s->rows, width, &numel) ||
        tsr_mul3_size((size_t)numel, sizeof(float), 1 + slots, &bytes)))
-    return sp_fail(err, errlen, TSR_ERANGE,
-                   "%s shard %d: %" PRId64 " rows of %" PRId64 " elements "
-                   "(with %zu slot(s)) overflow a memory size", s->name,
-                   s->shard, s->rows, width, slots);
+    return tsr_errf(err, errlen, TSR_ERANGE,
+                    "%s shard %d: %" PRId64 " rows of %" PRId64 " elements "
+                    "(with %zu slot(s)) overflow a memory size", s->name,
+                    s->shard, s->rows, width, slots);
   if (s->sparse && tsr_mul_size(bytes, PS_ROWS_PER_CHUNK, &bytes))
-    return sp_fail(err, errlen, TSR_ERANGE,
-                   "%s: rows of %" PRId64 " elements are too wide to hold",
-                   s->name, width);
+    return tsr_errf(err, errlen, TSR_ERANGE,
+                    "%s: rows of %" PRId64 " elements are too wide to hold",
+                    s->name, width);
   const kern_init_spec *in = &s->init;
   if ((unsigned)in->kind > KERN_INIT_HE_NORMAL)
-    return sp_fail(err, errlen, TSR_EINVAL, "%s: initializer kind %d is "
-                   "unknown", s->name, (int)in->kind);
+    return tsr_errf(err, errlen, TSR_EINVAL, "%s: initializer kind %d is "
+                    "unknown", s->name, (int)in->kind);
   if (!sp_finite(in->a) || !sp_finite(in->b))
-    return sp_fail(err, errlen, TSR_EINVAL,
-                   "%s: initializer arguments a %g, b %g must be finite",
-                   s->name, in->a, in->b);
+    return tsr_errf(err, errlen, TSR_EINVAL,
+                    "%s: initializer arguments a %g, b %g must be finite",
+                    s->name, in->a, in->b);
   if (in->kind == KERN_INIT_UNIFORM && in->a > in->b)
-    return sp_fail(err, errlen, TSR_EINVAL,
-                   "%s: uniform initializer minval %g > maxval %g", s->name,
-                   in->a, in->b);
+    return tsr_errf(err, errlen, TSR_EINVAL,
+                    "%s: uniform initializer minval %g > maxval %g", s->name,
+                    in->a, in->b);
   if ((in->kind == KERN_INIT_NORMAL || in->kind == KERN_INIT_TRUNCATED_NORMAL) &&
       in->b < 0)
-    return sp_fail(err, errlen, TSR_EINVAL,
-                   "%s: initializer stddev %g must be >= 0", s->name, in->b);
+    return tsr_errf(err, errlen, TSR_EINVAL,
+                    "%s: initializer stddev %g must be >= 0", s->name, in->b);
   if (in->fan_in < 0 || in->fan_out < 0)
-    return sp_fail(err, errlen, TSR_EINVAL,
-                   "%s: initializer fan_in %" PRId64 " / fan_out %" PRId64
-                   " must not be negative", s->name, in->fan_in, in->fan_out);
+    return tsr_errf(err, errlen, TSR_EINVAL,
+                    "%s: initializer fan_in %" PRId64 " / fan_out %" PRId64
+                    " must not be negative", s->name, in->fan_in, in->fan_out);
   const tsr_optim_spec *o = &s->optim;
   if (!sp_finite(o->learning_rate) || !(o->learning_rate > 0))
-    return sp_fail(err, errlen, TSR_EINVAL,
-                   "%s: optimizer.learning_rate %g must be finite and > 0",
-                   s->name, o->learning_rate);
+    return tsr_errf(err, errlen, TSR_EINVAL,
+                    "%s: optimizer.learning_rate %g must be finite and > 0",
+                    s->name, o->learning_rate);
   int rc;
   if ((rc = sp_hyper(s, "momentum", o->momentum, 0, 1, true, err, errlen)) ||
       (rc = sp_hyper(s, "beta_1", o->beta_1, 0, 1, true, err, errlen)) ||
@@ -201,8 +155,8 @@ static int sp_schedule(const Tessera__Ps__LrSchedule *p, const char *var,
   for (int i = 1; i <= TSR_LR_INVERSE_TIME; i++)
     if (!strcmp(p->kind, tsr_lr_schedule_name((tsr_lr_kind)i))) kind = i;
   if (kind < 0)
-    return sp_fail(err, errlen, TSR_EINVAL, "%s: unknown learning-rate "
-                   "schedule \"%s\"", var, p->kind);
+    return tsr_errf(err, errlen, TSR_EINVAL, "%s: unknown learning-rate "
+                    "schedule \"%s\"", var, p->kind);
   s->kind = (tsr_lr_kind)kind;
   s->initial = p->initial;
   s->decay_steps = p->decay_steps;
@@ -220,62 +174,37 @@ static int sp_schedule(const Tessera__Ps__LrSchedule *p, const char *var,
   if (s->kind == TSR_LR_PIECEWISE) {
     if (p->n_boundaries > TSR_LR_MAX_BOUNDARIES ||
         p->n_values != p->n_boundaries + 1)
-      return sp_fail(err, errlen, TSR_EINVAL, "%s: piecewise schedule with "
-                     "%zu boundaries and %zu values (at most %d boundaries, "
-                     "one value more)", var, p->n_boundaries, p->n_values,
-                     TSR_LR_MAX_BOUNDARIES);
+      return tsr_errf(err, errlen, TSR_EINVAL, "%s: piecewise schedule with "
+                      "%zu boundaries and %zu values (at most %d boundaries, "
+                      "one value more)", var, p->n_boundaries, p->n_values,
+                      TSR_LR_MAX_BOUNDARIES);
     s->n_boundaries = (int)p->n_boundaries;
     for (size_t i = 0; i < p->n_boundaries; i++)
       s->boundaries[i] = p->boundaries[i];
     for (size_t i = 0; i < p->n_values; i++) s->values[i] = p->values[i];
   } else if (!(s->decay_steps > 0) || !(s->initial > 0) ||
              (s->kind == TSR_LR_COSINE_RESTARTS && !(s->t_mul > 0))) {
-    return sp_fail(err, errlen, TSR_EINVAL, "%s: %s needs decay_steps > 0 "
-                   "and initial > 0", var, p->kind);
+    return tsr_errf(err, errlen, TSR_EINVAL, "%s: %s needs decay_steps > 0 "
+                    "and initial > 0", var, p->kind);
   }
   return 0;
-}
-
-static void sp_schedule_to_proto(const tsr_lr_schedule *s,
-                                 Tessera__Ps__LrSchedule *p) {
-  tessera__ps__lr_schedule__init(p);
-  p->kind = (char *)tsr_lr_schedule_name(s->kind);
-  p->initial = s->initial;
-  p->decay_steps = s->decay_steps;
-  p->decay_rate = s->decay_rate;
-  p->staircase = s->staircase;
-  p->alpha = s->alpha;
-  p->warmup = s->warmup;
-  p->warmup_target = s->warmup_target;
-  p->warmup_steps = s->warmup_steps;
-  p->t_mul = s->t_mul;
-  p->m_mul = s->m_mul;
-  p->end_lr = s->end_lr;
-  p->power = s->power;
-  p->cycle = s->cycle;
-  if (s->kind == TSR_LR_PIECEWISE) {
-    p->n_boundaries = (size_t)s->n_boundaries;
-    p->boundaries = (double *)s->boundaries;
-    p->n_values = (size_t)s->n_boundaries + 1;
-    p->values = (double *)s->values;
-  }
 }
 
 int ps__spec_from_proto(const Tessera__Ps__VarSpec *v, ps_var_spec *s,
                         char *err, size_t errlen) {
   memset(s, 0, sizeof *s);
   if (!v->name || !v->name[0])
-    return sp_fail(err, errlen, TSR_EINVAL, "create: a variable has no name");
+    return tsr_errf(err, errlen, TSR_EINVAL, "create: a variable has no name");
   if (strlen(v->name) >= PS_NAME_MAX)
-    return sp_fail(err, errlen, TSR_EINVAL, "create: name \"%.40s...\" is "
-                   "longer than %d bytes", v->name, PS_NAME_MAX - 1);
+    return tsr_errf(err, errlen, TSR_EINVAL, "create: name \"%.40s...\" is "
+                    "longer than %d bytes", v->name, PS_NAME_MAX - 1);
   snprintf(s->name, sizeof s->name, "%s", v->name);
   if (v->n_shape > PS_MAX_RANK)
-    return sp_fail(err, errlen, TSR_EINVAL, "%s: rank %zu over %d", v->name,
-                   v->n_shape, PS_MAX_RANK);
+    return tsr_errf(err, errlen, TSR_EINVAL, "%s: rank %zu over %d", v->name,
+                    v->n_shape, PS_MAX_RANK);
   if (v->dtype && v->dtype[0] && strcmp(v->dtype, "float32"))
-    return sp_fail(err, errlen, TSR_EDTYPE, "%s: dtype \"%s\": variables are "
-                   "held as float32", v->name, v->dtype);
+    return tsr_errf(err, errlen, TSR_EDTYPE, "%s: dtype \"%s\": variables are "
+                    "held as float32", v->name, v->dtype);
   s->rank = (int)v->n_shape;
   for (size_t i = 0; i < v->n_shape; i++) s->shape[i] = v->shape[i];
   s->sparse = v->sparse;
@@ -287,8 +216,8 @@ int ps__spec_from_proto(const Tessera__Ps__VarSpec *v, ps_var_spec *s,
   s->seed = v->seed;
   if (v->init_path && v->init_path[0]) {
     if (strlen(v->init_path) >= sizeof s->init_path)
-      return sp_fail(err, errlen, TSR_EINVAL, "%s: init_path longer than %zu "
-                     "bytes", v->name, sizeof s->init_path - 1);
+      return tsr_errf(err, errlen, TSR_EINVAL, "%s: init_path longer than %zu "
+                      "bytes", v->name, sizeof s->init_path - 1);
     snprintf(s->init_path, sizeof s->init_path, "%s", v->init_path);
   }
   if (!s->sparse && s->rank == 0 && s->rows == 0) s->rows = 1;
@@ -296,8 +225,8 @@ int ps__spec_from_proto(const Tessera__Ps__VarSpec *v, ps_var_spec *s,
                           ? v->init->name
                           : (s->sparse ? "random_uniform" : "glorot_uniform");
   if (kern_init_parse(iname, &s->init))
-    return sp_fail(err, errlen, TSR_EINVAL, "%s: unknown initializer \"%s\"",
-                   v->name, iname);
+    return tsr_errf(err, errlen, TSR_EINVAL, "%s: unknown initializer \"%s\"",
+                    v->name, iname);
   if (v->init) {
     if (v->init->a != 0 || v->init->b != 0) {
       s->init.a = v->init->a;
@@ -308,9 +237,9 @@ int ps__spec_from_proto(const Tessera__Ps__VarSpec *v, ps_var_spec *s,
   }
   const Tessera__Ps__Optimizer *o = v->optimizer;
   if (!o || !o->name || sp_optim_kind(o->name, &s->optim.kind))
-    return sp_fail(err, errlen, TSR_EINVAL, "%s: unknown optimizer \"%s\" "
-                   "(sgd, adagrad, rmsprop, adam, adamw, nadam, adamax, "
-                   "ftrl)", v->name, o && o->name ? o->name : "");
+    return tsr_errf(err, errlen, TSR_EINVAL, "%s: unknown optimizer \"%s\" "
+                    "(sgd, adagrad, rmsprop, adam, adamw, nadam, adamax, "
+                    "ftrl)", v->name, o && o->name ? o->name : "");
   s->optim.learning_rate = o->learning_rate;
   s->optim.momentum = o->momentum;
   s->optim.nesterov = o->nesterov;
@@ -335,60 +264,9 @@ int ps__spec_from_proto(const Tessera__Ps__VarSpec *v, ps_var_spec *s,
     s->optim.schedule.initial = s->optim.learning_rate;
   if (!(s->optim.weight_decay >= 0) || !(s->optim.clipvalue >= 0) ||
       !(s->optim.clipnorm >= 0) || !(s->optim.global_clipnorm >= 0))
-    return sp_fail(err, errlen, TSR_EINVAL, "%s: weight_decay and clipping "
-                   "values must be >= 0", v->name);
+    return tsr_errf(err, errlen, TSR_EINVAL, "%s: weight_decay and clipping "
+                    "values must be >= 0", v->name);
   return ps__spec_validate(s, err, errlen);
-}
-
-void ps__spec_to_proto(const ps_var_spec *s, Tessera__Ps__VarSpec *v,
-                       Tessera__Ps__Initializer *in, Tessera__Ps__Optimizer *o,
-                       Tessera__Ps__LrSchedule *sched, int64_t *shape_buf) {
-  tessera__ps__var_spec__init(v);
-  tessera__ps__initializer__init(in);
-  tessera__ps__optimizer__init(o);
-  v->name = (char *)s->name;
-  for (int i = 0; i < s->rank; i++) shape_buf[i] = s->shape[i];
-  v->n_shape = (size_t)s->rank;
-  v->shape = shape_buf;
-  v->sparse = s->sparse;
-  v->bounded = s->bounded;
-  v->shard = s->shard;
-  v->num_shards = s->num_shards;
-  v->row0 = s->row0;
-  v->rows = s->rows;
-  v->seed = s->seed;
-  v->dtype = (char *)"float32";
-  if (s->init_path[0]) v->init_path = (char *)s->init_path;
-  in->name = (char *)kern_init_name(s->init.kind);
-  in->a = s->init.a;
-  in->b = s->init.b;
-  in->fan_in = s->init.fan_in;
-  in->fan_out = s->init.fan_out;
-  v->init = in;
-  o->name = (char *)tsr_optim_name(s->optim.kind);
-  o->learning_rate = s->optim.learning_rate;
-  o->momentum = s->optim.momentum;
-  o->nesterov = s->optim.nesterov;
-  o->beta_1 = s->optim.beta_1;
-  o->beta_2 = s->optim.beta_2;
-  o->epsilon = s->optim.epsilon;
-  o->rho = s->optim.rho;
-  o->centered = s->optim.centered;
-  o->initial_accumulator_value = s->optim.initial_accumulator_value;
-  o->learning_rate_power = s->optim.learning_rate_power;
-  o->l1 = s->optim.l1;
-  o->l2 = s->optim.l2;
-  o->l2_shrinkage = s->optim.l2_shrinkage;
-  o->beta = s->optim.beta;
-  o->weight_decay = s->optim.weight_decay;
-  o->clipnorm = s->optim.clipnorm;
-  o->global_clipnorm = s->optim.global_clipnorm;
-  o->clipvalue = s->optim.clipvalue;
-  if (s->optim.schedule.kind != TSR_LR_CONSTANT) {
-    sp_schedule_to_proto(&s->optim.schedule, sched);
-    o->schedule = sched;
-  }
-  v->optimizer = o;
 }
 
 int ps__mode_parse(const char *str, ps_mode *mode, int *staleness) {

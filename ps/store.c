@@ -27,18 +27,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int ps__fail(char *err, size_t errlen, int rc, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int ps__fail(char *err, size_t errlen, int rc, const char *fmt, ...) {
-  if (err && errlen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return rc;
-}
-
 size_t ps__dtype_size(int dt) {
   switch (dt) {
     case PS_DT_F32: return 4;
@@ -115,7 +103,7 @@ int ps__shard_new(const ps_var_spec *spec, ps_mem *mem, ps_shard **out,
   if (rc) return rc;
   ps_shard *s = ps__calloc(mem, 1, sizeof *s);
   if (!s)
-    return ps__fail(err, errlen, TSR_ENOMEM, "%s shard %d: out of memory",
+    return tsr_errf(err, errlen, TSR_ENOMEM, "%s shard %d: out of memory",
                     spec->name, spec->shard);
   s->spec = *spec;
   s->width = ps__spec_width(spec);
@@ -133,12 +121,12 @@ int ps__shard_new(const ps_var_spec *spec, ps_mem *mem, ps_shard **out,
       tsr_mul3_size(s->numel, sizeof(float), (size_t)(1 + s->nslots),
                     &bytes)) {
     ps__free(mem, s);
-    return ps__fail(err, errlen, TSR_ERANGE, "%s shard %d: size overflows",
+    return tsr_errf(err, errlen, TSR_ERANGE, "%s shard %d: size overflows",
                     spec->name, spec->shard);
   }
   if ((rc = ps__mem_reserve(mem, bytes))) {
     ps__free(mem, s);
-    return ps__fail(err, errlen, rc,
+    return tsr_errf(err, errlen, rc,
                     "%s shard %d: %zu bytes would exceed the memory limit "
                     "(%zu of %zu bytes in use)", spec->name, spec->shard, bytes,
                     atomic_load(&mem->used), mem->limit);
@@ -153,7 +141,7 @@ int ps__shard_new(const ps_var_spec *spec, ps_mem *mem, ps_shard **out,
   }
   if (!ok) {
     ps__shard_free(s, mem);
-    return ps__fail(err, errlen, TSR_ENOMEM, "%s: out of memory", spec->name);
+    return tsr_errf(err, errlen, TSR_ENOMEM, "%s: out of memory", spec->name);
   }
   if (spec->init_path[0]) {
     /* the whole variable must be in the file */
@@ -166,7 +154,7 @@ int ps__shard_new(const ps_var_spec *spec, ps_mem *mem, ps_shard **out,
         (int64_t)st.st_size != bytes_all) {
       int e = errno;
       ps__shard_free(s, mem);
-      return ps__fail(err, errlen, TSR_EINVAL,
+      return tsr_errf(err, errlen, TSR_EINVAL,
                       "%s: initial values %s: %s", spec->name,
                       spec->init_path,
                       e ? strerror(e) : "not the variable's size in float32");
@@ -175,7 +163,7 @@ int ps__shard_new(const ps_var_spec *spec, ps_mem *mem, ps_shard **out,
   rc = ps__init_fill(spec, (uint64_t)(spec->row0 * s->width), s->w, s->numel);
   if (rc) {
     ps__shard_free(s, mem);
-    return ps__fail(err, errlen, rc, "%s: cannot read initial values from "
+    return tsr_errf(err, errlen, rc, "%s: cannot read initial values from "
                     "%s", spec->name, spec->init_path);
   }
   kern_optim_init_slots(&spec->optim, s->slots, s->numel);
@@ -291,12 +279,12 @@ static int ps__check_ids(const ps_shard *s, const int64_t *ids, size_t n,
   for (size_t i = 0; i < n; i++)
     if (ps__spec_owns_id(&s->spec, ids[i])) {
       if (s->spec.bounded)
-        return ps__fail(err, errlen, TSR_ERANGE,
+        return tsr_errf(err, errlen, TSR_ERANGE,
                         "%s shard %d: row id %" PRId64 " (index %zu) is "
                         "outside its rows [%" PRId64 ", %" PRId64 ")",
                         s->spec.name, s->spec.shard, ids[i], i, s->spec.row0,
                         s->spec.row0 + s->spec.rows);
-      return ps__fail(err, errlen, TSR_ERANGE,
+      return tsr_errf(err, errlen, TSR_ERANGE,
                       "%s shard %d of %d: row id %" PRId64 " (index %zu) "
                       "belongs to another shard or is negative",
                       s->spec.name, s->spec.shard, s->spec.num_shards, ids[i], i);
@@ -312,7 +300,7 @@ static int ps__touch_rows(ps_shard *s, ps_mem *mem, const int64_t *ids,
     int created;
     int rc = ps__rows_insert(&s->rows, mem, ids[i], &recs[i], &created);
     if (rc)
-      return ps__fail(err, errlen, rc,
+      return tsr_errf(err, errlen, rc,
                       "%s shard %d: cannot create row %" PRId64 " (%zu rows "
                       "held, %zu of %zu bytes in use): %s", s->spec.name,
                       s->spec.shard, ids[i], s->rows.count,
@@ -336,7 +324,7 @@ int ps__shard_apply_rows(ps_shard *s, ps_mem *mem, const int64_t *ids,
   if (!recs || !sum) {
     ps__free(mem, recs);
     ps__free(mem, sum);
-    return ps__fail(err, errlen, TSR_ENOMEM, "%s shard %d: out of memory for "
+    return tsr_errf(err, errlen, TSR_ENOMEM, "%s shard %d: out of memory for "
                     "%zu rows", s->spec.name, s->spec.shard, n);
   }
   if ((rc = ps__touch_rows(s, mem, ids, n, recs, err, errlen))) goto out;
@@ -378,7 +366,7 @@ int ps__shard_gather(ps_shard *s, ps_mem *mem, const int64_t *ids, size_t n,
       int created;
       rc = ps__rows_insert(&s->rows, mem, ids[i], &rec, &created);
       if (rc)
-        return ps__fail(err, errlen, rc,
+        return tsr_errf(err, errlen, rc,
                         "%s shard %d: cannot create row %" PRId64 " (%zu rows "
                         "held, %zu of %zu bytes in use): %s", s->spec.name,
                         s->spec.shard, ids[i], s->rows.count,
@@ -429,7 +417,7 @@ int ps__shard_accum_rows(ps_shard *s, ps_mem *mem, const int64_t *ids,
     float *rec;
     int created;
     if ((rc = ps__rows_insert(&s->acc_rows, mem, ids[i], &rec, &created)))
-      return ps__fail(err, errlen, rc, "%s: cannot hold the step's sum for "
+      return tsr_errf(err, errlen, rc, "%s: cannot hold the step's sum for "
                       "row %" PRId64 ": %s", s->spec.name, ids[i],
                       tsr_strerror(rc));
     for (size_t k = 0; k < W; k++) rec[k] += g[i * W + k];
@@ -468,7 +456,7 @@ int ps__shard_accum_apply(ps_shard *s, ps_mem *mem, int workers, char *err,
                          ps__calloc(mem, n * (size_t)s->width, sizeof(float)),
                          0, (size_t)s->width};
     if (!c.ids || !c.g) {
-      rc = ps__fail(err, errlen, TSR_ENOMEM, "%s shard %d: out of memory "
+      rc = tsr_errf(err, errlen, TSR_ENOMEM, "%s shard %d: out of memory "
                     "collecting %zu summed rows", s->spec.name, s->spec.shard,
                     n);
     } else {

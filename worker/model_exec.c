@@ -21,8 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FAIL(code, ...) wk_model__fail(err, errlen, code, __VA_ARGS__)
-
 kern_ctx *wk_exec_ctx(const wk_exec *e) { return e->ctx; }
 
 static float *dalloc(wk_exec *e, int64_t n) {
@@ -44,10 +42,46 @@ int64_t wk_exec__conv_chunk(const wk_exec *e, const wk_layer *l) {
   return k < e->maxb ? k : e->maxb;
 }
 
+/* Where each variable's gradient is final in a backward pass: the last
+ * node (lowest index) whose backward writes it; row-sparse tables after
+ * the scatters; regularized variables after the regularizers add theirs.
+ * A variable no node writes is announced at the end of the run. */
+static void ready_points(wk_exec *e) {
+  const wk_model *m = e->m;
+  for (int v = 0; v < m->n_vars; v++)
+    e->ready_at[v] = m->vars[v].kind == WK_VAR_ROW_SPARSE ? WK_READY_SCATTER
+                                                          : WK_READY_END;
+  for (int k = m->n_layers - 1; k >= 0; k--) {
+    const wk_layer *l = &m->layers[k];
+    if (!l->needs_grad) continue;
+    int vs[4] = {l->var_w, l->var_b, l->var_mm, l->var_mv};
+    for (int i = 0; i < 4; i++)
+      if (vs[i] >= 0 && m->vars[vs[i]].kind == WK_VAR_DENSE)
+        e->ready_at[vs[i]] = k;
+  }
+  for (int v = 0; v < m->n_vars; v++)
+    if (m->vars[v].l1 > 0 || m->vars[v].l2 > 0) e->ready_at[v] = WK_READY_REG;
+}
+
+int wk_exec__need(wk_exec *e, const wk_run_opts *o, int v) {
+  return e->host && o->param_need && v >= 0 ? o->param_need(o->hook_arg, v)
+                                            : 0;
+}
+
+void wk_exec__done(wk_exec *e, const wk_run_opts *o, int k) {
+  if (!e->host || !o->grad_ready) return;
+  for (int v = 0; v < e->m->n_vars; v++)
+    if (e->ready_at[v] == k && !e->readied[v]) {
+      e->readied[v] = true;
+      o->grad_ready(o->hook_arg, v);
+    }
+}
+
 int wk_exec_open(const wk_model *m, kern_ctx *ctx, int64_t maxb,
                  kern_prec prec, wk_exec **out, char *err, size_t errlen) {
   *out = NULL;
-  if (maxb < 1) return FAIL(TSR_EINVAL, "batch size must be >= 1");
+  if (maxb < 1) return tsr_errf(err, errlen, TSR_EINVAL,
+                                "batch size must be >= 1");
   wk_exec *e = calloc(1, sizeof *e);
   if (!e) return TSR_ENOMEM;
   e->m = m;
@@ -68,8 +102,12 @@ int wk_exec_open(const wk_model *m, kern_ctx *ctx, int64_t maxb,
   e->dp = calloc((size_t)m->n_vars, sizeof *e->dp);
   e->dg = calloc((size_t)m->n_vars, sizeof *e->dg);
   e->dcap = calloc((size_t)m->n_vars, sizeof *e->dcap);
-  if (!e->hlab || !e->hpred || !e->hloss || !e->dp || !e->dg || !e->dcap)
+  e->ready_at = calloc((size_t)m->n_vars + 1, sizeof *e->ready_at);
+  e->readied = calloc((size_t)m->n_vars + 1, sizeof *e->readied);
+  if (!e->hlab || !e->hpred || !e->hloss || !e->dp || !e->dg || !e->dcap ||
+      !e->ready_at || !e->readied)
     goto nomem;
+  ready_points(e);
   if (!e->host && e->x_float && m->n_dense > 0 &&
       !(e->x = dalloc(e, maxb * m->n_dense)))
     goto nomem;
@@ -153,8 +191,8 @@ int wk_exec_open(const wk_model *m, kern_ctx *ctx, int64_t maxb,
   return 0;
 nomem:
   wk_exec_close(e);
-  return FAIL(TSR_ENOMEM, "out of %s memory for batch %lld",
-              kern_backend_name(ctx), (long long)maxb);
+  return tsr_errf(err, errlen, TSR_ENOMEM, "out of %s memory for batch %lld",
+                  kern_backend_name(ctx), (long long)maxb);
 }
 
 static void splan_free_dev(wk_exec *e, wk_splan *p) {
@@ -209,6 +247,8 @@ void wk_exec_close(wk_exec *e) {
   free(e->dp);
   free(e->dg);
   free(e->dcap);
+  free(e->ready_at);
+  free(e->readied);
   free(e);
 }
 
@@ -245,11 +285,12 @@ static int visit_ids(wk_exec *e, wk_splan *p, const wk_batch *b, int64_t lo,
         for (int64_t c = 0; c < src->size; c++) {
           float v = b->x[r * b->n_dense + src->x_off + c];
           if (!(v >= 0 && v < (float)em->vocab) || v != floorf(v))
-            return FAIL(TSR_ERANGE, "batch %lld (epoch %lld) example %lld "
-                        "column %lld: %g is not an id in [0, %lld) for '%s'",
-                        (long long)b->index, (long long)b->epoch, (long long)r,
-                        (long long)(src->x_off + c), (double)v,
-                        (long long)em->vocab, m->vars[em->var].name);
+            return tsr_errf(err, errlen, TSR_ERANGE,
+                            "batch %lld (epoch %lld) example %lld "
+                            "column %lld: %g is not an id in [0, %lld) for '%s'",
+                            (long long)b->index, (long long)b->epoch, (long long)r,
+                            (long long)(src->x_off + c), (double)v,
+                            (long long)em->vocab, m->vars[em->var].name);
           int64_t bag = em->per_id ? (r - lo) * src->size + c : r - lo;
           if ((rc = fn(p, bag, (int64_t)v, arg))) return rc;
         }
@@ -258,10 +299,11 @@ static int visit_ids(wk_exec *e, wk_splan *p, const wk_batch *b, int64_t lo,
         const int64_t *off = b->offsets[em->feature];
         for (int64_t j = off[r]; j < off[r + 1]; j++) {
           if (ids[j] < 0 || ids[j] >= em->vocab)
-            return FAIL(TSR_ERANGE, "batch %lld (epoch %lld) example %lld "
-                        "sparse feature %d: id %lld outside [0, %lld)",
-                        (long long)b->index, (long long)b->epoch, (long long)r,
-                        em->feature, (long long)ids[j], (long long)em->vocab);
+            return tsr_errf(err, errlen, TSR_ERANGE,
+                            "batch %lld (epoch %lld) example %lld "
+                            "sparse feature %d: id %lld outside [0, %lld)",
+                            (long long)b->index, (long long)b->epoch, (long long)r,
+                            em->feature, (long long)ids[j], (long long)em->vocab);
           if ((rc = fn(p, r - lo, ids[j] + em->id_offset, arg))) return rc;
         }
       }
@@ -421,41 +463,48 @@ int wk_exec_prepare(wk_exec *e, const wk_batch *b, int64_t lo, int64_t hi,
   const wk_model *m = e->m;
   int64_t n = hi - lo;
   if (lo < 0 || hi > b->n || n < 1 || n > e->maxb)
-    return FAIL(TSR_EINVAL, "batch slice [%lld, %lld) of %lld examples "
-                "(max %lld)", (long long)lo, (long long)hi, (long long)b->n,
-                (long long)e->maxb);
+    return tsr_errf(err, errlen, TSR_EINVAL,
+                    "batch slice [%lld, %lld) of %lld examples "
+                    "(max %lld)", (long long)lo, (long long)hi, (long long)b->n,
+                    (long long)e->maxb);
   if (b->n_dense != m->n_dense && !(m->wide_deep && m->n_dense == 0))
-    return FAIL(TSR_ESHAPE, "shapes do not chain: the model's input takes "
-                "%lld feature(s), the batch has %lld", (long long)m->n_dense,
-                (long long)b->n_dense);
+    return tsr_errf(err, errlen, TSR_ESHAPE,
+                    "shapes do not chain: the model's input takes "
+                    "%lld feature(s), the batch has %lld", (long long)m->n_dense,
+                    (long long)b->n_dense);
   if (m->n_sparse > b->n_sparse)
-    return FAIL(TSR_ESHAPE, "shapes do not chain: the model reads %d sparse "
-                "feature(s), the batch has %d", m->n_sparse, b->n_sparse);
+    return tsr_errf(err, errlen, TSR_ESHAPE,
+                    "shapes do not chain: the model reads %d sparse "
+                    "feature(s), the batch has %d", m->n_sparse, b->n_sparse);
   for (int64_t r = lo; r < hi; r++) {
     const float *xr = b->x + r * b->n_dense;
     for (int64_t c = 0; c < b->n_dense; c++)
       if (!isfinite(xr[c]))
-        return FAIL(TSR_ENONFINITE, "batch %lld (epoch %lld) example %lld: "
-                    "feature column %lld is %s", (long long)b->index,
-                    (long long)b->epoch, (long long)r, (long long)c,
-                    isnan(xr[c]) ? "NaN" : "infinite");
+        return tsr_errf(err, errlen, TSR_ENONFINITE,
+                        "batch %lld (epoch %lld) example %lld: "
+                        "feature column %lld is %s", (long long)b->index,
+                        (long long)b->epoch, (long long)r, (long long)c,
+                        isnan(xr[c]) ? "NaN" : "infinite");
     float y = b->y[r];
     if (!isfinite(y))
-      return FAIL(TSR_ENONFINITE, "batch %lld (epoch %lld) example %lld: the "
-                  "label is %s", (long long)b->index, (long long)b->epoch,
-                  (long long)r, isnan(y) ? "NaN" : "infinite");
+      return tsr_errf(err, errlen, TSR_ENONFINITE,
+                      "batch %lld (epoch %lld) example %lld: the "
+                      "label is %s", (long long)b->index, (long long)b->epoch,
+                      (long long)r, isnan(y) ? "NaN" : "infinite");
     if ((m->loss == KERN_LOSS_BCE_LOGITS || m->loss == KERN_LOSS_BCE_PROBS) &&
         !(y >= 0 && y <= 1))
-      return FAIL(TSR_ERANGE, "batch %lld (epoch %lld) example %lld: label "
-                  "%g is outside [0, 1], which binary cross-entropy needs",
-                  (long long)b->index, (long long)b->epoch, (long long)r,
-                  (double)y);
+      return tsr_errf(err, errlen, TSR_ERANGE,
+                      "batch %lld (epoch %lld) example %lld: label "
+                      "%g is outside [0, 1], which binary cross-entropy needs",
+                      (long long)b->index, (long long)b->epoch, (long long)r,
+                      (double)y);
     if (m->class_labels &&
         (!(y >= 0 && y < (float)m->out_dim) || y != floorf(y)))
-      return FAIL(TSR_ERANGE, "batch %lld (epoch %lld) example %lld: label "
-                  "%g is not a class in [0, %lld)", (long long)b->index,
-                  (long long)b->epoch, (long long)r, (double)y,
-                  (long long)m->out_dim);
+      return tsr_errf(err, errlen, TSR_ERANGE,
+                      "batch %lld (epoch %lld) example %lld: label "
+                      "%g is not a class in [0, %lld)", (long long)b->index,
+                      (long long)b->epoch, (long long)r, (double)y,
+                      (long long)m->out_dim);
   }
   e->b = b;
   e->lo = lo;
@@ -470,7 +519,8 @@ int wk_exec_prepare(wk_exec *e, const wk_batch *b, int64_t lo, int64_t hi,
   int rc;
   for (int s = 0; s < e->n_sp; s++)
     if ((rc = build_plan(e, &e->sp[s], b, lo, hi, global, err, errlen)))
-      return rc == TSR_ENOMEM ? FAIL(rc, "out of memory for the sparse ids")
+      return rc == TSR_ENOMEM ? tsr_errf(err, errlen, rc,
+                                         "out of memory for the sparse ids")
                               : rc;
   if (e->host) {
     e->x = e->x_float ? (float *)(b->x + lo * b->n_dense) : NULL;
@@ -479,10 +529,10 @@ int wk_exec_prepare(wk_exec *e, const wk_batch *b, int64_t lo, int64_t hi,
     if (e->x_float &&
         (rc = kern_upload(e->ctx, e->x, b->x + lo * b->n_dense,
                           (size_t)(n * m->n_dense) * sizeof(float))))
-      return FAIL(rc, "upload of the batch failed");
+      return tsr_errf(err, errlen, rc, "upload of the batch failed");
     if ((rc = kern_upload(e->ctx, e->lab, e->hlab,
                           (size_t)(n * e->lab_w) * sizeof(float))))
-      return FAIL(rc, "upload of the labels failed");
+      return tsr_errf(err, errlen, rc, "upload of the labels failed");
   }
   return 0;
 }
@@ -509,11 +559,13 @@ static int64_t var_elems(const wk_exec *e, int v) {
 /* Points dp/dg at the parameters: the caller's on the CPU, uploaded
  * copies on a GPU (sparse buffers grown to the batch's rows). */
 static int bind_params(wk_exec *e, float *const *params, float *const *grads,
-                       bool resident) {
+                       bool resident, const wk_run_opts *o) {
   const wk_model *m = e->m;
   int rc;
   for (int v = 0; v < m->n_vars; v++) {
     int64_t ne = var_elems(e, v);
+    if (!e->host && o->param_need && (rc = o->param_need(o->hook_arg, v)))
+      return rc;
     if (e->host) {
       e->dp[v] = params[v];
       e->dg[v] = grads ? grads[v] : NULL;
@@ -567,7 +619,8 @@ int wk_exec_run(wk_exec *e, float *const *params, float *const *grads,
   int rc;
   if (!e->b) return TSR_EINVAL;
   if (o->train && !grads && !o->keep_on_device) return TSR_EINVAL;
-  CK(bind_params(e, params, o->train ? grads : NULL, o->params_resident));
+  CK(bind_params(e, params, o->train ? grads : NULL, o->params_resident, o));
+  memset(e->readied, 0, (size_t)m->n_vars * sizeof *e->readied);
   CK(wk_exec__forward(e, o));
   int last = m->n_layers - 1;
   const wk_layer *out = &m->layers[last];
@@ -582,8 +635,12 @@ int wk_exec_run(wk_exec *e, float *const *params, float *const *grads,
   CK(kern_download(e->ctx, e->hloss, e->exl, (size_t)e->n * sizeof(float)));
   CK(kern_download(e->ctx, e->hpred, e->y[last],
                    (size_t)(e->n * m->out_dim) * sizeof(float)));
-  if (o->train && !o->keep_on_device && !e->host)
+  if (o->train && !o->keep_on_device && !e->host) {
     CK(wk_exec_fetch_grads(e, grads));
+    for (int v = 0; o->grad_ready && v < m->n_vars; v++)
+      o->grad_ready(o->hook_arg, v);
+  }
+  if (o->train) wk_exec__done(e, o, WK_READY_END);
   double s = 0;
   for (int64_t i = 0; i < e->n; i++) s += e->hloss[i];
   e->reg = m->has_reg ? reg_loss(m, params) : 0;

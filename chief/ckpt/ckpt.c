@@ -2,6 +2,7 @@
 #include "chief/ckpt/ckpt.h"
 #include "chief/monitor/monitor_int.h"
 #include "common/err.h"
+#include "common/fs.h"
 #include "common/log.h"
 
 #include <dirent.h>
@@ -114,14 +115,6 @@ int chief_ckpt_prepare(const char *root, int64_t step, char *err,
 static int ck_list(const char *root, int64_t **steps, size_t *n, char *err,
                    size_t errlen, int committed_only);
 
-static int ck_fsync_dir(const char *dir) {
-  int fd = open(dir, O_RDONLY | O_DIRECTORY);
-  if (fd < 0) return -errno;
-  int rc = fsync(fd) ? -errno : 0;
-  close(fd);
-  return rc;
-}
-
 int chief_ckpt_commit(const char *root, int64_t step, json_t *manifest,
                       char *err, size_t errlen) {
   char dir[CK_PATH], path[CK_PATH];
@@ -139,11 +132,7 @@ int chief_ckpt_commit(const char *root, int64_t step, json_t *manifest,
   int rc = chief__write_atomic(path, text, strlen(text), err, errlen);
   free(text);
   if (rc) return rc;
-  rc = ck_fsync_dir(dir);
-  if (rc) {
-    snprintf(err, errlen, "fsync %s: %s", dir, tsr_strerror(rc));
-    return rc;
-  }
+  if ((rc = tsr_fsync_dir(dir, err, errlen))) return rc;
   /* committed: the hint is for people (the manifests decide), so failing
    * to write it (a full disk) does not undo the commit */
   char hint[256], herr[256];

@@ -80,7 +80,7 @@ struct coord {
   uv_signal_t sigint, sigterm;
   tsr_rpc_ctx *rpc;
   tsr_rpc_server *status;  /* CHIEF_M_STATUS on the chief's address */
-  tsr_cluster cluster;
+  tsr_cluster cluster;     /* o->cluster, borrowed: not freed here */
   tsr_job job;
   char *job_json;          /* resolved job sent to workers */
   char job_dir[4096];
@@ -139,7 +139,7 @@ struct coord {
   chief_metrics *metrics;
   chief_progress *progress;
   struct tsr_trace *trace; /* --trace: every process's events, merged */
-  int64_t trace_save_us, trace_eval_us, trace_recover_us;
+  int64_t trace_save_us, trace_eval_us, trace_recover_us, trace_restore_us;
   double t_last_scalar;
   double t_last_ps;          /* PS statistics every 2 s */
   chief_summary_policy sum_pol;

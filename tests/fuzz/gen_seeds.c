@@ -7,6 +7,7 @@
  * Usage: fuzz_seeds SOURCE_DIR. Run again when a format changes; the JSON
  * seeds of fuzz_job and fuzz_model are kept by hand. */
 #include "common/crc32c.h"
+#include "ps/client_int.h"
 #include "ps/svc_int.h"
 
 #include <inttypes.h>
@@ -73,7 +74,7 @@ static void create(run *r, const ps_var_spec *specs, size_t n) {
   Tessera__Ps__LrSchedule sc[4];
   int64_t shape[4][PS_MAX_RANK];
   for (size_t i = 0; i < n; i++) {
-    ps__spec_to_proto(&specs[i], &v[i], &in[i], &o[i], &sc[i], shape[i]);
+    ps__client_spec_to_proto(&specs[i], &v[i], &in[i], &o[i], &sc[i], shape[i]);
     vp[i] = &v[i];
   }
   m.n_vars = n;

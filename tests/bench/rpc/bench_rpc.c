@@ -229,9 +229,11 @@ static void *srv_main(void *arg) {
 static int rpc_start(rpc_srv *s, int plain) {
   uv_loop_init(&s->loop);
   /* two setups take turns: the one waiting must not be dropped as idle */
+  /* TCP against TCP (the same-host socket is bench_ps's comparison) */
   tsr_rpc_opts o = {.name = "bench-server", .token = TOKEN,
                     .token_len = strlen(TOKEN), .plain_frames = plain,
-                    .idle_timeout_ms = 3600000};
+                    .idle_timeout_ms = 3600000,
+                    .transport = TSR_RPC_TRANSPORT_TCP};
   if (tsr_rpc_ctx_new(&s->ctx, &s->loop, &o) ||
       tsr_rpc_server_new(&s->s, s->ctx) ||
       tsr_rpc_server_register(s->s, M_ECHO, h_echo, s) ||
@@ -331,9 +333,11 @@ static void rtt_pair(cli *k, int rfd, double *raw_med, double *raw_p99,
 static int cli_start(cli *k, int port, int plain) {
   memset(k, 0, sizeof *k);
   uv_loop_init(&k->loop);
+  /* TCP against TCP (the same-host socket is bench_ps's comparison) */
   tsr_rpc_opts o = {.name = "bench-client", .token = TOKEN,
                     .token_len = strlen(TOKEN), .plain_frames = plain,
-                    .idle_timeout_ms = 3600000};
+                    .idle_timeout_ms = 3600000,
+                    .transport = TSR_RPC_TRANSPORT_TCP};
   char addr[64];
   snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
   if (tsr_rpc_ctx_new(&k->ctx, &k->loop, &o) ||

@@ -1,6 +1,6 @@
 /* Allocation failures in turn: a scenario that touches every PS method
  * (create dense and sparse, pushes and pulls in every form, fused calls,
- * half-precision gradients, sync and ssp modes, clocks, save, restore,
+ * half-precision gradients, bfloat16 answers, sync and ssp modes, clocks, save, restore,
  * stats with trace events) runs once to count the PS's allocations, then
  * once per allocation with exactly that one failing. Every call must be
  * answered (no call may run into its deadline), a failed call must leave
@@ -108,6 +108,13 @@ static void scenario(faulty *f) {
     ANSWERED(&e, r, ps_client_push_pull_rows(e.cl[0], "s", 0, 0, 1, PS_DT_F32,
                                              ids, 3, rg, sizeof rg, ids, 2,
                                              rows, 4, h_cb, &r));
+    /* values answered in bfloat16: a converted copy, dense and by rows */
+    uint16_t hb[256], hrows[8];
+    ANSWERED(&e, r, ps_client_pull_as(e.cl[0], "d", 0, 0, 0, PS_DT_BF16, hb,
+                                      sizeof hb, h_cb, &r));
+    ANSWERED(&e, r, ps_client_pull_rows_as(e.cl[0], "s", 0, 0, 0, PS_DT_BF16,
+                                           ids, 2, hrows, sizeof hrows, h_cb,
+                                           &r));
     /* sync: one worker, so each step applies at once */
     ANSWERED(&e, r, ps_client_config(e.cl[0], "sync", false, h_cb, &r));
     if (r.status == 0) {

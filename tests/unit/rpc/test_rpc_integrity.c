@@ -350,8 +350,10 @@ static int count_lines(const char *path, const char *what) {
 
 /* A client with the wrong token reconnecting as fast as it can: the
  * server refuses every attempt but logs one line per interval, the next
- * one with the count of those it did not log. */
-static void refused_peers_rate_limited(void **s) {
+ * one with the count of those it did not log. Over TCP the address is the
+ * client's IP; over the same-host socket every peer is "unix". */
+static void refused_rate_limited(int transport, const char *peer,
+                                 const char *host) {
   uv_loop_t loop;
   assert_int_equal(uv_loop_init(&loop), 0);
   tsr_rpc_opts o;
@@ -360,6 +362,7 @@ static void refused_peers_rate_limited(void **s) {
   tsr_rpc_ctx *sctx, *cctx;
   assert_int_equal(tsr_rpc_ctx_new(&sctx, &loop, &o), 0);
   ru_opts(&o, "intruder");
+  o.transport = transport;
   o.token = "not-the-token";
   o.token_len = strlen("not-the-token");
   o.backoff_min_ms = 1;
@@ -394,8 +397,11 @@ static void refused_peers_rate_limited(void **s) {
   close(saved);
   close(lf);
   uint64_t elapsed = tsr_now_ms() - t0;
-  int lines = count_lines(path, "refused peer 127.0.0.1");
-  int counted = count_lines(path, "more refusals of 127.0.0.1");
+  char want[64], want_more[64];
+  snprintf(want, sizeof want, "refused peer %s", peer);
+  snprintf(want_more, sizeof want_more, "more refusals of %s ", host);
+  int lines = count_lines(path, want);
+  int counted = count_lines(path, want_more);
   unlink(path);
   print_message("%llu refusals in %llu ms, %d lines\n",
                 (unsigned long long)st.refused, (unsigned long long)elapsed,
@@ -409,6 +415,14 @@ static void refused_peers_rate_limited(void **s) {
   assert_int_equal(tsr_rpc_ctx_free(sctx), 0);
   uv_run(&loop, UV_RUN_DEFAULT);
   assert_int_equal(uv_loop_close(&loop), 0);
+}
+
+static void refused_peers_rate_limited(void **s) {
+  refused_rate_limited(TSR_RPC_TRANSPORT_TCP, "127.0.0.1:", "127.0.0.1");
+}
+
+static void refused_local_peers_rate_limited(void **s) {
+  refused_rate_limited(TSR_RPC_TRANSPORT_AUTO, "unix:", "unix");
 }
 
 int main(void) {
@@ -430,6 +444,7 @@ int main(void) {
       cmocka_unit_test(frame_mac_setting),
       cmocka_unit_test(ratelog_pure),
       cmocka_unit_test(refused_peers_rate_limited),
+      cmocka_unit_test(refused_local_peers_rate_limited),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
