@@ -40,16 +40,6 @@
 #define PS__MAGIC "TSRSHARD"
 #define PS__MAX_PARTS 65536
 
-static int cl_fail(char *err, size_t errlen, int rc, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int cl_fail(char *err, size_t errlen, int rc, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  return rc;
-}
-
 /* ---- the header ----------------------------------------------------------*/
 
 static const msgpack_object *cl_get(const msgpack_object *map, const char *k) {
@@ -76,12 +66,12 @@ static int cl_int(const msgpack_object *h, const char *k, int64_t lo,
   else if (o && o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER)
     v = o->via.i64;
   else
-    return cl_fail(err, errlen, TSR_EFORMAT, "%s: header key %s is missing "
-                   "or not an integer", path, k);
+    return tsr_errf(err, errlen, TSR_EFORMAT, "%s: header key %s is missing "
+                    "or not an integer", path, k);
   if (v < lo || v > hi)
-    return cl_fail(err, errlen, TSR_EFORMAT, "%s: header %s %" PRId64
-                   " is not in [%" PRId64 ", %" PRId64 "]", path, k, v, lo,
-                   hi);
+    return tsr_errf(err, errlen, TSR_EFORMAT, "%s: header %s %" PRId64
+                    " is not in [%" PRId64 ", %" PRId64 "]", path, k, v, lo,
+                    hi);
   *out = v;
   return 0;
 }
@@ -91,8 +81,8 @@ static int cl_str(const msgpack_object *h, const char *k, char *buf,
   const msgpack_object *o = cl_get(h, k);
   if (!o || o->type != MSGPACK_OBJECT_STR || o->via.str.size >= len ||
       memchr(o->via.str.ptr, 0, o->via.str.size))
-    return cl_fail(err, errlen, TSR_EFORMAT, "%s: header key %s is missing, "
-                   "not a string or longer than %zu bytes", path, k, len - 1);
+    return tsr_errf(err, errlen, TSR_EFORMAT, "%s: header key %s is missing, "
+                    "not a string or longer than %zu bytes", path, k, len - 1);
   memcpy(buf, o->via.str.ptr, o->via.str.size);
   buf[o->via.str.size] = 0;
   return 0;
@@ -102,8 +92,8 @@ static int cl_bool(const msgpack_object *h, const char *k, bool *out,
                    const char *path, char *err, size_t errlen) {
   const msgpack_object *o = cl_get(h, k);
   if (!o || o->type != MSGPACK_OBJECT_BOOLEAN)
-    return cl_fail(err, errlen, TSR_EFORMAT, "%s: header key %s is missing "
-                   "or not a boolean", path, k);
+    return tsr_errf(err, errlen, TSR_EFORMAT, "%s: header key %s is missing "
+                    "or not a boolean", path, k);
   *out = o->via.boolean;
   return 0;
 }
@@ -117,14 +107,14 @@ static int cl_fields(ps_ckpt_part *p, const msgpack_object *h,
   if ((rc = cl_str(h, "format", fmt, sizeof fmt, path, err, errlen)))
     return rc;
   if (strcmp(fmt, "tessera-shard"))
-    return cl_fail(err, errlen, TSR_EFORMAT, "%s: format \"%s\" is not "
-                   "tessera-shard", path, fmt);
+    return tsr_errf(err, errlen, TSR_EFORMAT, "%s: format \"%s\" is not "
+                    "tessera-shard", path, fmt);
   if ((rc = cl_int(h, "version", 0, INT32_MAX, &v, path, err, errlen)))
     return rc;
   if (v != 2)
-    return cl_fail(err, errlen, TSR_EFORMAT, "%s: shard file version %" PRId64
-                   "; this build reads version 2 (files of version 1 carry no "
-                   "checkpoint id)", path, v);
+    return tsr_errf(err, errlen, TSR_EFORMAT, "%s: shard file version %" PRId64
+                    "; this build reads version 2 (files of version 1 carry no "
+                    "checkpoint id)", path, v);
   if ((rc = cl_str(h, "checkpoint_id", p->ckpt_id, sizeof p->ckpt_id, path,
                    err, errlen)) ||
       (rc = cl_int(h, "checkpoint_step", 0, TSR_STEP_MAX, &p->ckpt_step, path,
@@ -139,34 +129,34 @@ static int cl_fields(ps_ckpt_part *p, const msgpack_object *h,
   p->num_shards = (int32_t)v;
   p->shard = (int32_t)x;
   if (!p->name[0])
-    return cl_fail(err, errlen, TSR_EFORMAT, "%s: empty variable name", path);
+    return tsr_errf(err, errlen, TSR_EFORMAT, "%s: empty variable name", path);
   const msgpack_object *o = cl_get(h, "shape");
   if (!o || o->type != MSGPACK_OBJECT_ARRAY ||
       o->via.array.size > PS_MAX_RANK)
-    return cl_fail(err, errlen, TSR_EFORMAT, "%s: header shape is missing, "
-                   "not a list or of rank over %d", path, PS_MAX_RANK);
+    return tsr_errf(err, errlen, TSR_EFORMAT, "%s: header shape is missing, "
+                    "not a list or of rank over %d", path, PS_MAX_RANK);
   p->rank = (int)o->via.array.size;
   for (int i = 0; i < p->rank; i++) {
     const msgpack_object *d = &o->via.array.ptr[i];
     if (d->type != MSGPACK_OBJECT_POSITIVE_INTEGER || d->via.u64 < 1 ||
         d->via.u64 > (uint64_t)TSR_STEP_MAX)
-      return cl_fail(err, errlen, TSR_EFORMAT, "%s: shape[%d] is not an "
-                     "integer in [1, 2^62]", path, i);
+      return tsr_errf(err, errlen, TSR_EFORMAT, "%s: shape[%d] is not an "
+                      "integer in [1, 2^62]", path, i);
     p->shape[i] = (int64_t)d->via.u64;
   }
   if (p->sparse && p->rank < 1)
-    return cl_fail(err, errlen, TSR_EFORMAT, "%s: a sparse part of rank 0",
-                   path);
+    return tsr_errf(err, errlen, TSR_EFORMAT, "%s: a sparse part of rank 0",
+                    path);
   int64_t width;
   if (tsr_dims_product(p->shape, 1, p->rank, &width))
-    return cl_fail(err, errlen, TSR_EFORMAT, "%s: shape[1:] overflows",
-                   path);
+    return tsr_errf(err, errlen, TSR_EFORMAT, "%s: shape[1:] overflows",
+                    path);
   if ((rc = cl_int(h, "width", 1, INT64_MAX, &p->width, path, err, errlen)))
     return rc;
   if (p->width != width)
-    return cl_fail(err, errlen, TSR_EFORMAT, "%s: width %" PRId64 " is not "
-                   "the product of shape[1:] (%" PRId64 ")", path, p->width,
-                   width);
+    return tsr_errf(err, errlen, TSR_EFORMAT, "%s: width %" PRId64 " is not "
+                    "the product of shape[1:] (%" PRId64 ")", path, p->width,
+                    width);
   int64_t dim0 = p->rank ? p->shape[0] : 1;
   if ((rc = cl_int(h, "row0", 0, TSR_STEP_MAX, &p->row0, path, err,
                    errlen)) ||
@@ -182,19 +172,19 @@ static int cl_fields(ps_ckpt_part *p, const msgpack_object *h,
    * missing from a complete set */
   if (!p->sparse || p->bounded) {
     if (p->num_shards > dim0)
-      return cl_fail(err, errlen, TSR_EFORMAT, "%s: %d shards of %" PRId64
-                     " rows", path, p->num_shards, dim0);
+      return tsr_errf(err, errlen, TSR_EFORMAT, "%s: %d shards of %" PRId64
+                      " rows", path, p->num_shards, dim0);
     int64_t r0, rs;
     tsr_partition_rows(dim0, p->num_shards, p->shard, &r0, &rs);
     if (p->row0 != r0 || p->rows != rs)
-      return cl_fail(err, errlen, TSR_EFORMAT, "%s: rows [%" PRId64 ", +%"
-                     PRId64 ") are not part %d of %d of %" PRId64 " rows "
+      return tsr_errf(err, errlen, TSR_EFORMAT, "%s: rows [%" PRId64 ", +%"
+                      PRId64 ") are not part %d of %d of %" PRId64 " rows "
                      "([%" PRId64 ", +%" PRId64 "))", path, p->row0, p->rows,
                      p->shard, p->num_shards, dim0, r0, rs);
     if (p->sparse ? p->n_rows > p->rows : p->n_rows != p->rows)
-      return cl_fail(err, errlen, TSR_EFORMAT, "%s: %" PRId64 " rows stored "
-                     "in a part of %" PRId64 " rows", path, p->n_rows,
-                     p->rows);
+      return tsr_errf(err, errlen, TSR_EFORMAT, "%s: %" PRId64 " rows stored "
+                      "in a part of %" PRId64 " rows", path, p->n_rows,
+                      p->rows);
   }
   if ((rc = cl_str(h, "optimizer", p->optimizer, sizeof p->optimizer, path,
                    err, errlen)))
@@ -202,14 +192,14 @@ static int cl_fields(ps_ckpt_part *p, const msgpack_object *h,
   o = cl_get(h, "slots");
   if (!o || o->type != MSGPACK_OBJECT_ARRAY ||
       o->via.array.size > KERN_OPTIM_MAX_SLOTS)
-    return cl_fail(err, errlen, TSR_EFORMAT, "%s: header slots is missing, "
-                   "not a list or longer than %d", path, KERN_OPTIM_MAX_SLOTS);
+    return tsr_errf(err, errlen, TSR_EFORMAT, "%s: header slots is missing, "
+                    "not a list or longer than %d", path, KERN_OPTIM_MAX_SLOTS);
   p->nslots = (int)o->via.array.size;
   for (int k = 0; k < p->nslots; k++) {
     const msgpack_object *n = &o->via.array.ptr[k];
     if (n->type != MSGPACK_OBJECT_STR || n->via.str.size >= 32)
-      return cl_fail(err, errlen, TSR_EFORMAT, "%s: slot %d has a bad name",
-                     path, k);
+      return tsr_errf(err, errlen, TSR_EFORMAT, "%s: slot %d has a bad name",
+                      path, k);
     memcpy(p->slots[k], n->via.str.ptr, n->via.str.size);
     p->slots[k][n->via.str.size] = 0;
   }
@@ -220,26 +210,26 @@ int ps__ckpt_part_parse(const char *path, const uint8_t *b, size_t size,
                         ps_ckpt_part *p, char *err, size_t errlen) {
   memset(p, 0, sizeof *p);
   if (size < 16)
-    return cl_fail(err, errlen, TSR_ECORRUPT, "%s: truncated (%zu bytes, no "
-                   "header)", path, size);
+    return tsr_errf(err, errlen, TSR_ECORRUPT, "%s: truncated (%zu bytes, no "
+                    "header)", path, size);
   if (memcmp(b, PS__MAGIC, 8))
-    return cl_fail(err, errlen, TSR_EFORMAT, "%s: not a tessera shard file "
-                   "(bad magic)", path);
+    return tsr_errf(err, errlen, TSR_EFORMAT, "%s: not a tessera shard file "
+                    "(bad magic)", path);
   uint32_t hlen, hcrc;
   memcpy(&hlen, b + 8, 4);
   if ((uint64_t)hlen + 16 > size)
-    return cl_fail(err, errlen, TSR_ECORRUPT, "%s: truncated (header of %u "
-                   "bytes, file of %zu)", path, hlen, size);
+    return tsr_errf(err, errlen, TSR_ECORRUPT, "%s: truncated (header of %u "
+                    "bytes, file of %zu)", path, hlen, size);
   memcpy(&hcrc, b + 12 + hlen, 4);
   if (tsr_crc32c(0, b + 12, hlen) != hcrc)
-    return cl_fail(err, errlen, TSR_ECORRUPT, "%s: header CRC32C mismatch",
-                   path);
+    return tsr_errf(err, errlen, TSR_ECORRUPT, "%s: header CRC32C mismatch",
+                    path);
   msgpack_unpacked up;
   msgpack_unpacked_init(&up);
   int rc = 0;
   if (msgpack_unpack_next(&up, (const char *)b + 12, hlen, NULL) !=
       MSGPACK_UNPACK_SUCCESS) {
-    rc = cl_fail(err, errlen, TSR_EFORMAT, "%s: header is not msgpack", path);
+    rc = tsr_errf(err, errlen, TSR_EFORMAT, "%s: header is not msgpack", path);
     goto out;
   }
   const msgpack_object *h = &up.data;
@@ -256,29 +246,29 @@ int ps__ckpt_part_parse(const char *path, const uint8_t *b, size_t size,
       tsr_mul_u64(sec, (uint64_t)(1 + p->nslots), &want) ||
       (p->sparse && tsr_mul_u64((uint64_t)p->n_rows, 8, &ids)) ||
       tsr_add_u64(want, ids, &want)) {
-    rc = cl_fail(err, errlen, TSR_EFORMAT, "%s: %" PRId64 " rows of width %"
-                 PRId64 " with %d slot(s) overflow a size", path, p->n_rows,
-                 p->width, p->nslots);
+    rc = tsr_errf(err, errlen, TSR_EFORMAT, "%s: %" PRId64 " rows of width %"
+                  PRId64 " with %d slot(s) overflow a size", path, p->n_rows,
+                  p->width, p->nslots);
     goto out;
   }
   if ((uint64_t)data_bytes != want) {
-    rc = cl_fail(err, errlen, TSR_EFORMAT, "%s: data_bytes %" PRId64 " does "
-                 "not match the header's rows and slots (%" PRIu64 ")", path,
-                 data_bytes, want);
+    rc = tsr_errf(err, errlen, TSR_EFORMAT, "%s: data_bytes %" PRId64 " does "
+                  "not match the header's rows and slots (%" PRIu64 ")", path,
+                  data_bytes, want);
     goto out;
   }
   uint64_t base = 16 + (uint64_t)hlen;
   if (want > size || base + want != size) {
-    rc = cl_fail(err, errlen, TSR_ECORRUPT, "%s: truncated or padded: %zu "
-                 "bytes, the header says %" PRIu64, path, size,
-                 want > size ? want : base + want);
+    rc = tsr_errf(err, errlen, TSR_ECORRUPT, "%s: truncated or padded: %zu "
+                  "bytes, the header says %" PRIu64, path, size,
+                  want > size ? want : base + want);
     goto out;
   }
   p->data = b + base;
   p->data_bytes = want;
   if (tsr_crc32c(0, p->data, want) != (uint32_t)crc) {
-    rc = cl_fail(err, errlen, TSR_ECORRUPT, "%s: data CRC32C mismatch (file "
-                 "damaged)", path);
+    rc = tsr_errf(err, errlen, TSR_ECORRUPT, "%s: data CRC32C mismatch (file "
+                  "damaged)", path);
     goto out;
   }
   p->off_ids = 0;
@@ -292,9 +282,9 @@ int ps__ckpt_part_parse(const char *path, const uint8_t *b, size_t size,
     bool in = p->bounded ? id >= p->row0 && id - p->row0 < p->rows
                          : id >= 0 && id % p->num_shards == p->shard;
     if (!in) {
-      rc = cl_fail(err, errlen, TSR_EFORMAT, "%s: row id %" PRId64 " (row %"
-                   PRId64 ") does not belong to part %d of %d", path, id, r,
-                   p->shard, p->num_shards);
+      rc = tsr_errf(err, errlen, TSR_EFORMAT, "%s: row id %" PRId64 " (row %"
+                    PRId64 ") does not belong to part %d of %d", path, id, r,
+                    p->shard, p->num_shards);
       goto out;
     }
   }
@@ -321,24 +311,24 @@ static void cl_unmap(cl_file *f) {
 static int cl_map(cl_file *f, char *err, size_t errlen) {
   int fd = open(f->path, O_RDONLY);
   if (fd < 0)
-    return cl_fail(err, errlen, -errno, "%s: cannot open: %s", f->path,
-                   strerror(errno));
+    return tsr_errf(err, errlen, -errno, "%s: cannot open: %s", f->path,
+                    strerror(errno));
   struct stat st;
   if (fstat(fd, &st)) {
     close(fd);
-    return cl_fail(err, errlen, TSR_EIO, "%s: cannot stat", f->path);
+    return tsr_errf(err, errlen, TSR_EIO, "%s: cannot stat", f->path);
   }
   f->size = (size_t)st.st_size;
   if (f->size < 16) {
     close(fd);
-    return cl_fail(err, errlen, TSR_ECORRUPT, "%s: truncated (%zu bytes, no "
-                   "header)", f->path, f->size);
+    return tsr_errf(err, errlen, TSR_ECORRUPT, "%s: truncated (%zu bytes, no "
+                    "header)", f->path, f->size);
   }
   f->map = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
   close(fd);
   if (f->map == MAP_FAILED) {
     f->map = NULL;
-    return cl_fail(err, errlen, TSR_EIO, "%s: mmap failed", f->path);
+    return tsr_errf(err, errlen, TSR_EIO, "%s: mmap failed", f->path);
   }
   return 0;
 }
@@ -347,27 +337,28 @@ static int cl_map(cl_file *f, char *err, size_t errlen) {
 static int cl_matches(const ps_ckpt_part *p, const char *path,
                       const ps_shard *s, char *err, size_t errlen) {
   if (strcmp(p->name, s->spec.name))
-    return cl_fail(err, errlen, TSR_ESHAPE, "%s: holds variable \"%s\", not "
-                   "%s", path, p->name, s->spec.name);
+    return tsr_errf(err, errlen, TSR_ESHAPE, "%s: holds variable \"%s\", not "
+                    "%s", path, p->name, s->spec.name);
   if (p->nslots != s->nslots)
-    return cl_fail(err, errlen, TSR_ESHAPE,
-                   "%s: saved with %d optimizer slot(s), the %s optimizer of "
-                   "%s has %d", path, p->nslots,
-                   tsr_optim_name(s->spec.optim.kind), s->spec.name, s->nslots);
+    return tsr_errf(err, errlen, TSR_ESHAPE,
+                    "%s: saved with %d optimizer slot(s), the %s optimizer of "
+                    "%s has %d", path, p->nslots,
+                    tsr_optim_name(s->spec.optim.kind), s->spec.name,
+                    s->nslots);
   bool same = p->rank == s->spec.rank && p->sparse == s->spec.sparse &&
               p->bounded == s->spec.bounded && p->width == s->width;
   for (int i = 0; same && i < p->rank; i++)
     same = p->shape[i] == s->spec.shape[i];
   if (!same)
-    return cl_fail(err, errlen, TSR_ESHAPE,
-                   "%s: saved shape/kind does not match variable %s", path,
-                   s->spec.name);
+    return tsr_errf(err, errlen, TSR_ESHAPE,
+                    "%s: saved shape/kind does not match variable %s", path,
+                    s->spec.name);
   for (int k = 0; k < p->nslots; k++)
     if (strcmp(p->slots[k], kern_optim_slot_name(&s->spec.optim, k)))
-      return cl_fail(err, errlen, TSR_ESHAPE,
-                     "%s: saved slot %d is \"%s\", the optimizer of %s has "
-                     "\"%s\"", path, k, p->slots[k], s->spec.name,
-                     kern_optim_slot_name(&s->spec.optim, k));
+      return tsr_errf(err, errlen, TSR_ESHAPE,
+                      "%s: saved slot %d is \"%s\", the optimizer of %s has "
+                      "\"%s\"", path, k, p->slots[k], s->spec.name,
+                      kern_optim_slot_name(&s->spec.optim, k));
   return 0;
 }
 
@@ -405,11 +396,11 @@ static int cl_copy_rows(ps_shard *s, ps_mem *mem, const cl_file *f,
     float *rec;
     int created, rc = ps__rows_insert(&s->rows, mem, id, &rec, &created);
     if (rc)
-      return cl_fail(err, errlen, rc, "%s: restoring row %" PRId64 " of %s: "
-                     "%s", f->path, id, s->spec.name, tsr_strerror(rc));
+      return tsr_errf(err, errlen, rc, "%s: restoring row %" PRId64 " of %s: "
+                      "%s", f->path, id, s->spec.name, tsr_strerror(rc));
     if (!created)
-      return cl_fail(err, errlen, TSR_ECORRUPT, "%s: row id %" PRId64 " of %s "
-                     "is saved twice", f->path, id, s->spec.name);
+      return tsr_errf(err, errlen, TSR_ECORRUPT, "%s: row id %" PRId64 " of %s "
+                      "is saved twice", f->path, id, s->spec.name);
     size_t so = (size_t)r * W * 4;
     memcpy(rec, p->data + p->off_value + so, W * 4);
     for (int k = 0; k < s->nslots; k++)
@@ -450,8 +441,8 @@ int ps__ckpt_load_shard(const ps_var_spec *spec, ps_mem *mem, const char *dir,
   size_t plen = strlen(prefix);
   DIR *d = opendir(dir);
   if (!d)
-    return cl_fail(err, errlen, -errno, "%s: cannot open checkpoint folder: "
-                   "%s", dir, strerror(errno));
+    return tsr_errf(err, errlen, -errno, "%s: cannot open checkpoint folder: "
+                    "%s", dir, strerror(errno));
   cl_file *files = NULL;
   int n = 0, cap = 0, rc = 0, nsh = 0;
   ps_shard *s = NULL;
@@ -461,8 +452,8 @@ int ps__ckpt_load_shard(const ps_var_spec *spec, ps_mem *mem, const char *dir,
     int k, ns;
     if (!cl_part_name(e->d_name, prefix, plen, &k, &ns)) continue;
     if (n && ns != nsh) {
-      rc = cl_fail(err, errlen, TSR_ECORRUPT, "%s: parts of %s saved under "
-                   "%d and %d shards are mixed", dir, spec->name, nsh, ns);
+      rc = tsr_errf(err, errlen, TSR_ECORRUPT, "%s: parts of %s saved under "
+                    "%d and %d shards are mixed", dir, spec->name, nsh, ns);
       goto out;
     }
     nsh = ns;
@@ -471,7 +462,7 @@ int ps__ckpt_load_shard(const ps_var_spec *spec, ps_mem *mem, const char *dir,
       cl_file *nf = ps__realloc(mem, files, (size_t)cap * sizeof *nf,
                                 (size_t)nc * sizeof *nf);
       if (!nf) {
-        rc = cl_fail(err, errlen, TSR_ENOMEM, "out of memory listing %s", dir);
+        rc = tsr_errf(err, errlen, TSR_ENOMEM, "out of memory listing %s", dir);
         goto out;
       }
       files = nf;
@@ -484,8 +475,8 @@ int ps__ckpt_load_shard(const ps_var_spec *spec, ps_mem *mem, const char *dir,
     snprintf(f->path, sizeof f->path, "%s/%s", dir, e->d_name);
   }
   if (n == 0) {
-    rc = cl_fail(err, errlen, TSR_ENOTFOUND, "%s: no saved parts of %s", dir,
-                 spec->name);
+    rc = tsr_errf(err, errlen, TSR_ENOTFOUND, "%s: no saved parts of %s", dir,
+                  spec->name);
     goto out;
   }
   /* the parts that hold rows of this shard: all there, each checked */
@@ -495,8 +486,8 @@ int ps__ckpt_load_shard(const ps_var_spec *spec, ps_mem *mem, const char *dir,
     for (int i = 0; i < n; i++)
       if (files[i].shard == k) f = &files[i];
     if (!f) {
-      rc = cl_fail(err, errlen, TSR_ENOTFOUND, "%s: part %d of %d of %s is "
-                   "missing", dir, k, nsh, spec->name);
+      rc = tsr_errf(err, errlen, TSR_ENOTFOUND, "%s: part %d of %d of %s is "
+                    "missing", dir, k, nsh, spec->name);
       goto out;
     }
     if ((rc = cl_map(f, err, errlen)) ||
@@ -504,9 +495,9 @@ int ps__ckpt_load_shard(const ps_var_spec *spec, ps_mem *mem, const char *dir,
                                   errlen)))
       goto out;
     if (f->p.shard != f->shard || f->p.num_shards != f->num_shards) {
-      rc = cl_fail(err, errlen, TSR_EFORMAT, "%s: holds part %d of %d, its "
-                   "name says %d of %d", f->path, f->p.shard, f->p.num_shards,
-                   f->shard, f->num_shards);
+      rc = tsr_errf(err, errlen, TSR_EFORMAT, "%s: holds part %d of %d, its "
+                    "name says %d of %d", f->path, f->p.shard, f->p.num_shards,
+                    f->shard, f->num_shards);
       goto out;
     }
   }
@@ -518,19 +509,19 @@ int ps__ckpt_load_shard(const ps_var_spec *spec, ps_mem *mem, const char *dir,
     if ((rc = cl_matches(p, files[i].path, s, err, errlen))) goto out;
     if (want && want->id[0] &&
         (strcmp(p->ckpt_id, want->id) || p->ckpt_step != want->step)) {
-      rc = cl_fail(err, errlen, TSR_ESTALE, "%s: belongs to checkpoint \"%s\" "
-                   "of step %" PRId64 ", not \"%s\" of step %" PRId64 " (a "
-                   "file from another checkpoint)", files[i].path, p->ckpt_id,
-                   p->ckpt_step, want->id, want->step);
+      rc = tsr_errf(err, errlen, TSR_ESTALE, "%s: belongs to checkpoint \"%s\" "
+                    "of step %" PRId64 ", not \"%s\" of step %" PRId64 " (a "
+                    "file from another checkpoint)", files[i].path, p->ckpt_id,
+                    p->ckpt_step, want->id, want->step);
       goto out;
     }
     if (!first) first = p;
     if (strcmp(p->ckpt_id, first->ckpt_id) ||
         p->ckpt_step != first->ckpt_step) {
-      rc = cl_fail(err, errlen, TSR_ESTALE, "%s: belongs to checkpoint \"%s\" "
-                   "of step %" PRId64 ", other parts of %s to \"%s\" of step %"
-                   PRId64, files[i].path, p->ckpt_id, p->ckpt_step,
-                   spec->name, first->ckpt_id, first->ckpt_step);
+      rc = tsr_errf(err, errlen, TSR_ESTALE, "%s: belongs to checkpoint \"%s\" "
+                    "of step %" PRId64 ", other parts of %s to \"%s\" of step %"
+                    PRId64, files[i].path, p->ckpt_id, p->ckpt_step,
+                    spec->name, first->ckpt_id, first->ckpt_step);
       goto out;
     }
   }
@@ -546,8 +537,8 @@ int ps__ckpt_load_shard(const ps_var_spec *spec, ps_mem *mem, const char *dir,
       goto out;
   }
   if (!s->spec.sparse && covered != s->spec.rows) {
-    rc = cl_fail(err, errlen, TSR_ENOTFOUND, "%s: the saved parts cover %"
-                 PRId64 " of rows [%" PRId64 ", %" PRId64 ")", s->spec.name,
+    rc = tsr_errf(err, errlen, TSR_ENOTFOUND, "%s: the saved parts cover %"
+                  PRId64 " of rows [%" PRId64 ", %" PRId64 ")", s->spec.name,
                  covered, s->spec.row0, s->spec.row0 + s->spec.rows);
     goto out;
   }

@@ -75,53 +75,42 @@ static bool cr_under(const char *root, const char *path) {
 
 int ps__root_resolve(const ps_server *s, const char *what, const char *dir,
                      char *out, size_t len, char *err, size_t errlen) {
-  if (!s->ckpt_root[0]) {
-    snprintf(err, errlen, "%s: no checkpoint root: start tessera-ps with "
-             "--checkpoint-root or let the chief configure one", what);
-    return TSR_ECONFIG;
-  }
-  if (!dir || !dir[0]) {
-    snprintf(err, errlen, "%s: no folder given", what);
-    return TSR_EINVAL;
-  }
+  if (!s->ckpt_root[0])
+    return tsr_errf(err, errlen, TSR_ECONFIG, "%s: no checkpoint root: start "
+                    "tessera-ps with --checkpoint-root or let the chief "
+                    "configure one", what);
+  if (!dir || !dir[0])
+    return tsr_errf(err, errlen, TSR_EINVAL, "%s: no folder given", what);
   size_t dl = strnlen(dir, PS_PATH_MAX);
-  if (dl >= PS_PATH_MAX - 1) {
-    snprintf(err, errlen, "%s: folder name of %zu bytes is too long", what,
-             dl);
-    return TSR_ERANGE;
-  }
+  if (dl >= PS_PATH_MAX - 1)
+    return tsr_errf(err, errlen, TSR_ERANGE, "%s: folder name of %zu bytes "
+                    "is too long", what, dl);
   /* the part under the root, component by component */
   const char *rel = dir;
   char abs[PS_PATH_MAX];
   if (dir[0] == '/') {
     if (cr_normalize(dir, abs, sizeof abs) || !cr_under(s->ckpt_root, abs) ||
-        strcmp(abs, s->ckpt_root) == 0) {
-      snprintf(err, errlen, "%s: %.300s is not inside the checkpoint root "
-               "%.300s", what, dir, s->ckpt_root);
-      return TSR_EINVAL;
-    }
+        strcmp(abs, s->ckpt_root) == 0)
+      return tsr_errf(err, errlen, TSR_EINVAL, "%s: %.300s is not inside the "
+                      "checkpoint root %.300s", what, dir, s->ckpt_root);
     rel = abs + strlen(s->ckpt_root) + (strcmp(s->ckpt_root, "/") ? 1 : 0);
   }
   for (const char *c = rel; *c;) {
     const char *e = strchr(c, '/');
     size_t n = e ? (size_t)(e - c) : strlen(c);
     if (n == 0 || (n == 1 && c[0] == '.') ||
-        (n == 2 && c[0] == '.' && c[1] == '.')) {
-      snprintf(err, errlen, "%s: %.300s has a \"%.*s\" component: folders "
-               "are named inside the checkpoint root %.300s", what, dir,
-               (int)n, c, s->ckpt_root);
-      return TSR_EINVAL;
-    }
+        (n == 2 && c[0] == '.' && c[1] == '.'))
+      return tsr_errf(err, errlen, TSR_EINVAL, "%s: %.300s has a \"%.*s\" "
+                      "component: folders are named inside the checkpoint "
+                      "root %.300s", what, dir, (int)n, c, s->ckpt_root);
     c = e ? e + 1 : c + n;
   }
   int n = snprintf(out, len, "%s/%s", strcmp(s->ckpt_root, "/") ? s->ckpt_root
                                                                  : "",
                    rel);
-  if (n < 0 || (size_t)n >= len) {
-    snprintf(err, errlen, "%s: path under %.300s is too long", what,
-             s->ckpt_root);
-    return TSR_ERANGE;
-  }
+  if (n < 0 || (size_t)n >= len)
+    return tsr_errf(err, errlen, TSR_ERANGE, "%s: path under %.300s is too "
+                    "long", what, s->ckpt_root);
   /* links: the deepest existing prefix must resolve under the root */
   char real_root[PATH_MAX], probe[PS_PATH_MAX], real[PATH_MAX];
   if (!realpath(s->ckpt_root, real_root))
@@ -129,11 +118,10 @@ int ps__root_resolve(const ps_server *s, const char *what, const char *dir,
   snprintf(probe, sizeof probe, "%s", out);
   for (;;) {
     if (realpath(probe, real)) {
-      if (!cr_under(real_root, real)) {
-        snprintf(err, errlen, "%s: %.300s leads outside the checkpoint root "
-                 "%.300s (to %.300s)", what, dir, s->ckpt_root, real);
-        return TSR_EINVAL;
-      }
+      if (!cr_under(real_root, real))
+        return tsr_errf(err, errlen, TSR_EINVAL, "%s: %.300s leads outside "
+                        "the checkpoint root %.300s (to %.300s)", what, dir,
+                        s->ckpt_root, real);
       return 0;
     }
     char *slash = strrchr(probe, '/');

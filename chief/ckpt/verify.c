@@ -29,16 +29,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-static int vf_fail(char *err, size_t errlen, int rc, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int vf_fail(char *err, size_t errlen, int rc, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  return rc;
-}
-
 void chief_ckpt_files_start(chief_ckpt_files *f, int64_t step) {
   uint8_t r[8];
   randombytes_buf(r, sizeof r);
@@ -66,21 +56,21 @@ int chief_ckpt_files_add(chief_ckpt_files *f, int ps,
                          size_t errlen) {
   const Tessera__Ps__SaveResponse *m = save_response;
   if (!m)
-    return vf_fail(err, errlen, TSR_EPROTO, "ps:%d answered the save without "
-                   "a file list", ps);
+    return tsr_errf(err, errlen, TSR_EPROTO, "ps:%d answered the save without "
+                    "a file list", ps);
   if (!m->checkpoint_id || strcmp(m->checkpoint_id, f->id))
-    return vf_fail(err, errlen, TSR_EPROTO, "ps:%d saved checkpoint \"%s\", "
-                   "asked for \"%s\"", ps,
-                   m->checkpoint_id ? m->checkpoint_id : "", f->id);
+    return tsr_errf(err, errlen, TSR_EPROTO, "ps:%d saved checkpoint \"%s\", "
+                    "asked for \"%s\"", ps,
+                    m->checkpoint_id ? m->checkpoint_id : "", f->id);
   for (size_t i = 0; i < m->n_files; i++) {
     const Tessera__Ps__SavedFile *sf = m->files[i];
     if (!sf->name || !vf_name_ok(sf->name))
-      return vf_fail(err, errlen, TSR_EPROTO, "ps:%d reported a file named "
-                     "\"%.100s\"", ps, sf->name ? sf->name : "");
+      return tsr_errf(err, errlen, TSR_EPROTO, "ps:%d reported a file named "
+                      "\"%.100s\"", ps, sf->name ? sf->name : "");
     if (f->n == f->cap) {
       size_t nc = f->cap ? 2 * f->cap : 64;
       chief_ckpt_file *nf = realloc(f->files, nc * sizeof *nf);
-      if (!nf) return vf_fail(err, errlen, TSR_ENOMEM, "out of memory");
+      if (!nf) return tsr_errf(err, errlen, TSR_ENOMEM, "out of memory");
       f->files = nf;
       f->cap = nc;
     }
@@ -148,7 +138,7 @@ static int vf_note(vf_vars *vs, const ps_ckpt_file_info *info,
     if (vs->n == vs->cap) {
       size_t nc = vs->cap ? 2 * vs->cap : 16;
       vf_var *nv = realloc(vs->v, nc * sizeof *nv);
-      if (!nv) return vf_fail(why, whylen, TSR_ENOMEM, "out of memory");
+      if (!nv) return tsr_errf(why, whylen, TSR_ENOMEM, "out of memory");
       vs->v = nv;
       vs->cap = nc;
     }
@@ -157,16 +147,16 @@ static int vf_note(vf_vars *vs, const ps_ckpt_file_info *info,
     snprintf(v->name, sizeof v->name, "%s", info->name);
     v->num_shards = info->num_shards;
     if (!(v->seen = calloc((size_t)info->num_shards, 1)))
-      return vf_fail(why, whylen, TSR_ENOMEM, "out of memory");
+      return tsr_errf(why, whylen, TSR_ENOMEM, "out of memory");
     vs->n++;
   }
   if (info->num_shards != v->num_shards)
-    return vf_fail(why, whylen, TSR_ECORRUPT, "%s: part of %s saved under %d "
-                   "shards, other parts under %d", file, info->name,
-                   info->num_shards, v->num_shards);
+    return tsr_errf(why, whylen, TSR_ECORRUPT, "%s: part of %s saved under %d "
+                    "shards, other parts under %d", file, info->name,
+                    info->num_shards, v->num_shards);
   if (v->seen[info->shard])
-    return vf_fail(why, whylen, TSR_ECORRUPT, "%s: part %d of %s twice", file,
-                   info->shard, info->name);
+    return tsr_errf(why, whylen, TSR_ECORRUPT, "%s: part %d of %s twice", file,
+                    info->shard, info->name);
   v->seen[info->shard] = 1;
   return 0;
 }
@@ -179,32 +169,32 @@ static int vf_check_file(const char *folder, const char *name, uint64_t bytes,
   char path[4096];
   int n = snprintf(path, sizeof path, "%s/%s", folder, name);
   if (n < 0 || (size_t)n >= sizeof path)
-    return vf_fail(why, whylen, TSR_ERANGE, "%s/%s: path too long", folder,
-                   name);
+    return tsr_errf(why, whylen, TSR_ERANGE, "%s/%s: path too long", folder,
+                    name);
   uint64_t got = 0;
   uint32_t c = 0;
   int rc = vf_file_crc(path, &got, &c);
   if (rc == -ENOENT)
-    return vf_fail(why, whylen, TSR_ENOTFOUND, "%s is missing (a PS on "
-                   "another host without a folder shared with the chief? "
-                   "share it, or set checkpoint.storage to \"per_ps\")",
-                   path);
+    return tsr_errf(why, whylen, TSR_ENOTFOUND, "%s is missing (a PS on "
+                    "another host without a folder shared with the chief? "
+                    "share it, or set checkpoint.storage to \"per_ps\")",
+                    path);
   if (rc)
-    return vf_fail(why, whylen, rc, "%s: cannot read: %s", path,
-                   tsr_strerror(rc));
+    return tsr_errf(why, whylen, rc, "%s: cannot read: %s", path,
+                    tsr_strerror(rc));
   if (got != bytes)
-    return vf_fail(why, whylen, TSR_ECORRUPT, "%s: %" PRIu64 " bytes, "
-                   "written %" PRIu64, path, got, bytes);
+    return tsr_errf(why, whylen, TSR_ECORRUPT, "%s: %" PRIu64 " bytes, "
+                    "written %" PRIu64, path, got, bytes);
   if (c != crc)
-    return vf_fail(why, whylen, TSR_ECORRUPT, "%s: CRC32C %08x, written "
-                   "%08x (damaged)", path, c, crc);
+    return tsr_errf(why, whylen, TSR_ECORRUPT, "%s: CRC32C %08x, written "
+                    "%08x (damaged)", path, c, crc);
   ps_ckpt_file_info info;
   if ((rc = ps_ckpt_file_check(path, &info, why, whylen))) return rc;
   if (strcmp(info.ckpt_id, id) || info.ckpt_step != step)
-    return vf_fail(why, whylen, TSR_ESTALE, "%s: belongs to checkpoint "
-                   "\"%s\" of step %" PRId64 ", the manifest's is \"%s\" of "
-                   "step %" PRId64, path, info.ckpt_id, info.ckpt_step, id,
-                   step);
+    return tsr_errf(why, whylen, TSR_ESTALE, "%s: belongs to checkpoint "
+                    "\"%s\" of step %" PRId64 ", the manifest's is \"%s\" of "
+                    "step %" PRId64, path, info.ckpt_id, info.ckpt_step, id,
+                    step);
   return vf_note(vs, &info, path, why, whylen);
 }
 
@@ -213,7 +203,7 @@ static int vf_unlisted(const char *folder, const char *const *names,
                        size_t n, char *why, size_t whylen) {
   DIR *d = opendir(folder);
   if (!d)
-    return vf_fail(why, whylen, -errno, "%s: %s", folder, strerror(errno));
+    return tsr_errf(why, whylen, -errno, "%s: %s", folder, strerror(errno));
   struct dirent *e;
   int rc = 0;
   while (!rc && (e = readdir(d))) {
@@ -223,8 +213,8 @@ static int vf_unlisted(const char *folder, const char *const *names,
     for (size_t i = 0; i < n && !listed; i++)
       listed = !strcmp(names[i], e->d_name);
     if (!listed)
-      rc = vf_fail(why, whylen, TSR_ECORRUPT, "%s/%s is a shard file no PS "
-                   "reported", folder, e->d_name);
+      rc = tsr_errf(why, whylen, TSR_ECORRUPT, "%s/%s is a shard file no PS "
+                    "reported", folder, e->d_name);
   }
   closedir(d);
   return rc;
@@ -235,9 +225,9 @@ static int vf_all_parts(const vf_vars *vs, const char *folder, char *why,
   for (size_t i = 0; i < vs->n; i++)
     for (int32_t k = 0; k < vs->v[i].num_shards; k++)
       if (!vs->v[i].seen[k])
-        return vf_fail(why, whylen, TSR_ENOTFOUND, "%s: part %d of %d of %s "
-                       "is missing", folder, k, vs->v[i].num_shards,
-                       vs->v[i].name);
+        return tsr_errf(why, whylen, TSR_ENOTFOUND, "%s: part %d of %d of %s "
+                        "is missing", folder, k, vs->v[i].num_shards,
+                        vs->v[i].name);
   return 0;
 }
 
@@ -246,26 +236,26 @@ int chief_ckpt_commit_verified(const char *root, int64_t step,
                                int n_ps, bool per_ps, char *err,
                                size_t errlen) {
   if (f->reports != n_ps)
-    return vf_fail(err, errlen, TSR_ENOTFOUND, "%d of %d parameter servers "
-                   "reported their files", f->reports, n_ps);
+    return tsr_errf(err, errlen, TSR_ENOTFOUND, "%d of %d parameter servers "
+                    "reported their files", f->reports, n_ps);
   if (f->step != step)
-    return vf_fail(err, errlen, TSR_EINVAL, "files of step %" PRId64 " for "
-                   "the checkpoint of step %" PRId64, f->step, step);
+    return tsr_errf(err, errlen, TSR_EINVAL, "files of step %" PRId64 " for "
+                    "the checkpoint of step %" PRId64, f->step, step);
   char folder[4096];
   if (chief_ckpt_dir(root, step, folder, sizeof folder))
-    return vf_fail(err, errlen, TSR_ERANGE, "checkpoint path too long under "
-                   "%s", root);
+    return tsr_errf(err, errlen, TSR_ERANGE, "checkpoint path too long under "
+                    "%s", root);
   int rc = 0;
   if (!per_ps) {
     vf_vars vs = {0};
     const char **names = calloc(f->n ? f->n : 1, sizeof *names);
-    if (!names) return vf_fail(err, errlen, TSR_ENOMEM, "out of memory");
+    if (!names) return tsr_errf(err, errlen, TSR_ENOMEM, "out of memory");
     for (size_t i = 0; i < f->n && !rc; i++) {
       names[i] = f->files[i].name;
       for (size_t j = 0; j < i && !rc; j++)
         if (!strcmp(names[j], names[i]))
-          rc = vf_fail(err, errlen, TSR_ECORRUPT, "%s reported by ps:%d and "
-                       "ps:%d", names[i], f->files[j].ps, f->files[i].ps);
+          rc = tsr_errf(err, errlen, TSR_ECORRUPT, "%s reported by ps:%d and "
+                        "ps:%d", names[i], f->files[j].ps, f->files[i].ps);
       if (!rc)
         rc = vf_check_file(folder, f->files[i].name, f->files[i].bytes,
                            f->files[i].crc32c, f->id, step, &vs, err, errlen);
@@ -298,14 +288,14 @@ int chief_ckpt_verify(const char *folder, const json_t *manifest, char *why,
   const json_t *jid = json_object_get(manifest, "checkpoint_id");
   const json_t *jstep = json_object_get(manifest, "step");
   if (!json_is_array(files) || !json_is_string(jid) || !json_is_integer(jstep))
-    return vf_fail(why, whylen, TSR_EFORMAT, "%s: the manifest has no file "
-                   "list or checkpoint id (written by an older version)",
-                   folder);
+    return tsr_errf(why, whylen, TSR_EFORMAT, "%s: the manifest has no file "
+                    "list or checkpoint id (written by an older version)",
+                    folder);
   const char *st = json_string_value(json_object_get(manifest, "storage"));
   bool per_ps = st && !strcmp(st, "per_ps");
   size_t n = json_array_size(files);
   const char **names = calloc(n ? n : 1, sizeof *names);
-  if (!names) return vf_fail(why, whylen, TSR_ENOMEM, "out of memory");
+  if (!names) return tsr_errf(why, whylen, TSR_ENOMEM, "out of memory");
   vf_vars vs = {0};
   int rc = 0, seen = 0;
   for (size_t i = 0; i < n && !rc; i++) {
@@ -317,8 +307,8 @@ int chief_ckpt_verify(const char *folder, const json_t *manifest, char *why,
         !json_is_integer(jb) || json_integer_value(jb) < 0 ||
         !json_is_integer(jc) || json_integer_value(jc) < 0 ||
         json_integer_value(jc) > UINT32_MAX) {
-      rc = vf_fail(why, whylen, TSR_EFORMAT, "%s: manifest files[%zu] is not "
-                   "{name, bytes, crc32c}", folder, i);
+      rc = tsr_errf(why, whylen, TSR_EFORMAT, "%s: manifest files[%zu] is not "
+                    "{name, bytes, crc32c}", folder, i);
       break;
     }
     names[i] = json_string_value(jn);
@@ -344,8 +334,8 @@ int chief_ckpt_verify(const char *folder, const json_t *manifest, char *why,
       for (size_t k = 0; vn && k < vs.n && !found; k++)
         found = !strcmp(vs.v[k].name, vn);
       if (vn && !found)
-        rc = vf_fail(why, whylen, TSR_ENOTFOUND, "%s: no saved part of "
-                     "variable %s", folder, vn);
+        rc = tsr_errf(why, whylen, TSR_ENOTFOUND, "%s: no saved part of "
+                      "variable %s", folder, vn);
     }
   }
   free(names);
