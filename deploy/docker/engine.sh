@@ -133,13 +133,26 @@ tsr_docker_start() {
   mkdir -p "$TSR_DOCKER_CACHE/engine" || return 1
   # An engine this script started earlier (and that was not stopped, e.g.
   # its shell was killed) still holds the data folder.
-  local old
-  old=$(cat "$TSR_DOCKER_CACHE/engine.pid" 2>/dev/null || true)
+  local old="" oldexec=""
+  read -r old oldexec <"$TSR_DOCKER_CACHE/engine.pid" 2>/dev/null || true
   if [ -n "$old" ] && [ -r "/proc/$old/cmdline" ] &&
      tr '\0' ' ' <"/proc/$old/cmdline" | grep -q -- "--data-root $TSR_DOCKER_CACHE/engine "; then
     tsr_dk_say "dockerd pid $old still uses $TSR_DOCKER_CACHE/engine;" \
       "stop it first (deploy/docker/engine.sh stop, or kill $old)"
     return 1
+  fi
+  if [ -n "$oldexec" ] && [ -d "$oldexec" ]; then
+    # that dockerd died without being stopped (its shell was killed):
+    # what it started may still run and hold the data folder
+    tsr_dk_say "cleaning up after dockerd pid $old, which was not stopped"
+    local c
+    for c in $(runc --root "$oldexec/runtime-runc/moby" list -q 2>/dev/null); do
+      runc --root "$oldexec/runtime-runc/moby" kill "$c" KILL 2>/dev/null
+      runc --root "$oldexec/runtime-runc/moby" delete -f "$c" 2>/dev/null
+    done
+    for c in $(pgrep -f "containerd-shim.*-address $oldexec/" 2>/dev/null); do kill -KILL "$c"; done
+    TSR_DK_STARTED_PID=$old TSR_DK_EXEC=$oldexec TSR_DK_NET_BEFORE=$(tsr_dk_net_state)
+    tsr_docker_stop || true
   fi
   TSR_DK_EXEC=$(mktemp -d /run/tsr-docker.XXXXXX) || return 1
   TSR_DK_NET_BEFORE=$(tsr_dk_net_state)
@@ -151,7 +164,7 @@ tsr_docker_start() {
     --storage-driver overlay2 --shutdown-timeout 10 \
     >"$log" 2>&1 </dev/null &
   TSR_DK_STARTED_PID=$!
-  echo "$TSR_DK_STARTED_PID" >"$TSR_DOCKER_CACHE/engine.pid"
+  echo "$TSR_DK_STARTED_PID $TSR_DK_EXEC" >"$TSR_DOCKER_CACHE/engine.pid"
   export DOCKER_HOST="unix://$TSR_DK_EXEC/docker.sock"
   local deadline=$((SECONDS + TSR_DOCKER_START_TIMEOUT))
   until tsr_dk_answers; do
@@ -174,7 +187,8 @@ tsr_docker_stop() {
   local pid=$TSR_DK_STARTED_PID rc=0 cpid
   [ -n "$pid" ] || return 0
   cpid=$(cat "$TSR_DK_EXEC/containerd/containerd.pid" 2>/dev/null || true)
-  if kill -0 "$pid" 2>/dev/null; then
+  # (by its pid, and only while that pid is still a dockerd)
+  if kill -0 "$pid" 2>/dev/null && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q '^dockerd '; then
     kill -TERM "$pid"
     local deadline=$((SECONDS + 30))
     while kill -0 "$pid" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 0.2; done
