@@ -529,7 +529,7 @@ int tsr_job_parse(const char *text, const char *source, const char *base_dir,
       "model", "loss", "metrics", "optimizer", "data", "batch_size", "steps",
       "epochs", "steps_per_closure", "mode", "partitioner", "precision",
       "seed", "checkpoint", "logdir", "eval_every_steps", "name",
-      "description", NULL};
+      "description", "placement", NULL};
   if ((rc = tsr__check_keys(root, "", keys, emsg, sizeof emsg))) goto efail;
 
   json_t *v;
@@ -544,7 +544,7 @@ int tsr_job_parse(const char *text, const char *source, const char *base_dir,
     if (json_is_string(v)) {
       job->metrics = calloc(1, sizeof *job->metrics);
       if (!job->metrics) goto nomem;
-      job->metrics[0] = strdup(json_string_value(v));
+      if (!(job->metrics[0] = strdup(json_string_value(v)))) goto nomem;
       job->n_metrics = 1;
     } else if (json_is_array(v)) {
       size_t n = json_array_size(v);
@@ -557,7 +557,7 @@ int tsr_job_parse(const char *text, const char *source, const char *base_dir,
                           "metrics[%zu] must be a string", i);
           goto efail;
         }
-        job->metrics[i] = strdup(json_string_value(m));
+        if (!(job->metrics[i] = strdup(json_string_value(m)))) goto nomem;
         job->n_metrics++;
       }
     } else {
@@ -608,6 +608,18 @@ int tsr_job_parse(const char *text, const char *source, const char *base_dir,
                                     sizeof emsg)))
       goto efail;
   }
+  if ((v = json_object_get(root, "placement"))) {
+    if (!json_is_string(v)) {
+      rc = tsr__jfail(emsg, sizeof emsg, TSR_ECONFIG,
+                      "placement must be \"balanced\" or \"round_robin\"");
+      goto efail;
+    }
+    if (tsr_placement_parse(json_string_value(v), &job->partitioner.placement,
+                            emsg, sizeof emsg)) {
+      rc = TSR_ECONFIG;
+      goto efail;
+    }
+  }
   if ((v = json_object_get(root, "precision"))) {
     const char *p = json_is_string(v) ? json_string_value(v) : "";
     if (strcmp(p, "fp32") == 0 || strcmp(p, "float32") == 0)
@@ -632,7 +644,7 @@ int tsr_job_parse(const char *text, const char *source, const char *base_dir,
   }
   if ((v = json_object_get(root, "checkpoint"))) {
     if (json_is_string(v)) {
-      job->checkpoint_dir = strdup(json_string_value(v));
+      if (!(job->checkpoint_dir = strdup(json_string_value(v)))) goto nomem;
     } else if (json_is_object(v)) {
       static const char *const ck[] = {"dir", "every_steps", "every_secs",
                                        "keep", NULL};

@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static int tsr__pfail(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -21,10 +22,11 @@ static int tsr__pfail(char *err, size_t errlen, const char *fmt, ...) {
 
 void tsr_partitioner_default(tsr_partitioner *p) {
   p->kind = TSR_PART_MIN_SIZE;
+  p->placement = TSR_PLACE_BALANCED;
   p->num_shards = 1;
   p->min_shard_bytes = 256 << 10;
   p->max_shard_bytes = 0;
-  p->max_shards = 1;
+  p->max_shards = 0;
 }
 
 int tsr_partitioner_check(const tsr_partitioner *p, char *err,
@@ -41,8 +43,9 @@ int tsr_partitioner_check(const tsr_partitioner *p, char *err,
         return tsr__pfail(err, errlen,
                           "partitioner.min_shard_bytes %lld must be > 0",
                           (long long)p->min_shard_bytes);
-      if (p->max_shards <= 0)
-        return tsr__pfail(err, errlen, "partitioner.max_shards %lld must be > 0",
+      if (p->max_shards < 0)
+        return tsr__pfail(err, errlen, "partitioner.max_shards %lld must be > 0 "
+                          "(or 0 for one shard per PS at most)",
                           (long long)p->max_shards);
       return 0;
     case TSR_PART_MAX_SIZE:
@@ -94,7 +97,8 @@ int tsr_partition_count(const tsr_partitioner *p, const tsr_var_shape *v,
     case TSR_PART_MIN_SIZE: {
       int64_t want = (bytes + p->min_shard_bytes - 1) / p->min_shard_bytes;
       k = dim0;
-      if (p->max_shards < k) k = p->max_shards;
+      int64_t cap = p->max_shards > 0 ? p->max_shards : 1;
+      if (cap < k) k = cap;
       if (want < k) k = want;
       if (k < 1) k = 1;
       break;
@@ -121,13 +125,94 @@ void tsr_partition_rows(int64_t dim0, int64_t n, int64_t i, int64_t *row0,
   *row0 = i * base + (i < extra ? i : extra);
 }
 
-int tsr_partition_plan(const tsr_partitioner *p, const tsr_var_shape *vars,
+int64_t tsr_shard_bytes(const tsr_shard *s, const tsr_var_shape *v) {
+  int64_t row_elems = 1;
+  for (int d = 1; d < v->rank; d++) row_elems *= v->shape[d];
+  return s->rows * row_elems * (int64_t)v->elem_size * (1 + v->slots);
+}
+
+double tsr_partition_balance(const tsr_shard *shards, size_t n,
+                             const tsr_var_shape *vars, int n_ps,
+                             int64_t *per_ps) {
+  for (int i = 0; i < n_ps; i++) per_ps[i] = 0;
+  for (size_t k = 0; k < n; k++)
+    per_ps[shards[k].ps] += tsr_shard_bytes(&shards[k], &vars[shards[k].var]);
+  int64_t max = 0, sum = 0;
+  for (int i = 0; i < n_ps; i++) {
+    sum += per_ps[i];
+    if (per_ps[i] > max) max = per_ps[i];
+  }
+  if (sum == 0 || n_ps <= 0) return 1.0;
+  return (double)max / ((double)sum / n_ps);
+}
+
+int tsr_placement_parse(const char *s, tsr_placement *out, char *err,
+                        size_t errlen) {
+  if (strcmp(s, "balanced") == 0) {
+    *out = TSR_PLACE_BALANCED;
+    return 0;
+  }
+  if (strcmp(s, "round_robin") == 0) {
+    *out = TSR_PLACE_ROUND_ROBIN;
+    return 0;
+  }
+  return tsr__pfail(err, errlen, "placement \"%s\" is not \"balanced\" or "
+                    "\"round_robin\"", s);
+}
+
+const char *tsr_placement_name(tsr_placement p) {
+  return p == TSR_PLACE_ROUND_ROBIN ? "round_robin" : "balanced";
+}
+
+/* Sort order for balanced placement: bytes descending, then creation
+ * order (qsort is not stable, so the index breaks ties). */
+typedef struct {
+  int64_t bytes;
+  size_t k;
+} tsr__by_bytes;
+
+static int tsr__cmp_bytes(const void *a, const void *b) {
+  const tsr__by_bytes *x = a, *y = b;
+  if (x->bytes != y->bytes) return x->bytes > y->bytes ? -1 : 1;
+  return x->k < y->k ? -1 : x->k > y->k;
+}
+
+static int tsr__place_balanced(tsr_shard *s, size_t n,
+                               const tsr_var_shape *vars, int n_ps) {
+  tsr__by_bytes *order = malloc((n ? n : 1) * sizeof *order);
+  int64_t *load = calloc((size_t)n_ps, sizeof *load);
+  if (!order || !load) {
+    free(order);
+    free(load);
+    return TSR_ENOMEM;
+  }
+  for (size_t k = 0; k < n; k++) {
+    order[k].bytes = tsr_shard_bytes(&s[k], &vars[s[k].var]);
+    order[k].k = k;
+  }
+  qsort(order, n, sizeof *order, tsr__cmp_bytes);
+  for (size_t i = 0; i < n; i++) {
+    int best = 0;
+    for (int p = 1; p < n_ps; p++)
+      if (load[p] < load[best]) best = p;
+    s[order[i].k].ps = best;
+    load[best] += order[i].bytes;
+  }
+  free(order);
+  free(load);
+  return 0;
+}
+
+int tsr_partition_plan(const tsr_partitioner *p_in, const tsr_var_shape *vars,
                        size_t n_vars, int n_ps, tsr_shard **out,
                        size_t *n_out, char *err, size_t errlen) {
   *out = NULL;
   *n_out = 0;
   if (n_ps <= 0)
     return tsr__pfail(err, errlen, "number of ps %d must be > 0", n_ps);
+  tsr_partitioner pp = *p_in, *p = &pp;
+  if (p->kind == TSR_PART_MIN_SIZE && p->max_shards == 0)
+    p->max_shards = n_ps;
   size_t total = 0;
   int64_t *counts = calloc(n_vars ? n_vars : 1, sizeof *counts);
   if (!counts) return TSR_ENOMEM;
@@ -136,6 +221,12 @@ int tsr_partition_plan(const tsr_partitioner *p, const tsr_var_shape *vars,
     if (rc) {
       free(counts);
       return rc;
+    }
+    if (vars[i].slots < 0 || vars[i].slots > 16) {
+      free(counts);
+      return tsr__pfail(err, errlen, "%s: %d optimizer slots out of range "
+                        "0..16", vars[i].name ? vars[i].name : "variable",
+                        vars[i].slots);
     }
     total += (size_t)counts[i];
   }
@@ -156,6 +247,13 @@ int tsr_partition_plan(const tsr_partitioner *p, const tsr_var_shape *vars,
     }
   }
   free(counts);
+  if (p->placement == TSR_PLACE_BALANCED) {
+    int rc = tsr__place_balanced(s, total, vars, n_ps);
+    if (rc) {
+      free(s);
+      return rc;
+    }
+  }
   *out = s;
   *n_out = total;
   return 0;

@@ -71,6 +71,7 @@ static void ps__done(const tsr_rpc_result *r, void *data) {
   res.min_clock = -1;
   if (r->status == 0) {
     ProtobufCAllocator *a = NULL;
+    bool decoded = true; /* an answer meta that does not decode fails */
     switch (p->method) {
       case PS_M_PULL:
       case PS_M_PULL_ROWS:
@@ -80,7 +81,7 @@ static void ps__done(const tsr_rpc_result *r, void *data) {
         /* PullResponse and PushResponse share their fields */
         Tessera__Ps__PullResponse *m =
             tessera__ps__pull_response__unpack(a, r->meta_len, r->meta);
-        if (m) {
+        if ((decoded = m != NULL)) {
           res.version = m->version;
           res.step = m->step;
           res.nbytes = r->payload_len;
@@ -91,7 +92,7 @@ static void ps__done(const tsr_rpc_result *r, void *data) {
       case PS_M_CREATE: {
         Tessera__Ps__CreateResponse *m =
             tessera__ps__create_response__unpack(a, r->meta_len, r->meta);
-        if (m) {
+        if ((decoded = m != NULL)) {
           for (size_t i = 0; i < m->n_created; i++) res.count += m->created[i];
           tessera__ps__create_response__free_unpacked(m, a);
         }
@@ -100,7 +101,7 @@ static void ps__done(const tsr_rpc_result *r, void *data) {
       case PS_M_CLOCK: {
         Tessera__Ps__ClockResponse *m =
             tessera__ps__clock_response__unpack(a, r->meta_len, r->meta);
-        if (m) {
+        if ((decoded = m != NULL)) {
           res.min_clock = m->min_clock;
           res.count = m->active;
           tessera__ps__clock_response__free_unpacked(m, a);
@@ -110,7 +111,7 @@ static void ps__done(const tsr_rpc_result *r, void *data) {
       case PS_M_SAVE: {
         Tessera__Ps__SaveResponse *m =
             tessera__ps__save_response__unpack(a, r->meta_len, r->meta);
-        if (m) {
+        if ((decoded = m != NULL)) {
           res.count = m->shards;
           res.nbytes = m->bytes;
           tessera__ps__save_response__free_unpacked(m, a);
@@ -120,7 +121,7 @@ static void ps__done(const tsr_rpc_result *r, void *data) {
       case PS_M_RESTORE: {
         Tessera__Ps__RestoreResponse *m =
             tessera__ps__restore_response__unpack(a, r->meta_len, r->meta);
-        if (m) {
+        if ((decoded = m != NULL)) {
           res.count = m->shards;
           tessera__ps__restore_response__free_unpacked(m, a);
         }
@@ -142,6 +143,10 @@ static void ps__done(const tsr_rpc_result *r, void *data) {
         return;
       }
       default: break;
+    }
+    if (!decoded) {
+      res.status = TSR_EPROTO;
+      res.message = "the PS's answer meta does not decode";
     }
   }
   p->cb(&res, p->data);

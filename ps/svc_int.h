@@ -116,10 +116,10 @@ struct ps_server {
   uv_timer_t timer;
   bool closing, rpc_closed, timer_closed;
   uint64_t nonfinite;
-  int64_t max_read_lead;
-  struct tsr_trace *trace;  /* applies as trace events, when asked (config) */
-  int32_t trace_pid;    /* ssp: largest clock - slowest clock of a read
+  int64_t max_read_lead;    /* ssp: largest clock - slowest clock of a read
                                let through (<= staleness) */
+  struct tsr_trace *trace;  /* applies as trace events, when asked (config) */
+  int32_t trace_pid;        /* their track (config_trace) */
   void (*close_cb)(void *data);
   void *close_data;
 };

@@ -9,9 +9,9 @@
  * missing feature: the error names the file and the row or byte offset.
  * A reader error after open surfaces from the next wk_input_next() call.
  *
- * The data spec is job.data.train / job.data.eval (DESIGN.md, "The job
- * file"); an eval split may be cut from the training file ("every k-th
- * row"), and normalization uses the training rows' statistics.
+ * The data spec is job.data.train / job.data.eval (common/job.h); an eval
+ * split may be cut from the training file ("every k-th row"), and
+ * normalization uses the training rows' statistics.
  * worker/INPUT.md has the user's guide with examples. Keys of a split
  * (an unknown key, or one its format does not use, is an error naming its
  * path, e.g. "data.train.shufle_buffer: unknown key; did you mean

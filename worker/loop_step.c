@@ -336,8 +336,10 @@ int wk__run_closure(wk_svc *s, wk_run *r, wk_job *j) {
     o->compute_s += tsr_now_s() - t0;
     WK_TRACE("compute");
     if (rc) {
+      const char *why = kern_last_error(wk_exec_ctx(r->ex));
       rc = fail(err, errlen, rc, "step %lld: compute failed: %s",
-                (long long)(q->first_step + i), tsr_strerror(rc));
+                (long long)(q->first_step + i),
+                *why ? why : tsr_strerror(rc));
       goto out;
     }
     o->loss_sum += res.n ? res.loss_sum / (double)res.n : 0.0;
@@ -458,7 +460,9 @@ int wk__run_eval(wk_svc *s, wk_run *r, wk_job *j) {
     swap_ids(r);
     wk_run_result res;
     if ((rc = wk_exec_run(r->ex, r->param, NULL, &ro, &res))) {
-      fail(err, errlen, rc, "eval: compute failed: %s", tsr_strerror(rc));
+      const char *why = kern_last_error(wk_exec_ctx(r->ex));
+      fail(err, errlen, rc, "eval: compute failed: %s",
+           *why ? why : tsr_strerror(rc));
       goto out;
     }
     if ((rc = wk_metrics_add(mt, res.pred, res.labels, res.n,

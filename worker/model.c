@@ -693,8 +693,6 @@ void wk_model_summary(const wk_model *m, char *buf, size_t len) {
 }
 
 int64_t wk_model_input_dense(const wk_model *m) { return m->n_dense; }
-int64_t wk_model_output_dim(const wk_model *m) { return m->out_dim; }
-const char *wk_model_loss_name(const wk_model *m) { return m->loss_name; }
 int wk_model_num_metrics(const wk_model *m) { return m->n_metrics; }
 const char *wk_model_metric_name(const wk_model *m, int i) {
   return m->metric_names[i];

@@ -75,8 +75,6 @@ void wk_model_init_var(const wk_model *m, int v, uint64_t seed,
 /* One line per layer ("dense (Dense) 10 -> 64 relu"), for logs. */
 void wk_model_summary(const wk_model *m, char *buf, size_t len);
 int64_t wk_model_input_dense(const wk_model *m); /* dense features read */
-int64_t wk_model_output_dim(const wk_model *m);
-const char *wk_model_loss_name(const wk_model *m);
 int wk_model_num_metrics(const wk_model *m);
 const char *wk_model_metric_name(const wk_model *m, int i);
 
@@ -132,7 +130,5 @@ int wk_exec_run(wk_exec *e, float *const *params, float *const *grads,
 int wk_exec_allreduce(wk_exec *const *reps, int n);
 /* Copies the device gradients to host grads (after keep_on_device). */
 int wk_exec_fetch_grads(wk_exec *e, float *const *grads);
-/* True when every gradient of the last run is finite (loss-scale check). */
-int wk_exec_grads_finite(wk_exec *e, bool *finite);
 
 #endif

@@ -695,11 +695,3 @@ int wk_exec_allreduce(wk_exec *const *reps, int n) {
   }
   return 0;
 }
-
-int wk_exec_grads_finite(wk_exec *e, bool *finite) {
-  *finite = true;
-  int rc;
-  for (int v = 0; v < e->m->n_vars && *finite; v++)
-    CK(kern_all_finite(e->ctx, e->dg[v], (size_t)var_elems(e, v), finite));
-  return 0;
-}

@@ -228,15 +228,24 @@ static int run_replicas(wk_trainer *t, const wk_batch *b, bool train,
   if (nr == 1) {
     rep_main(&jobs[0]);
   } else {
+    /* a replica whose thread cannot start runs here, after the others
+     * are started (only started threads are joined) */
+    bool started[WK_MAX_REPS];
     for (int r = 0; r < nr; r++)
-      if (pthread_create(&th[r], NULL, rep_main, &jobs[r])) jobs[r].rc = TSR_ENOMEM;
-    for (int r = 0; r < nr; r++) pthread_join(th[r], NULL);
+      started[r] = pthread_create(&th[r], NULL, rep_main, &jobs[r]) == 0;
+    for (int r = 0; r < nr; r++)
+      if (!started[r]) rep_main(&jobs[r]);
+    for (int r = 0; r < nr; r++)
+      if (started[r]) pthread_join(th[r], NULL);
   }
   *loss_sum = 0;
   for (int r = 0; r < nr; r++) {
-    if (jobs[r].rc)
+    if (jobs[r].rc) {
+      const char *why = kern_last_error(t->ctx[r]);
       return FAIL(jobs[r].rc, "replica %d (%s): %s", r,
-                  kern_backend_name(t->ctx[r]), tsr_strerror(jobs[r].rc));
+                  kern_backend_name(t->ctx[r]),
+                  *why ? why : tsr_strerror(jobs[r].rc));
+    }
     *loss_sum += jobs[r].res.loss_sum;
   }
   if (res0) *res0 = jobs[0].res;
@@ -244,7 +253,8 @@ static int run_replicas(wk_trainer *t, const wk_batch *b, bool train,
     if ((rc = wk_exec_allreduce(t->ex, nr)) ||
         (rc = wk_exec_fetch_grads(t->ex[0], t->g)))
       return FAIL(rc, "gradient all-reduce over %d replicas: %s", nr,
-                  tsr_strerror(rc));
+                  *kern_last_error(t->ctx[0]) ? kern_last_error(t->ctx[0])
+                                              : tsr_strerror(rc));
   }
   return 0;
 }
@@ -326,7 +336,8 @@ int wk_trainer_eval(wk_trainer *t, const wk_batch *b, wk_metrics *mt,
     wk_run_result res;
     if ((rc = wk_exec_run(t->ex[0], t->p, NULL, &o, &res)))
       return FAIL(rc, "evaluation on %s: %s", kern_backend_name(t->ctx[0]),
-                  tsr_strerror(rc));
+                  *kern_last_error(t->ctx[0]) ? kern_last_error(t->ctx[0])
+                                              : tsr_strerror(rc));
     if ((rc = wk_metrics_add(mt, res.pred, res.labels, res.n, res.loss_sum)))
       return FAIL(rc, "out of memory for metrics");
   }

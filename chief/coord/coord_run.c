@@ -10,6 +10,7 @@
 #include "common/err.h"
 #include "common/log.h"
 #include "common/trace.h"
+#include "kernels/optim.h"
 #include "worker/model.h"
 
 #include <inttypes.h>
@@ -126,6 +127,7 @@ static int coord_plan(coord *co, char *err, size_t errlen) {
     shapes[i].shape[0] = vi[i].shape[0];
     shapes[i].shape[1] = vi[i].rank > 1 ? vi[i].shape[1] : 0;
     shapes[i].elem_size = 4;
+    shapes[i].slots = kern_optim_num_slots(&co->job.optimizer);
   }
   co->n_vars = n;
   for (size_t i = 0; i < n; i++)

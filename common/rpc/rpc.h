@@ -28,8 +28,8 @@
  * TSR_EBUSY, and a server stops reading from a peer that does not read its
  * answers (backpressure through TCP, never unbounded memory).
  *
- * Threads. Everything runs on the context's loop thread except
- * tsr_rpc_call_ts(), which any thread may call while the client is open.
+ * Threads. Everything runs on the context's loop thread; a compute thread
+ * hands its calls to the loop (the worker does so with its own uv_async).
  * Callbacks always run on the loop thread, never from inside the function
  * that registered them.
  *
@@ -66,8 +66,7 @@
 
 /* Memory hook. Lets a test fail allocations in turn and lets the stats
  * count what the library holds. `alloc` returns NULL on failure; `free`
- * accepts NULL. Both may be called from any thread that calls
- * tsr_rpc_call_ts(). */
+ * accepts NULL. Called on the loop thread. */
 typedef struct tsr_rpc_allocator {
   void *(*alloc)(void *ctx, size_t size);
   void (*free)(void *ctx, void *ptr);
@@ -273,8 +272,6 @@ void tsr_rpc_client_on_state(tsr_rpc_client *c, tsr_rpc_state_cb cb,
                              void *data);
 /* Non-zero while a handshaken connection is up. */
 int tsr_rpc_client_connected(const tsr_rpc_client *c);
-/* The address given at creation. */
-const char *tsr_rpc_client_addr(const tsr_rpc_client *c);
 
 /* Outcome of a call, valid only during the callback. */
 typedef struct tsr_rpc_result {
@@ -336,15 +333,6 @@ typedef struct tsr_rpc_request {
  * TSR_ESHUTDOWN (closing), TSR_EINVAL, TSR_ENOMEM. Loop thread only. */
 int tsr_rpc_call(tsr_rpc_client *c, const tsr_rpc_request *req,
                  tsr_rpc_call_cb cb, void *data);
-/* The same from any thread (a compute thread pushing while the loop runs):
- * the request is queued under a lock and picked up by the loop through a
- * uv_async_t. The same return codes, checked at once. `cb` runs on the
- * loop thread. Must not be called once tsr_rpc_client_close has been
- * called (it returns TSR_ESHUTDOWN while the client still exists, but the
- * client is freed after its close callback). */
-int tsr_rpc_call_ts(tsr_rpc_client *c, const tsr_rpc_request *req,
-                    tsr_rpc_call_cb cb, void *data);
-
 /* Fails every call not yet completed with TSR_ESHUTDOWN, closes the
  * connection and every handle; `cb` runs once all are closed, then the
  * client is freed. */
@@ -374,23 +362,20 @@ typedef struct tsr_rpc_stats {
 
 typedef struct tsr_rpc_method_stats {
   uint32_t method;
-  const char *name;         /* as registered; "" for a client */
+  const char *name;         /* as registered */
   uint64_t calls;           /* completed */
   uint64_t errors;
   uint64_t bytes_in;        /* meta + payload received for this method */
   uint64_t bytes_out;       /* meta + payload sent for this method */
-  uint64_t total_ns;        /* server: arrival to answer written; client:
-                               submit to completion; summed */
+  uint64_t total_ns;        /* arrival to answer written, summed */
   uint64_t max_ns;
 } tsr_rpc_method_stats;
 
 void tsr_rpc_server_stats(const tsr_rpc_server *s, tsr_rpc_stats *out);
 void tsr_rpc_client_stats(const tsr_rpc_client *c, tsr_rpc_stats *out);
-/* Per-method figures, one entry per method seen (server: registered),
- * written to out[0..cap); returns how many exist (may exceed cap). */
+/* Per-method figures, one entry per registered method, written to
+ * out[0..cap); returns how many exist (may exceed cap). */
 size_t tsr_rpc_server_method_stats(const tsr_rpc_server *s,
-                                   tsr_rpc_method_stats *out, size_t cap);
-size_t tsr_rpc_client_method_stats(const tsr_rpc_client *c,
                                    tsr_rpc_method_stats *out, size_t cap);
 
 /* One open server connection, for status reports. */

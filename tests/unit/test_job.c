@@ -28,7 +28,8 @@ static void defaults_are_keras(void **state) {
   assert_int_equal(j.mode, TSR_MODE_ASYNC);
   assert_int_equal(j.partitioner.kind, TSR_PART_MIN_SIZE);
   assert_int_equal(j.partitioner.min_shard_bytes, 256 << 10);
-  assert_int_equal(j.partitioner.max_shards, 1);
+  assert_int_equal(j.partitioner.max_shards, 0); /* one per PS at most */
+  assert_int_equal(j.partitioner.placement, TSR_PLACE_BALANCED);
   tsr_job_free(&j);
   tsr_optim_spec o;
   json_t *sgd = json_string("sgd");

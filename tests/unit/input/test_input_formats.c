@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include "../cmocka_skip.h"
+
 #include <math.h>
 #include <sys/stat.h>
 #include <zlib.h>
@@ -364,7 +366,7 @@ static void fashion_mnist_job(void **state) {
            &st) != 0) {
     print_message("Fashion-MNIST is not installed (Debian package "
                   "dataset-fashion-mnist)\n");
-    skip();
+    TSR_SKIP();
   }
   char path[4096];
   const char *src = getenv("TSR_SOURCE_DIR");
@@ -414,5 +416,5 @@ int main(void) {
       cmocka_unit_test_setup_teardown(idx_bad, setup, teardown),
       cmocka_unit_test_setup_teardown(fashion_mnist_job, setup, teardown),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  return tsr_cmocka_exit(cmocka_run_group_tests(tests, NULL, NULL));
 }

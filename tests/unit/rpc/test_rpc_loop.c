@@ -1,8 +1,8 @@
 /* RPC server and client on one loop over loopback: echo with payloads of
  * many sizes, remote errors, unknown methods, metas that do not decode,
  * deadlines, response destinations (exact and mismatched), the in-flight
- * bound, reconnection to a restarted server, a wrong token, calls from
- * other threads, payload allocators, and allocation failures in turn.
+ * bound, reconnection to a restarted server, a wrong token, payload
+ * allocators, and allocation failures in turn.
  * Every test ends with every handle closed and uv_loop_close() == 0. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,7 +13,6 @@
 #include "rpc_util.h"
 #include "rpc.pb-c.h"
 
-#include <pthread.h>
 #include <signal.h>
 
 enum { M_ECHO = 1, M_FAIL = 2, M_SLEEP = 3, M_TYPED = 4, M_SINK = 5,
@@ -690,70 +689,43 @@ static void test_deadline_race(void **state) {
   env_down(&e);
 }
 
-/* ---- calls from other threads ------------------------------------------- */
-
-typedef struct tsarg {
-  tsr_rpc_client *cli;
-  int ok, busy, fails;
-  int done;
-  pthread_mutex_t *mu;
-  uint8_t payload[256];
-} tsarg;
-
-static void on_ts(const tsr_rpc_result *r, void *data) {
-  tsarg *a = data;
-  if (r->status || r->payload_len != sizeof a->payload ||
-      memcmp(r->payload, a->payload, sizeof a->payload))
-    a->fails++;
-  else
-    a->ok++;
-  a->done++;
-}
-
-static void *ts_thread(void *p) {
-  tsarg *a = p;
-  uv_buf_t b = uv_buf_init((char *)a->payload, sizeof a->payload);
-  tsr_rpc_request q = {.method = M_ECHO, .payload = &b, .npayload = 1};
-  for (int i = 0; i < 200; i++) {
-    int rc;
-    while ((rc = tsr_rpc_call_ts(a->cli, &q, on_ts, a)) == TSR_EBUSY) {
-      __atomic_add_fetch(&a->busy, 1, __ATOMIC_RELAXED);
-      usleep(100);
-    }
-    assert_int_equal(rc, 0);
-  }
-  return NULL;
-}
-
-static void test_threads(void **state) {
-  tsr_rpc_opts co;
-  ru_opts(&co, "client");
-  co.max_inflight = 64;
-  env e;
-  env_up(&e, NULL, &co);
-  tsarg a[4];
-  pthread_t th[4];
-  memset(a, 0, sizeof a);
-  for (int i = 0; i < 4; i++) {
-    a[i].cli = e.cli;
-    memset(a[i].payload, 'a' + i, sizeof a[i].payload);
-    assert_int_equal(pthread_create(&th[i], NULL, ts_thread, &a[i]), 0);
-  }
-  int all = 0;
-  for (int k = 0; k < 2000 && !all; k++) {
-    int z = 0;
-    ru_run_until(&e.loop, &z, 5);
-    all = 1;
-    for (int i = 0; i < 4; i++)
-      if (a[i].done < 200) all = 0;
-  }
-  for (int i = 0; i < 4; i++) pthread_join(th[i], NULL);
-  for (int i = 0; i < 4; i++) {
-    assert_int_equal(a[i].ok, 200);
-    assert_int_equal(a[i].fails, 0);
-  }
-  env_down(&e);
-  /* after close the client refuses: exercised in test_close_pending */
+/* An address that splits into host and port but is longer than the client
+ * keeps is refused, and the logged reason says so. */
+static void test_long_address(void **state) {
+  uv_loop_t loop;
+  assert_int_equal(uv_loop_init(&loop), 0);
+  tsr_rpc_opts o;
+  ru_opts(&o, "client");
+  tsr_rpc_ctx *ctx;
+  assert_int_equal(tsr_rpc_ctx_new(&ctx, &loop, &o), 0);
+  char addr[300];
+  memset(addr, 'h', 252);
+  snprintf(addr + 252, sizeof addr - 252, ":1234");
+  tsr_log_level lvl = tsr_log_get_level();
+  tsr_log_set_level(TSR_LOG_ERROR);
+  FILE *tf = tmpfile();
+  assert_non_null(tf);
+  fflush(stderr);
+  int saved = dup(2);
+  dup2(fileno(tf), 2);
+  tsr_rpc_client *cl = NULL;
+  int rc = tsr_rpc_client_new(&cl, ctx, addr);
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  tsr_log_set_level(lvl);
+  char logged[1024] = "";
+  rewind(tf);
+  size_t n = fread(logged, 1, sizeof logged - 1, tf);
+  logged[n] = 0;
+  fclose(tf);
+  assert_int_equal(rc, TSR_EINVAL);
+  assert_null(cl);
+  print_message("%s", logged);
+  assert_non_null(strstr(logged, "longer than 255 bytes"));
+  assert_non_null(strstr(logged, "hhhh"));
+  assert_int_equal(tsr_rpc_ctx_free(ctx), 0);
+  assert_int_equal(uv_loop_close(&loop), 0);
 }
 
 /* Closing a client fails its calls with TSR_ESHUTDOWN; a closed loop has
@@ -892,7 +864,7 @@ int main(void) {
       cmocka_unit_test(test_deadline_race),
       cmocka_unit_test(test_sink),          cmocka_unit_test(test_busy),
       cmocka_unit_test(test_reconnect),     cmocka_unit_test(test_wrong_token),
-      cmocka_unit_test(test_fail_fast),     cmocka_unit_test(test_threads),
+      cmocka_unit_test(test_fail_fast),     cmocka_unit_test(test_long_address),
       cmocka_unit_test(test_close_pending),
       cmocka_unit_test(test_close_in_callback),
       cmocka_unit_test(test_alloc_failures),
