@@ -44,7 +44,8 @@
   X(CANCELED,    "canceled")                                                 \
   X(SHUTDOWN,    "shutting down")                                            \
   X(STALE,       "stale state")                                              \
-  X(EOF,         "end of data")
+  X(EOF,         "end of data")                                              \
+  X(DATA,        "bad training or evaluation data")
 
 enum tsr_errno {
   TSR__ERR_FIRST = TSR_ERR_BASE,
@@ -53,6 +54,11 @@ enum tsr_errno {
 #undef TSR__X
   TSR__ERR_LAST
 };
+
+/* Exit status of a process whose job stops on its data (a file missing,
+ * a value that is not a number, a label out of range): the chief and
+ * `tessera-worker --standalone` alike. */
+#define TSR_EXIT_DATA 3
 
 /* Message for any code: the project's own, libuv's, or errno's (negated).
  * Never NULL; the string is static. */

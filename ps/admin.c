@@ -576,6 +576,8 @@ static void ps__shutdown_sent(int status, void *data) {
 
 static void ps__on_shutdown(tsr_rpc_incoming *call, void *data) {
   ps_server *s = data;
+  const Tessera__Ps__ShutdownRequest *q = call->request;
+  if (q && q->job_done) s->job_done = true;
   Tessera__Ps__ShutdownResponse m = TESSERA__PS__SHUTDOWN_RESPONSE__INIT;
   uint8_t buf[16];
   size_t len = tessera__ps__shutdown_response__pack(&m, buf);

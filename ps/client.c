@@ -349,7 +349,9 @@ int ps_client_stats_drain(ps_client *c, ps_client_cb cb, void *data) {
   return ps__call(c, PS_M_STATS, &m.base, NULL, 0, NULL, 0, cb, data);
 }
 
-int ps_client_shutdown(ps_client *c, ps_client_cb cb, void *data) {
+int ps_client_shutdown(ps_client *c, bool job_done, ps_client_cb cb,
+                       void *data) {
   Tessera__Ps__ShutdownRequest m = TESSERA__PS__SHUTDOWN_REQUEST__INIT;
+  m.job_done = job_done;
   return ps__call(c, PS_M_SHUTDOWN, &m.base, NULL, 0, NULL, 0, cb, data);
 }

@@ -161,7 +161,10 @@ int ps_client_stats(ps_client *c, ps_client_cb cb, void *data);
 /* Stats, and the apply events recorded since the last drain as
  * r->payload (the PS forgets them). */
 int ps_client_stats_drain(ps_client *c, ps_client_cb cb, void *data);
-/* Asks the PS to exit (status 0). */
-int ps_client_shutdown(ps_client *c, ps_client_cb cb, void *data);
+/* Asks the PS to exit: with job_done (the chief ends a finished job) it
+ * exits 0; without, a PS that holds variables exits non-zero, as a PS
+ * leaving an unfinished job must (a supervisor starts it again). */
+int ps_client_shutdown(ps_client *c, bool job_done, ps_client_cb cb,
+                       void *data);
 
 #endif

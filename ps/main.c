@@ -4,9 +4,12 @@
  * must be a ps), read the cluster token (--token-file or TESSERA_TOKEN),
  * make the service with every method registered, listen on this task's
  * port, serve until the shutdown method or SIGTERM/SIGINT, then close
- * everything and exit 0.
+ * everything and exit 0 when the chief's shutdown said the job is done (or
+ * no job ever came).
  * Failure modes: a bad cluster spec, a missing token, an address that
- * cannot be bound, a bad flag: one line naming the problem, exit 2.
+ * cannot be bound, a bad flag: one line naming the problem, exit 2. Told
+ * to leave (a signal, a shutdown without job_done) while it holds a job
+ * that is not done: exit 1, so a supervisor starts it again.
  */
 #include "common/cluster.h"
 #include "common/err.h"
@@ -29,6 +32,7 @@ typedef struct {
   ps_server *srv;
   uv_signal_t sigterm, sigint;
   int closing;
+  int exit_code;
 } ps_main;
 
 static void usage(FILE *f) {
@@ -70,6 +74,11 @@ static void closed_all(void *data) {
 static void begin_close(ps_main *m) {
   if (m->closing) return;
   m->closing = 1;
+  if (m->exit_code == 0 && !ps_server_job_finished(m->srv)) {
+    tsr_warn("leaving while the job is not done: exit status 1 (a "
+             "supervisor starts this PS again)");
+    m->exit_code = 1;
+  }
   uv_close((uv_handle_t *)&m->sigterm, NULL);
   uv_close((uv_handle_t *)&m->sigint, NULL);
   ps_server_close(m->srv, closed_all, m);
@@ -206,10 +215,9 @@ int main(int argc, char **argv) {
   m.sigterm.data = m.sigint.data = &m;
   uv_signal_start(&m.sigterm, on_signal, SIGTERM);
   uv_signal_start(&m.sigint, on_signal, SIGINT);
-  int exit_code = 0;
   if ((rc = ps_server_listen(m.srv, addr))) {
     tsr_error("cannot listen on %s: %s", addr, tsr_strerror(rc));
-    exit_code = 2;
+    m.exit_code = 2;
     begin_close(&m);
   } else {
     tsr_info("serving on %s (memory limit %zu bytes)", addr, mem_limit);
@@ -219,5 +227,5 @@ int main(int argc, char **argv) {
     tsr_warn("rpc context still busy at exit: %s", tsr_strerror(rc));
   if ((rc = uv_loop_close(&m.loop)))
     tsr_warn("loop still has handles at exit: %s", uv_strerror(rc));
-  return exit_code;
+  return m.exit_code;
 }

@@ -116,6 +116,7 @@ struct ps_server {
   uv_timer_t timer;
   bool closing, rpc_closed, timer_closed;
   uint64_t nonfinite;
+  bool job_done;            /* the chief's shutdown said the job is done */
   int64_t max_read_lead;    /* ssp: largest clock - slowest clock of a read
                                let through (<= staleness) */
   struct tsr_trace *trace;  /* applies as trace events, when asked (config) */

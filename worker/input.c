@@ -530,6 +530,14 @@ static bool loss_is_categorical(const tsr_job *job) {
   return job->loss && strstr(job->loss, "categorical") != NULL;
 }
 
+int wk_input_validate(wk_input *in, int64_t n_classes, char *err,
+                      size_t errlen) {
+  wk_src *s = in->src;
+  if (!s || !s->ops->validate) return 0;
+  int rc = s->ops->validate(s, n_classes, err, errlen);
+  return rc ? TSR_EDATA : 0;
+}
+
 int wk_input_check(const tsr_job *job, char *err, size_t errlen) {
   wk_input_spec s;
   int rc = wk_input__spec_parse(job, WK_SPLIT_TRAIN, &s, err, errlen);

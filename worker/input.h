@@ -149,6 +149,16 @@ double wk_input_reader_cpu_seconds(const wk_input *in);
 
 void wk_input_close(wk_input *in);
 
+/* Checks every example of the opened split before the first step (all its
+ * rows, not only this worker's share, so every worker and the standalone
+ * trainer fail alike on the same file): values finite, labels classes in
+ * [0, n_classes) when n_classes > 0 (the model's classes; 0: no check).
+ * TSR_EDATA with the file, line and column in `err`. In-memory formats
+ * (CSV, npy/npz, IDX) are checked here; streamed ones (TFRecord) and the
+ * generators as their batches are read. */
+int wk_input_validate(wk_input *in, int64_t n_classes, char *err,
+                      size_t errlen);
+
 /* Validates job->data (both splits) without opening files, so a bad data
  * spec fails when the job is loaded rather than on the first worker. */
 int wk_input_check(const tsr_job *job, char *err, size_t errlen);

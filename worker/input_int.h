@@ -151,6 +151,10 @@ typedef struct {
   /* Streaming sources: starts a pass, then records until TSR_EEOF. */
   int (*begin)(wk_src *s, char *err, size_t errlen);
   int (*next)(wk_src *s, wk_rec *r, char *err, size_t errlen);
+  /* Optional, in-memory sources: checks every example of the split (not
+   * only this share): finite values, labels in [0, n_classes) when
+   * n_classes > 0; the message names the file, line and column. */
+  int (*validate)(wk_src *s, int64_t n_classes, char *err, size_t errlen);
   void (*destroy)(wk_src *s);
 } wk_src_ops;
 

@@ -181,11 +181,31 @@ static int alloc_buffers(wk_run *r, char *err, size_t errlen) {
   return 0;
 }
 
-/* Input open errors that come from the system (a missing or unreadable
- * file) are TSR_EIO for the chief, with the input's message (it names the
- * path). */
-static int input_code(int rc) {
-  return tsr_err_is_own(rc) ? rc : TSR_EIO;
+int wk__data_code(int rc) {
+  if (rc == TSR_ENOMEM || rc == TSR_ECANCELED || rc == TSR_ESHUTDOWN ||
+      rc == TSR_ENODEVICE)
+    return rc;
+  return TSR_EDATA;
+}
+
+/* Opens the eval split and checks all of it, so a bad eval file stops the
+ * run before the first step, not after training. */
+static int check_eval(wk_svc *s, wk_run *r, char *err, size_t errlen) {
+  if (!r->job.data || !json_object_get(r->job.data, "eval")) return 0;
+  wk_input_opts io = {.worker_index = 0, .num_workers = 1,
+                      .batch_size = r->job.batch_size, .epochs = 1,
+                      .seed = r->job.seed};
+  wk_input *in = NULL;
+  char ierr[WK_ERR_MAX];
+  int rc = wk_input_open(&r->job, WK_SPLIT_EVAL, &io, &in, ierr, sizeof ierr);
+  if (!rc)
+    rc = wk_input_validate(in, wk_model_num_classes(r->model), ierr,
+                           sizeof ierr);
+  wk_input_close(in);
+  if (rc)
+    return fail(err, errlen, wk__data_code(rc), "worker %d: eval data: %s",
+                s->task_index, ierr);
+  return 0;
 }
 
 static int do_configure(wk_svc *s, wk_job *j) {
@@ -256,13 +276,21 @@ static int do_configure(wk_svc *s, wk_job *j) {
   char ierr[WK_ERR_MAX];
   if ((rc = wk_input_open(&r->job, WK_SPLIT_TRAIN, &io, &r->in, ierr,
                           sizeof ierr))) {
-    rc = fail(err, errlen, input_code(rc), "worker %d: training data: %s",
+    rc = fail(err, errlen, wk__data_code(rc), "worker %d: training data: %s",
               s->task_index, ierr);
     goto out;
   }
   const wk_input_schema *schema = wk_input_get_schema(r->in);
   if ((rc = wk_model_from_job(&r->job, schema, &r->model, err, errlen)))
     goto out;
+  /* every input checked before the first step */
+  if ((rc = wk_input_validate(r->in, wk_model_num_classes(r->model), ierr,
+                              sizeof ierr))) {
+    rc = fail(err, errlen, wk__data_code(rc), "worker %d: training data: %s",
+              s->task_index, ierr);
+    goto out;
+  }
+  if ((rc = check_eval(s, r, err, errlen))) goto out;
   if ((rc = wk_model_variables(r->model, &r->vars, &r->n_vars))) {
     fail(err, errlen, rc, "model: no variable list");
     goto out;

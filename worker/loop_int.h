@@ -37,6 +37,10 @@ typedef struct wk_run wk_run;
 /* Host allocations of a compute context (pinned on a GPU), for the input
  * pipeline's batch buffers; ctx is the kern_ctx. */
 void *wk__pin_alloc(void *ctx, size_t bytes);
+
+/* The code a failure of the job's data travels with: TSR_EDATA (the chief
+ * stops the run on it), except running out of memory or being stopped. */
+int wk__data_code(int rc);
 void wk__pin_free(void *ctx, void *p);
 
 /* ---- jobs: requests handed from the loop to the training thread -------- */

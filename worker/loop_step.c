@@ -119,9 +119,10 @@ static int next_batch(wk_run *r, const wk_batch **b, double *wait_s,
   *wait_s += tsr_now_s() - t0;
   if (rc == TSR_EEOF) return rc;
   if (rc)
-    return fail(err, errlen, rc, "training data: %s", wk_input_error(r->in));
+    return fail(err, errlen, wk__data_code(rc), "training data: %s",
+                wk_input_error(r->in));
   if ((rc = wk_exec_prepare(r->ex, *b, 0, (*b)->n, NULL, err, errlen)))
-    return rc;
+    return wk__data_code(rc);
   return take_ids(r, err, errlen);
 }
 
@@ -428,8 +429,7 @@ int wk__run_eval(wk_svc *s, wk_run *r, wk_job *j) {
   char ierr[WK_ERR_MAX];
   if ((rc = wk_input_open(&r->job, WK_SPLIT_EVAL, &io, &in, ierr,
                           sizeof ierr))) {
-    rc = fail(err, errlen, tsr_err_is_own(rc) ? rc : TSR_EIO,
-              "eval data: %s", ierr);
+    rc = fail(err, errlen, wk__data_code(rc), "eval data: %s", ierr);
     goto out;
   }
   if ((rc = wk_metrics_open(r->model, &mt))) {
@@ -442,12 +442,15 @@ int wk__run_eval(wk_svc *s, wk_run *r, wk_job *j) {
     rc = wk_input_next(in, &b);
     if (rc == TSR_EEOF) break;
     if (rc) {
-      fail(err, errlen, rc, "eval data: %s", wk_input_error(in));
+      rc = fail(err, errlen, wk__data_code(rc), "eval data: %s",
+                wk_input_error(in));
       goto out;
     }
-    if ((rc = wk_exec_prepare(r->ex, b, 0, b->n, NULL, err, errlen)) ||
-        (rc = take_ids(r, err, errlen)))
+    if ((rc = wk_exec_prepare(r->ex, b, 0, b->n, NULL, err, errlen))) {
+      rc = wk__data_code(rc);
       goto out;
+    }
+    if ((rc = take_ids(r, err, errlen))) goto out;
     n = build_ops(r, false, true, 0, 0);
     /* Dense values are already here: pull only the rows. */
     int k = 0;

@@ -45,7 +45,7 @@ static int run_standalone(const char *job_path, char **ovr,
   tsr_job_free(&job);
   if (rc) {
     tsr_error("%s", err);
-    return rc == TSR_ENODEVICE ? 4 : 1;
+    return rc == TSR_ENODEVICE ? 4 : rc == TSR_EDATA ? TSR_EXIT_DATA : 1;
   }
   return 0;
 }

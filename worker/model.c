@@ -693,6 +693,9 @@ void wk_model_summary(const wk_model *m, char *buf, size_t len) {
 }
 
 int64_t wk_model_input_dense(const wk_model *m) { return m->n_dense; }
+int64_t wk_model_num_classes(const wk_model *m) {
+  return m->loss >= KERN_LOSS_CCE_LOGITS ? m->out_dim : 0;
+}
 int wk_model_num_metrics(const wk_model *m) { return m->n_metrics; }
 const char *wk_model_metric_name(const wk_model *m, int i) {
   return m->metric_names[i];

@@ -75,6 +75,9 @@ void wk_model_init_var(const wk_model *m, int v, uint64_t seed,
 /* One line per layer ("dense (Dense) 10 -> 64 relu"), for logs. */
 void wk_model_summary(const wk_model *m, char *buf, size_t len);
 int64_t wk_model_input_dense(const wk_model *m); /* dense features read */
+/* Classes a label must fall in ([0, n)) for a categorical loss; 0 when
+ * labels are not class indices (regression, binary). */
+int64_t wk_model_num_classes(const wk_model *m);
 int wk_model_num_metrics(const wk_model *m);
 const char *wk_model_metric_name(const wk_model *m, int i);
 

@@ -11,6 +11,7 @@
 
 #include "common/err.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -97,10 +98,12 @@ static int fast_number(const char *a, const char *b, double *out) {
   return 0;
 }
 
+/* 0, -1 (not a number) or -2 (a number float32 cannot hold). */
 static int parse_cell(const char *a, const char *b, float *out) {
   trim(&a, &b);
   double v;
   if (a < b && fast_number(a, b, &v) == 0) {
+    if (!(fabs(v) <= FLT_MAX)) return -2;
     *out = (float)v;
     return 0;
   }
@@ -110,7 +113,8 @@ static int parse_cell(const char *a, const char *b, float *out) {
   tmp[b - a] = 0;
   char *e;
   v = strtod(tmp, &e);
-  if (e != tmp + (b - a) || !isfinite(v)) return -1;
+  if (e != tmp + (b - a) || isnan(v)) return -1;
+  if (!(fabs(v) <= FLT_MAX)) return -2;
   *out = (float)v;
   return 0;
 }
@@ -234,7 +238,8 @@ int wk_read__csv(const char *path, const wk_input_spec *spec, wk_table *out,
     for (int64_t j = 0; j <= d; j++) {
       int64_t c = j < d ? col[j] : label;
       float *dst = j < d ? &out->x[row * d + j] : &out->y[row];
-      if (parse_cell(ca[c], cb[c], dst) != 0) {
+      int pc = parse_cell(ca[c], cb[c], dst);
+      if (pc != 0) {
         const char *ta = ca[c], *tb = cb[c];
         trim(&ta, &tb);
         split_line(p, hend, ca, cb, ncol); /* the header, for the name */
@@ -242,10 +247,11 @@ int wk_read__csv(const char *path, const wk_input_spec *spec, wk_table *out,
         trim(&na, &nb);
         rc = wk_input__fail(err, errlen, TSR_EFORMAT,
                             "%s: line %lld (data row %lld), column %lld "
-                            "(\"%.*s\"): \"%.*s\" is not a number",
+                            "(\"%.*s\"): \"%.*s\" %s",
                             path, (long long)line, (long long)row,
                             (long long)c + 1, (int)(nb - na), na,
-                            (int)(tb - ta > 60 ? 60 : tb - ta), ta);
+                            (int)(tb - ta > 60 ? 60 : tb - ta), ta,
+                            pc == -2 ? "overflows float32" : "is not a number");
         goto out;
       }
     }

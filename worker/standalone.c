@@ -1,10 +1,12 @@
 /* wk_train_standalone: a whole job in one process (train.h).
  *
  * Happy path: open the training split (worker 0 of 1), build the model
- * against its schema, train for `steps` or `epochs` with a progress line
- * every few steps, then evaluate data.eval (when the job has one) and
- * print one summary line. Failure modes: the input's errors (file, row),
- * the model's (layer, shape, batch), the device's; all come back in `err`.
+ * against its schema, check every input (train and eval) before the first
+ * step, train for `steps` or `epochs` with a progress line every few
+ * steps, then evaluate data.eval (when the job has one) and print one
+ * summary line. Failure modes: the input's errors (file, line, column:
+ * TSR_EDATA, as a worker reports them to the chief), the model's (layer,
+ * shape, batch), the device's; all come back in `err`.
  */
 #include "worker/train.h"
 #include "worker/loop_int.h"
@@ -34,14 +36,14 @@ static int evaluate(const tsr_job *job, wk_trainer *t, const wk_model *m,
   wk_input *in = NULL;
   char ierr[512];
   int rc = wk_input_open(job, WK_SPLIT_EVAL, &io, &in, ierr, sizeof ierr);
-  if (rc) return FAIL(rc, "evaluation data: %s", ierr);
+  if (rc) return FAIL(wk__data_code(rc), "evaluation data: %s", ierr);
   wk_metrics *mt = NULL;
   if ((rc = wk_metrics_open(m, &mt))) goto out;
   const wk_batch *b;
   while ((rc = wk_input_next(in, &b)) == 0)
     if ((rc = wk_trainer_eval(t, b, mt, err, errlen))) goto out;
   if (rc != TSR_EEOF) {
-    rc = FAIL(rc, "evaluation data: %s", wk_input_error(in));
+    rc = FAIL(wk__data_code(rc), "evaluation data: %s", wk_input_error(in));
     goto out;
   }
   rc = 0;
@@ -84,10 +86,31 @@ int wk_train_standalone(const tsr_job *job, const wk_train_opts *o,
   int rc = wk_input_open(job, WK_SPLIT_TRAIN, &io, &in, ierr, sizeof ierr);
   if (rc) {
     if (pin) kern_close(pin);
-    return FAIL(rc, "training data: %s", ierr);
+    return FAIL(wk__data_code(rc), "training data: %s", ierr);
   }
   if ((rc = wk_model_from_job(job, wk_input_get_schema(in), &m, err, errlen)))
     goto out;
+  /* every input checked before the first step: a bad eval file must not
+   * cost a whole training */
+  if ((rc = wk_input_validate(in, wk_model_num_classes(m), ierr,
+                              sizeof ierr))) {
+    rc = FAIL(wk__data_code(rc), "training data: %s", ierr);
+    goto out;
+  }
+  if (job->data && json_object_get(job->data, "eval")) {
+    wk_input_opts eo = {.worker_index = 0, .num_workers = 1,
+                        .batch_size = job->batch_size, .epochs = 1,
+                        .seed = job->seed};
+    wk_input *ein = NULL;
+    rc = wk_input_open(job, WK_SPLIT_EVAL, &eo, &ein, ierr, sizeof ierr);
+    if (!rc)
+      rc = wk_input_validate(ein, wk_model_num_classes(m), ierr, sizeof ierr);
+    wk_input_close(ein);
+    if (rc) {
+      rc = FAIL(wk__data_code(rc), "evaluation data: %s", ierr);
+      goto out;
+    }
+  }
   if ((rc = wk_trainer_open(m, &job->optimizer, job->seed, job->precision, o,
                             job->batch_size, &t, err, errlen)))
     goto out;
@@ -112,7 +135,7 @@ int wk_train_standalone(const tsr_job *job, const wk_train_opts *o,
     rc = wk_input_next(in, &b);
     if (rc == TSR_EEOF) break;
     if (rc) {
-      rc = FAIL(rc, "training data: %s", wk_input_error(in));
+      rc = FAIL(wk__data_code(rc), "training data: %s", wk_input_error(in));
       goto out;
     }
     if (b->epoch != cur_epoch) {
@@ -126,7 +149,12 @@ int wk_train_standalone(const tsr_job *job, const wk_train_opts *o,
     }
     double loss;
     bool applied;
-    if ((rc = wk_trainer_step(t, b, &loss, &applied, err, errlen))) goto out;
+    if ((rc = wk_trainer_step(t, b, &loss, &applied, err, errlen))) {
+      /* a batch the model refuses (a value not finite, a label out of
+       * range) is the data's fault, as on a worker */
+      if (rc == TSR_ENONFINITE || rc == TSR_ERANGE) rc = TSR_EDATA;
+      goto out;
+    }
     steps++;
     r->examples += b->n;
     win_loss += loss * (double)b->n;

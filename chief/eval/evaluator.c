@@ -2,7 +2,9 @@
  * committed checkpoint, load it into a trainer's host variables, run the
  * eval split through the model, record the figures, sleep. */
 #include "chief/eval/evaluator.h"
+#include "chief/ckpt/ckpt.h"
 #include "chief/ckpt/ckpt_read.h"
+#include "chief/monitor/monitor.h"
 #include "common/clock.h"
 #include "common/err.h"
 #include "common/log.h"
@@ -180,6 +182,13 @@ int chief_evaluator_run(const chief_coord_opts *o, const chief_eval_opts *e) {
     char folder[4096];
     int rc = chief_ckpt_read(root, &step, &man, folder, sizeof folder, err,
                              sizeof err);
+    /* the chief writes the job's length into every manifest once it is
+     * known (epochs need the workers' data sizes): the checkpoint of that
+     * step is the job's last */
+    int64_t total = job.steps;
+    json_t *ts = rc == 0 ? json_object_get(man, "total_steps") : NULL;
+    if (json_is_integer(ts) && json_integer_value(ts) > 0)
+      total = json_integer_value(ts);
     json_decref(man);
     if (rc == 0 && step > last) {
       last = step;
@@ -210,7 +219,11 @@ int chief_evaluator_run(const chief_coord_opts *o, const chief_eval_opts *e) {
         printf("%s\n", line);
         fflush(stdout);
       }
-      if (job.steps > 0 && step >= job.steps) break;
+      if (total > 0 && step >= total) {
+        tsr_info("evaluator: step %" PRId64 " is the job's last; stopping",
+                 step);
+        break;
+      }
       continue;
     }
     if (tsr_now_s() - t_new > e->idle_timeout_s) {

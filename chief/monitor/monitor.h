@@ -216,6 +216,8 @@ typedef struct {
 
 typedef struct {
   int64_t steps;
+  int64_t steps_run;     /* trained by this process (a resumed run: not
+                            the restored ones); -1 unknown */
   int64_t examples;
   double seconds;
   bool has_loss;
@@ -228,6 +230,12 @@ typedef struct {
   int64_t resumed_from_step;  /* -1 when the run started fresh */
   const char *logdir;    /* may be NULL */
   const char *checkpoint_dir; /* may be NULL */
+  int64_t last_ckpt_step;     /* newest committed checkpoint, -1 none */
+  size_t n_failed_ckpts;      /* checkpoints that failed (disk full...) */
+  const int64_t *failed_ckpt_steps;
+  const char *const *failed_ckpt_reasons;
+  int exit_status;            /* 0: the job is done */
+  const char *error;          /* why it failed; NULL when it did not */
 } chief_summary;
 
 /* Human summary, a few lines. */

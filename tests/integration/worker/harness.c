@@ -152,9 +152,11 @@ int h_stop(h_cluster *c) {
       bad = 1;
     }
   }
+  /* a PS that holds this test's variables leaves an unfinished job: it
+   * exits 1 (a supervisor would start it again), cleanly */
   for (int i = 0; i < c->n_ps; i++) {
     int st = h_kill(c->ps_pid[i], SIGTERM, 10000);
-    if (c->ps_pid[i] > 0 && st != 0) {
+    if (c->ps_pid[i] > 0 && st != 0 && st != 1) {
       fprintf(stderr, "ps %d exited with %d after SIGTERM\n", i, st);
       bad = 1;
     }

@@ -8,13 +8,14 @@
  *   sparse  the same with a wide-and-deep model whose embedding tables are
  *           row-sparse and split over both PS;
  *   errors  1 PS, 1 worker: another format_version is refused
- *           (TSR_EVERSION), a missing data file answers TSR_EIO naming the
- *           path, a PS killed mid-closure fails the closure naming the PS
+ *           (TSR_EVERSION), a missing data file answers TSR_EDATA (the
+ *           chief stops the run on it) naming the path, a PS killed mid-closure fails the closure naming the PS
  *           and the worker keeps serving (configured again once the PS is
  *           back), shutdown by the method exits 0;
  *   synckill 2 PS, 2 workers, sync: a PS killed while the other holds
  *           calls fails both closures at once, naming it.
- * Every wait has a deadline; every process must exit 0 on SIGTERM.
+ * Every wait has a deadline; every worker must exit 0 on SIGTERM, every PS
+ * 0 or 1 (1: it held a job that was not done).
  */
 #include "harness.h"
 
@@ -323,7 +324,7 @@ static int test_errors(void) {
   json_decref(bad);
   rc = h_configure(&c, 0, 4, WK_FORMAT_VERSION, bad_text, &r);
   free(bad_text);
-  H_CHECK(rc == TSR_EIO && strstr(r.msg, "missing_data_file.csv"),
+  H_CHECK(rc == TSR_EDATA && strstr(r.msg, "missing_data_file.csv"),
           "missing file: %s %s", tsr_err_name(rc), r.msg);
 
   /* A layout that leaves a variable out is refused, naming it. */

@@ -69,9 +69,11 @@ static void csv_number_spellings(void **state) {
       "0", "-0", "+3", "1.", ".5", "-.25", "1e3", "1E-5", "2.5e+2",
       "0.000123", "-123.456", "123456789012345", "1234567890123456789",
       "3.14159265358979323846", "1e-30", "7e22", "9.999999e-23", "0x10",
-      " 42 ", "\"17\"", "00012.50"};
+      " 42 ", "\"17\"", "00012.50", "3.4e38", "-3.4e38"};
+  /* 1e39 and 4e38 are numbers float32 cannot hold: refused, not inf */
   static const char *bad[] = {"1e", "--1", "1.2.3", "e5", ".", "-", "1e400",
-                              "nan", "12abc"};
+                              "nan", "12abc", "1e39", "-4e38",
+                              "1000000000000000000000000000000000000000"};
   char csv[2048];
   size_t at = (size_t)sprintf(csv, "v,y\n");
   size_t ng = sizeof good / sizeof good[0];
@@ -100,6 +102,34 @@ static void csv_number_spellings(void **state) {
                         64, false);
     if (rc != TSR_EFORMAT) fail_msg("\"%s\" accepted", bad[i]);
   }
+}
+
+/* Every row is checked before the first step: a label that is not one of
+ * the model's classes is named with its file, line and column. */
+static void csv_validate_names_the_row(void **state) {
+  fx *f = *state;
+  const char *csv = "a,y\n1,0\n2,1\n3,9\n4,12\n";
+  assert_int_equal(open_train(f, csv, "{\"format\": \"csv\", \"paths\": "
+                                      "\"d.csv\", \"label\": \"y\"}",
+                              64, false),
+                   0);
+  char err[512];
+  assert_int_equal(wk_input_validate(f->in, 13, err, sizeof err), 0);
+  assert_int_equal(wk_input_validate(f->in, 0, err, sizeof err), 0);
+  assert_int_equal(wk_input_validate(f->in, 10, err, sizeof err), TSR_EDATA);
+  if (!strstr(err, "d.csv: line 5") || !strstr(err, "column \"y\"") ||
+      !strstr(err, "12 is not a class in [0, 10)"))
+    fail_msg("%s", err);
+}
+
+/* A value that overflows float32 is refused with its line and column. */
+static void csv_overflow_names_the_cell(void **state) {
+  fx *f = *state;
+  const char *csv = "a,b,y\n1,2,0\n1,2e39,1\n";
+  assert_int_equal(open_train(f, csv, "{\"format\": \"csv\", \"paths\": "
+                                      "\"d.csv\", \"label\": \"y\"}",
+                              64, false),
+                   TSR_EFORMAT);
 }
 
 static void csv_drop_remainder_and_features(void **state) {
@@ -456,6 +486,10 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(csv_basic, setup, teardown),
       cmocka_unit_test_setup_teardown(csv_number_spellings, setup, teardown),
+      cmocka_unit_test_setup_teardown(csv_validate_names_the_row, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(csv_overflow_names_the_cell, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(csv_drop_remainder_and_features, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(csv_bad_cell, setup, teardown),
