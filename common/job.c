@@ -156,17 +156,6 @@ static int tsr__get_int(json_t *obj, const char *where, const char *key,
   return 0;
 }
 
-static int tsr__get_bool(json_t *obj, const char *where, const char *key,
-                         bool *out, char *err, size_t errlen) {
-  json_t *v = json_object_get(obj, key);
-  if (!v) return 0;
-  if (!json_is_boolean(v))
-    return tsr__jfail(err, errlen, TSR_ECONFIG, "%s.%s must be true or false",
-                      where, key);
-  *out = json_is_true(v);
-  return 0;
-}
-
 static int tsr__get_str(json_t *obj, const char *where, const char *key,
                         char **out, char *err, size_t errlen) {
   json_t *v = json_object_get(obj, key);
@@ -177,122 +166,6 @@ static int tsr__get_str(json_t *obj, const char *where, const char *key,
   free(*out);
   *out = strdup(json_string_value(v));
   return *out ? 0 : TSR_ENOMEM;
-}
-
-/* ---- optimizer -----------------------------------------------------------*/
-
-static const char *const tsr__opt_names[] = {"sgd", "adagrad", "rmsprop",
-                                             "adam", "ftrl"};
-
-const char *tsr_optim_name(tsr_opt_kind kind) {
-  return (unsigned)kind < 5 ? tsr__opt_names[kind] : "?";
-}
-
-void tsr_optim_defaults(tsr_opt_kind kind, tsr_optim_spec *o) {
-  memset(o, 0, sizeof *o);
-  o->kind = kind;
-  o->learning_rate = kind == TSR_OPT_SGD ? 0.01 : 0.001;
-  o->beta_1 = 0.9;
-  o->beta_2 = 0.999;
-  o->epsilon = 1e-7;
-  o->rho = 0.9;
-  o->initial_accumulator_value = 0.1;
-  o->learning_rate_power = -0.5;
-}
-
-int tsr_optim_parse(json_t *v, tsr_optim_spec *out, char *err,
-                    size_t errlen) {
-  const char *name;
-  if (json_is_string(v))
-    name = json_string_value(v);
-  else if (json_is_object(v) && json_is_string(json_object_get(v, "name")))
-    name = json_string_value(json_object_get(v, "name"));
-  else
-    return tsr__jfail(err, errlen, TSR_ECONFIG,
-                      "optimizer must be a name (\"adam\") or an object with "
-                      "\"name\"");
-  int kind = -1;
-  for (int i = 0; i < 5; i++)
-    if (strcasecmp(name, tsr__opt_names[i]) == 0) kind = i;
-  if (kind < 0)
-    return tsr__jfail(err, errlen, TSR_ECONFIG,
-                      "optimizer.name \"%s\" is not supported (sgd, adagrad, "
-                      "rmsprop, adam, ftrl)", name);
-  tsr_optim_defaults((tsr_opt_kind)kind, out);
-  if (!json_is_object(v)) return 0;
-  static const char *const common_keys[] = {"name", "learning_rate", NULL};
-  static const char *const sgd[] = {"name", "learning_rate", "momentum",
-                                    "nesterov", NULL};
-  static const char *const adagrad[] = {"name", "learning_rate",
-                                        "initial_accumulator_value",
-                                        "epsilon", NULL};
-  static const char *const rms[] = {"name", "learning_rate", "rho",
-                                    "momentum", "epsilon", "centered", NULL};
-  static const char *const adam[] = {"name", "learning_rate", "beta_1",
-                                     "beta_2", "epsilon", "amsgrad", NULL};
-  static const char *const ftrl[] = {
-      "name", "learning_rate", "learning_rate_power",
-      "initial_accumulator_value", "l1_regularization_strength",
-      "l2_regularization_strength", "l2_shrinkage_regularization_strength",
-      "beta", NULL};
-  const char *const *allowed[] = {sgd, adagrad, rms, adam, ftrl};
-  (void)common_keys;
-  int rc = tsr__check_keys(v, "optimizer", allowed[kind], err, errlen);
-  if (rc) return rc;
-  const char *w = "optimizer";
-  if ((rc = tsr__get_num(v, w, "learning_rate", &out->learning_rate, err,
-                         errlen)))
-    return rc;
-  if (!(out->learning_rate > 0))
-    return tsr__jfail(err, errlen, TSR_ECONFIG,
-                      "optimizer.learning_rate %g must be > 0",
-                      out->learning_rate);
-  if ((rc = tsr__get_num(v, w, "momentum", &out->momentum, err, errlen)) ||
-      (rc = tsr__get_bool(v, w, "nesterov", &out->nesterov, err, errlen)) ||
-      (rc = tsr__get_num(v, w, "beta_1", &out->beta_1, err, errlen)) ||
-      (rc = tsr__get_num(v, w, "beta_2", &out->beta_2, err, errlen)) ||
-      (rc = tsr__get_num(v, w, "epsilon", &out->epsilon, err, errlen)) ||
-      (rc = tsr__get_num(v, w, "rho", &out->rho, err, errlen)) ||
-      (rc = tsr__get_bool(v, w, "centered", &out->centered, err, errlen)) ||
-      (rc = tsr__get_num(v, w, "initial_accumulator_value",
-                         &out->initial_accumulator_value, err, errlen)) ||
-      (rc = tsr__get_num(v, w, "learning_rate_power",
-                         &out->learning_rate_power, err, errlen)) ||
-      (rc = tsr__get_num(v, w, "l1_regularization_strength", &out->l1, err,
-                         errlen)) ||
-      (rc = tsr__get_num(v, w, "l2_regularization_strength", &out->l2, err,
-                         errlen)) ||
-      (rc = tsr__get_num(v, w, "l2_shrinkage_regularization_strength",
-                         &out->l2_shrinkage, err, errlen)) ||
-      (rc = tsr__get_num(v, w, "beta", &out->beta, err, errlen)))
-    return rc;
-  json_t *ams = json_object_get(v, "amsgrad");
-  if (ams && !json_is_false(ams))
-    return tsr__jfail(err, errlen, TSR_EUNSUPPORTED,
-                      "optimizer.amsgrad: only false is supported");
-  if (out->momentum < 0 || out->momentum >= 1)
-    return tsr__jfail(err, errlen, TSR_ECONFIG,
-                      "optimizer.momentum %g must be in [0, 1)",
-                      out->momentum);
-  if (out->beta_1 < 0 || out->beta_1 >= 1 || out->beta_2 < 0 ||
-      out->beta_2 >= 1)
-    return tsr__jfail(err, errlen, TSR_ECONFIG,
-                      "optimizer.beta_1/beta_2 must be in [0, 1)");
-  if (out->epsilon < 0)
-    return tsr__jfail(err, errlen, TSR_ECONFIG,
-                      "optimizer.epsilon %g must be >= 0", out->epsilon);
-  if (out->initial_accumulator_value < 0)
-    return tsr__jfail(err, errlen, TSR_ECONFIG,
-                      "optimizer.initial_accumulator_value %g must be >= 0",
-                      out->initial_accumulator_value);
-  if (out->learning_rate_power > 0)
-    return tsr__jfail(err, errlen, TSR_ECONFIG,
-                      "optimizer.learning_rate_power %g must be <= 0",
-                      out->learning_rate_power);
-  if (out->l1 < 0 || out->l2 < 0 || out->l2_shrinkage < 0)
-    return tsr__jfail(err, errlen, TSR_ECONFIG,
-                      "optimizer: regularization strengths must be >= 0");
-  return 0;
 }
 
 /* ---- partitioner ---------------------------------------------------------*/
@@ -462,6 +335,7 @@ void tsr_job_free(tsr_job *job) {
   json_decref(job->data);
   free(job->checkpoint_dir);
   free(job->logdir);
+  free(job->initial_weights);
   json_decref(job->raw);
   tsr_job_init(job);
 }
@@ -528,8 +402,9 @@ int tsr_job_parse(const char *text, const char *source, const char *base_dir,
   static const char *const keys[] = {
       "model", "loss", "metrics", "optimizer", "data", "batch_size", "steps",
       "epochs", "steps_per_closure", "mode", "partitioner", "precision",
-      "seed", "checkpoint", "logdir", "eval_every_steps", "name",
-      "description", "placement", NULL};
+      "seed", "checkpoint", "logdir", "eval_every_steps",
+      "summary_every_steps", "summary_every_secs", "name", "description",
+      "placement", "initial_weights", NULL};
   if ((rc = tsr__check_keys(root, "", keys, emsg, sizeof emsg))) goto efail;
 
   json_t *v;
@@ -537,8 +412,12 @@ int tsr_job_parse(const char *text, const char *source, const char *base_dir,
     if ((rc = tsr__load_model(job, v, base_dir, emsg, sizeof emsg)))
       goto efail;
   }
-  if ((rc = tsr__get_str(root, "", "loss", &job->loss, emsg, sizeof emsg)))
-    goto efail;
+  if ((v = json_object_get(root, "loss")) && !json_is_null(v)) {
+    char canon[256];
+    if ((rc = tsr_loss_canon(v, canon, sizeof canon, emsg, sizeof emsg)))
+      goto efail;
+    if (!(job->loss = strdup(canon))) goto nomem;
+  }
   if (!job->loss && !(job->loss = strdup("mse"))) goto nomem;
   if ((v = json_object_get(root, "metrics"))) {
     if (json_is_string(v)) {
@@ -552,12 +431,18 @@ int tsr_job_parse(const char *text, const char *source, const char *base_dir,
       if (!job->metrics) goto nomem;
       for (size_t i = 0; i < n; i++) {
         json_t *m = json_array_get(v, i);
-        if (!json_is_string(m)) {
+        char canon[256], e2[400];
+        if (!json_is_string(m) && !json_is_object(m)) {
           rc = tsr__jfail(emsg, sizeof emsg, TSR_ECONFIG,
-                          "metrics[%zu] must be a string", i);
+                          "metrics[%zu] must be a string or a serialized "
+                          "Keras metric", i);
           goto efail;
         }
-        if (!(job->metrics[i] = strdup(json_string_value(m)))) goto nomem;
+        if ((rc = tsr_metric_canon(m, canon, sizeof canon, e2, sizeof e2))) {
+          tsr__jfail(emsg, sizeof emsg, rc, "metrics[%zu]: %s", i, e2);
+          goto efail;
+        }
+        if (!(job->metrics[i] = strdup(canon))) goto nomem;
         job->n_metrics++;
       }
     } else {
@@ -589,8 +474,19 @@ int tsr_job_parse(const char *text, const char *source, const char *base_dir,
                          &job->steps_per_closure, 1, 1 << 30, emsg,
                          sizeof emsg)) ||
       (rc = tsr__get_int(root, "", "eval_every_steps", &job->eval_every_steps,
-                         0, INT64_MAX / 2, emsg, sizeof emsg)))
+                         0, INT64_MAX / 2, emsg, sizeof emsg)) ||
+      (rc = tsr__get_int(root, "", "summary_every_steps",
+                         &job->summary_every_steps, 0, INT64_MAX / 2, emsg,
+                         sizeof emsg)))
     goto efail;
+  if ((v = json_object_get(root, "summary_every_secs"))) {
+    if (!json_is_number(v) || json_number_value(v) < 0) {
+      rc = tsr__jfail(emsg, sizeof emsg, TSR_ECONFIG,
+                      "summary_every_secs must be a number >= 0");
+      goto efail;
+    }
+    job->summary_every_secs = json_number_value(v);
+  }
   if (job->steps == 0 && job->epochs == 0) job->epochs = 1;
   if ((v = json_object_get(root, "mode"))) {
     if (!json_is_string(v) ||
@@ -676,7 +572,9 @@ int tsr_job_parse(const char *text, const char *source, const char *base_dir,
     }
   }
   if ((rc = tsr__get_str(root, "", "logdir", &job->logdir, emsg,
-                         sizeof emsg)))
+                         sizeof emsg)) ||
+      (rc = tsr__get_str(root, "", "initial_weights", &job->initial_weights,
+                         emsg, sizeof emsg)))
     goto efail;
   if (base_dir && *base_dir) {
     /* Relative data paths resolve from the job file's folder: record where

@@ -37,13 +37,14 @@ say() { printf '[setup] %s\n' "$*"; }
 pkgs=(meson ninja-build pkg-config gcc g++ libc6-dev
       libuv1-dev libprotobuf-c-dev protobuf-c-compiler libmsgpack-dev
       libcmocka-dev libopenblas-dev libjansson-dev libsodium-dev zlib1g-dev
+      libpng-dev libjpeg62-turbo-dev libhdf5-dev
       dataset-fashion-mnist)
 if [ "$mode" = test ]; then
   # libFuzzer targets, network-namespace tests; the deployment tests: a
   # Docker engine and compose, debootstrap for a local debian:12 base,
   # a virtual environment for the Kubernetes validators
   pkgs+=(clang libclang-rt-14-dev iproute2 iptables procps python3 python3-numpy
-        python3-msgpack
+        python3-msgpack python3-h5py
         docker-compose docker.io debootstrap python3-venv python3-yaml)
 fi
 

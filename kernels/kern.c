@@ -198,6 +198,8 @@ void kern_close(kern_ctx *ctx) {
 
 const char *kern_backend_name(const kern_ctx *c) { return c->ops->name; }
 const char *kern_last_error(const kern_ctx *c) { return c->msg; }
+const kern__ops *kern__ctx_ops(const kern_ctx *c) { return c->ops; }
+void *kern__ctx_impl(const kern_ctx *c) { return c->impl; }
 bool kern_is_host(const kern_ctx *c) { return c->ops->host; }
 int kern_device_index(const kern_ctx *c) { return c->device; }
 
@@ -326,13 +328,20 @@ int kern_col_sum(kern_ctx *c, const float *dz, int64_t n, int64_t d,
   if (d == 0) return 0;
   KERN__DO(c, "col_sum", c->ops->col_sum(c->impl, dz, n, d, beta, db));
 }
+int kern_loss_eval_p(kern_ctx *c, kern_loss kind, float param,
+                     const float *p, const float *y, int64_t n, int64_t d,
+                     float grad_scale, float *ex_loss, float *grad) {
+  if ((unsigned)kind >= KERN_LOSS__COUNT || d < 1) return TSR_EINVAL;
+  if (n == 0) return 0;
+  if (!(param > 0)) param = 1.0f;
+  KERN__DO(c, "loss", c->ops->loss(c->impl, kind, param, p, y, n, d,
+                                   grad_scale, ex_loss, grad));
+}
 int kern_loss_eval(kern_ctx *c, kern_loss kind, const float *p,
                    const float *y, int64_t n, int64_t d, float grad_scale,
                    float *ex_loss, float *grad) {
-  if ((unsigned)kind >= KERN_LOSS__COUNT || d < 1) return TSR_EINVAL;
-  if (n == 0) return 0;
-  KERN__DO(c, "loss", c->ops->loss(c->impl, kind, p, y, n, d, grad_scale,
-                                   ex_loss, grad));
+  return kern_loss_eval_p(c, kind, 1.0f, p, y, n, d, grad_scale, ex_loss,
+                          grad);
 }
 int kern_embed_gather(kern_ctx *c, const float *rows, int64_t dim,
                       const int32_t *idx, const int32_t *bag_off, int64_t nb,

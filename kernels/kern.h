@@ -77,6 +77,11 @@ typedef enum {
   KERN_LOSS_CCE_PROBS,
   KERN_LOSS_SPARSE_CCE_LOGITS,/* labels are class indices (as float) */
   KERN_LOSS_SPARSE_CCE_PROBS,
+  KERN_LOSS_HUBER,            /* Keras huber: 0.5 e^2 for |e| <= delta, else
+                                 delta (|e| - delta/2); param = delta */
+  KERN_LOSS_KLD,              /* Keras kl_divergence on probabilities: labels
+                                 and predictions clipped to [1e-7, 1],
+                                 sum t log(t / p) */
   KERN_LOSS__COUNT
 } kern_loss;
 
@@ -172,6 +177,11 @@ int kern_col_sum(kern_ctx *ctx, const float *dz, int64_t n, int64_t d,
 int kern_loss_eval(kern_ctx *ctx, kern_loss kind, const float *p,
                    const float *y, int64_t n, int64_t d, float grad_scale,
                    float *ex_loss, float *grad);
+/* The same with the loss's parameter (Huber's delta; <= 0 means its
+ * default, 1). Huber is a mean over the last axis like mse, KLD a sum. */
+int kern_loss_eval_p(kern_ctx *ctx, kern_loss kind, float param,
+                     const float *p, const float *y, int64_t n, int64_t d,
+                     float grad_scale, float *ex_loss, float *grad);
 
 /* Embedding lookup: for bag b in [0, nb), out[b*stride + off .. +dim) =
  * pool(rows[idx[j]] for j in [bag_off[b], bag_off[b+1])), rows [*, dim]. */

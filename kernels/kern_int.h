@@ -16,7 +16,9 @@
 extern "C" {
 #endif
 
-#define KERN__ABI 2
+#define KERN__ABI 3
+
+struct kern__nn_ops; /* kern_nn_int.h: convolution, pooling, normalization */
 
 typedef struct kern__ops {
   const char *name;
@@ -41,9 +43,9 @@ typedef struct kern__ops {
                   kern_act act, float alpha);
   int (*col_sum)(void *impl, const float *dz, int64_t n, int64_t d,
                  float beta, float *db);
-  int (*loss)(void *impl, kern_loss kind, const float *p, const float *y,
-              int64_t n, int64_t d, float grad_scale, float *ex_loss,
-              float *grad);
+  int (*loss)(void *impl, kern_loss kind, float param, const float *p,
+              const float *y, int64_t n, int64_t d, float grad_scale,
+              float *ex_loss, float *grad);
   int (*gather)(void *impl, const float *rows, int64_t dim,
                 const int32_t *idx, const int32_t *bag_off, int64_t nb,
                 kern_pool pool, float *out, int64_t stride, int64_t off);
@@ -61,6 +63,7 @@ typedef struct kern__ops {
                    size_t n);
   /* Why the last failing op of this context failed; "" when unknown. */
   const char *(*last_error)(void *impl);
+  const struct kern__nn_ops *nn;
 } kern__ops;
 
 /* What the CUDA module exports under the symbol name below. */
@@ -75,6 +78,10 @@ typedef struct {
 #define KERN__MODULE_SYMBOL "kern_cuda_module_v1"
 
 extern const kern__ops kern__cpu_ops;
+
+/* A context's backend and its state, for the ops of kern_nn.c. */
+const kern__ops *kern__ctx_ops(const kern_ctx *ctx);
+void *kern__ctx_impl(const kern_ctx *ctx);
 
 #ifdef __cplusplus
 }

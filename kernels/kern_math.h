@@ -295,6 +295,38 @@ KERN_MATH double kern_math_cce_probs_row(const float *p, const float *t,
 
 /* The loss of one row of any kind (t NULL and cls for the sparse kinds);
  * 0 for an unknown kind (the front end refuses those). */
+/* Keras huber: 0.5 e^2 for |e| <= delta, else delta (|e| - delta/2); the
+ * mean over the row. */
+KERN_MATH double kern_math_huber_row(const float *p, const float *t,
+                                     int64_t d, float delta, float s,
+                                     float *g) {
+  double L = 0;
+  for (int64_t j = 0; j < d; j++) {
+    double e = (double)p[j] - t[j], a = fabs(e);
+    L += a <= delta ? 0.5 * e * e : delta * (a - 0.5 * delta);
+    if (g)
+      g[j] = (float)((a <= delta ? e : e > 0 ? delta : -delta) / (double)d *
+                     s);
+  }
+  return L / (double)d;
+}
+
+/* Keras kl_divergence: labels and predictions clipped to [eps, 1],
+ * sum t log(t / p); no gradient where the prediction is clipped. */
+KERN_MATH double kern_math_kld_row(const float *p, const float *t, int64_t d,
+                                   float s, float *g) {
+  double L = 0;
+  for (int64_t j = 0; j < d; j++) {
+    double tj = t[j], q = p[j];
+    double tc = tj < KERN_KERAS_EPS ? KERN_KERAS_EPS : tj > 1 ? 1 : tj;
+    bool clipped = q < KERN_KERAS_EPS || q > 1;
+    double qc = q < KERN_KERAS_EPS ? KERN_KERAS_EPS : q > 1 ? 1 : q;
+    L += tc * log(tc / qc);
+    if (g) g[j] = clipped ? 0.0f : (float)(-tc / q * s);
+  }
+  return L;
+}
+
 KERN_MATH double kern_math_loss_row(kern_loss kind, const float *p,
                                     const float *t, int64_t cls, int64_t d,
                                     float s, float *g) {
@@ -309,8 +341,20 @@ KERN_MATH double kern_math_loss_row(kern_loss kind, const float *p,
     case KERN_LOSS_CCE_PROBS:
     case KERN_LOSS_SPARSE_CCE_PROBS:
       return kern_math_cce_probs_row(p, t, cls, d, s, g);
+    case KERN_LOSS_HUBER: return kern_math_huber_row(p, t, d, 1.0f, s, g);
+    case KERN_LOSS_KLD: return kern_math_kld_row(p, t, d, s, g);
     default: return 0;
   }
+}
+
+/* kern_math_loss_row with the loss's parameter (huber's delta). */
+KERN_MATH double kern_math_loss_row_p(kern_loss kind, float param,
+                                      const float *p, const float *t,
+                                      int64_t cls, int64_t d, float s,
+                                      float *g) {
+  if (kind == KERN_LOSS_HUBER)
+    return kern_math_huber_row(p, t, d, param > 0 ? param : 1.0f, s, g);
+  return kern_math_loss_row(kind, p, t, cls, d, s, g);
 }
 
 KERN_MATH bool kern_math_loss_sparse(kern_loss kind) {
@@ -388,6 +432,37 @@ KERN_MATH uint16_t kern_math_f16_bits(float f) {
   uint32_t r = kern_math_f32_bits(h);
   uint32_t e = ((r >> 23) & 0xffu) - 127u + 15u;
   return (uint16_t)(sign | (e << 10) | ((r >> 13) & 0x3ffu));
+}
+
+/* ---- windows, normalization, regularizers (kern_nn.h) -----------------------
+ * The rows [*lo, *hi) of an input of size n that output o's window covers
+ * (k wide, stride s, padding p before the input): padding is clipped. */
+KERN_MATH void kern_math_window(int64_t o, int64_t s, int64_t p, int64_t k,
+                                int64_t n, int64_t *lo, int64_t *hi) {
+  int64_t a = o * s - p;
+  *lo = a < 0 ? 0 : a;
+  *hi = a + k > n ? n : a + k;
+}
+/* Batch/layer normalization: y = (x - mean) * scale + beta with scale =
+ * gamma / sqrt(var + eps) (gamma 1 when the layer does not scale). */
+KERN_MATH float kern_math_norm_scale(float gamma, float var, float eps) {
+  return gamma / sqrtf(var + eps);
+}
+KERN_MATH float kern_math_norm_apply(float x, float mean, float scale,
+                                     float beta) {
+  return (x - mean) * scale + beta;
+}
+/* The input gradient of a normalization over m values given xh (the
+ * normalized input), g = dy * gamma, and the means over the m values of g
+ * (mg) and of g * xh (mgx): rstd * (g - mg - xh * mgx). Batch
+ * normalization passes gamma * rstd as rstd and dy as g. */
+KERN_MATH float kern_math_norm_dx(float g, float xh, float mg, float mgx,
+                                  float rstd) {
+  return rstd * (g - mg - xh * mgx);
+}
+/* l1 * |w| + l2 * w^2's gradient as a1 * sign(w) + a2 * w (sign(0) = 0). */
+KERN_MATH float kern_math_l1l2_grad(float w, float a1, float a2) {
+  return a1 * (float)((w > 0) - (w < 0)) + a2 * w;
 }
 
 /* ---- dropout ----------------------------------------------------------------

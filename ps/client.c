@@ -193,11 +193,12 @@ int ps_client_create(ps_client *c, const ps_var_spec *specs, size_t n,
   Tessera__Ps__VarSpec **vp = calloc(n ? n : 1, sizeof *vp);
   Tessera__Ps__Initializer *in = calloc(n ? n : 1, sizeof *in);
   Tessera__Ps__Optimizer *o = calloc(n ? n : 1, sizeof *o);
+  Tessera__Ps__LrSchedule *sc = calloc(n ? n : 1, sizeof *sc);
   int64_t *shapes = calloc(n ? n * PS_MAX_RANK : 1, sizeof *shapes);
   int rc = TSR_ENOMEM;
-  if (!v || !vp || !in || !o || !shapes) goto out;
+  if (!v || !vp || !in || !o || !sc || !shapes) goto out;
   for (size_t i = 0; i < n; i++) {
-    ps__spec_to_proto(&specs[i], &v[i], &in[i], &o[i],
+    ps__spec_to_proto(&specs[i], &v[i], &in[i], &o[i], &sc[i],
                       &shapes[i * PS_MAX_RANK]);
     vp[i] = &v[i];
   }
@@ -209,6 +210,7 @@ out:
   free(vp);
   free(in);
   free(o);
+  free(sc);
   free(shapes);
   return rc;
 }

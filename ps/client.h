@@ -59,6 +59,10 @@ typedef struct {
   kern_init_spec init;
   uint64_t seed;
   tsr_optim_spec optim;
+  char init_path[PS_NAME_MAX]; /* non-empty: initial values from this file
+                                  (the whole variable as raw little-endian
+                                  float32, row-major: a job's
+                                  initial_weights), read by every PS */
 } ps_var_spec;
 
 /* Fills a spec for shard `shard` of `num_shards` of a variable with TF's

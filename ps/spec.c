@@ -60,14 +60,79 @@ int ps_var_spec_init(ps_var_spec *s, const char *name, int rank,
 }
 
 static int sp_optim_kind(const char *name, tsr_opt_kind *k) {
-  static const char *const names[] = {"sgd", "adagrad", "rmsprop", "adam",
-                                      "ftrl"};
-  for (int i = 0; i < 5; i++)
-    if (strcasecmp(name, names[i]) == 0) {
-      *k = (tsr_opt_kind)i;
-      return 0;
-    }
-  return TSR_EINVAL;
+  int i = tsr_optim_kind_parse(name);
+  if (i < 0) return TSR_EINVAL;
+  *k = (tsr_opt_kind)i;
+  return 0;
+}
+
+/* The schedule from the wire, checked as the job parser checks it. */
+static int sp_schedule(const Tessera__Ps__LrSchedule *p, const char *var,
+                       tsr_lr_schedule *s, char *err, size_t errlen) {
+  memset(s, 0, sizeof *s);
+  if (!p || !p->kind || !p->kind[0] || !strcmp(p->kind, "constant")) return 0;
+  int kind = -1;
+  for (int i = 1; i <= TSR_LR_INVERSE_TIME; i++)
+    if (!strcmp(p->kind, tsr_lr_schedule_name((tsr_lr_kind)i))) kind = i;
+  if (kind < 0)
+    return sp_fail(err, errlen, TSR_EINVAL, "%s: unknown learning-rate "
+                   "schedule \"%s\"", var, p->kind);
+  s->kind = (tsr_lr_kind)kind;
+  s->initial = p->initial;
+  s->decay_steps = p->decay_steps;
+  s->decay_rate = p->decay_rate;
+  s->staircase = p->staircase;
+  s->alpha = p->alpha;
+  s->warmup = p->warmup;
+  s->warmup_target = p->warmup_target;
+  s->warmup_steps = p->warmup_steps;
+  s->t_mul = p->t_mul;
+  s->m_mul = p->m_mul;
+  s->end_lr = p->end_lr;
+  s->power = p->power;
+  s->cycle = p->cycle;
+  if (s->kind == TSR_LR_PIECEWISE) {
+    if (p->n_boundaries > TSR_LR_MAX_BOUNDARIES ||
+        p->n_values != p->n_boundaries + 1)
+      return sp_fail(err, errlen, TSR_EINVAL, "%s: piecewise schedule with "
+                     "%zu boundaries and %zu values (at most %d boundaries, "
+                     "one value more)", var, p->n_boundaries, p->n_values,
+                     TSR_LR_MAX_BOUNDARIES);
+    s->n_boundaries = (int)p->n_boundaries;
+    for (size_t i = 0; i < p->n_boundaries; i++)
+      s->boundaries[i] = p->boundaries[i];
+    for (size_t i = 0; i < p->n_values; i++) s->values[i] = p->values[i];
+  } else if (!(s->decay_steps > 0) || !(s->initial > 0) ||
+             (s->kind == TSR_LR_COSINE_RESTARTS && !(s->t_mul > 0))) {
+    return sp_fail(err, errlen, TSR_EINVAL, "%s: %s needs decay_steps > 0 "
+                   "and initial > 0", var, p->kind);
+  }
+  return 0;
+}
+
+static void sp_schedule_to_proto(const tsr_lr_schedule *s,
+                                 Tessera__Ps__LrSchedule *p) {
+  tessera__ps__lr_schedule__init(p);
+  p->kind = (char *)tsr_lr_schedule_name(s->kind);
+  p->initial = s->initial;
+  p->decay_steps = s->decay_steps;
+  p->decay_rate = s->decay_rate;
+  p->staircase = s->staircase;
+  p->alpha = s->alpha;
+  p->warmup = s->warmup;
+  p->warmup_target = s->warmup_target;
+  p->warmup_steps = s->warmup_steps;
+  p->t_mul = s->t_mul;
+  p->m_mul = s->m_mul;
+  p->end_lr = s->end_lr;
+  p->power = s->power;
+  p->cycle = s->cycle;
+  if (s->kind == TSR_LR_PIECEWISE) {
+    p->n_boundaries = (size_t)s->n_boundaries;
+    p->boundaries = (double *)s->boundaries;
+    p->n_values = (size_t)s->n_boundaries + 1;
+    p->values = (double *)s->values;
+  }
 }
 
 int ps__spec_from_proto(const Tessera__Ps__VarSpec *v, ps_var_spec *s,
@@ -94,6 +159,12 @@ int ps__spec_from_proto(const Tessera__Ps__VarSpec *v, ps_var_spec *s,
   s->row0 = v->row0;
   s->rows = v->rows;
   s->seed = v->seed;
+  if (v->init_path && v->init_path[0]) {
+    if (strlen(v->init_path) >= sizeof s->init_path)
+      return sp_fail(err, errlen, TSR_EINVAL, "%s: init_path longer than %zu "
+                     "bytes", v->name, sizeof s->init_path - 1);
+    snprintf(s->init_path, sizeof s->init_path, "%s", v->init_path);
+  }
   if (!s->sparse && s->rank == 0 && s->rows == 0) s->rows = 1;
   const char *iname = v->init && v->init->name && v->init->name[0]
                           ? v->init->name
@@ -112,8 +183,8 @@ int ps__spec_from_proto(const Tessera__Ps__VarSpec *v, ps_var_spec *s,
   const Tessera__Ps__Optimizer *o = v->optimizer;
   if (!o || !o->name || sp_optim_kind(o->name, &s->optim.kind))
     return sp_fail(err, errlen, TSR_EINVAL, "%s: unknown optimizer \"%s\" "
-                   "(sgd, adagrad, rmsprop, adam, ftrl)", v->name,
-                   o && o->name ? o->name : "");
+                   "(sgd, adagrad, rmsprop, adam, adamw, nadam, adamax, "
+                   "ftrl)", v->name, o && o->name ? o->name : "");
   s->optim.learning_rate = o->learning_rate;
   s->optim.momentum = o->momentum;
   s->optim.nesterov = o->nesterov;
@@ -128,6 +199,18 @@ int ps__spec_from_proto(const Tessera__Ps__VarSpec *v, ps_var_spec *s,
   s->optim.l2 = o->l2;
   s->optim.l2_shrinkage = o->l2_shrinkage;
   s->optim.beta = o->beta;
+  s->optim.weight_decay = o->weight_decay;
+  s->optim.clipnorm = o->clipnorm;
+  s->optim.global_clipnorm = o->global_clipnorm;
+  s->optim.clipvalue = o->clipvalue;
+  int rc = sp_schedule(o->schedule, v->name, &s->optim.schedule, err, errlen);
+  if (rc) return rc;
+  if (s->optim.schedule.kind == TSR_LR_CONSTANT)
+    s->optim.schedule.initial = s->optim.learning_rate;
+  if (!(s->optim.weight_decay >= 0) || !(s->optim.clipvalue >= 0) ||
+      !(s->optim.clipnorm >= 0) || !(s->optim.global_clipnorm >= 0))
+    return sp_fail(err, errlen, TSR_EINVAL, "%s: weight_decay and clipping "
+                   "values must be >= 0", v->name);
   if (s->optim.momentum < 0 || s->optim.momentum >= 1)
     return sp_fail(err, errlen, TSR_EINVAL, "%s: momentum %g not in [0, 1)",
                    v->name, s->optim.momentum);
@@ -136,7 +219,7 @@ int ps__spec_from_proto(const Tessera__Ps__VarSpec *v, ps_var_spec *s,
 
 void ps__spec_to_proto(const ps_var_spec *s, Tessera__Ps__VarSpec *v,
                        Tessera__Ps__Initializer *in, Tessera__Ps__Optimizer *o,
-                       int64_t *shape_buf) {
+                       Tessera__Ps__LrSchedule *sched, int64_t *shape_buf) {
   tessera__ps__var_spec__init(v);
   tessera__ps__initializer__init(in);
   tessera__ps__optimizer__init(o);
@@ -152,6 +235,7 @@ void ps__spec_to_proto(const ps_var_spec *s, Tessera__Ps__VarSpec *v,
   v->rows = s->rows;
   v->seed = s->seed;
   v->dtype = (char *)"float32";
+  if (s->init_path[0]) v->init_path = (char *)s->init_path;
   in->name = (char *)kern_init_name(s->init.kind);
   in->a = s->init.a;
   in->b = s->init.b;
@@ -173,6 +257,14 @@ void ps__spec_to_proto(const ps_var_spec *s, Tessera__Ps__VarSpec *v,
   o->l2 = s->optim.l2;
   o->l2_shrinkage = s->optim.l2_shrinkage;
   o->beta = s->optim.beta;
+  o->weight_decay = s->optim.weight_decay;
+  o->clipnorm = s->optim.clipnorm;
+  o->global_clipnorm = s->optim.global_clipnorm;
+  o->clipvalue = s->optim.clipvalue;
+  if (s->optim.schedule.kind != TSR_LR_CONSTANT) {
+    sp_schedule_to_proto(&s->optim.schedule, sched);
+    o->schedule = sched;
+  }
   v->optimizer = o;
 }
 

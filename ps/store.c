@@ -16,7 +16,11 @@
 #include "common/clock.h"
 #include "common/err.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,7 +60,8 @@ bool ps__spec_equal(const ps_var_spec *a, const ps_var_spec *b) {
   if (strcmp(a->name, b->name) || a->rank != b->rank ||
       a->sparse != b->sparse || a->bounded != b->bounded ||
       a->shard != b->shard || a->num_shards != b->num_shards ||
-      a->row0 != b->row0 || a->rows != b->rows || a->seed != b->seed)
+      a->row0 != b->row0 || a->rows != b->rows || a->seed != b->seed ||
+      strcmp(a->init_path, b->init_path))
     return false;
   for (int i = 0; i < a->rank; i++)
     if (a->shape[i] != b->shape[i]) return false;
@@ -106,10 +111,33 @@ static int ps__spec_check(const ps_var_spec *s, char *err, size_t errlen) {
   if (!(s->optim.learning_rate > 0))
     return ps__fail(err, errlen, TSR_EINVAL, "%s: learning_rate %g must be > 0",
                     s->name, s->optim.learning_rate);
-  if ((unsigned)s->optim.kind > TSR_OPT_FTRL)
+  if ((unsigned)s->optim.kind >= TSR_OPT__COUNT)
     return ps__fail(err, errlen, TSR_EINVAL, "%s: unknown optimizer %d",
                     s->name, (int)s->optim.kind);
   return 0;
+}
+
+/* Initial values of elements [first, first+n): the spec's initializer, or
+ * its initial_weights file. */
+static int ps__init_fill(const ps_var_spec *spec, uint64_t first, float *out,
+                         size_t n) {
+  if (!spec->init_path[0]) {
+    kern_init_fill(&spec->init, spec->seed, kern_init_var_key(spec->name),
+                   first, out, n);
+    return 0;
+  }
+  int fd = open(spec->init_path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -errno;
+  size_t want = n * sizeof(float), got = 0;
+  while (got < want) {
+    ssize_t r = pread(fd, (char *)out + got, want - got,
+                      (off_t)(first * sizeof(float) + got));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    got += (size_t)r;
+  }
+  close(fd);
+  return got == want ? 0 : TSR_EIO;
 }
 
 int ps__shard_new(const ps_var_spec *spec, ps_mem *mem, ps_shard **out,
@@ -149,8 +177,27 @@ int ps__shard_new(const ps_var_spec *spec, ps_mem *mem, ps_shard **out,
     ps__shard_free(s, mem);
     return ps__fail(err, errlen, TSR_ENOMEM, "%s: out of memory", spec->name);
   }
-  kern_init_fill(&spec->init, spec->seed, kern_init_var_key(spec->name),
-                 (uint64_t)(spec->row0 * s->width), s->w, s->numel);
+  if (spec->init_path[0]) {
+    /* the whole variable must be in the file */
+    struct stat st;
+    int64_t numel = 1;
+    for (int i = 0; i < spec->rank; i++) numel *= spec->shape[i];
+    if (stat(spec->init_path, &st) != 0 ||
+        (int64_t)st.st_size != numel * (int64_t)sizeof(float)) {
+      int e = errno;
+      ps__shard_free(s, mem);
+      return ps__fail(err, errlen, TSR_EINVAL,
+                      "%s: initial values %s: %s", spec->name,
+                      spec->init_path,
+                      e ? strerror(e) : "not the variable's size in float32");
+    }
+  }
+  rc = ps__init_fill(spec, (uint64_t)(spec->row0 * s->width), s->w, s->numel);
+  if (rc) {
+    ps__shard_free(s, mem);
+    return ps__fail(err, errlen, rc, "%s: cannot read initial values from "
+                    "%s", spec->name, spec->init_path);
+  }
   kern_optim_init_slots(&spec->optim, s->slots, s->numel);
   *out = s;
   return 0;
@@ -251,8 +298,9 @@ int ps__shard_apply_dense(ps_shard *s, const float *g, float scale) {
 }
 
 static void ps__row_init(const ps_shard *s, int64_t id, float *rec) {
-  kern_init_fill(&s->spec.init, s->spec.seed, kern_init_var_key(s->spec.name),
-                 (uint64_t)id * (uint64_t)s->width, rec, (size_t)s->width);
+  if (ps__init_fill(&s->spec, (uint64_t)id * (uint64_t)s->width, rec,
+                    (size_t)s->width))
+    memset(rec, 0, (size_t)s->width * sizeof(float)); /* checked at create */
   float *slots[KERN_OPTIM_MAX_SLOTS];
   for (int k = 0; k < s->nslots; k++) slots[k] = rec + (size_t)(k + 1) * s->width;
   kern_optim_init_slots(&s->spec.optim, slots, (size_t)s->width);
@@ -359,9 +407,9 @@ int ps__shard_gather(ps_shard *s, ps_mem *mem, const int64_t *ids, size_t n,
     if (rec)
       memcpy(out + i * W, rec, W * sizeof(float));
     else
-      kern_init_fill(&s->spec.init, s->spec.seed,
-                     kern_init_var_key(s->spec.name),
-                     (uint64_t)ids[i] * (uint64_t)W, out + i * W, W);
+      if (ps__init_fill(&s->spec, (uint64_t)ids[i] * (uint64_t)W, out + i * W,
+                        W))
+        memset(out + i * W, 0, W * sizeof(float));
   }
   return 0;
 }

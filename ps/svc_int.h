@@ -154,7 +154,7 @@ int ps__spec_from_proto(const Tessera__Ps__VarSpec *v, ps_var_spec *out,
  * point into the spec. */
 void ps__spec_to_proto(const ps_var_spec *s, Tessera__Ps__VarSpec *v,
                        Tessera__Ps__Initializer *in, Tessera__Ps__Optimizer *o,
-                       int64_t *shape_buf);
+                       Tessera__Ps__LrSchedule *sched, int64_t *shape_buf);
 int ps__mode_parse(const char *s, ps_mode *mode, int *staleness);
 
 #endif

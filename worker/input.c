@@ -16,6 +16,7 @@
 
 #include "common/clock.h"
 #include "common/err.h"
+#include "common/log.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -297,6 +298,41 @@ static int run_stream(wk_input *in, int64_t epoch, wk_rec *recs, char *err,
   return 0;
 }
 
+/* Keras shuffles the whole training set every epoch: tables in memory are
+ * shuffled whole (a permutation of row numbers); a stream is shuffled
+ * whole when its records fit WK_SHUFFLE_BUDGET, else through the largest
+ * buffer that does. The log says which. */
+static void default_shuffle(wk_input *in) {
+  wk_src *s = in->src;
+  wk_input_spec *sp = &in->spec;
+  if (s->rows) {
+    sp->shuffle_buffer = s->n_rows;
+    tsr_info("%s: shuffling all %lld examples of this share every epoch, as "
+             "Keras does (\"shuffle_buffer\": 0 keeps the file order)",
+             sp->where, (long long)s->n_rows);
+    return;
+  }
+  int64_t rec = (s->n_dense + 8 * (int64_t)s->n_sparse) * 4 + 64;
+  int64_t cap = WK_SHUFFLE_BUDGET / rec;
+  if (cap > WK_SHUFFLE_MAX) cap = WK_SHUFFLE_MAX;
+  int64_t share = s->n_total > 0 ? (s->n_total + in->opts.num_workers - 1) /
+                                       in->opts.num_workers
+                                 : -1;
+  if (share > 0 && share <= cap) {
+    sp->shuffle_buffer = share;
+    tsr_info("%s: shuffle buffer of %lld records, the whole share, "
+             "reshuffled every epoch as Keras does", sp->where,
+             (long long)share);
+  } else {
+    sp->shuffle_buffer = cap;
+    tsr_info("%s: shuffle buffer of %lld records (%s, at most %d MiB or "
+             "%d records); set shuffle_buffer to choose", sp->where,
+             (long long)cap, share > 0 ? "the share does not fit"
+                                       : "a stream of unknown length",
+             (int)(WK_SHUFFLE_BUDGET >> 20), (int)WK_SHUFFLE_MAX);
+  }
+}
+
 static void *reader_main(void *arg) {
   wk_input *in = arg;
   pthread_setname_np(pthread_self(), "tsr-input");
@@ -394,6 +430,15 @@ double wk_input_wait_seconds(const wk_input *in) {
 
 const wk_input_schema *wk_input_get_schema(const wk_input *in) {
   return &in->schema;
+}
+
+int64_t wk_input_affine(const wk_input *in, const float **a,
+                        const float **b) {
+  *a = *b = NULL;
+  if (in->identity) return 0;
+  *a = in->xa;
+  *b = in->xb;
+  return in->schema.n_dense;
 }
 
 double wk_input_best_auc(const wk_input *in) { return in->schema.best_auc; }
@@ -527,7 +572,9 @@ out:
 }
 
 static bool loss_is_categorical(const tsr_job *job) {
-  return job->loss && strstr(job->loss, "categorical") != NULL;
+  return job->loss && (strstr(job->loss, "categorical") != NULL ||
+                       strncmp(job->loss, "kl", 2) == 0 ||
+                       strncmp(job->loss, "KL", 2) == 0);
 }
 
 int wk_input_validate(wk_input *in, int64_t n_classes, char *err,
@@ -583,6 +630,7 @@ int wk_input_open(const tsr_job *job, wk_split split,
     goto fail;
   if ((rc = wk_src__open(sp, &sel, &in->src, err, errlen))) goto fail;
   wk_src *s = in->src;
+  if (sp->shuffle_buffer < 0) default_shuffle(in);
 
   wk_input_schema *sc = &in->schema;
   sc->n_dense = s->n_dense;

@@ -163,6 +163,12 @@ int wk_input_validate(wk_input *in, int64_t n_classes, char *err,
  * spec fails when the job is loaded rather than on the first worker. */
 int wk_input_check(const tsr_job *job, char *err, size_t errlen);
 
+/* The dense features' affine map x -> x * a[j] + b[j] (the split's scale
+ * and the training rows' normalization); returns the feature count, or 0
+ * when the map is the identity (then *a and *b are NULL). Valid until
+ * close. */
+int64_t wk_input_affine(const wk_input *in, const float **a, const float **b);
+
 /* Same as schema->best_auc. */
 double wk_input_best_auc(const wk_input *in);
 

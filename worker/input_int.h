@@ -35,11 +35,30 @@ typedef enum {
   WK_SHARD_OFF
 } wk_shard_policy;
 
+/* How a TFRecord bytes_list feature becomes floats (decode.c). */
+typedef enum {
+  WK_DECODE_NONE = 0,    /* a float_list (or int64_list, as floats) */
+  WK_DECODE_RAW_U8,      /* bytes of uint8, one value each */
+  WK_DECODE_RAW_F32,     /* bytes of little-endian float32 */
+  WK_DECODE_PNG,
+  WK_DECODE_JPEG,
+  WK_DECODE_IMAGE        /* PNG or JPEG, told apart by their magic */
+} wk_decode;
+
 /* A dense feature of a TFRecord Example: `size` floats per example. */
 typedef struct {
   char *name;
   int64_t size;
+  wk_decode decode;
 } wk_dense_feat;
+
+/* Decodes one bytes value of feature `name` into `size` floats: raw bytes
+ * (the size must match) or an image (PNG/JPEG, HxWxC row-major as Keras
+ * reads tf.io.decode_image: gray when size is H*W, RGB when H*W*3; its
+ * values 0..255). TSR_ESHAPE / TSR_EFORMAT with `err` saying why. */
+int wk_decode__bytes(wk_decode d, const uint8_t *p, size_t len, float *out,
+                     int64_t size, char *err, size_t errlen);
+const char *wk_decode__name(wk_decode d);
 
 /* A sparse feature: an int64 id list per example, ids in [0, vocab). */
 typedef struct {
@@ -57,13 +76,15 @@ typedef struct {
   char **labels;          /* npy / idx: label files, parallel to paths */
   int n_labels;
   char *label;            /* csv column, tfrecord feature, npz member */
+  char delimiter;         /* csv: the cell separator (default ',') */
   char *features_member;  /* npz member holding the features */
   wk_dense_feat *dense;   /* csv / tfrecord dense features; NULL: all but label (csv) */
   int n_dense;
   wk_sparse_feat *sparse;
   int n_sparse;
   wk_shard_policy shard;
-  int64_t shuffle_buffer;
+  int64_t shuffle_buffer;  /* -1: the default (input.c: the whole share
+                              when it fits WK_SHUFFLE_BUDGET, train only) */
   int prefetch;
   bool normalize;
   double scale;
@@ -136,6 +157,10 @@ void wk_rec__free(wk_rec *r);
 int wk_rec__reserve(wk_rec *r, size_t more);
 int wk_rec__copy(wk_rec *dst, const wk_rec *src, int64_t n_dense,
                  int n_sparse);
+
+/* Memory the default shuffle buffer of a streamed split may take. */
+#define WK_SHUFFLE_BUDGET ((int64_t)256 << 20)
+#define WK_SHUFFLE_MAX ((int64_t)1 << 20)   /* and at most this many records */
 
 typedef struct wk_src wk_src;
 typedef struct {

@@ -64,6 +64,7 @@ static const wk_key_info wk_keys[] = {
     {"repeat", F_ALL, false},
     {"seed", F_ALL, false},
     {"skip_corrupt", F_TFR, false},
+    {"delimiter", F_CSV, true},
     {"split", F_ALL, false},
     {"k", F_ALL, false},
     {"index", F_ALL, false},
@@ -261,6 +262,12 @@ static int infer_format(const char *path, wk_fmt *f) {
   base = base ? base + 1 : path;
   size_t n = strlen(base);
   if (n > 3 && strcmp(base + n - 3, ".gz") == 0) n -= 3;
+  /* TFDS shards: "mnist-train.tfrecord-00000-of-00001" */
+  const char *tf = strstr(base, ".tfrecord-");
+  if (tf && strstr(tf, "-of-")) {
+    *f = WK_FMT_TFRECORD;
+    return 0;
+  }
   struct { const char *ext; wk_fmt f; } tab[] = {
       {".csv", WK_FMT_CSV},       {".npy", WK_FMT_NPY},
       {".npz", WK_FMT_NPZ},       {".tfrecord", WK_FMT_TFRECORD},
@@ -311,10 +318,10 @@ static int parse_dense(json_t *v, wk_input_spec *s, char *err,
       const char *k;
       json_t *x;
       json_object_foreach(e, k, x) {
-        if (strcmp(k, "name") && strcmp(k, "size"))
+        if (strcmp(k, "name") && strcmp(k, "size") && strcmp(k, "decode"))
           return wk_input__fail(err, errlen, TSR_ECONFIG,
                                 "%s.features[%zu].%s: unknown key (name, "
-                                "size)",
+                                "size, decode)",
                                 w, i, k);
       }
       name = json_object_get(e, "name");
@@ -322,6 +329,19 @@ static int parse_dense(json_t *v, wk_input_spec *s, char *err,
       snprintf(where2, sizeof where2, "%s.features[%zu]", w, i);
       int rc = get_int(e, where2, "size", 1, 1 << 24, &size, err, errlen);
       if (rc) return rc;
+      json_t *dec = json_object_get(e, "decode");
+      if (dec) {
+        const char *ds = json_string_value(dec);
+        int k2 = -1;
+        for (int d = WK_DECODE_RAW_U8; d <= WK_DECODE_IMAGE && ds; d++)
+          if (!strcmp(ds, wk_decode__name((wk_decode)d))) k2 = d;
+        if (k2 < 0)
+          return wk_input__fail(err, errlen, TSR_ECONFIG,
+                                "%s.decode must be \"raw_uint8\", "
+                                "\"raw_float32\", \"png\", \"jpeg\" or "
+                                "\"image\" (a bytes_list feature)", where2);
+        s->dense[i].decode = (wk_decode)k2;
+      }
     }
     if (!json_is_string(name) || !json_string_value(name)[0])
       return wk_input__fail(err, errlen, TSR_ECONFIG,
@@ -513,6 +533,15 @@ static int parse_obj(const tsr_job *job, json_t *o, wk_input_spec *s,
   }
   if ((rc = get_bool(o, w, "skip_corrupt", &s->skip_corrupt, err, errlen)))
     return rc;
+  if ((v = json_object_get(o, "delimiter"))) {
+    const char *d = json_string_value(v);
+    if (!d || strlen(d) != 1 || d[0] == '"' || d[0] == '\n' || d[0] == '\r')
+      return wk_input__fail(err, errlen, TSR_ECONFIG,
+                            "%s.delimiter must be one character other than a "
+                            "quote or a line end (\",\", \";\", \"\\t\", \"|\")",
+                            w);
+    s->delimiter = d[0];
+  }
   if ((rc = get_int(o, w, "n_classes", 1, INT64_C(1) << 31, &s->n_classes,
                     err, errlen)))
     return rc;
@@ -626,6 +655,8 @@ static void spec_defaults(wk_input_spec *s, const char *where) {
   memset(s, 0, sizeof *s);
   snprintf(s->where, sizeof s->where, "%s", where);
   s->shard = WK_SHARD_AUTO;
+  s->shuffle_buffer = -1;
+  s->delimiter = ',';
   s->prefetch = 2;
   s->scale = 1.0;
   s->drop_remainder = -1;
@@ -713,6 +744,8 @@ int wk_input__spec_parse(const tsr_job *job, wk_split split,
   }
   if (out->syn_dense < 0)
     out->syn_dense = out->format == WK_FMT_SYNTHETIC_CTR ? 13 : 10;
+  /* Keras shuffles training data each epoch, never validation data */
+  if (split == WK_SPLIT_EVAL && out->shuffle_buffer < 0) out->shuffle_buffer = 0;
   out->split_k = k;
   out->split_index = index;
   out->split_keep = split == WK_SPLIT_EVAL;

@@ -80,6 +80,11 @@ void wk__job_free(wk_job *j) {
   for (int i = 0; i < j->n_names; i++) free(j->names[i]);
   free(j->names);
   free(j->values);
+  free(j->histo);
+  free(j->affine);
+  free(j->hmsg);
+  free(j->hptr);
+  free(j->htag);
   free(j->trace);
   free(j);
 }
@@ -328,6 +333,17 @@ static int do_configure(wk_svc *s, wk_job *j) {
   j->out.cfg.device = j->strs[0];
   j->out.cfg.examples = schema->n_examples;
   j->out.cfg.model_summary = j->strs[1];
+  {
+    const float *ia, *ib;
+    int64_t nd = wk_input_affine(r->in, &ia, &ib);
+    if (nd > 0 && (j->affine = malloc((size_t)(2 * nd) * sizeof(float)))) {
+      memcpy(j->affine, ia, (size_t)nd * sizeof(float));
+      memcpy(j->affine + nd, ib, (size_t)nd * sizeof(float));
+      j->out.cfg.n_input_scale = j->out.cfg.n_input_shift = (size_t)nd;
+      j->out.cfg.input_scale = j->affine;
+      j->out.cfg.input_shift = j->affine + nd;
+    }
+  }
   tsr_info("configured for run %llu: worker %d of %d, %zu variables in %d "
            "shards over %d PS, %s, %lld examples per epoch",
            (unsigned long long)r->run_id, r->worker_index, r->num_workers,

@@ -19,6 +19,7 @@
 #include <uv.h>
 
 #include "common/cluster.h"
+#include "common/histo.h"
 #include "common/job.h"
 #include "common/rpc/rpc.h"
 #include "kernels/kern.h"
@@ -59,12 +60,18 @@ typedef struct wk_job {
     Tessera__Worker__EvalResponse eval;
   } out;
   char *strs[2];           /* strings the answer points at (freed after) */
+  float *affine;           /* configure: input scale then shift */
   uint8_t *trace;          /* run with trace: the steps' phases, packed
                               (common/trace.h), sent as the payload */
   size_t trace_len;
-  char **names;            /* eval metric names (copies) */
+  char **names;            /* eval / run metric names (copies) */
   int n_names;
   double *values;
+  /* eval: histograms of the dense variables and their last gradients */
+  struct tsr_histo *histo;
+  Tessera__Worker__Histogram *hmsg, **hptr;
+  char (*htag)[160];
+  int n_hist;
 } wk_job;
 
 /* ---- PS operations: issued on the loop on behalf of the thread --------- */

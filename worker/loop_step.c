@@ -22,6 +22,7 @@
 #include "common/clock.h"
 #include "common/err.h"
 #include "common/log.h"
+#include "kernels/optim.h"
 #include "worker/metrics.h"
 
 #include <stdarg.h>
@@ -44,6 +45,97 @@ static bool stopping(wk_svc *s) {
   bool st = s->stop;
   pthread_mutex_unlock(&s->mu);
   return st;
+}
+
+/* clipnorm / global_clipnorm need the whole gradient, which only this side
+ * has (each PS holds a shard): the step's gradients are clipped here before
+ * the push, as Keras clips before its update. In sync mode the PS averages
+ * gradients clipped per worker (Keras clips the average); the mean of
+ * clipped gradients still has a norm within the bound. */
+static int clip_grads(wk_run *r) {
+  const tsr_optim_spec *o = &r->job.optimizer;
+  if (!(o->clipnorm > 0) && !(o->global_clipnorm > 0)) return 0;
+  float *gs[256], **g = gs;
+  size_t ns[256], *n = ns;
+  if (r->n_vars > 256) {
+    g = malloc(r->n_vars * sizeof *g);
+    n = malloc(r->n_vars * sizeof *n);
+    if (!g || !n) {
+      if (g != gs) free(g);
+      if (n != ns) free(n);
+      return TSR_ENOMEM;
+    }
+  }
+  for (size_t v = 0; v < r->n_vars; v++) {
+    g[v] = r->grad[v];
+    n[v] = (size_t)(r->vars[v].kind == WK_VAR_DENSE
+                        ? r->vars[v].numel
+                        : r->n_cur[v] * r->vars[v].row_dim);
+  }
+  kern_optim_clip_norm(o, g, n, (int)r->n_vars, 1.0f);
+  if (g != gs) free(g);
+  if (n != ns) free(n);
+  return 0;
+}
+
+/* The metric names and values of `mt` into the job's answer arrays. */
+static int metric_answer(wk_run *r, wk_job *j, wk_metrics *mt, double *loss,
+                         char *err, size_t errlen) {
+  int nm = wk_model_num_metrics(r->model);
+  j->values = calloc((size_t)(nm ? nm : 1), sizeof(double));
+  j->names = calloc((size_t)(nm ? nm : 1), sizeof(char *));
+  if (!j->values || !j->names)
+    return fail(err, errlen, TSR_ENOMEM, "out of memory for metrics");
+  for (int i = 0; i < nm; i++)
+    if (!(j->names[i] = strdup(wk_model_metric_name(r->model, i))))
+      return fail(err, errlen, TSR_ENOMEM, "out of memory for metrics");
+  j->n_names = nm;
+  double l;
+  wk_metrics_result(mt, loss ? loss : &l, j->values);
+  return 0;
+}
+
+/* Histograms of every dense variable (fresh from the PS) and of its last
+ * training gradient, for TensorBoard's histograms at each evaluation.
+ * Row-sparse tables are left out: only a batch's rows are here. */
+static int eval_histograms(wk_run *r, wk_job *j,
+                           Tessera__Worker__EvalResponse *o) {
+  int nd = 0;
+  for (size_t v = 0; v < r->n_vars; v++)
+    nd += r->vars[v].kind == WK_VAR_DENSE;
+  int n = 2 * nd;
+  j->histo = calloc((size_t)(n ? n : 1), sizeof *j->histo);
+  j->hmsg = calloc((size_t)(n ? n : 1), sizeof *j->hmsg);
+  j->hptr = calloc((size_t)(n ? n : 1), sizeof *j->hptr);
+  j->htag = calloc((size_t)(n ? n : 1), sizeof *j->htag);
+  if (!j->histo || !j->hmsg || !j->hptr || !j->htag) return TSR_ENOMEM;
+  int k = 0;
+  for (size_t v = 0; v < r->n_vars; v++) {
+    const wk_var_info *vi = &r->vars[v];
+    if (vi->kind != WK_VAR_DENSE) continue;
+    for (int g = 0; g < 2; g++, k++) {
+      const float *x = g ? r->grad[v] : r->param[v];
+      tsr_histo_fill(x, (size_t)vi->numel, 30, &j->histo[k]);
+      snprintf(j->htag[k], sizeof j->htag[k], "%s%s", vi->name,
+               g ? "/gradient" : "");
+      Tessera__Worker__Histogram *h = &j->hmsg[k];
+      tessera__worker__histogram__init(h);
+      h->tag = j->htag[k];
+      h->min = j->histo[k].min;
+      h->max = j->histo[k].max;
+      h->num = j->histo[k].num;
+      h->sum = j->histo[k].sum;
+      h->sum_squares = j->histo[k].sum_squares;
+      h->n_bucket_limit = h->n_bucket = (size_t)j->histo[k].n_buckets;
+      h->bucket_limit = j->histo[k].limit;
+      h->bucket = j->histo[k].count;
+      j->hptr[k] = h;
+    }
+  }
+  j->n_hist = k;
+  o->n_histograms = (size_t)k;
+  o->histograms = j->hptr;
+  return 0;
 }
 
 /* First index in sorted ids[0..n) with ids[i] >= x. */
@@ -305,6 +397,9 @@ int wk__run_closure(wk_svc *s, wk_run *r, wk_job *j) {
   wk_run_opts ro = {.train = true};
   wk_group g = {0};
   int64_t pulled_step = 0;
+  wk_metrics *tm = NULL; /* the model's metrics on this closure's batches */
+  if (wk_model_num_metrics(r->model) > 0 && wk_metrics_open(r->model, &tm))
+    tm = NULL;
   const wk_batch *b;
   int rc = next_batch(r, &b, &o->input_wait_s, err, errlen);
   WK_TRACE("input wait");
@@ -336,6 +431,7 @@ int wk__run_closure(wk_svc *s, wk_run *r, wk_job *j) {
     rc = wk_exec_run(r->ex, r->param, r->grad, &ro, &res);
     o->compute_s += tsr_now_s() - t0;
     WK_TRACE("compute");
+    if (!rc) rc = clip_grads(r);
     if (rc) {
       const char *why = kern_last_error(wk_exec_ctx(r->ex));
       rc = fail(err, errlen, rc, "step %lld: compute failed: %s",
@@ -345,6 +441,10 @@ int wk__run_closure(wk_svc *s, wk_run *r, wk_job *j) {
     }
     o->loss_sum += res.n ? res.loss_sum / (double)res.n : 0.0;
     o->examples += res.n;
+    if (tm && wk_metrics_add(tm, res.pred, res.labels, res.n, res.loss_sum)) {
+      wk_metrics_close(tm);
+      tm = NULL;
+    }
     bool more = i + 1 < q->steps && !stopping(s);
     if (more) {
       rc = next_batch(r, &b, &o->input_wait_s, err, errlen);
@@ -380,6 +480,13 @@ int wk__run_closure(wk_svc *s, wk_run *r, wk_job *j) {
     if (!more) break;
   }
 done:
+  o->skipped_records = r->in ? wk_input_skipped(r->in) : 0;
+  if (tm && wk_metrics_count(tm) > 0 &&
+      metric_answer(r, j, tm, NULL, err, errlen) == 0) {
+    o->n_metric_names = o->n_metric_values = (size_t)j->n_names;
+    o->metric_names = j->names;
+    o->metric_values = j->values;
+  }
   r->examples += o->examples;
   o->wall_s = tsr_now_s() - t_start;
   pthread_mutex_lock(&s->mu);
@@ -398,6 +505,7 @@ done:
   }
   rc = 0;
 out:
+  wk_metrics_close(tm);
   tsr_trace_free(tr);
   return rc;
 }
@@ -474,19 +582,11 @@ int wk__run_eval(wk_svc *s, wk_run *r, wk_job *j) {
       goto out;
     }
   }
-  j->values = calloc((size_t)(nm ? nm : 1), sizeof(double));
-  j->names = calloc((size_t)(nm ? nm : 1), sizeof(char *));
-  if (!j->values || !j->names) {
-    rc = fail(err, errlen, TSR_ENOMEM, "eval: out of memory");
+  if ((rc = metric_answer(r, j, mt, &o->loss, err, errlen))) goto out;
+  if ((rc = eval_histograms(r, j, o))) {
+    fail(err, errlen, rc, "eval: out of memory for histograms");
     goto out;
   }
-  for (int i = 0; i < nm; i++)
-    if (!(j->names[i] = strdup(wk_model_metric_name(r->model, i)))) {
-      rc = fail(err, errlen, TSR_ENOMEM, "eval: out of memory");
-      goto out;
-    }
-  j->n_names = nm;
-  wk_metrics_result(mt, &o->loss, j->values);
   o->examples = wk_metrics_count(mt);
   o->n_metric_names = (size_t)nm;
   o->metric_names = j->names;

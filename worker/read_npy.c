@@ -145,7 +145,9 @@ static float get_f(const npy_arr *a, int64_t i) {
   return 0;
 }
 
-/* Features (N, ...) and labels (N,) or (N, 1) into a table. */
+/* Features (N, ...) and labels (N,) or (N, 1) into a table; labels (N, C)
+ * with C > 1 are one-hot rows (keras.utils.to_categorical), read as their
+ * class index. */
 static int to_table(const npy_arr *x, const npy_arr *y, const char *xwhat,
                     const char *ywhat, wk_table *out, char *err,
                     size_t errlen) {
@@ -155,9 +157,11 @@ static int to_table(const npy_arr *x, const npy_arr *y, const char *xwhat,
                           "%s: features must have a row axis (shape (N, "
                           "...))",
                           xwhat);
-  if (y->ndim < 1 || y->ndim > 2 || (y->ndim == 2 && y->shape[1] != 1))
+  if (y->ndim < 1 || y->ndim > 2 || (y->ndim == 2 && y->shape[1] < 1))
     return wk_input__fail(err, errlen, TSR_ESHAPE,
-                          "%s: labels must have shape (N,) or (N, 1)", ywhat);
+                          "%s: labels must have shape (N,), (N, 1) or (N, C) "
+                          "of one-hot rows", ywhat);
+  int64_t C = y->ndim == 2 ? y->shape[1] : 1;
   if (y->shape[0] != x->shape[0])
     return wk_input__fail(err, errlen, TSR_ESHAPE,
                           "%s has %lld rows but %s has %lld", xwhat,
@@ -183,7 +187,32 @@ static int to_table(const npy_arr *x, const npy_arr *y, const char *xwhat,
     memcpy(out->x, x->data, (size_t)(n * d) * sizeof(float));
   else
     for (int64_t i = 0; i < n * d; i++) out->x[i] = get_f(x, i);
-  for (int64_t i = 0; i < n; i++) out->y[i] = get_f(y, i);
+  if (C == 1) {
+    for (int64_t i = 0; i < n; i++) out->y[i] = get_f(y, i);
+    return 0;
+  }
+  for (int64_t i = 0; i < n; i++) {
+    int64_t hot = -1, ones = 0;
+    for (int64_t j = 0; j < C; j++) {
+      double v = get_f(y, i * C + j);
+      if (v == 1.0) {
+        hot = j;
+        ones++;
+      } else if (v != 0.0) {
+        ones = -1;
+        break;
+      }
+    }
+    if (ones != 1) {
+      wk_table__free(out);
+      return wk_input__fail(err, errlen, TSR_EINVAL,
+                            "%s: row %lld of the (N, %lld) labels is not "
+                            "one-hot (one 1, the rest 0); soft labels are "
+                            "not supported: give class indices or one-hot "
+                            "rows", ywhat, (long long)i, (long long)C);
+    }
+    out->y[i] = (float)hot;
+  }
   return 0;
 }
 

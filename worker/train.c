@@ -29,9 +29,10 @@
 struct wk_trainer {
   const wk_model *m;
   tsr_optim_spec opt;
+  tsr_optim_spec *vopt;    /* per variable: the job's, or the moving average */
   uint64_t seed;
   tsr_precision prec;
-  int nslots;
+  int *nslots;             /* per variable */
   float **w;               /* full tables */
   float ***slots;          /* [var][slot] full size */
   float **p, **g;          /* staging: params (sparse rows) and gradients */
@@ -67,8 +68,10 @@ int wk_trainer_open(const wk_model *m, const tsr_optim_spec *opt,
   t->seed = seed;
   t->prec = prec;
   t->loss_scale = prec == TSR_PREC_FP16 ? 32768.0f : 1.0f;
-  t->nslots = kern_optim_num_slots(opt);
   int nv = m->n_vars, rc;
+  t->vopt = calloc((size_t)nv, sizeof *t->vopt);
+  t->nslots = calloc((size_t)nv, sizeof *t->nslots);
+  if (!t->vopt || !t->nslots) goto nomem;
   t->w = calloc((size_t)nv, sizeof *t->w);
   t->slots = calloc((size_t)nv, sizeof *t->slots);
   t->p = calloc((size_t)nv, sizeof *t->p);
@@ -81,10 +84,12 @@ int wk_trainer_open(const wk_model *m, const tsr_optim_spec *opt,
     wk_model_init_var(m, v, seed, 0, t->w[v], (size_t)vi->numel);
     if (!(t->slots[v] = calloc(KERN_OPTIM_MAX_SLOTS, sizeof(float *))))
       goto nomem;
-    for (int s = 0; s < t->nslots; s++)
+    wk_var_optimizer(vi, opt, &t->vopt[v]);
+    t->nslots[v] = kern_optim_num_slots(&t->vopt[v]);
+    for (int s = 0; s < t->nslots[v]; s++)
       if (!(t->slots[v][s] = malloc((size_t)vi->numel * sizeof(float))))
         goto nomem;
-    kern_optim_init_slots(opt, t->slots[v], (size_t)vi->numel);
+    kern_optim_init_slots(&t->vopt[v], t->slots[v], (size_t)vi->numel);
     if (vi->kind == WK_VAR_DENSE) {
       t->p[v] = t->w[v];
       if (!(t->g[v] = malloc((size_t)vi->numel * sizeof(float)))) goto nomem;
@@ -140,9 +145,12 @@ void wk_trainer_close(wk_trainer *t) {
     if (!dense) free(t->p[v]);
     free(t->g[v]);
     free(t->w[v]);
-    for (int s = 0; t->slots[v] && s < t->nslots; s++) free(t->slots[v][s]);
+    for (int s = 0; t->slots[v] && s < t->nslots[v]; s++)
+      free(t->slots[v][s]);
     free(t->slots[v]);
   }
+  free(t->vopt);
+  free(t->nslots);
   free(t->w);
   free(t->slots);
   free(t->p);
@@ -267,7 +275,7 @@ static bool host_finite(const float *x, int64_t n) {
 
 int wk_trainer_step(wk_trainer *t, const wk_batch *b, double *loss,
                     bool *applied, char *err, size_t errlen) {
-  double ls;
+  double ls = 0;
   int rc;
   t->runs++;
   if ((rc = run_replicas(t, b, true, &ls, NULL, err, errlen))) return rc;
@@ -293,12 +301,29 @@ int wk_trainer_step(wk_trainer *t, const wk_batch *b, double *loss,
     }
   }
   float scale = 1.0f / t->loss_scale;
+  if (t->opt.clipnorm > 0 || t->opt.global_clipnorm > 0) {
+    /* as the distributed worker clips before its push */
+    float *gs[256];
+    size_t ns[256];
+    if (m->n_vars > 256)
+      return FAIL(TSR_ERANGE, "clipping: more than 256 variables");
+    for (int v = 0; v < m->n_vars; v++) {
+      const int64_t *ids;
+      int64_t nr;
+      wk_exec_rows(planner, v, &ids, &nr);
+      gs[v] = t->g[v];
+      ns[v] = (size_t)(m->vars[v].kind == WK_VAR_DENSE
+                           ? m->vars[v].numel
+                           : nr * m->vars[v].row_dim);
+    }
+    kern_optim_clip_norm(&t->opt, gs, ns, m->n_vars, scale);
+  }
   int64_t step = ++t->step;
   for (int v = 0; v < m->n_vars; v++) {
     const wk_var_info *vi = &m->vars[v];
     if (vi->kind == WK_VAR_DENSE) {
-      kern_optim_apply(&t->opt, step, t->w[v], t->g[v], scale, t->slots[v],
-                       (size_t)vi->numel);
+      kern_optim_apply(&t->vopt[v], step, t->w[v], t->g[v], scale,
+                       t->slots[v], (size_t)vi->numel);
       continue;
     }
     const int64_t *ids;
@@ -307,9 +332,10 @@ int wk_trainer_step(wk_trainer *t, const wk_batch *b, double *loss,
     for (int64_t u = 0; u < nr; u++) {
       int64_t off = ids[u] * vi->row_dim;
       float *sl[KERN_OPTIM_MAX_SLOTS];
-      for (int s = 0; s < t->nslots; s++) sl[s] = t->slots[v][s] + off;
-      kern_optim_apply(&t->opt, step, t->w[v] + off, t->g[v] + u * vi->row_dim,
-                       scale, sl, (size_t)vi->row_dim);
+      for (int s = 0; s < t->nslots[v]; s++) sl[s] = t->slots[v][s] + off;
+      kern_optim_apply(&t->vopt[v], step, t->w[v] + off,
+                       t->g[v] + u * vi->row_dim, scale, sl,
+                       (size_t)vi->row_dim);
     }
   }
   if (t->prec == TSR_PREC_FP16 && ++t->good_steps >= 2000) {

@@ -128,6 +128,8 @@ int chief_cmd_partition(int argc, char **argv) {
       {0, 0, 0, 0}};
   tsr_var_shape *vars = calloc(MAX_VARS, sizeof *vars);
   char (*names)[128] = calloc(MAX_VARS, sizeof *names);
+  int *var_slots = malloc(MAX_VARS * sizeof *var_slots); /* -1: --slots */
+  for (int i = 0; var_slots && i < MAX_VARS; i++) var_slots[i] = -1;
   int rc = 2;
   size_t n_vars = 0;
   long long n_ps = -1;
@@ -140,7 +142,7 @@ int chief_cmd_partition(int argc, char **argv) {
   int bad = 0;
   tsr_shard *shards = NULL;
   size_t n_shards = 0;
-  if (!vars || !names) goto out;
+  if (!vars || !names || !var_slots) goto out;
   optind = 1;
   int ch;
   while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -186,6 +188,7 @@ int chief_cmd_partition(int argc, char **argv) {
       goto out;
     }
     part = job.partitioner;
+    bool slots_given = slots >= 0;
     if (slots < 0) slots = kern_optim_num_slots(&job.optimizer);
     if (n_vars == 0 && job.model) {
       /* the model's own variables, as the chief will create them */
@@ -202,9 +205,13 @@ int chief_cmd_partition(int argc, char **argv) {
         snprintf(names[n_vars], sizeof names[0], "%s", vi[i].name);
         vars[n_vars].name = names[n_vars];
         vars[n_vars].rank = vi[i].rank;
-        vars[n_vars].shape[0] = vi[i].shape[0];
-        vars[n_vars].shape[1] = vi[i].rank > 1 ? vi[i].shape[1] : 0;
+        for (int d = 0; d < vi[i].rank; d++)
+          vars[n_vars].shape[d] = vi[i].shape[d];
         vars[n_vars].elem_size = 4;
+        /* a moving statistic's rule has no slots, as the chief places it */
+        tsr_optim_spec vo;
+        wk_var_optimizer(&vi[i], &job.optimizer, &vo);
+        var_slots[n_vars] = slots_given ? (int)slots : kern_optim_num_slots(&vo);
       }
       wk_model_free(m);
     }
@@ -233,7 +240,9 @@ int chief_cmd_partition(int argc, char **argv) {
     fprintf(stderr, "tessera partition: --slots %lld must be 0..16\n", slots);
     goto out;
   }
-  for (size_t i = 0; i < n_vars; i++) vars[i].slots = slots > 0 ? (int)slots : 0;
+  for (size_t i = 0; i < n_vars; i++)
+    vars[i].slots = var_slots[i] >= 0 ? var_slots[i]
+                    : slots > 0 ? (int)slots : 0;
   if (have_min) part.min_shard_bytes = min_b;
   if (have_max) part.max_shard_bytes = max_b;
   if (have_maxs) part.max_shards = max_s;
@@ -341,5 +350,6 @@ out:
   free(shards);
   free(vars);
   free(names);
+  free(var_slots);
   return rc;
 }

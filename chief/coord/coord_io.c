@@ -237,6 +237,12 @@ void coord__scalars(coord *co, double now) {
     co->loss_sum = 0;
     co->loss_n = 0;
   }
+  chief_train_acc_flush(&co->train_acc, co->metrics, step);
+  chief_metrics_scalar(co->metrics, "train/learning_rate", step,
+                       tsr_optim_lr(&co->job.optimizer, step), 0);
+  if (co->skipped_records > 0)
+    chief_metrics_scalar(co->metrics, CHIEF_TAG_SKIPPED, step,
+                         (double)co->skipped_records, 0);
   if (co->progress) {
     double eps = chief_progress_examples_per_sec(co->progress);
     double sps = chief_progress_steps_per_sec(co->progress);
@@ -287,8 +293,11 @@ void coord__on_tick(uv_timer_t *t) {
   double now = tsr_now_s();
   if (coord_sm_training(co->sm)) {
     coord_progress(co, now);
-    if (now - co->t_last_scalar >= 2.0) {
+    if (chief_summary_due(&co->sum_pol, coord__step(co),
+                          coord_sm_total_steps(co->sm), now))
       coord__scalars(co, now);
+    if (now - co->t_last_ps >= 2.0) {
+      co->t_last_ps = now;
       coord__ps_stats(co);
     }
   }

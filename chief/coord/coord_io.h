@@ -49,6 +49,7 @@ typedef struct {
   int inflight;          /* our calls outstanding to it */
   int64_t steps, examples;
   double busy_s, input_s, pull_s, compute_s, push_s;
+  int64_t skipped_seen;  /* its last skipped_records (a restart resets it) */
   char device[32];
 } coord_wk;
 
@@ -88,10 +89,12 @@ struct coord {
   struct coord_var {
     char name[128];
     int rank;
-    int64_t shape[2];
+    int64_t shape[4];
     int64_t row_dim;
     bool sparse;
     kern_init_spec init;
+    tsr_optim_spec optim;  /* the job's, or a moving statistic's rule */
+    char init_path[256];   /* initial_weights: its raw file for the PS */
   } *vars;
   size_t n_vars;
   tsr_shard *shards;
@@ -136,6 +139,12 @@ struct coord {
   struct tsr_trace *trace; /* --trace: every process's events, merged */
   int64_t trace_save_us, trace_eval_us, trace_recover_us;
   double t_last_scalar;
+  double t_last_ps;          /* PS statistics every 2 s */
+  chief_summary_policy sum_pol;
+  chief_train_acc train_acc;
+  int64_t skipped_records;   /* corrupt input records, all workers */
+  json_t *input_affine;      /* {"scale": [...], "shift": [...]} from the
+                                first worker configured, for the manifest */
 };
 
 /* coord_io.c */

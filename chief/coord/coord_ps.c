@@ -157,10 +157,12 @@ static int coord_ps_specs(coord *co, int i, ps_var_spec **out, size_t *n_out) {
     const struct coord_var *v = &co->vars[s->var];
     rc = ps_var_spec_init(&specs[j], v->name, v->rank, v->shape, s->shard,
                           s->num_shards, kern_init_name(v->init.kind),
-                          co->job.seed, &co->job.optimizer);
+                          co->job.seed, &v->optim);
     specs[j].init = v->init;
     specs[j].sparse = v->sparse;
     specs[j].bounded = v->sparse;
+    snprintf(specs[j].init_path, sizeof specs[j].init_path, "%s",
+             v->init_path);
     j++;
   }
   if (rc) {
@@ -275,6 +277,7 @@ void coord__ps_commit(coord *co, uint64_t op, int64_t step, int64_t total) {
   json_object_set_new(m, "seed", json_integer((json_int_t)co->job.seed));
   json_object_set_new(m, "model_digest", json_string(co->model_digest));
   if (co->job.model) json_object_set(m, "model", co->job.model);
+  if (co->input_affine) json_object_set(m, "input", co->input_affine);
   json_object_set_new(m, "optimizer",
                       json_string(tsr_optim_name(co->job.optimizer.kind)));
   json_t *vars = json_array();

@@ -6,6 +6,7 @@
  * summary. Errors before the loop starts are configuration errors (exit
  * 2) named with their key or file.
  */
+#include "chief/ckpt/export_keras.h"
 #include "chief/coord/coord_io.h"
 #include "common/clock.h"
 #include "common/err.h"
@@ -99,6 +100,38 @@ static int coord_load(coord *co, char *err, size_t errlen) {
   return 0;
 }
 
+/* initial_weights: raw files the PS initialize from, in the checkpoint
+ * root (a folder every PS can read, as checkpoints need). */
+static int coord_initial_weights(coord *co, char *err, size_t errlen) {
+  const char *dir = co->job.checkpoint_dir;
+  if (!dir) {
+    snprintf(err, errlen, "initial_weights: a cluster run needs checkpoint.dir"
+             " (the parameter servers read the weights from there)");
+    return TSR_ECONFIG;
+  }
+  char wp[4096];
+  const char *w = co->job.initial_weights;
+  if (w[0] != '/') snprintf(wp, sizeof wp, "%s/%s", co->job_dir, w);
+  else snprintf(wp, sizeof wp, "%s", w);
+  chief_import_var *iv = calloc(co->n_vars ? co->n_vars : 1, sizeof *iv);
+  char *paths = calloc(co->n_vars ? co->n_vars : 1, 256);
+  int rc = iv && paths ? 0 : TSR_ENOMEM;
+  for (size_t i = 0; !rc && i < co->n_vars; i++)
+    iv[i] = (chief_import_var){co->vars[i].name, co->vars[i].rank,
+                               co->vars[i].shape, NULL};
+  if (!rc)
+    rc = chief_initial_weights_files(wp, co->job.model, dir, iv, co->n_vars,
+                                     paths, 256, err, errlen);
+  for (size_t i = 0; !rc && i < co->n_vars; i++)
+    snprintf(co->vars[i].init_path, sizeof co->vars[i].init_path, "%s",
+             paths + i * 256);
+  if (!rc)
+    tsr_info("initial weights from %s (%zu variables)", wp, co->n_vars);
+  free(iv);
+  free(paths);
+  return rc;
+}
+
 static int coord_plan(coord *co, char *err, size_t errlen) {
   wk_model *m = NULL;
   int rc = wk_model_from_job(&co->job, NULL, &m, err, errlen);
@@ -117,17 +150,16 @@ static int coord_plan(coord *co, char *err, size_t errlen) {
     struct coord_var *v = &co->vars[i];
     snprintf(v->name, sizeof v->name, "%s", vi[i].name);
     v->rank = vi[i].rank;
-    v->shape[0] = vi[i].shape[0];
-    v->shape[1] = vi[i].rank > 1 ? vi[i].shape[1] : 1;
+    for (int d = 0; d < 4; d++) v->shape[d] = vi[i].shape[d];
     v->row_dim = vi[i].row_dim;
     v->sparse = vi[i].kind == WK_VAR_ROW_SPARSE;
     v->init = vi[i].init;
+    wk_var_optimizer(&vi[i], &co->job.optimizer, &v->optim);
     shapes[i].name = v->name;
     shapes[i].rank = v->rank;
-    shapes[i].shape[0] = vi[i].shape[0];
-    shapes[i].shape[1] = vi[i].rank > 1 ? vi[i].shape[1] : 0;
+    for (int d = 0; d < v->rank; d++) shapes[i].shape[d] = vi[i].shape[d];
     shapes[i].elem_size = 4;
-    shapes[i].slots = kern_optim_num_slots(&co->job.optimizer);
+    shapes[i].slots = kern_optim_num_slots(&v->optim);
   }
   co->n_vars = n;
   for (size_t i = 0; i < n; i++)
@@ -140,6 +172,11 @@ static int coord_plan(coord *co, char *err, size_t errlen) {
         wk_model_free(m);
         return TSR_ECONFIG;
       }
+  if (co->job.initial_weights && (rc = coord_initial_weights(co, err, errlen))) {
+    free(shapes);
+    wk_model_free(m);
+    return rc;
+  }
   char summary[2048];
   wk_model_summary(m, summary, sizeof summary);
   tsr_info("model (%s):\n%s", co->job.model_source, summary);
@@ -288,6 +325,9 @@ int chief_coord_run(const chief_coord_opts *o) {
     co->metrics = NULL;
     chief_metrics_open(&co->metrics, NULL, NULL, err, sizeof err);
   }
+  chief_summary_policy_init(&co->sum_pol, co->job.summary_every_steps,
+                            co->job.summary_every_secs);
+  if (co->metrics) chief_metrics_job_info(co->metrics, &co->job);
   if (o->trace_path) {
     if (tsr_trace_create(&co->trace, 0)) {
       tsr_error("--trace: out of memory");
@@ -366,6 +406,7 @@ out_clients:
     s.n_eval = co->n_eval;
     s.restarts_worker = coord_sm_restarts_worker(co->sm);
     s.restarts_ps = coord_sm_restarts_ps(co->sm);
+    s.skipped_records = co->skipped_records;
     int64_t resumed = coord_sm_resumed_from(co->sm);
     s.restarts_chief = resumed > 0 ? 1 : 0;
     s.resumed_from_step = resumed;
@@ -393,6 +434,7 @@ out_clients:
     tsr_trace_free(co->trace);
   }
   if (co->metrics) chief_metrics_close(co->metrics);
+  json_decref(co->input_affine);
   if (co->progress) chief_progress_free(co->progress);
 out_rpc:
   if (co->rpc) tsr_rpc_ctx_free(co->rpc);

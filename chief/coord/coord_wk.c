@@ -134,6 +134,15 @@ static void coord_wk_on_configure(const tsr_rpc_result *r, void *data) {
   }
   snprintf(w->device, sizeof w->device, "%s",
            resp->device ? resp->device : "?");
+  if (!co->input_affine && resp->n_input_scale > 0 &&
+      resp->n_input_scale == resp->n_input_shift) {
+    json_t *sa = json_array(), *sb = json_array();
+    for (size_t k = 0; k < resp->n_input_scale; k++) {
+      json_array_append_new(sa, json_real(resp->input_scale[k]));
+      json_array_append_new(sb, json_real(resp->input_shift[k]));
+    }
+    co->input_affine = json_pack("{soso}", "scale", sa, "shift", sb);
+  }
   ev.kind = COORD_EV_WK_READY;
   ev.examples = resp->examples;
   tessera__worker__configure_response__free_unpacked(resp, NULL);
@@ -240,6 +249,18 @@ static void coord_wk_on_run(const tsr_rpc_result *r, void *data) {
       free(tev);
     }
   }
+  /* monitoring only (not part of the machine's decisions): the corrupt
+   * records the worker skipped, its training metrics, the scalars when due */
+  co->skipped_records += resp->skipped_records >= w->skipped_seen
+                             ? resp->skipped_records - w->skipped_seen
+                             : resp->skipped_records;
+  w->skipped_seen = resp->skipped_records;
+  chief_train_acc_add(&co->train_acc, resp->metric_names,
+                      resp->metric_values,
+                      resp->n_metric_names < resp->n_metric_values
+                          ? resp->n_metric_names
+                          : resp->n_metric_values,
+                      (double)resp->examples);
   ev.kind = COORD_EV_CLOSURE_DONE;
   ev.steps_done = resp->steps_done;
   ev.stats = (coord_closure_stats){
@@ -250,6 +271,10 @@ static void coord_wk_on_run(const tsr_rpc_result *r, void *data) {
       .latency_s = (double)r->latency_ns / 1e9};
   tessera__worker__run_response__free_unpacked(resp, NULL);
   coord__post(co, &ev);
+  if (co->metrics && chief_summary_due(&co->sum_pol, coord__step(co),
+                                       coord_sm_total_steps(co->sm),
+                                       tsr_now_s()))
+    coord__scalars(co, tsr_now_s());
 }
 
 void coord__wk_dispatch(coord *co, const chief_closure *c) {
@@ -359,6 +384,17 @@ static void coord_wk_on_eval(const tsr_rpc_result *r, void *data) {
     if (off < sizeof line)
       off += (size_t)snprintf(line + off, sizeof line - off, ", %s %.4f",
                               resp->metric_names[i], resp->metric_values[i]);
+  }
+  /* weight and gradient histograms, in the train run as Keras writes them */
+  chief_tb *htb = co->metrics ? chief_metrics_tb(co->metrics, CHIEF_RUN_TRAIN)
+                              : NULL;
+  for (size_t i = 0; htb && i < resp->n_histograms; i++) {
+    const Tessera__Worker__Histogram *h = resp->histograms[i];
+    size_t nb = h->n_bucket < h->n_bucket_limit ? h->n_bucket
+                                                : h->n_bucket_limit;
+    chief_tb_histogram_counts(htb, h->tag, step, h->min, h->max, h->num,
+                              h->sum, h->sum_squares, h->bucket_limit,
+                              h->bucket, nb, 0);
   }
   tessera__worker__eval_response__free_unpacked(resp, NULL);
   coord__note(co, TSR_LOG_INFO, "%s", line);

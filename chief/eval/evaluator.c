@@ -143,9 +143,26 @@ int chief_evaluator_run(const chief_coord_opts *o, const chief_eval_opts *e) {
     else
       snprintf(logdir, n, "%s/%s/eval", dir, job.logdir);
   }
-  if (wk_model_from_job(&job, NULL, &m, err, sizeof err)) {
-    tsr_error("%s", err);
-    goto out;
+  wk_input_opts io;
+  memset(&io, 0, sizeof io);
+  io.worker_index = 0;
+  io.num_workers = 1;
+  io.batch_size = job.batch_size;
+  io.epochs = 1;
+  io.seed = job.seed;
+  {
+    /* the data's schema places a Functional model's inputs by name, as
+     * the workers place them */
+    wk_input *in = NULL;
+    int rc = wk_input_open(&job, WK_SPLIT_EVAL, &io, &in, err, sizeof err);
+    if (rc == 0)
+      rc = wk_model_from_job(&job, wk_input_get_schema(in), &m, err,
+                             sizeof err);
+    if (in) wk_input_close(in);
+    if (rc) {
+      tsr_error("%s", err);
+      goto out;
+    }
   }
   wk_train_opts to;
   memset(&to, 0, sizeof to);
@@ -158,17 +175,11 @@ int chief_evaluator_run(const chief_coord_opts *o, const chief_eval_opts *e) {
     status = 1;
     goto out;
   }
-  if (chief_metrics_open(&rec, logdir, NULL, err, sizeof err)) {
+  chief_tb_opts tbo = {.flat = true}; /* its own run: logdir/eval */
+  if (chief_metrics_open(&rec, logdir, &tbo, err, sizeof err)) {
     tsr_warn("TensorBoard logs disabled: %s", err);
     chief_metrics_open(&rec, NULL, NULL, err, sizeof err);
   }
-  wk_input_opts io;
-  memset(&io, 0, sizeof io);
-  io.worker_index = 0;
-  io.num_workers = 1;
-  io.batch_size = job.batch_size;
-  io.epochs = 1;
-  io.seed = job.seed;
   signal(SIGINT, ev_on_signal);
   signal(SIGTERM, ev_on_signal);
   tsr_info("evaluator: watching %s%s%s", root, logdir ? "; events in " : "",

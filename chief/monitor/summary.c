@@ -29,6 +29,9 @@ void chief_summary_print(FILE *out, const chief_summary *s) {
             "  restarts        %d worker, %d ps (recovered from checkpoints), "
             "%d chief\n",
             s->restarts_worker, s->restarts_ps, s->restarts_chief);
+  if (s->skipped_records > 0)
+    fprintf(out, "  skipped         %lld corrupt input record(s) "
+            "(skip_corrupt)\n", (long long)s->skipped_records);
   if (s->resumed_from_step >= 0)
     fprintf(out, "  resumed from    step %lld\n",
             (long long)s->resumed_from_step);
@@ -83,6 +86,7 @@ int chief_summary_write_json(const char *path, const chief_summary *s,
   json_object_set_new(rs, "ps", json_integer(s->restarts_ps));
   json_object_set_new(rs, "chief", json_integer(s->restarts_chief));
   json_object_set(o, "restarts", rs);
+  json_object_set_new(o, "skipped_records", json_integer(s->skipped_records));
   json_object_set_new(o, "resumed_from_step",
                       s->resumed_from_step >= 0
                           ? json_integer(s->resumed_from_step)

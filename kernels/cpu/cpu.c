@@ -13,6 +13,7 @@
 #include "kernels/cpu/cpu_int.h"
 #include "kernels/kern_math.h"
 #include "kernels/kern_plan.h"
+#include "kernels/kern_nn_int.h"
 #include "common/err.h"
 
 #include <cblas.h>
@@ -239,4 +240,5 @@ const kern__ops kern__cpu_ops = {
     .mul = cpu_mul,
     .allreduce = cpu_allreduce,
     .last_error = cpu_last_error,
+    .nn = &kern__cpu_nn_ops,
 };

@@ -21,8 +21,8 @@ int kern__cpu_bias_act(void *impl, float *z, const float *bias, float *y,
 int kern__cpu_act_grad(void *impl, const float *dy, const float *z,
                        const float *y, float *dz, int64_t n, int64_t d,
                        kern_act act, float alpha);
-int kern__cpu_loss(void *impl, kern_loss kind, const float *p, const float *y,
-                   int64_t n, int64_t d, float grad_scale, float *ex_loss,
-                   float *grad);
+int kern__cpu_loss(void *impl, kern_loss kind, float param, const float *p,
+                   const float *y, int64_t n, int64_t d, float grad_scale,
+                   float *ex_loss, float *grad);
 
 #endif

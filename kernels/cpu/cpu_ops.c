@@ -98,9 +98,9 @@ int kern__cpu_act_grad(void *impl, const float *dy, const float *z,
   return 0;
 }
 
-int kern__cpu_loss(void *impl, kern_loss kind, const float *p, const float *y,
-                   int64_t n, int64_t d, float s, float *ex_loss,
-                   float *grad) {
+int kern__cpu_loss(void *impl, kern_loss kind, float param, const float *p,
+                   const float *y, int64_t n, int64_t d, float s,
+                   float *ex_loss, float *grad) {
   bool sparse = kern_math_loss_sparse(kind);
   for (int64_t i = 0; i < n; i++) {
     int64_t cls = -1;
@@ -109,7 +109,7 @@ int kern__cpu_loss(void *impl, kern_loss kind, const float *p, const float *y,
                             "label %g of example %lld is not a class index "
                             "in [0, %lld)",
                             (double)y[i], (long long)i, (long long)d);
-    double L = kern_math_loss_row(kind, p + i * d, sparse ? NULL : y + i * d,
+    double L = kern_math_loss_row_p(kind, param, p + i * d, sparse ? NULL : y + i * d,
                                   cls, d, s, grad ? grad + i * d : NULL);
     if (ex_loss) ex_loss[i] = (float)L;
   }

@@ -21,6 +21,8 @@ struct kc_ctx {
   size_t half_a_bytes, half_b_bytes;
   float *part;                /* column-sum partials */
   size_t part_bytes;
+  float *nn_part;             /* batch-norm per-channel sums (nn.cu) */
+  size_t nn_part_n;
   int *flag;                  /* device flag for the finiteness check */
   int *hflag;                 /* pinned host copy */
   void *nccl;                 /* cached communicators (kern_cuda.cu) */
@@ -49,8 +51,9 @@ int kc__act_grad(kc_ctx *c, const float *dy, const float *z, const float *y,
                  float *dz, int64_t n, int64_t d, kern_act act, float alpha);
 int kc__col_sum(kc_ctx *c, const float *dz, int64_t n, int64_t d, float beta,
                 float *db);
-int kc__loss(kc_ctx *c, kern_loss kind, const float *p, const float *y,
-             int64_t n, int64_t d, float s, float *ex_loss, float *grad);
+int kc__loss(kc_ctx *c, kern_loss kind, float param, const float *p,
+             const float *y, int64_t n, int64_t d, float s, float *ex_loss,
+             float *grad);
 int kc__gather(kc_ctx *c, const float *rows, int64_t dim, const int32_t *idx,
                const int32_t *bag_off, int64_t nb, kern_pool pool, float *out,
                int64_t stride, int64_t off);
@@ -66,5 +69,8 @@ int kc__axpy(kc_ctx *c, float *y, const float *x, size_t n, float a);
 int kc__dropout(kc_ctx *c, float *x, float *mask, size_t n, float rate,
                 uint64_t seed);
 int kc__mul(kc_ctx *c, float *x, const float *m, size_t n);
+
+/* nn.cu: kern_nn.h's ops */
+extern "C" const struct kern__nn_ops kc__nn_ops;
 
 #endif

@@ -21,6 +21,7 @@
  */
 #include "kernels/cuda/cuda_int.h"
 #include "kernels/kern_plan.h"
+#include "kernels/kern_nn_int.h"
 
 #include <dlfcn.h>
 #include <nccl.h>
@@ -194,6 +195,7 @@ static void kc_release(kc_ctx *c) {
   cudaFree(c->half_a);
   cudaFree(c->half_b);
   cudaFree(c->part);
+  cudaFree(c->nn_part);
   cudaFree(c->flag);
   cudaFreeHost(c->hflag);
   if (c->s) cudaStreamDestroy(c->s);
@@ -315,9 +317,10 @@ FWD(act_grad, (void *impl, const float *dy, const float *z, const float *y,
 FWD(col_sum, (void *impl, const float *dz, int64_t n, int64_t d, float beta,
               float *db),
     (c, dz, n, d, beta, db))
-FWD(loss, (void *impl, kern_loss kind, const float *p, const float *y,
-           int64_t n, int64_t d, float s, float *ex, float *g),
-    (c, kind, p, y, n, d, s, ex, g))
+FWD(loss, (void *impl, kern_loss kind, float param, const float *p,
+           const float *y, int64_t n, int64_t d, float s, float *ex,
+           float *g),
+    (c, kind, param, p, y, n, d, s, ex, g))
 FWD(gather, (void *impl, const float *rows, int64_t dim, const int32_t *idx,
              const int32_t *bag_off, int64_t nb, kern_pool pool, float *out,
              int64_t stride, int64_t off),
@@ -416,7 +419,7 @@ static const kern__ops kc_ops = {
     kc_host_free, kc_upload, kc_download, kc_copy, kc_sync, kc_gemm,
     kc_bias_act, kc_act_grad, kc_col_sum, kc_loss, kc_gather, kc_scatter,
     kc_round, kc_all_finite, kc_scale, kc_axpy, kc_dropout, kc_mul,
-    kc_allreduce, kc_last_error};
+    kc_allreduce, kc_last_error, &kc__nn_ops};
 
 extern "C" __attribute__((visibility("default")))
 const kern__module kern_cuda_module_v1 = {KERN__ABI, &kc_ops, kc_device_count};

@@ -163,25 +163,29 @@ int kc__col_sum(kc_ctx *c, const float *dz, int64_t n, int64_t d, float beta,
 }
 
 /* a thread per row; the row's formula is the CPU's */
-__global__ void k_loss(kern_loss kind, const float *p, const float *y,
-                       int64_t n, int64_t d, float s, float *ex, float *grad) {
+__global__ void k_loss(kern_loss kind, float param, const float *p,
+                       const float *y, int64_t n, int64_t d, float s,
+                       float *ex, float *grad) {
   int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
   if (i >= n) return;
   bool sparse = kern_math_loss_sparse(kind);
   int64_t cls = sparse ? kern_math_sparse_class(y[i], d) : -1;
-  double L = kern_math_loss_row(kind, p + i * d, sparse ? NULL : y + i * d,
-                                cls, d, s, grad ? grad + i * d : NULL);
+  double L = kern_math_loss_row_p(kind, param, p + i * d,
+                                  sparse ? NULL : y + i * d, cls, d, s,
+                                  grad ? grad + i * d : NULL);
   if (ex) ex[i] = (float)L;
 }
 
 #define LOSS_TPB 128
-int kc__loss(kc_ctx *c, kern_loss kind, const float *p, const float *y,
-             int64_t n, int64_t d, float s, float *ex_loss, float *grad) {
+int kc__loss(kc_ctx *c, kern_loss kind, float param, const float *p,
+             const float *y, int64_t n, int64_t d, float s, float *ex_loss,
+             float *grad) {
   unsigned g;
   if (kern_plan_thread_blocks(n, LOSS_TPB, &g))
     return kc__fail(c, TSR_ERANGE, "loss over %lld rows: more than a grid "
                     "holds", (long long)n);
-  k_loss<<<g, LOSS_TPB, 0, c->s>>>(kind, p, y, n, d, s, ex_loss, grad);
+  k_loss<<<g, LOSS_TPB, 0, c->s>>>(kind, param, p, y, n, d, s, ex_loss,
+                                    grad);
   return kc__launch_check(c, "loss");
 }
 

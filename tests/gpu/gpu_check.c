@@ -20,7 +20,10 @@
  * fp32, 1e-2 in 16 bits, where an fp32 difference flips the rounding of
  * some activations: the CPU self-test measures that margin by running each
  * step again with the parameters of one side an ulp apart); with two or
- * more GPUs, replicas whose NCCL-summed gradients equal one GPU's.
+ * more GPUs, replicas whose NCCL-summed gradients equal one GPU's. Also
+ * whole steps of a CNN with BatchNormalization and of a Functional
+ * residual block with LayerNormalization; the convolution, pooling and
+ * normalization ops one by one are in gpu_check_nn.c.
  * Benchmark: the MLP 784-1024-1024-10 step at batch 256 (fp32) and an
  * 8192-wide MLP at batch 4096 (bf16), each against the rate of its own
  * products through kern_gemm (cublasGemmEx, with the same bf16 casts the
@@ -39,6 +42,7 @@
 #include <time.h>
 
 static int failures;
+int gpu_check_nn(kern_ctx *cpu, kern_ctx *gpu); /* gpu_check_nn.c */
 static uint64_t rs = 0x9E3779B97F4A7C15ull;
 static float frand(float lo, float hi) {
   rs ^= rs << 13;
@@ -207,7 +211,7 @@ static void check_losses(void) {
   for (int k = 0; k < KERN_LOSS__COUNT; k++) {
     bool sparse = k == KERN_LOSS_SPARSE_CCE_LOGITS || k == KERN_LOSS_SPARSE_CCE_PROBS;
     bool probs = k == KERN_LOSS_BCE_PROBS || k == KERN_LOSS_CCE_PROBS ||
-                 k == KERN_LOSS_SPARSE_CCE_PROBS;
+                 k == KERN_LOSS_SPARSE_CCE_PROBS || k == KERN_LOSS_KLD;
     size_t N = (size_t)n * d, ny = sparse ? (size_t)n : N;
     float *p = rnd(N, probs ? 0.01f : -3, probs ? 0.99f : 3), *y = rnd(ny, 0, 1);
     if (sparse)
@@ -506,6 +510,51 @@ static const char *wide_json =
     "{\"builtin\": \"wide_deep\", \"dense_features\": 13, \"sparse_features\": 4,"
     " \"vocab\": 1000, \"embedding_dim\": 16, \"hidden\": [64, 32]}";
 
+/* Conv2D (same and strided), pooling, BatchNormalization, ReLU and
+ * Dropout layers, regularizers */
+static const char *cnn_json =
+    "{\"class_name\": \"Sequential\", \"config\": {\"layers\": ["
+    "{\"class_name\": \"InputLayer\", \"config\": {\"batch_input_shape\":"
+    " [null, 12, 12, 3]}},"
+    "{\"class_name\": \"Conv2D\", \"config\": {\"filters\": 8, "
+    "\"kernel_size\": 3, \"padding\": \"same\", \"activation\": \"relu\","
+    " \"kernel_regularizer\": {\"class_name\": \"L2\", \"config\": "
+    "{\"l2\": 0.01}}}},"
+    "{\"class_name\": \"MaxPooling2D\", \"config\": {}},"
+    "{\"class_name\": \"Conv2D\", \"config\": {\"filters\": 16, "
+    "\"kernel_size\": 3, \"strides\": 2, \"use_bias\": false}},"
+    "{\"class_name\": \"BatchNormalization\", \"config\": {}},"
+    "{\"class_name\": \"ReLU\", \"config\": {}},"
+    "{\"class_name\": \"AveragePooling2D\", \"config\": {\"padding\": "
+    "\"same\"}},"
+    "{\"class_name\": \"Flatten\", \"config\": {}},"
+    "{\"class_name\": \"Dropout\", \"config\": {\"rate\": 0.3}},"
+    "{\"class_name\": \"Dense\", \"config\": {\"units\": 10, "
+    "\"activation\": \"softmax\"}}]}}";
+
+/* Functional: a residual block, Concatenate, LayerNormalization, GAP */
+#define FL(cls, nm, cfg, ins)                                              \
+  "{\"class_name\": \"" cls "\", \"name\": \"" nm "\", \"config\": "   \
+  "{\"name\": \"" nm "\"" cfg "}, \"inbound_nodes\": [[" ins "]]}"
+#define FR(nm) "[\"" nm "\", 0, 0, {}]"
+static const char *res_json =
+    "{\"class_name\": \"Functional\", \"config\": {\"layers\": ["
+    "{\"class_name\": \"InputLayer\", \"name\": \"img\", \"config\": "
+    "{\"name\": \"img\", \"batch_input_shape\": [null, 12, 12, 3]}, "
+    "\"inbound_nodes\": []}, "
+    FL("Conv2D", "c1", ", \"filters\": 6, \"kernel_size\": 3, "
+       "\"padding\": \"same\", \"activation\": \"relu\"", FR("img")) ", "
+    FL("Conv2D", "c2", ", \"filters\": 6, \"kernel_size\": 3, "
+       "\"padding\": \"same\"", FR("c1")) ", "
+    FL("Add", "add", "", FR("c1") ", " FR("c2")) ", "
+    FL("Concatenate", "cat", "", FR("add") ", " FR("img")) ", "
+    FL("LayerNormalization", "ln", "", FR("cat")) ", "
+    FL("GlobalAveragePooling2D", "gap", "", FR("ln")) ", "
+    FL("Dense", "out", ", \"units\": 10, \"activation\": \"softmax\"",
+       FR("gap"))
+    "], \"input_layers\": [[\"img\", 0, 0]], \"output_layers\": "
+    "[[\"out\", 0, 0]]}}";
+
 static void check_steps(void) {
   const int w[] = {784, 256, 128, 10};
   wk_batch b = mk_batch(256, 784, 0, 0, 10);
@@ -518,8 +567,15 @@ static void check_steps(void) {
   wk_batch c = mk_batch(512, 13, 4, 1000, 2);
   for (int p = 0; p < 3; p++)
     step_compare("wide_deep", wide_json, "binary_crossentropy", &c, (kern_prec)p);
+  wk_batch im = mk_batch(64, 12 * 12 * 3, 0, 0, 10);
+  for (int p = 0; p < 2; p++)
+    step_compare("cnn+bn", cnn_json, "sparse_categorical_crossentropy", &im,
+                 (kern_prec)p);
+  step_compare("residual+layernorm", res_json,
+               "sparse_categorical_crossentropy", &im, KERN_F32);
   free_batch(&b);
   free_batch(&c);
+  free_batch(&im);
 }
 
 /* several GPUs: two replicas on halves, NCCL-summed, against one GPU */
@@ -669,6 +725,7 @@ int main(int argc, char **argv) {
     check_acts();
     check_losses();
     check_embed_misc();
+    failures += gpu_check_nn(cpu, gpu);
     check_steps();
     check_replicas(ngpu);
   }

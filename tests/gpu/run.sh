@@ -6,7 +6,8 @@
 #      gpu_check included (a meson target, tests/gpu/meson.build)
 #   2. unit tests of kernels and models on that build (the module loads;
 #      the shared formulas, the GEMM mapping and gpu_check's CPU self-test)
-#   3. gpu_check: every GPU kernel and a full training step (MLP, wide_deep;
+#   3. gpu_check: every GPU kernel and a full training step (MLP, wide_deep,
+#      a CNN with BatchNormalization, a Functional residual block;
 #      fp32, bf16, fp16) against the CPU backend, NCCL replicas when there
 #      are several GPUs, then the GPU benchmark (MLP 784-1024-1024-10 at
 #      batch 256, and 8192-wide layers at batch 4096 in bf16, each against

@@ -88,8 +88,9 @@ for f in Dockerfile Dockerfile.cuda Dockerfile.tensorboard; do
     bash -c "! grep -q -- '--create-home' '$df' && grep -q -- '--no-create-home' '$df'"
 done
 cu=$D/Dockerfile.cuda
-check "Dockerfile.cuda: Ubuntu 24.04 names (libmsgpackc2, libuv1t64)" \
-  bash -c "grep -qw libmsgpackc2 '$cu' && grep -qw libuv1t64 '$cu' && ! grep -q 'libmsgpack-c2' '$cu'"
+check "Dockerfile.cuda: Ubuntu 24.04 names (libmsgpackc2, the t64 libraries)" \
+  bash -c "grep -qw libmsgpackc2 '$cu' && grep -qw libuv1t64 '$cu' && ! grep -q 'libmsgpack-c2' '$cu' &&
+           grep -qw libpng16-16t64 '$cu' && grep -qw libhdf5-103-1t64 '$cu' && ! grep -q 'libjpeg62-turbo' '$cu'"
 check "Dockerfile.cuda: NCCL left to the CUDA image (no libnccl package)" \
   bash -c "! grep -Eq 'install.*libnccl|^ +libnccl' '$cu'"
 check "Dockerfile.cuda: g++ for nvcc" grep -Eq '^ +meson .* g\+\+ ' "$cu"

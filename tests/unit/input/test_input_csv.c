@@ -148,6 +148,84 @@ static void csv_drop_remainder_and_features(void **state) {
   assert_int_equal(wk_input_next(f->in, &b), TSR_EEOF);
 }
 
+/* RFC 4180: a quoted header cell holding the delimiter and a quote, quoted
+ * numbers, a quoted text column with a line end inside (its line count
+ * kept for messages); another delimiter by option; a file cut by ';'
+ * read with ',' gets a hint; an unterminated quote is named. */
+/* Closes the open input and job before the next open_train. */
+static void reopen(fx *f) {
+  wk_input_close(f->in);
+  f->in = NULL;
+  tsr_job_free(&f->job);
+}
+
+static void csv_quoting_and_delimiter(void **state) {
+  fx *f = *state;
+  const char *csv = "\"size, cm\",\"say \"\"hi\"\"\",note,y\n"
+                    "1.5,\"2\",\"a, b\",0\n"
+                    "\"3\",4,\"two\nlines\",1\n"
+                    "5,6,plain,1\n";
+  assert_int_equal(open_train(f, csv,
+                              "{\"format\": \"csv\", \"paths\": \"d.csv\", "
+                              "\"label\": \"y\", \"features\": [\"size, cm\", "
+                              "\"say \\\"hi\\\"\"]}",
+                              8, false),
+                   0);
+  const wk_input_schema *s = wk_input_get_schema(f->in);
+  assert_int_equal(s->n_examples, 3);
+  assert_string_equal(s->dense_names[0], "size, cm");
+  assert_string_equal(s->dense_names[1], "say \"hi\"");
+  const wk_batch *b;
+  assert_int_equal(wk_input_next(f->in, &b), 0);
+  assert_int_equal(b->n, 3);
+  assert_true(b->x[0] == 1.5f && b->x[1] == 2 && b->x[2] == 3 &&
+              b->x[3] == 4 && b->x[5] == 6);
+  assert_true(b->y[0] == 0 && b->y[1] == 1 && b->y[2] == 1);
+  /* the line after the two-line record is line 5 */
+  reopen(f);
+  assert_int_equal(open_train(f, "a,t,y\n1,\"x\ny\",0\nq,z,1\n",
+                              "{\"format\": \"csv\", \"paths\": \"d.csv\", "
+                              "\"label\": \"y\", \"features\": [\"a\"]}",
+                              8, false),
+                   TSR_EFORMAT);
+  assert_non_null(strstr(f->err, "line 4 (data row 1)"));
+  /* semicolons, by option */
+  reopen(f);
+  assert_int_equal(open_train(f, "a;b;y\n1;2,5;3\n",
+                              "{\"format\": \"csv\", \"paths\": \"d.csv\", "
+                              "\"label\": \"y\", \"delimiter\": \";\", "
+                              "\"features\": [\"a\"]}",
+                              8, false),
+                   0);
+  assert_int_equal(wk_input_next(f->in, &b), 0);
+  assert_true(b->x[0] == 1 && b->y[0] == 3);
+  /* ... and without it, a hint */
+  reopen(f);
+  assert_int_equal(open_train(f, "a;b;y\n1;2;3\n",
+                              "{\"format\": \"csv\", \"paths\": \"d.csv\", "
+                              "\"label\": \"y\"}",
+                              8, false),
+                   TSR_ENOTFOUND);
+  assert_non_null(strstr(f->err, "label column \"y\""));
+  assert_non_null(strstr(f->err, "set \"delimiter\": \";\""));
+  /* an unterminated quote */
+  reopen(f);
+  assert_int_equal(open_train(f, "a,y\n1,2\n\"3,4\n",
+                              "{\"format\": \"csv\", \"paths\": \"d.csv\", "
+                              "\"label\": \"y\"}",
+                              8, false),
+                   TSR_EFORMAT);
+  assert_non_null(strstr(f->err, "line 3 (data row 1) opens a quote"));
+  /* a bad delimiter option */
+  reopen(f);
+  assert_int_equal(open_train(f, NULL,
+                              "{\"format\": \"csv\", \"paths\": \"d.csv\", "
+                              "\"label\": \"y\", \"delimiter\": \";;\"}",
+                              8, false),
+                   TSR_ECONFIG);
+  assert_non_null(strstr(f->err, "delimiter must be one character"));
+}
+
 static void csv_bad_cell(void **state) {
   fx *f = *state;
   const char *csv = "a,b,y\n1,2,3\n4,x5,6\n";
@@ -493,6 +571,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(csv_drop_remainder_and_features, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(csv_bad_cell, setup, teardown),
+      cmocka_unit_test_setup_teardown(csv_quoting_and_delimiter, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(csv_empty_and_nonfinite_cells, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(csv_ragged, setup, teardown),

@@ -169,6 +169,18 @@ static double loss_ref(kern_loss k, const double *p, const float *t, int d) {
       }
       return L;
     }
+    case KERN_LOSS_HUBER: /* delta 1, kern_loss_eval's default */
+      for (int j = 0; j < d; j++) {
+        double e = fabs(p[j] - t[j]);
+        L += e <= 1 ? 0.5 * e * e : e - 0.5;
+      }
+      return L / d;
+    case KERN_LOSS_KLD:
+      for (int j = 0; j < d; j++) {
+        double tj = fmax(t[j], eps);
+        L += tj * log(tj / fmax(p[j], eps));
+      }
+      return L;
     default: return NAN;
   }
 }
@@ -180,7 +192,7 @@ static void test_losses(void **state) {
     bool sparse = k == KERN_LOSS_SPARSE_CCE_LOGITS ||
                   k == KERN_LOSS_SPARSE_CCE_PROBS;
     bool probs = k == KERN_LOSS_BCE_PROBS || k == KERN_LOSS_CCE_PROBS ||
-                 k == KERN_LOSS_SPARSE_CCE_PROBS;
+                 k == KERN_LOSS_SPARSE_CCE_PROBS || k == KERN_LOSS_KLD;
     float p[N * D], y[N * D], g[N * D], exl[N];
     for (int i = 0; i < N * D; i++) {
       p[i] = probs ? frand(0.05, 0.95) : frand(-2, 2);
@@ -203,7 +215,7 @@ static void test_losses(void **state) {
       const float *t = sparse ? &y[i] : &y[i * D];
       for (int j = 0; j < D; j++) pr[j] = p[i * D + j];
       double ref = loss_ref((kern_loss)k, pr, t, D);
-      if (fabs(exl[i] - ref) > 1e-5 * fmax(1.0, fabs(ref)))
+      if (!(fabs(exl[i] - ref) <= 1e-5 * fmax(1.0, fabs(ref))))
         fail_msg("loss %d row %d: %g vs %g", k, i, exl[i], ref);
       for (int j = 0; j < D; j++) {
         double h = 1e-6, keep = pr[j];

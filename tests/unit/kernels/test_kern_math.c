@@ -6,7 +6,9 @@
  * the GPU hands cuBLAS are IEEE half (against gcc's _Float16) and
  * bfloat16 (against a float64 reference) for millions of inputs including
  * every rounding tie; the softmax element formulas rebuild the row
- * function; the dropout draw keeps the asked fraction. */
+ * function; the dropout draw keeps the asked fraction; the normalization,
+ * window and regularizer formulas of the convolution and normalization
+ * ops agree with float64 references. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -314,8 +316,77 @@ static void test_dropout_draw(void **state) {
   assert_float_equal(kern_math_dropout_keep(0.2f), 1.25f, 1e-7);
 }
 
+/* The normalization, window and regularizer formulas of kern_nn.h's ops:
+ * a whole batch-norm and layer-norm row built from them against float64
+ * (forward, and the input gradient against central differences of the
+ * float64 loss sum(dy * y)); windows against a brute-force scan; the l1/l2
+ * gradient against its definition. */
+static void test_norm_window_reg(void **state) {
+  enum { M = 37 };
+  float x[M], dy[M], gamma = 1.3f, beta = -0.4f, eps = 1e-3f;
+  for (int i = 0; i < M; i++) {
+    x[i] = frand(-2, 3);
+    dy[i] = frand(-1, 1);
+  }
+  double mu = 0, var = 0;
+  for (int i = 0; i < M; i++) mu += x[i] / (double)M;
+  for (int i = 0; i < M; i++) var += (x[i] - mu) * (x[i] - mu) / M;
+  float sc = kern_math_norm_scale(gamma, (float)var, eps);
+  float rstd = kern_math_norm_scale(1.0f, (float)var, eps);
+  double mg = 0, mgx = 0;
+  for (int i = 0; i < M; i++) {
+    double xh = (x[i] - mu) / sqrt(var + eps);
+    double y = kern_math_norm_apply(x[i], (float)mu, sc, beta);
+    assert_true(fabs(y - (gamma * xh + beta)) < 1e-5);
+    mg += dy[i] * gamma / M;
+    mgx += dy[i] * gamma * xh / M;
+  }
+  for (int i = 0; i < M; i++) {
+    /* d/dx_i of sum_j dy_j * y_j(x), y = gamma * (x - mean) / std + beta */
+    double h = 1e-6, l[2];
+    for (int sgn = 0; sgn < 2; sgn++) {
+      double xs[M], m2 = 0, v2 = 0;
+      for (int j = 0; j < M; j++) xs[j] = x[j];
+      xs[i] += sgn ? -h : h;
+      for (int j = 0; j < M; j++) m2 += xs[j] / M;
+      for (int j = 0; j < M; j++) v2 += (xs[j] - m2) * (xs[j] - m2) / M;
+      l[sgn] = 0;
+      for (int j = 0; j < M; j++)
+        l[sgn] += dy[j] * (gamma * (xs[j] - m2) / sqrt(v2 + eps) + beta);
+    }
+    double fd = (l[0] - l[1]) / (2 * h);
+    float xh = (x[i] - (float)mu) * rstd;
+    float an = kern_math_norm_dx(dy[i] * gamma, xh, (float)mg, (float)mgx,
+                                 rstd);
+    if (fabs(an - fd) > 1e-4 * fmax(1, fabs(fd)))
+      fail_msg("norm dx[%d] = %g, float64 central difference %g", i, an, fd);
+  }
+  /* windows: padding clipped, as a scan of the covered rows */
+  for (int64_t n = 1; n < 9; n++)
+    for (int64_t k = 1; k < 5; k++)
+      for (int64_t s = 1; s < 4; s++)
+        for (int64_t p = 0; p < k; p++)
+          for (int64_t o = 0; o * s - p < n; o++) {
+            int64_t lo, hi, a = -1, b = -1;
+            kern_math_window(o, s, p, k, n, &lo, &hi);
+            for (int64_t r = o * s - p; r < o * s - p + k; r++)
+              if (r >= 0 && r < n) {
+                if (a < 0) a = r;
+                b = r + 1;
+              }
+            if (a < 0) a = b = lo; /* all padding: an empty range */
+            assert_true(lo == a && (hi == b || hi <= lo));
+          }
+  for (int i = 0; i < 1000; i++) {
+    float w = i == 0 ? 0.0f : frand(-3, 3), a1 = frand(0, 1), a2 = frand(0, 1);
+    double want = (w > 0 ? a1 : w < 0 ? -a1 : 0.0) + (double)a2 * w;
+    assert_true(fabs(kern_math_l1l2_grad(w, a1, a2) - want) <= 1e-6);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_norm_window_reg),
       cmocka_unit_test(test_act_dispatch),
       cmocka_unit_test(test_softmax),
       cmocka_unit_test(test_loss_rows),
