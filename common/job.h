@@ -1,8 +1,10 @@
 /* The job file: what to train and how. Only the chief (and the standalone
  * trainer) reads it; workers get what they need over the wire.
  *
- * JSON, parsed once into `tsr_job`. Every key has a Keras-like default where
- * one exists; an unknown key is an error that names it (with its path, e.g.
+ * JSON, parsed once into `tsr_job`. The keys, how each is read, their
+ * defaults and their documentation are one table (common/job_keys.h).
+ * Every key has a Keras-like default where one exists; an unknown key is
+ * an error that names it (with its path, e.g.
  * "optimizer.beta1: unknown key; did you mean beta_1?"). Command-line flags
  * override single keys before the struct is filled: tsr_job_override()
  * takes "steps=100" or "optimizer.learning_rate=0.01" (the value is read as
@@ -19,6 +21,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "common/conf.h"
 #include "common/partition.h"
 
 typedef enum {
@@ -198,9 +201,10 @@ int tsr_partitioner_parse(json_t *v, tsr_partitioner *out, char *err,
 int tsr_mode_parse(const char *s, tsr_mode *mode, int *staleness);
 const char *tsr_precision_name(tsr_precision p);
 
-/* Levenshtein distance of two short strings (99 past 40 characters), for
- * the "did you mean" of unknown keys. */
-int tsr_edit_distance(const char *a, const char *b);
+/* The README's table of the job file's keys (Markdown, one row a key, in
+ * the order common/job_keys.h lists them); malloc'd, NULL when out of
+ * memory. */
+char *tsr_job_keys_markdown(void);
 
 /* Reads a whole file into a NUL-terminated malloc'd buffer (limit 1 GiB).
  * Returns NULL with `*rc` and `err` set. */

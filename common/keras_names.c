@@ -14,6 +14,7 @@
  * supported", naming it.
  */
 #include "common/job.h"
+#include "common/conf.h"
 #include "common/err.h"
 
 #include <math.h>
@@ -21,18 +22,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int kn_fail(char *err, size_t errlen, int code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int kn_fail(char *err, size_t errlen, int code, const char *fmt, ...) {
-  if (err && errlen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return code;
-}
 
 typedef struct {
   const char *cls, *name;
@@ -83,9 +72,9 @@ static bool is_off(json_t *v) {
 static int unsupported(const char *what, const char *key, json_t *v,
                        const char *why, char *err, size_t errlen) {
   char *d = json_dumps(v, JSON_ENCODE_ANY | JSON_REAL_PRECISION(6));
-  int rc = kn_fail(err, errlen, TSR_EUNSUPPORTED,
-                   "%s.config.%s = %s is not supported (%s)", what, key,
-                   d ? d : "?", why);
+  int rc = tsr_errf(err, errlen, TSR_EUNSUPPORTED,
+                    "%s.config.%s = %s is not supported (%s)", what, key,
+                    d ? d : "?", why);
   free(d);
   return rc;
 }
@@ -97,17 +86,13 @@ static int kn_lookup(json_t *v, const char *what, const kn_class *table,
   const char *cls = json_string_value(json_object_get(v, "class_name"));
   *cfg = json_object_get(v, "config");
   if (!cls || (*cfg && !json_is_object(*cfg) && !json_is_null(*cfg)))
-    return kn_fail(err, errlen, TSR_ECONFIG,
-                   "%s must be a name or Keras's serialized {\"class_name\": "
-                   "..., \"config\": {...}}", what);
-  const char *key;
-  json_t *x;
-  json_object_foreach(v, key, x) {
-    if (strcmp(key, "class_name") && strcmp(key, "config") &&
-        strcmp(key, "module") && strcmp(key, "registered_name"))
-      return kn_fail(err, errlen, TSR_ECONFIG, "%s.%s: unknown key", what,
-                     key);
-  }
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "%s must be a name or Keras's serialized {\"class_name\": "
+                    "..., \"config\": {...}}", what);
+  static const char *const top[] = {"class_name", "config", "module",
+                                    "registered_name", NULL};
+  int rc = tsr_conf_check_keys(v, what, top, NULL, err, errlen);
+  if (rc) return rc;
   const kn_class *c = NULL;
   for (const kn_class *t = table; t->cls; t++)
     if (!strcmp(t->cls, cls)) c = t;
@@ -117,20 +102,18 @@ static int kn_lookup(json_t *v, const char *what, const kn_class *table,
     for (const kn_class *t = table; t->cls && o < sizeof list; t++)
       o += (size_t)snprintf(list + o, sizeof list - o, "%s%s",
                             t == table ? "" : ", ", t->cls);
-    return kn_fail(err, errlen, TSR_EUNSUPPORTED,
-                   "%s: class '%s' is not supported (supported: %s)", what,
-                   cls, list);
+    return tsr_errf(err, errlen, TSR_EUNSUPPORTED,
+                    "%s: class '%s' is not supported (supported: %s)", what,
+                    cls, list);
   }
   if (json_is_object(*cfg)) {
-    json_object_foreach(*cfg, key, x) {
-      bool ok = !strcmp(key, "name") || !strcmp(key, "dtype") ||
-                !strcmp(key, "reduction") || !strcmp(key, "fn");
-      for (const char *const *k = c->keys; *k && !ok; k++)
-        ok = !strcmp(key, *k);
-      if (!ok)
-        return kn_fail(err, errlen, TSR_ECONFIG,
-                       "%s.config.%s: unknown key for %s", what, key, cls);
-    }
+    static const char *const common_keys[] = {"name", "dtype", "reduction",
+                                              "fn", NULL};
+    char where[160];
+    snprintf(where, sizeof where, "%s.config", what);
+    if ((rc = tsr_conf_check_keys(*cfg, where, c->keys, common_keys, err,
+                                  errlen)))
+      return rc;
     json_t *dt = json_object_get(*cfg, "dtype");
     if (dt && !json_is_null(dt) && !json_is_object(dt) &&
         !(json_is_string(dt) && !strcmp(json_string_value(dt), "float32")))
@@ -157,9 +140,9 @@ int tsr_loss_canon(json_t *v, char *out, size_t len, char *err,
     return 0;
   }
   if (!json_is_object(v))
-    return kn_fail(err, errlen, TSR_ECONFIG,
-                   "loss must be a Keras name (\"mse\") or a serialized loss "
-                   "{\"class_name\": \"Huber\", \"config\": {...}}");
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "loss must be a Keras name (\"mse\") or a serialized loss "
+                    "{\"class_name\": \"Huber\", \"config\": {...}}");
   const kn_class *c;
   json_t *cfg;
   int rc = kn_lookup(v, "loss", losses, &c, &cfg, err, errlen);
@@ -176,8 +159,8 @@ int tsr_loss_canon(json_t *v, char *out, size_t len, char *err,
   int n = snprintf(out, len, "%s%s", c->name, logits ? "_from_logits" : "");
   if ((x = json_object_get(cfg, "delta")) && !json_is_null(x)) {
     if (!json_is_number(x) || !(json_number_value(x) > 0))
-      return kn_fail(err, errlen, TSR_ECONFIG,
-                     "loss.config.delta must be a number > 0");
+      return tsr_errf(err, errlen, TSR_ECONFIG,
+                      "loss.config.delta must be a number > 0");
     if (json_number_value(x) != 1.0)
       snprintf(out + n, len - (size_t)n, "@delta=%.17g",
                json_number_value(x));
@@ -192,10 +175,10 @@ int tsr_metric_canon(json_t *v, char *out, size_t len, char *err,
     return 0;
   }
   if (!json_is_object(v))
-    return kn_fail(err, errlen, TSR_ECONFIG,
-                   "a metric must be a Keras name (\"accuracy\") or a "
-                   "serialized metric {\"class_name\": \"AUC\", \"config\": "
-                   "{...}}");
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "a metric must be a Keras name (\"accuracy\") or a "
+                    "serialized metric {\"class_name\": \"AUC\", \"config\": "
+                    "{...}}");
   const kn_class *c;
   json_t *cfg;
   int rc = kn_lookup(v, "metric", metrics, &c, &cfg, err, errlen);
@@ -234,8 +217,8 @@ int tsr_metric_canon(json_t *v, char *out, size_t len, char *err,
   if ((x = json_object_get(cfg, "k")) && !json_is_null(x)) {
     if (!json_is_integer(x) || json_integer_value(x) < 1 ||
         json_integer_value(x) > 1000000)
-      return kn_fail(err, errlen, TSR_ECONFIG,
-                     "metric.config.k must be a positive integer");
+      return tsr_errf(err, errlen, TSR_ECONFIG,
+                      "metric.config.k must be a positive integer");
     if (json_integer_value(x) != 5)
       snprintf(out + n, len - (size_t)n, "@k=%lld",
                (long long)json_integer_value(x));

@@ -14,6 +14,7 @@
  * option (Keras refuses that too).
  */
 #include "common/job.h"
+#include "common/conf.h"
 #include "common/err.h"
 
 #include <math.h>
@@ -22,18 +23,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-
-static int of_fail(char *err, size_t errlen, int code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int of_fail(char *err, size_t errlen, int code, const char *fmt, ...) {
-  if (err && errlen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return code;
-}
 
 /* ---- names ---------------------------------------------------------------*/
 
@@ -67,49 +56,19 @@ void tsr_optim_defaults(tsr_opt_kind kind, tsr_optim_spec *o) {
   o->schedule.initial = o->learning_rate;
 }
 
-/* ---- strict key walking with null as "the default" ------------------------*/
-
-static int check_keys(json_t *obj, const char *where,
-                      const char *const *a, const char *const *b, char *err,
-                      size_t errlen) {
-  const char *key;
-  json_t *v;
-  json_object_foreach(obj, key, v) {
-    const char *best = NULL;
-    int bestd = 3, ok = 0;
-    for (int l = 0; l < 2 && !ok; l++)
-      for (const char *const *k = l ? b : a; k && *k; k++) {
-        if (!strcmp(key, *k)) {
-          ok = 1;
-          break;
-        }
-        int d = tsr_edit_distance(key, *k);
-        if (d < bestd) {
-          bestd = d;
-          best = *k;
-        }
-      }
-    if (ok) continue;
-    if (best)
-      return of_fail(err, errlen, TSR_ECONFIG,
-                     "%s.%s: unknown key; did you mean \"%s\"?", where, key,
-                     best);
-    return of_fail(err, errlen, TSR_ECONFIG, "%s.%s: unknown key", where, key);
-  }
-  return 0;
-}
+/* ---- typed values, null meaning "the default" ----------------------------*/
 
 static int get_num(json_t *o, const char *where, const char *key, double *out,
                    char *err, size_t errlen) {
   json_t *v = json_object_get(o, key);
   if (!v || json_is_null(v)) return 0;
   if (!json_is_number(v))
-    return of_fail(err, errlen, TSR_ECONFIG, "%s.%s must be a number", where,
-                   key);
+    return tsr_errf(err, errlen, TSR_ECONFIG, "%s.%s must be a number", where,
+                    key);
   double d = json_number_value(v);
   if (!isfinite(d))
-    return of_fail(err, errlen, TSR_ECONFIG, "%s.%s must be finite", where,
-                   key);
+    return tsr_errf(err, errlen, TSR_ECONFIG, "%s.%s must be finite", where,
+                    key);
   *out = d;
   return 0;
 }
@@ -119,8 +78,8 @@ static int get_bool(json_t *o, const char *where, const char *key, bool *out,
   json_t *v = json_object_get(o, key);
   if (!v || json_is_null(v)) return 0;
   if (!json_is_boolean(v))
-    return of_fail(err, errlen, TSR_ECONFIG, "%s.%s must be true or false",
-                   where, key);
+    return tsr_errf(err, errlen, TSR_ECONFIG, "%s.%s must be true or false",
+                    where, key);
   *out = json_is_true(v);
   return 0;
 }
@@ -142,8 +101,8 @@ const char *tsr_lr_schedule_name(tsr_lr_kind kind) {
 static int need_pos(double x, const char *where, const char *key, char *err,
                     size_t errlen) {
   if (x > 0) return 0;
-  return of_fail(err, errlen, TSR_ECONFIG, "%s.config.%s %g must be > 0",
-                 where, key, x);
+  return tsr_errf(err, errlen, TSR_ECONFIG, "%s.config.%s %g must be > 0",
+                  where, key, x);
 }
 
 int tsr_lr_schedule_parse(json_t *v, const char *where, tsr_lr_schedule *s,
@@ -153,8 +112,8 @@ int tsr_lr_schedule_parse(json_t *v, const char *where, tsr_lr_schedule *s,
     s->kind = TSR_LR_CONSTANT;
     s->initial = json_number_value(v);
     if (!(s->initial > 0) || !isfinite(s->initial))
-      return of_fail(err, errlen, TSR_ECONFIG, "%s %g must be > 0", where,
-                     s->initial);
+      return tsr_errf(err, errlen, TSR_ECONFIG, "%s %g must be > 0", where,
+                      s->initial);
     return 0;
   }
   const char *cls = json_is_object(v)
@@ -162,21 +121,21 @@ int tsr_lr_schedule_parse(json_t *v, const char *where, tsr_lr_schedule *s,
                         : NULL;
   json_t *cfg = json_is_object(v) ? json_object_get(v, "config") : NULL;
   if (!cls || !json_is_object(cfg))
-    return of_fail(err, errlen, TSR_ECONFIG,
-                   "%s must be a number or a Keras schedule "
-                   "{\"class_name\": \"ExponentialDecay\", \"config\": {...}}",
-                   where);
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "%s must be a number or a Keras schedule "
+                    "{\"class_name\": \"ExponentialDecay\", \"config\": {...}}",
+                    where);
   static const char *const wrap[] = {"class_name", "config", "module",
                                      "registered_name", NULL};
-  int rc = check_keys(v, where, wrap, NULL, err, errlen);
+  int rc = tsr_conf_check_keys(v, where, wrap, NULL, err, errlen);
   if (rc) return rc;
   int kind = -1;
   for (int i = 1; i <= TSR_LR_INVERSE_TIME; i++)
     if (!strcmp(cls, lr_names[i])) kind = i;
   if (kind < 0)
-    return of_fail(err, errlen, TSR_EUNSUPPORTED,
-                   "%s: schedule '%s' is not supported (supported: %s)",
-                   where, cls, LR_SUPPORTED);
+    return tsr_errf(err, errlen, TSR_EUNSUPPORTED,
+                    "%s: schedule '%s' is not supported (supported: %s)",
+                    where, cls, LR_SUPPORTED);
   s->kind = (tsr_lr_kind)kind;
   char w[160];
   snprintf(w, sizeof w, "%s.config", where);
@@ -194,7 +153,8 @@ int tsr_lr_schedule_parse(json_t *v, const char *where, tsr_lr_schedule *s,
                                        "decay_steps", "end_learning_rate",
                                        "power", "cycle", NULL};
   const char *const *keys[] = {NULL, k_exp, k_pw, k_cos, k_cr, k_poly, k_exp};
-  if ((rc = check_keys(cfg, w, keys[kind], NULL, err, errlen))) return rc;
+  if ((rc = tsr_conf_check_keys(cfg, w, keys[kind], NULL, err, errlen)))
+    return rc;
   s->t_mul = 2.0;
   s->m_mul = 1.0;
   s->end_lr = 0.0001;
@@ -203,34 +163,34 @@ int tsr_lr_schedule_parse(json_t *v, const char *where, tsr_lr_schedule *s,
     json_t *b = json_object_get(cfg, "boundaries");
     json_t *vals = json_object_get(cfg, "values");
     if (!json_is_array(b) || !json_is_array(vals))
-      return of_fail(err, errlen, TSR_ECONFIG,
-                     "%s: boundaries and values must be lists", w);
+      return tsr_errf(err, errlen, TSR_ECONFIG,
+                      "%s: boundaries and values must be lists", w);
     size_t nb = json_array_size(b);
     if (nb > TSR_LR_MAX_BOUNDARIES)
-      return of_fail(err, errlen, TSR_ERANGE,
-                     "%s.boundaries: %zu boundaries, at most %d", w, nb,
-                     TSR_LR_MAX_BOUNDARIES);
+      return tsr_errf(err, errlen, TSR_ERANGE,
+                      "%s.boundaries: %zu boundaries, at most %d", w, nb,
+                      TSR_LR_MAX_BOUNDARIES);
     if (json_array_size(vals) != nb + 1)
-      return of_fail(err, errlen, TSR_ECONFIG,
-                     "%s: values must have one more entry than boundaries "
-                     "(%zu values, %zu boundaries)", w,
-                     json_array_size(vals), nb);
+      return tsr_errf(err, errlen, TSR_ECONFIG,
+                      "%s: values must have one more entry than boundaries "
+                      "(%zu values, %zu boundaries)", w,
+                      json_array_size(vals), nb);
     for (size_t i = 0; i <= nb; i++) {
       json_t *x = json_array_get(vals, i);
       if (!json_is_number(x) || !(json_number_value(x) >= 0))
-        return of_fail(err, errlen, TSR_ECONFIG,
-                       "%s.values[%zu] must be a number >= 0", w, i);
+        return tsr_errf(err, errlen, TSR_ECONFIG,
+                        "%s.values[%zu] must be a number >= 0", w, i);
       s->values[i] = json_number_value(x);
       if (i == nb) break;
       x = json_array_get(b, i);
       if (!json_is_number(x))
-        return of_fail(err, errlen, TSR_ECONFIG,
-                       "%s.boundaries[%zu] must be a number", w, i);
+        return tsr_errf(err, errlen, TSR_ECONFIG,
+                        "%s.boundaries[%zu] must be a number", w, i);
       s->boundaries[i] = json_number_value(x);
       if (i > 0 && !(s->boundaries[i] > s->boundaries[i - 1]))
-        return of_fail(err, errlen, TSR_ECONFIG,
-                       "%s.boundaries must increase (%g after %g)", w,
-                       s->boundaries[i], s->boundaries[i - 1]);
+        return tsr_errf(err, errlen, TSR_ECONFIG,
+                        "%s.boundaries must increase (%g after %g)", w,
+                        s->boundaries[i], s->boundaries[i - 1]);
     }
     s->n_boundaries = (int)nb;
     s->initial = s->values[0];
@@ -256,27 +216,27 @@ int tsr_lr_schedule_parse(json_t *v, const char *where, tsr_lr_schedule *s,
       (rc = get_bool(cfg, w, "cycle", &s->cycle, err, errlen)))
     return rc;
   if (!json_object_get(cfg, "initial_learning_rate"))
-    return of_fail(err, errlen, TSR_ECONFIG,
-                   "%s.initial_learning_rate is required", w);
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "%s.initial_learning_rate is required", w);
   if (!(s->initial > 0))
-    return of_fail(err, errlen, TSR_ECONFIG,
-                   "%s.initial_learning_rate %g must be > 0", w, s->initial);
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "%s.initial_learning_rate %g must be > 0", w, s->initial);
   const char *dk =
       s->kind == TSR_LR_COSINE_RESTARTS ? "first_decay_steps" : "decay_steps";
   if ((rc = need_pos(s->decay_steps, where, dk, err, errlen))) return rc;
   if ((s->kind == TSR_LR_EXPONENTIAL || s->kind == TSR_LR_INVERSE_TIME) &&
       !json_object_get(cfg, "decay_rate"))
-    return of_fail(err, errlen, TSR_ECONFIG, "%s.decay_rate is required", w);
+    return tsr_errf(err, errlen, TSR_ECONFIG, "%s.decay_rate is required", w);
   if (s->decay_rate < 0 || s->alpha < 0 || s->alpha > 1 ||
       s->warmup_steps < 0 || s->end_lr < 0 || s->t_mul <= 0 ||
       s->m_mul < 0 || s->power < 0)
-    return of_fail(err, errlen, TSR_ECONFIG,
-                   "%s: decay_rate, alpha (at most 1), warmup_steps, "
-                   "end_learning_rate, m_mul and power must be >= 0, t_mul "
-                   "> 0", w);
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "%s: decay_rate, alpha (at most 1), warmup_steps, "
+                    "end_learning_rate, m_mul and power must be >= 0, t_mul "
+                    "> 0", w);
   if (s->warmup && !(s->warmup_target > 0))
-    return of_fail(err, errlen, TSR_ECONFIG,
-                   "%s.warmup_target %g must be > 0", w, s->warmup_target);
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "%s.warmup_target %g must be > 0", w, s->warmup_target);
   return 0;
 }
 
@@ -370,9 +330,9 @@ static int inactive(json_t *o, const char *key, const char *why, char *err,
       json_integer_value(v) <= 1)
     return 0;
   char *d = json_dumps(v, JSON_ENCODE_ANY | JSON_REAL_PRECISION(6));
-  int rc = of_fail(err, errlen, TSR_EUNSUPPORTED,
-                   "optimizer.%s = %s is not supported (%s)", key,
-                   d ? d : "?", why);
+  int rc = tsr_errf(err, errlen, TSR_EUNSUPPORTED,
+                    "optimizer.%s = %s is not supported (%s)", key,
+                    d ? d : "?", why);
   free(d);
   return rc;
 }
@@ -389,31 +349,31 @@ int tsr_optim_parse(json_t *v, tsr_optim_spec *out, char *err,
      * anything, so the class decides */
     static const char *const wrap[] = {"class_name", "config", "module",
                                        "registered_name", NULL};
-    int rc = check_keys(v, "optimizer", wrap, NULL, err, errlen);
+    int rc = tsr_conf_check_keys(v, "optimizer", wrap, NULL, err, errlen);
     if (rc) return rc;
     name = json_string_value(json_object_get(v, "class_name"));
     cfg = json_object_get(v, "config");
     if (!name || (cfg && !json_is_object(cfg) && !json_is_null(cfg)))
-      return of_fail(err, errlen, TSR_ECONFIG,
-                     "optimizer: class_name must be a string and config an "
-                     "object");
+      return tsr_errf(err, errlen, TSR_ECONFIG,
+                      "optimizer: class_name must be a string and config an "
+                      "object");
   } else if (json_is_object(v) &&
              json_is_string(json_object_get(v, "name"))) {
     name = json_string_value(json_object_get(v, "name"));
     cfg = v;
   } else {
-    return of_fail(err, errlen, TSR_ECONFIG,
-                   "optimizer must be a name (\"adam\"), an object with "
-                   "\"name\", or Keras's serialized {\"class_name\", "
-                   "\"config\"}");
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "optimizer must be a name (\"adam\"), an object with "
+                    "\"name\", or Keras's serialized {\"class_name\", "
+                    "\"config\"}");
   }
   int kind = tsr_optim_kind_parse(name);
   /* the rule of non-trainable statistics is the PS's, not a job's */
   if (kind == TSR_OPT_MOVING_AVERAGE) kind = -1;
   if (kind < 0)
-    return of_fail(err, errlen, TSR_EUNSUPPORTED,
-                   "optimizer \"%s\" is not supported (supported: %s)", name,
-                   OPT_SUPPORTED);
+    return tsr_errf(err, errlen, TSR_EUNSUPPORTED,
+                    "optimizer \"%s\" is not supported (supported: %s)", name,
+                    OPT_SUPPORTED);
   tsr_optim_defaults((tsr_opt_kind)kind, out);
   if (!json_is_object(cfg)) return 0;
   static const char *const k_sgd[] = {"momentum", "nesterov", NULL};
@@ -432,7 +392,7 @@ int tsr_optim_parse(json_t *v, tsr_optim_spec *out, char *err,
   const char *const *own[TSR_OPT__COUNT] = {
       k_sgd, k_adagrad, k_rms, k_adam, k_ftrl, k_adam, k_adamax, k_adamax};
   const char *w = "optimizer";
-  int rc = check_keys(cfg, w, base_keys, own[kind], err, errlen);
+  int rc = tsr_conf_check_keys(cfg, w, base_keys, own[kind], err, errlen);
   if (rc) return rc;
   if ((rc = inactive(cfg, "use_ema", "no moving average of the weights is "
                      "kept", err, errlen)) ||
@@ -481,14 +441,14 @@ int tsr_optim_parse(json_t *v, tsr_optim_spec *out, char *err,
       (rc = get_num(cfg, w, "decay", &decay, err, errlen)))
     return rc;
   if (decay < 0)
-    return of_fail(err, errlen, TSR_ECONFIG, "optimizer.decay %g must be >= 0",
-                   decay);
+    return tsr_errf(err, errlen, TSR_ECONFIG, "optimizer.decay %g must be >= 0",
+                    decay);
   if (decay > 0) {
     /* the legacy optimizers' time decay: lr / (1 + decay * iterations) */
     if (out->schedule.kind != TSR_LR_CONSTANT)
-      return of_fail(err, errlen, TSR_ECONFIG,
-                     "optimizer: decay and a learning-rate schedule cannot "
-                     "both be given");
+      return tsr_errf(err, errlen, TSR_ECONFIG,
+                      "optimizer: decay and a learning-rate schedule cannot "
+                      "both be given");
     tsr_lr_schedule *s = &out->schedule;
     s->kind = TSR_LR_INVERSE_TIME;
     s->initial = out->learning_rate;
@@ -496,47 +456,47 @@ int tsr_optim_parse(json_t *v, tsr_optim_spec *out, char *err,
     s->decay_rate = decay;
   }
   if (!(out->learning_rate > 0))
-    return of_fail(err, errlen, TSR_ECONFIG,
-                   "optimizer.learning_rate %g must be > 0",
-                   out->learning_rate);
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "optimizer.learning_rate %g must be > 0",
+                    out->learning_rate);
   if (out->momentum < 0 || out->momentum >= 1)
-    return of_fail(err, errlen, TSR_ECONFIG,
-                   "optimizer.momentum %g must be in [0, 1)", out->momentum);
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "optimizer.momentum %g must be in [0, 1)", out->momentum);
   if (out->beta_1 < 0 || out->beta_1 >= 1 || out->beta_2 < 0 ||
       out->beta_2 >= 1)
-    return of_fail(err, errlen, TSR_ECONFIG,
-                   "optimizer.beta_1/beta_2 must be in [0, 1)");
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "optimizer.beta_1/beta_2 must be in [0, 1)");
   if (out->rho < 0 || out->rho >= 1)
-    return of_fail(err, errlen, TSR_ECONFIG,
-                   "optimizer.rho %g must be in [0, 1)", out->rho);
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "optimizer.rho %g must be in [0, 1)", out->rho);
   if (out->epsilon < 0)
-    return of_fail(err, errlen, TSR_ECONFIG,
-                   "optimizer.epsilon %g must be >= 0", out->epsilon);
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "optimizer.epsilon %g must be >= 0", out->epsilon);
   if (out->initial_accumulator_value < 0)
-    return of_fail(err, errlen, TSR_ECONFIG,
-                   "optimizer.initial_accumulator_value %g must be >= 0",
-                   out->initial_accumulator_value);
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "optimizer.initial_accumulator_value %g must be >= 0",
+                    out->initial_accumulator_value);
   if (out->learning_rate_power > 0)
-    return of_fail(err, errlen, TSR_ECONFIG,
-                   "optimizer.learning_rate_power %g must be <= 0",
-                   out->learning_rate_power);
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "optimizer.learning_rate_power %g must be <= 0",
+                    out->learning_rate_power);
   if (out->l1 < 0 || out->l2 < 0 || out->l2_shrinkage < 0)
-    return of_fail(err, errlen, TSR_ECONFIG,
-                   "optimizer: regularization strengths must be >= 0");
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "optimizer: regularization strengths must be >= 0");
   if (out->weight_decay < 0 || out->clipnorm < 0 ||
       out->global_clipnorm < 0 || out->clipvalue < 0)
-    return of_fail(err, errlen, TSR_ECONFIG,
-                   "optimizer: weight_decay, clipnorm, global_clipnorm and "
-                   "clipvalue must be >= 0");
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "optimizer: weight_decay, clipnorm, global_clipnorm and "
+                    "clipvalue must be >= 0");
   int nclip = (out->clipnorm > 0) + (out->global_clipnorm > 0) +
               (out->clipvalue > 0);
   if (nclip > 1)
-    return of_fail(err, errlen, TSR_ECONFIG,
-                   "optimizer: only one of clipnorm, clipvalue and "
-                   "global_clipnorm can be set (as in Keras)");
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "optimizer: only one of clipnorm, clipvalue and "
+                    "global_clipnorm can be set (as in Keras)");
   if (out->weight_decay > 0 && kind == TSR_OPT_FTRL)
-    return of_fail(err, errlen, TSR_EUNSUPPORTED,
-                   "optimizer.weight_decay is not supported with ftrl (use "
-                   "its l2_regularization_strength)");
+    return tsr_errf(err, errlen, TSR_EUNSUPPORTED,
+                    "optimizer.weight_decay is not supported with ftrl (use "
+                    "its l2_regularization_strength)");
   return 0;
 }

@@ -8,18 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int tsr__pfail(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int tsr__pfail(char *err, size_t errlen, const char *fmt, ...) {
-  if (err && errlen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return TSR_EINVAL;
-}
-
 void tsr_partitioner_default(tsr_partitioner *p) {
   p->kind = TSR_PART_MIN_SIZE;
   p->placement = TSR_PLACE_BALANCED;
@@ -34,32 +22,34 @@ int tsr_partitioner_check(const tsr_partitioner *p, char *err,
   switch (p->kind) {
     case TSR_PART_FIXED:
       if (p->num_shards <= 0)
-        return tsr__pfail(err, errlen,
-                          "partitioner.num_shards %lld must be > 0",
-                          (long long)p->num_shards);
+        return tsr_errf(err, errlen, TSR_EINVAL,
+                        "partitioner.num_shards %lld must be > 0",
+                        (long long)p->num_shards);
       return 0;
     case TSR_PART_MIN_SIZE:
       if (p->min_shard_bytes <= 0)
-        return tsr__pfail(err, errlen,
-                          "partitioner.min_shard_bytes %lld must be > 0",
-                          (long long)p->min_shard_bytes);
+        return tsr_errf(err, errlen, TSR_EINVAL,
+                        "partitioner.min_shard_bytes %lld must be > 0",
+                        (long long)p->min_shard_bytes);
       if (p->max_shards < 0)
-        return tsr__pfail(err, errlen, "partitioner.max_shards %lld must be > 0 "
-                          "(or 0 for one shard per PS at most)",
-                          (long long)p->max_shards);
+        return tsr_errf(err, errlen, TSR_EINVAL,
+                        "partitioner.max_shards %lld must be > 0 "
+                        "(or 0 for one shard per PS at most)",
+                        (long long)p->max_shards);
       return 0;
     case TSR_PART_MAX_SIZE:
       if (p->max_shard_bytes <= 0)
-        return tsr__pfail(err, errlen,
-                          "partitioner.max_shard_bytes %lld must be > 0",
-                          (long long)p->max_shard_bytes);
+        return tsr_errf(err, errlen, TSR_EINVAL,
+                        "partitioner.max_shard_bytes %lld must be > 0",
+                        (long long)p->max_shard_bytes);
       if (p->max_shards < 0)
-        return tsr__pfail(err, errlen,
-                          "partitioner.max_shards %lld must be > 0 (or 0 for "
-                          "no cap)", (long long)p->max_shards);
+        return tsr_errf(err, errlen, TSR_EINVAL,
+                        "partitioner.max_shards %lld must be > 0 (or 0 for "
+                        "no cap)", (long long)p->max_shards);
       return 0;
   }
-  return tsr__pfail(err, errlen, "unknown partitioner kind %d", (int)p->kind);
+  return tsr_errf(err, errlen, TSR_EINVAL, "unknown partitioner kind %d",
+                  (int)p->kind);
 }
 
 int tsr_partition_count(const tsr_partitioner *p, const tsr_var_shape *v,
@@ -68,22 +58,23 @@ int tsr_partition_count(const tsr_partitioner *p, const tsr_var_shape *v,
   int rc = tsr_partitioner_check(p, err, errlen);
   if (rc) return rc;
   if (v->rank < 0 || v->rank > TSR_MAX_RANK)
-    return tsr__pfail(err, errlen, "%s: rank %d out of range 0..%d", name,
-                      v->rank, TSR_MAX_RANK);
+    return tsr_errf(err, errlen, TSR_EINVAL, "%s: rank %d out of range 0..%d",
+                    name, v->rank, TSR_MAX_RANK);
   if (v->elem_size == 0)
-    return tsr__pfail(err, errlen, "%s: element size is 0", name);
+    return tsr_errf(err, errlen, TSR_EINVAL, "%s: element size is 0", name);
   int64_t numel = 1;
   for (int i = 0; i < v->rank; i++) {
     if (v->shape[i] <= 0)
-      return tsr__pfail(err, errlen, "%s: dimension %d is %lld; every "
-                        "dimension must be > 0", name, i,
-                        (long long)v->shape[i]);
+      return tsr_errf(err, errlen, TSR_EINVAL,
+                      "%s: dimension %d is %lld; every "
+                      "dimension must be > 0", name, i, (long long)v->shape[i]);
     if (__builtin_mul_overflow(numel, v->shape[i], &numel))
-      return tsr__pfail(err, errlen, "%s: element count overflows", name);
+      return tsr_errf(err, errlen, TSR_EINVAL, "%s: element count overflows",
+                      name);
   }
   int64_t bytes;
   if (__builtin_mul_overflow(numel, (int64_t)v->elem_size, &bytes))
-    return tsr__pfail(err, errlen, "%s: byte size overflows", name);
+    return tsr_errf(err, errlen, TSR_EINVAL, "%s: byte size overflows", name);
   if (v->rank == 0) {
     *n = 1;
     return 0;
@@ -112,7 +103,7 @@ int tsr_partition_count(const tsr_partitioner *p, const tsr_var_shape *v,
       break;
     }
     default:
-      return tsr__pfail(err, errlen, "unknown partitioner");
+      return tsr_errf(err, errlen, TSR_EINVAL, "unknown partitioner");
   }
   *n = k;
   return 0;
@@ -156,8 +147,9 @@ int tsr_placement_parse(const char *s, tsr_placement *out, char *err,
     *out = TSR_PLACE_ROUND_ROBIN;
     return 0;
   }
-  return tsr__pfail(err, errlen, "placement \"%s\" is not \"balanced\" or "
-                    "\"round_robin\"", s);
+  return tsr_errf(err, errlen, TSR_EINVAL,
+                  "placement \"%s\" is not \"balanced\" or " "\"round_robin\"",
+                  s);
 }
 
 const char *tsr_placement_name(tsr_placement p) {
@@ -209,7 +201,7 @@ int tsr_partition_plan(const tsr_partitioner *p_in, const tsr_var_shape *vars,
   *out = NULL;
   *n_out = 0;
   if (n_ps <= 0)
-    return tsr__pfail(err, errlen, "number of ps %d must be > 0", n_ps);
+    return tsr_errf(err, errlen, TSR_EINVAL, "number of ps %d must be > 0", n_ps);
   tsr_partitioner pp = *p_in, *p = &pp;
   if (p->kind == TSR_PART_MIN_SIZE && p->max_shards == 0)
     p->max_shards = n_ps;
@@ -224,9 +216,9 @@ int tsr_partition_plan(const tsr_partitioner *p_in, const tsr_var_shape *vars,
     }
     if (vars[i].slots < 0 || vars[i].slots > 16) {
       free(counts);
-      return tsr__pfail(err, errlen, "%s: %d optimizer slots out of range "
-                        "0..16", vars[i].name ? vars[i].name : "variable",
-                        vars[i].slots);
+      return tsr_errf(err, errlen, TSR_EINVAL,
+                      "%s: %d optimizer slots out of range " "0..16",
+                      vars[i].name ? vars[i].name : "variable", vars[i].slots);
     }
     total += (size_t)counts[i];
   }

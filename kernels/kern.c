@@ -39,14 +39,6 @@ static pthread_once_t kern__auto_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t kern__mod_lock = PTHREAD_MUTEX_INITIALIZER;
 static const kern__module *kern__mod;
 
-static void kern__errf(char *err, size_t len, const char *fmt, ...) {
-  if (!err || !len) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, len, fmt, ap);
-  va_end(ap);
-}
-
 int kern_module_path(char *buf, size_t len) {
   const char *env = getenv("TESSERA_MODULE_DIR");
   const char *dirs[3];
@@ -77,8 +69,8 @@ static int kern__load(const kern_opts *o, int *count, char *why, size_t len) {
   /* the cheap check spares CPU machines the module's load time; an explicit
    * GPU request always asks the CUDA runtime */
   if (!o->force_module && o->device != KERN_DEVICE_GPU && !kern__dev_nodes()) {
-    kern__errf(why, len, "no NVIDIA device node (/dev/nvidia*) on this machine");
-    return TSR_ENODEVICE;
+    return tsr_errf(why, len, TSR_ENODEVICE,
+                    "no NVIDIA device node (/dev/nvidia*) on this machine");
   }
   pthread_mutex_lock(&kern__mod_lock);
   int rc = 0;
@@ -87,25 +79,23 @@ static int kern__load(const kern_opts *o, int *count, char *why, size_t len) {
     if (o->module_path) {
       snprintf(path, sizeof path, "%s", o->module_path);
     } else if (kern_module_path(path, sizeof path)) {
-      kern__errf(why, len, "the CUDA module %s is not installed (this build "
-                 "has no GPU backend, or it was built without -Dgpu)", path);
-      rc = TSR_ENODEVICE;
+      rc = tsr_errf(why, len, TSR_ENODEVICE, "the CUDA module %s is not "
+                    "installed (this build has no GPU backend, or it was "
+                    "built without -Dgpu)", path);
       goto out;
     }
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
-      kern__errf(why, len, "cannot load the CUDA module %s: %s", path,
-                 dlerror());
-      rc = TSR_ENODEVICE;
+      rc = tsr_errf(why, len, TSR_ENODEVICE,
+                    "cannot load the CUDA module %s: %s", path, dlerror());
       goto out;
     }
     const kern__module *m = (const kern__module *)dlsym(h, KERN__MODULE_SYMBOL);
     if (!m || m->abi != KERN__ABI) {
-      kern__errf(why, len, "%s: %s", path,
-                 m ? "module ABI version differs from this binary"
-                   : "not a tessera CUDA module (symbol missing)");
+      rc = tsr_errf(why, len, TSR_ENODEVICE, "%s: %s", path,
+                    m ? "module ABI version differs from this binary"
+                      : "not a tessera CUDA module (symbol missing)");
       dlclose(h);
-      rc = TSR_ENODEVICE;
       goto out;
     }
     kern__mod = m;
@@ -114,7 +104,7 @@ static int kern__load(const kern_opts *o, int *count, char *why, size_t len) {
   rc = kern__mod->device_count(count, why, len);
   if (rc == 0 && *count == 0) {
     if (why && len && !why[0])
-      kern__errf(why, len, "the CUDA runtime sees no GPU");
+      tsr_errf(why, len, 0, "the CUDA runtime sees no GPU");
     rc = TSR_ENODEVICE;
   }
 out:
@@ -183,8 +173,8 @@ int kern_open(const kern_opts *opts, kern_ctx **out, char *err,
     if (!why[0]) snprintf(why, sizeof why, "%s", tsr_strerror(rc));
   }
   if (o->device == KERN_DEVICE_GPU) {
-    kern__errf(err, errlen, "--device gpu: no usable GPU: %s", why);
-    return TSR_ENODEVICE;
+    return tsr_errf(err, errlen, TSR_ENODEVICE,
+                    "--device gpu: no usable GPU: %s", why);
   }
   kern__auto_cpu(why);
   return kern__open_on(&kern__cpu_ops, 0, o, out, err, errlen);
@@ -263,7 +253,7 @@ static int kern__refuse(kern_ctx *c, int rc, const char *fmt, ...)
 static int kern__refuse(kern_ctx *c, int rc, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(c->msg, sizeof c->msg, fmt, ap);
+  tsr_verrf(c->msg, sizeof c->msg, rc, fmt, ap);
   va_end(ap);
   return rc;
 }

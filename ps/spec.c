@@ -13,16 +13,6 @@
 #include <string.h>
 #include <strings.h>
 
-static int sp_fail(char *err, size_t errlen, int rc, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int sp_fail(char *err, size_t errlen, int rc, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  return rc;
-}
-
 int ps_var_spec_init(ps_var_spec *s, const char *name, int rank,
                      const int64_t *shape, int shard, int num_shards,
                      const char *init, uint64_t seed,
@@ -75,8 +65,8 @@ static int sp_schedule(const Tessera__Ps__LrSchedule *p, const char *var,
   for (int i = 1; i <= TSR_LR_INVERSE_TIME; i++)
     if (!strcmp(p->kind, tsr_lr_schedule_name((tsr_lr_kind)i))) kind = i;
   if (kind < 0)
-    return sp_fail(err, errlen, TSR_EINVAL, "%s: unknown learning-rate "
-                   "schedule \"%s\"", var, p->kind);
+    return tsr_errf(err, errlen, TSR_EINVAL, "%s: unknown learning-rate "
+                    "schedule \"%s\"", var, p->kind);
   s->kind = (tsr_lr_kind)kind;
   s->initial = p->initial;
   s->decay_steps = p->decay_steps;
@@ -94,18 +84,18 @@ static int sp_schedule(const Tessera__Ps__LrSchedule *p, const char *var,
   if (s->kind == TSR_LR_PIECEWISE) {
     if (p->n_boundaries > TSR_LR_MAX_BOUNDARIES ||
         p->n_values != p->n_boundaries + 1)
-      return sp_fail(err, errlen, TSR_EINVAL, "%s: piecewise schedule with "
-                     "%zu boundaries and %zu values (at most %d boundaries, "
-                     "one value more)", var, p->n_boundaries, p->n_values,
-                     TSR_LR_MAX_BOUNDARIES);
+      return tsr_errf(err, errlen, TSR_EINVAL, "%s: piecewise schedule with "
+                      "%zu boundaries and %zu values (at most %d boundaries, "
+                      "one value more)", var, p->n_boundaries, p->n_values,
+                      TSR_LR_MAX_BOUNDARIES);
     s->n_boundaries = (int)p->n_boundaries;
     for (size_t i = 0; i < p->n_boundaries; i++)
       s->boundaries[i] = p->boundaries[i];
     for (size_t i = 0; i < p->n_values; i++) s->values[i] = p->values[i];
   } else if (!(s->decay_steps > 0) || !(s->initial > 0) ||
              (s->kind == TSR_LR_COSINE_RESTARTS && !(s->t_mul > 0))) {
-    return sp_fail(err, errlen, TSR_EINVAL, "%s: %s needs decay_steps > 0 "
-                   "and initial > 0", var, p->kind);
+    return tsr_errf(err, errlen, TSR_EINVAL, "%s: %s needs decay_steps > 0 "
+                    "and initial > 0", var, p->kind);
   }
   return 0;
 }
@@ -139,17 +129,17 @@ int ps__spec_from_proto(const Tessera__Ps__VarSpec *v, ps_var_spec *s,
                         char *err, size_t errlen) {
   memset(s, 0, sizeof *s);
   if (!v->name || !v->name[0])
-    return sp_fail(err, errlen, TSR_EINVAL, "create: a variable has no name");
+    return tsr_errf(err, errlen, TSR_EINVAL, "create: a variable has no name");
   if (strlen(v->name) >= PS_NAME_MAX)
-    return sp_fail(err, errlen, TSR_EINVAL, "create: name \"%.40s...\" is "
-                   "longer than %d bytes", v->name, PS_NAME_MAX - 1);
+    return tsr_errf(err, errlen, TSR_EINVAL, "create: name \"%.40s...\" is "
+                    "longer than %d bytes", v->name, PS_NAME_MAX - 1);
   snprintf(s->name, sizeof s->name, "%s", v->name);
   if (v->n_shape > PS_MAX_RANK)
-    return sp_fail(err, errlen, TSR_EINVAL, "%s: rank %zu over %d", v->name,
-                   v->n_shape, PS_MAX_RANK);
+    return tsr_errf(err, errlen, TSR_EINVAL, "%s: rank %zu over %d", v->name,
+                    v->n_shape, PS_MAX_RANK);
   if (v->dtype && v->dtype[0] && strcmp(v->dtype, "float32"))
-    return sp_fail(err, errlen, TSR_EDTYPE, "%s: dtype \"%s\": variables are "
-                   "held as float32", v->name, v->dtype);
+    return tsr_errf(err, errlen, TSR_EDTYPE, "%s: dtype \"%s\": variables are "
+                    "held as float32", v->name, v->dtype);
   s->rank = (int)v->n_shape;
   for (size_t i = 0; i < v->n_shape; i++) s->shape[i] = v->shape[i];
   s->sparse = v->sparse;
@@ -161,8 +151,8 @@ int ps__spec_from_proto(const Tessera__Ps__VarSpec *v, ps_var_spec *s,
   s->seed = v->seed;
   if (v->init_path && v->init_path[0]) {
     if (strlen(v->init_path) >= sizeof s->init_path)
-      return sp_fail(err, errlen, TSR_EINVAL, "%s: init_path longer than %zu "
-                     "bytes", v->name, sizeof s->init_path - 1);
+      return tsr_errf(err, errlen, TSR_EINVAL, "%s: init_path longer than %zu "
+                      "bytes", v->name, sizeof s->init_path - 1);
     snprintf(s->init_path, sizeof s->init_path, "%s", v->init_path);
   }
   if (!s->sparse && s->rank == 0 && s->rows == 0) s->rows = 1;
@@ -170,8 +160,8 @@ int ps__spec_from_proto(const Tessera__Ps__VarSpec *v, ps_var_spec *s,
                           ? v->init->name
                           : (s->sparse ? "random_uniform" : "glorot_uniform");
   if (kern_init_parse(iname, &s->init))
-    return sp_fail(err, errlen, TSR_EINVAL, "%s: unknown initializer \"%s\"",
-                   v->name, iname);
+    return tsr_errf(err, errlen, TSR_EINVAL, "%s: unknown initializer \"%s\"",
+                    v->name, iname);
   if (v->init) {
     if (v->init->a != 0 || v->init->b != 0) {
       s->init.a = v->init->a;
@@ -182,9 +172,9 @@ int ps__spec_from_proto(const Tessera__Ps__VarSpec *v, ps_var_spec *s,
   }
   const Tessera__Ps__Optimizer *o = v->optimizer;
   if (!o || !o->name || sp_optim_kind(o->name, &s->optim.kind))
-    return sp_fail(err, errlen, TSR_EINVAL, "%s: unknown optimizer \"%s\" "
-                   "(sgd, adagrad, rmsprop, adam, adamw, nadam, adamax, "
-                   "ftrl)", v->name, o && o->name ? o->name : "");
+    return tsr_errf(err, errlen, TSR_EINVAL, "%s: unknown optimizer \"%s\" "
+                    "(sgd, adagrad, rmsprop, adam, adamw, nadam, adamax, "
+                    "ftrl)", v->name, o && o->name ? o->name : "");
   s->optim.learning_rate = o->learning_rate;
   s->optim.momentum = o->momentum;
   s->optim.nesterov = o->nesterov;
@@ -209,11 +199,11 @@ int ps__spec_from_proto(const Tessera__Ps__VarSpec *v, ps_var_spec *s,
     s->optim.schedule.initial = s->optim.learning_rate;
   if (!(s->optim.weight_decay >= 0) || !(s->optim.clipvalue >= 0) ||
       !(s->optim.clipnorm >= 0) || !(s->optim.global_clipnorm >= 0))
-    return sp_fail(err, errlen, TSR_EINVAL, "%s: weight_decay and clipping "
-                   "values must be >= 0", v->name);
+    return tsr_errf(err, errlen, TSR_EINVAL, "%s: weight_decay and clipping "
+                    "values must be >= 0", v->name);
   if (s->optim.momentum < 0 || s->optim.momentum >= 1)
-    return sp_fail(err, errlen, TSR_EINVAL, "%s: momentum %g not in [0, 1)",
-                   v->name, s->optim.momentum);
+    return tsr_errf(err, errlen, TSR_EINVAL, "%s: momentum %g not in [0, 1)",
+                    v->name, s->optim.momentum);
   return 0;
 }
 

@@ -26,18 +26,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int ps__fail(char *err, size_t errlen, int rc, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int ps__fail(char *err, size_t errlen, int rc, const char *fmt, ...) {
-  if (err && errlen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return rc;
-}
-
 size_t ps__dtype_size(int dt) {
   switch (dt) {
     case PS_DT_F32: return 4;
@@ -86,33 +74,33 @@ int ps__spec_owns_id(const ps_var_spec *s, int64_t id) {
 
 static int ps__spec_check(const ps_var_spec *s, char *err, size_t errlen) {
   if (!s->name[0])
-    return ps__fail(err, errlen, TSR_EINVAL, "variable name is empty");
+    return tsr_errf(err, errlen, TSR_EINVAL, "variable name is empty");
   if (s->rank < 0 || s->rank > PS_MAX_RANK)
-    return ps__fail(err, errlen, TSR_EINVAL, "%s: rank %d out of [0, %d]",
+    return tsr_errf(err, errlen, TSR_EINVAL, "%s: rank %d out of [0, %d]",
                     s->name, s->rank, PS_MAX_RANK);
   for (int i = 0; i < s->rank; i++)
     if (s->shape[i] <= 0)
-      return ps__fail(err, errlen, TSR_EINVAL,
+      return tsr_errf(err, errlen, TSR_EINVAL,
                       "%s: shape[%d] = %" PRId64 " must be > 0", s->name, i,
                       s->shape[i]);
   if (s->num_shards < 1 || s->shard < 0 || s->shard >= s->num_shards)
-    return ps__fail(err, errlen, TSR_EINVAL, "%s: shard %d of %d is invalid",
+    return tsr_errf(err, errlen, TSR_EINVAL, "%s: shard %d of %d is invalid",
                     s->name, s->shard, s->num_shards);
   int64_t dim0 = s->rank ? s->shape[0] : 1;
   if (s->sparse && s->rank < 1)
-    return ps__fail(err, errlen, TSR_EINVAL,
+    return tsr_errf(err, errlen, TSR_EINVAL,
                     "%s: a sparse variable needs rank >= 1", s->name);
   if (!s->sparse || s->bounded) {
     if (s->row0 < 0 || s->rows < 1 || s->row0 + s->rows > dim0)
-      return ps__fail(err, errlen, TSR_EINVAL,
+      return tsr_errf(err, errlen, TSR_EINVAL,
                       "%s: rows [%" PRId64 ", %" PRId64 ") outside dim0 %" PRId64,
                       s->name, s->row0, s->row0 + s->rows, dim0);
   }
   if (!(s->optim.learning_rate > 0))
-    return ps__fail(err, errlen, TSR_EINVAL, "%s: learning_rate %g must be > 0",
+    return tsr_errf(err, errlen, TSR_EINVAL, "%s: learning_rate %g must be > 0",
                     s->name, s->optim.learning_rate);
   if ((unsigned)s->optim.kind >= TSR_OPT__COUNT)
-    return ps__fail(err, errlen, TSR_EINVAL, "%s: unknown optimizer %d",
+    return tsr_errf(err, errlen, TSR_EINVAL, "%s: unknown optimizer %d",
                     s->name, (int)s->optim.kind);
   return 0;
 }
@@ -160,7 +148,7 @@ int ps__shard_new(const ps_var_spec *spec, ps_mem *mem, ps_shard **out,
   size_t bytes = s->numel * sizeof(float) * (size_t)(1 + s->nslots);
   if ((rc = ps__mem_reserve(mem, bytes))) {
     free(s);
-    return ps__fail(err, errlen, rc,
+    return tsr_errf(err, errlen, rc,
                     "%s shard %d: %zu bytes would exceed the memory limit "
                     "(%zu of %zu bytes in use)", spec->name, spec->shard, bytes,
                     atomic_load(&mem->used), mem->limit);
@@ -175,7 +163,7 @@ int ps__shard_new(const ps_var_spec *spec, ps_mem *mem, ps_shard **out,
   }
   if (!ok) {
     ps__shard_free(s, mem);
-    return ps__fail(err, errlen, TSR_ENOMEM, "%s: out of memory", spec->name);
+    return tsr_errf(err, errlen, TSR_ENOMEM, "%s: out of memory", spec->name);
   }
   if (spec->init_path[0]) {
     /* the whole variable must be in the file */
@@ -186,7 +174,7 @@ int ps__shard_new(const ps_var_spec *spec, ps_mem *mem, ps_shard **out,
         (int64_t)st.st_size != numel * (int64_t)sizeof(float)) {
       int e = errno;
       ps__shard_free(s, mem);
-      return ps__fail(err, errlen, TSR_EINVAL,
+      return tsr_errf(err, errlen, TSR_EINVAL,
                       "%s: initial values %s: %s", spec->name,
                       spec->init_path,
                       e ? strerror(e) : "not the variable's size in float32");
@@ -195,7 +183,7 @@ int ps__shard_new(const ps_var_spec *spec, ps_mem *mem, ps_shard **out,
   rc = ps__init_fill(spec, (uint64_t)(spec->row0 * s->width), s->w, s->numel);
   if (rc) {
     ps__shard_free(s, mem);
-    return ps__fail(err, errlen, rc, "%s: cannot read initial values from "
+    return tsr_errf(err, errlen, rc, "%s: cannot read initial values from "
                     "%s", spec->name, spec->init_path);
   }
   kern_optim_init_slots(&spec->optim, s->slots, s->numel);
@@ -311,12 +299,12 @@ static int ps__check_ids(const ps_shard *s, const int64_t *ids, size_t n,
   for (size_t i = 0; i < n; i++)
     if (ps__spec_owns_id(&s->spec, ids[i])) {
       if (s->spec.bounded)
-        return ps__fail(err, errlen, TSR_ERANGE,
+        return tsr_errf(err, errlen, TSR_ERANGE,
                         "%s shard %d: row id %" PRId64 " (index %zu) is "
                         "outside its rows [%" PRId64 ", %" PRId64 ")",
                         s->spec.name, s->spec.shard, ids[i], i, s->spec.row0,
                         s->spec.row0 + s->spec.rows);
-      return ps__fail(err, errlen, TSR_ERANGE,
+      return tsr_errf(err, errlen, TSR_ERANGE,
                       "%s shard %d of %d: row id %" PRId64 " (index %zu) "
                       "belongs to another shard or is negative",
                       s->spec.name, s->spec.shard, s->spec.num_shards, ids[i], i);
@@ -332,7 +320,7 @@ static int ps__touch_rows(ps_shard *s, ps_mem *mem, const int64_t *ids,
     int created;
     int rc = ps__rows_insert(&s->rows, mem, ids[i], &recs[i], &created);
     if (rc)
-      return ps__fail(err, errlen, rc,
+      return tsr_errf(err, errlen, rc,
                       "%s shard %d: cannot create row %" PRId64 " (%zu rows "
                       "held, %zu of %zu bytes in use): %s", s->spec.name,
                       s->spec.shard, ids[i], s->rows.count,
@@ -397,7 +385,7 @@ int ps__shard_gather(ps_shard *s, ps_mem *mem, const int64_t *ids, size_t n,
       int created;
       rc = ps__rows_insert(&s->rows, mem, ids[i], &rec, &created);
       if (rc)
-        return ps__fail(err, errlen, rc,
+        return tsr_errf(err, errlen, rc,
                         "%s shard %d: cannot create row %" PRId64 " (%zu rows "
                         "held, %zu of %zu bytes in use): %s", s->spec.name,
                         s->spec.shard, ids[i], s->rows.count,
@@ -448,7 +436,7 @@ int ps__shard_accum_rows(ps_shard *s, ps_mem *mem, const int64_t *ids,
     float *rec;
     int created;
     if ((rc = ps__rows_insert(&s->acc_rows, mem, ids[i], &rec, &created)))
-      return ps__fail(err, errlen, rc, "%s: cannot hold the step's sum for "
+      return tsr_errf(err, errlen, rc, "%s: cannot hold the step's sum for "
                       "row %" PRId64 ": %s", s->spec.name, ids[i],
                       tsr_strerror(rc));
     for (size_t k = 0; k < W; k++) rec[k] += g[i * W + k];

@@ -44,15 +44,15 @@ static int decode_png(const uint8_t *p, size_t len, float *out, int64_t size,
   memset(&im, 0, sizeof im);
   im.version = PNG_IMAGE_VERSION;
   if (!png_image_begin_read_from_memory(&im, p, len))
-    return wk_input__fail(err, errlen, TSR_EFORMAT, "PNG: %s", im.message);
+    return tsr_errf(err, errlen, TSR_EFORMAT, "PNG: %s", im.message);
   int c = fit_channels(im.width, im.height, size);
   if (!c) {
     int64_t w = im.width, h = im.height;
     png_image_free(&im);
-    return wk_input__fail(err, errlen, TSR_ESHAPE,
-                          "a %lldx%lld PNG does not give %lld values (H*W "
-                          "gray or H*W*3 RGB)",
-                          (long long)h, (long long)w, (long long)size);
+    return tsr_errf(err, errlen, TSR_ESHAPE,
+                    "a %lldx%lld PNG does not give %lld values (H*W "
+                    "gray or H*W*3 RGB)",
+                    (long long)h, (long long)w, (long long)size);
   }
   im.format = c == 1 ? PNG_FORMAT_GRAY : PNG_FORMAT_RGB;
   uint8_t *px = malloc((size_t)size);
@@ -61,7 +61,7 @@ static int decode_png(const uint8_t *p, size_t len, float *out, int64_t size,
     return TSR_ENOMEM;
   }
   if (!png_image_finish_read(&im, NULL, px, 0, NULL)) {
-    int rc = wk_input__fail(err, errlen, TSR_EFORMAT, "PNG: %s", im.message);
+    int rc = tsr_errf(err, errlen, TSR_EFORMAT, "PNG: %s", im.message);
     free(px);
     png_image_free(&im);
     return rc;
@@ -99,7 +99,7 @@ static int decode_jpeg(const uint8_t *p, size_t len, float *out, int64_t size,
   jm.pub.error_exit = jerr_exit;
   jm.pub.emit_message = jerr_quiet;
   if (setjmp(jm.jb)) {
-    rc = wk_input__fail(err, errlen, TSR_EFORMAT, "JPEG: %s", jm.msg);
+    rc = tsr_errf(err, errlen, TSR_EFORMAT, "JPEG: %s", jm.msg);
     goto out;
   }
   jpeg_create_decompress(&ci);
@@ -107,10 +107,10 @@ static int decode_jpeg(const uint8_t *p, size_t len, float *out, int64_t size,
   jpeg_read_header(&ci, TRUE);
   int c = fit_channels(ci.image_width, ci.image_height, size);
   if (!c) {
-    rc = wk_input__fail(err, errlen, TSR_ESHAPE,
-                        "a %ux%u JPEG does not give %lld values (H*W gray "
-                        "or H*W*3 RGB)",
-                        ci.image_height, ci.image_width, (long long)size);
+    rc = tsr_errf(err, errlen, TSR_ESHAPE,
+                  "a %ux%u JPEG does not give %lld values (H*W gray "
+                  "or H*W*3 RGB)",
+                  ci.image_height, ci.image_width, (long long)size);
     goto out;
   }
   ci.out_color_space = c == 1 ? JCS_GRAYSCALE : JCS_RGB;
@@ -139,17 +139,17 @@ int wk_decode__bytes(wk_decode d, const uint8_t *p, size_t len, float *out,
   switch (d) {
     case WK_DECODE_RAW_U8:
       if ((int64_t)len != size)
-        return wk_input__fail(err, errlen, TSR_ESHAPE,
-                              "%zu bytes of raw_uint8, expected %lld", len,
-                              (long long)size);
+        return tsr_errf(err, errlen, TSR_ESHAPE,
+                        "%zu bytes of raw_uint8, expected %lld", len,
+                        (long long)size);
       for (int64_t i = 0; i < size; i++) out[i] = p[i];
       return 0;
     case WK_DECODE_RAW_F32:
       if ((int64_t)len != 4 * size)
-        return wk_input__fail(err, errlen, TSR_ESHAPE,
-                              "%zu bytes of raw_float32, expected %lld (%lld "
-                              "values)", len, (long long)(4 * size),
-                              (long long)size);
+        return tsr_errf(err, errlen, TSR_ESHAPE,
+                        "%zu bytes of raw_float32, expected %lld (%lld "
+                        "values)", len, (long long)(4 * size),
+                        (long long)size);
       memcpy(out, p, len); /* little-endian hosts only, as the PS */
       return 0;
     case WK_DECODE_PNG:
@@ -161,8 +161,8 @@ int wk_decode__bytes(wk_decode d, const uint8_t *p, size_t len, float *out,
         return decode_png(p, len, out, size, err, errlen);
       if (len >= 3 && p[0] == 0xff && p[1] == 0xd8 && p[2] == 0xff)
         return decode_jpeg(p, len, out, size, err, errlen);
-      return wk_input__fail(err, errlen, TSR_EFORMAT,
-                            "not a PNG or JPEG image (%zu bytes)", len);
+      return tsr_errf(err, errlen, TSR_EFORMAT,
+                      "not a PNG or JPEG image (%zu bytes)", len);
     case WK_DECODE_NONE: break;
   }
   return TSR_EINVAL;

@@ -506,11 +506,11 @@ static int train_stats(const tsr_job *job, wk_input *in, char *err,
   if ((rc = wk_src__open(&ts, &sel, &s, err, errlen))) goto out;
   int64_t d = s->n_dense;
   if (d != in->schema.n_dense) {
-    rc = wk_input__fail(err, errlen, TSR_ESHAPE,
-                        "%s: %lld dense features, but the training data has "
-                        "%lld",
-                        in->spec.where, (long long)in->schema.n_dense,
-                        (long long)d);
+    rc = tsr_errf(err, errlen, TSR_ESHAPE,
+                  "%s: %lld dense features, but the training data has "
+                  "%lld",
+                  in->spec.where, (long long)in->schema.n_dense,
+                  (long long)d);
     goto out;
   }
   sum = calloc((size_t)(d ? d : 1), sizeof *sum);
@@ -550,9 +550,9 @@ static int train_stats(const tsr_job *job, wk_input *in, char *err,
     if (rc == TSR_EEOF) rc = 0;
   }
   if (!rc && cnt == 0)
-    rc = wk_input__fail(err, errlen, TSR_EINVAL,
-                        "%s.normalize: the training data has no rows",
-                        in->spec.where);
+    rc = tsr_errf(err, errlen, TSR_EINVAL,
+                  "%s.normalize: the training data has no rows",
+                  in->spec.where);
   for (int64_t j = 0; !rc && j < d; j++) {
     double mean = sum[j] / (double)cnt;
     double var = sq[j] / (double)cnt - mean * mean;
@@ -605,9 +605,9 @@ int wk_input_open(const tsr_job *job, wk_split split,
   if (err && errlen) err[0] = 0;
   if (!opts || opts->batch_size < 1 || opts->num_workers < 1 ||
       opts->worker_index < 0 || opts->worker_index >= opts->num_workers)
-    return wk_input__fail(err, errlen, TSR_EINVAL,
-                          "input options: batch_size >= 1 and 0 <= "
-                          "worker_index < num_workers needed");
+    return tsr_errf(err, errlen, TSR_EINVAL,
+                    "input options: batch_size >= 1 and 0 <= "
+                    "worker_index < num_workers needed");
   wk_input *in = calloc(1, sizeof *in);
   if (!in) return TSR_ENOMEM;
   pthread_mutex_init(&in->mu, NULL);
@@ -646,15 +646,15 @@ int wk_input_open(const tsr_job *job, wk_split split,
     sc->n_classes = sp->n_classes;
   } else if (loss_is_categorical(job)) {
     if (!s->rows)
-      rc = wk_input__fail(err, errlen, TSR_ECONFIG,
-                          "%s.n_classes: missing (needed by loss %s for "
-                          "streamed %s data)",
-                          sp->where, job->loss, "tfrecord");
+      rc = tsr_errf(err, errlen, TSR_ECONFIG,
+                    "%s.n_classes: missing (needed by loss %s for "
+                    "streamed %s data)",
+                    sp->where, job->loss, "tfrecord");
     else if (!s->labels_integral)
-      rc = wk_input__fail(err, errlen, TSR_EINVAL,
-                          "%s: loss %s needs class indices as labels, but "
-                          "some labels are not integers >= 0",
-                          sp->where, job->loss);
+      rc = tsr_errf(err, errlen, TSR_EINVAL,
+                    "%s: loss %s needs class indices as labels, but "
+                    "some labels are not integers >= 0",
+                    sp->where, job->loss);
     else
       sc->n_classes = (int64_t)s->label_max + 1;
     if (rc) goto fail;
@@ -683,8 +683,8 @@ int wk_input_open(const tsr_job *job, wk_split split,
   for (int i = 0; i < in->nslots; i++)
     if ((rc = slot_init(in, &in->slots[i]))) goto fail;
   if (pthread_create(&in->thread, NULL, reader_main, in) != 0) {
-    rc = wk_input__fail(err, errlen, TSR_ENOMEM,
-                        "input: cannot start the reader thread");
+    rc = tsr_errf(err, errlen, TSR_ENOMEM,
+                  "input: cannot start the reader thread");
     goto fail;
   }
   in->thread_started = true;

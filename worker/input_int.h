@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "worker/input.h"
+#include "common/err.h"
 
 typedef enum {
   WK_FMT_CSV = 0,
@@ -241,10 +242,6 @@ int wk_synth__src(const wk_input_spec *spec, const wk_sel *sel, wk_src **out,
  * Errors name the file. */
 int wk_read__slurp(const char *path, uint8_t **buf, size_t *len, char *err,
                    size_t errlen);
-
-/* Formats into err (when non-NULL) and returns code. */
-int wk_input__fail(char *err, size_t errlen, int code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
 
 /* splitmix64: the counter-based generator of shuffles and synthetic data. */
 static inline uint64_t wk_mix64(uint64_t z) {

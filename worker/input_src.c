@@ -74,10 +74,10 @@ int wk_sel__resolve(wk_sel *sel, wk_shard_policy asked, int n_files,
   if (asked == WK_SHARD_AUTO)
     asked = n_files >= sel->W ? WK_SHARD_FILE : WK_SHARD_DATA;
   if (asked == WK_SHARD_FILE && n_files < sel->W)
-    return wk_input__fail(err, errlen, TSR_ECONFIG,
-                          "shard \"file\": %d files for %d workers (worker "
-                          "%d would read nothing); use \"data\" or \"auto\"",
-                          n_files, sel->W, sel->w);
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "shard \"file\": %d files for %d workers (worker "
+                    "%d would read nothing); use \"data\" or \"auto\"",
+                    n_files, sel->W, sel->w);
   sel->policy = asked;
   return 0;
 }
@@ -92,18 +92,18 @@ int wk_read__slurp(const char *path, uint8_t **buf, size_t *len, char *err,
   *len = 0;
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0)
-    return wk_input__fail(err, errlen, -errno, "%s: %s", path,
-                          strerror(errno));
+    return tsr_errf(err, errlen, -errno, "%s: %s", path,
+                    strerror(errno));
   struct stat st;
   if (fstat(fd, &st) != 0 || S_ISDIR(st.st_mode)) {
     int e = S_ISDIR(st.st_mode) ? EISDIR : errno;
     close(fd);
-    return wk_input__fail(err, errlen, -e, "%s: %s", path, strerror(e));
+    return tsr_errf(err, errlen, -e, "%s: %s", path, strerror(e));
   }
   gzFile gz = gzdopen(fd, "rb");
   if (!gz) {
     close(fd);
-    return wk_input__fail(err, errlen, TSR_ENOMEM, "%s: cannot open", path);
+    return tsr_errf(err, errlen, TSR_ENOMEM, "%s: cannot open", path);
   }
   gzbuffer(gz, 1 << 17);
   size_t cap = (size_t)st.st_size + 1, n = 0;
@@ -130,9 +130,9 @@ int wk_read__slurp(const char *path, uint8_t **buf, size_t *len, char *err,
     if (r < 0) {
       int zerr;
       const char *m = gzerror(gz, &zerr);
-      rc = wk_input__fail(err, errlen, zerr == Z_ERRNO ? TSR_EIO : TSR_ECORRUPT,
-                          "%s: %s", path,
-                          zerr == Z_ERRNO ? strerror(errno) : m);
+      rc = tsr_errf(err, errlen, zerr == Z_ERRNO ? TSR_EIO : TSR_ECORRUPT,
+                    "%s: %s", path,
+                    zerr == Z_ERRNO ? strerror(errno) : m);
       break;
     }
     if (r == 0) break;
@@ -142,7 +142,7 @@ int wk_read__slurp(const char *path, uint8_t **buf, size_t *len, char *err,
   if (rc) {
     free(b);
     if (rc == TSR_ENOMEM)
-      wk_input__fail(err, errlen, rc, "%s: out of memory reading it", path);
+      tsr_errf(err, errlen, rc, "%s: out of memory reading it", path);
     return rc;
   }
   *buf = b;
@@ -177,10 +177,10 @@ int wk_table__append(wk_table *t, wk_table *part, const char *what,
     return 0;
   }
   if (part->d != t->d || (!part->x) != (!t->x)) {
-    rc = wk_input__fail(err, errlen, TSR_ESHAPE,
-                        "%s: %lld features per row, but the first file has "
-                        "%lld",
-                        what, (long long)part->d, (long long)t->d);
+    rc = tsr_errf(err, errlen, TSR_ESHAPE,
+                  "%s: %lld features per row, but the first file has "
+                  "%lld",
+                  what, (long long)part->d, (long long)t->d);
     goto out;
   }
   size_t n = (size_t)(t->n + part->n), d = (size_t)t->d;
@@ -289,12 +289,12 @@ static int table_validate(wk_src *s, int64_t n_classes, char *err,
       if (isfinite(v)) continue;
       table_where(ts, r, where, sizeof where);
       if (t->names && t->names[j])
-        return wk_input__fail(err, errlen, TSR_EDATA,
-                              "%s, column \"%s\": the value is %s", where,
-                              t->names[j], isnan(v) ? "NaN" : "infinite");
-      return wk_input__fail(err, errlen, TSR_EDATA,
-                            "%s, feature %lld: the value is %s", where,
-                            (long long)j, isnan(v) ? "NaN" : "infinite");
+        return tsr_errf(err, errlen, TSR_EDATA,
+                        "%s, column \"%s\": the value is %s", where,
+                        t->names[j], isnan(v) ? "NaN" : "infinite");
+      return tsr_errf(err, errlen, TSR_EDATA,
+                      "%s, feature %lld: the value is %s", where,
+                      (long long)j, isnan(v) ? "NaN" : "infinite");
     }
     float y = t->y[r];
     bool bad = !isfinite(y);
@@ -309,11 +309,11 @@ static int table_validate(wk_src *s, int64_t n_classes, char *err,
     else
       snprintf(col, sizeof col, "the label");
     if (!isfinite(y))
-      return wk_input__fail(err, errlen, TSR_EDATA, "%s, %s: the value is %s",
-                            where, col, isnan(y) ? "NaN" : "infinite");
-    return wk_input__fail(err, errlen, TSR_EDATA,
-                          "%s, %s: %g is not a class in [0, %lld)", where,
-                          col, (double)y, (long long)n_classes);
+      return tsr_errf(err, errlen, TSR_EDATA, "%s, %s: the value is %s",
+                      where, col, isnan(y) ? "NaN" : "infinite");
+    return tsr_errf(err, errlen, TSR_EDATA,
+                    "%s, %s: %g is not a class in [0, %lld)", where,
+                    col, (double)y, (long long)n_classes);
   }
   return 0;
 }
@@ -436,6 +436,6 @@ int wk_src__open(const wk_input_spec *spec, const wk_sel *sel, wk_src **out,
     case WK_FMT_SYNTHETIC_CTR:
       return wk_synth__src(spec, sel, out, err, errlen);
   }
-  return wk_input__fail(err, errlen, TSR_EINVAL, "%s: unknown format",
-                        spec->where);
+  return tsr_errf(err, errlen, TSR_EINVAL, "%s: unknown format",
+                  spec->where);
 }

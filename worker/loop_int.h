@@ -61,6 +61,8 @@ typedef struct wk_job {
   } out;
   char *strs[2];           /* strings the answer points at (freed after) */
   float *affine;           /* configure: input scale then shift */
+  int64_t *cols;           /* configure: the model inputs' first columns
+                            * (their names in `names`) */
   uint8_t *trace;          /* run with trace: the steps' phases, packed
                               (common/trace.h), sent as the payload */
   size_t trace_len;

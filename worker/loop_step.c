@@ -30,16 +30,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int fail(char *err, size_t len, int code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int fail(char *err, size_t len, int code, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, len, fmt, ap);
-  va_end(ap);
-  return code;
-}
-
 static bool stopping(wk_svc *s) {
   pthread_mutex_lock(&s->mu);
   bool st = s->stop;
@@ -85,10 +75,10 @@ static int metric_answer(wk_run *r, wk_job *j, wk_metrics *mt, double *loss,
   j->values = calloc((size_t)(nm ? nm : 1), sizeof(double));
   j->names = calloc((size_t)(nm ? nm : 1), sizeof(char *));
   if (!j->values || !j->names)
-    return fail(err, errlen, TSR_ENOMEM, "out of memory for metrics");
+    return tsr_errf(err, errlen, TSR_ENOMEM, "out of memory for metrics");
   for (int i = 0; i < nm; i++)
     if (!(j->names[i] = strdup(wk_model_metric_name(r->model, i))))
-      return fail(err, errlen, TSR_ENOMEM, "out of memory for metrics");
+      return tsr_errf(err, errlen, TSR_ENOMEM, "out of memory for metrics");
   j->n_names = nm;
   double l;
   wk_metrics_result(mt, loss ? loss : &l, j->values);
@@ -162,8 +152,8 @@ static int grow_rows(wk_run *r, size_t v, int64_t n, char *err,
   float *g = p ? realloc(r->grad[v], bytes) : NULL;
   if (g) r->grad[v] = g;
   if (!p || !g)
-    return fail(err, errlen, TSR_ENOMEM, "out of memory for %lld rows of %s",
-                (long long)cap, r->vars[v].name);
+    return tsr_errf(err, errlen, TSR_ENOMEM, "out of memory for %lld rows of %s",
+                    (long long)cap, r->vars[v].name);
   r->cap_rows[v] = cap;
   return 0;
 }
@@ -176,7 +166,7 @@ static int take_ids(wk_run *r, char *err, size_t errlen) {
     const int64_t *ids;
     int64_t n;
     int rc = wk_exec_rows(r->ex, (int)v, &ids, &n);
-    if (rc) return fail(err, errlen, rc, "%s: no row list", r->vars[v].name);
+    if (rc) return tsr_errf(err, errlen, rc, "%s: no row list", r->vars[v].name);
     int64_t have = r->cap_rows[v];
     if ((rc = grow_rows(r, v, n, err, errlen))) return rc;
     if (n > have || !r->ids_nxt[v]) {
@@ -184,7 +174,7 @@ static int take_ids(wk_run *r, char *err, size_t errlen) {
       int64_t *q = p ? realloc(r->ids_cur[v], (size_t)(r->cap_rows[v] ? r->cap_rows[v] : 1) * sizeof *q) : NULL;
       if (p) r->ids_nxt[v] = p;
       if (q) r->ids_cur[v] = q;
-      if (!p || !q) return fail(err, errlen, TSR_ENOMEM, "out of memory for ids");
+      if (!p || !q) return tsr_errf(err, errlen, TSR_ENOMEM, "out of memory for ids");
     }
     if (n) memcpy(r->ids_nxt[v], ids, (size_t)n * sizeof *ids);
     r->n_nxt[v] = n;
@@ -211,8 +201,8 @@ static int next_batch(wk_run *r, const wk_batch **b, double *wait_s,
   *wait_s += tsr_now_s() - t0;
   if (rc == TSR_EEOF) return rc;
   if (rc)
-    return fail(err, errlen, wk__data_code(rc), "training data: %s",
-                wk_input_error(r->in));
+    return tsr_errf(err, errlen, wk__data_code(rc), "training data: %s",
+                    wk_input_error(r->in));
   if ((rc = wk_exec_prepare(r->ex, *b, 0, (*b)->n, NULL, err, errlen)))
     return wk__data_code(rc);
   return take_ids(r, err, errlen);
@@ -314,7 +304,7 @@ int wk__run_join(wk_svc *s, wk_run *r, char *err, size_t errlen) {
     if (!rc || !retryable(rc) || tsr_now_ms() >= end || stopping(s)) break;
     tsr_sleep_ms(50);
   }
-  if (rc) return fail(err, errlen, rc, "joining the PS: %s", g.err);
+  if (rc) return tsr_errf(err, errlen, rc, "joining the PS: %s", g.err);
   /* A worker that (re)joins a run in progress starts at the slowest
    * worker's clock. */
   r->clock = 0;
@@ -347,7 +337,7 @@ static int exchange(wk_svc *s, wk_run *r, bool push, bool pull,
   double t0 = tsr_now_s();
   int rc = wk__ps_run(s, r->ops, n, g);
   *secs += tsr_now_s() - t0;
-  if (rc) return fail(err, errlen, rc, "%s", g->err);
+  if (rc) return tsr_errf(err, errlen, rc, "%s", g->err);
   return 0;
 }
 
@@ -377,12 +367,12 @@ int wk__run_closure(wk_svc *s, wk_run *r, wk_job *j) {
   tessera__worker__run_response__init(o);
   o->closure_id = q->closure_id;
   if (!r)
-    return fail(err, errlen, TSR_EINVAL,
-                "closure %llu: this worker is not configured (configure "
-                "first)", (unsigned long long)q->closure_id);
+    return tsr_errf(err, errlen, TSR_EINVAL,
+                    "closure %llu: this worker is not configured (configure "
+                    "first)", (unsigned long long)q->closure_id);
   if (q->steps < 1)
-    return fail(err, errlen, TSR_EINVAL, "closure %llu: steps %lld < 1",
-                (unsigned long long)q->closure_id, (long long)q->steps);
+    return tsr_errf(err, errlen, TSR_EINVAL, "closure %llu: steps %lld < 1",
+                    (unsigned long long)q->closure_id, (long long)q->steps);
   double t_start = tsr_now_s();
   /* --trace on the chief: every step's phases as trace events */
   tsr_trace *tr = NULL;
@@ -434,9 +424,9 @@ int wk__run_closure(wk_svc *s, wk_run *r, wk_job *j) {
     if (!rc) rc = clip_grads(r);
     if (rc) {
       const char *why = kern_last_error(wk_exec_ctx(r->ex));
-      rc = fail(err, errlen, rc, "step %lld: compute failed: %s",
-                (long long)(q->first_step + i),
-                *why ? why : tsr_strerror(rc));
+      rc = tsr_errf(err, errlen, rc, "step %lld: compute failed: %s",
+                    (long long)(q->first_step + i),
+                    *why ? why : tsr_strerror(rc));
       goto out;
     }
     o->loss_sum += res.n ? res.loss_sum / (double)res.n : 0.0;
@@ -517,9 +507,9 @@ int wk__run_eval(wk_svc *s, wk_run *r, wk_job *j) {
   Tessera__Worker__EvalResponse *o = &j->out.eval;
   tessera__worker__eval_response__init(o);
   if (!r)
-    return fail(err, errlen, TSR_EINVAL,
-                "eval %llu: this worker is not configured (configure first)",
-                (unsigned long long)q->eval_id);
+    return tsr_errf(err, errlen, TSR_EINVAL,
+                    "eval %llu: this worker is not configured (configure first)",
+                    (unsigned long long)q->eval_id);
   wk_input *in = NULL;
   wk_metrics *mt = NULL;
   wk_group g = {0};
@@ -529,7 +519,7 @@ int wk__run_eval(wk_svc *s, wk_run *r, wk_job *j) {
   for (size_t v = 0; v < r->n_vars; v++) r->n_nxt[v] = 0;
   int n = build_ops(r, false, true, 0, 0);
   if ((rc = wk__ps_run(s, r->ops, n, &g)))
-    return fail(err, errlen, rc, "eval: %s", g.err);
+    return tsr_errf(err, errlen, rc, "eval: %s", g.err);
 
   wk_input_opts io = {.worker_index = 0, .num_workers = 1,
                       .batch_size = r->job.batch_size, .epochs = 1,
@@ -537,11 +527,11 @@ int wk__run_eval(wk_svc *s, wk_run *r, wk_job *j) {
   char ierr[WK_ERR_MAX];
   if ((rc = wk_input_open(&r->job, WK_SPLIT_EVAL, &io, &in, ierr,
                           sizeof ierr))) {
-    rc = fail(err, errlen, wk__data_code(rc), "eval data: %s", ierr);
+    rc = tsr_errf(err, errlen, wk__data_code(rc), "eval data: %s", ierr);
     goto out;
   }
   if ((rc = wk_metrics_open(r->model, &mt))) {
-    fail(err, errlen, rc, "eval: out of memory for metrics");
+    tsr_errf(err, errlen, rc, "eval: out of memory for metrics");
     goto out;
   }
   wk_run_opts ro = {.train = false, .grad_scale = 1.0f, .seed = r->job.seed};
@@ -550,8 +540,8 @@ int wk__run_eval(wk_svc *s, wk_run *r, wk_job *j) {
     rc = wk_input_next(in, &b);
     if (rc == TSR_EEOF) break;
     if (rc) {
-      rc = fail(err, errlen, wk__data_code(rc), "eval data: %s",
-                wk_input_error(in));
+      rc = tsr_errf(err, errlen, wk__data_code(rc), "eval data: %s",
+                    wk_input_error(in));
       goto out;
     }
     if ((rc = wk_exec_prepare(r->ex, b, 0, b->n, NULL, err, errlen))) {
@@ -565,26 +555,26 @@ int wk__run_eval(wk_svc *s, wk_run *r, wk_job *j) {
     for (int i = 0; i < n; i++)
       if (r->ops[i].kind == WK_OP_PULL_ROWS) r->ops[k++] = r->ops[i];
     if ((rc = wk__ps_run(s, r->ops, k, &g))) {
-      fail(err, errlen, rc, "eval: %s", g.err);
+      tsr_errf(err, errlen, rc, "eval: %s", g.err);
       goto out;
     }
     swap_ids(r);
     wk_run_result res;
     if ((rc = wk_exec_run(r->ex, r->param, NULL, &ro, &res))) {
       const char *why = kern_last_error(wk_exec_ctx(r->ex));
-      fail(err, errlen, rc, "eval: compute failed: %s",
-           *why ? why : tsr_strerror(rc));
+      tsr_errf(err, errlen, rc, "eval: compute failed: %s",
+               *why ? why : tsr_strerror(rc));
       goto out;
     }
     if ((rc = wk_metrics_add(mt, res.pred, res.labels, res.n,
                              res.loss_sum))) {
-      fail(err, errlen, rc, "eval: out of memory for metrics");
+      tsr_errf(err, errlen, rc, "eval: out of memory for metrics");
       goto out;
     }
   }
   if ((rc = metric_answer(r, j, mt, &o->loss, err, errlen))) goto out;
   if ((rc = eval_histograms(r, j, o))) {
-    fail(err, errlen, rc, "eval: out of memory for histograms");
+    tsr_errf(err, errlen, rc, "eval: out of memory for histograms");
     goto out;
   }
   o->examples = wk_metrics_count(mt);

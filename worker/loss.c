@@ -19,8 +19,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FAIL(code, ...) wk_model__fail(err, errlen, code, __VA_ARGS__)
-
 #define LOSSES_SUPPORTED                                                    \
   "mse, mae, huber, kld, binary_crossentropy, categorical_crossentropy, "   \
   "sparse_categorical_crossentropy (append _from_logits for logit "        \
@@ -80,8 +78,9 @@ int wk_model__resolve_loss(wk_model *m, const char *loss, char *err,
       char *e;
       m->loss_param = strtof(d, &e);
       if (*e || !(m->loss_param > 0))
-        return FAIL(TSR_ECONFIG, "loss %s: delta must be a number > 0",
-                    loss);
+        return tsr_errf(err, errlen, TSR_ECONFIG,
+                        "loss %s: delta must be a number > 0",
+                        loss);
     }
   } else if (is(base, "binary_crossentropy", "BinaryCrossentropy", NULL)) {
     if (from_logits) m->loss = KERN_LOSS_BCE_LOGITS;
@@ -100,9 +99,10 @@ int wk_model__resolve_loss(wk_model *m, const char *loss, char *err,
       m->loss = sparse ? KERN_LOSS_SPARSE_CCE_PROBS : KERN_LOSS_CCE_PROBS;
     }
     if (m->out_dim < 2)
-      return FAIL(TSR_ESHAPE, "loss %s needs an output of at least 2 classes;"
-                  " the model's last layer '%s' has %lld unit(s)", loss,
-                  last->name, (long long)m->out_dim);
+      return tsr_errf(err, errlen, TSR_ESHAPE,
+                      "loss %s needs an output of at least 2 classes;"
+                      " the model's last layer '%s' has %lld unit(s)", loss,
+                      last->name, (long long)m->out_dim);
     /* class indices from the data (one-hot rows are read as indices, see
      * worker/INPUT.md); the dense form is built here */
     m->onehot_labels = !sparse;
@@ -110,27 +110,32 @@ int wk_model__resolve_loss(wk_model *m, const char *loss, char *err,
   } else if (is(base, "kld", "kl_divergence", "kullback_leibler_divergence") ||
              is(base, "KLD", "KLDivergence", NULL)) {
     if (from_logits)
-      return FAIL(TSR_EUNSUPPORTED, "loss %s: kld takes probabilities; "
-                  "_from_logits is not supported", loss);
+      return tsr_errf(err, errlen, TSR_EUNSUPPORTED,
+                      "loss %s: kld takes probabilities; "
+                      "_from_logits is not supported", loss);
     if (m->out_dim < 2)
-      return FAIL(TSR_ESHAPE, "loss %s compares distributions: it needs an "
-                  "output of at least 2 units; the model's last layer '%s' "
-                  "has %lld", loss, last->name, (long long)m->out_dim);
+      return tsr_errf(err, errlen, TSR_ESHAPE,
+                      "loss %s compares distributions: it needs an "
+                      "output of at least 2 units; the model's last layer '%s' "
+                      "has %lld", loss, last->name, (long long)m->out_dim);
     m->loss = KERN_LOSS_KLD;
     m->onehot_labels = true;
     cls = true;
   } else {
-    return FAIL(TSR_EUNSUPPORTED, "loss '%s' is not supported (supported: %s)",
-                loss, LOSSES_SUPPORTED);
+    return tsr_errf(err, errlen, TSR_EUNSUPPORTED,
+                    "loss '%s' is not supported (supported: %s)",
+                    loss, LOSSES_SUPPORTED);
   }
   if (from_logits && !cls && m->loss != KERN_LOSS_BCE_LOGITS)
-    return FAIL(TSR_EUNSUPPORTED, "loss %s: _from_logits applies to the "
-                "cross-entropies only", loss);
+    return tsr_errf(err, errlen, TSR_EUNSUPPORTED,
+                    "loss %s: _from_logits applies to the "
+                    "cross-entropies only", loss);
   m->class_labels = cls;
   if (!cls && m->out_dim != 1)
-    return FAIL(TSR_ESHAPE, "loss %s: the model's output has %lld units but "
-                "the data has one label per example", loss,
-                (long long)m->out_dim);
+    return tsr_errf(err, errlen, TSR_ESHAPE,
+                    "loss %s: the model's output has %lld units but "
+                    "the data has one label per example", loss,
+                    (long long)m->out_dim);
   return 0;
 }
 
@@ -141,7 +146,8 @@ int wk_model__resolve_loss(wk_model *m, const char *loss, char *err,
 int wk_model__resolve_metrics(wk_model *m, char *const *names, int n,
                               char *err, size_t errlen) {
   if (n > WK_MAX_METRICS)
-    return FAIL(TSR_ERANGE, "metrics: at most %d", WK_MAX_METRICS);
+    return tsr_errf(err, errlen, TSR_ERANGE,
+                    "metrics: at most %d", WK_MAX_METRICS);
   for (int i = 0; i < n; i++) {
     const char *full = names[i];
     char s[64];
@@ -168,23 +174,27 @@ int wk_model__resolve_metrics(wk_model *m, char *const *names, int n,
       const char *k = opt(full, "k", b, sizeof b);
       if (k) mt->k = atoi(k);
       if (m->out_dim < 2)
-        return FAIL(TSR_ESHAPE, "metric %s: needs a multi-class output; the "
-                    "model has %lld unit(s)", full, (long long)m->out_dim);
+        return tsr_errf(err, errlen, TSR_ESHAPE,
+                        "metric %s: needs a multi-class output; the "
+                        "model has %lld unit(s)", full, (long long)m->out_dim);
       if (mt->k < 1)
-        return FAIL(TSR_ECONFIG, "metric %s: k must be >= 1", full);
+        return tsr_errf(err, errlen, TSR_ECONFIG,
+                        "metric %s: k must be >= 1", full);
     } else if (is(s, "mse", "mean_squared_error", NULL)) {
       mt->kind = WK_M_MSE;
     } else if (is(s, "mae", "mean_absolute_error", NULL)) {
       mt->kind = WK_M_MAE;
     } else {
-      return FAIL(TSR_EUNSUPPORTED, "metric '%s' is not supported "
-                  "(supported: %s)", full, METRICS_SUPPORTED);
+      return tsr_errf(err, errlen, TSR_EUNSUPPORTED,
+                      "metric '%s' is not supported "
+                      "(supported: %s)", full, METRICS_SUPPORTED);
     }
     mt->from_logits = opt(full, "from_logits", b, sizeof b) != NULL;
     if ((mt->kind == WK_M_MSE || mt->kind == WK_M_MAE) && m->out_dim != 1)
-      return FAIL(TSR_EUNSUPPORTED, "metric %s: needs a single output (one "
-                  "label per example); the model has %lld", full,
-                  (long long)m->out_dim);
+      return tsr_errf(err, errlen, TSR_EUNSUPPORTED,
+                      "metric %s: needs a single output (one "
+                      "label per example); the model has %lld", full,
+                      (long long)m->out_dim);
     snprintf(m->metric_names[m->n_metrics], 32, "%s", s);
     m->n_metrics++;
   }

@@ -15,6 +15,7 @@
 #include "chief/monitor/monitor.h"
 #include "common/cluster.h"
 #include "common/err.h"
+#include "common/fs.h"
 #include "common/job.h"
 #include "common/log.h"
 #include "worker/service.h"
@@ -95,11 +96,24 @@ static int sa_checkpoint(void *data, wk_trainer *t, const wk_model *m,
   const wk_var_info *vi;
   size_t nv;
   wk_model_variables(m, &vi, &nv);
-  chief_npz *z;
-  int rc = chief_npz_open(&z, path, err, sizeof err);
-  for (size_t v = 0; !rc && v < nv; v++)
+  /* model.get_weights()'s order (a Functional model's layers by depth) */
+  const char **names = calloc(nv + 1, sizeof *names);
+  size_t *order = calloc(nv + 1, sizeof *order);
+  chief_npz *z = NULL;
+  int rc = names && order ? 0 : TSR_ENOMEM;
+  for (size_t v = 0; !rc && v < nv; v++) names[v] = vi[v].name;
+  if (!rc && chief_keras_weight_order(mon->job->model, names, nv, order, err,
+                                      sizeof err))
+    for (size_t v = 0; v < nv; v++) order[v] = v;
+  if (!rc) rc = chief_npz_open(&z, path, err, sizeof err);
+  for (size_t k = 0; !rc && k < nv; k++) {
+    size_t v = order[k];
     rc = chief_npz_add_f32(z, vi[v].name, vi[v].shape, vi[v].rank,
                            wk_trainer_var(t, (int)v), err, sizeof err);
+  }
+  free(names);
+  free(order);
+  if (rc == TSR_ENOMEM && !z) snprintf(err, sizeof err, "out of memory");
   if (rc) {
     if (z) chief_npz_abort(z);
   } else {
@@ -133,9 +147,8 @@ static int run_standalone(const char *job_path, char **ovr,
     chief_metrics_job_info(mon.metrics, &job);
   }
   if (job.checkpoint_dir) {
-    if (mkdir(job.checkpoint_dir, 0777) && errno != EEXIST) {
-      tsr_error("--checkpoint-dir %s: %s", job.checkpoint_dir,
-                strerror(errno));
+    if (tsr_mkdir_p(job.checkpoint_dir, 0777, err, sizeof err)) {
+      tsr_error("--checkpoint-dir: %s", err);
       chief_metrics_close(mon.metrics);
       tsr_job_free(&job);
       return 2;

@@ -21,17 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-int wk_model__fail(char *err, size_t len, int code, const char *fmt, ...) {
-  if (err && len) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, len, fmt, ap);
-    va_end(ap);
-  }
-  return code;
-}
-#define FAIL(code, ...) wk_model__fail(err, errlen, code, __VA_ARGS__)
-
 int wk_model__add_var(wk_model *m, const char *layer, const char *vname,
                       int rank, const int64_t *shape,
                       const kern_init_spec *in, wk_var_kind kind) {
@@ -74,14 +63,15 @@ int wk_model__parse_init(const json_t *j, const char *def, const char *where,
     name = json_string_value(json_object_get(j, "class_name"));
     cfg = json_object_get(j, "config");
   } else if (j && !json_is_null(j))
-    return FAIL(TSR_ECONFIG, "%s: initializer must be a name or an object",
-                where);
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "%s: initializer must be a name or an object",
+                    where);
   if (!name || kern_init_parse(name, out))
-    return FAIL(TSR_EUNSUPPORTED,
-                "%s: initializer '%s' is not supported (supported: Zeros, "
-                "Ones, Constant, RandomUniform, RandomNormal, TruncatedNormal,"
-                " GlorotUniform, GlorotNormal, HeUniform, HeNormal)",
-                where, name ? name : "?");
+    return tsr_errf(err, errlen, TSR_EUNSUPPORTED,
+                    "%s: initializer '%s' is not supported (supported: Zeros, "
+                    "Ones, Constant, RandomUniform, RandomNormal, TruncatedNormal,"
+                    " GlorotUniform, GlorotNormal, HeUniform, HeNormal)",
+                    where, name ? name : "?");
   if (cfg && json_is_object(cfg)) {
     json_t *v;
     if (out->kind == KERN_INIT_UNIFORM) {
@@ -114,9 +104,9 @@ int wk_model__parse_act(const json_t *j, const char *layer, kern_act *act,
     if (c && json_is_string(c)) name = json_string_value(c);
   }
   if (kern_act_parse(name, act))
-    return FAIL(TSR_EUNSUPPORTED,
-                "layer '%s': activation '%s' is not supported (supported: %s)",
-                layer, name ? name : "?", kern_act_list());
+    return tsr_errf(err, errlen, TSR_EUNSUPPORTED,
+                    "layer '%s': activation '%s' is not supported (supported: %s)",
+                    layer, name ? name : "?", kern_act_list());
   *alpha = *act == KERN_ACT_LEAKY_RELU ? 0.2f : 1.0f;
   return 0;
 }
@@ -127,8 +117,9 @@ int wk_model_build(const json_t *model, const char *loss,
                    size_t errlen) {
   *out = NULL;
   if (!json_is_object(model))
-    return FAIL(TSR_ECONFIG, "model: must be a JSON object (a Keras "
-                "model.to_json() document or {\"builtin\": ...})");
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "model: must be a JSON object (a Keras "
+                    "model.to_json() document or {\"builtin\": ...})");
   wk_model *m = calloc(1, sizeof *m);
   if (!m) return TSR_ENOMEM;
   int rc;
@@ -136,8 +127,9 @@ int wk_model_build(const json_t *model, const char *loss,
   const char *cls = json_string_value(json_object_get(model, "class_name"));
   if (bi) {
     if (strcmp(bi, "wide_deep")) {
-      rc = FAIL(TSR_EUNSUPPORTED, "model.builtin: '%s' is not a built-in "
-                "model (supported: wide_deep)", bi);
+      rc = tsr_errf(err, errlen, TSR_EUNSUPPORTED,
+                    "model.builtin: '%s' is not a built-in "
+                    "model (supported: wide_deep)", bi);
       goto fail;
     }
     rc = wk_model__parse_wide_deep(m, model, sc, err, errlen);
@@ -146,9 +138,10 @@ int wk_model_build(const json_t *model, const char *loss,
   } else if (cls && (!strcmp(cls, "Functional") || !strcmp(cls, "Model"))) {
     rc = wk_model__parse_functional(m, model, sc, err, errlen);
   } else {
-    rc = FAIL(TSR_EUNSUPPORTED, "model: class_name '%s' is not supported "
-              "(supported: Sequential, Functional, or {\"builtin\": "
-              "\"wide_deep\"})", cls ? cls : "(missing)");
+    rc = tsr_errf(err, errlen, TSR_EUNSUPPORTED,
+                  "model: class_name '%s' is not supported "
+                  "(supported: Sequential, Functional, or {\"builtin\": "
+                  "\"wide_deep\"})", cls ? cls : "(missing)");
   }
   if (rc == 0) rc = wk_model__finish_graph(m, err, errlen);
   if (rc) goto fail;
@@ -157,22 +150,25 @@ int wk_model_build(const json_t *model, const char *loss,
     goto fail;
   if (sc) {
     if (m->n_dense != sc->n_dense && !(m->wide_deep && m->n_dense == 0)) {
-      rc = FAIL(TSR_ESHAPE, "shapes do not chain: the model's input takes "
-                "%lld feature(s) but the data has %lld", (long long)m->n_dense,
-                (long long)sc->n_dense);
+      rc = tsr_errf(err, errlen, TSR_ESHAPE,
+                    "shapes do not chain: the model's input takes "
+                    "%lld feature(s) but the data has %lld", (long long)m->n_dense,
+                    (long long)sc->n_dense);
       goto fail;
     }
     if (m->wide_deep && sc->n_sparse < m->n_sparse) {
-      rc = FAIL(TSR_ESHAPE, "shapes do not chain: the model reads %d sparse "
-                "feature(s) but the data has %d", m->n_sparse, sc->n_sparse);
+      rc = tsr_errf(err, errlen, TSR_ESHAPE,
+                    "shapes do not chain: the model reads %d sparse "
+                    "feature(s) but the data has %d", m->n_sparse, sc->n_sparse);
       goto fail;
     }
     bool cls_loss = m->class_labels;
     if (cls_loss && sc->n_classes > 1 && sc->n_classes != m->out_dim) {
-      rc = FAIL(TSR_ESHAPE, "shapes do not chain: the data has %lld classes "
-                "but the output layer '%s' has %lld units",
-                (long long)sc->n_classes, m->layers[m->n_layers - 1].name,
-                (long long)m->out_dim);
+      rc = tsr_errf(err, errlen, TSR_ESHAPE,
+                    "shapes do not chain: the data has %lld classes "
+                    "but the output layer '%s' has %lld units",
+                    (long long)sc->n_classes, m->layers[m->n_layers - 1].name,
+                    (long long)m->out_dim);
       goto fail;
     }
   }
@@ -186,7 +182,8 @@ fail:
 int wk_model_from_job(const tsr_job *job, const wk_input_schema *sc,
                       wk_model **out, char *err, size_t errlen) {
   if (!job->model)
-    return FAIL(TSR_ECONFIG, "job %s: no model", job->path ? job->path : "");
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "job %s: no model", job->path ? job->path : "");
   return wk_model_build(job->model, job->loss, job->metrics, job->n_metrics,
                         sc, out, err, errlen);
 }
@@ -264,6 +261,21 @@ void wk_var_optimizer(const wk_var_info *v, const tsr_optim_spec *job_opt,
 }
 
 int64_t wk_model_input_dense(const wk_model *m) { return m->n_dense; }
+
+int wk_model_inputs(const wk_model *m, const char **names, int64_t *first,
+                    int max) {
+  int n = 0;
+  for (int k = 0; k < m->n_layers; k++) {
+    const wk_layer *l = &m->layers[k];
+    if (l->kind != WK_L_INPUT || l->ids) continue;
+    if (n < max) {
+      names[n] = l->name;
+      first[n] = l->x_off;
+    }
+    n++;
+  }
+  return n;
+}
 int64_t wk_model_output_dim(const wk_model *m) { return m->out_dim; }
 int64_t wk_model_num_classes(const wk_model *m) {
   return m->loss >= KERN_LOSS_CCE_LOGITS ? m->out_dim : 0;

@@ -101,6 +101,13 @@ void wk_model_init_var(const wk_model *m, int v, uint64_t seed,
  * 28x28x1 -> 26x26x32 relu"), for logs. */
 void wk_model_summary(const wk_model *m, char *buf, size_t len);
 int64_t wk_model_input_dense(const wk_model *m); /* dense features read */
+/* The model's inputs that read numbers (not Embedding ids), in node
+ * order: each one's name and first column of the batch's dense features
+ * (placed by feature name when the data names them). Fills up to max
+ * entries; returns the number of such inputs. The names belong to the
+ * model. */
+int wk_model_inputs(const wk_model *m, const char **names, int64_t *first,
+                    int max);
 int64_t wk_model_output_dim(const wk_model *m);  /* units of the output */
 /* Classes a label must fall in ([0, n)) for a categorical loss; 0 when
  * labels are not class indices (regression, binary). */

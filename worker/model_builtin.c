@@ -15,29 +15,18 @@
  */
 #include "worker/model_int.h"
 
+#include "common/conf.h"
 #include "common/err.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define FAIL(code, ...) wk_model__fail(err, errlen, code, __VA_ARGS__)
-
 static int check_keys(const json_t *j, char *err, size_t errlen) {
   static const char *const keys[] = {
       "builtin", "dense_features", "sparse_features", "vocab",
       "embedding_dim", "combiner", "hidden", "activation", "wide", NULL};
-  const char *k;
-  json_t *v;
-  json_object_foreach((json_t *)j, k, v) {
-    int ok = 0;
-    for (int i = 0; keys[i]; i++) ok |= !strcmp(keys[i], k);
-    if (!ok)
-      return FAIL(TSR_ECONFIG, "model.%s: unknown key for builtin wide_deep "
-                  "(known: dense_features, sparse_features, vocab, "
-                  "embedding_dim, combiner, hidden, activation, wide)", k);
-  }
-  return 0;
+  return tsr_conf_check_keys(j, "model", keys, NULL, err, errlen);
 }
 
 int wk_model__parse_wide_deep(wk_model *m, const json_t *j,
@@ -48,14 +37,16 @@ int wk_model__parse_wide_deep(wk_model *m, const json_t *j,
   m->wide_deep = true;
   json_t *nd = json_object_get(j, "dense_features");
   int64_t n_dense = nd ? json_integer_value(nd) : sc ? sc->n_dense : 0;
-  if (n_dense < 0) return FAIL(TSR_ECONFIG, "model.dense_features < 0");
+  if (n_dense < 0) return tsr_errf(err, errlen, TSR_ECONFIG,
+                                   "model.dense_features < 0");
   json_t *sf = json_object_get(j, "sparse_features");
   int nsf = json_is_array(sf) ? (int)json_array_size(sf)
             : json_is_integer(sf) ? (int)json_integer_value(sf)
             : sc ? sc->n_sparse : 0;
   if (nsf < 1 || nsf > WK_MAX_EMB / 2 - 1)
-    return FAIL(TSR_ECONFIG, "model.sparse_features: wide_deep needs 1..%d "
-                "sparse features (got %d)", WK_MAX_EMB / 2 - 1, nsf);
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "model.sparse_features: wide_deep needs 1..%d "
+                    "sparse features (got %d)", WK_MAX_EMB / 2 - 1, nsf);
   json_t *dv = json_object_get(j, "vocab");
   json_t *dd = json_object_get(j, "embedding_dim");
   int64_t def_dim = dd ? json_integer_value(dd) : 8;
@@ -63,8 +54,9 @@ int wk_model__parse_wide_deep(wk_model *m, const json_t *j,
   kern_pool pool = KERN_POOL_MEAN;
   if (comb && !strcmp(comb, "sum")) pool = KERN_POOL_SUM;
   else if (comb && strcmp(comb, "mean"))
-    return FAIL(TSR_EUNSUPPORTED, "model.combiner: '%s' is not supported "
-                "(supported: sum, mean)", comb);
+    return tsr_errf(err, errlen, TSR_EUNSUPPORTED,
+                    "model.combiner: '%s' is not supported "
+                    "(supported: sum, mean)", comb);
   /* the hidden layers' activation: ReLU unless the spec names another */
   kern_act act = KERN_ACT_RELU;
   float alpha = 1;
@@ -74,19 +66,22 @@ int wk_model__parse_wide_deep(wk_model *m, const json_t *j,
     return rc;
   json_t *hid = json_object_get(j, "hidden");
   if (hid && !json_is_array(hid))
-    return FAIL(TSR_ECONFIG, "model.hidden must be a list of layer widths");
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "model.hidden must be a list of layer widths");
   size_t nh = hid ? json_array_size(hid) : 2;
   int64_t widths[WK_MAX_LAYERS];
   if (nh + 8 > WK_MAX_LAYERS)
-    return FAIL(TSR_ERANGE, "model.hidden: more than %d layers",
-                WK_MAX_LAYERS - 8);
+    return tsr_errf(err, errlen, TSR_ERANGE,
+                    "model.hidden: more than %d layers",
+                    WK_MAX_LAYERS - 8);
   for (size_t i = 0; i < nh; i++) {
     json_t *w = hid ? json_array_get(hid, i) : NULL;
     widths[i] = hid ? (json_is_integer(w) ? json_integer_value(w) : 0)
                     : (i == 0 ? 256 : 128);
     if (widths[i] < 1)
-      return FAIL(TSR_ECONFIG, "model.hidden[%zu] must be a positive integer",
-                  i);
+      return tsr_errf(err, errlen, TSR_ECONFIG,
+                      "model.hidden[%zu] must be a positive integer",
+                      i);
   }
 
   kern_init_spec ui, gi, zi;
@@ -124,13 +119,15 @@ int wk_model__parse_wide_deep(wk_model *m, const json_t *j,
                       ? json_integer_value(json_object_get(fe, "dim"))
                       : def_dim;
     if (voc < 1 || dim < 1)
-      return FAIL(TSR_ECONFIG, "model: sparse feature '%s' needs a vocab "
-                  "size and an embedding dim >= 1 (vocab %lld, dim %lld)",
-                  name, (long long)voc, (long long)dim);
+      return tsr_errf(err, errlen, TSR_ECONFIG,
+                      "model: sparse feature '%s' needs a vocab "
+                      "size and an embedding dim >= 1 (vocab %lld, dim %lld)",
+                      name, (long long)voc, (long long)dim);
     if (sc && sc->vocab && sc->vocab[f] > voc)
-      return FAIL(TSR_ESHAPE, "model: sparse feature '%s' has vocab %lld but "
-                  "the data's ids go up to %lld", name, (long long)voc,
-                  (long long)sc->vocab[f]);
+      return tsr_errf(err, errlen, TSR_ESHAPE,
+                      "model: sparse feature '%s' has vocab %lld but "
+                      "the data's ids go up to %lld", name, (long long)voc,
+                      (long long)sc->vocab[f]);
     char lname[96];
     snprintf(lname, sizeof lname, "embedding_%s", name);
     int64_t shape[2] = {voc, dim};

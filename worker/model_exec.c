@@ -21,8 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FAIL(code, ...) wk_model__fail(err, errlen, code, __VA_ARGS__)
-
 kern_ctx *wk_exec_ctx(const wk_exec *e) { return e->ctx; }
 
 static float *dalloc(wk_exec *e, int64_t n) {
@@ -47,7 +45,8 @@ int64_t wk_exec__conv_chunk(const wk_exec *e, const wk_layer *l) {
 int wk_exec_open(const wk_model *m, kern_ctx *ctx, int64_t maxb,
                  kern_prec prec, wk_exec **out, char *err, size_t errlen) {
   *out = NULL;
-  if (maxb < 1) return FAIL(TSR_EINVAL, "batch size must be >= 1");
+  if (maxb < 1) return tsr_errf(err, errlen, TSR_EINVAL,
+                                "batch size must be >= 1");
   wk_exec *e = calloc(1, sizeof *e);
   if (!e) return TSR_ENOMEM;
   e->m = m;
@@ -153,8 +152,8 @@ int wk_exec_open(const wk_model *m, kern_ctx *ctx, int64_t maxb,
   return 0;
 nomem:
   wk_exec_close(e);
-  return FAIL(TSR_ENOMEM, "out of %s memory for batch %lld",
-              kern_backend_name(ctx), (long long)maxb);
+  return tsr_errf(err, errlen, TSR_ENOMEM, "out of %s memory for batch %lld",
+                  kern_backend_name(ctx), (long long)maxb);
 }
 
 static void splan_free_dev(wk_exec *e, wk_splan *p) {
@@ -245,11 +244,12 @@ static int visit_ids(wk_exec *e, wk_splan *p, const wk_batch *b, int64_t lo,
         for (int64_t c = 0; c < src->size; c++) {
           float v = b->x[r * b->n_dense + src->x_off + c];
           if (!(v >= 0 && v < (float)em->vocab) || v != floorf(v))
-            return FAIL(TSR_ERANGE, "batch %lld (epoch %lld) example %lld "
-                        "column %lld: %g is not an id in [0, %lld) for '%s'",
-                        (long long)b->index, (long long)b->epoch, (long long)r,
-                        (long long)(src->x_off + c), (double)v,
-                        (long long)em->vocab, m->vars[em->var].name);
+            return tsr_errf(err, errlen, TSR_ERANGE,
+                            "batch %lld (epoch %lld) example %lld "
+                            "column %lld: %g is not an id in [0, %lld) for '%s'",
+                            (long long)b->index, (long long)b->epoch, (long long)r,
+                            (long long)(src->x_off + c), (double)v,
+                            (long long)em->vocab, m->vars[em->var].name);
           int64_t bag = em->per_id ? (r - lo) * src->size + c : r - lo;
           if ((rc = fn(p, bag, (int64_t)v, arg))) return rc;
         }
@@ -258,10 +258,11 @@ static int visit_ids(wk_exec *e, wk_splan *p, const wk_batch *b, int64_t lo,
         const int64_t *off = b->offsets[em->feature];
         for (int64_t j = off[r]; j < off[r + 1]; j++) {
           if (ids[j] < 0 || ids[j] >= em->vocab)
-            return FAIL(TSR_ERANGE, "batch %lld (epoch %lld) example %lld "
-                        "sparse feature %d: id %lld outside [0, %lld)",
-                        (long long)b->index, (long long)b->epoch, (long long)r,
-                        em->feature, (long long)ids[j], (long long)em->vocab);
+            return tsr_errf(err, errlen, TSR_ERANGE,
+                            "batch %lld (epoch %lld) example %lld "
+                            "sparse feature %d: id %lld outside [0, %lld)",
+                            (long long)b->index, (long long)b->epoch, (long long)r,
+                            em->feature, (long long)ids[j], (long long)em->vocab);
           if ((rc = fn(p, r - lo, ids[j] + em->id_offset, arg))) return rc;
         }
       }
@@ -421,41 +422,48 @@ int wk_exec_prepare(wk_exec *e, const wk_batch *b, int64_t lo, int64_t hi,
   const wk_model *m = e->m;
   int64_t n = hi - lo;
   if (lo < 0 || hi > b->n || n < 1 || n > e->maxb)
-    return FAIL(TSR_EINVAL, "batch slice [%lld, %lld) of %lld examples "
-                "(max %lld)", (long long)lo, (long long)hi, (long long)b->n,
-                (long long)e->maxb);
+    return tsr_errf(err, errlen, TSR_EINVAL,
+                    "batch slice [%lld, %lld) of %lld examples "
+                    "(max %lld)", (long long)lo, (long long)hi, (long long)b->n,
+                    (long long)e->maxb);
   if (b->n_dense != m->n_dense && !(m->wide_deep && m->n_dense == 0))
-    return FAIL(TSR_ESHAPE, "shapes do not chain: the model's input takes "
-                "%lld feature(s), the batch has %lld", (long long)m->n_dense,
-                (long long)b->n_dense);
+    return tsr_errf(err, errlen, TSR_ESHAPE,
+                    "shapes do not chain: the model's input takes "
+                    "%lld feature(s), the batch has %lld", (long long)m->n_dense,
+                    (long long)b->n_dense);
   if (m->n_sparse > b->n_sparse)
-    return FAIL(TSR_ESHAPE, "shapes do not chain: the model reads %d sparse "
-                "feature(s), the batch has %d", m->n_sparse, b->n_sparse);
+    return tsr_errf(err, errlen, TSR_ESHAPE,
+                    "shapes do not chain: the model reads %d sparse "
+                    "feature(s), the batch has %d", m->n_sparse, b->n_sparse);
   for (int64_t r = lo; r < hi; r++) {
     const float *xr = b->x + r * b->n_dense;
     for (int64_t c = 0; c < b->n_dense; c++)
       if (!isfinite(xr[c]))
-        return FAIL(TSR_ENONFINITE, "batch %lld (epoch %lld) example %lld: "
-                    "feature column %lld is %s", (long long)b->index,
-                    (long long)b->epoch, (long long)r, (long long)c,
-                    isnan(xr[c]) ? "NaN" : "infinite");
+        return tsr_errf(err, errlen, TSR_ENONFINITE,
+                        "batch %lld (epoch %lld) example %lld: "
+                        "feature column %lld is %s", (long long)b->index,
+                        (long long)b->epoch, (long long)r, (long long)c,
+                        isnan(xr[c]) ? "NaN" : "infinite");
     float y = b->y[r];
     if (!isfinite(y))
-      return FAIL(TSR_ENONFINITE, "batch %lld (epoch %lld) example %lld: the "
-                  "label is %s", (long long)b->index, (long long)b->epoch,
-                  (long long)r, isnan(y) ? "NaN" : "infinite");
+      return tsr_errf(err, errlen, TSR_ENONFINITE,
+                      "batch %lld (epoch %lld) example %lld: the "
+                      "label is %s", (long long)b->index, (long long)b->epoch,
+                      (long long)r, isnan(y) ? "NaN" : "infinite");
     if ((m->loss == KERN_LOSS_BCE_LOGITS || m->loss == KERN_LOSS_BCE_PROBS) &&
         !(y >= 0 && y <= 1))
-      return FAIL(TSR_ERANGE, "batch %lld (epoch %lld) example %lld: label "
-                  "%g is outside [0, 1], which binary cross-entropy needs",
-                  (long long)b->index, (long long)b->epoch, (long long)r,
-                  (double)y);
+      return tsr_errf(err, errlen, TSR_ERANGE,
+                      "batch %lld (epoch %lld) example %lld: label "
+                      "%g is outside [0, 1], which binary cross-entropy needs",
+                      (long long)b->index, (long long)b->epoch, (long long)r,
+                      (double)y);
     if (m->class_labels &&
         (!(y >= 0 && y < (float)m->out_dim) || y != floorf(y)))
-      return FAIL(TSR_ERANGE, "batch %lld (epoch %lld) example %lld: label "
-                  "%g is not a class in [0, %lld)", (long long)b->index,
-                  (long long)b->epoch, (long long)r, (double)y,
-                  (long long)m->out_dim);
+      return tsr_errf(err, errlen, TSR_ERANGE,
+                      "batch %lld (epoch %lld) example %lld: label "
+                      "%g is not a class in [0, %lld)", (long long)b->index,
+                      (long long)b->epoch, (long long)r, (double)y,
+                      (long long)m->out_dim);
   }
   e->b = b;
   e->lo = lo;
@@ -470,7 +478,8 @@ int wk_exec_prepare(wk_exec *e, const wk_batch *b, int64_t lo, int64_t hi,
   int rc;
   for (int s = 0; s < e->n_sp; s++)
     if ((rc = build_plan(e, &e->sp[s], b, lo, hi, global, err, errlen)))
-      return rc == TSR_ENOMEM ? FAIL(rc, "out of memory for the sparse ids")
+      return rc == TSR_ENOMEM ? tsr_errf(err, errlen, rc,
+                                         "out of memory for the sparse ids")
                               : rc;
   if (e->host) {
     e->x = e->x_float ? (float *)(b->x + lo * b->n_dense) : NULL;
@@ -479,10 +488,10 @@ int wk_exec_prepare(wk_exec *e, const wk_batch *b, int64_t lo, int64_t hi,
     if (e->x_float &&
         (rc = kern_upload(e->ctx, e->x, b->x + lo * b->n_dense,
                           (size_t)(n * m->n_dense) * sizeof(float))))
-      return FAIL(rc, "upload of the batch failed");
+      return tsr_errf(err, errlen, rc, "upload of the batch failed");
     if ((rc = kern_upload(e->ctx, e->lab, e->hlab,
                           (size_t)(n * e->lab_w) * sizeof(float))))
-      return FAIL(rc, "upload of the labels failed");
+      return tsr_errf(err, errlen, rc, "upload of the labels failed");
   }
   return 0;
 }

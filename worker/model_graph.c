@@ -21,18 +21,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FAIL(code, ...) wk_model__fail(err, errlen, code, __VA_ARGS__)
-
 wk_layer *wk_model__add_node(wk_model *m, wk_layer_kind kind,
                              const char *name, const char *cls,
                              const int *in, int n_in, char *err,
                              size_t errlen) {
   if (m->n_layers == WK_MAX_LAYERS) {
-    FAIL(TSR_ERANGE, "model: more than %d layers", WK_MAX_LAYERS);
+    tsr_errf(err, errlen, TSR_ERANGE,
+             "model: more than %d layers", WK_MAX_LAYERS);
     return NULL;
   }
   if (n_in > WK_MAX_IN) {
-    FAIL(TSR_ERANGE, "layer '%s': more than %d inputs", name, WK_MAX_IN);
+    tsr_errf(err, errlen, TSR_ERANGE,
+             "layer '%s': more than %d inputs", name, WK_MAX_IN);
     return NULL;
   }
   wk_layer *l = &m->layers[m->n_layers];
@@ -81,8 +81,9 @@ static int add_input(wk_model *m, const char *nm, const json_t *shp,
                      int *out, char *err, size_t errlen) {
   size_t k = json_is_array(shp) ? json_array_size(shp) : 0;
   if (k < 2 || k > WK_MAX_DIMS + 1)
-    return FAIL(TSR_ESHAPE, "layer '%s': input shape must be [null, ...] "
-                "with 1 to %d sizes after the batch", nm, WK_MAX_DIMS);
+    return tsr_errf(err, errlen, TSR_ESHAPE,
+                    "layer '%s': input shape must be [null, ...] "
+                    "with 1 to %d sizes after the batch", nm, WK_MAX_DIMS);
   wk_layer *l = wk_model__add_node(m, WK_L_INPUT, nm, "InputLayer", NULL, 0,
                                    err, errlen);
   if (!l) return TSR_ERANGE;
@@ -91,9 +92,10 @@ static int add_input(wk_model *m, const char *nm, const json_t *shp,
   for (size_t i = 1; i < k; i++) {
     const json_t *d = json_array_get(shp, i);
     if (!json_is_integer(d) || json_integer_value(d) < 1)
-      return FAIL(TSR_ESHAPE, "layer '%s': input shape must have positive "
-                  "sizes after the batch (a variable length is not "
-                  "supported)", nm);
+      return tsr_errf(err, errlen, TSR_ESHAPE,
+                      "layer '%s': input shape must have positive "
+                      "sizes after the batch (a variable length is not "
+                      "supported)", nm);
     l->dim[i - 1] = json_integer_value(d);
     l->size *= l->dim[i - 1];
   }
@@ -106,8 +108,9 @@ static int check_input_cfg(const json_t *cfg, const char *nm, char *err,
   static const char *const no[] = {"sparse", "ragged", NULL};
   for (int i = 0; no[i]; i++)
     if (json_is_true(json_object_get(cfg, no[i])))
-      return FAIL(TSR_EUNSUPPORTED, "layer '%s': %s inputs are not "
-                  "supported", nm, no[i]);
+      return tsr_errf(err, errlen, TSR_EUNSUPPORTED,
+                      "layer '%s': %s inputs are not "
+                      "supported", nm, no[i]);
   return 0;
 }
 
@@ -139,7 +142,8 @@ int wk_model__parse_sequential(wk_model *m, const json_t *root, char *err,
   const json_t *layers = cfg ? json_object_get(cfg, "layers") : NULL;
   if (!layers && json_is_array(cfg)) layers = cfg; /* very old Keras */
   if (!json_is_array(layers) || json_array_size(layers) == 0)
-    return FAIL(TSR_ECONFIG, "model: config.layers must be a non-empty list");
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "model: config.layers must be a non-empty list");
   int cur = -1; /* the node the next layer reads */
   int rc;
   for (size_t i = 0; i < json_array_size(layers); i++) {
@@ -147,15 +151,18 @@ int wk_model__parse_sequential(wk_model *m, const json_t *root, char *err,
     const char *cls = json_string_value(json_object_get(L, "class_name"));
     const json_t *lc = json_object_get(L, "config");
     if (!cls || !json_is_object(lc))
-      return FAIL(TSR_ECONFIG, "model: config.layers[%zu] needs class_name "
-                  "and config", i);
+      return tsr_errf(err, errlen, TSR_ECONFIG,
+                      "model: config.layers[%zu] needs class_name "
+                      "and config", i);
     char nm[64];
     layer_name(&nr, lc, cls, nm, sizeof nm);
     const json_t *shp = input_shape_of(lc);
     if (!strcmp(cls, "InputLayer")) {
       if (cur >= 0)
-        return FAIL(TSR_ECONFIG, "layer '%s': InputLayer must come first", nm);
-      if (!shp) return FAIL(TSR_ESHAPE, "layer '%s': no batch_input_shape", nm);
+        return tsr_errf(err, errlen, TSR_ECONFIG,
+                        "layer '%s': InputLayer must come first", nm);
+      if (!shp) return tsr_errf(err, errlen, TSR_ESHAPE,
+                                "layer '%s': no batch_input_shape", nm);
       if ((rc = check_input_cfg(lc, nm, err, errlen)) ||
           (rc = add_input(m, nm, shp, &cur, err, errlen)))
         return rc;
@@ -177,15 +184,17 @@ int wk_model__parse_sequential(wk_model *m, const json_t *root, char *err,
       if (rc) return rc;
     }
     if (cur < 0)
-      return FAIL(TSR_ESHAPE, "layer '%s': the model's input shape is unknown "
-                  "(give the first layer input_shape/batch_input_shape)", nm);
+      return tsr_errf(err, errlen, TSR_ESHAPE,
+                      "layer '%s': the model's input shape is unknown "
+                      "(give the first layer input_shape/batch_input_shape)", nm);
     int in[1] = {cur};
     if ((rc = wk_model__parse_layer(m, cls, lc, nm, in, 1, &cur, err,
                                     errlen)))
       return rc;
   }
   if (cur < 0 || m->layers[cur].kind == WK_L_INPUT)
-    return FAIL(TSR_ESHAPE, "model: no layer computes anything");
+    return tsr_errf(err, errlen, TSR_ESHAPE,
+                    "model: no layer computes anything");
   return 0;
 }
 
@@ -215,19 +224,21 @@ static const char *ref_name(const json_t *r, const char *layer, char *err,
   }
   if (!json_is_array(h) || json_array_size(h) < 3 ||
       !json_is_string(json_array_get(h, 0))) {
-    *rc = FAIL(TSR_ECONFIG, "layer '%s': an inbound tensor is neither "
-               "[name, node, tensor] nor a __keras_tensor__ with "
-               "keras_history", layer);
+    *rc = tsr_errf(err, errlen, TSR_ECONFIG,
+                   "layer '%s': an inbound tensor is neither "
+                   "[name, node, tensor] nor a __keras_tensor__ with "
+                   "keras_history", layer);
     return NULL;
   }
   if (json_integer_value(json_array_get(h, 1)) != 0 ||
       json_integer_value(json_array_get(h, 2)) != 0) {
-    *rc = FAIL(TSR_EUNSUPPORTED, "layer '%s': reads output %lld of call %lld "
-               "of layer '%s' (layers with several outputs or called more "
-               "than once are not supported)", layer,
-               (long long)json_integer_value(json_array_get(h, 2)),
-               (long long)json_integer_value(json_array_get(h, 1)),
-               json_string_value(json_array_get(h, 0)));
+    *rc = tsr_errf(err, errlen, TSR_EUNSUPPORTED,
+                   "layer '%s': reads output %lld of call %lld "
+                   "of layer '%s' (layers with several outputs or called more "
+                   "than once are not supported)", layer,
+                   (long long)json_integer_value(json_array_get(h, 2)),
+                   (long long)json_integer_value(json_array_get(h, 1)),
+                   json_string_value(json_array_get(h, 0)));
     return NULL;
   }
   return json_string_value(json_array_get(h, 0));
@@ -245,11 +256,13 @@ static int inbound(const json_t *L, const char *nm, const char **names,
   const json_t *ib = json_object_get(L, "inbound_nodes");
   *n = 0;
   if (!json_is_array(ib) || json_array_size(ib) == 0)
-    return FAIL(TSR_ECONFIG, "layer '%s' is not connected (no inbound_nodes)",
-                nm);
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "layer '%s' is not connected (no inbound_nodes)",
+                    nm);
   if (json_array_size(ib) > 1)
-    return FAIL(TSR_EUNSUPPORTED, "layer '%s' is called %zu times (shared "
-                "layers are not supported)", nm, json_array_size(ib));
+    return tsr_errf(err, errlen, TSR_EUNSUPPORTED,
+                    "layer '%s' is called %zu times (shared "
+                    "layers are not supported)", nm, json_array_size(ib));
   const json_t *call = json_array_get(ib, 0);
   const json_t *refs = call;
   if (json_is_object(call)) { /* Keras 3 {"args": [...], "kwargs": {...}} */
@@ -258,8 +271,9 @@ static int inbound(const json_t *L, const char *nm, const char **names,
     json_t *v;
     json_object_foreach((json_t *)kw, k, v) {
       if (!json_is_null(v))
-        return FAIL(TSR_EUNSUPPORTED, "layer '%s': the call argument %s is "
-                    "not supported", nm, k);
+        return tsr_errf(err, errlen, TSR_EUNSUPPORTED,
+                        "layer '%s': the call argument %s is "
+                        "not supported", nm, k);
     }
     refs = json_object_get(call, "args");
     /* merge layers take one list of tensors */
@@ -269,9 +283,11 @@ static int inbound(const json_t *L, const char *nm, const char **names,
       refs = json_array_get(refs, 0);
   }
   if (!json_is_array(refs) || json_array_size(refs) == 0)
-    return FAIL(TSR_ECONFIG, "layer '%s': inbound_nodes lists no tensor", nm);
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "layer '%s': inbound_nodes lists no tensor", nm);
   if (json_array_size(refs) > WK_MAX_IN)
-    return FAIL(TSR_ERANGE, "layer '%s': more than %d inputs", nm, WK_MAX_IN);
+    return tsr_errf(err, errlen, TSR_ERANGE,
+                    "layer '%s': more than %d inputs", nm, WK_MAX_IN);
   for (size_t i = 0; i < json_array_size(refs); i++) {
     const json_t *r = json_array_get(refs, i);
     int rc = 0;
@@ -281,8 +297,9 @@ static int inbound(const json_t *L, const char *nm, const char **names,
       json_t *v;
       json_object_foreach(json_array_get(r, 3), k, v) {
         if (!json_is_null(v))
-          return FAIL(TSR_EUNSUPPORTED, "layer '%s': the call argument %s "
-                      "is not supported", nm, k);
+          return tsr_errf(err, errlen, TSR_EUNSUPPORTED,
+                          "layer '%s': the call argument %s "
+                          "is not supported", nm, k);
       }
     }
     if (!(names[i] = ref_name(r, nm, err, errlen, &rc))) return rc;
@@ -302,17 +319,21 @@ static int io_list(const json_t *v, const char *key, const char **names,
     return 0;
   }
   if (json_is_object(v))
-    return FAIL(TSR_EUNSUPPORTED, "model: config.%s as a dict is not "
-                "supported (give the model a list of inputs)", key);
+    return tsr_errf(err, errlen, TSR_EUNSUPPORTED,
+                    "model: config.%s as a dict is not "
+                    "supported (give the model a list of inputs)", key);
   if (!json_is_array(v) || json_array_size(v) == 0)
-    return FAIL(TSR_ECONFIG, "model: config.%s must be a non-empty list", key);
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "model: config.%s must be a non-empty list", key);
   for (size_t i = 0; i < json_array_size(v); i++) {
     const json_t *e = json_array_get(v, i);
     if (!json_is_array(e) || !json_is_string(json_array_get(e, 0)))
-      return FAIL(TSR_ECONFIG, "model: config.%s[%zu] must be [name, node, "
-                  "tensor]", key, i);
+      return tsr_errf(err, errlen, TSR_ECONFIG,
+                      "model: config.%s[%zu] must be [name, node, "
+                      "tensor]", key, i);
     if (*n == max)
-      return FAIL(TSR_ERANGE, "model: more than %d %s", max, key);
+      return tsr_errf(err, errlen, TSR_ERANGE,
+                      "model: more than %d %s", max, key);
     names[(*n)++] = json_string_value(json_array_get(e, 0));
   }
   return 0;
@@ -350,14 +371,16 @@ static int place_inputs(wk_model *m, const int *inputs, int n,
   for (int i = 0; i < n; i++) {
     const wk_layer *l = &m->layers[inputs[i]];
     if (col[i] < 0)
-      return FAIL(TSR_ESHAPE, "model input '%s': the data has no feature of "
-                  "that name (inputs are matched to features by name when "
-                  "any matches)", l->name);
+      return tsr_errf(err, errlen, TSR_ESHAPE,
+                      "model input '%s': the data has no feature of "
+                      "that name (inputs are matched to features by name when "
+                      "any matches)", l->name);
     if (col[i] + l->size > sc->n_dense)
-      return FAIL(TSR_ESHAPE, "model input '%s' takes %lld column(s) from "
-                  "column %lld; the data has %lld", l->name,
-                  (long long)l->size, (long long)col[i],
-                  (long long)sc->n_dense);
+      return tsr_errf(err, errlen, TSR_ESHAPE,
+                      "model input '%s' takes %lld column(s) from "
+                      "column %lld; the data has %lld", l->name,
+                      (long long)l->size, (long long)col[i],
+                      (long long)sc->n_dense);
     m->layers[inputs[i]].x_off = col[i];
   }
   m->n_dense = sc->n_dense;
@@ -372,9 +395,11 @@ int wk_model__parse_functional(wk_model *m, const json_t *root,
   const json_t *layers = cfg ? json_object_get(cfg, "layers") : NULL;
   size_t nl = json_is_array(layers) ? json_array_size(layers) : 0;
   if (nl == 0)
-    return FAIL(TSR_ECONFIG, "model: config.layers must be a non-empty list");
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "model: config.layers must be a non-empty list");
   if (nl > WK_MAX_LAYERS)
-    return FAIL(TSR_ERANGE, "model: more than %d layers", WK_MAX_LAYERS);
+    return tsr_errf(err, errlen, TSR_ERANGE,
+                    "model: more than %d layers", WK_MAX_LAYERS);
   fl_entry *t = calloc(nl, sizeof *t);
   if (!t) return TSR_ENOMEM;
   int rc = 0;
@@ -387,10 +412,12 @@ int wk_model__parse_functional(wk_model *m, const json_t *root,
     if (!t[i].name || !json_string_value(json_object_get(t[i].L,
                                                          "class_name")) ||
         !json_is_object(lc))
-      rc = FAIL(TSR_ECONFIG, "model: config.layers[%zu] needs name, "
-                "class_name and config", i);
+      rc = tsr_errf(err, errlen, TSR_ECONFIG,
+                    "model: config.layers[%zu] needs name, "
+                    "class_name and config", i);
     else if (find_entry(t, i, t[i].name) >= 0)
-      rc = FAIL(TSR_ECONFIG, "model: two layers are named '%s'", t[i].name);
+      rc = tsr_errf(err, errlen, TSR_ECONFIG,
+                    "model: two layers are named '%s'", t[i].name);
   }
   /* layers in the listed order; one that reads a later one waits */
   size_t done = 0;
@@ -404,7 +431,8 @@ int wk_model__parse_functional(wk_model *m, const json_t *root,
       if (!strcmp(cls, "InputLayer")) {
         const json_t *shp = input_shape_of(lc);
         if (!shp) {
-          rc = FAIL(TSR_ESHAPE, "layer '%s': no batch_shape", t[i].name);
+          rc = tsr_errf(err, errlen, TSR_ESHAPE,
+                        "layer '%s': no batch_shape", t[i].name);
           break;
         }
         if ((rc = check_input_cfg(lc, t[i].name, err, errlen)) ||
@@ -420,8 +448,9 @@ int wk_model__parse_functional(wk_model *m, const json_t *root,
       for (int k = 0; k < n && !rc; k++) {
         int e = find_entry(t, nl, names[k]);
         if (e < 0)
-          rc = FAIL(TSR_ECONFIG, "layer '%s' reads layer '%s', which the "
-                    "model does not have", t[i].name, names[k]);
+          rc = tsr_errf(err, errlen, TSR_ECONFIG,
+                        "layer '%s' reads layer '%s', which the "
+                        "model does not have", t[i].name, names[k]);
         else if (t[e].node < 0)
           ready = false;
         else
@@ -434,8 +463,9 @@ int wk_model__parse_functional(wk_model *m, const json_t *root,
       done++;
     }
     if (!rc && done == before)
-      rc = FAIL(TSR_ECONFIG, "model: the layers' inbound_nodes form a cycle "
-                "or read layers that never get an input");
+      rc = tsr_errf(err, errlen, TSR_ECONFIG,
+                    "model: the layers' inbound_nodes form a cycle "
+                    "or read layers that never get an input");
   }
   const char *inames[WK_MAX_LAYERS], *onames[2];
   int ni = 0, no = 0, inputs[WK_MAX_LAYERS];
@@ -446,25 +476,29 @@ int wk_model__parse_functional(wk_model *m, const json_t *root,
     rc = io_list(json_object_get(cfg, "output_layers"), "output_layers",
                  onames, 2, &no, err, errlen);
   if (!rc && no != 1)
-    rc = FAIL(TSR_EUNSUPPORTED, "model: %d outputs; models with several "
-              "outputs are not supported", no);
+    rc = tsr_errf(err, errlen, TSR_EUNSUPPORTED,
+                  "model: %d outputs; models with several "
+                  "outputs are not supported", no);
   for (int i = 0; !rc && i < ni; i++) {
     int e = find_entry(t, nl, inames[i]);
     if (e < 0 || m->layers[t[e].node].kind != WK_L_INPUT)
-      rc = FAIL(TSR_ECONFIG, "model: input_layers names '%s', which is not "
-                "an InputLayer of the model", inames[i]);
+      rc = tsr_errf(err, errlen, TSR_ECONFIG,
+                    "model: input_layers names '%s', which is not "
+                    "an InputLayer of the model", inames[i]);
     else
       inputs[i] = t[e].node;
   }
   if (!rc) {
     int e = find_entry(t, nl, onames[0]);
     if (e < 0)
-      rc = FAIL(TSR_ECONFIG, "model: output_layers names '%s', which the "
-                "model does not have", onames[0]);
+      rc = tsr_errf(err, errlen, TSR_ECONFIG,
+                    "model: output_layers names '%s', which the "
+                    "model does not have", onames[0]);
     else if (t[e].node != m->n_layers - 1)
-      rc = FAIL(TSR_ESHAPE, "model: layer '%s' comes after the output '%s' "
-                "and does not feed it (every layer must lead to the output)",
-                m->layers[m->n_layers - 1].name, onames[0]);
+      rc = tsr_errf(err, errlen, TSR_ESHAPE,
+                    "model: layer '%s' comes after the output '%s' "
+                    "and does not feed it (every layer must lead to the output)",
+                    m->layers[m->n_layers - 1].name, onames[0]);
   }
   /* every InputLayer must be listed */
   for (int k = 0; !rc && k < m->n_layers; k++) {
@@ -472,8 +506,9 @@ int wk_model__parse_functional(wk_model *m, const json_t *root,
     bool listed = false;
     for (int i = 0; i < ni; i++) listed |= inputs[i] == k;
     if (!listed)
-      rc = FAIL(TSR_ECONFIG, "model: InputLayer '%s' is not in input_layers",
-                m->layers[k].name);
+      rc = tsr_errf(err, errlen, TSR_ECONFIG,
+                    "model: InputLayer '%s' is not in input_layers",
+                    m->layers[k].name);
   }
   if (!rc) rc = place_inputs(m, inputs, ni, sc, err, errlen);
   free(t);
@@ -481,7 +516,8 @@ int wk_model__parse_functional(wk_model *m, const json_t *root,
 }
 
 int wk_model__finish_graph(wk_model *m, char *err, size_t errlen) {
-  if (m->n_layers == 0) return FAIL(TSR_ESHAPE, "model: no layers");
+  if (m->n_layers == 0) return tsr_errf(err, errlen, TSR_ESHAPE,
+                                        "model: no layers");
   bool used_float[WK_MAX_LAYERS] = {false}, used_ids[WK_MAX_LAYERS] = {false};
   bool reach[WK_MAX_LAYERS] = {false};
   int64_t cols = 0;
@@ -503,17 +539,19 @@ int wk_model__finish_graph(wk_model *m, char *err, size_t errlen) {
     wk_layer *l = &m->layers[k];
     if (l->kind != WK_L_INPUT) continue;
     if (used_ids[k] && used_float[k])
-      return FAIL(TSR_EUNSUPPORTED, "model input '%s' is read both as "
-                  "Embedding ids and as numbers; give each its own input",
-                  l->name);
+      return tsr_errf(err, errlen, TSR_EUNSUPPORTED,
+                      "model input '%s' is read both as "
+                      "Embedding ids and as numbers; give each its own input",
+                      l->name);
     l->ids = used_ids[k];
   }
   reach[m->n_layers - 1] = true;
   for (int k = m->n_layers - 1; k >= 0; k--) {
     const wk_layer *l = &m->layers[k];
     if (!reach[k] && l->kind != WK_L_INPUT)
-      return FAIL(TSR_ESHAPE, "model: layer '%s' does not lead to the output "
-                  "'%s'", l->name, m->layers[m->n_layers - 1].name);
+      return tsr_errf(err, errlen, TSR_ESHAPE,
+                      "model: layer '%s' does not lead to the output "
+                      "'%s'", l->name, m->layers[m->n_layers - 1].name);
     if (!reach[k]) continue;
     for (int i = 0; i < l->n_in; i++) reach[l->in[i]] = true;
     if (l->addend >= 0) reach[l->addend] = true;
@@ -525,12 +563,14 @@ int wk_model__finish_graph(wk_model *m, char *err, size_t errlen) {
     for (int i = 0; i < out->rank && o < sizeof s; i++)
       o += (size_t)snprintf(s + o, sizeof s - o, "%s%lld", i ? ", " : "",
                             (long long)out->dim[i]);
-    return FAIL(TSR_ESHAPE, "model: the output '%s' has shape (batch, %s); "
-                "the output must be flat (batch, units): add a Flatten or a "
-                "global pooling before it", out->name, s);
+    return tsr_errf(err, errlen, TSR_ESHAPE,
+                    "model: the output '%s' has shape (batch, %s); "
+                    "the output must be flat (batch, units): add a Flatten or a "
+                    "global pooling before it", out->name, s);
   }
   if (out->kind == WK_L_INPUT)
-    return FAIL(TSR_ESHAPE, "model: no layer computes anything");
+    return tsr_errf(err, errlen, TSR_ESHAPE,
+                    "model: no layer computes anything");
   m->out_dim = out->size;
   return 0;
 }

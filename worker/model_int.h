@@ -12,6 +12,7 @@
 #define TSR_WK_MODEL_INT_H
 
 #include "kernels/kern_nn.h"
+#include "common/err.h"
 #include "worker/model.h"
 
 #define WK_MAX_LAYERS 128 /* nodes */
@@ -122,9 +123,6 @@ struct wk_model {
   wk_metric metrics[WK_MAX_METRICS];
   char metric_names[WK_MAX_METRICS][32];
 };
-
-int wk_model__fail(char *err, size_t len, int code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
 
 /* ---- building (model.c, model_layers.c, model_graph.c) ------------------ */
 

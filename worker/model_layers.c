@@ -21,8 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FAIL(code, ...) wk_model__fail(err, errlen, code, __VA_ARGS__)
-
 const wk_layer *wk_layer__in0(const lp *p) { return &p->m->layers[p->in[0]]; }
 
 wk_layer *wk_layer__node(lp *p, wk_layer_kind kind) {
@@ -55,8 +53,9 @@ int wk_layer__get_int(const lp *p, const char *key, int64_t def, int64_t lo,
     return 0;
   }
   if (!json_is_integer(v) || json_integer_value(v) < lo)
-    return LFAIL(TSR_ECONFIG, "layer '%s': %s must be an integer >= %lld",
-                 p->nm, key, (long long)lo);
+    return tsr_errf(p->err, p->errlen, TSR_ECONFIG,
+                    "layer '%s': %s must be an integer >= %lld",
+                    p->nm, key, (long long)lo);
   *out = json_integer_value(v);
   return 0;
 }
@@ -68,7 +67,8 @@ int wk_layer__get_num(const lp *p, const char *key, double def, double *out) {
     return 0;
   }
   if (!json_is_number(v))
-    return LFAIL(TSR_ECONFIG, "layer '%s': %s must be a number", p->nm, key);
+    return tsr_errf(p->err, p->errlen, TSR_ECONFIG,
+                    "layer '%s': %s must be a number", p->nm, key);
   *out = json_number_value(v);
   return 0;
 }
@@ -80,8 +80,9 @@ static int get_bool(const lp *p, const char *key, bool def, bool *out) {
     return 0;
   }
   if (!json_is_boolean(v))
-    return LFAIL(TSR_ECONFIG, "layer '%s': %s must be true or false", p->nm,
-                 key);
+    return tsr_errf(p->err, p->errlen, TSR_ECONFIG,
+                    "layer '%s': %s must be true or false", p->nm,
+                    key);
   *out = json_is_true(v);
   return 0;
 }
@@ -93,7 +94,8 @@ static int get_pair(const lp *p, const char *key, const int64_t *def,
   const json_t *v = json_object_get(p->cfg, key);
   if (!v || json_is_null(v)) {
     if (!def || def[0] < 1)
-      return LFAIL(TSR_ECONFIG, "layer '%s': %s is required", p->nm, key);
+      return tsr_errf(p->err, p->errlen, TSR_ECONFIG,
+                      "layer '%s': %s is required", p->nm, key);
     out[0] = def[0];
     out[1] = def[1];
     return 0;
@@ -106,11 +108,13 @@ static int get_pair(const lp *p, const char *key, const int64_t *def,
     out[0] = json_integer_value(json_array_get(v, 0));
     out[1] = json_integer_value(json_array_get(v, 1));
   } else {
-    return LFAIL(TSR_ECONFIG, "layer '%s': %s must be an integer or a pair "
-                 "of integers", p->nm, key);
+    return tsr_errf(p->err, p->errlen, TSR_ECONFIG,
+                    "layer '%s': %s must be an integer or a pair "
+                    "of integers", p->nm, key);
   }
   if (out[0] < 1 || out[1] < 1)
-    return LFAIL(TSR_ECONFIG, "layer '%s': %s must be >= 1", p->nm, key);
+    return tsr_errf(p->err, p->errlen, TSR_ECONFIG,
+                    "layer '%s': %s must be >= 1", p->nm, key);
   return 0;
 }
 
@@ -119,16 +123,18 @@ static int get_padding(const lp *p, bool *same) {
   if (!s || !strcasecmp(s, "valid")) *same = false;
   else if (!strcasecmp(s, "same")) *same = true;
   else
-    return LFAIL(TSR_EUNSUPPORTED, "layer '%s': padding '%s' is not "
-                 "supported (supported: valid, same)", p->nm, s);
+    return tsr_errf(p->err, p->errlen, TSR_EUNSUPPORTED,
+                    "layer '%s': padding '%s' is not "
+                    "supported (supported: valid, same)", p->nm, s);
   return 0;
 }
 
 static int channels_last(const lp *p) {
   const char *s = json_string_value(json_object_get(p->cfg, "data_format"));
   if (s && strcmp(s, "channels_last"))
-    return LFAIL(TSR_EUNSUPPORTED, "layer '%s': data_format '%s' is not "
-                 "supported (images are NHWC: channels_last)", p->nm, s);
+    return tsr_errf(p->err, p->errlen, TSR_EUNSUPPORTED,
+                    "layer '%s': data_format '%s' is not "
+                    "supported (images are NHWC: channels_last)", p->nm, s);
   return 0;
 }
 
@@ -147,16 +153,18 @@ static int get_reg(const lp *p, const char *key, float *l1, float *l2) {
   else if (c && (!strcmp(c, "L1L2") || !strcmp(c, "l1_l2")))
     a = b = json_is_string(v) ? 0.01 : 0.0;
   else
-    return LFAIL(TSR_EUNSUPPORTED, "layer '%s': %s '%s' is not supported "
-                 "(supported: L1, L2, L1L2)", p->nm, key, c ? c : "?");
+    return tsr_errf(p->err, p->errlen, TSR_EUNSUPPORTED,
+                    "layer '%s': %s '%s' is not supported "
+                    "(supported: L1, L2, L1L2)", p->nm, key, c ? c : "?");
   const json_t *x;
   if (cfg && (x = json_object_get(cfg, "l1")) && json_is_number(x))
     a = json_number_value(x);
   if (cfg && (x = json_object_get(cfg, "l2")) && json_is_number(x))
     b = json_number_value(x);
   if (a < 0 || b < 0 || !isfinite(a) || !isfinite(b))
-    return LFAIL(TSR_ECONFIG, "layer '%s': %s factors must be >= 0", p->nm,
-                 key);
+    return tsr_errf(p->err, p->errlen, TSR_ECONFIG,
+                    "layer '%s': %s factors must be >= 0", p->nm,
+                    key);
   *l1 = (float)a;
   *l2 = (float)b;
   return 0;
@@ -187,8 +195,9 @@ static int need_rank(const lp *p, int rank, const char *what) {
   if (wk_layer__in0(p)->rank == rank) return 0;
   char s[96];
   wk_layer__shape_text(wk_layer__in0(p), s, sizeof s);
-  return LFAIL(TSR_ESHAPE, "layer '%s' (%s): input of shape %s; it needs %s",
-               p->nm, p->cls, s, what);
+  return tsr_errf(p->err, p->errlen, TSR_ESHAPE,
+                  "layer '%s' (%s): input of shape %s; it needs %s",
+                  p->nm, p->cls, s, what);
 }
 
 /* ---- parsers ---------------------------------------------------------- */
@@ -198,8 +207,9 @@ static int p_dense(lp *p) {
   int rc;
   if ((rc = wk_layer__get_int(p, "units", 0, 1, &units))) return rc;
   if (units < 1)
-    return LFAIL(TSR_ECONFIG, "layer '%s': units must be a positive integer",
-                 p->nm);
+    return tsr_errf(p->err, p->errlen, TSR_ECONFIG,
+                    "layer '%s': units must be a positive integer",
+                    p->nm);
   wk_layer *l = wk_layer__node(p, WK_L_DENSE);
   if (!l) return TSR_ERANGE;
   wk_layer__same_shape(l, wk_layer__in0(p));
@@ -236,23 +246,27 @@ static int p_conv2d(lp *p) {
       (rc = get_padding(p, &same)) || (rc = channels_last(p)))
     return rc;
   if (filters < 1)
-    return LFAIL(TSR_ECONFIG, "layer '%s': filters must be a positive "
-                 "integer", p->nm);
+    return tsr_errf(p->err, p->errlen, TSR_ECONFIG,
+                    "layer '%s': filters must be a positive "
+                    "integer", p->nm);
   if (dil[0] != 1 || dil[1] != 1)
-    return LFAIL(TSR_EUNSUPPORTED, "layer '%s': dilation_rate (%lld, %lld) is "
-                 "not supported (only 1)", p->nm, (long long)dil[0],
-                 (long long)dil[1]);
+    return tsr_errf(p->err, p->errlen, TSR_EUNSUPPORTED,
+                    "layer '%s': dilation_rate (%lld, %lld) is "
+                    "not supported (only 1)", p->nm, (long long)dil[0],
+                    (long long)dil[1]);
   if (groups != 1)
-    return LFAIL(TSR_EUNSUPPORTED, "layer '%s': groups %lld is not supported "
-                 "(only 1)", p->nm, (long long)groups);
+    return tsr_errf(p->err, p->errlen, TSR_EUNSUPPORTED,
+                    "layer '%s': groups %lld is not supported "
+                    "(only 1)", p->nm, (long long)groups);
   const wk_layer *x = wk_layer__in0(p);
   kern_win g;
   if ((rc = kern_win_make(&g, x->dim[0], x->dim[1], x->dim[2], ks[0], ks[1],
                           st[0], st[1], same)))
-    return LFAIL(TSR_ESHAPE, "layer '%s': a %lldx%lld kernel does not fit "
-                 "the %lldx%lld input with padding 'valid'", p->nm,
-                 (long long)ks[0], (long long)ks[1], (long long)x->dim[0],
-                 (long long)x->dim[1]);
+    return tsr_errf(p->err, p->errlen, TSR_ESHAPE,
+                    "layer '%s': a %lldx%lld kernel does not fit "
+                    "the %lldx%lld input with padding 'valid'", p->nm,
+                    (long long)ks[0], (long long)ks[1], (long long)x->dim[0],
+                    (long long)x->dim[1]);
   wk_layer *l = wk_layer__node(p, WK_L_CONV2D);
   if (!l) return TSR_ERANGE;
   l->win = g;
@@ -291,10 +305,11 @@ static int p_pool2d(lp *p) {
   kern_win g;
   if (kern_win_make(&g, x->dim[0], x->dim[1], x->dim[2], ps[0], ps[1], st[0],
                     st[1], same))
-    return LFAIL(TSR_ESHAPE, "layer '%s': a %lldx%lld pool does not fit the "
-                 "%lldx%lld input with padding 'valid'", p->nm,
-                 (long long)ps[0], (long long)ps[1], (long long)x->dim[0],
-                 (long long)x->dim[1]);
+    return tsr_errf(p->err, p->errlen, TSR_ESHAPE,
+                    "layer '%s': a %lldx%lld pool does not fit the "
+                    "%lldx%lld input with padding 'valid'", p->nm,
+                    (long long)ps[0], (long long)ps[1], (long long)x->dim[0],
+                    (long long)x->dim[1]);
   wk_layer *l = wk_layer__node(p, WK_L_POOL2D);
   if (!l) return TSR_ERANGE;
   l->win = g;
@@ -343,8 +358,9 @@ static int p_reshape(lp *p) {
   const json_t *t = json_object_get(p->cfg, "target_shape");
   size_t k = json_is_array(t) ? json_array_size(t) : 0;
   if (k < 1 || k > WK_MAX_DIMS)
-    return LFAIL(TSR_ECONFIG, "layer '%s': target_shape must list 1 to %d "
-                 "sizes", p->nm, WK_MAX_DIMS);
+    return tsr_errf(p->err, p->errlen, TSR_ECONFIG,
+                    "layer '%s': target_shape must list 1 to %d "
+                    "sizes", p->nm, WK_MAX_DIMS);
   int64_t d[WK_MAX_DIMS], prod = 1;
   int free_at = -1;
   for (size_t i = 0; i < k; i++) {
@@ -352,21 +368,24 @@ static int p_reshape(lp *p) {
     d[i] = json_is_integer(v) ? json_integer_value(v) : 0;
     if (d[i] == -1 && free_at < 0) free_at = (int)i;
     else if (d[i] < 1)
-      return LFAIL(TSR_ECONFIG, "layer '%s': target_shape[%zu] must be a "
-                   "positive integer (or one -1)", p->nm, i);
+      return tsr_errf(p->err, p->errlen, TSR_ECONFIG,
+                      "layer '%s': target_shape[%zu] must be a "
+                      "positive integer (or one -1)", p->nm, i);
     else prod *= d[i];
   }
   int64_t n = wk_layer__in0(p)->size;
   if (free_at >= 0) {
     if (n % prod)
-      return LFAIL(TSR_ESHAPE, "layer '%s': %lld elements do not reshape to "
-                   "target_shape with a -1", p->nm, (long long)n);
+      return tsr_errf(p->err, p->errlen, TSR_ESHAPE,
+                      "layer '%s': %lld elements do not reshape to "
+                      "target_shape with a -1", p->nm, (long long)n);
     d[free_at] = n / prod;
     prod = n;
   }
   if (prod != n)
-    return LFAIL(TSR_ESHAPE, "layer '%s': target_shape holds %lld elements, "
-                 "its input %lld", p->nm, (long long)prod, (long long)n);
+    return tsr_errf(p->err, p->errlen, TSR_ESHAPE,
+                    "layer '%s': target_shape holds %lld elements, "
+                    "its input %lld", p->nm, (long long)prod, (long long)n);
   wk_layer *l = wk_layer__node(p, WK_L_RESHAPE);
   if (!l) return TSR_ERANGE;
   l->rank = (int)k;
@@ -412,9 +431,10 @@ static int norm_axes(const lp *p, int *first, int *count) {
   for (int i = 1; ok && i < n; i++) ok = ax[i] == ax[i - 1] + 1;
   if (!ok) {
     char *s = a ? json_dumps(a, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
-    int rc = LFAIL(TSR_EUNSUPPORTED, "layer '%s' (%s): axis %s is not "
-                   "supported (the normalized axes must end at the last "
-                   "one: -1)", p->nm, p->cls, s ? s : "?");
+    int rc = tsr_errf(p->err, p->errlen, TSR_EUNSUPPORTED,
+                      "layer '%s' (%s): axis %s is not "
+                      "supported (the normalized axes must end at the last "
+                      "one: -1)", p->nm, p->cls, s ? s : "?");
     free(s);
     return rc;
   }
@@ -427,8 +447,9 @@ int wk_layer__no_opts(const lp *p, const char *const *keys) {
   for (int i = 0; keys[i]; i++) {
     const json_t *v = json_object_get(p->cfg, keys[i]);
     if (v && !json_is_null(v) && !json_is_false(v))
-      return LFAIL(TSR_EUNSUPPORTED, "layer '%s' (%s): %s is not supported "
-                   "(it must be null or false)", p->nm, p->cls, keys[i]);
+      return tsr_errf(p->err, p->errlen, TSR_EUNSUPPORTED,
+                      "layer '%s' (%s): %s is not supported "
+                      "(it must be null or false)", p->nm, p->cls, keys[i]);
   }
   return 0;
 }
@@ -449,11 +470,13 @@ static int p_batchnorm(lp *p) {
       (rc = get_bool(p, "scale", true, &scale)))
     return rc;
   if (cnt != 1)
-    return LFAIL(TSR_EUNSUPPORTED, "layer '%s': BatchNormalization over "
-                 "several axes is not supported (axis -1 only)", p->nm);
+    return tsr_errf(p->err, p->errlen, TSR_EUNSUPPORTED,
+                    "layer '%s': BatchNormalization over "
+                    "several axes is not supported (axis -1 only)", p->nm);
   if (!(mom >= 0 && mom < 1) || !(eps > 0))
-    return LFAIL(TSR_ECONFIG, "layer '%s': momentum must be in [0, 1) and "
-                 "epsilon > 0 (momentum %g, epsilon %g)", p->nm, mom, eps);
+    return tsr_errf(p->err, p->errlen, TSR_ECONFIG,
+                    "layer '%s': momentum must be in [0, 1) and "
+                    "epsilon > 0 (momentum %g, epsilon %g)", p->nm, mom, eps);
   wk_layer *l = wk_layer__node(p, WK_L_BATCHNORM);
   if (!l) return TSR_ERANGE;
   wk_layer__same_shape(l, wk_layer__in0(p));
@@ -494,7 +517,8 @@ static int p_layernorm(lp *p) {
       (rc = get_bool(p, "scale", true, &scale)))
     return rc;
   if (!(eps > 0))
-    return LFAIL(TSR_ECONFIG, "layer '%s': epsilon must be > 0", p->nm);
+    return tsr_errf(p->err, p->errlen, TSR_ECONFIG,
+                    "layer '%s': epsilon must be > 0", p->nm);
   wk_layer *l = wk_layer__node(p, WK_L_LAYERNORM);
   if (!l) return TSR_ERANGE;
   wk_layer__same_shape(l, wk_layer__in0(p));
@@ -527,17 +551,21 @@ static int p_embedding(lp *p) {
       (rc = wk_layer__get_int(p, "input_length", x->size, 1, &len)))
     return rc;
   if (idim < 1 || odim < 1)
-    return LFAIL(TSR_ECONFIG, "layer '%s': input_dim and output_dim must be "
-                 "positive integers", p->nm);
+    return tsr_errf(p->err, p->errlen, TSR_ECONFIG,
+                    "layer '%s': input_dim and output_dim must be "
+                    "positive integers", p->nm);
   if (x->kind != WK_L_INPUT || x->rank != 1)
-    return LFAIL(TSR_ESHAPE, "layer '%s': Embedding must read a model input "
-                 "of integer ids (batch, length)", p->nm);
+    return tsr_errf(p->err, p->errlen, TSR_ESHAPE,
+                    "layer '%s': Embedding must read a model input "
+                    "of integer ids (batch, length)", p->nm);
   if (len != x->size)
-    return LFAIL(TSR_ESHAPE, "layer '%s': input_length %lld does not match "
-                 "the input width %lld", p->nm, (long long)len,
-                 (long long)x->size);
+    return tsr_errf(p->err, p->errlen, TSR_ESHAPE,
+                    "layer '%s': input_length %lld does not match "
+                    "the input width %lld", p->nm, (long long)len,
+                    (long long)x->size);
   if (p->m->n_emb >= WK_MAX_EMB)
-    return LFAIL(TSR_ERANGE, "model: more than %d embeddings", WK_MAX_EMB);
+    return tsr_errf(p->err, p->errlen, TSR_ERANGE,
+                    "model: more than %d embeddings", WK_MAX_EMB);
   wk_layer *l = wk_layer__node(p, WK_L_EMBED);
   if (!l) return TSR_ERANGE;
   l->rank = 2;
@@ -615,17 +643,20 @@ static int common_opts(const lp *p) {
   for (int i = 0; keys[i]; i++) {
     const json_t *v = json_object_get(p->cfg, keys[i]);
     if (v && !json_is_null(v))
-      return LFAIL(TSR_EUNSUPPORTED, "layer '%s' (%s): %s is not supported "
-                   "(it must be null)", p->nm, p->cls, keys[i]);
+      return tsr_errf(p->err, p->errlen, TSR_EUNSUPPORTED,
+                      "layer '%s' (%s): %s is not supported "
+                      "(it must be null)", p->nm, p->cls, keys[i]);
   }
   const json_t *mz = json_object_get(p->cfg, "mask_zero");
   if (mz && json_is_true(mz))
-    return LFAIL(TSR_EUNSUPPORTED, "layer '%s': mask_zero=true is not "
-                 "supported", p->nm);
+    return tsr_errf(p->err, p->errlen, TSR_EUNSUPPORTED,
+                    "layer '%s': mask_zero=true is not "
+                    "supported", p->nm);
   const json_t *tr = json_object_get(p->cfg, "trainable");
   if (tr && json_is_false(tr))
-    return LFAIL(TSR_EUNSUPPORTED, "layer '%s' (%s): trainable=false (a "
-                 "frozen layer) is not supported", p->nm, p->cls);
+    return tsr_errf(p->err, p->errlen, TSR_EUNSUPPORTED,
+                    "layer '%s' (%s): trainable=false (a "
+                    "frozen layer) is not supported", p->nm, p->cls);
   return 0;
 }
 
@@ -638,14 +669,17 @@ int wk_model__parse_layer(wk_model *m, const char *cls, const json_t *cfg,
   if (!e) {
     char list[512];
     wk_model__layers_supported(list, sizeof list);
-    return FAIL(TSR_EUNSUPPORTED, "layer '%s': layer class '%s' is not "
-                "supported (supported: %s)", name, cls, list);
+    return tsr_errf(err, errlen, TSR_EUNSUPPORTED,
+                    "layer '%s': layer class '%s' is not "
+                    "supported (supported: %s)", name, cls, list);
   }
   if (n_in < 1)
-    return FAIL(TSR_ESHAPE, "layer '%s' (%s) has no input", name, cls);
+    return tsr_errf(err, errlen, TSR_ESHAPE,
+                    "layer '%s' (%s) has no input", name, cls);
   if (!e->multi && n_in != 1)
-    return FAIL(TSR_ESHAPE, "layer '%s' (%s) takes one input, it is given %d",
-                name, cls, n_in);
+    return tsr_errf(err, errlen, TSR_ESHAPE,
+                    "layer '%s' (%s) takes one input, it is given %d",
+                    name, cls, n_in);
   lp p = {m, cls, cfg, name, in, n_in, out, err, errlen};
   int rc = common_opts(&p);
   if (rc) return rc;

@@ -5,6 +5,7 @@
 #define TSR_WK_MODEL_LAYERS_INT_H
 
 #include "worker/model_int.h"
+#include "common/err.h"
 
 typedef struct {
   wk_model *m;
@@ -17,9 +18,6 @@ typedef struct {
   char *err;
   size_t errlen;
 } lp; /* one layer being parsed */
-
-#define LFAIL(code, ...) wk_model__fail(p->err, p->errlen, code, __VA_ARGS__)
-
 
 /* the layer's first input node */
 const wk_layer *wk_layer__in0(const lp *p);

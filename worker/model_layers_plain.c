@@ -40,10 +40,11 @@ int wk_layer__p_relu(lp *p) {
   else if (thr == 0 && slope == 0 && mx == 6) a = KERN_ACT_RELU6;
   else if (thr == 0 && slope > 0 && mx < 0) a = KERN_ACT_LEAKY_RELU;
   else
-    return LFAIL(TSR_EUNSUPPORTED, "layer '%s': ReLU with max_value %g, "
-                 "negative_slope %g, threshold %g is not supported (supported:"
-                 " the defaults, max_value 6, or a negative_slope alone)",
-                 p->nm, mx, slope, thr);
+    return tsr_errf(p->err, p->errlen, TSR_EUNSUPPORTED,
+                    "layer '%s': ReLU with max_value %g, "
+                    "negative_slope %g, threshold %g is not supported (supported:"
+                    " the defaults, max_value 6, or a negative_slope alone)",
+                    p->nm, mx, slope, thr);
   wk_layer *l = act_node(p);
   if (!l) return TSR_ERANGE;
   l->act = a;
@@ -85,8 +86,9 @@ int wk_layer__p_softmax(lp *p) {
   else if (json_is_array(a) && json_array_size(a) == 1)
     ax = json_integer_value(json_array_get(a, 0));
   if (ax != -1 && ax != wk_layer__in0(p)->rank)
-    return LFAIL(TSR_EUNSUPPORTED, "layer '%s': Softmax over axis %lld is "
-                 "not supported (only the last, -1)", p->nm, (long long)ax);
+    return tsr_errf(p->err, p->errlen, TSR_EUNSUPPORTED,
+                    "layer '%s': Softmax over axis %lld is "
+                    "not supported (only the last, -1)", p->nm, (long long)ax);
   wk_layer *l = act_node(p);
   if (!l) return TSR_ERANGE;
   l->act = KERN_ACT_SOFTMAX;
@@ -99,7 +101,8 @@ int wk_layer__p_dropout(lp *p) {
   int rc;
   if ((rc = wk_layer__no_opts(p, no)) || (rc = wk_layer__get_num(p, "rate", -1, &r))) return rc;
   if (!(r >= 0 && r < 1))
-    return LFAIL(TSR_ECONFIG, "layer '%s': rate must be in [0, 1)", p->nm);
+    return tsr_errf(p->err, p->errlen, TSR_ECONFIG,
+                    "layer '%s': rate must be in [0, 1)", p->nm);
   wk_layer *l = wk_layer__node(p, WK_L_DROPOUT);
   if (!l) return TSR_ERANGE;
   wk_layer__same_shape(l, wk_layer__in0(p));
@@ -109,12 +112,14 @@ int wk_layer__p_dropout(lp *p) {
 
 int wk_layer__p_merge(lp *p) {
   if (p->n_in < 2)
-    return LFAIL(TSR_ESHAPE, "layer '%s' (%s) needs at least 2 inputs, it "
-                 "has %d", p->nm, p->cls, p->n_in);
+    return tsr_errf(p->err, p->errlen, TSR_ESHAPE,
+                    "layer '%s' (%s) needs at least 2 inputs, it "
+                    "has %d", p->nm, p->cls, p->n_in);
   bool sub = !strcmp(p->cls, "Subtract");
   if (sub && p->n_in != 2)
-    return LFAIL(TSR_ESHAPE, "layer '%s': Subtract takes exactly 2 inputs, "
-                 "it has %d", p->nm, p->n_in);
+    return tsr_errf(p->err, p->errlen, TSR_ESHAPE,
+                    "layer '%s': Subtract takes exactly 2 inputs, "
+                    "it has %d", p->nm, p->n_in);
   const wk_layer *a = wk_layer__in0(p);
   for (int i = 1; i < p->n_in; i++) {
     const wk_layer *b = &p->m->layers[p->in[i]];
@@ -124,8 +129,9 @@ int wk_layer__p_merge(lp *p) {
       char s1[96], s2[96];
       wk_layer__shape_text(a, s1, sizeof s1);
       wk_layer__shape_text(b, s2, sizeof s2);
-      return LFAIL(TSR_ESHAPE, "layer '%s' (%s): inputs of shapes %s and %s "
-                   "(%s needs equal shapes)", p->nm, p->cls, s1, s2, p->cls);
+      return tsr_errf(p->err, p->errlen, TSR_ESHAPE,
+                      "layer '%s' (%s): inputs of shapes %s and %s "
+                      "(%s needs equal shapes)", p->nm, p->cls, s1, s2, p->cls);
     }
   }
   wk_layer *l = wk_layer__node(p, WK_L_ADD);
@@ -141,17 +147,20 @@ int wk_layer__p_concat(lp *p) {
   int rc;
   const json_t *av = json_object_get(p->cfg, "axis");
   if (av && !json_is_integer(av))
-    return LFAIL(TSR_ECONFIG, "layer '%s': axis must be an integer", p->nm);
+    return tsr_errf(p->err, p->errlen, TSR_ECONFIG,
+                    "layer '%s': axis must be an integer", p->nm);
   if ((rc = wk_layer__get_int(p, "axis", -1, INT32_MIN, &ax))) return rc;
   if (p->n_in < 2)
-    return LFAIL(TSR_ESHAPE, "layer '%s' (Concatenate) needs at least 2 "
-                 "inputs, it has %d", p->nm, p->n_in);
+    return tsr_errf(p->err, p->errlen, TSR_ESHAPE,
+                    "layer '%s' (Concatenate) needs at least 2 "
+                    "inputs, it has %d", p->nm, p->n_in);
   const wk_layer *a = wk_layer__in0(p);
   int r = a->rank;
   if (ax < 0) ax += r + 1;
   if (ax < 1 || ax > r)
-    return LFAIL(TSR_ESHAPE, "layer '%s': axis %lld is outside the inputs' "
-                 "axes 1..%d", p->nm, (long long)ax, r);
+    return tsr_errf(p->err, p->errlen, TSR_ESHAPE,
+                    "layer '%s': axis %lld is outside the inputs' "
+                    "axes 1..%d", p->nm, (long long)ax, r);
   int64_t tot = 0;
   for (int i = 0; i < p->n_in; i++) {
     const wk_layer *b = &p->m->layers[p->in[i]];
@@ -162,8 +171,9 @@ int wk_layer__p_concat(lp *p) {
       char s1[96], s2[96];
       wk_layer__shape_text(a, s1, sizeof s1);
       wk_layer__shape_text(b, s2, sizeof s2);
-      return LFAIL(TSR_ESHAPE, "layer '%s' (Concatenate on axis %lld): inputs"
-                   " of shapes %s and %s", p->nm, (long long)ax, s1, s2);
+      return tsr_errf(p->err, p->errlen, TSR_ESHAPE,
+                      "layer '%s' (Concatenate on axis %lld): inputs"
+                      " of shapes %s and %s", p->nm, (long long)ax, s1, s2);
     }
     tot += b->dim[ax - 1];
   }

@@ -203,14 +203,14 @@ int wk_read__csv(const char *path, const wk_input_spec *spec, wk_table *out,
   const char *nl = hend < end ? hend : NULL;
   char **names = NULL;
   if (hend == p || len == 0) {
-    rc = wk_input__fail(err, errlen, TSR_EFORMAT,
-                        "%s: empty file (a CSV needs a header line)", path);
+    rc = tsr_errf(err, errlen, TSR_EFORMAT,
+                  "%s: empty file (a CSV needs a header line)", path);
     goto out;
   }
   if (open) {
-    rc = wk_input__fail(err, errlen, TSR_EFORMAT,
-                        "%s: the header opens a quote that never closes",
-                        path);
+    rc = tsr_errf(err, errlen, TSR_EFORMAT,
+                  "%s: the header opens a quote that never closes",
+                  path);
     goto out;
   }
   int64_t ncol = split_line(p, hend, delim, NULL, NULL, 0);
@@ -236,10 +236,10 @@ int wk_read__csv(const char *path, const wk_input_spec *spec, wk_table *out,
   if (label < 0) {
     char hint[160];
     delimiter_hint(p, hend, delim, hint, sizeof hint);
-    rc = wk_input__fail(err, errlen, TSR_ENOTFOUND,
-                        "%s: label column \"%s\" (%s.label) is not in the "
-                        "header%s",
-                        path, spec->label, spec->where, hint);
+    rc = tsr_errf(err, errlen, TSR_ENOTFOUND,
+                  "%s: label column \"%s\" (%s.label) is not in the "
+                  "header%s",
+                  path, spec->label, spec->where, hint);
     goto out;
   }
   int64_t d = 0;
@@ -249,10 +249,10 @@ int wk_read__csv(const char *path, const wk_input_spec *spec, wk_table *out,
       for (int64_t c = 0; c < ncol; c++)
         if (!strcmp(names[c], spec->dense[i].name)) found = c;
       if (found < 0) {
-        rc = wk_input__fail(err, errlen, TSR_ENOTFOUND,
-                            "%s: feature column \"%s\" (%s.features[%d]) is "
-                            "not in the header",
-                            path, spec->dense[i].name, spec->where, i);
+        rc = tsr_errf(err, errlen, TSR_ENOTFOUND,
+                      "%s: feature column \"%s\" (%s.features[%d]) is "
+                      "not in the header",
+                      path, spec->dense[i].name, spec->where, i);
         goto out;
       }
       col[d++] = found;
@@ -292,10 +292,10 @@ int wk_read__csv(const char *path, const wk_input_spec *spec, wk_table *out,
     const char *le = record_end(q, end, &inner, &open);
     line++;
     if (open) {
-      rc = wk_input__fail(err, errlen, TSR_EFORMAT,
-                          "%s: line %lld (data row %lld) opens a quote that "
-                          "never closes", path, (long long)line,
-                          (long long)row);
+      rc = tsr_errf(err, errlen, TSR_EFORMAT,
+                    "%s: line %lld (data row %lld) opens a quote that "
+                    "never closes", path, (long long)line,
+                    (long long)row);
       goto out;
     }
     const char *a = q, *b = le;
@@ -305,21 +305,21 @@ int wk_read__csv(const char *path, const wk_input_spec *spec, wk_table *out,
       while (r < end && (*r == '\n' || *r == '\r' || *r == ' ' || *r == '\t'))
         r++;
       if (r != end) {
-        rc = wk_input__fail(err, errlen, TSR_EFORMAT,
-                            "%s: line %lld is blank (ragged: %lld cells "
-                            "expected)",
-                            path, (long long)line, (long long)ncol);
+        rc = tsr_errf(err, errlen, TSR_EFORMAT,
+                      "%s: line %lld is blank (ragged: %lld cells "
+                      "expected)",
+                      path, (long long)line, (long long)ncol);
         goto out;
       }
       break;
     }
     int64_t n = split_line(q, le, delim, ca, cb, ncol);
     if (n != ncol) {
-      rc = wk_input__fail(err, errlen, TSR_EFORMAT,
-                          "%s: line %lld (data row %lld) has %lld cells, the "
-                          "header has %lld (ragged rows)",
-                          path, (long long)line, (long long)row, (long long)n,
-                          (long long)ncol);
+      rc = tsr_errf(err, errlen, TSR_EFORMAT,
+                    "%s: line %lld (data row %lld) has %lld cells, the "
+                    "header has %lld (ragged rows)",
+                    path, (long long)line, (long long)row, (long long)n,
+                    (long long)ncol);
       goto out;
     }
     for (int64_t j = 0; j <= d; j++) {
@@ -329,13 +329,13 @@ int wk_read__csv(const char *path, const wk_input_spec *spec, wk_table *out,
       if (pc != 0) {
         const char *ta = ca[c], *tb = cb[c];
         trim(&ta, &tb);
-        rc = wk_input__fail(err, errlen, TSR_EFORMAT,
-                            "%s: line %lld (data row %lld), column %lld "
-                            "(\"%s\"): \"%.*s\" %s",
-                            path, (long long)line, (long long)row,
-                            (long long)c + 1, names[c],
-                            (int)(tb - ta > 60 ? 60 : tb - ta), ta,
-                            pc == -2 ? "overflows float32" : "is not a number");
+        rc = tsr_errf(err, errlen, TSR_EFORMAT,
+                      "%s: line %lld (data row %lld), column %lld "
+                      "(\"%s\"): \"%.*s\" %s",
+                      path, (long long)line, (long long)row,
+                      (long long)c + 1, names[c],
+                      (int)(tb - ta > 60 ? 60 : tb - ta), ta,
+                      pc == -2 ? "overflows float32" : "is not a number");
         goto out;
       }
     }

@@ -136,11 +136,11 @@ static ssize_t zread(tfr_src *t, uint8_t *out, size_t n, const char *path,
       ssize_t r = read(t->fd, t->zin, TFR_ZIN);
       if (r < 0 && errno == EINTR) continue;
       if (r < 0)
-        return wk_input__fail(err, errlen, -errno, "%s: %s", path,
-                              strerror(errno));
+        return tsr_errf(err, errlen, -errno, "%s: %s", path,
+                        strerror(errno));
       if (r == 0)
-        return wk_input__fail(err, errlen, TSR_ECORRUPT,
-                              "%s: the ZLIB stream ends early", path);
+        return tsr_errf(err, errlen, TSR_ECORRUPT,
+                        "%s: the ZLIB stream ends early", path);
       t->zs.next_in = t->zin;
       t->zs.avail_in = (uInt)r;
     }
@@ -150,8 +150,8 @@ static ssize_t zread(tfr_src *t, uint8_t *out, size_t n, const char *path,
       break;
     }
     if (zr != Z_OK && zr != Z_BUF_ERROR)
-      return wk_input__fail(err, errlen, TSR_ECORRUPT, "%s: ZLIB: %s", path,
-                            t->zs.msg ? t->zs.msg : "corrupt stream");
+      return tsr_errf(err, errlen, TSR_ECORRUPT, "%s: ZLIB: %s", path,
+                      t->zs.msg ? t->zs.msg : "corrupt stream");
   }
   return (ssize_t)(want - t->zs.avail_out);
 }
@@ -160,14 +160,14 @@ static int open_file(tfr_src *t, const char *path, char *err, size_t errlen) {
   close_file(t);
   t->fd = open(path, O_RDONLY | O_CLOEXEC);
   if (t->fd < 0)
-    return wk_input__fail(err, errlen, -errno, "%s: %s", path,
-                          strerror(errno));
+    return tsr_errf(err, errlen, -errno, "%s: %s", path,
+                    strerror(errno));
   uint8_t magic[12];
   ssize_t r = pread(t->fd, magic, 12, 0);
   if (r < 0) {
     int e = errno;
     close_file(t);
-    return wk_input__fail(err, errlen, -e, "%s: %s", path, strerror(e));
+    return tsr_errf(err, errlen, -e, "%s: %s", path, strerror(e));
   }
   uint32_t lcrc = 0;
   if (r == 12) memcpy(&lcrc, magic + 8, 4);
@@ -231,16 +231,16 @@ static int64_t need(tfr_src *t, size_t n, const char *path, char *err,
       if (r < 0) {
         int ze;
         const char *m = gzerror(t->gz, &ze);
-        return wk_input__fail(err, errlen, TSR_ECORRUPT,
-                              "%s: byte offset %llu: gzip: %s", path,
-                              (unsigned long long)(t->off + t->len), m);
+        return tsr_errf(err, errlen, TSR_ECORRUPT,
+                        "%s: byte offset %llu: gzip: %s", path,
+                        (unsigned long long)(t->off + t->len), m);
       }
     } else {
       r = read(t->fd, t->buf + t->len, t->cap - t->len);
       if (r < 0 && errno == EINTR) continue;
       if (r < 0)
-        return wk_input__fail(err, errlen, -errno, "%s: %s", path,
-                              strerror(errno));
+        return tsr_errf(err, errlen, -errno, "%s: %s", path,
+                        strerror(errno));
     }
     if (r == 0) t->eof = true;
     t->len += (size_t)r;
@@ -290,9 +290,6 @@ static const char *kind_name(int k) {
                                                                  : "no value";
 }
 
-#define BAD(c, ...)                                                         \
-  wk_input__fail((c)->err, (c)->errlen, TSR_EFORMAT, __VA_ARGS__)
-
 /* Decodes one Feature's values into the record per its slot. */
 static int decode_feature(tfr_src *t, const tfr_slot *sl, const uint8_t *p,
                           const uint8_t *end, wk_rec *r, const tfr_ctx *c) {
@@ -330,36 +327,36 @@ static int decode_feature(tfr_src *t, const tfr_slot *sl, const uint8_t *p,
       }
     }
     if (kind != 1 || nval != 1)
-      return wk_input__fail(c->err, c->errlen, TSR_EDTYPE,
-                            "%s: record at byte offset %llu: feature \"%s\" "
-                            "(decode %s) must be a bytes_list of one value; "
-                            "it is a %s%s",
-                            c->path, (unsigned long long)c->off, sl->name,
-                            wk_decode__name(sl->decode), kind_name(kind),
-                            kind == 1 ? " of several values" : "");
+      return tsr_errf(c->err, c->errlen, TSR_EDTYPE,
+                      "%s: record at byte offset %llu: feature \"%s\" "
+                      "(decode %s) must be a bytes_list of one value; "
+                      "it is a %s%s",
+                      c->path, (unsigned long long)c->off, sl->name,
+                      wk_decode__name(sl->decode), kind_name(kind),
+                      kind == 1 ? " of several values" : "");
     if (!bp) bl = 0;
     char why[256];
     int rc = wk_decode__bytes(sl->decode, bp ? bp : lp, (size_t)bl,
                               r->x + sl->at, sl->size, why, sizeof why);
     if (rc == TSR_ENOMEM) return rc;
     if (rc)
-      return wk_input__fail(c->err, c->errlen, rc,
-                            "%s: record at byte offset %llu: feature \"%s\": "
-                            "%s", c->path, (unsigned long long)c->off,
-                            sl->name, why);
+      return tsr_errf(c->err, c->errlen, rc,
+                      "%s: record at byte offset %llu: feature \"%s\": "
+                      "%s", c->path, (unsigned long long)c->off,
+                      sl->name, why);
     return 0;
   }
   int want = sl->kind == SLOT_SPARSE ? 3 : 2;
   if (kind != want && !(sl->kind != SLOT_SPARSE && kind == 3))
-    return wk_input__fail(c->err, c->errlen, TSR_EDTYPE,
-                          "%s: record at byte offset %llu: feature \"%s\" is "
-                          "a %s, expected %s",
-                          c->path, (unsigned long long)c->off, sl->name,
-                          kind_name(kind),
-                          sl->kind != SLOT_SPARSE ? "a float_list or "
-                                                    "int64_list (or set "
-                                                    "\"decode\" for bytes)"
-                                                  : kind_name(want));
+    return tsr_errf(c->err, c->errlen, TSR_EDTYPE,
+                    "%s: record at byte offset %llu: feature \"%s\" is "
+                    "a %s, expected %s",
+                    c->path, (unsigned long long)c->off, sl->name,
+                    kind_name(kind),
+                    sl->kind != SLOT_SPARSE ? "a float_list or "
+                                              "int64_list (or set "
+                                              "\"decode\" for bytes)"
+                                            : kind_name(want));
   /* values: field 1, packed (wire type 2) or one per tag (5 / 0) */
   int64_t cnt = 0;
   float *fx = sl->kind == SLOT_DENSE ? r->x + sl->at : NULL;
@@ -402,7 +399,7 @@ static int decode_feature(tfr_src *t, const tfr_slot *sl, const uint8_t *p,
         if (sl->kind == SLOT_SPARSE) {
           int64_t id = (int64_t)v, vocab = t->base.vocab[sl->index];
           if (id < 0 || (vocab > 0 && id >= vocab))
-            return wk_input__fail(
+            return tsr_errf(
                 c->err, c->errlen, TSR_ERANGE,
                 "%s: record at byte offset %llu: feature \"%s\": id %lld "
                 "is outside its vocabulary [0, %lld)",
@@ -427,26 +424,27 @@ static int decode_feature(tfr_src *t, const tfr_slot *sl, const uint8_t *p,
     }
   }
   if (sl->kind == SLOT_DENSE && cnt != sl->size)
-    return wk_input__fail(c->err, c->errlen, TSR_ESHAPE,
-                          "%s: record at byte offset %llu: feature \"%s\" "
-                          "has %lld values, expected %lld",
-                          c->path, (unsigned long long)c->off, sl->name,
-                          (long long)cnt, (long long)sl->size);
+    return tsr_errf(c->err, c->errlen, TSR_ESHAPE,
+                    "%s: record at byte offset %llu: feature \"%s\" "
+                    "has %lld values, expected %lld",
+                    c->path, (unsigned long long)c->off, sl->name,
+                    (long long)cnt, (long long)sl->size);
   if (sl->kind == SLOT_LABEL) {
     if (cnt != 1)
-      return wk_input__fail(c->err, c->errlen, TSR_ESHAPE,
-                            "%s: record at byte offset %llu: label \"%s\" "
-                            "has %lld values, expected 1",
-                            c->path, (unsigned long long)c->off, sl->name,
-                            (long long)cnt);
+      return tsr_errf(c->err, c->errlen, TSR_ESHAPE,
+                      "%s: record at byte offset %llu: label \"%s\" "
+                      "has %lld values, expected 1",
+                      c->path, (unsigned long long)c->off, sl->name,
+                      (long long)cnt);
     r->y = (float)label;
   }
   if (sl->kind == SLOT_SPARSE) r->off[sl->index + 1] = f_at + cnt;
   return 0;
 malformed:
-  return BAD(c, "%s: record at byte offset %llu: malformed Example "
-                "(feature \"%s\")",
-             c->path, (unsigned long long)c->off, sl->name);
+  return tsr_errf(c->err, c->errlen, TSR_EFORMAT,
+                  "%s: record at byte offset %llu: malformed Example "
+                  "(feature \"%s\")",
+                  c->path, (unsigned long long)c->off, sl->name);
 }
 
 /* Sparse features must be decoded in order (their ids are concatenated):
@@ -518,10 +516,10 @@ static int decode_example(tfr_src *t, const uint8_t *p, const uint8_t *end,
   for (int i = 0; i < t->n_slots - ns; i++) { /* dense and label */
     const tfr_slot *sl = &t->slots[i];
     if (t->seen[i] != t->gen)
-      return wk_input__fail(c->err, c->errlen, TSR_ENOTFOUND,
-                            "%s: record at byte offset %llu: feature \"%s\" "
-                            "is absent from the Example",
-                            c->path, (unsigned long long)c->off, sl->name);
+      return tsr_errf(c->err, c->errlen, TSR_ENOTFOUND,
+                      "%s: record at byte offset %llu: feature \"%s\" "
+                      "is absent from the Example",
+                      c->path, (unsigned long long)c->off, sl->name);
   }
   r->off[0] = 0;
   for (int f = 0; f < ns; f++) {
@@ -532,8 +530,9 @@ static int decode_example(tfr_src *t, const uint8_t *p, const uint8_t *end,
   }
   return 0;
 malformed:
-  return BAD(c, "%s: record at byte offset %llu: malformed Example", c->path,
-             (unsigned long long)c->off);
+  return tsr_errf(c->err, c->errlen, TSR_EFORMAT,
+                  "%s: record at byte offset %llu: malformed Example", c->path,
+                  (unsigned long long)c->off);
 }
 
 /* ---- the stream -------------------------------------------------------- */
@@ -576,10 +575,10 @@ static int tfr_next(wk_src *s, wk_rec *r, char *err, size_t errlen) {
       continue;
     }
     if (got < 12) {
-      rc = wk_input__fail(err, errlen, TSR_ECORRUPT,
-                          "%s: byte offset %llu: truncated record (the file "
-                          "ends %lld bytes into the 12-byte header)",
-                          path, (unsigned long long)roff, (long long)got);
+      rc = tsr_errf(err, errlen, TSR_ECORRUPT,
+                    "%s: byte offset %llu: truncated record (the file "
+                    "ends %lld bytes into the 12-byte header)",
+                    path, (unsigned long long)roff, (long long)got);
       if ((rc = corrupt(t, true, rc, err, errlen))) return rc;
       continue;
     }
@@ -595,10 +594,10 @@ static int tfr_next(wk_src *s, wk_rec *r, char *err, size_t errlen) {
         t->off++;
         continue;
       }
-      rc = wk_input__fail(err, errlen, TSR_ECORRUPT,
-                          "%s: byte offset %llu: corrupt record (length CRC "
-                          "mismatch)",
-                          path, (unsigned long long)roff);
+      rc = tsr_errf(err, errlen, TSR_ECORRUPT,
+                    "%s: byte offset %llu: corrupt record (length CRC "
+                    "mismatch)",
+                    path, (unsigned long long)roff);
       if ((rc = corrupt(t, false, rc, err, errlen))) return rc;
       /* the framing is lost: look for the next valid header */
       t->resync = true;
@@ -618,11 +617,11 @@ static int tfr_next(wk_src *s, wk_rec *r, char *err, size_t errlen) {
     got = need(t, 12 + (size_t)len + 4, path, err, errlen);
     if (got < 0) return (int)got;
     if ((uint64_t)got < 12 + len + 4) {
-      rc = wk_input__fail(err, errlen, TSR_ECORRUPT,
-                          "%s: byte offset %llu: truncated record (%llu data "
-                          "bytes announced, the file ends %lld bytes later)",
-                          path, (unsigned long long)roff,
-                          (unsigned long long)len, (long long)got - 12);
+      rc = tsr_errf(err, errlen, TSR_ECORRUPT,
+                    "%s: byte offset %llu: truncated record (%llu data "
+                    "bytes announced, the file ends %lld bytes later)",
+                    path, (unsigned long long)roff,
+                    (unsigned long long)len, (long long)got - 12);
       if ((rc = corrupt(t, true, rc, err, errlen))) return rc;
       continue;
     }
@@ -634,10 +633,10 @@ static int tfr_next(wk_src *s, wk_rec *r, char *err, size_t errlen) {
     if (!wk_sel__data_ok(&t->sel, t->pos_all++)) continue;
     memcpy(&dcrc, data + len, 4);
     if (tsr_crc32c_mask(tsr_crc32c(0, data, (size_t)len)) != dcrc) {
-      rc = wk_input__fail(err, errlen, TSR_ECORRUPT,
-                          "%s: byte offset %llu: corrupt record (data CRC "
-                          "mismatch)",
-                          path, (unsigned long long)roff);
+      rc = tsr_errf(err, errlen, TSR_ECORRUPT,
+                    "%s: byte offset %llu: corrupt record (data CRC "
+                    "mismatch)",
+                    path, (unsigned long long)roff);
       if ((rc = corrupt(t, false, rc, err, errlen))) return rc;
       continue;
     }
@@ -718,10 +717,10 @@ int wk_read__tfrecord_src(const wk_input_spec *spec, const wk_sel *sel,
   for (int i = 0; i < t->n_slots; i++) {
     tfr_slot *sl = &t->slots[i];
     if (lookup(t, sl->name, sl->len) >= 0) {
-      rc = wk_input__fail(err, errlen, TSR_ECONFIG,
-                          "%s: feature \"%s\" is named twice (features, "
-                          "label, sparse_features)",
-                          spec->where, sl->name);
+      rc = tsr_errf(err, errlen, TSR_ECONFIG,
+                    "%s: feature \"%s\" is named twice (features, "
+                    "label, sparse_features)",
+                    spec->where, sl->name);
       goto fail;
     }
     uint32_t h = hash_name(sl->name, sl->len) & t->table_mask;
@@ -758,6 +757,6 @@ int wk_read__tfrecord_src(const wk_input_spec *spec, const wk_sel *sel,
 fail:
   tfr_destroy(s);
   if (rc == TSR_ENOMEM)
-    wk_input__fail(err, errlen, rc, "%s: out of memory", spec->where);
+    tsr_errf(err, errlen, rc, "%s: out of memory", spec->where);
   return rc;
 }

@@ -19,9 +19,6 @@
 #include <string.h>
 #include <time.h>
 
-#define FAIL(code, ...) \
-  (snprintf(err, errlen, __VA_ARGS__), (code))
-
 static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -36,14 +33,16 @@ static int evaluate(const tsr_job *job, wk_trainer *t, const wk_model *m,
   wk_input *in = NULL;
   char ierr[512];
   int rc = wk_input_open(job, WK_SPLIT_EVAL, &io, &in, ierr, sizeof ierr);
-  if (rc) return FAIL(wk__data_code(rc), "evaluation data: %s", ierr);
+  if (rc) return tsr_errf(err, errlen, wk__data_code(rc),
+                          "evaluation data: %s", ierr);
   wk_metrics *mt = NULL;
   if ((rc = wk_metrics_open(m, &mt))) goto out;
   const wk_batch *b;
   while ((rc = wk_input_next(in, &b)) == 0)
     if ((rc = wk_trainer_eval(t, b, mt, err, errlen))) goto out;
   if (rc != TSR_EEOF) {
-    rc = FAIL(wk__data_code(rc), "evaluation data: %s", wk_input_error(in));
+    rc = tsr_errf(err, errlen, wk__data_code(rc),
+                  "evaluation data: %s", wk_input_error(in));
     goto out;
   }
   rc = 0;
@@ -86,7 +85,7 @@ int wk_train_standalone(const tsr_job *job, const wk_train_opts *o,
   int rc = wk_input_open(job, WK_SPLIT_TRAIN, &io, &in, ierr, sizeof ierr);
   if (rc) {
     if (pin) kern_close(pin);
-    return FAIL(wk__data_code(rc), "training data: %s", ierr);
+    return tsr_errf(err, errlen, wk__data_code(rc), "training data: %s", ierr);
   }
   if ((rc = wk_model_from_job(job, wk_input_get_schema(in), &m, err, errlen)))
     goto out;
@@ -94,7 +93,7 @@ int wk_train_standalone(const tsr_job *job, const wk_train_opts *o,
    * cost a whole training */
   if ((rc = wk_input_validate(in, wk_model_num_classes(m), ierr,
                               sizeof ierr))) {
-    rc = FAIL(wk__data_code(rc), "training data: %s", ierr);
+    rc = tsr_errf(err, errlen, wk__data_code(rc), "training data: %s", ierr);
     goto out;
   }
   if (job->data && json_object_get(job->data, "eval")) {
@@ -107,7 +106,8 @@ int wk_train_standalone(const tsr_job *job, const wk_train_opts *o,
       rc = wk_input_validate(ein, wk_model_num_classes(m), ierr, sizeof ierr);
     wk_input_close(ein);
     if (rc) {
-      rc = FAIL(wk__data_code(rc), "evaluation data: %s", ierr);
+      rc = tsr_errf(err, errlen, wk__data_code(rc),
+                    "evaluation data: %s", ierr);
       goto out;
     }
   }
@@ -150,7 +150,8 @@ int wk_train_standalone(const tsr_job *job, const wk_train_opts *o,
     if (o->trace) tsr_trace_end(o->trace, tpid, 0, "step", "input wait", t_in);
     if (rc == TSR_EEOF) break;
     if (rc) {
-      rc = FAIL(wk__data_code(rc), "training data: %s", wk_input_error(in));
+      rc = tsr_errf(err, errlen, wk__data_code(rc),
+                    "training data: %s", wk_input_error(in));
       goto out;
     }
     if (b->epoch != cur_epoch) {
@@ -185,7 +186,8 @@ int wk_train_standalone(const tsr_job *job, const wk_train_opts *o,
     if (o->on_checkpoint && o->checkpoint_every > 0 &&
         steps % o->checkpoint_every == 0 &&
         (rc = o->on_checkpoint(o->hook_data, t, m, steps))) {
-      rc = FAIL(rc, "checkpoint at step %lld failed", (long long)steps);
+      rc = tsr_errf(err, errlen, rc,
+                    "checkpoint at step %lld failed", (long long)steps);
       goto out;
     }
     r->examples += b->n;
@@ -225,7 +227,8 @@ int wk_train_standalone(const tsr_job *job, const wk_train_opts *o,
   if (o->on_scalar && sum_n)
     o->on_scalar(o->hook_data, "loss", steps, sum_loss / (double)sum_n);
   if (o->on_checkpoint && (rc = o->on_checkpoint(o->hook_data, t, m, steps))) {
-    rc = FAIL(rc, "checkpoint at step %lld failed", (long long)steps);
+    rc = tsr_errf(err, errlen, rc,
+                  "checkpoint at step %lld failed", (long long)steps);
     goto out;
   }
   json_t *data = job->data;

@@ -23,7 +23,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FAIL(code, ...) wk_model__fail(err, errlen, code, __VA_ARGS__)
 #define WK_MAX_REPS 16
 
 struct wk_trainer {
@@ -126,7 +125,8 @@ int wk_trainer_open(const wk_model *m, const tsr_optim_spec *opt,
   *out = t;
   return 0;
 nomem:
-  rc = FAIL(TSR_ENOMEM, "out of memory for the model's variables");
+  rc = tsr_errf(err, errlen, TSR_ENOMEM,
+                "out of memory for the model's variables");
 fail:
   wk_trainer_close(t);
   return rc;
@@ -220,7 +220,7 @@ static int run_replicas(wk_trainer *t, const wk_batch *b, bool train,
     lo = hi;
   }
   if ((rc = stage_rows(t, global ? global : t->ex[0])))
-    return FAIL(rc, "out of memory staging embedding rows");
+    return tsr_errf(err, errlen, rc, "out of memory staging embedding rows");
   wk_rep_job jobs[WK_MAX_REPS];
   pthread_t th[WK_MAX_REPS];
   for (int r = 0; r < nr; r++) {
@@ -250,9 +250,9 @@ static int run_replicas(wk_trainer *t, const wk_batch *b, bool train,
   for (int r = 0; r < nr; r++) {
     if (jobs[r].rc) {
       const char *why = kern_last_error(t->ctx[r]);
-      return FAIL(jobs[r].rc, "replica %d (%s): %s", r,
-                  kern_backend_name(t->ctx[r]),
-                  *why ? why : tsr_strerror(jobs[r].rc));
+      return tsr_errf(err, errlen, jobs[r].rc, "replica %d (%s): %s", r,
+                      kern_backend_name(t->ctx[r]),
+                      *why ? why : tsr_strerror(jobs[r].rc));
     }
     *loss_sum += jobs[r].res.loss_sum;
   }
@@ -260,9 +260,10 @@ static int run_replicas(wk_trainer *t, const wk_batch *b, bool train,
   if (train && nr > 1) {
     if ((rc = wk_exec_allreduce(t->ex, nr)) ||
         (rc = wk_exec_fetch_grads(t->ex[0], t->g)))
-      return FAIL(rc, "gradient all-reduce over %d replicas: %s", nr,
-                  *kern_last_error(t->ctx[0]) ? kern_last_error(t->ctx[0])
-                                              : tsr_strerror(rc));
+      return tsr_errf(err, errlen, rc,
+                      "gradient all-reduce over %d replicas: %s", nr,
+                      *kern_last_error(t->ctx[0]) ? kern_last_error(t->ctx[0])
+                                                  : tsr_strerror(rc));
   }
   return 0;
 }
@@ -306,7 +307,8 @@ int wk_trainer_step(wk_trainer *t, const wk_batch *b, double *loss,
     float *gs[256];
     size_t ns[256];
     if (m->n_vars > 256)
-      return FAIL(TSR_ERANGE, "clipping: more than 256 variables");
+      return tsr_errf(err, errlen, TSR_ERANGE,
+                      "clipping: more than 256 variables");
     for (int v = 0; v < m->n_vars; v++) {
       const int64_t *ids;
       int64_t nr;
@@ -357,15 +359,16 @@ int wk_trainer_eval(wk_trainer *t, const wk_batch *b, wk_metrics *mt,
     if ((rc = wk_exec_prepare(t->ex[0], b, lo, hi, NULL, err, errlen)))
       return rc;
     if ((rc = stage_rows(t, t->ex[0])))
-      return FAIL(rc, "out of memory staging embedding rows");
+      return tsr_errf(err, errlen, rc, "out of memory staging embedding rows");
     wk_run_opts o = {.train = false, .grad_scale = 1.0f};
     wk_run_result res;
     if ((rc = wk_exec_run(t->ex[0], t->p, NULL, &o, &res)))
-      return FAIL(rc, "evaluation on %s: %s", kern_backend_name(t->ctx[0]),
-                  *kern_last_error(t->ctx[0]) ? kern_last_error(t->ctx[0])
-                                              : tsr_strerror(rc));
+      return tsr_errf(err, errlen, rc,
+                      "evaluation on %s: %s", kern_backend_name(t->ctx[0]),
+                      *kern_last_error(t->ctx[0]) ? kern_last_error(t->ctx[0])
+                                                  : tsr_strerror(rc));
     if ((rc = wk_metrics_add(mt, res.pred, res.labels, res.n, res.loss_sum)))
-      return FAIL(rc, "out of memory for metrics");
+      return tsr_errf(err, errlen, rc, "out of memory for metrics");
   }
   (void)m;
   return 0;

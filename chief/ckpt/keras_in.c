@@ -1,14 +1,14 @@
 /* Weights in (a job's initial_weights): an .npz (arrays named as the
  * model's variables, as `tessera ckpt export --npz` writes them, or
- * np.savez(*model.get_weights())'s arr_0, arr_1, ... in the model's
- * order), a Keras 3 .keras archive, or a .weights.h5 (Keras 3's "layers"
- * or tf_keras's "_layer_checkpoint_dependencies" layout), mapped onto the
- * model's variables through the same layout the exporter writes.
+ * np.savez(*model.get_weights())'s arr_0, arr_1, ... in get_weights
+ * order), a Keras 3 .keras archive, a .weights.h5 or a legacy .h5
+ * (keras_h5.c reads every layout), mapped onto the model's variables
+ * through the same plan the exporter writes with.
  *
  * Happy path: read the zip's central directory (stored or deflated
  * members), parse each .npy header (little-endian float32/float64, C
- * order) or open the HDF5 file and read each layer's vars/<i>; check every
- * variable is found with its shape and copy it in.
+ * order) or open the HDF5 file and read each layer's variables; check
+ * every variable is found with its shape and copy it in.
  * Failure modes, each naming the file and the variable or member: a
  * missing variable, a shape that differs, a dtype other than float32 or
  * float64, a damaged zip or HDF5 file.
@@ -28,18 +28,6 @@
 #include <errno.h>
 #include <limits.h>
 #include <sys/stat.h>
-
-#include <hdf5.h>
-
-static int ki_fail(char *err, size_t errlen, int code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int ki_fail(char *err, size_t errlen, int code, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  return code;
-}
 
 static uint32_t le32(const uint8_t *p) {
   return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
@@ -76,14 +64,14 @@ static int zip_read(const char *path, const uint8_t *z, size_t zl,
     if (i == 0 || zl - i > 65557) break;
   }
   if (!found)
-    return ki_fail(err, errlen, TSR_EFORMAT, "%s: not a zip archive", path);
+    return tsr_errf(err, errlen, TSR_EFORMAT, "%s: not a zip archive", path);
   size_t n = le16(z + eocd + 10), cd = le32(z + eocd + 16);
   ki_member *m = calloc(n ? n : 1, sizeof *m);
   if (!m) return TSR_ENOMEM;
   int rc = 0;
   for (size_t i = 0; i < n && !rc; i++) {
     if (cd + 46 > zl || le32(z + cd) != 0x02014b50) {
-      rc = ki_fail(err, errlen, TSR_EFORMAT, "%s: damaged zip directory",
+      rc = tsr_errf(err, errlen, TSR_EFORMAT, "%s: damaged zip directory",
                    path);
       break;
     }
@@ -95,13 +83,13 @@ static int zip_read(const char *path, const uint8_t *z, size_t zl,
              (int)(nl < 255 ? nl : 255), (const char *)z + cd + 46);
     cd += 46 + nl + xl + cl;
     if (lho + 30 > zl || le32(z + lho) != 0x04034b50) {
-      rc = ki_fail(err, errlen, TSR_EFORMAT, "%s: %s: damaged local header",
+      rc = tsr_errf(err, errlen, TSR_EFORMAT, "%s: %s: damaged local header",
                    path, m[i].name);
       break;
     }
     size_t at = lho + 30 + le16(z + lho + 26) + le16(z + lho + 28);
     if (at + csz > zl || usz > ((size_t)1 << 32)) {
-      rc = ki_fail(err, errlen, TSR_EFORMAT, "%s: %s: truncated", path,
+      rc = tsr_errf(err, errlen, TSR_EFORMAT, "%s: %s: truncated", path,
                    m[i].name);
       break;
     }
@@ -127,10 +115,10 @@ static int zip_read(const char *path, const uint8_t *z, size_t zl,
       int zr = inflate(&zs, Z_FINISH);
       inflateEnd(&zs);
       if (zr != Z_STREAM_END || zs.total_out != usz)
-        rc = ki_fail(err, errlen, TSR_EFORMAT, "%s: %s: damaged deflate data",
+        rc = tsr_errf(err, errlen, TSR_EFORMAT, "%s: %s: damaged deflate data",
                      path, m[i].name);
     } else {
-      rc = ki_fail(err, errlen, TSR_EUNSUPPORTED,
+      rc = tsr_errf(err, errlen, TSR_EUNSUPPORTED,
                    "%s: %s: zip method %u is not supported", path, m[i].name,
                    method);
     }
@@ -149,23 +137,23 @@ static int npy_take(const char *path, const ki_member *m,
                     const chief_import_var *v, char *err, size_t errlen) {
   const uint8_t *p = m->data;
   if (m->len < 10 || memcmp(p, "\x93NUMPY", 6))
-    return ki_fail(err, errlen, TSR_EFORMAT, "%s: %s is not an .npy", path,
+    return tsr_errf(err, errlen, TSR_EFORMAT, "%s: %s is not an .npy", path,
                    m->name);
   size_t hl = p[6] == 1 ? le16(p + 8) : le32(p + 8);
   size_t h0 = p[6] == 1 ? 10 : 12;
   if (h0 + hl > m->len)
-    return ki_fail(err, errlen, TSR_EFORMAT, "%s: %s: bad header", path,
+    return tsr_errf(err, errlen, TSR_EFORMAT, "%s: %s: bad header", path,
                    m->name);
   char hdr[1024];
   snprintf(hdr, sizeof hdr, "%.*s", (int)(hl < 1023 ? hl : 1023),
            (const char *)p + h0);
   bool f8 = strstr(hdr, "'<f8'") != NULL, f4 = strstr(hdr, "'<f4'") != NULL;
   if (!f4 && !f8)
-    return ki_fail(err, errlen, TSR_EDTYPE,
+    return tsr_errf(err, errlen, TSR_EDTYPE,
                    "%s: %s: dtype must be little-endian float32 or float64",
                    path, m->name);
   if (strstr(hdr, "'fortran_order': True"))
-    return ki_fail(err, errlen, TSR_EUNSUPPORTED, "%s: %s: Fortran order",
+    return tsr_errf(err, errlen, TSR_EUNSUPPORTED, "%s: %s: Fortran order",
                    path, m->name);
   const char *sh = strstr(hdr, "'shape': (");
   int64_t dims[8];
@@ -192,13 +180,13 @@ static int npy_take(const char *path, const ki_member *m,
     for (int i = 0; i < v->rank; i++)
       snprintf(b + strlen(b), sizeof b - strlen(b), "%s%lld", i ? "x" : "",
                (long long)v->shape[i]);
-    return ki_fail(err, errlen, TSR_ESHAPE,
+    return tsr_errf(err, errlen, TSR_ESHAPE,
                    "%s: %s has shape %s, the model's %s is %s", path, m->name,
                    a, v->name, b);
   }
   size_t es = f8 ? 8 : 4;
   if (h0 + hl + (size_t)numel * es > m->len)
-    return ki_fail(err, errlen, TSR_EFORMAT, "%s: %s: data truncated", path,
+    return tsr_errf(err, errlen, TSR_EFORMAT, "%s: %s: data truncated", path,
                    m->name);
   const uint8_t *d = p + h0 + hl;
   for (int64_t i = 0; i < numel; i++) {
@@ -214,29 +202,45 @@ static int npy_take(const char *path, const ki_member *m,
 }
 
 static int from_npz(const char *path, const uint8_t *z, size_t zl,
-                    chief_import_var *vars, size_t n, char *err,
-                    size_t errlen) {
+                    const json_t *model, chief_import_var *vars, size_t n,
+                    char *err, size_t errlen) {
   ki_member *m;
   size_t nm;
-  int rc = zip_read(path, z, zl, &m, &nm, err, errlen);
-  if (rc) return rc;
+  /* arr_<k> is the k-th of get_weights */
+  size_t *order = calloc(n ? n : 1, sizeof *order),
+         *pos = calloc(n ? n : 1, sizeof *pos);
+  const char **names = calloc(n ? n : 1, sizeof *names);
+  int rc = order && pos && names ? 0 : TSR_ENOMEM;
+  for (size_t v = 0; !rc && v < n; v++) names[v] = vars[v].name;
+  /* a model without a Keras layout (the built-in one) keeps its order */
+  if (!rc && chief_keras_weight_order(model, names, n, order, err, errlen))
+    for (size_t k = 0; k < n; k++) order[k] = k;
+  for (size_t k = 0; !rc && k < n; k++) pos[order[k]] = k;
+  free(order);
+  free(names);
+  if (!rc) rc = zip_read(path, z, zl, &m, &nm, err, errlen);
+  if (rc) {
+    free(pos);
+    return rc;
+  }
   for (size_t v = 0; v < n && !rc; v++) {
     char want[300], arr[32];
     snprintf(want, sizeof want, "%s.npy", vars[v].name);
-    snprintf(arr, sizeof arr, "arr_%zu.npy", v);
+    snprintf(arr, sizeof arr, "arr_%zu.npy", pos[v]);
     const ki_member *hit = NULL;
     for (size_t i = 0; i < nm && !hit; i++)
       if (!strcmp(m[i].name, want)) hit = &m[i];
     for (size_t i = 0; i < nm && !hit; i++)
       if (!strcmp(m[i].name, arr)) hit = &m[i];
     if (!hit)
-      rc = ki_fail(err, errlen, TSR_ENOTFOUND,
-                   "%s: no array for %s (named %s, or arr_%zu in the model's "
-                   "order)", path, vars[v].name, want, v);
+      rc = tsr_errf(err, errlen, TSR_ENOTFOUND,
+                   "%s: no array for %s (named %s, or arr_%zu in "
+                   "get_weights order)", path, vars[v].name, want, pos[v]);
     else
       rc = npy_take(path, hit, &vars[v], err, errlen);
   }
   members_free(m, nm);
+  free(pos);
   return rc;
 }
 
@@ -247,58 +251,13 @@ static int from_h5(const char *path, const char *shown, const json_t *model,
                    size_t errlen) {
   chief_export_var *ev = calloc(n ? n : 1, sizeof *ev);
   ek_plan *p = calloc(1, sizeof *p);
-  if (!ev || !p) {
-    free(ev);
-    free(p);
-    return TSR_ENOMEM;
-  }
-  for (size_t v = 0; v < n; v++)
+  int rc = ev && p ? 0 : TSR_ENOMEM;
+  for (size_t v = 0; !rc && v < n; v++)
     ev[v] = (chief_export_var){vars[v].name, vars[v].rank, vars[v].shape,
                                vars[v].data};
-  int rc = chief__keras_plan(model, ev, n, p, err, errlen);
-  H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-  hid_t f = rc ? -1 : H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-  if (!rc && f < 0)
-    rc = ki_fail(err, errlen, TSR_EFORMAT, "%s: not an HDF5 file", shown);
-  const char *root = "layers";
-  if (!rc && H5Lexists(f, "layers", H5P_DEFAULT) <= 0 &&
-      H5Lexists(f, "_layer_checkpoint_dependencies", H5P_DEFAULT) > 0)
-    root = "_layer_checkpoint_dependencies";
-  for (int i = 0; !rc && i < p->n; i++) {
-    const ek_layer *el = &p->l[i];
-    for (int k = 0; !rc && k < el->count; k++) {
-      const chief_export_var *v = p->order[el->first + k];
-      char dp[300];
-      snprintf(dp, sizeof dp, "%s/%s/vars/%d", root, el->path, k);
-      hid_t ds = H5Oexists_by_name(f, dp, H5P_DEFAULT) > 0
-                     ? H5Dopen2(f, dp, H5P_DEFAULT)
-                     : -1;
-      if (ds < 0) {
-        rc = ki_fail(err, errlen, TSR_ENOTFOUND,
-                     "%s: no dataset %s for %s", shown, dp, v->name);
-        break;
-      }
-      hid_t sp = H5Dget_space(ds);
-      hsize_t dims[8];
-      int rank = H5Sget_simple_extent_ndims(sp);
-      bool same = rank == v->rank && rank <= 8;
-      if (same) H5Sget_simple_extent_dims(sp, dims, NULL);
-      for (int d = 0; same && d < rank; d++)
-        same = (int64_t)dims[d] == v->shape[d];
-      if (!same)
-        rc = ki_fail(err, errlen, TSR_ESHAPE,
-                     "%s: %s does not have the shape of %s", shown, dp,
-                     v->name);
-      else if (H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT,
-                       (void *)v->data) < 0)
-        rc = ki_fail(err, errlen, TSR_EFORMAT, "%s: cannot read %s", shown,
-                     dp);
-      H5Sclose(sp);
-      H5Dclose(ds);
-    }
-  }
-  if (f >= 0) H5Fclose(f);
-  free(p->order);
+  if (!rc) rc = chief__keras_plan(model, ev, n, p, err, errlen);
+  if (!rc) rc = chief__h5_read(path, shown, p, err, errlen);
+  if (p) chief__keras_plan_free(p);
   free(p);
   free(ev);
   return rc;
@@ -318,9 +277,9 @@ int chief_weights_load(const char *path, const json_t *model,
   int rc;
   char e2[512];
   uint8_t *buf = (uint8_t *)tsr_read_file(path, &len, &rc, e2, sizeof e2);
-  if (!buf) return ki_fail(err, errlen, rc, "initial_weights: %s", e2);
+  if (!buf) return tsr_errf(err, errlen, rc, "initial_weights: %s", e2);
   if (ends(path, ".npz")) {
-    rc = from_npz(path, buf, len, vars, n, err, errlen);
+    rc = from_npz(path, buf, len, model, vars, n, err, errlen);
   } else if (ends(path, ".keras")) {
     ki_member *m = NULL;
     size_t nm = 0;
@@ -329,13 +288,13 @@ int chief_weights_load(const char *path, const json_t *model,
     for (size_t i = 0; !rc && i < nm; i++)
       if (!strcmp(m[i].name, "model.weights.h5")) h = &m[i];
     if (!rc && !h)
-      rc = ki_fail(err, errlen, TSR_ENOTFOUND,
+      rc = tsr_errf(err, errlen, TSR_ENOTFOUND,
                    "%s: no model.weights.h5 in the archive", path);
     if (!rc) {
       char tmp[] = "/tmp/tsr-weights-XXXXXX";
       int fd = mkstemp(tmp);
       if (fd < 0 || write(fd, h->data, h->len) != (ssize_t)h->len)
-        rc = ki_fail(err, errlen, TSR_EIO, "%s: cannot unpack the weights",
+        rc = tsr_errf(err, errlen, TSR_EIO, "%s: cannot unpack the weights",
                      path);
       if (fd >= 0) close(fd);
       if (!rc) rc = from_h5(tmp, path, model, vars, n, err, errlen);
@@ -343,9 +302,9 @@ int chief_weights_load(const char *path, const json_t *model,
     }
     if (m) members_free(m, nm);
   } else {
-    rc = ki_fail(err, errlen, TSR_EUNSUPPORTED,
-                 "initial_weights %s: give an .npz, a .keras archive or a "
-                 ".weights.h5", path);
+    rc = tsr_errf(err, errlen, TSR_EUNSUPPORTED,
+                 "initial_weights %s: give an .npz, a .keras archive, a "
+                 ".weights.h5 or an .h5", path);
   }
   free(buf);
   return rc;
@@ -370,9 +329,9 @@ int chief_initial_weights_files(const char *weights, const json_t *model,
   char sub[PATH_MAX], abs[PATH_MAX];
   snprintf(sub, sizeof sub, "%s/initial_weights", dir);
   if (!rc && mkdir(sub, 0777) && errno != EEXIST)
-    rc = ki_fail(err, errlen, -errno, "%s: %s", sub, strerror(errno));
+    rc = tsr_errf(err, errlen, -errno, "%s: %s", sub, strerror(errno));
   if (!rc && !realpath(sub, abs))
-    rc = ki_fail(err, errlen, -errno, "%s: %s", sub, strerror(errno));
+    rc = tsr_errf(err, errlen, -errno, "%s: %s", sub, strerror(errno));
   for (size_t i = 0; i < n && !rc; i++) {
     char *p = paths + i * plen;
     snprintf(p, plen, "%s/var-%04zu.f32", abs, i);
@@ -381,9 +340,9 @@ int chief_initial_weights_files(const char *weights, const json_t *model,
     FILE *f = fopen(p, "wb");
     if (!f || fwrite(iv[i].data, sizeof(float), (size_t)numel, f) !=
                   (size_t)numel)
-      rc = ki_fail(err, errlen, TSR_EIO, "%s: cannot write", p);
+      rc = tsr_errf(err, errlen, TSR_EIO, "%s: cannot write", p);
     if (f && fclose(f) && !rc)
-      rc = ki_fail(err, errlen, TSR_EIO, "%s: cannot write", p);
+      rc = tsr_errf(err, errlen, TSR_EIO, "%s: cannot write", p);
   }
   for (size_t i = 0; i < n; i++) free(iv[i].data);
   free(iv);

@@ -1,7 +1,8 @@
-/* `tessera ckpt inspect PATH` and `tessera ckpt export PATH --npz OUT`:
- * PATH is a checkpoint root (its newest committed checkpoint is used) or one
- * ckpt-<step> folder. Export writes every variable in the model's order
- * under its Keras name, so
+/* `tessera ckpt inspect PATH` and `tessera ckpt export PATH --npz OUT`
+ * (--keras, --weights-h5: export_keras.h): PATH is a checkpoint root (its
+ * newest committed checkpoint is used) or one ckpt-<step> folder. Export
+ * writes every variable in model.get_weights()'s order under its Keras
+ * name, so
  *   z = numpy.load(OUT); model.set_weights([z[k] for k in z.files])
  * loads it into the Keras model. Rows of an embedding table that training
  * never touched were never created on the PS; export gives them their
@@ -26,12 +27,17 @@ static void usage(FILE *f) {
   fprintf(f, "usage: tessera ckpt inspect PATH [--json]\n"
              "       tessera ckpt export PATH [--npz OUT.npz] [--keras "
              "OUT.keras]\n"
-             "              [--weights-h5 OUT.weights.h5]\n"
+             "              [--weights-h5 OUT.weights.h5 | OUT.h5]\n"
+             "  Sequential and Functional Keras models; the npz in "
+             "get_weights order.\n"
+             "  --weights-h5: NAME.weights.h5 for Keras 3 and tf_keras's "
+             "load_weights,\n"
+             "  NAME.h5 for tf_keras's HDF5 layout.\n"
              "  --npz writes input_stats.json beside the npz (and so does "
              "--weights-h5)\n"
              "  when training normalized or scaled its inputs; --keras "
              "carries them\n"
-             "  as a Normalization layer.\n"
+             "  as a Normalization layer after each input.\n"
              "PATH: a checkpoint folder (the newest committed checkpoint in "
              "it) or one ckpt-<step> folder.\n");
 }
@@ -203,11 +209,27 @@ static int export_all(const export_to *to, json_t *man, chief_ckpt_var *vars,
   json_t *input = json_object_get(man, "input");
   char sp[4096];
   if (!rc && to->npz) {
+    /* model.get_weights()'s order, so set_weights takes the arrays as
+     * they come */
+    const char **names = calloc(total + 1, sizeof *names);
+    size_t *kord = calloc(total + 1, sizeof *kord);
+    if (!names || !kord) {
+      rc = TSR_ENOMEM;
+      snprintf(err, sizeof err, "out of memory");
+    }
+    for (size_t i = 0; !rc && i < total; i++) names[i] = ev[i].name;
+    if (!rc && chief_keras_weight_order(model, names, total, kord, err,
+                                        sizeof err))
+      for (size_t i = 0; i < total; i++) kord[i] = i; /* the manifest's */
     chief_npz *z = NULL;
-    rc = chief_npz_open(&z, to->npz, err, sizeof err);
-    for (size_t i = 0; i < total && !rc; i++)
-      rc = chief_npz_add_f32(z, ev[i].name, ev[i].shape, ev[i].rank,
-                             ev[i].data, err, sizeof err);
+    if (!rc) rc = chief_npz_open(&z, to->npz, err, sizeof err);
+    for (size_t k = 0; k < total && !rc; k++) {
+      const chief_export_var *e = &ev[kord[k]];
+      rc = chief_npz_add_f32(z, e->name, e->shape, e->rank, e->data, err,
+                             sizeof err);
+    }
+    free(names);
+    free(kord);
     if (z) {
       if (rc) chief_npz_abort(z);
       else rc = chief_npz_close(z, err, sizeof err);
@@ -227,7 +249,11 @@ static int export_all(const export_to *to, json_t *man, chief_ckpt_var *vars,
   }
   if (!rc && to->h5) {
     rc = chief_export_weights_h5(to->h5, model, ev, total, err, sizeof err);
-    if (!rc) printf("wrote %s (tf_keras: model.load_weights)\n", to->h5);
+    if (!rc)
+      printf("wrote %s (%s)\n", to->h5,
+             strstr(to->h5, ".weights.h5")
+                 ? "Keras 3 and tf_keras: model.load_weights"
+                 : "tf_keras's HDF5 layout: model.load_weights");
     stats_path(to->h5, sp, sizeof sp);
     if (!rc && input &&
         !(rc = chief_export_input_stats(sp, input, err, sizeof err)))

@@ -16,15 +16,19 @@
 #define TSR_CHIEF_COORD_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+
+#include "common/cluster.h"
 
 /* What tessera-chief's flags say. */
 typedef struct {
   const char *job_path;
   const char *const *overrides;  /* "key=value", NULL-terminated */
-  const char *cluster_file;      /* NULL: TF_CONFIG */
-  const char *task;              /* NULL: from TF_CONFIG */
-  const char *token_file;        /* NULL: TESSERA_TOKEN */
+  const tsr_cluster *cluster;    /* resolved at start-up (common/daemon.h);
+                                    borrowed for the whole run */
+  const void *token;             /* the cluster token, borrowed */
+  size_t token_len;
   const char *summary_json;      /* --summary-json */
   double wait_timeout_s;         /* CONNECT; default 300 */
   double ps_timeout_s;           /* a dead PS; default 600 */

@@ -80,7 +80,7 @@ struct coord {
   uv_signal_t sigint, sigterm;
   tsr_rpc_ctx *rpc;
   tsr_rpc_server *status;  /* CHIEF_M_STATUS on the chief's address */
-  tsr_cluster cluster;
+  tsr_cluster cluster;     /* o->cluster, borrowed: not freed here */
   tsr_job job;
   char *job_json;          /* resolved job sent to workers */
   char job_dir[4096];

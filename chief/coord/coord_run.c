@@ -43,9 +43,8 @@ static int coord_abs(const char *dir, char **path) {
 }
 
 static int coord_load(coord *co, char *err, size_t errlen) {
-  int rc = tsr_cluster_load(co->o->cluster_file, co->o->task, &co->cluster,
-                            err, errlen);
-  if (rc) return rc;
+  int rc;
+  co->cluster = *co->o->cluster; /* borrowed: tessera-chief frees it */
   if (!tsr_cluster_is_chief(&co->cluster)) {
     snprintf(err, errlen, "this task is %s:%d; tessera-chief runs as the "
              "chief (or as worker 0 when the cluster has no chief job)",
@@ -300,24 +299,15 @@ int chief_coord_run(const chief_coord_opts *o) {
   }
   if (uv_loop_init(&co->loop)) goto out_free;
   status = 1;
-  char token[TSR_RPC_TOKEN_MAX];
-  size_t token_len;
-  if (tsr_rpc_token_load(o->token_file, token, sizeof token, &token_len, err,
-                         sizeof err)) {
-    tsr_error("%s", err);
-    status = 2;
-    goto out_loop;
-  }
   tsr_rpc_opts ro;
   memset(&ro, 0, sizeof ro);
   ro.name = "chief";
-  ro.token = token;
-  ro.token_len = token_len;
+  ro.token = o->token;
+  ro.token_len = o->token_len;
   ro.default_deadline_ms = 60000;
   ro.idle_timeout_ms = (uint32_t)(o->heartbeat_timeout_s * 1000);
   ro.heartbeat_ms = ro.idle_timeout_ms / 4 ? ro.idle_timeout_ms / 4 : 1;
   if (tsr_rpc_ctx_new(&co->rpc, &co->loop, &ro)) goto out_loop;
-  sodium_memzero(token, sizeof token);
   if (co->job.logdir && coord_abs(co->job_dir, &co->job.logdir)) goto out_rpc;
   if (chief_metrics_open(&co->metrics, co->job.logdir, NULL, err,
                          sizeof err)) {
@@ -454,7 +444,6 @@ out_free:
   free(co->shards);
   free(co->job_json);
   tsr_job_free(&co->job);
-  tsr_cluster_free(&co->cluster);
   free(co);
   return status;
 }

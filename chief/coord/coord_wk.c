@@ -142,6 +142,14 @@ static void coord_wk_on_configure(const tsr_rpc_result *r, void *data) {
       json_array_append_new(sb, json_real(resp->input_shift[k]));
     }
     co->input_affine = json_pack("{soso}", "scale", sa, "shift", sb);
+    if (co->input_affine && resp->n_input_names > 0 &&
+        resp->n_input_names == resp->n_input_columns) {
+      json_t *cols = json_object();
+      for (size_t k = 0; k < resp->n_input_names; k++)
+        json_object_set_new(cols, resp->input_names[k],
+                            json_integer(resp->input_columns[k]));
+      json_object_set_new(co->input_affine, "columns", cols);
+    }
   }
   ev.kind = COORD_EV_WK_READY;
   ev.examples = resp->examples;

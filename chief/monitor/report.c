@@ -476,7 +476,7 @@ int chief_report_write(const char *path, const chief_series_set *set_in,
     snprintf(err, errlen, "out of memory building %s", path);
     rc = TSR_ENOMEM;
   } else {
-    rc = chief__write_atomic(path, b.p, b.len, err, errlen);
+    rc = tsr_write_atomic(path, b.p, b.len, err, errlen);
   }
   chief__buf_free(&b);
   if (set != set_in) chief_series_free(&merged);

@@ -121,7 +121,7 @@ int chief_summary_write_json(const char *path, const chief_summary *s,
   if (!text) goto done;
   size_t n = strlen(text);
   text[n] = '\n'; /* json_dumps leaves room only for the NUL: rewrite it */
-  rc = chief__write_atomic(path, text, n + 1, err, errlen);
+  rc = tsr_write_atomic(path, text, n + 1, err, errlen);
 done:
   if (rc == TSR_ENOMEM) snprintf(err, errlen, "out of memory");
   json_decref(o);

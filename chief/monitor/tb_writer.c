@@ -102,7 +102,7 @@ int chief_tb_open(chief_tb **out, const char *logdir,
     snprintf(host, sizeof host, "localhost");
   }
   host[sizeof host - 1] = '\0';
-  int rc = chief__mkdir_p(logdir, err, errlen);
+  int rc = tsr_mkdir_p(logdir, 0777, err, errlen);
   if (rc) return rc;
 
   chief_tb *tb = calloc(1, sizeof *tb);

@@ -45,8 +45,8 @@ typedef struct pcall {
   void *rpay;                /* response payload */
   size_t rpay_len;
   int rpay_pool;             /* rpay is a pooled buffer */
-  struct pcall *next, *prev;   /* deadline-sorted list of live calls */
-  struct pcall *qnext, *qprev; /* waiting for a connection */
+  tsr_list link;              /* cl->calls: live calls by deadline */
+  tsr_list qlink;             /* cl->queue: waiting for a connection */
   uint8_t meta[];
 } pcall;
 
@@ -78,8 +78,8 @@ struct tsr_rpc_client {
   uint64_t next_id;
   uint32_t inflight;         /* submitted, not delivered */
   uint64_t live;             /* pcalls allocated on the loop's side */
-  pcall *head, *tail;        /* by deadline */
-  pcall *qhead, *qtail;
+  tsr_list calls;            /* pcall.link, by deadline */
+  tsr_list queue;            /* pcall.qlink */
   pcall *receiving;
   tsr_rpc__idmap ids;
   tsr_rpc_stats st;
@@ -118,25 +118,19 @@ static void deliver(pcall *p) {
   maybe_finish(cl);
 }
 
-static void unlink_all(tsr_rpc_client *cl, pcall *p) {
-  if (p->prev) p->prev->next = p->next; else cl->head = p->next;
-  if (p->next) p->next->prev = p->prev; else cl->tail = p->prev;
-  p->next = p->prev = NULL;
-}
-
-static void unlink_queue(tsr_rpc_client *cl, pcall *p) {
-  if (p->qprev) p->qprev->qnext = p->qnext; else cl->qhead = p->qnext;
-  if (p->qnext) p->qnext->qprev = p->qprev; else cl->qtail = p->qprev;
-  p->qnext = p->qprev = NULL;
+/* The live call with the nearest deadline, or NULL. */
+static pcall *first_call(const tsr_rpc_client *cl) {
+  tsr_list *n = tsr_list_first(&cl->calls);
+  return n ? tsr_list_entry(n, pcall, link) : NULL;
 }
 
 /* Ends a call with a status (0 keeps what the answer set). */
 static void complete(pcall *p, int status, int remote, const char *msg) {
   tsr_rpc_client *cl = p->cl;
   if (p->state == P_DONE) return;
-  int was_head = cl->head == p;
-  unlink_all(cl, p);
-  if (p->state == P_QUEUED) unlink_queue(cl, p);
+  int was_head = first_call(cl) == p;
+  tsr_list_remove(&p->link);
+  if (p->state == P_QUEUED) tsr_list_remove(&p->qlink);
   if (p->state == P_SENT) tsr_rpc__idmap_del(&cl->ids, p->id);
   if (cl->receiving == p) {
     /* its destination must not be written once the caller has it back */
@@ -164,8 +158,8 @@ static void deadline_cb(uv_timer_t *t) {
   tsr_rpc_client *cl = t->data;
   uint64_t now = tsr_now_ns();
   char msg[256];
-  while (cl->head && cl->head->deadline_ns <= now) {
-    pcall *p = cl->head;
+  pcall *p;
+  while ((p = first_call(cl)) && p->deadline_ns <= now) {
     uint32_t ms = p->req.deadline_ms;
     if (p->state == P_SENT) {
       snprintf(msg, sizeof msg,
@@ -185,23 +179,23 @@ static void deadline_cb(uv_timer_t *t) {
 
 static void arm_deadline(tsr_rpc_client *cl) {
   if (cl->closing) return;
-  if (!cl->head) {
+  pcall *first = first_call(cl);
+  if (!first) {
     uv_timer_stop(&cl->deadline);
     return;
   }
-  uint64_t now = tsr_now_ns(), d = cl->head->deadline_ns;
+  uint64_t now = tsr_now_ns(), d = first->deadline_ns;
   uint64_t ms = d > now ? (d - now + 999999) / 1000000 : 0;
   uv_timer_start(&cl->deadline, deadline_cb, ms, 0);
 }
 
 static void insert_by_deadline(tsr_rpc_client *cl, pcall *p) {
-  pcall *at = cl->tail; /* deadlines mostly arrive in order */
-  while (at && at->deadline_ns > p->deadline_ns) at = at->prev;
-  p->prev = at;
-  p->next = at ? at->next : cl->head;
-  if (p->next) p->next->prev = p; else cl->tail = p;
-  if (at) at->next = p; else cl->head = p;
-  if (cl->head == p) arm_deadline(cl);
+  tsr_list *at = cl->calls.prev; /* deadlines mostly arrive in order */
+  while (at != &cl->calls &&
+         tsr_list_entry(at, pcall, link)->deadline_ns > p->deadline_ns)
+    at = at->prev;
+  tsr_list_insert_after(at, &p->link);
+  if (first_call(cl) == p) arm_deadline(cl);
 }
 
 /* ---- sending ----------------------------------------------------------- */
@@ -243,9 +237,7 @@ static int submit(tsr_rpc_client *cl, pcall *p) {
     if (rc) return rc;
   } else {
     p->state = P_QUEUED;
-    p->qprev = cl->qtail;
-    if (cl->qtail) cl->qtail->qnext = p; else cl->qhead = p;
-    cl->qtail = p;
+    tsr_list_push_back(&cl->queue, &p->qlink);
   }
   cl->live++;
   cl->st.inflight++;
@@ -423,9 +415,9 @@ static void c_on_ready(tsr_rpc__conn *c) {
   cl->st.connections = 1;
   tsr_debug("rpc %s: connected to %s (%s)", cl->ctx->name, cl->addr,
             c->peer_name);
-  while (cl->qhead && c->state == TSR_RPC__C_READY) {
-    pcall *p = cl->qhead;
-    unlink_queue(cl, p);
+  while (!tsr_list_empty(&cl->queue) && c->state == TSR_RPC__C_READY) {
+    pcall *p = tsr_list_entry(cl->queue.next, pcall, qlink);
+    tsr_list_remove(&p->qlink);
     p->state = P_NEW;
     int rc = send_call(cl, p);
     if (rc) {
@@ -450,14 +442,12 @@ static void c_on_down(tsr_rpc__conn *c, int status, const char *msg) {
   if (cc->was_ready && !cl->closing)
     tsr_warn("rpc %s: %s", cl->ctx->name, m);
   /* every call written on this connection fails now */
-  pcall *p = cl->head;
-  while (p) {
-    pcall *next = p->next;
+  tsr_list_foreach_safe(n, next, &cl->calls) {
+    pcall *p = tsr_list_entry(n, pcall, link);
     if (p->state == P_SENT)
       complete(p, cl->closing ? TSR_ESHUTDOWN : TSR_ECLOSED, 0, m);
     else if (p->state == P_QUEUED && cl->ctx->o.fail_fast && !cl->closing)
       complete(p, TSR_EUNAVAIL, 0, m);
-    p = next;
   }
   if (cc->was_ready && cl->state_cb && !cl->closing)
     cl->state_cb(cl, 0, status, cl->state_data);
@@ -508,11 +498,9 @@ static void retry_later(tsr_rpc_client *cl, const char *msg) {
   snprintf(cl->last_err, sizeof cl->last_err, "%s", msg);
   cl->unreachable = 1;
   if (cl->ctx->o.fail_fast) {
-    pcall *p = cl->head;
-    while (p) {
-      pcall *next = p->next;
+    tsr_list_foreach_safe(n, next, &cl->calls) {
+      pcall *p = tsr_list_entry(n, pcall, link);
       if (p->state == P_QUEUED) complete(p, TSR_EUNAVAIL, 0, msg);
-      p = next;
     }
   }
   uint64_t ms = tsr_rpc__backoff_ms(&cl->ctx->o, cl->attempt);
@@ -587,6 +575,8 @@ int tsr_rpc_client_new(tsr_rpc_client **out, tsr_rpc_ctx *ctx,
   char err[300];
   tsr_rpc_client *cl = tsr_rpc__calloc(ctx, sizeof *cl);
   if (!cl) return TSR_ENOMEM;
+  tsr_list_init(&cl->calls);
+  tsr_list_init(&cl->queue);
   int rc = tsr_rpc__split_addr(addr, cl->host, sizeof cl->host, cl->port,
                                sizeof cl->port, err, sizeof err);
   if (!rc && strlen(addr) >= sizeof cl->addr) {
@@ -647,7 +637,8 @@ void tsr_rpc_client_close(tsr_rpc_client *cl, tsr_rpc_close_cb cb,
   cl->live++; /* keep the client while callbacks run */
   char msg[300];
   snprintf(msg, sizeof msg, "client of %s closing", cl->addr);
-  while (cl->head) complete(cl->head, TSR_ESHUTDOWN, 0, msg);
+  pcall *p;
+  while ((p = first_call(cl))) complete(p, TSR_ESHUTDOWN, 0, msg);
   if (cl->resolving) uv_cancel((uv_req_t *)&cl->gai);
   if (cl->conn) tsr_rpc__conn_close(&cl->conn->c, TSR_ESHUTDOWN, msg);
   uv_close((uv_handle_t *)&cl->retry, handle_closed);

@@ -33,7 +33,7 @@ typedef struct wreq {
   tsr_rpc__conn *c;
   tsr_rpc__sent_cb cb;
   void *data;
-  struct wreq *next;  /* written at once, waiting to be reported */
+  tsr_list link;      /* c->done: written at once, waiting to be reported */
   size_t bytes;
   size_t queued;      /* bytes handed to uv_write */
   int waited;
@@ -50,10 +50,10 @@ static void write_finish(tsr_rpc__conn *c, wreq *w, int status);
 
 /* Reports the writes that went out at once. */
 static void flush_done(tsr_rpc__conn *c) {
-  while (c->done_head) {
-    wreq *w = c->done_head;
-    c->done_head = w->next;
-    if (!c->done_head) c->done_tail = NULL;
+  tsr_list *n;
+  while ((n = tsr_list_first(&c->done))) {
+    wreq *w = tsr_list_entry(n, wreq, link);
+    tsr_list_remove(n);
     write_finish(c, w, 0);
   }
 }
@@ -177,12 +177,7 @@ static int raw_send(tsr_rpc__conn *c, wreq *w, uv_buf_t *bufs,
     }
   }
   if (left == 0) {
-    w->next = NULL;
-    if (c->done_tail)
-      ((wreq *)c->done_tail)->next = w;
-    else
-      c->done_head = w;
-    c->done_tail = w;
+    tsr_list_push_back(&c->done, &w->link);
     uv_check_start(&c->check, check_cb);
   } else {
     int rc = uv_write(&w->req, (uv_stream_t *)&c->tcp, bufs, nbufs,
@@ -417,6 +412,7 @@ static void timer_cb(uv_timer_t *t) {
 int tsr_rpc__conn_init(tsr_rpc__conn *c, tsr_rpc_ctx *ctx, int role,
                        const tsr_rpc__conn_ops *ops, void *owner) {
   memset(c, 0, sizeof *c);
+  tsr_list_init(&c->done);
   c->ctx = ctx;
   c->ops = ops;
   c->owner = owner;

@@ -12,6 +12,7 @@
 #ifndef TSR_RPC_INT_H
 #define TSR_RPC_INT_H
 
+#include "common/list.h"
 #include "common/rpc/rpc.h"
 
 #include <pthread.h>
@@ -284,7 +285,7 @@ struct tsr_rpc__conn {
   uv_tcp_t tcp;
   uv_timer_t timer;
   uv_check_t check;           /* reports writes that went out at once */
-  void *done_head, *done_tail;/* such writes, oldest first */
+  tsr_list done;              /* such writes, oldest first */
   tsr_rpc_ctx *ctx;
   const tsr_rpc__conn_ops *ops;
   void *owner;
@@ -307,7 +308,7 @@ struct tsr_rpc__conn {
   uint64_t last_progress_ns;  /* a write that had to wait completed */
   int down;                   /* on_down has run */
   tsr_rpc_stats *agg;         /* owner totals to add to */
-  tsr_rpc__conn *next, *prev; /* owner's list */
+  tsr_list link;              /* owner's list */
 };
 
 /* Initialises c around an accepted or a connecting uv_tcp_t (c->tcp is

@@ -49,18 +49,21 @@ typedef struct scall {
   tsr_rpc_done_cb done;
   void *done_data;
   uint64_t out_bytes;
-  struct scall *next, *prev; /* sconn list, or the server's dead list */
+  tsr_list link;             /* sc->calls, or the server's dead list */
   uint8_t meta[];
 } scall;
 
 struct sconn {
-  tsr_rpc__conn c;
+  tsr_rpc__conn c;           /* first: an sconn is its conn */
   tsr_rpc_server *s;
   tsr_rpc__idmap ids;
-  scall *calls;              /* handled, not answered */
+  tsr_list calls;            /* scall.link: handled, not answered */
   scall *receiving;          /* payload landing */
   int counted;               /* in s->st.connections */
 };
+
+/* The connection whose conn.link is node `n` of the server's list. */
+#define CONN_OF(n) ((sconn *)tsr_list_entry(n, tsr_rpc__conn, link))
 
 struct tsr_rpc_server {
   tsr_rpc_ctx *ctx;
@@ -73,8 +76,9 @@ struct tsr_rpc_server {
   int port;
   method_ent *methods;       /* sorted by number */
   size_t nmethods;
-  sconn *conns;
-  scall *dead;               /* answered after their connection died */
+  tsr_list conns;            /* sconn.c.link */
+  tsr_list dead;             /* scall.link: answered after their connection
+                                died */
   uint64_t live_calls;
   tsr_rpc_stats st;
   tsr_rpc_close_cb close_cb;
@@ -92,22 +96,6 @@ static method_ent *find_method(tsr_rpc_server *s, uint32_t m) {
       hi = mid;
   }
   return NULL;
-}
-
-static void list_add(scall **head, scall *k) {
-  k->prev = NULL;
-  k->next = *head;
-  if (*head) (*head)->prev = k;
-  *head = k;
-}
-
-static void list_del(scall **head, scall *k) {
-  if (k->prev)
-    k->prev->next = k->next;
-  else
-    *head = k->next;
-  if (k->next) k->next->prev = k->prev;
-  k->next = k->prev = NULL;
 }
 
 static void maybe_finish(tsr_rpc_server *s);
@@ -153,7 +141,7 @@ static void reply_sent(tsr_rpc__conn *c, int status, void *data) {
   scall *k = data;
   sconn *sc = k->sc;
   if (sc) {
-    list_del(&sc->calls, k);
+    tsr_list_remove(&k->link);
     k->sc = NULL;
     c->inflight--;
     k->s->st.inflight--;
@@ -164,9 +152,10 @@ static void reply_sent(tsr_rpc__conn *c, int status, void *data) {
 static void idle_cb(uv_idle_t *h) {
   tsr_rpc_server *s = h->data;
   uv_idle_stop(h);
-  while (s->dead) {
-    scall *k = s->dead;
-    list_del(&s->dead, k);
+  tsr_list *n;
+  while ((n = tsr_list_first(&s->dead))) {
+    scall *k = tsr_list_entry(n, scall, link);
+    tsr_list_remove(n);
     answer_done(k, TSR_ECLOSED);
   }
 }
@@ -174,7 +163,7 @@ static void idle_cb(uv_idle_t *h) {
 /* The answer cannot go out: report it from the loop, never from inside
  * the reply call. */
 static void answer_later(scall *k) {
-  list_add(&k->s->dead, k);
+  tsr_list_push_front(&k->s->dead, &k->link);
   uv_idle_start(&k->s->idle, idle_cb);
 }
 
@@ -186,7 +175,7 @@ static int send_answer(scall *k, const tsr_rpc__hdr *h, const void *meta,
   for (unsigned i = 0; i < npayload; i++) k->out_bytes += payload[i].len;
   if (!sc || sc->c.state != TSR_RPC__C_READY) {
     if (sc) {
-      list_del(&sc->calls, k);
+      tsr_list_remove(&k->link);
       sc->c.inflight--;
       k->s->st.inflight--;
       k->sc = NULL;
@@ -204,7 +193,7 @@ static int send_answer(scall *k, const tsr_rpc__hdr *h, const void *meta,
     snprintf(msg, sizeof msg, "cannot send the answer to request %llu: %s",
              (unsigned long long)k->pub.id, tsr_strerror(rc));
     tsr_error("rpc %s: peer %s: %s", k->s->ctx->name, sc->c.peer, msg);
-    list_del(&sc->calls, k);
+    tsr_list_remove(&k->link);
     sc->c.inflight--;
     k->s->st.inflight--;
     k->sc = NULL;
@@ -393,7 +382,7 @@ static int s_on_frame(tsr_rpc__rx *rx, const tsr_rpc__hdr *h,
   sc->receiving = NULL;
   k->state = CALL_HANDLING;
   k->pub.recv_ns = tsr_now_ns();
-  list_add(&sc->calls, k);
+  tsr_list_push_front(&sc->calls, &k->link);
   c->inflight++;
   c->calls++;
   s->st.inflight++;
@@ -439,9 +428,10 @@ static void s_on_down(tsr_rpc__conn *c, int status, const char *msg) {
     sc->receiving = NULL;
     call_free(k, 1, status);
   }
-  while (sc->calls) {
-    scall *k = sc->calls;
-    list_del(&sc->calls, k);
+  tsr_list *n;
+  while ((n = tsr_list_first(&sc->calls))) {
+    scall *k = tsr_list_entry(n, scall, link);
+    tsr_list_remove(n);
     k->sc = NULL;
     s->st.inflight--;
   }
@@ -452,11 +442,7 @@ static void s_on_down(tsr_rpc__conn *c, int status, const char *msg) {
 static void s_on_freed(tsr_rpc__conn *c) {
   sconn *sc = (sconn *)c;
   tsr_rpc_server *s = sc->s;
-  if (c->prev)
-    c->prev->next = c->next;
-  else
-    s->conns = (sconn *)c->next;
-  if (c->next) c->next->prev = c->prev;
+  tsr_list_remove(&c->link);
   tsr_rpc__free(s->ctx, sc);
   maybe_finish(s);
 }
@@ -498,9 +484,8 @@ static void on_connection(uv_stream_t *l, int status) {
   sc->s = s;
   tsr_rpc__idmap_init(&sc->ids, s->ctx);
   sc->c.agg = &s->st;
-  sc->c.next = (tsr_rpc__conn *)s->conns;
-  if (s->conns) s->conns->c.prev = &sc->c;
-  s->conns = sc;
+  tsr_list_init(&sc->calls);
+  tsr_list_push_front(&s->conns, &sc->c.link);
   int rc = uv_accept(l, (uv_stream_t *)&sc->c.tcp);
   if (!rc) rc = tsr_rpc__conn_start(&sc->c);
   if (rc) {
@@ -516,6 +501,8 @@ int tsr_rpc_server_new(tsr_rpc_server **out, tsr_rpc_ctx *ctx) {
   tsr_rpc_server *s = tsr_rpc__calloc(ctx, sizeof *s);
   if (!s) return TSR_ENOMEM;
   s->ctx = ctx;
+  tsr_list_init(&s->conns);
+  tsr_list_init(&s->dead);
   uv_idle_init(ctx->loop, &s->idle);
   s->idle.data = s;
   s->handles = 1;
@@ -624,7 +611,7 @@ int tsr_rpc_server_port(const tsr_rpc_server *s) { return s->port; }
 /* The idle handle stays open while calls live: a dead answer reports
  * through it. */
 static void maybe_finish(tsr_rpc_server *s) {
-  if (!s->closing || s->conns || s->live_calls) return;
+  if (!s->closing || !tsr_list_empty(&s->conns) || s->live_calls) return;
   if (!s->idle_closing) {
     s->idle_closing = 1;
     uv_close((uv_handle_t *)&s->idle, handle_closed);
@@ -653,16 +640,18 @@ void tsr_rpc_server_close(tsr_rpc_server *s, tsr_rpc_close_cb cb,
   s->close_cb = cb;
   s->close_data = data;
   if (s->listening) uv_close((uv_handle_t *)&s->listener, handle_closed);
-  for (sconn *sc = s->conns; sc; sc = (sconn *)sc->c.next)
-    tsr_rpc__conn_close(&sc->c, TSR_ESHUTDOWN, "server closing");
+  tsr_list_foreach(n, &s->conns)
+    tsr_rpc__conn_close(&CONN_OF(n)->c, TSR_ESHUTDOWN, "server closing");
   maybe_finish(s);
 }
 
 void tsr_rpc_server_stats(const tsr_rpc_server *s, tsr_rpc_stats *out) {
   *out = s->st;
   out->paused = 0;
-  for (const sconn *sc = s->conns; sc; sc = (const sconn *)sc->c.next)
+  tsr_list_foreach(n, &s->conns) {
+    const sconn *sc = CONN_OF(n);
     if (sc->c.paused && sc->c.state == TSR_RPC__C_READY) out->paused++;
+  }
   out->mem_bytes = tsr_rpc__mem(s->ctx);
 }
 
@@ -678,7 +667,8 @@ size_t tsr_rpc_server_foreach_conn(const tsr_rpc_server *s,
                                               void *data),
                                    void *data) {
   size_t n = 0;
-  for (const sconn *sc = s->conns; sc; sc = (const sconn *)sc->c.next) {
+  tsr_list_foreach(it, &s->conns) {
+    const sconn *sc = CONN_OF(it);
     if (sc->c.state != TSR_RPC__C_READY) continue;
     tsr_rpc_conn_info in = {
         .peer = sc->c.peer, .peer_name = sc->c.peer_name,

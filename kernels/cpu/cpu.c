@@ -26,7 +26,7 @@ int kern__cpu_fail(void *impl, int rc, const char *fmt, ...) {
   kern__cpu *c = impl;
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(c->msg, sizeof c->msg, fmt, ap);
+  tsr_verrf(c->msg, sizeof c->msg, rc, fmt, ap);
   va_end(ap);
   return rc;
 }

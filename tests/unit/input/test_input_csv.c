@@ -332,7 +332,7 @@ static void spec_errors(void **state) {
   } cases[] = {
       {"{\"format\": \"csv\", \"paths\": \"d.csv\", \"label\": \"y\", "
        "\"shufle_buffer\": 4}",
-       "data.train.shufle_buffer: unknown key; did you mean shuffle_buffer?"},
+       "data.train.shufle_buffer: unknown key; did you mean \"shuffle_buffer\"?"},
       {"{\"format\": \"parquet\", \"paths\": \"d.csv\"}",
        "data.train.format: unknown format \"parquet\""},
       {"{\"format\": \"csv\", \"paths\": \"d.csv\", \"label\": \"y\", "
@@ -351,6 +351,14 @@ static void spec_errors(void **state) {
       {"{\"format\": \"csv\", \"paths\": \"d.csv\", \"label\": \"y\", "
        "\"features\": [\"a\", \"y\"]}",
        "data.train.features[1]: \"y\" is the label"},
+      {"{\"format\": \"tfrecord\", \"paths\": \"d.csv\", \"label\": \"y\", "
+       "\"features\": [{\"name\": \"a\", \"sise\": 3}]}",
+       "data.train.features[0].sise: unknown key; did you mean \"size\"?"},
+      {"{\"format\": \"tfrecord\", \"paths\": \"d.csv\", \"label\": \"y\", "
+       "\"features\": [\"a\"], \"sparse_features\": [{\"name\": \"s\", "
+       "\"vocabulary\": 3}]}",
+       "data.train.sparse_features[0].vocabulary: unknown key (known: name, "
+       "vocab)"},
   };
   twrites(f->dir, "d.csv", "a,y\n1,2\n");
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -372,7 +380,7 @@ static void spec_errors(void **state) {
                    0);
   assert_int_equal(wk_input_check(&f->job, f->err, sizeof f->err),
                    TSR_ECONFIG);
-  assert_non_null(strstr(f->err, "data.evl: unknown key; did you mean eval?"));
+  assert_non_null(strstr(f->err, "data.evl: unknown key; did you mean \"eval\"?"));
   tsr_job_free(&f->job);
   assert_int_equal(tjob(f->dir,
                         "{\"data\": {\"train\": {\"format\": \"csv\", "

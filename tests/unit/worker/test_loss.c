@@ -146,7 +146,7 @@ static void loss_objects(void **state) {
       {"{\"class_name\": \"Poisson\", \"config\": {}}",
        "class 'Poisson' is not supported (supported: MeanSquaredError"},
       {"{\"class_name\": \"Huber\", \"config\": {\"delt\": 1}}",
-       "config.delt: unknown key for Huber"},
+       "config.delt: unknown key; did you mean \"delta\"?"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     json_t *v = json_loads(bad[i].json, 0, NULL);
