@@ -134,7 +134,9 @@ tsr_docker_start() {
   # An engine this script started earlier (and that was not stopped, e.g.
   # its shell was killed) still holds the data folder.
   local old="" oldexec=""
-  read -r old oldexec <"$TSR_DOCKER_CACHE/engine.pid" 2>/dev/null || true
+  if [ -f "$TSR_DOCKER_CACHE/engine.pid" ]; then
+    read -r old oldexec <"$TSR_DOCKER_CACHE/engine.pid" || old=""
+  fi
   if [ -n "$old" ] && [ -r "/proc/$old/cmdline" ] &&
      tr '\0' ' ' <"/proc/$old/cmdline" | grep -q -- "--data-root $TSR_DOCKER_CACHE/engine "; then
     tsr_dk_say "dockerd pid $old still uses $TSR_DOCKER_CACHE/engine;" \

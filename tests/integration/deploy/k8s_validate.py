@@ -178,6 +178,24 @@ def role_of(container, role):
     return None
 
 
+UNITS = {"": 1, "k": 1000, "M": 1000 ** 2, "G": 1000 ** 3, "T": 1000 ** 4,
+         "Ki": 1024, "Mi": 1024 ** 2, "Gi": 1024 ** 3, "Ti": 1024 ** 4}
+
+
+def k8s_bytes(q):
+    """a Kubernetes memory quantity ("2Gi", "1500M") in bytes, or None"""
+    m = re.fullmatch(r"([0-9.]+)([kMGT]i?|)", str(q))
+    return float(m.group(1)) * UNITS[m.group(2)] if m else None
+
+
+def ps_bytes(v):
+    """a tessera-ps --memory-limit value ("1600M" = 1600 MiB) in bytes, or None"""
+    m = re.fullmatch(r"([0-9.]+)([kKmMgGtT]?)(i?B?)", v)
+    if not m:
+        return None
+    return float(m.group(1)) * 1024 ** " KMGT".index(m.group(2).upper() or " ")
+
+
 def check_rules(docs, fname, rep):
     pvcs = {d["metadata"]["name"]: d for d in docs if d.get("kind") == "PersistentVolumeClaim"}
     data_claims = {}  # role -> claim mounted at /data
@@ -206,6 +224,16 @@ def check_rules(docs, fname, rep):
                 rep.check("cpu" in res.get("requests", {}) and "memory" in res.get("requests", {})
                           and "memory" in res.get("limits", {}),
                           "%s: cpu and memory requests, memory limit" % cw)
+                if r == "ps":
+                    # the PS keeps its shards under --memory-limit; the
+                    # process needs room beyond them in its container
+                    args = c.get("command", []) + c.get("args", [])
+                    ml = args[args.index("--memory-limit") + 1] if "--memory-limit" in args else ""
+                    lim = k8s_bytes(res.get("limits", {}).get("memory", ""))
+                    got = ps_bytes(ml)
+                    rep.check(got is not None and lim is not None and 0 < got <= 0.85 * lim,
+                              "%s: --memory-limit %s within 85%% of the container's limit %s" %
+                              (cw, ml or "(none)", res.get("limits", {}).get("memory")))
                 if r == "chief":
                     rep.check(kind in ("Job", "TFJob"), "%s: the chief is a batch Job (%s)" % (cw, kind))
                     args = c.get("command", []) + c.get("args", [])

@@ -206,6 +206,8 @@ for d in "$V"/checkpoints/ckpt-*; do
 done
 check "periodic checkpoints before the final one ($ck)" test "$n" -ge 2
 check "TensorBoard event file in the volume" bash -c "ls '$V'/logs/events.out.tfevents.* >/dev/null"
+check "each PS keeps its shards within its --memory-limit (1600 MiB)" \
+  test "$(grep -c 'serving on .*(memory limit 1677721600 bytes)' "$WORK/main.log")" -ge 2
 check "no dotfiles in the volume (no home in it)" test -z "$(ls -A "$V" | grep '^\.')"
 check "the volume is 10001's" test "$(stat -c %u "$V")" = 10001
 

@@ -71,6 +71,21 @@ check "compose tensorboard: published on 127.0.0.1 only" \
 check "compose chief: periodic checkpoints into the volume" \
   bash -c "grep -q 'checkpoint.every_steps=' '$D/docker-compose.yml' &&
            grep -q '/data/checkpoints' '$D/docker-compose.yml'"
+# a PS keeps its shards under --memory-limit, with room left in its container
+for s in ps0 ps1; do
+  ml=$(/usr/bin/python3 -c 'import sys, yaml
+svc = yaml.safe_load(sys.stdin)["services"][sys.argv[1]]
+cmd = svc.get("command", [])
+ml = cmd[cmd.index("--memory-limit") + 1] if "--memory-limit" in cmd else ""
+print(ml, svc.get("mem_limit", ""))' $s <<<"$out" 2>&1)
+  check "compose $s: --memory-limit within 85% of the container's mem_limit ($ml)" \
+    /usr/bin/python3 -c 'import re, sys
+def b(v):
+    m = re.fullmatch(r"([0-9.]+)([kKmMgGtT]?)(i?[bB]?)", v)
+    return float(m.group(1)) * 1024 ** " KMGT".index(m.group(2).upper() or " ") if m else 0
+ps, lim = (sys.argv[1].split() + ["", ""])[:2]
+sys.exit(0 if 0 < b(ps) <= 0.85 * b(lim) else 1)' "$ml"
+done
 check "compose: every Tessera service runs the pinned image" \
   test "$(grep -c 'image: ${TESSERA_IMAGE:-tessera:[0-9]' "$D/docker-compose.yml")" = 1
 
