@@ -4,9 +4,9 @@
 # (kubernetes-validate, strict), the TFJob against the training operator's
 # API (kubeflow-training's models) with its pod templates against the
 # API's, and the deployment rules. Broken copies (a misspelt key, an
-# unknown restart policy, an unpinned image, the chief as a StatefulSet)
-# must fail. The two packages come from PyPI into a virtual environment in
-# the build folder (kept for the next run); when they cannot be installed
+# unknown restart policy, an unpinned image, a PS with no --memory-limit
+# under its container's, the chief as a StatefulSet) must fail. The two
+# packages come from PyPI into a virtual environment in the build folder (kept for the next run); when they cannot be installed
 # the test says so and is skipped (77).
 set -u
 SRC=${TSR_SOURCE_DIR:?TSR_SOURCE_DIR not set}
@@ -35,6 +35,7 @@ sed 's/^  backoffLimit: 6/  backofLimit: 6/' "$SRC/deploy/k8s/jobs.yaml" >"$W/mi
 sed 's/restartPolicy: OnFailure/restartPolicy: Sometimes/' "$SRC/deploy/k8s/tfjob.yaml" >"$W/policy.yaml"
 sed '0,/volumeMounts:/s//volumeMountz:/' "$SRC/deploy/k8s/tfjob.yaml" >"$W/podspec.yaml"
 sed 's/image: tessera:0.1.0/image: tessera:latest/' "$SRC/deploy/k8s/jobs.yaml" >"$W/latest.yaml"
+sed 's/, "--memory-limit", "1600M"//' "$SRC/deploy/k8s/jobs.yaml" >"$W/psmemory.yaml"
 /usr/bin/python3 - "$SRC/deploy/k8s/jobs.yaml" "$W/statefulset.yaml" <<'PY'
 import sys, yaml
 docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
@@ -49,7 +50,7 @@ for d in docs:
         s["template"]["spec"]["restartPolicy"] = "Always"
 yaml.safe_dump_all(docs, open(sys.argv[2], "w"))
 PY
-for m in misspelt policy podspec latest statefulset; do
+for m in misspelt policy podspec latest psmemory statefulset; do
   if "$PY" "$V" --expect-fail "$W/$m.yaml" >"$W/$m.log" 2>&1; then
     echo "ok   a broken copy ($m) fails: $(grep -m1 '^FAIL' "$W/$m.log" | cut -c1-150)"
   else
