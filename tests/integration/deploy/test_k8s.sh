@@ -6,8 +6,9 @@
 # API's, and the deployment rules. Broken copies (a misspelt key, an
 # unknown restart policy, an unpinned image, a PS with no --memory-limit
 # under its container's, the chief as a StatefulSet) must fail. The two
-# packages come from PyPI into a virtual environment in the build folder (kept for the next run); when they cannot be installed
-# the test says so and is skipped (77).
+# packages come from PyPI into a virtual environment in the build folder
+# (kept for the next run); when they cannot be installed the test says so
+# and is skipped (77).
 set -u
 SRC=${TSR_SOURCE_DIR:?TSR_SOURCE_DIR not set}
 BUILD=${TSR_BUILD_DIR:?TSR_BUILD_DIR not set}
