@@ -16,7 +16,8 @@ uid=10001
 check=0
 if [ "${1:-}" = --check ]; then check=1; shift; fi
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-file=${1:-$here/../token}
+root=$(cd "$here/../.." && pwd)
+file=${1:-$root/deploy/token}
 
 if [ ! -e "$file" ]; then
   [ "$check" = 1 ] && { echo "token.sh: $file does not exist" >&2; exit 1; }
