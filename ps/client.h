@@ -56,7 +56,7 @@ typedef struct {
                                  unbounded: id % num_shards == shard */
   int32_t shard, num_shards;
   int64_t row0, rows;         /* rows of this shard (dense, bounded) */
-  kern_init_spec init;
+  tsr_init_spec init;
   uint64_t seed;
   tsr_optim_spec optim;
   char init_path[PS_NAME_MAX]; /* non-empty: initial values from this file

@@ -32,7 +32,7 @@ int ps_var_spec_init(ps_var_spec *s, const char *name, int rank,
   int64_t dim0 = rank ? shape[0] : 1;
   if (num_shards > dim0) return TSR_EINVAL;
   tsr_partition_rows(dim0, num_shards, shard, &s->row0, &s->rows);
-  if (kern_init_parse(init, &s->init)) return TSR_EINVAL;
+  if (tsr_init_parse(init, &s->init)) return TSR_EINVAL;
   /* Keras fans: receptive field times the last two dims */
   if (rank >= 2) {
     int64_t rf = 1;
@@ -159,7 +159,7 @@ int ps__spec_from_proto(const Tessera__Ps__VarSpec *v, ps_var_spec *s,
   const char *iname = v->init && v->init->name && v->init->name[0]
                           ? v->init->name
                           : (s->sparse ? "random_uniform" : "glorot_uniform");
-  if (kern_init_parse(iname, &s->init))
+  if (tsr_init_parse(iname, &s->init))
     return tsr_errf(err, errlen, TSR_EINVAL, "%s: unknown initializer \"%s\"",
                     v->name, iname);
   if (v->init) {
@@ -226,7 +226,7 @@ void ps__spec_to_proto(const ps_var_spec *s, Tessera__Ps__VarSpec *v,
   v->seed = s->seed;
   v->dtype = (char *)"float32";
   if (s->init_path[0]) v->init_path = (char *)s->init_path;
-  in->name = (char *)kern_init_name(s->init.kind);
+  in->name = (char *)tsr_init_name(s->init.kind);
   in->a = s->init.a;
   in->b = s->init.b;
   in->fan_in = s->init.fan_in;

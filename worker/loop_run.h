@@ -20,10 +20,10 @@ struct wk_run {
   int worker_index, num_workers;
   tsr_job job;
   wk_input *in;
-  wk_model *model;
+  tsr_model *model;
   kern_ctx *kc;
   wk_exec *ex;
-  const wk_var_info *vars;   /* the model's */
+  const tsr_var *vars;   /* the model's */
   size_t n_vars;
   wk_shard *shards;          /* sorted by (var, row0) */
   int n_shards;

@@ -58,7 +58,7 @@ static int clip_grads(wk_run *r) {
   }
   for (size_t v = 0; v < r->n_vars; v++) {
     g[v] = r->grad[v];
-    n[v] = (size_t)(r->vars[v].kind == WK_VAR_DENSE
+    n[v] = (size_t)(r->vars[v].kind == TSR_VAR_DENSE
                         ? r->vars[v].numel
                         : r->n_cur[v] * r->vars[v].row_dim);
   }
@@ -71,13 +71,13 @@ static int clip_grads(wk_run *r) {
 /* The metric names and values of `mt` into the job's answer arrays. */
 static int metric_answer(wk_run *r, wk_job *j, wk_metrics *mt, double *loss,
                          char *err, size_t errlen) {
-  int nm = wk_model_num_metrics(r->model);
+  int nm = tsr_model_num_metrics(r->model);
   j->values = calloc((size_t)(nm ? nm : 1), sizeof(double));
   j->names = calloc((size_t)(nm ? nm : 1), sizeof(char *));
   if (!j->values || !j->names)
     return tsr_errf(err, errlen, TSR_ENOMEM, "out of memory for metrics");
   for (int i = 0; i < nm; i++)
-    if (!(j->names[i] = strdup(wk_model_metric_name(r->model, i))))
+    if (!(j->names[i] = strdup(tsr_model_metric_name(r->model, i))))
       return tsr_errf(err, errlen, TSR_ENOMEM, "out of memory for metrics");
   j->n_names = nm;
   double l;
@@ -92,7 +92,7 @@ static int eval_histograms(wk_run *r, wk_job *j,
                            Tessera__Worker__EvalResponse *o) {
   int nd = 0;
   for (size_t v = 0; v < r->n_vars; v++)
-    nd += r->vars[v].kind == WK_VAR_DENSE;
+    nd += r->vars[v].kind == TSR_VAR_DENSE;
   int n = 2 * nd;
   j->histo = calloc((size_t)(n ? n : 1), sizeof *j->histo);
   j->hmsg = calloc((size_t)(n ? n : 1), sizeof *j->hmsg);
@@ -101,8 +101,8 @@ static int eval_histograms(wk_run *r, wk_job *j,
   if (!j->histo || !j->hmsg || !j->hptr || !j->htag) return TSR_ENOMEM;
   int k = 0;
   for (size_t v = 0; v < r->n_vars; v++) {
-    const wk_var_info *vi = &r->vars[v];
-    if (vi->kind != WK_VAR_DENSE) continue;
+    const tsr_var *vi = &r->vars[v];
+    if (vi->kind != TSR_VAR_DENSE) continue;
     for (int g = 0; g < 2; g++, k++) {
       const float *x = g ? r->grad[v] : r->param[v];
       tsr_histo_fill(x, (size_t)vi->numel, 30, &j->histo[k]);
@@ -162,7 +162,7 @@ static int grow_rows(wk_run *r, size_t v, int64_t n, char *err,
  * only until the next prepare) into ids_nxt. */
 static int take_ids(wk_run *r, char *err, size_t errlen) {
   for (size_t v = 0; v < r->n_vars; v++) {
-    if (r->vars[v].kind != WK_VAR_ROW_SPARSE) continue;
+    if (r->vars[v].kind != TSR_VAR_ROW_SPARSE) continue;
     const int64_t *ids;
     int64_t n;
     int rc = wk_exec_rows(r->ex, (int)v, &ids, &n);
@@ -223,7 +223,7 @@ static int build_ops(wk_run *r, bool push, bool pull, int64_t step,
   int n = 0;
   for (int i = 0; i < r->n_shards; i++) {
     const wk_shard *sh = &r->shards[i];
-    const wk_var_info *vi = &r->vars[sh->var];
+    const tsr_var *vi = &r->vars[sh->var];
     size_t w = (size_t)vi->row_dim;
     wk_op *op = &r->ops[n];
     memset(op, 0, sizeof *op);
@@ -233,7 +233,7 @@ static int build_ops(wk_run *r, bool push, bool pull, int64_t step,
     op->step = step;
     op->pull_clock = clock;
     op->width = w;
-    if (vi->kind == WK_VAR_DENSE) {
+    if (vi->kind == TSR_VAR_DENSE) {
       size_t off = (size_t)sh->row0 * w, cnt = (size_t)sh->rows * w;
       op->kind = push && pull ? WK_OP_PUSH_PULL : push ? WK_OP_PUSH : WK_OP_PULL;
       if (push) {
@@ -388,7 +388,7 @@ int wk__run_closure(wk_svc *s, wk_run *r, wk_job *j) {
   wk_group g = {0};
   int64_t pulled_step = 0;
   wk_metrics *tm = NULL; /* the model's metrics on this closure's batches */
-  if (wk_model_num_metrics(r->model) > 0 && wk_metrics_open(r->model, &tm))
+  if (tsr_model_num_metrics(r->model) > 0 && wk_metrics_open(r->model, &tm))
     tm = NULL;
   const wk_batch *b;
   int rc = next_batch(r, &b, &o->input_wait_s, err, errlen);
@@ -514,7 +514,7 @@ int wk__run_eval(wk_svc *s, wk_run *r, wk_job *j) {
   wk_metrics *mt = NULL;
   wk_group g = {0};
   int rc;
-  int nm = wk_model_num_metrics(r->model);
+  int nm = tsr_model_num_metrics(r->model);
   /* Fresh dense values (clock 0: never waits). */
   for (size_t v = 0; v < r->n_vars; v++) r->n_nxt[v] = 0;
   int n = build_ops(r, false, true, 0, 0);
