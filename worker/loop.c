@@ -83,7 +83,7 @@ void wk__job_free(wk_job *j) {
 /* Shards arrive in any order; sort by (var, row0) so each variable's
  * shards are one contiguous, ordered run. */
 static int shard_cmp(const void *a, const void *b) {
-  const wk_shard *x = a, *y = b;
+  const tsr_shard *x = a, *y = b;
   if (x->var != y->var) return x->var < y->var ? -1 : 1;
   return x->row0 < y->row0 ? -1 : x->row0 > y->row0;
 }
@@ -106,10 +106,10 @@ static int check_layout(wk_run *r, const Tessera__Worker__ConfigureRequest *q,
                       "layout: %s shard %u is placed on ps:%u but only %d PS "
                       "addresses were given", r->vars[s->var].name, s->shard,
                       s->ps, r->n_ps);
-    r->shards[i] = (wk_shard){.var = (int)s->var, .shard = (int)s->shard,
-                              .num_shards = (int)s->num_shards,
-                              .row0 = s->row0, .rows = s->rows,
-                              .ps = (int)s->ps};
+    r->shards[i] = (tsr_shard){.var = (int)s->var, .shard = (int)s->shard,
+                               .num_shards = (int)s->num_shards,
+                               .row0 = s->row0, .rows = s->rows,
+                               .ps = (int)s->ps};
   }
   qsort(r->shards, (size_t)n, sizeof *r->shards, shard_cmp);
   r->n_shards = n;
@@ -119,7 +119,7 @@ static int check_layout(wk_run *r, const Tessera__Worker__ConfigureRequest *q,
     r->var_first[v] = i;
     int64_t next = 0, count = 0;
     for (; i < n && r->shards[i].var == (int)v; i++, count++) {
-      const wk_shard *s = &r->shards[i];
+      const tsr_shard *s = &r->shards[i];
       if (s->row0 != next || s->rows < 1)
         return tsr_errf(err, errlen, TSR_ECONFIG,
                         "layout: %s shard %d covers rows [%lld, %lld) but rows "

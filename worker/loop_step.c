@@ -209,7 +209,7 @@ static int next_batch(wk_run *r, const wk_batch **b, double *wait_s,
 }
 
 /* The segment [*lo, *hi) of sorted ids that falls in shard sh. */
-static void segment(const wk_shard *sh, const int64_t *ids, int64_t n,
+static void segment(const tsr_shard *sh, const int64_t *ids, int64_t n,
                     int64_t *lo, int64_t *hi) {
   *lo = lower_bound(ids, n, sh->row0);
   *hi = lower_bound(ids, n, sh->row0 + sh->rows);
@@ -222,7 +222,7 @@ static int build_ops(wk_run *r, bool push, bool pull, int64_t step,
                      int64_t clock) {
   int n = 0;
   for (int i = 0; i < r->n_shards; i++) {
-    const wk_shard *sh = &r->shards[i];
+    const tsr_shard *sh = &r->shards[i];
     const tsr_var *vi = &r->vars[sh->var];
     size_t w = (size_t)vi->row_dim;
     wk_op *op = &r->ops[n];
