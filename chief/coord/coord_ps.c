@@ -154,16 +154,9 @@ static int coord_ps_specs(coord *co, int i, ps_var_spec **out, size_t *n_out) {
   for (size_t k = 0; k < co->n_shards && !rc; k++) {
     const tsr_shard *s = &co->shards[k];
     if (s->ps != i) continue;
-    const tsr_var *v = &co->vars[s->var];
-    bool sparse = v->kind == TSR_VAR_ROW_SPARSE;
-    rc = ps_var_spec_init(&specs[j], v->name, v->rank, v->shape, s->shard,
-                          s->num_shards, tsr_init_name(v->init.kind),
-                          co->job.seed, &co->var_optim[s->var]);
-    specs[j].init = v->init;
-    specs[j].sparse = sparse;
-    specs[j].bounded = sparse;
-    snprintf(specs[j].init_path, sizeof specs[j].init_path, "%s",
-             co->var_init_path[s->var]);
+    rc = ps_var_spec_from_var(&specs[j], &co->vars[s->var], s, co->job.seed,
+                              &co->var_optim[s->var],
+                              co->var_init_path[s->var]);
     j++;
   }
   if (rc) {

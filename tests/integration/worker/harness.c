@@ -255,13 +255,8 @@ int h_create_vars(h_cluster *c, const char *mode) {
       ps_var_spec *s = &specs[n++];
       tsr_optim_spec vo;
       tsr_var_optimizer(vi, &c->job.optimizer, &vo);
-      int rc = ps_var_spec_init(s, vi->name, vi->rank, vi->shape, sh->shard,
-                                sh->num_shards, tsr_init_name(vi->init.kind),
-                                c->job.seed, &vo);
+      int rc = ps_var_spec_from_var(s, vi, sh, c->job.seed, &vo, NULL);
       if (rc) return rc;
-      s->init = vi->init;
-      s->sparse = vi->kind == TSR_VAR_ROW_SPARSE;
-      s->bounded = true;
     }
     h_result r = {0}, m = {0};
     int rc = ps_client_create(c->ps[p], specs, n, on_ps, &r);
