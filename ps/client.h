@@ -19,10 +19,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/job.h"
+#include "common/optim_spec.h"
 #include "common/var.h"
 #include "common/rpc/rpc.h"
-#include "kernels/init.h"
 
 #define PS_NAME_MAX 256
 #define PS_MAX_RANK 8

@@ -6,7 +6,7 @@
  */
 #include "ps/client_int.h"
 #include "common/err.h"
-#include "common/job.h"
+#include "common/optim_spec.h"
 #include "common/partition.h"
 
 #include <stdio.h>
