@@ -19,9 +19,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/job.h"
+#include "common/optim_spec.h"
+#include "common/var.h"
 #include "common/rpc/rpc.h"
-#include "kernels/init.h"
 
 #define PS_NAME_MAX 256
 #define PS_MAX_RANK 8
@@ -56,7 +56,7 @@ typedef struct {
                                  unbounded: id % num_shards == shard */
   int32_t shard, num_shards;
   int64_t row0, rows;         /* rows of this shard (dense, bounded) */
-  kern_init_spec init;
+  tsr_init_spec init;
   uint64_t seed;
   tsr_optim_spec optim;
   char init_path[PS_NAME_MAX]; /* non-empty: initial values from this file
@@ -72,6 +72,19 @@ int ps_var_spec_init(ps_var_spec *s, const char *name, int rank,
                      const int64_t *shape, int shard, int num_shards,
                      const char *init, uint64_t seed,
                      const tsr_optim_spec *optim);
+
+/* The spec of shard `sh` of variable `v` as the chief creates it: the
+ * variable's name, shape, kind (row-sparse: rows created on first touch,
+ * ids bounded by the shard's rows) and initializer with its fans as they
+ * are, the shard's rows, the job's seed, the variable's update rule and,
+ * when init_path is non-empty (NULL: none), the raw file every PS reads
+ * its initial values from. The one conversion from common/var.h's types.
+ * TSR_EINVAL for a name of PS_NAME_MAX bytes or more, a rank over
+ * PS_MAX_RANK, a dimension <= 0, a shard out of its variable's rows or of
+ * its count, a dtype other than float32 (what the PS holds). */
+int ps_var_spec_from_var(ps_var_spec *s, const tsr_var *v,
+                         const tsr_shard *sh, uint64_t seed,
+                         const tsr_optim_spec *optim, const char *init_path);
 
 /* Outcome of a call, valid during the callback only. */
 typedef struct {
@@ -235,20 +248,15 @@ typedef uint64_t ps_ticket;
 /* Variables in a layout. */
 #define PS_KV_MAX_VARS 4096
 
+/* One variable of a layout: the variable (its name, kind, shape[0] and
+ * row_dim are read; row-sparse: pushes and pulls name sorted ids) and its
+ * shards (each one's ps, shard, row0 and rows are read), both copied at
+ * configure; the shards sorted by row0, covering [0, shape[0]) without
+ * gaps. */
 typedef struct {
-  int ps;              /* the PS holding it: index into the addresses */
-  int shard;           /* the shard's index within its variable */
-  int64_t row0, rows;  /* rows [row0, row0 + rows) of the variable */
-} ps_kv_shard;
-
-typedef struct {
-  const char *name;    /* copied */
-  bool sparse;         /* rows by id: pushes and pulls name sorted ids */
-  int64_t rows;        /* dim 0 of the whole variable */
-  int64_t row_dim;     /* floats per row */
+  const tsr_var *var;
   int n_shards;
-  const ps_kv_shard *shards; /* copied; sorted by row0, covering
-                                [0, rows) without gaps */
+  const tsr_shard *shards;
 } ps_kv_var;
 
 typedef struct {

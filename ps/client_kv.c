@@ -90,7 +90,7 @@ typedef struct {
   bool sparse;
   int64_t rows, row_dim;
   int n_shards;
-  ps_kv_shard *shards;
+  tsr_shard *shards;
 } kv_var;
 
 #define KV_SLOT_BITS 10
@@ -168,16 +168,18 @@ static int copy_vars(const ps_kv_config *c, int n_ps, kv_var **out,
   if (!v) return TSR_ENOMEM;
   for (int i = 0; i < c->n_vars; i++) {
     const ps_kv_var *s = &c->vars[i];
-    const char *name = s->name ? s->name : "";
-    if (!s->name || strlen(s->name) >= PS_NAME_MAX || s->rows < 1 ||
-        s->row_dim < 1 || s->n_shards < 1 || !s->shards) {
+    const tsr_var *tv = s->var;
+    const char *name = tv ? tv->name : "";
+    if (!tv || !tv->name[0] || strlen(tv->name) >= PS_NAME_MAX ||
+        tv->rank < 1 || tv->shape[0] < 1 || tv->row_dim < 1 ||
+        s->n_shards < 1 || !s->shards) {
       free_vars(v, c->n_vars);
       return tsr_errf(err, errlen, TSR_EINVAL, "layout: variable %d (%.64s): needs a "
                       "name, rows >= 1, row_dim >= 1 and shards", i, name);
     }
     int64_t next = 0;
     for (int k = 0; k < s->n_shards; k++) {
-      const ps_kv_shard *h = &s->shards[k];
+      const tsr_shard *h = &s->shards[k];
       if (h->ps < 0 || h->ps >= n_ps || h->row0 != next || h->rows < 1) {
         free_vars(v, c->n_vars);
         return tsr_errf(err, errlen, TSR_EINVAL, "layout: %s shard %d: rows [%lld, "
@@ -187,21 +189,21 @@ static int copy_vars(const ps_kv_config *c, int n_ps, kv_var **out,
       }
       next += h->rows;
     }
-    if (next != s->rows) {
+    if (next != tv->shape[0]) {
       free_vars(v, c->n_vars);
       return tsr_errf(err, errlen, TSR_EINVAL, "layout: %s: shards cover %lld of %lld "
-                      "rows", name, (long long)next, (long long)s->rows);
+                      "rows", name, (long long)next, (long long)tv->shape[0]);
     }
-    v[i].name = strdup(s->name);
+    v[i].name = strdup(tv->name);
     v[i].shards = malloc((size_t)s->n_shards * sizeof *v[i].shards);
     if (!v[i].name || !v[i].shards) {
       free_vars(v, c->n_vars);
       return TSR_ENOMEM;
     }
     memcpy(v[i].shards, s->shards, (size_t)s->n_shards * sizeof *s->shards);
-    v[i].sparse = s->sparse;
-    v[i].rows = s->rows;
-    v[i].row_dim = s->row_dim;
+    v[i].sparse = tv->kind == TSR_VAR_ROW_SPARSE;
+    v[i].rows = tv->shape[0];
+    v[i].row_dim = tv->row_dim;
     v[i].n_shards = s->n_shards;
   }
   *out = v;
@@ -470,7 +472,7 @@ static int check_item(const ps_kv *kv, ps_kv_kind kind, const ps_kv_item *it,
     *stage += it->n_ids * (size_t)v->row_dim;
   } else {
     for (int k = 0; k < v->n_shards; k++) {
-      const ps_kv_shard *h = &v->shards[k];
+      const tsr_shard *h = &v->shards[k];
       int64_t lo = lower_bound(it->pull_ids, (int64_t)it->n_pull, h->row0);
       int64_t hi = lower_bound(it->pull_ids, (int64_t)it->n_pull,
                                h->row0 + h->rows);
@@ -487,7 +489,7 @@ static kv_call *build_item(ps_kv *kv, const ps_kv_request *q,
   bool push = q->kind & PS_KV_PUSH, pull = q->kind & PS_KV_PULL;
   size_t w = (size_t)v->row_dim;
   for (int k = 0; k < v->n_shards; k++) {
-    const ps_kv_shard *h = &v->shards[k];
+    const tsr_shard *h = &v->shards[k];
     kv_call c;
     memset(&c, 0, sizeof c);
     c.ps = h->ps;

@@ -99,7 +99,7 @@ int ps__spec_from_proto(const Tessera__Ps__VarSpec *v, ps_var_spec *s,
   const char *iname = v->init && v->init->name && v->init->name[0]
                           ? v->init->name
                           : (s->sparse ? "random_uniform" : "glorot_uniform");
-  if (kern_init_parse(iname, &s->init))
+  if (tsr_init_parse(iname, &s->init))
     return tsr_errf(err, errlen, TSR_EINVAL, "%s: unknown initializer \"%s\"",
                     v->name, iname);
   if (v->init) {

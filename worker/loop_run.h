@@ -29,24 +29,18 @@ typedef struct {
   int32_t tpid;
 } wk_xstat;
 
-/* One shard of one variable (proto Shard, checked). */
-typedef struct {
-  int var, shard, num_shards;
-  int64_t row0, rows;
-  int ps;
-} wk_shard;
-
 struct wk_run {
   uint64_t run_id;
   int worker_index, num_workers;
   tsr_job job;
   wk_input *in;
-  wk_model *model;
+  tsr_model *model;
   kern_ctx *kc;
   wk_exec *ex;
-  const wk_var_info *vars;   /* the model's */
+  const tsr_var *vars;   /* the model's */
   size_t n_vars;
-  wk_shard *shards;          /* sorted by (var, row0) */
+  tsr_shard *shards;         /* the chief's (proto Shard, checked),
+                                sorted by (var, row0) */
   int n_shards;
   int *var_first;            /* shards of var v: [var_first[v], var_first[v+1]) */
   char **ps_addrs;

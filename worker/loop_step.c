@@ -62,7 +62,7 @@ static int clip_grads(wk_run *r, int k) {
   }
   for (size_t v = 0; v < r->n_vars; v++) {
     g[v] = wk__set_grad(r, k)[v];
-    n[v] = (size_t)(r->vars[v].kind == WK_VAR_DENSE
+    n[v] = (size_t)(r->vars[v].kind == TSR_VAR_DENSE
                         ? r->vars[v].numel
                         : r->n_cur[v] * r->vars[v].row_dim);
   }
@@ -75,13 +75,13 @@ static int clip_grads(wk_run *r, int k) {
 /* The metric names and values of `mt` into the job's answer arrays. */
 static int metric_answer(wk_run *r, wk_job *j, wk_metrics *mt, double *loss,
                          char *err, size_t errlen) {
-  int nm = wk_model_num_metrics(r->model);
+  int nm = tsr_model_num_metrics(r->model);
   j->values = calloc((size_t)(nm ? nm : 1), sizeof(double));
   j->names = calloc((size_t)(nm ? nm : 1), sizeof(char *));
   if (!j->values || !j->names)
     return tsr_errf(err, errlen, TSR_ENOMEM, "out of memory for metrics");
   for (int i = 0; i < nm; i++)
-    if (!(j->names[i] = strdup(wk_model_metric_name(r->model, i))))
+    if (!(j->names[i] = strdup(tsr_model_metric_name(r->model, i))))
       return tsr_errf(err, errlen, TSR_ENOMEM, "out of memory for metrics");
   j->n_names = nm;
   double l;
@@ -96,7 +96,7 @@ static int eval_histograms(wk_run *r, wk_job *j,
                            Tessera__Worker__EvalResponse *o) {
   int nd = 0;
   for (size_t v = 0; v < r->n_vars; v++)
-    nd += r->vars[v].kind == WK_VAR_DENSE;
+    nd += r->vars[v].kind == TSR_VAR_DENSE;
   int n = 2 * nd;
   j->histo = calloc((size_t)(n ? n : 1), sizeof *j->histo);
   j->hmsg = calloc((size_t)(n ? n : 1), sizeof *j->hmsg);
@@ -105,8 +105,8 @@ static int eval_histograms(wk_run *r, wk_job *j,
   if (!j->histo || !j->hmsg || !j->hptr || !j->htag) return TSR_ENOMEM;
   int k = 0;
   for (size_t v = 0; v < r->n_vars; v++) {
-    const wk_var_info *vi = &r->vars[v];
-    if (vi->kind != WK_VAR_DENSE) continue;
+    const tsr_var *vi = &r->vars[v];
+    if (vi->kind != TSR_VAR_DENSE) continue;
     for (int g = 0; g < 2; g++, k++) {
       const float *x = g ? r->grad[v] : r->param[v];
       tsr_histo_fill(x, (size_t)vi->numel, 30, &j->histo[k]);
@@ -155,7 +155,7 @@ static int grow_rows(wk_run *r, size_t v, int64_t n, char *err,
  * only until the next prepare) into ids_nxt. */
 static int take_ids(wk_run *r, char *err, size_t errlen) {
   for (size_t v = 0; v < r->n_vars; v++) {
-    if (r->vars[v].kind != WK_VAR_ROW_SPARSE) continue;
+    if (r->vars[v].kind != TSR_VAR_ROW_SPARSE) continue;
     const int64_t *ids;
     int64_t n;
     int rc = wk_exec_rows(r->ex, (int)v, &ids, &n);
@@ -322,7 +322,7 @@ int wk__run_closure(wk_svc *s, wk_run *r, wk_job *j) {
   wk__xfer_begin(r, tr, tpid);
   int64_t pulled_step = 0;
   wk_metrics *tm = NULL; /* the model's metrics on this closure's batches */
-  if (wk_model_num_metrics(r->model) > 0 && wk_metrics_open(r->model, &tm))
+  if (tsr_model_num_metrics(r->model) > 0 && wk_metrics_open(r->model, &tm))
     tm = NULL;
   const wk_batch *b;
   int rc = next_batch(r, &b, &o->input_wait_s, err, errlen);
@@ -475,7 +475,7 @@ int wk__run_eval(wk_svc *s, wk_run *r, wk_job *j) {
   wk_input *in = NULL;
   wk_metrics *mt = NULL;
   int rc;
-  int nm = wk_model_num_metrics(r->model);
+  int nm = tsr_model_num_metrics(r->model);
   /* Fresh dense values (clock 0: never waits) into set 0. */
   for (size_t v = 0; v < r->n_vars; v++) r->n_nxt[v] = 0;
   r->losses = ps_kv_losses(r->kv, NULL, 0);

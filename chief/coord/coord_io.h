@@ -24,6 +24,7 @@
 #include "common/cluster.h"
 #include "common/job.h"
 #include "common/partition.h"
+#include "common/var.h"
 #include "common/rpc/rpc.h"
 #include "ps/client.h"
 
@@ -85,17 +86,12 @@ struct coord {
   char *job_json;          /* resolved job sent to workers */
   char job_dir[4096];
   char model_digest[24];
-  /* the model's variables and their placement */
-  struct coord_var {
-    char name[128];
-    int rank;
-    int64_t shape[4];
-    int64_t row_dim;
-    bool sparse;
-    kern_init_spec init;
-    tsr_optim_spec optim;  /* the job's, or a moving statistic's rule */
-    char init_path[256];   /* initial_weights: its raw file for the PS */
-  } *vars;
+  /* the model's variables and their placement; per variable its update
+   * rule (the job's, or a moving statistic's) and, with initial_weights,
+   * the raw file the PS initialize it from */
+  tsr_var *vars;
+  tsr_optim_spec *var_optim;
+  char (*var_init_path)[256];
   size_t n_vars;
   tsr_shard *shards;
   size_t n_shards;

@@ -154,15 +154,9 @@ static int coord_ps_specs(coord *co, int i, ps_var_spec **out, size_t *n_out) {
   for (size_t k = 0; k < co->n_shards && !rc; k++) {
     const tsr_shard *s = &co->shards[k];
     if (s->ps != i) continue;
-    const struct coord_var *v = &co->vars[s->var];
-    rc = ps_var_spec_init(&specs[j], v->name, v->rank, v->shape, s->shard,
-                          s->num_shards, kern_init_name(v->init.kind),
-                          co->job.seed, &v->optim);
-    specs[j].init = v->init;
-    specs[j].sparse = v->sparse;
-    specs[j].bounded = v->sparse;
-    snprintf(specs[j].init_path, sizeof specs[j].init_path, "%s",
-             v->init_path);
+    rc = ps_var_spec_from_var(&specs[j], &co->vars[s->var], s, co->job.seed,
+                              &co->var_optim[s->var],
+                              co->var_init_path[s->var]);
     j++;
   }
   if (rc) {
@@ -288,7 +282,8 @@ void coord__ps_commit(coord *co, uint64_t op, int64_t step, int64_t total) {
     for (int d = 0; d < co->vars[v].rank; d++)
       json_array_append_new(shape, json_integer(co->vars[v].shape[d]));
     json_object_set_new(o, "shape", shape);
-    json_object_set_new(o, "kind", json_string(co->vars[v].sparse
+    json_object_set_new(o, "kind", json_string(co->vars[v].kind ==
+                                                       TSR_VAR_ROW_SPARSE
                                                    ? "row_sparse"
                                                    : "dense"));
     int ns = 0;
@@ -297,7 +292,7 @@ void coord__ps_commit(coord *co, uint64_t op, int64_t step, int64_t total) {
     json_object_set_new(o, "num_shards", json_integer(ns));
     json_t *init = json_object();
     json_object_set_new(init, "name",
-                        json_string(kern_init_name(co->vars[v].init.kind)));
+                        json_string(tsr_init_name(co->vars[v].init.kind)));
     json_object_set_new(init, "a", json_real(co->vars[v].init.a));
     json_object_set_new(init, "b", json_real(co->vars[v].init.b));
     json_object_set_new(init, "fan_in", json_integer(co->vars[v].init.fan_in));
