@@ -10,7 +10,7 @@
  * every PS index known), open the compute context and the executor, make
  * one host parameter buffer and one gradient buffer per variable (a dense
  * variable whole, so a shard's pull lands in place at row0 * row_dim),
- * connect to every PS and join its clocks.
+ * connect to every PS (a closure joins their clocks, clock.c).
  * Failure modes: a data file missing here (TSR_EIO naming the path), a
  * model the worker cannot build or a layout that does not match it
  * (TSR_ECONFIG naming the variable), no GPU when one was asked for, a PS
@@ -61,6 +61,7 @@ void wk__run_free(wk_run *r) {
   free(r->shards);
   free(r->var_first);
   free(r->ops);
+  free(r->era);
   for (int i = 0; i < r->n_ps; i++) free(r->ps_addrs[i]);
   free(r->ps_addrs);
   tsr_job_free(&r->job);
@@ -216,7 +217,8 @@ static int do_configure(wk_svc *s, wk_job *j) {
   }
   r->n_ps = (int)q->n_ps_addrs;
   r->ps_addrs = calloc((size_t)(r->n_ps ? r->n_ps : 1), sizeof(char *));
-  if (!r->ps_addrs) {
+  r->era = calloc((size_t)(r->n_ps ? r->n_ps : 1), sizeof *r->era);
+  if (!r->ps_addrs || !r->era) {
     rc = fail(err, errlen, TSR_ENOMEM, "out of memory");
     goto out;
   }
@@ -280,8 +282,8 @@ static int do_configure(wk_svc *s, wk_job *j) {
   s->ps_worker = r->worker_index;
   s->ps_hold = r->job.mode != TSR_MODE_ASYNC;
   pthread_mutex_unlock(&s->mu);
+  /* ssp and sync: the PS count this worker once a closure joins them */
   if ((rc = wk__ps_reconnect(s, r->ps_addrs, r->n_ps, err, errlen))) goto out;
-  if ((rc = wk__run_join(s, r, err, errlen))) goto out;
 
   if (strcmp(kern_backend_name(r->kc), "cpu") == 0)
     snprintf(r->device, sizeof r->device, "cpu");

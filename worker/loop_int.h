@@ -95,8 +95,12 @@ typedef struct wk_op {
   float *dst;              /* pull destination */
   size_t dst_floats;
   size_t width;            /* row width (rows ops) */
+  uint64_t run, closure;   /* join */
+  uint64_t era;            /* the era the call carries (0: unchecked) */
   wk_group *group;
   int64_t min_clock;       /* clock answer */
+  int64_t clock;           /* join answer: the clock to go on from */
+  uint64_t era_out;        /* join answer: the PS's era */
 } wk_op;
 
 /* A set of operations the thread waits for together. */

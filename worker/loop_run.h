@@ -42,15 +42,25 @@ struct wk_run {
   int64_t *n_cur, *n_nxt;
   wk_op *ops;                /* n_shards + n_ps */
 
-  int64_t clock;             /* steps this worker finished (ssp) or steps
-                                applied on the PS (sync) */
+  /* the clock protocol (worker/clock.c, tests/model/clock.pml) */
+  int64_t clock;             /* ssp: steps finished; sync: the next step
+                                it pushes */
+  uint64_t *era;             /* per PS: the era its last JOIN answered */
   uint64_t losses;           /* PS connections lost when the closure began */
   int64_t steps;             /* steps run since configured */
   int64_t examples;
 };
 
-/* Joins every PS's clocks at configure (loop_step.c). */
-int wk__run_join(wk_svc *s, wk_run *r, char *err, size_t errlen);
+/* ssp and sync, at the start of closure `closure` (clock.c): JOIN every
+ * PS, continue from the largest clock answered, and hold each PS's era
+ * for the calls that follow; the caller's first exchange TICKs every PS
+ * up to that clock. Retries a PS that is reconnecting until `end_ms`. */
+int wk__clock_join(wk_svc *s, wk_run *r, uint64_t closure, uint64_t end_ms,
+                   char *err, size_t errlen);
+/* Adds a TICK to `clock` for every PS at r->ops[n..]; returns the count. */
+int wk__clock_ticks(wk_run *r, int n, int64_t clock);
+/* A PS that is down or not up yet: worth trying again shortly. */
+bool wk__ps_retryable(int rc);
 /* Runs a closure (RUN job); fills j->out.run. */
 int wk__run_closure(wk_svc *s, wk_run *r, wk_job *j);
 /* Evaluates the current parameters (EVAL job); fills j->out.eval. */

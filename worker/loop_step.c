@@ -7,10 +7,12 @@
  * buffer). Then per step: compute; take and prepare the next batch; push
  * the gradients to every shard with the next batch's pull fused into the
  * same call (one round trip, and the next pull overlaps this push). The
- * closure's last step pushes only. Consistency is the PS's job: pulls
- * carry this worker's clock (ssp: steps it finished, which each push also
- * tells the PS; sync: steps applied, so a pull for step t+1 waits until
- * every worker's step t has been applied).
+ * closure's last step pushes only. Consistency is the PS's job: in ssp
+ * and sync a closure first joins every PS (clock.c) and continues from
+ * the clock they answer; pulls carry this worker's clock (ssp: steps it
+ * finished, which each push also tells the PS; sync: steps applied, so a
+ * pull for step t+1 waits until every member's step t has been applied)
+ * and every call carries the era its PS answered.
  * Failure modes: an input error (named by the pipeline), a bad batch (the
  * model's error), a PS that fails or cannot be reached: the closure stops
  * and fails with that error; the run stays usable for the next closure,
@@ -145,6 +147,7 @@ static int build_ops(wk_run *r, bool push, bool pull, int64_t step,
     wk_op *op = &r->ops[n];
     memset(op, 0, sizeof *op);
     op->ps = sh->ps;
+    op->era = r->era[sh->ps];
     op->name = vi->name;
     op->shard = sh->shard;
     op->step = step;
@@ -191,46 +194,6 @@ static int build_ops(wk_run *r, bool push, bool pull, int64_t step,
   return n;
 }
 
-/* Adds a clock tick for every PS (ssp). */
-static int add_ticks(wk_run *r, int n, int64_t clock) {
-  for (int p = 0; p < r->n_ps; p++) {
-    wk_op *op = &r->ops[n++];
-    memset(op, 0, sizeof *op);
-    op->kind = WK_OP_CLOCK;
-    op->ps = p;
-    op->step = clock;
-    op->clock_op = PS_CLOCK_TICK;
-  }
-  return n;
-}
-
-/* A PS that is down (or not up yet: a fresh client has not connected)
- * fails at once; configure retries it until the PS deadline. */
-static bool retryable(int rc) {
-  return rc == TSR_EUNAVAIL || rc == TSR_ECLOSED || rc == UV_ECONNREFUSED;
-}
-
-int wk__run_join(wk_svc *s, wk_run *r, char *err, size_t errlen) {
-  uint64_t end = tsr_now_ms() + s->ps_deadline_ms;
-  int n, rc;
-  wk_group g = {0};
-  for (;;) {
-    n = add_ticks(r, 0, 0);
-    for (int i = 0; i < n; i++) r->ops[i].clock_op = PS_CLOCK_JOIN;
-    rc = wk__ps_run(s, r->ops, n, &g);
-    if (!rc || !retryable(rc) || tsr_now_ms() >= end || stopping(s)) break;
-    tsr_sleep_ms(50);
-  }
-  if (rc) return fail(err, errlen, rc, "joining the PS: %s", g.err);
-  /* A worker that (re)joins a run in progress starts at the slowest
-   * worker's clock. */
-  r->clock = 0;
-  if (r->job.mode != TSR_MODE_ASYNC)
-    for (int i = 0; i < n; i++)
-      if (r->ops[i].min_clock > r->clock) r->clock = r->ops[i].min_clock;
-  return 0;
-}
-
 /* Pulls (and pushes) with timing; PS failures name the PS. */
 static int exchange(wk_svc *s, wk_run *r, bool push, bool pull,
                     int64_t pull_clock, double *secs, wk_group *g, char *err,
@@ -247,10 +210,11 @@ static int exchange(wk_svc *s, wk_run *r, bool push, bool pull,
   g->losses = r->losses;
   int n = build_ops(r, push, pull, step, pull_clock);
   /* ssp: a push of step t tells the PS this worker finished t + 1 steps.
-   * sync: at a closure's start every step before `clock` has been pushed
-   * to every shard, so saying so never lets a PS apply a step without
-   * this worker. */
-  if (!push && r->job.mode == TSR_MODE_SYNC) n = add_ticks(r, n, r->clock);
+   * The closure's first exchange TICKs every PS up to the clock the joins
+   * agreed on (a PS that answered less would otherwise hold this worker
+   * back on its own old clock, or wait for a step it will never push). */
+  if (!push && r->job.mode != TSR_MODE_ASYNC)
+    n = wk__clock_ticks(r, n, r->clock);
   double t0 = tsr_now_s();
   int rc = wk__ps_run(s, r->ops, n, g);
   *secs += tsr_now_s() - t0;
@@ -258,10 +222,8 @@ static int exchange(wk_svc *s, wk_run *r, bool push, bool pull,
   return 0;
 }
 
-/* Pulls the values of the closure's first batch. Sync: the pull waits
- * until this worker's last step is applied everywhere (clock steps), and
- * each PS is told the clock, so a PS that restarted (and skips the steps
- * nobody pushed) or a worker that joins later knows where the run is. */
+/* Pulls the values of the closure's first batch at the clock the joins
+ * answered (sync: once every member's step before it is applied). */
 static int first_pull(wk_svc *s, wk_run *r, Tessera__Worker__RunResponse *o,
                       wk_group *g, char *err, size_t errlen) {
   return exchange(s, r, false, true, r->clock, &o->pull_s, g, err, errlen);
@@ -313,8 +275,13 @@ int wk__run_closure(wk_svc *s, wk_run *r, wk_job *j) {
    * the current ones. Nothing is pushed yet, so a PS that is reconnecting
    * (just restarted) is given a few seconds before the closure fails. */
   uint64_t retry_end = tsr_now_ms() + 3000;
-  while ((rc = first_pull(s, r, o, &g, err, errlen)) && retryable(rc) &&
-         tsr_now_ms() < retry_end && !stopping(s)) {
+  if (r->job.mode != TSR_MODE_ASYNC &&
+      (rc = wk__clock_join(s, r, q->closure_id, retry_end, err, errlen))) {
+    swap_ids(r);
+    goto out;
+  }
+  while ((rc = first_pull(s, r, o, &g, err, errlen)) &&
+         wk__ps_retryable(rc) && tsr_now_ms() < retry_end && !stopping(s)) {
     tsr_sleep_ms(100);
     pthread_mutex_lock(&s->mu);
     r->losses = s->ps_losses; /* nothing computed yet: a reconnect is fine */
@@ -324,8 +291,6 @@ int wk__run_closure(wk_svc *s, wk_run *r, wk_job *j) {
   WK_TRACE("pull");
   if (rc) goto out;
   pulled_step = g.min_step == INT64_MAX ? 0 : g.min_step;
-  if (r->job.mode == TSR_MODE_SYNC && pulled_step > r->clock)
-    r->clock = pulled_step;
 
   for (int64_t i = 0; i < q->steps; i++) {
     double t0 = tsr_now_s();
@@ -417,6 +382,7 @@ int wk__run_eval(wk_svc *s, wk_run *r, wk_job *j) {
   /* Fresh dense values (clock 0: never waits). */
   for (size_t v = 0; v < r->n_vars; v++) r->n_nxt[v] = 0;
   int n = build_ops(r, false, true, 0, 0);
+  for (int i = 0; i < n; i++) r->ops[i].era = 0; /* plain reads */
   if ((rc = wk__ps_run(s, r->ops, n, &g)))
     return fail(err, errlen, rc, "eval: %s", g.err);
 
@@ -450,7 +416,10 @@ int wk__run_eval(wk_svc *s, wk_run *r, wk_job *j) {
     /* Dense values are already here: pull only the rows. */
     int k = 0;
     for (int i = 0; i < n; i++)
-      if (r->ops[i].kind == WK_OP_PULL_ROWS) r->ops[k++] = r->ops[i];
+      if (r->ops[i].kind == WK_OP_PULL_ROWS) {
+        r->ops[k] = r->ops[i];
+        r->ops[k++].era = 0;
+      }
     if ((rc = wk__ps_run(s, r->ops, k, &g))) {
       fail(err, errlen, rc, "eval: %s", g.err);
       goto out;

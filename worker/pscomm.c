@@ -53,7 +53,7 @@ typedef struct {
 
 /* Records one completion; the caller holds nothing. */
 static void op_finish(wk_svc *s, wk_op *op, int status, const char *msg,
-                      int64_t step, int64_t min_clock) {
+                      int64_t step, const ps_result *res) {
   pthread_mutex_lock(&s->mu);
   s->ps_inflight--;
   wk_group *g = op->group;
@@ -75,7 +75,11 @@ static void op_finish(wk_svc *s, wk_op *op, int status, const char *msg,
   if (status == 0) {
     if (step > g->max_step) g->max_step = step;
     if (step >= 0 && step < g->min_step) g->min_step = step;
-    op->min_clock = min_clock;
+    if (res) {
+      op->min_clock = res->min_clock;
+      op->clock = res->clock;
+      op->era_out = res->era;
+    }
   }
   if (--g->pending == 0) pthread_cond_broadcast(&s->cv);
   pthread_mutex_unlock(&s->mu);
@@ -83,7 +87,7 @@ static void op_finish(wk_svc *s, wk_op *op, int status, const char *msg,
 
 static void on_result(const ps_result *r, void *data) {
   op_ctx *c = data;
-  op_finish(c->svc, c->op, r->status, r->message, r->step, r->min_clock);
+  op_finish(c->svc, c->op, r->status, r->message, r->step, r);
   free(c);
 }
 
@@ -91,6 +95,7 @@ static int issue_one(wk_svc *s, wk_op *op, op_ctx *c) {
   if (op->ps < 0 || op->ps >= s->n_ps || !s->ps[op->ps]) return TSR_EUNAVAIL;
   ps_client *pc = s->ps[op->ps];
   int w = s->ps_worker;
+  ps_client_set_era(pc, op->era);
   size_t gbytes = op->grad_floats * sizeof(float);
   switch (op->kind) {
     case WK_OP_PULL:
@@ -117,6 +122,9 @@ static int issue_one(wk_svc *s, wk_op *op, op_ctx *c) {
           op->n_ids, op->grad, gbytes, op->pull_ids, op->n_pull, op->dst,
           op->width, on_result, c);
     case WK_OP_CLOCK:
+      if (op->clock_op == PS_CLOCK_JOIN)
+        return ps_client_join(pc, w, op->step, op->run, op->closure,
+                              on_result, c);
       return ps_client_clock(pc, w, op->step, op->clock_op, on_result, c);
   }
   return TSR_EINVAL;
@@ -157,7 +165,7 @@ void wk__ps_issue(wk_svc *s) {
     s->ps_inflight++;
     pthread_mutex_unlock(&s->mu);
     if (lost) {
-      op_finish(s, op, TSR_ECLOSED, msg, -1, -1);
+      op_finish(s, op, TSR_ECLOSED, msg, -1, NULL);
       continue;
     }
     op_ctx *c = malloc(sizeof *c);
@@ -173,7 +181,7 @@ void wk__ps_issue(wk_svc *s) {
                 rc == TSR_EUNAVAIL ? "not reachable (connection down, "
                                      "reconnecting)"
                                    : tsr_strerror(rc),
-                -1, -1);
+                -1, NULL);
   }
 }
 

@@ -552,6 +552,7 @@ static void coord_pump_recover(coord *co, double now) {
                                  : coord__global_step(co);
     int64_t wsteps = co->job.mode == TSR_MODE_SYNC ? step * co->n_wk : step;
     chief_sched_rewind(co->sched, wsteps);
+    coord__wk_leave_all(co);
     for (int i = 0; i < co->n_ps; i++) co->ps[i].lost = false;
     co->restarts_ps++;
     coord__note(co, "recovered: every PS restored the checkpoint of step "

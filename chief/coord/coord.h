@@ -118,6 +118,8 @@ typedef struct {
   int inflight;          /* our calls outstanding to it */
   int failures;          /* closures failed in a row by the worker itself */
   bool left;             /* ssp/sync: told the PS it no longer counts */
+  uint64_t last_closure; /* the last closure handed to it (LEAVE says
+                            every closure up to it is over) */
   int64_t examples_share;/* per epoch, from configure (-1 unknown) */
   int64_t steps, examples;
   double busy_s, input_s, pull_s, compute_s, push_s;
@@ -237,6 +239,7 @@ int coord__wk_open(coord *co);
 void coord__wk_configure_ready(coord *co);   /* configure every connected one */
 void coord__wk_dispatch(coord *co);          /* hand out closures */
 void coord__wk_release_idle(coord *co);      /* ssp/sync: idle workers leave */
+void coord__wk_leave_all(coord *co);         /* ssp/sync: after a restore */
 void coord__wk_eval(coord *co, int64_t step);
 void coord__wk_shutdown(coord *co);
 void coord__wk_close(coord *co);

@@ -123,9 +123,12 @@ void coord__ps_setup(coord *co) {
       return;
     }
     int32_t tpid = co->trace ? tsr_trace_pid(TSR_TASK_PS, i) : -1;
+    /* a new era on every PS: nothing from before (this chief's own run
+     * before a restart, another run) is taken from here on */
     coord_ps_started(co, call,
-                     ps_client_config_trace(p->cli, mode, false, tpid,
-                                            coord_ps_on_result, call));
+                     ps_client_config_run(p->cli, mode, false, tpid,
+                                          co->run_id, coord_ps_on_result,
+                                          call));
     size_t n = 0;
     for (size_t k = 0; k < co->n_shards; k++)
       if (co->shards[k].ps == i) n++;
@@ -181,8 +184,10 @@ static void coord_ps_dir_call(coord *co, int64_t step, bool save) {
       coord__fail(co, 1, "out of memory");
       return;
     }
+    /* a restore starts the clocks at the checkpoint's step on every PS */
     int rc = save ? ps_client_save(p->cli, dir, coord_ps_on_result, call)
-                  : ps_client_restore(p->cli, dir, coord_ps_on_result, call);
+                  : ps_client_restore_step(p->cli, dir, step,
+                                           coord_ps_on_result, call);
     coord_ps_started(co, call, rc);
   }
   coord__pump(co);

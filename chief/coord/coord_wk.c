@@ -155,22 +155,6 @@ static void coord_wk_on_configure(const tsr_rpc_result *r, void *data) {
              resp->device ? resp->device : "?");
     tessera__worker__configure_response__free_unpacked(resp, NULL);
   }
-  if (co->job.mode == TSR_MODE_SYNC && w->restarts > 0 &&
-      coord__wk_count(co, CW_READY) > 0) {
-    /* Sync: its peers went on without it and own its steps now; a worker
-     * joining again mid-run would push steps they have already finished.
-     * It sits the rest of the run out, counted by no PS. */
-    w->st = CW_FAILED;
-    snprintf(w->last_error, sizeof w->last_error,
-             "came back during a sync run: sits it out");
-    w->left = false;
-    coord_wk_leave(w);
-    coord__note(co, "worker:%d (%s) is back, but in sync mode it sits the "
-                "rest of this run out (its peers run its steps)", w->index,
-                w->addr->addr);
-    coord__pump(co);
-    return;
-  }
   w->st = CW_READY;
   w->ever_ready = true;
   chief_sched_worker_up(co->sched, w->index);
@@ -346,7 +330,8 @@ void coord__wk_dispatch(coord *co) {
   chief_closure c;
   while (chief_sched_next(co->sched, &c)) {
     coord_wk *w = &co->wk[c.worker];
-    w->left = false; /* its first pull or push joins it again */
+    w->left = false; /* the closure joins the PS clocks again */
+    w->last_closure = c.id;
     Tessera__Worker__RunRequest req = TESSERA__WORKER__RUN_REQUEST__INIT;
     req.closure_id = c.id;
     req.generation = c.generation;
@@ -380,28 +365,44 @@ static void coord_wk_on_leave(const ps_result *r, void *data) {
     tsr_debug("worker:%d leaving a PS: %s", w->index, r->message);
 }
 
-/* Tells every PS that worker w no longer counts (ssp, sync). */
+/* Tells every PS that worker w's closures so far are over and it no
+ * longer counts (ssp, sync: the model's coord__wk_leave). A closure of it
+ * that is still queued or running is refused when it joins. */
 static void coord_wk_leave(coord_wk *w) {
   coord *co = w->co;
   if (co->job.mode == TSR_MODE_ASYNC || w->left || !co->ps) return;
   w->left = true;
   for (int p = 0; p < co->n_ps; p++)
     if (co->ps[p].cli)
-      ps_client_clock(co->ps[p].cli, w->index, 0, PS_CLOCK_LEAVE,
+      ps_client_leave(co->ps[p].cli, w->index, co->run_id, w->last_closure,
                       coord_wk_on_leave, w);
 }
 
-/* A worker that has run its share waits for nothing; without this the
- * PS would hold the others back for it (ssp) or wait for its gradient
- * (sync) for ever. */
+/* A worker with no closure in flight waits for nothing: it stops counting
+ * (the model's coord__wk_release_idle), else the PS would hold the others
+ * back for it (ssp) or wait for its gradient (sync) for ever. Its next
+ * closure joins again. */
 void coord__wk_release_idle(coord *co) {
   if (co->job.mode == TSR_MODE_ASYNC) return;
   for (int i = 0; i < co->n_wk; i++) {
     coord_wk *w = &co->wk[i];
-    if (w->left || w->st != CW_READY || !chief_sched_idle(co->sched, i))
+    if (w->left || w->st != CW_READY ||
+        chief_sched_inflight(co->sched, i) > 0)
       continue;
-    tsr_debug("worker:%d has run its share: it leaves the PS clocks", i);
+    tsr_debug("worker:%d has no closure in flight: it leaves the PS clocks",
+              i);
     coord_wk_leave(w);
+  }
+}
+
+/* After every PS restored a checkpoint: every worker's closures so far are
+ * over, whatever the chief thought of it (a PS that restarted has no
+ * memory of it, and a closure still queued in a worker cut off earlier
+ * would join it and hold the others for ever). */
+void coord__wk_leave_all(coord *co) {
+  for (int i = 0; i < co->n_wk; i++) {
+    co->wk[i].left = false;
+    coord_wk_leave(&co->wk[i]);
   }
 }
 
