@@ -417,6 +417,16 @@ static int ps__gate(ps_server *s, ps_op *op) {
              e->spec.name, e->spec.shard, op->worker);
     return TSR_ESTALE;
   }
+  /* a call of a joined worker (its era set) that is no member any more:
+   * the chief said its closures are over, nobody will move a gate for it */
+  if (c->mode != PS_MODE_ASYNC && op->era && op->kind != PS_OP_PUSH &&
+      !ps__cons_member(c, op->worker)) {
+    snprintf(op->err, sizeof op->err,
+             "%s shard %d: worker %d is no member here any more (its closures "
+             "are over): it joins again", e->spec.name, e->spec.shard,
+             op->worker);
+    return TSR_ESTALE;
+  }
   if (op->kind == PS_OP_PUSH) {
     if (c->mode == PS_MODE_ASYNC) return 1;
     if (!ps__cons_member(c, op->worker)) {

@@ -1,9 +1,9 @@
 /* The worker's side of the clock protocol of ssp:S and sync (the model's
  * wk__clock_join and wk__clock_tick, tests/model/clock.pml).
  *
- * Happy path: at the start of every closure the worker JOINs every PS at
- * once (for this closure of its run, with its clock and the era each PS
- * answered last); each PS makes it a member and answers the clock it may
+ * Happy path: at configure (closure 0: a member from the start) and at
+ * the start of every closure the worker JOINs every PS at once (for this
+ * closure of its run, with its clock and the era each PS answered last); each PS makes it a member and answers the clock it may
  * go on from and its era. The closure continues from the largest answer,
  * and its first exchange TICKs every PS up to it together with the first
  * pull (same connection, so the TICK is read first). Every later pull and

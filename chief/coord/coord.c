@@ -427,8 +427,10 @@ static void coord_pump_train(coord *co, double now) {
 }
 
 static void coord_pump_pause(coord *co) {
-  /* pinned (ssp, sync): bring every worker level before the pause holds */
+  /* pinned (ssp, sync): bring every worker level before the pause holds;
+   * one with nothing to run meanwhile must not hold the others back */
   coord__wk_dispatch(co);
+  coord__wk_release_idle(co);
   if (coord__wk_inflight(co) > 0) return;
   if (co->ckpt_due) {
     char err[512];

@@ -157,6 +157,7 @@ static void coord_wk_on_configure(const tsr_rpc_result *r, void *data) {
   }
   w->st = CW_READY;
   w->ever_ready = true;
+  w->left = false; /* its configure joined the PS clocks (ssp, sync) */
   chief_sched_worker_up(co->sched, w->index);
   tsr_info("worker:%d (%s) ready on %s, %" PRId64 " examples per epoch",
            w->index, w->addr->addr, w->device, w->examples_share);

@@ -301,7 +301,7 @@ inline wk__clock_join(w, cl) {
     :: true
     fi;
     if
-    :: ps_run[p] != w_run[w] || cl <= m_left[IDX(p, w)] ->
+    :: ps_run[p] != w_run[w] || (cl != 0 && cl <= m_left[IDX(p, w)]) ->
        ok = false
     :: else ->
        ps__cons_join(p, w, w_clock[w], w_era[IDX(p, w)], cl, jp);
@@ -333,16 +333,20 @@ inline wk__clock_tick(w, c) {
 
 /* Pulls gated at clock c on every PS, held until every gate is open (a
  * gate that opened stays open in its era); the guard comes first. */
+/* a worker that is no member any more (it left) is not held: nobody
+ * would move the gate for it */
 #if MODE == PS_MODE_SYNC
-#define PULL_OPEN(p, w, c) (GONE(p, w) || sync_done[p] >= (c))
+#define PULL_OPEN(p, w, c) (GONE(p, w) || !m_active[IDX(p, w)] || \
+  sync_done[p] >= (c))
 #else
-#define PULL_OPEN(p, w, c) (GONE(p, w) || PS_MAY_READ(p, c))
+#define PULL_OPEN(p, w, c) (GONE(p, w) || !m_active[IDX(p, w)] || \
+  PS_MAY_READ(p, c))
 #endif
 #define PULLS_OPEN(w, c) (PULL_OPEN(0, w, c) && PULL_OPEN(1, w, c))
 inline wk__pull(w, c) {
   for (p : 0 .. NP - 1) {
     if
-    :: GONE(p, w) -> ok = false
+    :: GONE(p, w) || !m_active[IDX(p, w)] -> ok = false
     :: else ->
 #if MODE == PS_MODE_SSP
        /* safety: no member is more than S clocks behind the read */
@@ -425,11 +429,20 @@ end:   do
        :: atomic {
             inbox[w]?kind, cl, n, run_ ->
             if
-            :: kind == WK_JOB_CONFIGURE ->
+            :: kind == WK_JOB_CONFIGURE ->   /* do_configure */
                w_run[w] = run_;
+               /* a configured worker is a member from the start, so the
+                * first steps of a sync run wait for every worker */
+               ok = true;
+               wk__clock_join(w, 0);
                assert(nfull(results));
-               results!WK_READY, w, 0, run_, 0;
-               kind = 0; run_ = 0
+               if
+               :: ok -> results!WK_READY, w, 0, run_, 0
+               :: else -> w_run[w] = 0   /* not configured; the chief tries
+                                            again when it configures anew */
+               fi;
+               w_busy[w]--;
+               kind = 0; run_ = 0; J = 0; ok = false
             :: kind == WK_JOB_RUN ->   /* wk__run_closure */
                ok = w_run[w] != 0;
                if
@@ -507,6 +520,7 @@ end:   do
 /* coord__wk_leave: LEAVE on every PS, closures up to the last one handed
  * to the worker (sent now, read by each PS whenever the network says). */
 inline coord__wk_leave(w) {
+  left[w] = true;
   for (p : 0 .. NP - 1) {
     leave_cl[IDX(p, w)] = last_cl[w];
     leave_run[IDX(p, w)] = run_;
@@ -533,9 +547,13 @@ inline coord__wk_down(w) {
   k = 0;
   load[w] = 0;
   wup[w] = false;
-  coord__wk_leave(w);
+  if
+  :: !left[w] -> coord__wk_leave(w)
+  :: else
+  fi;
   assert(nfull(inbox[w]));
-  inbox[w]!WK_JOB_CONFIGURE, 0, 0, run_
+  inbox[w]!WK_JOB_CONFIGURE, 0, 0, run_;
+  w_busy[w]++
 }
 
 /* chief_sched_rewind: back to the checkpoint's step, the closures in
@@ -578,6 +596,7 @@ inline coord__wk_dispatch(w) {
   inf_cl[SLOT(w, k)] = cl_next;
   inf_steps[SLOT(w, k)] = n;
   load[w]++;
+  left[w] = false;   /* the closure joins again */
   last_cl[w] = cl_next;
   assert(nfull(inbox[w]));
   inbox[w]!WK_JOB_RUN, cl_next, n, run_;
@@ -590,7 +609,9 @@ inline coord__wk_dispatch(w) {
 inline coord__on_result() {
   if
   :: r != run_ -> skip              /* an earlier chief's */
-  :: r == run_ && kind == WK_READY -> wup[w] = true
+  :: r == run_ && kind == WK_READY ->
+     wup[w] = true;
+     left[w] = false    /* the configure joined it */
   :: r == run_ && kind != WK_READY ->
      found = false;
      for (k : 0 .. MAXINF - 1) {
@@ -606,10 +627,7 @@ inline coord__on_result() {
        :: else
        fi
      };
-     if
-     :: found && load[w] == 0 -> coord__wk_leave(w)
-     :: else
-     fi
+     skip
   fi;
   kind = 0; w = 0; cl = 0; r = 0; n = 0; k = 0; found = false
 }
@@ -618,6 +636,12 @@ inline coord__on_result() {
   :: atomic { !ckpt_due && pool > 0 && wup[W] && !w_lost[W] && \
               !rewind_due && load[W] < MAXINF -> \
        coord__wk_dispatch(W) }
+/* coord__wk_release_idle: a configured worker with no closure in flight
+ * and none to be handed now stops counting */
+#define RELEASE_IDLE(W) \
+  :: atomic { wup[W] && !left[W] && load[W] == 0 && !w_lost[W] && \
+              !rewind_due && (pool == 0 || ckpt_due) -> \
+       coord__wk_leave(W) }
 #define NOTICE_WORKER(W) \
   :: atomic { w_lost[W] && !rewind_due -> \
        w_lost[W] = false; coord__wk_down(W) }
@@ -631,7 +655,7 @@ proctype Chief() {
   mtype kind;
   byte w, cl, r, n, p, i, k, run_, done, pool, cl_next;
   byte load[NW], last_cl[NW], inf_cl[NW * MAXINF], inf_steps[NW * MAXINF];
-  bool wup[NW], ckpt_due, found, gained;
+  bool wup[NW], left[NW], ckpt_due, found, gained;
 restart:
   atomic {
     runs++;
@@ -639,7 +663,7 @@ restart:
     cl_next = 0;
     ckpt_due = false;
     for (w : 0 .. NW - 1) {
-      load[w] = 0; last_cl[w] = 0; wup[w] = false;
+      load[w] = 0; last_cl[w] = 0; wup[w] = false; left[w] = false;
       for (k : 0 .. MAXINF - 1) { inf_cl[SLOT(w, k)] = 0; inf_steps[SLOT(w, k)] = 0 }
     };
     w = 0; k = 0; cl = 0; r = 0; n = 0; kind = 0; found = false; gained = false
@@ -652,7 +676,8 @@ restart:
       pool = TOTAL - ckpt;
       for (w : 0 .. NW - 1) {
         assert(nfull(inbox[w]));
-        inbox[w]!WK_JOB_CONFIGURE, 0, 0, run_
+        inbox[w]!WK_JOB_CONFIGURE, 0, 0, run_;
+        w_busy[w]++
       };
       w = 0
     }
@@ -667,6 +692,11 @@ restart:
     DISPATCH(1)
 #if NW > 2
     DISPATCH(2)
+#endif
+    RELEASE_IDLE(0)
+    RELEASE_IDLE(1)
+#if NW > 2
+    RELEASE_IDLE(2)
 #endif
     NOTICE_WORKER(0)
     NOTICE_WORKER(1)
