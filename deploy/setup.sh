@@ -41,7 +41,7 @@ pkgs=(meson ninja-build pkg-config gcc g++ libc6-dev
 if [ "$mode" = test ]; then
   # libFuzzer targets, network-namespace tests
   pkgs+=(clang libclang-rt-14-dev iproute2 iptables procps python3 python3-numpy
-        python3-msgpack
+        python3-msgpack spin stress-ng
         docker-compose)
 fi
 
