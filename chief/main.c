@@ -6,6 +6,7 @@
 #include "chief/coord/coord.h"
 #include "chief/eval/evaluator.h"
 #include "common/cluster.h"
+#include "common/daemon.h"
 #include "common/log.h"
 #include "tsr_config.h"
 
@@ -20,9 +21,7 @@
 static void usage(FILE *f) {
   fprintf(f,
       "usage: tessera-chief --job JOB.json [options]\n"
-      "  --cluster FILE.json     cluster spec (default: TF_CONFIG, or Slurm)\n"
-      "  --task TYPE:INDEX       this task (default: from TF_CONFIG)\n"
-      "  --token-file FILE       cluster token (default: TESSERA_TOKEN)\n"
+      TSR_DAEMON_USAGE
       "  --steps N               job key steps\n"
       "  --epochs N              job key epochs\n"
       "  --logdir DIR            job key logdir (TensorBoard, report.html)\n"
@@ -57,14 +56,16 @@ static int add_override(const char **ov, int *n, const char *kv) {
 int main(int argc, char **argv) {
   chief_coord_opts o;
   chief_coord_opts_init(&o);
+  tsr_daemon_flags df = {0};
+  tsr_daemon d;
+  tsr_cluster_init(&d.cluster);
+  d.token_len = 0;
   const char *ov[MAX_OVERRIDES] = {NULL};
   char *owned[MAX_OVERRIDES];
   int n_ov = 0, n_owned = 0;
   static const struct option opts[] = {
       {"job", required_argument, 0, 'J'},
-      {"cluster", required_argument, 0, 'c'},
-      {"task", required_argument, 0, 't'},
-      {"token-file", required_argument, 0, 'T'},
+      TSR_DAEMON_OPTIONS,
       {"steps", required_argument, 0, 's'},
       {"epochs", required_argument, 0, 'e'},
       {"logdir", required_argument, 0, 'l'},
@@ -86,11 +87,9 @@ int main(int argc, char **argv) {
   int ch, rc = 2;
   while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     const char *key = NULL;
+    if (tsr_daemon_flag(&df, ch, optarg)) continue;
     switch (ch) {
       case 'J': o.job_path = optarg; break;
-      case 'c': o.cluster_file = optarg; break;
-      case 't': o.task = optarg; break;
-      case 'T': o.token_file = optarg; break;
       case 's': key = "steps"; break;
       case 'e': key = "epochs"; break;
       case 'l': key = "logdir"; break;
@@ -134,25 +133,32 @@ int main(int argc, char **argv) {
     goto out;
   }
   o.overrides = ov;
-  /* A peer that closes while we write must give EPIPE, not end us. */
-  signal(SIGPIPE, SIG_IGN);
   tsr_log_init("chief");
-  {
-    /* The evaluator task runs the checkpoint sidecar instead. */
-    tsr_cluster c;
-    char err[TSR_ERRBUF];
-    if (tsr_cluster_load(o.cluster_file, o.task, &c, err, sizeof err) == 0) {
-      bool eval = c.task_type == TSR_TASK_EVALUATOR;
-      tsr_cluster_free(&c);
-      if (eval) {
-        tsr_log_set_task("evaluator");
-        rc = chief_evaluator_run(&o, &eo);
-        goto out;
-      }
-    }
+  /* the chief (or worker 0 of a cluster without one, which the
+   * coordinator checks), or the evaluator: the checkpoint sidecar, which
+   * talks to no one and needs no token */
+  static const tsr_daemon_spec spec = {
+      "tessera-chief",
+      TSR_TASK_BIT(TSR_TASK_CHIEF) | TSR_TASK_BIT(TSR_TASK_WORKER) |
+          TSR_TASK_BIT(TSR_TASK_EVALUATOR),
+      TSR_TASK_BIT(TSR_TASK_CHIEF) | TSR_TASK_BIT(TSR_TASK_WORKER), "chief"};
+  char err[TSR_ERRBUF];
+  if (tsr_daemon_start(&d, &spec, &df, err, sizeof err)) {
+    tsr_error("%s", err);
+    rc = 2;
+    goto out;
   }
+  if (d.cluster.task_type == TSR_TASK_EVALUATOR) {
+    tsr_log_set_task("evaluator");
+    rc = chief_evaluator_run(&o, &eo);
+    goto out;
+  }
+  o.cluster = &d.cluster;
+  o.token = d.token;
+  o.token_len = d.token_len;
   rc = chief_coord_run(&o);
 out:
+  tsr_daemon_free(&d);
   for (int i = 0; i < n_owned; i++) free(owned[i]);
   return rc;
 }

@@ -29,19 +29,6 @@ tsr_task_type tsr_task_type_parse(const char *s) {
   return TSR_TASK_NONE;
 }
 
-static int tsr__fail(char *err, size_t errlen, int code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int tsr__fail(char *err, size_t errlen, int code, const char *fmt,
-                     ...) {
-  if (err && errlen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return code;
-}
-
 void tsr_cluster_init(tsr_cluster *c) {
   memset(c, 0, sizeof *c);
   c->task_type = TSR_TASK_NONE;
@@ -57,45 +44,45 @@ int tsr_addr_parse(const char *s, tsr_task_addr *a, char *err,
                    size_t errlen) {
   memset(a, 0, sizeof *a);
   if (!s || !*s)
-    return tsr__fail(err, errlen, TSR_ECONFIG, "empty address");
+    return tsr_errf(err, errlen, TSR_ECONFIG, "empty address");
   if (strlen(s) >= sizeof a->addr)
-    return tsr__fail(err, errlen, TSR_ECONFIG, "address \"%.40s...\" too long",
-                     s);
+    return tsr_errf(err, errlen, TSR_ECONFIG, "address \"%.40s...\" too long",
+                    s);
   const char *colon;
   const char *host = s;
   size_t hostlen;
   if (s[0] == '[') {
     const char *close = strchr(s, ']');
     if (!close || close[1] != ':')
-      return tsr__fail(err, errlen, TSR_ECONFIG,
-                       "address \"%s\": expected [ipv6]:port", s);
+      return tsr_errf(err, errlen, TSR_ECONFIG,
+                      "address \"%s\": expected [ipv6]:port", s);
     host = s + 1;
     hostlen = (size_t)(close - host);
     colon = close + 1;
   } else {
     colon = strrchr(s, ':');
     if (!colon)
-      return tsr__fail(err, errlen, TSR_ECONFIG,
-                       "address \"%s\": expected host:port", s);
+      return tsr_errf(err, errlen, TSR_ECONFIG,
+                      "address \"%s\": expected host:port", s);
     if (memchr(s, ':', (size_t)(colon - s)))
-      return tsr__fail(err, errlen, TSR_ECONFIG,
-                       "address \"%s\": an IPv6 host needs brackets, "
-                       "[::1]:port", s);
+      return tsr_errf(err, errlen, TSR_ECONFIG,
+                      "address \"%s\": an IPv6 host needs brackets, "
+                      "[::1]:port", s);
     hostlen = (size_t)(colon - s);
   }
   if (hostlen == 0)
-    return tsr__fail(err, errlen, TSR_ECONFIG, "address \"%s\": empty host",
-                     s);
+    return tsr_errf(err, errlen, TSR_ECONFIG, "address \"%s\": empty host",
+                    s);
   const char *ps = colon + 1;
   if (!*ps)
-    return tsr__fail(err, errlen, TSR_ECONFIG, "address \"%s\": empty port",
-                     s);
+    return tsr_errf(err, errlen, TSR_ECONFIG, "address \"%s\": empty port",
+                    s);
   char *end;
   errno = 0;
   long port = strtol(ps, &end, 10);
   if (*end || errno || port < 1 || port > 65535)
-    return tsr__fail(err, errlen, TSR_ECONFIG,
-                     "address \"%s\": port \"%s\" is not in 1..65535", s, ps);
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "address \"%s\": port \"%s\" is not in 1..65535", s, ps);
   memcpy(a->host, host, hostlen);
   a->host[hostlen] = 0;
   a->port = (int)port;
@@ -126,12 +113,12 @@ static int tsr__parse_job(tsr_cluster *c, const char *src, const char *name,
   tsr_task_type t = tsr_task_type_parse(name);
   if (t == TSR_TASK_NONE) {
     if (strcmp(name, "master") == 0)
-      return tsr__fail(err, errlen, TSR_ECONFIG,
-                       "%s: cluster job \"master\" is TF1's name; use \"chief\"",
-                       src);
-    return tsr__fail(err, errlen, TSR_ECONFIG,
-                     "%s: cluster job \"%s\" is not one of chief, worker, ps, "
-                     "evaluator", src, name);
+      return tsr_errf(err, errlen, TSR_ECONFIG,
+                      "%s: cluster job \"master\" is TF1's name; use \"chief\"",
+                      src);
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "%s: cluster job \"%s\" is not one of chief, worker, ps, "
+                    "evaluator", src, name);
   }
   size_t n;
   if (json_is_array(job)) {
@@ -140,15 +127,15 @@ static int tsr__parse_job(tsr_cluster *c, const char *src, const char *name,
     n = json_object_size(job);
     c->sparse[t] = true;
   } else {
-    return tsr__fail(err, errlen, TSR_ECONFIG,
-                     "%s: cluster.%s must be a list of \"host:port\" or a map "
-                     "{\"index\": \"host:port\"}", src, name);
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "%s: cluster.%s must be a list of \"host:port\" or a map "
+                    "{\"index\": \"host:port\"}", src, name);
   }
   if (n > 100000)
-    return tsr__fail(err, errlen, TSR_ECONFIG, "%s: cluster.%s has %zu tasks",
-                     src, name, n);
+    return tsr_errf(err, errlen, TSR_ECONFIG, "%s: cluster.%s has %zu tasks",
+                    src, name, n);
   tsr_task_addr *arr = calloc(n ? n : 1, sizeof *arr);
-  if (!arr) return tsr__fail(err, errlen, TSR_ENOMEM, "out of memory");
+  if (!arr) return tsr_errf(err, errlen, TSR_ENOMEM, "out of memory");
   c->jobs[t] = arr;
   c->n[t] = (int)n;
   char emsg[TSR_ERRBUF];
@@ -156,12 +143,12 @@ static int tsr__parse_job(tsr_cluster *c, const char *src, const char *name,
     for (size_t i = 0; i < n; i++) {
       json_t *v = json_array_get(job, i);
       if (!json_is_string(v))
-        return tsr__fail(err, errlen, TSR_ECONFIG,
-                         "%s: cluster.%s[%zu] must be a \"host:port\" string",
-                         src, name, i);
+        return tsr_errf(err, errlen, TSR_ECONFIG,
+                        "%s: cluster.%s[%zu] must be a \"host:port\" string",
+                        src, name, i);
       if (tsr_addr_parse(json_string_value(v), &arr[i], emsg, sizeof emsg))
-        return tsr__fail(err, errlen, TSR_ECONFIG, "%s: cluster.%s[%zu]: %s",
-                         src, name, i, emsg);
+        return tsr_errf(err, errlen, TSR_ECONFIG, "%s: cluster.%s[%zu]: %s",
+                        src, name, i, emsg);
       arr[i].index = (int)i;
     }
     return 0;
@@ -174,61 +161,61 @@ static int tsr__parse_job(tsr_cluster *c, const char *src, const char *name,
     errno = 0;
     long idx = strtol(key, &end, 10);
     if (!*key || *end || errno || idx < 0 || idx > INT_MAX)
-      return tsr__fail(err, errlen, TSR_ECONFIG,
-                       "%s: cluster.%s key \"%s\" is not a task index", src,
-                       name, key);
+      return tsr_errf(err, errlen, TSR_ECONFIG,
+                      "%s: cluster.%s key \"%s\" is not a task index", src,
+                      name, key);
     if (!json_is_string(v))
-      return tsr__fail(err, errlen, TSR_ECONFIG,
-                       "%s: cluster.%s[\"%s\"] must be a \"host:port\" string",
-                       src, name, key);
+      return tsr_errf(err, errlen, TSR_ECONFIG,
+                      "%s: cluster.%s[\"%s\"] must be a \"host:port\" string",
+                      src, name, key);
     if (tsr_addr_parse(json_string_value(v), &arr[i], emsg, sizeof emsg))
-      return tsr__fail(err, errlen, TSR_ECONFIG, "%s: cluster.%s[\"%s\"]: %s",
-                       src, name, key, emsg);
+      return tsr_errf(err, errlen, TSR_ECONFIG, "%s: cluster.%s[\"%s\"]: %s",
+                      src, name, key, emsg);
     arr[i].index = (int)idx;
     i++;
   }
   qsort(arr, n, sizeof *arr, tsr__cmp_task);
   for (size_t k = 1; k < n; k++)
     if (arr[k].index == arr[k - 1].index)
-      return tsr__fail(err, errlen, TSR_ECONFIG,
-                       "%s: cluster.%s index %d appears twice", src, name,
-                       arr[k].index);
+      return tsr_errf(err, errlen, TSR_ECONFIG,
+                      "%s: cluster.%s index %d appears twice", src, name,
+                      arr[k].index);
   return 0;
 }
 
 static int tsr__parse_task(tsr_cluster *c, const char *src, json_t *task,
                            char *err, size_t errlen) {
   if (!json_is_object(task))
-    return tsr__fail(err, errlen, TSR_ECONFIG,
-                     "%s: \"task\" must be an object {\"type\": ..., "
-                     "\"index\": ...}", src);
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "%s: \"task\" must be an object {\"type\": ..., "
+                    "\"index\": ...}", src);
   const char *key;
   json_t *v;
   json_object_foreach(task, key, v) {
     if (strcmp(key, "type") && strcmp(key, "index") && strcmp(key, "trial"))
-      return tsr__fail(err, errlen, TSR_ECONFIG,
-                       "%s: unknown key task.%s", src, key);
+      return tsr_errf(err, errlen, TSR_ECONFIG,
+                      "%s: unknown key task.%s", src, key);
   }
   json_t *type = json_object_get(task, "type");
   if (!type || !json_is_string(type))
-    return tsr__fail(err, errlen, TSR_ECONFIG,
-                     "%s: task.type must be a string (chief, worker, ps, "
-                     "evaluator)", src);
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "%s: task.type must be a string (chief, worker, ps, "
+                    "evaluator)", src);
   const char *ts = json_string_value(type);
   tsr_task_type t = tsr_task_type_parse(ts);
   if (t == TSR_TASK_NONE)
-    return tsr__fail(err, errlen, TSR_ECONFIG,
-                     "%s: task.type \"%s\" is not one of chief, worker, ps, "
-                     "evaluator", src, ts);
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "%s: task.type \"%s\" is not one of chief, worker, ps, "
+                    "evaluator", src, ts);
   json_t *idx = json_object_get(task, "index");
   long long i = 0; /* TF: index defaults to 0 */
   if (idx) {
     i = tsr__json_index(idx);
     if (i == LLONG_MIN || i < 0 || i > INT_MAX) {
       char *dump = json_dumps(idx, JSON_ENCODE_ANY);
-      int rc = tsr__fail(err, errlen, TSR_ECONFIG,
-                         "%s: task.index %s is not a non-negative integer",
-                         src, dump ? dump : "?");
+      int rc = tsr_errf(err, errlen, TSR_ECONFIG,
+                        "%s: task.index %s is not a non-negative integer",
+                        src, dump ? dump : "?");
       free(dump);
       return rc;
     }
@@ -245,12 +232,12 @@ int tsr_cluster_parse(const char *json_text, const char *source,
   json_error_t je;
   json_t *root = json_loads(json_text, JSON_REJECT_DUPLICATES, &je);
   if (!root)
-    return tsr__fail(err, errlen, TSR_EJSON, "%s: malformed JSON at line %d "
-                     "column %d: %s", src, je.line, je.column, je.text);
+    return tsr_errf(err, errlen, TSR_EJSON, "%s: malformed JSON at line %d "
+                    "column %d: %s", src, je.line, je.column, je.text);
   int rc = 0;
   if (!json_is_object(root)) {
-    rc = tsr__fail(err, errlen, TSR_ECONFIG, "%s: must be a JSON object",
-                   src);
+    rc = tsr_errf(err, errlen, TSR_ECONFIG, "%s: must be a JSON object",
+                  src);
     goto out;
   }
   json_t *cluster = json_object_get(root, "cluster");
@@ -265,20 +252,20 @@ int tsr_cluster_parse(const char *json_text, const char *source,
       /* TF also sets rpc_layer and environment; they are accepted. */
       if (strcmp(key, "cluster") && strcmp(key, "task") &&
           strcmp(key, "rpc_layer") && strcmp(key, "environment")) {
-        rc = tsr__fail(err, errlen, TSR_ECONFIG, "%s: unknown key \"%s\"",
-                       src, key);
+        rc = tsr_errf(err, errlen, TSR_ECONFIG, "%s: unknown key \"%s\"",
+                      src, key);
         goto out;
       }
     }
   }
   if (!cluster) {
-    rc = tsr__fail(err, errlen, TSR_ECONFIG, "%s: missing key \"cluster\"",
-                   src);
+    rc = tsr_errf(err, errlen, TSR_ECONFIG, "%s: missing key \"cluster\"",
+                  src);
     goto out;
   }
   if (!json_is_object(cluster)) {
-    rc = tsr__fail(err, errlen, TSR_ECONFIG,
-                   "%s: \"cluster\" must be an object of jobs", src);
+    rc = tsr_errf(err, errlen, TSR_ECONFIG,
+                  "%s: \"cluster\" must be an object of jobs", src);
     goto out;
   }
   const char *name;
@@ -310,32 +297,32 @@ int tsr_cluster_validate(const tsr_cluster *c, char *err, size_t errlen) {
   int total = 0;
   for (int i = 0; i < TSR_TASK__COUNT; i++) total += c->n[i];
   if (total == 0)
-    return tsr__fail(err, errlen, TSR_ECONFIG, "cluster has no tasks");
+    return tsr_errf(err, errlen, TSR_ECONFIG, "cluster has no tasks");
   if (c->n[TSR_TASK_CHIEF] > 1)
-    return tsr__fail(err, errlen, TSR_ECONFIG,
-                     "cluster.chief has %d tasks; there must be at most one "
-                     "chief", c->n[TSR_TASK_CHIEF]);
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "cluster.chief has %d tasks; there must be at most one "
+                    "chief", c->n[TSR_TASK_CHIEF]);
   if (c->n[TSR_TASK_EVALUATOR] > 1)
-    return tsr__fail(err, errlen, TSR_ECONFIG,
-                     "cluster.evaluator has %d tasks; there must be at most "
-                     "one evaluator", c->n[TSR_TASK_EVALUATOR]);
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "cluster.evaluator has %d tasks; there must be at most "
+                    "one evaluator", c->n[TSR_TASK_EVALUATOR]);
   if (c->task_type == TSR_TASK_NONE) return 0;
   tsr_task_type t = c->task_type;
   if (c->n[t] == 0) {
     if (t == TSR_TASK_EVALUATOR) return 0; /* a sidecar, as in TF */
-    return tsr__fail(err, errlen, TSR_ECONFIG,
-                     "task.type \"%s\" has no job in the cluster",
-                     tsr_task_type_name(t));
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "task.type \"%s\" has no job in the cluster",
+                    tsr_task_type_name(t));
   }
   if (!tsr_cluster_find(c, t, c->task_index)) {
     if (c->sparse[t])
-      return tsr__fail(err, errlen, TSR_ECONFIG,
-                       "task.index %d is not a task of cluster.%s",
-                       c->task_index, tsr_task_type_name(t));
-    return tsr__fail(err, errlen, TSR_ECONFIG,
-                     "task.index %d is out of range: cluster.%s has %d "
-                     "task(s)", c->task_index, tsr_task_type_name(t),
-                     c->n[t]);
+      return tsr_errf(err, errlen, TSR_ECONFIG,
+                      "task.index %d is not a task of cluster.%s",
+                      c->task_index, tsr_task_type_name(t));
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "task.index %d is out of range: cluster.%s has %d "
+                    "task(s)", c->task_index, tsr_task_type_name(t),
+                    c->n[t]);
   }
   return 0;
 }
@@ -343,13 +330,13 @@ int tsr_cluster_validate(const tsr_cluster *c, char *err, size_t errlen) {
 int tsr_cluster_check_ps_training(const tsr_cluster *c, char *err,
                                   size_t errlen) {
   if (c->n[TSR_TASK_PS] < 1)
-    return tsr__fail(err, errlen, TSR_ECONFIG,
-                     "cluster.ps: parameter-server training needs at least "
-                     "one ps task");
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "cluster.ps: parameter-server training needs at least "
+                    "one ps task");
   if (c->n[TSR_TASK_WORKER] < 1)
-    return tsr__fail(err, errlen, TSR_ECONFIG,
-                     "cluster.worker: parameter-server training needs at "
-                     "least one worker task");
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "cluster.worker: parameter-server training needs at "
+                    "least one worker task");
   return 0;
 }
 
@@ -358,23 +345,23 @@ int tsr_cluster_set_task(tsr_cluster *c, const char *task_flag, char *err,
   const char *colon = strchr(task_flag, ':');
   char type[32];
   if (!colon || (size_t)(colon - task_flag) >= sizeof type)
-    return tsr__fail(err, errlen, TSR_ECONFIG,
-                     "--task \"%s\": expected TYPE:INDEX, e.g. worker:0",
-                     task_flag);
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "--task \"%s\": expected TYPE:INDEX, e.g. worker:0",
+                    task_flag);
   memcpy(type, task_flag, (size_t)(colon - task_flag));
   type[colon - task_flag] = 0;
   tsr_task_type t = tsr_task_type_parse(type);
   if (t == TSR_TASK_NONE)
-    return tsr__fail(err, errlen, TSR_ECONFIG,
-                     "--task \"%s\": type \"%s\" is not one of chief, worker, "
-                     "ps, evaluator", task_flag, type);
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "--task \"%s\": type \"%s\" is not one of chief, worker, "
+                    "ps, evaluator", task_flag, type);
   char *end;
   errno = 0;
   long idx = strtol(colon + 1, &end, 10);
   if (!colon[1] || *end || errno || idx < 0 || idx > INT_MAX)
-    return tsr__fail(err, errlen, TSR_ECONFIG,
-                     "--task \"%s\": index \"%s\" is not a non-negative "
-                     "integer", task_flag, colon + 1);
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "--task \"%s\": index \"%s\" is not a non-negative "
+                    "integer", task_flag, colon + 1);
   c->task_type = t;
   c->task_index = (int)idx;
   return 0;
@@ -398,9 +385,9 @@ int tsr_cluster_load(const char *cluster_file, const char *task_flag,
       rc = tsr_cluster_from_slurm(getenv("TESSERA_SLURM_JOBS"), port_base,
                                   out, err, errlen);
     } else if (!env || !*env) {
-      return tsr__fail(err, errlen, TSR_ECONFIG,
-                       "no cluster: set TF_CONFIG or pass --cluster FILE.json "
-                       "(or run under Slurm)");
+      return tsr_errf(err, errlen, TSR_ECONFIG,
+                      "no cluster: set TF_CONFIG or pass --cluster FILE.json "
+                      "(or run under Slurm)");
     } else {
       rc = tsr_cluster_parse(env, "TF_CONFIG", out, err, errlen);
     }

@@ -15,18 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int tsr__sfail(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int tsr__sfail(char *err, size_t errlen, const char *fmt, ...) {
-  if (err && errlen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return TSR_ECONFIG;
-}
-
 #define TSR__MAX_HOSTS 65536
 
 typedef struct {
@@ -65,8 +53,8 @@ static int tsr__expand_item(const char *item, size_t len, tsr__strvec *out,
   if (!lb) return tsr__push(out, item, len) ? TSR_ENOMEM : 0;
   const char *rb = memchr(lb, ']', len - (size_t)(lb - item));
   if (!rb)
-    return tsr__sfail(err, errlen, "node list item \"%.*s\": missing ']'",
-                      (int)len, item);
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "node list item \"%.*s\": missing ']'", (int)len, item);
   size_t plen = (size_t)(lb - item);
   const char *post = rb + 1;
   size_t postlen = len - (size_t)(post - item);
@@ -80,24 +68,27 @@ static int tsr__expand_item(const char *item, size_t len, tsr__strvec *out,
     long lo = strtol(p, &e1, 10), hi = lo;
     int width = (int)((dash ? dash : end) - p);
     if (e1 != (dash ? dash : end) || errno || lo < 0)
-      return tsr__sfail(err, errlen, "node list range \"%.*s\" is not a "
-                        "number", (int)(end - p), p);
+      return tsr_errf(err, errlen, TSR_ECONFIG,
+                      "node list range \"%.*s\" is not a " "number",
+                      (int)(end - p), p);
     if (dash) {
       char *e2;
       hi = strtol(dash + 1, &e2, 10);
       if (e2 != end || hi < lo || hi - lo > TSR__MAX_HOSTS)
-        return tsr__sfail(err, errlen, "node list range \"%.*s\" is not "
-                          "LO-HI", (int)(end - p), p);
+        return tsr_errf(err, errlen, TSR_ECONFIG,
+                        "node list range \"%.*s\" is not " "LO-HI",
+                        (int)(end - p), p);
     }
     for (long k = lo; k <= hi; k++) {
       char name[512];
       int n = snprintf(name, sizeof name, "%.*s%0*ld%.*s", (int)plen, item,
                        width, k, (int)postlen, post);
       if (n < 0 || (size_t)n >= sizeof name)
-        return tsr__sfail(err, errlen, "node name too long");
+        return tsr_errf(err, errlen, TSR_ECONFIG, "node name too long");
       int rc = tsr__push(out, name, (size_t)n);
       if (rc)
-        return rc == TSR_ERANGE ? tsr__sfail(err, errlen, "too many nodes")
+        return rc == TSR_ERANGE ? tsr_errf(err, errlen, TSR_ECONFIG,
+                                           "too many nodes")
                                 : rc;
     }
     p = end + 1;
@@ -118,7 +109,8 @@ static int tsr__expand_hostlist(const char *s, tsr__strvec *out, char *err,
       q++;
     }
     if (q == p)
-      return tsr__sfail(err, errlen, "node list \"%s\" has an empty item", s);
+      return tsr_errf(err, errlen, TSR_ECONFIG,
+                      "node list \"%s\" has an empty item", s);
     int rc = tsr__expand_item(p, (size_t)(q - p), out, err, errlen);
     if (rc) return rc;
     p = *q ? q + 1 : q;
@@ -136,32 +128,36 @@ static int tsr__tasks_per_node(const char *s, size_t n_nodes, long *counts,
     errno = 0;
     long c = strtol(p, &e, 10);
     if (e == p || errno || c <= 0)
-      return tsr__sfail(err, errlen, "tasks per node \"%s\" is malformed", s);
+      return tsr_errf(err, errlen, TSR_ECONFIG,
+                      "tasks per node \"%s\" is malformed", s);
     long rep = 1;
     if (*e == '(') {
       if (e[1] != 'x')
-        return tsr__sfail(err, errlen, "tasks per node \"%s\" is malformed",
-                          s);
+        return tsr_errf(err, errlen, TSR_ECONFIG,
+                        "tasks per node \"%s\" is malformed", s);
       rep = strtol(e + 2, &e, 10);
       if (*e != ')' || rep <= 0)
-        return tsr__sfail(err, errlen, "tasks per node \"%s\" is malformed",
-                          s);
+        return tsr_errf(err, errlen, TSR_ECONFIG,
+                        "tasks per node \"%s\" is malformed", s);
       e++;
     }
     for (long r = 0; r < rep; r++) {
       if (k == n_nodes)
-        return tsr__sfail(err, errlen, "tasks per node \"%s\" names more "
-                          "nodes than the node list (%zu)", s, n_nodes);
+        return tsr_errf(err, errlen, TSR_ECONFIG,
+                        "tasks per node \"%s\" names more "
+                        "nodes than the node list (%zu)", s, n_nodes);
       counts[k++] = c;
     }
     if (*e == ',') e++;
     else if (*e)
-      return tsr__sfail(err, errlen, "tasks per node \"%s\" is malformed", s);
+      return tsr_errf(err, errlen, TSR_ECONFIG,
+                      "tasks per node \"%s\" is malformed", s);
     p = e;
   }
   if (k != n_nodes)
-    return tsr__sfail(err, errlen, "tasks per node \"%s\" covers %zu nodes, "
-                      "the node list has %zu", s, k, n_nodes);
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "tasks per node \"%s\" covers %zu nodes, "
+                    "the node list has %zu", s, k, n_nodes);
   return 0;
 }
 
@@ -180,17 +176,18 @@ int tsr_cluster_from_slurm(const char *jobs, int port_base, tsr_cluster *out,
   const char *tpn = tsr__env2("SLURM_STEP_TASKS_PER_NODE",
                               "SLURM_TASKS_PER_NODE");
   if (!procid || !nodelist || !tpn)
-    return tsr__sfail(err, errlen, "Slurm: SLURM_PROCID, SLURM_JOB_NODELIST "
-                      "and SLURM_TASKS_PER_NODE must be set");
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "Slurm: SLURM_PROCID, SLURM_JOB_NODELIST "
+                    "and SLURM_TASKS_PER_NODE must be set");
   if (port_base < 1 || port_base > 65535)
-    return tsr__sfail(err, errlen, "Slurm: port base %d is not in 1..65535",
-                      port_base);
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "Slurm: port base %d is not in 1..65535", port_base);
   char *e;
   errno = 0;
   long rank = strtol(procid, &e, 10);
   if (*e || errno || rank < 0)
-    return tsr__sfail(err, errlen, "Slurm: SLURM_PROCID \"%s\" is not a rank",
-                      procid);
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "Slurm: SLURM_PROCID \"%s\" is not a rank", procid);
   tsr__strvec hosts = {0};
   long *counts = NULL;
   int rc = tsr__expand_hostlist(nodelist, &hosts, err, errlen);
@@ -206,14 +203,15 @@ int tsr_cluster_from_slurm(const char *jobs, int port_base, tsr_cluster *out,
   for (size_t i = 0; i < hosts.n; i++) {
     total += counts[i];
     if (port_base + counts[i] - 1 > 65535) {
-      rc = tsr__sfail(err, errlen, "Slurm: %ld tasks on %s from port %d run "
-                      "past 65535", counts[i], hosts.v[i], port_base);
+      rc = tsr_errf(err, errlen, TSR_ECONFIG,
+                    "Slurm: %ld tasks on %s from port %d run " "past 65535",
+                    counts[i], hosts.v[i], port_base);
       goto out;
     }
   }
   if (rank >= total) {
-    rc = tsr__sfail(err, errlen, "Slurm: SLURM_PROCID %ld but only %ld tasks",
-                    rank, total);
+    rc = tsr_errf(err, errlen, TSR_ECONFIG,
+                  "Slurm: SLURM_PROCID %ld but only %ld tasks", rank, total);
     goto out;
   }
   /* Jobs: "ps:2,worker:*"; default TF's: every task a worker. */
@@ -229,36 +227,40 @@ int tsr_cluster_from_slurm(const char *jobs, int port_base, tsr_cluster *out,
        tok = strtok_r(NULL, ",", &save)) {
     char *colon = strchr(tok, ':');
     if (!colon) {
-      rc = tsr__sfail(err, errlen, "Slurm jobs \"%s\": item \"%s\" is not "
-                      "JOB:COUNT", spec, tok);
+      rc = tsr_errf(err, errlen, TSR_ECONFIG,
+                    "Slurm jobs \"%s\": item \"%s\" is not " "JOB:COUNT", spec,
+                    tok);
       goto out;
     }
     *colon = 0;
     tsr_task_type t = tsr_task_type_parse(tok);
     if (t == TSR_TASK_NONE || n_order == TSR_TASK__COUNT) {
-      rc = tsr__sfail(err, errlen, "Slurm jobs \"%s\": job \"%s\" is not "
-                      "chief, worker, ps or evaluator", spec, tok);
+      rc = tsr_errf(err, errlen, TSR_ECONFIG,
+                    "Slurm jobs \"%s\": job \"%s\" is not "
+                    "chief, worker, ps or evaluator", spec, tok);
       goto out;
     }
     for (int k = 0; k < n_order; k++)
       if (order[k] == t) {
-        rc = tsr__sfail(err, errlen, "Slurm jobs \"%s\": job \"%s\" twice",
-                        spec, tok);
+        rc = tsr_errf(err, errlen, TSR_ECONFIG,
+                      "Slurm jobs \"%s\": job \"%s\" twice", spec, tok);
         goto out;
       }
     order[n_order] = t;
     if (strcmp(colon + 1, "*") == 0) {
       if (star >= 0) {
-        rc = tsr__sfail(err, errlen, "Slurm jobs \"%s\": only one job may "
-                        "take the rest (*)", spec);
+        rc = tsr_errf(err, errlen, TSR_ECONFIG,
+                      "Slurm jobs \"%s\": only one job may "
+                      "take the rest (*)", spec);
         goto out;
       }
       star = n_order;
     } else {
       long c = strtol(colon + 1, &e, 10);
       if (*e || c < 0) {
-        rc = tsr__sfail(err, errlen, "Slurm jobs \"%s\": count \"%s\" is not "
-                        "a number", spec, colon + 1);
+        rc = tsr_errf(err, errlen, TSR_ECONFIG,
+                      "Slurm jobs \"%s\": count \"%s\" is not " "a number",
+                      spec, colon + 1);
         goto out;
       }
       assigned[t] = c;
@@ -267,8 +269,9 @@ int tsr_cluster_from_slurm(const char *jobs, int port_base, tsr_cluster *out,
     n_order++;
   }
   if (used > total || (star < 0 && used != total)) {
-    rc = tsr__sfail(err, errlen, "Slurm jobs \"%s\" ask for %ld tasks; the "
-                    "step has %ld", spec, used, total);
+    rc = tsr_errf(err, errlen, TSR_ECONFIG,
+                  "Slurm jobs \"%s\" ask for %ld tasks; the " "step has %ld",
+                  spec, used, total);
     goto out;
   }
   if (star >= 0) assigned[order[star]] = total - used;

@@ -2,6 +2,7 @@
  * the project's range are handed to libuv, which knows errno and its own. */
 #include "common/err.h"
 
+#include <stdio.h>
 #include <uv.h>
 
 static const char *const tsr__err_msgs[] = {
@@ -36,4 +37,18 @@ const char *tsr_err_name(int code) {
   if (code > 0) return "UNKNOWN";
   static _Thread_local char buf[48];
   return uv_err_name_r(code, buf, sizeof buf);
+}
+
+int tsr_verrf(char *err, size_t errlen, int code, const char *fmt,
+              va_list ap) {
+  if (err && errlen) vsnprintf(err, errlen, fmt, ap);
+  return code;
+}
+
+int tsr_errf(char *err, size_t errlen, int code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  tsr_verrf(err, errlen, code, fmt, ap);
+  va_end(ap);
+  return code;
 }

@@ -10,6 +10,9 @@
 #ifndef TSR_ERR_H
 #define TSR_ERR_H
 
+#include <stdarg.h>
+#include <stddef.h>
+
 #define TSR_ERR_BASE (-5000)
 
 /* X(name, message) */
@@ -44,7 +47,8 @@
   X(CANCELED,    "canceled")                                                 \
   X(SHUTDOWN,    "shutting down")                                            \
   X(STALE,       "stale state")                                              \
-  X(EOF,         "end of data")
+  X(EOF,         "end of data")                                              \
+  X(DATA,        "bad training or evaluation data")
 
 enum tsr_errno {
   TSR__ERR_FIRST = TSR_ERR_BASE,
@@ -53,6 +57,11 @@ enum tsr_errno {
 #undef TSR__X
   TSR__ERR_LAST
 };
+
+/* Exit status of a process whose job stops on its data (a file missing,
+ * a value that is not a number, a label out of range): the chief and
+ * `tessera-worker --standalone` alike. */
+#define TSR_EXIT_DATA 3
 
 /* Message for any code: the project's own, libuv's, or errno's (negated).
  * Never NULL; the string is static. */
@@ -63,5 +72,16 @@ const char *tsr_err_name(int code);
 
 /* Non-zero when the code belongs to the project's own range. */
 int tsr_err_is_own(int code);
+
+/* The one error formatter: writes the message into the caller's buffer
+ * and returns `code`, so a failure reads
+ *     return tsr_errf(err, errlen, TSR_ECONFIG, "%s: unknown key", key);
+ * `err` may be NULL or `errlen` 0 (nothing is written); a longer message
+ * is cut to errlen - 1 bytes. Never allocates; any thread. */
+int tsr_errf(char *err, size_t errlen, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* The same with a va_list, for formatters of a context's own buffer. */
+int tsr_verrf(char *err, size_t errlen, int code, const char *fmt, va_list ap)
+    __attribute__((format(printf, 4, 0)));
 
 #endif /* TSR_ERR_H */

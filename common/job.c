@@ -1,7 +1,9 @@
 /* Job file parsing. Flow: read the file -> jansson tree -> apply the
- * command-line overrides to the tree -> walk it key by key into tsr_job,
- * rejecting unknown keys with a suggestion when one is close. */
-#include "common/job.h"
+ * command-line overrides to the tree -> read it key by key into tsr_job
+ * as the key table says (job_keys.h, job_keys.c), rejecting unknown keys
+ * with a suggestion when one is close. */
+#include "common/job_int.h"
+#include "common/conf.h"
 #include "common/err.h"
 
 #include <errno.h>
@@ -13,24 +15,11 @@
 #include <string.h>
 #include <strings.h>
 
-static int tsr__jfail(char *err, size_t errlen, int code, const char *fmt,
-                      ...) __attribute__((format(printf, 4, 5)));
-static int tsr__jfail(char *err, size_t errlen, int code, const char *fmt,
-                      ...) {
-  if (err && errlen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return code;
-}
-
 char *tsr_read_file(const char *path, size_t *len, int *rc, char *err,
                     size_t errlen) {
   FILE *f = fopen(path, "rb");
   if (!f) {
-    *rc = tsr__jfail(err, errlen, TSR_EIO, "%s: %s", path, strerror(errno));
+    *rc = tsr_errf(err, errlen, TSR_EIO, "%s: %s", path, strerror(errno));
     return NULL;
   }
   size_t cap = 1 << 16, n = 0;
@@ -44,8 +33,8 @@ char *tsr_read_file(const char *path, size_t *len, int *rc, char *err,
       if (cap >= ((size_t)1 << 30)) {
         free(buf);
         fclose(f);
-        *rc = tsr__jfail(err, errlen, TSR_ETOOBIG, "%s: larger than 1 GiB",
-                         path);
+        *rc = tsr_errf(err, errlen, TSR_ETOOBIG, "%s: larger than 1 GiB",
+                       path);
         return NULL;
       }
       char *nb = realloc(buf, cap * 2);
@@ -62,8 +51,8 @@ char *tsr_read_file(const char *path, size_t *len, int *rc, char *err,
   fclose(f);
   if (!buf || bad) {
     free(buf);
-    *rc = tsr__jfail(err, errlen, buf ? TSR_EIO : TSR_ENOMEM,
-                     "%s: read failed", path);
+    *rc = tsr_errf(err, errlen, buf ? TSR_EIO : TSR_ENOMEM,
+                   "%s: read failed", path);
     return NULL;
   }
   buf[n] = 0;
@@ -72,281 +61,61 @@ char *tsr_read_file(const char *path, size_t *len, int *rc, char *err,
   return buf;
 }
 
-/* ---- small helpers for strict key walking -------------------------------*/
-
-int tsr_edit_distance(const char *a, const char *b) {
-  size_t la = strlen(a), lb = strlen(b);
-  if (la > 40 || lb > 40) return 99;
-  int d[41][41];
-  for (size_t i = 0; i <= la; i++) d[i][0] = (int)i;
-  for (size_t j = 0; j <= lb; j++) d[0][j] = (int)j;
-  for (size_t i = 1; i <= la; i++)
-    for (size_t j = 1; j <= lb; j++) {
-      int c = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
-      if (d[i - 1][j] + 1 < c) c = d[i - 1][j] + 1;
-      if (d[i][j - 1] + 1 < c) c = d[i][j - 1] + 1;
-      d[i][j] = c;
-    }
-  return d[la][lb];
-}
-
-/* Fails on the first key of `obj` not in `allowed` (NULL-terminated). */
-static int tsr__check_keys(json_t *obj, const char *where,
-                           const char *const *allowed, char *err,
-                           size_t errlen) {
-  const char *key;
-  json_t *v;
-  json_object_foreach(obj, key, v) {
-    int ok = 0;
-    const char *best = NULL;
-    int bestd = 3;
-    for (const char *const *a = allowed; *a; a++) {
-      if (strcmp(key, *a) == 0) {
-        ok = 1;
-        break;
-      }
-      int dd = tsr_edit_distance(key, *a);
-      if (dd < bestd) {
-        bestd = dd;
-        best = *a;
-      }
-    }
-    if (!ok) {
-      if (best)
-        return tsr__jfail(err, errlen, TSR_ECONFIG,
-                          "%s%s%s: unknown key; did you mean \"%s\"?", where,
-                          *where ? "." : "", key, best);
-      return tsr__jfail(err, errlen, TSR_ECONFIG, "%s%s%s: unknown key",
-                        where, *where ? "." : "", key);
-    }
-  }
-  return 0;
-}
-
-static int tsr__get_num(json_t *obj, const char *where, const char *key,
-                        double *out, char *err, size_t errlen) {
-  json_t *v = json_object_get(obj, key);
-  if (!v) return 0;
-  if (!json_is_number(v))
-    return tsr__jfail(err, errlen, TSR_ECONFIG, "%s.%s must be a number",
-                      where, key);
-  double d = json_number_value(v);
-  if (!isfinite(d))
-    return tsr__jfail(err, errlen, TSR_ECONFIG, "%s.%s must be finite", where,
-                      key);
-  *out = d;
-  return 0;
-}
-
-static int tsr__get_int(json_t *obj, const char *where, const char *key,
-                        int64_t *out, int64_t lo, int64_t hi, char *err,
-                        size_t errlen) {
-  json_t *v = json_object_get(obj, key);
-  if (!v) return 0;
-  if (!json_is_integer(v))
-    return tsr__jfail(err, errlen, TSR_ECONFIG, "%s%s%s must be an integer",
-                      where, *where ? "." : "", key);
-  json_int_t x = json_integer_value(v);
-  if (x < lo || x > hi)
-    return tsr__jfail(err, errlen, TSR_ECONFIG,
-                      "%s%s%s = %lld is out of range [%lld, %lld]", where,
-                      *where ? "." : "", key, (long long)x, (long long)lo,
-                      (long long)hi);
-  *out = x;
-  return 0;
-}
-
-static int tsr__get_bool(json_t *obj, const char *where, const char *key,
-                         bool *out, char *err, size_t errlen) {
-  json_t *v = json_object_get(obj, key);
-  if (!v) return 0;
-  if (!json_is_boolean(v))
-    return tsr__jfail(err, errlen, TSR_ECONFIG, "%s.%s must be true or false",
-                      where, key);
-  *out = json_is_true(v);
-  return 0;
-}
-
-static int tsr__get_str(json_t *obj, const char *where, const char *key,
-                        char **out, char *err, size_t errlen) {
-  json_t *v = json_object_get(obj, key);
-  if (!v || json_is_null(v)) return 0;
-  if (!json_is_string(v))
-    return tsr__jfail(err, errlen, TSR_ECONFIG, "%s%s%s must be a string",
-                      where, *where ? "." : "", key);
-  free(*out);
-  *out = strdup(json_string_value(v));
-  return *out ? 0 : TSR_ENOMEM;
-}
-
-/* ---- optimizer -----------------------------------------------------------*/
-
-static const char *const tsr__opt_names[] = {"sgd", "adagrad", "rmsprop",
-                                             "adam", "ftrl"};
-
-const char *tsr_optim_name(tsr_opt_kind kind) {
-  return (unsigned)kind < 5 ? tsr__opt_names[kind] : "?";
-}
-
-void tsr_optim_defaults(tsr_opt_kind kind, tsr_optim_spec *o) {
-  memset(o, 0, sizeof *o);
-  o->kind = kind;
-  o->learning_rate = kind == TSR_OPT_SGD ? 0.01 : 0.001;
-  o->beta_1 = 0.9;
-  o->beta_2 = 0.999;
-  o->epsilon = 1e-7;
-  o->rho = 0.9;
-  o->initial_accumulator_value = 0.1;
-  o->learning_rate_power = -0.5;
-}
-
-int tsr_optim_parse(json_t *v, tsr_optim_spec *out, char *err,
-                    size_t errlen) {
-  const char *name;
-  if (json_is_string(v))
-    name = json_string_value(v);
-  else if (json_is_object(v) && json_is_string(json_object_get(v, "name")))
-    name = json_string_value(json_object_get(v, "name"));
-  else
-    return tsr__jfail(err, errlen, TSR_ECONFIG,
-                      "optimizer must be a name (\"adam\") or an object with "
-                      "\"name\"");
-  int kind = -1;
-  for (int i = 0; i < 5; i++)
-    if (strcasecmp(name, tsr__opt_names[i]) == 0) kind = i;
-  if (kind < 0)
-    return tsr__jfail(err, errlen, TSR_ECONFIG,
-                      "optimizer.name \"%s\" is not supported (sgd, adagrad, "
-                      "rmsprop, adam, ftrl)", name);
-  tsr_optim_defaults((tsr_opt_kind)kind, out);
-  if (!json_is_object(v)) return 0;
-  static const char *const common_keys[] = {"name", "learning_rate", NULL};
-  static const char *const sgd[] = {"name", "learning_rate", "momentum",
-                                    "nesterov", NULL};
-  static const char *const adagrad[] = {"name", "learning_rate",
-                                        "initial_accumulator_value",
-                                        "epsilon", NULL};
-  static const char *const rms[] = {"name", "learning_rate", "rho",
-                                    "momentum", "epsilon", "centered", NULL};
-  static const char *const adam[] = {"name", "learning_rate", "beta_1",
-                                     "beta_2", "epsilon", "amsgrad", NULL};
-  static const char *const ftrl[] = {
-      "name", "learning_rate", "learning_rate_power",
-      "initial_accumulator_value", "l1_regularization_strength",
-      "l2_regularization_strength", "l2_shrinkage_regularization_strength",
-      "beta", NULL};
-  const char *const *allowed[] = {sgd, adagrad, rms, adam, ftrl};
-  (void)common_keys;
-  int rc = tsr__check_keys(v, "optimizer", allowed[kind], err, errlen);
-  if (rc) return rc;
-  const char *w = "optimizer";
-  if ((rc = tsr__get_num(v, w, "learning_rate", &out->learning_rate, err,
-                         errlen)))
-    return rc;
-  if (!(out->learning_rate > 0))
-    return tsr__jfail(err, errlen, TSR_ECONFIG,
-                      "optimizer.learning_rate %g must be > 0",
-                      out->learning_rate);
-  if ((rc = tsr__get_num(v, w, "momentum", &out->momentum, err, errlen)) ||
-      (rc = tsr__get_bool(v, w, "nesterov", &out->nesterov, err, errlen)) ||
-      (rc = tsr__get_num(v, w, "beta_1", &out->beta_1, err, errlen)) ||
-      (rc = tsr__get_num(v, w, "beta_2", &out->beta_2, err, errlen)) ||
-      (rc = tsr__get_num(v, w, "epsilon", &out->epsilon, err, errlen)) ||
-      (rc = tsr__get_num(v, w, "rho", &out->rho, err, errlen)) ||
-      (rc = tsr__get_bool(v, w, "centered", &out->centered, err, errlen)) ||
-      (rc = tsr__get_num(v, w, "initial_accumulator_value",
-                         &out->initial_accumulator_value, err, errlen)) ||
-      (rc = tsr__get_num(v, w, "learning_rate_power",
-                         &out->learning_rate_power, err, errlen)) ||
-      (rc = tsr__get_num(v, w, "l1_regularization_strength", &out->l1, err,
-                         errlen)) ||
-      (rc = tsr__get_num(v, w, "l2_regularization_strength", &out->l2, err,
-                         errlen)) ||
-      (rc = tsr__get_num(v, w, "l2_shrinkage_regularization_strength",
-                         &out->l2_shrinkage, err, errlen)) ||
-      (rc = tsr__get_num(v, w, "beta", &out->beta, err, errlen)))
-    return rc;
-  json_t *ams = json_object_get(v, "amsgrad");
-  if (ams && !json_is_false(ams))
-    return tsr__jfail(err, errlen, TSR_EUNSUPPORTED,
-                      "optimizer.amsgrad: only false is supported");
-  if (out->momentum < 0 || out->momentum >= 1)
-    return tsr__jfail(err, errlen, TSR_ECONFIG,
-                      "optimizer.momentum %g must be in [0, 1)",
-                      out->momentum);
-  if (out->beta_1 < 0 || out->beta_1 >= 1 || out->beta_2 < 0 ||
-      out->beta_2 >= 1)
-    return tsr__jfail(err, errlen, TSR_ECONFIG,
-                      "optimizer.beta_1/beta_2 must be in [0, 1)");
-  if (out->epsilon < 0)
-    return tsr__jfail(err, errlen, TSR_ECONFIG,
-                      "optimizer.epsilon %g must be >= 0", out->epsilon);
-  if (out->initial_accumulator_value < 0)
-    return tsr__jfail(err, errlen, TSR_ECONFIG,
-                      "optimizer.initial_accumulator_value %g must be >= 0",
-                      out->initial_accumulator_value);
-  if (out->learning_rate_power > 0)
-    return tsr__jfail(err, errlen, TSR_ECONFIG,
-                      "optimizer.learning_rate_power %g must be <= 0",
-                      out->learning_rate_power);
-  if (out->l1 < 0 || out->l2 < 0 || out->l2_shrinkage < 0)
-    return tsr__jfail(err, errlen, TSR_ECONFIG,
-                      "optimizer: regularization strengths must be >= 0");
-  return 0;
-}
-
 /* ---- partitioner ---------------------------------------------------------*/
 
 int tsr_partitioner_parse(json_t *v, tsr_partitioner *out, char *err,
                           size_t errlen) {
   tsr_partitioner_default(out);
   if (!json_is_object(v))
-    return tsr__jfail(err, errlen, TSR_ECONFIG,
-                      "partitioner must be an object {\"type\": \"min_size\", "
-                      "...}");
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "partitioner must be an object {\"type\": \"min_size\", "
+                    "...}");
   json_t *t = json_object_get(v, "type");
   const char *type = json_is_string(t) ? json_string_value(t) : "min_size";
   if (t && !json_is_string(t))
-    return tsr__jfail(err, errlen, TSR_ECONFIG,
-                      "partitioner.type must be a string");
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "partitioner.type must be a string");
   int rc;
   if (strcmp(type, "min_size") == 0) {
     static const char *const k[] = {"type", "min_shard_bytes", "max_shards",
                                     NULL};
-    if ((rc = tsr__check_keys(v, "partitioner", k, err, errlen))) return rc;
+    if ((rc = tsr_conf_check_keys(v, "partitioner", k, NULL, err, errlen)))
+      return rc;
     out->kind = TSR_PART_MIN_SIZE;
   } else if (strcmp(type, "max_size") == 0) {
     static const char *const k[] = {"type", "max_shard_bytes", "max_shards",
                                     NULL};
-    if ((rc = tsr__check_keys(v, "partitioner", k, err, errlen))) return rc;
+    if ((rc = tsr_conf_check_keys(v, "partitioner", k, NULL, err, errlen)))
+      return rc;
     out->kind = TSR_PART_MAX_SIZE;
     out->max_shards = 0;
     if (!json_object_get(v, "max_shard_bytes"))
-      return tsr__jfail(err, errlen, TSR_ECONFIG,
-                        "partitioner.max_shard_bytes is required for "
-                        "max_size");
+      return tsr_errf(err, errlen, TSR_ECONFIG,
+                      "partitioner.max_shard_bytes is required for "
+                      "max_size");
   } else if (strcmp(type, "fixed") == 0 || strcmp(type, "fixed_shards") == 0) {
     static const char *const k[] = {"type", "num_shards", NULL};
-    if ((rc = tsr__check_keys(v, "partitioner", k, err, errlen))) return rc;
+    if ((rc = tsr_conf_check_keys(v, "partitioner", k, NULL, err, errlen)))
+      return rc;
     out->kind = TSR_PART_FIXED;
     if (!json_object_get(v, "num_shards"))
-      return tsr__jfail(err, errlen, TSR_ECONFIG,
-                        "partitioner.num_shards is required for fixed");
+      return tsr_errf(err, errlen, TSR_ECONFIG,
+                      "partitioner.num_shards is required for fixed");
   } else {
-    return tsr__jfail(err, errlen, TSR_ECONFIG,
-                      "partitioner.type \"%s\" is not one of min_size, "
-                      "max_size, fixed", type);
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "partitioner.type \"%s\" is not one of min_size, "
+                    "max_size, fixed", type);
   }
-  if ((rc = tsr__get_int(v, "partitioner", "min_shard_bytes",
-                         &out->min_shard_bytes, INT64_MIN, INT64_MAX, err,
-                         errlen)) ||
-      (rc = tsr__get_int(v, "partitioner", "max_shard_bytes",
-                         &out->max_shard_bytes, INT64_MIN, INT64_MAX, err,
-                         errlen)) ||
-      (rc = tsr__get_int(v, "partitioner", "max_shards", &out->max_shards,
-                         INT64_MIN, INT64_MAX, err, errlen)) ||
-      (rc = tsr__get_int(v, "partitioner", "num_shards", &out->num_shards,
-                         INT64_MIN, INT64_MAX, err, errlen)))
+  if ((rc = tsr__jk_get_int(v, "partitioner", "min_shard_bytes",
+                            &out->min_shard_bytes, INT64_MIN, INT64_MAX, err,
+                            errlen)) ||
+      (rc = tsr__jk_get_int(v, "partitioner", "max_shard_bytes",
+                            &out->max_shard_bytes, INT64_MIN, INT64_MAX, err,
+                            errlen)) ||
+      (rc = tsr__jk_get_int(v, "partitioner", "max_shards", &out->max_shards,
+                            INT64_MIN, INT64_MAX, err, errlen)) ||
+      (rc = tsr__jk_get_int(v, "partitioner", "num_shards", &out->num_shards,
+                            INT64_MIN, INT64_MAX, err, errlen)))
     return rc;
   rc = tsr_partitioner_check(out, err, errlen);
   return rc ? TSR_ECONFIG : 0;
@@ -388,12 +157,12 @@ const char *tsr_precision_name(tsr_precision p) {
 int tsr_job_override(json_t *root, const char *kv, char *err, size_t errlen) {
   const char *eq = strchr(kv, '=');
   if (!eq || eq == kv)
-    return tsr__jfail(err, errlen, TSR_ECONFIG,
-                      "override \"%s\": expected key=value", kv);
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "override \"%s\": expected key=value", kv);
   char key[256];
   size_t kl = (size_t)(eq - kv);
   if (kl >= sizeof key)
-    return tsr__jfail(err, errlen, TSR_ECONFIG, "override key too long");
+    return tsr_errf(err, errlen, TSR_ECONFIG, "override key too long");
   memcpy(key, kv, kl);
   key[kl] = 0;
   const char *val = eq + 1;
@@ -423,16 +192,16 @@ int tsr_job_override(json_t *root, const char *kv, char *err, size_t errlen) {
     }
     if (!json_is_object(child)) {
       json_decref(jv);
-      return tsr__jfail(err, errlen, TSR_ECONFIG,
-                        "override \"%s\": \"%s\" is not an object", kv, part);
+      return tsr_errf(err, errlen, TSR_ECONFIG,
+                      "override \"%s\": \"%s\" is not an object", kv, part);
     }
     obj = child;
     part = next;
   }
   if (!part) {
     json_decref(jv);
-    return tsr__jfail(err, errlen, TSR_ECONFIG, "override \"%s\": empty key",
-                      kv);
+    return tsr_errf(err, errlen, TSR_ECONFIG, "override \"%s\": empty key",
+                    kv);
   }
   json_object_set_new(obj, part, jv);
   return 0;
@@ -462,41 +231,9 @@ void tsr_job_free(tsr_job *job) {
   json_decref(job->data);
   free(job->checkpoint_dir);
   free(job->logdir);
+  free(job->initial_weights);
   json_decref(job->raw);
   tsr_job_init(job);
-}
-
-static int tsr__load_model(tsr_job *job, json_t *m, const char *base_dir,
-                           char *err, size_t errlen) {
-  if (json_is_object(m)) {
-    job->model = json_incref(m);
-    job->model_source = strdup("inline");
-    return job->model_source ? 0 : TSR_ENOMEM;
-  }
-  if (!json_is_string(m))
-    return tsr__jfail(err, errlen, TSR_ECONFIG,
-                      "model must be a path to a Keras model.to_json() file, "
-                      "the same inline, or {\"builtin\": ...}");
-  const char *p = json_string_value(m);
-  char path[4096];
-  if (p[0] != '/' && base_dir && *base_dir)
-    snprintf(path, sizeof path, "%s/%s", base_dir, p);
-  else
-    snprintf(path, sizeof path, "%s", p);
-  int rc;
-  char emsg[512];
-  char *text = tsr_read_file(path, NULL, &rc, emsg, sizeof emsg);
-  if (!text) return tsr__jfail(err, errlen, rc, "model: %s", emsg);
-  json_error_t je;
-  json_t *doc = json_loads(text, 0, &je);
-  free(text);
-  if (!doc)
-    return tsr__jfail(err, errlen, TSR_EJSON,
-                      "model: %s: malformed JSON at line %d column %d: %s",
-                      path, je.line, je.column, je.text);
-  job->model = doc;
-  job->model_source = strdup(path);
-  return job->model_source ? 0 : TSR_ENOMEM;
 }
 
 int tsr_job_parse(const char *text, const char *source, const char *base_dir,
@@ -508,164 +245,29 @@ int tsr_job_parse(const char *text, const char *source, const char *base_dir,
   json_error_t je;
   json_t *root = json_loads(text, JSON_REJECT_DUPLICATES, &je);
   if (!root)
-    return tsr__jfail(err, errlen, TSR_EJSON,
-                      "%s: malformed JSON at line %d column %d: %s", src,
-                      je.line, je.column, je.text);
+    return tsr_errf(err, errlen, TSR_EJSON,
+                    "%s: malformed JSON at line %d column %d: %s", src,
+                    je.line, je.column, je.text);
   int rc = 0;
   if (!json_is_object(root)) {
-    rc = tsr__jfail(err, errlen, TSR_ECONFIG, "%s: must be a JSON object",
-                    src);
+    rc = tsr_errf(err, errlen, TSR_ECONFIG, "%s: must be a JSON object",
+                  src);
     goto fail;
   }
   for (const char *const *o = overrides; o && *o; o++) {
     rc = tsr_job_override(root, *o, emsg, sizeof emsg);
     if (rc) {
-      tsr__jfail(err, errlen, rc, "%s", emsg);
+      tsr_errf(err, errlen, rc, "%s", emsg);
       goto fail;
     }
   }
   job->raw = root;
-  static const char *const keys[] = {
-      "model", "loss", "metrics", "optimizer", "data", "batch_size", "steps",
-      "epochs", "steps_per_closure", "mode", "partitioner", "precision",
-      "seed", "checkpoint", "logdir", "eval_every_steps", "name",
-      "description", NULL};
-  if ((rc = tsr__check_keys(root, "", keys, emsg, sizeof emsg))) goto efail;
-
-  json_t *v;
-  if ((v = json_object_get(root, "model"))) {
-    if ((rc = tsr__load_model(job, v, base_dir, emsg, sizeof emsg)))
-      goto efail;
-  }
-  if ((rc = tsr__get_str(root, "", "loss", &job->loss, emsg, sizeof emsg)))
+  emsg[0] = 0;
+  if ((rc = tsr__jk_read(job, root, "", tsr__job_keys, tsr__job_nkeys,
+                         base_dir, emsg, sizeof emsg)))
     goto efail;
   if (!job->loss && !(job->loss = strdup("mse"))) goto nomem;
-  if ((v = json_object_get(root, "metrics"))) {
-    if (json_is_string(v)) {
-      job->metrics = calloc(1, sizeof *job->metrics);
-      if (!job->metrics) goto nomem;
-      job->metrics[0] = strdup(json_string_value(v));
-      job->n_metrics = 1;
-    } else if (json_is_array(v)) {
-      size_t n = json_array_size(v);
-      job->metrics = calloc(n ? n : 1, sizeof *job->metrics);
-      if (!job->metrics) goto nomem;
-      for (size_t i = 0; i < n; i++) {
-        json_t *m = json_array_get(v, i);
-        if (!json_is_string(m)) {
-          rc = tsr__jfail(emsg, sizeof emsg, TSR_ECONFIG,
-                          "metrics[%zu] must be a string", i);
-          goto efail;
-        }
-        job->metrics[i] = strdup(json_string_value(m));
-        job->n_metrics++;
-      }
-    } else {
-      rc = tsr__jfail(emsg, sizeof emsg, TSR_ECONFIG,
-                      "metrics must be a list of names, e.g. [\"accuracy\"]");
-      goto efail;
-    }
-  }
-  if ((v = json_object_get(root, "optimizer"))) {
-    if ((rc = tsr_optim_parse(v, &job->optimizer, emsg, sizeof emsg)))
-      goto efail;
-  }
-  if ((v = json_object_get(root, "data"))) {
-    if (!json_is_object(v)) {
-      rc = tsr__jfail(emsg, sizeof emsg, TSR_ECONFIG,
-                      "data must be an object {\"train\": {...}, \"eval\": "
-                      "{...}}");
-      goto efail;
-    }
-    job->data = json_incref(v);
-  }
-  if ((rc = tsr__get_int(root, "", "batch_size", &job->batch_size, 1,
-                         1 << 24, emsg, sizeof emsg)) ||
-      (rc = tsr__get_int(root, "", "steps", &job->steps, 0, INT64_MAX / 2,
-                         emsg, sizeof emsg)) ||
-      (rc = tsr__get_int(root, "", "epochs", &job->epochs, 0, 1 << 30, emsg,
-                         sizeof emsg)) ||
-      (rc = tsr__get_int(root, "", "steps_per_closure",
-                         &job->steps_per_closure, 1, 1 << 30, emsg,
-                         sizeof emsg)) ||
-      (rc = tsr__get_int(root, "", "eval_every_steps", &job->eval_every_steps,
-                         0, INT64_MAX / 2, emsg, sizeof emsg)))
-    goto efail;
   if (job->steps == 0 && job->epochs == 0) job->epochs = 1;
-  if ((v = json_object_get(root, "mode"))) {
-    if (!json_is_string(v) ||
-        tsr_mode_parse(json_string_value(v), &job->mode, &job->staleness)) {
-      char *d = json_dumps(v, JSON_ENCODE_ANY);
-      rc = tsr__jfail(emsg, sizeof emsg, TSR_ECONFIG,
-                      "mode %s is not \"async\", \"ssp:S\" or \"sync\"",
-                      d ? d : "?");
-      free(d);
-      goto efail;
-    }
-  }
-  if ((v = json_object_get(root, "partitioner"))) {
-    if ((rc = tsr_partitioner_parse(v, &job->partitioner, emsg,
-                                    sizeof emsg)))
-      goto efail;
-  }
-  if ((v = json_object_get(root, "precision"))) {
-    const char *p = json_is_string(v) ? json_string_value(v) : "";
-    if (strcmp(p, "fp32") == 0 || strcmp(p, "float32") == 0)
-      job->precision = TSR_PREC_FP32;
-    else if (strcmp(p, "bf16") == 0 || strcmp(p, "mixed_bfloat16") == 0)
-      job->precision = TSR_PREC_BF16;
-    else if (strcmp(p, "fp16") == 0 || strcmp(p, "mixed_float16") == 0)
-      job->precision = TSR_PREC_FP16;
-    else {
-      rc = tsr__jfail(emsg, sizeof emsg, TSR_ECONFIG,
-                      "precision \"%s\" is not fp32, bf16 or fp16", p);
-      goto efail;
-    }
-  }
-  if ((v = json_object_get(root, "seed"))) {
-    if (!json_is_integer(v) || json_integer_value(v) < 0) {
-      rc = tsr__jfail(emsg, sizeof emsg, TSR_ECONFIG,
-                      "seed must be a non-negative integer");
-      goto efail;
-    }
-    job->seed = (uint64_t)json_integer_value(v);
-  }
-  if ((v = json_object_get(root, "checkpoint"))) {
-    if (json_is_string(v)) {
-      job->checkpoint_dir = strdup(json_string_value(v));
-    } else if (json_is_object(v)) {
-      static const char *const ck[] = {"dir", "every_steps", "every_secs",
-                                       "keep", NULL};
-      if ((rc = tsr__check_keys(v, "checkpoint", ck, emsg, sizeof emsg)))
-        goto efail;
-      int64_t keep = job->checkpoint_keep;
-      if ((rc = tsr__get_str(v, "checkpoint", "dir", &job->checkpoint_dir,
-                             emsg, sizeof emsg)) ||
-          (rc = tsr__get_int(v, "checkpoint", "every_steps",
-                             &job->checkpoint_every_steps, 0, INT64_MAX / 2,
-                             emsg, sizeof emsg)) ||
-          (rc = tsr__get_num(v, "checkpoint", "every_secs",
-                             &job->checkpoint_every_secs, emsg,
-                             sizeof emsg)) ||
-          (rc = tsr__get_int(v, "checkpoint", "keep", &keep, 1, 1000000, emsg,
-                             sizeof emsg)))
-        goto efail;
-      job->checkpoint_keep = (int)keep;
-      if (job->checkpoint_every_secs < 0) {
-        rc = tsr__jfail(emsg, sizeof emsg, TSR_ECONFIG,
-                        "checkpoint.every_secs must be >= 0");
-        goto efail;
-      }
-    } else {
-      rc = tsr__jfail(emsg, sizeof emsg, TSR_ECONFIG,
-                      "checkpoint must be a folder path or {\"dir\", "
-                      "\"every_steps\", \"keep\"}");
-      goto efail;
-    }
-  }
-  if ((rc = tsr__get_str(root, "", "logdir", &job->logdir, emsg,
-                         sizeof emsg)))
-    goto efail;
   if (base_dir && *base_dir) {
     /* Relative data paths resolve from the job file's folder: record where
      * the file (named by `source`) is taken to live. */
@@ -681,7 +283,8 @@ nomem:
   rc = TSR_ENOMEM;
   snprintf(emsg, sizeof emsg, "out of memory");
 efail:
-  tsr__jfail(err, errlen, rc, "%s: %s", src, emsg);
+  tsr_errf(err, errlen, rc, "%s: %s", src,
+           emsg[0] ? emsg : tsr_strerror(rc));
   tsr_job_free(job);
   return rc;
 fail:

@@ -6,7 +6,7 @@
  * trace; default info) or tsr_log_set_level(). Lines are written with a
  * single write() so lines of several threads or processes sharing a
  * terminal never interleave mid-line. The level and the task are the only
- * mutable globals of the project (DESIGN.md, conventions).
+ * mutable globals of the project.
  */
 #ifndef TSR_LOG_H
 #define TSR_LOG_H

@@ -6,25 +6,15 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
-
-static int tsr__pfail(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int tsr__pfail(char *err, size_t errlen, const char *fmt, ...) {
-  if (err && errlen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return TSR_EINVAL;
-}
+#include <string.h>
 
 void tsr_partitioner_default(tsr_partitioner *p) {
   p->kind = TSR_PART_MIN_SIZE;
+  p->placement = TSR_PLACE_BALANCED;
   p->num_shards = 1;
   p->min_shard_bytes = 256 << 10;
   p->max_shard_bytes = 0;
-  p->max_shards = 1;
+  p->max_shards = 0;
 }
 
 int tsr_partitioner_check(const tsr_partitioner *p, char *err,
@@ -32,31 +22,34 @@ int tsr_partitioner_check(const tsr_partitioner *p, char *err,
   switch (p->kind) {
     case TSR_PART_FIXED:
       if (p->num_shards <= 0)
-        return tsr__pfail(err, errlen,
-                          "partitioner.num_shards %lld must be > 0",
-                          (long long)p->num_shards);
+        return tsr_errf(err, errlen, TSR_EINVAL,
+                        "partitioner.num_shards %lld must be > 0",
+                        (long long)p->num_shards);
       return 0;
     case TSR_PART_MIN_SIZE:
       if (p->min_shard_bytes <= 0)
-        return tsr__pfail(err, errlen,
-                          "partitioner.min_shard_bytes %lld must be > 0",
-                          (long long)p->min_shard_bytes);
-      if (p->max_shards <= 0)
-        return tsr__pfail(err, errlen, "partitioner.max_shards %lld must be > 0",
-                          (long long)p->max_shards);
+        return tsr_errf(err, errlen, TSR_EINVAL,
+                        "partitioner.min_shard_bytes %lld must be > 0",
+                        (long long)p->min_shard_bytes);
+      if (p->max_shards < 0)
+        return tsr_errf(err, errlen, TSR_EINVAL,
+                        "partitioner.max_shards %lld must be > 0 "
+                        "(or 0 for one shard per PS at most)",
+                        (long long)p->max_shards);
       return 0;
     case TSR_PART_MAX_SIZE:
       if (p->max_shard_bytes <= 0)
-        return tsr__pfail(err, errlen,
-                          "partitioner.max_shard_bytes %lld must be > 0",
-                          (long long)p->max_shard_bytes);
+        return tsr_errf(err, errlen, TSR_EINVAL,
+                        "partitioner.max_shard_bytes %lld must be > 0",
+                        (long long)p->max_shard_bytes);
       if (p->max_shards < 0)
-        return tsr__pfail(err, errlen,
-                          "partitioner.max_shards %lld must be > 0 (or 0 for "
-                          "no cap)", (long long)p->max_shards);
+        return tsr_errf(err, errlen, TSR_EINVAL,
+                        "partitioner.max_shards %lld must be > 0 (or 0 for "
+                        "no cap)", (long long)p->max_shards);
       return 0;
   }
-  return tsr__pfail(err, errlen, "unknown partitioner kind %d", (int)p->kind);
+  return tsr_errf(err, errlen, TSR_EINVAL, "unknown partitioner kind %d",
+                  (int)p->kind);
 }
 
 int tsr_partition_count(const tsr_partitioner *p, const tsr_var_shape *v,
@@ -65,22 +58,23 @@ int tsr_partition_count(const tsr_partitioner *p, const tsr_var_shape *v,
   int rc = tsr_partitioner_check(p, err, errlen);
   if (rc) return rc;
   if (v->rank < 0 || v->rank > TSR_MAX_RANK)
-    return tsr__pfail(err, errlen, "%s: rank %d out of range 0..%d", name,
-                      v->rank, TSR_MAX_RANK);
+    return tsr_errf(err, errlen, TSR_EINVAL, "%s: rank %d out of range 0..%d",
+                    name, v->rank, TSR_MAX_RANK);
   if (v->elem_size == 0)
-    return tsr__pfail(err, errlen, "%s: element size is 0", name);
+    return tsr_errf(err, errlen, TSR_EINVAL, "%s: element size is 0", name);
   int64_t numel = 1;
   for (int i = 0; i < v->rank; i++) {
     if (v->shape[i] <= 0)
-      return tsr__pfail(err, errlen, "%s: dimension %d is %lld; every "
-                        "dimension must be > 0", name, i,
-                        (long long)v->shape[i]);
+      return tsr_errf(err, errlen, TSR_EINVAL,
+                      "%s: dimension %d is %lld; every "
+                      "dimension must be > 0", name, i, (long long)v->shape[i]);
     if (__builtin_mul_overflow(numel, v->shape[i], &numel))
-      return tsr__pfail(err, errlen, "%s: element count overflows", name);
+      return tsr_errf(err, errlen, TSR_EINVAL, "%s: element count overflows",
+                      name);
   }
   int64_t bytes;
   if (__builtin_mul_overflow(numel, (int64_t)v->elem_size, &bytes))
-    return tsr__pfail(err, errlen, "%s: byte size overflows", name);
+    return tsr_errf(err, errlen, TSR_EINVAL, "%s: byte size overflows", name);
   if (v->rank == 0) {
     *n = 1;
     return 0;
@@ -94,7 +88,8 @@ int tsr_partition_count(const tsr_partitioner *p, const tsr_var_shape *v,
     case TSR_PART_MIN_SIZE: {
       int64_t want = (bytes + p->min_shard_bytes - 1) / p->min_shard_bytes;
       k = dim0;
-      if (p->max_shards < k) k = p->max_shards;
+      int64_t cap = p->max_shards > 0 ? p->max_shards : 1;
+      if (cap < k) k = cap;
       if (want < k) k = want;
       if (k < 1) k = 1;
       break;
@@ -108,7 +103,7 @@ int tsr_partition_count(const tsr_partitioner *p, const tsr_var_shape *v,
       break;
     }
     default:
-      return tsr__pfail(err, errlen, "unknown partitioner");
+      return tsr_errf(err, errlen, TSR_EINVAL, "unknown partitioner");
   }
   *n = k;
   return 0;
@@ -121,13 +116,95 @@ void tsr_partition_rows(int64_t dim0, int64_t n, int64_t i, int64_t *row0,
   *row0 = i * base + (i < extra ? i : extra);
 }
 
-int tsr_partition_plan(const tsr_partitioner *p, const tsr_var_shape *vars,
+int64_t tsr_shard_bytes(const tsr_shard *s, const tsr_var_shape *v) {
+  int64_t row_elems = 1;
+  for (int d = 1; d < v->rank; d++) row_elems *= v->shape[d];
+  return s->rows * row_elems * (int64_t)v->elem_size * (1 + v->slots);
+}
+
+double tsr_partition_balance(const tsr_shard *shards, size_t n,
+                             const tsr_var_shape *vars, int n_ps,
+                             int64_t *per_ps) {
+  for (int i = 0; i < n_ps; i++) per_ps[i] = 0;
+  for (size_t k = 0; k < n; k++)
+    per_ps[shards[k].ps] += tsr_shard_bytes(&shards[k], &vars[shards[k].var]);
+  int64_t max = 0, sum = 0;
+  for (int i = 0; i < n_ps; i++) {
+    sum += per_ps[i];
+    if (per_ps[i] > max) max = per_ps[i];
+  }
+  if (sum == 0 || n_ps <= 0) return 1.0;
+  return (double)max / ((double)sum / n_ps);
+}
+
+int tsr_placement_parse(const char *s, tsr_placement *out, char *err,
+                        size_t errlen) {
+  if (strcmp(s, "balanced") == 0) {
+    *out = TSR_PLACE_BALANCED;
+    return 0;
+  }
+  if (strcmp(s, "round_robin") == 0) {
+    *out = TSR_PLACE_ROUND_ROBIN;
+    return 0;
+  }
+  return tsr_errf(err, errlen, TSR_EINVAL,
+                  "placement \"%s\" is not \"balanced\" or " "\"round_robin\"",
+                  s);
+}
+
+const char *tsr_placement_name(tsr_placement p) {
+  return p == TSR_PLACE_ROUND_ROBIN ? "round_robin" : "balanced";
+}
+
+/* Sort order for balanced placement: bytes descending, then creation
+ * order (qsort is not stable, so the index breaks ties). */
+typedef struct {
+  int64_t bytes;
+  size_t k;
+} tsr__by_bytes;
+
+static int tsr__cmp_bytes(const void *a, const void *b) {
+  const tsr__by_bytes *x = a, *y = b;
+  if (x->bytes != y->bytes) return x->bytes > y->bytes ? -1 : 1;
+  return x->k < y->k ? -1 : x->k > y->k;
+}
+
+static int tsr__place_balanced(tsr_shard *s, size_t n,
+                               const tsr_var_shape *vars, int n_ps) {
+  tsr__by_bytes *order = malloc((n ? n : 1) * sizeof *order);
+  int64_t *load = calloc((size_t)n_ps, sizeof *load);
+  if (!order || !load) {
+    free(order);
+    free(load);
+    return TSR_ENOMEM;
+  }
+  for (size_t k = 0; k < n; k++) {
+    order[k].bytes = tsr_shard_bytes(&s[k], &vars[s[k].var]);
+    order[k].k = k;
+  }
+  qsort(order, n, sizeof *order, tsr__cmp_bytes);
+  for (size_t i = 0; i < n; i++) {
+    int best = 0;
+    for (int p = 1; p < n_ps; p++)
+      if (load[p] < load[best]) best = p;
+    s[order[i].k].ps = best;
+    load[best] += order[i].bytes;
+  }
+  free(order);
+  free(load);
+  return 0;
+}
+
+int tsr_partition_plan(const tsr_partitioner *p_in, const tsr_var_shape *vars,
                        size_t n_vars, int n_ps, tsr_shard **out,
                        size_t *n_out, char *err, size_t errlen) {
   *out = NULL;
   *n_out = 0;
   if (n_ps <= 0)
-    return tsr__pfail(err, errlen, "number of ps %d must be > 0", n_ps);
+    return tsr_errf(err, errlen, TSR_EINVAL, "number of ps %d must be > 0", n_ps);
+  tsr_partitioner pp = *p_in, *p = &pp;
+  if (p->kind == TSR_PART_MIN_SIZE && p->max_shards == 0)
+    p->max_shards = n_ps;
   size_t total = 0;
   int64_t *counts = calloc(n_vars ? n_vars : 1, sizeof *counts);
   if (!counts) return TSR_ENOMEM;
@@ -136,6 +213,12 @@ int tsr_partition_plan(const tsr_partitioner *p, const tsr_var_shape *vars,
     if (rc) {
       free(counts);
       return rc;
+    }
+    if (vars[i].slots < 0 || vars[i].slots > 16) {
+      free(counts);
+      return tsr_errf(err, errlen, TSR_EINVAL,
+                      "%s: %d optimizer slots out of range " "0..16",
+                      vars[i].name ? vars[i].name : "variable", vars[i].slots);
     }
     total += (size_t)counts[i];
   }
@@ -156,6 +239,13 @@ int tsr_partition_plan(const tsr_partitioner *p, const tsr_var_shape *vars,
     }
   }
   free(counts);
+  if (p->placement == TSR_PLACE_BALANCED) {
+    int rc = tsr__place_balanced(s, total, vars, n_ps);
+    if (rc) {
+      free(s);
+      return rc;
+    }
+  }
   *out = s;
   *n_out = total;
   return 0;

@@ -6,8 +6,20 @@
  *   MaxSize(max_b, max_s): rows = max(1, floor(max_b / (numel/dim0*elem)));
  *                          n = ceil(dim0/rows), capped by max_s (0: no cap)
  * Rank-0 variables are never split. Rows follow TF's "div" layout: the first
- * dim0 % n shards get one extra row. Placement is round-robin over the PS
- * with one counter across all shards of all variables, in creation order.
+ * dim0 % n shards get one extra row.
+ *
+ * MinSize's max_shards defaults to 0, "one shard per PS at most": TF's
+ * default of 1 keeps every variable whole, and a model with one large
+ * kernel then loads one PS with most of the bytes whatever the placement.
+ *
+ * Placement:
+ *   balanced (default)  shards sorted by bytes (optimizer slots included),
+ *                       largest first, ties in creation order; each goes to
+ *                       the PS holding the fewest bytes so far, ties to the
+ *                       lowest index. Deterministic.
+ *   round_robin         TensorFlow's layout: one counter across all shards
+ *                       of all variables, in creation order (every kernel of
+ *                       an MLP lands on ps:0 and every bias on ps:1).
  */
 #ifndef TSR_PARTITION_H
 #define TSR_PARTITION_H
@@ -21,12 +33,20 @@ typedef enum {
   TSR_PART_FIXED
 } tsr_part_kind;
 
+typedef enum {
+  TSR_PLACE_BALANCED = 0,
+  TSR_PLACE_ROUND_ROBIN
+} tsr_placement;
+
 typedef struct {
   tsr_part_kind kind;
+  tsr_placement placement;
   int64_t num_shards;      /* fixed */
   int64_t min_shard_bytes; /* min_size; default 256 KiB */
   int64_t max_shard_bytes; /* max_size */
-  int64_t max_shards;      /* min_size (default 1) and max_size (0: none) */
+  int64_t max_shards;      /* min_size (default 0: the number of PS, 1 when
+                              counted without a cluster) and max_size
+                              (0: no cap) */
 } tsr_partitioner;
 
 #define TSR_MAX_RANK 8
@@ -36,6 +56,7 @@ typedef struct {
   int rank;
   int64_t shape[TSR_MAX_RANK];
   size_t elem_size; /* bytes per element */
+  int slots;        /* optimizer slot copies kept beside it (placement) */
 } tsr_var_shape;
 
 typedef struct {
@@ -47,7 +68,7 @@ typedef struct {
   int ps;          /* PS task index (position in the ps job) */
 } tsr_shard;
 
-/* Defaults: MinSize(256 KiB, 1). */
+/* Defaults: MinSize(256 KiB, one shard per PS at most), balanced. */
 void tsr_partitioner_default(tsr_partitioner *p);
 
 /* Checks the partitioner's own numbers (min_shard_bytes > 0, ...). */
@@ -63,9 +84,25 @@ void tsr_partition_rows(int64_t dim0, int64_t n, int64_t i, int64_t *row0,
                         int64_t *rows);
 
 /* Plans every variable: fills *out (malloc'd, caller frees) with one entry
- * per shard in order, placed round-robin over n_ps with one counter. */
+ * per shard in variable and shard order, placed over n_ps as p->placement
+ * says. A MinSize max_shards of 0 becomes n_ps here. */
 int tsr_partition_plan(const tsr_partitioner *p, const tsr_var_shape *vars,
                        size_t n_vars, int n_ps, tsr_shard **out,
                        size_t *n_out, char *err, size_t errlen);
+
+/* Bytes a shard holds on its PS: rows x row elements x elem_size x
+ * (1 + slots). */
+int64_t tsr_shard_bytes(const tsr_shard *s, const tsr_var_shape *v);
+
+/* Sums tsr_shard_bytes per PS into per_ps[0..n_ps) and returns max/mean
+ * (1.0 when perfectly even or empty). */
+double tsr_partition_balance(const tsr_shard *shards, size_t n,
+                             const tsr_var_shape *vars, int n_ps,
+                             int64_t *per_ps);
+
+/* "balanced" / "round_robin"; TSR_EINVAL (err names the value) else. */
+int tsr_placement_parse(const char *s, tsr_placement *out, char *err,
+                        size_t errlen);
+const char *tsr_placement_name(tsr_placement p);
 
 #endif

@@ -8,15 +8,14 @@
  */
 #include "common/trace.h"
 #include "common/err.h"
+#include "common/fs.h"
 
-#include <errno.h>
 #include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 typedef struct {
   int32_t pid, tid; /* tid -1: a process name */
@@ -267,21 +266,14 @@ int tsr_trace_write(tsr_trace *t, const char *path, char *err, size_t errlen) {
   size_t dropped = t->dropped;
   pthread_mutex_unlock(&t->mu);
   int rc = 0;
-  char tmp[4200];
-  FILE *f = NULL;
+  tsr_atomic_file af;
   if (!ev || !names) {
-    snprintf(err, errlen, "out of memory writing %s", path);
-    rc = TSR_ENOMEM;
+    rc = tsr_errf(err, errlen, TSR_ENOMEM, "out of memory writing %s", path);
     goto done;
   }
   qsort(ev, n, sizeof *ev, by_ts);
-  snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-  f = fopen(tmp, "we");
-  if (!f) {
-    rc = -errno;
-    snprintf(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
-    goto done;
-  }
+  if ((rc = tsr_atomic_open(&af, path, err, errlen))) goto done;
+  FILE *f = af.f;
   fputs("{\"displayTimeUnit\": \"ms\",\n", f);
   fprintf(f, "\"otherData\": {\"dropped_events\": %zu},\n", dropped);
   fputs("\"traceEvents\": [\n", f);
@@ -306,20 +298,7 @@ int tsr_trace_write(tsr_trace *t, const char *path, char *err, size_t errlen) {
     sep = ",\n";
   }
   fputs("\n]}\n", f);
-  if (ferror(f) | (fflush(f) != 0) | (fsync(fileno(f)) != 0)) {
-    rc = errno ? -errno : TSR_EIO;
-    snprintf(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
-  }
-  if (fclose(f) != 0 && !rc) {
-    rc = -errno;
-    snprintf(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
-  }
-  if (!rc && rename(tmp, path) != 0) {
-    rc = -errno;
-    snprintf(err, errlen, "cannot rename %s to %s: %s", tmp, path,
-             strerror(errno));
-  }
-  if (rc) unlink(tmp);
+  rc = tsr_atomic_commit(&af, err, errlen);
 done:
   free(ev);
   free(names);
@@ -358,13 +337,14 @@ int tsr_trace_merge_files(const char *const *inputs, size_t n,
   }
   json_object_set_new(root, "displayTimeUnit", json_string("ms"));
   json_object_set(root, "traceEvents", all);
-  char tmp[4200];
-  snprintf(tmp, sizeof tmp, "%s.tmp.%ld", out, (long)getpid());
-  if (json_dump_file(root, tmp, JSON_COMPACT) != 0 || rename(tmp, out) != 0) {
-    rc = errno ? -errno : TSR_EIO;
-    snprintf(err, errlen, "cannot write %s: %s", out, strerror(errno));
-    unlink(tmp);
+  tsr_atomic_file af;
+  if ((rc = tsr_atomic_open(&af, out, err, errlen))) goto done;
+  if (json_dumpf(root, af.f, JSON_COMPACT) != 0) {
+    tsr_atomic_abort(&af);
+    rc = tsr_errf(err, errlen, TSR_EIO, "cannot write %s", out);
+    goto done;
   }
+  rc = tsr_atomic_commit(&af, err, errlen);
 done:
   json_decref(all);
   json_decref(root);

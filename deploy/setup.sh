@@ -37,11 +37,12 @@ say() { printf '[setup] %s\n' "$*"; }
 pkgs=(meson ninja-build pkg-config gcc g++ libc6-dev
       libuv1-dev libprotobuf-c-dev protobuf-c-compiler libmsgpack-dev
       libcmocka-dev libopenblas-dev libjansson-dev libsodium-dev zlib1g-dev
+      libpng-dev libjpeg62-turbo-dev libhdf5-dev
       dataset-fashion-mnist)
 if [ "$mode" = test ]; then
   # libFuzzer targets, network-namespace tests
   pkgs+=(clang libclang-rt-14-dev iproute2 iptables procps python3 python3-numpy
-        python3-msgpack spin stress-ng
+        python3-msgpack python3-h5py spin stress-ng
         docker-compose)
 fi
 

@@ -1,4 +1,4 @@
-/* Deterministic initializers (DESIGN.md, "Variables"): every element's
+/* Deterministic initializers: every element's
  * initial value is a pure function of (seed, variable name, element index
  * in the full variable), so a variable starts with the same values however
  * it is sharded, on however many PS, and in the standalone trainer.

@@ -11,8 +11,16 @@
  * Happy path: kern_open(KERN_DEVICE_AUTO) -> kern_alloc device buffers ->
  * kern_upload inputs -> ops -> kern_download results -> kern_close.
  * Failure modes: asking for a GPU where none is usable (TSR_ENODEVICE, with
- * the reason in `err`), a module that does not load (its dlerror text), a
- * device allocation that fails (TSR_ENOMEM).
+ * the reason in `err`: no device, a module that does not load (its dlerror
+ * text), a device older than sm_80 named with its capability), a device
+ * allocation that fails (TSR_ENOMEM). An op that fails returns a TSR_E*
+ * code and leaves why in kern_last_error(): on the GPU the CUDA or cuBLAS
+ * error's name and the operation.
+ *
+ * The element-wise formulas (activations, losses, 16-bit rounding, the
+ * dropout draw) live once in kern_math.h for both backends; the GPU's
+ * library arguments and launch geometry in kern_plan.h. Both are tested on
+ * the CPU.
  *
  * Memory: every float pointer an op takes is a device pointer of the
  * context (kern_alloc); on the CPU backend device pointers are ordinary
@@ -69,6 +77,11 @@ typedef enum {
   KERN_LOSS_CCE_PROBS,
   KERN_LOSS_SPARSE_CCE_LOGITS,/* labels are class indices (as float) */
   KERN_LOSS_SPARSE_CCE_PROBS,
+  KERN_LOSS_HUBER,            /* Keras huber: 0.5 e^2 for |e| <= delta, else
+                                 delta (|e| - delta/2); param = delta */
+  KERN_LOSS_KLD,              /* Keras kl_divergence on probabilities: labels
+                                 and predictions clipped to [1e-7, 1],
+                                 sum t log(t / p) */
   KERN_LOSS__COUNT
 } kern_loss;
 
@@ -106,6 +119,11 @@ int kern_module_path(char *buf, size_t len);
 const char *kern_backend_name(const kern_ctx *ctx); /* "cpu" / "cuda" */
 bool kern_is_host(const kern_ctx *ctx);
 int kern_device_index(const kern_ctx *ctx);
+/* Why the last op of this context that failed did ("gemm on cuda:
+ * cublasGemmEx (bf16, 512 x 256 x 784): CUBLAS_STATUS_EXECUTION_FAILED
+ * (...)"); "" after an op that succeeded. Owned by the context, valid until
+ * its next op; same thread as the ops. */
+const char *kern_last_error(const kern_ctx *ctx);
 
 const char *kern_act_name(kern_act a);
 /* Keras name to activation ("relu", "silu", "linear", None -> linear);
@@ -123,14 +141,15 @@ void *kern_host_alloc(kern_ctx *ctx, size_t bytes);
 void kern_host_free(kern_ctx *ctx, void *p);
 int kern_upload(kern_ctx *ctx, void *dst, const void *src, size_t bytes);
 int kern_download(kern_ctx *ctx, void *dst, const void *src, size_t bytes);
-int kern_memset0(kern_ctx *ctx, void *p, size_t bytes);
 /* Device to device copy on the context's stream. */
 int kern_copy(kern_ctx *ctx, void *dst, const void *src, size_t bytes);
 int kern_sync(kern_ctx *ctx);
 
 /* ---- ops (device pointers; sizes in elements) -------------------------- */
 /* C[m,n] = alpha * op(A) * op(B) + beta * C, row-major, op = transpose when
- * ta/tb. A is [m,k] (or [k,m] when ta), B is [k,n] (or [n,k] when tb). */
+ * ta/tb. A is [m,k] (or [k,m] when ta), B is [k,n] (or [n,k] when tb).
+ * A size over INT_MAX is TSR_ERANGE (OpenBLAS and cuBLAS take int sizes);
+ * a negative one TSR_EINVAL. */
 int kern_gemm(kern_ctx *ctx, bool ta, bool tb, int64_t m, int64_t n,
               int64_t k, float alpha, const float *A, const float *B,
               float beta, float *C, kern_prec prec);
@@ -158,6 +177,11 @@ int kern_col_sum(kern_ctx *ctx, const float *dz, int64_t n, int64_t d,
 int kern_loss_eval(kern_ctx *ctx, kern_loss kind, const float *p,
                    const float *y, int64_t n, int64_t d, float grad_scale,
                    float *ex_loss, float *grad);
+/* The same with the loss's parameter (Huber's delta; <= 0 means its
+ * default, 1). Huber is a mean over the last axis like mse, KLD a sum. */
+int kern_loss_eval_p(kern_ctx *ctx, kern_loss kind, float param,
+                     const float *p, const float *y, int64_t n, int64_t d,
+                     float grad_scale, float *ex_loss, float *grad);
 
 /* Embedding lookup: for bag b in [0, nb), out[b*stride + off .. +dim) =
  * pool(rows[idx[j]] for j in [bag_off[b], bag_off[b+1])), rows [*, dim]. */

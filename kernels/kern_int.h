@@ -1,7 +1,11 @@
 /* The backend vtable behind kern.h. The CPU backend fills it statically;
  * the CUDA module exports `kern_cuda_module_v1` (a kern__module) that
  * hands out the same table after dlopen. Plain C so nvcc can include it.
- * Every function returns 0 or a negative TSR_E* code.
+ * Every function returns 0 or a negative TSR_E* code; after a failure
+ * last_error() says why (the CUDA or cuBLAS error's name and the
+ * operation), which kern_last_error() reports. The element-wise formulas
+ * both backends apply are in kern_math.h, their launch geometry and the
+ * GEMM argument mapping in kern_plan.h.
  */
 #ifndef TSR_KERN_INT_H
 #define TSR_KERN_INT_H
@@ -12,7 +16,9 @@
 extern "C" {
 #endif
 
-#define KERN__ABI 1
+#define KERN__ABI 3
+
+struct kern__nn_ops; /* kern_nn_int.h: convolution, pooling, normalization */
 
 typedef struct kern__ops {
   const char *name;
@@ -25,7 +31,6 @@ typedef struct kern__ops {
   void (*host_free)(void *impl, void *p);
   int (*upload)(void *impl, void *dst, const void *src, size_t bytes);
   int (*download)(void *impl, void *dst, const void *src, size_t bytes);
-  int (*memset0)(void *impl, void *p, size_t bytes);
   int (*copy)(void *impl, void *dst, const void *src, size_t bytes);
   int (*sync)(void *impl);
   int (*gemm)(void *impl, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
@@ -38,9 +43,9 @@ typedef struct kern__ops {
                   kern_act act, float alpha);
   int (*col_sum)(void *impl, const float *dz, int64_t n, int64_t d,
                  float beta, float *db);
-  int (*loss)(void *impl, kern_loss kind, const float *p, const float *y,
-              int64_t n, int64_t d, float grad_scale, float *ex_loss,
-              float *grad);
+  int (*loss)(void *impl, kern_loss kind, float param, const float *p,
+              const float *y, int64_t n, int64_t d, float grad_scale,
+              float *ex_loss, float *grad);
   int (*gather)(void *impl, const float *rows, int64_t dim,
                 const int32_t *idx, const int32_t *bag_off, int64_t nb,
                 kern_pool pool, float *out, int64_t stride, int64_t off);
@@ -56,6 +61,9 @@ typedef struct kern__ops {
   int (*mul)(void *impl, float *x, const float *mask, size_t n);
   int (*allreduce)(void *const *impls, float *const *bufs, int n_impl,
                    size_t n);
+  /* Why the last failing op of this context failed; "" when unknown. */
+  const char *(*last_error)(void *impl);
+  const struct kern__nn_ops *nn;
 } kern__ops;
 
 /* What the CUDA module exports under the symbol name below. */
@@ -71,19 +79,9 @@ typedef struct {
 
 extern const kern__ops kern__cpu_ops;
 
-/* The counter-based draw behind dropout masks, shared by both backends so
- * a step gives the same mask on either. */
-#ifdef __CUDACC__
-#define KERN__HD __host__ __device__
-#else
-#define KERN__HD
-#endif
-static inline KERN__HD uint32_t kern__hash32(uint64_t seed, uint64_t i) {
-  uint64_t z = seed ^ (i * 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return (uint32_t)((z ^ (z >> 31)) >> 32);
-}
+/* A context's backend and its state, for the ops of kern_nn.c. */
+const kern__ops *kern__ctx_ops(const kern_ctx *ctx);
+void *kern__ctx_impl(const kern_ctx *ctx);
 
 #ifdef __cplusplus
 }

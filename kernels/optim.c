@@ -25,6 +25,11 @@ int kern_optim_num_slots(const tsr_optim_spec *spec) {
       return 1 + (spec->centered ? 1 : 0) + (spec->momentum > 0 ? 1 : 0);
     case TSR_OPT_ADAM: return 2;
     case TSR_OPT_FTRL: return 2;
+    case TSR_OPT_MOVING_AVERAGE: return 0;
+    case TSR_OPT_ADAMW: return 2;
+    case TSR_OPT_NADAM: return 2;
+    case TSR_OPT_ADAMAX: return 2;
+    case TSR_OPT__COUNT: break;
   }
   return 0;
 }
@@ -40,6 +45,11 @@ const char *kern_optim_slot_name(const tsr_optim_spec *spec, int slot) {
       return "momentum";
     case TSR_OPT_ADAM: return slot == 0 ? "m" : "v";
     case TSR_OPT_FTRL: return slot == 0 ? "accumulator" : "linear";
+    case TSR_OPT_MOVING_AVERAGE: return NULL;
+    case TSR_OPT_ADAMW: return slot == 0 ? "m" : "v";
+    case TSR_OPT_NADAM: return slot == 0 ? "m" : "v";
+    case TSR_OPT_ADAMAX: return slot == 0 ? "m" : "u";
+    case TSR_OPT__COUNT: break;
   }
   return NULL;
 }
@@ -146,7 +156,7 @@ KERN__VEC static void rmsprop(float *restrict w, const float *restrict g,
 
 KERN__VEC static void adam(float *restrict w, const float *restrict g,
                            float *restrict m, float *restrict v, float s,
-                           float b1, float b2, float alpha, float eps_hat,
+                           float b1, float b2, float alpha, float eps,
                            size_t n) {
   float c1 = 1.0f - b1, c2 = 1.0f - b2;
   for (size_t i = 0; i < n; i++) {
@@ -155,8 +165,49 @@ KERN__VEC static void adam(float *restrict w, const float *restrict g,
     float vi = b2 * v[i] + c2 * gi * gi;
     m[i] = mi;
     v[i] = vi;
-    w[i] -= alpha * mi / (sqrtf(vi) + eps_hat);
+    w[i] -= alpha * mi / (sqrtf(vi) + eps);
   }
+}
+
+/* ---- Nadam (Keras 3 / tf_keras 2.11+) ----------------------------------*/
+
+KERN__VEC static void nadam(float *restrict w, const float *restrict g,
+                            float *restrict m, float *restrict v, float s,
+                            float b1, float b2, float cm, float cg,
+                            float inv_b2, float lr, float eps, size_t n) {
+  float c1 = 1.0f - b1, c2 = 1.0f - b2;
+  for (size_t i = 0; i < n; i++) {
+    float gi = g[i] * s;
+    float mi = b1 * m[i] + c1 * gi;
+    float vi = b2 * v[i] + c2 * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    float mh = cm * mi + cg * gi;
+    w[i] -= lr * mh / (sqrtf(vi * inv_b2) + eps);
+  }
+}
+
+/* ---- Adamax --------------------------------------------------------------*/
+
+KERN__VEC static void adamax(float *restrict w, const float *restrict g,
+                             float *restrict m, float *restrict u, float s,
+                             float b1, float b2, float lr_c, float eps,
+                             size_t n) {
+  float c1 = 1.0f - b1;
+  for (size_t i = 0; i < n; i++) {
+    float gi = g[i] * s;
+    float mi = b1 * m[i] + c1 * gi;
+    float ag = fabsf(gi), bu = b2 * u[i];
+    float ui = bu > ag ? bu : ag;
+    m[i] = mi;
+    u[i] = ui;
+    w[i] -= lr_c * mi / (ui + eps);
+  }
+}
+
+/* Decoupled weight decay (Keras's _apply_weight_decay): w -= w * wd * lr. */
+KERN__VEC static void decay(float *restrict w, float f, size_t n) {
+  for (size_t i = 0; i < n; i++) w[i] -= w[i] * f;
 }
 
 /* ---- FTRL (ApplyFtrlV2) --------------------------------------------------*/
@@ -205,11 +256,33 @@ static void ftrl_pow(float *restrict w, const float *restrict g,
   }
 }
 
-int kern_optim_apply(const tsr_optim_spec *sp, int64_t step, float *w,
-                     const float *g, float scale, float *const *slots,
-                     size_t n) {
-  if (step < 1) return TSR_EINVAL;
-  float lr = (float)sp->learning_rate;
+/* ---- moving average (non-trainable statistics) ---------------------------*/
+
+KERN__VEC static void moving_average(float *restrict w,
+                                     const float *restrict g, float a,
+                                     float s, size_t n) {
+  for (size_t i = 0; i < n; i++) w[i] += a * (g[i] * s - w[i]);
+}
+
+/* Nadam's product of momentum factors u_1 .. u_t, u_i = b1 (1 - 0.5 *
+ * 0.96^i): b1^t times the factors in brackets, which are 1 in double past
+ * i = 1100 (0.96^1100 < 1e-19). */
+static double nadam_u_product(double b1, int64_t t) {
+  double p = 1.0, d = 1.0;
+  int64_t k = t < 1100 ? t : 1100;
+  for (int64_t i = 1; i <= k; i++) {
+    d *= 0.96;
+    p *= 1.0 - 0.5 * d;
+  }
+  return p * pow(b1, (double)t);
+}
+
+/* One update of n elements with the gradient as given (scale applied). */
+static int apply_chunk(const tsr_optim_spec *sp, int64_t step, double lr_d,
+                       float *w, const float *g, float scale,
+                       float *const *slots, size_t n) {
+  float lr = (float)lr_d;
+  if (sp->weight_decay > 0) decay(w, (float)(sp->weight_decay * lr_d), n);
   switch (sp->kind) {
     case TSR_OPT_SGD:
       if (sp->momentum > 0)
@@ -228,17 +301,35 @@ int kern_optim_apply(const tsr_optim_spec *sp, int64_t step, float *w,
               (float)sp->epsilon, (float)sp->momentum, n);
       return 0;
     }
-    case TSR_OPT_ADAM: {
+    case TSR_OPT_ADAM:
+    case TSR_OPT_ADAMW: {
       double t = (double)step;
       double b1t = pow(sp->beta_1, t), b2t = pow(sp->beta_2, t);
-      double alpha = sp->learning_rate * sqrt(1.0 - b2t) / (1.0 - b1t);
-      double eps_hat = sp->epsilon * sqrt(1.0 - b2t);
+      double alpha = lr_d * sqrt(1.0 - b2t) / (1.0 - b1t);
       adam(w, g, slots[0], slots[1], scale, (float)sp->beta_1,
-           (float)sp->beta_2, (float)alpha, (float)eps_hat, n);
+           (float)sp->beta_2, (float)alpha, (float)sp->epsilon, n);
+      return 0;
+    }
+    case TSR_OPT_NADAM: {
+      double b1 = sp->beta_1, t = (double)step;
+      double u_t = b1 * (1.0 - 0.5 * pow(0.96, t));
+      double u_t1 = b1 * (1.0 - 0.5 * pow(0.96, t + 1.0));
+      double up_t = nadam_u_product(b1, step);
+      double up_t1 = up_t * u_t1;
+      double cm = u_t1 / (1.0 - up_t1), cg = (1.0 - u_t) / (1.0 - up_t);
+      double inv_b2 = 1.0 / (1.0 - pow(sp->beta_2, t));
+      nadam(w, g, slots[0], slots[1], scale, (float)b1, (float)sp->beta_2,
+            (float)cm, (float)cg, (float)inv_b2, lr, (float)sp->epsilon, n);
+      return 0;
+    }
+    case TSR_OPT_ADAMAX: {
+      double lr_c = lr_d / (1.0 - pow(sp->beta_1, (double)step));
+      adamax(w, g, slots[0], slots[1], scale, (float)sp->beta_1,
+             (float)sp->beta_2, (float)lr_c, (float)sp->epsilon, n);
       return 0;
     }
     case TSR_OPT_FTRL: {
-      double l2 = sp->l2 + sp->beta / (2.0 * sp->learning_rate);
+      double l2 = sp->l2 + sp->beta / (2.0 * lr_d);
       float l2x2 = (float)(2.0 * l2), shrink2 = (float)(2.0 * sp->l2_shrinkage);
       if (sp->learning_rate_power == -0.5)
         ftrl_sqrt(w, g, slots[0], slots[1], lr, scale, (float)sp->l1, l2x2,
@@ -248,6 +339,67 @@ int kern_optim_apply(const tsr_optim_spec *sp, int64_t step, float *w,
                  shrink2, (float)sp->learning_rate_power, n);
       return 0;
     }
+    case TSR_OPT_MOVING_AVERAGE:
+      moving_average(w, g, lr, scale, n);
+      return 0;
+    case TSR_OPT__COUNT: break;
   }
   return TSR_EINVAL;
+}
+
+#define KERN__CLIP_CHUNK 1024
+
+int kern_optim_apply(const tsr_optim_spec *sp, int64_t step, float *w,
+                     const float *g, float scale, float *const *slots,
+                     size_t n) {
+  if (step < 1 || (unsigned)sp->kind >= TSR_OPT__COUNT) return TSR_EINVAL;
+  double lr = tsr_optim_lr(sp, step - 1);
+  if (!(sp->clipvalue > 0))
+    return apply_chunk(sp, step, lr, w, g, scale, slots, n);
+  /* clipvalue: the scaled gradient clipped elementwise, chunk by chunk on
+   * the stack (no allocation) */
+  float cv = (float)sp->clipvalue;
+  float tmp[KERN__CLIP_CHUNK];
+  int ns = kern_optim_num_slots(sp);
+  for (size_t off = 0; off < n; off += KERN__CLIP_CHUNK) {
+    size_t k = n - off < KERN__CLIP_CHUNK ? n - off : KERN__CLIP_CHUNK;
+    for (size_t i = 0; i < k; i++) {
+      float x = g[off + i] * scale;
+      tmp[i] = x > cv ? cv : x < -cv ? -cv : x;
+    }
+    float *sl[KERN_OPTIM_MAX_SLOTS];
+    for (int s = 0; s < ns; s++) sl[s] = slots[s] + off;
+    int rc = apply_chunk(sp, step, lr, w + off, tmp, 1.0f, sl, k);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+double kern_optim_clip_norm(const tsr_optim_spec *sp, float *const *g,
+                            const size_t *n, int count, float scale) {
+  double clip = sp->clipnorm > 0 ? sp->clipnorm : sp->global_clipnorm;
+  if (!(clip > 0) || count < 1) return 1.0;
+  double s2 = (double)scale * (double)scale, total = 0, worst = 1.0;
+  for (int a = 0; a < count; a++) {
+    double ss = 0;
+    for (size_t i = 0; i < n[a]; i++) ss += (double)g[a][i] * g[a][i];
+    ss *= s2;
+    if (sp->clipnorm > 0) {
+      /* Keras's clip_by_norm: g * clipnorm / max(norm, clipnorm) */
+      double norm = sqrt(ss);
+      if (norm > clip) {
+        float f = (float)(clip / norm);
+        for (size_t i = 0; i < n[a]; i++) g[a][i] *= f;
+        if (clip / norm < worst) worst = clip / norm;
+      }
+    }
+    total += ss;
+  }
+  if (sp->clipnorm > 0) return worst;
+  double norm = sqrt(total);
+  if (!(norm > clip)) return 1.0; /* also a NaN norm: left as it is */
+  float f = (float)(clip / norm);
+  for (int a = 0; a < count; a++)
+    for (size_t i = 0; i < n[a]; i++) g[a][i] *= f;
+  return clip / norm;
 }

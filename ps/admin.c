@@ -15,6 +15,7 @@
 #include "ps/svc_int.h"
 #include "common/clock.h"
 #include "common/err.h"
+#include "common/fs.h"
 #include "common/trace.h"
 #include "common/log.h"
 
@@ -332,19 +333,6 @@ static void ps__on_config(tsr_rpc_incoming *call, void *data) {
 
 /* ---- save and restore ------------------------------------------------------------*/
 
-static int ps__mkdirs(const char *dir) {
-  char p[4096];
-  snprintf(p, sizeof p, "%s", dir);
-  for (char *c = p + 1; *c; c++) {
-    if (*c != '/') continue;
-    *c = 0;
-    if (mkdir(p, 0755) && errno != EEXIST) return -errno;
-    *c = '/';
-  }
-  if (mkdir(p, 0755) && errno != EEXIST) return -errno;
-  return 0;
-}
-
 static void ps__on_save(tsr_rpc_incoming *call, void *data) {
   ps_server *s = data;
   Tessera__Ps__SaveRequest *r = call->request;
@@ -353,7 +341,7 @@ static void ps__on_save(tsr_rpc_incoming *call, void *data) {
     tsr_rpc_reply_error(call, TSR_EINVAL, "save: no folder given");
     return;
   }
-  int rc = ps__mkdirs(r->dir);
+  int rc = tsr_mkdir_p(r->dir, 0755, NULL, 0);
   if (rc) {
     snprintf(msg, sizeof msg, "save: cannot create %s: %s", r->dir,
              uv_strerror(rc));
@@ -607,6 +595,8 @@ static void ps__shutdown_sent(int status, void *data) {
 
 static void ps__on_shutdown(tsr_rpc_incoming *call, void *data) {
   ps_server *s = data;
+  const Tessera__Ps__ShutdownRequest *q = call->request;
+  if (q && q->job_done) s->job_done = true;
   Tessera__Ps__ShutdownResponse m = TESSERA__PS__SHUTDOWN_RESPONSE__INIT;
   uint8_t buf[16];
   size_t len = tessera__ps__shutdown_response__pack(&m, buf);

@@ -6,7 +6,7 @@
  */
 #include "ps/client.h"
 #include "common/err.h"
-#include "ps/svc_int.h"
+#include "ps/client_int.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -73,6 +73,7 @@ static void ps__done(const tsr_rpc_result *r, void *data) {
   res.min_clock = -1;
   if (r->status == 0) {
     ProtobufCAllocator *a = NULL;
+    bool decoded = true; /* an answer meta that does not decode fails */
     switch (p->method) {
       case PS_M_PULL:
       case PS_M_PULL_ROWS:
@@ -82,7 +83,7 @@ static void ps__done(const tsr_rpc_result *r, void *data) {
         /* PullResponse and PushResponse share their fields */
         Tessera__Ps__PullResponse *m =
             tessera__ps__pull_response__unpack(a, r->meta_len, r->meta);
-        if (m) {
+        if ((decoded = m != NULL)) {
           res.version = m->version;
           res.step = m->step;
           res.nbytes = r->payload_len;
@@ -93,7 +94,7 @@ static void ps__done(const tsr_rpc_result *r, void *data) {
       case PS_M_CREATE: {
         Tessera__Ps__CreateResponse *m =
             tessera__ps__create_response__unpack(a, r->meta_len, r->meta);
-        if (m) {
+        if ((decoded = m != NULL)) {
           for (size_t i = 0; i < m->n_created; i++) res.count += m->created[i];
           tessera__ps__create_response__free_unpacked(m, a);
         }
@@ -102,7 +103,7 @@ static void ps__done(const tsr_rpc_result *r, void *data) {
       case PS_M_CLOCK: {
         Tessera__Ps__ClockResponse *m =
             tessera__ps__clock_response__unpack(a, r->meta_len, r->meta);
-        if (m) {
+        if ((decoded = m != NULL)) {
           res.min_clock = m->min_clock;
           res.count = m->active;
           res.clock = m->clock;
@@ -114,7 +115,7 @@ static void ps__done(const tsr_rpc_result *r, void *data) {
       case PS_M_SAVE: {
         Tessera__Ps__SaveResponse *m =
             tessera__ps__save_response__unpack(a, r->meta_len, r->meta);
-        if (m) {
+        if ((decoded = m != NULL)) {
           res.count = m->shards;
           res.nbytes = m->bytes;
           tessera__ps__save_response__free_unpacked(m, a);
@@ -124,7 +125,7 @@ static void ps__done(const tsr_rpc_result *r, void *data) {
       case PS_M_RESTORE: {
         Tessera__Ps__RestoreResponse *m =
             tessera__ps__restore_response__unpack(a, r->meta_len, r->meta);
-        if (m) {
+        if ((decoded = m != NULL)) {
           res.count = m->shards;
           res.era = m->era;
           tessera__ps__restore_response__free_unpacked(m, a);
@@ -156,6 +157,10 @@ static void ps__done(const tsr_rpc_result *r, void *data) {
         return;
       }
       default: break;
+    }
+    if (!decoded) {
+      res.status = TSR_EPROTO;
+      res.message = "the PS's answer meta does not decode";
     }
   }
   p->cb(&res, p->data);
@@ -202,12 +207,13 @@ int ps_client_create(ps_client *c, const ps_var_spec *specs, size_t n,
   Tessera__Ps__VarSpec **vp = calloc(n ? n : 1, sizeof *vp);
   Tessera__Ps__Initializer *in = calloc(n ? n : 1, sizeof *in);
   Tessera__Ps__Optimizer *o = calloc(n ? n : 1, sizeof *o);
+  Tessera__Ps__LrSchedule *sc = calloc(n ? n : 1, sizeof *sc);
   int64_t *shapes = calloc(n ? n * PS_MAX_RANK : 1, sizeof *shapes);
   int rc = TSR_ENOMEM;
-  if (!v || !vp || !in || !o || !shapes) goto out;
+  if (!v || !vp || !in || !o || !sc || !shapes) goto out;
   for (size_t i = 0; i < n; i++) {
-    ps__spec_to_proto(&specs[i], &v[i], &in[i], &o[i],
-                      &shapes[i * PS_MAX_RANK]);
+    ps__client_spec_to_proto(&specs[i], &v[i], &in[i], &o[i], &sc[i],
+                             &shapes[i * PS_MAX_RANK]);
     vp[i] = &v[i];
   }
   m.n_vars = n;
@@ -218,6 +224,7 @@ out:
   free(vp);
   free(in);
   free(o);
+  free(sc);
   free(shapes);
   return rc;
 }
@@ -232,6 +239,34 @@ int ps_client_pull(ps_client *c, const char *name, int shard, int worker,
   m.clock = clock;
   m.era = c->era;
   return ps__call(c, PS_M_PULL, &m.base, NULL, 0, dst, n_floats * 4, cb, data);
+}
+
+int ps_client_pull_as(ps_client *c, const char *name, int shard, int worker,
+                      int64_t clock, ps_dtype dtype, void *dst,
+                      size_t dst_bytes, ps_client_cb cb, void *data) {
+  Tessera__Ps__PullRequest m = TESSERA__PS__PULL_REQUEST__INIT;
+  m.name = (char *)name;
+  m.shard = shard;
+  m.worker = worker;
+  m.clock = clock;
+  m.dtype = dtype;
+  return ps__call(c, PS_M_PULL, &m.base, NULL, 0, dst, dst_bytes, cb, data);
+}
+
+int ps_client_pull_rows_as(ps_client *c, const char *name, int shard,
+                           int worker, int64_t clock, ps_dtype dtype,
+                           const int64_t *ids, size_t n_ids, void *dst,
+                           size_t dst_bytes, ps_client_cb cb, void *data) {
+  Tessera__Ps__PullRequest m = TESSERA__PS__PULL_REQUEST__INIT;
+  m.name = (char *)name;
+  m.shard = shard;
+  m.worker = worker;
+  m.clock = clock;
+  m.n_ids = n_ids;
+  m.dtype = dtype;
+  uv_buf_t b = uv_buf_init((char *)ids, (unsigned)(n_ids * 8));
+  return ps__call(c, PS_M_PULL_ROWS, &m.base, &b, n_ids ? 1 : 0, dst,
+                  dst_bytes, cb, data);
 }
 
 int ps_client_pull_rows(ps_client *c, const char *name, int shard, int worker,
@@ -253,8 +288,8 @@ static int ps__push(ps_client *c, uint32_t method, const char *name, int shard,
                     int worker, int64_t step, ps_dtype dtype,
                     const int64_t *ids, size_t n_ids, const void *grad,
                     size_t nbytes, const int64_t *pull_ids, size_t n_pull,
-                    int64_t pull_clock, float *dst, size_t dst_bytes,
-                    ps_client_cb cb, void *data) {
+                    int64_t pull_clock, ps_dtype pull_dtype, void *dst,
+                    size_t dst_bytes, ps_client_cb cb, void *data) {
   Tessera__Ps__PushRequest m = TESSERA__PS__PUSH_REQUEST__INIT;
   m.name = (char *)name;
   m.shard = shard;
@@ -265,6 +300,7 @@ static int ps__push(ps_client *c, uint32_t method, const char *name, int shard,
   m.n_pull_ids = n_pull;
   m.pull_clock = pull_clock;
   m.era = c->era;
+  m.pull_dtype = pull_dtype;
   uv_buf_t b[3];
   unsigned nb = 0;
   if (n_ids) b[nb++] = uv_buf_init((char *)ids, (unsigned)(n_ids * 8));
@@ -277,7 +313,8 @@ int ps_client_push(ps_client *c, const char *name, int shard, int worker,
                    int64_t step, ps_dtype dtype, const void *grad,
                    size_t nbytes, ps_client_cb cb, void *data) {
   return ps__push(c, PS_M_PUSH, name, shard, worker, step, dtype, NULL, 0,
-                  grad, nbytes, NULL, 0, 0, NULL, 0, cb, data);
+                  grad, nbytes, NULL, 0, 0, PS_DT_F32, NULL, 0, cb,
+                  data);
 }
 
 int ps_client_push_rows(ps_client *c, const char *name, int shard, int worker,
@@ -285,7 +322,8 @@ int ps_client_push_rows(ps_client *c, const char *name, int shard, int worker,
                         size_t n_ids, const void *grad, size_t nbytes,
                         ps_client_cb cb, void *data) {
   return ps__push(c, PS_M_PUSH_ROWS, name, shard, worker, step, dtype, ids,
-                  n_ids, grad, nbytes, NULL, 0, 0, NULL, 0, cb, data);
+                  n_ids, grad, nbytes, NULL, 0, 0, PS_DT_F32, NULL, 0, cb,
+                  data);
 }
 
 int ps_client_push_pull(ps_client *c, const char *name, int shard,
@@ -293,7 +331,8 @@ int ps_client_push_pull(ps_client *c, const char *name, int shard,
                         const void *grad, size_t nbytes, float *dst,
                         size_t n_floats, ps_client_cb cb, void *data) {
   return ps__push(c, PS_M_PUSH_PULL, name, shard, worker, step, dtype, NULL, 0,
-                  grad, nbytes, NULL, 0, step + 1, dst, n_floats * 4, cb, data);
+                  grad, nbytes, NULL, 0, step + 1, PS_DT_F32, dst,
+                  n_floats * 4, cb, data);
 }
 
 int ps_client_push_pull_rows(ps_client *c, const char *name, int shard,
@@ -304,8 +343,20 @@ int ps_client_push_pull_rows(ps_client *c, const char *name, int shard,
                              float *dst, size_t width, ps_client_cb cb,
                              void *data) {
   return ps__push(c, PS_M_PUSH_PULL, name, shard, worker, step, dtype, ids,
-                  n_ids, grad, nbytes, pull_ids, n_pull, step + 1, dst,
-                  n_pull * width * 4, cb, data);
+                  n_ids, grad, nbytes, pull_ids, n_pull, step + 1,
+                  PS_DT_F32, dst, n_pull * width * 4, cb, data);
+}
+
+int ps_client_push_pull_as(ps_client *c, const char *name, int shard,
+                           int worker, int64_t step, ps_dtype dtype,
+                           const int64_t *ids, size_t n_ids,
+                           const void *grad, size_t nbytes,
+                           const int64_t *pull_ids, size_t n_pull,
+                           ps_dtype pull_dtype, void *dst, size_t dst_bytes,
+                           ps_client_cb cb, void *data) {
+  return ps__push(c, PS_M_PUSH_PULL, name, shard, worker, step, dtype, ids,
+                  n_ids, grad, nbytes, pull_ids, n_pull, step + 1, pull_dtype,
+                  dst, dst_bytes, cb, data);
 }
 
 static int ps__clock(ps_client *c, int worker, int64_t clock, ps_clock_op op,
@@ -394,7 +445,9 @@ int ps_client_stats_drain(ps_client *c, ps_client_cb cb, void *data) {
   return ps__call(c, PS_M_STATS, &m.base, NULL, 0, NULL, 0, cb, data);
 }
 
-int ps_client_shutdown(ps_client *c, ps_client_cb cb, void *data) {
+int ps_client_shutdown(ps_client *c, bool job_done, ps_client_cb cb,
+                       void *data) {
   Tessera__Ps__ShutdownRequest m = TESSERA__PS__SHUTDOWN_REQUEST__INIT;
+  m.job_done = job_done;
   return ps__call(c, PS_M_SHUTDOWN, &m.base, NULL, 0, NULL, 0, cb, data);
 }

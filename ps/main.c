@@ -4,11 +4,15 @@
  * must be a ps), read the cluster token (--token-file or TESSERA_TOKEN),
  * make the service with every method registered, listen on this task's
  * port, serve until the shutdown method or SIGTERM/SIGINT, then close
- * everything and exit 0.
+ * everything and exit 0 when the chief's shutdown said the job is done (or
+ * no job ever came).
  * Failure modes: a bad cluster spec, a missing token, an address that
- * cannot be bound, a bad flag: one line naming the problem, exit 2.
+ * cannot be bound, a bad flag: one line naming the problem, exit 2. Told
+ * to leave (a signal, a shutdown without job_done) while it holds a job
+ * that is not done: exit 1, so a supervisor starts it again.
  */
 #include "common/cluster.h"
+#include "common/daemon.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "common/rpc/rpc.h"
@@ -29,6 +33,7 @@ typedef struct {
   ps_server *srv;
   uv_signal_t sigterm, sigint;
   int closing;
+  int exit_code;
 } ps_main;
 
 static void usage(FILE *f) {
@@ -70,6 +75,11 @@ static void closed_all(void *data) {
 static void begin_close(ps_main *m) {
   if (m->closing) return;
   m->closing = 1;
+  if (m->exit_code == 0 && !ps_server_job_finished(m->srv)) {
+    tsr_warn("leaving while the job is not done: exit status 1 (a "
+             "supervisor starts this PS again)");
+    m->exit_code = 1;
+  }
   uv_close((uv_handle_t *)&m->sigterm, NULL);
   uv_close((uv_handle_t *)&m->sigint, NULL);
   ps_server_close(m->srv, closed_all, m);
@@ -98,14 +108,12 @@ static void listen_addr(const tsr_task_addr *a, char *out, size_t len) {
 }
 
 int main(int argc, char **argv) {
-  const char *cluster_file = NULL, *task = NULL, *token_file = NULL,
-             *listen = NULL, *mode = NULL;
+  tsr_daemon_flags df = {0};
+  const char *listen = NULL, *mode = NULL;
   size_t mem_limit = 0;
   int allow_nonfinite = 0;
   static const struct option opts[] = {
-      {"cluster", required_argument, 0, 'c'},
-      {"task", required_argument, 0, 't'},
-      {"token-file", required_argument, 0, 'k'},
+      TSR_DAEMON_OPTIONS,
       {"memory-limit", required_argument, 0, 'm'},
       {"listen", required_argument, 0, 'l'},
       {"mode", required_argument, 0, 'M'},
@@ -115,10 +123,8 @@ int main(int argc, char **argv) {
   int ch;
   tsr_log_init("ps");
   while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    if (tsr_daemon_flag(&df, ch, optarg)) continue;
     switch (ch) {
-      case 'c': cluster_file = optarg; break;
-      case 't': task = optarg; break;
-      case 'k': token_file = optarg; break;
       case 'l': listen = optarg; break;
       case 'M': mode = optarg; break;
       case 'n': allow_nonfinite = 1; break;
@@ -142,49 +148,38 @@ int main(int argc, char **argv) {
     long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
     mem_limit = pages > 0 && psz > 0 ? (size_t)pages * (size_t)psz / 10 * 8 : 0;
   }
-  tsr_cluster c;
+  static const tsr_daemon_spec spec = {"tessera-ps", TSR_TASK_BIT(TSR_TASK_PS),
+                                       TSR_TASK_BIT(TSR_TASK_PS), NULL};
+  tsr_daemon d;
   char err[TSR_ERRBUF];
-  if (tsr_cluster_load(cluster_file, task, &c, err, sizeof err)) {
+  if (tsr_daemon_start(&d, &spec, &df, err, sizeof err)) {
     tsr_error("%s", err);
     return 2;
   }
-  if (c.task_type != TSR_TASK_PS) {
-    tsr_error("task is %s:%d; tessera-ps runs a ps task (--task ps:N)",
-              tsr_task_type_name(c.task_type), c.task_index);
-    tsr_cluster_free(&c);
-    return 2;
-  }
-  const tsr_task_addr *me = tsr_cluster_find(&c, TSR_TASK_PS, c.task_index);
-  char addr[300], name[32];
+  const tsr_task_addr *me =
+      tsr_cluster_find(&d.cluster, TSR_TASK_PS, d.cluster.task_index);
+  char addr[300];
   if (listen)
     snprintf(addr, sizeof addr, "%s", listen);
   else
     listen_addr(me, addr, sizeof addr);
-  snprintf(name, sizeof name, "ps:%d", c.task_index);
-  tsr_log_set_task(name);
-  tsr_cluster_free(&c);
-
-  char token[TSR_RPC_TOKEN_MAX];
-  size_t token_len = 0;
-  if (tsr_rpc_token_load(token_file, token, sizeof token, &token_len, err,
-                         sizeof err)) {
-    tsr_error("%s", err);
-    return 2;
-  }
 
   ps_main m;
   memset(&m, 0, sizeof m);
   int rc = uv_loop_init(&m.loop);
   if (rc) {
     tsr_error("uv_loop_init: %s", uv_strerror(rc));
+    tsr_daemon_free(&d);
     return 1;
   }
   tsr_rpc_opts ro = {0};
-  ro.name = name;
-  ro.token = token;
-  ro.token_len = token_len;
+  ro.name = d.task;
+  ro.token = d.token;
+  ro.token_len = d.token_len;
   ro.max_payload_bytes = 4ull << 30;
-  if ((rc = tsr_rpc_ctx_new(&m.ctx, &m.loop, &ro))) {
+  rc = tsr_rpc_ctx_new(&m.ctx, &m.loop, &ro);
+  tsr_daemon_free(&d); /* the context keeps its copy of the token */
+  if (rc) {
     tsr_error("rpc context: %s", tsr_strerror(rc));
     return 2;
   }
@@ -198,18 +193,14 @@ int main(int argc, char **argv) {
     tsr_error("cannot start the service: %s", tsr_strerror(rc));
     return 2;
   }
-  /* A worker that dies while we answer it must give this PS an EPIPE on
-   * that connection, not end the process (the default for SIGPIPE). */
-  signal(SIGPIPE, SIG_IGN);
   uv_signal_init(&m.loop, &m.sigterm);
   uv_signal_init(&m.loop, &m.sigint);
   m.sigterm.data = m.sigint.data = &m;
   uv_signal_start(&m.sigterm, on_signal, SIGTERM);
   uv_signal_start(&m.sigint, on_signal, SIGINT);
-  int exit_code = 0;
   if ((rc = ps_server_listen(m.srv, addr))) {
     tsr_error("cannot listen on %s: %s", addr, tsr_strerror(rc));
-    exit_code = 2;
+    m.exit_code = 2;
     begin_close(&m);
   } else {
     tsr_info("serving on %s (memory limit %zu bytes)", addr, mem_limit);
@@ -219,5 +210,5 @@ int main(int argc, char **argv) {
     tsr_warn("rpc context still busy at exit: %s", tsr_strerror(rc));
   if ((rc = uv_loop_close(&m.loop)))
     tsr_warn("loop still has handles at exit: %s", uv_strerror(rc));
-  return exit_code;
+  return m.exit_code;
 }

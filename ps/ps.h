@@ -36,6 +36,12 @@ int ps_server_new(ps_server **out, tsr_rpc_ctx *ctx, const ps_server_opts *o);
 /* Listens on "host:port" (port 0: a free one, see ps_server_port). */
 int ps_server_listen(ps_server *s, const char *addr);
 int ps_server_port(const ps_server *s);
+/* Whether this PS may exit 0 now: it holds no variable, or the chief's
+ * shutdown said the job is done. A PS leaving a job that is not done
+ * (SIGTERM, a shutdown without job_done) must exit non-zero, so that a
+ * supervisor (tessera local, restart: on-failure) starts it again. */
+bool ps_server_job_finished(const ps_server *s);
+
 /* Answers held calls with TSR_ESHUTDOWN, waits for running applies, closes
  * the RPC server and frees everything; `cb` runs when done. */
 void ps_server_close(ps_server *s, void (*cb)(void *data), void *data);

@@ -60,6 +60,10 @@ int ps_server_listen(ps_server *s, const char *addr) {
   return tsr_rpc_server_listen(s->rpc, addr);
 }
 
+bool ps_server_job_finished(const ps_server *s) {
+  return s->job_done || s->n_ents == 0;
+}
+
 int ps_server_port(const ps_server *s) { return tsr_rpc_server_port(s->rpc); }
 
 static void ps__free_all(ps_server *s) {

@@ -16,23 +16,15 @@
 #include "common/clock.h"
 #include "common/err.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int ps__fail(char *err, size_t errlen, int rc, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int ps__fail(char *err, size_t errlen, int rc, const char *fmt, ...) {
-  if (err && errlen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return rc;
-}
 
 size_t ps__dtype_size(int dt) {
   switch (dt) {
@@ -56,7 +48,8 @@ bool ps__spec_equal(const ps_var_spec *a, const ps_var_spec *b) {
   if (strcmp(a->name, b->name) || a->rank != b->rank ||
       a->sparse != b->sparse || a->bounded != b->bounded ||
       a->shard != b->shard || a->num_shards != b->num_shards ||
-      a->row0 != b->row0 || a->rows != b->rows || a->seed != b->seed)
+      a->row0 != b->row0 || a->rows != b->rows || a->seed != b->seed ||
+      strcmp(a->init_path, b->init_path))
     return false;
   for (int i = 0; i < a->rank; i++)
     if (a->shape[i] != b->shape[i]) return false;
@@ -81,35 +74,58 @@ int ps__spec_owns_id(const ps_var_spec *s, int64_t id) {
 
 static int ps__spec_check(const ps_var_spec *s, char *err, size_t errlen) {
   if (!s->name[0])
-    return ps__fail(err, errlen, TSR_EINVAL, "variable name is empty");
+    return tsr_errf(err, errlen, TSR_EINVAL, "variable name is empty");
   if (s->rank < 0 || s->rank > PS_MAX_RANK)
-    return ps__fail(err, errlen, TSR_EINVAL, "%s: rank %d out of [0, %d]",
+    return tsr_errf(err, errlen, TSR_EINVAL, "%s: rank %d out of [0, %d]",
                     s->name, s->rank, PS_MAX_RANK);
   for (int i = 0; i < s->rank; i++)
     if (s->shape[i] <= 0)
-      return ps__fail(err, errlen, TSR_EINVAL,
+      return tsr_errf(err, errlen, TSR_EINVAL,
                       "%s: shape[%d] = %" PRId64 " must be > 0", s->name, i,
                       s->shape[i]);
   if (s->num_shards < 1 || s->shard < 0 || s->shard >= s->num_shards)
-    return ps__fail(err, errlen, TSR_EINVAL, "%s: shard %d of %d is invalid",
+    return tsr_errf(err, errlen, TSR_EINVAL, "%s: shard %d of %d is invalid",
                     s->name, s->shard, s->num_shards);
   int64_t dim0 = s->rank ? s->shape[0] : 1;
   if (s->sparse && s->rank < 1)
-    return ps__fail(err, errlen, TSR_EINVAL,
+    return tsr_errf(err, errlen, TSR_EINVAL,
                     "%s: a sparse variable needs rank >= 1", s->name);
   if (!s->sparse || s->bounded) {
     if (s->row0 < 0 || s->rows < 1 || s->row0 + s->rows > dim0)
-      return ps__fail(err, errlen, TSR_EINVAL,
+      return tsr_errf(err, errlen, TSR_EINVAL,
                       "%s: rows [%" PRId64 ", %" PRId64 ") outside dim0 %" PRId64,
                       s->name, s->row0, s->row0 + s->rows, dim0);
   }
   if (!(s->optim.learning_rate > 0))
-    return ps__fail(err, errlen, TSR_EINVAL, "%s: learning_rate %g must be > 0",
+    return tsr_errf(err, errlen, TSR_EINVAL, "%s: learning_rate %g must be > 0",
                     s->name, s->optim.learning_rate);
-  if ((unsigned)s->optim.kind > TSR_OPT_FTRL)
-    return ps__fail(err, errlen, TSR_EINVAL, "%s: unknown optimizer %d",
+  if ((unsigned)s->optim.kind >= TSR_OPT__COUNT)
+    return tsr_errf(err, errlen, TSR_EINVAL, "%s: unknown optimizer %d",
                     s->name, (int)s->optim.kind);
   return 0;
+}
+
+/* Initial values of elements [first, first+n): the spec's initializer, or
+ * its initial_weights file. */
+static int ps__init_fill(const ps_var_spec *spec, uint64_t first, float *out,
+                         size_t n) {
+  if (!spec->init_path[0]) {
+    kern_init_fill(&spec->init, spec->seed, kern_init_var_key(spec->name),
+                   first, out, n);
+    return 0;
+  }
+  int fd = open(spec->init_path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -errno;
+  size_t want = n * sizeof(float), got = 0;
+  while (got < want) {
+    ssize_t r = pread(fd, (char *)out + got, want - got,
+                      (off_t)(first * sizeof(float) + got));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    got += (size_t)r;
+  }
+  close(fd);
+  return got == want ? 0 : TSR_EIO;
 }
 
 int ps__shard_new(const ps_var_spec *spec, ps_mem *mem, ps_shard **out,
@@ -132,7 +148,7 @@ int ps__shard_new(const ps_var_spec *spec, ps_mem *mem, ps_shard **out,
   size_t bytes = s->numel * sizeof(float) * (size_t)(1 + s->nslots);
   if ((rc = ps__mem_reserve(mem, bytes))) {
     free(s);
-    return ps__fail(err, errlen, rc,
+    return tsr_errf(err, errlen, rc,
                     "%s shard %d: %zu bytes would exceed the memory limit "
                     "(%zu of %zu bytes in use)", spec->name, spec->shard, bytes,
                     atomic_load(&mem->used), mem->limit);
@@ -147,10 +163,29 @@ int ps__shard_new(const ps_var_spec *spec, ps_mem *mem, ps_shard **out,
   }
   if (!ok) {
     ps__shard_free(s, mem);
-    return ps__fail(err, errlen, TSR_ENOMEM, "%s: out of memory", spec->name);
+    return tsr_errf(err, errlen, TSR_ENOMEM, "%s: out of memory", spec->name);
   }
-  kern_init_fill(&spec->init, spec->seed, kern_init_var_key(spec->name),
-                 (uint64_t)(spec->row0 * s->width), s->w, s->numel);
+  if (spec->init_path[0]) {
+    /* the whole variable must be in the file */
+    struct stat st;
+    int64_t numel = 1;
+    for (int i = 0; i < spec->rank; i++) numel *= spec->shape[i];
+    if (stat(spec->init_path, &st) != 0 ||
+        (int64_t)st.st_size != numel * (int64_t)sizeof(float)) {
+      int e = errno;
+      ps__shard_free(s, mem);
+      return tsr_errf(err, errlen, TSR_EINVAL,
+                      "%s: initial values %s: %s", spec->name,
+                      spec->init_path,
+                      e ? strerror(e) : "not the variable's size in float32");
+    }
+  }
+  rc = ps__init_fill(spec, (uint64_t)(spec->row0 * s->width), s->w, s->numel);
+  if (rc) {
+    ps__shard_free(s, mem);
+    return tsr_errf(err, errlen, rc, "%s: cannot read initial values from "
+                    "%s", spec->name, spec->init_path);
+  }
   kern_optim_init_slots(&spec->optim, s->slots, s->numel);
   *out = s;
   return 0;
@@ -251,8 +286,9 @@ int ps__shard_apply_dense(ps_shard *s, const float *g, float scale) {
 }
 
 static void ps__row_init(const ps_shard *s, int64_t id, float *rec) {
-  kern_init_fill(&s->spec.init, s->spec.seed, kern_init_var_key(s->spec.name),
-                 (uint64_t)id * (uint64_t)s->width, rec, (size_t)s->width);
+  if (ps__init_fill(&s->spec, (uint64_t)id * (uint64_t)s->width, rec,
+                    (size_t)s->width))
+    memset(rec, 0, (size_t)s->width * sizeof(float)); /* checked at create */
   float *slots[KERN_OPTIM_MAX_SLOTS];
   for (int k = 0; k < s->nslots; k++) slots[k] = rec + (size_t)(k + 1) * s->width;
   kern_optim_init_slots(&s->spec.optim, slots, (size_t)s->width);
@@ -263,12 +299,12 @@ static int ps__check_ids(const ps_shard *s, const int64_t *ids, size_t n,
   for (size_t i = 0; i < n; i++)
     if (ps__spec_owns_id(&s->spec, ids[i])) {
       if (s->spec.bounded)
-        return ps__fail(err, errlen, TSR_ERANGE,
+        return tsr_errf(err, errlen, TSR_ERANGE,
                         "%s shard %d: row id %" PRId64 " (index %zu) is "
                         "outside its rows [%" PRId64 ", %" PRId64 ")",
                         s->spec.name, s->spec.shard, ids[i], i, s->spec.row0,
                         s->spec.row0 + s->spec.rows);
-      return ps__fail(err, errlen, TSR_ERANGE,
+      return tsr_errf(err, errlen, TSR_ERANGE,
                       "%s shard %d of %d: row id %" PRId64 " (index %zu) "
                       "belongs to another shard or is negative",
                       s->spec.name, s->spec.shard, s->spec.num_shards, ids[i], i);
@@ -284,7 +320,7 @@ static int ps__touch_rows(ps_shard *s, ps_mem *mem, const int64_t *ids,
     int created;
     int rc = ps__rows_insert(&s->rows, mem, ids[i], &recs[i], &created);
     if (rc)
-      return ps__fail(err, errlen, rc,
+      return tsr_errf(err, errlen, rc,
                       "%s shard %d: cannot create row %" PRId64 " (%zu rows "
                       "held, %zu of %zu bytes in use): %s", s->spec.name,
                       s->spec.shard, ids[i], s->rows.count,
@@ -349,7 +385,7 @@ int ps__shard_gather(ps_shard *s, ps_mem *mem, const int64_t *ids, size_t n,
       int created;
       rc = ps__rows_insert(&s->rows, mem, ids[i], &rec, &created);
       if (rc)
-        return ps__fail(err, errlen, rc,
+        return tsr_errf(err, errlen, rc,
                         "%s shard %d: cannot create row %" PRId64 " (%zu rows "
                         "held, %zu of %zu bytes in use): %s", s->spec.name,
                         s->spec.shard, ids[i], s->rows.count,
@@ -359,9 +395,9 @@ int ps__shard_gather(ps_shard *s, ps_mem *mem, const int64_t *ids, size_t n,
     if (rec)
       memcpy(out + i * W, rec, W * sizeof(float));
     else
-      kern_init_fill(&s->spec.init, s->spec.seed,
-                     kern_init_var_key(s->spec.name),
-                     (uint64_t)ids[i] * (uint64_t)W, out + i * W, W);
+      if (ps__init_fill(&s->spec, (uint64_t)ids[i] * (uint64_t)W, out + i * W,
+                        W))
+        memset(out + i * W, 0, W * sizeof(float));
   }
   return 0;
 }
@@ -400,7 +436,7 @@ int ps__shard_accum_rows(ps_shard *s, ps_mem *mem, const int64_t *ids,
     float *rec;
     int created;
     if ((rc = ps__rows_insert(&s->acc_rows, mem, ids[i], &rec, &created)))
-      return ps__fail(err, errlen, rc, "%s: cannot hold the step's sum for "
+      return tsr_errf(err, errlen, rc, "%s: cannot hold the step's sum for "
                       "row %" PRId64 ": %s", s->spec.name, ids[i],
                       tsr_strerror(rc));
     for (size_t k = 0; k < W; k++) rec[k] += g[i * W + k];

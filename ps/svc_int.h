@@ -65,6 +65,7 @@ struct ps_op {
                                sync apply: the era it was queued in */
   int64_t step;             /* push: sync step */
   int dtype;
+  int pull_dtype;           /* of the answered values (PS_DT_F32, _BF16) */
   size_t n_ids, n_pull;
   const uint8_t *payload;
   size_t payload_len;
@@ -123,10 +124,11 @@ struct ps_server {
   uv_timer_t timer;
   bool closing, rpc_closed, timer_closed;
   uint64_t nonfinite;
-  int64_t max_read_lead;
-  struct tsr_trace *trace;  /* applies as trace events, when asked (config) */
-  int32_t trace_pid;    /* ssp: largest clock - slowest clock of a read
+  bool job_done;            /* the chief's shutdown said the job is done */
+  int64_t max_read_lead;    /* ssp: largest clock - slowest clock of a read
                                let through (<= staleness) */
+  struct tsr_trace *trace;  /* applies as trace events, when asked (config) */
+  int32_t trace_pid;        /* their track (config_trace) */
   void (*close_cb)(void *data);
   void *close_data;
 };
@@ -163,11 +165,6 @@ void ps__batch_finish(ps_server *s, ps_batch *b);
 /* spec.c */
 int ps__spec_from_proto(const Tessera__Ps__VarSpec *v, ps_var_spec *out,
                         char *err, size_t errlen);
-/* Fills `v` (and the caller-provided sub-messages) from a spec; strings
- * point into the spec. */
-void ps__spec_to_proto(const ps_var_spec *s, Tessera__Ps__VarSpec *v,
-                       Tessera__Ps__Initializer *in, Tessera__Ps__Optimizer *o,
-                       int64_t *shape_buf);
 int ps__mode_parse(const char *s, ps_mode *mode, int *staleness);
 
 #endif

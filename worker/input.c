@@ -16,6 +16,7 @@
 
 #include "common/clock.h"
 #include "common/err.h"
+#include "common/log.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -176,7 +177,11 @@ static int emit(wk_input *in, const wk_rec *r, int64_t epoch) {
       s->ids[f] = n;
       s->ids_cap[f] = cap;
     }
-    memcpy(s->ids[f] + at, r->ids + r->off[f], (size_t)k * sizeof(int64_t));
+    /* mostly one id per feature: no call for it */
+    if (k == 1)
+      s->ids[f][at] = r->ids[r->off[f]];
+    else
+      memcpy(s->ids[f] + at, r->ids + r->off[f], (size_t)k * sizeof(int64_t));
     s->offs[f][i + 1] = at + k;
   }
   s->b.n = i + 1;
@@ -297,6 +302,41 @@ static int run_stream(wk_input *in, int64_t epoch, wk_rec *recs, char *err,
   return 0;
 }
 
+/* Keras shuffles the whole training set every epoch: tables in memory are
+ * shuffled whole (a permutation of row numbers); a stream is shuffled
+ * whole when its records fit WK_SHUFFLE_BUDGET, else through the largest
+ * buffer that does. The log says which. */
+static void default_shuffle(wk_input *in) {
+  wk_src *s = in->src;
+  wk_input_spec *sp = &in->spec;
+  if (s->rows) {
+    sp->shuffle_buffer = s->n_rows;
+    tsr_info("%s: shuffling all %lld examples of this share every epoch, as "
+             "Keras does (\"shuffle_buffer\": 0 keeps the file order)",
+             sp->where, (long long)s->n_rows);
+    return;
+  }
+  int64_t rec = (s->n_dense + 8 * (int64_t)s->n_sparse) * 4 + 64;
+  int64_t cap = WK_SHUFFLE_BUDGET / rec;
+  if (cap > WK_SHUFFLE_MAX) cap = WK_SHUFFLE_MAX;
+  int64_t share = s->n_total > 0 ? (s->n_total + in->opts.num_workers - 1) /
+                                       in->opts.num_workers
+                                 : -1;
+  if (share > 0 && share <= cap) {
+    sp->shuffle_buffer = share;
+    tsr_info("%s: shuffle buffer of %lld records, the whole share, "
+             "reshuffled every epoch as Keras does", sp->where,
+             (long long)share);
+  } else {
+    sp->shuffle_buffer = cap;
+    tsr_info("%s: shuffle buffer of %lld records (%s, at most %d MiB or "
+             "%d records); set shuffle_buffer to choose", sp->where,
+             (long long)cap, share > 0 ? "the share does not fit"
+                                       : "a stream of unknown length",
+             (int)(WK_SHUFFLE_BUDGET >> 20), (int)WK_SHUFFLE_MAX);
+  }
+}
+
 static void *reader_main(void *arg) {
   wk_input *in = arg;
   pthread_setname_np(pthread_self(), "tsr-input");
@@ -396,6 +436,15 @@ const wk_input_schema *wk_input_get_schema(const wk_input *in) {
   return &in->schema;
 }
 
+int64_t wk_input_affine(const wk_input *in, const float **a,
+                        const float **b) {
+  *a = *b = NULL;
+  if (in->identity) return 0;
+  *a = in->xa;
+  *b = in->xb;
+  return in->schema.n_dense;
+}
+
 double wk_input_best_auc(const wk_input *in) { return in->schema.best_auc; }
 
 int64_t wk_input_skipped(const wk_input *in) {
@@ -461,11 +510,11 @@ static int train_stats(const tsr_job *job, wk_input *in, char *err,
   if ((rc = wk_src__open(&ts, &sel, &s, err, errlen))) goto out;
   int64_t d = s->n_dense;
   if (d != in->schema.n_dense) {
-    rc = wk_input__fail(err, errlen, TSR_ESHAPE,
-                        "%s: %lld dense features, but the training data has "
-                        "%lld",
-                        in->spec.where, (long long)in->schema.n_dense,
-                        (long long)d);
+    rc = tsr_errf(err, errlen, TSR_ESHAPE,
+                  "%s: %lld dense features, but the training data has "
+                  "%lld",
+                  in->spec.where, (long long)in->schema.n_dense,
+                  (long long)d);
     goto out;
   }
   sum = calloc((size_t)(d ? d : 1), sizeof *sum);
@@ -505,9 +554,9 @@ static int train_stats(const tsr_job *job, wk_input *in, char *err,
     if (rc == TSR_EEOF) rc = 0;
   }
   if (!rc && cnt == 0)
-    rc = wk_input__fail(err, errlen, TSR_EINVAL,
-                        "%s.normalize: the training data has no rows",
-                        in->spec.where);
+    rc = tsr_errf(err, errlen, TSR_EINVAL,
+                  "%s.normalize: the training data has no rows",
+                  in->spec.where);
   for (int64_t j = 0; !rc && j < d; j++) {
     double mean = sum[j] / (double)cnt;
     double var = sq[j] / (double)cnt - mean * mean;
@@ -527,7 +576,17 @@ out:
 }
 
 static bool loss_is_categorical(const tsr_job *job) {
-  return job->loss && strstr(job->loss, "categorical") != NULL;
+  return job->loss && (strstr(job->loss, "categorical") != NULL ||
+                       strncmp(job->loss, "kl", 2) == 0 ||
+                       strncmp(job->loss, "KL", 2) == 0);
+}
+
+int wk_input_validate(wk_input *in, int64_t n_classes, char *err,
+                      size_t errlen) {
+  wk_src *s = in->src;
+  if (!s || !s->ops->validate) return 0;
+  int rc = s->ops->validate(s, n_classes, err, errlen);
+  return rc ? TSR_EDATA : 0;
 }
 
 int wk_input_check(const tsr_job *job, char *err, size_t errlen) {
@@ -550,9 +609,9 @@ int wk_input_open(const tsr_job *job, wk_split split,
   if (err && errlen) err[0] = 0;
   if (!opts || opts->batch_size < 1 || opts->num_workers < 1 ||
       opts->worker_index < 0 || opts->worker_index >= opts->num_workers)
-    return wk_input__fail(err, errlen, TSR_EINVAL,
-                          "input options: batch_size >= 1 and 0 <= "
-                          "worker_index < num_workers needed");
+    return tsr_errf(err, errlen, TSR_EINVAL,
+                    "input options: batch_size >= 1 and 0 <= "
+                    "worker_index < num_workers needed");
   wk_input *in = calloc(1, sizeof *in);
   if (!in) return TSR_ENOMEM;
   pthread_mutex_init(&in->mu, NULL);
@@ -575,6 +634,7 @@ int wk_input_open(const tsr_job *job, wk_split split,
     goto fail;
   if ((rc = wk_src__open(sp, &sel, &in->src, err, errlen))) goto fail;
   wk_src *s = in->src;
+  if (sp->shuffle_buffer < 0) default_shuffle(in);
 
   wk_input_schema *sc = &in->schema;
   sc->n_dense = s->n_dense;
@@ -590,15 +650,15 @@ int wk_input_open(const tsr_job *job, wk_split split,
     sc->n_classes = sp->n_classes;
   } else if (loss_is_categorical(job)) {
     if (!s->rows)
-      rc = wk_input__fail(err, errlen, TSR_ECONFIG,
-                          "%s.n_classes: missing (needed by loss %s for "
-                          "streamed %s data)",
-                          sp->where, job->loss, "tfrecord");
+      rc = tsr_errf(err, errlen, TSR_ECONFIG,
+                    "%s.n_classes: missing (needed by loss %s for "
+                    "streamed %s data)",
+                    sp->where, job->loss, "tfrecord");
     else if (!s->labels_integral)
-      rc = wk_input__fail(err, errlen, TSR_EINVAL,
-                          "%s: loss %s needs class indices as labels, but "
-                          "some labels are not integers >= 0",
-                          sp->where, job->loss);
+      rc = tsr_errf(err, errlen, TSR_EINVAL,
+                    "%s: loss %s needs class indices as labels, but "
+                    "some labels are not integers >= 0",
+                    sp->where, job->loss);
     else
       sc->n_classes = (int64_t)s->label_max + 1;
     if (rc) goto fail;
@@ -627,8 +687,8 @@ int wk_input_open(const tsr_job *job, wk_split split,
   for (int i = 0; i < in->nslots; i++)
     if ((rc = slot_init(in, &in->slots[i]))) goto fail;
   if (pthread_create(&in->thread, NULL, reader_main, in) != 0) {
-    rc = wk_input__fail(err, errlen, TSR_ENOMEM,
-                        "input: cannot start the reader thread");
+    rc = tsr_errf(err, errlen, TSR_ENOMEM,
+                  "input: cannot start the reader thread");
     goto fail;
   }
   in->thread_started = true;

@@ -9,9 +9,9 @@
  * missing feature: the error names the file and the row or byte offset.
  * A reader error after open surfaces from the next wk_input_next() call.
  *
- * The data spec is job.data.train / job.data.eval (DESIGN.md, "The job
- * file"); an eval split may be cut from the training file ("every k-th
- * row"), and normalization uses the training rows' statistics.
+ * The data spec is job.data.train / job.data.eval (common/job.h); an eval
+ * split may be cut from the training file ("every k-th row"), and
+ * normalization uses the training rows' statistics.
  * worker/INPUT.md has the user's guide with examples. Keys of a split
  * (an unknown key, or one its format does not use, is an error naming its
  * path, e.g. "data.train.shufle_buffer: unknown key; did you mean
@@ -149,9 +149,25 @@ double wk_input_reader_cpu_seconds(const wk_input *in);
 
 void wk_input_close(wk_input *in);
 
+/* Checks every example of the opened split before the first step (all its
+ * rows, not only this worker's share, so every worker and the standalone
+ * trainer fail alike on the same file): values finite, labels classes in
+ * [0, n_classes) when n_classes > 0 (the model's classes; 0: no check).
+ * TSR_EDATA with the file, line and column in `err`. In-memory formats
+ * (CSV, npy/npz, IDX) are checked here; streamed ones (TFRecord) and the
+ * generators as their batches are read. */
+int wk_input_validate(wk_input *in, int64_t n_classes, char *err,
+                      size_t errlen);
+
 /* Validates job->data (both splits) without opening files, so a bad data
  * spec fails when the job is loaded rather than on the first worker. */
 int wk_input_check(const tsr_job *job, char *err, size_t errlen);
+
+/* The dense features' affine map x -> x * a[j] + b[j] (the split's scale
+ * and the training rows' normalization); returns the feature count, or 0
+ * when the map is the identity (then *a and *b are NULL). Valid until
+ * close. */
+int64_t wk_input_affine(const wk_input *in, const float **a, const float **b);
 
 /* Same as schema->best_auc. */
 double wk_input_best_auc(const wk_input *in);

@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "worker/input.h"
+#include "common/err.h"
 
 typedef enum {
   WK_FMT_CSV = 0,
@@ -35,11 +36,30 @@ typedef enum {
   WK_SHARD_OFF
 } wk_shard_policy;
 
+/* How a TFRecord bytes_list feature becomes floats (decode.c). */
+typedef enum {
+  WK_DECODE_NONE = 0,    /* a float_list (or int64_list, as floats) */
+  WK_DECODE_RAW_U8,      /* bytes of uint8, one value each */
+  WK_DECODE_RAW_F32,     /* bytes of little-endian float32 */
+  WK_DECODE_PNG,
+  WK_DECODE_JPEG,
+  WK_DECODE_IMAGE        /* PNG or JPEG, told apart by their magic */
+} wk_decode;
+
 /* A dense feature of a TFRecord Example: `size` floats per example. */
 typedef struct {
   char *name;
   int64_t size;
+  wk_decode decode;
 } wk_dense_feat;
+
+/* Decodes one bytes value of feature `name` into `size` floats: raw bytes
+ * (the size must match) or an image (PNG/JPEG, HxWxC row-major as Keras
+ * reads tf.io.decode_image: gray when size is H*W, RGB when H*W*3; its
+ * values 0..255). TSR_ESHAPE / TSR_EFORMAT with `err` saying why. */
+int wk_decode__bytes(wk_decode d, const uint8_t *p, size_t len, float *out,
+                     int64_t size, char *err, size_t errlen);
+const char *wk_decode__name(wk_decode d);
 
 /* A sparse feature: an int64 id list per example, ids in [0, vocab). */
 typedef struct {
@@ -57,13 +77,15 @@ typedef struct {
   char **labels;          /* npy / idx: label files, parallel to paths */
   int n_labels;
   char *label;            /* csv column, tfrecord feature, npz member */
+  char delimiter;         /* csv: the cell separator (default ',') */
   char *features_member;  /* npz member holding the features */
   wk_dense_feat *dense;   /* csv / tfrecord dense features; NULL: all but label (csv) */
   int n_dense;
   wk_sparse_feat *sparse;
   int n_sparse;
   wk_shard_policy shard;
-  int64_t shuffle_buffer;
+  int64_t shuffle_buffer;  /* -1: the default (input.c: the whole share
+                              when it fits WK_SHUFFLE_BUDGET, train only) */
   int prefetch;
   bool normalize;
   double scale;
@@ -137,6 +159,10 @@ int wk_rec__reserve(wk_rec *r, size_t more);
 int wk_rec__copy(wk_rec *dst, const wk_rec *src, int64_t n_dense,
                  int n_sparse);
 
+/* Memory the default shuffle buffer of a streamed split may take. */
+#define WK_SHUFFLE_BUDGET ((int64_t)256 << 20)
+#define WK_SHUFFLE_MAX ((int64_t)1 << 20)   /* and at most this many records */
+
 typedef struct wk_src wk_src;
 typedef struct {
   /* Random-access sources: fills `r` with row `row` (an entry of rows[]). */
@@ -151,6 +177,10 @@ typedef struct {
   /* Streaming sources: starts a pass, then records until TSR_EEOF. */
   int (*begin)(wk_src *s, char *err, size_t errlen);
   int (*next)(wk_src *s, wk_rec *r, char *err, size_t errlen);
+  /* Optional, in-memory sources: checks every example of the split (not
+   * only this share): finite values, labels in [0, n_classes) when
+   * n_classes > 0; the message names the file, line and column. */
+  int (*validate)(wk_src *s, int64_t n_classes, char *err, size_t errlen);
   void (*destroy)(wk_src *s);
 } wk_src_ops;
 
@@ -212,10 +242,6 @@ int wk_synth__src(const wk_input_spec *spec, const wk_sel *sel, wk_src **out,
  * Errors name the file. */
 int wk_read__slurp(const char *path, uint8_t **buf, size_t *len, char *err,
                    size_t errlen);
-
-/* Formats into err (when non-NULL) and returns code. */
-int wk_input__fail(char *err, size_t errlen, int code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
 
 /* splitmix64: the counter-based generator of shuffles and synthetic data. */
 static inline uint64_t wk_mix64(uint64_t z) {

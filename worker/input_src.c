@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -73,10 +74,10 @@ int wk_sel__resolve(wk_sel *sel, wk_shard_policy asked, int n_files,
   if (asked == WK_SHARD_AUTO)
     asked = n_files >= sel->W ? WK_SHARD_FILE : WK_SHARD_DATA;
   if (asked == WK_SHARD_FILE && n_files < sel->W)
-    return wk_input__fail(err, errlen, TSR_ECONFIG,
-                          "shard \"file\": %d files for %d workers (worker "
-                          "%d would read nothing); use \"data\" or \"auto\"",
-                          n_files, sel->W, sel->w);
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "shard \"file\": %d files for %d workers (worker "
+                    "%d would read nothing); use \"data\" or \"auto\"",
+                    n_files, sel->W, sel->w);
   sel->policy = asked;
   return 0;
 }
@@ -91,18 +92,18 @@ int wk_read__slurp(const char *path, uint8_t **buf, size_t *len, char *err,
   *len = 0;
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0)
-    return wk_input__fail(err, errlen, -errno, "%s: %s", path,
-                          strerror(errno));
+    return tsr_errf(err, errlen, -errno, "%s: %s", path,
+                    strerror(errno));
   struct stat st;
   if (fstat(fd, &st) != 0 || S_ISDIR(st.st_mode)) {
     int e = S_ISDIR(st.st_mode) ? EISDIR : errno;
     close(fd);
-    return wk_input__fail(err, errlen, -e, "%s: %s", path, strerror(e));
+    return tsr_errf(err, errlen, -e, "%s: %s", path, strerror(e));
   }
   gzFile gz = gzdopen(fd, "rb");
   if (!gz) {
     close(fd);
-    return wk_input__fail(err, errlen, TSR_ENOMEM, "%s: cannot open", path);
+    return tsr_errf(err, errlen, TSR_ENOMEM, "%s: cannot open", path);
   }
   gzbuffer(gz, 1 << 17);
   size_t cap = (size_t)st.st_size + 1, n = 0;
@@ -129,9 +130,9 @@ int wk_read__slurp(const char *path, uint8_t **buf, size_t *len, char *err,
     if (r < 0) {
       int zerr;
       const char *m = gzerror(gz, &zerr);
-      rc = wk_input__fail(err, errlen, zerr == Z_ERRNO ? TSR_EIO : TSR_ECORRUPT,
-                          "%s: %s", path,
-                          zerr == Z_ERRNO ? strerror(errno) : m);
+      rc = tsr_errf(err, errlen, zerr == Z_ERRNO ? TSR_EIO : TSR_ECORRUPT,
+                    "%s: %s", path,
+                    zerr == Z_ERRNO ? strerror(errno) : m);
       break;
     }
     if (r == 0) break;
@@ -141,7 +142,7 @@ int wk_read__slurp(const char *path, uint8_t **buf, size_t *len, char *err,
   if (rc) {
     free(b);
     if (rc == TSR_ENOMEM)
-      wk_input__fail(err, errlen, rc, "%s: out of memory reading it", path);
+      tsr_errf(err, errlen, rc, "%s: out of memory reading it", path);
     return rc;
   }
   *buf = b;
@@ -176,10 +177,10 @@ int wk_table__append(wk_table *t, wk_table *part, const char *what,
     return 0;
   }
   if (part->d != t->d || (!part->x) != (!t->x)) {
-    rc = wk_input__fail(err, errlen, TSR_ESHAPE,
-                        "%s: %lld features per row, but the first file has "
-                        "%lld",
-                        what, (long long)part->d, (long long)t->d);
+    rc = tsr_errf(err, errlen, TSR_ESHAPE,
+                  "%s: %lld features per row, but the first file has "
+                  "%lld",
+                  what, (long long)part->d, (long long)t->d);
     goto out;
   }
   size_t n = (size_t)(t->n + part->n), d = (size_t)t->d;
@@ -211,6 +212,10 @@ out:
 typedef struct {
   wk_src base;
   wk_table t;
+  /* where the rows come from, for messages (validate) */
+  char **paths;           /* t.n_files paths, or NULL */
+  bool csv;               /* row i of a file is its line i + 2 */
+  char *label;            /* the label's column or member name, or NULL */
 } wk_table_src;
 
 static int table_get(wk_src *s, int64_t row, wk_rec *r, char *err,
@@ -257,8 +262,67 @@ static void table_prefetch(wk_src *s, int64_t row) {
   __builtin_prefetch(&t->y[row]);
 }
 
+/* "FILE: line 7 (data row 5)" or "FILE: row 5" of table row r. */
+static void table_where(const wk_table_src *ts, int64_t r, char *buf,
+                        size_t len) {
+  const wk_table *t = &ts->t;
+  int f = 0;
+  while (f + 1 < t->n_files && r >= t->file_start[f + 1]) f++;
+  int64_t i = r - t->file_start[f];
+  const char *path =
+      ts->paths && ts->paths[f] ? ts->paths[f] : "the data";
+  if (ts->csv)
+    snprintf(buf, len, "%s: line %lld (data row %lld)", path,
+             (long long)i + 2, (long long)i);
+  else
+    snprintf(buf, len, "%s: row %lld", path, (long long)i);
+}
+
+static int table_validate(wk_src *s, int64_t n_classes, char *err,
+                          size_t errlen) {
+  wk_table_src *ts = (wk_table_src *)s;
+  const wk_table *t = &ts->t;
+  char where[600];
+  for (int64_t r = 0; r < t->n; r++) {
+    for (int64_t j = 0; t->x && j < t->d; j++) {
+      float v = t->x[r * t->d + j];
+      if (isfinite(v)) continue;
+      table_where(ts, r, where, sizeof where);
+      if (t->names && t->names[j])
+        return tsr_errf(err, errlen, TSR_EDATA,
+                        "%s, column \"%s\": the value is %s", where,
+                        t->names[j], isnan(v) ? "NaN" : "infinite");
+      return tsr_errf(err, errlen, TSR_EDATA,
+                      "%s, feature %lld: the value is %s", where,
+                      (long long)j, isnan(v) ? "NaN" : "infinite");
+    }
+    float y = t->y[r];
+    bool bad = !isfinite(y);
+    if (!bad && n_classes > 0 &&
+        (!(y >= 0 && y < (float)n_classes) || y != floorf(y)))
+      bad = true;
+    if (!bad) continue;
+    table_where(ts, r, where, sizeof where);
+    char col[200];
+    if (ts->label)
+      snprintf(col, sizeof col, "column \"%s\" (the label)", ts->label);
+    else
+      snprintf(col, sizeof col, "the label");
+    if (!isfinite(y))
+      return tsr_errf(err, errlen, TSR_EDATA, "%s, %s: the value is %s",
+                      where, col, isnan(y) ? "NaN" : "infinite");
+    return tsr_errf(err, errlen, TSR_EDATA,
+                    "%s, %s: %g is not a class in [0, %lld)", where,
+                    col, (double)y, (long long)n_classes);
+  }
+  return 0;
+}
+
 static void table_destroy(wk_src *s) {
   wk_table_src *ts = (wk_table_src *)s;
+  for (int f = 0; ts->paths && f < ts->t.n_files; f++) free(ts->paths[f]);
+  free(ts->paths);
+  free(ts->label);
   wk_table__free(&ts->t);
   free(s->rows);
   free(ts);
@@ -267,6 +331,7 @@ static void table_destroy(wk_src *s) {
 static const wk_src_ops table_ops = {.get = table_get,
                                      .get_dense = table_get_dense,
                                      .prefetch = table_prefetch,
+                                     .validate = table_validate,
                                      .destroy = table_destroy};
 
 int wk_table__src(wk_table *t, const wk_sel *sel, wk_src **out, char *err,
@@ -344,7 +409,16 @@ static int open_table(const wk_input_spec *spec, const wk_sel *sel,
     wk_table__free(&t);
     return rc;
   }
-  return wk_table__src(&t, sel, out, err, errlen);
+  int n_files = t.n_files;
+  if ((rc = wk_table__src(&t, sel, out, err, errlen))) return rc;
+  /* where the rows come from, for validate's messages (best effort) */
+  wk_table_src *ts = (wk_table_src *)*out;
+  ts->csv = spec->format == WK_FMT_CSV;
+  if (spec->label) ts->label = strdup(spec->label);
+  ts->paths = calloc((size_t)(n_files ? n_files : 1), sizeof *ts->paths);
+  for (int f = 0; ts->paths && f < n_files && f < spec->n_paths; f++)
+    ts->paths[f] = strdup(spec->paths[f]);
+  return 0;
 }
 
 int wk_src__open(const wk_input_spec *spec, const wk_sel *sel, wk_src **out,
@@ -362,6 +436,6 @@ int wk_src__open(const wk_input_spec *spec, const wk_sel *sel, wk_src **out,
     case WK_FMT_SYNTHETIC_CTR:
       return wk_synth__src(spec, sel, out, err, errlen);
   }
-  return wk_input__fail(err, errlen, TSR_EINVAL, "%s: unknown format",
-                        spec->where);
+  return tsr_errf(err, errlen, TSR_EINVAL, "%s: unknown format",
+                  spec->where);
 }

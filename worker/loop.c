@@ -28,16 +28,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int fail(char *err, size_t len, int code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int fail(char *err, size_t len, int code, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, len, fmt, ap);
-  va_end(ap);
-  return code;
-}
-
 void wk__run_free(wk_run *r) {
   if (!r) return;
   if (r->ex) wk_exec_close(r->ex);
@@ -47,6 +37,9 @@ void wk__run_free(wk_run *r) {
   if (r->kc) kern_close(r->kc);
   if (r->model) wk_model_free(r->model);
   for (size_t v = 0; v < r->n_vars; v++) {
+    if (r->param1 && r->param && r->param1[v] != r->param[v])
+      free(r->param1[v]);
+    if (r->grad1 && r->grad && r->grad1[v] != r->grad[v]) free(r->grad1[v]);
     if (r->param) free(r->param[v]);
     if (r->grad) free(r->grad[v]);
     if (r->ids_cur) free(r->ids_cur[v]);
@@ -54,6 +47,9 @@ void wk__run_free(wk_run *r) {
   }
   free(r->param);
   free(r->grad);
+  free(r->param1);
+  free(r->grad1);
+  free(r->xf);
   free(r->ids_cur);
   free(r->ids_nxt);
   free(r->n_cur);
@@ -61,8 +57,6 @@ void wk__run_free(wk_run *r) {
   free(r->cap_rows);
   free(r->shards);
   free(r->var_first);
-  free(r->ops);
-  free(r->era);
   for (int i = 0; i < r->n_ps; i++) free(r->ps_addrs[i]);
   free(r->ps_addrs);
   tsr_job_free(&r->job);
@@ -82,6 +76,12 @@ void wk__job_free(wk_job *j) {
   for (int i = 0; i < j->n_names; i++) free(j->names[i]);
   free(j->names);
   free(j->values);
+  free(j->histo);
+  free(j->affine);
+  free(j->cols);
+  free(j->hmsg);
+  free(j->hptr);
+  free(j->htag);
   free(j->trace);
   free(j);
 }
@@ -100,18 +100,18 @@ static int check_layout(wk_run *r, const Tessera__Worker__ConfigureRequest *q,
   r->shards = calloc((size_t)(n ? n : 1), sizeof *r->shards);
   r->var_first = calloc(r->n_vars + 1, sizeof *r->var_first);
   if (!r->shards || !r->var_first)
-    return fail(err, errlen, TSR_ENOMEM, "out of memory for the layout");
+    return tsr_errf(err, errlen, TSR_ENOMEM, "out of memory for the layout");
   for (int i = 0; i < n; i++) {
     const Tessera__Worker__Shard *s = q->shards[i];
     if (s->var >= r->n_vars)
-      return fail(err, errlen, TSR_ECONFIG,
-                  "layout: shard %d names variable %u but the model has %zu "
-                  "variables", i, s->var, r->n_vars);
+      return tsr_errf(err, errlen, TSR_ECONFIG,
+                      "layout: shard %d names variable %u but the model has %zu "
+                      "variables", i, s->var, r->n_vars);
     if ((int)s->ps >= r->n_ps)
-      return fail(err, errlen, TSR_ECONFIG,
-                  "layout: %s shard %u is placed on ps:%u but only %d PS "
-                  "addresses were given", r->vars[s->var].name, s->shard,
-                  s->ps, r->n_ps);
+      return tsr_errf(err, errlen, TSR_ECONFIG,
+                      "layout: %s shard %u is placed on ps:%u but only %d PS "
+                      "addresses were given", r->vars[s->var].name, s->shard,
+                      s->ps, r->n_ps);
     r->shards[i] = (wk_shard){.var = (int)s->var, .shard = (int)s->shard,
                               .num_shards = (int)s->num_shards,
                               .row0 = s->row0, .rows = s->rows,
@@ -127,33 +127,33 @@ static int check_layout(wk_run *r, const Tessera__Worker__ConfigureRequest *q,
     for (; i < n && r->shards[i].var == (int)v; i++, count++) {
       const wk_shard *s = &r->shards[i];
       if (s->row0 != next || s->rows < 1)
-        return fail(err, errlen, TSR_ECONFIG,
-                    "layout: %s shard %d covers rows [%lld, %lld) but rows "
-                    "from %lld were expected", vi->name, s->shard,
-                    (long long)s->row0, (long long)(s->row0 + s->rows),
-                    (long long)next);
+        return tsr_errf(err, errlen, TSR_ECONFIG,
+                        "layout: %s shard %d covers rows [%lld, %lld) but rows "
+                        "from %lld were expected", vi->name, s->shard,
+                        (long long)s->row0, (long long)(s->row0 + s->rows),
+                        (long long)next);
       next = s->row0 + s->rows;
     }
     if (count == 0)
-      return fail(err, errlen, TSR_ECONFIG,
-                  "layout: the model's variable %s (%zu) has no shard in the "
-                  "chief's layout", vi->name, v);
+      return tsr_errf(err, errlen, TSR_ECONFIG,
+                      "layout: the model's variable %s (%zu) has no shard in the "
+                      "chief's layout", vi->name, v);
     for (int k = r->var_first[v]; k < i; k++)
       if (r->shards[k].num_shards != count)
-        return fail(err, errlen, TSR_ECONFIG,
-                    "layout: %s shard %d says %d shards but %lld were given",
-                    vi->name, r->shards[k].shard, r->shards[k].num_shards,
-                    (long long)count);
+        return tsr_errf(err, errlen, TSR_ECONFIG,
+                        "layout: %s shard %d says %d shards but %lld were given",
+                        vi->name, r->shards[k].shard, r->shards[k].num_shards,
+                        (long long)count);
     if (next != vi->shape[0])
-      return fail(err, errlen, TSR_ECONFIG,
-                  "layout: %s has %lld rows in the model but its shards "
-                  "cover %lld (shape mismatch: the chief built another "
-                  "model?)", vi->name, (long long)vi->shape[0],
-                  (long long)next);
+      return tsr_errf(err, errlen, TSR_ECONFIG,
+                      "layout: %s has %lld rows in the model but its shards "
+                      "cover %lld (shape mismatch: the chief built another "
+                      "model?)", vi->name, (long long)vi->shape[0],
+                      (long long)next);
   }
   r->var_first[r->n_vars] = i;
   if (i != n)
-    return fail(err, errlen, TSR_ECONFIG, "layout: shards out of order");
+    return tsr_errf(err, errlen, TSR_ECONFIG, "layout: shards out of order");
   return 0;
 }
 
@@ -166,28 +166,57 @@ static int alloc_buffers(wk_run *r, char *err, size_t errlen) {
   r->n_cur = calloc(nv, sizeof *r->n_cur);
   r->n_nxt = calloc(nv, sizeof *r->n_nxt);
   r->cap_rows = calloc(nv, sizeof *r->cap_rows);
-  r->ops = calloc((size_t)r->n_shards + (size_t)r->n_ps + 1, sizeof *r->ops);
+  bool two = r->job.prefetch_params && r->job.mode == TSR_MODE_ASYNC;
+  if (two) {
+    r->param1 = calloc(nv, sizeof *r->param1);
+    r->grad1 = calloc(nv, sizeof *r->grad1);
+  }
   if (!r->param || !r->grad || !r->ids_cur || !r->ids_nxt || !r->n_cur ||
-      !r->n_nxt || !r->cap_rows || !r->ops)
-    return fail(err, errlen, TSR_ENOMEM, "out of memory for buffers");
+      !r->n_nxt || !r->cap_rows || (two && (!r->param1 || !r->grad1)))
+    return tsr_errf(err, errlen, TSR_ENOMEM, "out of memory for buffers");
   for (size_t v = 0; v < nv; v++) {
     const wk_var_info *vi = &r->vars[v];
     if (vi->kind == WK_VAR_ROW_SPARSE) continue; /* grown per batch */
     r->param[v] = calloc((size_t)vi->numel, sizeof(float));
     r->grad[v] = calloc((size_t)vi->numel, sizeof(float));
-    if (!r->param[v] || !r->grad[v])
-      return fail(err, errlen, TSR_ENOMEM,
+    if (two) { /* prefetch_params: a second set, the steps alternate */
+      r->param1[v] = calloc((size_t)vi->numel, sizeof(float));
+      r->grad1[v] = calloc((size_t)vi->numel, sizeof(float));
+    }
+    if (!r->param[v] || !r->grad[v] ||
+        (two && (!r->param1[v] || !r->grad1[v])))
+      return tsr_errf(err, errlen, TSR_ENOMEM,
                   "out of memory for %s (%lld floats)", vi->name,
                   (long long)vi->numel);
   }
   return 0;
 }
 
-/* Input open errors that come from the system (a missing or unreadable
- * file) are TSR_EIO for the chief, with the input's message (it names the
- * path). */
-static int input_code(int rc) {
-  return tsr_err_is_own(rc) ? rc : TSR_EIO;
+int wk__data_code(int rc) {
+  if (rc == TSR_ENOMEM || rc == TSR_ECANCELED || rc == TSR_ESHUTDOWN ||
+      rc == TSR_ENODEVICE)
+    return rc;
+  return TSR_EDATA;
+}
+
+/* Opens the eval split and checks all of it, so a bad eval file stops the
+ * run before the first step, not after training. */
+static int check_eval(wk_svc *s, wk_run *r, char *err, size_t errlen) {
+  if (!r->job.data || !json_object_get(r->job.data, "eval")) return 0;
+  wk_input_opts io = {.worker_index = 0, .num_workers = 1,
+                      .batch_size = r->job.batch_size, .epochs = 1,
+                      .seed = r->job.seed};
+  wk_input *in = NULL;
+  char ierr[WK_ERR_MAX];
+  int rc = wk_input_open(&r->job, WK_SPLIT_EVAL, &io, &in, ierr, sizeof ierr);
+  if (!rc)
+    rc = wk_input_validate(in, wk_model_num_classes(r->model), ierr,
+                           sizeof ierr);
+  wk_input_close(in);
+  if (rc)
+    return tsr_errf(err, errlen, wk__data_code(rc), "worker %d: eval data: %s",
+                    s->task_index, ierr);
+  return 0;
 }
 
 static int do_configure(wk_svc *s, wk_job *j) {
@@ -205,31 +234,30 @@ static int do_configure(wk_svc *s, wk_job *j) {
   pthread_mutex_unlock(&s->mu);
 
   wk_run *r = calloc(1, sizeof *r);
-  if (!r) return fail(err, errlen, TSR_ENOMEM, "out of memory");
+  if (!r) return tsr_errf(err, errlen, TSR_ENOMEM, "out of memory");
   tsr_job_init(&r->job);
   r->run_id = q->run_id;
   r->worker_index = (int)q->worker_index;
   r->num_workers = (int)q->num_workers;
   if (r->num_workers < 1 || r->worker_index >= r->num_workers) {
-    rc = fail(err, errlen, TSR_ECONFIG,
-              "configure: worker_index %u is not below num_workers %u",
-              q->worker_index, q->num_workers);
+    rc = tsr_errf(err, errlen, TSR_ECONFIG,
+                  "configure: worker_index %u is not below num_workers %u",
+                  q->worker_index, q->num_workers);
     goto out;
   }
   r->n_ps = (int)q->n_ps_addrs;
   r->ps_addrs = calloc((size_t)(r->n_ps ? r->n_ps : 1), sizeof(char *));
-  r->era = calloc((size_t)(r->n_ps ? r->n_ps : 1), sizeof *r->era);
-  if (!r->ps_addrs || !r->era) {
-    rc = fail(err, errlen, TSR_ENOMEM, "out of memory");
+  if (!r->ps_addrs) {
+    rc = tsr_errf(err, errlen, TSR_ENOMEM, "out of memory");
     goto out;
   }
   for (int i = 0; i < r->n_ps; i++)
     if (!(r->ps_addrs[i] = strdup(q->ps_addrs[i]))) {
-      rc = fail(err, errlen, TSR_ENOMEM, "out of memory");
+      rc = tsr_errf(err, errlen, TSR_ENOMEM, "out of memory");
       goto out;
     }
   if (r->n_ps < 1) {
-    rc = fail(err, errlen, TSR_ECONFIG, "configure: no PS address given");
+    rc = tsr_errf(err, errlen, TSR_ECONFIG, "configure: no PS address given");
     goto out;
   }
 
@@ -259,15 +287,23 @@ static int do_configure(wk_svc *s, wk_job *j) {
   char ierr[WK_ERR_MAX];
   if ((rc = wk_input_open(&r->job, WK_SPLIT_TRAIN, &io, &r->in, ierr,
                           sizeof ierr))) {
-    rc = fail(err, errlen, input_code(rc), "worker %d: training data: %s",
-              s->task_index, ierr);
+    rc = tsr_errf(err, errlen, wk__data_code(rc), "worker %d: training data: %s",
+                  s->task_index, ierr);
     goto out;
   }
   const wk_input_schema *schema = wk_input_get_schema(r->in);
   if ((rc = wk_model_from_job(&r->job, schema, &r->model, err, errlen)))
     goto out;
+  /* every input checked before the first step */
+  if ((rc = wk_input_validate(r->in, wk_model_num_classes(r->model), ierr,
+                              sizeof ierr))) {
+    rc = tsr_errf(err, errlen, wk__data_code(rc), "worker %d: training data: %s",
+                  s->task_index, ierr);
+    goto out;
+  }
+  if ((rc = check_eval(s, r, err, errlen))) goto out;
   if ((rc = wk_model_variables(r->model, &r->vars, &r->n_vars))) {
-    fail(err, errlen, rc, "model: no variable list");
+    tsr_errf(err, errlen, rc, "model: no variable list");
     goto out;
   }
   if ((rc = check_layout(r, q, err, errlen))) goto out;
@@ -279,14 +315,15 @@ static int do_configure(wk_svc *s, wk_job *j) {
     goto out;
   if ((rc = alloc_buffers(r, err, errlen))) goto out;
 
-  pthread_mutex_lock(&s->mu);
-  s->ps_worker = r->worker_index;
-  s->ps_hold = r->job.mode != TSR_MODE_ASYNC;
-  pthread_mutex_unlock(&s->mu);
-  if ((rc = wk__ps_reconnect(s, r->ps_addrs, r->n_ps, err, errlen))) goto out;
+  if ((rc = wk__ps_reconnect(s, r->ps_addrs, r->n_ps, &r->kv, err, errlen)))
+    goto out;
+  /* the worker id, the mode (ssp/sync: a PS may hold calls) and the
+   * layout, for the PS client */
+  if ((rc = wk__xfer_configure(s, r, err, errlen))) goto out;
   /* ssp and sync: a configured worker is a member from the start (so the
    * first steps of a sync run wait for every worker); every closure joins
    * again (clock.c) */
+  r->clock = 0;
   if (r->job.mode != TSR_MODE_ASYNC &&
       (rc = wk__clock_join(s, r, 0, tsr_now_ms() + s->ps_deadline_ms, err,
                            errlen)))
@@ -302,13 +339,43 @@ static int do_configure(wk_svc *s, wk_job *j) {
   j->strs[0] = strdup(r->device);
   j->strs[1] = strdup(summary);
   if (!j->strs[0] || !j->strs[1]) {
-    rc = fail(err, errlen, TSR_ENOMEM, "out of memory");
+    rc = tsr_errf(err, errlen, TSR_ENOMEM, "out of memory");
     goto out;
   }
   tessera__worker__configure_response__init(&j->out.cfg);
   j->out.cfg.device = j->strs[0];
   j->out.cfg.examples = schema->n_examples;
   j->out.cfg.model_summary = j->strs[1];
+  {
+    const float *ia, *ib;
+    int64_t nd = wk_input_affine(r->in, &ia, &ib);
+    if (nd > 0 && (j->affine = malloc((size_t)(2 * nd) * sizeof(float)))) {
+      memcpy(j->affine, ia, (size_t)nd * sizeof(float));
+      memcpy(j->affine + nd, ib, (size_t)nd * sizeof(float));
+      j->out.cfg.n_input_scale = j->out.cfg.n_input_shift = (size_t)nd;
+      j->out.cfg.input_scale = j->affine;
+      j->out.cfg.input_shift = j->affine + nd;
+    }
+    const char *in_names[64];
+    int64_t in_first[64];
+    int ni = nd > 0 ? wk_model_inputs(r->model, in_names, in_first, 64) : 0;
+    if (ni > 64) ni = 0; /* more than an export needs to tell apart */
+    if (ni > 0 && (j->names = calloc((size_t)ni, sizeof *j->names)) &&
+        (j->cols = malloc((size_t)ni * sizeof *j->cols))) {
+      bool all = true;
+      j->n_names = ni;
+      for (int i = 0; i < ni; i++) {
+        j->names[i] = strdup(in_names[i]);
+        j->cols[i] = in_first[i];
+        all = all && j->names[i];
+      }
+      if (all) {
+        j->out.cfg.n_input_names = j->out.cfg.n_input_columns = (size_t)ni;
+        j->out.cfg.input_names = j->names;
+        j->out.cfg.input_columns = j->cols;
+      }
+    }
+  }
   tsr_info("configured for run %llu: worker %d of %d, %zu variables in %d "
            "shards over %d PS, %s, %lld examples per epoch",
            (unsigned long long)r->run_id, r->worker_index, r->num_workers,

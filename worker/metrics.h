@@ -1,7 +1,11 @@
 /* Evaluation metrics over many batches, as Keras's compiled metrics:
  * the mean loss, accuracy (sparse categorical, categorical or binary,
  * chosen from the loss as Keras does), AUC (ROC, exact: from all scores of
- * the evaluation, ties counted half), mse and mae.
+ * the evaluation, ties counted half; several classes one-vs-rest, pooled
+ * or, with multi_label, averaged per class), precision and recall (scores
+ * above 0.5 against the labels, over every class of a one-hot view), top-k
+ * accuracy, mse and mae. Logit outputs (the *_from_logits losses) are
+ * turned into probabilities first.
  *
  * Happy path: open for a model, add every batch's predictions (the model's
  * outputs: probabilities, or logits for the *_from_logits losses), read the

@@ -1,6 +1,6 @@
-/* Models: a Keras Sequential model read from its model.to_json() document,
- * or the built-in wide-and-deep CTR model, with its loss and metrics, run
- * on the kern_ compute interface.
+/* Models: a Keras Sequential or Functional model read from its
+ * model.to_json() document, or the built-in wide-and-deep CTR model, with
+ * its loss and metrics, run on the kern_ compute interface.
  *
  * Happy path: wk_model_build() validates the model against the loss and
  * (when given) the data schema and lists its variables; the chief creates
@@ -20,6 +20,12 @@
  *   dense variable v:       its full value, numel floats
  *   row-sparse variable v:  the rows of the ids wk_exec_rows() lists, in
  *                           that order, n_rows * row_dim floats
+ * The "gradient" of a moving statistic (trainable false) is the slice's
+ * batch statistic times n_slice * grad_scale, i.e. its share of the global
+ * batch (times the loss scale): summed over replicas and divided by the
+ * loss scale it is the batch statistic the moving-average rule takes.
+ * Regularizers add their gradient the same way (each replica its share),
+ * and their value to the loss of every example.
  */
 #ifndef TSR_WK_MODEL_H
 #define TSR_WK_MODEL_H
@@ -36,23 +42,35 @@
 
 typedef enum { WK_VAR_DENSE = 0, WK_VAR_ROW_SPARSE = 1 } wk_var_kind;
 
+#define WK_VAR_MAX_RANK 4
+
 typedef struct {
-  char name[128];        /* Keras name: "dense/kernel", "embedding/embeddings" */
-  int rank;              /* 1 or 2 */
-  int64_t shape[2];
+  char name[128];        /* Keras name: "dense/kernel", "embedding/embeddings",
+                          * "batch_normalization/moving_mean" */
+  int rank;              /* 1..4 (a Conv2D kernel is [kh, kw, in, out]) */
+  int64_t shape[WK_VAR_MAX_RANK]; /* unused axes are 1 */
   int64_t numel;
   int64_t row_dim;       /* elements per axis-0 row */
   const char *dtype;     /* "float32" */
   kern_init_spec init;
   wk_var_kind kind;
+  bool trainable;        /* false: a moving statistic (BatchNormalization),
+                          * whose "gradient" is the batch's statistic and
+                          * whose update is the moving average below */
+  double momentum;       /* !trainable: new = momentum * old +
+                          * (1 - momentum) * batch statistic (Keras) */
+  float l1, l2;          /* regularizer factors: l1*sum|w| + l2*sum w^2 is
+                          * added to the loss, as Keras adds it */
 } wk_var_info;
 
 typedef struct wk_model wk_model;
 
-/* Builds a model from the job's model JSON (Keras Sequential or
- * {"builtin": "wide_deep", ...}), loss name and metric names. `schema` (may
- * be NULL) is checked against the model's input and output shapes and fills
- * sizes the built-in spec leaves out. */
+/* Builds a model from the job's model JSON (Keras Sequential, Functional,
+ * or {"builtin": "wide_deep", ...}), loss name and metric names. `schema`
+ * (may be NULL) is checked against the model's input and output shapes,
+ * fills sizes the built-in spec leaves out, and places a Functional
+ * model's inputs by feature name when its dense features are named. The
+ * variable list does not depend on the schema. */
 int wk_model_build(const json_t *model, const char *loss,
                    char *const *metrics, int n_metrics,
                    const wk_input_schema *schema, wk_model **out, char *err,
@@ -66,17 +84,34 @@ void wk_model_free(wk_model *m);
  * array belongs to the model. */
 int wk_model_variables(const wk_model *m, const wk_var_info **out, size_t *n);
 
+/* The update rule of a variable: the job's optimizer for a trainable one,
+ * the moving average (TSR_OPT_MOVING_AVERAGE, learning_rate = 1 -
+ * momentum) for a moving statistic. The chief gives it to the PS with the
+ * variable; the standalone trainer applies it. */
+void wk_var_optimizer(const wk_var_info *v, const tsr_optim_spec *job_opt,
+                      tsr_optim_spec *out);
+
 /* Fills elements [first, first+n) of variable v with its initial value for
  * the job seed (kern_init_fill keyed by the variable's name), as the PS
  * does, so both start from identical values. */
 void wk_model_init_var(const wk_model *m, int v, uint64_t seed,
                        uint64_t first, float *out, size_t n);
 
-/* One line per layer ("dense (Dense) 10 -> 64 relu"), for logs. */
+/* One line per layer ("dense (Dense) 10 -> 64 relu", "conv2d (Conv2D)
+ * 28x28x1 -> 26x26x32 relu"), for logs. */
 void wk_model_summary(const wk_model *m, char *buf, size_t len);
 int64_t wk_model_input_dense(const wk_model *m); /* dense features read */
-int64_t wk_model_output_dim(const wk_model *m);
-const char *wk_model_loss_name(const wk_model *m);
+/* The model's inputs that read numbers (not Embedding ids), in node
+ * order: each one's name and first column of the batch's dense features
+ * (placed by feature name when the data names them). Fills up to max
+ * entries; returns the number of such inputs. The names belong to the
+ * model. */
+int wk_model_inputs(const wk_model *m, const char **names, int64_t *first,
+                    int max);
+int64_t wk_model_output_dim(const wk_model *m);  /* units of the output */
+/* Classes a label must fall in ([0, n)) for a categorical loss; 0 when
+ * labels are not class indices (regression, binary). */
+int64_t wk_model_num_classes(const wk_model *m);
 int wk_model_num_metrics(const wk_model *m);
 const char *wk_model_metric_name(const wk_model *m, int i);
 
@@ -93,6 +128,15 @@ typedef struct {
   bool params_resident;/* the parameters uploaded by the previous run are
                         * still current: skip the upload (evaluation loops,
                         * benchmarks) */
+  /* Overlap with the parameter servers (each may be NULL), on the calling
+   * thread. param_need(arg, v) runs before variable v's parameters are
+   * first read, in forward order (a negative return stops the run with
+   * that code); grad_ready(arg, v) once v's gradient is final in grads[v],
+   * in backward order (last layer first). On a GPU every need comes before
+   * the upload and every ready after the download. */
+  int (*param_need)(void *arg, int var);
+  void (*grad_ready)(void *arg, int var);
+  void *hook_arg;
 } wk_run_opts;
 
 typedef struct {
@@ -132,7 +176,5 @@ int wk_exec_run(wk_exec *e, float *const *params, float *const *grads,
 int wk_exec_allreduce(wk_exec *const *reps, int n);
 /* Copies the device gradients to host grads (after keep_on_device). */
 int wk_exec_fetch_grads(wk_exec *e, float *const *grads);
-/* True when every gradient of the last run is finite (loss-scale check). */
-int wk_exec_grads_finite(wk_exec *e, bool *finite);
 
 #endif

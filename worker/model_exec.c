@@ -1,10 +1,11 @@
-/* Running a model on one compute context: batch checks, the sparse row
- * plan (ids sorted and de-duplicated per variable, with the inverse lists
- * the scatter-add needs), forward, loss, backward.
+/* Running a model on one compute context: device memory per node, batch
+ * checks, the sparse row plan (ids sorted and de-duplicated per variable,
+ * with the inverse lists the scatter-add needs), the loss and the
+ * regularization loss; the nodes' forward and backward are model_nodes.c.
  *
  * Happy path: prepare() validates the slice on the host and builds the
  * plan; run() uploads parameters (nothing on the CPU: they are read in
- * place), runs the layers and the loss, and writes gradients into the
+ * place), runs the nodes and the loss, and writes gradients into the
  * caller's buffers (on the CPU directly, on a GPU by one download per
  * variable, or not at all when replicas reduce them first).
  * Failure modes: NaN/inf in features or labels, a class label out of range,
@@ -20,61 +21,67 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FAIL(code, ...) wk_model__fail(err, errlen, code, __VA_ARGS__)
-
-typedef struct {           /* per row-sparse variable */
-  int var;
-  bool wide;
-  int64_t dim;
-  int first_emb;           /* embed entry (non-wide: its only one) */
-  int64_t *uniq;           /* sorted unique ids */
-  int64_t n_uniq, cap_uniq;
-  /* gather: bags and their local row indices */
-  int32_t *idx, *bag_off;
-  int64_t n_idx, cap_idx, n_bags, cap_bags;
-  /* scatter: per unique row its (bag, weight) occurrences */
-  int32_t *occ_off, *occ_bag;
-  float *occ_w;
-  /* device copies (aliases on the CPU) */
-  int32_t *d_idx, *d_bag_off, *d_occ_off, *d_occ_bag;
-  float *d_occ_w;
-  int64_t dcap_idx, dcap_bags, dcap_uniq;
-} wk_splan;
-
-struct wk_exec {
-  const wk_model *m;
-  kern_ctx *ctx;
-  bool host;
-  int64_t maxb;
-  kern_prec prec;
-  int64_t xw;              /* dense features read by the first layer */
-  /* prepared slice */
-  const wk_batch *b;
-  int64_t lo, n;
-  float *hx, *hlab, *hpred, *hloss, *hlab_raw;
-  int64_t lab_w;           /* label columns on the device */
-  wk_splan sp[WK_MAX_EMB];
-  int n_sp;
-  /* device activations */
-  float *x, *lab, *emb, *demb, *wide, *dlast, *dz, *exl;
-  float *z[WK_MAX_LAYERS], *y[WK_MAX_LAYERS], *mask[WK_MAX_LAYERS],
-      *dy[WK_MAX_LAYERS];
-  bool own_y[WK_MAX_LAYERS];
-  /* parameters and gradients on the device */
-  float **dp, **dg;
-  int64_t *dcap;           /* allocated elements of dp/dg (sparse grow) */
-};
-
 kern_ctx *wk_exec_ctx(const wk_exec *e) { return e->ctx; }
 
 static float *dalloc(wk_exec *e, int64_t n) {
   return kern_alloc(e->ctx, (size_t)(n > 0 ? n : 1) * sizeof(float));
 }
 
+bool wk_exec__conv_direct(const wk_layer *l) {
+  const kern_win *g = &l->win;
+  return g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 &&
+         g->pt == 0 && g->pl == 0;
+}
+
+#define WK_COLS_MAX (4 << 20) /* floats of im2col rows per chunk */
+
+int64_t wk_exec__conv_chunk(const wk_exec *e, const wk_layer *l) {
+  int64_t per = l->win.oh * l->win.ow * kern_win_patch(&l->win);
+  int64_t k = per > 0 ? WK_COLS_MAX / per : e->maxb;
+  if (k < 1) k = 1;
+  return k < e->maxb ? k : e->maxb;
+}
+
+/* Where each variable's gradient is final in a backward pass: the last
+ * node (lowest index) whose backward writes it; row-sparse tables after
+ * the scatters; regularized variables after the regularizers add theirs.
+ * A variable no node writes is announced at the end of the run. */
+static void ready_points(wk_exec *e) {
+  const wk_model *m = e->m;
+  for (int v = 0; v < m->n_vars; v++)
+    e->ready_at[v] = m->vars[v].kind == WK_VAR_ROW_SPARSE ? WK_READY_SCATTER
+                                                          : WK_READY_END;
+  for (int k = m->n_layers - 1; k >= 0; k--) {
+    const wk_layer *l = &m->layers[k];
+    if (!l->needs_grad) continue;
+    int vs[4] = {l->var_w, l->var_b, l->var_mm, l->var_mv};
+    for (int i = 0; i < 4; i++)
+      if (vs[i] >= 0 && m->vars[vs[i]].kind == WK_VAR_DENSE)
+        e->ready_at[vs[i]] = k;
+  }
+  for (int v = 0; v < m->n_vars; v++)
+    if (m->vars[v].l1 > 0 || m->vars[v].l2 > 0) e->ready_at[v] = WK_READY_REG;
+}
+
+int wk_exec__need(wk_exec *e, const wk_run_opts *o, int v) {
+  return e->host && o->param_need && v >= 0 ? o->param_need(o->hook_arg, v)
+                                            : 0;
+}
+
+void wk_exec__done(wk_exec *e, const wk_run_opts *o, int k) {
+  if (!e->host || !o->grad_ready) return;
+  for (int v = 0; v < e->m->n_vars; v++)
+    if (e->ready_at[v] == k && !e->readied[v]) {
+      e->readied[v] = true;
+      o->grad_ready(o->hook_arg, v);
+    }
+}
+
 int wk_exec_open(const wk_model *m, kern_ctx *ctx, int64_t maxb,
                  kern_prec prec, wk_exec **out, char *err, size_t errlen) {
   *out = NULL;
-  if (maxb < 1) return FAIL(TSR_EINVAL, "batch size must be >= 1");
+  if (maxb < 1) return tsr_errf(err, errlen, TSR_EINVAL,
+                                "batch size must be >= 1");
   wk_exec *e = calloc(1, sizeof *e);
   if (!e) return TSR_ENOMEM;
   e->m = m;
@@ -82,41 +89,83 @@ int wk_exec_open(const wk_model *m, kern_ctx *ctx, int64_t maxb,
   e->host = kern_is_host(ctx);
   e->maxb = maxb;
   e->prec = prec;
-  e->xw = m->seq_ids ? 0 : m->n_dense;
   e->lab_w = m->onehot_labels ? m->out_dim : 1;
   int64_t maxw = 1;
-  for (int l = 0; l < m->n_layers; l++)
-    if (m->layers[l].out > maxw) maxw = m->layers[l].out;
+  for (int k = 0; k < m->n_layers; k++) {
+    const wk_layer *l = &m->layers[k];
+    if (l->size > maxw) maxw = l->size;
+    if (l->kind == WK_L_INPUT && !l->ids) e->x_float = true;
+  }
   e->hlab = malloc((size_t)(maxb * e->lab_w) * sizeof(float));
   e->hpred = malloc((size_t)(maxb * m->out_dim) * sizeof(float));
   e->hloss = malloc((size_t)maxb * sizeof(float));
   e->dp = calloc((size_t)m->n_vars, sizeof *e->dp);
   e->dg = calloc((size_t)m->n_vars, sizeof *e->dg);
   e->dcap = calloc((size_t)m->n_vars, sizeof *e->dcap);
-  if (!e->hlab || !e->hpred || !e->hloss || !e->dp || !e->dg || !e->dcap)
+  e->ready_at = calloc((size_t)m->n_vars + 1, sizeof *e->ready_at);
+  e->readied = calloc((size_t)m->n_vars + 1, sizeof *e->readied);
+  if (!e->hlab || !e->hpred || !e->hloss || !e->dp || !e->dg || !e->dcap ||
+      !e->ready_at || !e->readied)
     goto nomem;
-  if (!e->host && e->xw > 0 && !(e->x = dalloc(e, maxb * e->xw))) goto nomem;
+  ready_points(e);
+  if (!e->host && e->x_float && m->n_dense > 0 &&
+      !(e->x = dalloc(e, maxb * m->n_dense)))
+    goto nomem;
   if (!e->host && !(e->lab = dalloc(e, maxb * e->lab_w))) goto nomem;
-  if (m->emb_width > 0 && (!(e->emb = dalloc(e, maxb * m->emb_width)) ||
-                           !(e->demb = dalloc(e, maxb * m->emb_width))))
+  if (!(e->exl = dalloc(e, maxb)) || !(e->acc = dalloc(e, maxb * maxw)) ||
+      !(e->dz = dalloc(e, maxb * maxw)))
     goto nomem;
-  if (!(e->wide = dalloc(e, maxb)) || !(e->dlast = dalloc(e, maxb * maxw)) ||
-      !(e->dz = dalloc(e, maxb * maxw)) || !(e->exl = dalloc(e, maxb)))
-    goto nomem;
-  for (int l = 0; l < m->n_layers; l++) {
-    const wk_layer *ly = &m->layers[l];
-    int64_t sz = maxb * ly->out;
-    if (ly->kind == WK_L_DENSE && !(e->z[l] = dalloc(e, sz))) goto nomem;
-    if (ly->kind == WK_L_DROPOUT && !(e->mask[l] = dalloc(e, sz))) goto nomem;
-    bool needs_y = ly->kind != WK_L_DENSE || ly->act != KERN_ACT_LINEAR;
-    if (needs_y) {
-      if (!(e->y[l] = dalloc(e, sz))) goto nomem;
-      e->own_y[l] = true;
-    } else {
-      e->y[l] = e->z[l];
+  for (int k = 0; k < m->n_layers; k++) {
+    const wk_layer *l = &m->layers[k];
+    int64_t sz = maxb * l->size;
+    bool direct = l->kind == WK_L_INPUT && l->x_off == 0 &&
+                  l->size == m->n_dense;
+    bool own = l->kind != WK_L_RESHAPE &&
+               !(l->kind == WK_L_INPUT && (l->ids || direct));
+    if (own) {
+      if (!(e->y[k] = dalloc(e, sz))) goto nomem;
+      e->own_y[k] = true;
     }
-    if (!(e->dy[l] = dalloc(e, sz))) goto nomem;
+    bool with_z = (l->kind == WK_L_DENSE || l->kind == WK_L_CONV2D) &&
+                  l->act != KERN_ACT_LINEAR;
+    if (with_z) {
+      if (!(e->z[k] = dalloc(e, sz))) goto nomem;
+      e->own_z[k] = true;
+    } else {
+      e->z[k] = e->y[k];
+    }
+    if (l->needs_grad && own && l->kind != WK_L_INPUT &&
+        !(e->dy[k] = dalloc(e, sz)))
+      goto nomem;
+    if (l->kind == WK_L_DROPOUT && !(e->mask[k] = dalloc(e, sz))) goto nomem;
+    if (l->kind == WK_L_POOL2D && l->pool == KERN_POOL2D_MAX &&
+        !(e->arg[k] = kern_alloc(ctx, (size_t)sz * sizeof(int32_t))))
+      goto nomem;
+    if (l->kind == WK_L_BATCHNORM) {
+      int64_t c = l->dim[l->rank - 1];
+      if (!(e->st_a[k] = dalloc(e, c)) || !(e->st_b[k] = dalloc(e, c)))
+        goto nomem;
+    }
+    if (l->kind == WK_L_LAYERNORM) {
+      int64_t rows = maxb * (l->size / l->norm_w);
+      if (!(e->st_a[k] = dalloc(e, rows)) || !(e->st_b[k] = dalloc(e, rows)))
+        goto nomem;
+    }
+    if (l->kind == WK_L_CONV2D && !wk_exec__conv_direct(l)) {
+      int64_t need = wk_exec__conv_chunk(e, l) * l->win.oh * l->win.ow *
+                     kern_win_patch(&l->win);
+      if (need > e->cols_n) e->cols_n = need;
+    }
   }
+  /* views share their root's memory */
+  for (int k = 0; k < m->n_layers; k++) {
+    int r = m->layers[k].root;
+    if (r != k) {
+      e->y[k] = e->z[k] = e->y[r];
+      e->dy[k] = e->dy[r];
+    }
+  }
+  if (e->cols_n > 0 && !(e->cols = dalloc(e, e->cols_n))) goto nomem;
   /* dense variables have fixed device buffers */
   for (int v = 0; v < m->n_vars; v++) {
     if (m->vars[v].kind != WK_VAR_DENSE || e->host) continue;
@@ -142,8 +191,8 @@ int wk_exec_open(const wk_model *m, kern_ctx *ctx, int64_t maxb,
   return 0;
 nomem:
   wk_exec_close(e);
-  return FAIL(TSR_ENOMEM, "out of %s memory for batch %lld",
-              kern_backend_name(ctx), (long long)maxb);
+  return tsr_errf(err, errlen, TSR_ENOMEM, "out of %s memory for batch %lld",
+                  kern_backend_name(ctx), (long long)maxb);
 }
 
 static void splan_free_dev(wk_exec *e, wk_splan *p) {
@@ -166,17 +215,19 @@ void wk_exec_close(wk_exec *e) {
     kern_free(c, e->x);
     kern_free(c, e->lab);
   }
-  kern_free(c, e->emb);
-  kern_free(c, e->demb);
-  kern_free(c, e->wide);
-  kern_free(c, e->dlast);
-  kern_free(c, e->dz);
   kern_free(c, e->exl);
-  for (int l = 0; l < m->n_layers; l++) {
-    kern_free(c, e->z[l]);
-    if (e->own_y[l]) kern_free(c, e->y[l]);
-    kern_free(c, e->mask[l]);
-    kern_free(c, e->dy[l]);
+  kern_free(c, e->acc);
+  kern_free(c, e->dz);
+  kern_free(c, e->cols);
+  for (int k = 0; k < m->n_layers; k++) {
+    if (m->layers[k].root != k) continue;
+    if (e->own_y[k]) kern_free(c, e->y[k]);
+    if (e->own_z[k]) kern_free(c, e->z[k]);
+    kern_free(c, e->dy[k]);
+    kern_free(c, e->mask[k]);
+    kern_free(c, e->arg[k]);
+    kern_free(c, e->st_a[k]);
+    kern_free(c, e->st_b[k]);
   }
   for (int v = 0; e->dp && v < m->n_vars; v++)
     if (!e->host) {
@@ -196,6 +247,8 @@ void wk_exec_close(wk_exec *e) {
   free(e->dp);
   free(e->dg);
   free(e->dcap);
+  free(e->ready_at);
+  free(e->readied);
   free(e);
 }
 
@@ -227,16 +280,18 @@ static int visit_ids(wk_exec *e, wk_splan *p, const wk_batch *b, int64_t lo,
     const wk_embed *em = &m->emb[i];
     if (em->var != p->var) continue;
     for (int64_t r = lo; r < hi; r++) {
-      if (em->feature < 0) { /* Sequential Embedding: ids are x columns */
-        for (int64_t c = 0; c < m->seq_ids; c++) {
-          float v = b->x[r * b->n_dense + c];
+      if (em->feature < 0) { /* Keras Embedding: ids are x columns */
+        const wk_layer *src = &m->layers[m->layers[em->node].in[0]];
+        for (int64_t c = 0; c < src->size; c++) {
+          float v = b->x[r * b->n_dense + src->x_off + c];
           if (!(v >= 0 && v < (float)em->vocab) || v != floorf(v))
-            return FAIL(TSR_ERANGE, "batch %lld (epoch %lld) example %lld "
-                        "column %lld: %g is not an id in [0, %lld) for '%s'",
-                        (long long)b->index, (long long)b->epoch, (long long)r,
-                        (long long)c, (double)v, (long long)em->vocab,
-                        m->vars[em->var].name);
-          int64_t bag = em->per_id ? (r - lo) * m->seq_ids + c : r - lo;
+            return tsr_errf(err, errlen, TSR_ERANGE,
+                            "batch %lld (epoch %lld) example %lld "
+                            "column %lld: %g is not an id in [0, %lld) for '%s'",
+                            (long long)b->index, (long long)b->epoch, (long long)r,
+                            (long long)(src->x_off + c), (double)v,
+                            (long long)em->vocab, m->vars[em->var].name);
+          int64_t bag = em->per_id ? (r - lo) * src->size + c : r - lo;
           if ((rc = fn(p, bag, (int64_t)v, arg))) return rc;
         }
       } else {
@@ -244,10 +299,11 @@ static int visit_ids(wk_exec *e, wk_splan *p, const wk_batch *b, int64_t lo,
         const int64_t *off = b->offsets[em->feature];
         for (int64_t j = off[r]; j < off[r + 1]; j++) {
           if (ids[j] < 0 || ids[j] >= em->vocab)
-            return FAIL(TSR_ERANGE, "batch %lld (epoch %lld) example %lld "
-                        "sparse feature %d: id %lld outside [0, %lld)",
-                        (long long)b->index, (long long)b->epoch, (long long)r,
-                        em->feature, (long long)ids[j], (long long)em->vocab);
+            return tsr_errf(err, errlen, TSR_ERANGE,
+                            "batch %lld (epoch %lld) example %lld "
+                            "sparse feature %d: id %lld outside [0, %lld)",
+                            (long long)b->index, (long long)b->epoch, (long long)r,
+                            em->feature, (long long)ids[j], (long long)em->vocab);
           if ((rc = fn(p, r - lo, ids[j] + em->id_offset, arg))) return rc;
         }
       }
@@ -306,7 +362,7 @@ static int build_plan(wk_exec *e, wk_splan *p, const wk_batch *b, int64_t lo,
     p->n_uniq = k;
   }
   const wk_embed *em = &m->emb[p->first_emb];
-  p->n_bags = em->per_id ? n * m->seq_ids : n;
+  p->n_bags = em->per_id ? n * m->layers[em->node].dim[0] : n;
   if (grow((void **)&p->bag_off, &p->cap_bags, p->n_bags + 1,
            sizeof(int32_t)))
     return TSR_ENOMEM;
@@ -407,35 +463,48 @@ int wk_exec_prepare(wk_exec *e, const wk_batch *b, int64_t lo, int64_t hi,
   const wk_model *m = e->m;
   int64_t n = hi - lo;
   if (lo < 0 || hi > b->n || n < 1 || n > e->maxb)
-    return FAIL(TSR_EINVAL, "batch slice [%lld, %lld) of %lld examples "
-                "(max %lld)", (long long)lo, (long long)hi, (long long)b->n,
-                (long long)e->maxb);
+    return tsr_errf(err, errlen, TSR_EINVAL,
+                    "batch slice [%lld, %lld) of %lld examples "
+                    "(max %lld)", (long long)lo, (long long)hi, (long long)b->n,
+                    (long long)e->maxb);
   if (b->n_dense != m->n_dense && !(m->wide_deep && m->n_dense == 0))
-    return FAIL(TSR_ESHAPE, "shapes do not chain: the model's input takes "
-                "%lld feature(s), the batch has %lld", (long long)m->n_dense,
-                (long long)b->n_dense);
+    return tsr_errf(err, errlen, TSR_ESHAPE,
+                    "shapes do not chain: the model's input takes "
+                    "%lld feature(s), the batch has %lld", (long long)m->n_dense,
+                    (long long)b->n_dense);
   if (m->n_sparse > b->n_sparse)
-    return FAIL(TSR_ESHAPE, "shapes do not chain: the model reads %d sparse "
-                "feature(s), the batch has %d", m->n_sparse, b->n_sparse);
+    return tsr_errf(err, errlen, TSR_ESHAPE,
+                    "shapes do not chain: the model reads %d sparse "
+                    "feature(s), the batch has %d", m->n_sparse, b->n_sparse);
   for (int64_t r = lo; r < hi; r++) {
     const float *xr = b->x + r * b->n_dense;
     for (int64_t c = 0; c < b->n_dense; c++)
       if (!isfinite(xr[c]))
-        return FAIL(TSR_ENONFINITE, "batch %lld (epoch %lld) example %lld: "
-                    "feature column %lld is %s", (long long)b->index,
-                    (long long)b->epoch, (long long)r, (long long)c,
-                    isnan(xr[c]) ? "NaN" : "infinite");
+        return tsr_errf(err, errlen, TSR_ENONFINITE,
+                        "batch %lld (epoch %lld) example %lld: "
+                        "feature column %lld is %s", (long long)b->index,
+                        (long long)b->epoch, (long long)r, (long long)c,
+                        isnan(xr[c]) ? "NaN" : "infinite");
     float y = b->y[r];
     if (!isfinite(y))
-      return FAIL(TSR_ENONFINITE, "batch %lld (epoch %lld) example %lld: the "
-                  "label is %s", (long long)b->index, (long long)b->epoch,
-                  (long long)r, isnan(y) ? "NaN" : "infinite");
-    if (m->loss >= KERN_LOSS_CCE_LOGITS &&
+      return tsr_errf(err, errlen, TSR_ENONFINITE,
+                      "batch %lld (epoch %lld) example %lld: the "
+                      "label is %s", (long long)b->index, (long long)b->epoch,
+                      (long long)r, isnan(y) ? "NaN" : "infinite");
+    if ((m->loss == KERN_LOSS_BCE_LOGITS || m->loss == KERN_LOSS_BCE_PROBS) &&
+        !(y >= 0 && y <= 1))
+      return tsr_errf(err, errlen, TSR_ERANGE,
+                      "batch %lld (epoch %lld) example %lld: label "
+                      "%g is outside [0, 1], which binary cross-entropy needs",
+                      (long long)b->index, (long long)b->epoch, (long long)r,
+                      (double)y);
+    if (m->class_labels &&
         (!(y >= 0 && y < (float)m->out_dim) || y != floorf(y)))
-      return FAIL(TSR_ERANGE, "batch %lld (epoch %lld) example %lld: label "
-                  "%g is not a class in [0, %lld)", (long long)b->index,
-                  (long long)b->epoch, (long long)r, (double)y,
-                  (long long)m->out_dim);
+      return tsr_errf(err, errlen, TSR_ERANGE,
+                      "batch %lld (epoch %lld) example %lld: label "
+                      "%g is not a class in [0, %lld)", (long long)b->index,
+                      (long long)b->epoch, (long long)r, (double)y,
+                      (long long)m->out_dim);
   }
   e->b = b;
   e->lo = lo;
@@ -450,18 +519,20 @@ int wk_exec_prepare(wk_exec *e, const wk_batch *b, int64_t lo, int64_t hi,
   int rc;
   for (int s = 0; s < e->n_sp; s++)
     if ((rc = build_plan(e, &e->sp[s], b, lo, hi, global, err, errlen)))
-      return rc == TSR_ENOMEM ? FAIL(rc, "out of memory for the sparse ids")
+      return rc == TSR_ENOMEM ? tsr_errf(err, errlen, rc,
+                                         "out of memory for the sparse ids")
                               : rc;
   if (e->host) {
-    e->x = e->xw ? b->x + lo * b->n_dense : NULL;
+    e->x = e->x_float ? (float *)(b->x + lo * b->n_dense) : NULL;
     e->lab = e->hlab;
   } else {
-    if (e->xw && (rc = kern_upload(e->ctx, e->x, b->x + lo * b->n_dense,
-                                   (size_t)(n * e->xw) * sizeof(float))))
-      return FAIL(rc, "upload of the batch failed");
+    if (e->x_float &&
+        (rc = kern_upload(e->ctx, e->x, b->x + lo * b->n_dense,
+                          (size_t)(n * m->n_dense) * sizeof(float))))
+      return tsr_errf(err, errlen, rc, "upload of the batch failed");
     if ((rc = kern_upload(e->ctx, e->lab, e->hlab,
                           (size_t)(n * e->lab_w) * sizeof(float))))
-      return FAIL(rc, "upload of the labels failed");
+      return tsr_errf(err, errlen, rc, "upload of the labels failed");
   }
   return 0;
 }
@@ -488,11 +559,13 @@ static int64_t var_elems(const wk_exec *e, int v) {
 /* Points dp/dg at the parameters: the caller's on the CPU, uploaded
  * copies on a GPU (sparse buffers grown to the batch's rows). */
 static int bind_params(wk_exec *e, float *const *params, float *const *grads,
-                       bool resident) {
+                       bool resident, const wk_run_opts *o) {
   const wk_model *m = e->m;
   int rc;
   for (int v = 0; v < m->n_vars; v++) {
     int64_t ne = var_elems(e, v);
+    if (!e->host && o->param_need && (rc = o->param_need(o->hook_arg, v)))
+      return rc;
     if (e->host) {
       e->dp[v] = params[v];
       e->dg[v] = grads ? grads[v] : NULL;
@@ -522,125 +595,22 @@ static int bind_params(wk_exec *e, float *const *params, float *const *grads,
 
 #define CK(x) do { if ((rc = (x))) return rc; } while (0)
 
-static int forward(wk_exec *e, const wk_run_opts *o) {
-  const wk_model *m = e->m;
-  kern_ctx *c = e->ctx;
-  int64_t n = e->n;
-  int rc;
-  for (int s = 0; s < e->n_sp; s++) {
-    wk_splan *p = &e->sp[s];
-    const wk_embed *em = &m->emb[p->first_emb];
-    if (p->wide)
-      CK(kern_embed_gather(c, e->dp[p->var], 1, p->d_idx, p->d_bag_off, n,
-                           KERN_POOL_SUM, e->wide, 1, 0));
-    else if (em->per_id)
-      CK(kern_embed_gather(c, e->dp[p->var], p->dim, p->d_idx, p->d_bag_off,
-                           p->n_bags, KERN_POOL_SUM, e->emb, p->dim, 0));
-    else
-      CK(kern_embed_gather(c, e->dp[p->var], p->dim, p->d_idx, p->d_bag_off,
-                           n, em->pool, e->emb, m->emb_width, em->out_off));
-  }
-  const float *in = NULL;
-  for (int l = 0; l < m->n_layers; l++) {
-    const wk_layer *ly = &m->layers[l];
-    if (ly->kind == WK_L_DENSE) {
-      const float *W = e->dp[ly->var_w];
-      if (l == 0) {
-        if (e->xw)
-          CK(kern_gemm(c, false, false, n, ly->out, e->xw, 1.0f, e->x, W,
-                       0.0f, e->z[l], e->prec));
-        if (m->emb_width)
-          CK(kern_gemm(c, false, false, n, ly->out, m->emb_width, 1.0f,
-                       e->emb, W + e->xw * ly->out, e->xw ? 1.0f : 0.0f,
-                       e->z[l], e->prec));
-      } else {
-        CK(kern_gemm(c, false, false, n, ly->out, ly->in, 1.0f, in, W, 0.0f,
-                     e->z[l], e->prec));
-      }
-      if (l == m->n_layers - 1 && m->wide_deep && e->n_sp > 0 &&
-          e->sp[e->n_sp - 1].wide)
-        CK(kern_axpy(c, e->z[l], e->wide, (size_t)n, 1.0f));
-      CK(kern_bias_act(c, e->z[l], ly->var_b >= 0 ? e->dp[ly->var_b] : NULL,
-                       e->y[l], n, ly->out, ly->act, ly->alpha));
-    } else if (ly->kind == WK_L_ACTIVATION) {
-      CK(kern_bias_act(c, (float *)in, NULL, e->y[l], n, ly->out, ly->act,
-                       ly->alpha));
-    } else {
-      CK(kern_copy(c, e->y[l], in, (size_t)(n * ly->out) * sizeof(float)));
-      if (o->train && ly->rate > 0)
-        CK(kern_dropout(c, e->y[l], e->mask[l], (size_t)(n * ly->out),
-                        ly->rate, o->seed ^ ((uint64_t)l << 56)));
+/* l1*sum|w| + l2*sum w^2 of every regularized variable, from the host
+ * parameters (in float64). */
+static double reg_loss(const wk_model *m, float *const *params) {
+  double t = 0;
+  for (int v = 0; v < m->n_vars; v++) {
+    const wk_var_info *vi = &m->vars[v];
+    if (!(vi->l1 > 0 || vi->l2 > 0)) continue;
+    double a = 0, q = 0;
+    for (int64_t i = 0; i < vi->numel; i++) {
+      double w = params[v][i];
+      a += fabs(w);
+      q += w * w;
     }
-    in = e->y[l];
+    t += vi->l1 * a + vi->l2 * q;
   }
-  return 0;
-}
-
-static int backward(wk_exec *e) {
-  const wk_model *m = e->m;
-  kern_ctx *c = e->ctx;
-  int64_t n = e->n;
-  int rc;
-  const float *g = e->dlast;
-  const float *dwide = NULL;
-  for (int l = m->n_layers - 1; l >= 0; l--) {
-    const wk_layer *ly = &m->layers[l];
-    const float *in = l > 0 ? e->y[l - 1] : NULL;
-    float *din = l > 0 ? e->dy[l - 1] : NULL;
-    if (ly->kind == WK_L_DENSE) {
-      const float *dz = g;
-      bool last = l == m->n_layers - 1;
-      if (!(last && m->fused) && ly->act != KERN_ACT_LINEAR) {
-        CK(kern_act_grad(c, g, e->z[l], e->y[l], e->dz, n, ly->out, ly->act,
-                         ly->alpha));
-        dz = e->dz;
-      }
-      if (last) dwide = dz;
-      float *dW = e->dg[ly->var_w];
-      const float *W = e->dp[ly->var_w];
-      if (l == 0) {
-        if (e->xw)
-          CK(kern_gemm(c, true, false, e->xw, ly->out, n, 1.0f, e->x, dz,
-                       0.0f, dW, e->prec));
-        if (m->emb_width) {
-          CK(kern_gemm(c, true, false, m->emb_width, ly->out, n, 1.0f,
-                       e->emb, dz, 0.0f, dW + e->xw * ly->out, e->prec));
-          CK(kern_gemm(c, false, true, n, m->emb_width, ly->out, 1.0f, dz,
-                       W + e->xw * ly->out, 0.0f, e->demb, e->prec));
-        }
-      } else {
-        CK(kern_gemm(c, true, false, ly->in, ly->out, n, 1.0f, in, dz, 0.0f,
-                     dW, e->prec));
-        CK(kern_gemm(c, false, true, n, ly->in, ly->out, 1.0f, dz, W, 0.0f,
-                     din, e->prec));
-      }
-      if (ly->var_b >= 0)
-        CK(kern_col_sum(c, dz, n, ly->out, 0.0f, e->dg[ly->var_b]));
-    } else if (ly->kind == WK_L_ACTIVATION) {
-      CK(kern_act_grad(c, g, in, e->y[l], din, n, ly->out, ly->act,
-                       ly->alpha));
-    } else {
-      CK(kern_copy(c, din, g, (size_t)(n * ly->out) * sizeof(float)));
-      if (ly->rate > 0) CK(kern_mul(c, din, e->mask[l], (size_t)(n * ly->out)));
-    }
-    g = din;
-  }
-  for (int s = 0; s < e->n_sp; s++) {
-    wk_splan *p = &e->sp[s];
-    const wk_embed *em = &m->emb[p->first_emb];
-    if (p->wide)
-      CK(kern_embed_scatter(c, dwide, 1, 0, 1, p->d_occ_off, p->d_occ_bag,
-                            p->d_occ_w, p->n_uniq, e->dg[p->var]));
-    else if (em->per_id)
-      CK(kern_embed_scatter(c, e->demb, p->dim, 0, p->dim, p->d_occ_off,
-                            p->d_occ_bag, p->d_occ_w, p->n_uniq,
-                            e->dg[p->var]));
-    else
-      CK(kern_embed_scatter(c, e->demb, m->emb_width, em->out_off, p->dim,
-                            p->d_occ_off, p->d_occ_bag, p->d_occ_w,
-                            p->n_uniq, e->dg[p->var]));
-  }
-  return 0;
+  return t;
 }
 
 int wk_exec_run(wk_exec *e, float *const *params, float *const *grads,
@@ -649,21 +619,32 @@ int wk_exec_run(wk_exec *e, float *const *params, float *const *grads,
   int rc;
   if (!e->b) return TSR_EINVAL;
   if (o->train && !grads && !o->keep_on_device) return TSR_EINVAL;
-  CK(bind_params(e, params, o->train ? grads : NULL, o->params_resident));
-  CK(forward(e, o));
+  CK(bind_params(e, params, o->train ? grads : NULL, o->params_resident, o));
+  memset(e->readied, 0, (size_t)m->n_vars * sizeof *e->readied);
+  CK(wk_exec__forward(e, o));
   int last = m->n_layers - 1;
-  const float *pl = m->fused ? e->z[last] : e->y[last];
-  CK(kern_loss_eval(e->ctx, m->loss, pl, e->lab, e->n, m->out_dim,
-                    o->grad_scale, e->exl, o->train ? e->dlast : NULL));
-  if (o->train) CK(backward(e));
+  const wk_layer *out = &m->layers[last];
+  const float *pl = e->y[last];
+  if (m->fused)
+    pl = out->kind == WK_L_ACTIVATION ? e->y[m->layers[out->in[0]].root]
+                                      : e->z[last];
+  CK(kern_loss_eval_p(e->ctx, m->loss, m->loss_param, pl, e->lab, e->n,
+                      m->out_dim, o->grad_scale, e->exl,
+                      o->train ? e->dy[last] : NULL));
+  if (o->train) CK(wk_exec__backward(e, o));
   CK(kern_download(e->ctx, e->hloss, e->exl, (size_t)e->n * sizeof(float)));
   CK(kern_download(e->ctx, e->hpred, e->y[last],
                    (size_t)(e->n * m->out_dim) * sizeof(float)));
-  if (o->train && !o->keep_on_device && !e->host)
+  if (o->train && !o->keep_on_device && !e->host) {
     CK(wk_exec_fetch_grads(e, grads));
+    for (int v = 0; o->grad_ready && v < m->n_vars; v++)
+      o->grad_ready(o->hook_arg, v);
+  }
+  if (o->train) wk_exec__done(e, o, WK_READY_END);
   double s = 0;
   for (int64_t i = 0; i < e->n; i++) s += e->hloss[i];
-  r->loss_sum = s;
+  e->reg = m->has_reg ? reg_loss(m, params) : 0;
+  r->loss_sum = s + e->reg * (double)e->n;
   r->n = e->n;
   r->pred = e->hpred;
   r->labels = e->b->y + e->lo;
@@ -693,13 +674,5 @@ int wk_exec_allreduce(wk_exec *const *reps, int n) {
     }
     CK(kern_allreduce_sum(ctxs, bufs, n, (size_t)var_elems(reps[0], v)));
   }
-  return 0;
-}
-
-int wk_exec_grads_finite(wk_exec *e, bool *finite) {
-  *finite = true;
-  int rc;
-  for (int v = 0; v < e->m->n_vars && *finite; v++)
-    CK(kern_all_finite(e->ctx, e->dg[v], (size_t)var_elems(e, v), finite));
   return 0;
 }

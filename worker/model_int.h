@@ -1,70 +1,263 @@
-/* Internals of the model module shared by its files: model.c (building
- * from JSON), model_exec.c (running on a compute context), metrics.c. */
+/* Internals of the model module shared by its files: model.c (building,
+ * losses, variables), model_layers.c (the Keras layer table), model_graph.c
+ * (Sequential and Functional graphs, the built-in wide_deep), model_exec.c
+ * (batches, sparse plans, running), model_nodes.c (each node's forward and
+ * backward), metrics.c.
+ *
+ * A model is a graph of nodes in topological order (every input of node k
+ * has a smaller index) ending in its one output node. Tensors are
+ * [batch, dims...] row-major float32; an image is [batch, h, w, c].
+ */
 #ifndef TSR_WK_MODEL_INT_H
 #define TSR_WK_MODEL_INT_H
 
+#include "kernels/kern_nn.h"
+#include "common/err.h"
 #include "worker/model.h"
 
-#define WK_MAX_LAYERS 64
-#define WK_MAX_EMB 64
+#define WK_MAX_LAYERS 128 /* nodes */
+#define WK_MAX_EMB 128 /* lookups: a feature's deep and wide ones count apart */
 #define WK_MAX_METRICS 8
+#define WK_MAX_IN 8       /* inputs of one node (Add, Concatenate) */
+#define WK_MAX_DIMS 3     /* tensor axes after the batch */
 
 typedef enum {
-  WK_L_DENSE = 0,
-  WK_L_ACTIVATION,
-  WK_L_DROPOUT
+  WK_L_INPUT = 0,  /* columns [x_off, x_off + size) of the batch */
+  WK_L_EMBED,      /* embedding lookups of row-sparse variables (wk_embed) */
+  WK_L_DENSE,      /* on the last axis */
+  WK_L_CONV2D,
+  WK_L_ACTIVATION, /* Activation, ReLU, LeakyReLU, Softmax, ELU layers */
+  WK_L_DROPOUT,
+  WK_L_RESHAPE,    /* Flatten, Reshape: a view of its input's memory */
+  WK_L_POOL2D,     /* MaxPooling2D, AveragePooling2D */
+  WK_L_GPOOL,      /* GlobalAveragePooling1D/2D: mean over the middle axes */
+  WK_L_BATCHNORM,
+  WK_L_LAYERNORM,
+  WK_L_ADD,        /* Add, Subtract, Average */
+  WK_L_CONCAT
 } wk_layer_kind;
 
 typedef struct {
   wk_layer_kind kind;
   char name[64];
   char cls[32];
-  int64_t in, out;       /* widths */
+  int in[WK_MAX_IN];     /* producing nodes */
+  int n_in;
+  int root;              /* the node whose memory holds this output: itself,
+                          * or for a Flatten/Reshape the node it views */
+  int rank;              /* output axes after the batch (1..WK_MAX_DIMS) */
+  int64_t dim[WK_MAX_DIMS];
+  int64_t size;          /* elements per example */
   kern_act act;
   float alpha;           /* leaky_relu slope, elu alpha */
   bool use_bias;
-  int var_w, var_b;      /* variable indices (-1 when none) */
-  float rate;            /* dropout */
+  int var_w, var_b;      /* kernel/gamma and bias/beta variables (-1: none) */
+  int var_mm, var_mv;    /* BatchNormalization moving mean and variance */
+  float rate;            /* Dropout */
+  kern_win win;          /* Conv2D, pooling */
+  kern_pool2d pool;
+  float eps;             /* BatchNormalization, LayerNormalization */
+  int64_t norm_w;        /* LayerNormalization: elements per normalized row */
+  int64_t x_off;         /* Input: first column in the batch */
+  bool ids;              /* Input read only as ids by Embedding layers */
+  int addend;            /* Dense: node added to z before the activation
+                          * (the wide logit of wide_deep); -1: none */
+  int cat_axis;          /* Concatenate: axis after the batch, 0-based */
+  float coef;            /* Add: the scale of every input (Average: 1/k);
+                          * Subtract: -1 for the second */
+  bool needs_grad;       /* a trainable variable lies upstream (or here) */
 } wk_layer;
 
-/* One embedding lookup feeding the first Dense layer (or the wide logit). */
+/* One embedding lookup writing into an EMBED node's output. */
 typedef struct {
   int var;               /* its row-sparse variable */
   int64_t dim, vocab;
   int feature;           /* sparse feature index; -1: ids are x columns */
+  int64_t x_off;         /* feature -1: first id column */
   int64_t id_offset;     /* added to ids (the shared wide table) */
   kern_pool pool;
-  bool per_id;           /* one bag per id (Sequential Embedding + Flatten) */
-  int64_t out_off;       /* column in the embedding block */
-  bool wide;             /* adds to the output logit instead */
+  bool per_id;           /* one bag per id (Keras Embedding: [L, dim]) */
+  int node;              /* the EMBED node it writes */
+  int64_t out_off;       /* column in that node's output row */
+  bool wide;             /* the wide logit (a [1] node) */
 } wk_embed;
 
-typedef enum { WK_M_ACCURACY = 0, WK_M_AUC, WK_M_MSE, WK_M_MAE } wk_metric_kind;
+typedef enum {
+  WK_M_ACCURACY = 0,
+  WK_M_AUC,
+  WK_M_MSE,
+  WK_M_MAE,
+  WK_M_PRECISION,
+  WK_M_RECALL,
+  WK_M_TOP_K
+} wk_metric_kind;
+
+typedef struct {
+  wk_metric_kind kind;
+  int k;                 /* top-k */
+  bool multi_label;      /* auc: mean of per-class AUCs (else pooled) */
+  bool from_logits;      /* auc, precision, recall: scores are logits */
+} wk_metric;
 
 struct wk_model {
   bool wide_deep;
-  int64_t n_dense;       /* dense features read from x (0: none used) */
-  int64_t seq_ids;       /* Sequential Embedding: ids per example (x columns) */
-  int64_t emb_width;     /* width of the embedding block fed to layer 0 */
+  int64_t n_dense;       /* dense columns the batch must have */
+  bool named_inputs;     /* inputs placed by feature name (else in order) */
   wk_embed emb[WK_MAX_EMB];
-  int n_emb;             /* including the wide one */
+  int n_emb;             /* including the wide ones */
   int n_sparse;          /* sparse features read from the batch */
   wk_layer layers[WK_MAX_LAYERS];
-  int n_layers;
+  int n_layers;          /* the output is layers[n_layers - 1] */
   wk_var_info *vars;
   int n_vars;
+  bool has_reg;          /* some variable has an l1/l2 regularizer */
   kern_loss loss;
-  bool fused;            /* the loss takes the last Dense layer's z */
+  bool fused;            /* the loss takes the output's pre-activation */
   char loss_name[64];
   int64_t out_dim;
   bool onehot_labels;    /* categorical_crossentropy on class indices */
+  bool class_labels;     /* labels are class indices in [0, out_dim) */
+  float loss_param;      /* huber's delta (0: the default) */
   bool logit_out;        /* the output is a logit (from_logits losses) */
   int n_metrics;
-  wk_metric_kind metrics[WK_MAX_METRICS];
+  wk_metric metrics[WK_MAX_METRICS];
   char metric_names[WK_MAX_METRICS][32];
 };
 
-int wk_model__fail(char *err, size_t len, int code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
+/* ---- building (model.c, model_layers.c, model_graph.c) ------------------ */
+
+/* Appends a variable; returns its index or a negative code. Conv kernels
+ * get Keras's fans (receptive field times channels). */
+int wk_model__add_var(wk_model *m, const char *layer, const char *vname,
+                      int rank, const int64_t *shape,
+                      const kern_init_spec *init, wk_var_kind kind);
+/* Appends a node with the given inputs, its name and class; NULL when the
+ * graph is full (the error is in err). */
+wk_layer *wk_model__add_node(wk_model *m, wk_layer_kind kind,
+                             const char *name, const char *cls,
+                             const int *in, int n_in, char *err,
+                             size_t errlen);
+/* Keras's default layer name for the nth layer of a class. */
+void wk_model__keras_name(const char *cls, int nth, char *out, size_t len);
+/* Keras activation (a name, null, or a serialized function). */
+int wk_model__parse_act(const json_t *j, const char *layer, kern_act *act,
+                        float *alpha, char *err, size_t errlen);
+/* Keras initializer (a name or {"class_name", "config"}). */
+int wk_model__parse_init(const json_t *j, const char *def, const char *where,
+                         kern_init_spec *out, char *err, size_t errlen);
+
+/* Parses one Keras layer (class_name and config) onto the graph, reading
+ * the nodes `in` (n_in of them; the Sequential's previous node, or the
+ * Functional's inbound tensors). Keras 2 and 3 spellings; an unknown class
+ * or an option Tessera does not implement is an error that names the
+ * layer, the key and what is supported. Sets *out to the new node, or to
+ * the input itself for layers that compute nothing (InputLayer is handled
+ * by the callers). */
+int wk_model__parse_layer(wk_model *m, const char *cls, const json_t *cfg,
+                          const char *name, const int *in, int n_in,
+                          int *out, char *err, size_t errlen);
+/* "InputLayer, Dense, Conv2D, ..." from the layer table, for messages. */
+void wk_model__layers_supported(char *buf, size_t len);
+
+int wk_model__parse_sequential(wk_model *m, const json_t *root, char *err,
+                               size_t errlen);
+int wk_model__parse_functional(wk_model *m, const json_t *root,
+                               const wk_input_schema *sc, char *err,
+                               size_t errlen);
+int wk_model__parse_wide_deep(wk_model *m, const json_t *j,
+                              const wk_input_schema *sc, char *err,
+                              size_t errlen);
+/* After parsing: roots of views, needs_grad, checks that every node leads
+ * to the output. */
+int wk_model__finish_graph(wk_model *m, char *err, size_t errlen);
+
+/* True when the node applies its activation to a buffer of its own (the
+ * "logits" a fused cross-entropy reads): Dense, Conv2D, Activation. */
+bool wk_model__has_logits(const wk_layer *l);
+
+/* ---- running (model_exec.c, model_nodes.c) ------------------------------ */
+
+typedef struct {           /* per row-sparse variable */
+  int var;
+  bool wide;
+  int64_t dim;
+  int first_emb;           /* its first wk_embed */
+  int64_t *uniq;           /* sorted unique ids */
+  int64_t n_uniq, cap_uniq;
+  /* gather: bags and their local row indices */
+  int32_t *idx, *bag_off;
+  int64_t n_idx, cap_idx, n_bags, cap_bags;
+  /* scatter: per unique row its (bag, weight) occurrences */
+  int32_t *occ_off, *occ_bag;
+  float *occ_w;
+  /* device copies (aliases on the CPU) */
+  int32_t *d_idx, *d_bag_off, *d_occ_off, *d_occ_bag;
+  float *d_occ_w;
+  int64_t dcap_idx, dcap_bags, dcap_uniq;
+} wk_splan;
+
+struct wk_exec {
+  const wk_model *m;
+  kern_ctx *ctx;
+  bool host;
+  int64_t maxb;
+  kern_prec prec;
+  bool x_float;            /* some input is read as numbers */
+  /* prepared slice */
+  const wk_batch *b;
+  int64_t lo, n;
+  float *hlab, *hpred, *hloss;
+  int64_t lab_w;           /* label columns on the device */
+  wk_splan sp[WK_MAX_EMB];
+  int n_sp;
+  /* device tensors, per node (views share their root's) */
+  float *x;                /* the slice's dense columns [n, n_dense] */
+  float *lab, *exl;
+  float *y[WK_MAX_LAYERS], *z[WK_MAX_LAYERS], *dy[WK_MAX_LAYERS];
+  bool own_y[WK_MAX_LAYERS], own_z[WK_MAX_LAYERS];
+  float *mask[WK_MAX_LAYERS];          /* Dropout */
+  int32_t *arg[WK_MAX_LAYERS];         /* MaxPooling2D winners */
+  float *st_a[WK_MAX_LAYERS], *st_b[WK_MAX_LAYERS]; /* BN mean/var, LN
+                                                     * mean/rstd */
+  bool dy_set[WK_MAX_LAYERS];          /* written this backward pass */
+  float *acc;              /* a gradient to add where one is already */
+  float *dz;               /* activation gradients */
+  float *cols;             /* im2col rows of one chunk of examples */
+  int64_t cols_n;          /* floats in cols */
+  /* parameters and gradients on the device */
+  float **dp, **dg;
+  int64_t *dcap;           /* allocated elements of dp/dg (sparse grow) */
+  double reg;              /* regularization loss of the last run */
+  /* overlap hooks (wk_run_opts): per variable, the node whose backward
+   * pass finishes its gradient (WK_READY_* for the later points), and
+   * whether grad_ready ran this pass */
+  int *ready_at;
+  bool *readied;
+};
+
+#define WK_READY_SCATTER (-1) /* row-sparse: after the scatters */
+#define WK_READY_REG (-2)     /* regularized: after the regularizers */
+#define WK_READY_END (-3)     /* no node writes it: at the end of the run */
+
+/* The overlap hooks (model_exec.c), on the CPU only (a GPU run calls them
+ * around its uploads and downloads): need(v) before v is first read;
+ * after node k's backward pass, done(k) says ready for every variable
+ * finished there (k may be a WK_READY_* point). */
+int wk_exec__need(wk_exec *e, const wk_run_opts *o, int v);
+void wk_exec__done(wk_exec *e, const wk_run_opts *o, int k);
+
+/* Examples per im2col chunk of a Conv2D node (bounds the cols buffer). */
+int64_t wk_exec__conv_chunk(const wk_exec *e, const wk_layer *l);
+/* True when a Conv2D reads its input as is (1x1 kernel, stride 1). */
+bool wk_exec__conv_direct(const wk_layer *l);
+int wk_exec__forward(wk_exec *e, const wk_run_opts *o);
+int wk_exec__backward(wk_exec *e, const wk_run_opts *o);
+
+/* loss.c: the loss and the metrics from the job's names (the model's
+ * layers are built first: the output width and activation decide). */
+int wk_model__resolve_loss(wk_model *m, const char *loss, char *err,
+                           size_t errlen);
+int wk_model__resolve_metrics(wk_model *m, char *const *names, int n,
+                              char *err, size_t errlen);
 
 #endif

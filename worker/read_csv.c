@@ -1,16 +1,23 @@
-/* CSV reader: a header line of column names, then one example per line.
+/* CSV reader: a header line of column names, then one example per line,
+ * with RFC 4180 quoting (a cell in double quotes may hold the delimiter, a
+ * line end, or "" for a quote) and a configurable delimiter.
  *
  * Happy path: read the file (gzip allowed), map the label and feature
  * columns by name, parse every needed cell as a number into a table.
+ * Records are cut at line ends outside quotes; a file without quotes takes
+ * the memchr fast path.
  * Failure modes, each naming the file and line: a label or feature column
- * missing from the header, a row whose cell count differs from the header
- * (ragged), a cell that is empty or not a finite number (the message gives
- * the line, the data row, the column number and name, and the text).
+ * missing from the header (with a hint when the header looks split by
+ * another delimiter), a row whose cell count differs from the header
+ * (ragged), an unterminated quote, a cell that is empty or not a finite
+ * number (the message gives the line, the data row, the column number and
+ * name, and the text).
  */
 #include "worker/input_int.h"
 
 #include "common/err.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -28,14 +35,19 @@ static void trim(const char **a, const char **b) {
   }
 }
 
-/* Splits one line into cell bounds; returns the count (may exceed max, in
- * which case only max are stored). */
-static int64_t split_line(const char *p, const char *end, const char **ca,
-                          const char **cb, int64_t max) {
+/* Splits one record into cell bounds at delimiters outside quotes;
+ * returns the count (may exceed max, in which case only max are stored). */
+static int64_t split_line(const char *p, const char *end, char delim,
+                          const char **ca, const char **cb, int64_t max) {
   int64_t n = 0;
   const char *s = p;
+  bool inq = false;
   for (const char *q = p;; q++) {
-    if (q == end || *q == ',') {
+    if (q < end && *q == '"') {
+      inq = !inq; /* "" inside quotes toggles twice */
+      continue;
+    }
+    if (q == end || (*q == delim && !inq)) {
       if (n < max) {
         ca[n] = s;
         cb[n] = q;
@@ -46,6 +58,62 @@ static int64_t split_line(const char *p, const char *end, const char **ca,
     }
   }
   return n;
+}
+
+/* The end of the record that starts at p: the first line end outside
+ * quotes (or `end`); *lines counts the line ends inside it; *open is set
+ * when a quote is still open at the end of the file. */
+static const char *record_end(const char *p, const char *end, int64_t *lines,
+                              bool *open) {
+  const char *nl = memchr(p, '\n', (size_t)(end - p));
+  const char *le = nl ? nl : end;
+  *lines = 0;
+  *open = false;
+  if (!memchr(p, '"', (size_t)(le - p))) return le;
+  bool inq = false;
+  for (const char *q = p; q < end; q++) {
+    if (*q == '"') inq = !inq;
+    else if (*q == '\n') {
+      if (!inq) return q;
+      (*lines)++;
+    }
+  }
+  *open = inq;
+  return end;
+}
+
+/* A header cell as text: outer quotes gone, "" turned into ". */
+static char *cell_text(const char *a, const char *b) {
+  trim(&a, &b);
+  char *t = malloc((size_t)(b - a) + 1), *o = t;
+  if (!t) return NULL;
+  for (const char *q = a; q < b; q++) {
+    *o++ = *q;
+    if (*q == '"' && q + 1 < b && q[1] == '"') q++;
+  }
+  *o = 0;
+  return t;
+}
+
+/* "label column not in the header" for a file cut by another delimiter:
+ * say which one the header seems to use. */
+static void delimiter_hint(const char *h, const char *hend, char delim,
+                           char *out, size_t len) {
+  static const char cand[] = {',', ';', '\t', '|'};
+  out[0] = 0;
+  for (size_t i = 0; i < sizeof cand; i++) {
+    if (cand[i] == delim) continue;
+    if (split_line(h, hend, cand[i], NULL, NULL, 0) > 1) {
+      snprintf(out, len, "; the header has %lld column(s) with delimiter "
+               "'%s' and %lld with '%s': set \"delimiter\": \"%s\"",
+               (long long)split_line(h, hend, delim, NULL, NULL, 0),
+               delim == '\t' ? "\\t" : (char[2]){delim, 0},
+               (long long)split_line(h, hend, cand[i], NULL, NULL, 0),
+               cand[i] == '\t' ? "\\t" : (char[2]){cand[i], 0},
+               cand[i] == '\t' ? "\\t" : (char[2]){cand[i], 0});
+      return;
+    }
+  }
 }
 
 /* Decimal numbers of up to 15 significant digits with a small exponent
@@ -97,10 +165,12 @@ static int fast_number(const char *a, const char *b, double *out) {
   return 0;
 }
 
+/* 0, -1 (not a number) or -2 (a number float32 cannot hold). */
 static int parse_cell(const char *a, const char *b, float *out) {
   trim(&a, &b);
   double v;
   if (a < b && fast_number(a, b, &v) == 0) {
+    if (!(fabs(v) <= FLT_MAX)) return -2;
     *out = (float)v;
     return 0;
   }
@@ -110,7 +180,8 @@ static int parse_cell(const char *a, const char *b, float *out) {
   tmp[b - a] = 0;
   char *e;
   v = strtod(tmp, &e);
-  if (e != tmp + (b - a) || !isfinite(v)) return -1;
+  if (e != tmp + (b - a) || isnan(v)) return -1;
+  if (!(fabs(v) <= FLT_MAX)) return -2;
   *out = (float)v;
   return 0;
 }
@@ -125,35 +196,50 @@ int wk_read__csv(const char *path, const wk_input_spec *spec, wk_table *out,
   if (rc) return rc;
   memset(out, 0, sizeof *out);
   const char *p = (const char *)buf, *end = p + len;
-  const char *nl = memchr(p, '\n', len);
-  const char *hend = nl ? nl : end;
+  const char delim = spec->delimiter ? spec->delimiter : ',';
+  int64_t hlines;
+  bool open;
+  const char *hend = record_end(p, end, &hlines, &open);
+  const char *nl = hend < end ? hend : NULL;
+  char **names = NULL;
   if (hend == p || len == 0) {
-    rc = wk_input__fail(err, errlen, TSR_EFORMAT,
-                        "%s: empty file (a CSV needs a header line)", path);
+    rc = tsr_errf(err, errlen, TSR_EFORMAT,
+                  "%s: empty file (a CSV needs a header line)", path);
     goto out;
   }
-  int64_t ncol = split_line(p, hend, NULL, NULL, 0);
+  if (open) {
+    rc = tsr_errf(err, errlen, TSR_EFORMAT,
+                  "%s: the header opens a quote that never closes",
+                  path);
+    goto out;
+  }
+  int64_t ncol = split_line(p, hend, delim, NULL, NULL, 0);
   ca = calloc((size_t)ncol, sizeof *ca);
   cb = calloc((size_t)ncol, sizeof *cb);
   col = calloc((size_t)ncol + 1, sizeof *col);
-  if (!ca || !cb || !col) {
+  names = calloc((size_t)ncol, sizeof *names);
+  if (!ca || !cb || !col || !names) {
     rc = TSR_ENOMEM;
     goto out;
   }
-  split_line(p, hend, ca, cb, ncol);
-  for (int64_t c = 0; c < ncol; c++) trim(&ca[c], &cb[c]);
+  split_line(p, hend, delim, ca, cb, ncol);
+  for (int64_t c = 0; c < ncol; c++)
+    if (!(names[c] = cell_text(ca[c], cb[c]))) {
+      rc = TSR_ENOMEM;
+      goto out;
+    }
 
   /* label column and feature columns */
   int64_t label = -1;
   for (int64_t c = 0; c < ncol; c++)
-    if ((size_t)(cb[c] - ca[c]) == strlen(spec->label) &&
-        memcmp(ca[c], spec->label, (size_t)(cb[c] - ca[c])) == 0)
-      label = c;
+    if (!strcmp(names[c], spec->label)) label = c;
   if (label < 0) {
-    rc = wk_input__fail(err, errlen, TSR_ENOTFOUND,
-                        "%s: label column \"%s\" (%s.label) is not in the "
-                        "header",
-                        path, spec->label, spec->where);
+    char hint[160];
+    delimiter_hint(p, hend, delim, hint, sizeof hint);
+    rc = tsr_errf(err, errlen, TSR_ENOTFOUND,
+                  "%s: label column \"%s\" (%s.label) is not in the "
+                  "header%s",
+                  path, spec->label, spec->where, hint);
     goto out;
   }
   int64_t d = 0;
@@ -161,14 +247,12 @@ int wk_read__csv(const char *path, const wk_input_spec *spec, wk_table *out,
     for (int i = 0; i < spec->n_dense; i++) {
       int64_t found = -1;
       for (int64_t c = 0; c < ncol; c++)
-        if ((size_t)(cb[c] - ca[c]) == strlen(spec->dense[i].name) &&
-            memcmp(ca[c], spec->dense[i].name, (size_t)(cb[c] - ca[c])) == 0)
-          found = c;
+        if (!strcmp(names[c], spec->dense[i].name)) found = c;
       if (found < 0) {
-        rc = wk_input__fail(err, errlen, TSR_ENOTFOUND,
-                            "%s: feature column \"%s\" (%s.features[%d]) is "
-                            "not in the header",
-                            path, spec->dense[i].name, spec->where, i);
+        rc = tsr_errf(err, errlen, TSR_ENOTFOUND,
+                      "%s: feature column \"%s\" (%s.features[%d]) is "
+                      "not in the header",
+                      path, spec->dense[i].name, spec->where, i);
         goto out;
       }
       col[d++] = found;
@@ -184,7 +268,7 @@ int wk_read__csv(const char *path, const wk_input_spec *spec, wk_table *out,
     goto out;
   }
   for (int64_t j = 0; j < d; j++) {
-    out->names[j] = strndup(ca[col[j]], (size_t)(cb[col[j]] - ca[col[j]]));
+    out->names[j] = strdup(names[col[j]]);
     if (!out->names[j]) {
       rc = TSR_ENOMEM;
       goto out;
@@ -201,12 +285,19 @@ int wk_read__csv(const char *path, const wk_input_spec *spec, wk_table *out,
     rc = TSR_ENOMEM;
     goto out;
   }
-  int64_t line = 1, row = 0;
+  int64_t line = 1 + hlines, row = 0;
   const char *q = nl ? nl + 1 : end;
   while (q < end) {
-    const char *le = memchr(q, '\n', (size_t)(end - q));
-    if (!le) le = end;
+    int64_t inner;
+    const char *le = record_end(q, end, &inner, &open);
     line++;
+    if (open) {
+      rc = tsr_errf(err, errlen, TSR_EFORMAT,
+                    "%s: line %lld (data row %lld) opens a quote that "
+                    "never closes", path, (long long)line,
+                    (long long)row);
+      goto out;
+    }
     const char *a = q, *b = le;
     trim(&a, &b);
     if (a == b) { /* blank: allowed only at the end of the file */
@@ -214,46 +305,48 @@ int wk_read__csv(const char *path, const wk_input_spec *spec, wk_table *out,
       while (r < end && (*r == '\n' || *r == '\r' || *r == ' ' || *r == '\t'))
         r++;
       if (r != end) {
-        rc = wk_input__fail(err, errlen, TSR_EFORMAT,
-                            "%s: line %lld is blank (ragged: %lld cells "
-                            "expected)",
-                            path, (long long)line, (long long)ncol);
+        rc = tsr_errf(err, errlen, TSR_EFORMAT,
+                      "%s: line %lld is blank (ragged: %lld cells "
+                      "expected)",
+                      path, (long long)line, (long long)ncol);
         goto out;
       }
       break;
     }
-    int64_t n = split_line(q, le, ca, cb, ncol);
+    int64_t n = split_line(q, le, delim, ca, cb, ncol);
     if (n != ncol) {
-      rc = wk_input__fail(err, errlen, TSR_EFORMAT,
-                          "%s: line %lld (data row %lld) has %lld cells, the "
-                          "header has %lld (ragged rows)",
-                          path, (long long)line, (long long)row, (long long)n,
-                          (long long)ncol);
+      rc = tsr_errf(err, errlen, TSR_EFORMAT,
+                    "%s: line %lld (data row %lld) has %lld cells, the "
+                    "header has %lld (ragged rows)",
+                    path, (long long)line, (long long)row, (long long)n,
+                    (long long)ncol);
       goto out;
     }
     for (int64_t j = 0; j <= d; j++) {
       int64_t c = j < d ? col[j] : label;
       float *dst = j < d ? &out->x[row * d + j] : &out->y[row];
-      if (parse_cell(ca[c], cb[c], dst) != 0) {
+      int pc = parse_cell(ca[c], cb[c], dst);
+      if (pc != 0) {
         const char *ta = ca[c], *tb = cb[c];
         trim(&ta, &tb);
-        split_line(p, hend, ca, cb, ncol); /* the header, for the name */
-        const char *na = ca[c], *nb = cb[c];
-        trim(&na, &nb);
-        rc = wk_input__fail(err, errlen, TSR_EFORMAT,
-                            "%s: line %lld (data row %lld), column %lld "
-                            "(\"%.*s\"): \"%.*s\" is not a number",
-                            path, (long long)line, (long long)row,
-                            (long long)c + 1, (int)(nb - na), na,
-                            (int)(tb - ta > 60 ? 60 : tb - ta), ta);
+        rc = tsr_errf(err, errlen, TSR_EFORMAT,
+                      "%s: line %lld (data row %lld), column %lld "
+                      "(\"%s\"): \"%.*s\" %s",
+                      path, (long long)line, (long long)row,
+                      (long long)c + 1, names[c],
+                      (int)(tb - ta > 60 ? 60 : tb - ta), ta,
+                      pc == -2 ? "overflows float32" : "is not a number");
         goto out;
       }
     }
     row++;
+    line += inner;
     q = le < end ? le + 1 : end;
   }
   out->n = row;
 out:
+  for (int64_t c = 0; names && c < ncol; c++) free(names[c]);
+  free(names);
   free(ca);
   free(cb);
   free(col);

@@ -45,17 +45,17 @@ static int parse_idx(const uint8_t *p, size_t len, const char *path,
   memset(a, 0, sizeof *a);
   if (len < 4 || p[0] != 0 || p[1] != 0 || !esize(p[2]) || p[3] < 1 ||
       p[3] > 4)
-    return wk_input__fail(err, errlen, TSR_EFORMAT,
-                          "%s: not an IDX file (magic 0x%02x%02x%02x%02x; "
-                          "expected 0x0000TTNN with type TT 08-0e and 1-4 "
-                          "dimensions NN)",
-                          path, len > 0 ? p[0] : 0, len > 1 ? p[1] : 0,
-                          len > 2 ? p[2] : 0, len > 3 ? p[3] : 0);
+    return tsr_errf(err, errlen, TSR_EFORMAT,
+                    "%s: not an IDX file (magic 0x%02x%02x%02x%02x; "
+                    "expected 0x0000TTNN with type TT 08-0e and 1-4 "
+                    "dimensions NN)",
+                    path, len > 0 ? p[0] : 0, len > 1 ? p[1] : 0,
+                    len > 2 ? p[2] : 0, len > 3 ? p[3] : 0);
   a->type = p[2];
   a->ndim = p[3];
   if (len < 4 + 4 * (size_t)a->ndim)
-    return wk_input__fail(err, errlen, TSR_EFORMAT,
-                          "%s: header truncated", path);
+    return tsr_errf(err, errlen, TSR_EFORMAT,
+                    "%s: header truncated", path);
   a->count = 1;
   for (int i = 0; i < a->ndim; i++) {
     a->dims[i] = (int64_t)be(p + 4 + 4 * i, 4);
@@ -64,10 +64,10 @@ static int parse_idx(const uint8_t *p, size_t len, const char *path,
   size_t need = (size_t)a->count * (size_t)esize(a->type);
   size_t have = len - 4 - 4 * (size_t)a->ndim;
   if (have < need)
-    return wk_input__fail(err, errlen, TSR_EFORMAT,
-                          "%s: data truncated (%zu bytes, the dimensions "
-                          "need %zu)",
-                          path, have, need);
+    return tsr_errf(err, errlen, TSR_EFORMAT,
+                    "%s: data truncated (%zu bytes, the dimensions "
+                    "need %zu)",
+                    path, have, need);
   a->data = p + 4 + 4 * a->ndim;
   return 0;
 }
@@ -96,13 +96,13 @@ int wk_read__idx(const char *images, const char *labels, wk_table *out,
   if (!rc) rc = parse_idx(ib, il, images, &x, err, errlen);
   if (!rc) rc = parse_idx(lb, ll, labels, &y, err, errlen);
   if (!rc && y.ndim != 1)
-    rc = wk_input__fail(err, errlen, TSR_ESHAPE,
-                        "%s: labels must have one dimension, found %d",
-                        labels, y.ndim);
+    rc = tsr_errf(err, errlen, TSR_ESHAPE,
+                  "%s: labels must have one dimension, found %d",
+                  labels, y.ndim);
   if (!rc && y.dims[0] != x.dims[0])
-    rc = wk_input__fail(err, errlen, TSR_ESHAPE,
-                        "%s has %lld items but %s has %lld labels", images,
-                        (long long)x.dims[0], labels, (long long)y.dims[0]);
+    rc = tsr_errf(err, errlen, TSR_ESHAPE,
+                  "%s has %lld items but %s has %lld labels", images,
+                  (long long)x.dims[0], labels, (long long)y.dims[0]);
   if (rc) goto out;
   int64_t n = x.dims[0], d = n ? x.count / n : 1;
   out->n = n;

@@ -53,8 +53,8 @@ static int parse_npy(const uint8_t *p, size_t len, const char *what,
                      npy_arr *a, char *err, size_t errlen) {
   memset(a, 0, sizeof *a);
   if (len < 10 || memcmp(p, "\x93NUMPY", 6) != 0)
-    return wk_input__fail(err, errlen, TSR_EFORMAT,
-                          "%s: not a .npy array (bad magic)", what);
+    return tsr_errf(err, errlen, TSR_EFORMAT,
+                    "%s: not a .npy array (bad magic)", what);
   int major = p[6];
   size_t hl, ho;
   if (major == 1) {
@@ -62,28 +62,28 @@ static int parse_npy(const uint8_t *p, size_t len, const char *what,
     ho = 10;
   } else if (major == 2 || major == 3) {
     if (len < 12)
-      return wk_input__fail(err, errlen, TSR_EFORMAT, "%s: truncated header",
-                            what);
+      return tsr_errf(err, errlen, TSR_EFORMAT, "%s: truncated header",
+                      what);
     hl = (size_t)rd_le(p + 8, 4);
     ho = 12;
   } else {
-    return wk_input__fail(err, errlen, TSR_EFORMAT,
-                          "%s: .npy version %d is not supported", what, major);
+    return tsr_errf(err, errlen, TSR_EFORMAT,
+                    "%s: .npy version %d is not supported", what, major);
   }
   if (ho + hl > len || hl > 65536)
-    return wk_input__fail(err, errlen, TSR_EFORMAT, "%s: truncated header",
-                          what);
+    return tsr_errf(err, errlen, TSR_EFORMAT, "%s: truncated header",
+                    what);
   char h[65537];
   memcpy(h, p + ho, hl);
   h[hl] = 0;
   const char *v = dict_value(h, "descr");
   if (!v || (*v != '\'' && *v != '"'))
-    return wk_input__fail(err, errlen, TSR_EFORMAT,
-                          "%s: header has no 'descr'", what);
+    return tsr_errf(err, errlen, TSR_EFORMAT,
+                    "%s: header has no 'descr'", what);
   char descr[16] = "";
   const char *ve = strchr(v + 1, *v);
   if (!ve || ve - v - 1 >= (long)sizeof descr)
-    return wk_input__fail(err, errlen, TSR_EFORMAT, "%s: bad 'descr'", what);
+    return tsr_errf(err, errlen, TSR_EFORMAT, "%s: bad 'descr'", what);
   memcpy(descr, v + 1, (size_t)(ve - v - 1));
   static const struct { const char *d; npy_dtype t; } dt[] = {
       {"<f4", NPY_F4}, {"<f8", NPY_F8}, {"<i4", NPY_I4}, {"<i8", NPY_I8},
@@ -92,22 +92,22 @@ static int parse_npy(const uint8_t *p, size_t len, const char *what,
   for (i = 0; i < sizeof dt / sizeof dt[0]; i++)
     if (strcmp(descr, dt[i].d) == 0) break;
   if (i == sizeof dt / sizeof dt[0])
-    return wk_input__fail(err, errlen, TSR_EDTYPE,
-                          "%s: dtype '%s' is not supported (little-endian "
-                          "float32 '<f4', float64 '<f8', int32 '<i4', int64 "
-                          "'<i8', or uint8 '|u1')",
-                          what, descr);
+    return tsr_errf(err, errlen, TSR_EDTYPE,
+                    "%s: dtype '%s' is not supported (little-endian "
+                    "float32 '<f4', float64 '<f8', int32 '<i4', int64 "
+                    "'<i8', or uint8 '|u1')",
+                    what, descr);
   a->dtype = dt[i].t;
   v = dict_value(h, "fortran_order");
   if (!v || strncmp(v, "False", 5) != 0)
-    return wk_input__fail(err, errlen, TSR_EUNSUPPORTED,
-                          "%s: Fortran-order arrays are not supported (save "
-                          "with np.ascontiguousarray)",
-                          what);
+    return tsr_errf(err, errlen, TSR_EUNSUPPORTED,
+                    "%s: Fortran-order arrays are not supported (save "
+                    "with np.ascontiguousarray)",
+                    what);
   v = dict_value(h, "shape");
   if (!v || *v != '(')
-    return wk_input__fail(err, errlen, TSR_EFORMAT, "%s: header has no "
-                          "'shape'", what);
+    return tsr_errf(err, errlen, TSR_EFORMAT, "%s: header has no "
+                    "'shape'", what);
   v++;
   a->count = 1;
   while (*v && *v != ')') {
@@ -116,8 +116,8 @@ static int parse_npy(const uint8_t *p, size_t len, const char *what,
     char *e;
     long long x = strtoll(v, &e, 10);
     if (e == v || x < 0 || a->ndim == 8)
-      return wk_input__fail(err, errlen, TSR_EFORMAT, "%s: bad 'shape'",
-                            what);
+      return tsr_errf(err, errlen, TSR_EFORMAT, "%s: bad 'shape'",
+                      what);
     a->shape[a->ndim++] = x;
     a->count *= x;
     v = e;
@@ -125,10 +125,10 @@ static int parse_npy(const uint8_t *p, size_t len, const char *what,
   static const int esz[] = {4, 8, 4, 8, 1};
   size_t need = (size_t)a->count * (size_t)esz[a->dtype];
   if (len - ho - hl < need)
-    return wk_input__fail(err, errlen, TSR_EFORMAT,
-                          "%s: data truncated (%zu bytes for a shape needing "
-                          "%zu)",
-                          what, len - ho - hl, need);
+    return tsr_errf(err, errlen, TSR_EFORMAT,
+                    "%s: data truncated (%zu bytes for a shape needing "
+                    "%zu)",
+                    what, len - ho - hl, need);
   a->data = p + ho + hl;
   return 0;
 }
@@ -145,24 +145,28 @@ static float get_f(const npy_arr *a, int64_t i) {
   return 0;
 }
 
-/* Features (N, ...) and labels (N,) or (N, 1) into a table. */
+/* Features (N, ...) and labels (N,) or (N, 1) into a table; labels (N, C)
+ * with C > 1 are one-hot rows (keras.utils.to_categorical), read as their
+ * class index. */
 static int to_table(const npy_arr *x, const npy_arr *y, const char *xwhat,
                     const char *ywhat, wk_table *out, char *err,
                     size_t errlen) {
   memset(out, 0, sizeof *out);
   if (x->ndim < 1)
-    return wk_input__fail(err, errlen, TSR_ESHAPE,
-                          "%s: features must have a row axis (shape (N, "
-                          "...))",
-                          xwhat);
-  if (y->ndim < 1 || y->ndim > 2 || (y->ndim == 2 && y->shape[1] != 1))
-    return wk_input__fail(err, errlen, TSR_ESHAPE,
-                          "%s: labels must have shape (N,) or (N, 1)", ywhat);
+    return tsr_errf(err, errlen, TSR_ESHAPE,
+                    "%s: features must have a row axis (shape (N, "
+                    "...))",
+                    xwhat);
+  if (y->ndim < 1 || y->ndim > 2 || (y->ndim == 2 && y->shape[1] < 1))
+    return tsr_errf(err, errlen, TSR_ESHAPE,
+                    "%s: labels must have shape (N,), (N, 1) or (N, C) "
+                    "of one-hot rows", ywhat);
+  int64_t C = y->ndim == 2 ? y->shape[1] : 1;
   if (y->shape[0] != x->shape[0])
-    return wk_input__fail(err, errlen, TSR_ESHAPE,
-                          "%s has %lld rows but %s has %lld", xwhat,
-                          (long long)x->shape[0], ywhat,
-                          (long long)y->shape[0]);
+    return tsr_errf(err, errlen, TSR_ESHAPE,
+                    "%s has %lld rows but %s has %lld", xwhat,
+                    (long long)x->shape[0], ywhat,
+                    (long long)y->shape[0]);
   int64_t n = x->shape[0], d = n ? x->count / n : 1;
   if (n == 0)
     for (int i = 1; i < x->ndim; i++) d *= x->shape[i];
@@ -183,7 +187,32 @@ static int to_table(const npy_arr *x, const npy_arr *y, const char *xwhat,
     memcpy(out->x, x->data, (size_t)(n * d) * sizeof(float));
   else
     for (int64_t i = 0; i < n * d; i++) out->x[i] = get_f(x, i);
-  for (int64_t i = 0; i < n; i++) out->y[i] = get_f(y, i);
+  if (C == 1) {
+    for (int64_t i = 0; i < n; i++) out->y[i] = get_f(y, i);
+    return 0;
+  }
+  for (int64_t i = 0; i < n; i++) {
+    int64_t hot = -1, ones = 0;
+    for (int64_t j = 0; j < C; j++) {
+      double v = get_f(y, i * C + j);
+      if (v == 1.0) {
+        hot = j;
+        ones++;
+      } else if (v != 0.0) {
+        ones = -1;
+        break;
+      }
+    }
+    if (ones != 1) {
+      wk_table__free(out);
+      return tsr_errf(err, errlen, TSR_EINVAL,
+                      "%s: row %lld of the (N, %lld) labels is not "
+                      "one-hot (one 1, the rest 0); soft labels are "
+                      "not supported: give class indices or one-hot "
+                      "rows", ywhat, (long long)i, (long long)C);
+    }
+    out->y[i] = (float)hot;
+  }
   return 0;
 }
 
@@ -222,19 +251,19 @@ static int zip_member(const zip_file *z, const char *name, uint8_t **data,
       break;
     }
   if (eocd < 0)
-    return wk_input__fail(err, errlen, TSR_EFORMAT,
-                          "%s: not an .npz (no zip end-of-directory record)",
-                          z->path);
+    return tsr_errf(err, errlen, TSR_EFORMAT,
+                    "%s: not an .npz (no zip end-of-directory record)",
+                    z->path);
   uint64_t nent = (uint64_t)rd_le(p + eocd + 10, 2);
   uint64_t cdoff = (uint64_t)rd_le(p + eocd + 16, 4);
   if (cdoff == 0xffffffffu || nent == 0xffff) { /* zip64 locator */
     if (eocd < 20 || rd_le(p + eocd - 20, 4) != 0x07064b50)
-      return wk_input__fail(err, errlen, TSR_EFORMAT,
-                            "%s: zip64 locator missing", z->path);
+      return tsr_errf(err, errlen, TSR_EFORMAT,
+                      "%s: zip64 locator missing", z->path);
     uint64_t z64 = (uint64_t)rd_le(p + eocd - 12, 8);
     if (z64 + 56 > len || rd_le(p + z64, 4) != 0x06064b50)
-      return wk_input__fail(err, errlen, TSR_EFORMAT,
-                            "%s: bad zip64 end-of-directory record", z->path);
+      return tsr_errf(err, errlen, TSR_EFORMAT,
+                      "%s: bad zip64 end-of-directory record", z->path);
     nent = (uint64_t)rd_le(p + z64 + 32, 8);
     cdoff = (uint64_t)rd_le(p + z64 + 48, 8);
   }
@@ -243,8 +272,8 @@ static int zip_member(const zip_file *z, const char *name, uint8_t **data,
   uint64_t off = cdoff;
   for (uint64_t e = 0; e < nent; e++) {
     if (off + 46 > len || rd_le(p + off, 4) != 0x02014b50)
-      return wk_input__fail(err, errlen, TSR_EFORMAT,
-                            "%s: zip central directory is corrupt", z->path);
+      return tsr_errf(err, errlen, TSR_EFORMAT,
+                      "%s: zip central directory is corrupt", z->path);
     int method = (int)rd_le(p + off + 10, 2);
     uint32_t crc = (uint32_t)rd_le(p + off + 16, 4);
     uint64_t csize = (uint64_t)rd_le(p + off + 20, 4);
@@ -254,8 +283,8 @@ static int zip_member(const zip_file *z, const char *name, uint8_t **data,
     size_t cml = (size_t)rd_le(p + off + 32, 2);
     uint64_t lho = (uint64_t)rd_le(p + off + 42, 4);
     if (off + 46 + fnl + exl > len)
-      return wk_input__fail(err, errlen, TSR_EFORMAT,
-                            "%s: zip central directory is corrupt", z->path);
+      return tsr_errf(err, errlen, TSR_EFORMAT,
+                      "%s: zip central directory is corrupt", z->path);
     const char *fn = (const char *)p + off + 46;
     /* zip64 extra: the 0xffffffff fields, in order */
     const uint8_t *x = p + off + 46 + fnl, *xe = x + exl;
@@ -277,21 +306,21 @@ static int zip_member(const zip_file *z, const char *name, uint8_t **data,
     if (fnl != nl || memcmp(fn, name, nl) != 0) continue;
 
     if (lho + 30 > len || rd_le(p + lho, 4) != 0x04034b50)
-      return wk_input__fail(err, errlen, TSR_EFORMAT,
-                            "%s: member %s: bad local header", z->path, name);
+      return tsr_errf(err, errlen, TSR_EFORMAT,
+                      "%s: member %s: bad local header", z->path, name);
     uint64_t doff = lho + 30 + (uint64_t)rd_le(p + lho + 26, 2) +
                     (uint64_t)rd_le(p + lho + 28, 2);
     if (doff + csize > len)
-      return wk_input__fail(err, errlen, TSR_EFORMAT,
-                            "%s: member %s is truncated", z->path, name);
+      return tsr_errf(err, errlen, TSR_EFORMAT,
+                      "%s: member %s is truncated", z->path, name);
     uint8_t *out = malloc(usize ? usize : 1);
     if (!out) return TSR_ENOMEM;
     if (method == 0) {
       if (csize != usize) {
         free(out);
-        return wk_input__fail(err, errlen, TSR_EFORMAT,
-                              "%s: member %s: stored sizes differ", z->path,
-                              name);
+        return tsr_errf(err, errlen, TSR_EFORMAT,
+                        "%s: member %s: stored sizes differ", z->path,
+                        name);
       }
       memcpy(out, p + doff, usize);
     } else if (method == 8) {
@@ -309,30 +338,30 @@ static int zip_member(const zip_file *z, const char *name, uint8_t **data,
       inflateEnd(&zs);
       if (zr != Z_STREAM_END || got != usize) {
         free(out);
-        return wk_input__fail(err, errlen, TSR_ECORRUPT,
-                              "%s: member %s: deflate data is corrupt",
-                              z->path, name);
+        return tsr_errf(err, errlen, TSR_ECORRUPT,
+                        "%s: member %s: deflate data is corrupt",
+                        z->path, name);
       }
     } else {
       free(out);
-      return wk_input__fail(err, errlen, TSR_EUNSUPPORTED,
-                            "%s: member %s: zip method %d (only stored and "
-                            "deflated)",
-                            z->path, name, method);
+      return tsr_errf(err, errlen, TSR_EUNSUPPORTED,
+                      "%s: member %s: zip method %d (only stored and "
+                      "deflated)",
+                      z->path, name, method);
     }
     if ((uint32_t)crc32(0, out, (uInt)usize) != crc) {
       free(out);
-      return wk_input__fail(err, errlen, TSR_ECORRUPT,
-                            "%s: member %s: CRC-32 mismatch", z->path, name);
+      return tsr_errf(err, errlen, TSR_ECORRUPT,
+                      "%s: member %s: CRC-32 mismatch", z->path, name);
     }
     *data = out;
     *dlen = usize;
     return 0;
   }
-  return wk_input__fail(err, errlen, TSR_ENOTFOUND,
-                        "%s: member \"%.*s\" is not in the archive "
-                        "(members: %s)",
-                        z->path, (int)(nl - 4), name, names);
+  return tsr_errf(err, errlen, TSR_ENOTFOUND,
+                  "%s: member \"%.*s\" is not in the archive "
+                  "(members: %s)",
+                  z->path, (int)(nl - 4), name, names);
 }
 
 int wk_read__npz(const char *path, const char *xmember, const char *ymember,

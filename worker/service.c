@@ -5,7 +5,8 @@
  * (loop.c), which hands each back through the wake handle; the loop packs
  * the answer and replies. Status and shutdown are answered here at once, as
  * is a configure that repeats the current run id (a chief that reconnects).
- * The same wake handle carries the thread's PS operations (pscomm.c).
+ * The same wake handle carries the thread's requests to (re)connect to the
+ * PS (pscomm.c).
  * Failure modes: a chief of another format version (TSR_EVERSION naming
  * both), a job the thread fails (its code and message, forwarded), an
  * answer that does not fit the chief's limits (answered with the error).
@@ -16,6 +17,7 @@
 #include "worker/service.h"
 #include "worker/loop_int.h"
 
+#include "common/daemon.h"
 #include "common/err.h"
 #include "common/log.h"
 
@@ -244,7 +246,7 @@ static void try_finish_close(wk_svc *s) {
   if (s->thread_started) {
     pthread_mutex_lock(&s->mu);
     bool exited = s->thread_exited;
-    bool idle = s->done == NULL && s->ops == NULL;
+    bool idle = s->done == NULL;
     pthread_mutex_unlock(&s->mu);
     if (!exited || !idle) return;
     pthread_join(s->thread, NULL);
@@ -278,7 +280,7 @@ static void start_close(wk_svc *s, int code) {
     wk__job_free(j);
   }
   s->closing_ps = true;
-  wk__ps_close_all(s); /* calls in flight fail: the thread moves on */
+  wk__ps_cancel(s); /* calls in flight fail: the thread moves on */
   if (s->srv) tsr_rpc_server_close(s->srv, on_server_closed, s);
   try_finish_close(s);
 }
@@ -333,15 +335,14 @@ static int register_all(wk_svc *s) {
 }
 
 typedef struct {
-  const char *cluster_file, *task, *token_file, *device, *listen;
+  tsr_daemon_flags d;
+  const char *device, *listen;
   long deadline_ms;
 } wk_flags;
 
 static int parse_flags(int argc, char **argv, wk_flags *f) {
   static const struct option opts[] = {
-      {"cluster", required_argument, 0, 'c'},
-      {"task", required_argument, 0, 't'},
-      {"token-file", required_argument, 0, 'k'},
+      TSR_DAEMON_OPTIONS,
       {"device", required_argument, 0, 'd'},
       {"ps-deadline-ms", required_argument, 0, 'p'},
       {"listen", required_argument, 0, 'l'},
@@ -350,10 +351,8 @@ static int parse_flags(int argc, char **argv, wk_flags *f) {
   int ch;
   optind = 1;
   while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    if (tsr_daemon_flag(&f->d, ch, optarg)) continue;
     switch (ch) {
-      case 'c': f->cluster_file = optarg; break;
-      case 't': f->task = optarg; break;
-      case 'k': f->token_file = optarg; break;
       case 'd': f->device = optarg; break;
       case 'l': f->listen = optarg; break;
       case 'p': {
@@ -377,20 +376,13 @@ static int parse_flags(int argc, char **argv, wk_flags *f) {
   return 0;
 }
 
-static int setup(wk_svc *s, const wk_flags *f, char *err, size_t errlen) {
-  int rc;
-  if ((rc = tsr_cluster_load(f->cluster_file, f->task, &s->cluster, err,
-                             errlen)))
-    return rc;
-  if (s->cluster.task_type != TSR_TASK_WORKER) {
-    snprintf(err, errlen, "task type %s: tessera-worker runs worker tasks "
-             "only (set TF_CONFIG's task or --task worker:N)",
-             tsr_task_type_name(s->cluster.task_type));
-    return TSR_ECONFIG;
-  }
+/* The daemon's cluster moves into the service. */
+static int setup(wk_svc *s, tsr_daemon *d, const wk_flags *f, char *err,
+                 size_t errlen) {
+  s->cluster = d->cluster;
+  tsr_cluster_init(&d->cluster);
   s->task_index = s->cluster.task_index;
-  snprintf(s->role, sizeof s->role, "worker:%d", s->task_index);
-  tsr_log_set_task(s->role);
+  snprintf(s->role, sizeof s->role, "%s", d->task);
   s->kopts.device = KERN_DEVICE_AUTO;
   s->kopts.cpu_threads = 1;
   if (f->device) {
@@ -419,17 +411,14 @@ int wk_service_main(int argc, char **argv) {
   if (!s) return 1;
   tsr_cluster_init(&s->cluster);
   snprintf(s->state, sizeof s->state, "idle");
-  if ((rc = setup(s, &f, err, sizeof err))) {
+  static const tsr_daemon_spec spec = {
+      "tessera-worker", TSR_TASK_BIT(TSR_TASK_WORKER),
+      TSR_TASK_BIT(TSR_TASK_WORKER), NULL};
+  tsr_daemon d;
+  if ((rc = tsr_daemon_start(&d, &spec, &f.d, err, sizeof err)) ||
+      (rc = setup(s, &d, &f, err, sizeof err))) {
     tsr_error("%s", err);
-    tsr_cluster_free(&s->cluster);
-    free(s);
-    return 2;
-  }
-  uint8_t token[TSR_RPC_TOKEN_MAX];
-  size_t token_len = 0;
-  if ((rc = tsr_rpc_token_load(f.token_file, token, sizeof token, &token_len,
-                               err, sizeof err))) {
-    tsr_error("%s", err);
+    tsr_daemon_free(&d);
     tsr_cluster_free(&s->cluster);
     free(s);
     return 2;
@@ -452,17 +441,17 @@ int wk_service_main(int argc, char **argv) {
   /* fail_fast: a call to a PS known to be down fails at once, so a
    * closure fails promptly and the chief can start the PS recovery;
    * reconnects are retried at least every second. */
-  tsr_rpc_opts ro = {.name = s->role, .token = token, .token_len = token_len,
-                     .fail_fast = 1, .backoff_max_ms = 1000};
-  if ((rc = tsr_rpc_ctx_new(&s->rpc, &loop, &ro))) {
+  tsr_rpc_opts ro = {.name = s->role, .token = d.token,
+                     .token_len = d.token_len, .fail_fast = 1,
+                     .backoff_max_ms = 1000};
+  rc = tsr_rpc_ctx_new(&s->rpc, &loop, &ro);
+  tsr_daemon_free(&d); /* the context keeps its copy of the token */
+  if (rc) {
     tsr_error("cannot make the RPC context: %s", tsr_strerror(rc));
     goto out_loop;
   }
   uv_async_init(&loop, &s->wake, on_wake);
   s->wake.data = s;
-  /* a PS or chief that goes away while we write must give EPIPE on that
-   * connection, not end this worker (rpc.h, "Signals") */
-  signal(SIGPIPE, SIG_IGN);
   uv_signal_init(&loop, &s->sig_term);
   uv_signal_init(&loop, &s->sig_int);
   s->sig_term.data = s->sig_int.data = s;

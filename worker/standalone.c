@@ -1,10 +1,12 @@
 /* wk_train_standalone: a whole job in one process (train.h).
  *
  * Happy path: open the training split (worker 0 of 1), build the model
- * against its schema, train for `steps` or `epochs` with a progress line
- * every few steps, then evaluate data.eval (when the job has one) and
- * print one summary line. Failure modes: the input's errors (file, row),
- * the model's (layer, shape, batch), the device's; all come back in `err`.
+ * against its schema, check every input (train and eval) before the first
+ * step, train for `steps` or `epochs` with a progress line every few
+ * steps, then evaluate data.eval (when the job has one) and print one
+ * summary line. Failure modes: the input's errors (file, line, column:
+ * TSR_EDATA, as a worker reports them to the chief), the model's (layer,
+ * shape, batch), the device's; all come back in `err`.
  */
 #include "worker/train.h"
 #include "worker/loop_int.h"
@@ -16,9 +18,6 @@
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
-
-#define FAIL(code, ...) \
-  (snprintf(err, errlen, __VA_ARGS__), (code))
 
 static double now_s(void) {
   struct timespec ts;
@@ -34,14 +33,16 @@ static int evaluate(const tsr_job *job, wk_trainer *t, const wk_model *m,
   wk_input *in = NULL;
   char ierr[512];
   int rc = wk_input_open(job, WK_SPLIT_EVAL, &io, &in, ierr, sizeof ierr);
-  if (rc) return FAIL(rc, "evaluation data: %s", ierr);
+  if (rc) return tsr_errf(err, errlen, wk__data_code(rc),
+                          "evaluation data: %s", ierr);
   wk_metrics *mt = NULL;
   if ((rc = wk_metrics_open(m, &mt))) goto out;
   const wk_batch *b;
   while ((rc = wk_input_next(in, &b)) == 0)
     if ((rc = wk_trainer_eval(t, b, mt, err, errlen))) goto out;
   if (rc != TSR_EEOF) {
-    rc = FAIL(rc, "evaluation data: %s", wk_input_error(in));
+    rc = tsr_errf(err, errlen, wk__data_code(rc),
+                  "evaluation data: %s", wk_input_error(in));
     goto out;
   }
   rc = 0;
@@ -84,12 +85,36 @@ int wk_train_standalone(const tsr_job *job, const wk_train_opts *o,
   int rc = wk_input_open(job, WK_SPLIT_TRAIN, &io, &in, ierr, sizeof ierr);
   if (rc) {
     if (pin) kern_close(pin);
-    return FAIL(rc, "training data: %s", ierr);
+    return tsr_errf(err, errlen, wk__data_code(rc), "training data: %s", ierr);
   }
   if ((rc = wk_model_from_job(job, wk_input_get_schema(in), &m, err, errlen)))
     goto out;
+  /* every input checked before the first step: a bad eval file must not
+   * cost a whole training */
+  if ((rc = wk_input_validate(in, wk_model_num_classes(m), ierr,
+                              sizeof ierr))) {
+    rc = tsr_errf(err, errlen, wk__data_code(rc), "training data: %s", ierr);
+    goto out;
+  }
+  if (job->data && json_object_get(job->data, "eval")) {
+    wk_input_opts eo = {.worker_index = 0, .num_workers = 1,
+                        .batch_size = job->batch_size, .epochs = 1,
+                        .seed = job->seed};
+    wk_input *ein = NULL;
+    rc = wk_input_open(job, WK_SPLIT_EVAL, &eo, &ein, ierr, sizeof ierr);
+    if (!rc)
+      rc = wk_input_validate(ein, wk_model_num_classes(m), ierr, sizeof ierr);
+    wk_input_close(ein);
+    if (rc) {
+      rc = tsr_errf(err, errlen, wk__data_code(rc),
+                    "evaluation data: %s", ierr);
+      goto out;
+    }
+  }
   if ((rc = wk_trainer_open(m, &job->optimizer, job->seed, job->precision, o,
                             job->batch_size, &t, err, errlen)))
+    goto out;
+  if (o->on_start && (rc = o->on_start(o->hook_data, t, m, err, errlen)))
     goto out;
   char summ[2048];
   wk_model_summary(m, summ, sizeof summ);
@@ -105,14 +130,28 @@ int wk_train_standalone(const tsr_job *job, const wk_train_opts *o,
                           : 0;
   int64_t total = job->steps > 0 ? job->steps : per_epoch * job->epochs;
   int64_t every = o->log_every > 0 ? o->log_every : total > 20 ? total / 20 : 1;
+  int64_t sum_every = o->summary_every > 0 ? o->summary_every
+                      : total >= 100   ? total / 100
+                                       : 1;
+  double sum_loss = 0;
+  int64_t sum_n = 0;
+  int32_t tpid = tsr_trace_pid(TSR_TASK_WORKER, 0);
+  if (o->trace) tsr_trace_name_process(o->trace, tpid, "standalone");
+  r->best_auc = sc->best_auc;
+  if (!o->quiet && sc->best_auc == sc->best_auc)
+    tsr_info("the synthetic data's hidden model reaches AUC %.4f on it (the "
+             "best any model can)", sc->best_auc);
   double t0 = now_s(), win_loss = 0, ep_loss = 0;
   int64_t win_n = 0, ep_n = 0, cur_epoch = 0, steps = 0;
   const wk_batch *b;
   while (job->steps <= 0 || steps < job->steps) {
+    int64_t t_in = o->trace ? tsr_trace_now_us() : 0;
     rc = wk_input_next(in, &b);
+    if (o->trace) tsr_trace_end(o->trace, tpid, 0, "step", "input wait", t_in);
     if (rc == TSR_EEOF) break;
     if (rc) {
-      rc = FAIL(rc, "training data: %s", wk_input_error(in));
+      rc = tsr_errf(err, errlen, wk__data_code(rc),
+                    "training data: %s", wk_input_error(in));
       goto out;
     }
     if (b->epoch != cur_epoch) {
@@ -126,8 +165,31 @@ int wk_train_standalone(const tsr_job *job, const wk_train_opts *o,
     }
     double loss;
     bool applied;
-    if ((rc = wk_trainer_step(t, b, &loss, &applied, err, errlen))) goto out;
+    int64_t t_st = o->trace ? tsr_trace_now_us() : 0;
+    if ((rc = wk_trainer_step(t, b, &loss, &applied, err, errlen))) {
+      /* a batch the model refuses (a value not finite, a label out of
+       * range) is the data's fault, as on a worker */
+      if (rc == TSR_ENONFINITE || rc == TSR_ERANGE) rc = TSR_EDATA;
+      goto out;
+    }
+    if (o->trace) tsr_trace_end(o->trace, tpid, 0, "step", "step", t_st);
     steps++;
+    sum_loss += loss * (double)b->n;
+    sum_n += b->n;
+    if (o->on_scalar && steps % sum_every == 0) {
+      o->on_scalar(o->hook_data, "loss", steps, sum_loss / (double)sum_n);
+      o->on_scalar(o->hook_data, "train/learning_rate", steps,
+                   tsr_optim_lr(&job->optimizer, steps));
+      sum_loss = 0;
+      sum_n = 0;
+    }
+    if (o->on_checkpoint && o->checkpoint_every > 0 &&
+        steps % o->checkpoint_every == 0 &&
+        (rc = o->on_checkpoint(o->hook_data, t, m, steps))) {
+      rc = tsr_errf(err, errlen, rc,
+                    "checkpoint at step %lld failed", (long long)steps);
+      goto out;
+    }
     r->examples += b->n;
     win_loss += loss * (double)b->n;
     win_n += b->n;
@@ -153,15 +215,34 @@ int wk_train_standalone(const tsr_job *job, const wk_train_opts *o,
   r->examples_per_sec = r->seconds > 0 ? (double)r->examples / r->seconds : 0;
   r->train_loss = ep_n ? ep_loss / (double)ep_n : 0;
   r->loss_scale = wk_trainer_loss_scale(t);
+  r->skipped_records = wk_input_skipped(in);
+  if (o->on_scalar && r->skipped_records > 0)
+    o->on_scalar(o->hook_data, "input/skipped_records", steps,
+                 (double)r->skipped_records);
   r->replicas = wk_trainer_replicas(t);
   snprintf(r->backend, sizeof r->backend, "%s", wk_trainer_backend(t));
   r->n_metrics = wk_model_num_metrics(m);
   for (int k = 0; k < r->n_metrics && k < 8; k++)
     snprintf(r->metric_names[k], 32, "%s", wk_model_metric_name(m, k));
+  if (o->on_scalar && sum_n)
+    o->on_scalar(o->hook_data, "loss", steps, sum_loss / (double)sum_n);
+  if (o->on_checkpoint && (rc = o->on_checkpoint(o->hook_data, t, m, steps))) {
+    rc = tsr_errf(err, errlen, rc,
+                  "checkpoint at step %lld failed", (long long)steps);
+    goto out;
+  }
   json_t *data = job->data;
   if (data && json_object_get(data, "eval") &&
       (rc = evaluate(job, t, m, r, err, errlen)))
     goto out;
+  if (o->on_scalar && r->has_eval) {
+    o->on_scalar(o->hook_data, "eval/loss", steps, r->eval_loss);
+    for (int k = 0; k < r->n_metrics; k++) {
+      char tag[64];
+      snprintf(tag, sizeof tag, "eval/%s", r->metric_names[k]);
+      o->on_scalar(o->hook_data, tag, steps, r->metrics[k]);
+    }
+  }
   if (!o->quiet) {
     char line[1024];
     int k = snprintf(line, sizeof line,
@@ -175,6 +256,13 @@ int wk_train_standalone(const tsr_job *job, const wk_train_opts *o,
         k += snprintf(line + k, sizeof line - (size_t)k, ", %s %.4f",
                       r->metric_names[i], r->metrics[i]);
     }
+    if (r->skipped_records > 0 && k < (int)sizeof line)
+      k += snprintf(line + k, sizeof line - (size_t)k,
+                    ", %lld corrupt records skipped",
+                    (long long)r->skipped_records);
+    if (r->best_auc == r->best_auc && k < (int)sizeof line)
+      k += snprintf(line + k, sizeof line - (size_t)k,
+                    ", best reachable auc %.4f", r->best_auc);
     snprintf(line + k, sizeof line - (size_t)k,
              ", %.0f examples/s, %.2f s, %s x%d %s", r->examples_per_sec,
              r->seconds, r->backend, r->replicas,

@@ -314,6 +314,6 @@ int wk_synth__src(const wk_input_spec *spec, const wk_sel *sel, wk_src **out,
   return 0;
 fail:
   synth_destroy(s);
-  return wk_input__fail(err, errlen, rc, "%s: out of memory generating %lld "
-                        "examples", spec->where, (long long)spec->n);
+  return tsr_errf(err, errlen, rc, "%s: out of memory generating %lld "
+                  "examples", spec->where, (long long)spec->n);
 }

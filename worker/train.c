@@ -23,15 +23,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FAIL(code, ...) wk_model__fail(err, errlen, code, __VA_ARGS__)
 #define WK_MAX_REPS 16
 
 struct wk_trainer {
   const wk_model *m;
   tsr_optim_spec opt;
+  tsr_optim_spec *vopt;    /* per variable: the job's, or the moving average */
   uint64_t seed;
   tsr_precision prec;
-  int nslots;
+  int *nslots;             /* per variable */
   float **w;               /* full tables */
   float ***slots;          /* [var][slot] full size */
   float **p, **g;          /* staging: params (sparse rows) and gradients */
@@ -67,8 +67,10 @@ int wk_trainer_open(const wk_model *m, const tsr_optim_spec *opt,
   t->seed = seed;
   t->prec = prec;
   t->loss_scale = prec == TSR_PREC_FP16 ? 32768.0f : 1.0f;
-  t->nslots = kern_optim_num_slots(opt);
   int nv = m->n_vars, rc;
+  t->vopt = calloc((size_t)nv, sizeof *t->vopt);
+  t->nslots = calloc((size_t)nv, sizeof *t->nslots);
+  if (!t->vopt || !t->nslots) goto nomem;
   t->w = calloc((size_t)nv, sizeof *t->w);
   t->slots = calloc((size_t)nv, sizeof *t->slots);
   t->p = calloc((size_t)nv, sizeof *t->p);
@@ -81,10 +83,12 @@ int wk_trainer_open(const wk_model *m, const tsr_optim_spec *opt,
     wk_model_init_var(m, v, seed, 0, t->w[v], (size_t)vi->numel);
     if (!(t->slots[v] = calloc(KERN_OPTIM_MAX_SLOTS, sizeof(float *))))
       goto nomem;
-    for (int s = 0; s < t->nslots; s++)
+    wk_var_optimizer(vi, opt, &t->vopt[v]);
+    t->nslots[v] = kern_optim_num_slots(&t->vopt[v]);
+    for (int s = 0; s < t->nslots[v]; s++)
       if (!(t->slots[v][s] = malloc((size_t)vi->numel * sizeof(float))))
         goto nomem;
-    kern_optim_init_slots(opt, t->slots[v], (size_t)vi->numel);
+    kern_optim_init_slots(&t->vopt[v], t->slots[v], (size_t)vi->numel);
     if (vi->kind == WK_VAR_DENSE) {
       t->p[v] = t->w[v];
       if (!(t->g[v] = malloc((size_t)vi->numel * sizeof(float)))) goto nomem;
@@ -121,7 +125,8 @@ int wk_trainer_open(const wk_model *m, const tsr_optim_spec *opt,
   *out = t;
   return 0;
 nomem:
-  rc = FAIL(TSR_ENOMEM, "out of memory for the model's variables");
+  rc = tsr_errf(err, errlen, TSR_ENOMEM,
+                "out of memory for the model's variables");
 fail:
   wk_trainer_close(t);
   return rc;
@@ -140,9 +145,12 @@ void wk_trainer_close(wk_trainer *t) {
     if (!dense) free(t->p[v]);
     free(t->g[v]);
     free(t->w[v]);
-    for (int s = 0; t->slots[v] && s < t->nslots; s++) free(t->slots[v][s]);
+    for (int s = 0; t->slots[v] && s < t->nslots[v]; s++)
+      free(t->slots[v][s]);
     free(t->slots[v]);
   }
+  free(t->vopt);
+  free(t->nslots);
   free(t->w);
   free(t->slots);
   free(t->p);
@@ -212,7 +220,7 @@ static int run_replicas(wk_trainer *t, const wk_batch *b, bool train,
     lo = hi;
   }
   if ((rc = stage_rows(t, global ? global : t->ex[0])))
-    return FAIL(rc, "out of memory staging embedding rows");
+    return tsr_errf(err, errlen, rc, "out of memory staging embedding rows");
   wk_rep_job jobs[WK_MAX_REPS];
   pthread_t th[WK_MAX_REPS];
   for (int r = 0; r < nr; r++) {
@@ -228,23 +236,34 @@ static int run_replicas(wk_trainer *t, const wk_batch *b, bool train,
   if (nr == 1) {
     rep_main(&jobs[0]);
   } else {
+    /* a replica whose thread cannot start runs here, after the others
+     * are started (only started threads are joined) */
+    bool started[WK_MAX_REPS];
     for (int r = 0; r < nr; r++)
-      if (pthread_create(&th[r], NULL, rep_main, &jobs[r])) jobs[r].rc = TSR_ENOMEM;
-    for (int r = 0; r < nr; r++) pthread_join(th[r], NULL);
+      started[r] = pthread_create(&th[r], NULL, rep_main, &jobs[r]) == 0;
+    for (int r = 0; r < nr; r++)
+      if (!started[r]) rep_main(&jobs[r]);
+    for (int r = 0; r < nr; r++)
+      if (started[r]) pthread_join(th[r], NULL);
   }
   *loss_sum = 0;
   for (int r = 0; r < nr; r++) {
-    if (jobs[r].rc)
-      return FAIL(jobs[r].rc, "replica %d (%s): %s", r,
-                  kern_backend_name(t->ctx[r]), tsr_strerror(jobs[r].rc));
+    if (jobs[r].rc) {
+      const char *why = kern_last_error(t->ctx[r]);
+      return tsr_errf(err, errlen, jobs[r].rc, "replica %d (%s): %s", r,
+                      kern_backend_name(t->ctx[r]),
+                      *why ? why : tsr_strerror(jobs[r].rc));
+    }
     *loss_sum += jobs[r].res.loss_sum;
   }
   if (res0) *res0 = jobs[0].res;
   if (train && nr > 1) {
     if ((rc = wk_exec_allreduce(t->ex, nr)) ||
         (rc = wk_exec_fetch_grads(t->ex[0], t->g)))
-      return FAIL(rc, "gradient all-reduce over %d replicas: %s", nr,
-                  tsr_strerror(rc));
+      return tsr_errf(err, errlen, rc,
+                      "gradient all-reduce over %d replicas: %s", nr,
+                      *kern_last_error(t->ctx[0]) ? kern_last_error(t->ctx[0])
+                                                  : tsr_strerror(rc));
   }
   return 0;
 }
@@ -257,7 +276,7 @@ static bool host_finite(const float *x, int64_t n) {
 
 int wk_trainer_step(wk_trainer *t, const wk_batch *b, double *loss,
                     bool *applied, char *err, size_t errlen) {
-  double ls;
+  double ls = 0;
   int rc;
   t->runs++;
   if ((rc = run_replicas(t, b, true, &ls, NULL, err, errlen))) return rc;
@@ -283,12 +302,30 @@ int wk_trainer_step(wk_trainer *t, const wk_batch *b, double *loss,
     }
   }
   float scale = 1.0f / t->loss_scale;
+  if (t->opt.clipnorm > 0 || t->opt.global_clipnorm > 0) {
+    /* as the distributed worker clips before its push */
+    float *gs[256];
+    size_t ns[256];
+    if (m->n_vars > 256)
+      return tsr_errf(err, errlen, TSR_ERANGE,
+                      "clipping: more than 256 variables");
+    for (int v = 0; v < m->n_vars; v++) {
+      const int64_t *ids;
+      int64_t nr;
+      wk_exec_rows(planner, v, &ids, &nr);
+      gs[v] = t->g[v];
+      ns[v] = (size_t)(m->vars[v].kind == WK_VAR_DENSE
+                           ? m->vars[v].numel
+                           : nr * m->vars[v].row_dim);
+    }
+    kern_optim_clip_norm(&t->opt, gs, ns, m->n_vars, scale);
+  }
   int64_t step = ++t->step;
   for (int v = 0; v < m->n_vars; v++) {
     const wk_var_info *vi = &m->vars[v];
     if (vi->kind == WK_VAR_DENSE) {
-      kern_optim_apply(&t->opt, step, t->w[v], t->g[v], scale, t->slots[v],
-                       (size_t)vi->numel);
+      kern_optim_apply(&t->vopt[v], step, t->w[v], t->g[v], scale,
+                       t->slots[v], (size_t)vi->numel);
       continue;
     }
     const int64_t *ids;
@@ -297,9 +334,10 @@ int wk_trainer_step(wk_trainer *t, const wk_batch *b, double *loss,
     for (int64_t u = 0; u < nr; u++) {
       int64_t off = ids[u] * vi->row_dim;
       float *sl[KERN_OPTIM_MAX_SLOTS];
-      for (int s = 0; s < t->nslots; s++) sl[s] = t->slots[v][s] + off;
-      kern_optim_apply(&t->opt, step, t->w[v] + off, t->g[v] + u * vi->row_dim,
-                       scale, sl, (size_t)vi->row_dim);
+      for (int s = 0; s < t->nslots[v]; s++) sl[s] = t->slots[v][s] + off;
+      kern_optim_apply(&t->vopt[v], step, t->w[v] + off,
+                       t->g[v] + u * vi->row_dim, scale, sl,
+                       (size_t)vi->row_dim);
     }
   }
   if (t->prec == TSR_PREC_FP16 && ++t->good_steps >= 2000) {
@@ -321,14 +359,16 @@ int wk_trainer_eval(wk_trainer *t, const wk_batch *b, wk_metrics *mt,
     if ((rc = wk_exec_prepare(t->ex[0], b, lo, hi, NULL, err, errlen)))
       return rc;
     if ((rc = stage_rows(t, t->ex[0])))
-      return FAIL(rc, "out of memory staging embedding rows");
+      return tsr_errf(err, errlen, rc, "out of memory staging embedding rows");
     wk_run_opts o = {.train = false, .grad_scale = 1.0f};
     wk_run_result res;
     if ((rc = wk_exec_run(t->ex[0], t->p, NULL, &o, &res)))
-      return FAIL(rc, "evaluation on %s: %s", kern_backend_name(t->ctx[0]),
-                  tsr_strerror(rc));
+      return tsr_errf(err, errlen, rc,
+                      "evaluation on %s: %s", kern_backend_name(t->ctx[0]),
+                      *kern_last_error(t->ctx[0]) ? kern_last_error(t->ctx[0])
+                                                  : tsr_strerror(rc));
     if ((rc = wk_metrics_add(mt, res.pred, res.labels, res.n, res.loss_sum)))
-      return FAIL(rc, "out of memory for metrics");
+      return tsr_errf(err, errlen, rc, "out of memory for metrics");
   }
   (void)m;
   return 0;

@@ -21,8 +21,11 @@
 #include <stdint.h>
 
 #include "common/job.h"
+#include "common/trace.h"
 #include "worker/metrics.h"
 #include "worker/model.h"
+
+typedef struct wk_trainer wk_trainer;
 
 typedef struct {
   kern_device device;     /* auto (default), cpu, gpu */
@@ -30,9 +33,23 @@ typedef struct {
   int cpu_threads;        /* OpenBLAS threads (0: 1) */
   int64_t log_every;      /* progress line every N steps (0: about 20 lines) */
   bool quiet;             /* no progress lines (tests) */
+  /* Monitoring of wk_train_standalone (all optional), called on the
+   * training thread: scalars with the chief's tags ("loss",
+   * "train/learning_rate", "eval/loss", "eval/NAME") every summary_every
+   * steps (0: a hundredth of the run) and at the end; the trainer's
+   * weights every checkpoint_every steps (0: only at the end) and at the
+   * end; every step's phases into `trace`. */
+  void (*on_scalar)(void *data, const char *tag, int64_t step, double value);
+  int (*on_checkpoint)(void *data, wk_trainer *t, const wk_model *m,
+                       int64_t step);
+  /* after the trainer opens, before the first step (initial_weights) */
+  int (*on_start)(void *data, wk_trainer *t, const wk_model *m, char *err,
+                  size_t errlen);
+  void *hook_data;
+  int64_t summary_every;
+  int64_t checkpoint_every;
+  tsr_trace *trace;
 } wk_train_opts;
-
-typedef struct wk_trainer wk_trainer;
 
 /* `batch` is the largest global batch the trainer will see. */
 int wk_trainer_open(const wk_model *m, const tsr_optim_spec *opt,
@@ -70,6 +87,9 @@ typedef struct {
   float loss_scale;
   int replicas;
   char backend[16];
+  int64_t skipped_records;/* corrupt records skipped (skip_corrupt) */
+  double best_auc;        /* synthetic_ctr: the hidden model's AUC on the
+                             training data (the best reachable); NAN else */
 } wk_train_result;
 
 /* The whole standalone run of a job: input, model, training, evaluation on

@@ -103,6 +103,9 @@ int chief_ckpt_prepare(const char *root, int64_t step, char *err,
   return chief__mkdir_p(dir, err, errlen);
 }
 
+static int ck_list(const char *root, int64_t **steps, size_t *n, char *err,
+                   size_t errlen, int committed_only);
+
 static int ck_fsync_dir(const char *dir) {
   int fd = open(dir, O_RDONLY | O_DIRECTORY);
   if (fd < 0) return -errno;
@@ -133,11 +136,37 @@ int chief_ckpt_commit(const char *root, int64_t step, json_t *manifest,
     snprintf(err, errlen, "fsync %s: %s", dir, tsr_strerror(rc));
     return rc;
   }
-  char hint[256];
+  /* committed: the hint is for people (the manifests decide), so failing
+   * to write it (a full disk) does not undo the commit */
+  char hint[256], herr[256];
   int n = snprintf(hint, sizeof hint, "latest: " CK_PREFIX "%012" PRId64 "\n",
                    step);
-  if (ck_join(path, sizeof path, root, "checkpoint")) return TSR_ERANGE;
-  return chief__write_atomic(path, hint, (size_t)n, err, errlen);
+  if (ck_join(path, sizeof path, root, "checkpoint") == 0)
+    chief__write_atomic(path, hint, (size_t)n, herr, sizeof herr);
+  return 0;
+}
+
+int chief_ckpt_remove(const char *root, int64_t step, char *err,
+                      size_t errlen) {
+  char dir[CK_PATH];
+  if (chief_ckpt_dir(root, step, dir, sizeof dir)) {
+    snprintf(err, errlen, "checkpoint path too long under %s", root);
+    return TSR_ERANGE;
+  }
+  int rc = ck_rm_tree(dir);
+  if (rc) snprintf(err, errlen, "%s: %s", dir, tsr_strerror(rc));
+  return rc;
+}
+
+int chief_ckpt_list(const char *root, int64_t **steps, size_t *n, char *err,
+                    size_t errlen) {
+  int rc = ck_list(root, steps, n, err, errlen, 1);
+  if (rc == TSR_ENOTFOUND) {
+    *steps = NULL;
+    *n = 0;
+    return 0;
+  }
+  return rc;
 }
 
 /* Committed step folders, newest first. */

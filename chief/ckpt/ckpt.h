@@ -57,6 +57,16 @@ int chief_ckpt_read(const char *path, int64_t *step, json_t **manifest,
                     char *folder_out, size_t folder_len, char *err,
                     size_t errlen);
 
+/* Removes the step's folder, committed or not (a pruned checkpoint, or one
+ * that failed half-written). A folder that is not there is fine. */
+int chief_ckpt_remove(const char *root, int64_t step, char *err,
+                      size_t errlen);
+
+/* The steps of every committed checkpoint under ROOT, newest first
+ * (*steps malloc'ed, NULL when there is none; a missing ROOT has none). */
+int chief_ckpt_list(const char *root, int64_t **steps, size_t *n, char *err,
+                    size_t errlen);
+
 /* Keeps the newest `keep` committed checkpoints; deletes older ones and
  * every unfinished folder older than the newest committed one. Returns the
  * number of folders removed or a negative code. */

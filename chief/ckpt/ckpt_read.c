@@ -12,16 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int cr_fail(char *err, size_t errlen, int rc, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int cr_fail(char *err, size_t errlen, int rc, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  return rc;
-}
-
 typedef struct {
   char name[256];
   int rank;
@@ -76,23 +66,23 @@ static bool cr_str(const msgpack_object *o, char *buf, size_t len) {
 static int cr_slurp(const char *path, uint8_t **data, size_t *len, char *err,
                     size_t errlen) {
   FILE *f = fopen(path, "rb");
-  if (!f) return cr_fail(err, errlen, -errno, "%s: %s", path, strerror(errno));
+  if (!f) return tsr_errf(err, errlen, -errno, "%s: %s", path, strerror(errno));
   if (fseek(f, 0, SEEK_END) != 0) {
     fclose(f);
-    return cr_fail(err, errlen, TSR_EIO, "%s: cannot seek", path);
+    return tsr_errf(err, errlen, TSR_EIO, "%s: cannot seek", path);
   }
   long n = ftell(f);
   rewind(f);
   uint8_t *p = malloc(n > 0 ? (size_t)n : 1);
   if (!p) {
     fclose(f);
-    return cr_fail(err, errlen, TSR_ENOMEM, "%s: out of memory", path);
+    return tsr_errf(err, errlen, TSR_ENOMEM, "%s: out of memory", path);
   }
   size_t r = fread(p, 1, (size_t)n, f);
   fclose(f);
   if (r != (size_t)n) {
     free(p);
-    return cr_fail(err, errlen, TSR_EIO, "%s: short read", path);
+    return tsr_errf(err, errlen, TSR_EIO, "%s: short read", path);
   }
   *data = p;
   *len = (size_t)n;
@@ -105,26 +95,26 @@ static int cr_header(const char *path, const uint8_t *b, size_t len,
                      cr_hdr *h, size_t *base, char *err, size_t errlen) {
   memset(h, 0, sizeof *h);
   if (len < 16 || memcmp(b, "TSRSHARD", 8) != 0)
-    return cr_fail(err, errlen, TSR_EFORMAT, "%s: not a shard file (magic)",
-                   path);
+    return tsr_errf(err, errlen, TSR_EFORMAT, "%s: not a shard file (magic)",
+                    path);
   uint32_t H;
   memcpy(&H, b + 8, 4);
   if ((uint64_t)H + 16 > len)
-    return cr_fail(err, errlen, TSR_ECORRUPT,
-                   "%s: truncated (header of %u bytes)", path, H);
+    return tsr_errf(err, errlen, TSR_ECORRUPT,
+                    "%s: truncated (header of %u bytes)", path, H);
   uint32_t hcrc;
   memcpy(&hcrc, b + 12 + H, 4);
   if (tsr_crc32c(0, b + 12, H) != hcrc)
-    return cr_fail(err, errlen, TSR_ECORRUPT, "%s: header CRC mismatch",
-                   path);
+    return tsr_errf(err, errlen, TSR_ECORRUPT, "%s: header CRC mismatch",
+                    path);
   msgpack_unpacked u;
   msgpack_unpacked_init(&u);
   size_t off = 0;
   int rc = 0;
   if (msgpack_unpack_next(&u, (const char *)b + 12, H, &off) !=
       MSGPACK_UNPACK_SUCCESS) {
-    rc = cr_fail(err, errlen, TSR_ECORRUPT, "%s: header does not decode",
-                 path);
+    rc = tsr_errf(err, errlen, TSR_ECORRUPT, "%s: header does not decode",
+                  path);
     goto out;
   }
   const msgpack_object *m = &u.data, *o;
@@ -133,19 +123,19 @@ static int cr_header(const char *path, const uint8_t *b, size_t len,
   if (!cr_str(cr_get(m, "format"), fmt, sizeof fmt) ||
       strcmp(fmt, "tessera-shard") != 0 ||
       !cr_str(cr_get(m, "name"), h->name, sizeof h->name)) {
-    rc = cr_fail(err, errlen, TSR_EFORMAT, "%s: header lacks format/name",
-                 path);
+    rc = tsr_errf(err, errlen, TSR_EFORMAT, "%s: header lacks format/name",
+                  path);
     goto out;
   }
   o = cr_get(m, "shape");
   if (!o || o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size > 8) {
-    rc = cr_fail(err, errlen, TSR_EFORMAT, "%s: bad shape", path);
+    rc = tsr_errf(err, errlen, TSR_EFORMAT, "%s: bad shape", path);
     goto out;
   }
   h->rank = (int)o->via.array.size;
   for (int i = 0; i < h->rank; i++)
     if (!cr_int(&o->via.array.ptr[i], &h->shape[i]) || h->shape[i] < 0) {
-      rc = cr_fail(err, errlen, TSR_EFORMAT, "%s: bad shape", path);
+      rc = tsr_errf(err, errlen, TSR_EFORMAT, "%s: bad shape", path);
       goto out;
     }
   o = cr_get(m, "sparse");
@@ -188,20 +178,20 @@ static int cr_header(const char *path, const uint8_t *b, size_t len,
   }
   *base = 16 + (size_t)H;
   if (h->width <= 0 || !h->has_val || (h->sparse && !h->has_ids)) {
-    rc = cr_fail(err, errlen, TSR_EFORMAT, "%s: header lacks width or "
-                 "sections", path);
+    rc = tsr_errf(err, errlen, TSR_EFORMAT, "%s: header lacks width or "
+                  "sections", path);
     goto out;
   }
   if (*base + h->data_bytes > len) {
-    rc = cr_fail(err, errlen, TSR_ECORRUPT,
-                 "%s: truncated: %zu bytes, header says %llu", path, len,
-                 (unsigned long long)(*base + h->data_bytes));
+    rc = tsr_errf(err, errlen, TSR_ECORRUPT,
+                  "%s: truncated: %zu bytes, header says %llu", path, len,
+                  (unsigned long long)(*base + h->data_bytes));
     goto out;
   }
   if (h->val_off + h->val_bytes > h->data_bytes ||
       h->ids_off + h->ids_bytes > h->data_bytes) {
-    rc = cr_fail(err, errlen, TSR_ECORRUPT, "%s: sections beyond the data",
-                 path);
+    rc = tsr_errf(err, errlen, TSR_ECORRUPT, "%s: sections beyond the data",
+                  path);
     goto out;
   }
 out:
@@ -222,8 +212,8 @@ int chief_ckpt_scan(const char *folder, chief_ckpt_var **out, size_t *n_out,
   *out = NULL;
   *n_out = 0;
   DIR *d = opendir(folder);
-  if (!d) return cr_fail(err, errlen, -errno, "%s: %s", folder,
-                         strerror(errno));
+  if (!d) return tsr_errf(err, errlen, -errno, "%s: %s", folder,
+                          strerror(errno));
   chief_ckpt_var *vars = NULL;
   size_t n = 0, cap = 0;
   struct dirent *e;
@@ -283,8 +273,8 @@ int chief_ckpt_scan(const char *folder, chief_ckpt_var **out, size_t *n_out,
     }
     if (v->n_parts == CHIEF_CKPT_MAX_PARTS) {
       free(path);
-      rc = cr_fail(err, errlen, TSR_ERANGE, "%s: more than %d parts",
-                   v->name, CHIEF_CKPT_MAX_PARTS);
+      rc = tsr_errf(err, errlen, TSR_ERANGE, "%s: more than %d parts",
+                    v->name, CHIEF_CKPT_MAX_PARTS);
       break;
     }
     if (h.shard == 0) v->step = h.step;
@@ -317,23 +307,23 @@ int chief_ckpt_load_value(const chief_ckpt_var *v, float *out,
     if ((rc = cr_slurp(path, &b, &len, err, errlen))) break;
     rc = cr_header(path, b, len, &h, &base, err, errlen);
     if (!rc && tsr_crc32c(0, b + base, h.data_bytes) != h.data_crc)
-      rc = cr_fail(err, errlen, TSR_ECORRUPT, "%s: data CRC mismatch", path);
+      rc = tsr_errf(err, errlen, TSR_ECORRUPT, "%s: data CRC mismatch", path);
     if (!rc && h.width != v->width)
-      rc = cr_fail(err, errlen, TSR_EFORMAT, "%s: width %lld, other parts "
-                   "%lld", path, (long long)h.width, (long long)v->width);
+      rc = tsr_errf(err, errlen, TSR_EFORMAT, "%s: width %lld, other parts "
+                    "%lld", path, (long long)h.width, (long long)v->width);
     size_t row_bytes = (size_t)v->width * sizeof(float);
     if (!rc && h.sparse) {
       uint64_t nr = h.ids_bytes / 8;
       if (h.val_bytes != nr * row_bytes)
-        rc = cr_fail(err, errlen, TSR_ECORRUPT, "%s: %llu ids but %llu value "
-                     "bytes", path, (unsigned long long)nr,
-                     (unsigned long long)h.val_bytes);
+        rc = tsr_errf(err, errlen, TSR_ECORRUPT, "%s: %llu ids but %llu value "
+                      "bytes", path, (unsigned long long)nr,
+                      (unsigned long long)h.val_bytes);
       for (uint64_t i = 0; !rc && i < nr; i++) {
         int64_t id;
         memcpy(&id, b + base + h.ids_off + i * 8, 8);
         if (id < 0 || id >= dim0) {
-          rc = cr_fail(err, errlen, TSR_ECORRUPT, "%s: id %lld outside "
-                       "[0, %lld)", path, (long long)id, (long long)dim0);
+          rc = tsr_errf(err, errlen, TSR_ECORRUPT, "%s: id %lld outside "
+                        "[0, %lld)", path, (long long)id, (long long)dim0);
           break;
         }
         memcpy(out + (size_t)id * (size_t)v->width,
@@ -343,9 +333,9 @@ int chief_ckpt_load_value(const chief_ckpt_var *v, float *out,
     } else if (!rc) {
       if (h.row0 < 0 || h.rows < 0 || h.row0 + h.rows > dim0 ||
           h.val_bytes != (uint64_t)h.rows * row_bytes)
-        rc = cr_fail(err, errlen, TSR_ECORRUPT, "%s: rows %lld+%lld do not "
-                     "fit the variable", path, (long long)h.row0,
-                     (long long)h.rows);
+        rc = tsr_errf(err, errlen, TSR_ECORRUPT, "%s: rows %lld+%lld do not "
+                      "fit the variable", path, (long long)h.row0,
+                      (long long)h.rows);
       else {
         memcpy(out + (size_t)h.row0 * (size_t)v->width, b + base + h.val_off,
                h.val_bytes);
@@ -357,8 +347,8 @@ int chief_ckpt_load_value(const chief_ckpt_var *v, float *out,
   if (!rc && !v->sparse)
     for (int64_t r = 0; r < dim0; r++)
       if (!have[r]) {
-        rc = cr_fail(err, errlen, TSR_ECORRUPT, "%s: row %lld is in no part",
-                     v->name, (long long)r);
+        rc = tsr_errf(err, errlen, TSR_ECORRUPT, "%s: row %lld is in no part",
+                      v->name, (long long)r);
         break;
       }
   if (!present) free(have);

@@ -79,21 +79,15 @@ int chief_npz_open(chief_npz **out, const char *path, char *err,
   return 0;
 }
 
-int chief_npz_add_f32(chief_npz *z, const char *name, const int64_t *shape,
-                      int rank, const float *data, char *err, size_t errlen) {
-  char hdr[640];
-  size_t hl = chief_npy_header(hdr, sizeof hdr, shape, rank);
-  if (!hl) {
-    snprintf(err, errlen, "%s: shape too long for an .npy header", name);
-    return TSR_EINVAL;
-  }
-  uint64_t numel = 1;
-  for (int i = 0; i < rank; i++) numel *= (uint64_t)shape[i];
-  uint64_t size = hl + numel * 4;
+/* One stored member: a header part `hdr` (may be empty) then `data`. */
+static int add_member(chief_npz *z, const char *member_in, const void *hdr,
+                      size_t hl, const void *data, uint64_t dlen, char *err,
+                      size_t errlen) {
+  uint64_t size = hl + dlen;
   if (size >= 0xffffffffull || z->off + size >= 0xffffffffull ||
       z->n >= 65535) {
-    snprintf(err, errlen, "%s: archive over 4 GiB or 65535 arrays (no "
-             "ZIP64)", name);
+    snprintf(err, errlen, "%s: archive over 4 GiB or 65535 members (no "
+             "ZIP64)", member_in);
     return TSR_ETOOBIG;
   }
   if (z->n == z->cap) {
@@ -103,14 +97,12 @@ int chief_npz_add_f32(chief_npz *z, const char *name, const int64_t *shape,
     z->e = ne;
     z->cap = nc;
   }
-  size_t nl = strlen(name) + 5;
-  char *member = malloc(nl);
+  char *member = strdup(member_in);
   if (!member) return TSR_ENOMEM;
-  snprintf(member, nl, "%s.npy", name);
   uLong crc = crc32(0L, Z_NULL, 0);
-  crc = crc32(crc, (const Bytef *)hdr, (uInt)hl);
+  if (hl) crc = crc32(crc, (const Bytef *)hdr, (uInt)hl);
   const uint8_t *p = (const uint8_t *)data;
-  for (uint64_t left = numel * 4; left > 0;) {
+  for (uint64_t left = dlen; left > 0;) {
     uInt chunk = left > (1u << 30) ? (1u << 30) : (uInt)left;
     crc = crc32(crc, p, chunk);
     p += chunk;
@@ -128,8 +120,8 @@ int chief_npz_add_f32(chief_npz *z, const char *name, const int64_t *shape,
   put16(lh + 26, (uint16_t)strlen(member));
   size_t ml = strlen(member);
   if (fwrite(lh, 1, 30, z->f) != 30 || fwrite(member, 1, ml, z->f) != ml ||
-      fwrite(hdr, 1, hl, z->f) != hl ||
-      fwrite(data, 4, numel, z->f) != numel) {
+      (hl && fwrite(hdr, 1, hl, z->f) != hl) ||
+      (dlen && fwrite(data, 1, dlen, z->f) != dlen)) {
     int e = errno;
     free(member);
     snprintf(err, errlen, "%s: write failed: %s", z->tmp, strerror(e));
@@ -142,6 +134,30 @@ int chief_npz_add_f32(chief_npz *z, const char *name, const int64_t *shape,
   en->offset = (uint32_t)z->off;
   z->off += 30 + ml + size;
   return 0;
+}
+
+int chief_npz_add_f32(chief_npz *z, const char *name, const int64_t *shape,
+                      int rank, const float *data, char *err, size_t errlen) {
+  char hdr[640];
+  size_t hl = chief_npy_header(hdr, sizeof hdr, shape, rank);
+  if (!hl) {
+    snprintf(err, errlen, "%s: shape too long for an .npy header", name);
+    return TSR_EINVAL;
+  }
+  uint64_t numel = 1;
+  for (int i = 0; i < rank; i++) numel *= (uint64_t)shape[i];
+  size_t nl = strlen(name) + 5;
+  char *member = malloc(nl);
+  if (!member) return TSR_ENOMEM;
+  snprintf(member, nl, "%s.npy", name);
+  int rc = add_member(z, member, hdr, hl, data, numel * 4, err, errlen);
+  free(member);
+  return rc;
+}
+
+int chief_npz_add_file(chief_npz *z, const char *member, const void *data,
+                       size_t len, char *err, size_t errlen) {
+  return add_member(z, member, NULL, 0, data, len, err, errlen);
 }
 
 static void npz_free(chief_npz *z) {

@@ -19,6 +19,10 @@ int chief_npz_open(chief_npz **out, const char *path, char *err,
 /* Adds `name`.npy: a little-endian float32 array of the given shape. */
 int chief_npz_add_f32(chief_npz *z, const char *name, const int64_t *shape,
                       int rank, const float *data, char *err, size_t errlen);
+/* Adds a member of any content under its own name (a .keras archive's
+ * config.json, model.weights.h5). */
+int chief_npz_add_file(chief_npz *z, const char *member, const void *data,
+                       size_t len, char *err, size_t errlen);
 /* Writes the central directory and renames the file into place; frees z.
  * On error the temp file is removed. */
 int chief_npz_close(chief_npz *z, char *err, size_t errlen);

@@ -1,7 +1,8 @@
-/* `tessera ckpt inspect PATH` and `tessera ckpt export PATH --npz OUT`:
- * PATH is a checkpoint root (its newest committed checkpoint is used) or one
- * ckpt-<step> folder. Export writes every variable in the model's order
- * under its Keras name, so
+/* `tessera ckpt inspect PATH` and `tessera ckpt export PATH --npz OUT`
+ * (--keras, --weights-h5: export_keras.h): PATH is a checkpoint root (its
+ * newest committed checkpoint is used) or one ckpt-<step> folder. Export
+ * writes every variable in model.get_weights()'s order under its Keras
+ * name, so
  *   z = numpy.load(OUT); model.set_weights([z[k] for k in z.files])
  * loads it into the Keras model. Rows of an embedding table that training
  * never touched were never created on the PS; export gives them their
@@ -10,6 +11,7 @@
 #include "chief/ckpt/ckpt.h"
 #include "chief/ckpt/ckpt_read.h"
 #include "chief/cli/cli.h"
+#include "chief/ckpt/export_keras.h"
 #include "chief/ckpt/npz.h"
 #include "common/err.h"
 #include "kernels/init.h"
@@ -23,7 +25,19 @@
 
 static void usage(FILE *f) {
   fprintf(f, "usage: tessera ckpt inspect PATH [--json]\n"
-             "       tessera ckpt export PATH --npz OUT.npz\n"
+             "       tessera ckpt export PATH [--npz OUT.npz] [--keras "
+             "OUT.keras]\n"
+             "              [--weights-h5 OUT.weights.h5 | OUT.h5]\n"
+             "  Sequential and Functional Keras models; the npz in "
+             "get_weights order.\n"
+             "  --weights-h5: NAME.weights.h5 for Keras 3 and tf_keras's "
+             "load_weights,\n"
+             "  NAME.h5 for tf_keras's HDF5 layout.\n"
+             "  --npz writes input_stats.json beside the npz (and so does "
+             "--weights-h5)\n"
+             "  when training normalized or scaled its inputs; --keras "
+             "carries them\n"
+             "  as a Normalization layer after each input.\n"
              "PATH: a checkpoint folder (the newest committed checkpoint in "
              "it) or one ckpt-<step> folder.\n");
 }
@@ -128,14 +142,22 @@ static void fill_absent(const chief_ckpt_var *v, json_t *mvar, uint64_t seed,
                      val + r * v->width, (size_t)v->width);
 }
 
-static int export_npz(const char *out, json_t *man, chief_ckpt_var *vars,
+typedef struct {
+  const char *npz, *keras, *h5;
+} export_to;
+
+/* The folder of `path` + "/input_stats.json". */
+static void stats_path(const char *path, char *buf, size_t len) {
+  const char *slash = strrchr(path, '/');
+  if (slash)
+    snprintf(buf, len, "%.*s/input_stats.json", (int)(slash - path), path);
+  else
+    snprintf(buf, len, "input_stats.json");
+}
+
+static int export_all(const export_to *to, json_t *man, chief_ckpt_var *vars,
                       size_t n) {
   char err[1024];
-  chief_npz *z;
-  if (chief_npz_open(&z, out, err, sizeof err)) {
-    fprintf(stderr, "tessera ckpt export: %s\n", err);
-    return 1;
-  }
   uint64_t seed = (uint64_t)json_integer_value(json_object_get(man, "seed"));
   json_t *mv = json_object_get(man, "variables");
   size_t nm = json_array_size(mv);
@@ -143,23 +165,23 @@ static int export_npz(const char *out, json_t *man, chief_ckpt_var *vars,
   size_t total = 0;
   const chief_ckpt_var **order = calloc(n + 1, sizeof *order);
   json_t **mvars = calloc(n + 1, sizeof *mvars);
-  if (!order || !mvars) {
-    free(order);
-    free(mvars);
-    chief_npz_abort(z);
-    return 1;
+  float **vals = calloc(n + 1, sizeof *vals);
+  chief_export_var *ev = calloc(n + 1, sizeof *ev);
+  int rc = 0;
+  if (!order || !mvars || !vals || !ev) {
+    rc = TSR_ENOMEM;
+    snprintf(err, sizeof err, "out of memory");
+    goto out;
   }
   for (size_t i = 0; i < nm; i++) {
     json_t *o = json_array_get(mv, i);
     const char *name = json_string_value(json_object_get(o, "name"));
     const chief_ckpt_var *v = name ? find_var(vars, n, name) : NULL;
     if (!v) {
-      fprintf(stderr, "tessera ckpt export: the manifest lists %s but no "
-                      "shard file holds it\n", name ? name : "?");
-      free(order);
-      free(mvars);
-      chief_npz_abort(z);
-      return 1;
+      rc = TSR_ENOTFOUND;
+      snprintf(err, sizeof err, "the manifest lists %s but no shard file "
+               "holds it", name ? name : "?");
+      goto out;
     }
     mvars[total] = o;
     order[total++] = v;
@@ -169,37 +191,82 @@ static int export_npz(const char *out, json_t *man, chief_ckpt_var *vars,
     for (size_t k = 0; k < total; k++) listed |= order[k] == &vars[i];
     if (!listed) order[total++] = &vars[i];
   }
-  int rc = 0;
   for (size_t i = 0; i < total && !rc; i++) {
     const chief_ckpt_var *v = order[i];
     int64_t dim0 = v->rank ? v->shape[0] : 1;
-    float *val = malloc((size_t)(dim0 * v->width) * sizeof *val + 1);
+    vals[i] = malloc((size_t)(dim0 * v->width) * sizeof(float) + 1);
     uint8_t *present = malloc((size_t)dim0 + 1);
-    if (!val || !present) {
+    if (!vals[i] || !present) {
       rc = TSR_ENOMEM;
       snprintf(err, sizeof err, "%s: out of memory", v->name);
     }
-    if (!rc) rc = chief_ckpt_load_value(v, val, present, err, sizeof err);
-    if (!rc && v->sparse) fill_absent(v, mvars[i], seed, val, present);
-    if (!rc)
-      rc = chief_npz_add_f32(z, v->name, v->shape, v->rank, val, err,
-                             sizeof err);
-    free(val);
+    if (!rc) rc = chief_ckpt_load_value(v, vals[i], present, err, sizeof err);
+    if (!rc && v->sparse) fill_absent(v, mvars[i], seed, vals[i], present);
     free(present);
+    ev[i] = (chief_export_var){v->name, v->rank, v->shape, vals[i]};
   }
+  json_t *model = json_object_get(man, "model");
+  json_t *input = json_object_get(man, "input");
+  char sp[4096];
+  if (!rc && to->npz) {
+    /* model.get_weights()'s order, so set_weights takes the arrays as
+     * they come */
+    const char **names = calloc(total + 1, sizeof *names);
+    size_t *kord = calloc(total + 1, sizeof *kord);
+    if (!names || !kord) {
+      rc = TSR_ENOMEM;
+      snprintf(err, sizeof err, "out of memory");
+    }
+    for (size_t i = 0; !rc && i < total; i++) names[i] = ev[i].name;
+    if (!rc && chief_keras_weight_order(model, names, total, kord, err,
+                                        sizeof err))
+      for (size_t i = 0; i < total; i++) kord[i] = i; /* the manifest's */
+    chief_npz *z = NULL;
+    if (!rc) rc = chief_npz_open(&z, to->npz, err, sizeof err);
+    for (size_t k = 0; k < total && !rc; k++) {
+      const chief_export_var *e = &ev[kord[k]];
+      rc = chief_npz_add_f32(z, e->name, e->shape, e->rank, e->data, err,
+                             sizeof err);
+    }
+    free(names);
+    free(kord);
+    if (z) {
+      if (rc) chief_npz_abort(z);
+      else rc = chief_npz_close(z, err, sizeof err);
+    }
+    if (!rc) printf("wrote %zu arrays to %s\n", total, to->npz);
+    stats_path(to->npz, sp, sizeof sp);
+    if (!rc && input &&
+        !(rc = chief_export_input_stats(sp, input, err, sizeof err)))
+      printf("wrote the input normalization to %s\n", sp);
+  }
+  if (!rc && to->keras) {
+    rc = chief_export_keras(to->keras, model, input, ev, total, err,
+                            sizeof err);
+    if (!rc)
+      printf("wrote %s (Keras 3: keras.models.load_model)%s\n", to->keras,
+             input ? ", with the input normalization" : "");
+  }
+  if (!rc && to->h5) {
+    rc = chief_export_weights_h5(to->h5, model, ev, total, err, sizeof err);
+    if (!rc)
+      printf("wrote %s (%s)\n", to->h5,
+             strstr(to->h5, ".weights.h5")
+                 ? "Keras 3 and tf_keras: model.load_weights"
+                 : "tf_keras's HDF5 layout: model.load_weights");
+    stats_path(to->h5, sp, sizeof sp);
+    if (!rc && input &&
+        !(rc = chief_export_input_stats(sp, input, err, sizeof err)))
+      printf("wrote the input normalization to %s\n", sp);
+  }
+out:
+  if (rc) fprintf(stderr, "tessera ckpt export: %s\n", err);
+  for (size_t i = 0; vals && i < total; i++) free(vals[i]);
+  free(vals);
+  free(ev);
   free(order);
   free(mvars);
-  if (rc) {
-    fprintf(stderr, "tessera ckpt export: %s\n", err);
-    chief_npz_abort(z);
-    return 1;
-  }
-  if (chief_npz_close(z, err, sizeof err)) {
-    fprintf(stderr, "tessera ckpt export: %s\n", err);
-    return 1;
-  }
-  printf("wrote %zu arrays to %s\n", total, out);
-  return 0;
+  return rc ? 1 : 0;
 }
 
 int chief_cmd_ckpt(int argc, char **argv) {
@@ -216,16 +283,21 @@ int chief_cmd_ckpt(int argc, char **argv) {
   }
   static const struct option opts[] = {{"json", no_argument, 0, 'j'},
                                        {"npz", required_argument, 0, 'n'},
+                                       {"keras", required_argument, 0, 'k'},
+                                       {"weights-h5", required_argument, 0,
+                                        'w'},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
   bool json = false;
-  const char *npz = NULL;
+  const char *npz = NULL, *keras = NULL, *h5 = NULL;
   optind = 1;
   int ch;
   while ((ch = getopt_long(argc - 1, argv + 1, "h", opts, NULL)) != -1) {
     switch (ch) {
       case 'j': json = true; break;
       case 'n': npz = optarg; break;
+      case 'k': keras = optarg; break;
+      case 'w': h5 = optarg; break;
       case 'h': usage(stdout); return 0;
       default: usage(stderr); return 2;
     }
@@ -235,8 +307,9 @@ int chief_cmd_ckpt(int argc, char **argv) {
     return 2;
   }
   const char *path = argv[1 + optind];
-  if (is_export && !npz) {
-    fprintf(stderr, "tessera ckpt export: give --npz OUT.npz\n");
+  if (is_export && !npz && !keras && !h5) {
+    fprintf(stderr, "tessera ckpt export: give --npz OUT.npz, --keras "
+            "OUT.keras or --weights-h5 OUT.weights.h5\n");
     return 2;
   }
   char err[1024], folder[4096];
@@ -254,8 +327,9 @@ int chief_cmd_ckpt(int argc, char **argv) {
     json_decref(man);
     return 1;
   }
+  export_to to = {npz, keras, h5};
   int rc = is_inspect ? inspect(folder, step, man, json, vars, n)
-                      : export_npz(npz, man, vars, n);
+                      : export_all(&to, man, vars, n);
   chief_ckpt_vars_free(vars, n);
   json_decref(man);
   return rc;

@@ -23,12 +23,14 @@ static void usage(FILE *f) {
           "usage: tessera local [--ps N] [--workers N] [--evaluator]\n"
           "                     [--bin-dir DIR]\n"
           "                     [--max-restarts N] [--restart-backoff-ms MS]\n"
-          "                     [--grace-ms MS] [--host IPV4] [CHIEF ARGS...]\n"
+          "                     [--grace-ms MS] [--eval-drain-ms MS]\n"
+          "                     [--host IPV4] [CHIEF ARGS...]\n"
           "\n"
           "Starts tessera-ps x N (default 2), tessera-worker x N (default 2)\n"
           "and tessera-chief on free loopback ports with a fresh cluster\n"
           "token (--evaluator adds TF_CONFIG's evaluator task, which\n"
-          "evaluates each new checkpoint and finishes after the chief),\n"
+          "evaluates each new checkpoint and finishes after the chief, at\n"
+          "most --eval-drain-ms later, default 120000),\n"
           "restarts a crashed process (default up to 5 times, backoff\n"
           "from 100 ms doubling to 10 s), prefixes each process's output,\n"
           "stops everything on Ctrl-C (SIGTERM, then SIGKILL after the grace\n"
@@ -97,7 +99,7 @@ int chief_cmd_local(int argc, char **argv) {
     }
     static const char *const with_value[] = {
         "--ps", "--workers", "--bin-dir", "--max-restarts",
-        "--restart-backoff-ms", "--grace-ms", "--host"};
+        "--restart-backoff-ms", "--grace-ms", "--host", "--eval-drain-ms"};
     int k = -1;
     const char *v = NULL;
     for (int j = 0; j < (int)(sizeof with_value / sizeof *with_value); j++) {
@@ -144,6 +146,10 @@ int chief_cmd_local(int argc, char **argv) {
         o.grace_ms = (uint64_t)x;
         break;
       case 6: o.host = v; break;
+      case 7:
+        if (parse_int("--eval-drain-ms", v, 0, 86400000, &x)) goto done;
+        o.eval_drain_ms = (uint64_t)x;
+        break;
     }
   }
   o.chief_args = chief_args;

@@ -6,6 +6,7 @@
 #include "common/err.h"
 #include "common/job.h"
 #include "common/partition.h"
+#include "kernels/optim.h"
 #include "worker/model.h"
 
 #include <errno.h>
@@ -25,11 +26,14 @@ static void usage(FILE *f) {
           "                         [--partitioner min_size|max_size|fixed]\n"
           "                         [--min-shard-bytes B] [--max-shard-bytes B]\n"
           "                         [--max-shards K] [--num-shards K]\n"
-          "                         [--job JOB.json] [--json]\n"
-          "With --job and no --var, the job's model gives the variables.\n"
+          "                         [--placement balanced|round_robin]\n"
+          "                         [--slots N] [--job JOB.json] [--json]\n"
+          "With --job and no --var, the job's model gives the variables and\n"
+          "its optimizer the slot count (--slots: copies of each variable the\n"
+          "optimizer keeps, counted in the per-PS bytes; default 0).\n"
           "dtype: float32 (default), float16, bfloat16, float64, int64, int32\n"
-          "Defaults follow TensorFlow: MinSize(min_shard_bytes=256 KiB, "
-          "max_shards=1).\n");
+          "Defaults: MinSize(min_shard_bytes=256 KiB, max_shards=number of "
+          "PS),\nbalanced placement (round_robin is TensorFlow's).\n");
 }
 
 static int dtype_size(const char *s, size_t *out) {
@@ -118,21 +122,27 @@ int chief_cmd_partition(int argc, char **argv) {
       {"job", required_argument, 0, 'J'},
       {"cluster", required_argument, 0, 'c'},
       {"json", no_argument, 0, 'j'},
+      {"placement", required_argument, 0, 'L'},
+      {"slots", required_argument, 0, 's'},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   tsr_var_shape *vars = calloc(MAX_VARS, sizeof *vars);
   char (*names)[128] = calloc(MAX_VARS, sizeof *names);
+  int *var_slots = malloc(MAX_VARS * sizeof *var_slots); /* -1: --slots */
+  for (int i = 0; var_slots && i < MAX_VARS; i++) var_slots[i] = -1;
   int rc = 2;
   size_t n_vars = 0;
   long long n_ps = -1;
-  const char *kind = NULL, *job_path = NULL, *cluster_file = NULL;
+  const char *kind = NULL, *job_path = NULL, *cluster_file = NULL,
+             *placement = NULL;
+  long long slots = -1;
   long long min_b = -1, max_b = -1, max_s = -1, num_s = -1;
   bool json = false, have_min = false, have_max = false, have_maxs = false,
        have_num = false;
   int bad = 0;
   tsr_shard *shards = NULL;
   size_t n_shards = 0;
-  if (!vars || !names) goto out;
+  if (!vars || !names || !var_slots) goto out;
   optind = 1;
   int ch;
   while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -156,6 +166,8 @@ int chief_cmd_partition(int argc, char **argv) {
       case 'J': job_path = optarg; break;
       case 'c': cluster_file = optarg; break;
       case 'j': json = true; break;
+      case 'L': placement = optarg; break;
+      case 's': slots = parse_ll("--slots", optarg, &bad); break;
       case 'h': usage(stdout); rc = 0; goto out;
       default: usage(stderr); goto out;
     }
@@ -176,6 +188,8 @@ int chief_cmd_partition(int argc, char **argv) {
       goto out;
     }
     part = job.partitioner;
+    bool slots_given = slots >= 0;
+    if (slots < 0) slots = kern_optim_num_slots(&job.optimizer);
     if (n_vars == 0 && job.model) {
       /* the model's own variables, as the chief will create them */
       wk_model *m;
@@ -191,9 +205,13 @@ int chief_cmd_partition(int argc, char **argv) {
         snprintf(names[n_vars], sizeof names[0], "%s", vi[i].name);
         vars[n_vars].name = names[n_vars];
         vars[n_vars].rank = vi[i].rank;
-        vars[n_vars].shape[0] = vi[i].shape[0];
-        vars[n_vars].shape[1] = vi[i].rank > 1 ? vi[i].shape[1] : 0;
+        for (int d = 0; d < vi[i].rank; d++)
+          vars[n_vars].shape[d] = vi[i].shape[d];
         vars[n_vars].elem_size = 4;
+        /* a moving statistic's rule has no slots, as the chief places it */
+        tsr_optim_spec vo;
+        wk_var_optimizer(&vi[i], &job.optimizer, &vo);
+        var_slots[n_vars] = slots_given ? (int)slots : kern_optim_num_slots(&vo);
       }
       wk_model_free(m);
     }
@@ -213,6 +231,18 @@ int chief_cmd_partition(int argc, char **argv) {
       goto out;
     }
   }
+  if (placement &&
+      tsr_placement_parse(placement, &part.placement, err, sizeof err)) {
+    fprintf(stderr, "tessera partition: --%s\n", err);
+    goto out;
+  }
+  if (slots > 16) {
+    fprintf(stderr, "tessera partition: --slots %lld must be 0..16\n", slots);
+    goto out;
+  }
+  for (size_t i = 0; i < n_vars; i++)
+    vars[i].slots = var_slots[i] >= 0 ? var_slots[i]
+                    : slots > 0 ? (int)slots : 0;
   if (have_min) part.min_shard_bytes = min_b;
   if (have_max) part.max_shard_bytes = max_b;
   if (have_maxs) part.max_shards = max_s;
@@ -256,6 +286,10 @@ int chief_cmd_partition(int argc, char **argv) {
     fprintf(stderr, "tessera partition: %s\n", err);
     goto out;
   }
+  int64_t *per_ps = calloc((size_t)n_ps, sizeof *per_ps);
+  if (!per_ps) goto out;
+  double balance = tsr_partition_balance(shards, n_shards, vars, (int)n_ps,
+                                         per_ps);
   if (json) {
     json_t *root = json_object();
     json_t *arr = json_array();
@@ -276,7 +310,14 @@ int chief_cmd_partition(int argc, char **argv) {
       json_array_append_new(arr, o);
     }
     json_object_set_new(root, "num_ps", json_integer(n_ps));
+    json_object_set_new(root, "placement",
+                        json_string(tsr_placement_name(part.placement)));
     json_object_set_new(root, "shards", arr);
+    json_t *tot = json_array();
+    for (long long i = 0; i < n_ps; i++)
+      json_array_append_new(tot, json_integer(per_ps[i]));
+    json_object_set_new(root, "ps_bytes", tot);
+    json_object_set_new(root, "max_over_mean", json_real(balance));
     char *s = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     printf("%s\n", s);
     free(s);
@@ -297,11 +338,18 @@ int chief_cmd_partition(int argc, char **argv) {
              (long long)s->rows, range,
              (long long)(s->rows * row_elems * (int64_t)v->elem_size), s->ps);
     }
+    printf("\n%-6s %14s   (%s placement; optimizer slots included)\n", "PS",
+           "BYTES", tsr_placement_name(part.placement));
+    for (long long i = 0; i < n_ps; i++)
+      printf("%-6lld %14lld\n", i, (long long)per_ps[i]);
+    printf("max/mean %.3f\n", balance);
   }
+  free(per_ps);
   rc = 0;
 out:
   free(shards);
   free(vars);
   free(names);
+  free(var_slots);
   return rc;
 }

@@ -6,7 +6,9 @@
  * stderr on pipes read by libuv, its own process group, and
  * PR_SET_PDEATHSIG; SIGCHLD (a uv_signal_t) reaps them with waitpid. When
  * the chief exits, or SIGINT/SIGTERM arrives, every live child's group gets
- * SIGTERM and a timer sends SIGKILL after the grace period. The loop ends
+ * SIGTERM and a timer sends SIGKILL after the grace period (an evaluator
+ * finishing the last checkpoint after a chief that ended well is stopped
+ * the same way once eval_drain_ms have passed). The loop ends
  * once every child is reaped and every pipe has reached EOF (a pipe kept
  * open by a stray grandchild is closed after a short drain delay).
  * Failure modes: fork or pipe failing for a restart is logged and counted
@@ -74,7 +76,7 @@ struct sup {
   chief_local_result *res;
   uv_loop_t loop;
   uv_signal_t sig_chld, sig_int, sig_term;
-  uv_timer_t grace, drain;
+  uv_timer_t grace, drain, eval_limit;
   proc *procs;
   int n_procs;
   int open_streams;
@@ -372,8 +374,10 @@ static void signal_all(sup *s, int sig) {
 
 static void on_grace(uv_timer_t *t) {
   sup *s = t->data;
-  int left = 0;
-  for (int i = 0; i < s->n_procs; i++) left += s->procs[i].pid > 0;
+  int left = 0; /* the ones the SIGKILL goes to */
+  for (int i = 0; i < s->n_procs; i++)
+    left += s->procs[i].pid > 0 &&
+            !(s->eval_drain && s->procs[i].role == CHIEF_LOCAL_EVALUATOR);
   if (left > 0)
     SLOG(s, TSR_LOG_WARN,
          "%d process(es) still running %llu ms after SIGTERM: sending "
@@ -381,6 +385,21 @@ static void on_grace(uv_timer_t *t) {
          left, (unsigned long long)s->o->grace_ms);
   s->killed = true;
   signal_all(s, SIGKILL);
+}
+
+/* The evaluator had its time to finish after the chief: stop it too. */
+static void on_eval_limit(uv_timer_t *t) {
+  sup *s = t->data;
+  if (!s->eval_drain) return;
+  s->eval_drain = false;
+  SLOG(s, TSR_LOG_WARN,
+       "the evaluator is still running %llu ms after the chief ended: "
+       "stopping it (SIGTERM, SIGKILL after %llu ms)",
+       (unsigned long long)s->o->eval_drain_ms,
+       (unsigned long long)s->o->grace_ms);
+  s->killed = false;
+  signal_all(s, SIGTERM);
+  uv_timer_start(&s->grace, on_grace, s->o->grace_ms, 0);
 }
 
 static void stop_all(sup *s, const char *why) {
@@ -451,8 +470,10 @@ static void on_exit_status(sup *s, proc *p, int status) {
           s->eval_drain = true;
           SLOG(s, TSR_LOG_INFO,
                "%s keeps running until it has evaluated the last checkpoint "
-               "(Ctrl-C stops it)",
-               s->procs[i].name);
+               "(at most %llu ms; Ctrl-C stops it)",
+               s->procs[i].name, (unsigned long long)s->o->eval_drain_ms);
+          uv_timer_start(&s->eval_limit, on_eval_limit, s->o->eval_drain_ms,
+                         0);
         }
       stop_all(s, "the chief has ended");
     } else {
@@ -555,6 +576,7 @@ static void check_done(sup *s) {
   uv_close((uv_handle_t *)&s->sig_term, NULL);
   uv_close((uv_handle_t *)&s->grace, NULL);
   uv_close((uv_handle_t *)&s->drain, NULL);
+  uv_close((uv_handle_t *)&s->eval_limit, NULL);
   for (int i = 0; i < s->n_procs; i++)
     uv_close((uv_handle_t *)&s->procs[i].timer, NULL);
 }
@@ -569,6 +591,7 @@ void chief_local_opts_init(chief_local_opts *o) {
   o->backoff_ms = 100;
   o->backoff_max_ms = 10000;
   o->grace_ms = 10000;
+  o->eval_drain_ms = 120000;
   o->out_fd = 1;
   o->err_fd = 2;
 }
@@ -761,7 +784,8 @@ int chief_local_run(const chief_local_opts *o, chief_local_result *res,
   uv_signal_start(&s.sig_term, on_stop_signal, SIGTERM);
   uv_timer_init(&s.loop, &s.grace);
   uv_timer_init(&s.loop, &s.drain);
-  s.grace.data = s.drain.data = &s;
+  uv_timer_init(&s.loop, &s.eval_limit);
+  s.grace.data = s.drain.data = s.eval_limit.data = &s;
   for (int i = 0; i < s.n_procs; i++) {
     uv_timer_init(&s.loop, &s.procs[i].timer);
     s.procs[i].timer.data = &s.procs[i];

@@ -59,6 +59,9 @@ typedef struct {
   uint64_t backoff_ms;      /* first restart delay; default 100 */
   uint64_t backoff_max_ms;  /* default 10000 */
   uint64_t grace_ms;        /* SIGTERM to SIGKILL; default 10000 */
+  /* After the chief ends well, the evaluator may finish the last
+   * checkpoint for this long before it is stopped too; default 120000 */
+  uint64_t eval_drain_ms;
   int out_fd;               /* children's stdout goes here; default 1 */
   int err_fd;               /* children's stderr goes here; default 2 */
   const char *token;        /* NULL: 32 random bytes as hex */

@@ -1,10 +1,17 @@
-/* The coordinator's side of the parameter servers: one ps_client each,
- * connection tracking (a PS lost during the run triggers recovery),
- * creating the variables' shards, checkpoints (save and restore) and
- * statistics for TensorBoard. Every call adds to co->pending; its callback
- * takes it off, records the first error in co->pending_msg, and pumps.
+/* The coordinator's side of the parameter servers (coord_io.h): one
+ * ps_client each; connection changes become PS_UP / PS_LOST; the machine's
+ * SETUP_PS, RESTORE and SAVE go to every PS and their answers are gathered
+ * into one SETUP_DONE / RESTORE_DONE / SAVE_DONE naming the first PS that
+ * failed and why; COMMIT writes the manifest; RELEASE and the statistics
+ * are fire-and-forget.
+ *
+ * Failure modes: a call that cannot start counts as failed at once; a
+ * connection error marks the operation "lost" (the PS went away), anything
+ * else is the PS's own answer. A checkpoint folder that cannot be made
+ * (disk full, permissions) fails the SAVE before any PS is asked.
  */
-#include "chief/coord/coord.h"
+#include "chief/coord/coord_io.h"
+#include "common/clock.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "common/trace.h"
@@ -17,6 +24,7 @@
 
 typedef struct {
   coord_ps *ps;
+  uint64_t op;
   ps_var_spec *specs; /* create: kept until the answer */
   const char *what;
 } coord_ps_call;
@@ -24,27 +32,13 @@ typedef struct {
 static void coord_ps_on_state(tsr_rpc_client *c, int connected, int status,
                               void *data) {
   coord_ps *p = data;
-  coord *co = p->co;
   (void)c;
   p->connected = connected != 0;
-  if (connected) {
-    if (p->ever_connected && p->lost)
-      tsr_info("ps:%d (%s) is back", p->index, p->addr->addr);
-    p->ever_connected = true;
-  } else if (co->phase != COORD_CONNECT && co->phase != COORD_SHUTDOWN &&
-             co->phase != COORD_DONE) {
-    if (!p->lost)
-      tsr_warn("lost ps:%d (%s): %s", p->index, p->addr->addr,
-               tsr_strerror(status));
-    p->lost = true;
-  }
-  coord__pump(co);
-}
-
-bool coord__ps_all_connected(const coord *co) {
-  for (int i = 0; i < co->n_ps; i++)
-    if (!co->ps[i].connected) return false;
-  return true;
+  if (connected)
+    coord__post_simple(p->co, COORD_EV_PS_UP, p->index, NULL);
+  else
+    coord__post_simple(p->co, COORD_EV_PS_LOST, p->index,
+                       tsr_strerror(status));
 }
 
 int coord__ps_open(coord *co) {
@@ -66,41 +60,75 @@ int coord__ps_open(coord *co) {
   return 0;
 }
 
-static void coord_ps_done(coord *co, coord_ps_call *call, int status,
-                          const char *message) {
-  co->pending--;
-  if (status) {
-    if (!co->pending_errors)
-      snprintf(co->pending_msg, sizeof co->pending_msg, "ps:%d (%s) %s: %s",
-               call->ps->index, call->ps->addr->addr, call->what, message);
-    co->pending_errors++;
-    if (status == TSR_ECLOSED || status == TSR_EUNAVAIL ||
-        status == TSR_ETIMEOUT)
-      call->ps->lost = true;
+/* ---- gathered operations ------------------------------------------------ */
+
+static bool coord_conn_error(int status) {
+  return status == TSR_ECLOSED || status == TSR_EUNAVAIL ||
+         status == TSR_ETIMEOUT || status == TSR_ESHUTDOWN;
+}
+
+static void coord_psop_begin(coord *co, uint64_t op, coord_ev_kind done) {
+  memset(&co->psop, 0, sizeof co->psop);
+  co->psop.op = op;
+  co->psop.done = done;
+  co->psop.failed_ps = -1;
+  co->psop.pending = 1; /* held until every call is started */
+}
+
+static void coord_psop_end(coord *co, uint64_t op) {
+  coord_psop *o = &co->psop;
+  if (o->op != op || --o->pending > 0) return;
+  coord_event ev = {.kind = o->done, .op = o->op, .status = o->status,
+                    .index = o->failed_ps, .lost = o->lost,
+                    .msg = o->status ? o->msg : NULL};
+  coord__post(co, &ev);
+}
+
+static void coord_psop_result(coord *co, uint64_t op, coord_ps *p,
+                              const char *what, int status,
+                              const char *message) {
+  coord_psop *o = &co->psop;
+  if (o->op == op && status && !o->status) {
+    o->status = status;
+    o->failed_ps = p ? p->index : -1;
+    o->lost = coord_conn_error(status);
+    snprintf(o->msg, sizeof o->msg, "%s: %s", what,
+             message && message[0] ? message : tsr_strerror(status));
+  } else if (o->op == op && status && coord_conn_error(status)) {
+    o->lost = true;
   }
-  free(call->specs);
-  free(call);
-  coord__pump(co);
+  coord_psop_end(co, op);
 }
 
 static void coord_ps_on_result(const ps_result *r, void *data) {
   coord_ps_call *call = data;
-  coord_ps_done(call->ps->co, call, r->status, r->message);
+  coord_psop_result(call->ps->co, call->op, call->ps, call->what, r->status,
+                    r->message);
+  free(call->specs);
+  free(call);
 }
 
-static coord_ps_call *coord_ps_call_new(coord_ps *p, const char *what) {
+static coord_ps_call *coord_ps_call_new(coord_ps *p, uint64_t op,
+                                        const char *what) {
   coord_ps_call *c = calloc(1, sizeof *c);
   if (c) {
     c->ps = p;
+    c->op = op;
     c->what = what;
   }
   return c;
 }
 
-/* Starts one call; a call that cannot start counts as failed at once. */
+/* One call of the operation: started (its answer ends it) or failed at
+ * once. */
 static void coord_ps_started(coord *co, coord_ps_call *call, int rc) {
-  co->pending++;
-  if (rc) coord_ps_done(co, call, rc, tsr_strerror(rc));
+  co->psop.pending++;
+  if (rc) {
+    coord_psop_result(co, call->op, call->ps, call->what, rc,
+                      tsr_strerror(rc));
+    free(call->specs);
+    free(call);
+  }
 }
 
 static const char *coord_mode_text(const coord *co, char *buf, size_t len) {
@@ -111,16 +139,51 @@ static const char *coord_mode_text(const coord *co, char *buf, size_t len) {
   }
 }
 
-void coord__ps_setup(coord *co) {
+/* The specs of the shards placed on PS i (n may be 0). */
+static int coord_ps_specs(coord *co, int i, ps_var_spec **out, size_t *n_out) {
+  size_t n = 0;
+  *out = NULL;
+  *n_out = 0;
+  for (size_t k = 0; k < co->n_shards; k++)
+    if (co->shards[k].ps == i) n++;
+  if (n == 0) return 0;
+  ps_var_spec *specs = calloc(n, sizeof *specs);
+  if (!specs) return TSR_ENOMEM;
+  size_t j = 0;
+  int rc = 0;
+  for (size_t k = 0; k < co->n_shards && !rc; k++) {
+    const tsr_shard *s = &co->shards[k];
+    if (s->ps != i) continue;
+    const struct coord_var *v = &co->vars[s->var];
+    rc = ps_var_spec_init(&specs[j], v->name, v->rank, v->shape, s->shard,
+                          s->num_shards, kern_init_name(v->init.kind),
+                          co->job.seed, &v->optim);
+    specs[j].init = v->init;
+    specs[j].sparse = v->sparse;
+    specs[j].bounded = v->sparse;
+    snprintf(specs[j].init_path, sizeof specs[j].init_path, "%s",
+             v->init_path);
+    j++;
+  }
+  if (rc) {
+    free(specs);
+    return rc;
+  }
+  *out = specs;
+  *n_out = n;
+  return 0;
+}
+
+void coord__ps_setup(coord *co, uint64_t op) {
   char buf[32];
   const char *mode = coord_mode_text(co, buf, sizeof buf);
-  co->pending_errors = 0;
+  coord_psop_begin(co, op, COORD_EV_SETUP_DONE);
   for (int i = 0; i < co->n_ps; i++) {
     coord_ps *p = &co->ps[i];
-    coord_ps_call *call = coord_ps_call_new(p, "config");
+    coord_ps_call *call = coord_ps_call_new(p, op, "config");
     if (!call) {
-      coord__fail(co, 1, "out of memory");
-      return;
+      coord_psop_result(co, op, p, "config", TSR_ENOMEM, "out of memory");
+      break;
     }
     int32_t tpid = co->trace ? tsr_trace_pid(TSR_TASK_PS, i) : -1;
     /* a new era on every PS: nothing from before (this chief's own run
@@ -129,60 +192,45 @@ void coord__ps_setup(coord *co) {
                      ps_client_config_run(p->cli, mode, false, tpid,
                                           co->run_id, coord_ps_on_result,
                                           call));
-    size_t n = 0;
-    for (size_t k = 0; k < co->n_shards; k++)
-      if (co->shards[k].ps == i) n++;
+    ps_var_spec *specs;
+    size_t n;
+    int rc = coord_ps_specs(co, i, &specs, &n);
+    if (rc) {
+      coord_psop_result(co, op, p, "create", rc, "variable spec");
+      break;
+    }
     if (n == 0) continue;
-    call = coord_ps_call_new(p, "create");
-    ps_var_spec *specs = calloc(n, sizeof *specs);
-    if (!call || !specs) {
-      free(call);
+    call = coord_ps_call_new(p, op, "create");
+    if (!call) {
       free(specs);
-      coord__fail(co, 1, "out of memory");
-      return;
+      coord_psop_result(co, op, p, "create", TSR_ENOMEM, "out of memory");
+      break;
     }
     call->specs = specs;
-    size_t j = 0;
-    int rc = 0;
-    for (size_t k = 0; k < co->n_shards && !rc; k++) {
-      const tsr_shard *s = &co->shards[k];
-      if (s->ps != i) continue;
-      const struct coord_var *v = &co->vars[s->var];
-      rc = ps_var_spec_init(&specs[j], v->name, v->rank, v->shape, s->shard,
-                            s->num_shards, kern_init_name(v->init.kind),
-                            co->job.seed, &co->job.optimizer);
-      specs[j].init = v->init;
-      specs[j].sparse = v->sparse;
-      specs[j].bounded = v->sparse;
-      j++;
-    }
-    if (rc) {
-      free(specs);
-      free(call);
-      coord__fail(co, 1, "variable spec: %s", tsr_strerror(rc));
-      return;
-    }
     p->vars_created = (int64_t)n;
     coord_ps_started(co, call, ps_client_create(p->cli, specs, n,
                                                 coord_ps_on_result, call));
   }
-  coord__pump(co);
+  coord_psop_end(co, op);
 }
 
-static void coord_ps_dir_call(coord *co, int64_t step, bool save) {
+static void coord_ps_dir_call(coord *co, uint64_t op, int64_t step,
+                              bool save) {
   char dir[4096];
+  coord_psop_begin(co, op, save ? COORD_EV_SAVE_DONE : COORD_EV_RESTORE_DONE);
   if (chief_ckpt_dir(co->job.checkpoint_dir, step, dir, sizeof dir)) {
-    coord__fail(co, 1, "checkpoint path too long under %s",
-                co->job.checkpoint_dir);
+    coord_psop_result(co, op, NULL, save ? "save" : "restore", TSR_ERANGE,
+                      "checkpoint path too long");
+    coord_psop_end(co, op);
     return;
   }
-  co->pending_errors = 0;
   for (int i = 0; i < co->n_ps; i++) {
     coord_ps *p = &co->ps[i];
-    coord_ps_call *call = coord_ps_call_new(p, save ? "save" : "restore");
+    const char *what = save ? "save" : "restore";
+    coord_ps_call *call = coord_ps_call_new(p, op, what);
     if (!call) {
-      coord__fail(co, 1, "out of memory");
-      return;
+      coord_psop_result(co, op, p, what, TSR_ENOMEM, "out of memory");
+      break;
     }
     /* a restore starts the clocks at the checkpoint's step on every PS */
     int rc = save ? ps_client_save(p->cli, dir, coord_ps_on_result, call)
@@ -190,16 +238,108 @@ static void coord_ps_dir_call(coord *co, int64_t step, bool save) {
                                            coord_ps_on_result, call);
     coord_ps_started(co, call, rc);
   }
-  coord__pump(co);
+  coord_psop_end(co, op);
 }
 
-void coord__ps_save(coord *co, int64_t step) { coord_ps_dir_call(co, step, true); }
-
-void coord__ps_restore(coord *co, int64_t step) {
-  coord_ps_dir_call(co, step, false);
+void coord__ps_save(coord *co, uint64_t op, int64_t step) {
+  char err[512];
+  int rc = chief_ckpt_prepare(co->job.checkpoint_dir, step, err, sizeof err);
+  if (rc) {
+    coord_event ev = {.kind = COORD_EV_SAVE_DONE, .op = op, .status = rc,
+                      .index = -1, .msg = err};
+    coord__post(co, &ev);
+    return;
+  }
+  coord_ps_dir_call(co, op, step, true);
 }
 
-/* Statistics do not count as pending work: they never hold a phase. */
+void coord__ps_restore(coord *co, uint64_t op, int64_t step) {
+  char dir[4096], err[512];
+  int64_t s;
+  json_t *m = NULL;
+  if (chief_ckpt_dir(co->job.checkpoint_dir, step, dir, sizeof dir) == 0 &&
+      chief_ckpt_read(dir, &s, &m, NULL, 0, err, sizeof err) == 0) {
+    json_t *dig = json_object_get(m, "model_digest");
+    if (json_is_string(dig) &&
+        strcmp(json_string_value(dig), co->model_digest) != 0)
+      tsr_warn("the checkpoint of step %" PRId64 " was made with another "
+               "model (digest %s, now %s); restoring it anyway", step,
+               json_string_value(dig), co->model_digest);
+    json_decref(m);
+  }
+  coord_ps_dir_call(co, op, step, false);
+}
+
+/* The manifest, the commit point (chief/ckpt/ckpt.h). total_steps (when
+ * known) tells the evaluator sidecar which checkpoint is the job's last. */
+void coord__ps_commit(coord *co, uint64_t op, int64_t step, int64_t total) {
+  json_t *m = json_object();
+  json_object_set_new(m, "run_id", json_integer((json_int_t)co->run_id));
+  json_object_set_new(m, "wall_time", json_real(tsr_wall_s()));
+  json_object_set_new(m, "examples", json_integer(co->examples));
+  if (total > 0) json_object_set_new(m, "total_steps", json_integer(total));
+  json_object_set_new(m, "num_ps", json_integer(co->n_ps));
+  json_object_set_new(m, "seed", json_integer((json_int_t)co->job.seed));
+  json_object_set_new(m, "model_digest", json_string(co->model_digest));
+  if (co->job.model) json_object_set(m, "model", co->job.model);
+  if (co->input_affine) json_object_set(m, "input", co->input_affine);
+  json_object_set_new(m, "optimizer",
+                      json_string(tsr_optim_name(co->job.optimizer.kind)));
+  json_t *vars = json_array();
+  for (size_t v = 0; v < co->n_vars; v++) {
+    json_t *o = json_object();
+    json_object_set_new(o, "name", json_string(co->vars[v].name));
+    json_t *shape = json_array();
+    for (int d = 0; d < co->vars[v].rank; d++)
+      json_array_append_new(shape, json_integer(co->vars[v].shape[d]));
+    json_object_set_new(o, "shape", shape);
+    json_object_set_new(o, "kind", json_string(co->vars[v].sparse
+                                                   ? "row_sparse"
+                                                   : "dense"));
+    int ns = 0;
+    for (size_t k = 0; k < co->n_shards; k++)
+      if ((size_t)co->shards[k].var == v) ns = co->shards[k].num_shards;
+    json_object_set_new(o, "num_shards", json_integer(ns));
+    json_t *init = json_object();
+    json_object_set_new(init, "name",
+                        json_string(kern_init_name(co->vars[v].init.kind)));
+    json_object_set_new(init, "a", json_real(co->vars[v].init.a));
+    json_object_set_new(init, "b", json_real(co->vars[v].init.b));
+    json_object_set_new(init, "fan_in", json_integer(co->vars[v].init.fan_in));
+    json_object_set_new(init, "fan_out",
+                        json_integer(co->vars[v].init.fan_out));
+    json_object_set_new(o, "init", init);
+    json_array_append_new(vars, o);
+  }
+  json_object_set_new(m, "variables", vars);
+  char err[512] = "";
+  int rc = chief_ckpt_commit(co->job.checkpoint_dir, step, m, err,
+                             sizeof err);
+  json_decref(m);
+  coord_event ev = {.kind = rc ? COORD_EV_CKPT_FAILED
+                               : COORD_EV_CKPT_COMMITTED,
+                    .op = op, .step = step, .status = rc,
+                    .msg = rc ? (err[0] ? err : tsr_strerror(rc)) : NULL};
+  coord__post(co, &ev);
+}
+
+/* ---- fire and forget ----------------------------------------------------- */
+
+static void coord_ps_on_leave(const ps_result *r, void *data) {
+  coord_ps *p = data;
+  if (r->status && r->status != TSR_ENOTFOUND)
+    tsr_debug("ps:%d: a worker leaving its clocks: %s", p->index, r->message);
+}
+
+void coord__ps_release(coord *co, int worker) {
+  for (int p = 0; p < co->n_ps; p++)
+    if (co->ps[p].cli)
+      ps_client_leave(co->ps[p].cli, worker, co->run_id,
+                      co->wk[worker].last_closure, coord_ps_on_leave,
+                      &co->ps[p]);
+}
+
+/* Statistics never hold a phase: the machine does not hear of them. */
 typedef struct {
   coord_ps *ps;
 } coord_stats_call;
@@ -219,7 +359,7 @@ static void coord_ps_on_stats(const ps_result *r, void *data) {
   }
   if (r->status || !r->stats || !co->metrics) return;
   const Tessera__Ps__StatsResponse *st = r->stats;
-  int64_t step = coord__global_step(co);
+  int64_t step = coord__step(co);
   char tag[64];
   snprintf(tag, sizeof tag, "ps/%d/bytes_in", p->index);
   chief_metrics_scalar(co->metrics, tag, step, (double)st->bytes_in, 0);
@@ -237,44 +377,45 @@ static void coord_ps_on_stats(const ps_result *r, void *data) {
   p->apply_ms = apply_ms;
 }
 
+static void coord_ps_stats_one(coord_ps *p, bool drain) {
+  coord_stats_call *call = calloc(1, sizeof *call);
+  if (!call) return;
+  call->ps = p;
+  int rc = drain ? ps_client_stats_drain(p->cli, coord_ps_on_stats, call)
+                 : ps_client_stats(p->cli, coord_ps_on_stats, call);
+  if (rc == 0)
+    p->busy = true;
+  else
+    free(call);
+}
+
 void coord__ps_stats(coord *co) {
   for (int i = 0; i < co->n_ps; i++) {
     coord_ps *p = &co->ps[i];
-    if (!p->connected || p->busy) continue;
-    coord_stats_call *call = calloc(1, sizeof *call);
-    if (!call) return;
-    call->ps = p;
-    int rc = co->trace ? ps_client_stats_drain(p->cli, coord_ps_on_stats, call)
-                       : ps_client_stats(p->cli, coord_ps_on_stats, call);
-    if (rc == 0)
-      p->busy = true;
-    else
-      free(call);
+    if (p->connected && !p->busy) coord_ps_stats_one(p, co->trace != NULL);
+  }
+}
+
+/* ---- the end ------------------------------------------------------------ */
+
+static void coord_ps_on_shutdown(const ps_result *r, void *data) {
+  coord_ps *p = data;
+  coord *co = p->co;
+  (void)r;
+  if (--co->shutdown_pending == 0) {
+    coord_event ev = {.kind = COORD_EV_SHUTDOWN_DONE, .op = co->shutdown_op};
+    coord__post(co, &ev);
   }
 }
 
 void coord__ps_shutdown(coord *co) {
   for (int i = 0; i < co->n_ps; i++) {
     coord_ps *p = &co->ps[i];
-    if (co->trace) {
-      /* the last applies, answered before the shutdown sent after it */
-      coord_stats_call *sc = calloc(1, sizeof *sc);
-      if (sc) {
-        sc->ps = p;
-        if (ps_client_stats_drain(p->cli, coord_ps_on_stats, sc) == 0)
-          p->busy = true;
-        else
-          free(sc);
-      }
-    }
-    coord_ps_call *call = coord_ps_call_new(p, "shutdown");
-    if (!call) return;
-    int rc = ps_client_shutdown(p->cli, coord_ps_on_result, call);
-    if (rc) {
-      free(call);
-      continue;
-    }
-    co->pending++;
+    /* the last applies, answered before the shutdown sent after it */
+    if (co->trace) coord_ps_stats_one(p, true);
+    /* the job is done: the PS may exit 0 */
+    if (ps_client_shutdown(p->cli, true, coord_ps_on_shutdown, p) == 0)
+      co->shutdown_pending++;
   }
 }
 

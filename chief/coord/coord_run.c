@@ -1,15 +1,18 @@
-/* tessera-chief's setup and teardown around the state machine of
- * coord.c: read the cluster, the job and the token, build the model's
- * variable list and its placement, open the clients, the status service
- * and the monitoring, run the loop, then write the report, the trace and
- * the summary. Errors before the loop starts are configuration errors
- * (exit 2) named with their key or file.
+/* tessera-chief's setup and teardown around the coordinator: read the
+ * cluster, the job and the token, build the model's variable list and its
+ * placement, make the state machine (coord_sm.h), open the clients, the
+ * status service and the monitoring, tell the machine which checkpoints
+ * are on disk, run the loop, then write the report, the trace and the
+ * summary. Errors before the loop starts are configuration errors (exit
+ * 2) named with their key or file.
  */
-#include "chief/coord/coord.h"
+#include "chief/ckpt/export_keras.h"
+#include "chief/coord/coord_io.h"
 #include "common/clock.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "common/trace.h"
+#include "kernels/optim.h"
 #include "worker/model.h"
 
 #include <inttypes.h>
@@ -40,9 +43,8 @@ static int coord_abs(const char *dir, char **path) {
 }
 
 static int coord_load(coord *co, char *err, size_t errlen) {
-  int rc = tsr_cluster_load(co->o->cluster_file, co->o->task, &co->cluster,
-                            err, errlen);
-  if (rc) return rc;
+  int rc;
+  co->cluster = *co->o->cluster; /* borrowed: tessera-chief frees it */
   if (!tsr_cluster_is_chief(&co->cluster)) {
     snprintf(err, errlen, "this task is %s:%d; tessera-chief runs as the "
              "chief (or as worker 0 when the cluster has no chief job)",
@@ -67,7 +69,6 @@ static int coord_load(coord *co, char *err, size_t errlen) {
              co->o->job_path);
     return TSR_ECONFIG;
   }
-  co->has_eval = json_object_get(co->job.data, "eval") != NULL;
   snprintf(co->job_dir, sizeof co->job_dir, "%s", co->job.path);
   char *slash = strrchr(co->job_dir, '/');
   if (slash)
@@ -98,6 +99,38 @@ static int coord_load(coord *co, char *err, size_t errlen) {
   return 0;
 }
 
+/* initial_weights: raw files the PS initialize from, in the checkpoint
+ * root (a folder every PS can read, as checkpoints need). */
+static int coord_initial_weights(coord *co, char *err, size_t errlen) {
+  const char *dir = co->job.checkpoint_dir;
+  if (!dir) {
+    snprintf(err, errlen, "initial_weights: a cluster run needs checkpoint.dir"
+             " (the parameter servers read the weights from there)");
+    return TSR_ECONFIG;
+  }
+  char wp[4096];
+  const char *w = co->job.initial_weights;
+  if (w[0] != '/') snprintf(wp, sizeof wp, "%s/%s", co->job_dir, w);
+  else snprintf(wp, sizeof wp, "%s", w);
+  chief_import_var *iv = calloc(co->n_vars ? co->n_vars : 1, sizeof *iv);
+  char *paths = calloc(co->n_vars ? co->n_vars : 1, 256);
+  int rc = iv && paths ? 0 : TSR_ENOMEM;
+  for (size_t i = 0; !rc && i < co->n_vars; i++)
+    iv[i] = (chief_import_var){co->vars[i].name, co->vars[i].rank,
+                               co->vars[i].shape, NULL};
+  if (!rc)
+    rc = chief_initial_weights_files(wp, co->job.model, dir, iv, co->n_vars,
+                                     paths, 256, err, errlen);
+  for (size_t i = 0; !rc && i < co->n_vars; i++)
+    snprintf(co->vars[i].init_path, sizeof co->vars[i].init_path, "%s",
+             paths + i * 256);
+  if (!rc)
+    tsr_info("initial weights from %s (%zu variables)", wp, co->n_vars);
+  free(iv);
+  free(paths);
+  return rc;
+}
+
 static int coord_plan(coord *co, char *err, size_t errlen) {
   wk_model *m = NULL;
   int rc = wk_model_from_job(&co->job, NULL, &m, err, errlen);
@@ -116,16 +149,16 @@ static int coord_plan(coord *co, char *err, size_t errlen) {
     struct coord_var *v = &co->vars[i];
     snprintf(v->name, sizeof v->name, "%s", vi[i].name);
     v->rank = vi[i].rank;
-    v->shape[0] = vi[i].shape[0];
-    v->shape[1] = vi[i].rank > 1 ? vi[i].shape[1] : 1;
+    for (int d = 0; d < 4; d++) v->shape[d] = vi[i].shape[d];
     v->row_dim = vi[i].row_dim;
     v->sparse = vi[i].kind == WK_VAR_ROW_SPARSE;
     v->init = vi[i].init;
+    wk_var_optimizer(&vi[i], &co->job.optimizer, &v->optim);
     shapes[i].name = v->name;
     shapes[i].rank = v->rank;
-    shapes[i].shape[0] = vi[i].shape[0];
-    shapes[i].shape[1] = vi[i].rank > 1 ? vi[i].shape[1] : 0;
+    for (int d = 0; d < v->rank; d++) shapes[i].shape[d] = vi[i].shape[d];
     shapes[i].elem_size = 4;
+    shapes[i].slots = kern_optim_num_slots(&v->optim);
   }
   co->n_vars = n;
   for (size_t i = 0; i < n; i++)
@@ -138,6 +171,11 @@ static int coord_plan(coord *co, char *err, size_t errlen) {
         wk_model_free(m);
         return TSR_ECONFIG;
       }
+  if (co->job.initial_weights && (rc = coord_initial_weights(co, err, errlen))) {
+    free(shapes);
+    wk_model_free(m);
+    return rc;
+  }
   char summary[2048];
   wk_model_summary(m, summary, sizeof summary);
   tsr_info("model (%s):\n%s", co->job.model_source, summary);
@@ -149,16 +187,103 @@ static int coord_plan(coord *co, char *err, size_t errlen) {
   return rc;
 }
 
+/* The machine's configuration from the job and the flags. */
+static int coord_machine(coord *co) {
+  int n = co->n_ps + co->n_wk;
+  co->names = calloc((size_t)n, sizeof *co->names);
+  const char **ps_names = calloc((size_t)co->n_ps, sizeof *ps_names);
+  const char **wk_names = calloc((size_t)co->n_wk, sizeof *wk_names);
+  int rc = TSR_ENOMEM;
+  if (!co->names || !ps_names || !wk_names) goto out;
+  for (int i = 0; i < co->n_ps; i++) {
+    snprintf(co->names[i], sizeof co->names[i], "ps:%d (%s)", i,
+             co->cluster.jobs[TSR_TASK_PS][i].addr);
+    ps_names[i] = co->names[i];
+  }
+  for (int i = 0; i < co->n_wk; i++) {
+    snprintf(co->names[co->n_ps + i], sizeof co->names[0], "worker:%d (%s)",
+             i, co->cluster.jobs[TSR_TASK_WORKER][i].addr);
+    wk_names[i] = co->names[co->n_ps + i];
+  }
+  const chief_coord_opts *o = co->o;
+  coord_sm_config c = {
+      .n_ps = co->n_ps, .n_wk = co->n_wk,
+      .ps_names = ps_names, .wk_names = wk_names,
+      .job_path = co->job.path,
+      .mode = co->job.mode,
+      .steps = co->job.steps, .epochs = co->job.epochs,
+      .batch_size = co->job.batch_size,
+      .steps_per_closure = co->job.steps_per_closure,
+      .max_inflight = 2,
+      .ckpt = co->job.checkpoint_dir != NULL,
+      .ckpt_every_steps = co->job.checkpoint_every_steps,
+      .ckpt_every_secs = co->job.checkpoint_every_secs,
+      .ckpt_keep = co->job.checkpoint_keep,
+      .has_eval = json_object_get(co->job.data, "eval") != NULL,
+      .eval_every_steps = co->job.eval_every_steps,
+      .keep_cluster = o->keep_cluster,
+      /* sync: a worker that comes back JOINs every PS and is handed its
+       * next sync step (ps/consist.c), so it takes part again */
+      .sync_rejoin = true,
+      .wait_timeout_s = o->wait_timeout_s,
+      .ps_timeout_s = o->ps_timeout_s,
+      .closure_timeout_s = o->closure_timeout_s,
+  };
+  rc = coord_sm_new(&co->sm, &c);
+out:
+  free(ps_names);
+  free(wk_names);
+  return rc;
+}
+
+/* A restarted chief: the committed checkpoints on disk, newest first. */
+static void coord_post_checkpoints(coord *co) {
+  if (!co->job.checkpoint_dir) return;
+  int64_t *steps = NULL;
+  size_t n = 0;
+  char err[512];
+  if (chief_ckpt_list(co->job.checkpoint_dir, &steps, &n, err, sizeof err)) {
+    tsr_warn("%s", err);
+    return;
+  }
+  if (n) {
+    coord_event ev = {.kind = COORD_EV_CHECKPOINTS, .steps = steps,
+                      .n_steps = n};
+    coord__post(co, &ev);
+  }
+  free(steps);
+}
+
+/* The summary's checkpoint lines: the last good one and the failed. The
+ * arrays are the caller's to free. */
+static void coord_summary_ckpts(coord *co, chief_summary *s, int64_t **steps,
+                                const char ***reasons) {
+  const coord_ckpt_failure *f;
+  size_t n = coord_sm_ckpt_failures(co->sm, &f);
+  s->last_ckpt_step = coord_sm_last_ckpt(co->sm);
+  *steps = NULL;
+  *reasons = NULL;
+  if (!n) return;
+  *steps = calloc(n, sizeof **steps);
+  *reasons = calloc(n, sizeof **reasons);
+  if (!*steps || !*reasons) return;
+  for (size_t i = 0; i < n; i++) {
+    (*steps)[i] = f[i].step;
+    (*reasons)[i] = f[i].reason;
+  }
+  s->n_failed_ckpts = n;
+  s->failed_ckpt_steps = *steps;
+  s->failed_ckpt_reasons = *reasons;
+}
+
 int chief_coord_run(const chief_coord_opts *o) {
   coord *co = calloc(1, sizeof *co);
   if (!co) return 1;
   co->o = o;
-  co->exit_status = 0;
-  co->resumed_from = -1;
-  co->last_ckpt_step = -1;
-  co->last_loss = NAN;
+  co->exit_status = 1;
   tsr_job_init(&co->job);
   tsr_cluster_init(&co->cluster);
+  coord_actions_init(&co->acts);
   char err[1024];
   int status = 2;
   int rc = coord_load(co, err, sizeof err);
@@ -171,35 +296,21 @@ int chief_coord_run(const chief_coord_opts *o) {
   co->run_id >>= 1; /* keep it positive in JSON */
   co->n_ps = co->cluster.n[TSR_TASK_PS];
   co->n_wk = co->cluster.n[TSR_TASK_WORKER];
-  int64_t total = co->job.steps;
-  co->total_steps = total; /* 0 until the epoch size is known */
-  int64_t wtotal = co->job.mode == TSR_MODE_SYNC ? total * co->n_wk : total;
-  co->sched = chief_sched_new(co->n_wk, wtotal, co->job.steps_per_closure, 2);
-  if (!co->sched) goto out_free;
-  /* ssp and sync: every worker runs its own share of the steps, so none
-   * waits at the end on a worker that has no closure left */
-  chief_sched_set_pinned(co->sched, co->job.mode != TSR_MODE_ASYNC);
-  chief_sched_pause(co->sched, true);
+  if ((rc = coord_machine(co))) {
+    tsr_error("%s: %s", co->job.path, tsr_strerror(rc));
+    goto out_free;
+  }
   if (uv_loop_init(&co->loop)) goto out_free;
   status = 1;
-  char token[TSR_RPC_TOKEN_MAX];
-  size_t token_len;
-  if (tsr_rpc_token_load(o->token_file, token, sizeof token, &token_len, err,
-                         sizeof err)) {
-    tsr_error("%s", err);
-    status = 2;
-    goto out_loop;
-  }
   tsr_rpc_opts ro;
   memset(&ro, 0, sizeof ro);
   ro.name = "chief";
-  ro.token = token;
-  ro.token_len = token_len;
+  ro.token = o->token;
+  ro.token_len = o->token_len;
   ro.default_deadline_ms = 60000;
   ro.idle_timeout_ms = (uint32_t)(o->heartbeat_timeout_s * 1000);
   ro.heartbeat_ms = ro.idle_timeout_ms / 4 ? ro.idle_timeout_ms / 4 : 1;
   if (tsr_rpc_ctx_new(&co->rpc, &co->loop, &ro)) goto out_loop;
-  sodium_memzero(token, sizeof token);
   if (co->job.logdir && coord_abs(co->job_dir, &co->job.logdir)) goto out_rpc;
   if (chief_metrics_open(&co->metrics, co->job.logdir, NULL, err,
                          sizeof err)) {
@@ -207,6 +318,9 @@ int chief_coord_run(const chief_coord_opts *o) {
     co->metrics = NULL;
     chief_metrics_open(&co->metrics, NULL, NULL, err, sizeof err);
   }
+  chief_summary_policy_init(&co->sum_pol, co->job.summary_every_steps,
+                            co->job.summary_every_secs);
+  if (co->metrics) chief_metrics_job_info(co->metrics, &co->job);
   if (o->trace_path) {
     if (tsr_trace_create(&co->trace, 0)) {
       tsr_error("--trace: out of memory");
@@ -226,7 +340,6 @@ int chief_coord_run(const chief_coord_opts *o) {
     }
   }
   co->t_start = tsr_now_s();
-  co->t_phase = co->t_start;
   if (coord__ps_open(co) || coord__wk_open(co) || coord__status_open(co))
     goto out_clients;
   uv_timer_init(&co->loop, &co->tick);
@@ -237,13 +350,15 @@ int chief_coord_run(const chief_coord_opts *o) {
   co->sigint.data = co->sigterm.data = co;
   uv_signal_start(&co->sigint, coord__on_signal, SIGINT);
   uv_signal_start(&co->sigterm, coord__on_signal, SIGTERM);
-  coord__note(co, "run %016" PRIx64 ": %zu variable(s) in %zu shard(s) over "
+  coord__note(co, TSR_LOG_INFO,
+              "run %016" PRIx64 ": %zu variable(s) in %zu shard(s) over "
               "%d ps; %d worker(s); mode %s", co->run_id, co->n_vars,
               co->n_shards, co->n_ps, co->n_wk,
               co->job.mode == TSR_MODE_ASYNC ? "async"
               : co->job.mode == TSR_MODE_SYNC ? "sync" : "ssp");
-  uv_run(&co->loop, UV_RUN_DEFAULT);
-  status = co->exit_status;
+  coord_post_checkpoints(co);
+  if (!co->stopped) uv_run(&co->loop, UV_RUN_DEFAULT);
+  status = co->stopped ? co->exit_status : 1;
   uv_timer_stop(&co->tick);
   uv_close((uv_handle_t *)&co->tick, NULL);
   uv_close((uv_handle_t *)&co->sigint, NULL);
@@ -268,28 +383,39 @@ out_clients:
   {
     chief_summary s;
     memset(&s, 0, sizeof s);
-    s.steps = co->sched ? coord__global_step(co) : 0;
+    s.steps = coord__step(co);
+    s.steps_run = co->job.mode == TSR_MODE_SYNC && co->n_wk > 0
+                      ? co->worker_steps_run / co->n_wk
+                      : co->worker_steps_run;
     s.examples = co->examples;
     /* training time, from the first closure to the last step: setup,
      * the final checkpoint and evaluation are not in the rate */
-    s.seconds = co->t_train_end > 0 && co->t_train_start > 0
-                    ? co->t_train_end - co->t_train_start
-                    : tsr_now_s() - co->t_start;
-    co->last_loss = coord__recent_loss(co);
-    s.has_loss = !isnan(co->last_loss);
-    s.final_loss = co->last_loss;
+    double t0 = coord_sm_train_start(co->sm), t1 = coord_sm_train_end(co->sm);
+    s.seconds = t1 > 0 && t0 > 0 ? t1 - t0 : tsr_now_s() - co->t_start;
+    double last_loss = coord__recent_loss(co);
+    s.has_loss = !isnan(last_loss);
+    s.final_loss = last_loss;
     s.eval = co->eval_vals;
     s.n_eval = co->n_eval;
-    s.restarts_worker = co->restarts_worker;
-    s.restarts_ps = co->restarts_ps;
-    s.restarts_chief = co->resumed_from > 0 ? 1 : 0;
-    s.resumed_from_step = co->resumed_from;
+    s.restarts_worker = coord_sm_restarts_worker(co->sm);
+    s.restarts_ps = coord_sm_restarts_ps(co->sm);
+    s.skipped_records = co->skipped_records;
+    int64_t resumed = coord_sm_resumed_from(co->sm);
+    s.restarts_chief = resumed > 0 ? 1 : 0;
+    s.resumed_from_step = resumed;
     s.logdir = co->job.logdir;
     s.checkpoint_dir = co->job.checkpoint_dir;
+    s.exit_status = status;
+    s.error = status ? coord_sm_fail_msg(co->sm) : NULL;
+    int64_t *fsteps;
+    const char **freasons;
+    coord_summary_ckpts(co, &s, &fsteps, &freasons);
     if (status == 0) chief_summary_print(stdout, &s);
     if (o->summary_json &&
         chief_summary_write_json(o->summary_json, &s, err, sizeof err))
       tsr_warn("--summary-json: %s", err);
+    free(fsteps);
+    free(freasons);
   }
   if (co->trace) {
     if (tsr_trace_write(co->trace, o->trace_path, err, sizeof err))
@@ -301,6 +427,7 @@ out_clients:
     tsr_trace_free(co->trace);
   }
   if (co->metrics) chief_metrics_close(co->metrics);
+  json_decref(co->input_affine);
   if (co->progress) chief_progress_free(co->progress);
 out_rpc:
   if (co->rpc) tsr_rpc_ctx_free(co->rpc);
@@ -310,12 +437,16 @@ out_loop:
 out_free:
   free(co->ps);
   free(co->wk);
-  chief_sched_free(co->sched);
+  coord_sm_free(co->sm);
+  coord_actions_free(&co->acts);
+  for (size_t i = 0; i < co->q_len; i++)
+    free(co->q[(co->q_head + i) % co->q_cap].steps);
+  free(co->q);
+  free(co->names);
   free(co->vars);
   free(co->shards);
   free(co->job_json);
   tsr_job_free(&co->job);
-  tsr_cluster_free(&co->cluster);
   free(co);
   return status;
 }

@@ -4,7 +4,7 @@
  * runs as worker 0 (a cluster without a chief job), that address belongs to
  * the worker process and no status service is started. */
 #include "chief.pb-c.h"
-#include "chief/coord/coord.h"
+#include "chief/coord/coord_io.h"
 #include "chief/wire.h"
 #include "common/clock.h"
 #include "common/err.h"
@@ -18,25 +18,18 @@
 static const char *const coord__wstate_names[] = {
     "down", "connected", "configuring", "ready", "failed"};
 
-static const char *coord_phase_name(coord_phase p) {
-  static const char *const n[] = {"connect", "setup",  "train",    "pause",
-                                  "save",    "eval",   "recover",  "final",
-                                  "shutdown", "done"};
-  return (unsigned)p < sizeof n / sizeof n[0] ? n[p] : "?";
-}
-
 static void coord_on_status(tsr_rpc_incoming *call, void *data) {
   coord *co = data;
   Tessera__Chief__StatusResponse r = TESSERA__CHIEF__STATUS_RESPONSE__INIT;
-  r.phase = (char *)coord_phase_name(co->phase);
+  r.phase = (char *)coord_sm_phase(co->sm);
   r.run_id = co->run_id;
-  r.step = co->sched ? coord__global_step(co) : 0;
-  r.total_steps = co->total_steps;
+  r.step = coord__step(co);
+  r.total_steps = coord_sm_total_steps(co->sm);
   r.examples = co->examples;
   r.examples_per_sec =
       co->progress ? chief_progress_examples_per_sec(co->progress) : 0;
   r.loss = coord__recent_loss(co);
-  r.last_checkpoint_step = co->have_ckpt ? co->last_ckpt_step : -1;
+  r.last_checkpoint_step = coord_sm_last_ckpt(co->sm);
   r.job = co->job.path ? co->job.path : (char *)"";
   r.uptime_s = tsr_now_s() - co->t_start;
   Tessera__Chief__TaskStatus *ts =
@@ -59,12 +52,12 @@ static void coord_on_status(tsr_rpc_incoming *call, void *data) {
     snprintf(names[i], sizeof names[i], "worker:%d", i);
     t->task = names[i];
     t->address = (char *)w->addr->addr;
-    t->state = (char *)coord__wstate_names[w->st];
+    t->state = (char *)coord__wstate_names[coord_sm_wk_state(co->sm, i)];
     t->steps = w->steps;
     t->examples_per_sec = w->busy_s > 0 ? (double)w->examples / w->busy_s : 0;
     t->device = w->device;
-    t->last_error = w->last_error;
-    t->restarts = w->restarts;
+    t->last_error = (char *)coord_sm_wk_error(co->sm, i);
+    t->restarts = coord_sm_wk_restarts(co->sm, i);
     wp[i] = t;
   }
   for (int i = 0; i < co->n_ps; i++) {
@@ -74,8 +67,7 @@ static void coord_on_status(tsr_rpc_incoming *call, void *data) {
     snprintf(names[co->n_wk + i], sizeof names[0], "ps:%d", i);
     t->task = names[co->n_wk + i];
     t->address = (char *)p->addr->addr;
-    t->state = p->lost ? (char *)"lost"
-                       : p->connected ? (char *)"up" : (char *)"down";
+    t->state = p->connected ? (char *)"up" : (char *)"down";
     t->bytes_in = p->bytes_in;
     t->bytes_out = p->bytes_out;
     t->apply_ms = p->apply_ms;

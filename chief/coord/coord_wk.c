@@ -1,9 +1,16 @@
-/* The coordinator's side of the workers: one RPC client each, connection
- * tracking (a lost worker's closures go back to the pool; a worker that
- * comes back is configured again), configuration, closures, evaluation and
- * shutdown, over the protocol of proto/worker.proto and worker/wire.h.
+/* The coordinator's side of the workers (coord_io.h): one RPC client
+ * each, over the protocol of proto/worker.proto and worker/wire.h.
+ * Connection changes become WK_UP / WK_LOST; CONFIGURE, DISPATCH and
+ * EVALUATE are sent and their answers become WK_READY / WK_CONFIG_FAILED,
+ * CLOSURE_DONE / CLOSURE_FAILED and EVAL_DONE; COUNT adds a counted
+ * closure's figures to the monitoring.
+ *
+ * How a failure reads (coord__wk_err_kind): the worker's TSR_EDATA is a
+ * data error (the run stops); a PS it cannot reach or a stale sync step is
+ * transient; a connection that is gone is the worker lost; anything else
+ * is the worker's own error.
  */
-#include "chief/coord/coord.h"
+#include "chief/coord/coord_io.h"
 #include "common/clock.h"
 #include "common/err.h"
 #include "common/log.h"
@@ -17,52 +24,22 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A worker that fails this many closures in a row with its own error (not
- * a lost connection) is left out of the run. */
-#define COORD_MAX_CLOSURE_FAILURES 3
-
 typedef struct {
   coord_wk *w;
   chief_closure c;
-  bool eval;
-  bool shutdown;
+  uint64_t op;
+  int64_t step;
 } coord_wk_call;
-
-static void coord_wk_leave(coord_wk *w);
-
-static void coord_wk_down(coord_wk *w, const char *why) {
-  coord *co = w->co;
-  int back = chief_sched_worker_down(co->sched, w->index);
-  /* ssp/sync: a worker that is gone must not hold the others back; its
-   * first pull or push when it returns joins it again */
-  if (co->phase != COORD_SHUTDOWN && co->phase != COORD_DONE)
-    coord_wk_leave(w);
-  if (w->st == CW_READY || w->st == CW_CONFIGURING) {
-    if (co->phase != COORD_SHUTDOWN && co->phase != COORD_DONE)
-      coord__note(co, "lost worker:%d (%s): %s; %d closure(s) go back to "
-                  "the queue", w->index, w->addr->addr, why, back);
-  }
-  w->st = CW_DOWN;
-}
 
 static void coord_wk_on_state(tsr_rpc_client *c, int connected, int status,
                               void *data) {
   coord_wk *w = data;
-  coord *co = w->co;
   (void)c;
-  if (connected) {
-    if (w->st == CW_DOWN) {
-      if (w->ever_ready) {
-        w->restarts++;
-        co->restarts_worker++;
-        coord__note(co, "worker:%d (%s) is back", w->index, w->addr->addr);
-      }
-      w->st = CW_CONNECTED;
-    }
-  } else {
-    coord_wk_down(w, tsr_strerror(status));
-  }
-  coord__pump(co);
+  if (connected)
+    coord__post_simple(w->co, COORD_EV_WK_UP, w->index, NULL);
+  else
+    coord__post_simple(w->co, COORD_EV_WK_LOST, w->index,
+                       tsr_strerror(status));
 }
 
 int coord__wk_open(coord *co) {
@@ -73,7 +50,6 @@ int coord__wk_open(coord *co) {
     w->co = co;
     w->index = i;
     w->addr = &co->cluster.jobs[TSR_TASK_WORKER][i];
-    w->examples_share = -1;
     int rc = tsr_rpc_client_new(&w->cli, co->rpc, w->addr->addr);
     if (rc) {
       tsr_error("worker:%d (%s): %s", i, w->addr->addr, tsr_strerror(rc));
@@ -84,16 +60,20 @@ int coord__wk_open(coord *co) {
   return 0;
 }
 
-int coord__wk_count(const coord *co, coord_wstate st) {
-  int n = 0;
-  for (int i = 0; i < co->n_wk; i++) n += co->wk[i].st == st;
-  return n;
-}
-
-int coord__wk_inflight(const coord *co) {
-  int n = 0;
-  for (int i = 0; i < co->n_wk; i++) n += co->wk[i].inflight;
-  return n;
+coord_err_kind coord__wk_err_kind(const coord_wk *w, const tsr_rpc_result *r) {
+  int s = r->status;
+  bool conn = s == TSR_ECLOSED || s == TSR_EUNAVAIL || s == TSR_ETIMEOUT ||
+              s == TSR_ESHUTDOWN;
+  if (!r->remote)
+    return conn && !tsr_rpc_client_connected(w->cli) ? COORD_ERR_LOST
+                                                     : COORD_ERR_TRANSIENT;
+  if (s == TSR_EDATA) return COORD_ERR_DATA;
+  /* a PS the worker cannot reach is not its fault (recovery deals with
+   * it); sync: a worker back from the dead pushed a step the others
+   * finished without it, and its next closure starts from the PS's step */
+  if (conn || s == TSR_ESTALE || s == TSR_ECANCELED || s == TSR_EBUSY)
+    return COORD_ERR_TRANSIENT;
+  return COORD_ERR_OTHER;
 }
 
 /* Packs a protobuf-c message and sends it; the meta is copied by the RPC
@@ -117,10 +97,12 @@ static int coord_wk_send(coord_wk *w, uint32_t method,
   return rc;
 }
 
-static bool coord_wk_conn_error(const tsr_rpc_result *r) {
-  if (r->remote) return false;
-  return r->status == TSR_ECLOSED || r->status == TSR_EUNAVAIL ||
-         r->status == TSR_ETIMEOUT || r->status == TSR_ESHUTDOWN;
+/* A send that failed at once: the kind the machine takes it as. */
+static coord_err_kind coord_wk_send_kind(const coord_wk *w, int rc) {
+  if ((rc == TSR_EUNAVAIL || rc == TSR_ESHUTDOWN || rc == TSR_ECLOSED) &&
+      !tsr_rpc_client_connected(w->cli))
+    return COORD_ERR_LOST;
+  return COORD_ERR_TRANSIENT;
 }
 
 /* ---- configure ----------------------------------------------------------*/
@@ -131,66 +113,71 @@ static void coord_wk_on_configure(const tsr_rpc_result *r, void *data) {
   coord *co = w->co;
   free(call);
   w->inflight--;
-  if (w->st != CW_CONFIGURING) {
-    coord__pump(co);
-    return;
-  }
+  coord_event ev = {.index = w->index};
   if (r->status) {
-    snprintf(w->last_error, sizeof w->last_error, "%s", r->message);
-    if (coord_wk_conn_error(r)) {
-      coord_wk_down(w, r->message);
-    } else {
-      w->st = CW_FAILED;
-      coord__note(co, "worker:%d (%s) cannot take part: %s", w->index,
-                  w->addr->addr, r->message);
-    }
-    coord__pump(co);
+    ev.kind = COORD_EV_WK_CONFIG_FAILED;
+    ev.err_kind = coord__wk_err_kind(w, r);
+    ev.status = r->status;
+    ev.msg = r->message;
+    coord__post(co, &ev);
     return;
   }
   Tessera__Worker__ConfigureResponse *resp =
       tessera__worker__configure_response__unpack(NULL, r->meta_len, r->meta);
-  if (resp) {
-    w->examples_share = resp->examples;
-    snprintf(w->device, sizeof w->device, "%s",
-             resp->device ? resp->device : "?");
-    tessera__worker__configure_response__free_unpacked(resp, NULL);
+  if (!resp) {
+    ev.kind = COORD_EV_WK_CONFIG_FAILED;
+    ev.err_kind = COORD_ERR_OTHER;
+    ev.status = TSR_EPROTO;
+    ev.msg = "its ConfigureResponse does not decode";
+    coord__post(co, &ev);
+    return;
   }
-  w->st = CW_READY;
-  w->ever_ready = true;
-  w->left = false; /* its configure joined the PS clocks (ssp, sync) */
-  chief_sched_worker_up(co->sched, w->index);
+  snprintf(w->device, sizeof w->device, "%s",
+           resp->device ? resp->device : "?");
+  if (!co->input_affine && resp->n_input_scale > 0 &&
+      resp->n_input_scale == resp->n_input_shift) {
+    json_t *sa = json_array(), *sb = json_array();
+    for (size_t k = 0; k < resp->n_input_scale; k++) {
+      json_array_append_new(sa, json_real(resp->input_scale[k]));
+      json_array_append_new(sb, json_real(resp->input_shift[k]));
+    }
+    co->input_affine = json_pack("{soso}", "scale", sa, "shift", sb);
+    if (co->input_affine && resp->n_input_names > 0 &&
+        resp->n_input_names == resp->n_input_columns) {
+      json_t *cols = json_object();
+      for (size_t k = 0; k < resp->n_input_names; k++)
+        json_object_set_new(cols, resp->input_names[k],
+                            json_integer(resp->input_columns[k]));
+      json_object_set_new(co->input_affine, "columns", cols);
+    }
+  }
+  ev.kind = COORD_EV_WK_READY;
+  ev.examples = resp->examples;
+  tessera__worker__configure_response__free_unpacked(resp, NULL);
   tsr_info("worker:%d (%s) ready on %s, %" PRId64 " examples per epoch",
-           w->index, w->addr->addr, w->device, w->examples_share);
-  coord__pump(co);
+           w->index, w->addr->addr, w->device, ev.examples);
+  coord__post(co, &ev);
 }
 
-void coord__wk_configure_ready(coord *co) {
-  for (int i = 0; i < co->n_wk; i++) {
-    coord_wk *w = &co->wk[i];
-    if (w->st != CW_CONNECTED) continue;
-    Tessera__Worker__ConfigureRequest req =
-        TESSERA__WORKER__CONFIGURE_REQUEST__INIT;
-    req.run_id = co->run_id;
-    req.format_version = WK_FORMAT_VERSION;
-    req.worker_index = (uint32_t)i;
-    req.num_workers = (uint32_t)co->n_wk;
-    req.job_json = co->job_json;
-    req.job_dir = co->job_dir;
-    req.model_digest = co->model_digest;
-    char **addrs = calloc((size_t)co->n_ps, sizeof *addrs);
-    Tessera__Worker__Shard *sh = calloc(co->n_shards ? co->n_shards : 1,
-                                        sizeof *sh);
-    Tessera__Worker__Shard **shp = calloc(co->n_shards ? co->n_shards : 1,
-                                          sizeof *shp);
-    coord_wk_call *call = calloc(1, sizeof *call);
-    if (!addrs || !sh || !shp || !call) {
-      free(addrs);
-      free(sh);
-      free(shp);
-      free(call);
-      coord__fail(co, 1, "out of memory");
-      return;
-    }
+void coord__wk_configure(coord *co, int i) {
+  coord_wk *w = &co->wk[i];
+  Tessera__Worker__ConfigureRequest req =
+      TESSERA__WORKER__CONFIGURE_REQUEST__INIT;
+  req.run_id = co->run_id;
+  req.format_version = WK_FORMAT_VERSION;
+  req.worker_index = (uint32_t)i;
+  req.num_workers = (uint32_t)co->n_wk;
+  req.job_json = co->job_json;
+  req.job_dir = co->job_dir;
+  req.model_digest = co->model_digest;
+  char **addrs = calloc((size_t)co->n_ps, sizeof *addrs);
+  Tessera__Worker__Shard *sh = calloc(co->n_shards ? co->n_shards : 1,
+                                      sizeof *sh);
+  Tessera__Worker__Shard **shp = calloc(co->n_shards ? co->n_shards : 1,
+                                        sizeof *shp);
+  coord_wk_call *call = calloc(1, sizeof *call);
+  int rc = TSR_ENOMEM;
+  if (addrs && sh && shp && call) {
     for (int p = 0; p < co->n_ps; p++)
       addrs[p] = (char *)co->cluster.jobs[TSR_TASK_PS][p].addr;
     req.n_ps_addrs = (size_t)co->n_ps;
@@ -208,17 +195,18 @@ void coord__wk_configure_ready(coord *co) {
     req.n_shards = co->n_shards;
     req.shards = shp;
     call->w = w;
-    w->st = CW_CONFIGURING;
-    int rc = coord_wk_send(w, WK_M_CONFIGURE, &req.base, 120000,
-                           coord_wk_on_configure, call);
-    free(addrs);
-    free(sh);
-    free(shp);
-    if (rc) {
-      free(call);
-      w->st = CW_CONNECTED; /* try again on the next pump */
-      tsr_debug("configure worker:%d: %s", i, tsr_strerror(rc));
-    }
+    rc = coord_wk_send(w, WK_M_CONFIGURE, &req.base, 120000,
+                       coord_wk_on_configure, call);
+  }
+  free(addrs);
+  free(sh);
+  free(shp);
+  if (rc) {
+    free(call);
+    coord_event ev = {.kind = COORD_EV_WK_CONFIG_FAILED, .index = i,
+                      .status = rc, .err_kind = coord_wk_send_kind(w, rc),
+                      .msg = tsr_strerror(rc)};
+    coord__post(co, &ev);
   }
 }
 
@@ -231,60 +219,25 @@ static void coord_wk_on_run(const tsr_rpc_result *r, void *data) {
   chief_closure c = call->c;
   free(call);
   w->inflight--;
+  coord_event ev = {.index = w->index, .closure_id = c.id,
+                    .generation = c.generation};
   if (r->status) {
-    chief_sched_failed(co->sched, c.id, c.generation);
-    snprintf(w->last_error, sizeof w->last_error, "%s", r->message);
-    if (coord_wk_conn_error(r) && w->st == CW_READY &&
-        !tsr_rpc_client_connected(w->cli)) {
-      coord_wk_down(w, r->message);
-    } else if (c.generation == chief_sched_generation(co->sched)) {
-      tsr_warn("worker:%d (%s) failed closure %" PRIu64 " (its steps go "
-               "back to the queue): %s", w->index, w->addr->addr, c.id,
-               r->message);
-      /* a PS that cannot be reached is not the worker's fault: recovery
-       * deals with it, and the worker stays in the run */
-      bool ps_trouble = r->status == TSR_EUNAVAIL ||
-                        r->status == TSR_ECLOSED ||
-                        r->status == TSR_ETIMEOUT ||
-                        r->status == TSR_ESHUTDOWN ||
-                        /* sync: a worker back from the dead pushed a step
-                         * the others finished without it; its next
-                         * closure starts from the PS's step */
-                        r->status == TSR_ESTALE;
-      if (r->remote && !ps_trouble &&
-          ++w->failures >= COORD_MAX_CLOSURE_FAILURES && w->st == CW_READY) {
-        chief_sched_worker_down(co->sched, w->index);
-        w->st = CW_FAILED;
-        coord_wk_leave(w);
-        coord__note(co, "worker:%d (%s) failed %d closures in a row and is "
-                    "left out of the run: %s", w->index, w->addr->addr,
-                    w->failures, r->message);
-      }
-    }
-    coord__pump(co);
+    ev.kind = COORD_EV_CLOSURE_FAILED;
+    ev.err_kind = coord__wk_err_kind(w, r);
+    ev.status = r->status;
+    ev.msg = r->message;
+    coord__post(co, &ev);
     return;
   }
   Tessera__Worker__RunResponse *resp =
       tessera__worker__run_response__unpack(NULL, r->meta_len, r->meta);
   if (!resp) {
-    chief_sched_failed(co->sched, c.id, c.generation);
-    tsr_warn("worker:%d sent a RunResponse that does not decode", w->index);
-    coord__pump(co);
+    ev.kind = COORD_EV_CLOSURE_FAILED;
+    ev.err_kind = COORD_ERR_OTHER;
+    ev.status = TSR_EPROTO;
+    ev.msg = "its RunResponse does not decode";
+    coord__post(co, &ev);
     return;
-  }
-  if (resp->steps_done == 0) {
-    /* nothing run (its input gave nothing): counted as a failure, so a
-     * worker that keeps doing it is left out instead of spinning */
-    if (++w->failures >= COORD_MAX_CLOSURE_FAILURES && w->st == CW_READY) {
-      chief_sched_worker_down(co->sched, w->index);
-      w->st = CW_FAILED;
-      coord_wk_leave(w);
-      coord__note(co, "worker:%d (%s) ran no step in %d closures in a row "
-                  "(its input gives no batch) and is left out of the run",
-                  w->index, w->addr->addr, w->failures);
-    }
-  } else {
-    w->failures = 0;
   }
   if (co->trace) {
     int32_t pid = tsr_trace_pid(TSR_TASK_WORKER, w->index);
@@ -297,113 +250,91 @@ static void coord_wk_on_run(const tsr_rpc_result *r, void *data) {
     /* the worker's own step phases, when it sent them */
     size_t max = r->payload_len / TSR_TRACE_WIRE_SIZE, n = 0;
     if (max) {
-      tsr_trace_event *ev = malloc(max * sizeof *ev);
-      if (ev && tsr_trace_unpack(r->payload, r->payload_len, ev, max, &n) == 0)
-        tsr_trace_append(co->trace, ev, n);
-      free(ev);
+      tsr_trace_event *tev = malloc(max * sizeof *tev);
+      if (tev &&
+          tsr_trace_unpack(r->payload, r->payload_len, tev, max, &n) == 0)
+        tsr_trace_append(co->trace, tev, n);
+      free(tev);
     }
   }
-  if (chief_sched_done(co->sched, c.id, c.generation, resp->steps_done)) {
-    w->steps += resp->steps_done;
-    w->examples += resp->examples;
-    w->busy_s += resp->wall_s;
-    w->input_s += resp->input_wait_s;
-    w->pull_s += resp->pull_s;
-    w->compute_s += resp->compute_s;
-    w->push_s += resp->push_s;
-    co->examples += resp->examples;
-    if (resp->max_staleness > co->max_staleness)
-      co->max_staleness = resp->max_staleness;
-    if (resp->steps_done > 0 && isfinite(resp->loss_sum)) {
-      co->loss_sum += resp->loss_sum;
-      co->loss_n += resp->steps_done;
-      co->recent_loss[co->recent_at] = resp->loss_sum;
-      co->recent_steps[co->recent_at] = resp->steps_done;
-      co->recent_at = (co->recent_at + 1) % 16;
-      if (co->n_recent < 16) co->n_recent++;
-    }
-  }
+  /* monitoring only (not part of the machine's decisions): the corrupt
+   * records the worker skipped, its training metrics, the scalars when due */
+  co->skipped_records += resp->skipped_records >= w->skipped_seen
+                             ? resp->skipped_records - w->skipped_seen
+                             : resp->skipped_records;
+  w->skipped_seen = resp->skipped_records;
+  chief_train_acc_add(&co->train_acc, resp->metric_names,
+                      resp->metric_values,
+                      resp->n_metric_names < resp->n_metric_values
+                          ? resp->n_metric_names
+                          : resp->n_metric_values,
+                      (double)resp->examples);
+  ev.kind = COORD_EV_CLOSURE_DONE;
+  ev.steps_done = resp->steps_done;
+  ev.stats = (coord_closure_stats){
+      .examples = resp->examples, .loss_sum = resp->loss_sum,
+      .wall_s = resp->wall_s, .input_s = resp->input_wait_s,
+      .pull_s = resp->pull_s, .compute_s = resp->compute_s,
+      .push_s = resp->push_s, .max_staleness = resp->max_staleness,
+      .latency_s = (double)r->latency_ns / 1e9};
   tessera__worker__run_response__free_unpacked(resp, NULL);
-  coord__pump(co);
+  coord__post(co, &ev);
+  if (co->metrics && chief_summary_due(&co->sum_pol, coord__step(co),
+                                       coord_sm_total_steps(co->sm),
+                                       tsr_now_s()))
+    coord__scalars(co, tsr_now_s());
 }
 
-void coord__wk_dispatch(coord *co) {
-  chief_closure c;
-  while (chief_sched_next(co->sched, &c)) {
-    coord_wk *w = &co->wk[c.worker];
-    w->left = false; /* the closure joins the PS clocks again */
-    w->last_closure = c.id;
-    Tessera__Worker__RunRequest req = TESSERA__WORKER__RUN_REQUEST__INIT;
-    req.closure_id = c.id;
-    req.generation = c.generation;
-    req.steps = c.steps;
-    req.first_step = c.first_step;
-    req.trace = co->trace != NULL;
-    coord_wk_call *call = calloc(1, sizeof *call);
-    if (!call) {
-      chief_sched_failed(co->sched, c.id, c.generation);
-      return;
-    }
+void coord__wk_dispatch(coord *co, const chief_closure *c) {
+  coord_wk *w = &co->wk[c->worker];
+  w->last_closure = c->id; /* a LEAVE says every closure up to it is over */
+  Tessera__Worker__RunRequest req = TESSERA__WORKER__RUN_REQUEST__INIT;
+  req.closure_id = c->id;
+  req.generation = c->generation;
+  req.steps = c->steps;
+  req.first_step = c->first_step;
+  req.trace = co->trace != NULL;
+  coord_wk_call *call = calloc(1, sizeof *call);
+  int rc = TSR_ENOMEM;
+  if (call) {
     call->w = w;
-    call->c = c;
-    int rc = coord_wk_send(w, WK_M_RUN, &req.base,
-                           (uint32_t)(co->o->closure_timeout_s * 1000),
-                           coord_wk_on_run, call);
-    if (rc) {
-      free(call);
-      chief_sched_failed(co->sched, c.id, c.generation);
-      if (rc == TSR_EUNAVAIL || rc == TSR_ESHUTDOWN) coord_wk_down(w, tsr_strerror(rc));
-      return;
-    }
+    call->c = *c;
+    rc = coord_wk_send(w, WK_M_RUN, &req.base,
+                       (uint32_t)(co->o->closure_timeout_s * 1000),
+                       coord_wk_on_run, call);
+  }
+  if (rc) {
+    free(call);
+    coord_event ev = {.kind = COORD_EV_CLOSURE_FAILED, .index = w->index,
+                      .closure_id = c->id, .generation = c->generation,
+                      .status = rc, .err_kind = coord_wk_send_kind(w, rc),
+                      .msg = tsr_strerror(rc)};
+    coord__post(co, &ev);
   }
 }
 
-/* ---- membership (ssp, sync) ----------------------------------------------*/
-
-static void coord_wk_on_leave(const ps_result *r, void *data) {
-  coord_wk *w = data;
-  if (r->status && r->status != TSR_ENOTFOUND)
-    tsr_debug("worker:%d leaving a PS: %s", w->index, r->message);
-}
-
-/* Tells every PS that worker w's closures so far are over and it no
- * longer counts (ssp, sync: the model's coord__wk_leave). A closure of it
- * that is still queued or running is refused when it joins. */
-static void coord_wk_leave(coord_wk *w) {
-  coord *co = w->co;
-  if (co->job.mode == TSR_MODE_ASYNC || w->left || !co->ps) return;
-  w->left = true;
-  for (int p = 0; p < co->n_ps; p++)
-    if (co->ps[p].cli)
-      ps_client_leave(co->ps[p].cli, w->index, co->run_id, w->last_closure,
-                      coord_wk_on_leave, w);
-}
-
-/* A worker with no closure in flight waits for nothing: it stops counting
- * (the model's coord__wk_release_idle), else the PS would hold the others
- * back for it (ssp) or wait for its gradient (sync) for ever. Its next
- * closure joins again. */
-void coord__wk_release_idle(coord *co) {
-  if (co->job.mode == TSR_MODE_ASYNC) return;
-  for (int i = 0; i < co->n_wk; i++) {
-    coord_wk *w = &co->wk[i];
-    if (w->left || w->st != CW_READY ||
-        chief_sched_inflight(co->sched, i) > 0)
-      continue;
-    tsr_debug("worker:%d has no closure in flight: it leaves the PS clocks",
-              i);
-    coord_wk_leave(w);
-  }
-}
-
-/* After every PS restored a checkpoint: every worker's closures so far are
- * over, whatever the chief thought of it (a PS that restarted has no
- * memory of it, and a closure still queued in a worker cut off earlier
- * would join it and hold the others for ever). */
-void coord__wk_leave_all(coord *co) {
-  for (int i = 0; i < co->n_wk; i++) {
-    co->wk[i].left = false;
-    coord_wk_leave(&co->wk[i]);
+/* A closure the machine counted: its figures join the run's. */
+void coord__wk_count(coord *co, const coord_action *a) {
+  coord_wk *w = &co->wk[a->index];
+  const coord_closure_stats *s = &a->stats;
+  w->steps += a->closure.steps;
+  co->worker_steps_run += a->closure.steps;
+  w->examples += s->examples;
+  w->busy_s += s->wall_s;
+  w->input_s += s->input_s;
+  w->pull_s += s->pull_s;
+  w->compute_s += s->compute_s;
+  w->push_s += s->push_s;
+  co->examples += s->examples;
+  if (s->max_staleness > co->max_staleness)
+    co->max_staleness = s->max_staleness;
+  if (a->closure.steps > 0 && isfinite(s->loss_sum)) {
+    co->loss_sum += s->loss_sum;
+    co->loss_n += a->closure.steps;
+    co->recent_loss[co->recent_at] = s->loss_sum;
+    co->recent_steps[co->recent_at] = a->closure.steps;
+    co->recent_at = (co->recent_at + 1) % 16;
+    if (co->n_recent < 16) co->n_recent++;
   }
 }
 
@@ -413,30 +344,33 @@ static void coord_wk_on_eval(const tsr_rpc_result *r, void *data) {
   coord_wk_call *call = data;
   coord_wk *w = call->w;
   coord *co = w->co;
-  int64_t step = call->c.first_step;
+  int64_t step = call->step;
+  coord_event ev = {.kind = COORD_EV_EVAL_DONE, .op = call->op,
+                    .index = w->index};
   free(call);
   w->inflight--;
-  co->pending--;
+  if (co->trace)
+    tsr_trace_end(co->trace, tsr_trace_pid(TSR_TASK_CHIEF, 0), 0, "chief",
+                  "evaluation", co->trace_eval_us);
   if (r->status) {
-    co->pending_errors++;
-    snprintf(co->pending_msg, sizeof co->pending_msg, "worker:%d: %s",
-             w->index, r->message);
-    coord__pump(co);
+    char msg[COORD_MSG_MAX];
+    snprintf(msg, sizeof msg, "worker:%d: %s", w->index, r->message);
+    ev.status = r->status;
+    ev.msg = msg;
+    coord__post(co, &ev);
     return;
   }
   Tessera__Worker__EvalResponse *resp =
       tessera__worker__eval_response__unpack(NULL, r->meta_len, r->meta);
   if (!resp) {
-    co->pending_errors++;
-    snprintf(co->pending_msg, sizeof co->pending_msg,
-             "worker:%d: EvalResponse does not decode", w->index);
-    coord__pump(co);
+    ev.status = TSR_EPROTO;
+    ev.msg = "EvalResponse does not decode";
+    coord__post(co, &ev);
     return;
   }
   char line[512];
   size_t off = (size_t)snprintf(line, sizeof line, "eval at step %" PRId64
                                 ": loss %.6g", step, resp->loss);
-  co->n_eval = 0;
   snprintf(co->eval_names[0], sizeof co->eval_names[0], "loss");
   co->eval_vals[0].name = co->eval_names[0];
   co->eval_vals[0].value = resp->loss;
@@ -460,41 +394,45 @@ static void coord_wk_on_eval(const tsr_rpc_result *r, void *data) {
       off += (size_t)snprintf(line + off, sizeof line - off, ", %s %.4f",
                               resp->metric_names[i], resp->metric_values[i]);
   }
+  /* weight and gradient histograms, in the train run as Keras writes them */
+  chief_tb *htb = co->metrics ? chief_metrics_tb(co->metrics, CHIEF_RUN_TRAIN)
+                              : NULL;
+  for (size_t i = 0; htb && i < resp->n_histograms; i++) {
+    const Tessera__Worker__Histogram *h = resp->histograms[i];
+    size_t nb = h->n_bucket < h->n_bucket_limit ? h->n_bucket
+                                                : h->n_bucket_limit;
+    chief_tb_histogram_counts(htb, h->tag, step, h->min, h->max, h->num,
+                              h->sum, h->sum_squares, h->bucket_limit,
+                              h->bucket, nb, 0);
+  }
   tessera__worker__eval_response__free_unpacked(resp, NULL);
-  coord__note(co, "%s", line);
-  coord__pump(co);
+  coord__note(co, TSR_LOG_INFO, "%s", line);
+  coord__post(co, &ev);
 }
 
-void coord__wk_eval(coord *co, int64_t step) {
-  co->pending_errors = 0;
-  for (int k = 0; k < co->n_wk; k++) {
-    int i = (co->eval_worker + k) % co->n_wk;
-    coord_wk *w = &co->wk[i];
-    if (w->st != CW_READY) continue;
-    Tessera__Worker__EvalRequest req = TESSERA__WORKER__EVAL_REQUEST__INIT;
-    req.eval_id = (uint64_t)step + 1;
-    req.step = step;
-    coord_wk_call *call = calloc(1, sizeof *call);
-    if (!call) break;
+void coord__wk_eval(coord *co, uint64_t op, int i, int64_t step) {
+  coord_wk *w = &co->wk[i];
+  Tessera__Worker__EvalRequest req = TESSERA__WORKER__EVAL_REQUEST__INIT;
+  req.eval_id = (uint64_t)step + 1;
+  req.step = step;
+  coord_wk_call *call = calloc(1, sizeof *call);
+  int rc = TSR_ENOMEM;
+  if (call) {
     call->w = w;
-    call->eval = true;
-    call->c.first_step = step;
-    int rc = coord_wk_send(w, WK_M_EVAL, &req.base,
-                           (uint32_t)(co->o->closure_timeout_s * 1000),
-                           coord_wk_on_eval, call);
-    if (rc) {
-      free(call);
-      continue;
-    }
-    co->pending++;
-    co->eval_worker = i + 1;
-    coord__pump(co);
-    return;
+    call->op = op;
+    call->step = step;
+    rc = coord_wk_send(w, WK_M_EVAL, &req.base,
+                       (uint32_t)(co->o->closure_timeout_s * 1000),
+                       coord_wk_on_eval, call);
   }
-  co->pending_errors++;
-  snprintf(co->pending_msg, sizeof co->pending_msg,
-           "no worker is ready to evaluate");
-  coord__pump(co);
+  if (rc) {
+    free(call);
+    char msg[COORD_MSG_MAX];
+    snprintf(msg, sizeof msg, "worker:%d: %s", i, tsr_strerror(rc));
+    coord_event ev = {.kind = COORD_EV_EVAL_DONE, .op = op, .index = i,
+                      .status = rc, .msg = msg};
+    coord__post(co, &ev);
+  }
 }
 
 /* ---- shutdown -----------------------------------------------------------*/
@@ -506,8 +444,10 @@ static void coord_wk_on_shutdown(const tsr_rpc_result *r, void *data) {
   (void)r;
   free(call);
   w->inflight--;
-  co->pending--;
-  coord__pump(co);
+  if (--co->shutdown_pending == 0) {
+    coord_event ev = {.kind = COORD_EV_SHUTDOWN_DONE, .op = co->shutdown_op};
+    coord__post(co, &ev);
+  }
 }
 
 void coord__wk_shutdown(coord *co) {
@@ -519,10 +459,9 @@ void coord__wk_shutdown(coord *co) {
     coord_wk_call *call = calloc(1, sizeof *call);
     if (!call) return;
     call->w = w;
-    call->shutdown = true;
     if (coord_wk_send(w, WK_M_SHUTDOWN, &req.base, 5000, coord_wk_on_shutdown,
                       call) == 0)
-      co->pending++;
+      co->shutdown_pending++;
     else
       free(call);
   }

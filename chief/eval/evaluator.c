@@ -2,7 +2,9 @@
  * committed checkpoint, load it into a trainer's host variables, run the
  * eval split through the model, record the figures, sleep. */
 #include "chief/eval/evaluator.h"
+#include "chief/ckpt/ckpt.h"
 #include "chief/ckpt/ckpt_read.h"
+#include "chief/monitor/monitor.h"
 #include "common/clock.h"
 #include "common/err.h"
 #include "common/log.h"
@@ -141,9 +143,26 @@ int chief_evaluator_run(const chief_coord_opts *o, const chief_eval_opts *e) {
     else
       snprintf(logdir, n, "%s/%s/eval", dir, job.logdir);
   }
-  if (wk_model_from_job(&job, NULL, &m, err, sizeof err)) {
-    tsr_error("%s", err);
-    goto out;
+  wk_input_opts io;
+  memset(&io, 0, sizeof io);
+  io.worker_index = 0;
+  io.num_workers = 1;
+  io.batch_size = job.batch_size;
+  io.epochs = 1;
+  io.seed = job.seed;
+  {
+    /* the data's schema places a Functional model's inputs by name, as
+     * the workers place them */
+    wk_input *in = NULL;
+    int rc = wk_input_open(&job, WK_SPLIT_EVAL, &io, &in, err, sizeof err);
+    if (rc == 0)
+      rc = wk_model_from_job(&job, wk_input_get_schema(in), &m, err,
+                             sizeof err);
+    if (in) wk_input_close(in);
+    if (rc) {
+      tsr_error("%s", err);
+      goto out;
+    }
   }
   wk_train_opts to;
   memset(&to, 0, sizeof to);
@@ -156,17 +175,11 @@ int chief_evaluator_run(const chief_coord_opts *o, const chief_eval_opts *e) {
     status = 1;
     goto out;
   }
-  if (chief_metrics_open(&rec, logdir, NULL, err, sizeof err)) {
+  chief_tb_opts tbo = {.flat = true}; /* its own run: logdir/eval */
+  if (chief_metrics_open(&rec, logdir, &tbo, err, sizeof err)) {
     tsr_warn("TensorBoard logs disabled: %s", err);
     chief_metrics_open(&rec, NULL, NULL, err, sizeof err);
   }
-  wk_input_opts io;
-  memset(&io, 0, sizeof io);
-  io.worker_index = 0;
-  io.num_workers = 1;
-  io.batch_size = job.batch_size;
-  io.epochs = 1;
-  io.seed = job.seed;
   signal(SIGINT, ev_on_signal);
   signal(SIGTERM, ev_on_signal);
   tsr_info("evaluator: watching %s%s%s", root, logdir ? "; events in " : "",
@@ -180,6 +193,13 @@ int chief_evaluator_run(const chief_coord_opts *o, const chief_eval_opts *e) {
     char folder[4096];
     int rc = chief_ckpt_read(root, &step, &man, folder, sizeof folder, err,
                              sizeof err);
+    /* the chief writes the job's length into every manifest once it is
+     * known (epochs need the workers' data sizes): the checkpoint of that
+     * step is the job's last */
+    int64_t total = job.steps;
+    json_t *ts = rc == 0 ? json_object_get(man, "total_steps") : NULL;
+    if (json_is_integer(ts) && json_integer_value(ts) > 0)
+      total = json_integer_value(ts);
     json_decref(man);
     if (rc == 0 && step > last) {
       last = step;
@@ -210,7 +230,11 @@ int chief_evaluator_run(const chief_coord_opts *o, const chief_eval_opts *e) {
         printf("%s\n", line);
         fflush(stdout);
       }
-      if (job.steps > 0 && step >= job.steps) break;
+      if (total > 0 && step >= total) {
+        tsr_info("evaluator: step %" PRId64 " is the job's last; stopping",
+                 step);
+        break;
+      }
       continue;
     }
     if (tsr_now_s() - t_new > e->idle_timeout_s) {

@@ -1,97 +1,12 @@
-/* File helpers for the monitoring writers: mkdir -p, whole-file writes that
- * readers never see half done (temp file, fsync, rename), and a text
- * buffer. Failures return the errno as a negative code and name the path. */
+/* A growable text buffer for the monitoring writers (report.html, the
+ * metrics lines). Out of memory sticks in `oom`; the writer checks it
+ * once at the end. */
 #include "chief/monitor/monitor_int.h"
-#include "common/err.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-int chief__mkdir_p(const char *path, char *err, size_t errlen) {
-  char tmp[4096];
-  size_t n = strlen(path);
-  if (n == 0 || n >= sizeof tmp) {
-    snprintf(err, errlen, "directory path \"%s\" is empty or too long", path);
-    return TSR_EINVAL;
-  }
-  memcpy(tmp, path, n + 1);
-  for (size_t i = 1; i <= n; i++) {
-    if (tmp[i] != '/' && tmp[i] != '\0') continue;
-    char c = tmp[i];
-    tmp[i] = '\0';
-    if (mkdir(tmp, 0777) != 0 && errno != EEXIST) {
-      int e = errno;
-      snprintf(err, errlen, "cannot create directory %s: %s", tmp,
-               strerror(e));
-      return -e;
-    }
-    tmp[i] = c;
-  }
-  struct stat st;
-  if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) {
-    snprintf(err, errlen, "%s exists and is not a directory", path);
-    return TSR_EEXISTS;
-  }
-  return 0;
-}
-
-int chief__write_atomic(const char *path, const void *data, size_t len,
-                        char *err, size_t errlen) {
-  char tmp[4200];
-  if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >=
-      (int)sizeof tmp) {
-    snprintf(err, errlen, "path too long: %s", path);
-    return TSR_EINVAL;
-  }
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-  if (fd < 0) {
-    int e = errno;
-    snprintf(err, errlen, "cannot create %s: %s", tmp, strerror(e));
-    return -e;
-  }
-  const char *p = data;
-  size_t left = len;
-  int rc = 0;
-  while (left > 0) {
-    ssize_t w = write(fd, p, left);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) {
-      rc = -errno;
-      snprintf(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
-      goto fail_close;
-    }
-    p += w;
-    left -= (size_t)w;
-  }
-  if (fsync(fd) != 0) {
-    rc = -errno;
-    snprintf(err, errlen, "cannot fsync %s: %s", tmp, strerror(errno));
-    goto fail_close;
-  }
-  if (close(fd) != 0) {
-    rc = -errno;
-    snprintf(err, errlen, "cannot close %s: %s", tmp, strerror(errno));
-    goto fail_unlink;
-  }
-  if (rename(tmp, path) != 0) {
-    rc = -errno;
-    snprintf(err, errlen, "cannot rename %s to %s: %s", tmp, path,
-             strerror(errno));
-    goto fail_unlink;
-  }
-  return 0;
-fail_close:
-  close(fd);
-fail_unlink:
-  unlink(tmp);
-  return rc;
-}
 
 static int buf_reserve(chief__buf *b, size_t extra) {
   if (b->oom) return -1;

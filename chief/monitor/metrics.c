@@ -1,6 +1,15 @@
 /* The chief's scalar recorder: one call records a value in the TensorBoard
- * event file, in metrics.jsonl and in memory (for report.html and the
+ * event files, in metrics.jsonl and in memory (for report.html and the
  * summary).
+ *
+ * TensorBoard runs, as Keras's TensorBoard callback lays them out so the
+ * curves overlay: the training loss ("loss") and "train/NAME" go to
+ * logdir/train as "epoch_loss" / "epoch_NAME", "eval/NAME" to
+ * logdir/validation as "epoch_NAME"; the cluster's own scalars (rates,
+ * PS and worker figures) stay in logdir. With flat set (the evaluator
+ * sidecar) every tag goes to logdir, eval/ and train/ ones renamed the same
+ * way. A second point of a tag at the step of its last one is dropped (the
+ * final summary repeats the last step), so no curve has duplicates.
  *
  * metrics.jsonl holds one object per line,
  *   {"wall_time": 1764600000.123, "step": 100, "tag": "loss", "value": 0.42}
@@ -25,6 +34,9 @@
 struct chief_metrics {
   char *logdir;
   chief_tb *tb;
+  chief_tb *tb_train, *tb_val;  /* opened on first use */
+  bool flat;
+  chief_tb_opts tb_opts;
   FILE *jsonl;
   chief_series_set series;
   int error;
@@ -36,6 +48,10 @@ int chief_metrics_open(chief_metrics **out, const char *logdir,
   chief_metrics *m = calloc(1, sizeof *m);
   if (!m) return TSR_ENOMEM;
   chief_series_init(&m->series);
+  if (tb_opts) {
+    m->tb_opts = *tb_opts;
+    m->flat = tb_opts->flat;
+  }
   int rc = 0;
   if (logdir) {
     m->logdir = strdup(logdir);
@@ -71,12 +87,65 @@ fail:
   return rc;
 }
 
+void chief_tb_route(const char *tag, int *run, char *out, size_t len) {
+  const char *rest = NULL;
+  *run = CHIEF_RUN_ROOT;
+  if (!strcmp(tag, CHIEF_TAG_LOSS)) {
+    *run = CHIEF_RUN_TRAIN;
+    rest = "loss";
+  } else if (!strncmp(tag, "train/", 6)) {
+    *run = CHIEF_RUN_TRAIN;
+    rest = tag + 6;
+  } else if (!strncmp(tag, CHIEF_TAG_EVAL_PREFIX, 5)) {
+    *run = CHIEF_RUN_VALIDATION;
+    rest = tag + 5;
+  }
+  if (rest)
+    snprintf(out, len, "epoch_%s", rest);
+  else
+    snprintf(out, len, "%s", tag);
+}
+
+/* The writer of a run, opened the first time it is needed. */
+static chief_tb *run_writer(chief_metrics *m, int run) {
+  if (run == CHIEF_RUN_ROOT || m->flat) return m->tb;
+  chief_tb **slot = run == CHIEF_RUN_TRAIN ? &m->tb_train : &m->tb_val;
+  if (*slot || m->error) return *slot;
+  size_t n = strlen(m->logdir) + 16;
+  char *dir = malloc(n);
+  char err[512];
+  if (!dir) {
+    m->error = TSR_ENOMEM;
+    return NULL;
+  }
+  snprintf(dir, n, "%s/%s", m->logdir,
+           run == CHIEF_RUN_TRAIN ? "train" : "validation");
+  int rc = chief_tb_open(slot, dir, &m->tb_opts, err, sizeof err);
+  free(dir);
+  if (rc) {
+    *slot = NULL;
+    m->error = rc;
+  }
+  return *slot;
+}
+
+chief_tb *chief_metrics_tb(chief_metrics *m, int run) {
+  return m->tb ? run_writer(m, run) : NULL;
+}
+
 int chief_metrics_scalar(chief_metrics *m, const char *tag, int64_t step,
                          double value, double wall_time) {
   if (wall_time <= 0) wall_time = tsr_wall_s();
+  const chief_series *old = chief_series_find(&m->series, tag);
+  if (old && old->n > 0 && old->pts[old->n - 1].step == step) return 0;
   int rc = chief_series_add(&m->series, tag, step, value, wall_time);
   if (m->tb) {
-    int r = chief_tb_scalar(m->tb, tag, step, value, wall_time);
+    int run;
+    char t[160];
+    chief_tb_route(tag, &run, t, sizeof t);
+    if (m->flat && run != CHIEF_RUN_ROOT) run = CHIEF_RUN_ROOT;
+    chief_tb *w = run_writer(m, run);
+    int r = w ? chief_tb_scalar(w, t, step, value, wall_time) : m->error;
     if (r && !m->error) m->error = r;
   }
   if (m->jsonl) {
@@ -109,8 +178,10 @@ int chief_metrics_scalar(chief_metrics *m, const char *tag, int64_t step,
 int chief_metrics_session_start(chief_metrics *m, int64_t step) {
   double wall = tsr_wall_s();
   chief_series_purge_after(&m->series, step);
-  if (m->tb) {
-    int r = chief_tb_session_start(m->tb, step, wall);
+  chief_tb *ws[3] = {m->tb, m->tb_train, m->tb_val};
+  for (int i = 0; i < 3; i++) {
+    if (!ws[i]) continue;
+    int r = chief_tb_session_start(ws[i], step, wall);
     if (r && !m->error) m->error = r;
   }
   if (m->jsonl) {
@@ -126,8 +197,10 @@ int chief_metrics_session_start(chief_metrics *m, int64_t step) {
 }
 
 int chief_metrics_flush(chief_metrics *m) {
-  if (m->tb) {
-    int r = chief_tb_flush(m->tb);
+  chief_tb *ws[3] = {m->tb, m->tb_train, m->tb_val};
+  for (int i = 0; i < 3; i++) {
+    if (!ws[i]) continue;
+    int r = chief_tb_flush(ws[i]);
     if (r && !m->error) m->error = r;
   }
   if (m->jsonl && fflush(m->jsonl) != 0 && !m->error)
@@ -148,8 +221,11 @@ const char *chief_metrics_event_path(const chief_metrics *m) {
 int chief_metrics_close(chief_metrics *m) {
   if (!m) return 0;
   int rc = m->error;
-  int r = chief_tb_close(m->tb);
-  if (r && !rc) rc = r;
+  chief_tb *ws[3] = {m->tb, m->tb_train, m->tb_val};
+  for (int i = 0; i < 3; i++) {
+    int r = chief_tb_close(ws[i]);
+    if (r && !rc) rc = r;
+  }
   if (m->jsonl) {
     if (fflush(m->jsonl) != 0 && !rc) rc = errno ? -errno : TSR_EIO;
     if (fsync(fileno(m->jsonl)) != 0 && !rc) rc = -errno;

@@ -10,7 +10,11 @@
  *
  * Tag conventions (what report.html groups by; TensorBoard shows any tag):
  *   loss                          training loss (mean over the logged steps)
+ *   train/NAME                    training metrics and train/learning_rate
  *   eval/NAME                     eval metrics: eval/loss, eval/accuracy
+ * In TensorBoard the training and eval tags are written as Keras writes
+ * them (logdir/train and logdir/validation, "epoch_loss", "epoch_NAME"),
+ * see chief_tb_route(); metrics.jsonl keeps the tags above.
  *   examples_per_sec, steps_per_sec   whole-cluster rates
  *   worker/I/examples_per_sec     per worker
  *   ps/I/bytes_in, ps/I/bytes_out, ps/I/apply_ms   per parameter server
@@ -28,11 +32,15 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "common/job.h"
+
 #define CHIEF_TAG_LOSS "loss"
 #define CHIEF_TAG_EVAL_PREFIX "eval/"
+#define CHIEF_TAG_EVALUATOR_PREFIX "evaluator/" /* report.html only */
 #define CHIEF_TAG_EXAMPLES_PER_SEC "examples_per_sec"
 #define CHIEF_TAG_STEPS_PER_SEC "steps_per_sec"
 #define CHIEF_TAG_STALENESS "staleness"
+#define CHIEF_TAG_SKIPPED "input/skipped_records" /* skip_corrupt's count */
 #define CHIEF_TAG_WORKER_PREFIX "worker/"
 #define CHIEF_TAG_PS_PREFIX "ps/"
 #define CHIEF_METRICS_JSONL "metrics.jsonl"
@@ -53,6 +61,7 @@ typedef struct {
   const char *host;  /* file name suffix; NULL: gethostname() */
   double wall_time;  /* seconds since the epoch for the file name and the
                         first record; 0: now */
+  bool flat;         /* chief_metrics: one run (logdir) for every tag */
 } chief_tb_opts;
 
 /* Creates `logdir` (and its parents) when missing and opens a new event
@@ -69,6 +78,31 @@ int chief_tb_scalar(chief_tb *tb, const char *tag, int64_t step, double value,
  * were computed by the run that failed and are recomputed). Written at
  * once, not buffered. */
 int chief_tb_session_start(chief_tb *tb, int64_t step, double wall_time);
+/* Appends a histogram of `n` values (TensorBoard's HistogramProto, with
+ * `buckets` equal-width buckets between the minimum and the maximum; 30
+ * when 0, at most TSR_HISTO_MAX_BUCKETS), as the histograms dashboard
+ * reads it. */
+int chief_tb_histogram(chief_tb *tb, const char *tag, int64_t step,
+                       const float *x, size_t n, int buckets,
+                       double wall_time);
+/* The same from a histogram already counted elsewhere (a worker's):
+ * bucket_limit[i] is the right edge of bucket i. */
+int chief_tb_histogram_counts(chief_tb *tb, const char *tag, int64_t step,
+                              double min, double max, double num, double sum,
+                              double sum_squares, const double *bucket_limit,
+                              const double *bucket, size_t n_buckets,
+                              double wall_time);
+/* A text summary (the text plugin: a string tensor), e.g. the job file. */
+int chief_tb_text(chief_tb *tb, const char *tag, int64_t step,
+                  const char *text, double wall_time);
+/* The hparams plugin's records for one run: the experiment (hparam and
+ * metric names), the session start with the values, and the session end.
+ * `metrics` are tags of the run's scalars ("epoch_loss"). Values are
+ * numbers, or strings when `str` is non-NULL at that index. */
+int chief_tb_hparams(chief_tb *tb, const char *const *names,
+                     const double *values, const char *const *str, int n,
+                     const char *const *metrics, int n_metrics,
+                     double wall_time);
 /* Writes the buffered records and fflush()es them to the kernel. */
 int chief_tb_flush(chief_tb *tb);
 /* Flushes, fsyncs and frees; returns the first error seen while writing.
@@ -126,8 +160,17 @@ typedef struct chief_metrics chief_metrics;
 int chief_metrics_open(chief_metrics **out, const char *logdir,
                        const chief_tb_opts *tb_opts, char *err,
                        size_t errlen);
-/* Records one scalar everywhere. `wall_time` 0 means now. Returns the first
- * write error (the point is still kept in memory). */
+/* Runs of chief_tb_route(): logdir, logdir/train, logdir/validation. */
+enum { CHIEF_RUN_ROOT = 0, CHIEF_RUN_TRAIN, CHIEF_RUN_VALIDATION };
+/* The run and the TensorBoard tag of a recorder tag ("loss" -> train,
+ * "epoch_loss"; "eval/accuracy" -> validation, "epoch_accuracy"). */
+void chief_tb_route(const char *tag, int *run, char *out, size_t len);
+/* The event writer of a run (opened on first use), for histograms, text
+ * and hparams; NULL without a logdir or after an open failure. */
+chief_tb *chief_metrics_tb(chief_metrics *m, int run);
+/* Records one scalar everywhere. `wall_time` 0 means now. A point at the
+ * step of the tag's last one is dropped. Returns the first write error
+ * (the point is still kept in memory). */
 int chief_metrics_scalar(chief_metrics *m, const char *tag, int64_t step,
                          double value, double wall_time);
 /* The run resumed from the checkpoint of `step` (chief restart, or a PS
@@ -142,6 +185,42 @@ const char *chief_metrics_logdir(const chief_metrics *m);
 const char *chief_metrics_event_path(const chief_metrics *m);
 /* Flushes and frees; NULL accepted. Returns the first write error seen. */
 int chief_metrics_close(chief_metrics *m);
+
+/* ---- cadence, training metrics, job records (cadence.c) ---------------- */
+typedef struct {
+  int64_t every_steps;   /* job summary_every_steps; 0: total / 100 */
+  double every_secs;     /* job summary_every_secs; 0: off */
+  int64_t last_step;
+  double last_s;
+} chief_summary_policy;
+
+void chief_summary_policy_init(chief_summary_policy *p, int64_t every_steps,
+                               double every_secs);
+/* True (and marked written) when scalars are due at global `step`:
+ * every_steps steps since the last point (default total_steps / 100, at
+ * least 1; every 2 s while the length is unknown), or every_secs seconds.
+ * Never twice for one step. */
+bool chief_summary_due(chief_summary_policy *p, int64_t step,
+                       int64_t total_steps, double now);
+
+#define CHIEF_TRAIN_MAX 16
+/* Training metrics the workers report per closure, averaged over the
+ * examples between two points. Zero-initialise it. */
+typedef struct {
+  char names[CHIEF_TRAIN_MAX][32];
+  double sum[CHIEF_TRAIN_MAX], n[CHIEF_TRAIN_MAX];
+  int count;
+} chief_train_acc;
+
+void chief_train_acc_add(chief_train_acc *a, char *const *names,
+                         const double *values, size_t n, double examples);
+/* Writes train/NAME (the mean since the last flush) and starts again. */
+int chief_train_acc_flush(chief_train_acc *a, chief_metrics *m,
+                          int64_t step);
+/* The job file as a text summary ("job") and the hparams plugin's
+ * experiment and session records (optimizer, learning rate, batch size,
+ * ..., with the train and validation epoch_ metrics), in the root run. */
+int chief_metrics_job_info(chief_metrics *m, const tsr_job *job);
 
 /* ---- report.html (report.c) ----------------------------------------------
  * One self-contained page: inline SVG line charts (loss and eval/loss,
@@ -216,6 +295,8 @@ typedef struct {
 
 typedef struct {
   int64_t steps;
+  int64_t steps_run;     /* trained by this process (a resumed run: not
+                            the restored ones); -1 unknown */
   int64_t examples;
   double seconds;
   bool has_loss;
@@ -225,9 +306,16 @@ typedef struct {
   int restarts_worker;   /* worker processes that came back */
   int restarts_ps;       /* PS failures recovered from a checkpoint */
   int restarts_chief;    /* chief restarts (resumed from a checkpoint) */
+  int64_t skipped_records; /* corrupt input records skipped (skip_corrupt) */
   int64_t resumed_from_step;  /* -1 when the run started fresh */
   const char *logdir;    /* may be NULL */
   const char *checkpoint_dir; /* may be NULL */
+  int64_t last_ckpt_step;     /* newest committed checkpoint, -1 none */
+  size_t n_failed_ckpts;      /* checkpoints that failed (disk full...) */
+  const int64_t *failed_ckpt_steps;
+  const char *const *failed_ckpt_reasons;
+  int exit_status;            /* 0: the job is done */
+  const char *error;          /* why it failed; NULL when it did not */
 } chief_summary;
 
 /* Human summary, a few lines. */

@@ -2,14 +2,19 @@
 #ifndef TSR_CHIEF_MONITOR_INT_H
 #define TSR_CHIEF_MONITOR_INT_H
 
+#include "common/fs.h"
+
 #include <stddef.h>
 
-/* mkdir -p with mode 0777 (umask applies); an existing directory is fine. */
-int chief__mkdir_p(const char *path, char *err, size_t errlen);
-/* Writes `len` bytes to `path`.tmp.<pid>, fsyncs and renames it over
- * `path`; the temp file is removed on failure. */
-int chief__write_atomic(const char *path, const void *data, size_t len,
-                        char *err, size_t errlen);
+/* The checkpoint writer's names for the common helpers (common/fs.h);
+ * the monitoring files call those directly. */
+static inline int chief__mkdir_p(const char *path, char *err, size_t errlen) {
+  return tsr_mkdir_p(path, 0777, err, errlen);
+}
+static inline int chief__write_atomic(const char *path, const void *data,
+                                      size_t len, char *err, size_t errlen) {
+  return tsr_write_atomic(path, data, len, err, errlen);
+}
 
 /* A growable byte buffer for building text; `oom` sticks once set. */
 typedef struct {

@@ -245,10 +245,12 @@ static void body(chief__buf *b, const chief_series_set *set) {
     goto out;
   }
   int k = 0;
-  /* Loss: training loss, then eval loss, in the same chart. */
+  /* Loss: training loss, then eval loss and the evaluator sidecar's, in
+   * the same chart. */
   static const char *const loss_tags[] = {CHIEF_TAG_LOSS,
-                                          CHIEF_TAG_EVAL_PREFIX "loss"};
-  for (int j = 0; j < 2; j++)
+                                          CHIEF_TAG_EVAL_PREFIX "loss",
+                                          CHIEF_TAG_EVALUATOR_PREFIX "loss"};
+  for (int j = 0; j < 3; j++)
     for (size_t i = 0; i < n; i++)
       if (!strcmp(set->s[i].tag, loss_tags[j])) {
         ls[k++] = (line){&set->s[i], set->s[i].tag};
@@ -262,7 +264,9 @@ static void body(chief__buf *b, const chief_series_set *set) {
   bool first = true;
   for (size_t i = 0; i < n; i++) {
     const char *t = set->s[i].tag;
-    if (used[i] || !starts(t, CHIEF_TAG_EVAL_PREFIX)) continue;
+    if (used[i] || (!starts(t, CHIEF_TAG_EVAL_PREFIX) &&
+                    !starts(t, CHIEF_TAG_EVALUATOR_PREFIX)))
+      continue;
     if (first) section(b, "Evaluation");
     first = false;
     line one = {&set->s[i], t};
@@ -389,9 +393,58 @@ static const char css[] =
     "td,th{border-bottom:1px solid #eee;padding:3px 12px;text-align:right}"
     "td:first-child,th:first-child{text-align:left}";
 
-int chief_report_write(const char *path, const chief_series_set *set,
+/* The evaluator sidecar writes logdir/eval/metrics.jsonl: its eval/ tags
+ * join the chief's series as evaluator/NAME, so the page shows its curve.
+ * Returns `set` itself when there is no such file (or it cannot be read:
+ * the page is still drawn from what the chief has). */
+static const chief_series_set *with_evaluator(const char *path,
+                                              const chief_series_set *set,
+                                              chief_series_set *merged) {
+  const char *slash = strrchr(path, '/');
+  size_t dl = slash ? (size_t)(slash - path) : 0;
+  char p[4096];
+  snprintf(p, sizeof p, "%.*s%seval/" CHIEF_METRICS_JSONL, (int)dl, path,
+           slash ? "/" : "");
+  FILE *f = fopen(p, "r");
+  if (!f) return set;
+  fclose(f);
+  chief_series_set ev;
+  chief_series_init(&ev);
+  char err[256];
+  if (chief_series_load_jsonl(&ev, p, err, sizeof err)) {
+    chief_series_free(&ev);
+    return set;
+  }
+  chief_series_init(merged);
+  int rc = 0;
+  for (size_t i = 0; i < set->n && !rc; i++)
+    for (size_t k = 0; k < set->s[i].n && !rc; k++)
+      rc = chief_series_add(merged, set->s[i].tag, set->s[i].pts[k].step,
+                            set->s[i].pts[k].value, set->s[i].pts[k].wall_time);
+  for (size_t i = 0; i < ev.n && !rc; i++) {
+    const char *t = ev.s[i].tag;
+    if (!starts(t, CHIEF_TAG_EVAL_PREFIX)) continue;
+    char tag[160];
+    snprintf(tag, sizeof tag, CHIEF_TAG_EVALUATOR_PREFIX "%s",
+             t + strlen(CHIEF_TAG_EVAL_PREFIX));
+    for (size_t k = 0; k < ev.s[i].n && !rc; k++)
+      rc = chief_series_add(merged, tag, ev.s[i].pts[k].step,
+                            ev.s[i].pts[k].value, ev.s[i].pts[k].wall_time);
+  }
+  chief_series_free(&ev);
+  if (rc) {
+    chief_series_free(merged);
+    return set;
+  }
+  return merged;
+}
+
+int chief_report_write(const char *path, const chief_series_set *set_in,
                        const chief_report_opts *opts, char *err,
                        size_t errlen) {
+  chief_series_set merged;
+  memset(&merged, 0, sizeof merged);
+  const chief_series_set *set = with_evaluator(path, set_in, &merged);
   const char *title = opts && opts->title ? opts->title
                                           : "Tessera training report";
   chief__buf b = {0};
@@ -423,9 +476,10 @@ int chief_report_write(const char *path, const chief_series_set *set,
     snprintf(err, errlen, "out of memory building %s", path);
     rc = TSR_ENOMEM;
   } else {
-    rc = chief__write_atomic(path, b.p, b.len, err, errlen);
+    rc = tsr_write_atomic(path, b.p, b.len, err, errlen);
   }
   chief__buf_free(&b);
+  if (set != set_in) chief_series_free(&merged);
   return rc;
 }
 

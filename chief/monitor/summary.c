@@ -1,7 +1,8 @@
 /* The end-of-run summary: a few lines for people, and the same facts as
  * JSON (--summary-json PATH) for scripts and CI. The JSON is written to a
  * temp file and renamed, so a reader sees the whole object or none; a
- * non-finite number (a diverged loss) is written as null. */
+ * non-finite number (a diverged loss) is written as null. Checkpoints that
+ * failed (a full disk) are named with the last good one, in both. */
 #include "chief/monitor/monitor.h"
 #include "chief/monitor/monitor_int.h"
 #include "common/err.h"
@@ -28,11 +29,27 @@ void chief_summary_print(FILE *out, const chief_summary *s) {
             "  restarts        %d worker, %d ps (recovered from checkpoints), "
             "%d chief\n",
             s->restarts_worker, s->restarts_ps, s->restarts_chief);
+  if (s->skipped_records > 0)
+    fprintf(out, "  skipped         %lld corrupt input record(s) "
+            "(skip_corrupt)\n", (long long)s->skipped_records);
   if (s->resumed_from_step >= 0)
     fprintf(out, "  resumed from    step %lld\n",
             (long long)s->resumed_from_step);
-  if (s->checkpoint_dir)
+  if (s->checkpoint_dir) {
     fprintf(out, "  checkpoints     %s\n", s->checkpoint_dir);
+    if (s->last_ckpt_step >= 0)
+      fprintf(out, "  last good       step %lld\n",
+              (long long)s->last_ckpt_step);
+    else
+      fprintf(out, "  last good       none\n");
+  }
+  if (s->n_failed_ckpts) {
+    fprintf(out, "  FAILED          %zu checkpoint(s): step", s->n_failed_ckpts);
+    for (size_t i = 0; i < s->n_failed_ckpts && i < 8; i++)
+      fprintf(out, "%s %lld", i ? "," : "", (long long)s->failed_ckpt_steps[i]);
+    if (s->n_failed_ckpts > 8) fprintf(out, ", ...");
+    fprintf(out, " (%s)\n", s->failed_ckpt_reasons[s->n_failed_ckpts - 1]);
+  }
   if (s->logdir)
     fprintf(out, "  TensorBoard     tensorboard --logdir %s\n"
                  "  report          %s/%s\n",
@@ -53,6 +70,8 @@ int chief_summary_write_json(const char *path, const chief_summary *s,
   char *text = NULL;
   if (!o || !ev || !rs) goto done;
   json_object_set_new(o, "steps", json_integer(s->steps));
+  if (s->steps_run >= 0)
+    json_object_set_new(o, "steps_run", json_integer(s->steps_run));
   json_object_set_new(o, "examples", json_integer(s->examples));
   json_object_set_new(o, "seconds", num(s->seconds));
   json_object_set_new(o, "examples_per_sec",
@@ -67,6 +86,7 @@ int chief_summary_write_json(const char *path, const chief_summary *s,
   json_object_set_new(rs, "ps", json_integer(s->restarts_ps));
   json_object_set_new(rs, "chief", json_integer(s->restarts_chief));
   json_object_set(o, "restarts", rs);
+  json_object_set_new(o, "skipped_records", json_integer(s->skipped_records));
   json_object_set_new(o, "resumed_from_step",
                       s->resumed_from_step >= 0
                           ? json_integer(s->resumed_from_step)
@@ -76,11 +96,32 @@ int chief_summary_write_json(const char *path, const chief_summary *s,
   json_object_set_new(o, "checkpoint_dir", s->checkpoint_dir
                                                ? json_string(s->checkpoint_dir)
                                                : json_null());
+  json_t *ck = json_object();
+  json_t *failed = json_array();
+  if (ck && failed) {
+    json_object_set_new(ck, "last_good", s->last_ckpt_step >= 0
+                                             ? json_integer(s->last_ckpt_step)
+                                             : json_null());
+    for (size_t i = 0; i < s->n_failed_ckpts; i++) {
+      json_t *f = json_object();
+      json_object_set_new(f, "step", json_integer(s->failed_ckpt_steps[i]));
+      json_object_set_new(f, "error", json_string(s->failed_ckpt_reasons[i]));
+      json_array_append_new(failed, f);
+    }
+    json_object_set(ck, "failed", failed);
+    json_object_set(o, "checkpoints", ck);
+  }
+  json_decref(ck);
+  json_decref(failed);
+  json_object_set_new(o, "exit_status", json_integer(s->exit_status));
+  json_object_set_new(o, "error",
+                      s->error && s->error[0] ? json_string(s->error)
+                                              : json_null());
   text = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
   if (!text) goto done;
   size_t n = strlen(text);
   text[n] = '\n'; /* json_dumps leaves room only for the NUL: rewrite it */
-  rc = chief__write_atomic(path, text, n + 1, err, errlen);
+  rc = tsr_write_atomic(path, text, n + 1, err, errlen);
 done:
   if (rc == TSR_ENOMEM) snprintf(err, errlen, "out of memory");
   json_decref(o);

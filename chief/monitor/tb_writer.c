@@ -16,7 +16,11 @@
 #include "common/clock.h"
 #include "common/crc32c.h"
 #include "common/err.h"
+#include "common/histo.h"
 #include "event.pb-c.h"
+#include "hparams.pb-c.h"
+
+#include <math.h>
 
 #include <errno.h>
 #include <stdlib.h>
@@ -98,7 +102,7 @@ int chief_tb_open(chief_tb **out, const char *logdir,
     snprintf(host, sizeof host, "localhost");
   }
   host[sizeof host - 1] = '\0';
-  int rc = chief__mkdir_p(logdir, err, errlen);
+  int rc = tsr_mkdir_p(logdir, 0777, err, errlen);
   if (rc) return rc;
 
   chief_tb *tb = calloc(1, sizeof *tb);
@@ -167,6 +171,178 @@ int chief_tb_scalar(chief_tb *tb, const char *tag, int64_t step, double value,
   ev.what_case = TENSORFLOW__EVENT__WHAT_SUMMARY;
   ev.summary = &sum;
   return append_event(tb, &ev);
+}
+
+/* One Summary.Value in an Event at `step`. */
+static int append_value(chief_tb *tb, Tensorflow__Summary__Value *v,
+                        int64_t step, double wall_time) {
+  Tensorflow__Summary sum = TENSORFLOW__SUMMARY__INIT;
+  sum.n_value = 1;
+  sum.value = &v;
+  Tensorflow__Event ev = TENSORFLOW__EVENT__INIT;
+  ev.wall_time = wall_time > 0 ? wall_time : tsr_wall_s();
+  ev.step = step;
+  ev.what_case = TENSORFLOW__EVENT__WHAT_SUMMARY;
+  ev.summary = &sum;
+  return append_event(tb, &ev);
+}
+
+int chief_tb_histogram_counts(chief_tb *tb, const char *tag, int64_t step,
+                              double min, double max, double num, double sum,
+                              double sum_squares, const double *bucket_limit,
+                              const double *bucket, size_t n_buckets,
+                              double wall_time) {
+  Tensorflow__HistogramProto h = TENSORFLOW__HISTOGRAM_PROTO__INIT;
+  h.min = min;
+  h.max = max;
+  h.num = num;
+  h.sum = sum;
+  h.sum_squares = sum_squares;
+  h.n_bucket_limit = n_buckets;
+  h.bucket_limit = (double *)bucket_limit;
+  h.n_bucket = n_buckets;
+  h.bucket = (double *)bucket;
+  Tensorflow__Summary__Value v = TENSORFLOW__SUMMARY__VALUE__INIT;
+  v.tag = (char *)tag;
+  v.value_case = TENSORFLOW__SUMMARY__VALUE__VALUE_HISTO;
+  v.histo = &h;
+  return append_value(tb, &v, step, wall_time);
+}
+
+int chief_tb_histogram(chief_tb *tb, const char *tag, int64_t step,
+                       const float *x, size_t n, int buckets,
+                       double wall_time) {
+  tsr_histo h;
+  tsr_histo_fill(x, n, buckets, &h);
+  return chief_tb_histogram_counts(tb, tag, step, h.min, h.max, h.num, h.sum,
+                                   h.sum_squares, h.limit, h.count,
+                                   (size_t)h.n_buckets, wall_time);
+}
+
+int chief_tb_text(chief_tb *tb, const char *tag, int64_t step,
+                  const char *text, double wall_time) {
+  Tensorflow__SummaryMetadata__PluginData pd =
+      TENSORFLOW__SUMMARY_METADATA__PLUGIN_DATA__INIT;
+  pd.plugin_name = (char *)"text";
+  Tensorflow__SummaryMetadata md = TENSORFLOW__SUMMARY_METADATA__INIT;
+  md.plugin_data = &pd;
+  Tensorflow__TensorShapeProto shape = TENSORFLOW__TENSOR_SHAPE_PROTO__INIT;
+  Tensorflow__TensorProto t = TENSORFLOW__TENSOR_PROTO__INIT;
+  t.dtype = 7; /* DT_STRING, a scalar */
+  t.tensor_shape = &shape;
+  ProtobufCBinaryData str = {strlen(text), (uint8_t *)text};
+  t.n_string_val = 1;
+  t.string_val = &str;
+  Tensorflow__Summary__Value v = TENSORFLOW__SUMMARY__VALUE__INIT;
+  v.tag = (char *)tag;
+  v.metadata = &md;
+  v.value_case = TENSORFLOW__SUMMARY__VALUE__VALUE_TENSOR;
+  v.tensor = &t;
+  return append_value(tb, &v, step, wall_time);
+}
+
+/* One hparams record: the plugin data packed into the summary metadata,
+ * with the empty float tensor the plugin's writer attaches. */
+static int hp_record(chief_tb *tb, const char *tag,
+                     const Tensorboard__HParamsPluginData *d,
+                     double wall_time) {
+  size_t len = tensorboard__hparams_plugin_data__get_packed_size(d);
+  uint8_t *buf = malloc(len ? len : 1);
+  if (!buf) return TSR_ENOMEM;
+  tensorboard__hparams_plugin_data__pack(d, buf);
+  Tensorflow__SummaryMetadata__PluginData pd =
+      TENSORFLOW__SUMMARY_METADATA__PLUGIN_DATA__INIT;
+  pd.plugin_name = (char *)"hparams";
+  pd.content.len = len;
+  pd.content.data = buf;
+  Tensorflow__SummaryMetadata md = TENSORFLOW__SUMMARY_METADATA__INIT;
+  md.plugin_data = &pd;
+  Tensorflow__TensorShapeProto__Dim dim = TENSORFLOW__TENSOR_SHAPE_PROTO__DIM__INIT;
+  Tensorflow__TensorShapeProto__Dim *dp = &dim;
+  Tensorflow__TensorShapeProto shape = TENSORFLOW__TENSOR_SHAPE_PROTO__INIT;
+  shape.n_dim = 1;
+  shape.dim = &dp;
+  Tensorflow__TensorProto t = TENSORFLOW__TENSOR_PROTO__INIT;
+  t.dtype = 1; /* DT_FLOAT, shape [0] */
+  t.tensor_shape = &shape;
+  Tensorflow__Summary__Value v = TENSORFLOW__SUMMARY__VALUE__INIT;
+  v.tag = (char *)tag;
+  v.metadata = &md;
+  v.value_case = TENSORFLOW__SUMMARY__VALUE__VALUE_TENSOR;
+  v.tensor = &t;
+  int rc = append_value(tb, &v, 0, wall_time);
+  free(buf);
+  return rc;
+}
+
+#define CHIEF__MAX_HP 64
+
+int chief_tb_hparams(chief_tb *tb, const char *const *names,
+                     const double *values, const char *const *str, int n,
+                     const char *const *metrics, int n_metrics,
+                     double wall_time) {
+  if (n > CHIEF__MAX_HP) n = CHIEF__MAX_HP;
+  if (n_metrics > CHIEF__MAX_HP) n_metrics = CHIEF__MAX_HP;
+  double now = wall_time > 0 ? wall_time : tsr_wall_s();
+  Tensorboard__HParamInfo info[CHIEF__MAX_HP], *infop[CHIEF__MAX_HP];
+  Tensorboard__MetricInfo mi[CHIEF__MAX_HP], *mip[CHIEF__MAX_HP];
+  Tensorboard__MetricName mn[CHIEF__MAX_HP];
+  Tensorboard__SessionStartInfo__HparamsEntry ent[CHIEF__MAX_HP],
+      *entp[CHIEF__MAX_HP];
+  Tensorboard__Value val[CHIEF__MAX_HP];
+  char groups[CHIEF__MAX_HP][32];
+  for (int i = 0; i < n; i++) {
+    tensorboard__hparam_info__init(&info[i]);
+    info[i].name = (char *)names[i];
+    info[i].type = str && str[i] ? 1 : 3;
+    infop[i] = &info[i];
+    tensorboard__value__init(&val[i]);
+    if (str && str[i]) {
+      val[i].kind_case = TENSORBOARD__VALUE__KIND_STRING_VALUE;
+      val[i].string_value = (char *)str[i];
+    } else {
+      val[i].kind_case = TENSORBOARD__VALUE__KIND_NUMBER_VALUE;
+      val[i].number_value = values[i];
+    }
+    tensorboard__session_start_info__hparams_entry__init(&ent[i]);
+    ent[i].key = (char *)names[i];
+    ent[i].value = &val[i];
+    entp[i] = &ent[i];
+  }
+  for (int i = 0; i < n_metrics; i++) {
+    /* "validation/epoch_loss": group "validation", tag "epoch_loss" */
+    const char *slash = strchr(metrics[i], '/');
+    size_t gl = slash ? (size_t)(slash - metrics[i]) : 0;
+    if (gl >= sizeof groups[i]) gl = sizeof groups[i] - 1;
+    memcpy(groups[i], metrics[i], gl);
+    groups[i][gl] = 0;
+    tensorboard__metric_name__init(&mn[i]);
+    mn[i].group = groups[i];
+    mn[i].tag = (char *)(slash ? slash + 1 : metrics[i]);
+    tensorboard__metric_info__init(&mi[i]);
+    mi[i].name = &mn[i];
+    mi[i].dataset_type = !strcmp(groups[i], "train") ? 1
+                         : !strcmp(groups[i], "validation") ? 2 : 0;
+    mip[i] = &mi[i];
+  }
+  Tensorboard__Experiment ex = TENSORBOARD__EXPERIMENT__INIT;
+  ex.time_created_secs = now;
+  ex.n_hparam_infos = (size_t)n;
+  ex.hparam_infos = infop;
+  ex.n_metric_infos = (size_t)n_metrics;
+  ex.metric_infos = mip;
+  Tensorboard__HParamsPluginData d = TENSORBOARD__HPARAMS_PLUGIN_DATA__INIT;
+  d.data_case = TENSORBOARD__HPARAMS_PLUGIN_DATA__DATA_EXPERIMENT;
+  d.experiment = &ex;
+  int rc = hp_record(tb, "_hparams_/experiment", &d, now);
+  if (rc) return rc;
+  Tensorboard__SessionStartInfo ss = TENSORBOARD__SESSION_START_INFO__INIT;
+  ss.n_hparams = (size_t)n;
+  ss.hparams = entp;
+  ss.start_time_secs = now;
+  d.data_case = TENSORBOARD__HPARAMS_PLUGIN_DATA__DATA_SESSION_START_INFO;
+  d.session_start_info = &ss;
+  return hp_record(tb, "_hparams_/session_start_info", &d, now);
 }
 
 int chief_tb_session_start(chief_tb *tb, int64_t step, double wall_time) {

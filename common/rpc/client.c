@@ -4,8 +4,8 @@
  * sends every call as one gathered write (header + meta + the caller's
  * payload buffers, not copied). Answers find their call by id; a response
  * payload lands straight in the caller's resp_buf when one was named.
- * Calls made before the connection is up wait in a queue. A compute
- * thread submits through tsr_rpc_call_ts: a locked queue and a uv_async.
+ * Calls made before the connection is up wait in a queue. Everything runs
+ * on the loop thread.
  * Failure modes: every call has a deadline (one timer, calls kept sorted
  * by deadline); past it the call fails with TSR_ETIMEOUT (or TSR_EUNAVAIL
  * if it never left because there was no connection, with the last
@@ -23,6 +23,7 @@
 #include "common/log.h"
 
 #include <stdio.h>
+#include <unistd.h>
 
 enum { P_NEW, P_QUEUED, P_SENT, P_DONE };
 
@@ -45,9 +46,8 @@ typedef struct pcall {
   void *rpay;                /* response payload */
   size_t rpay_len;
   int rpay_pool;             /* rpay is a pooled buffer */
-  struct pcall *next, *prev;   /* deadline-sorted list of live calls */
-  struct pcall *qnext, *qprev; /* waiting for a connection */
-  struct pcall *tsnext;        /* submitted from another thread */
+  tsr_list link;              /* cl->calls: live calls by deadline */
+  tsr_list qlink;             /* cl->queue: waiting for a connection */
   uint8_t meta[];
 } pcall;
 
@@ -63,32 +63,27 @@ struct tsr_rpc_client {
   char addr[TSR_RPC_ADDR_MAX * 4];
   char host[256], port[16];
   uv_timer_t retry, deadline;
-  uv_async_t async;
   uv_getaddrinfo_t gai;
   int resolving;
   int handles;
   cconn *conn;
   int ready;
-  int unreachable;           /* atomic: the last attempt failed */
+  int unreachable;           /* the last attempt failed */
   unsigned attempt;
   char last_err[256];
-  int closing;               /* atomic */
+  int closing;
   tsr_rpc_close_cb close_cb;
   void *close_data;
   tsr_rpc_state_cb state_cb;
   void *state_data;
   uint64_t next_id;
-  uint32_t inflight;         /* atomic: submitted, not delivered */
+  uint32_t inflight;         /* submitted, not delivered */
   uint64_t live;             /* pcalls allocated on the loop's side */
-  pcall *head, *tail;        /* by deadline */
-  pcall *qhead, *qtail;
+  tsr_list calls;            /* pcall.link, by deadline */
+  tsr_list queue;            /* pcall.qlink */
   pcall *receiving;
   tsr_rpc__idmap ids;
-  pthread_mutex_t mu;
-  pcall *tshead, *tstail;
   tsr_rpc_stats st;
-  tsr_rpc_method_stats *ms;
-  size_t nms;
 };
 
 static void start_connect(tsr_rpc_client *cl);
@@ -97,21 +92,6 @@ static void maybe_finish(tsr_rpc_client *cl);
 static void arm_deadline(tsr_rpc_client *cl);
 
 /* ---- delivery ---------------------------------------------------------- */
-
-static tsr_rpc_method_stats *mstats(tsr_rpc_client *cl, uint32_t m) {
-  for (size_t i = 0; i < cl->nms; i++)
-    if (cl->ms[i].method == m) return &cl->ms[i];
-  tsr_rpc_method_stats *n =
-      tsr_rpc__alloc(cl->ctx, (cl->nms + 1) * sizeof *n);
-  if (!n) return NULL;
-  if (cl->nms) memcpy(n, cl->ms, cl->nms * sizeof *n);
-  memset(&n[cl->nms], 0, sizeof *n);
-  n[cl->nms].method = m;
-  n[cl->nms].name = "";
-  tsr_rpc__free(cl->ctx, cl->ms);
-  cl->ms = n;
-  return &cl->ms[cl->nms++];
-}
 
 static void pcall_free(tsr_rpc_client *cl, pcall *p) {
   if (p->rpay_pool) tsr_rpc__buf_put(cl->ctx, p->rpay, p->rpay_len);
@@ -131,41 +111,27 @@ static void deliver(pcall *p) {
       .payload_len = p->status ? 0 : p->rpay_len, .latency_ns = ns};
   cl->st.calls++;
   if (p->status) cl->st.errors++;
-  tsr_rpc_method_stats *m = mstats(cl, p->req.method);
-  if (m) {
-    m->calls++;
-    if (p->status) m->errors++;
-    m->bytes_in += p->rmeta_len + p->rpay_len;
-    m->total_ns += ns;
-    if (ns > m->max_ns) m->max_ns = ns;
-  }
   if (p->cb) p->cb(&r, p->data);
   pcall_free(cl, p);
-  __atomic_sub_fetch(&cl->inflight, 1, __ATOMIC_RELAXED);
+  cl->inflight--;
   cl->st.inflight--;
   cl->live--;
   maybe_finish(cl);
 }
 
-static void unlink_all(tsr_rpc_client *cl, pcall *p) {
-  if (p->prev) p->prev->next = p->next; else cl->head = p->next;
-  if (p->next) p->next->prev = p->prev; else cl->tail = p->prev;
-  p->next = p->prev = NULL;
-}
-
-static void unlink_queue(tsr_rpc_client *cl, pcall *p) {
-  if (p->qprev) p->qprev->qnext = p->qnext; else cl->qhead = p->qnext;
-  if (p->qnext) p->qnext->qprev = p->qprev; else cl->qtail = p->qprev;
-  p->qnext = p->qprev = NULL;
+/* The live call with the nearest deadline, or NULL. */
+static pcall *first_call(const tsr_rpc_client *cl) {
+  tsr_list *n = tsr_list_first(&cl->calls);
+  return n ? tsr_list_entry(n, pcall, link) : NULL;
 }
 
 /* Ends a call with a status (0 keeps what the answer set). */
 static void complete(pcall *p, int status, int remote, const char *msg) {
   tsr_rpc_client *cl = p->cl;
   if (p->state == P_DONE) return;
-  int was_head = cl->head == p;
-  unlink_all(cl, p);
-  if (p->state == P_QUEUED) unlink_queue(cl, p);
+  int was_head = first_call(cl) == p;
+  tsr_list_remove(&p->link);
+  if (p->state == P_QUEUED) tsr_list_remove(&p->qlink);
   if (p->state == P_SENT) tsr_rpc__idmap_del(&cl->ids, p->id);
   if (cl->receiving == p) {
     /* its destination must not be written once the caller has it back */
@@ -193,8 +159,8 @@ static void deadline_cb(uv_timer_t *t) {
   tsr_rpc_client *cl = t->data;
   uint64_t now = tsr_now_ns();
   char msg[256];
-  while (cl->head && cl->head->deadline_ns <= now) {
-    pcall *p = cl->head;
+  pcall *p;
+  while ((p = first_call(cl)) && p->deadline_ns <= now) {
     uint32_t ms = p->req.deadline_ms;
     if (p->state == P_SENT) {
       snprintf(msg, sizeof msg,
@@ -214,23 +180,23 @@ static void deadline_cb(uv_timer_t *t) {
 
 static void arm_deadline(tsr_rpc_client *cl) {
   if (cl->closing) return;
-  if (!cl->head) {
+  pcall *first = first_call(cl);
+  if (!first) {
     uv_timer_stop(&cl->deadline);
     return;
   }
-  uint64_t now = tsr_now_ns(), d = cl->head->deadline_ns;
+  uint64_t now = tsr_now_ns(), d = first->deadline_ns;
   uint64_t ms = d > now ? (d - now + 999999) / 1000000 : 0;
   uv_timer_start(&cl->deadline, deadline_cb, ms, 0);
 }
 
 static void insert_by_deadline(tsr_rpc_client *cl, pcall *p) {
-  pcall *at = cl->tail; /* deadlines mostly arrive in order */
-  while (at && at->deadline_ns > p->deadline_ns) at = at->prev;
-  p->prev = at;
-  p->next = at ? at->next : cl->head;
-  if (p->next) p->next->prev = p; else cl->tail = p;
-  if (at) at->next = p; else cl->head = p;
-  if (cl->head == p) arm_deadline(cl);
+  tsr_list *at = cl->calls.prev; /* deadlines mostly arrive in order */
+  while (at != &cl->calls &&
+         tsr_list_entry(at, pcall, link)->deadline_ns > p->deadline_ns)
+    at = at->prev;
+  tsr_list_insert_after(at, &p->link);
+  if (first_call(cl) == p) arm_deadline(cl);
 }
 
 /* ---- sending ----------------------------------------------------------- */
@@ -238,14 +204,6 @@ static void insert_by_deadline(tsr_rpc_client *cl, pcall *p) {
 static void req_sent(tsr_rpc__conn *c, int status, void *data) {
   pcall *p = data;
   p->writing = 0;
-  if (status == 0) {
-    tsr_rpc_method_stats *m = mstats(p->cl, p->req.method);
-    if (m) {
-      m->bytes_out += p->req.meta_len;
-      for (unsigned i = 0; i < p->req.npayload; i++)
-        m->bytes_out += p->bufs[i].len;
-    }
-  }
   if (p->deliver_pending) deliver(p);
 }
 
@@ -280,9 +238,7 @@ static int submit(tsr_rpc_client *cl, pcall *p) {
     if (rc) return rc;
   } else {
     p->state = P_QUEUED;
-    p->qprev = cl->qtail;
-    if (cl->qtail) cl->qtail->qnext = p; else cl->qhead = p;
-    cl->qtail = p;
+    tsr_list_push_back(&cl->queue, &p->qlink);
   }
   cl->live++;
   cl->st.inflight++;
@@ -291,15 +247,12 @@ static int submit(tsr_rpc_client *cl, pcall *p) {
 }
 
 static int reserve_slot(tsr_rpc_client *cl) {
-  uint32_t cur = __atomic_load_n(&cl->inflight, __ATOMIC_RELAXED);
-  do {
-    if (cur >= cl->ctx->o.max_inflight) return TSR_EBUSY;
-  } while (!__atomic_compare_exchange_n(&cl->inflight, &cur, cur + 1, 1,
-                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+  if (cl->inflight >= cl->ctx->o.max_inflight) return TSR_EBUSY;
+  cl->inflight++;
   return 0;
 }
 
-/* Checks and copies a request; any thread. */
+/* Checks and copies a request. */
 static int prepare(tsr_rpc_client *cl, const tsr_rpc_request *req,
                    tsr_rpc_call_cb cb, void *data, pcall **out) {
   const tsr_rpc_opts *o = &cl->ctx->o;
@@ -307,12 +260,12 @@ static int prepare(tsr_rpc_client *cl, const tsr_rpc_request *req,
   if (!req || req->method == 0 || (req->meta_len && !req->meta) ||
       (req->npayload && !req->payload) || (req->resp_len && !req->resp_buf))
     return TSR_EINVAL;
-  if (__atomic_load_n(&cl->closing, __ATOMIC_ACQUIRE)) return TSR_ESHUTDOWN;
+  if (cl->closing) return TSR_ESHUTDOWN;
   uint64_t plen = 0;
   for (unsigned i = 0; i < req->npayload; i++) plen += req->payload[i].len;
   if (req->meta_len > o->max_meta_bytes || plen > o->max_payload_bytes)
     return TSR_ETOOBIG;
-  if (o->fail_fast && __atomic_load_n(&cl->unreachable, __ATOMIC_RELAXED))
+  if (o->fail_fast && cl->unreachable)
     return TSR_EUNAVAIL;
   int rc = reserve_slot(cl);
   if (rc) return rc;
@@ -342,7 +295,7 @@ static int prepare(tsr_rpc_client *cl, const tsr_rpc_request *req,
   *out = p;
   return 0;
 nomem:
-  __atomic_sub_fetch(&cl->inflight, 1, __ATOMIC_RELAXED);
+  cl->inflight--;
   return TSR_ENOMEM;
 }
 
@@ -355,53 +308,9 @@ int tsr_rpc_call(tsr_rpc_client *cl, const tsr_rpc_request *req,
   rc = submit(cl, p);
   if (rc) {
     pcall_free(cl, p);
-    __atomic_sub_fetch(&cl->inflight, 1, __ATOMIC_RELAXED);
+    cl->inflight--;
   }
   return rc;
-}
-
-int tsr_rpc_call_ts(tsr_rpc_client *cl, const tsr_rpc_request *req,
-                    tsr_rpc_call_cb cb, void *data) {
-  if (!cl) return TSR_EINVAL;
-  pcall *p;
-  int rc = prepare(cl, req, cb, data, &p);
-  if (rc) return rc;
-  pthread_mutex_lock(&cl->mu);
-  if (__atomic_load_n(&cl->closing, __ATOMIC_ACQUIRE)) {
-    pthread_mutex_unlock(&cl->mu);
-    pcall_free(cl, p);
-    __atomic_sub_fetch(&cl->inflight, 1, __ATOMIC_RELAXED);
-    return TSR_ESHUTDOWN;
-  }
-  if (cl->tstail) cl->tstail->tsnext = p; else cl->tshead = p;
-  cl->tstail = p;
-  uv_async_send(&cl->async);
-  pthread_mutex_unlock(&cl->mu);
-  return 0;
-}
-
-static void async_cb(uv_async_t *a) {
-  tsr_rpc_client *cl = a->data;
-  pthread_mutex_lock(&cl->mu);
-  pcall *p = cl->tshead;
-  cl->tshead = cl->tstail = NULL;
-  pthread_mutex_unlock(&cl->mu);
-  while (p) {
-    pcall *next = p->tsnext;
-    p->tsnext = NULL;
-    int rc = cl->closing ? TSR_ESHUTDOWN : submit(cl, p);
-    if (rc) {
-      /* the caller was told 0: it hears of the failure through cb */
-      cl->live++;
-      cl->st.inflight++;
-      p->status = rc;
-      snprintf(p->msg, sizeof p->msg, "call to %s (method %u) failed: %s",
-               cl->addr, p->req.method, tsr_strerror(rc));
-      p->state = P_DONE;
-      deliver(p);
-    }
-    p = next;
-  }
 }
 
 /* ---- answers ----------------------------------------------------------- */
@@ -501,15 +410,16 @@ static void c_on_ready(tsr_rpc__conn *c) {
   cc->was_ready = 1;
   cl->ready = 1;
   cl->attempt = 0;
-  __atomic_store_n(&cl->unreachable, 0, __ATOMIC_RELAXED);
+  cl->unreachable = 0;
   cl->last_err[0] = 0;
   cl->st.connects++;
+  if (c->local) cl->st.connects_local++;
   cl->st.connections = 1;
   tsr_debug("rpc %s: connected to %s (%s)", cl->ctx->name, cl->addr,
             c->peer_name);
-  while (cl->qhead && c->state == TSR_RPC__C_READY) {
-    pcall *p = cl->qhead;
-    unlink_queue(cl, p);
+  while (!tsr_list_empty(&cl->queue) && c->state == TSR_RPC__C_READY) {
+    pcall *p = tsr_list_entry(cl->queue.next, pcall, qlink);
+    tsr_list_remove(&p->qlink);
     p->state = P_NEW;
     int rc = send_call(cl, p);
     if (rc) {
@@ -527,21 +437,19 @@ static void c_on_down(tsr_rpc__conn *c, int status, const char *msg) {
   tsr_rpc_client *cl = cc->cl;
   cl->ready = 0;
   cl->st.connections = 0;
-  __atomic_store_n(&cl->unreachable, 1, __ATOMIC_RELAXED);
+  cl->unreachable = 1;
   snprintf(cl->last_err, sizeof cl->last_err, "%s", msg);
   char m[400];
   snprintf(m, sizeof m, "connection to %s lost: %s", cl->addr, msg);
   if (cc->was_ready && !cl->closing)
     tsr_warn("rpc %s: %s", cl->ctx->name, m);
   /* every call written on this connection fails now */
-  pcall *p = cl->head;
-  while (p) {
-    pcall *next = p->next;
+  tsr_list_foreach_safe(n, next, &cl->calls) {
+    pcall *p = tsr_list_entry(n, pcall, link);
     if (p->state == P_SENT)
       complete(p, cl->closing ? TSR_ESHUTDOWN : TSR_ECLOSED, 0, m);
     else if (p->state == P_QUEUED && cl->ctx->o.fail_fast && !cl->closing)
       complete(p, TSR_EUNAVAIL, 0, m);
-    p = next;
   }
   if (cc->was_ready && cl->state_cb && !cl->closing)
     cl->state_cb(cl, 0, status, cl->state_data);
@@ -590,13 +498,11 @@ static void on_connect(uv_connect_t *req, int status) {
 
 static void retry_later(tsr_rpc_client *cl, const char *msg) {
   snprintf(cl->last_err, sizeof cl->last_err, "%s", msg);
-  __atomic_store_n(&cl->unreachable, 1, __ATOMIC_RELAXED);
+  cl->unreachable = 1;
   if (cl->ctx->o.fail_fast) {
-    pcall *p = cl->head;
-    while (p) {
-      pcall *next = p->next;
+    tsr_list_foreach_safe(n, next, &cl->calls) {
+      pcall *p = tsr_list_entry(n, pcall, link);
       if (p->state == P_QUEUED) complete(p, TSR_EUNAVAIL, 0, msg);
-      p = next;
     }
   }
   uint64_t ms = tsr_rpc__backoff_ms(&cl->ctx->o, cl->attempt);
@@ -621,11 +527,17 @@ static void on_resolved(uv_getaddrinfo_t *req, int status,
     retry_later(cl, msg);
     return;
   }
+  /* a peer in this network namespace: its Unix socket, else TCP */
+  char lname[128];
+  int lfd = tsr_rpc__local_connect(cl->ctx, tsr_rpc__pick_addr(res)->ai_addr,
+                                   lname, sizeof lname);
   cconn *cc = tsr_rpc__calloc(cl->ctx, sizeof *cc);
+  if (cc) cc->c.local = lfd >= 0;
   if (!cc || tsr_rpc__conn_init(&cc->c, cl->ctx, TSR_RPC__CLIENT,
                                 &client_ops, cl) != 0) {
     tsr_rpc__free(cl->ctx, cc);
     uv_freeaddrinfo(res);
+    if (lfd >= 0) close(lfd);
     retry_later(cl, "out of memory for a connection");
     return;
   }
@@ -635,9 +547,25 @@ static void on_resolved(uv_getaddrinfo_t *req, int status,
   cl->conn = cc;
   cc->creq.data = cc;
   tsr_rpc__conn_watch(&cc->c);
-  int rc = uv_tcp_connect(&cc->creq, &cc->c.tcp,
-                          tsr_rpc__pick_addr(res)->ai_addr, on_connect);
-  uv_freeaddrinfo(res);
+  int rc;
+  if (lfd >= 0) {
+    uv_freeaddrinfo(res);
+    tsr_debug("rpc %s: %s over the same-host socket %s", cl->ctx->name,
+              cl->addr, lname);
+    rc = uv_pipe_open(&cc->c.sock.pipe, lfd);
+    if (rc) {
+      close(lfd);
+    } else {
+      /* a Unix connect is complete when connect() returns */
+      cc->creq.data = cc;
+      on_connect(&cc->creq, 0);
+      return;
+    }
+  } else {
+    rc = uv_tcp_connect(&cc->creq, &cc->c.sock.tcp,
+                        tsr_rpc__pick_addr(res)->ai_addr, on_connect);
+    uv_freeaddrinfo(res);
+  }
   if (rc) {
     snprintf(msg, sizeof msg, "cannot connect to %s: %s", cl->addr,
              uv_strerror(rc));
@@ -671,31 +599,27 @@ int tsr_rpc_client_new(tsr_rpc_client **out, tsr_rpc_ctx *ctx,
   char err[300];
   tsr_rpc_client *cl = tsr_rpc__calloc(ctx, sizeof *cl);
   if (!cl) return TSR_ENOMEM;
+  tsr_list_init(&cl->calls);
+  tsr_list_init(&cl->queue);
   int rc = tsr_rpc__split_addr(addr, cl->host, sizeof cl->host, cl->port,
                                sizeof cl->port, err, sizeof err);
-  if (!rc && strlen(addr) >= sizeof cl->addr) rc = TSR_EINVAL;
+  if (!rc && strlen(addr) >= sizeof cl->addr) {
+    snprintf(err, sizeof err, "address %.64s... is longer than %zu bytes",
+             addr, sizeof cl->addr - 1);
+    rc = TSR_EINVAL;
+  }
   if (rc) {
     tsr_error("rpc %s: client: %s", ctx->name, err);
     tsr_rpc__free(ctx, cl);
     return rc;
   }
-  if (pthread_mutex_init(&cl->mu, NULL)) {
-    tsr_rpc__free(ctx, cl);
-    return TSR_ENOMEM;
-  }
   snprintf(cl->addr, sizeof cl->addr, "%s", addr);
   cl->ctx = ctx;
   tsr_rpc__idmap_init(&cl->ids, ctx);
-  rc = uv_async_init(ctx->loop, &cl->async, async_cb);
-  if (rc) {
-    pthread_mutex_destroy(&cl->mu);
-    tsr_rpc__free(ctx, cl);
-    return rc;
-  }
   uv_timer_init(ctx->loop, &cl->retry);
   uv_timer_init(ctx->loop, &cl->deadline);
-  cl->async.data = cl->retry.data = cl->deadline.data = cl;
-  cl->handles = 3;
+  cl->retry.data = cl->deadline.data = cl;
+  cl->handles = 2;
   ctx->users++;
   start_connect(cl);
   *out = cl;
@@ -710,10 +634,6 @@ void tsr_rpc_client_on_state(tsr_rpc_client *cl, tsr_rpc_state_cb cb,
 
 int tsr_rpc_client_connected(const tsr_rpc_client *cl) { return cl->ready; }
 
-const char *tsr_rpc_client_addr(const tsr_rpc_client *cl) {
-  return cl->addr;
-}
-
 static void maybe_finish(tsr_rpc_client *cl) {
   if (!cl->closing || cl->handles || cl->conn || cl->resolving || cl->live)
     return;
@@ -721,8 +641,6 @@ static void maybe_finish(tsr_rpc_client *cl) {
   tsr_rpc_close_cb cb = cl->close_cb;
   void *data = cl->close_data;
   tsr_rpc__idmap_free(&cl->ids);
-  pthread_mutex_destroy(&cl->mu);
-  tsr_rpc__free(ctx, cl->ms);
   tsr_rpc__free(ctx, cl);
   ctx->users--;
   if (cb) cb(data);
@@ -737,30 +655,16 @@ static void handle_closed(uv_handle_t *h) {
 void tsr_rpc_client_close(tsr_rpc_client *cl, tsr_rpc_close_cb cb,
                           void *data) {
   if (!cl || cl->closing) return;
-  pthread_mutex_lock(&cl->mu);
-  __atomic_store_n(&cl->closing, 1, __ATOMIC_RELEASE);
-  pcall *ts = cl->tshead;
-  cl->tshead = cl->tstail = NULL;
-  pthread_mutex_unlock(&cl->mu);
+  cl->closing = 1;
   cl->close_cb = cb;
   cl->close_data = data;
   cl->live++; /* keep the client while callbacks run */
   char msg[300];
   snprintf(msg, sizeof msg, "client of %s closing", cl->addr);
-  while (ts) {
-    pcall *next = ts->tsnext;
-    cl->live++;
-    cl->st.inflight++;
-    ts->state = P_DONE;
-    ts->status = TSR_ESHUTDOWN;
-    snprintf(ts->msg, sizeof ts->msg, "%s", msg);
-    deliver(ts);
-    ts = next;
-  }
-  while (cl->head) complete(cl->head, TSR_ESHUTDOWN, 0, msg);
+  pcall *p;
+  while ((p = first_call(cl))) complete(p, TSR_ESHUTDOWN, 0, msg);
   if (cl->resolving) uv_cancel((uv_req_t *)&cl->gai);
   if (cl->conn) tsr_rpc__conn_close(&cl->conn->c, TSR_ESHUTDOWN, msg);
-  uv_close((uv_handle_t *)&cl->async, handle_closed);
   uv_close((uv_handle_t *)&cl->retry, handle_closed);
   uv_close((uv_handle_t *)&cl->deadline, handle_closed);
   cl->live--;
@@ -772,8 +676,3 @@ void tsr_rpc_client_stats(const tsr_rpc_client *cl, tsr_rpc_stats *out) {
   out->mem_bytes = tsr_rpc__mem(cl->ctx);
 }
 
-size_t tsr_rpc_client_method_stats(const tsr_rpc_client *cl,
-                                   tsr_rpc_method_stats *out, size_t cap) {
-  for (size_t i = 0; i < cl->nms && i < cap; i++) out[i] = cl->ms[i];
-  return cl->nms;
-}

@@ -1,4 +1,6 @@
-/* Tessera RPC: framed, multiplexed, authenticated calls over TCP on libuv.
+/* Tessera RPC: framed, multiplexed, authenticated calls over TCP on libuv
+ * (and over a Unix domain socket to a peer on the same host, see
+ * TSR_RPC_TRANSPORT_AUTO).
  *
  * Happy path. A process makes one context per loop (tsr_rpc_ctx_new) from
  * its options (limits, the cluster token, a name for logs). A server
@@ -28,8 +30,8 @@
  * TSR_EBUSY, and a server stops reading from a peer that does not read its
  * answers (backpressure through TCP, never unbounded memory).
  *
- * Threads. Everything runs on the context's loop thread except
- * tsr_rpc_call_ts(), which any thread may call while the client is open.
+ * Threads. Everything runs on the context's loop thread; a compute thread
+ * hands its calls to the loop (the worker does so with its own uv_async).
  * Callbacks always run on the loop thread, never from inside the function
  * that registered them.
  *
@@ -66,8 +68,7 @@
 
 /* Memory hook. Lets a test fail allocations in turn and lets the stats
  * count what the library holds. `alloc` returns NULL on failure; `free`
- * accepts NULL. Both may be called from any thread that calls
- * tsr_rpc_call_ts(). */
+ * accepts NULL. Called on the loop thread. */
 typedef struct tsr_rpc_allocator {
   void *(*alloc)(void *ctx, size_t size);
   void (*free)(void *ctx, void *ptr);
@@ -110,7 +111,18 @@ typedef struct tsr_rpc_opts {
                                    TSR_EUNAVAIL instead of waiting for the
                                    connection until its deadline */
   const tsr_rpc_allocator *allocator; /* NULL: malloc/free; copied */
+  int transport;                /* TSR_RPC_TRANSPORT_*; default AUTO, or
+                                   TCP when the environment says
+                                   TESSERA_RPC_TRANSPORT=tcp */
 } tsr_rpc_opts;
+
+/* Transports. AUTO: a server listens on TCP and on a Unix domain socket
+ * named after the address it bound (an abstract name, so it lives in the
+ * network namespace: the processes that reach the same listener over TCP
+ * through loopback or one of this host's addresses); a client whose peer
+ * has such a socket uses it, any other peer TCP. The handshake and the
+ * frames are the same on both. TCP: TCP only, at this end. */
+enum { TSR_RPC_TRANSPORT_AUTO = 0, TSR_RPC_TRANSPORT_TCP = 1 };
 
 typedef struct tsr_rpc_ctx tsr_rpc_ctx;
 
@@ -167,7 +179,8 @@ typedef struct tsr_rpc_incoming {
                                   gave one, else in a library buffer
                                   (16-byte aligned) */
   size_t payload_len;
-  const char *peer;            /* "ip:port" of the caller */
+  const char *peer;            /* "ip:port" of the caller ("unix:pid N"
+                                  over the same-host socket) */
   const char *peer_name;       /* the name the caller announced */
   uint64_t recv_ns;            /* tsr_now_ns() when the frame was complete */
   void *user;                  /* free for the handler */
@@ -273,8 +286,6 @@ void tsr_rpc_client_on_state(tsr_rpc_client *c, tsr_rpc_state_cb cb,
                              void *data);
 /* Non-zero while a handshaken connection is up. */
 int tsr_rpc_client_connected(const tsr_rpc_client *c);
-/* The address given at creation. */
-const char *tsr_rpc_client_addr(const tsr_rpc_client *c);
 
 /* Outcome of a call, valid only during the callback. */
 typedef struct tsr_rpc_result {
@@ -336,15 +347,6 @@ typedef struct tsr_rpc_request {
  * TSR_ESHUTDOWN (closing), TSR_EINVAL, TSR_ENOMEM. Loop thread only. */
 int tsr_rpc_call(tsr_rpc_client *c, const tsr_rpc_request *req,
                  tsr_rpc_call_cb cb, void *data);
-/* The same from any thread (a compute thread pushing while the loop runs):
- * the request is queued under a lock and picked up by the loop through a
- * uv_async_t. The same return codes, checked at once. `cb` runs on the
- * loop thread. Must not be called once tsr_rpc_client_close has been
- * called (it returns TSR_ESHUTDOWN while the client still exists, but the
- * client is freed after its close callback). */
-int tsr_rpc_call_ts(tsr_rpc_client *c, const tsr_rpc_request *req,
-                    tsr_rpc_call_cb cb, void *data);
-
 /* Fails every call not yet completed with TSR_ESHUTDOWN, closes the
  * connection and every handle; `cb` runs once all are closed, then the
  * client is freed. */
@@ -362,6 +364,7 @@ typedef struct tsr_rpc_stats {
                                completed */
   uint64_t errors;          /* calls that ended with a non-zero status */
   uint64_t connects;        /* handshakes that succeeded */
+  uint64_t connects_local;  /* of which over the same-host Unix socket */
   uint64_t refused;         /* handshakes refused (token, version, magic,
                                timeout) */
   uint32_t connections;     /* open now */
@@ -374,28 +377,26 @@ typedef struct tsr_rpc_stats {
 
 typedef struct tsr_rpc_method_stats {
   uint32_t method;
-  const char *name;         /* as registered; "" for a client */
+  const char *name;         /* as registered */
   uint64_t calls;           /* completed */
   uint64_t errors;
   uint64_t bytes_in;        /* meta + payload received for this method */
   uint64_t bytes_out;       /* meta + payload sent for this method */
-  uint64_t total_ns;        /* server: arrival to answer written; client:
-                               submit to completion; summed */
+  uint64_t total_ns;        /* arrival to answer written, summed */
   uint64_t max_ns;
 } tsr_rpc_method_stats;
 
 void tsr_rpc_server_stats(const tsr_rpc_server *s, tsr_rpc_stats *out);
 void tsr_rpc_client_stats(const tsr_rpc_client *c, tsr_rpc_stats *out);
-/* Per-method figures, one entry per method seen (server: registered),
- * written to out[0..cap); returns how many exist (may exceed cap). */
+/* Per-method figures, one entry per registered method, written to
+ * out[0..cap); returns how many exist (may exceed cap). */
 size_t tsr_rpc_server_method_stats(const tsr_rpc_server *s,
-                                   tsr_rpc_method_stats *out, size_t cap);
-size_t tsr_rpc_client_method_stats(const tsr_rpc_client *c,
                                    tsr_rpc_method_stats *out, size_t cap);
 
 /* One open server connection, for status reports. */
 typedef struct tsr_rpc_conn_info {
-  const char *peer;         /* "ip:port" */
+  const char *peer;         /* "ip:port", or "unix:pid N" for a peer on
+                               the same-host socket */
   const char *peer_name;    /* announced in the handshake */
   uint64_t bytes_in, bytes_out;
   uint64_t calls;

@@ -49,22 +49,27 @@ typedef struct scall {
   tsr_rpc_done_cb done;
   void *done_data;
   uint64_t out_bytes;
-  struct scall *next, *prev; /* sconn list, or the server's dead list */
+  tsr_list link;             /* sc->calls, or the server's dead list */
   uint8_t meta[];
 } scall;
 
 struct sconn {
-  tsr_rpc__conn c;
+  tsr_rpc__conn c;           /* first: an sconn is its conn */
   tsr_rpc_server *s;
   tsr_rpc__idmap ids;
-  scall *calls;              /* handled, not answered */
+  tsr_list calls;            /* scall.link: handled, not answered */
   scall *receiving;          /* payload landing */
   int counted;               /* in s->st.connections */
 };
 
+/* The connection whose conn.link is node `n` of the server's list. */
+#define CONN_OF(n) ((sconn *)tsr_list_entry(n, tsr_rpc__conn, link))
+
 struct tsr_rpc_server {
   tsr_rpc_ctx *ctx;
   uv_tcp_t listener;
+  uv_pipe_t local;           /* the same-host Unix socket (local.c) */
+  int local_open;            /* `local` is a handle to close */
   uv_idle_t idle;            /* runs done callbacks of dead answers */
   int handles;
   int listening;
@@ -73,8 +78,9 @@ struct tsr_rpc_server {
   int port;
   method_ent *methods;       /* sorted by number */
   size_t nmethods;
-  sconn *conns;
-  scall *dead;               /* answered after their connection died */
+  tsr_list conns;            /* sconn.c.link */
+  tsr_list dead;             /* scall.link: answered after their connection
+                                died */
   uint64_t live_calls;
   tsr_rpc_stats st;
   tsr_rpc_close_cb close_cb;
@@ -92,22 +98,6 @@ static method_ent *find_method(tsr_rpc_server *s, uint32_t m) {
       hi = mid;
   }
   return NULL;
-}
-
-static void list_add(scall **head, scall *k) {
-  k->prev = NULL;
-  k->next = *head;
-  if (*head) (*head)->prev = k;
-  *head = k;
-}
-
-static void list_del(scall **head, scall *k) {
-  if (k->prev)
-    k->prev->next = k->next;
-  else
-    *head = k->next;
-  if (k->next) k->next->prev = k->prev;
-  k->next = k->prev = NULL;
 }
 
 static void maybe_finish(tsr_rpc_server *s);
@@ -153,7 +143,7 @@ static void reply_sent(tsr_rpc__conn *c, int status, void *data) {
   scall *k = data;
   sconn *sc = k->sc;
   if (sc) {
-    list_del(&sc->calls, k);
+    tsr_list_remove(&k->link);
     k->sc = NULL;
     c->inflight--;
     k->s->st.inflight--;
@@ -164,9 +154,10 @@ static void reply_sent(tsr_rpc__conn *c, int status, void *data) {
 static void idle_cb(uv_idle_t *h) {
   tsr_rpc_server *s = h->data;
   uv_idle_stop(h);
-  while (s->dead) {
-    scall *k = s->dead;
-    list_del(&s->dead, k);
+  tsr_list *n;
+  while ((n = tsr_list_first(&s->dead))) {
+    scall *k = tsr_list_entry(n, scall, link);
+    tsr_list_remove(n);
     answer_done(k, TSR_ECLOSED);
   }
 }
@@ -174,7 +165,7 @@ static void idle_cb(uv_idle_t *h) {
 /* The answer cannot go out: report it from the loop, never from inside
  * the reply call. */
 static void answer_later(scall *k) {
-  list_add(&k->s->dead, k);
+  tsr_list_push_front(&k->s->dead, &k->link);
   uv_idle_start(&k->s->idle, idle_cb);
 }
 
@@ -186,7 +177,7 @@ static int send_answer(scall *k, const tsr_rpc__hdr *h, const void *meta,
   for (unsigned i = 0; i < npayload; i++) k->out_bytes += payload[i].len;
   if (!sc || sc->c.state != TSR_RPC__C_READY) {
     if (sc) {
-      list_del(&sc->calls, k);
+      tsr_list_remove(&k->link);
       sc->c.inflight--;
       k->s->st.inflight--;
       k->sc = NULL;
@@ -204,7 +195,7 @@ static int send_answer(scall *k, const tsr_rpc__hdr *h, const void *meta,
     snprintf(msg, sizeof msg, "cannot send the answer to request %llu: %s",
              (unsigned long long)k->pub.id, tsr_strerror(rc));
     tsr_error("rpc %s: peer %s: %s", k->s->ctx->name, sc->c.peer, msg);
-    list_del(&sc->calls, k);
+    tsr_list_remove(&k->link);
     sc->c.inflight--;
     k->s->st.inflight--;
     k->sc = NULL;
@@ -393,7 +384,7 @@ static int s_on_frame(tsr_rpc__rx *rx, const tsr_rpc__hdr *h,
   sc->receiving = NULL;
   k->state = CALL_HANDLING;
   k->pub.recv_ns = tsr_now_ns();
-  list_add(&sc->calls, k);
+  tsr_list_push_front(&sc->calls, &k->link);
   c->inflight++;
   c->calls++;
   s->st.inflight++;
@@ -421,6 +412,7 @@ static void s_on_ready(tsr_rpc__conn *c) {
   sc->counted = 1;
   sc->s->st.connections++;
   sc->s->st.connects++;
+  if (c->local) sc->s->st.connects_local++;
   tsr_debug("rpc %s: accepted %s (%s)", sc->s->ctx->name, c->peer,
             c->peer_name);
 }
@@ -439,9 +431,10 @@ static void s_on_down(tsr_rpc__conn *c, int status, const char *msg) {
     sc->receiving = NULL;
     call_free(k, 1, status);
   }
-  while (sc->calls) {
-    scall *k = sc->calls;
-    list_del(&sc->calls, k);
+  tsr_list *n;
+  while ((n = tsr_list_first(&sc->calls))) {
+    scall *k = tsr_list_entry(n, scall, link);
+    tsr_list_remove(n);
     k->sc = NULL;
     s->st.inflight--;
   }
@@ -452,11 +445,7 @@ static void s_on_down(tsr_rpc__conn *c, int status, const char *msg) {
 static void s_on_freed(tsr_rpc__conn *c) {
   sconn *sc = (sconn *)c;
   tsr_rpc_server *s = sc->s;
-  if (c->prev)
-    c->prev->next = c->next;
-  else
-    s->conns = (sconn *)c->next;
-  if (c->next) c->next->prev = c->prev;
+  tsr_list_remove(&c->link);
   tsr_rpc__free(s->ctx, sc);
   maybe_finish(s);
 }
@@ -480,28 +469,32 @@ static void on_connection(uv_stream_t *l, int status) {
     return;
   }
   if (s->closing) return;
+  int local = l == (uv_stream_t *)&s->local;
   sconn *sc = tsr_rpc__calloc(s->ctx, sizeof *sc);
+  if (sc) sc->c.local = local;
   if (!sc || tsr_rpc__conn_init(&sc->c, s->ctx, TSR_RPC__SERVER,
                                 &server_ops, s) != 0) {
     /* accept and drop, or the listener would report it forever */
     tsr_rpc__free(s->ctx, sc);
-    uv_tcp_t *tmp = tsr_rpc__alloc(s->ctx, sizeof *tmp);
+    tsr_rpc__sock *tmp = tsr_rpc__alloc(s->ctx, sizeof *tmp);
     tsr_error("rpc %s: out of memory for a new connection: refused",
               s->ctx->name);
     if (!tmp) return;
-    uv_tcp_init(s->ctx->loop, tmp);
-    uv_accept(l, (uv_stream_t *)tmp);
-    tmp->data = s->ctx;
-    uv_close((uv_handle_t *)tmp, free_tmp);
+    if (local)
+      uv_pipe_init(s->ctx->loop, &tmp->pipe, 0);
+    else
+      uv_tcp_init(s->ctx->loop, &tmp->tcp);
+    uv_accept(l, &tmp->stream);
+    tmp->handle.data = s->ctx;
+    uv_close(&tmp->handle, free_tmp);
     return;
   }
   sc->s = s;
   tsr_rpc__idmap_init(&sc->ids, s->ctx);
   sc->c.agg = &s->st;
-  sc->c.next = (tsr_rpc__conn *)s->conns;
-  if (s->conns) s->conns->c.prev = &sc->c;
-  s->conns = sc;
-  int rc = uv_accept(l, (uv_stream_t *)&sc->c.tcp);
+  tsr_list_init(&sc->calls);
+  tsr_list_push_front(&s->conns, &sc->c.link);
+  int rc = uv_accept(l, &sc->c.sock.stream);
   if (!rc) rc = tsr_rpc__conn_start(&sc->c);
   if (rc) {
     tsr_warn("rpc %s: cannot start an accepted connection: %s",
@@ -516,6 +509,8 @@ int tsr_rpc_server_new(tsr_rpc_server **out, tsr_rpc_ctx *ctx) {
   tsr_rpc_server *s = tsr_rpc__calloc(ctx, sizeof *s);
   if (!s) return TSR_ENOMEM;
   s->ctx = ctx;
+  tsr_list_init(&s->conns);
+  tsr_list_init(&s->dead);
   uv_idle_init(ctx->loop, &s->idle);
   s->idle.data = s;
   s->handles = 1;
@@ -614,6 +609,22 @@ int tsr_rpc_server_listen(tsr_rpc_server *s, const char *addr) {
       s->port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
   }
   tsr_info("rpc %s: listening on %s (port %d)", s->ctx->name, addr, s->port);
+  if (tsr_rpc__local_wanted(s->ctx) && s->port) {
+    char name[128];
+    s->local.data = s;
+    s->local_open = 1;
+    s->handles++;
+    rc = tsr_rpc__local_listen(s->ctx, (struct sockaddr *)&ss, &s->local,
+                               on_connection, name, sizeof name);
+    if (rc) {
+      tsr_warn("rpc %s: no same-host socket beside %s (%s): peers on this "
+               "host use TCP", s->ctx->name, addr, uv_strerror(rc));
+      s->local_open = 0;
+      uv_close((uv_handle_t *)&s->local, handle_closed);
+    } else {
+      tsr_debug("rpc %s: same-host peers on %s", s->ctx->name, name);
+    }
+  }
   return 0;
 }
 
@@ -624,7 +635,7 @@ int tsr_rpc_server_port(const tsr_rpc_server *s) { return s->port; }
 /* The idle handle stays open while calls live: a dead answer reports
  * through it. */
 static void maybe_finish(tsr_rpc_server *s) {
-  if (!s->closing || s->conns || s->live_calls) return;
+  if (!s->closing || !tsr_list_empty(&s->conns) || s->live_calls) return;
   if (!s->idle_closing) {
     s->idle_closing = 1;
     uv_close((uv_handle_t *)&s->idle, handle_closed);
@@ -653,16 +664,19 @@ void tsr_rpc_server_close(tsr_rpc_server *s, tsr_rpc_close_cb cb,
   s->close_cb = cb;
   s->close_data = data;
   if (s->listening) uv_close((uv_handle_t *)&s->listener, handle_closed);
-  for (sconn *sc = s->conns; sc; sc = (sconn *)sc->c.next)
-    tsr_rpc__conn_close(&sc->c, TSR_ESHUTDOWN, "server closing");
+  if (s->local_open) uv_close((uv_handle_t *)&s->local, handle_closed);
+  tsr_list_foreach(n, &s->conns)
+    tsr_rpc__conn_close(&CONN_OF(n)->c, TSR_ESHUTDOWN, "server closing");
   maybe_finish(s);
 }
 
 void tsr_rpc_server_stats(const tsr_rpc_server *s, tsr_rpc_stats *out) {
   *out = s->st;
   out->paused = 0;
-  for (const sconn *sc = s->conns; sc; sc = (const sconn *)sc->c.next)
+  tsr_list_foreach(n, &s->conns) {
+    const sconn *sc = CONN_OF(n);
     if (sc->c.paused && sc->c.state == TSR_RPC__C_READY) out->paused++;
+  }
   out->mem_bytes = tsr_rpc__mem(s->ctx);
 }
 
@@ -678,7 +692,8 @@ size_t tsr_rpc_server_foreach_conn(const tsr_rpc_server *s,
                                               void *data),
                                    void *data) {
   size_t n = 0;
-  for (const sconn *sc = s->conns; sc; sc = (const sconn *)sc->c.next) {
+  tsr_list_foreach(it, &s->conns) {
+    const sconn *sc = CONN_OF(it);
     if (sc->c.state != TSR_RPC__C_READY) continue;
     tsr_rpc_conn_info in = {
         .peer = sc->c.peer, .peer_name = sc->c.peer_name,

@@ -3,23 +3,37 @@
  * gcc vectorizes them). Device pointers are host pointers.
  *
  * bf16/fp16 products are emulated: both inputs are rounded to the 16-bit
- * type into scratch buffers (round to nearest even; fp16 overflows to inf
- * and keeps subnormals) and multiplied with sgemm, i.e. 16-bit inputs with
- * fp32 accumulation, as tensor cores do. Failure modes: scratch allocation
- * (TSR_ENOMEM); everything else works on any input.
+ * type into scratch buffers (kern_math.h's rounding, the very bits the GPU
+ * hands cuBLAS) and multiplied with sgemm, i.e. 16-bit inputs with fp32
+ * accumulation, as tensor cores do. Failure modes: scratch allocation
+ * (TSR_ENOMEM, with the size in the last error); everything else works on
+ * any input. Dimensions reach sgemm only after the front end has checked
+ * them against its int arguments.
  */
 #include "kernels/cpu/cpu_int.h"
+#include "kernels/kern_math.h"
+#include "kernels/kern_plan.h"
+#include "kernels/kern_nn_int.h"
 #include "common/err.h"
 
 #include <cblas.h>
-#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct {
-  float *scratch[2];
-  size_t scratch_n[2];
-} kern__cpu;
+int kern__cpu_fail(void *impl, int rc, const char *fmt, ...) {
+  kern__cpu *c = impl;
+  va_list ap;
+  va_start(ap, fmt);
+  tsr_verrf(c->msg, sizeof c->msg, rc, fmt, ap);
+  va_end(ap);
+  return rc;
+}
+
+static const char *cpu_last_error(void *impl) {
+  return ((kern__cpu *)impl)->msg;
+}
 
 static int cpu_open(void **impl, int device, int threads, char *err,
                     size_t len) {
@@ -50,41 +64,13 @@ static int cpu_copy(void *impl, void *dst, const void *src, size_t bytes) {
   if (dst != src) memmove(dst, src, bytes);
   return 0;
 }
-static int cpu_memset0(void *impl, void *p, size_t bytes) {
-  memset(p, 0, bytes);
-  return 0;
-}
 static int cpu_sync(void *impl) { return 0; }
-
-float kern__round_bf16(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  if ((u & 0x7f800000u) == 0x7f800000u) return f; /* inf, nan */
-  u += 0x7fffu + ((u >> 16) & 1u);
-  u &= 0xffff0000u;
-  memcpy(&f, &u, 4);
-  return f;
-}
-
-float kern__round_f16(float f) {
-  float a = fabsf(f);
-  if (!(a < INFINITY)) return f;
-  if (a >= 65520.0f) return copysignf(INFINITY, f);
-  if (a < 6.103515625e-05f) /* half subnormals: a quantum of 2^-24 */
-    return rintf(f * 16777216.0f) * (1.0f / 16777216.0f);
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  u += 0xfffu + ((u >> 13) & 1u);
-  u &= ~0x1fffu;
-  memcpy(&f, &u, 4);
-  return f;
-}
 
 static void round_into(float *dst, const float *src, size_t n, kern_prec p) {
   if (p == KERN_BF16)
-    for (size_t i = 0; i < n; i++) dst[i] = kern__round_bf16(src[i]);
+    for (size_t i = 0; i < n; i++) dst[i] = kern_math_round_bf16(src[i]);
   else
-    for (size_t i = 0; i < n; i++) dst[i] = kern__round_f16(src[i]);
+    for (size_t i = 0; i < n; i++) dst[i] = kern_math_round_f16(src[i]);
 }
 
 static float *scratch(kern__cpu *c, int i, size_t n) {
@@ -96,23 +82,35 @@ static float *scratch(kern__cpu *c, int i, size_t n) {
   return c->scratch[i];
 }
 
+/* The same column-major call the GPU makes (kern_plan_gemm), so every CPU
+ * product also runs the mapping; OpenBLAS's row-major entry swaps the
+ * operands the same way. */
 static int cpu_gemm(void *impl, bool ta, bool tb, int64_t m, int64_t n,
                     int64_t k, float alpha, const float *A, const float *B,
                     float beta, float *C, kern_prec prec) {
   kern__cpu *c = impl;
+  kern_gemm_args g;
+  int rc = kern_plan_gemm(ta, tb, m, n, k, &g);
+  if (rc)
+    return kern__cpu_fail(c, rc, "gemm %lld x %lld x %lld: sizes OpenBLAS "
+                          "cannot take", (long long)m, (long long)n,
+                          (long long)k);
   if (prec != KERN_F32 && k > 0) {
     float *a = scratch(c, 0, (size_t)(m * k));
     float *b = scratch(c, 1, (size_t)(k * n));
-    if (!a || !b) return TSR_ENOMEM;
+    if (!a || !b)
+      return kern__cpu_fail(c, TSR_ENOMEM, "gemm %s: no memory for the "
+                            "rounded inputs (%lld and %lld floats)",
+                            kern_prec_name(prec), (long long)(m * k),
+                            (long long)(k * n));
     round_into(a, A, (size_t)(m * k), prec);
     round_into(b, B, (size_t)(k * n), prec);
     A = a;
     B = b;
   }
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
-              tb ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k, alpha,
-              A, ta ? (int)m : (int)k, B, tb ? (int)k : (int)n, beta, C,
-              (int)n);
+  cblas_sgemm(CblasColMajor, g.trans_a ? CblasTrans : CblasNoTrans,
+              g.trans_b ? CblasTrans : CblasNoTrans, g.m, g.n, g.k, alpha, B,
+              g.lda, A, g.ldb, beta, C, g.ldc);
   return 0;
 }
 
@@ -191,10 +189,10 @@ static int cpu_axpy(void *impl, float *y, const float *x, size_t n, float a) {
 
 static int cpu_dropout(void *impl, float *x, float *mask, size_t n,
                        float rate, uint64_t seed) {
-  uint32_t thr = (uint32_t)((double)rate * 4294967296.0);
-  float keep = 1.0f / (1.0f - rate);
+  uint32_t thr = kern_math_dropout_threshold(rate);
+  float keep = kern_math_dropout_keep(rate);
   for (size_t i = 0; i < n; i++) {
-    mask[i] = kern__hash32(seed, i) >= thr ? keep : 0.0f;
+    mask[i] = kern_math_dropout_mask(seed, i, thr, keep);
     x[i] *= mask[i];
   }
   return 0;
@@ -225,7 +223,6 @@ const kern__ops kern__cpu_ops = {
     .host_free = cpu_free,
     .upload = cpu_copy,
     .download = cpu_copy,
-    .memset0 = cpu_memset0,
     .copy = cpu_copy,
     .sync = cpu_sync,
     .gemm = cpu_gemm,
@@ -242,4 +239,6 @@ const kern__ops kern__cpu_ops = {
     .dropout = cpu_dropout,
     .mul = cpu_mul,
     .allreduce = cpu_allreduce,
+    .last_error = cpu_last_error,
+    .nn = &kern__cpu_nn_ops,
 };

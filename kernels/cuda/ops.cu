@@ -1,94 +1,40 @@
-/* CUDA kernels of the GPU backend: bias + activation and their gradients,
- * softmax (a block per row), column sums in two deterministic passes,
- * losses (a thread per row, fp64 accumulation as on the CPU), embedding
- * gather (a block per bag) and scatter-add (a block per unique row over its
- * own occurrences, so no atomics and a fixed summation order), casts and
- * rounding to bf16/fp16, the loss-scale finiteness check, dropout with the
- * same counter-based mask as the CPU. Formulas follow kernels/cpu/cpu_ops.c
- * line for line so both backends agree to fp32 rounding. Failure modes:
- * launch errors and scratch allocation, mapped to TSR_E* codes.
+/* CUDA kernels of the GPU backend: indexing and launches only. Every
+ * formula is kern_math.h's (the CPU backend calls the same functions) and
+ * every grid comes from kern_plan.h (both tested on the CPU). Bias +
+ * activation and their gradients, softmax (a block per row), column sums
+ * in two deterministic passes, losses (a thread per row), embedding gather
+ * (a block per bag) and scatter-add (a block per unique row over its own
+ * occurrences: no atomics, a fixed summation order), 16-bit casts and
+ * rounding, the loss-scale finiteness check, dropout. Failure modes: a
+ * size over a grid limit (TSR_ERANGE), launch errors and scratch
+ * allocation, recorded with their CUDA name in the context's message.
  */
 #include "kernels/cuda/cuda_int.h"
+#include "kernels/kern_math.h"
+#include "kernels/kern_plan.h"
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <math.h>
+#define TPB KERN_PLAN_TPB
+#define GRID_STRIDE(i, n)                                                   \
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); \
+       i += (size_t)gridDim.x * blockDim.x)
 
-#define SELU_ALPHA 1.6732632423543772f
-#define SELU_SCALE 1.0507009873554805f
-#define KERAS_EPS 1e-7f
-#define TPB 256
-
-static inline unsigned blocks_for(size_t n) {
-  size_t b = (n + TPB - 1) / TPB;
-  return (unsigned)(b > 65535 * 8 ? 65535 * 8 : (b ? b : 1));
-}
-
-__device__ __forceinline__ float d_sigm(float z) {
-  return z >= 0 ? 1.0f / (1.0f + expf(-z)) : expf(z) / (1.0f + expf(z));
-}
-
-__device__ __forceinline__ float d_act(kern_act a, float z, float alpha) {
-  switch (a) {
-    case KERN_ACT_RELU: return z > 0 ? z : 0.0f;
-    case KERN_ACT_RELU6: return z > 0 ? (z < 6.0f ? z : 6.0f) : 0.0f;
-    case KERN_ACT_LEAKY_RELU: return z > 0 ? z : alpha * z;
-    case KERN_ACT_SIGMOID: return d_sigm(z);
-    case KERN_ACT_TANH: return tanhf(z);
-    case KERN_ACT_ELU: return z > 0 ? z : alpha * expm1f(z);
-    case KERN_ACT_SELU: return SELU_SCALE * (z > 0 ? z : SELU_ALPHA * expm1f(z));
-    case KERN_ACT_GELU: return 0.5f * z * (1.0f + erff(z * 0.70710678118654752f));
-    case KERN_ACT_SWISH: return z * d_sigm(z);
-    case KERN_ACT_SOFTPLUS: return (z > 0 ? z : 0.0f) + log1pf(expf(-fabsf(z)));
-    case KERN_ACT_SOFTSIGN: return z / (1.0f + fabsf(z));
-    case KERN_ACT_EXPONENTIAL: return expf(z);
-    default: return z;
-  }
-}
-
-__device__ __forceinline__ float d_act_grad(kern_act a, float g, float z,
-                                            float y, float alpha) {
-  switch (a) {
-    case KERN_ACT_RELU: return z > 0 ? g : 0.0f;
-    case KERN_ACT_RELU6: return (z > 0 && z < 6.0f) ? g : 0.0f;
-    case KERN_ACT_LEAKY_RELU: return z > 0 ? g : alpha * g;
-    case KERN_ACT_SIGMOID: return g * y * (1.0f - y);
-    case KERN_ACT_TANH: return g * (1.0f - y * y);
-    case KERN_ACT_ELU: return z > 0 ? g : g * (y + alpha);
-    case KERN_ACT_SELU: return z > 0 ? g * SELU_SCALE : g * (y + SELU_SCALE * SELU_ALPHA);
-    case KERN_ACT_GELU: {
-      float cdf = 0.5f * (1.0f + erff(z * 0.70710678118654752f));
-      float pdf = 0.3989422804014327f * expf(-0.5f * z * z);
-      return g * (cdf + z * pdf);
-    }
-    case KERN_ACT_SWISH: {
-      float s = d_sigm(z);
-      return g * (s + y * (1.0f - s));
-    }
-    case KERN_ACT_SOFTPLUS: return g * d_sigm(z);
-    case KERN_ACT_SOFTSIGN: {
-      float a1 = 1.0f + fabsf(z);
-      return g / (a1 * a1);
-    }
-    case KERN_ACT_EXPONENTIAL: return g * y;
-    default: return g;
-  }
+static unsigned blocks_for(size_t n) {
+  return kern_plan_stride_blocks(n, TPB);
 }
 
 __global__ void k_bias_act(float *z, const float *bias, float *y, size_t N,
                            int64_t d, kern_act act, float alpha) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < N;
-       i += (size_t)gridDim.x * blockDim.x) {
+  GRID_STRIDE(i, N) {
     float v = z[i];
     if (bias) {
       v += bias[i % (size_t)d];
       z[i] = v;
     }
-    y[i] = d_act(act, v, alpha);
+    y[i] = kern_math_act(act, v, alpha);
   }
 }
 
-/* block-wide reduction helpers (blockDim.x == TPB) */
+/* block-wide reductions (blockDim.x == TPB) */
 __device__ float block_max(float v, float *sh) {
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffff, v, o));
   if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v;
@@ -117,7 +63,7 @@ __global__ void k_softmax(const float *z, float *y, int64_t d) {
   mx = block_max(mx, sh);
   float s = 0;
   for (int64_t j = threadIdx.x; j < d; j += TPB) {
-    float e = expf(zr[j] - mx);
+    float e = kern_math_softmax_exp(zr[j], mx);
     yr[j] = e;
     s += e;
   }
@@ -127,28 +73,29 @@ __global__ void k_softmax(const float *z, float *y, int64_t d) {
 }
 
 __global__ void k_add_bias(float *z, const float *bias, size_t N, int64_t d) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < N;
-       i += (size_t)gridDim.x * blockDim.x)
-    z[i] += bias[i % (size_t)d];
+  GRID_STRIDE(i, N) z[i] += bias[i % (size_t)d];
 }
 
 int kc__bias_act(kc_ctx *c, float *z, const float *bias, float *y, int64_t n,
                  int64_t d, kern_act act, float alpha) {
   size_t N = (size_t)(n * d);
   if (act == KERN_ACT_SOFTMAX) {
+    unsigned g;
+    if (kern_plan_row_blocks(n, &g))
+      return kc__fail(c, TSR_ERANGE, "softmax over %lld rows: more than a "
+                      "grid holds", (long long)n);
     if (bias) k_add_bias<<<blocks_for(N), TPB, 0, c->s>>>(z, bias, N, d);
-    k_softmax<<<(unsigned)n, TPB, 0, c->s>>>(z, y, d);
+    k_softmax<<<g, TPB, 0, c->s>>>(z, y, d);
   } else {
     k_bias_act<<<blocks_for(N), TPB, 0, c->s>>>(z, bias, y, N, d, act, alpha);
   }
-  return kc__launch_check();
+  return kc__launch_check(c, "bias_act");
 }
 
 __global__ void k_act_grad(const float *dy, const float *z, const float *y,
                            float *dz, size_t N, kern_act act, float alpha) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < N;
-       i += (size_t)gridDim.x * blockDim.x)
-    dz[i] = d_act_grad(act, dy[i], z[i], y ? y[i] : 0.0f, alpha);
+  GRID_STRIDE(i, N)
+    dz[i] = kern_math_act_grad(act, dy[i], z[i], y ? y[i] : 0.0f, alpha);
 }
 
 __global__ void k_softmax_grad(const float *dy, const float *y, float *dz,
@@ -159,27 +106,33 @@ __global__ void k_softmax_grad(const float *dy, const float *y, float *dz,
   float s = 0;
   for (int64_t j = threadIdx.x; j < d; j += TPB) s += g[j] * yr[j];
   s = block_sum(s, sh);
-  for (int64_t j = threadIdx.x; j < d; j += TPB) o[j] = yr[j] * (g[j] - s);
+  for (int64_t j = threadIdx.x; j < d; j += TPB)
+    o[j] = kern_math_softmax_grad(g[j], yr[j], s);
 }
 
 int kc__act_grad(kc_ctx *c, const float *dy, const float *z, const float *y,
                  float *dz, int64_t n, int64_t d, kern_act act, float alpha) {
   size_t N = (size_t)(n * d);
-  if (act == KERN_ACT_SOFTMAX)
-    k_softmax_grad<<<(unsigned)n, TPB, 0, c->s>>>(dy, y, dz, d);
-  else
+  if (act == KERN_ACT_SOFTMAX) {
+    unsigned g;
+    if (kern_plan_row_blocks(n, &g))
+      return kc__fail(c, TSR_ERANGE, "softmax gradient over %lld rows: more "
+                      "than a grid holds", (long long)n);
+    k_softmax_grad<<<g, TPB, 0, c->s>>>(dy, y, dz, d);
+  } else {
     k_act_grad<<<blocks_for(N), TPB, 0, c->s>>>(dy, z, y, dz, N, act, alpha);
-  return kc__launch_check();
+  }
+  return kc__launch_check(c, "act_grad");
 }
 
 /* column sums: pass 1 sums row chunks into part[chunk][d], pass 2 adds the
  * chunks in order (deterministic, no atomics) */
-#define CS_CHUNKS 64
 __global__ void k_colsum_part(const float *dz, int64_t n, int64_t d,
-                              int64_t rows_per, float *part) {
+                              kern_colsum_plan p, float *part) {
   int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
   if (j >= d) return;
-  int64_t r0 = blockIdx.y * rows_per, r1 = r0 + rows_per < n ? r0 + rows_per : n;
+  int64_t r0, r1;
+  kern_plan_colsum_rows(&p, (int)blockIdx.y, n, &r0, &r1);
   float s = 0;
   for (int64_t r = r0; r < r1; r++) s += dz[r * d + j];
   part[blockIdx.y * d + j] = s;
@@ -195,116 +148,45 @@ __global__ void k_colsum_fin(const float *part, int chunks, int64_t d,
 
 int kc__col_sum(kc_ctx *c, const float *dz, int64_t n, int64_t d, float beta,
                 float *db) {
-  int chunks = n < CS_CHUNKS ? (int)(n > 0 ? n : 1) : CS_CHUNKS;
-  int64_t rows_per = (n + chunks - 1) / chunks;
-  int rc = kc__scratch((void **)&c->part, &c->part_n,
-                       (size_t)chunks * (size_t)d * sizeof(float));
+  kern_colsum_plan p;
+  if (kern_plan_colsum(n, d, TPB, &p))
+    return kc__fail(c, TSR_ERANGE, "column sum of [%lld, %lld]: more than a "
+                    "grid holds", (long long)n, (long long)d);
+  int rc = kc__scratch(c, (void **)&c->part, &c->part_bytes,
+                       (size_t)p.chunks * (size_t)d * sizeof(float),
+                       "column-sum partials");
   if (rc) return rc;
-  dim3 g1((unsigned)((d + TPB - 1) / TPB), (unsigned)chunks);
-  k_colsum_part<<<g1, TPB, 0, c->s>>>(dz, n, d, rows_per, c->part);
-  k_colsum_fin<<<(unsigned)((d + TPB - 1) / TPB), TPB, 0, c->s>>>(
-      c->part, chunks, d, beta, db);
-  return kc__launch_check();
+  dim3 g1(p.grid_x, (unsigned)p.chunks);
+  k_colsum_part<<<g1, TPB, 0, c->s>>>(dz, n, d, p, c->part);
+  k_colsum_fin<<<p.grid_x, TPB, 0, c->s>>>(c->part, p.chunks, d, beta, db);
+  return kc__launch_check(c, "col_sum");
 }
 
-/* one thread per row; mirrors kern__cpu_loss */
-__global__ void k_loss(kern_loss kind, const float *p, const float *y,
-                       int64_t n, int64_t d, float s, float *ex, float *grad) {
+/* a thread per row; the row's formula is the CPU's */
+__global__ void k_loss(kern_loss kind, float param, const float *p,
+                       const float *y, int64_t n, int64_t d, float s,
+                       float *ex, float *grad) {
   int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
   if (i >= n) return;
-  const float *pi = p + i * d;
-  float *gi = grad ? grad + i * d : NULL;
-  bool sparse = kind == KERN_LOSS_SPARSE_CCE_LOGITS ||
-                kind == KERN_LOSS_SPARSE_CCE_PROBS;
-  int64_t cls = sparse ? (int64_t)y[i] : -1;
-  const float *yi = sparse ? NULL : y + i * d;
-  double L = 0;
-  switch (kind) {
-    case KERN_LOSS_MSE:
-      for (int64_t j = 0; j < d; j++) {
-        float e = pi[j] - yi[j];
-        L += (double)e * e;
-        if (gi) gi[j] = 2.0f * e / (float)d * s;
-      }
-      L /= (double)d;
-      break;
-    case KERN_LOSS_MAE:
-      for (int64_t j = 0; j < d; j++) {
-        float e = pi[j] - yi[j];
-        L += fabs((double)e);
-        if (gi) gi[j] = (e > 0 ? 1.0f : e < 0 ? -1.0f : 0.0f) / (float)d * s;
-      }
-      L /= (double)d;
-      break;
-    case KERN_LOSS_BCE_LOGITS:
-      for (int64_t j = 0; j < d; j++) {
-        double z = pi[j], t = yi[j];
-        L += (z > 0 ? z : 0) - z * t + log1p(exp(-fabs(z)));
-        if (gi) gi[j] = (d_sigm(pi[j]) - yi[j]) / (float)d * s;
-      }
-      L /= (double)d;
-      break;
-    case KERN_LOSS_BCE_PROBS:
-      for (int64_t j = 0; j < d; j++) {
-        double q = pi[j], t = yi[j];
-        bool clipped = q < KERAS_EPS || q > 1.0 - KERAS_EPS;
-        double qc = q < KERAS_EPS ? KERAS_EPS : q > 1.0 - KERAS_EPS ? 1.0 - KERAS_EPS : q;
-        L -= t * log(qc + KERAS_EPS) + (1 - t) * log(1 - qc + KERAS_EPS);
-        if (gi)
-          gi[j] = clipped ? 0.0f
-                          : (float)((-t / (q + KERAS_EPS) + (1 - t) / (1 - q + KERAS_EPS)) /
-                                    (double)d * s);
-      }
-      L /= (double)d;
-      break;
-    case KERN_LOSS_CCE_LOGITS:
-    case KERN_LOSS_SPARSE_CCE_LOGITS: {
-      float mx = pi[0];
-      for (int64_t j = 1; j < d; j++) mx = pi[j] > mx ? pi[j] : mx;
-      double se = 0;
-      for (int64_t j = 0; j < d; j++) se += exp((double)(pi[j] - mx));
-      double lse = log(se) + mx, tsum = 0;
-      for (int64_t j = 0; j < d; j++) {
-        double tj = yi ? yi[j] : (j == cls ? 1.0 : 0.0);
-        L += tj * (lse - pi[j]);
-        tsum += tj;
-      }
-      if (gi)
-        for (int64_t j = 0; j < d; j++) {
-          double tj = yi ? yi[j] : (j == cls ? 1.0 : 0.0);
-          gi[j] = (float)((exp(pi[j] - lse) * tsum - tj) * s);
-        }
-      break;
-    }
-    case KERN_LOSS_CCE_PROBS:
-    case KERN_LOSS_SPARSE_CCE_PROBS: {
-      double S = 0, gq = 0;
-      for (int64_t j = 0; j < d; j++) S += pi[j];
-      for (int64_t j = 0; j < d; j++) {
-        double tj = yi ? yi[j] : (j == cls ? 1.0 : 0.0);
-        double q = pi[j] / S;
-        bool clipped = q < KERAS_EPS || q > 1.0 - KERAS_EPS;
-        double qc = q < KERAS_EPS ? KERAS_EPS : q > 1.0 - KERAS_EPS ? 1.0 - KERAS_EPS : q;
-        L -= tj * log(qc);
-        double dq = clipped ? 0.0 : -tj / q;
-        if (gi) gi[j] = (float)dq;
-        gq += dq * q;
-      }
-      if (gi)
-        for (int64_t j = 0; j < d; j++) gi[j] = (float)((gi[j] - gq) / S * s);
-      break;
-    }
-    default:
-      break;
-  }
+  bool sparse = kern_math_loss_sparse(kind);
+  int64_t cls = sparse ? kern_math_sparse_class(y[i], d) : -1;
+  double L = kern_math_loss_row_p(kind, param, p + i * d,
+                                  sparse ? NULL : y + i * d, cls, d, s,
+                                  grad ? grad + i * d : NULL);
   if (ex) ex[i] = (float)L;
 }
 
-int kc__loss(kc_ctx *c, kern_loss kind, const float *p, const float *y,
-             int64_t n, int64_t d, float s, float *ex_loss, float *grad) {
-  k_loss<<<(unsigned)((n + 127) / 128), 128, 0, c->s>>>(kind, p, y, n, d, s,
-                                                        ex_loss, grad);
-  return kc__launch_check();
+#define LOSS_TPB 128
+int kc__loss(kc_ctx *c, kern_loss kind, float param, const float *p,
+             const float *y, int64_t n, int64_t d, float s, float *ex_loss,
+             float *grad) {
+  unsigned g;
+  if (kern_plan_thread_blocks(n, LOSS_TPB, &g))
+    return kc__fail(c, TSR_ERANGE, "loss over %lld rows: more than a grid "
+                    "holds", (long long)n);
+  k_loss<<<g, LOSS_TPB, 0, c->s>>>(kind, param, p, y, n, d, s, ex_loss,
+                                    grad);
+  return kc__launch_check(c, "loss");
 }
 
 __global__ void k_gather(const float *rows, int64_t dim, const int32_t *idx,
@@ -323,10 +205,13 @@ __global__ void k_gather(const float *rows, int64_t dim, const int32_t *idx,
 int kc__gather(kc_ctx *c, const float *rows, int64_t dim, const int32_t *idx,
                const int32_t *bag_off, int64_t nb, kern_pool pool, float *out,
                int64_t stride, int64_t off) {
-  int th = dim >= 128 ? 128 : dim >= 32 ? 32 : (int)dim;
-  k_gather<<<(unsigned)nb, th > 0 ? th : 1, 0, c->s>>>(rows, dim, idx, bag_off,
-                                                      pool, out, stride, off);
-  return kc__launch_check();
+  unsigned g;
+  if (kern_plan_row_blocks(nb, &g))
+    return kc__fail(c, TSR_ERANGE, "embedding gather of %lld bags: more "
+                    "than a grid holds", (long long)nb);
+  k_gather<<<g, kern_plan_row_threads(dim), 0, c->s>>>(
+      rows, dim, idx, bag_off, pool, out, stride, off);
+  return kc__launch_check(c, "embed_gather");
 }
 
 __global__ void k_scatter(const float *dout, int64_t stride, int64_t off,
@@ -345,84 +230,73 @@ __global__ void k_scatter(const float *dout, int64_t stride, int64_t off,
 int kc__scatter(kc_ctx *c, const float *dout, int64_t stride, int64_t off,
                 int64_t dim, const int32_t *occ_off, const int32_t *occ_bag,
                 const float *occ_w, int64_t n_uniq, float *grad) {
-  int th = dim >= 128 ? 128 : dim >= 32 ? 32 : (int)dim;
-  k_scatter<<<(unsigned)n_uniq, th > 0 ? th : 1, 0, c->s>>>(
+  unsigned g;
+  if (kern_plan_row_blocks(n_uniq, &g))
+    return kc__fail(c, TSR_ERANGE, "embedding scatter of %lld rows: more "
+                    "than a grid holds", (long long)n_uniq);
+  k_scatter<<<g, kern_plan_row_threads(dim), 0, c->s>>>(
       dout, stride, off, dim, occ_off, occ_bag, occ_w, grad);
-  return kc__launch_check();
+  return kc__launch_check(c, "embed_scatter");
 }
 
-__global__ void k_to_bf16(const float *x, __nv_bfloat16 *o, size_t n) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x)
-    o[i] = __float2bfloat16_rn(x[i]);
+/* the storage bits cuBLAS reads as CUDA_R_16BF / CUDA_R_16F */
+__global__ void k_to_bf16(const float *x, uint16_t *o, size_t n) {
+  GRID_STRIDE(i, n) o[i] = kern_math_bf16_bits(x[i]);
 }
-__global__ void k_to_f16(const float *x, __half *o, size_t n) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x)
-    o[i] = __float2half_rn(x[i]);
+__global__ void k_to_f16(const float *x, uint16_t *o, size_t n) {
+  GRID_STRIDE(i, n) o[i] = kern_math_f16_bits(x[i]);
 }
-__global__ void k_round(float *x, size_t n, int bf) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x)
-    x[i] = bf ? __bfloat162float(__float2bfloat16_rn(x[i]))
-              : __half2float(__float2half_rn(x[i]));
+__global__ void k_round(float *x, size_t n, kern_prec p) {
+  GRID_STRIDE(i, n) x[i] = kern_math_round(p, x[i]);
 }
 
 int kc__to_half(kc_ctx *c, const float *x, void *out, size_t n,
                 kern_prec prec) {
   if (prec == KERN_BF16)
-    k_to_bf16<<<blocks_for(n), TPB, 0, c->s>>>(x, (__nv_bfloat16 *)out, n);
+    k_to_bf16<<<blocks_for(n), TPB, 0, c->s>>>(x, (uint16_t *)out, n);
   else
-    k_to_f16<<<blocks_for(n), TPB, 0, c->s>>>(x, (__half *)out, n);
-  return kc__launch_check();
+    k_to_f16<<<blocks_for(n), TPB, 0, c->s>>>(x, (uint16_t *)out, n);
+  return kc__launch_check(c, "gemm input cast to 16 bits");
 }
 
 int kc__round(kc_ctx *c, float *x, size_t n, kern_prec prec) {
-  k_round<<<blocks_for(n), TPB, 0, c->s>>>(x, n, prec == KERN_BF16);
-  return kc__launch_check();
+  k_round<<<blocks_for(n), TPB, 0, c->s>>>(x, n, prec);
+  return kc__launch_check(c, "round");
 }
 
 __global__ void k_finite(const float *x, size_t n, int *flag) {
   bool bad = false;
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x)
-    bad |= !isfinite(x[i]);
+  GRID_STRIDE(i, n) bad |= !isfinite(x[i]);
   if (__any_sync(0xffffffff, bad) && (threadIdx.x & 31) == 0) *flag = 1;
 }
 
 int kc__all_finite(kc_ctx *c, const float *x, size_t n, bool *finite) {
   cudaError_t e = cudaMemsetAsync(c->flag, 0, sizeof(int), c->s);
-  if (e != cudaSuccess) return kc__err(e);
+  if (e != cudaSuccess) return kc__cuda_fail(c, e, "all_finite: cudaMemsetAsync");
   k_finite<<<blocks_for(n), TPB, 0, c->s>>>(x, n, c->flag);
-  int rc = kc__launch_check();
+  int rc = kc__launch_check(c, "all_finite");
   if (rc) return rc;
   e = cudaMemcpyAsync(c->hflag, c->flag, sizeof(int), cudaMemcpyDeviceToHost, c->s);
-  if (e == cudaSuccess) e = cudaStreamSynchronize(c->s);
-  if (e != cudaSuccess) return kc__err(e);
+  if (e != cudaSuccess) return kc__cuda_fail(c, e, "all_finite: cudaMemcpyAsync");
+  e = cudaStreamSynchronize(c->s);
+  if (e != cudaSuccess) return kc__cuda_fail(c, e, "all_finite: cudaStreamSynchronize");
   *finite = *c->hflag == 0;
   return 0;
 }
 
 __global__ void k_scale(float *x, size_t n, float a) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x)
-    x[i] *= a;
+  GRID_STRIDE(i, n) x[i] *= a;
 }
 __global__ void k_axpy(float *y, const float *x, size_t n, float a) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x)
-    y[i] += a * x[i];
+  GRID_STRIDE(i, n) y[i] += a * x[i];
 }
 __global__ void k_mul(float *x, const float *m, size_t n) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x)
-    x[i] *= m[i];
+  GRID_STRIDE(i, n) x[i] *= m[i];
 }
 __global__ void k_dropout(float *x, float *mask, size_t n, uint32_t thr,
                           float keep, uint64_t seed) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x) {
-    float m = kern__hash32(seed, i) >= thr ? keep : 0.0f;
+  GRID_STRIDE(i, n) {
+    float m = kern_math_dropout_mask(seed, i, thr, keep);
     mask[i] = m;
     x[i] *= m;
   }
@@ -430,20 +304,20 @@ __global__ void k_dropout(float *x, float *mask, size_t n, uint32_t thr,
 
 int kc__scale(kc_ctx *c, float *x, size_t n, float a) {
   k_scale<<<blocks_for(n), TPB, 0, c->s>>>(x, n, a);
-  return kc__launch_check();
+  return kc__launch_check(c, "scale");
 }
 int kc__axpy(kc_ctx *c, float *y, const float *x, size_t n, float a) {
   k_axpy<<<blocks_for(n), TPB, 0, c->s>>>(y, x, n, a);
-  return kc__launch_check();
+  return kc__launch_check(c, "axpy");
 }
 int kc__mul(kc_ctx *c, float *x, const float *m, size_t n) {
   k_mul<<<blocks_for(n), TPB, 0, c->s>>>(x, m, n);
-  return kc__launch_check();
+  return kc__launch_check(c, "mul");
 }
 int kc__dropout(kc_ctx *c, float *x, float *mask, size_t n, float rate,
                 uint64_t seed) {
-  uint32_t thr = (uint32_t)((double)rate * 4294967296.0);
-  k_dropout<<<blocks_for(n), TPB, 0, c->s>>>(x, mask, n, thr,
-                                             1.0f / (1.0f - rate), seed);
-  return kc__launch_check();
+  k_dropout<<<blocks_for(n), TPB, 0, c->s>>>(
+      x, mask, n, kern_math_dropout_threshold(rate),
+      kern_math_dropout_keep(rate), seed);
+  return kc__launch_check(c, "dropout");
 }

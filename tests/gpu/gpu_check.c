@@ -1,14 +1,29 @@
-/* GPU backend against the CPU backend, then the GPU benchmark. Run by
- * tests/gpu/run.sh on a machine with a GPU.
+/* GPU backend against the CPU backend, then the GPU benchmark. Built by
+ * meson (tests/gpu/meson.build); tests/gpu/run.sh runs it on a machine
+ * with a GPU, and the suite runs it on the CPU (both sides on the CPU
+ * backend, TSR_GPU_CHECK_ON_CPU=1) so the harness itself never rots.
  *
  * Checks (fresh random inputs each, outputs poisoned with NaN first so an
  * unwritten element fails): every op of kern.h on both backends,
  * ||gpu - cpu|| / ||cpu|| within fp32 rounding (1e-5; transcendental
- * activations 2e-5), bf16/fp16 products within 1e-2 of the CPU's emulation
- * and of fp32; dropout masks and 16-bit rounding bit-identical; a full
- * training step (forward, loss, backward) of an MLP and of wide_deep with
- * gradients compared the same way; with two or more GPUs, replicas whose
- * NCCL-summed gradients equal one GPU's.
+ * activations 2e-5, the device's libm differing by an ulp or two); dropout
+ * masks and 16-bit rounding bit-identical (one kern_math.h for both).
+ * Products are judged against the error bound of fp32 accumulation, which
+ * holds whatever the order: |gpu - cpu| <= K 2^-22 (sum |a b| + |beta c|)
+ * per element (both sides within K 2^-24, doubled for accumulators that
+ * truncate). bf16/fp16 products get the same bound against the CPU's
+ * emulation, which rounds the inputs exactly as the GPU does (the products
+ * of 16-bit numbers are exact in fp32, so accumulation is the only
+ * difference), and against fp32 the input rounding on top (2u + u^2 with
+ * u = 2^-8, 2^-11). A full training step (forward, loss, backward) of an
+ * MLP and of wide_deep with gradients compared the same way (1e-4 in
+ * fp32, 1e-2 in 16 bits, where an fp32 difference flips the rounding of
+ * some activations: the CPU self-test measures that margin by running each
+ * step again with the parameters of one side an ulp apart); with two or
+ * more GPUs, replicas whose NCCL-summed gradients equal one GPU's. Also
+ * whole steps of a CNN with BatchNormalization and of a Functional
+ * residual block with LayerNormalization; the convolution, pooling and
+ * normalization ops one by one are in gpu_check_nn.c.
  * Benchmark: the MLP 784-1024-1024-10 step at batch 256 (fp32) and an
  * 8192-wide MLP at batch 4096 (bf16), each against the rate of its own
  * products through kern_gemm (cublasGemmEx, with the same bf16 casts the
@@ -27,6 +42,7 @@
 #include <time.h>
 
 static int failures;
+int gpu_check_nn(kern_ctx *cpu, kern_ctx *gpu); /* gpu_check_nn.c */
 static uint64_t rs = 0x9E3779B97F4A7C15ull;
 static float frand(float lo, float hi) {
   rs ^= rs << 13;
@@ -56,7 +72,7 @@ static double relerr(const float *a, const float *ref, size_t n) {
 
 static void report(const char *what, double err, double tol) {
   bool ok = err <= tol;
-  printf("%-48s rel err %9.2e  (tol %.0e)  %s\n", what, err, tol,
+  printf("%-48s rel err %9.2e  (tol %.1e)  %s\n", what, err, tol,
          ok ? "ok" : "FAIL");
   if (!ok) failures++;
 }
@@ -91,8 +107,30 @@ static float *dnan(size_t n) {
   return d;
 }
 
+/* Largest |got - ref| over the magnitude the element is summed from,
+ * |alpha| sum_k |op(A)_ik op(B)_kj| + |beta C0_ij| (float64). */
+static double gemm_err(const float *got, const float *ref, bool ta, bool tb,
+                       int M, int N, int K, float alpha, const float *A,
+                       const float *B, float beta, const float *C0) {
+  double worst = 0;
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++) {
+      double mag = fabs((double)beta * C0[i * N + j]);
+      for (int k = 0; k < K; k++)
+        mag += fabs((double)alpha * (ta ? A[k * M + i] : A[i * K + k]) *
+                    (tb ? B[j * K + k] : B[k * N + j]));
+      double g = got[i * N + j], r = ref[i * N + j];
+      if (isnan(g) != isnan(r)) return INFINITY;
+      double e = fabs(g - r) / (mag > 0 ? mag : 1e-30);
+      if (e > worst) worst = e;
+    }
+  return worst;
+}
+
 static void check_gemm(void) {
   const int M = 123, N = 77, K = 301;
+  /* fp32 accumulation, any order, on either side: K 2^-24 each, doubled */
+  const double acc = K * 0x1p-22;
   for (int p = 0; p < 3; p++)
     for (int t = 0; t < 4; t++) {
       bool ta = t & 1, tb = t & 2;
@@ -107,16 +145,20 @@ static void check_gemm(void) {
                          (kern_prec)p);
       down(Cg, dC, (size_t)M * N * 4);
       char what[96];
-      snprintf(what, sizeof what, "gemm %s ta=%d tb=%d", kern_prec_name((kern_prec)p), ta, tb);
-      report(what, rc ? INFINITY : relerr(Cg, Cc, (size_t)M * N),
-             p == KERN_F32 ? 1e-5 : 1e-2);
-      if (p != KERN_F32) { /* against fp32 too */
+      snprintf(what, sizeof what, "gemm %s ta=%d tb=%d (error / bound)",
+               kern_prec_name((kern_prec)p), ta, tb);
+      report(what, rc ? INFINITY
+                      : gemm_err(Cg, Cc, ta, tb, M, N, K, 0.7f, A, B, 0.5f, C0),
+             acc);
+      if (p != KERN_F32) { /* against fp32: the input rounding on top */
+        double u = p == KERN_BF16 ? 0x1p-8 : 0x1p-11;
         float *Cf = malloc((size_t)M * N * 4);
         memcpy(Cf, C0, (size_t)M * N * 4);
         kern_gemm(cpu, ta, tb, M, N, K, 0.7f, A, B, 0.5f, Cf, KERN_F32);
         snprintf(what, sizeof what, "gemm %s ta=%d tb=%d vs fp32",
                  kern_prec_name((kern_prec)p), ta, tb);
-        report(what, relerr(Cg, Cf, (size_t)M * N), 1e-2);
+        report(what, gemm_err(Cg, Cf, ta, tb, M, N, K, 0.7f, A, B, 0.5f, C0),
+               2 * u + u * u + acc);
         free(Cf);
       }
       kern_free(gpu, dA); kern_free(gpu, dB); kern_free(gpu, dC);
@@ -169,7 +211,7 @@ static void check_losses(void) {
   for (int k = 0; k < KERN_LOSS__COUNT; k++) {
     bool sparse = k == KERN_LOSS_SPARSE_CCE_LOGITS || k == KERN_LOSS_SPARSE_CCE_PROBS;
     bool probs = k == KERN_LOSS_BCE_PROBS || k == KERN_LOSS_CCE_PROBS ||
-                 k == KERN_LOSS_SPARSE_CCE_PROBS;
+                 k == KERN_LOSS_SPARSE_CCE_PROBS || k == KERN_LOSS_KLD;
     size_t N = (size_t)n * d, ny = sparse ? (size_t)n : N;
     float *p = rnd(N, probs ? 0.01f : -3, probs ? 0.99f : 3), *y = rnd(ny, 0, 1);
     if (sparse)
@@ -389,8 +431,26 @@ static wk_batch mk_batch(int64_t n, int64_t nd, int ns, int64_t vocab, int class
   return b;
 }
 
-static void step_compare(const char *name, const char *json, const char *loss,
-                         wk_batch *b, kern_prec prec) {
+static void free_batch(wk_batch *b) {
+  for (int f = 0; f < b->n_sparse; f++) {
+    free(b->offsets[f]);
+    free(b->ids[f]);
+  }
+  free(b->offsets);
+  free(b->ids);
+  free(b->x);
+  free(b->y);
+}
+
+/* nudge: every parameter of the second side one ulp away, at random. An
+ * fp32 difference this size is what another summation order gives the
+ * GPU's activations; in 16 bits it flips the rounding of a few inputs of
+ * the next product. The CPU self-test runs it to show the tolerances hold
+ * with that margin (worst gradients measured so, over several draws: up to
+ * 4e-3 in 16 bits, 1e-6 in fp32). */
+static void step_compare_n(const char *name, const char *json,
+                           const char *loss, wk_batch *b, kern_prec prec,
+                           bool nudge) {
   wk_model *m = mk_model(json, loss);
   char err[512];
   wk_exec *ec, *eg;
@@ -408,6 +468,11 @@ static void step_compare(const char *name, const char *json, const char *loss,
   stage(m, ec, &pc, 7);
   for (int v = 0; v < pc.nv; v++) pg.full[v] = pc.full[v];
   stage(m, eg, &pg, 7);
+  if (nudge)
+    for (int v = 0; v < pg.nv; v++)
+      for (int64_t i = 0; i < pg.ne[v]; i++)
+        pg.p[v][i] = nextafterf(pg.p[v][i], frand(-1, 1) > 0 ? INFINITY
+                                                              : -INFINITY);
   wk_run_opts o = {.train = true, .grad_scale = 1.0f / (float)b->n, .seed = 3};
   wk_run_result rc_, rg_;
   int r1 = wk_exec_run(ec, pc.p, pc.g, &o, &rc_);
@@ -415,15 +480,16 @@ static void step_compare(const char *name, const char *json, const char *loss,
   int r2 = wk_exec_run(eg, pg.p, pg.g, &o, &rg_);
   double tol = prec == KERN_F32 ? 1e-4 : 1e-2;
   char what[128];
-  snprintf(what, sizeof what, "step %s %s: loss", name, kern_prec_name(prec));
+  snprintf(what, sizeof what, "step %s %s%s: loss", name, kern_prec_name(prec),
+           nudge ? " nudged" : "");
   report(what, r1 || r2 ? INFINITY : fabs(rg_.loss_sum - lc) / fmax(fabs(lc), 1e-12), tol);
   double worst = 0;
   for (int v = 0; v < pc.nv; v++) {
     double e = relerr(pg.g[v], pc.g[v], (size_t)pc.ne[v]);
     if (e > worst) worst = e;
   }
-  snprintf(what, sizeof what, "step %s %s: gradients (worst variable)", name,
-           kern_prec_name(prec));
+  snprintf(what, sizeof what, "step %s %s%s: gradients (worst variable)",
+           name, kern_prec_name(prec), nudge ? " nudged" : "");
   report(what, r1 || r2 ? INFINITY : worst, tol);
   for (int v = 0; v < pc.nv; v++) pg.full[v] = NULL;
   free_params(&pc, true);
@@ -433,9 +499,61 @@ static void step_compare(const char *name, const char *json, const char *loss,
   wk_model_free(m);
 }
 
+static void step_compare(const char *name, const char *json, const char *loss,
+                         wk_batch *b, kern_prec prec) {
+  step_compare_n(name, json, loss, b, prec, false);
+  if (getenv("TSR_GPU_CHECK_ON_CPU"))
+    step_compare_n(name, json, loss, b, prec, true);
+}
+
 static const char *wide_json =
     "{\"builtin\": \"wide_deep\", \"dense_features\": 13, \"sparse_features\": 4,"
     " \"vocab\": 1000, \"embedding_dim\": 16, \"hidden\": [64, 32]}";
+
+/* Conv2D (same and strided), pooling, BatchNormalization, ReLU and
+ * Dropout layers, regularizers */
+static const char *cnn_json =
+    "{\"class_name\": \"Sequential\", \"config\": {\"layers\": ["
+    "{\"class_name\": \"InputLayer\", \"config\": {\"batch_input_shape\":"
+    " [null, 12, 12, 3]}},"
+    "{\"class_name\": \"Conv2D\", \"config\": {\"filters\": 8, "
+    "\"kernel_size\": 3, \"padding\": \"same\", \"activation\": \"relu\","
+    " \"kernel_regularizer\": {\"class_name\": \"L2\", \"config\": "
+    "{\"l2\": 0.01}}}},"
+    "{\"class_name\": \"MaxPooling2D\", \"config\": {}},"
+    "{\"class_name\": \"Conv2D\", \"config\": {\"filters\": 16, "
+    "\"kernel_size\": 3, \"strides\": 2, \"use_bias\": false}},"
+    "{\"class_name\": \"BatchNormalization\", \"config\": {}},"
+    "{\"class_name\": \"ReLU\", \"config\": {}},"
+    "{\"class_name\": \"AveragePooling2D\", \"config\": {\"padding\": "
+    "\"same\"}},"
+    "{\"class_name\": \"Flatten\", \"config\": {}},"
+    "{\"class_name\": \"Dropout\", \"config\": {\"rate\": 0.3}},"
+    "{\"class_name\": \"Dense\", \"config\": {\"units\": 10, "
+    "\"activation\": \"softmax\"}}]}}";
+
+/* Functional: a residual block, Concatenate, LayerNormalization, GAP */
+#define FL(cls, nm, cfg, ins)                                              \
+  "{\"class_name\": \"" cls "\", \"name\": \"" nm "\", \"config\": "   \
+  "{\"name\": \"" nm "\"" cfg "}, \"inbound_nodes\": [[" ins "]]}"
+#define FR(nm) "[\"" nm "\", 0, 0, {}]"
+static const char *res_json =
+    "{\"class_name\": \"Functional\", \"config\": {\"layers\": ["
+    "{\"class_name\": \"InputLayer\", \"name\": \"img\", \"config\": "
+    "{\"name\": \"img\", \"batch_input_shape\": [null, 12, 12, 3]}, "
+    "\"inbound_nodes\": []}, "
+    FL("Conv2D", "c1", ", \"filters\": 6, \"kernel_size\": 3, "
+       "\"padding\": \"same\", \"activation\": \"relu\"", FR("img")) ", "
+    FL("Conv2D", "c2", ", \"filters\": 6, \"kernel_size\": 3, "
+       "\"padding\": \"same\"", FR("c1")) ", "
+    FL("Add", "add", "", FR("c1") ", " FR("c2")) ", "
+    FL("Concatenate", "cat", "", FR("add") ", " FR("img")) ", "
+    FL("LayerNormalization", "ln", "", FR("cat")) ", "
+    FL("GlobalAveragePooling2D", "gap", "", FR("ln")) ", "
+    FL("Dense", "out", ", \"units\": 10, \"activation\": \"softmax\"",
+       FR("gap"))
+    "], \"input_layers\": [[\"img\", 0, 0]], \"output_layers\": "
+    "[[\"out\", 0, 0]]}}";
 
 static void check_steps(void) {
   const int w[] = {784, 256, 128, 10};
@@ -449,6 +567,15 @@ static void check_steps(void) {
   wk_batch c = mk_batch(512, 13, 4, 1000, 2);
   for (int p = 0; p < 3; p++)
     step_compare("wide_deep", wide_json, "binary_crossentropy", &c, (kern_prec)p);
+  wk_batch im = mk_batch(64, 12 * 12 * 3, 0, 0, 10);
+  for (int p = 0; p < 2; p++)
+    step_compare("cnn+bn", cnn_json, "sparse_categorical_crossentropy", &im,
+                 (kern_prec)p);
+  step_compare("residual+layernorm", res_json,
+               "sparse_categorical_crossentropy", &im, KERN_F32);
+  free_batch(&b);
+  free_batch(&c);
+  free_batch(&im);
 }
 
 /* several GPUs: two replicas on halves, NCCL-summed, against one GPU */
@@ -598,6 +725,7 @@ int main(int argc, char **argv) {
     check_acts();
     check_losses();
     check_embed_misc();
+    failures += gpu_check_nn(cpu, gpu);
     check_steps();
     check_replicas(ngpu);
   }

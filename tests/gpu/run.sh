@@ -2,9 +2,12 @@
 # tests/gpu/run.sh: the GPU checks of the compute module, in one go, on a
 # machine with an NVIDIA GPU (sm_80 or sm_90; written for an H200).
 #
-#   1. build with -Dgpu=enabled (nvcc: sm_80 + sm_90) in $BUILD (build-gpu)
-#   2. unit tests of kernels and models on that build (the module loads)
-#   3. gpu_check: every GPU kernel and a full training step (MLP, wide_deep;
+#   1. build with -Dgpu=enabled (nvcc: sm_80 + sm_90) in $BUILD (build-gpu),
+#      gpu_check included (a meson target, tests/gpu/meson.build)
+#   2. unit tests of kernels and models on that build (the module loads;
+#      the shared formulas, the GEMM mapping and gpu_check's CPU self-test)
+#   3. gpu_check: every GPU kernel and a full training step (MLP, wide_deep,
+#      a CNN with BatchNormalization, a Functional residual block;
 #      fp32, bf16, fp16) against the CPU backend, NCCL replicas when there
 #      are several GPUs, then the GPU benchmark (MLP 784-1024-1024-10 at
 #      batch 256, and 8192-wide layers at batch 4096 in bf16, each against
@@ -59,24 +62,19 @@ build() {
     run meson setup "$BUILD" -Dgpu=enabled -Dbuildtype=release || return 1
   fi
   run ninja -C "$BUILD" ${JOBS:+-j$JOBS} kernels/cuda/libtsr_kern_cuda.so \
-      worker/tessera-worker worker/libtsr_worker.a \
+      worker/tessera-worker tests/gpu/gpu_check \
       tests/bench/kernels/bench_kern_step tests/unit/kernels/test_kern \
+      tests/unit/kernels/test_kern_math tests/unit/kernels/test_kern_plan \
       tests/unit/worker/test_model tests/unit/worker/test_standalone ||
     return 1
   [ -f "$BUILD/kernels/cuda/libtsr_kern_cuda.so" ] ||
     { say "the CUDA module was not built"; return 1; }
-  # gpu_check links the project's libraries
-  run cc -std=gnu11 -O2 -Wall -Wextra -Werror -Wno-unused-parameter -I. \
-      -I"$BUILD" tests/gpu/gpu_check.c "$BUILD/worker/libtsr_worker.a" \
-      "$BUILD/kernels/libtsr_kernels.a" "$BUILD/common/libtsr_common.a" \
-      $(pkg-config --libs jansson libuv libsodium libprotobuf-c zlib) \
-      -lopenblas -lm -ldl -lpthread -o "$BUILD/gpu_check" || return 1
 }
 
 if [ "$MODE" = bundle ]; then
   deps_ok && build || exit 1
   mkdir -p "$DIR/lib"
-  cp "$BUILD/gpu_check" "$BUILD/worker/tessera-worker" \
+  cp "$BUILD/tests/gpu/gpu_check" "$BUILD/worker/tessera-worker" \
      "$BUILD/tests/bench/kernels/bench_kern_step" "$DIR/"
   cp "$BUILD/kernels/cuda/libtsr_kern_cuda.so" "$DIR/"
   for b in "$DIR/gpu_check" "$DIR/tessera-worker" "$DIR/bench_kern_step"; do
@@ -92,7 +90,7 @@ if [ "$MODE" = bundle ]; then
 fi
 
 if [ "$MODE" = from ]; then
-  BIN=$DIR
+  GPU_CHECK=$DIR/gpu_check
   export LD_LIBRARY_PATH="$DIR/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   export TESSERA_MODULE_DIR="$DIR"
   WORKER=$DIR/tessera-worker
@@ -104,10 +102,11 @@ else
     exit 2
   fi
   build || { say "BUILD FAILED"; exit 1; }
-  BIN=$BUILD
+  GPU_CHECK=$BUILD/tests/gpu/gpu_check
   WORKER=$BUILD/worker/tessera-worker
   BENCH=$BUILD/tests/bench/kernels/bench_kern_step
-  run meson test -C "$BUILD" --no-rebuild kern model standalone ||
+  run meson test -C "$BUILD" --no-rebuild kern kern_math kern_plan \
+      gpu_check_cpu model standalone ||
     fails=$((fails + 1))
 fi
 
@@ -122,7 +121,7 @@ for lib in libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libnccl.so.2; do
 done
 run nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
 # 3. kernels and steps against the CPU, then the GPU benchmark
-run "$BIN/gpu_check" || fails=$((fails + 1))
+run "$GPU_CHECK" || fails=$((fails + 1))
 # 4. CPU benchmark and standalone training on the GPU
 run "$BENCH" 20 || fails=$((fails + 1))
 run "$WORKER" --standalone --job deploy/jobs/diabetes.json --device gpu ||

@@ -17,7 +17,7 @@ command -v "$cc" >/dev/null || { echo "SKIP: no C compiler"; exit 77; }
 work=${1:-$(mktemp -d)}
 mkdir -p "$work"
 [ $# -ge 1 ] || trap 'rm -rf "$work"' EXIT
-fails=${TSR_MODEL_FAILS:-2}
+fails=${TSR_MODEL_FAILS:-1}
 total=${TSR_MODEL_TOTAL:-2}
 rc=0
 

@@ -1,5 +1,6 @@
 /* Error codes: every own code has a distinct name and message, libuv's and
- * errno's codes pass through. */
+ * errno's codes pass through; tsr_errf formats, cuts and returns the
+ * code. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -39,10 +40,28 @@ static void libuv_codes_pass_through(void **state) {
   assert_non_null(tsr_err_name(-123456));
 }
 
+static void errf_formats_and_returns_the_code(void **state) {
+  (void)state;
+  char buf[32];
+  memset(buf, 'x', sizeof buf);
+  assert_int_equal(tsr_errf(buf, sizeof buf, TSR_ECONFIG, "%s = %d", "k", 7),
+                   TSR_ECONFIG);
+  assert_string_equal(buf, "k = 7");
+  /* cut to errlen - 1 and terminated */
+  assert_int_equal(tsr_errf(buf, 6, TSR_EIO, "%s", "0123456789"), TSR_EIO);
+  assert_string_equal(buf, "01234");
+  /* no buffer: nothing written, the code still comes back */
+  assert_int_equal(tsr_errf(NULL, 0, TSR_ENOMEM, "%s", "lost"), TSR_ENOMEM);
+  memset(buf, 'x', sizeof buf);
+  assert_int_equal(tsr_errf(buf, 0, -5, "%s", "lost"), -5);
+  assert_int_equal(buf[0], 'x');
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(own_codes_have_names_and_messages),
       cmocka_unit_test(libuv_codes_pass_through),
+      cmocka_unit_test(errf_formats_and_returns_the_code),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -28,7 +28,8 @@ static void defaults_are_keras(void **state) {
   assert_int_equal(j.mode, TSR_MODE_ASYNC);
   assert_int_equal(j.partitioner.kind, TSR_PART_MIN_SIZE);
   assert_int_equal(j.partitioner.min_shard_bytes, 256 << 10);
-  assert_int_equal(j.partitioner.max_shards, 1);
+  assert_int_equal(j.partitioner.max_shards, 0); /* one per PS at most */
+  assert_int_equal(j.partitioner.placement, TSR_PLACE_BALANCED);
   tsr_job_free(&j);
   tsr_optim_spec o;
   json_t *sgd = json_string("sgd");
@@ -86,7 +87,7 @@ static const bad_t bad[] = {
     {"{\"steps\": -1}", "steps = -1 is out of range"},
     {"{\"batch_size\": 0}", "batch_size = 0"},
     {"{\"batch_size\": \"big\"}", "batch_size must be an integer"},
-    {"{\"optimizer\": \"adamw\"}", "optimizer.name \"adamw\""},
+    {"{\"optimizer\": \"lion\"}", "optimizer \"lion\" is not supported"},
     {"{\"optimizer\": {\"name\": \"adam\", \"beta1\": 0.8}}", "optimizer.beta1: unknown key; did you mean \"beta_1\"?"},
     {"{\"optimizer\": {\"name\": \"adam\", \"learning_rate\": 0}}", "learning_rate 0 must be > 0"},
     {"{\"optimizer\": {\"name\": \"sgd\", \"momentum\": 1.5}}", "momentum 1.5"},

@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -82,7 +83,7 @@ static void count_table(void **state) {
   for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
     const pcase *c = &table[i];
     tsr_partitioner p = mk(c);
-    tsr_var_shape v = {"v", c->rank, {c->d0, c->d1}, c->elem};
+    tsr_var_shape v = {"v", c->rank, {c->d0, c->d1}, c->elem, 0};
     int64_t n = -1;
     char err[256] = "";
     int rc = tsr_partition_count(&p, &v, &n, err, sizeof err);
@@ -120,7 +121,7 @@ static void max_size_bound_holds(void **state) {
     p.kind = TSR_PART_MAX_SIZE;
     p.max_shard_bytes = max_b;
     p.max_shards = 0;
-    tsr_var_shape v = {"v", 2, {d0, d1}, 4};
+    tsr_var_shape v = {"v", 2, {d0, d1}, 4, 0};
     int64_t n;
     assert_int_equal(tsr_partition_count(&p, &v, &n, NULL, 0), 0);
     int64_t row_b = d1 * 4;
@@ -139,8 +140,9 @@ static void round_robin_across_variables(void **state) {
   tsr_partitioner_default(&p);
   p.kind = TSR_PART_FIXED;
   p.num_shards = 4;
-  tsr_var_shape vars[3] = {{"a", 2, {8, 2}, 4}, {"b", 0, {0}, 4},
-                           {"c", 1, {3}, 4}};
+  p.placement = TSR_PLACE_ROUND_ROBIN;
+  tsr_var_shape vars[3] = {{"a", 2, {8, 2}, 4, 0}, {"b", 0, {0}, 4, 0},
+                           {"c", 1, {3}, 4, 0}};
   tsr_shard *s;
   size_t n;
   assert_int_equal(tsr_partition_plan(&p, vars, 3, 2, &s, &n, NULL, 0), 0);
@@ -165,25 +167,29 @@ static void bad_arguments(void **state) {
   tsr_partitioner p;
   char err[256];
   int64_t n;
-  tsr_var_shape zero = {"emb", 2, {0, 4}, 4};
+  tsr_var_shape zero = {"emb", 2, {0, 4}, 4, 0};
   tsr_partitioner_default(&p);
   assert_int_equal(tsr_partition_count(&p, &zero, &n, err, sizeof err),
                    TSR_EINVAL);
   assert_non_null(strstr(err, "emb: dimension 0 is 0"));
-  tsr_var_shape neg = {"w", 2, {4, -2}, 4};
+  tsr_var_shape neg = {"w", 2, {4, -2}, 4, 0};
   assert_int_equal(tsr_partition_count(&p, &neg, &n, err, sizeof err),
                    TSR_EINVAL);
   assert_non_null(strstr(err, "dimension 1 is -2"));
-  tsr_var_shape ok = {"w", 2, {4, 4}, 4};
+  tsr_var_shape ok = {"w", 2, {4, 4}, 4, 0};
   p.min_shard_bytes = 0;
   assert_int_equal(tsr_partition_count(&p, &ok, &n, err, sizeof err),
                    TSR_EINVAL);
   assert_non_null(strstr(err, "min_shard_bytes 0"));
   tsr_partitioner_default(&p);
-  p.max_shards = 0;
+  p.max_shards = -1;
   assert_int_equal(tsr_partition_count(&p, &ok, &n, err, sizeof err),
                    TSR_EINVAL);
-  assert_non_null(strstr(err, "max_shards 0"));
+  assert_non_null(strstr(err, "max_shards -1"));
+  tsr_placement pl;
+  assert_int_equal(tsr_placement_parse("greedy", &pl, err, sizeof err),
+                   TSR_EINVAL);
+  assert_non_null(strstr(err, "placement \"greedy\""));
   p.kind = TSR_PART_FIXED;
   p.num_shards = -1;
   assert_int_equal(tsr_partition_count(&p, &ok, &n, err, sizeof err),
@@ -194,7 +200,7 @@ static void bad_arguments(void **state) {
   assert_int_equal(tsr_partition_count(&p, &ok, &n, err, sizeof err),
                    TSR_EINVAL);
   assert_non_null(strstr(err, "max_shard_bytes 0"));
-  tsr_var_shape huge = {"h", 3, {INT64_MAX / 2, 4, 4}, 4};
+  tsr_var_shape huge = {"h", 3, {INT64_MAX / 2, 4, 4}, 4, 0};
   tsr_partitioner_default(&p);
   assert_int_equal(tsr_partition_count(&p, &huge, &n, err, sizeof err),
                    TSR_EINVAL);
@@ -205,12 +211,120 @@ static void bad_arguments(void **state) {
                    TSR_EINVAL);
 }
 
+/* Balanced placement: largest shard first, each to the PS with the fewest
+ * bytes so far (ties to the lowest index), optimizer slots counted. */
+static void balanced_largest_first(void **state) {
+  (void)state;
+  tsr_partitioner p;
+  tsr_partitioner_default(&p);
+  p.kind = TSR_PART_FIXED;
+  p.num_shards = 1;
+  /* bytes: a 400, b 300, c 200, d 100 (c has one slot: 2 x 100 rows) */
+  tsr_var_shape vars[4] = {{"a", 1, {100}, 4, 0}, {"b", 1, {75}, 4, 0},
+                           {"c", 1, {25}, 4, 1}, {"d", 1, {25}, 4, 0}};
+  tsr_shard *s;
+  size_t n;
+  assert_int_equal(tsr_partition_plan(&p, vars, 4, 2, &s, &n, NULL, 0), 0);
+  assert_int_equal(n, 4);
+  /* a -> 0 (400); b -> 1 (300); c (200) -> 1 (500); d -> 0 (500) */
+  assert_int_equal(s[0].ps, 0);
+  assert_int_equal(s[1].ps, 1);
+  assert_int_equal(s[2].ps, 1);
+  assert_int_equal(s[3].ps, 0);
+  int64_t per[2];
+  double r = tsr_partition_balance(s, n, vars, 2, per);
+  assert_int_equal(per[0], 500);
+  assert_int_equal(per[1], 500);
+  assert_true(r == 1.0);
+  free(s);
+  /* equal sizes keep creation order: a tie goes to the lowest index */
+  tsr_var_shape eq[3] = {{"x", 1, {10}, 4, 0}, {"y", 1, {10}, 4, 0},
+                         {"z", 1, {10}, 4, 0}};
+  assert_int_equal(tsr_partition_plan(&p, eq, 3, 2, &s, &n, NULL, 0), 0);
+  assert_int_equal(s[0].ps, 0);
+  assert_int_equal(s[1].ps, 1);
+  assert_int_equal(s[2].ps, 0);
+  free(s);
+}
+
+/* The main job's MLP (784-256-128-10 with Adam's two slots) over 2 PS: the
+ * default partitioner splits the first kernel in two (max_shards follows
+ * the PS count) and balanced placement keeps max/mean under 1.25, where
+ * round-robin puts every kernel on ps:0. */
+static void main_job_balance(void **state) {
+  (void)state;
+  tsr_var_shape mlp[6] = {
+      {"dense/kernel", 2, {784, 256}, 4, 2}, {"dense/bias", 1, {256}, 4, 2},
+      {"dense_1/kernel", 2, {256, 128}, 4, 2},
+      {"dense_1/bias", 1, {128}, 4, 2},
+      {"dense_2/kernel", 2, {128, 10}, 4, 2},
+      {"dense_2/bias", 1, {10}, 4, 2}};
+  tsr_partitioner p;
+  tsr_partitioner_default(&p);
+  tsr_shard *s;
+  size_t n;
+  int64_t per[4];
+  assert_int_equal(tsr_partition_plan(&p, mlp, 6, 2, &s, &n, NULL, 0), 0);
+  assert_int_equal(s[0].num_shards, 2);
+  double bal = tsr_partition_balance(s, n, mlp, 2, per);
+  assert_true(bal <= 1.25);
+  free(s);
+  p.placement = TSR_PLACE_ROUND_ROBIN;
+  p.max_shards = 1; /* TensorFlow's defaults */
+  assert_int_equal(tsr_partition_plan(&p, mlp, 6, 2, &s, &n, NULL, 0), 0);
+  for (size_t i = 0; i < n; i++)
+    if (strstr(mlp[s[i].var].name, "kernel")) assert_int_equal(s[i].ps, 0);
+  assert_true(tsr_partition_balance(s, n, mlp, 2, per) > 1.9);
+  free(s);
+}
+
+/* Greedy's bound over many random models: the fullest PS holds at most
+ * the mean plus the largest shard, and every shard is placed. */
+static void balanced_bound_holds(void **state) {
+  (void)state;
+  srand(11);
+  for (int it = 0; it < 500; it++) {
+    tsr_var_shape v[12];
+    char names[12][8];
+    size_t nv = 1 + (size_t)(rand() % 12);
+    for (size_t i = 0; i < nv; i++) {
+      snprintf(names[i], sizeof names[i], "v%zu", i);
+      v[i] = (tsr_var_shape){names[i], 2, {1 + rand() % 4000, 1 + rand() % 64},
+                             4, rand() % 3};
+    }
+    int n_ps = 1 + rand() % 5;
+    tsr_partitioner p;
+    tsr_partitioner_default(&p);
+    p.min_shard_bytes = 1 + rand() % 100000;
+    tsr_shard *s;
+    size_t n;
+    assert_int_equal(tsr_partition_plan(&p, v, nv, n_ps, &s, &n, NULL, 0), 0);
+    int64_t per[5], sum = 0, max = 0, biggest = 0;
+    tsr_partition_balance(s, n, v, n_ps, per);
+    for (size_t k = 0; k < n; k++) {
+      assert_true(s[k].ps >= 0 && s[k].ps < n_ps);
+      assert_true(s[k].num_shards <= n_ps);
+      int64_t b = tsr_shard_bytes(&s[k], &v[s[k].var]);
+      if (b > biggest) biggest = b;
+    }
+    for (int i = 0; i < n_ps; i++) {
+      sum += per[i];
+      if (per[i] > max) max = per[i];
+    }
+    assert_true(max * n_ps <= sum + (int64_t)n_ps * biggest);
+    free(s);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(count_table),
       cmocka_unit_test(max_size_bound_holds),
       cmocka_unit_test(round_robin_across_variables),
       cmocka_unit_test(bad_arguments),
+      cmocka_unit_test(balanced_largest_first),
+      cmocka_unit_test(main_job_balance),
+      cmocka_unit_test(balanced_bound_holds),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -485,6 +485,34 @@ static void test_evaluator_stopped(void **state) {
   test_rmtree(f.dir);
 }
 
+/* The chief ended well but the evaluator never finishes: it is stopped
+ * once --eval-drain-ms have passed (it was exempt from the SIGKILL the log
+ * announced, and the launcher waited for it for ever). */
+static void test_evaluator_drain_is_bounded(void **state) {
+  fixture f;
+  fixture_make(&f);
+  setenv("FAKE_CHIEF", "exit:0", 1);
+  setenv("FAKE_EVAL", "forever", 1);
+  const char *args[] = {"--bin-dir", f.bindir, "--ps", "1", "--workers", "1",
+                        "--evaluator", "--grace-ms", "1000",
+                        "--eval-drain-ms", "1500", NULL};
+  pid_t pid = launch(&f, args);
+  int st = wait_exit(pid, 20);
+  char *out = test_slurp(f.outpath, NULL);
+  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) fprintf(stderr, "%s", out);
+  assert_true(WIFEXITED(st));
+  assert_int_equal(WEXITSTATUS(st), 0); /* the chief's */
+  assert_non_null(strstr(out, "at most 1500 ms"));
+  assert_non_null(strstr(out, "still running 1500 ms after the chief ended"));
+  assert_non_null(strstr(out, "evaluator:0 was killed by signal 15"));
+  free(out);
+  record r[16];
+  int n = load_records(&f, r, 16);
+  assert_all_gone(r, n);
+  unsetenv("FAKE_EVAL");
+  test_rmtree(f.dir);
+}
+
 static void test_missing_binary(void **state) {
   fixture f;
   fixture_make(&f);
@@ -605,6 +633,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_launcher_killed),
       cmocka_unit_test(test_evaluator_finishes_after_chief),
       cmocka_unit_test(test_evaluator_stopped),
+      cmocka_unit_test(test_evaluator_drain_is_bounded),
       cmocka_unit_test(test_missing_binary),
       cmocka_unit_test(test_terminal_progress),
   };

@@ -2,9 +2,13 @@
 # `tessera local` with the real tessera-ps, tessera-worker and tessera-chief
 # (found from the build tree next to tessera): a short run trains to the
 # exact step count with TensorBoard events, metrics.jsonl, report.html and
-# the summary; then a worker killed with -9 is restarted, and SIGINT to the
-# launcher stops every process and returns the chief's status. Every wait
-# has a deadline; every process started is killed on exit.
+# the summary; then a worker killed with -9 is restarted, a PS sent SIGTERM
+# mid-job exits non-zero and is restarted (it exited 0 and was left down),
+# and SIGINT to the launcher stops every process and returns the chief's
+# status; last, an epochs-based job with --evaluator ends as soon as the
+# evaluator has seen the job's last checkpoint (it waited out its idle
+# timeout, 10 minutes). Every wait has a deadline; every process started is
+# killed on exit.
 set -u
 BUILD=${TSR_BUILD_DIR:?TSR_BUILD_DIR not set}
 SRC=${TSR_SOURCE_DIR:?TSR_SOURCE_DIR not set}
@@ -106,6 +110,19 @@ if wait_for "$out" "worker:1 (.*) ready" 60; then
   else
     fail "no tessera status command printed"
   fi
+  # a PS told to stop mid-job leaves an unfinished job: restarted
+  p1=$(grep -o 'ps:1 started (pid [0-9]*' "$out" | head -1 | grep -o '[0-9]*$')
+  kill -TERM "$p1"
+  if wait_for "$out" "ps:1 exited with status 1; restarting" 30; then
+    ok "a PS stopped mid-job exits 1 and is restarted"
+  else
+    fail "ps:1 was not restarted after SIGTERM"
+  fi
+  if wait_for "$out" "recovered\|no checkpoint to restore" 60; then
+    ok "the chief recovered from the lost PS"
+  else
+    fail "no recovery after ps:1 came back"
+  fi
 else
   fail "worker:1 never became ready"
 fi
@@ -120,12 +137,29 @@ else
   LPID=
   grep -q "chief exit status $rc;" "$out" && ok "exit status $rc is the chief's" \
     || fail "exit status $rc is not the chief's"
-  grep -q "restarts: 0 ps, 1 worker" "$out" && ok "one worker restart counted" \
+  grep -q "restarts: 1 ps, 1 worker" "$out" && ok "one PS and one worker restart counted" \
     || fail "restart count"
 fi
 none_left && ok "no process left after SIGINT" || fail "processes left after SIGINT"
 ls -d "$WORK"/tessera-local-* >/dev/null 2>&1 \
   && fail "the status folder was left behind" || ok "status folder removed"
+
+# 3. An epochs-based job with the evaluator sidecar ends with its last
+# checkpoint.
+out=$WORK/run3.txt
+t0=$SECONDS
+timeout 90 "$TESSERA" local --ps 1 --workers 2 --evaluator --job "$JOB" \
+  --epochs 20 --checkpoint-dir "$WORK/ck3" --grace-ms 5000 >"$out" 2>&1
+rc=$?
+[ $rc = 0 ] && ok "evaluator run exits 0 in $((SECONDS - t0)) s" \
+  || fail "evaluator run exited $rc after $((SECONDS - t0)) s"
+grep -q "is the job's last; stopping" "$out" \
+  && ok "the evaluator stops after the job's last checkpoint" \
+  || fail "the evaluator did not see the last checkpoint"
+grep -q "evaluator:0 exited with status 0" "$out" && ok "evaluator exits 0" \
+  || fail "evaluator exit"
+none_left && ok "no process left after the evaluator run" \
+  || fail "processes left after run 3"
 
 echo "$FAILS failure(s)"
 [ "$FAILS" = 0 ]

@@ -46,7 +46,7 @@ out=$("$T" partition --var w=1024x1024 --max-shards 16 --ps 2 --json)
 n=$(grep -c '"variable"' <<<"$out")
 if [ "$n" = 16 ] && grep -q '"rows": 64' <<<"$out"; then pass=$((pass+1)); else echo "FAIL partition_minsize: $n shards"; fails=$((fails+1)); fi
 check partition_div 0 "3-6" "$T" partition --var v=13x4 --partitioner fixed --num-shards 5 --ps 2
-out=$("$T" partition --var v=13x4 --partitioner fixed --num-shards 5 --ps 2 --json)
+out=$("$T" partition --var v=13x4 --partitioner fixed --num-shards 5 --ps 2 --placement round_robin --json)
 rows=$(grep -o '"rows": [0-9]*' <<<"$out" | awk '{printf "%s,", $2}')
 if [ "$rows" = "3,3,3,2,2," ]; then pass=$((pass+1)); else echo "FAIL partition_rows: $rows"; fails=$((fails+1)); fi
 ps=$(grep -o '"ps": [0-9]*' <<<"$out" | awk '{printf "%s,", $2}')
@@ -55,7 +55,18 @@ check partition_maxsize 0 "emb" "$T" partition --var emb=100000x64 --partitioner
 check partition_cluster_ps 0 "" env TF_CONFIG="$ok_cfg" "$T" partition --var w=10x10
 check partition_zero_dim 2 "dimension 0 is 0" "$T" partition --var w=0x10
 check partition_min_bytes 2 "min_shard_bytes 0" "$T" partition --var w=10x10 --min-shard-bytes 0
-check partition_max_shards 2 "max_shards 0" "$T" partition --var w=10x10 --max-shards 0
+check partition_max_shards 2 "max_shards -1" "$T" partition --var w=10x10 --max-shards -1
+check partition_bad_placement 2 'placement "greedy"' "$T" partition --var w=10x10 --placement greedy
+# balanced (the default): the 48-byte shards first, then each 32-byte one
+# to the lighter PS; per-PS totals and max/mean printed
+out=$("$T" partition --var v=13x4 --partitioner fixed --num-shards 5 --ps 2 --json)
+ps=$(grep -o '"ps": [0-9]*' <<<"$out" | awk '{printf "%s,", $2}')
+if [ "$ps" = "0,1,0,1,1," ] && grep -q '"max_over_mean"' <<<"$out"; then pass=$((pass+1)); else echo "FAIL partition_balanced: $ps"; fails=$((fails+1)); fi
+check partition_totals 0 "max/mean 1.077" "$T" partition --var v=13x4 --partitioner fixed --num-shards 5 --ps 2
+echo '{"placement": "round_robin", "partitioner": {"type": "fixed", "num_shards": 5}}' > "$tmp/rr.json"
+check partition_job_placement 0 "round_robin placement" "$T" partition --job "$tmp/rr.json" --var v=13x4 --ps 2
+echo '{"placement": "striped"}' > "$tmp/badpl.json"
+check partition_job_bad_placement 2 'placement "striped"' "$T" partition --job "$tmp/badpl.json" --var v=13x4
 check partition_bad_kind 2 '"evenly"' "$T" partition --var w=10x10 --partitioner evenly
 check partition_bad_ps 2 "--ps 0" "$T" partition --var w=10x10 --ps 0
 check partition_no_vars 2 "no variables" "$T" partition
@@ -66,7 +77,7 @@ echo '{"partitioner": {"type": "fixed", "num_shardz": 3}}' > "$tmp/bad.json"
 check partition_job_bad 2 "num_shardz: unknown key" "$T" partition --job "$tmp/bad.json" --var w=9x2
 # the job's model gives the variables (Keras names, in creation order)
 out=$("$T" partition --job "$TSR_SOURCE_DIR/deploy/jobs/fashion_mnist.json" --ps 2 --json)
-names=$(grep -o '"variable": "[^"]*"' <<<"$out" | cut -d'"' -f4 | tr '\n' ' ')
+names=$(grep -o '"variable": "[^"]*"' <<<"$out" | cut -d'"' -f4 | uniq | tr '\n' ' ')
 if [ "$names" = "dense/kernel dense/bias dense_1/kernel dense_1/bias dense_2/kernel dense_2/bias " ]; then pass=$((pass+1)); else echo "FAIL partition_job_model: $names"; fails=$((fails+1)); fi
 check unknown_command 2 'unknown command "frobnicate"' "$T" frobnicate
 

@@ -137,7 +137,7 @@ static void serve_then_shutdown_rpc(void **state) {
   assert_int_equal(r.status, 0);
   assert_int_equal(r.applies, 1);
   assert_true(r.mem_used >= 3 * sizeof got);
-  H_CALL(&e, r, ps_client_shutdown(e.cl[0], h_cb, &r));
+  H_CALL(&e, r, ps_client_shutdown(e.cl[0], true, h_cb, &r));
   assert_int_equal(r.status, 0);
   assert_int_equal(wait_exit(pid, 10000), 0);
   assert_int_equal(h_down(&e), 0);
@@ -159,6 +159,42 @@ static void sigterm_exits_zero(void **state) {
   assert_int_equal(wait_exit(pid, 10000), 0);
   assert_int_equal(h_down(&e), 0);
   unlink(errfile);
+}
+
+/* A PS that holds variables and is told to leave while its job is not
+ * done (SIGTERM, or a shutdown that does not say the job is done) exits 1,
+ * so a supervisor (tessera local, restart: on-failure) starts it again;
+ * before, it exited 0 and the chief waited --ps-timeout for nothing. */
+static void leaving_a_job_exits_one(void **state) {
+  (void)state;
+  for (int how = 0; how < 2; how++) {
+    int port = free_port();
+    char errfile[] = "/tmp/tsr-ps-itest-XXXXXX", text[4096];
+    close(mkstemp(errfile));
+    pid_t pid = start_ps(port, "ps", TOKEN, errfile);
+    h_env e;
+    client_env(&e, port, TOKEN);
+    h_res r;
+    tsr_optim_spec o;
+    tsr_optim_defaults(TSR_OPT_SGD, &o);
+    ps_var_spec v;
+    int64_t shape[2] = {4, 3};
+    assert_int_equal(ps_var_spec_init(&v, "dense/kernel", 2, shape, 0, 1,
+                                      "zeros", 1, &o), 0);
+    H_CALL(&e, r, ps_client_create(e.cl[0], &v, 1, h_cb, &r));
+    assert_int_equal(r.status, 0);
+    if (how == 0) {
+      kill(pid, SIGTERM);
+    } else {
+      H_CALL(&e, r, ps_client_shutdown(e.cl[0], false, h_cb, &r));
+      assert_int_equal(r.status, 0);
+    }
+    assert_int_equal(wait_exit(pid, 10000), 1);
+    read_file(errfile, text, sizeof text);
+    assert_non_null(strstr(text, "the job is not done"));
+    assert_int_equal(h_down(&e), 0);
+    unlink(errfile);
+  }
 }
 
 static void wrong_token_refused(void **state) {
@@ -202,6 +238,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(serve_then_shutdown_rpc),
       cmocka_unit_test(sigterm_exits_zero),
+      cmocka_unit_test(leaving_a_job_exits_one),
       cmocka_unit_test(wrong_token_refused),
       cmocka_unit_test(bad_start_exits_two),
   };

@@ -8,13 +8,14 @@
  *   sparse  the same with a wide-and-deep model whose embedding tables are
  *           row-sparse and split over both PS;
  *   errors  1 PS, 1 worker: another format_version is refused
- *           (TSR_EVERSION), a missing data file answers TSR_EIO naming the
- *           path, a PS killed mid-closure fails the closure naming the PS
+ *           (TSR_EVERSION), a missing data file answers TSR_EDATA (the
+ *           chief stops the run on it) naming the path, a PS killed mid-closure fails the closure naming the PS
  *           and the worker keeps serving (configured again once the PS is
  *           back), shutdown by the method exits 0;
  *   synckill 2 PS, 2 workers, sync: a PS killed while the other holds
  *           calls fails both closures at once, naming it.
- * Every wait has a deadline; every process must exit 0 on SIGTERM.
+ * Every wait has a deadline; every worker must exit 0 on SIGTERM, every PS
+ * 0 or 1 (1: it held a job that was not done).
  */
 #include "harness.h"
 
@@ -186,13 +187,13 @@ static int test_train(const char *mode) {
 /* ---- sync ------------------------------------------------------------------ */
 
 static int test_sync(const char *path, const char *const *ovr, int closures,
-                     int steps) {
+                     int steps, int nw) {
   h_cluster c;
-  int rc = h_start(&c, 2, 2, "sync");
+  int rc = h_start(&c, 2, nw, "sync");
   H_CHECK(rc == 0, "start");
-  H_CHECK(h_load_job(&c, path, ovr, 2) == 0, "job");
+  H_CHECK(h_load_job(&c, path, ovr, nw) == 0, "job");
   H_CHECK(h_create_vars(&c, "sync") == 0, "create");
-  for (int w = 0; w < 2; w++) {
+  for (int w = 0; w < nw; w++) {
     h_result r;
     rc = h_configure(&c, w, 11, WK_FORMAT_VERSION, c.job_text, &r);
     H_CHECK(rc == 0, "configure worker %d: %s", w, r.msg);
@@ -200,27 +201,27 @@ static int test_sync(const char *path, const char *const *ovr, int closures,
   }
   for (int k = 0; k < closures; k++) {
     h_result r[2];
-    for (int w = 0; w < 2; w++)
+    for (int w = 0; w < nw; w++)
       H_CHECK(run_closure(&c, w, (uint64_t)(k * 2 + w), steps, &r[w]) == 0,
               "run");
-    for (int w = 0; w < 2; w++) {
+    for (int w = 0; w < nw; w++) {
       rc = h_wait(&c, &r[w], 60000);
       H_CHECK(rc == 0, "sync closure %d worker %d: %s", k, w, r[w].msg);
       h_result_free(&r[w]);
     }
   }
-  /* The reference: one process, global batch 32, same seed and order. */
+  /* The reference: one process, the global batch, same seed and order. */
   char err[1024];
   wk_input *in = NULL;
   wk_input_opts io = {.worker_index = 0, .num_workers = 1,
-                      .batch_size = 2 * c.job.batch_size,
+                      .batch_size = nw * c.job.batch_size,
                       .epochs = -1, .seed = c.job.seed};
   wk_trainer *t = NULL;
   wk_train_opts to = {.device = KERN_DEVICE_CPU, .quiet = true};
   H_CHECK(wk_input_open(&c.job, WK_SPLIT_TRAIN, &io, &in, err, sizeof err) == 0,
           "%s", err);
   H_CHECK(wk_trainer_open(c.model, &c.job.optimizer, c.job.seed,
-                          c.job.precision, &to, 2 * c.job.batch_size, &t, err,
+                          c.job.precision, &to, nw * c.job.batch_size, &t, err,
                           sizeof err) == 0,
           "%s", err);
   for (int s = 0; s < closures * steps; s++) {
@@ -265,7 +266,7 @@ static int test_sync(const char *path, const char *const *ovr, int closures,
   {
     Tessera__Worker__EvalRequest q = TESSERA__WORKER__EVAL_REQUEST__INIT;
     h_result r;
-    rc = h_call(&c, 1, WK_M_EVAL, &q.base, &r, 30000);
+    rc = h_call(&c, nw - 1, WK_M_EVAL, &q.base, &r, 30000);
     H_CHECK(rc == 0, "eval: %s", r.msg);
     Tessera__Worker__EvalResponse *e =
         tessera__worker__eval_response__unpack(NULL, r.meta_len, r.meta);
@@ -323,7 +324,7 @@ static int test_errors(void) {
   json_decref(bad);
   rc = h_configure(&c, 0, 4, WK_FORMAT_VERSION, bad_text, &r);
   free(bad_text);
-  H_CHECK(rc == TSR_EIO && strstr(r.msg, "missing_data_file.csv"),
+  H_CHECK(rc == TSR_EDATA && strstr(r.msg, "missing_data_file.csv"),
           "missing file: %s %s", tsr_err_name(rc), r.msg);
 
   /* A layout that leaves a variable out is refused, naming it. */
@@ -428,7 +429,7 @@ static int test_synckill(void) {
 int main(int argc, char **argv) {
   const char *src = getenv("TSR_SOURCE_DIR");
   if (argc != 2 || !src) {
-    fprintf(stderr, "usage: test_worker train|ssp|sync|sparse|errors|synckill (TSR_SOURCE_DIR, "
+    fprintf(stderr, "usage: test_worker train|ssp|sync|sync_optim|sync_clip|sparse|errors|synckill (TSR_SOURCE_DIR, "
                     "TSR_BUILD_DIR set)\n");
     return 2;
   }
@@ -442,7 +443,35 @@ int main(int argc, char **argv) {
      * cross an epoch. */
     const char *ovr[] = {"data.train.shuffle_buffer=0", "batch_size=16",
                          "mode=\"sync\"", NULL};
-    return test_sync(job_path, ovr, 2, 11);
+    return test_sync(job_path, ovr, 2, 11, 2);
+  }
+  if (strcmp(argv[1], "sync_optim") == 0) {
+    /* The PS evaluates the schedule at each shard's apply count, applies
+     * AdamW's weight decay and clipvalue after the sync mean: the same
+     * numbers as the standalone trainer's on the global batch. */
+    const char *ovr[] = {
+        "data.train.shuffle_buffer=0", "batch_size=16", "mode=\"sync\"",
+        "optimizer={\"class_name\": \"AdamW\", \"config\": {"
+        "\"weight_decay\": 0.1, \"clipvalue\": 0.02, \"learning_rate\": "
+        "{\"class_name\": \"ExponentialDecay\", \"config\": "
+        "{\"initial_learning_rate\": 0.05, \"decay_steps\": 4, "
+        "\"decay_rate\": 0.5, \"staircase\": true}}}}",
+        NULL};
+    return test_sync(job_path, ovr, 2, 11, 2);
+  }
+  if (strcmp(argv[1], "sync_clip") == 0) {
+    /* global_clipnorm runs on the worker before its push; with one worker
+     * its gradient is the global batch's, so the PS ends where the
+     * standalone trainer (which clips the same way) ends. Nadam with a
+     * cosine schedule and warmup. */
+    const char *ovr[] = {
+        "data.train.shuffle_buffer=0", "batch_size=16", "mode=\"sync\"",
+        "optimizer={\"name\": \"nadam\", \"global_clipnorm\": 0.5, "
+        "\"learning_rate\": {\"class_name\": \"CosineDecay\", \"config\":"
+        " {\"initial_learning_rate\": 0.01, \"decay_steps\": 10, "
+        "\"warmup_target\": 0.05, \"warmup_steps\": 5}}}",
+        NULL};
+    return test_sync(job_path, ovr, 2, 11, 1);
   }
   if (strcmp(argv[1], "sparse") == 0) {
     /* Row-sparse embedding tables split over both PS: each step pulls and
@@ -451,7 +480,7 @@ int main(int argc, char **argv) {
     snprintf(ctr, sizeof ctr, "%s/tests/integration/worker/ctr_job.json",
              src);
     const char *ovr[] = {"batch_size=16", "mode=\"sync\"", NULL};
-    return test_sync(ctr, ovr, 2, 6);
+    return test_sync(ctr, ovr, 2, 6, 2);
   }
   if (strcmp(argv[1], "errors") == 0) return test_errors();
   if (strcmp(argv[1], "synckill") == 0) return test_synckill();

@@ -187,8 +187,40 @@ static void test_from_logdir(void **state) {
   test_rmtree(dir);
 }
 
+/* The evaluator sidecar's logdir/eval/metrics.jsonl joins the page: its
+ * loss in the loss chart beside the training loss, its metrics charted. */
+static void test_evaluator_curve(void **state) {
+  char dir[256], sub[300], path[300], err[512];
+  test_tmpdir(dir, sizeof dir);
+  snprintf(sub, sizeof sub, "%s/eval", dir);
+  chief_metrics *m, *ev;
+  chief_tb_opts o = {.host = "h"}, fo = {.host = "h", .flat = true};
+  assert_int_equal(chief_metrics_open(&m, dir, &o, err, sizeof err), 0);
+  assert_int_equal(chief_metrics_open(&ev, sub, &fo, err, sizeof err), 0);
+  for (int s = 10; s <= 100; s += 10) {
+    chief_metrics_scalar(m, "loss", s, 1.0 / s, 0);
+    if (s % 50 == 0) {
+      chief_metrics_scalar(ev, "eval/loss", s, 2.0 / s, 0);
+      chief_metrics_scalar(ev, "eval/accuracy", s, 0.5, 0);
+    }
+  }
+  assert_int_equal(chief_metrics_close(ev), 0);
+  snprintf(path, sizeof path, "%s/report.html", dir);
+  assert_int_equal(chief_report_write(path, chief_metrics_series(m), NULL,
+                                      err, sizeof err), 0);
+  char *html = test_slurp(path, NULL);
+  const char *lg = strstr(html, "<div class=\"legend\">");
+  assert_non_null(lg);
+  assert_non_null(strstr(lg, "</i>evaluator/loss<"));
+  assert_non_null(strstr(html, "evaluator/accuracy"));
+  free(html);
+  assert_int_equal(chief_metrics_close(m), 0);
+  test_rmtree(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_evaluator_curve),
       cmocka_unit_test(test_page),
       cmocka_unit_test(test_empty_and_flat),
       cmocka_unit_test(test_from_logdir),

@@ -300,8 +300,10 @@ static void test_metrics_jsonl(void **state) {
   assert_non_null(s);
   assert_int_equal(s->n, 2);
   assert_true(s->pts[1].value == 1.25);
-  char evpath[600];
+  char evpath[600], trpath[600];
   snprintf(evpath, sizeof evpath, "%s", chief_metrics_event_path(m));
+  snprintf(trpath, sizeof trpath, "%s",
+           chief_tb_path(chief_metrics_tb(m, CHIEF_RUN_TRAIN)));
   assert_int_equal(chief_metrics_close(m), 0);
 
   snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
@@ -321,10 +323,14 @@ static void test_metrics_jsonl(void **state) {
   assert_true(isnan(s->pts[0].value));
   chief_series_free(&set);
 
-  /* The same scalars are in the event file. */
+  /* The same scalars are in the event files: the training loss in
+   * logdir/train as Keras's epoch_loss, the cluster's own in logdir. */
   static ev_t ev[8];
-  assert_int_equal(read_events(evpath, ev, 8), 5);
-  assert_string_equal(ev[2].tag, "loss");
+  assert_int_equal(read_events(evpath, ev, 8), 2);
+  assert_string_equal(ev[1].tag, "staleness");
+  assert_non_null(strstr(trpath, "/train/events.out.tfevents."));
+  assert_int_equal(read_events(trpath, ev, 8), 3);
+  assert_string_equal(ev[2].tag, "epoch_loss");
   assert_true(ev[2].simple_value == 1.25f);
 
   /* A damaged line names the file and the line. */
@@ -358,14 +364,15 @@ static void test_session_start(void **state) {
                    0);
   for (int s = 40; s <= 60; s += 10)
     chief_metrics_scalar(m, "loss", s, 1000 + s, 0);
-  snprintf(evpath, sizeof evpath, "%s", chief_metrics_event_path(m));
+  snprintf(evpath, sizeof evpath, "%s",
+           chief_tb_path(chief_metrics_tb(m, CHIEF_RUN_TRAIN)));
   assert_int_equal(chief_metrics_close(m), 0);
 
   static ev_t ev[16];
   int n = read_events(evpath, ev, 16);
-  assert_int_equal(n, 1 + 6 + 1 + 3);
-  assert_int_equal(ev[7].session_status, 1); /* START */
-  assert_int_equal(ev[7].step, 30);
+  assert_int_equal(n, 1 + 5 + 1 + 3); /* eval/acc is in logdir/validation */
+  assert_int_equal(ev[6].session_status, 1); /* START */
+  assert_int_equal(ev[6].step, 30);
 
   snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
   chief_series_set set;

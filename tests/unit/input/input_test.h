@@ -60,10 +60,24 @@ static inline void twrites(const char *dir, const char *name,
 }
 
 /* Writes dir/job.json with the given text and loads it. */
-static inline int tjob(const char *dir, const char *text, tsr_job *job,
-                       char *err, size_t errlen) {
+/* The tests read splits in file order unless they ask for a shuffle:
+ * data.train.shuffle_buffer is 0 when the text does not set it (the
+ * default, the whole data set, is tested on its own in
+ * test_input_pipeline.c with tjob_default). */
+static inline int tjob_default(const char *dir, const char *text,
+                               tsr_job *job, char *err, size_t errlen) {
   twrites(dir, "job.json", text);
   return tsr_job_load(tpath(dir, "job.json"), NULL, job, err, errlen);
+}
+
+static inline int tjob(const char *dir, const char *text, tsr_job *job,
+                       char *err, size_t errlen) {
+  int rc = tjob_default(dir, text, job, err, errlen);
+  if (rc) return rc;
+  json_t *tr = json_object_get(job->data, "train");
+  if (json_is_object(tr) && !json_object_get(tr, "shuffle_buffer"))
+    json_object_set_new(tr, "shuffle_buffer", json_integer(0));
+  return 0;
 }
 
 static inline wk_input_opts topts(int W, int w, int64_t batch, int64_t epochs,

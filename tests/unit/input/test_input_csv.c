@@ -69,9 +69,11 @@ static void csv_number_spellings(void **state) {
       "0", "-0", "+3", "1.", ".5", "-.25", "1e3", "1E-5", "2.5e+2",
       "0.000123", "-123.456", "123456789012345", "1234567890123456789",
       "3.14159265358979323846", "1e-30", "7e22", "9.999999e-23", "0x10",
-      " 42 ", "\"17\"", "00012.50"};
+      " 42 ", "\"17\"", "00012.50", "3.4e38", "-3.4e38"};
+  /* 1e39 and 4e38 are numbers float32 cannot hold: refused, not inf */
   static const char *bad[] = {"1e", "--1", "1.2.3", "e5", ".", "-", "1e400",
-                              "nan", "12abc"};
+                              "nan", "12abc", "1e39", "-4e38",
+                              "1000000000000000000000000000000000000000"};
   char csv[2048];
   size_t at = (size_t)sprintf(csv, "v,y\n");
   size_t ng = sizeof good / sizeof good[0];
@@ -102,6 +104,34 @@ static void csv_number_spellings(void **state) {
   }
 }
 
+/* Every row is checked before the first step: a label that is not one of
+ * the model's classes is named with its file, line and column. */
+static void csv_validate_names_the_row(void **state) {
+  fx *f = *state;
+  const char *csv = "a,y\n1,0\n2,1\n3,9\n4,12\n";
+  assert_int_equal(open_train(f, csv, "{\"format\": \"csv\", \"paths\": "
+                                      "\"d.csv\", \"label\": \"y\"}",
+                              64, false),
+                   0);
+  char err[512];
+  assert_int_equal(wk_input_validate(f->in, 13, err, sizeof err), 0);
+  assert_int_equal(wk_input_validate(f->in, 0, err, sizeof err), 0);
+  assert_int_equal(wk_input_validate(f->in, 10, err, sizeof err), TSR_EDATA);
+  if (!strstr(err, "d.csv: line 5") || !strstr(err, "column \"y\"") ||
+      !strstr(err, "12 is not a class in [0, 10)"))
+    fail_msg("%s", err);
+}
+
+/* A value that overflows float32 is refused with its line and column. */
+static void csv_overflow_names_the_cell(void **state) {
+  fx *f = *state;
+  const char *csv = "a,b,y\n1,2,0\n1,2e39,1\n";
+  assert_int_equal(open_train(f, csv, "{\"format\": \"csv\", \"paths\": "
+                                      "\"d.csv\", \"label\": \"y\"}",
+                              64, false),
+                   TSR_EFORMAT);
+}
+
 static void csv_drop_remainder_and_features(void **state) {
   fx *f = *state;
   const char *csv = "a,b,y\n1,2,3\n4,5,6\n7,8,9\n";
@@ -116,6 +146,84 @@ static void csv_drop_remainder_and_features(void **state) {
   assert_int_equal(b->n_dense, 1);
   assert_true(b->x[0] == 2 && b->x[1] == 5);
   assert_int_equal(wk_input_next(f->in, &b), TSR_EEOF);
+}
+
+/* RFC 4180: a quoted header cell holding the delimiter and a quote, quoted
+ * numbers, a quoted text column with a line end inside (its line count
+ * kept for messages); another delimiter by option; a file cut by ';'
+ * read with ',' gets a hint; an unterminated quote is named. */
+/* Closes the open input and job before the next open_train. */
+static void reopen(fx *f) {
+  wk_input_close(f->in);
+  f->in = NULL;
+  tsr_job_free(&f->job);
+}
+
+static void csv_quoting_and_delimiter(void **state) {
+  fx *f = *state;
+  const char *csv = "\"size, cm\",\"say \"\"hi\"\"\",note,y\n"
+                    "1.5,\"2\",\"a, b\",0\n"
+                    "\"3\",4,\"two\nlines\",1\n"
+                    "5,6,plain,1\n";
+  assert_int_equal(open_train(f, csv,
+                              "{\"format\": \"csv\", \"paths\": \"d.csv\", "
+                              "\"label\": \"y\", \"features\": [\"size, cm\", "
+                              "\"say \\\"hi\\\"\"]}",
+                              8, false),
+                   0);
+  const wk_input_schema *s = wk_input_get_schema(f->in);
+  assert_int_equal(s->n_examples, 3);
+  assert_string_equal(s->dense_names[0], "size, cm");
+  assert_string_equal(s->dense_names[1], "say \"hi\"");
+  const wk_batch *b;
+  assert_int_equal(wk_input_next(f->in, &b), 0);
+  assert_int_equal(b->n, 3);
+  assert_true(b->x[0] == 1.5f && b->x[1] == 2 && b->x[2] == 3 &&
+              b->x[3] == 4 && b->x[5] == 6);
+  assert_true(b->y[0] == 0 && b->y[1] == 1 && b->y[2] == 1);
+  /* the line after the two-line record is line 5 */
+  reopen(f);
+  assert_int_equal(open_train(f, "a,t,y\n1,\"x\ny\",0\nq,z,1\n",
+                              "{\"format\": \"csv\", \"paths\": \"d.csv\", "
+                              "\"label\": \"y\", \"features\": [\"a\"]}",
+                              8, false),
+                   TSR_EFORMAT);
+  assert_non_null(strstr(f->err, "line 4 (data row 1)"));
+  /* semicolons, by option */
+  reopen(f);
+  assert_int_equal(open_train(f, "a;b;y\n1;2,5;3\n",
+                              "{\"format\": \"csv\", \"paths\": \"d.csv\", "
+                              "\"label\": \"y\", \"delimiter\": \";\", "
+                              "\"features\": [\"a\"]}",
+                              8, false),
+                   0);
+  assert_int_equal(wk_input_next(f->in, &b), 0);
+  assert_true(b->x[0] == 1 && b->y[0] == 3);
+  /* ... and without it, a hint */
+  reopen(f);
+  assert_int_equal(open_train(f, "a;b;y\n1;2;3\n",
+                              "{\"format\": \"csv\", \"paths\": \"d.csv\", "
+                              "\"label\": \"y\"}",
+                              8, false),
+                   TSR_ENOTFOUND);
+  assert_non_null(strstr(f->err, "label column \"y\""));
+  assert_non_null(strstr(f->err, "set \"delimiter\": \";\""));
+  /* an unterminated quote */
+  reopen(f);
+  assert_int_equal(open_train(f, "a,y\n1,2\n\"3,4\n",
+                              "{\"format\": \"csv\", \"paths\": \"d.csv\", "
+                              "\"label\": \"y\"}",
+                              8, false),
+                   TSR_EFORMAT);
+  assert_non_null(strstr(f->err, "line 3 (data row 1) opens a quote"));
+  /* a bad delimiter option */
+  reopen(f);
+  assert_int_equal(open_train(f, NULL,
+                              "{\"format\": \"csv\", \"paths\": \"d.csv\", "
+                              "\"label\": \"y\", \"delimiter\": \";;\"}",
+                              8, false),
+                   TSR_ECONFIG);
+  assert_non_null(strstr(f->err, "delimiter must be one character"));
 }
 
 static void csv_bad_cell(void **state) {
@@ -224,7 +332,7 @@ static void spec_errors(void **state) {
   } cases[] = {
       {"{\"format\": \"csv\", \"paths\": \"d.csv\", \"label\": \"y\", "
        "\"shufle_buffer\": 4}",
-       "data.train.shufle_buffer: unknown key; did you mean shuffle_buffer?"},
+       "data.train.shufle_buffer: unknown key; did you mean \"shuffle_buffer\"?"},
       {"{\"format\": \"parquet\", \"paths\": \"d.csv\"}",
        "data.train.format: unknown format \"parquet\""},
       {"{\"format\": \"csv\", \"paths\": \"d.csv\", \"label\": \"y\", "
@@ -243,6 +351,14 @@ static void spec_errors(void **state) {
       {"{\"format\": \"csv\", \"paths\": \"d.csv\", \"label\": \"y\", "
        "\"features\": [\"a\", \"y\"]}",
        "data.train.features[1]: \"y\" is the label"},
+      {"{\"format\": \"tfrecord\", \"paths\": \"d.csv\", \"label\": \"y\", "
+       "\"features\": [{\"name\": \"a\", \"sise\": 3}]}",
+       "data.train.features[0].sise: unknown key; did you mean \"size\"?"},
+      {"{\"format\": \"tfrecord\", \"paths\": \"d.csv\", \"label\": \"y\", "
+       "\"features\": [\"a\"], \"sparse_features\": [{\"name\": \"s\", "
+       "\"vocabulary\": 3}]}",
+       "data.train.sparse_features[0].vocabulary: unknown key (known: name, "
+       "vocab)"},
   };
   twrites(f->dir, "d.csv", "a,y\n1,2\n");
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -264,7 +380,7 @@ static void spec_errors(void **state) {
                    0);
   assert_int_equal(wk_input_check(&f->job, f->err, sizeof f->err),
                    TSR_ECONFIG);
-  assert_non_null(strstr(f->err, "data.evl: unknown key; did you mean eval?"));
+  assert_non_null(strstr(f->err, "data.evl: unknown key; did you mean \"eval\"?"));
   tsr_job_free(&f->job);
   assert_int_equal(tjob(f->dir,
                         "{\"data\": {\"train\": {\"format\": \"csv\", "
@@ -456,9 +572,15 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(csv_basic, setup, teardown),
       cmocka_unit_test_setup_teardown(csv_number_spellings, setup, teardown),
+      cmocka_unit_test_setup_teardown(csv_validate_names_the_row, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(csv_overflow_names_the_cell, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(csv_drop_remainder_and_features, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(csv_bad_cell, setup, teardown),
+      cmocka_unit_test_setup_teardown(csv_quoting_and_delimiter, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(csv_empty_and_nonfinite_cells, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(csv_ragged, setup, teardown),

@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include "../cmocka_skip.h"
+
 #include <math.h>
 #include <sys/stat.h>
 #include <zlib.h>
@@ -158,6 +160,32 @@ static void npy_dtypes(void **state) {
   assert_int_equal(wk_input_next(f->in, &b), 0);
   assert_int_equal(b->n_dense, 4);
   assert_true(b->x[3] == 127.5f && b->x[11] == 5.5f);
+}
+
+/* keras.utils.to_categorical labels: (N, C) one-hot rows are class
+ * indices; soft rows are refused with the row named. */
+static void npy_onehot_labels(void **state) {
+  fx *f = *state;
+  static uint8_t buf[4096];
+  float x[6] = {1, 2, 3, 4, 5, 6};
+  float y[9] = {0, 0, 1, 1, 0, 0, 0, 1, 0};
+  twrite(f->dir, "x.npy", buf, make_npy(buf, "<f4", "(3, 2)", x, sizeof x));
+  twrite(f->dir, "y.npy", buf, make_npy(buf, "<f4", "(3, 3)", y, sizeof y));
+  assert_int_equal(open_train(f, "{\"format\": \"npy\", \"paths\": "
+                                 "\"x.npy\", \"labels\": \"y.npy\"}",
+                              4),
+                   0);
+  assert_int_equal(wk_input_get_schema(f->in)->n_classes, 3);
+  const wk_batch *b;
+  assert_int_equal(wk_input_next(f->in, &b), 0);
+  assert_true(b->y[0] == 2 && b->y[1] == 0 && b->y[2] == 1);
+  y[4] = 0.5f; /* row 1 is now soft */
+  twrite(f->dir, "y.npy", buf, make_npy(buf, "<f4", "(3, 3)", y, sizeof y));
+  assert_int_equal(open_train(f, "{\"format\": \"npy\", \"paths\": "
+                                 "\"x.npy\", \"labels\": \"y.npy\"}",
+                              4),
+                   TSR_EINVAL);
+  assert_non_null(strstr(f->err, "row 1 of the (N, 3) labels is not one-hot"));
 }
 
 static void npy_bad(void **state) {
@@ -364,7 +392,7 @@ static void fashion_mnist_job(void **state) {
            &st) != 0) {
     print_message("Fashion-MNIST is not installed (Debian package "
                   "dataset-fashion-mnist)\n");
-    skip();
+    TSR_SKIP();
   }
   char path[4096];
   const char *src = getenv("TSR_SOURCE_DIR");
@@ -408,11 +436,12 @@ static void fashion_mnist_job(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(npy_dtypes, setup, teardown),
+      cmocka_unit_test_setup_teardown(npy_onehot_labels, setup, teardown),
       cmocka_unit_test_setup_teardown(npy_bad, setup, teardown),
       cmocka_unit_test_setup_teardown(npz_members, setup, teardown),
       cmocka_unit_test_setup_teardown(idx_plain_and_gzip, setup, teardown),
       cmocka_unit_test_setup_teardown(idx_bad, setup, teardown),
       cmocka_unit_test_setup_teardown(fashion_mnist_job, setup, teardown),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  return tsr_cmocka_exit(cmocka_run_group_tests(tests, NULL, NULL));
 }

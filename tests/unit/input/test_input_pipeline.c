@@ -15,6 +15,7 @@
 #include <sched.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "input_test.h"
 #include "tfr_write.h"
 
@@ -23,6 +24,14 @@ static void load(fx *f, const char *data) {
   tsr_job_free(&f->job);
   snprintf(job, sizeof job, "{\"data\": %s}", data);
   assert_int_equal(tjob(f->dir, job, &f->job, f->err, sizeof f->err), 0);
+}
+
+static void load_default(fx *f, const char *data) {
+  char job[4096];
+  tsr_job_free(&f->job);
+  snprintf(job, sizeof job, "{\"data\": %s}", data);
+  assert_int_equal(tjob_default(f->dir, job, &f->job, f->err, sizeof f->err),
+                   0);
 }
 
 static int open_opts(fx *f, wk_split split, wk_input_opts o) {
@@ -267,17 +276,28 @@ static void prefetch_order(void **state) {
     const wk_batch *b;
     int64_t nb = 0, n = 0;
     float *dst = k == 0 ? ref : got;
+    /* the consumer's waiting time is counted inside wk_input_next only:
+     * with the time spent outside it, it fits in the loop's wall time */
+    double w0 = wk_input_wait_seconds(f->in), outside = 0;
+    double t0 = tsr_now_s();
     while (wk_input_next(f->in, &b) == 0) {
+      double o0 = tsr_now_s();
       assert_int_equal(b->index, nb);
       for (int64_t i = 0; i < b->n; i++) dst[n++] = b->y[i] + b->x[i * 10 + 3];
       if (k == 2 && nb % 16 == 0) sleep_us(2000); /* slow consumer */
       if (k == 1 && nb % 64 == 0) sched_yield();
       nb++;
+      outside += tsr_now_s() - o0;
     }
+    double wall = tsr_now_s() - t0;
+    double wait = wk_input_wait_seconds(f->in) - w0;
     assert_int_equal(n, 9000);
     if (k) assert_memory_equal(ref, got, sizeof ref);
+    assert_true(wait > 0);
+    if (!(wait + outside <= wall + 1e-9))
+      fail_msg("prefetch %d: waited %.6f s + %.6f s outside next() > %.6f s "
+               "in the loop", depth[k], wait, outside, wall);
   }
-  assert_true(wk_input_wait_seconds(f->in) >= 0);
 }
 
 static void close_midstream(void **state) {
@@ -598,11 +618,56 @@ static void synthetic_ctr_learnable(void **state) {
   assert_true(auc < best + 0.005);
 }
 
+/* Without shuffle_buffer the training split is shuffled whole every epoch
+ * (Keras's default), tables and streams alike; eval keeps its order. */
+static void shuffle_default(void **state) {
+  fx *f = *state;
+  int rows[2] = {60, 40};
+  int64_t n = write_csvs(f, 2, rows);
+  write_tfrs(f, 2, rows);
+  const char *specs[] = {
+      "{\"train\": {\"format\": \"csv\", \"paths\": [\"f0.csv\", "
+      "\"f1.csv\"], \"label\": \"id\"}, \"eval\": {\"paths\": "
+      "\"f0.csv\"}}",
+      "{\"train\": {\"format\": \"tfrecord\", \"paths\": [\"t0.tfrecord\", "
+      "\"t1.tfrecord\"], \"label\": \"label\", \"features\": [\"x\"]}, "
+      "\"eval\": {\"paths\": \"t0.tfrecord\"}}"};
+  for (int k = 0; k < 2; k++) {
+    load_default(f, specs[k]);
+    assert_int_equal(open_opts(f, WK_SPLIT_TRAIN, topts(1, 0, 7, 2, 3)), 0);
+    float ys[400], x0[400];
+    int64_t nb;
+    int64_t got = tdrain(f->in, ys, x0, 400, &nb);
+    assert_int_equal(got, 2 * n);
+    /* each epoch a permutation, not the file order, and not the other's */
+    int inplace = 0, same = 0;
+    for (int e = 0; e < 2; e++) {
+      int seen[100] = {0};
+      for (int64_t i = 0; i < n; i++) {
+        int id = (int)ys[e * n + i];
+        assert_true(id >= 0 && id < n && !seen[id]);
+        seen[id] = 1;
+        inplace += id == i;
+      }
+    }
+    for (int64_t i = 0; i < n; i++) same += ys[i] == ys[n + i];
+    if (inplace > 20 || same > 20)
+      fail_msg("spec %d: %d rows in file order, %d in the same place in both "
+               "epochs", k, inplace, same);
+    /* the eval split is read in order */
+    assert_int_equal(open_opts(f, WK_SPLIT_EVAL, topts(1, 0, 7, 1, 3)), 0);
+    got = tdrain(f->in, ys, x0, 400, &nb);
+    assert_int_equal(got, 60);
+    for (int64_t i = 0; i < got; i++) assert_true(ys[i] == (float)i);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(sharding, setup, teardown),
       cmocka_unit_test_setup_teardown(glob_paths, setup, teardown),
       cmocka_unit_test_setup_teardown(shuffle, setup, teardown),
+      cmocka_unit_test_setup_teardown(shuffle_default, setup, teardown),
       cmocka_unit_test_setup_teardown(batching_over_epochs, setup, teardown),
       cmocka_unit_test_setup_teardown(prefetch_order, setup, teardown),
       cmocka_unit_test_setup_teardown(close_midstream, setup, teardown),

@@ -34,7 +34,8 @@ typedef struct {
   const char *name;
   int kind;
   size_t n;
-  const float *f;
+  const float *f;     /* TFRW_BYTES: one value of n bytes at (const uint8_t
+                         *)f; NULL: a fixed 10-byte text */
   const int64_t *i;
 } tfrw_feat;
 
@@ -73,8 +74,8 @@ static inline uint8_t *tfrw_pack(const tfrw_feat *fs, int n, size_t *len) {
       fe[k].int64_list = &il[k];
     } else {
       fe[k].kind_case = TENSORFLOW__FEATURE__KIND_BYTES_LIST;
-      bd[k].data = (uint8_t *)"some bytes";
-      bd[k].len = 10;
+      bd[k].data = fs[k].f ? (uint8_t *)fs[k].f : (uint8_t *)"some bytes";
+      bd[k].len = fs[k].f ? fs[k].n : 10;
       bl[k].n_value = 1;
       bl[k].value = &bd[k];
       fe[k].bytes_list = &bl[k];

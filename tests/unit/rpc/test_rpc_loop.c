@@ -1,8 +1,12 @@
 /* RPC server and client on one loop over loopback: echo with payloads of
  * many sizes, remote errors, unknown methods, metas that do not decode,
  * deadlines, response destinations (exact and mismatched), the in-flight
- * bound, reconnection to a restarted server, a wrong token, calls from
- * other threads, payload allocators, and allocation failures in turn.
+ * bound, reconnection to a restarted server, a wrong token, payload
+ * allocators, and allocation failures in turn; the same-host Unix socket
+ * (for a server bound to one address and to every address, and its
+ * absence for a client that asks for TCP). The whole table runs twice:
+ * with the same-host socket (every call above then goes over it) and with
+ * TESSERA_RPC_TRANSPORT=tcp.
  * Every test ends with every handle closed and uv_loop_close() == 0. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,7 +17,6 @@
 #include "rpc_util.h"
 #include "rpc.pb-c.h"
 
-#include <pthread.h>
 #include <signal.h>
 
 enum { M_ECHO = 1, M_FAIL = 2, M_SLEEP = 3, M_TYPED = 4, M_SINK = 5,
@@ -690,70 +693,43 @@ static void test_deadline_race(void **state) {
   env_down(&e);
 }
 
-/* ---- calls from other threads ------------------------------------------- */
-
-typedef struct tsarg {
-  tsr_rpc_client *cli;
-  int ok, busy, fails;
-  int done;
-  pthread_mutex_t *mu;
-  uint8_t payload[256];
-} tsarg;
-
-static void on_ts(const tsr_rpc_result *r, void *data) {
-  tsarg *a = data;
-  if (r->status || r->payload_len != sizeof a->payload ||
-      memcmp(r->payload, a->payload, sizeof a->payload))
-    a->fails++;
-  else
-    a->ok++;
-  a->done++;
-}
-
-static void *ts_thread(void *p) {
-  tsarg *a = p;
-  uv_buf_t b = uv_buf_init((char *)a->payload, sizeof a->payload);
-  tsr_rpc_request q = {.method = M_ECHO, .payload = &b, .npayload = 1};
-  for (int i = 0; i < 200; i++) {
-    int rc;
-    while ((rc = tsr_rpc_call_ts(a->cli, &q, on_ts, a)) == TSR_EBUSY) {
-      __atomic_add_fetch(&a->busy, 1, __ATOMIC_RELAXED);
-      usleep(100);
-    }
-    assert_int_equal(rc, 0);
-  }
-  return NULL;
-}
-
-static void test_threads(void **state) {
-  tsr_rpc_opts co;
-  ru_opts(&co, "client");
-  co.max_inflight = 64;
-  env e;
-  env_up(&e, NULL, &co);
-  tsarg a[4];
-  pthread_t th[4];
-  memset(a, 0, sizeof a);
-  for (int i = 0; i < 4; i++) {
-    a[i].cli = e.cli;
-    memset(a[i].payload, 'a' + i, sizeof a[i].payload);
-    assert_int_equal(pthread_create(&th[i], NULL, ts_thread, &a[i]), 0);
-  }
-  int all = 0;
-  for (int k = 0; k < 2000 && !all; k++) {
-    int z = 0;
-    ru_run_until(&e.loop, &z, 5);
-    all = 1;
-    for (int i = 0; i < 4; i++)
-      if (a[i].done < 200) all = 0;
-  }
-  for (int i = 0; i < 4; i++) pthread_join(th[i], NULL);
-  for (int i = 0; i < 4; i++) {
-    assert_int_equal(a[i].ok, 200);
-    assert_int_equal(a[i].fails, 0);
-  }
-  env_down(&e);
-  /* after close the client refuses: exercised in test_close_pending */
+/* An address that splits into host and port but is longer than the client
+ * keeps is refused, and the logged reason says so. */
+static void test_long_address(void **state) {
+  uv_loop_t loop;
+  assert_int_equal(uv_loop_init(&loop), 0);
+  tsr_rpc_opts o;
+  ru_opts(&o, "client");
+  tsr_rpc_ctx *ctx;
+  assert_int_equal(tsr_rpc_ctx_new(&ctx, &loop, &o), 0);
+  char addr[300];
+  memset(addr, 'h', 252);
+  snprintf(addr + 252, sizeof addr - 252, ":1234");
+  tsr_log_level lvl = tsr_log_get_level();
+  tsr_log_set_level(TSR_LOG_ERROR);
+  FILE *tf = tmpfile();
+  assert_non_null(tf);
+  fflush(stderr);
+  int saved = dup(2);
+  dup2(fileno(tf), 2);
+  tsr_rpc_client *cl = NULL;
+  int rc = tsr_rpc_client_new(&cl, ctx, addr);
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  tsr_log_set_level(lvl);
+  char logged[1024] = "";
+  rewind(tf);
+  size_t n = fread(logged, 1, sizeof logged - 1, tf);
+  logged[n] = 0;
+  fclose(tf);
+  assert_int_equal(rc, TSR_EINVAL);
+  assert_null(cl);
+  print_message("%s", logged);
+  assert_non_null(strstr(logged, "longer than 255 bytes"));
+  assert_non_null(strstr(logged, "hhhh"));
+  assert_int_equal(tsr_rpc_ctx_free(ctx), 0);
+  assert_int_equal(uv_loop_close(&loop), 0);
 }
 
 /* Closing a client fails its calls with TSR_ESHUTDOWN; a closed loop has
@@ -880,6 +856,95 @@ static void test_alloc_failures(void **state) {
   assert_true(completed_ok > 0);
 }
 
+static void copy_peer(const tsr_rpc_conn_info *in, void *data) {
+  snprintf(data, TSR_RPC_ADDR_MAX, "%s", in->peer);
+}
+
+/* Non-zero in the run of the table with TESSERA_RPC_TRANSPORT=tcp. */
+static int tcp_pass;
+
+/* A server listening on `listen_host`, a client of 127.0.0.1 with the
+ * given transport: echo, then both ends say whether the connection was
+ * the same-host socket, and the server names its peer accordingly. */
+static void same_host_case(const char *listen_host, int client_transport,
+                           int want_local) {
+  env e;
+  memset(&e, 0, sizeof e);
+  assert_int_equal(uv_loop_init(&e.loop), 0);
+  uv_timer_init(&e.loop, &e.sleeper);
+  uv_timer_init(&e.loop, &e.ticker);
+  tsr_rpc_opts so, co;
+  ru_opts(&so, "server");
+  ru_opts(&co, "client");
+  co.transport = client_transport;
+  assert_int_equal(tsr_rpc_ctx_new(&e.sctx, &e.loop, &so), 0);
+  assert_int_equal(tsr_rpc_server_new(&e.srv, e.sctx), 0);
+  assert_int_equal(tsr_rpc_server_register(e.srv, M_ECHO, h_echo, &e), 0);
+  char addr[64];
+  snprintf(addr, sizeof addr, "%s:0", listen_host);
+  assert_int_equal(tsr_rpc_server_listen(e.srv, addr), 0);
+  e.port = tsr_rpc_server_port(e.srv);
+  assert_int_equal(tsr_rpc_ctx_new(&e.cctx, &e.loop, &co), 0);
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", e.port);
+  assert_int_equal(tsr_rpc_client_new(&e.cli, e.cctx, addr), 0);
+  res r;
+  uint8_t pl[300000];
+  for (size_t i = 0; i < sizeof pl; i++) pl[i] = (uint8_t)(i * 13);
+  assert_int_equal(call(&e, M_ECHO, "sh", 2, pl, sizeof pl, NULL, 0, 0, &r),
+                   0);
+  assert_int_equal(r.status, 0);
+  assert_int_equal(r.sum, checksum(pl, sizeof pl));
+  tsr_rpc_stats cs, ss;
+  tsr_rpc_client_stats(e.cli, &cs);
+  tsr_rpc_server_stats(e.srv, &ss);
+  assert_int_equal(cs.connects, 1);
+  assert_int_equal(ss.connects, 1);
+  assert_int_equal(cs.connects_local, want_local);
+  assert_int_equal(ss.connects_local, want_local);
+  char peer[TSR_RPC_ADDR_MAX] = "";
+  tsr_rpc_server_foreach_conn(e.srv, copy_peer, peer);
+  if (want_local)
+    assert_true(!strncmp(peer, "unix:pid ", 9));
+  else
+    assert_true(!strncmp(peer, "127.0.0.1:", 10));
+  env_down(&e);
+}
+
+static void test_same_host(void **state) {
+  same_host_case("127.0.0.1", TSR_RPC_TRANSPORT_AUTO, !tcp_pass);
+}
+
+/* A server bound to every address is found through a loopback address. */
+static void test_same_host_wildcard(void **state) {
+  same_host_case("0.0.0.0", TSR_RPC_TRANSPORT_AUTO, !tcp_pass);
+}
+
+/* A client that asks for TCP gets TCP from a server that offers both. */
+static void test_same_host_tcp_only(void **state) {
+  same_host_case("127.0.0.1", TSR_RPC_TRANSPORT_TCP, 0);
+}
+
+/* A transport that is neither is refused, as is an unknown environment
+ * value. */
+static void test_transport_refused(void **state) {
+  uv_loop_t loop;
+  assert_int_equal(uv_loop_init(&loop), 0);
+  tsr_rpc_opts o;
+  ru_opts(&o, "x");
+  o.transport = 7;
+  tsr_rpc_ctx *ctx;
+  assert_int_equal(tsr_rpc_ctx_new(&ctx, &loop, &o), TSR_ECONFIG);
+  o.transport = 0;
+  const char *was = getenv("TESSERA_RPC_TRANSPORT");
+  setenv("TESSERA_RPC_TRANSPORT", "shm", 1);
+  assert_int_equal(tsr_rpc_ctx_new(&ctx, &loop, &o), TSR_ECONFIG);
+  if (was)
+    setenv("TESSERA_RPC_TRANSPORT", "tcp", 1);
+  else
+    unsetenv("TESSERA_RPC_TRANSPORT");
+  assert_int_equal(uv_loop_close(&loop), 0);
+}
+
 int main(void) {
   setenv("TESSERA_LOG", "error", 0);
   tsr_log_init("test");
@@ -892,10 +957,20 @@ int main(void) {
       cmocka_unit_test(test_deadline_race),
       cmocka_unit_test(test_sink),          cmocka_unit_test(test_busy),
       cmocka_unit_test(test_reconnect),     cmocka_unit_test(test_wrong_token),
-      cmocka_unit_test(test_fail_fast),     cmocka_unit_test(test_threads),
+      cmocka_unit_test(test_fail_fast),     cmocka_unit_test(test_long_address),
       cmocka_unit_test(test_close_pending),
       cmocka_unit_test(test_close_in_callback),
       cmocka_unit_test(test_alloc_failures),
+      cmocka_unit_test(test_same_host),
+      cmocka_unit_test(test_same_host_wildcard),
+      cmocka_unit_test(test_same_host_tcp_only),
+      cmocka_unit_test(test_transport_refused),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  unsetenv("TESSERA_RPC_TRANSPORT");
+  tcp_pass = 0;
+  int failed = cmocka_run_group_tests_name("same-host", tests, NULL, NULL);
+  setenv("TESSERA_RPC_TRANSPORT", "tcp", 1);
+  tcp_pass = 1;
+  failed += cmocka_run_group_tests_name("tcp", tests, NULL, NULL);
+  return failed;
 }

@@ -502,10 +502,10 @@ static void expect_build_error(const char *json, const char *loss,
 }
 
 static void test_bad_models(void **state) {
-  expect_build_error(seq_json("{\"class_name\": \"Conv2D\", \"config\": "
-                              "{\"name\": \"conv2d\", \"filters\": 3}}", 4),
-                     "mse", NULL, TSR_EUNSUPPORTED, "Conv2D",
-                     "supported: InputLayer, Dense");
+  expect_build_error(seq_json("{\"class_name\": \"LSTM\", \"config\": "
+                              "{\"name\": \"lstm\", \"units\": 3}}", 4),
+                     "mse", NULL, TSR_EUNSUPPORTED, "LSTM",
+                     "supported: InputLayer, Dense, Conv2D");
   expect_build_error(seq_json("{\"class_name\": \"Dense\", \"config\": "
                               "{\"name\": \"dense\", \"units\": 1, "
                               "\"activation\": \"mish\"}}", 4),
@@ -531,11 +531,13 @@ static void test_bad_models(void **state) {
                      "mse", NULL, TSR_ESHAPE, "Flatten", NULL);
   expect_build_error(seq_json("{\"class_name\": \"Dense\", \"config\": "
                               "{\"name\": \"d\", \"units\": 1, "
-                              "\"kernel_regularizer\": {\"class_name\": "
+                              "\"activity_regularizer\": {\"class_name\": "
                               "\"L2\"}}}", 3),
-                     "mse", NULL, TSR_EUNSUPPORTED, "kernel_regularizer", NULL);
-  expect_build_error("{\"class_name\": \"Functional\", \"config\": {}}", "mse",
-                     NULL, TSR_EUNSUPPORTED, "Functional", "Sequential");
+                     "mse", NULL, TSR_EUNSUPPORTED, "activity_regularizer",
+                     "not supported");
+  expect_build_error("{\"class_name\": \"Subclassed\", \"config\": {}}",
+                     "mse", NULL, TSR_EUNSUPPORTED, "Subclassed",
+                     "Sequential, Functional");
 }
 
 static void test_bad_batches(void **state) {

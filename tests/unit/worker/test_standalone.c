@@ -10,6 +10,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "../cmocka_skip.h"
+
 #include "common/err.h"
 #include "common/job.h"
 #include "worker/train.h"
@@ -78,7 +80,7 @@ static void test_digits(void **state) {
 static void test_fashion_mnist(void **state) {
   if (access("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz",
              R_OK))
-    skip();
+    TSR_SKIP();
   wk_train_result r;
   run_shipped("fashion_mnist.json", &r);
   assert_int_equal(r.eval_examples, 10000);
@@ -168,5 +170,5 @@ int main(void) {
       cmocka_unit_test(test_ctr_wide_deep),
       cmocka_unit_test(test_bad_jobs),
   };
-  return cmocka_run_group_tests(tests, setup, teardown);
+  return tsr_cmocka_exit(cmocka_run_group_tests(tests, setup, teardown));
 }

@@ -1,0 +1,325 @@
+/* The coordinator's I/O core (coord_io.h): the event queue that feeds the
+ * machine, the execution of its actions, the 100 ms tick (the machine's
+ * timer, progress, TensorBoard scalars) and signals.
+ *
+ * Events are queued, never fed from inside a step: an action that fails
+ * at once posts its answer, which the drain loop feeds after the current
+ * step's actions are done. FAIL and FINISH stop the loop; nothing after
+ * them is executed.
+ */
+#include "chief/coord/coord_io.h"
+#include "common/clock.h"
+#include "common/err.h"
+#include "common/log.h"
+#include "common/trace.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void chief_coord_opts_init(chief_coord_opts *o) {
+  memset(o, 0, sizeof *o);
+  o->wait_timeout_s = 300;
+  o->ps_timeout_s = 600;
+  o->closure_timeout_s = 600;
+  o->heartbeat_timeout_s = 10;
+}
+
+static void coord_log_line(coord *co, int level, const char *line) {
+  if (co->progress &&
+      chief_progress_get_mode(co->progress) == CHIEF_PROGRESS_BAR &&
+      level <= TSR_LOG_INFO)
+    chief_progress_note(co->progress, "%s", line);
+  tsr_log(level, "%s", line);
+}
+
+void coord__note(coord *co, int level, const char *fmt, ...) {
+  char line[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  coord_log_line(co, level, line);
+}
+
+int64_t coord__step(const coord *co) {
+  return co->sm ? coord_sm_global_step(co->sm) : 0;
+}
+
+/* ---- actions ------------------------------------------------------------ */
+
+static void coord_stop(coord *co, int status) {
+  co->stopped = true;
+  co->exit_status = status;
+  uv_stop(&co->loop);
+}
+
+static void coord_remove_ckpt(coord *co, int64_t step, const char *why) {
+  char err[512];
+  int rc = chief_ckpt_remove(co->job.checkpoint_dir, step, err, sizeof err);
+  if (rc)
+    tsr_warn("removing the checkpoint of step %" PRId64 " (%s): %s", step,
+             why, err);
+  else
+    tsr_debug("removed the checkpoint of step %" PRId64 " (%s)", step, why);
+}
+
+/* A restarted chief: the examples seen up to the restored checkpoint. */
+static void coord_resumed(coord *co, int64_t step) {
+  char dir[4096], err[512];
+  int64_t s;
+  json_t *m = NULL;
+  if (chief_ckpt_dir(co->job.checkpoint_dir, step, dir, sizeof dir) == 0 &&
+      chief_ckpt_read(dir, &s, &m, NULL, 0, err, sizeof err) == 0) {
+    json_t *ex = json_object_get(m, "examples");
+    if (json_is_integer(ex)) co->examples = json_integer_value(ex);
+    json_decref(m);
+  }
+}
+
+static void coord_exec(coord *co, const coord_action *a) {
+  int32_t tpid = tsr_trace_pid(TSR_TASK_CHIEF, 0);
+  switch (a->kind) {
+    case COORD_ACT_SETUP_PS: coord__ps_setup(co, a->op); break;
+    case COORD_ACT_RESTORE:
+      if (co->trace) co->trace_restore_us = tsr_trace_now_us();
+      coord__ps_restore(co, a->op, a->step);
+      break;
+    case COORD_ACT_REWIND:
+      if (a->resumed) coord_resumed(co, a->step);
+      if (co->metrics) chief_metrics_session_start(co->metrics, a->step);
+      if (co->trace && !a->resumed && co->trace_recover_us)
+        tsr_trace_end(co->trace, tpid, 0, "chief", "recovery from a lost PS",
+                      co->trace_recover_us);
+      break;
+    case COORD_ACT_PAUSE:
+      if (co->trace && a->index == 1)
+        co->trace_recover_us = tsr_trace_now_us();
+      break;
+    case COORD_ACT_SAVE:
+      if (co->trace) co->trace_save_us = tsr_trace_now_us();
+      coord__ps_save(co, a->op, a->step);
+      break;
+    case COORD_ACT_COMMIT:
+      coord__ps_commit(co, a->op, a->step, a->total);
+      if (co->trace)
+        tsr_trace_end(co->trace, tpid, 0, "chief", "checkpoint",
+                      co->trace_save_us);
+      break;
+    case COORD_ACT_DISCARD: coord_remove_ckpt(co, a->step, "failed"); break;
+    case COORD_ACT_PRUNE: coord_remove_ckpt(co, a->step, "pruned"); break;
+    case COORD_ACT_CONFIGURE: coord__wk_configure(co, a->index); break;
+    case COORD_ACT_DISPATCH: coord__wk_dispatch(co, &a->closure); break;
+    case COORD_ACT_COUNT: coord__wk_count(co, a); break;
+    case COORD_ACT_RELEASE: coord__ps_release(co, a->index); break;
+    case COORD_ACT_EVALUATE:
+      if (co->trace) co->trace_eval_us = tsr_trace_now_us();
+      coord__wk_eval(co, a->op, a->index, a->step);
+      break;
+    case COORD_ACT_NOTE: coord_log_line(co, a->level, a->msg); break;
+    case COORD_ACT_SHUTDOWN:
+      co->shutdown_op = a->op;
+      co->shutdown_pending = 0;
+      coord__wk_shutdown(co);
+      coord__ps_shutdown(co);
+      if (co->shutdown_pending == 0) {
+        coord_event ev = {.kind = COORD_EV_SHUTDOWN_DONE, .op = a->op};
+        coord__post(co, &ev);
+      }
+      break;
+    case COORD_ACT_FAIL:
+      tsr_error("%s", a->msg);
+      coord_stop(co, a->status);
+      break;
+    case COORD_ACT_FINISH: coord_stop(co, a->status); break;
+  }
+}
+
+/* ---- the queue ---------------------------------------------------------- */
+
+static void coord_drain(coord *co) {
+  if (co->draining) return;
+  co->draining = true;
+  while (co->q_len > 0 && !co->stopped) {
+    coord_qev e = co->q[co->q_head];
+    co->q_head = (co->q_head + 1) % co->q_cap;
+    co->q_len--;
+    if (e.has_msg) e.ev.msg = e.msg;
+    if (e.steps) e.ev.steps = e.steps;
+    e.ev.now = tsr_now_s();
+    if (e.ev.kind == COORD_EV_RESTORE_DONE && co->trace &&
+        co->trace_restore_us) { /* every PS has answered its restore */
+      tsr_trace_end(co->trace, tsr_trace_pid(TSR_TASK_CHIEF, 0), 0, "chief",
+                    "restore", co->trace_restore_us);
+      co->trace_restore_us = 0;
+    }
+    co->acts.n = 0;
+    int rc = coord_sm_step(co->sm, &e.ev, &co->acts);
+    free(e.steps);
+    /* the actions are copied out: executing one may post events, and
+     * the next step reuses the buffer */
+    size_t n = co->acts.n;
+    coord_action *list = NULL;
+    if (n) {
+      list = malloc(n * sizeof *list);
+      if (list)
+        memcpy(list, co->acts.a, n * sizeof *list);
+      else
+        rc = TSR_ENOMEM;
+    }
+    for (size_t i = 0; list && i < n && !co->stopped; i++)
+      coord_exec(co, &list[i]);
+    free(list);
+    if (rc && !co->stopped) {
+      tsr_error("the coordinator ran out of memory");
+      coord_stop(co, 1);
+    }
+  }
+  co->draining = false;
+}
+
+void coord__post(coord *co, const coord_event *ev) {
+  if (co->stopped) return;
+  if (co->q_len == co->q_cap) {
+    size_t cap = co->q_cap ? co->q_cap * 2 : 64;
+    coord_qev *q = malloc(cap * sizeof *q);
+    if (!q) {
+      tsr_error("the coordinator ran out of memory");
+      coord_stop(co, 1);
+      return;
+    }
+    for (size_t i = 0; i < co->q_len; i++)
+      q[i] = co->q[(co->q_head + i) % co->q_cap];
+    free(co->q);
+    co->q = q;
+    co->q_cap = cap;
+    co->q_head = 0;
+  }
+  coord_qev *e = &co->q[(co->q_head + co->q_len) % co->q_cap];
+  memset(e, 0, sizeof *e);
+  e->ev = *ev;
+  e->ev.msg = NULL;
+  e->ev.steps = NULL;
+  if (ev->msg) {
+    snprintf(e->msg, sizeof e->msg, "%s", ev->msg);
+    e->has_msg = true;
+  }
+  if (ev->steps && ev->n_steps) {
+    e->steps = malloc(ev->n_steps * sizeof *e->steps);
+    if (e->steps)
+      memcpy(e->steps, ev->steps, ev->n_steps * sizeof *e->steps);
+    else
+      e->ev.n_steps = 0;
+  }
+  co->q_len++;
+  coord_drain(co);
+}
+
+void coord__post_simple(coord *co, coord_ev_kind kind, int index,
+                        const char *msg) {
+  coord_event ev = {.kind = kind, .index = index, .msg = msg};
+  coord__post(co, &ev);
+}
+
+/* ---- monitoring --------------------------------------------------------- */
+
+/* Mean loss of the last closures (NaN before the first). */
+double coord__recent_loss(const coord *co) {
+  double sum = 0;
+  int64_t n = 0;
+  for (int i = 0; i < co->n_recent; i++) {
+    sum += co->recent_loss[i];
+    n += co->recent_steps[i];
+  }
+  return n > 0 ? sum / (double)n : NAN;
+}
+
+void coord__scalars(coord *co, double now) {
+  if (!co->metrics) return;
+  int64_t step = coord__step(co);
+  if (co->loss_n > 0) {
+    chief_metrics_scalar(co->metrics, CHIEF_TAG_LOSS, step,
+                         co->loss_sum / (double)co->loss_n, 0);
+    co->loss_sum = 0;
+    co->loss_n = 0;
+  }
+  chief_train_acc_flush(&co->train_acc, co->metrics, step);
+  chief_metrics_scalar(co->metrics, "train/learning_rate", step,
+                       tsr_optim_lr(&co->job.optimizer, step), 0);
+  if (co->skipped_records > 0)
+    chief_metrics_scalar(co->metrics, CHIEF_TAG_SKIPPED, step,
+                         (double)co->skipped_records, 0);
+  if (co->progress) {
+    double eps = chief_progress_examples_per_sec(co->progress);
+    double sps = chief_progress_steps_per_sec(co->progress);
+    if (eps > 0)
+      chief_metrics_scalar(co->metrics, CHIEF_TAG_EXAMPLES_PER_SEC, step, eps,
+                           0);
+    if (sps > 0)
+      chief_metrics_scalar(co->metrics, CHIEF_TAG_STEPS_PER_SEC, step, sps, 0);
+  }
+  if (co->job.mode == TSR_MODE_ASYNC) {
+    chief_metrics_scalar(co->metrics, CHIEF_TAG_STALENESS, step,
+                         (double)co->max_staleness, 0);
+    co->max_staleness = 0;
+  }
+  for (int i = 0; i < co->n_wk; i++) {
+    coord_wk *w = &co->wk[i];
+    if (w->busy_s <= 0) continue;
+    char tag[64];
+    snprintf(tag, sizeof tag, "worker/%d/examples_per_sec", i);
+    chief_metrics_scalar(co->metrics, tag, step,
+                         (double)w->examples / w->busy_s, 0);
+    double net = w->pull_s + w->push_s, all = w->busy_s;
+    snprintf(tag, sizeof tag, "worker/%d/network_wait_share", i);
+    chief_metrics_scalar(co->metrics, tag, step, all > 0 ? net / all : 0, 0);
+  }
+  chief_metrics_flush(co->metrics);
+  co->t_last_scalar = now;
+}
+
+static void coord_progress(coord *co, double now) {
+  int64_t total = coord_sm_total_steps(co->sm);
+  if (!co->progress && total > 0) {
+    /* created once the length of the run is known (epochs need the
+     * workers' data sizes first) */
+    chief_progress_opts po;
+    memset(&po, 0, sizeof po);
+    po.total_steps = total;
+    po.out = stderr;
+    if (chief_progress_create(&co->progress, &po)) co->progress = NULL;
+  }
+  if (!co->progress) return;
+  chief_progress_update(co->progress, coord__step(co), co->examples,
+                        coord__recent_loss(co), now);
+}
+
+void coord__on_tick(uv_timer_t *t) {
+  coord *co = t->data;
+  double now = tsr_now_s();
+  if (coord_sm_training(co->sm)) {
+    coord_progress(co, now);
+    if (chief_summary_due(&co->sum_pol, coord__step(co),
+                          coord_sm_total_steps(co->sm), now))
+      coord__scalars(co, now);
+    if (now - co->t_last_ps >= 2.0) {
+      co->t_last_ps = now;
+      coord__ps_stats(co);
+    }
+  }
+  coord__post_simple(co, COORD_EV_TIMER, -1, NULL);
+}
+
+void coord__on_signal(uv_signal_t *s, int signum) {
+  coord *co = s->data;
+  if (co->stop_requested) {
+    tsr_warn("second signal: exiting now");
+    exit(COORD_EXIT_SIGNAL);
+  }
+  tsr_warn("signal %d: stopping (a second one exits at once)", signum);
+  co->stop_requested = true;
+  coord__post_simple(co, COORD_EV_SIGNAL, -1, NULL);
+}

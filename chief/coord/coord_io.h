@@ -1,0 +1,190 @@
+/* The coordinator's I/O side, shared by coord_run.c (setup and teardown),
+ * coord_io.c (the event queue, the actions, the timer and signals,
+ * monitoring), coord_ps.c (the parameter servers), coord_wk.c (the
+ * workers) and coord_status.c (the status service). Private to them.
+ *
+ * Every decision is the machine's (coord_sm.h). This side owns the loop,
+ * the RPC clients, the files and the monitoring: it turns connection
+ * changes, answers, the 100 ms tick and signals into events (posted to a
+ * queue and fed to the machine one at a time, never from inside a step),
+ * and executes the actions that come back. A call that cannot even be
+ * started is answered with an event too, so the machine always hears.
+ */
+#ifndef TSR_CHIEF_COORD_IO_H
+#define TSR_CHIEF_COORD_IO_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "chief/ckpt/ckpt.h"
+#include "chief/coord/coord.h"
+#include "chief/coord/coord_sm.h"
+#include "chief/monitor/monitor.h"
+#include "common/cluster.h"
+#include "common/job.h"
+#include "common/partition.h"
+#include "common/rpc/rpc.h"
+#include "ps/client.h"
+
+typedef struct coord coord;
+
+typedef struct {
+  coord *co;
+  int index;
+  const tsr_task_addr *addr;
+  ps_client *cli;
+  bool connected;
+  bool busy;             /* a statistics call in flight */
+  int64_t vars_created;
+  uint64_t bytes_in, bytes_out;
+  double apply_ms;
+} coord_ps;
+
+typedef struct {
+  coord *co;
+  int index;
+  const tsr_task_addr *addr;
+  tsr_rpc_client *cli;
+  int inflight;          /* our calls outstanding to it */
+  uint64_t last_closure; /* the last closure handed to it (a LEAVE says
+                            every closure up to it is over) */
+  int64_t steps, examples;
+  double busy_s, input_s, pull_s, compute_s, push_s;
+  int64_t skipped_seen;  /* its last skipped_records (a restart resets it) */
+  char device[32];
+} coord_wk;
+
+/* One PS operation over every PS (setup, restore, save, shutdown): its
+ * answers are gathered and the machine hears once. */
+typedef struct {
+  uint64_t op;
+  coord_ev_kind done;    /* the event that ends it */
+  int pending;
+  int status;            /* first failure */
+  int failed_ps;
+  bool lost;
+  char msg[COORD_MSG_MAX];
+} coord_psop;
+
+/* A queued event with its own copies of what it points at. */
+typedef struct {
+  coord_event ev;
+  char msg[COORD_MSG_MAX];
+  bool has_msg;
+  int64_t *steps;
+} coord_qev;
+
+struct coord {
+  const chief_coord_opts *o;
+  uv_loop_t loop;
+  uv_timer_t tick;
+  uv_signal_t sigint, sigterm;
+  tsr_rpc_ctx *rpc;
+  tsr_rpc_server *status;  /* CHIEF_M_STATUS on the chief's address */
+  tsr_cluster cluster;     /* o->cluster, borrowed: not freed here */
+  tsr_job job;
+  char *job_json;          /* resolved job sent to workers */
+  char job_dir[4096];
+  char model_digest[24];
+  /* the model's variables and their placement */
+  struct coord_var {
+    char name[128];
+    int rank;
+    int64_t shape[4];
+    int64_t row_dim;
+    bool sparse;
+    kern_init_spec init;
+    tsr_optim_spec optim;  /* the job's, or a moving statistic's rule */
+    char init_path[256];   /* initial_weights: its raw file for the PS */
+  } *vars;
+  size_t n_vars;
+  tsr_shard *shards;
+  size_t n_shards;
+  coord_ps *ps;
+  int n_ps;
+  coord_wk *wk;
+  int n_wk;
+  char (*names)[COORD_NAME_MAX];  /* "ps:0 (addr)"..., then the workers */
+
+  coord_sm *sm;
+  coord_actions acts;
+  coord_qev *q;            /* the event queue (a ring) */
+  size_t q_head, q_len, q_cap;
+  bool draining;
+  bool stopped;            /* FAIL or FINISH executed */
+  int exit_status;
+  bool stop_requested;
+  coord_psop psop;         /* the PS operation in progress */
+  int shutdown_pending;    /* SHUTDOWN: calls not answered yet */
+  uint64_t shutdown_op;
+  uint64_t run_id;
+
+  double t_start;
+  int64_t worker_steps_run;  /* steps of every counted closure */
+  int64_t examples;
+  double loss_sum;
+  int64_t loss_n;
+  /* the last closures' losses, for the progress bar and the summary's
+   * final loss (a mean over the whole run would be dominated by its start) */
+  double recent_loss[16];
+  int64_t recent_steps[16];
+  int n_recent, recent_at;
+  uint64_t max_staleness;  /* largest version lag since the last scalars */
+  /* the last evaluation */
+  chief_metric_value eval_vals[16];
+  char eval_names[16][64];
+  size_t n_eval;
+  /* monitoring */
+  chief_metrics *metrics;
+  chief_progress *progress;
+  struct tsr_trace *trace; /* --trace: every process's events, merged */
+  int64_t trace_save_us, trace_eval_us, trace_recover_us, trace_restore_us;
+  double t_last_scalar;
+  double t_last_ps;          /* PS statistics every 2 s */
+  chief_summary_policy sum_pol;
+  chief_train_acc train_acc;
+  int64_t skipped_records;   /* corrupt input records, all workers */
+  json_t *input_affine;      /* {"scale": [...], "shift": [...]} from the
+                                first worker configured, for the manifest */
+};
+
+/* coord_io.c */
+void coord__post(coord *co, const coord_event *ev);
+void coord__post_simple(coord *co, coord_ev_kind kind, int index,
+                        const char *msg);
+void coord__note(coord *co, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+double coord__recent_loss(const coord *co);  /* NaN before any closure */
+void coord__scalars(coord *co, double now);  /* TensorBoard scalars */
+void coord__on_tick(uv_timer_t *t);
+void coord__on_signal(uv_signal_t *s, int signum);
+int64_t coord__step(const coord *co);        /* the global step */
+
+/* coord_ps.c */
+int coord__ps_open(coord *co);
+void coord__ps_setup(coord *co, uint64_t op);
+void coord__ps_restore(coord *co, uint64_t op, int64_t step);
+void coord__ps_save(coord *co, uint64_t op, int64_t step);
+void coord__ps_commit(coord *co, uint64_t op, int64_t step, int64_t total);
+void coord__ps_release(coord *co, int worker);
+void coord__ps_stats(coord *co);
+void coord__ps_shutdown(coord *co);
+void coord__ps_close(coord *co);
+
+/* coord_status.c */
+int coord__status_open(coord *co);
+void coord__status_close(coord *co);
+
+/* coord_wk.c */
+int coord__wk_open(coord *co);
+void coord__wk_configure(coord *co, int w);
+void coord__wk_dispatch(coord *co, const chief_closure *c);
+void coord__wk_count(coord *co, const coord_action *a);
+void coord__wk_eval(coord *co, uint64_t op, int w, int64_t step);
+void coord__wk_shutdown(coord *co);
+void coord__wk_close(coord *co);
+/* The machine's reading of a failed call to a worker. */
+coord_err_kind coord__wk_err_kind(const coord_wk *w, const tsr_rpc_result *r);
+
+#endif

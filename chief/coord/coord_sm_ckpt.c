@@ -1,0 +1,274 @@
+/* The machine's checkpoints and evaluations (coord_sm.h): the committed
+ * checkpoints it knows (from disk at start and from its own commits),
+ * which one a restore takes, pruning, and the pause that drains closures
+ * before a SAVE + COMMIT or an EVALUATE.
+ *
+ * Pruning keeps the newest ckpt_keep committed checkpoints and never the
+ * newest one away. A checkpoint that fails anywhere (a PS save, the
+ * manifest, a deadline) is discarded, remembered for the summary, and
+ * training goes on; the last good one stays what a restore takes.
+ */
+#include "chief/coord/coord_sm_int.h"
+#include "common/log.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SM_MAX_FAILS 1024
+
+/* ---- the list ----------------------------------------------------------- */
+
+static void sm_ck_insert(coord_sm *sm, int64_t step) {
+  if (step < 0) return;
+  int i = 0;
+  while (i < sm->n_ck && sm->ck[i] < step) i++;
+  if (i < sm->n_ck && sm->ck[i] == step) {
+    sm->ck_bad[i] = false; /* written again */
+    return;
+  }
+  if (sm->n_ck == COORD_MAX_CKPTS) {
+    if (i == 0) return; /* older than all we track */
+    /* forget the oldest (not pruned: only tracking is bounded) */
+    memmove(&sm->ck[0], &sm->ck[1], (size_t)(sm->n_ck - 1) * sizeof sm->ck[0]);
+    memmove(&sm->ck_bad[0], &sm->ck_bad[1],
+            (size_t)(sm->n_ck - 1) * sizeof sm->ck_bad[0]);
+    sm->n_ck--;
+    i--;
+  }
+  memmove(&sm->ck[i + 1], &sm->ck[i], (size_t)(sm->n_ck - i) * sizeof sm->ck[0]);
+  memmove(&sm->ck_bad[i + 1], &sm->ck_bad[i],
+          (size_t)(sm->n_ck - i) * sizeof sm->ck_bad[0]);
+  sm->ck[i] = step;
+  sm->ck_bad[i] = false;
+  sm->n_ck++;
+}
+
+void sm__ckpt_known(coord_sm *sm, const int64_t *steps, size_t n) {
+  for (size_t i = 0; i < n; i++) sm_ck_insert(sm, steps[i]);
+}
+
+int64_t sm__newest_good(const coord_sm *sm) {
+  for (int i = sm->n_ck - 1; i >= 0; i--)
+    if (!sm->ck_bad[i]) return sm->ck[i];
+  return -1;
+}
+
+int64_t sm__newest_committed(const coord_sm *sm) {
+  return sm->n_ck ? sm->ck[sm->n_ck - 1] : -1;
+}
+
+void sm__mark_bad(coord_sm *sm, int64_t step) {
+  for (int i = 0; i < sm->n_ck; i++)
+    if (sm->ck[i] == step) sm->ck_bad[i] = true;
+}
+
+/* Keeps the newest ckpt_keep; the oldest go first, never the newest. */
+static void sm_prune(coord_sm *sm) {
+  while (sm->n_ck > sm->c.ckpt_keep && sm->n_ck > 1) {
+    coord_action *a = sm__emit(sm, COORD_ACT_PRUNE);
+    if (!a) return;
+    a->step = sm->ck[0];
+    memmove(&sm->ck[0], &sm->ck[1], (size_t)(sm->n_ck - 1) * sizeof sm->ck[0]);
+    memmove(&sm->ck_bad[0], &sm->ck_bad[1],
+            (size_t)(sm->n_ck - 1) * sizeof sm->ck_bad[0]);
+    sm->n_ck--;
+  }
+}
+
+/* ---- the pause ----------------------------------------------------------- */
+
+void sm__enter_drain(coord_sm *sm, sm_phase after) {
+  sm->after_drain = after;
+  chief_sched_pause(sm->sched, true);
+  coord_action *a = sm__emit(sm, COORD_ACT_PAUSE);
+  if (a) a->index = 0;
+  sm__set_phase(sm, SM_DRAIN);
+}
+
+static int64_t sm_next(int64_t from, int64_t every) {
+  return every > 0 ? from + every : INT64_MAX;
+}
+
+void sm__pump_drain(coord_sm *sm) {
+  /* pinned (ssp, sync): bring every worker level before the pause holds;
+   * one with nothing to run meanwhile must not hold the others back */
+  sm__dispatch(sm);
+  sm__release_idle(sm);
+  if (sm->n_outs > 0) {
+    double stall = 2 * sm__grace(sm->c.closure_timeout_s);
+    if (sm->now - sm->t_progress > stall)
+      sm__fail(sm, 1, "no closure has finished in %.0f s while pausing for "
+               "a %s", sm->now - sm->t_progress,
+               sm->ckpt_due ? "checkpoint" : "evaluation");
+    return;
+  }
+  int64_t step = sm__global(sm);
+  if (sm->ckpt_due) {
+    if (sm__newest_good(sm) == step) {
+      sm->ckpt_due = false; /* nothing new since */
+      sm->next_ckpt = sm_next(step, sm->c.ckpt_every_steps);
+      sm->t_last_ckpt = sm->now;
+    } else {
+      sm->save_step = step;
+      sm__set_phase(sm, SM_SAVE);
+      sm->op = ++sm->next_op;
+      coord_action *a = sm__emit(sm, COORD_ACT_SAVE);
+      if (a) {
+        a->op = sm->op;
+        a->step = step;
+      }
+      return;
+    }
+  }
+  if (sm->eval_due) {
+    int w = sm__ready_worker(sm);
+    if (w < 0) {
+      sm__note(sm, TSR_LOG_WARN, "evaluation at step %" PRId64 " skipped: "
+               "no worker is ready", step);
+      sm->eval_due = false;
+      sm->next_eval = sm_next(step, sm->c.eval_every_steps);
+    } else {
+      sm->eval_worker = w;
+      sm__set_phase(sm, SM_EVAL);
+      sm->op = ++sm->next_op;
+      coord_action *a = sm__emit(sm, COORD_ACT_EVALUATE);
+      if (a) {
+        a->op = sm->op;
+        a->index = w;
+        a->step = step;
+      }
+      return;
+    }
+  }
+  if (sm->after_drain == SM_FINAL)
+    sm__set_phase(sm, SM_FINAL);
+  else
+    sm__enter_train(sm);
+}
+
+/* ---- save, commit ------------------------------------------------------- */
+
+static void sm_ckpt_done(coord_sm *sm) {
+  sm->ckpt_due = false;
+  sm->next_ckpt = sm_next(sm->save_step, sm->c.ckpt_every_steps);
+  sm->t_last_ckpt = sm->now;
+  sm__set_phase(sm, SM_DRAIN);
+}
+
+static void sm_ckpt_failed(coord_sm *sm, const char *reason) {
+  int64_t step = sm->save_step;
+  if (sm->n_fails < SM_MAX_FAILS) {
+    if (sm->n_fails == sm->cap_fails) {
+      size_t cap = sm->cap_fails ? sm->cap_fails * 2 : 8;
+      coord_ckpt_failure *f = realloc(sm->fails, cap * sizeof *f);
+      if (f) {
+        sm->fails = f;
+        sm->cap_fails = cap;
+      }
+    }
+    if (sm->n_fails < sm->cap_fails) {
+      coord_ckpt_failure *f = &sm->fails[sm->n_fails++];
+      f->step = step;
+      snprintf(f->reason, sizeof f->reason, "%s", reason);
+    }
+  }
+  coord_action *a = sm__emit(sm, COORD_ACT_DISCARD);
+  if (a) a->step = step;
+  int64_t last = sm__newest_good(sm);
+  if (last >= 0)
+    sm__note(sm, TSR_LOG_WARN, "checkpoint of step %" PRId64 " failed: "
+             "%.300s; the last good checkpoint is step %" PRId64, step,
+             reason, last);
+  else
+    sm__note(sm, TSR_LOG_WARN, "checkpoint of step %" PRId64 " failed: "
+             "%.300s; there is no good checkpoint yet", step, reason);
+  sm_ckpt_done(sm);
+}
+
+void sm__on_ckpt(coord_sm *sm, const coord_event *ev) {
+  const char *msg = ev->msg ? ev->msg : "?";
+  char why[COORD_MSG_MAX];
+  switch (ev->kind) {
+    case COORD_EV_SAVE_DONE:
+      if (sm->phase != SM_SAVE || ev->op != sm->op) return;
+      if (ev->lost && ev->index >= 0 && ev->index < sm->c.n_ps)
+        sm->ps[ev->index].lost = true;
+      if (ev->status == 0) {
+        sm__set_phase(sm, SM_COMMIT);
+        sm->op = ++sm->next_op;
+        coord_action *a = sm__emit(sm, COORD_ACT_COMMIT);
+        if (a) {
+          a->op = sm->op;
+          a->step = sm->save_step;
+          a->total = sm->total;
+        }
+        return;
+      }
+      if (ev->index >= 0 && ev->index < sm->c.n_ps)
+        snprintf(why, sizeof why, "%s: %.400s", sm->ps[ev->index].name, msg);
+      else
+        snprintf(why, sizeof why, "%.450s", msg);
+      sm_ckpt_failed(sm, why);
+      return;
+    case COORD_EV_CKPT_COMMITTED:
+      if (sm->phase != SM_COMMIT || ev->op != sm->op) return;
+      sm_ck_insert(sm, sm->save_step);
+      sm__note(sm, TSR_LOG_INFO, "checkpoint of step %" PRId64 " committed",
+               sm->save_step);
+      sm_prune(sm);
+      sm_ckpt_done(sm);
+      return;
+    case COORD_EV_CKPT_FAILED:
+      if (sm->phase != SM_COMMIT || ev->op != sm->op) return;
+      sm_ckpt_failed(sm, msg);
+      return;
+    default:
+      return;
+  }
+}
+
+/* ---- evaluation --------------------------------------------------------- */
+
+static void sm_eval_done(coord_sm *sm, const char *failed) {
+  int64_t step = sm__global(sm);
+  if (failed)
+    sm__note(sm, TSR_LOG_WARN, "evaluation at step %" PRId64 " failed: %s",
+             step, failed);
+  sm->eval_due = false;
+  sm->next_eval = sm_next(step, sm->c.eval_every_steps);
+  sm__set_phase(sm, SM_DRAIN);
+}
+
+void sm__on_eval(coord_sm *sm, const coord_event *ev) {
+  if (sm->phase != SM_EVAL || ev->op != sm->op) return;
+  sm_eval_done(sm, ev->status ? (ev->msg ? ev->msg : "?") : NULL);
+}
+
+void sm__ckpt_deadlines(coord_sm *sm) {
+  double waited = sm->now - sm->t_phase;
+  char why[COORD_MSG_MAX];
+  switch (sm->phase) {
+    case SM_SAVE:
+      if (waited <= sm__grace(sm->c.op_timeout_s)) return;
+      snprintf(why, sizeof why, "no answer to the save from every PS within "
+               "%.0f s", waited);
+      sm_ckpt_failed(sm, why);
+      return;
+    case SM_COMMIT:
+      if (waited <= sm__grace(sm->c.op_timeout_s)) return;
+      snprintf(why, sizeof why, "the manifest was not written within %.0f s",
+               waited);
+      sm_ckpt_failed(sm, why);
+      return;
+    case SM_EVAL:
+      if (waited <= sm__grace(sm->c.closure_timeout_s)) return;
+      snprintf(why, sizeof why, "%s did not answer within %.0f s",
+               sm->wk[sm->eval_worker].name, waited);
+      sm_eval_done(sm, why);
+      return;
+    default:
+      return;
+  }
+}

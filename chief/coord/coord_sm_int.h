@@ -1,0 +1,147 @@
+/* The machine's private state, shared by coord_sm.c (events, setup,
+ * restore, recovery, the end), coord_sm_train.c (workers, closures,
+ * training) and coord_sm_ckpt.c (drain, checkpoints, evaluation). Nothing
+ * outside these three files includes it.
+ */
+#ifndef TSR_CHIEF_COORD_SM_INT_H
+#define TSR_CHIEF_COORD_SM_INT_H
+
+#include "chief/coord/coord_sm.h"
+
+typedef enum {
+  SM_CONNECT = 0,
+  SM_SETUP,     /* SETUP_PS sent */
+  SM_RESTORE,   /* RESTORE sent */
+  SM_TRAIN,
+  SM_DRAIN,     /* paused: closures finish before a save or an eval */
+  SM_SAVE,      /* SAVE sent */
+  SM_COMMIT,    /* COMMIT sent */
+  SM_EVAL,      /* EVALUATE sent */
+  SM_RECOVER,   /* a PS lost, or a setup/restore try failed */
+  SM_FINAL,
+  SM_SHUTDOWN,  /* SHUTDOWN sent */
+  SM_DONE,
+  SM_FAILED
+} sm_phase;
+
+enum { SM_START_FRESH = 0, SM_START_CHIEF, SM_START_PS };
+
+typedef struct {
+  bool connected;
+  bool lost;            /* went away after the run started */
+  char name[COORD_NAME_MAX];
+} sm_ps;
+
+typedef struct {
+  coord_wk_state st;
+  bool ever_ready;
+  bool answered;        /* has answered a configuration of this run */
+  bool left;            /* ssp/sync: told the PS it no longer counts */
+  int restarts;
+  int failures;         /* its own closure errors in a row */
+  int64_t examples;     /* per epoch, -1 unknown */
+  double since;         /* CONFIGURING: sent at; CONNECTED: retry at */
+  char name[COORD_NAME_MAX];
+  char last_error[COORD_MSG_MAX];
+} sm_wk;
+
+/* A closure sent and not answered yet (any generation). */
+typedef struct {
+  uint64_t id;
+  uint32_t gen;
+  int worker;
+  double deadline;
+} sm_out;
+
+struct coord_sm {
+  coord_sm_config c;
+  char job_path[COORD_NAME_MAX * 4];
+  sm_ps *ps;
+  sm_wk *wk;
+  chief_sched *sched;
+  coord_actions *out;   /* the current step's actions */
+  bool oom;
+  bool started;         /* the first event set the clock */
+  double now;
+
+  sm_phase phase;
+  double t_phase;
+  double t_note;        /* last "waiting for" note */
+  sm_phase after_drain; /* SM_TRAIN or SM_FINAL */
+  bool recovering;      /* a PS was lost during the run */
+  uint64_t next_op, op; /* op: the PS/eval/shutdown call awaited */
+  int tries;            /* failed setup/restore tries of this target */
+
+  int64_t total;        /* global steps; 0 until known */
+  double t_total_wait;
+  int64_t pending_resume;  /* rewind to this once the total is known */
+  int pending_why;         /* SM_START_FRESH, _CHIEF (restarted), _PS */
+  int64_t resumed_from;
+
+  /* committed checkpoints, oldest first */
+  int64_t ck[COORD_MAX_CKPTS];
+  bool ck_bad[COORD_MAX_CKPTS];   /* failed to restore restore_tries times */
+  int n_ck;
+  int64_t restore_step;
+  int64_t save_step;
+  bool ckpt_due, eval_due;
+  int64_t next_ckpt, next_eval;
+  double t_last_ckpt;
+  bool final_ckpt_done, final_eval_done;
+  double t_final_wait;
+  int eval_worker, eval_rr;
+  coord_ckpt_failure *fails;
+  size_t n_fails, cap_fails;
+
+  sm_out *outs;
+  size_t n_outs, cap_outs;
+  double t_progress;    /* last closure counted (or training entered) */
+  double t_noworker;    /* since when no worker is ready (0: one is) */
+  bool gate_open;       /* sync: a closure went out since the last rewind */
+  double t_gate;
+
+  int restarts_ps, restarts_worker;
+  int exit_status;
+  char fail_msg[COORD_MSG_MAX];
+  double t_train_start, t_train_end;
+  bool ended;
+};
+
+/* coord_sm.c */
+coord_action *sm__emit(coord_sm *sm, coord_act_kind k);
+void sm__note(coord_sm *sm, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void sm__fail(coord_sm *sm, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void sm__set_phase(coord_sm *sm, sm_phase p);
+int64_t sm__global(const coord_sm *sm);
+int64_t sm__wsteps(const coord_sm *sm, int64_t global);
+bool sm__ps_lost(const coord_sm *sm);
+double sm__grace(double d);
+void sm__enter_recover(coord_sm *sm, bool from_training);
+void sm__enter_final(coord_sm *sm);
+
+/* coord_sm_train.c */
+void sm__on_worker(coord_sm *sm, const coord_event *ev);
+void sm__on_closure(coord_sm *sm, const coord_event *ev);
+void sm__closure_deadlines(coord_sm *sm);
+void sm__configure_workers(coord_sm *sm);
+int sm__dispatch(coord_sm *sm);
+void sm__release_idle(coord_sm *sm);  /* closures sent */
+void sm__enter_train(coord_sm *sm);
+void sm__pump_train(coord_sm *sm);
+int sm__count(const coord_sm *sm, coord_wk_state st);
+int sm__ready_worker(coord_sm *sm);  /* for an evaluation; -1: none */
+
+/* coord_sm_ckpt.c */
+void sm__ckpt_known(coord_sm *sm, const int64_t *steps, size_t n);
+int64_t sm__newest_good(const coord_sm *sm);   /* -1: none */
+int64_t sm__newest_committed(const coord_sm *sm);
+void sm__mark_bad(coord_sm *sm, int64_t step);
+void sm__enter_drain(coord_sm *sm, sm_phase after);
+void sm__pump_drain(coord_sm *sm);
+void sm__on_ckpt(coord_sm *sm, const coord_event *ev);
+void sm__on_eval(coord_sm *sm, const coord_event *ev);
+void sm__ckpt_deadlines(coord_sm *sm);
+
+#endif

@@ -1,0 +1,452 @@
+/* A simulated cluster around the coordinator's state machine, for its unit
+ * tests: it feeds events, executes the actions the way the I/O side would
+ * (keeping what is in flight and what is on disk), and checks the
+ * machine's invariants after every step:
+ *   - RESTORE names a committed checkpoint on disk;
+ *   - PRUNE never removes the newest committed checkpoint, DISCARD never a
+ *     committed one;
+ *   - a closure is counted at most once, only in the generation it was
+ *     dispatched in, and the steps counted since the last REWIND plus its
+ *     step are the machine's step count;
+ *   - CONFIGURE / DISPATCH / EVALUATE go to a worker that is up;
+ *   - FAIL carries a message and a non-zero status; nothing follows FAIL
+ *     or FINISH.
+ * A failed check names the seed (random tests) so the run can be redone.
+ */
+#ifndef TSR_TEST_COORD_SIM_H
+#define TSR_TEST_COORD_SIM_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "chief/coord/coord_sm.h"
+#include "common/log.h"
+
+#define SIM_MAX 8
+#define SIM_FL 256
+#define SIM_DISK 128
+
+typedef struct {
+  chief_closure c;
+  bool lost;            /* its worker went away: it can only fail */
+  double at;            /* when it was sent */
+} sim_fl;
+
+typedef struct {
+  coord_sm_config cfg;
+  coord_sm *sm;
+  coord_actions acts;
+  unsigned seed;
+  double now;
+  /* the cluster as the I/O side sees it */
+  bool ps_up[SIM_MAX], wk_up[SIM_MAX];
+  int64_t examples[SIM_MAX];      /* what a worker reports configured */
+  /* what the actions asked for and is not answered yet */
+  bool op_active;
+  coord_act_kind op_kind;
+  uint64_t op;
+  int64_t op_step;
+  int op_worker;
+  bool cfg_pending[SIM_MAX];
+  sim_fl fl[SIM_FL];
+  int n_fl;
+  /* the checkpoint folder */
+  int64_t disk[SIM_DISK];
+  int n_disk;
+  /* tracking */
+  uint64_t *counted;
+  size_t n_counted, cap_counted;
+  int64_t base;                   /* step of the last REWIND */
+  int64_t counted_steps;          /* worker steps counted since */
+  bool ended;
+  int status;
+  char fail[COORD_MSG_MAX];
+  int n_notes;
+  char notes[64][COORD_MSG_MAX];  /* the last 64 */
+  int count[COORD_ACT_FINISH + 1];
+  int64_t last_restore, last_rewind, first_dispatch_step;
+  int64_t restored;               /* a RESTORE answered well, not yet
+                                     rewound to (-1: none) */
+  bool last_rewind_resumed;
+} sim;
+
+#define SIM_CHECK(s, cond, ...)                                      \
+  do {                                                               \
+    if (!(cond)) {                                                   \
+      char m_[600];                                                  \
+      snprintf(m_, sizeof m_, __VA_ARGS__);                          \
+      fail_msg("seed %u: %s (%s)", (s)->seed, m_, #cond);            \
+    }                                                                \
+  } while (0)
+
+static inline bool sim_on_disk(const sim *s, int64_t step) {
+  for (int i = 0; i < s->n_disk; i++)
+    if (s->disk[i] == step) return true;
+  return false;
+}
+
+static inline int64_t sim_disk_newest(const sim *s) {
+  int64_t m = -1;
+  for (int i = 0; i < s->n_disk; i++)
+    if (s->disk[i] > m) m = s->disk[i];
+  return m;
+}
+
+static inline void sim_disk_remove(sim *s, int64_t step) {
+  for (int i = 0; i < s->n_disk; i++)
+    if (s->disk[i] == step) {
+      s->disk[i] = s->disk[--s->n_disk];
+      return;
+    }
+}
+
+static inline int64_t sim_k(const sim *s) {
+  return s->cfg.mode == TSR_MODE_SYNC ? s->cfg.n_wk : 1;
+}
+
+static inline bool sim_was_counted(const sim *s, uint64_t id) {
+  for (size_t i = 0; i < s->n_counted; i++)
+    if (s->counted[i] == id) return true;
+  return false;
+}
+
+static inline void sim_apply(sim *s, const coord_action *a) {
+  SIM_CHECK(s, !s->ended, "action %d after the run ended", (int)a->kind);
+  s->count[a->kind]++;
+  switch (a->kind) {
+    case COORD_ACT_SETUP_PS:
+    case COORD_ACT_SAVE:
+    case COORD_ACT_COMMIT:
+    case COORD_ACT_EVALUATE:
+    case COORD_ACT_SHUTDOWN:
+    case COORD_ACT_RESTORE:
+      /* an op out still is one the machine gave up on at its deadline:
+       * its answer, if it ever comes, carries an old op id */
+      if (a->kind == COORD_ACT_RESTORE) {
+        SIM_CHECK(s, sim_on_disk(s, a->step),
+                  "RESTORE of step %" PRId64 ", not a committed checkpoint",
+                  a->step);
+        s->last_restore = a->step;
+      }
+      if (a->kind == COORD_ACT_EVALUATE)
+        SIM_CHECK(s, a->index >= 0 && s->wk_up[a->index],
+                  "EVALUATE on worker %d that is down", a->index);
+      s->op_active = true;
+      s->op_kind = a->kind;
+      s->op = a->op;
+      s->op_step = a->step;
+      s->op_worker = a->index;
+      break;
+    case COORD_ACT_REWIND: {
+      /* the run goes on from the restored checkpoint (the job's end when
+       * the checkpoint is past it), never from elsewhere */
+      int64_t total = coord_sm_total_steps(s->sm);
+      if (s->restored >= 0)
+        SIM_CHECK(s, total > 0 && a->step == (s->restored < total
+                                                  ? s->restored
+                                                  : total),
+                  "REWIND to %" PRId64 " after restoring step %" PRId64
+                  " (total %" PRId64 ")", a->step, s->restored, total);
+      s->restored = -1;
+      s->base = a->step;
+      s->counted_steps = 0;
+      s->last_rewind = a->step;
+      s->last_rewind_resumed = a->resumed;
+      break;
+    }
+    case COORD_ACT_PAUSE:
+    case COORD_ACT_RELEASE:
+      break;
+    case COORD_ACT_DISCARD:
+      SIM_CHECK(s, !sim_on_disk(s, a->step),
+                "DISCARD of the committed checkpoint of step %" PRId64,
+                a->step);
+      break;
+    case COORD_ACT_PRUNE:
+      SIM_CHECK(s, sim_on_disk(s, a->step),
+                "PRUNE of step %" PRId64 " that is not on disk", a->step);
+      SIM_CHECK(s, a->step != sim_disk_newest(s),
+                "PRUNE of the newest committed checkpoint (step %" PRId64
+                ")", a->step);
+      sim_disk_remove(s, a->step);
+      break;
+    case COORD_ACT_CONFIGURE:
+      SIM_CHECK(s, s->wk_up[a->index], "CONFIGURE of worker %d, down",
+                a->index);
+      s->cfg_pending[a->index] = true;
+      break;
+    case COORD_ACT_DISPATCH:
+      SIM_CHECK(s, s->wk_up[a->index], "DISPATCH to worker %d, down",
+                a->index);
+      SIM_CHECK(s, s->n_fl < SIM_FL, "too many closures in flight");
+      SIM_CHECK(s, a->closure.steps > 0, "a closure of %" PRId64 " steps",
+                a->closure.steps);
+      if (s->first_dispatch_step < 0)
+        s->first_dispatch_step = a->closure.first_step;
+      s->fl[s->n_fl++] = (sim_fl){.c = a->closure, .at = s->now};
+      break;
+    case COORD_ACT_COUNT:
+      SIM_CHECK(s, !sim_was_counted(s, a->closure.id),
+                "closure %" PRIu64 " counted twice", a->closure.id);
+      if (s->n_counted == s->cap_counted) {
+        s->cap_counted = s->cap_counted ? s->cap_counted * 2 : 256;
+        s->counted = realloc(s->counted, s->cap_counted * sizeof *s->counted);
+        assert_non_null(s->counted);
+      }
+      s->counted[s->n_counted++] = a->closure.id;
+      s->counted_steps += a->closure.steps;
+      break;
+    case COORD_ACT_NOTE:
+      SIM_CHECK(s, a->msg[0] != 0, "an empty note");
+      snprintf(s->notes[s->n_notes % 64], COORD_MSG_MAX, "%s", a->msg);
+      s->n_notes++;
+      if (getenv("SIM_VERBOSE"))
+        fprintf(stderr, "  [%.1f] note: %s\n", s->now, a->msg);
+      break;
+    case COORD_ACT_FAIL:
+      SIM_CHECK(s, a->msg[0] != 0, "FAIL without a message");
+      SIM_CHECK(s, a->status != 0, "FAIL with status 0");
+      s->ended = true;
+      s->status = a->status;
+      snprintf(s->fail, sizeof s->fail, "%s", a->msg);
+      if (getenv("SIM_VERBOSE"))
+        fprintf(stderr, "  [%.1f] FAIL %d: %s\n", s->now, a->status, a->msg);
+      break;
+    case COORD_ACT_FINISH:
+      s->ended = true;
+      s->status = a->status;
+      break;
+  }
+}
+
+/* Feeds one event (its `now` is the simulation's) and applies the
+ * actions. */
+static inline void sim_ev(sim *s, coord_event ev) {
+  ev.now = s->now;
+  s->acts.n = 0;
+  assert_int_equal(coord_sm_step(s->sm, &ev, &s->acts), 0);
+  for (size_t i = 0; i < s->acts.n; i++) sim_apply(s, &s->acts.a[i]);
+  if (s->ended) return;
+  const chief_sched *sc = coord_sm_sched(s->sm);
+  SIM_CHECK(s, s->base * sim_k(s) + s->counted_steps ==
+                   chief_sched_done_steps(sc),
+            "done %" PRId64 " but %" PRId64 " rewound to + %" PRId64
+            " counted", chief_sched_done_steps(sc), s->base,
+            s->counted_steps);
+}
+
+static inline void sim_init(sim *s, const coord_sm_config *cfg, unsigned seed) {
+  memset(s, 0, sizeof *s);
+  s->cfg = *cfg;
+  s->seed = seed;
+  s->now = 1000;
+  s->last_restore = s->last_rewind = s->first_dispatch_step = -1;
+  s->restored = -1;
+  for (int i = 0; i < SIM_MAX; i++) s->examples[i] = 100;
+  coord_actions_init(&s->acts);
+  assert_int_equal(coord_sm_new(&s->sm, cfg), 0);
+}
+
+/* A chief that restarts: a new machine, the same cluster and disk; what
+ * the old one had in flight is forgotten. */
+static inline void sim_restart_chief(sim *s) {
+  coord_sm_free(s->sm);
+  assert_int_equal(coord_sm_new(&s->sm, &s->cfg), 0);
+  s->op_active = false;
+  memset(s->cfg_pending, 0, sizeof s->cfg_pending);
+  s->n_fl = 0;
+  s->base = 0;
+  s->counted_steps = 0;
+  s->n_counted = 0; /* its closure ids are its own */
+  s->restored = -1;
+  s->ended = false;
+  if (s->n_disk)
+    sim_ev(s, (coord_event){.kind = COORD_EV_CHECKPOINTS, .steps = s->disk,
+                            .n_steps = (size_t)s->n_disk});
+}
+
+static inline void sim_free(sim *s) {
+  coord_sm_free(s->sm);
+  coord_actions_free(&s->acts);
+  free(s->counted);
+}
+
+static inline void sim_tick(sim *s, double dt) {
+  s->now += dt;
+  sim_ev(s, (coord_event){.kind = COORD_EV_TIMER});
+}
+
+static inline void sim_ps_up(sim *s, int i) {
+  s->ps_up[i] = true;
+  sim_ev(s, (coord_event){.kind = COORD_EV_PS_UP, .index = i});
+}
+
+static inline void sim_wk_up(sim *s, int w) {
+  if (getenv("SIM_VERBOSE")) fprintf(stderr, "  [%.1f] sim: worker %d up\n", s->now, w);
+  s->wk_up[w] = true;
+  sim_ev(s, (coord_event){.kind = COORD_EV_WK_UP, .index = w});
+}
+
+static inline void sim_all_up(sim *s) {
+  for (int i = 0; i < s->cfg.n_ps; i++) sim_ps_up(s, i);
+  for (int w = 0; w < s->cfg.n_wk; w++) sim_wk_up(s, w);
+}
+
+static inline void sim_ps_lost(sim *s, int i) {
+  s->ps_up[i] = false;
+  sim_ev(s, (coord_event){.kind = COORD_EV_PS_LOST, .index = i,
+                          .msg = "connection closed"});
+}
+
+/* The worker goes away: its configuration and closures fail with it. */
+static inline void sim_wk_lost(sim *s, int w) {
+  if (getenv("SIM_VERBOSE")) fprintf(stderr, "  [%.1f] sim: worker %d lost\n", s->now, w);
+  s->wk_up[w] = false;
+  for (int k = 0; k < s->n_fl; k++)
+    if (s->fl[k].c.worker == w) s->fl[k].lost = true;
+  sim_ev(s, (coord_event){.kind = COORD_EV_WK_LOST, .index = w,
+                          .msg = "connection closed"});
+  if (s->cfg_pending[w]) {
+    s->cfg_pending[w] = false;
+    sim_ev(s, (coord_event){.kind = COORD_EV_WK_CONFIG_FAILED, .index = w,
+                            .err_kind = COORD_ERR_LOST, .status = -1,
+                            .msg = "connection closed"});
+  }
+}
+
+/* Answers the PS / eval / shutdown operation out. */
+static inline void sim_answer(sim *s, int status, int ps, bool lost,
+                              const char *msg) {
+  assert_true(s->op_active);
+  s->op_active = false;
+  coord_event ev = {.op = s->op, .status = status, .index = ps, .lost = lost,
+                    .msg = msg, .step = s->op_step};
+  switch (s->op_kind) {
+    case COORD_ACT_SETUP_PS: ev.kind = COORD_EV_SETUP_DONE; break;
+    case COORD_ACT_RESTORE:
+      ev.kind = COORD_EV_RESTORE_DONE;
+      s->restored = status ? -1 : s->op_step;
+      break;
+    case COORD_ACT_SAVE: ev.kind = COORD_EV_SAVE_DONE; break;
+    case COORD_ACT_COMMIT:
+      ev.kind = status ? COORD_EV_CKPT_FAILED : COORD_EV_CKPT_COMMITTED;
+      if (!status && s->n_disk < SIM_DISK && !sim_on_disk(s, s->op_step))
+        s->disk[s->n_disk++] = s->op_step;
+      break;
+    case COORD_ACT_EVALUATE: ev.kind = COORD_EV_EVAL_DONE; break;
+    case COORD_ACT_SHUTDOWN: ev.kind = COORD_EV_SHUTDOWN_DONE; break;
+    default: fail_msg("no op to answer");
+  }
+  sim_ev(s, ev);
+}
+
+static inline void sim_ready(sim *s, int w) {
+  assert_true(s->cfg_pending[w]);
+  s->cfg_pending[w] = false;
+  sim_ev(s, (coord_event){.kind = COORD_EV_WK_READY, .index = w,
+                          .examples = s->examples[w]});
+}
+
+static inline void sim_cfg_fail(sim *s, int w, coord_err_kind k,
+                                const char *msg) {
+  assert_true(s->cfg_pending[w]);
+  s->cfg_pending[w] = false;
+  sim_ev(s, (coord_event){.kind = COORD_EV_WK_CONFIG_FAILED, .index = w,
+                          .err_kind = k, .status = -1, .msg = msg});
+}
+
+static inline sim_fl sim_take(sim *s, int k) {
+  sim_fl f = s->fl[k];
+  s->fl[k] = s->fl[--s->n_fl];
+  return f;
+}
+
+static inline void sim_closure_done(sim *s, int k, int64_t steps) {
+  sim_fl f = sim_take(s, k);
+  coord_event ev = {.kind = COORD_EV_CLOSURE_DONE, .index = f.c.worker,
+                    .closure_id = f.c.id, .generation = f.c.generation,
+                    .steps_done = steps < 0 ? f.c.steps : steps};
+  ev.stats.examples = ev.steps_done * 32;
+  ev.stats.loss_sum = (double)ev.steps_done;
+  sim_ev(s, ev);
+}
+
+static inline void sim_closure_fail(sim *s, int k, coord_err_kind kind,
+                                    const char *msg) {
+  sim_fl f = sim_take(s, k);
+  sim_ev(s, (coord_event){.kind = COORD_EV_CLOSURE_FAILED,
+                          .index = f.c.worker, .closure_id = f.c.id,
+                          .generation = f.c.generation, .err_kind = kind,
+                          .status = -1, .msg = msg});
+}
+
+/* Answers one thing that is out (a configuration, an op, the oldest
+ * closure), or lets time pass. */
+static inline void sim_step(sim *s) {
+  for (int w = 0; w < s->cfg.n_wk; w++)
+    if (s->cfg_pending[w]) {
+      sim_ready(s, w);
+      return;
+    }
+  if (s->op_active) {
+    sim_answer(s, 0, -1, false, NULL);
+    return;
+  }
+  if (s->n_fl) {
+    sim_closure_done(s, 0, -1);
+    return;
+  }
+  sim_tick(s, 0.1);
+}
+
+/* Everything answered and well, until the run ends (or `max` rounds). */
+static inline void sim_run_calm(sim *s, int max) {
+  for (int r = 0; r < max && !s->ended; r++) {
+    bool any = false;
+    for (int i = 0; i < s->cfg.n_ps && !s->ended; i++)
+      if (!s->ps_up[i]) sim_ps_up(s, i), any = true;
+    for (int w = 0; w < s->cfg.n_wk && !s->ended; w++)
+      if (!s->wk_up[w]) sim_wk_up(s, w), any = true;
+    for (int w = 0; w < s->cfg.n_wk && !s->ended; w++)
+      if (s->cfg_pending[w]) sim_ready(s, w), any = true;
+    while (s->n_fl > 0 && !s->ended) {
+      if (s->fl[0].lost)
+        sim_closure_fail(s, 0, COORD_ERR_LOST, "connection closed");
+      else
+        sim_closure_done(s, 0, -1);
+      any = true;
+    }
+    if (s->op_active && !s->ended) {
+      sim_answer(s, 0, -1, false, NULL);
+      any = true;
+    }
+    if (!any && !s->ended) sim_tick(s, 0.5);
+  }
+}
+
+static inline coord_sm_config sim_config(int n_ps, int n_wk, tsr_mode mode,
+                                         int64_t steps) {
+  coord_sm_config c = {
+      .n_ps = n_ps, .n_wk = n_wk, .mode = mode, .steps = steps, .epochs = 1,
+      .batch_size = 10, .steps_per_closure = 10, .max_inflight = 2,
+      .job_path = "job.json", .wait_timeout_s = 30, .ps_timeout_s = 60,
+      .closure_timeout_s = 20, .op_timeout_s = 10, .shutdown_timeout_s = 5,
+      .restore_tries = 3, .max_closure_failures = 3, .ckpt_keep = 3};
+  return c;
+}
+
+static inline bool sim_noted(const sim *s, const char *needle) {
+  int n = s->n_notes < 64 ? s->n_notes : 64;
+  for (int i = 0; i < n; i++)
+    if (strstr(s->notes[i], needle)) return true;
+  return false;
+}
+
+#endif

@@ -1,0 +1,343 @@
+/* The coordinator's state machine under seeded random interleavings:
+ * answers in any order, closures that fail, PS and workers that come and
+ * go, checkpoints that fail, chiefs that restart, time that passes. The
+ * injected failures stay within what a run must survive (a PS back before
+ * --ps-timeout, fewer failed restores in a row than the tries), so every
+ * run must end well: status 0 and exactly the job's steps, with sim.h's
+ * invariants checked at every step. A second pass stops answering at a
+ * random moment and lets only time pass: every run must still end (well,
+ * or failed with a message). Thousands of runs per mode; a failing run
+ * prints its seed (SIM_SEED=N reruns only it, SIM_VERBOSE=1 shows its
+ * notes). */
+#include "sim.h"
+
+typedef struct {
+  uint64_t s;
+} rng;
+
+static uint32_t rnd(rng *r) {
+  r->s ^= r->s << 13;
+  r->s ^= r->s >> 7;
+  r->s ^= r->s << 17;
+  return (uint32_t)(r->s >> 11);
+}
+
+static double rnd_unit(rng *r) { return (double)(rnd(r) % 1000000) / 1e6; }
+
+typedef struct {
+  sim s;
+  rng r;
+  double ps_down_at[SIM_MAX];
+  double op_at;
+  int other_streak[SIM_MAX];  /* a worker's own failures in a row */
+  int cycle_failures;         /* setup/restore failures since training */
+  int chief_restarts;
+  int last_counts;
+} rsim;
+
+static bool any_ps_down(const rsim *x) {
+  for (int i = 0; i < x->s.cfg.n_ps; i++)
+    if (!x->s.ps_up[i]) return true;
+  return false;
+}
+
+static int workers_up(const rsim *x) {
+  int n = 0;
+  for (int w = 0; w < x->s.cfg.n_wk; w++) n += x->s.wk_up[w];
+  return n;
+}
+
+#define DO(x, call)                                          \
+  do {                                                       \
+    bool op_ = (x)->s.op_active;                             \
+    uint64_t opn_ = (x)->s.op;                               \
+    call;                                                    \
+    if ((x)->s.op_active && (!op_ || (x)->s.op != opn_))     \
+      (x)->op_at = (x)->s.now;                               \
+  } while (0)
+
+static void answer_closure(rsim *x, int k) {
+  sim *s = &x->s;
+  sim_fl f = s->fl[k];
+  int w = f.c.worker;
+  uint32_t p = rnd(&x->r) % 100;
+  if (f.lost) {
+    DO(x, sim_closure_fail(s, k, COORD_ERR_LOST, "connection closed"));
+  } else if (any_ps_down(x) || p < 8) {
+    DO(x, sim_closure_fail(s, k, COORD_ERR_TRANSIENT, "ps:1 unavailable"));
+  } else if (p < 12 && x->other_streak[w] < s->cfg.max_closure_failures - 1) {
+    x->other_streak[w]++;
+    DO(x, sim_closure_fail(s, k, COORD_ERR_OTHER, "compute failed"));
+  } else {
+    x->other_streak[w] = 0;
+    int64_t steps = p < 15 && f.c.steps > 1 ? f.c.steps - 1 : -1;
+    DO(x, sim_closure_done(s, k, steps));
+  }
+}
+
+static void answer_op(rsim *x) {
+  sim *s = &x->s;
+  uint32_t p = rnd(&x->r) % 100;
+  switch (s->op_kind) {
+    case COORD_ACT_SETUP_PS:
+    case COORD_ACT_RESTORE:
+      if (any_ps_down(x)) {
+        if (x->cycle_failures < 1) {
+          x->cycle_failures++;
+          DO(x, sim_answer(s, -1, 0, true, "connection closed"));
+          return;
+        }
+        for (int i = 0; i < s->cfg.n_ps; i++)
+          if (!s->ps_up[i]) DO(x, sim_ps_up(s, i));
+        if (!s->op_active) return;
+      }
+      if (s->op_kind == COORD_ACT_RESTORE && p < 20 &&
+          x->cycle_failures < 1) {
+        x->cycle_failures++;
+        DO(x, sim_answer(s, -5, 1, false, "cannot read a shard"));
+        return;
+      }
+      DO(x, sim_answer(s, 0, -1, false, NULL));
+      return;
+    case COORD_ACT_SAVE:
+      if (any_ps_down(x))
+        DO(x, sim_answer(s, -1, 0, true, "connection closed"));
+      else if (p < 10)
+        DO(x, sim_answer(s, -28, 1, false, "No space left on device"));
+      else
+        DO(x, sim_answer(s, 0, -1, false, NULL));
+      return;
+    case COORD_ACT_COMMIT:
+      DO(x, sim_answer(s, p < 5 ? -28 : 0, -1, false,
+                       p < 5 ? "manifest: No space left on device" : NULL));
+      return;
+    case COORD_ACT_EVALUATE:
+      DO(x, sim_answer(s, p < 10 ? -1 : 0, -1, false,
+                       p < 10 ? "worker gone" : NULL));
+      return;
+    default:
+      DO(x, sim_answer(s, 0, -1, false, NULL));
+      return;
+  }
+}
+
+/* Whatever has waited too long for the run to survive it is answered or
+ * brought back before time moves on. */
+static void keep_within_limits(rsim *x) {
+  sim *s = &x->s;
+  /* a PS is back well within --ps-timeout (and --wait-timeout, which
+   * bounds the wait for it at the start) */
+  double ps_limit = s->cfg.wait_timeout_s < s->cfg.ps_timeout_s
+                        ? s->cfg.wait_timeout_s / 3
+                        : s->cfg.ps_timeout_s / 3;
+  for (int i = 0; i < s->cfg.n_ps && !s->ended; i++)
+    if (!s->ps_up[i] && s->now - x->ps_down_at[i] > ps_limit)
+      DO(x, sim_ps_up(s, i));
+  if (!s->ended && workers_up(x) == 0) DO(x, sim_wk_up(s, 0));
+  for (int k = 0; k < s->n_fl && !s->ended;)
+    if (s->now - s->fl[k].at > s->cfg.closure_timeout_s / 2)
+      answer_closure(x, k);
+    else
+      k++;
+  if (s->op_active && !s->ended && s->now - x->op_at > s->cfg.op_timeout_s / 2)
+    answer_op(x);
+  for (int w = 0; w < s->cfg.n_wk && !s->ended; w++)
+    if (s->cfg_pending[w]) DO(x, sim_ready(s, w));
+}
+
+static void one_event(rsim *x) {
+  sim *s = &x->s;
+  uint32_t p = rnd(&x->r) % 100;
+  /* a cluster that keeps flapping before it was ever whole fails its
+   * --wait-timeout, rightly: no losses while the chief connects */
+  if (strcmp(coord_sm_phase(s->sm), "connect") == 0 && p >= 72 && p < 93)
+    p = 60;
+  if (p < 30 && s->n_fl) {
+    answer_closure(x, (int)(rnd(&x->r) % (uint32_t)s->n_fl));
+  } else if (p < 42) {
+    for (int k = 0; k < s->cfg.n_wk; k++) {
+      int w = (int)((rnd(&x->r) + (uint32_t)k) % (uint32_t)s->cfg.n_wk);
+      if (!s->cfg_pending[w]) continue;
+      if (rnd(&x->r) % 10 == 0)
+        DO(x, sim_cfg_fail(s, w, COORD_ERR_TRANSIENT, "ps:0 unavailable"));
+      else
+        DO(x, sim_ready(s, w));
+      break;
+    }
+  } else if (p < 56 && s->op_active) {
+    answer_op(x);
+  } else if (p < 72) {
+    keep_within_limits(x);
+    if (!s->ended) DO(x, sim_tick(s, 0.1 + 3 * rnd_unit(&x->r)));
+  } else if (p < 76) {
+    int i = (int)(rnd(&x->r) % (uint32_t)s->cfg.n_ps);
+    bool busy = s->op_active && (s->op_kind == COORD_ACT_SETUP_PS ||
+                                 s->op_kind == COORD_ACT_RESTORE) &&
+                x->cycle_failures >= 1;
+    if (s->ps_up[i] && !busy) {
+      x->ps_down_at[i] = s->now;
+      DO(x, sim_ps_lost(s, i));
+    }
+  } else if (p < 81) {
+    for (int i = 0; i < s->cfg.n_ps; i++)
+      if (!s->ps_up[i]) {
+        DO(x, sim_ps_up(s, i));
+        break;
+      }
+  } else if (p < 86) {
+    int w = (int)(rnd(&x->r) % (uint32_t)s->cfg.n_wk);
+    if (s->wk_up[w]) {
+      DO(x, sim_wk_lost(s, w));
+      x->other_streak[w] = 0;
+    }
+  } else if (p < 93) {
+    for (int w = 0; w < s->cfg.n_wk; w++)
+      if (!s->wk_up[w]) {
+        DO(x, sim_wk_up(s, w));
+        break;
+      }
+  } else if (p < 94 && x->chief_restarts < 2 && s->cfg.ckpt) {
+    x->chief_restarts++;
+    x->cycle_failures = 0;
+    sim_restart_chief(s);
+    /* the new chief connects to whoever is up */
+    for (int i = 0; i < s->cfg.n_ps; i++)
+      if (s->ps_up[i]) DO(x, sim_ps_up(s, i));
+    for (int w = 0; w < s->cfg.n_wk; w++)
+      if (s->wk_up[w]) DO(x, sim_wk_up(s, w));
+  } else {
+    keep_within_limits(x);
+  }
+  /* training again: the next recovery may fail once more */
+  if (s->count[COORD_ACT_COUNT] != x->last_counts) {
+    x->last_counts = s->count[COORD_ACT_COUNT];
+    x->cycle_failures = 0;
+  }
+}
+
+/* What the runs went through (SIM_STATS=1 prints it). */
+static struct {
+  int runs, restores, discards, chief_restarts, ps_recoveries, left,
+      worker_restarts, epochs, timers_failed;
+} stats;
+
+static coord_sm_config random_config(rng *r, tsr_mode mode) {
+  bool epochs = rnd(r) % 3 == 0;
+  coord_sm_config c =
+      sim_config(1 + (int)(rnd(r) % 3), 1 + (int)(rnd(r) % 3), mode,
+                 epochs ? 0 : 40 + rnd(r) % 160);
+  c.epochs = 1 + rnd(r) % 4;
+  c.steps_per_closure = 1 + rnd(r) % 12;
+  c.ckpt = rnd(r) % 4 != 0;
+  c.ckpt_every_steps = rnd(r) % 3 ? 15 + rnd(r) % 40 : 0;
+  c.ckpt_keep = 1 + (int)(rnd(r) % 3);
+  c.has_eval = rnd(r) % 2;
+  c.eval_every_steps = rnd(r) % 2 ? 30 + rnd(r) % 50 : 0;
+  c.sync_rejoin = rnd(r) % 2;
+  return c;
+}
+
+/* One run: random events, then (calm) everything answered until the end,
+ * or (timers_only) nothing but time. */
+static void one_run(unsigned seed, tsr_mode mode, bool timers_only) {
+  rsim x;
+  memset(&x, 0, sizeof x);
+  x.r.s = 0x9E3779B97F4A7C15ull ^ ((uint64_t)seed * 0x2545F4914F6CDD1Dull);
+  for (int i = 0; i < 4; i++) rnd(&x.r);
+  coord_sm_config c = random_config(&x.r, mode);
+  sim *s = &x.s;
+  sim_init(s, &c, seed);
+  for (int w = 0; w < c.n_wk; w++) s->examples[w] = 5 + rnd(&x.r) % 120;
+  int events = 50 + (int)(rnd(&x.r) % 400);
+  /* the cluster comes up in any order */
+  for (int i = 0; i < c.n_ps; i++) DO(&x, sim_ps_up(s, i));
+  for (int w = 0; w < c.n_wk; w++) DO(&x, sim_wk_up(s, w));
+  for (int e = 0; e < events && !s->ended; e++) one_event(&x);
+  stats.runs++;
+  stats.epochs += c.steps == 0;
+  if (timers_only) {
+    for (int i = 0; i < 200000 && !s->ended; i++)
+      sim_tick(s, 0.5 + 10 * rnd_unit(&x.r));
+    SIM_CHECK(s, s->ended, "still running after only timers");
+    stats.timers_failed += s->status != 0;
+    return sim_free(s);
+  }
+  for (int r = 0; r < 200000 && !s->ended; r++) {
+    keep_within_limits(&x);
+    if (!s->ended) sim_run_calm(s, 1);
+  }
+  stats.restores += s->count[COORD_ACT_RESTORE] > 0;
+  stats.discards += s->count[COORD_ACT_DISCARD] > 0;
+  stats.chief_restarts += x.chief_restarts > 0;
+  stats.ps_recoveries += coord_sm_restarts_ps(s->sm) > 0;
+  stats.worker_restarts += coord_sm_restarts_worker(s->sm) > 0;
+  for (int w = 0; w < c.n_wk; w++)
+    if (coord_sm_wk_state(s->sm, w) == COORD_WK_LEFT) {
+      stats.left++;
+      break;
+    }
+  SIM_CHECK(s, s->ended, "not done after the calm phase (phase %s)",
+            coord_sm_phase(s->sm));
+  SIM_CHECK(s, s->status == 0, "failed: %s", s->fail);
+  int64_t total = coord_sm_total_steps(s->sm);
+  SIM_CHECK(s, total > 0, "no total");
+  SIM_CHECK(s, coord_sm_global_step(s->sm) == total,
+            "ended at step %" PRId64 " of %" PRId64,
+            coord_sm_global_step(s->sm), total);
+  SIM_CHECK(s, s->base * sim_k(s) + s->counted_steps == total * sim_k(s),
+            "counted %" PRId64 " worker steps from step %" PRId64
+            ", total %" PRId64, s->counted_steps, s->base, total);
+  sim_free(s);
+}
+
+static void runs(tsr_mode mode, bool timers_only, unsigned first) {
+  const char *one = getenv("SIM_SEED");
+  if (one) {
+    one_run((unsigned)strtoul(one, NULL, 10), mode, timers_only);
+    return;
+  }
+  const char *n_env = getenv("SIM_RUNS");
+  unsigned n = n_env ? (unsigned)strtoul(n_env, NULL, 10) : 3000;
+  memset(&stats, 0, sizeof stats);
+  for (unsigned i = 0; i < n; i++) one_run(first + i, mode, timers_only);
+  if (getenv("SIM_STATS"))
+    fprintf(stderr, "%d runs (%d epochs-based): with a restore %d, a "
+            "failed checkpoint %d, a chief restart %d, a PS recovery %d, a "
+            "worker back %d, a worker left out %d; timers only, failed %d\n",
+            stats.runs, stats.epochs, stats.restores, stats.discards,
+            stats.chief_restarts, stats.ps_recoveries, stats.worker_restarts,
+            stats.left, stats.timers_failed);
+}
+
+static void async_runs(void **state) {
+  (void)state;
+  runs(TSR_MODE_ASYNC, false, 1);
+}
+static void ssp_runs(void **state) {
+  (void)state;
+  runs(TSR_MODE_SSP, false, 100001);
+}
+static void sync_runs(void **state) {
+  (void)state;
+  runs(TSR_MODE_SYNC, false, 200001);
+}
+static void async_timers_only(void **state) {
+  (void)state;
+  runs(TSR_MODE_ASYNC, true, 300001);
+}
+static void sync_timers_only(void **state) {
+  (void)state;
+  runs(TSR_MODE_SYNC, true, 400001);
+}
+
+int main(void) {
+  tsr_log_set_level(TSR_LOG_ERROR);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(async_runs),
+      cmocka_unit_test(ssp_runs),
+      cmocka_unit_test(sync_runs),
+      cmocka_unit_test(async_timers_only),
+      cmocka_unit_test(sync_timers_only),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,203 @@
+#!/usr/bin/env python3
+"""Tessera's layers against Keras itself (tf_keras): models built in Keras,
+saved with model.to_json(), given random weights, run through keras_fwd
+(the executor) and through Keras: inference outputs, training-mode outputs
+(batch statistics), the training loss with regularization, every
+trainable variable's gradient, and the batch statistics BatchNormalization
+feeds its moving averages (Keras's own update, undone).
+
+Usage: keras_compare.py KERAS_FWD. Exits 77 when tf_keras is not
+importable (it is not a dependency of the project: pip install tf_keras
+numpy into a venv and run this with that interpreter, or set
+TSR_KERAS_PYTHON for the meson test)."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+try:
+    import numpy as np
+    import tensorflow as tf
+    import tf_keras as keras
+except Exception as e:  # noqa: BLE001 - any import failure means skip
+    print(f"keras_compare: skipped, tf_keras is not importable ({e})")
+    sys.exit(77)
+
+L = keras.layers
+fails = 0
+
+
+def check(what, a, b, tol):
+    global fails
+    a = np.asarray(a, np.float64).ravel()
+    b = np.asarray(b, np.float64).ravel()
+    den = max(np.linalg.norm(b), 1e-3)  # a zero gradient: absolute
+    err = np.linalg.norm(a - b) / den
+    ok = err <= tol
+    print(f"{what:60s} rel err {err:9.2e} (tol {tol:.0e}) {'ok' if ok else 'FAIL'}")
+    if not ok:
+        fails += 1
+
+
+def run(name, model, x, y, fwd):
+    rng = np.random.default_rng(abs(hash(name)) % 2**32)
+    with tempfile.TemporaryDirectory() as d:
+        mj = os.path.join(d, "model.json")
+        with open(mj, "w") as f:
+            f.write(model.to_json())
+        loss_name = "sparse_categorical_crossentropy"
+        out = subprocess.run([fwd, mj, loss_name, "--vars"], capture_output=True,
+                             text=True)
+        if out.returncode:
+            print(f"{name}: keras_fwd refused the model: {out.stderr.strip()}")
+            fails_add()
+            return
+        ours = [(l.split()[0], int(l.split()[1])) for l in out.stdout.splitlines()]
+        kw = {w.name.split(":")[0]: w for w in model.weights}
+        # Keras 2 prefixes nothing; check every name maps
+        vals = []
+        for nm, numel in ours:
+            w = kw.get(nm)
+            if w is None:
+                print(f"{name}: Keras has no variable {nm} (it has {sorted(kw)})")
+                fails_add()
+                return
+            if "moving_variance" in nm:
+                v = rng.uniform(0.5, 1.5, w.shape)
+            elif "moving_mean" in nm:
+                v = rng.normal(0, 0.3, w.shape)
+            else:
+                v = rng.normal(0, 0.4, w.shape)
+            w.assign(v.astype(np.float32))
+            assert int(np.prod(w.shape)) == numel, nm
+            vals.append(w.numpy().astype(np.float32).ravel())
+        np.concatenate(vals).tofile(os.path.join(d, "w.f32"))
+        xs = x if isinstance(x, list) else [x]
+        np.concatenate([a.reshape(len(a), -1) for a in xs], 1).astype(
+            np.float32).tofile(os.path.join(d, "x.f32"))
+        y.astype(np.float32).tofile(os.path.join(d, "y.f32"))
+        n = len(y)
+        r = subprocess.run([fwd, mj, loss_name, os.path.join(d, "w.f32"),
+                            os.path.join(d, "x.f32"), os.path.join(d, "y.f32"),
+                            str(n), os.path.join(d, "out.f32")],
+                           capture_output=True, text=True)
+        if r.returncode:
+            print(f"{name}: keras_fwd failed: {r.stderr.strip()}")
+            fails_add()
+            return
+        res = np.fromfile(os.path.join(d, "out.f32"), np.float32)
+    od = model.output_shape[-1]
+    ev, tr = res[:n * od], res[n * od:2 * n * od]
+    loss, grads = res[2 * n * od], res[2 * n * od + 1:]
+    check(f"{name}: inference outputs", ev, model(x, training=False).numpy(), 1e-5)
+    before = {w.name: w.numpy().copy() for w in model.weights}
+    with tf.GradientTape() as tape:
+        out = model(x, training=True)
+        kl = keras.losses.SparseCategoricalCrossentropy()(y, out)
+        if model.losses:
+            kl = kl + tf.add_n(model.losses)
+    g = tape.gradient(kl, model.trainable_weights)
+    check(f"{name}: training-mode outputs", tr, out.numpy(), 1e-5)
+    check(f"{name}: training loss (with regularization)", [loss], [kl.numpy()], 1e-5)
+    gi = {w.name.split(":")[0]: gg for w, gg in zip(model.trainable_weights, g)}
+    off = 0
+    for nm, numel in ours:
+        mine = grads[off:off + numel]
+        off += numel
+        if nm in gi:
+            check(f"{name}: d loss / d {nm}", mine, gi[nm].numpy(), 2e-4)
+            continue
+        # a moving statistic: Keras updated it in the training call above
+        w = kw[nm]
+        layer = model.get_layer(nm.split("/")[0])
+        m = layer.momentum
+        old = before[w.name]
+        batch = (w.numpy() - old * m) / (1 - m)
+        if "moving_mean" in nm:
+            check(f"{name}: {nm} batch statistic", mine, batch, 1e-4)
+        else:
+            rows = int(np.prod(layer.input_shape[1:-1]) or 1) * n
+            biased = np.linalg.norm(mine - batch) / np.linalg.norm(batch)
+            bessel = batch * (rows - 1) / rows
+            unb = np.linalg.norm(mine - bessel) / np.linalg.norm(bessel)
+            note = ("Keras uses the batch variance" if biased < 1e-4 else
+                    f"Keras applies Bessel's correction ({rows}/{rows - 1}), "
+                    "Tessera the batch variance as Keras 3 does" if unb < 1e-4
+                    else "differs")
+            print(f"{name + ': ' + nm + ' batch statistic':60s} {note}")
+            if min(biased, unb) > 1e-4:
+                fails_add()
+
+
+def fails_add():
+    global fails
+    fails += 1
+
+
+def main():
+    fwd = sys.argv[1]
+    tf.random.set_seed(1)
+    rng = np.random.default_rng(5)
+    n = 6
+    y = rng.integers(0, 5, n).astype(np.float32)
+
+    m = keras.Sequential([
+        L.InputLayer(input_shape=(9, 7, 2)),
+        L.Conv2D(4, 3, strides=2, padding="same", activation="relu",
+                 kernel_regularizer=keras.regularizers.L2(0.01)),
+        L.MaxPooling2D(3, strides=2, padding="same"),
+        L.Conv2D(3, (2, 3), padding="same", use_bias=False,
+                 bias_regularizer=keras.regularizers.L1(0.02)),
+        L.BatchNormalization(),
+        L.LeakyReLU(0.1),
+        L.AveragePooling2D(2, padding="same"),
+        L.Flatten(),
+        L.Dense(5, activation="softmax"),
+    ])
+    run("cnn", m, rng.normal(size=(n, 9, 7, 2)).astype(np.float32), y, fwd)
+
+    m = keras.Sequential([
+        L.InputLayer(input_shape=(12,)),
+        L.Dense(12, activation="tanh",
+                kernel_regularizer=keras.regularizers.L1L2(0.01, 0.02)),
+        L.Reshape((3, 4)),
+        L.LayerNormalization(),
+        L.Dense(6, activation="elu"),
+        L.GlobalAveragePooling1D(),
+        L.BatchNormalization(momentum=0.9, epsilon=0.01),
+        L.ReLU(),
+        L.Dense(5),
+        L.Softmax(),
+    ])
+    run("reshape+layernorm+bn", m, rng.normal(size=(n, 12)).astype(np.float32), y, fwd)
+
+    a = keras.Input((3,), name="a")
+    b = keras.Input((4,), name="b")
+    img = keras.Input((5, 5, 1), name="img")
+    da = L.Dense(4, activation="relu")(a)
+    db = L.Dense(4)(b)
+    s = L.Add()([da, db, b])
+    s = L.Subtract()([s, da])
+    s = L.Average()([s, db])
+    c = L.Conv2D(2, 3, padding="same", activation="relu")(img)
+    c2 = L.Conv2D(2, 3, padding="same")(c)
+    r = L.Add()([c, c2])
+    r = L.Concatenate(axis=-1)([r, img])
+    r = L.LayerNormalization(axis=[1, 2, 3])(r)
+    gap = L.GlobalAveragePooling2D()(r)
+    cat = L.Concatenate()([L.ELU(0.5)(s), gap, a])
+    cat = L.BatchNormalization(center=False)(cat)
+    out = L.Dense(5, activation="softmax")(cat)
+    m = keras.Model([a, b, img], out)
+    xs = [rng.normal(size=(n, 3)).astype(np.float32),
+          rng.normal(size=(n, 4)).astype(np.float32),
+          rng.normal(size=(n, 5, 5, 1)).astype(np.float32)]
+    run("functional", m, xs, y, fwd)
+
+    print(f"keras_compare: {fails} failure(s)")
+    return 1 if fails else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,122 @@
+/* keras_fwd: runs a Keras model.to_json() document through the executor on
+ * given weights and inputs, for keras_compare.py to set beside Keras's own
+ * outputs and gradients.
+ *
+ *   keras_fwd MODEL.json LOSS --vars
+ *       prints "name numel" per variable, in the model's order
+ *   keras_fwd MODEL.json LOSS WEIGHTS.f32 X.f32 Y.f32 N OUT.f32
+ *       WEIGHTS: every variable's float32 values in that order; X: N rows of
+ *       the model's dense features; Y: N labels. Writes to OUT: the
+ *       inference outputs [N, out_dim], the training-mode outputs [N,
+ *       out_dim] (batch statistics), the training loss (mean over the batch
+ *       plus regularization) and the gradients of that loss, variable by
+ *       variable (a moving statistic's "gradient" is its batch statistic).
+ * Exit 0, or 1 with a message on stderr. */
+#include "common/err.h"
+#include "worker/model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static float *slurp(const char *path, size_t want) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  float *b = malloc((want ? want : 1) * sizeof *b);
+  size_t got = fread(b, sizeof *b, want, f);
+  fclose(f);
+  if (got != want) {
+    fprintf(stderr, "keras_fwd: %s has %zu floats, want %zu\n", path, got,
+            want);
+    free(b);
+    return NULL;
+  }
+  return b;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 4) {
+    fprintf(stderr, "usage: keras_fwd MODEL.json LOSS --vars | WEIGHTS X Y "
+            "N OUT\n");
+    return 1;
+  }
+  json_error_t je;
+  json_t *j = json_load_file(argv[1], 0, &je);
+  if (!j) {
+    fprintf(stderr, "keras_fwd: %s: %s\n", argv[1], je.text);
+    return 1;
+  }
+  char err[1024];
+  wk_model *m;
+  if (wk_model_build(j, argv[2], NULL, 0, NULL, &m, err, sizeof err)) {
+    fprintf(stderr, "keras_fwd: %s\n", err);
+    return 1;
+  }
+  json_decref(j);
+  const wk_var_info *vi;
+  size_t nv;
+  wk_model_variables(m, &vi, &nv);
+  if (!strcmp(argv[3], "--vars")) {
+    for (size_t v = 0; v < nv; v++)
+      printf("%s %lld\n", vi[v].name, (long long)vi[v].numel);
+    wk_model_free(m);
+    return 0;
+  }
+  if (argc < 8) return 1;
+  int64_t n = atoll(argv[6]), nd = wk_model_input_dense(m),
+          od = wk_model_output_dim(m);
+  size_t tot = 0;
+  for (size_t v = 0; v < nv; v++) tot += (size_t)vi[v].numel;
+  float *w = slurp(argv[3], tot), *x = slurp(argv[4], (size_t)(n * nd)),
+        *y = slurp(argv[5], (size_t)n);
+  if (!w || !x || !y) return 1;
+  float **p = calloc(nv, sizeof *p), **g = calloc(nv, sizeof *g);
+  size_t off = 0;
+  for (size_t v = 0; v < nv; v++) {
+    if (vi[v].kind != WK_VAR_DENSE) {
+      fprintf(stderr, "keras_fwd: %s is row-sparse (not handled here)\n",
+              vi[v].name);
+      return 1;
+    }
+    p[v] = w + off;
+    g[v] = calloc((size_t)vi[v].numel, sizeof(float));
+    off += (size_t)vi[v].numel;
+  }
+  kern_opts ko = {.device = KERN_DEVICE_CPU};
+  kern_ctx *c;
+  wk_exec *e;
+  if (kern_open(&ko, &c, err, sizeof err) ||
+      wk_exec_open(m, c, n, KERN_F32, &e, err, sizeof err)) {
+    fprintf(stderr, "keras_fwd: %s\n", err);
+    return 1;
+  }
+  wk_batch b = {.n = n, .n_dense = nd, .x = x, .y = y};
+  if (wk_exec_prepare(e, &b, 0, n, NULL, err, sizeof err)) {
+    fprintf(stderr, "keras_fwd: %s\n", err);
+    return 1;
+  }
+  FILE *out = fopen(argv[7], "wb");
+  if (!out) return 1;
+  wk_run_opts o = {.train = false, .grad_scale = 1.0f / (float)n, .seed = 1};
+  wk_run_result r;
+  if (wk_exec_run(e, p, NULL, &o, &r)) return 1;
+  fwrite(r.pred, sizeof(float), (size_t)(n * od), out);
+  o.train = true;
+  if (wk_exec_run(e, p, g, &o, &r)) return 1;
+  fwrite(r.pred, sizeof(float), (size_t)(n * od), out);
+  float loss = (float)(r.loss_sum / (double)n);
+  fwrite(&loss, sizeof loss, 1, out);
+  for (size_t v = 0; v < nv; v++)
+    fwrite(g[v], sizeof(float), (size_t)vi[v].numel, out);
+  fclose(out);
+  for (size_t v = 0; v < nv; v++) free(g[v]);
+  free(p);
+  free(g);
+  free(w);
+  free(x);
+  free(y);
+  wk_exec_close(e);
+  kern_close(c);
+  wk_model_free(m);
+  return 0;
+}
