@@ -250,6 +250,7 @@ int ps_client_pull_as(ps_client *c, const char *name, int shard, int worker,
   m.worker = worker;
   m.clock = clock;
   m.dtype = dtype;
+  m.era = c->era;
   return ps__call(c, PS_M_PULL, &m.base, NULL, 0, dst, dst_bytes, cb, data);
 }
 
@@ -264,6 +265,7 @@ int ps_client_pull_rows_as(ps_client *c, const char *name, int shard,
   m.clock = clock;
   m.n_ids = n_ids;
   m.dtype = dtype;
+  m.era = c->era;
   uv_buf_t b = uv_buf_init((char *)ids, (unsigned)(n_ids * 8));
   return ps__call(c, PS_M_PULL_ROWS, &m.base, &b, n_ids ? 1 : 0, dst,
                   dst_bytes, cb, data);
