@@ -27,7 +27,8 @@ check() {
   local d="$work/$name"
   mkdir -p "$d"
   cp "$here/clock.pml" "$d/"
-  local ccflags=(-O2 -w) panflags=(-m200000)
+  # -O0: pan.c compiles ten times faster and runs about as fast
+  local ccflags=(-O0 -w) panflags=(-m200000)
   if [ "$kind" = liveness ]; then
     ccflags+=(-DNP); panflags+=(-l)
   else
