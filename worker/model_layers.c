@@ -236,7 +236,7 @@ static int p_dense(lp *p) {
 static int p_conv2d(lp *p) {
   int rc;
   int64_t filters, ks[2], st[2], one[2] = {1, 1}, dil[2], groups;
-  bool same;
+  bool same = false; /* set by get_padding; gcc -O3 cannot tell */
   if ((rc = need_rank(p, 3, "an image (batch, rows, cols, channels)")) ||
       (rc = wk_layer__get_int(p, "filters", 0, 1, &filters)) ||
       (rc = get_pair(p, "kernel_size", NULL, ks)) ||
@@ -295,7 +295,7 @@ static int p_conv2d(lp *p) {
 static int p_pool2d(lp *p) {
   int rc;
   int64_t ps[2], st[2], two[2] = {2, 2};
-  bool same;
+  bool same = false; /* set by get_padding; gcc -O3 cannot tell */
   if ((rc = need_rank(p, 3, "an image (batch, rows, cols, channels)")) ||
       (rc = get_pair(p, "pool_size", two, ps)) ||
       (rc = get_pair(p, "strides", ps, st)) || (rc = get_padding(p, &same)) ||
@@ -324,7 +324,7 @@ static int p_pool2d(lp *p) {
 
 static int p_gpool(lp *p) {
   int rc;
-  bool keep;
+  bool keep = false; /* set by get_bool; gcc -O3 cannot tell */
   bool two = strstr(p->cls, "2D") != NULL;
   if ((rc = need_rank(p, two ? 3 : 2, two ? "an image (batch, rows, cols, "
                       "channels)" : "a sequence (batch, steps, features)")) ||
@@ -462,7 +462,7 @@ static int p_batchnorm(lp *p) {
                                    "adjustment", "synchronized", NULL};
   int rc, first, cnt;
   double mom, eps;
-  bool center, scale;
+  bool center = true, scale = true; /* set by get_bool; gcc -O3 cannot tell */
   if ((rc = wk_layer__no_opts(p, no)) || (rc = norm_axes(p, &first, &cnt)) ||
       (rc = wk_layer__get_num(p, "momentum", 0.99, &mom)) ||
       (rc = wk_layer__get_num(p, "epsilon", 1e-3, &eps)) ||
@@ -510,7 +510,7 @@ static int p_layernorm(lp *p) {
   static const char *const no[] = {"rms_scaling", NULL};
   int rc, first, cnt;
   double eps;
-  bool center, scale;
+  bool center = true, scale = true; /* set by get_bool; gcc -O3 cannot tell */
   if ((rc = wk_layer__no_opts(p, no)) || (rc = norm_axes(p, &first, &cnt)) ||
       (rc = wk_layer__get_num(p, "epsilon", 1e-3, &eps)) ||
       (rc = get_bool(p, "center", true, &center)) ||

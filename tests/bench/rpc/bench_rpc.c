@@ -1,4 +1,5 @@
-/* bench_rpc: Tessera RPC against raw TCP on loopback, in the same run.
+/* bench_rpc: Tessera RPC against raw TCP on loopback, in the same run (the
+ * client stays on TCP; bench_ps compares the same-host Unix socket).
  *
  * Baseline: blocking sockets, a server thread that reads a 4-byte length
  * and the payload into one reused buffer and answers (an echo for round
@@ -341,6 +342,7 @@ int main(void) {
   memset(&k, 0, sizeof k);
   uv_loop_init(&k.loop);
   tsr_rpc_opts o = {.name = "bench-client", .token = TOKEN,
+                    .transport = TSR_RPC_TRANSPORT_TCP, /* vs raw TCP */
                     .token_len = strlen(TOKEN)};
   char addr[64];
   snprintf(addr, sizeof addr, "127.0.0.1:%d", ss.port);
