@@ -44,7 +44,7 @@ if [ "$mode" = test ]; then
   # Docker engine and compose, debootstrap for a local debian:12 base,
   # a virtual environment for the Kubernetes validators
   pkgs+=(clang libclang-rt-14-dev iproute2 iptables procps python3 python3-numpy
-        python3-msgpack python3-h5py
+        python3-msgpack python3-h5py spin stress-ng
         docker-compose docker.io debootstrap python3-venv python3-yaml)
 fi
 

@@ -94,6 +94,8 @@ typedef struct {
   int64_t step;         /* shard applies so far */
   size_t nbytes;        /* bytes written to the destination (pulls) */
   int64_t min_clock;    /* clock: slowest active worker, -1 if none */
+  int64_t clock;        /* join: the clock the worker goes on from */
+  uint64_t era;         /* clock, config, restore: the PS's era */
   int32_t count;        /* create: how many were new; save/restore:
                            shards; clock: active workers */
   const void *stats;    /* stats: Tessera__Ps__StatsResponse * */
@@ -113,6 +115,9 @@ int ps_client_new(ps_client **out, tsr_rpc_ctx *ctx, const char *addr);
 void ps_client_close(ps_client *c, tsr_rpc_close_cb cb, void *data);
 /* Deadline of every later call (0: the context's default). */
 void ps_client_set_deadline(ps_client *c, uint32_t ms);
+/* The era every later pull, push and tick carries (the one this PS's JOIN
+ * answered; 0, the default: not checked). Loop thread. */
+void ps_client_set_era(ps_client *c, uint64_t era);
 tsr_rpc_client *ps_client_rpc(ps_client *c);
 
 /* Creates shards (idempotent for an identical spec). */
@@ -176,8 +181,18 @@ int ps_client_push_pull_as(ps_client *c, const char *name, int shard,
                            ps_client_cb cb, void *data);
 
 typedef enum { PS_CLOCK_TICK = 0, PS_CLOCK_JOIN = 1, PS_CLOCK_LEAVE = 2 } ps_clock_op;
-/* Reports a worker's clock (steps finished), or that it joins or leaves. */
+/* The clock protocol (ps/consist.c, tests/model/). TICK raises a member's
+ * clock; JOIN and LEAVE with run 0 and closure 0 (tests, tools). */
 int ps_client_clock(ps_client *c, int worker, int64_t clock, ps_clock_op op,
+                    ps_client_cb cb, void *data);
+/* JOIN for closure `closure` of run `run`: r->clock is the clock to go on
+ * from, r->era the era to set (ps_client_set_era). `clock` counts when the
+ * client's era is the PS's. TSR_ESTALE: another run, or a closure the
+ * chief gave up. */
+int ps_client_join(ps_client *c, int worker, int64_t clock, uint64_t run,
+                   uint64_t closure, ps_client_cb cb, void *data);
+/* LEAVE (the chief): closures up to `closure` of `worker` are over. */
+int ps_client_leave(ps_client *c, int worker, uint64_t run, uint64_t closure,
                     ps_client_cb cb, void *data);
 /* Sets the consistency mode ("async", "ssp:S", "sync") and whether
  * non-finite gradients are applied (default: rejected). */
@@ -188,11 +203,20 @@ int ps_client_config(ps_client *c, const char *mode, bool allow_nonfinite,
 int ps_client_config_trace(ps_client *c, const char *mode,
                            bool allow_nonfinite, int32_t trace_pid,
                            ps_client_cb cb, void *data);
+/* The same for the chief's run `run_id` (JOINs of another run are
+ * refused). Every config starts a new era (r->era). */
+int ps_client_config_run(ps_client *c, const char *mode,
+                         bool allow_nonfinite, int32_t trace_pid,
+                         uint64_t run_id, ps_client_cb cb, void *data);
 int ps_client_save(ps_client *c, const char *dir, ps_client_cb cb,
                    void *data);
-/* Restores every shard the PS holds from dir (re-cut as needed). */
+/* Restores every shard the PS holds from dir (re-cut as needed); the
+ * consistency state starts a new era at step 0. */
 int ps_client_restore(ps_client *c, const char *dir, ps_client_cb cb,
                       void *data);
+/* The same at the checkpoint's `step` (sync: the next step to sum). */
+int ps_client_restore_step(ps_client *c, const char *dir, int64_t step,
+                           ps_client_cb cb, void *data);
 /* r->stats points at the decoded StatsResponse during the callback. */
 int ps_client_stats(ps_client *c, ps_client_cb cb, void *data);
 /* Stats, and the apply events recorded since the last drain as
@@ -292,6 +316,9 @@ enum {
   /* fail every call at issue once a connection was lost after `losses`
    * (ps_kv_losses) */
   PS_KV_CHECK_LOSSES = 1u << 0,
+  /* calls carry era 0 (not checked): plain reads that are no part of the
+   * clock protocol (evaluation) */
+  PS_KV_NO_ERA = 1u << 1,
 };
 
 typedef struct {
@@ -347,6 +374,12 @@ int ps_kv_push_pull(ps_kv *kv, const ps_kv_item *items, size_t n,
 /* A clock report (tick, join, leave) to every PS. */
 int ps_kv_clock(ps_kv *kv, ps_clock_op op, int64_t clock, unsigned flags,
                 uint64_t losses, ps_ticket *ticket);
+/* JOIN on every PS (ssp, sync: the clock protocol, see ps_client_join):
+ * this worker's `clock`, its run and closure, and the era each PS answered
+ * last. Each PS's answer sets the era every later call to it carries;
+ * result.min_clock is the largest clock answered. */
+int ps_kv_join(ps_kv *kv, int64_t clock, uint64_t run, uint64_t closure,
+               unsigned flags, uint64_t losses, ps_ticket *ticket);
 /* Blocks until every call of the ticket has completed; fills *res (may be
  * NULL) and returns res->rc. The ticket is spent (TSR_EINVAL for one that
  * is not open). */

@@ -27,6 +27,7 @@ typedef enum {
   PS_OP_SAVE,       /* read, file written on the pool */
   PS_OP_PUSH,       /* write on the pool (apply, or sum in sync mode) */
   PS_OP_SYNC_APPLY, /* write on the pool: the mean of a sync step */
+  PS_OP_SYNC_CLEAR, /* write on the pool: drop a sum (a reset) */
   PS_OP_CREATE,     /* write on the pool: allocate and initialise */
   PS_OP_SWAP        /* write on the loop: install a restored shard */
 } ps_op_kind;
@@ -44,6 +45,7 @@ typedef struct {
   ps_entry **ents;     /* restore: the shards, and what was loaded */
   ps_shard **loaded;
   bool *created;       /* create: per requested spec */
+  int64_t step;        /* restore: the checkpoint's step */
   char dir[4096];
 } ps_batch;
 
@@ -59,6 +61,8 @@ struct ps_op {
   /* pull / push */
   int worker;
   int64_t clock;            /* pulls: gate; fused: pull_clock */
+  uint64_t era;             /* the era the caller joined in (0: none);
+                               sync apply: the era it was queued in */
   int64_t step;             /* push: sync step */
   int dtype;
   int pull_dtype;           /* of the answered values (PS_DT_F32, _BF16) */
@@ -89,6 +93,7 @@ struct ps_entry {
   ps_op *head, *tail;
   /* sync mode */
   int64_t sync_done;        /* steps applied */
+  int64_t sync_target;      /* sync_done once the queued apply is done */
   bool sync_queued;
   int *pushed;
   int n_pushed, cap_pushed;
@@ -113,6 +118,8 @@ struct ps_server {
   ps_entry **ents;
   int n_ents, cap_ents;
   ps_op *waiting;
+  bool waking;              /* ps__wake running: a nested call repeats it */
+  bool cons_changed;        /* an ssp clock moved while admitting */
   int works;
   uv_timer_t timer;
   bool closing, rpc_closed, timer_closed;
@@ -132,6 +139,13 @@ void ps__enqueue(ps_server *s, ps_op *op, bool front);
 void ps__dispatch(ps_server *s, ps_entry *e);
 void ps__wake(ps_server *s);
 void ps__sync_check(ps_server *s);
+/* A new consistency era at `step` (config, restore): members forgotten,
+ * every sync shard at `step`, held calls of the old era refused. */
+void ps__reset(ps_server *s, uint64_t run, int64_t step);
+/* Sync: the step a joining worker owes next, over every shard. */
+int64_t ps__sync_next(ps_server *s, int worker);
+/* The furthest shard's applied steps (sync), for stats. */
+int64_t ps__sync_step(const ps_server *s);
 void ps__op_fail(ps_server *s, ps_op *op, int rc, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 void ps__batch_done(ps_server *s, ps_batch *b);

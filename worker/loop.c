@@ -10,7 +10,7 @@
  * every PS index known), open the compute context and the executor, make
  * one host parameter buffer and one gradient buffer per variable (a dense
  * variable whole, so a shard's pull lands in place at row0 * row_dim),
- * connect to every PS and join its clocks.
+ * connect to every PS and join their clocks (ssp, sync: clock.c).
  * Failure modes: a data file missing here (TSR_EIO naming the path), a
  * model the worker cannot build or a layout that does not match it
  * (TSR_ECONFIG naming the variable), no GPU when one was asked for, a PS
@@ -20,6 +20,7 @@
 #include "worker/loop_int.h"
 #include "worker/loop_run.h"
 
+#include "common/clock.h"
 #include "common/err.h"
 #include "common/log.h"
 
@@ -319,7 +320,14 @@ static int do_configure(wk_svc *s, wk_job *j) {
   /* the worker id, the mode (ssp/sync: a PS may hold calls) and the
    * layout, for the PS client */
   if ((rc = wk__xfer_configure(s, r, err, errlen))) goto out;
-  if ((rc = wk__run_join(s, r, err, errlen))) goto out;
+  /* ssp and sync: a configured worker is a member from the start (so the
+   * first steps of a sync run wait for every worker); every closure joins
+   * again (clock.c) */
+  r->clock = 0;
+  if (r->job.mode != TSR_MODE_ASYNC &&
+      (rc = wk__clock_join(s, r, 0, tsr_now_ms() + s->ps_deadline_ms, err,
+                           errlen)))
+    goto out;
 
   if (strcmp(kern_backend_name(r->kc), "cpu") == 0)
     snprintf(r->device, sizeof r->device, "cpu");

@@ -144,7 +144,9 @@ int wk__xfer_pull(wk_run *r, int k, int64_t clock, bool dense,
       it.n_pull = (size_t)r->n_nxt[v];
     }
     ps_kv_request q = {.kind = PS_KV_PULL, .items = &it, .n_items = 1,
-                       .clock = clock, .flags = check_flags(),
+                       .clock = clock,
+                       .flags = check_flags() |
+                                (r->plain_reads ? PS_KV_NO_ERA : 0u),
                        .losses = r->losses};
     ps_ticket *t = &r->xf[v].pull[slot(r, (int)v, k)];
     if (*t) { /* never two pulls into one buffer */

@@ -48,6 +48,8 @@ typedef struct {
   const tsr_task_addr *addr;
   tsr_rpc_client *cli;
   int inflight;          /* our calls outstanding to it */
+  uint64_t last_closure; /* the last closure handed to it (a LEAVE says
+                            every closure up to it is over) */
   int64_t steps, examples;
   double busy_s, input_s, pull_s, compute_s, push_s;
   int64_t skipped_seen;  /* its last skipped_records (a restart resets it) */

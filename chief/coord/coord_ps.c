@@ -180,9 +180,12 @@ void coord__ps_setup(coord *co, uint64_t op) {
       break;
     }
     int32_t tpid = co->trace ? tsr_trace_pid(TSR_TASK_PS, i) : -1;
+    /* a new era on every PS: nothing from before (this chief's own run
+     * before a restart, another run) is taken from here on */
     coord_ps_started(co, call,
-                     ps_client_config_trace(p->cli, mode, false, tpid,
-                                            coord_ps_on_result, call));
+                     ps_client_config_run(p->cli, mode, false, tpid,
+                                          co->run_id, coord_ps_on_result,
+                                          call));
     ps_var_spec *specs;
     size_t n;
     int rc = coord_ps_specs(co, i, &specs, &n);
@@ -223,8 +226,10 @@ static void coord_ps_dir_call(coord *co, uint64_t op, int64_t step,
       coord_psop_result(co, op, p, what, TSR_ENOMEM, "out of memory");
       break;
     }
+    /* a restore starts the clocks at the checkpoint's step on every PS */
     int rc = save ? ps_client_save(p->cli, dir, coord_ps_on_result, call)
-                  : ps_client_restore(p->cli, dir, coord_ps_on_result, call);
+                  : ps_client_restore_step(p->cli, dir, step,
+                                           coord_ps_on_result, call);
     coord_ps_started(co, call, rc);
   }
   coord_psop_end(co, op);
@@ -324,8 +329,9 @@ static void coord_ps_on_leave(const ps_result *r, void *data) {
 void coord__ps_release(coord *co, int worker) {
   for (int p = 0; p < co->n_ps; p++)
     if (co->ps[p].cli)
-      ps_client_clock(co->ps[p].cli, worker, 0, PS_CLOCK_LEAVE,
-                      coord_ps_on_leave, &co->ps[p]);
+      ps_client_leave(co->ps[p].cli, worker, co->run_id,
+                      co->wk[worker].last_closure, coord_ps_on_leave,
+                      &co->ps[p]);
 }
 
 /* Statistics never hold a phase: the machine does not hear of them. */

@@ -211,6 +211,9 @@ static int coord_machine(coord *co) {
       .has_eval = json_object_get(co->job.data, "eval") != NULL,
       .eval_every_steps = co->job.eval_every_steps,
       .keep_cluster = o->keep_cluster,
+      /* sync: a worker that comes back JOINs every PS and is handed its
+       * next sync step (ps/consist.c), so it takes part again */
+      .sync_rejoin = true,
       .wait_timeout_s = o->wait_timeout_s,
       .ps_timeout_s = o->ps_timeout_s,
       .closure_timeout_s = o->closure_timeout_s,

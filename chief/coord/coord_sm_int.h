@@ -126,7 +126,8 @@ void sm__on_worker(coord_sm *sm, const coord_event *ev);
 void sm__on_closure(coord_sm *sm, const coord_event *ev);
 void sm__closure_deadlines(coord_sm *sm);
 void sm__configure_workers(coord_sm *sm);
-int sm__dispatch(coord_sm *sm);  /* closures sent */
+int sm__dispatch(coord_sm *sm);
+void sm__release_idle(coord_sm *sm);  /* closures sent */
 void sm__enter_train(coord_sm *sm);
 void sm__pump_train(coord_sm *sm);
 int sm__count(const coord_sm *sm, coord_wk_state st);

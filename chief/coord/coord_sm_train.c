@@ -42,6 +42,30 @@ static void sm_release(coord_sm *sm, int w) {
   if (a) a->index = w;
 }
 
+/* ssp/sync: a configured worker with no closure in flight stops counting
+ * (the model's coord__wk_release_idle): else the PS would hold the others
+ * back for it (ssp) or wait for its gradient (sync) for ever. Its next
+ * closure joins again. */
+void sm__release_idle(coord_sm *sm) {
+  if (sm->c.mode == TSR_MODE_ASYNC) return;
+  for (int w = 0; w < sm->c.n_wk; w++)
+    if (sm->wk[w].st == COORD_WK_READY && !sm->wk[w].left &&
+        chief_sched_inflight(sm->sched, w) == 0)
+      sm_release(sm, w);
+}
+
+/* After every PS restored a checkpoint: every worker's closures so far
+ * are over, whatever the machine thought of it (a PS that restarted has
+ * no memory of it, and a closure still queued in a worker cut off earlier
+ * would join it and hold the others for ever): the model's
+ * coord__rewind. */
+static void sm_release_all(coord_sm *sm) {
+  for (int w = 0; w < sm->c.n_wk; w++) {
+    sm->wk[w].left = false;
+    sm_release(sm, w);
+  }
+}
+
 static void sm_worker_down(coord_sm *sm, int w, const char *why) {
   sm_wk *k = &sm->wk[w];
   int back = chief_sched_worker_down(sm->sched, w);
@@ -100,6 +124,7 @@ void sm__on_worker(coord_sm *sm, const coord_event *ev) {
       }
       k->st = COORD_WK_READY;
       k->ever_ready = true;
+      k->left = false; /* its configure joined the PS clocks (ssp, sync) */
       k->failures = 0; /* a worker configured again starts afresh */
       chief_sched_worker_up(sm->sched, w);
       sm->t_progress = sm->now;
@@ -360,6 +385,7 @@ static void sm_apply_resume(coord_sm *sm) {
   sm->t_last_ckpt = sm->now;
   sm->t_gate = sm->now;
   sm->gate_open = false;
+  if (sm->pending_why == SM_START_PS) sm_release_all(sm);
   if (sm->pending_why != SM_START_FRESH) {
     coord_action *a = sm__emit(sm, COORD_ACT_REWIND);
     if (a) {
@@ -460,10 +486,6 @@ void sm__pump_train(coord_sm *sm) {
     return;
   }
   if (sm__dispatch(sm) > 0) sm->gate_open = true;
-  if (sm->c.mode != TSR_MODE_ASYNC)
-    for (int w = 0; w < sm->c.n_wk; w++)
-      if (sm->wk[w].st == COORD_WK_READY && !sm->wk[w].left &&
-          chief_sched_idle(sm->sched, w))
-        sm_release(sm, w);
+  sm__release_idle(sm);
   sm_stalled(sm);
 }

@@ -513,6 +513,46 @@ static void hold_reset(void **state) {
   fx_down(&f);
 }
 
+/* ssp/sync: a JOIN's era goes with every later call to that PS, so a
+ * pull held there is refused at once when the PS starts a new era (a new
+ * configuration, a restore) instead of waiting for a step of the new era
+ * or its deadline; the next call of the old era is refused too, and a
+ * JOIN makes the worker a member of the new one. */
+static void on_cfg(const ps_result *r, void *data) { (void)r; (void)data; }
+static void reconfig_ps1(void *arg) {
+  fx *f = arg;
+  assert_int_equal(ps_client_config(ps_kv_client(f->kv, 1), "sync", false,
+                                    on_cfg, NULL), 0);
+}
+
+static void era_refused(void **state) {
+  (void)state;
+  fx f;
+  fx_up(&f, "sync", true, PS_DT_F32);
+  ps_ticket j;
+  assert_int_equal(ps_kv_join(f.kv, 0, 0, 0, 0, 0, &j), 0);
+  wait_ok(&f, j);
+  float b[4];
+  ps_kv_item q = {.var = 1, .dst = b}; /* ps:1 */
+  ps_ticket t;
+  assert_int_equal(ps_kv_pull(f.kv, &q, 1, 5, &t), 0); /* held */
+  tsr_sleep_ms(100);
+  assert_false(ps_kv_done(f.kv, t));
+  on_loop(&f, reconfig_ps1, &f);
+  ps_kv_result r;
+  uint64_t t0 = tsr_now_ms();
+  assert_int_equal(ps_kv_wait(f.kv, t, &r), TSR_ESTALE);
+  assert_true(tsr_now_ms() - t0 < 9000); /* not the 10 s deadline */
+  assert_non_null(strstr(r.err, "ps:1"));
+  assert_int_equal(ps_kv_pull(f.kv, &q, 1, 0, &t), 0);
+  assert_int_equal(ps_kv_wait(f.kv, t, &r), TSR_ESTALE);
+  assert_int_equal(ps_kv_join(f.kv, 0, 0, 0, 0, 0, &j), 0);
+  wait_ok(&f, j);
+  assert_int_equal(ps_kv_pull(f.kv, &q, 1, 0, &t), 0);
+  wait_ok(&f, t);
+  fx_down(&f);
+}
+
 static void cancel_kv(void *arg) { ps_kv_cancel(arg); }
 
 static void cancel_fails(void **state) {
@@ -547,6 +587,7 @@ int main(void) {
       cmocka_unit_test(failures_named),
       cmocka_unit_test(losses_checked),
       cmocka_unit_test(hold_reset),
+      cmocka_unit_test(era_refused),
       cmocka_unit_test(cancel_fails),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
