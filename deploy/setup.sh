@@ -40,10 +40,10 @@ pkgs=(meson ninja-build pkg-config gcc g++ libc6-dev
       libpng-dev libjpeg62-turbo-dev libhdf5-dev
       dataset-fashion-mnist)
 if [ "$mode" = test ]; then
-  # libFuzzer targets, network-namespace tests
+  # libFuzzer targets, network-namespace tests, the stress gate's CPU load
   pkgs+=(clang libclang-rt-14-dev iproute2 iptables procps python3 python3-numpy
         python3-msgpack python3-h5py
-        docker-compose)
+        docker-compose stress-ng)
 fi
 
 missing=()

@@ -1,0 +1,233 @@
+#!/usr/bin/env bash
+# Kill storms: for each mode (async, ssp:2, sync) a local cluster of real
+# processes (1 chief, 2 PS, 2 workers, from TF_CONFIG) trains the diabetes
+# job (deploy/jobs/diabetes.json) with periodic checkpoints. One normal run
+# per mode measures the normal run time T and the exact step count; then
+# each storm run kills -9 a random process or pair (any one process, any two
+# at once: the chief with a worker, both workers, a PS and a worker, ...)
+# at a random moment, starts what it killed again, and checks:
+#  - the chief exits 0 and its summary gives the normal run's step count;
+#  - the final loss is finite;
+#  - the newest checkpoint is readable (`tessera ckpt inspect`) and is the
+#    final step's.
+# A run still going after 4 T is a hang: it is reported, the cluster is
+# killed and its logs are kept. Every failed or hung run keeps its logs
+# under the folder printed at the end. The table gives per mode the runs,
+# passes, hangs, failures and the seconds over T (mean, max).
+#
+# Each run has its own seed (printed); it decides the victims and the
+# moment, so a run is repeated with
+#   storm.sh --modes MODE --seed SEED --runs 1
+# Options:
+#   --runs N        storm runs per mode (5)
+#   --seed S        base seed (run i of a mode has seed S + i); default
+#                   $TSR_STORM_SEED, else a fresh one (printed)
+#   --modes LIST    comma-separated (async,ssp:2,sync)
+#   --victims LIST  always kill these, e.g. chief+worker1 (default: random)
+#   --epochs E      job epochs (default $TSR_STORM_EPOCHS, else 150)
+#   --keep DIR      keep the failed runs' logs under DIR (default: a fresh
+#                   folder under /tmp)
+# Exit status: 0 when every run passed, 1 otherwise.
+# Needs TSR_BUILD_DIR and TSR_SOURCE_DIR (meson test sets them).
+. "$(dirname "$0")/../cluster/lib.sh"
+
+RUNS=5
+SEED=${TSR_STORM_SEED:-}
+MODES=async,ssp:2,sync
+VICTIMS=
+EPOCHS=${TSR_STORM_EPOCHS:-150}
+KEEP=
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --runs) RUNS=$2; shift 2 ;;
+    --seed) SEED=$2; shift 2 ;;
+    --modes) MODES=$2; shift 2 ;;
+    --victims) VICTIMS=$2; shift 2 ;;
+    --epochs) EPOCHS=$2; shift 2 ;;
+    --keep) KEEP=$2; shift 2 ;;
+    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
+    *) echo "storm.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+for v in RUNS EPOCHS; do
+  if ! [[ ${!v} =~ ^[0-9]+$ ]]; then
+    echo "storm.sh: --${v,,} '${!v}' is not a whole number" >&2; exit 2
+  fi
+done
+[ -z "$SEED" ] && SEED=$(( $(od -An -tu2 -N2 /dev/urandom) * 1000 ))
+if ! [[ $SEED =~ ^[0-9]+$ ]]; then
+  echo "storm.sh: --seed '$SEED' is not a whole number" >&2; exit 2
+fi
+
+ROOT=$WORK
+KEEP=${KEEP:-$(mktemp -d /tmp/tsr_storm_failed_XXXXXX)}
+mkdir -p "$KEEP"
+JOB=$SRC/deploy/jobs/diabetes.json
+ALL=(chief ps0 ps1 worker0 worker1)
+# every single process and every pair
+SETS=()
+for ((a = 0; a < 5; a++)); do
+  SETS+=("${ALL[$a]}")
+  for ((b = a + 1; b < 5; b++)); do SETS+=("${ALL[$a]}+${ALL[$b]}"); done
+done
+
+stop_cluster() {
+  local k
+  for k in "${!PIDS[@]}"; do kill -9 "${PIDS[$k]}" 2>/dev/null; unset "PIDS[$k]"; done
+  wait 2>/dev/null
+}
+storm_cleanup() {
+  stop_cluster
+  rm -rf "$ROOT"
+  rmdir "$KEEP" 2>/dev/null
+}
+trap storm_cleanup EXIT
+
+now() { date +%s.%N; }
+secs() { /usr/bin/python3 -c "import sys; print('%.1f' % (float(sys.argv[2]) - float(sys.argv[1])))" "$1" "$2"; }
+
+# chief_args MODE: the chief's arguments for one run (the work folder WORK)
+chief_args() {
+  CARGS=(--job "$JOB" --epochs "$EPOCHS" --set "mode=$1"
+         --set steps_per_closure=20 --checkpoint-dir "$WORK/ckpt"
+         --set checkpoint.every_steps=$CKPT_EVERY --set checkpoint.keep=3
+         --summary-json "$WORK/summary.json")
+}
+
+# verify EXPECTED_STEPS: checks the run in WORK; sets WHY on failure
+verify() {
+  local steps loss ck
+  WHY=
+  if [ "$CHIEF_RC" != 0 ]; then WHY="chief exit $CHIEF_RC: $(grep ' ERROR ' "$WORK/chief.log" | tail -n 1)"; return 1; fi
+  steps=$(json_get "$WORK/summary.json" steps 2>/dev/null)
+  if [ -n "$1" ] && [ "$steps" != "$1" ]; then WHY="steps $steps, expected $1"; return 1; fi
+  loss=$(json_get "$WORK/summary.json" final_loss 2>/dev/null)
+  if ! /usr/bin/python3 -c 'import math,sys; sys.exit(0 if math.isfinite(float(sys.argv[1])) else 1)' "$loss" 2>/dev/null; then
+    WHY="final loss '$loss' is not finite"; return 1
+  fi
+  if ! "$TESSERA" ckpt inspect "$WORK/ckpt" >"$WORK/inspect.txt" 2>&1; then
+    WHY="newest checkpoint unreadable: $(tail -n 1 "$WORK/inspect.txt")"; return 1
+  fi
+  ck=$(ckpt_step "$WORK/ckpt")
+  if [ "$ck" != "$steps" ]; then WHY="newest checkpoint is step $ck, not the final $steps"; return 1; fi
+  STEPS_DONE=$steps
+  LOSS=$loss
+}
+
+# one_run MODE NAME: a fresh cluster in $ROOT/NAME; the kill (if KILL_AT is
+# set, after KILL_AT s, of the processes in VICT); waits at most BOUND s.
+# Sets OUTCOME (pass, hang, fail), ELAPSED, WHY.
+one_run() {
+  local mode=$1 t0 v deadline killed=0
+  WORK=$ROOT/$2
+  mkdir -p "$WORK"
+  cluster 2 2
+  chief_args "$mode"
+  t0=$(now)
+  start_all
+  start_chief "${CARGS[@]}"
+  deadline=$((SECONDS + BOUND))
+  if [ -n "${KILL_AT:-}" ]; then
+    # the moment is counted from the start of the run, as T is
+    /usr/bin/python3 -c "import time,sys; time.sleep(max(0.0, float(sys.argv[1]) - (time.time() - float(sys.argv[2]))))" "$KILL_AT" "$t0"
+    if ! kill -0 "$CHIEF_PID" 2>/dev/null; then
+      NOTE="the run ended before the kill"
+    else
+      IFS=+ read -r -a vs <<<"$VICT"
+      for v in "${vs[@]}"; do kill -9 "${PIDS[$v]}" 2>/dev/null; done
+      for v in "${vs[@]}"; do wait "${PIDS[$v]}" 2>/dev/null; done
+      for v in "${vs[@]}"; do
+        echo "---- storm: killed $v (-9) at $(secs "$t0" "$(now)") s, started again" >>"$WORK/$v.log"
+        case $v in
+          chief) start_chief "${CARGS[@]}" ;;
+          ps*) start_ps "${v#ps}" ;;
+          worker*) start_worker "${v#worker}" ;;
+        esac
+      done
+      killed=1
+    fi
+  fi
+  while kill -0 "$CHIEF_PID" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 0.1; done
+  ELAPSED=$(secs "$t0" "$(now)")
+  if kill -0 "$CHIEF_PID" 2>/dev/null; then
+    OUTCOME=hang; WHY="still running after $BOUND s"
+    stop_cluster
+    return
+  fi
+  wait "$CHIEF_PID"; CHIEF_RC=$?
+  unset 'PIDS[chief]'
+  stop_cluster
+  if verify "${EXPECT:-}"; then OUTCOME=pass; else OUTCOME=fail; fi
+  : $killed
+}
+
+keep_logs() { # name
+  mkdir -p "$KEEP/$1"
+  cp "$WORK"/*.log "$WORK"/summary.json "$WORK"/inspect.txt "$KEEP/$1/" 2>/dev/null
+  ls "$WORK/ckpt" >"$KEEP/$1/ckpt_folders.txt" 2>/dev/null
+}
+
+echo "storm: seed $SEED, $RUNS runs per mode, modes $MODES, diabetes job, $EPOCHS epochs"
+echo "storm: repeat one run with: $0 --modes MODE --seed SEED --runs 1 --epochs $EPOCHS"
+IFS=, read -r -a mode_list <<<"$MODES"
+TABLE=()
+ANY_BAD=0
+for mode in "${mode_list[@]}"; do
+  case $mode in async|sync|ssp:[0-9]*) ;; *) echo "storm.sh: unknown mode '$mode'" >&2; exit 2 ;; esac
+  tag=${mode/:/}
+  # ---- the normal run: T and the step count ----
+  CKPT_EVERY=200
+  KILL_AT= ; EXPECT= ; NOTE= ; BOUND=600
+  one_run "$mode" "$tag-normal"
+  if [ "$OUTCOME" != pass ]; then
+    echo "storm: $mode normal run: $OUTCOME ($WHY)"
+    keep_logs "$tag-normal"
+    TABLE+=("$(printf '%-7s %5s %6s %6s %6s %9s %9s %9s' "$mode" 0 0 0 1 - - -)")
+    ANY_BAD=1
+    rm -rf "$WORK"
+    continue
+  fi
+  T=$ELAPSED
+  EXPECT=$STEPS_DONE
+  # a checkpoint about every tenth of the run, so kills land between them
+  CKPT_EVERY=$(( EXPECT / 10 > 20 ? EXPECT / 10 : 20 ))
+  BOUND=$(/usr/bin/python3 -c "import math,sys; print(math.ceil(4 * float(sys.argv[1])))" "$T")
+  echo "storm: $mode normal run: $EXPECT steps in $T s (loss $LOSS); hang bound $BOUND s"
+  rm -rf "$WORK"
+  passes=0 hangs=0 fails=0 overs=()
+  for ((i = 0; i < RUNS; i++)); do
+    s=$((SEED + i))
+    RANDOM=$s
+    if [ -n "$VICTIMS" ]; then VICT=$VICTIMS; else VICT=${SETS[$((RANDOM % ${#SETS[@]}))]}; fi
+    # a moment between 5% and 85% of T
+    frac=$(( 5 + RANDOM % 81 ))
+    KILL_AT=$(/usr/bin/python3 -c "import sys; print('%.2f' % (float(sys.argv[1]) * int(sys.argv[2]) / 100))" "$T" "$frac")
+    NOTE=
+    one_run "$mode" "$tag-$s"
+    over=$(/usr/bin/python3 -c "import sys; print('%.1f' % (float(sys.argv[1]) - float(sys.argv[2])))" "$ELAPSED" "$T")
+    line="storm: $mode run $((i + 1))/$RUNS seed $s: kill -9 $VICT at $KILL_AT s ($frac% of T): $OUTCOME in $ELAPSED s ($over s over T)"
+    [ -n "$NOTE" ] && line+=" [$NOTE]"
+    case $OUTCOME in
+      pass) passes=$((passes + 1)); overs+=("$over") ;;
+      hang) hangs=$((hangs + 1)); line+=": $WHY" ;;
+      fail) fails=$((fails + 1)); line+=": $WHY" ;;
+    esac
+    echo "$line"
+    if [ "$OUTCOME" != pass ]; then
+      keep_logs "$tag-$s"
+      echo "$line" >"$KEEP/$tag-$s/what.txt"
+      echo "storm:   logs in $KEEP/$tag-$s"
+      ANY_BAD=1
+    fi
+    rm -rf "$WORK"
+  done
+  stats=$(/usr/bin/python3 -c "import sys; v=[float(x) for x in sys.argv[1:]]; print('%.1f %.1f' % (sum(v)/len(v), max(v)) if v else '- -')" "${overs[@]}")
+  TABLE+=("$(printf '%-7s %5d %6d %6d %6d %9s %9s %9s' "$mode" "$RUNS" "$passes" "$hangs" "$fails" "$T" ${stats})")
+done
+
+echo
+printf '%-7s %5s %6s %6s %6s %9s %9s %9s\n' mode runs passes hangs failed normal_s over_mean over_max
+for row in "${TABLE[@]}"; do echo "$row"; done
+echo "seed $SEED"
+if [ "$ANY_BAD" != 0 ]; then echo "logs of the failed runs kept in $KEEP"; exit 1; fi
+exit 0
