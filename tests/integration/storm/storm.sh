@@ -180,6 +180,22 @@ echo "storm: seed $SEED, $RUNS runs per mode, modes $MODES, $JOB${EPOCHS:+ with 
 echo "storm: repeat one run with: $0 --modes MODE --seed SEED --runs 1${EPOCHS:+ --epochs $EPOCHS}"
 IFS=, read -r -a mode_list <<<"$MODES"
 TABLE=()
+declare -A BY_RUNS BY_PASS BY_MISS
+KINDS=("a worker" "a PS" "the chief" "chief+worker" "both workers" "PS+worker" "both PS" "chief+PS")
+# kind SET: the failure a set of victims is (chief+worker1 is chief+worker)
+kind() {
+  case $1 in
+    worker?) echo "a worker" ;;
+    ps?) echo "a PS" ;;
+    chief) echo "the chief" ;;
+    chief+worker?) echo "chief+worker" ;;
+    worker0+worker1) echo "both workers" ;;
+    ps?+worker?) echo "PS+worker" ;;
+    ps0+ps1) echo "both PS" ;;
+    chief+ps?) echo "chief+PS" ;;
+    *) echo "$1" ;;
+  esac
+}
 ANY_BAD=0
 for mode in "${mode_list[@]}"; do
   case $mode in async|sync|ssp:[0-9]*) ;; *) echo "storm.sh: unknown mode '$mode'" >&2; exit 2 ;; esac
@@ -223,6 +239,10 @@ for mode in "${mode_list[@]}"; do
       fail) fails=$((fails + 1)); line+=": $WHY" ;;
     esac
     echo "$line"
+    k="$mode|$(kind "$VICT")"
+    BY_RUNS[$k]=$(( ${BY_RUNS[$k]:-0} + 1 ))
+    [ "$OUTCOME" = pass ] && BY_PASS[$k]=$(( ${BY_PASS[$k]:-0} + 1 ))
+    [ "$OUTCOME" = missed ] && BY_MISS[$k]=$(( ${BY_MISS[$k]:-0} + 1 ))
     if [ "$OUTCOME" != pass ]; then
       keep_logs "$tag-$s"
       echo "$line" >"$KEEP/$tag-$s/what.txt"
@@ -238,6 +258,20 @@ done
 echo
 printf '%-7s %5s %6s %6s %6s %6s %9s %9s %9s\n' mode runs passes hangs failed missed normal_s over_mean over_max
 for row in "${TABLE[@]}"; do echo "$row"; done
+echo
+echo "passes/runs by failure (a miss is not counted)"
+hdr=$(printf '%-14s' failure)
+for mode in "${mode_list[@]}"; do hdr+=$(printf ' %8s' "$mode"); done
+echo "$hdr"
+for kd in "${KINDS[@]}"; do
+  row=$(printf '%-14s' "$kd")
+  for mode in "${mode_list[@]}"; do
+    k="$mode|$kd"
+    n=$(( ${BY_RUNS[$k]:-0} - ${BY_MISS[$k]:-0} ))
+    row+=$(printf ' %8s' "${BY_PASS[$k]:-0}/$n")
+  done
+  echo "$row"
+done
 echo "seed $SEED"
 if [ "$ANY_BAD" != 0 ]; then echo "logs of the failed runs kept in $KEEP"; exit 1; fi
 exit 0
