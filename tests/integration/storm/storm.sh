@@ -158,7 +158,8 @@ one_run() {
   while kill -0 "$CHIEF_PID" 2>/dev/null && [ "$(now_us)" -lt $deadline ]; do sleep 0.1; done
   ELAPSED=$(secs "$t0" "$(now)")
   if kill -0 "$CHIEF_PID" 2>/dev/null; then
-    OUTCOME=hang; WHY="still running after $BOUND s"
+    OUTCOME=hang
+    WHY="still running after $BOUND s, last progress: $(grep -ao 'step [0-9]*/[0-9]*' "$WORK/chief.log" | tail -n 1)"
     stop_cluster
     return
   fi
