@@ -31,10 +31,15 @@
 #   --keep DIR      keep the failed runs' logs under DIR (default: a fresh
 #                   folder under /tmp)
 # Exit status: 0 when every run passed, 1 otherwise.
-# Needs TSR_BUILD_DIR and TSR_SOURCE_DIR (meson test sets them).
+# TSR_BUILD_DIR (default build/) and TSR_SOURCE_DIR (default this
+# repository) as meson test sets them.
 case " $* " in
-  *" -h "*|*" --help "*) sed -n "2,$(grep -n '^# Needs' "$0" | cut -d: -f1)p" "$0"; exit 0 ;;
+  *" -h "*|*" --help "*) sed -n "2,$(grep -n '^# repository) as meson' "$0" | cut -d: -f1)p" "$0"; exit 0 ;;
 esac
+# run by hand from the repository: the sources here, the build in build/
+TSR_SOURCE_DIR=${TSR_SOURCE_DIR:-$(cd "$(dirname "$0")/../../.." && pwd)}
+TSR_BUILD_DIR=${TSR_BUILD_DIR:-$TSR_SOURCE_DIR/build}
+export TSR_SOURCE_DIR TSR_BUILD_DIR
 . "$(dirname "$0")/../cluster/lib.sh"
 
 RUNS=5
