@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Kill storms: for each mode (async, ssp:2, sync) a local cluster of real
 # processes (1 chief, 2 PS, 2 workers, from TF_CONFIG) trains the diabetes
-# job (deploy/jobs/diabetes.json) with periodic checkpoints. One normal run
-# per mode measures the normal run time T and the exact step count; then
+# job (deploy/jobs/diabetes.json) with periodic checkpoints. A normal run
+# (no kill) measures the normal run time T and the exact step count, again
+# before every fifth storm run (the machine's load moves); then
 # each storm run kills -9 a random process or pair (any one process, any two
 # at once: the chief with a worker, both workers, a PS and a worker, ...)
 # at a random moment, starts what it killed again, and checks:
@@ -27,7 +28,10 @@
 #   --modes LIST    comma-separated (async,ssp:2,sync)
 #   --victims LIST  always kill these, e.g. chief+worker1 (default: random)
 #   --epochs E      job epochs (default $TSR_STORM_EPOCHS, else the job's)
-#   --hang-factor F a run past F T is a hang (4)
+#   --hang-factor F a run past F T is a hang (4; T the larger of the last
+#                   two normal runs)
+#   --normal-every K a normal run again before every K-th storm run, T
+#                   from it (5): the machine's load moves
 #   --keep DIR      keep the failed runs' logs under DIR (default: a fresh
 #                   folder under /tmp)
 # Exit status: 0 when every run passed, 1 otherwise.
@@ -49,6 +53,7 @@ VICTIMS=
 EPOCHS=${TSR_STORM_EPOCHS:-}
 KEEP=
 HANG_FACTOR=4
+NORMAL_EVERY=5
 while [ $# -gt 0 ]; do
   case "$1" in
     --runs) RUNS=$2; shift 2 ;;
@@ -58,10 +63,11 @@ while [ $# -gt 0 ]; do
     --epochs) EPOCHS=$2; shift 2 ;;
     --keep) KEEP=$2; shift 2 ;;
     --hang-factor) HANG_FACTOR=$2; shift 2 ;;
+    --normal-every) NORMAL_EVERY=$2; shift 2 ;;
     *) echo "storm.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
-for v in RUNS EPOCHS HANG_FACTOR; do
+for v in RUNS EPOCHS HANG_FACTOR NORMAL_EVERY; do
   if [ -n "${!v}" ] && ! [[ ${!v} =~ ^[0-9]+$ ]]; then
     echo "storm.sh: --${v,,} '${!v}' is not a whole number" >&2; exit 2
   fi
@@ -202,31 +208,43 @@ kind() {
     *) echo "$1" ;;
   esac
 }
+# normal_run MODE TAG K: the K-th run without a kill; sets T (its seconds),
+# EXPECT (its steps; later ones must give the same), BOUND (HANG_FACTOR
+# times the larger of the last two T) and CKPT_EVERY (a tenth of the run)
+normal_run() {
+  local t_prev=$T
+  KILL_AT= ; NOTE= ; BOUND=600
+  one_run "$1" "$2-normal$3"
+  if [ "$OUTCOME" != pass ]; then
+    echo "storm: $1 normal run $3: $OUTCOME ($WHY)"
+    keep_logs "$2-normal$3"
+    ANY_BAD=1
+    rm -rf "$WORK"
+    return 1
+  fi
+  T=$ELAPSED
+  EXPECT=$STEPS_DONE
+  CKPT_EVERY=$(( EXPECT / 10 > 20 ? EXPECT / 10 : 20 ))
+  BOUND=$(/usr/bin/python3 -c "import math,sys; print(math.ceil(int(sys.argv[1]) * max(float(x) for x in sys.argv[2:] if x)))" "$HANG_FACTOR" "$T" "$t_prev")
+  echo "storm: $1 normal run $3: $EXPECT steps in $T s (loss $LOSS); hang bound $BOUND s"
+  rm -rf "$WORK"
+}
 ANY_BAD=0
 for mode in "${mode_list[@]}"; do
   case $mode in async|sync|ssp:[0-9]*) ;; *) echo "storm.sh: unknown mode '$mode'" >&2; exit 2 ;; esac
   tag=${mode/:/}
   # ---- the normal run: T and the step count ----
-  CKPT_EVERY=200
-  KILL_AT= ; EXPECT= ; NOTE= ; BOUND=600
-  one_run "$mode" "$tag-normal"
-  if [ "$OUTCOME" != pass ]; then
-    echo "storm: $mode normal run: $OUTCOME ($WHY)"
-    keep_logs "$tag-normal"
+  CKPT_EVERY=200 EXPECT= T= T_PREV=
+  passes=0 hangs=0 fails=0 missed=0 overs=()
+  if ! normal_run "$mode" "$tag" 1; then
     TABLE+=("$(printf '%-7s %5s %6s %6s %6s %6s %9s %9s %9s' "$mode" 0 0 0 1 0 - - -)")
-    ANY_BAD=1
-    rm -rf "$WORK"
     continue
   fi
-  T=$ELAPSED
-  EXPECT=$STEPS_DONE
-  # a checkpoint about every tenth of the run, so kills land between them
-  CKPT_EVERY=$(( EXPECT / 10 > 20 ? EXPECT / 10 : 20 ))
-  BOUND=$(/usr/bin/python3 -c "import math,sys; print(math.ceil(int(sys.argv[2]) * float(sys.argv[1])))" "$T" "$HANG_FACTOR")
-  echo "storm: $mode normal run: $EXPECT steps in $T s (loss $LOSS); hang bound $BOUND s"
-  rm -rf "$WORK"
-  passes=0 hangs=0 fails=0 missed=0 overs=()
   for ((i = 0; i < RUNS; i++)); do
+    # T again every NORMAL_EVERY runs: the machine's load moves
+    if [ "$i" -gt 0 ] && [ $((i % NORMAL_EVERY)) = 0 ]; then
+      normal_run "$mode" "$tag" $((i / NORMAL_EVERY + 1)) || fails=$((fails + 1))
+    fi
     s=$((SEED + i))
     # the run's seed picks one of the 15 sets and a moment between 5% and
     # 60% of T (later ones miss the faster runs)
