@@ -267,7 +267,7 @@ for mode in "${mode_list[@]}"; do
     BY_RUNS[$k]=$(( ${BY_RUNS[$k]:-0} + 1 ))
     [ "$OUTCOME" = pass ] && BY_PASS[$k]=$(( ${BY_PASS[$k]:-0} + 1 ))
     [ "$OUTCOME" = missed ] && BY_MISS[$k]=$(( ${BY_MISS[$k]:-0} + 1 ))
-    if [ "$OUTCOME" != pass ]; then
+    if [ "$OUTCOME" = hang ] || [ "$OUTCOME" = fail ]; then
       keep_logs "$tag-$s"
       echo "$line" >"$KEEP/$tag-$s/what.txt"
       echo "storm:   logs in $KEEP/$tag-$s"
