@@ -92,14 +92,16 @@ for ((r = 1; r <= N; r++)); do
     t0=$SECONDS
     # a fresh storm seed each round (printed by the test itself)
     TSR_STORM_SEED=$(( $(od -An -tu2 -N2 /dev/urandom) * 1000 )) \
+    TSR_STORM_KEEP=$LOGS/$t.round$r/runs \
       meson test -C "$BUILD" --no-rebuild --num-processes 1 --print-errorlogs \
       --logbase "stress" "$t" >"$LOGS/.out" 2>&1
     rc=$?
     if [ "$rc" = 0 ]; then
       PASS[$t]=$((PASS[$t] + 1)); res=pass
+      rmdir "$LOGS/$t.round$r" 2>/dev/null
     else
       FAIL[$t]=$((FAIL[$t] + 1)); res=FAIL
-      mkdir -p "$LOGS/$t.round$r"
+      mkdir -p "$LOGS/$t.round$r"   # (the storm's failed runs are in runs/)
       cp "$BUILD/meson-logs/stress.txt" "$LOGS/$t.round$r/testlog.txt" 2>/dev/null
       cp "$LOGS/.out" "$LOGS/$t.round$r/meson_test.out"
       # the folders of the processes' logs the test kept, named in its output

@@ -32,8 +32,8 @@
 #                   two normal runs)
 #   --normal-every K a normal run again before every K-th storm run, T
 #                   from it (5): the machine's load moves
-#   --keep DIR      keep the failed runs' logs under DIR (default: a fresh
-#                   folder under /tmp)
+#   --keep DIR      keep the failed runs' logs under DIR (default
+#                   $TSR_STORM_KEEP, else a fresh folder under /tmp)
 # Exit status: 0 when every run passed, 1 otherwise.
 # TSR_BUILD_DIR (default build/) and TSR_SOURCE_DIR (default this
 # repository) as meson test sets them.
@@ -51,7 +51,7 @@ SEED=${TSR_STORM_SEED:-}
 MODES=async,ssp:2,sync
 VICTIMS=
 EPOCHS=${TSR_STORM_EPOCHS:-}
-KEEP=
+KEEP=${TSR_STORM_KEEP:-}
 HANG_FACTOR=4
 NORMAL_EVERY=5
 while [ $# -gt 0 ]; do
