@@ -94,7 +94,7 @@ for ((r = 1; r <= N; r++)); do
     TSR_STORM_SEED=$(( $(od -An -tu2 -N2 /dev/urandom) * 1000 )) \
     TSR_STORM_KEEP=$LOGS/$t.round$r/runs \
       meson test -C "$BUILD" --no-rebuild --num-processes 1 --print-errorlogs \
-      --logbase "stress" "$t" >"$LOGS/.out" 2>&1
+      --logbase "stress-$$" "$t" >"$LOGS/.out" 2>&1
     rc=$?
     if [ "$rc" = 0 ]; then
       PASS[$t]=$((PASS[$t] + 1)); res=pass
@@ -102,7 +102,7 @@ for ((r = 1; r <= N; r++)); do
     else
       FAIL[$t]=$((FAIL[$t] + 1)); res=FAIL
       mkdir -p "$LOGS/$t.round$r"   # (the storm's failed runs are in runs/)
-      cp "$BUILD/meson-logs/stress.txt" "$LOGS/$t.round$r/testlog.txt" 2>/dev/null
+      cp "$BUILD/meson-logs/stress-$$.txt" "$LOGS/$t.round$r/testlog.txt" 2>/dev/null
       cp "$LOGS/.out" "$LOGS/$t.round$r/meson_test.out"
       # the folders of the processes' logs the test kept, named in its output
       grep -o '/tmp/tsr_[A-Za-z_]*[A-Za-z0-9_]*' "$LOGS/.out" | sort -u >"$LOGS/$t.round$r/kept_folders.txt"
@@ -110,11 +110,12 @@ for ((r = 1; r <= N; r++)); do
     printf 'stress: round %d/%d %-22s %s (%d s)\n' "$r" "$N" "$t" "$res" $((SECONDS - t0))
   done
 done
-rm -f "$LOGS/.out"
+rm -f "$LOGS/.out" "$BUILD"/meson-logs/stress-$$.*
 stop_load
 
 echo
-echo "stress: $N rounds in $(( (SECONDS - start) / 60 )) min under stress-ng --cpu $LOAD"
+el=$((SECONDS - start))
+echo "stress: $N rounds in $((el / 60)) min $((el % 60)) s under stress-ng --cpu $LOAD"
 bad=0
 for t in "${TESTS[@]}"; do
   printf '%-22s %3d passed %3d failed\n' "$t" "${PASS[$t]}" "${FAIL[$t]}"
