@@ -3,10 +3,11 @@
 # processes (1 chief, 2 PS, 2 workers, from TF_CONFIG) trains the diabetes
 # job (deploy/jobs/diabetes.json) with periodic checkpoints. A normal run
 # (no kill) measures the normal run time T and the exact step count, again
-# before every fifth storm run (the machine's load moves); then
-# each storm run kills -9 a random process or pair (any one process, any two
-# at once: the chief with a worker, both workers, a PS and a worker, ...)
-# at a random moment, starts what it killed again, and checks:
+# before every fifth storm run (the machine's load moves); then each storm
+# run kills -9 a random process or pair (any one process, any two at once:
+# the chief with a worker, both workers, a PS and a worker, ...) at a random
+# moment (a random time after one of the first eight checkpoints, which come
+# every tenth of the run), starts what it killed again, and checks:
 #  - the chief exits 0 and its summary gives the normal run's step count;
 #  - the final loss is finite;
 #  - the newest checkpoint is readable (`tessera ckpt inspect`) and is the
@@ -15,7 +16,7 @@
 # killed and its logs are kept. Every failed or hung run keeps its logs
 # under the folder printed at the end. A run that ended before its kill
 # moment (a faster run than the normal one) is "missed": it proves nothing
-# and is not a pass. The table gives per mode the runs, passes, hangs,
+# and is not a pass (a kill late in the run can miss). The table gives per mode the runs, passes, hangs,
 # failures, misses, T and the passes' seconds over T (mean, max).
 #
 # Each run has its own seed (printed); it decides the victims and the
@@ -134,7 +135,8 @@ verify() {
 }
 
 # one_run MODE NAME: a fresh cluster in $ROOT/NAME; the kill (if KILL_AT is
-# set, after KILL_AT s, of the processes in VICT); waits at most BOUND s.
+# set: once the checkpoint of step KILL_AT is committed, KILL_DELAY s later,
+# of the processes in VICT); waits at most BOUND s.
 # Sets OUTCOME (pass, hang, fail), ELAPSED, WHY.
 one_run() {
   local mode=$1 t0 v deadline killed=0
@@ -147,8 +149,19 @@ one_run() {
   start_chief "${CARGS[@]}"
   deadline=$(( $(now_us) + BOUND * 1000000 ))
   if [ -n "${KILL_AT:-}" ]; then
-    # the moment is counted from the start of the run, as T is
-    /usr/bin/python3 -c "import time,sys; time.sleep(max(0.0, float(sys.argv[1]) - (time.time() - float(sys.argv[2]))))" "$KILL_AT" "$t0"
+    # the moment is one of progress, not of time (this machine's speed
+    # moves): after a checkpoint, some way to the next one
+    while kill -0 "$CHIEF_PID" 2>/dev/null && [ "$(ckpt_step "$WORK/ckpt")" -lt 0 ] &&
+          [ "$(now_us)" -lt $deadline ]; do sleep 0.05; done
+    t_ck0=$(now)
+    while kill -0 "$CHIEF_PID" 2>/dev/null && [ "$(ckpt_step "$WORK/ckpt")" -lt "$KILL_AT" ] &&
+          [ "$(now_us)" -lt $deadline ]; do sleep 0.05; done
+    # a part (KILL_FRAC %) of the time between two checkpoints, as this
+    # run goes (after step 0: a tenth of the fastest normal run)
+    KILL_DELAY=$(/usr/bin/python3 -c "import sys; k=int(sys.argv[1]); t=float(sys.argv[2]) - float(sys.argv[3]); iv=t / k if k else float(sys.argv[4]) / 10; print('%.2f' % (iv * int(sys.argv[5]) / 100))" \
+      "$((KILL_AT / CKPT_EVERY))" "$(now)" "$t_ck0" "$TMIN" "$KILL_FRAC")
+    sleep "$KILL_DELAY"
+    KILLED_AT=$(secs "$t0" "$(now)")
     if ! kill -0 "$CHIEF_PID" 2>/dev/null; then
       NOTE="the run ended before the kill"
     else
@@ -223,6 +236,7 @@ normal_run() {
     return 1
   fi
   T=$ELAPSED
+  TMIN=$(/usr/bin/python3 -c "import sys; print(min(float(x) for x in sys.argv[1:] if x))" "$T" "${TMIN:-}")
   EXPECT=$STEPS_DONE
   CKPT_EVERY=$(( EXPECT / 10 > 20 ? EXPECT / 10 : 20 ))
   BOUND=$(/usr/bin/python3 -c "import math,sys; print(math.ceil(int(sys.argv[1]) * max(float(x) for x in sys.argv[2:] if x)))" "$HANG_FACTOR" "$T" "$t_prev")
@@ -234,7 +248,7 @@ for mode in "${mode_list[@]}"; do
   case $mode in async|sync|ssp:[0-9]*) ;; *) echo "storm.sh: unknown mode '$mode'" >&2; exit 2 ;; esac
   tag=${mode/:/}
   # ---- the normal run: T and the step count ----
-  CKPT_EVERY=200 EXPECT= T= T_PREV=
+  CKPT_EVERY=200 EXPECT= T= TMIN=
   passes=0 hangs=0 fails=0 missed=0 overs=()
   if ! normal_run "$mode" "$tag" 1; then
     TABLE+=("$(printf '%-7s %5s %6s %6s %6s %6s %9s %9s %9s' "$mode" 0 0 0 1 0 - - -)")
@@ -246,15 +260,16 @@ for mode in "${mode_list[@]}"; do
       normal_run "$mode" "$tag" $((i / NORMAL_EVERY + 1)) || fails=$((fails + 1))
     fi
     s=$((SEED + i))
-    # the run's seed picks one of the 15 sets and a moment between 5% and
-    # 60% of T (later ones miss the faster runs)
-    read -r pick frac < <(/usr/bin/python3 -c "import random,sys; r=random.Random(int(sys.argv[1])); print(r.randrange(int(sys.argv[2])), r.randint(5, 60))" "$s" "${#SETS[@]}")
+    # the run's seed picks one of the 15 sets and a moment: after the
+    # checkpoint of step k * CKPT_EVERY (k in 0..7), a random part of the
+    # time between two checkpoints later
+    read -r pick k frac < <(/usr/bin/python3 -c "import random,sys; r=random.Random(int(sys.argv[1])); print(r.randrange(int(sys.argv[2])), r.randrange(8), r.randrange(100))" "$s" "${#SETS[@]}")
     if [ -n "$VICTIMS" ]; then VICT=$VICTIMS; else VICT=${SETS[$pick]}; fi
-    KILL_AT=$(/usr/bin/python3 -c "import sys; print('%.2f' % (float(sys.argv[1]) * int(sys.argv[2]) / 100))" "$T" "$frac")
+    KILL_AT=$((k * CKPT_EVERY)) KILL_FRAC=$frac KILL_DELAY=- KILLED_AT=-
     NOTE=
     one_run "$mode" "$tag-$s"
     over=$(/usr/bin/python3 -c "import sys; print('%.1f' % (float(sys.argv[1]) - float(sys.argv[2])))" "$ELAPSED" "$T")
-    line="storm: $mode run $((i + 1))/$RUNS seed $s: kill -9 $VICT at $KILL_AT s ($frac% of T): $OUTCOME in $ELAPSED s ($over s over T)"
+    line="storm: $mode run $((i + 1))/$RUNS seed $s: kill -9 $VICT $KILL_DELAY s after the checkpoint of step $KILL_AT ($KILLED_AT s into the run): $OUTCOME in $ELAPSED s ($over s over T)"
     [ -n "$NOTE" ] && line+=" [$NOTE]"
     case $OUTCOME in
       pass) passes=$((passes + 1)); overs+=("$over") ;;
