@@ -125,6 +125,12 @@ typedef struct {
   int staleness;       /* ssp:S */
   tsr_partitioner partitioner;
   tsr_precision precision;
+  tsr_precision wire_precision; /* of gradients and values between the
+                                   workers and the PS: fp32 (default) or
+                                   bf16; the PS keeps and applies fp32 */
+  bool prefetch_params;     /* async: each step computes with the values
+                               pulled during the step before (default
+                               false) */
   uint64_t seed;       /* default 0 */
   char *checkpoint_dir;     /* NULL: no checkpoints */
   int64_t checkpoint_every_steps; /* 0: only at the end */

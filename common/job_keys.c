@@ -42,6 +42,11 @@ static int jk_precision(tsr_job *, json_t *, const char *, const char *,
                         const tsr__jk_row *, char *, size_t);
 static int jk_seed(tsr_job *, json_t *, const char *, const char *,
                    const tsr__jk_row *, char *, size_t);
+static int jk_prefetch_params(tsr_job *, json_t *, const char *,
+                              const char *, const tsr__jk_row *, char *,
+                              size_t);
+static int jk_wire_precision(tsr_job *, json_t *, const char *, const char *,
+                             const tsr__jk_row *, char *, size_t);
 static int jk_checkpoint(tsr_job *, json_t *, const char *, const char *,
                          const tsr__jk_row *, char *, size_t);
 
@@ -307,6 +312,36 @@ static int jk_precision(tsr_job *job, json_t *v, const char *where,
   else
     return tsr_errf(err, errlen, TSR_ECONFIG,
                     "precision \"%s\" is not fp32, bf16 or fp16", p);
+  return 0;
+}
+
+/* After mode (the rows' order): prefetching is refused outside async. */
+static int jk_prefetch_params(tsr_job *job, json_t *v, const char *where,
+                              const char *base_dir, const tsr__jk_row *row,
+                              char *err, size_t errlen) {
+  if (!json_is_boolean(v))
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "prefetch_params must be true or false");
+  job->prefetch_params = json_is_true(v);
+  if (job->prefetch_params && job->mode != TSR_MODE_ASYNC)
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "prefetch_params needs mode \"async\" (it computes "
+                    "each step with the values pulled during the one "
+                    "before: one more step of staleness)");
+  return 0;
+}
+
+static int jk_wire_precision(tsr_job *job, json_t *v, const char *where,
+                             const char *base_dir, const tsr__jk_row *row,
+                             char *err, size_t errlen) {
+  const char *p = json_is_string(v) ? json_string_value(v) : "";
+  if (strcmp(p, "fp32") == 0 || strcmp(p, "float32") == 0)
+    job->wire_precision = TSR_PREC_FP32;
+  else if (strcmp(p, "bf16") == 0 || strcmp(p, "bfloat16") == 0)
+    job->wire_precision = TSR_PREC_BF16;
+  else
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "wire_precision \"%s\" is not fp32 or bf16", p);
   return 0;
 }
 

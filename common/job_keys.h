@@ -58,6 +58,9 @@
   X(mode, FN(jk_mode, "string"), "`\"async\"`",                               \
     "`\"async\"`, `\"ssp:S\"` (bounded staleness), `\"sync\"` (mean of all "  \
     "workers' gradients per step)")                                           \
+  X(prefetch_params, FN(jk_prefetch_params, "boolean"), "`false`",            \
+    "async only: each step computes with the values pulled while the step "  \
+    "before computed (no wait for the pull, one more step of staleness)")    \
   X(partitioner, FN(jk_partitioner, "object"), "min_size",                    \
     "how variables are cut into shards; see [Partitioning](#partitioning)")   \
   X(placement, FN(jk_placement, "string"), "`\"balanced\"`",                  \
@@ -66,6 +69,9 @@
   X(precision, FN(jk_precision, "string"), "`\"fp32\"`",                      \
     "`\"fp32\"`, `\"bf16\"`, `\"fp16\"` (fp16 with Keras's dynamic loss "     \
     "scaling); Keras's policy names `mixed_bfloat16`, `mixed_float16` too")   \
+  X(wire_precision, FN(jk_wire_precision, "string"), "`\"fp32\"`",            \
+    "`\"bf16\"`: gradients and pulled values travel as bfloat16 (round to "   \
+    "nearest even), half the bytes; the PS keeps and applies float32")       \
   X(seed, FN(jk_seed, "integer >= 0"), "0",                                   \
     "initial values are a function of (seed, variable name, element), "       \
     "whatever the sharding")                                                  \

@@ -6,7 +6,7 @@
  */
 #include "ps/client.h"
 #include "common/err.h"
-#include "ps/svc_int.h"
+#include "ps/client_int.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -198,8 +198,8 @@ int ps_client_create(ps_client *c, const ps_var_spec *specs, size_t n,
   int rc = TSR_ENOMEM;
   if (!v || !vp || !in || !o || !sc || !shapes) goto out;
   for (size_t i = 0; i < n; i++) {
-    ps__spec_to_proto(&specs[i], &v[i], &in[i], &o[i], &sc[i],
-                      &shapes[i * PS_MAX_RANK]);
+    ps__client_spec_to_proto(&specs[i], &v[i], &in[i], &o[i], &sc[i],
+                             &shapes[i * PS_MAX_RANK]);
     vp[i] = &v[i];
   }
   m.n_vars = n;
@@ -226,6 +226,34 @@ int ps_client_pull(ps_client *c, const char *name, int shard, int worker,
   return ps__call(c, PS_M_PULL, &m.base, NULL, 0, dst, n_floats * 4, cb, data);
 }
 
+int ps_client_pull_as(ps_client *c, const char *name, int shard, int worker,
+                      int64_t clock, ps_dtype dtype, void *dst,
+                      size_t dst_bytes, ps_client_cb cb, void *data) {
+  Tessera__Ps__PullRequest m = TESSERA__PS__PULL_REQUEST__INIT;
+  m.name = (char *)name;
+  m.shard = shard;
+  m.worker = worker;
+  m.clock = clock;
+  m.dtype = dtype;
+  return ps__call(c, PS_M_PULL, &m.base, NULL, 0, dst, dst_bytes, cb, data);
+}
+
+int ps_client_pull_rows_as(ps_client *c, const char *name, int shard,
+                           int worker, int64_t clock, ps_dtype dtype,
+                           const int64_t *ids, size_t n_ids, void *dst,
+                           size_t dst_bytes, ps_client_cb cb, void *data) {
+  Tessera__Ps__PullRequest m = TESSERA__PS__PULL_REQUEST__INIT;
+  m.name = (char *)name;
+  m.shard = shard;
+  m.worker = worker;
+  m.clock = clock;
+  m.n_ids = n_ids;
+  m.dtype = dtype;
+  uv_buf_t b = uv_buf_init((char *)ids, (unsigned)(n_ids * 8));
+  return ps__call(c, PS_M_PULL_ROWS, &m.base, &b, n_ids ? 1 : 0, dst,
+                  dst_bytes, cb, data);
+}
+
 int ps_client_pull_rows(ps_client *c, const char *name, int shard, int worker,
                         int64_t clock, const int64_t *ids, size_t n_ids,
                         float *dst, size_t width, ps_client_cb cb, void *data) {
@@ -244,8 +272,8 @@ static int ps__push(ps_client *c, uint32_t method, const char *name, int shard,
                     int worker, int64_t step, ps_dtype dtype,
                     const int64_t *ids, size_t n_ids, const void *grad,
                     size_t nbytes, const int64_t *pull_ids, size_t n_pull,
-                    int64_t pull_clock, float *dst, size_t dst_bytes,
-                    ps_client_cb cb, void *data) {
+                    int64_t pull_clock, ps_dtype pull_dtype, void *dst,
+                    size_t dst_bytes, ps_client_cb cb, void *data) {
   Tessera__Ps__PushRequest m = TESSERA__PS__PUSH_REQUEST__INIT;
   m.name = (char *)name;
   m.shard = shard;
@@ -255,6 +283,7 @@ static int ps__push(ps_client *c, uint32_t method, const char *name, int shard,
   m.n_ids = n_ids;
   m.n_pull_ids = n_pull;
   m.pull_clock = pull_clock;
+  m.pull_dtype = pull_dtype;
   uv_buf_t b[3];
   unsigned nb = 0;
   if (n_ids) b[nb++] = uv_buf_init((char *)ids, (unsigned)(n_ids * 8));
@@ -267,7 +296,8 @@ int ps_client_push(ps_client *c, const char *name, int shard, int worker,
                    int64_t step, ps_dtype dtype, const void *grad,
                    size_t nbytes, ps_client_cb cb, void *data) {
   return ps__push(c, PS_M_PUSH, name, shard, worker, step, dtype, NULL, 0,
-                  grad, nbytes, NULL, 0, 0, NULL, 0, cb, data);
+                  grad, nbytes, NULL, 0, 0, PS_DT_F32, NULL, 0, cb,
+                  data);
 }
 
 int ps_client_push_rows(ps_client *c, const char *name, int shard, int worker,
@@ -275,7 +305,8 @@ int ps_client_push_rows(ps_client *c, const char *name, int shard, int worker,
                         size_t n_ids, const void *grad, size_t nbytes,
                         ps_client_cb cb, void *data) {
   return ps__push(c, PS_M_PUSH_ROWS, name, shard, worker, step, dtype, ids,
-                  n_ids, grad, nbytes, NULL, 0, 0, NULL, 0, cb, data);
+                  n_ids, grad, nbytes, NULL, 0, 0, PS_DT_F32, NULL, 0, cb,
+                  data);
 }
 
 int ps_client_push_pull(ps_client *c, const char *name, int shard,
@@ -283,7 +314,8 @@ int ps_client_push_pull(ps_client *c, const char *name, int shard,
                         const void *grad, size_t nbytes, float *dst,
                         size_t n_floats, ps_client_cb cb, void *data) {
   return ps__push(c, PS_M_PUSH_PULL, name, shard, worker, step, dtype, NULL, 0,
-                  grad, nbytes, NULL, 0, step + 1, dst, n_floats * 4, cb, data);
+                  grad, nbytes, NULL, 0, step + 1, PS_DT_F32, dst,
+                  n_floats * 4, cb, data);
 }
 
 int ps_client_push_pull_rows(ps_client *c, const char *name, int shard,
@@ -294,8 +326,20 @@ int ps_client_push_pull_rows(ps_client *c, const char *name, int shard,
                              float *dst, size_t width, ps_client_cb cb,
                              void *data) {
   return ps__push(c, PS_M_PUSH_PULL, name, shard, worker, step, dtype, ids,
-                  n_ids, grad, nbytes, pull_ids, n_pull, step + 1, dst,
-                  n_pull * width * 4, cb, data);
+                  n_ids, grad, nbytes, pull_ids, n_pull, step + 1,
+                  PS_DT_F32, dst, n_pull * width * 4, cb, data);
+}
+
+int ps_client_push_pull_as(ps_client *c, const char *name, int shard,
+                           int worker, int64_t step, ps_dtype dtype,
+                           const int64_t *ids, size_t n_ids,
+                           const void *grad, size_t nbytes,
+                           const int64_t *pull_ids, size_t n_pull,
+                           ps_dtype pull_dtype, void *dst, size_t dst_bytes,
+                           ps_client_cb cb, void *data) {
+  return ps__push(c, PS_M_PUSH_PULL, name, shard, worker, step, dtype, ids,
+                  n_ids, grad, nbytes, pull_ids, n_pull, step + 1, pull_dtype,
+                  dst, dst_bytes, cb, data);
 }
 
 int ps_client_clock(ps_client *c, int worker, int64_t clock, ps_clock_op op,

@@ -114,10 +114,21 @@ int ps_client_create(ps_client *c, const ps_var_spec *specs, size_t n,
 int ps_client_pull(ps_client *c, const char *name, int shard, int worker,
                    int64_t clock, float *dst, size_t n_floats,
                    ps_client_cb cb, void *data);
+/* The same with the values on the wire in `dtype` (PS_DT_F32 or
+ * PS_DT_BF16): dst receives exactly dst_bytes bytes of that dtype. */
+int ps_client_pull_as(ps_client *c, const char *name, int shard, int worker,
+                      int64_t clock, ps_dtype dtype, void *dst,
+                      size_t dst_bytes, ps_client_cb cb, void *data);
 /* Pulls rows by id into dst (n_ids * width floats). */
 int ps_client_pull_rows(ps_client *c, const char *name, int shard, int worker,
                         int64_t clock, const int64_t *ids, size_t n_ids,
                         float *dst, size_t width, ps_client_cb cb, void *data);
+/* Rows by id with the values on the wire in `dtype` (dst_bytes: n_ids *
+ * width values of that dtype). */
+int ps_client_pull_rows_as(ps_client *c, const char *name, int shard,
+                           int worker, int64_t clock, ps_dtype dtype,
+                           const int64_t *ids, size_t n_ids, void *dst,
+                           size_t dst_bytes, ps_client_cb cb, void *data);
 /* Pushes a dense gradient of `nbytes` in `dtype` for step `step`. */
 int ps_client_push(ps_client *c, const char *name, int shard, int worker,
                    int64_t step, ps_dtype dtype, const void *grad,
@@ -141,6 +152,15 @@ int ps_client_push_pull_rows(ps_client *c, const char *name, int shard,
                              const int64_t *pull_ids, size_t n_pull,
                              float *dst, size_t width, ps_client_cb cb,
                              void *data);
+/* Fused push then pull, dense or rows (the PS knows the shard's kind),
+ * with the pulled values on the wire in pull_dtype (dst_bytes of them). */
+int ps_client_push_pull_as(ps_client *c, const char *name, int shard,
+                           int worker, int64_t step, ps_dtype dtype,
+                           const int64_t *ids, size_t n_ids,
+                           const void *grad, size_t nbytes,
+                           const int64_t *pull_ids, size_t n_pull,
+                           ps_dtype pull_dtype, void *dst, size_t dst_bytes,
+                           ps_client_cb cb, void *data);
 
 typedef enum { PS_CLOCK_TICK = 0, PS_CLOCK_JOIN = 1, PS_CLOCK_LEAVE = 2 } ps_clock_op;
 /* Reports a worker's clock (steps finished), or that it joins or leaves. */
@@ -170,5 +190,178 @@ int ps_client_stats_drain(ps_client *c, ps_client_cb cb, void *data);
  * leaving an unfinished job must (a supervisor starts it again). */
 int ps_client_shutdown(ps_client *c, bool job_done, ps_client_cb cb,
                        void *data);
+
+/* ---- the multi-PS client: tickets over a shard layout --------------------
+ *
+ * The shape of ps-lite's KVWorker. A ps_kv holds one connection per PS and
+ * the layout of the variables (which rows of which variable live on which
+ * PS). A caller describes a push, a pull or a fused push-pull over a set
+ * of variables in one request struct; ps_kv_submit splits it into one call
+ * per shard (a dense variable's slice, a sparse variable's run of sorted
+ * ids), sends every call at once (shards on different PS move in
+ * parallel) and returns a ticket; ps_kv_wait(ticket) blocks until every
+ * call of the ticket has completed and reports the first failure, with a
+ * message naming the PS, its address, the variable and the shard.
+ *
+ * Threads. ps_kv_new, ps_kv_cancel and ps_kv_close run on the RPC
+ * context's loop thread; every other function may be called from any
+ * thread, several at once (submissions from one thread go out in the order
+ * they were made, per PS). Waiting blocks the caller, so the loop thread
+ * never waits. Completions are recorded on the loop thread.
+ *
+ * Buffers. The request's buffers (gradients, ids, destinations) belong to
+ * the caller and must stay valid until the ticket has been waited for:
+ * float32 gradients are sent straight from them and float32 values read
+ * straight into them. With the wire dtype PS_DT_BF16 the gradients are
+ * converted at submission (their buffers are free again when submit
+ * returns) and pulled values are converted into dst as they arrive; the
+ * PS keeps and applies float32 either way.
+ *
+ * Connections. A lost connection is counted (ps_kv_losses); a request may
+ * ask to fail at issue once any connection was lost after a count it
+ * names (a closure computed against shards a restarted PS no longer
+ * holds). With `hold` (ssp, sync: a PS may hold calls until the other
+ * workers catch up), a connection lost while calls are in flight resets
+ * every connection, so calls held on the other PS fail at once (TSR_ECLOSED
+ * naming the lost PS) instead of waiting for a step that may never come.
+ */
+typedef struct ps_kv ps_kv;
+
+/* A ticket: 0 is never one. */
+typedef uint64_t ps_ticket;
+
+/* Open tickets at once (submitted and not yet waited for). */
+#define PS_KV_MAX_TICKETS 1024
+/* Variables in a layout. */
+#define PS_KV_MAX_VARS 4096
+
+typedef struct {
+  int ps;              /* the PS holding it: index into the addresses */
+  int shard;           /* the shard's index within its variable */
+  int64_t row0, rows;  /* rows [row0, row0 + rows) of the variable */
+} ps_kv_shard;
+
+typedef struct {
+  const char *name;    /* copied */
+  bool sparse;         /* rows by id: pushes and pulls name sorted ids */
+  int64_t rows;        /* dim 0 of the whole variable */
+  int64_t row_dim;     /* floats per row */
+  int n_shards;
+  const ps_kv_shard *shards; /* copied; sorted by row0, covering
+                                [0, rows) without gaps */
+} ps_kv_var;
+
+typedef struct {
+  int worker;          /* the worker's id on the PS; -1 for readers */
+  bool hold;           /* ssp/sync: reset every connection on a loss */
+  ps_dtype wire;       /* PS_DT_F32 (default) or PS_DT_BF16 */
+  uint32_t deadline_ms;/* of every call (0: the context's default) */
+  const ps_kv_var *vars;
+  int n_vars;
+} ps_kv_config;
+
+typedef enum {
+  PS_KV_PUSH = 1,
+  PS_KV_PULL = 2,
+  PS_KV_PUSH_PULL = 3,  /* fused: the pull half sees this push */
+} ps_kv_kind;
+
+/* One variable of a request. Dense: grad and dst are the whole variable
+ * (rows * row_dim floats). Sparse: ids sorted, strictly increasing, grad
+ * holds n_ids rows in that order; pull_ids likewise with dst holding
+ * n_pull rows. */
+typedef struct {
+  int var;             /* index into the layout */
+  const float *grad;   /* push */
+  const int64_t *ids;
+  size_t n_ids;
+  float *dst;          /* pull */
+  const int64_t *pull_ids;
+  size_t n_pull;
+} ps_kv_item;
+
+enum {
+  /* fail every call at issue once a connection was lost after `losses`
+   * (ps_kv_losses) */
+  PS_KV_CHECK_LOSSES = 1u << 0,
+};
+
+typedef struct {
+  ps_kv_kind kind;
+  const ps_kv_item *items; /* copied */
+  size_t n_items;
+  int64_t step;        /* push: the step the gradients belong to */
+  int64_t clock;       /* pull: the gate (see ps_client_pull); a fused
+                          push-pull gates its pull at step + 1 */
+  unsigned flags;      /* PS_KV_* */
+  uint64_t losses;     /* with PS_KV_CHECK_LOSSES */
+} ps_kv_request;
+
+/* Outcome of a ticket. */
+typedef struct {
+  int rc;              /* 0 or the first failure */
+  char err[512];       /* names the PS, its address, variable and shard */
+  int64_t max_step;    /* largest shard step answered (-1: none) */
+  int64_t min_step;    /* smallest (INT64_MAX: none) */
+  int64_t min_clock;   /* clock tickets: the largest of the PS's answers
+                          (-1: none) */
+  int64_t submit_us;   /* tsr_trace_now_us() at submission */
+  int64_t done_us;     /* when the last call completed */
+  uint64_t bytes_out;  /* payload bytes sent, and received */
+  uint64_t bytes_in;
+} ps_kv_result;
+
+/* Connects to the n PS at addrs (copied) through ctx. Loop thread. */
+int ps_kv_new(ps_kv **out, tsr_rpc_ctx *ctx, char *const *addrs, int n);
+/* Sets the worker id, the mode and the layout. Any thread, with no ticket
+ * open (TSR_EBUSY otherwise). TSR_EINVAL names the bad variable or shard
+ * in err. */
+int ps_kv_configure(ps_kv *kv, const ps_kv_config *cfg, char *err,
+                    size_t errlen);
+int ps_kv_num_ps(const ps_kv *kv);
+const char *ps_kv_addr(const ps_kv *kv, int ps);
+/* The per-PS client (loop thread), for the calls the layout does not
+ * cover (create, stats). */
+ps_client *ps_kv_client(ps_kv *kv, int ps);
+
+/* Splits the request over the shards and sends it; *ticket to wait for.
+ * TSR_EINVAL (a variable out of range, a missing buffer, ids not sorted),
+ * TSR_EBUSY (PS_KV_MAX_TICKETS open), TSR_ESHUTDOWN (cancelled), with
+ * nothing sent. */
+int ps_kv_submit(ps_kv *kv, const ps_kv_request *q, ps_ticket *ticket);
+/* Shorthands. */
+int ps_kv_push(ps_kv *kv, const ps_kv_item *items, size_t n, int64_t step,
+               ps_ticket *ticket);
+int ps_kv_pull(ps_kv *kv, const ps_kv_item *items, size_t n, int64_t clock,
+               ps_ticket *ticket);
+int ps_kv_push_pull(ps_kv *kv, const ps_kv_item *items, size_t n,
+                    int64_t step, ps_ticket *ticket);
+/* A clock report (tick, join, leave) to every PS. */
+int ps_kv_clock(ps_kv *kv, ps_clock_op op, int64_t clock, unsigned flags,
+                uint64_t losses, ps_ticket *ticket);
+/* Blocks until every call of the ticket has completed; fills *res (may be
+ * NULL) and returns res->rc. The ticket is spent (TSR_EINVAL for one that
+ * is not open). */
+int ps_kv_wait(ps_kv *kv, ps_ticket ticket, ps_kv_result *res);
+/* Whether the ticket has completed (it stays open). */
+bool ps_kv_done(ps_kv *kv, ps_ticket ticket);
+
+/* Connection losses so far, and the last one's text (msg may be NULL). */
+uint64_t ps_kv_losses(ps_kv *kv, char *msg, size_t msglen);
+
+/* Fails every call not yet completed with TSR_ESHUTDOWN and every later
+ * submission at once; waiters wake. The struct stays valid. Loop thread. */
+void ps_kv_cancel(ps_kv *kv);
+/* Cancels, closes every connection and frees the client once all are
+ * closed (`cb` then runs). No thread may use it from then on. Loop
+ * thread. */
+void ps_kv_close(ps_kv *kv, tsr_rpc_close_cb cb, void *data);
+
+/* bfloat16 conversions of the wire (round to nearest even, overflow to
+ * inf; NaN stays a NaN). ps_bf16_from_f32 may write over its own source
+ * (dst == (uint16_t *)src: the PS packs gathered rows in place); otherwise
+ * the buffers must not overlap. */
+void ps_bf16_from_f32(uint16_t *dst, const float *src, size_t n);
+void ps_bf16_to_f32(float *dst, const uint16_t *src, size_t n);
 
 #endif

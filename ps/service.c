@@ -107,10 +107,48 @@ static void ps__read_done(int status, void *data) {
   ps__maybe_finish(s);
 }
 
+static void ps__free_out(int status, void *data);
+
+/* Answers with the shard's values in bfloat16: a converted copy (on the
+ * loop, where no write can run meanwhile), freed once written. */
+static void ps__answer_dense_bf16(ps_server *s, ps_op *op) {
+  ps_entry *e = op->e;
+  size_t nbytes = e->numel * sizeof(uint16_t);
+  uint16_t *out = malloc(nbytes ? nbytes : 1);
+  if (!out) {
+    ps__op_fail(s, op, TSR_ENOMEM, "%s shard %d: out of memory for a "
+                "bfloat16 answer of %zu bytes", e->spec.name, e->spec.shard,
+                nbytes);
+    return;
+  }
+  ps_bf16_from_f32(out, e->sh->w, e->numel);
+  Tessera__Ps__PullResponse m = TESSERA__PS__PULL_RESPONSE__INIT;
+  m.version = e->sh->version;
+  m.step = e->sh->step;
+  m.nbytes = nbytes;
+  uint8_t meta[64];
+  size_t mlen = tessera__ps__pull_response__pack(&m, meta);
+  uv_buf_t b = uv_buf_init((char *)out, (unsigned)nbytes);
+  int rc = tsr_rpc_reply(op->call, meta, mlen, &b, nbytes ? 1 : 0,
+                         ps__free_out, out);
+  if (rc) {
+    free(out);
+    ps__op_fail(s, op, rc, "%s shard %d: answer of %zu bytes refused",
+                e->spec.name, e->spec.shard, nbytes);
+    return;
+  }
+  ps__op_free(op);
+}
+
 /* Answers with the shard's values as the payload, no copy: the shard keeps
  * one more reader until the bytes are written. */
 static void ps__answer_dense(ps_server *s, ps_op *op) {
   ps_entry *e = op->e;
+  if (op->pull_dtype == PS_DT_BF16 &&
+      (uint64_t)e->numel * sizeof(uint16_t) <= UINT32_MAX) {
+    ps__answer_dense_bf16(s, op);
+    return;
+  }
   if ((uint64_t)e->numel * sizeof(float) > UINT32_MAX) {
     ps__op_fail(s, op, TSR_ETOOBIG, "%s shard %d: %zu bytes is more than one "
                 "answer can carry (4 GiB): use more shards", e->spec.name,
@@ -145,7 +183,10 @@ static void ps__answer_dense(ps_server *s, ps_op *op) {
   ps__op_free(op);
 }
 
-static void ps__free_out(int status, void *data) { free(data); }
+static void ps__free_out(int status, void *data) {
+  (void)status;
+  free(data);
+}
 
 static void ps__answer_rows(ps_server *s, ps_op *op) {
   Tessera__Ps__PullResponse m = TESSERA__PS__PULL_RESPONSE__INIT;
@@ -182,7 +223,10 @@ static void ps__do_push(ps_server *s, ps_op *op) {
   size_t n = e->spec.sparse ? op->n_ids * (size_t)e->width : e->numel;
   const uint8_t *gp = op->payload + (e->spec.sparse ? op->n_ids * 8 : 0);
   const int64_t *ids = NULL;
-  if (e->spec.sparse && !(ids = ps__ids(op, op->payload, op->n_ids))) {
+  /* a push of no rows (a worker's step that touched none of this shard's
+   * rows; sync counts it) has no payload and nothing to apply */
+  if (e->spec.sparse && op->n_ids &&
+      !(ids = ps__ids(op, op->payload, op->n_ids))) {
     op->rc = TSR_ENOMEM;
     return;
   }
@@ -246,6 +290,11 @@ static void ps__do_gather(ps_server *s, ps_op *op) {
   }
   op->rc = ps__shard_gather(e->sh, &s->mem, ids, n, op->out, false, op->err,
                             sizeof op->err);
+  if (op->rc == 0 && op->pull_dtype == PS_DT_BF16) {
+    size_t k = n * (size_t)e->width; /* in place (see ps_bf16_from_f32) */
+    ps_bf16_from_f32((uint16_t *)op->out, op->out, k);
+    op->out_len = k * sizeof(uint16_t);
+  }
 }
 
 static void ps__work_cb(uv_work_t *w) {
@@ -605,11 +654,19 @@ static void ps__on_pull(tsr_rpc_incoming *call, void *data) {
     tsr_rpc_reply_error(call, TSR_ESHAPE, msg);
     return;
   }
+  if (r->dtype != PS_DT_F32 && r->dtype != PS_DT_BF16) {
+    snprintf(msg, sizeof msg, "%s shard %d: pull dtype %d is not one of "
+             "float32 (0), bfloat16 (1)", e->spec.name, e->spec.shard,
+             r->dtype);
+    tsr_rpc_reply_error(call, TSR_EDTYPE, msg);
+    return;
+  }
   ps_op *op = ps__new_op(s, call, e, rows ? PS_OP_PULL_ROWS : PS_OP_PULL);
   if (!op) return;
   op->worker = r->worker;
   op->clock = r->clock;
   op->n_ids = r->n_ids;
+  op->pull_dtype = r->dtype;
   ps__auto_join(s, r->worker, r->clock);
   ps__pull_ready(s, op, false);
 }
@@ -634,6 +691,13 @@ static void ps__on_push(tsr_rpc_incoming *call, void *data) {
     snprintf(msg, sizeof msg, "%s shard %d: gradient dtype %d is not one of "
              "float32 (0), bfloat16 (1), float16 (2)", e->spec.name,
              e->spec.shard, r->dtype);
+    tsr_rpc_reply_error(call, TSR_EDTYPE, msg);
+    return;
+  }
+  if (fused && r->pull_dtype != PS_DT_F32 && r->pull_dtype != PS_DT_BF16) {
+    snprintf(msg, sizeof msg, "%s shard %d: pull dtype %d is not one of "
+             "float32 (0), bfloat16 (1)", e->spec.name, e->spec.shard,
+             r->pull_dtype);
     tsr_rpc_reply_error(call, TSR_EDTYPE, msg);
     return;
   }
@@ -671,6 +735,7 @@ static void ps__on_push(tsr_rpc_incoming *call, void *data) {
   op->n_pull = r->n_pull_ids;
   op->fused = fused;
   op->clock = r->pull_clock;
+  op->pull_dtype = fused ? r->pull_dtype : PS_DT_F32;
   op->sync = s->cons.mode == PS_MODE_SYNC;
   op->allow_nonfinite = s->allow_nonfinite;
   ps__auto_join(s, r->worker, r->step);

@@ -61,6 +61,7 @@ struct ps_op {
   int64_t clock;            /* pulls: gate; fused: pull_clock */
   int64_t step;             /* push: sync step */
   int dtype;
+  int pull_dtype;           /* of the answered values (PS_DT_F32, _BF16) */
   size_t n_ids, n_pull;
   const uint8_t *payload;
   size_t payload_len;
@@ -150,11 +151,6 @@ void ps__batch_finish(ps_server *s, ps_batch *b);
 /* spec.c */
 int ps__spec_from_proto(const Tessera__Ps__VarSpec *v, ps_var_spec *out,
                         char *err, size_t errlen);
-/* Fills `v` (and the caller-provided sub-messages) from a spec; strings
- * point into the spec. */
-void ps__spec_to_proto(const ps_var_spec *s, Tessera__Ps__VarSpec *v,
-                       Tessera__Ps__Initializer *in, Tessera__Ps__Optimizer *o,
-                       Tessera__Ps__LrSchedule *sched, int64_t *shape_buf);
 int ps__mode_parse(const char *s, ps_mode *mode, int *staleness);
 
 #endif

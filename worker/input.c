@@ -177,7 +177,11 @@ static int emit(wk_input *in, const wk_rec *r, int64_t epoch) {
       s->ids[f] = n;
       s->ids_cap[f] = cap;
     }
-    memcpy(s->ids[f] + at, r->ids + r->off[f], (size_t)k * sizeof(int64_t));
+    /* mostly one id per feature: no call for it */
+    if (k == 1)
+      s->ids[f][at] = r->ids[r->off[f]];
+    else
+      memcpy(s->ids[f] + at, r->ids + r->off[f], (size_t)k * sizeof(int64_t));
     s->offs[f][i + 1] = at + k;
   }
   s->b.n = i + 1;

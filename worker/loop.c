@@ -36,6 +36,9 @@ void wk__run_free(wk_run *r) {
   if (r->kc) kern_close(r->kc);
   if (r->model) wk_model_free(r->model);
   for (size_t v = 0; v < r->n_vars; v++) {
+    if (r->param1 && r->param && r->param1[v] != r->param[v])
+      free(r->param1[v]);
+    if (r->grad1 && r->grad && r->grad1[v] != r->grad[v]) free(r->grad1[v]);
     if (r->param) free(r->param[v]);
     if (r->grad) free(r->grad[v]);
     if (r->ids_cur) free(r->ids_cur[v]);
@@ -43,6 +46,9 @@ void wk__run_free(wk_run *r) {
   }
   free(r->param);
   free(r->grad);
+  free(r->param1);
+  free(r->grad1);
+  free(r->xf);
   free(r->ids_cur);
   free(r->ids_nxt);
   free(r->n_cur);
@@ -50,7 +56,6 @@ void wk__run_free(wk_run *r) {
   free(r->cap_rows);
   free(r->shards);
   free(r->var_first);
-  free(r->ops);
   for (int i = 0; i < r->n_ps; i++) free(r->ps_addrs[i]);
   free(r->ps_addrs);
   tsr_job_free(&r->job);
@@ -160,19 +165,28 @@ static int alloc_buffers(wk_run *r, char *err, size_t errlen) {
   r->n_cur = calloc(nv, sizeof *r->n_cur);
   r->n_nxt = calloc(nv, sizeof *r->n_nxt);
   r->cap_rows = calloc(nv, sizeof *r->cap_rows);
-  r->ops = calloc((size_t)r->n_shards + (size_t)r->n_ps + 1, sizeof *r->ops);
+  bool two = r->job.prefetch_params && r->job.mode == TSR_MODE_ASYNC;
+  if (two) {
+    r->param1 = calloc(nv, sizeof *r->param1);
+    r->grad1 = calloc(nv, sizeof *r->grad1);
+  }
   if (!r->param || !r->grad || !r->ids_cur || !r->ids_nxt || !r->n_cur ||
-      !r->n_nxt || !r->cap_rows || !r->ops)
+      !r->n_nxt || !r->cap_rows || (two && (!r->param1 || !r->grad1)))
     return tsr_errf(err, errlen, TSR_ENOMEM, "out of memory for buffers");
   for (size_t v = 0; v < nv; v++) {
     const wk_var_info *vi = &r->vars[v];
     if (vi->kind == WK_VAR_ROW_SPARSE) continue; /* grown per batch */
     r->param[v] = calloc((size_t)vi->numel, sizeof(float));
     r->grad[v] = calloc((size_t)vi->numel, sizeof(float));
-    if (!r->param[v] || !r->grad[v])
+    if (two) { /* prefetch_params: a second set, the steps alternate */
+      r->param1[v] = calloc((size_t)vi->numel, sizeof(float));
+      r->grad1[v] = calloc((size_t)vi->numel, sizeof(float));
+    }
+    if (!r->param[v] || !r->grad[v] ||
+        (two && (!r->param1[v] || !r->grad1[v])))
       return tsr_errf(err, errlen, TSR_ENOMEM,
-                      "out of memory for %s (%lld floats)", vi->name,
-                      (long long)vi->numel);
+                  "out of memory for %s (%lld floats)", vi->name,
+                  (long long)vi->numel);
   }
   return 0;
 }
@@ -300,11 +314,11 @@ static int do_configure(wk_svc *s, wk_job *j) {
     goto out;
   if ((rc = alloc_buffers(r, err, errlen))) goto out;
 
-  pthread_mutex_lock(&s->mu);
-  s->ps_worker = r->worker_index;
-  s->ps_hold = r->job.mode != TSR_MODE_ASYNC;
-  pthread_mutex_unlock(&s->mu);
-  if ((rc = wk__ps_reconnect(s, r->ps_addrs, r->n_ps, err, errlen))) goto out;
+  if ((rc = wk__ps_reconnect(s, r->ps_addrs, r->n_ps, &r->kv, err, errlen)))
+    goto out;
+  /* the worker id, the mode (ssp/sync: a PS may hold calls) and the
+   * layout, for the PS client */
+  if ((rc = wk__xfer_configure(s, r, err, errlen))) goto out;
   if ((rc = wk__run_join(s, r, err, errlen))) goto out;
 
   if (strcmp(kern_backend_name(r->kc), "cpu") == 0)

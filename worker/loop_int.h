@@ -1,13 +1,13 @@
 /* Internals of the distributed worker, shared by service.c (the RPC
  * service on the loop thread), loop.c (the training thread: configure,
- * closures, evaluation) and pscomm.c (pulls and pushes through ps_client).
+ * closures, evaluation) and pscomm.c (the PS client's life cycle).
  *
  * Threads. The loop thread owns the RPC server, the PS clients and every
  * libuv handle. The training thread owns the run (input, model, exec,
  * parameter and gradient buffers) and never touches a handle: it hands
- * finished jobs and PS operations to the loop through one uv_async_t and
- * waits for PS completions on a condition variable. Everything both sides
- * read is under `mu`.
+ * finished jobs to the loop through one uv_async_t, and submits PS calls
+ * and waits for their tickets through the PS client (which has its own).
+ * Everything both sides read is under `mu`.
  */
 #ifndef TSR_WK_LOOP_INT_H
 #define TSR_WK_LOOP_INT_H
@@ -76,54 +76,6 @@ typedef struct wk_job {
   int n_hist;
 } wk_job;
 
-/* ---- PS operations: issued on the loop on behalf of the thread --------- */
-
-typedef enum {
-  WK_OP_PULL = 0,
-  WK_OP_PULL_ROWS,
-  WK_OP_PUSH,
-  WK_OP_PUSH_ROWS,
-  WK_OP_PUSH_PULL,
-  WK_OP_PUSH_PULL_ROWS,
-  WK_OP_CLOCK
-} wk_op_kind;
-
-typedef struct wk_group wk_group;
-
-typedef struct wk_op {
-  struct wk_op *next;
-  wk_op_kind kind;
-  int ps;                  /* index into the PS clients */
-  const char *name;
-  int shard;
-  int64_t step;            /* push step / pull clock / clock value */
-  int64_t pull_clock;
-  ps_clock_op clock_op;
-  const int64_t *ids;      /* push ids (rows) */
-  size_t n_ids;
-  const float *grad;       /* gradient to push */
-  size_t grad_floats;
-  const int64_t *pull_ids; /* rows to pull */
-  size_t n_pull;
-  float *dst;              /* pull destination */
-  size_t dst_floats;
-  size_t width;            /* row width (rows ops) */
-  wk_group *group;
-  int64_t min_clock;       /* clock answer */
-} wk_op;
-
-/* A set of operations the thread waits for together. */
-struct wk_group {
-  bool check_losses;       /* fail ops at issue once a PS connection was */
-  uint64_t losses;         /* lost after this count (closures) */
-  int pending;
-  int rc;                  /* first failure */
-  char err[WK_ERR_MAX];
-  int64_t max_step;        /* largest shard step seen in answers */
-  int64_t min_step;
-  uint64_t staleness;      /* largest step lag seen within the group */
-};
-
 /* ---- the service ------------------------------------------------------- */
 
 struct wk_svc {
@@ -131,7 +83,7 @@ struct wk_svc {
   tsr_rpc_ctx *rpc;
   tsr_rpc_server *srv;
   uv_signal_t sig_term, sig_int;
-  uv_async_t wake;           /* thread -> loop: done jobs, PS ops */
+  uv_async_t wake;           /* thread -> loop: done jobs, connects */
   uv_timer_t exit_timer;     /* shutdown after the answer is written */
   bool closing;
   bool wake_closed;
@@ -143,16 +95,11 @@ struct wk_svc {
   char role[32];             /* "worker:1" */
   kern_opts kopts;
   uint32_t ps_deadline_ms;
-  int ps_worker;              /* worker id on the PS (configure's index) */
-  bool ps_hold;               /* ssp/sync: a PS may hold calls (under mu) */
-  int ps_inflight;            /* PS calls issued and not completed (mu) */
-  char ps_lost[WK_ERR_MAX];   /* why the clients were reset (mu) */
-  bool ps_reset;              /* loop: reset the clients on the next wake */
-  uint64_t ps_losses;         /* PS connections lost so far (mu) */
-  char ps_loss_msg[WK_ERR_MAX]; /* the last one (mu) */
 
-  /* PS clients, loop-owned; replaced by a configure for another layout */
-  ps_client **ps;
+  /* The PS client (ps/client.h, ps_kv): made, replaced (a configure for
+   * another layout) and closed on the loop; the thread submits and waits
+   * through it. `kv` is under mu. */
+  ps_kv *kv;
   char **ps_addrs;
   int n_ps;
   int ps_closing;            /* clients still closing */
@@ -163,7 +110,6 @@ struct wk_svc {
   pthread_cond_t cv;          /* thread: new job; waiters: group done */
   wk_job *jobs, *jobs_tail;   /* loop -> thread */
   wk_job *done, *done_tail;   /* thread -> loop */
-  wk_op *ops, *ops_tail;      /* thread -> loop */
   char **want_addrs;          /* thread asks the loop to reconnect to these */
   int want_n;
   bool want_connect;
@@ -200,18 +146,20 @@ void wk__run_free(wk_run *r);
 void wk__job_free(wk_job *j);
 
 /* pscomm.c */
-/* Issues the queued operations (loop thread). */
+/* Serves the thread's connect request, if any (loop thread). */
 void wk__ps_issue(wk_svc *s);
-/* Replaces the PS clients with ones for `addrs` (loop thread). */
+/* Replaces the PS client with one for `addrs` (loop thread). */
 int wk__ps_connect(wk_svc *s, char *const *addrs, int n, char *err,
                    size_t errlen);
-/* Closes every PS client (loop thread); s->ps_closing counts down. */
+/* Fails every PS call in flight and every later one: the thread moves on
+ * (loop thread, shutting down). */
+void wk__ps_cancel(wk_svc *s);
+/* Closes the PS client (loop thread, the thread gone or waiting on the
+ * loop); s->ps_closing counts down. */
 void wk__ps_close_all(wk_svc *s);
-/* Runs `ops` (thread): queues them, wakes the loop and waits until every
- * one has completed; 0 or the first failure with `err` naming the PS. */
-int wk__ps_run(wk_svc *s, wk_op *ops, int n, wk_group *g);
-/* Asks the loop to connect to `addrs` and waits for it (thread). */
-int wk__ps_reconnect(wk_svc *s, char *const *addrs, int n, char *err,
-                     size_t errlen);
+/* Asks the loop to connect to `addrs` and waits for it (thread); *kv is
+ * the client to use until the next reconnect. */
+int wk__ps_reconnect(wk_svc *s, char *const *addrs, int n, ps_kv **kv,
+                     char *err, size_t errlen);
 
 #endif

@@ -6,7 +6,28 @@
 #ifndef TSR_WK_LOOP_RUN_H
 #define TSR_WK_LOOP_RUN_H
 
+#include "common/trace.h"
 #include "worker/loop_int.h"
+
+/* The PS traffic of one variable in flight (loop_xfer.c): per parameter
+ * set k (two with prefetch_params, else one), the pull that fills
+ * param set k for its next compute and the push that sends grad set k. */
+typedef struct {
+  ps_ticket pull[2];
+  ps_ticket push[2];
+} wk_var_xfer;
+
+/* Figures of the PS traffic, reset by the closure's phases. */
+typedef struct {
+  double wait_pull_s;        /* blocked on pulls (hooks, first pull) */
+  double wait_push_s;        /* blocked on pushes */
+  int64_t max_step, min_step;/* shard steps answered since the reset */
+  bool pushed;               /* a push of this step went out */
+  int rc;                    /* first failure, with err */
+  char err[WK_ERR_MAX];
+  tsr_trace *tr;             /* the closure's, or NULL */
+  int32_t tpid;
+} wk_xstat;
 
 /* One shard of one variable (proto Shard, checked). */
 typedef struct {
@@ -33,14 +54,26 @@ struct wk_run {
   char device[32];
 
   /* Per variable: dense, the whole value and its gradient; row-sparse,
-   * the rows of the current batch (cap_rows rows allocated). */
+   * the rows of the current batch (cap_rows rows allocated). Set 0; with
+   * prefetch_params a second set (param1, grad1) for dense variables
+   * (row-sparse entries are set 0's), the two alternating by step. */
   float **param, **grad;
+  float **param1, **grad1;
   int64_t *cap_rows;
   /* Row-sparse ids (sorted, unique): the batch computed now and the next
    * one, whose rows the fused push-pull fetches. */
   int64_t **ids_cur, **ids_nxt;
   int64_t *n_cur, *n_nxt;
-  wk_op *ops;                /* n_shards + n_ps */
+  ps_kv *kv;                 /* the service's PS client */
+  ps_dtype wire;             /* job's wire_precision */
+  bool prefetch;             /* job's prefetch_params */
+  bool defer_push;           /* clipnorm / global_clipnorm: the gradient
+                                is clipped whole before any push */
+  int cur;                   /* the set the next compute runs on */
+  wk_var_xfer *xf;           /* per variable */
+  wk_xstat xs;
+  int hook_set;              /* the compute hooks' set and push step */
+  int64_t hook_step;
 
   int64_t clock;             /* steps this worker finished (ssp) or steps
                                 applied on the PS (sync) */
@@ -48,6 +81,43 @@ struct wk_run {
   int64_t steps;             /* steps run since configured */
   int64_t examples;
 };
+
+/* loop_xfer.c: the step's traffic, per variable, through r->kv.
+ * Every failure lands in r->xs (rc, err) and is returned. */
+/* The parameter set k's arrays. */
+float *const *wk__set_param(wk_run *r, int k);
+float *const *wk__set_grad(wk_run *r, int k);
+/* Tells the PS client the layout, the worker and the mode (configure). */
+int wk__xfer_configure(wk_svc *s, wk_run *r, char *err, size_t errlen);
+/* Starts a closure's figures (tr may be NULL). */
+void wk__xfer_begin(wk_run *r, tsr_trace *tr, int32_t tpid);
+/* Pulls into set k for the next compute on it, variable by variable in
+ * model order: dense ones when `dense`, and row-sparse ones (the rows of
+ * ids_nxt, into set 0) when `sparse`. */
+int wk__xfer_pull(wk_run *r, int k, int64_t clock, bool dense, bool sparse);
+/* Waits for every pull into set k (first pull). */
+int wk__xfer_wait_pulls(wk_run *r, int k);
+/* Waits for the pushes from set k: every one, or the dense or the
+ * row-sparse ones only. */
+int wk__xfer_wait_pushes(wk_run *r, int k, bool dense, bool sparse);
+/* Waits for variable v's pushes from either set (before its row buffers
+ * move). */
+int wk__xfer_wait_var_push(wk_run *r, int v);
+/* Pushes every variable's gradient from set k, last variable first (when
+ * the pushes wait for the whole gradient). */
+int wk__xfer_push_all(wk_run *r, int k, int64_t step);
+/* Waits for every ticket still open; the first failure. */
+int wk__xfer_drain(wk_run *r);
+/* Sets the compute hooks for set k, pushing with `step`. */
+void wk__xfer_hooks(wk_run *r, wk_run_opts *ro, int k, int64_t step);
+/* A clock report to every PS, waited for; *min_clock the largest answer. */
+int wk__xfer_clock(wk_run *r, ps_clock_op op, int64_t clock, bool check,
+                   int64_t *min_clock);
+/* Submits a clock report without waiting (ticket into *t). */
+int wk__xfer_clock_submit(wk_run *r, ps_clock_op op, int64_t clock,
+                          ps_ticket *t);
+/* Waits for one ticket, folding its figures into r->xs. */
+int wk__xfer_wait(wk_run *r, ps_ticket *t, bool push, const char *what);
 
 /* Joins every PS's clocks at configure (loop_step.c). */
 int wk__run_join(wk_svc *s, wk_run *r, char *err, size_t errlen);

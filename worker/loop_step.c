@@ -1,16 +1,20 @@
 /* Training steps and evaluation on the training thread.
  *
  * A closure of K steps, happy path: take the first batch and pull every
- * shard it needs from every PS at once (dense shards whole, into their
- * slice of the variable's buffer; row-sparse shards only the batch's rows,
- * which are sorted so each shard's rows are one contiguous run of the
- * buffer). Then per step: compute; take and prepare the next batch; push
- * the gradients to every shard with the next batch's pull fused into the
- * same call (one round trip, and the next pull overlaps this push). The
- * closure's last step pushes only. Consistency is the PS's job: pulls
- * carry this worker's clock (ssp: steps it finished, which each push also
- * tells the PS; sync: steps applied, so a pull for step t+1 waits until
- * every worker's step t has been applied).
+ * variable it needs from every PS at once (dense variables whole, into
+ * their buffer; row-sparse ones only the batch's rows, which are sorted so
+ * each shard's rows are one contiguous run of the buffer). Then per step:
+ * compute, the forward pass waiting for each variable only as it reaches
+ * it and the backward pass pushing each gradient as soon as it is final
+ * (loop_xfer.c); take and prepare the next batch; pull the next step's
+ * values in model order; wait for this step's pushes. The closure's last
+ * step pushes only. With prefetch_params (async) the next step's dense
+ * values are pulled at the start of a step into the other set of buffers.
+ * Consistency is the PS's job: pulls carry this worker's clock (ssp: steps
+ * it finished, which each push also tells the PS; sync: steps applied, so
+ * a pull for step t+1 waits until every worker's step t has been
+ * applied); a push is sent before the pull of the same variable, on the
+ * same connection, so the pull sees it.
  * Failure modes: an input error (named by the pipeline), a bad batch (the
  * model's error), a PS that fails or cannot be reached: the closure stops
  * and fails with that error; the run stays usable for the next closure,
@@ -42,7 +46,7 @@ static bool stopping(wk_svc *s) {
  * the push, as Keras clips before its update. In sync mode the PS averages
  * gradients clipped per worker (Keras clips the average); the mean of
  * clipped gradients still has a norm within the bound. */
-static int clip_grads(wk_run *r) {
+static int clip_grads(wk_run *r, int k) {
   const tsr_optim_spec *o = &r->job.optimizer;
   if (!(o->clipnorm > 0) && !(o->global_clipnorm > 0)) return 0;
   float *gs[256], **g = gs;
@@ -57,7 +61,7 @@ static int clip_grads(wk_run *r) {
     }
   }
   for (size_t v = 0; v < r->n_vars; v++) {
-    g[v] = r->grad[v];
+    g[v] = wk__set_grad(r, k)[v];
     n[v] = (size_t)(r->vars[v].kind == WK_VAR_DENSE
                         ? r->vars[v].numel
                         : r->n_cur[v] * r->vars[v].row_dim);
@@ -128,19 +132,6 @@ static int eval_histograms(wk_run *r, wk_job *j,
   return 0;
 }
 
-/* First index in sorted ids[0..n) with ids[i] >= x. */
-static int64_t lower_bound(const int64_t *ids, int64_t n, int64_t x) {
-  int64_t lo = 0, hi = n;
-  while (lo < hi) {
-    int64_t mid = lo + (hi - lo) / 2;
-    if (ids[mid] < x)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  return lo;
-}
-
 static int grow_rows(wk_run *r, size_t v, int64_t n, char *err,
                      size_t errlen) {
   if (n <= r->cap_rows[v]) return 0;
@@ -155,6 +146,8 @@ static int grow_rows(wk_run *r, size_t v, int64_t n, char *err,
     return tsr_errf(err, errlen, TSR_ENOMEM, "out of memory for %lld rows of %s",
                     (long long)cap, r->vars[v].name);
   r->cap_rows[v] = cap;
+  if (r->param1) r->param1[v] = p; /* one set of rows for both */
+  if (r->grad1) r->grad1[v] = g;
   return 0;
 }
 
@@ -168,6 +161,10 @@ static int take_ids(wk_run *r, char *err, size_t errlen) {
     int rc = wk_exec_rows(r->ex, (int)v, &ids, &n);
     if (rc) return tsr_errf(err, errlen, rc, "%s: no row list", r->vars[v].name);
     int64_t have = r->cap_rows[v];
+    /* ids_nxt was the last step's push's ids, and the buffers may move:
+     * that push must be done (the forward pass waited for it already) */
+    if ((rc = wk__xfer_wait_var_push(r, (int)v)))
+      return tsr_errf(err, errlen, rc, "%s", r->xs.err);
     if ((rc = grow_rows(r, v, n, err, errlen))) return rc;
     if (n > have || !r->ids_nxt[v]) {
       int64_t *p = realloc(r->ids_nxt[v], (size_t)(r->cap_rows[v] ? r->cap_rows[v] : 1) * sizeof *p);
@@ -208,85 +205,6 @@ static int next_batch(wk_run *r, const wk_batch **b, double *wait_s,
   return take_ids(r, err, errlen);
 }
 
-/* The segment [*lo, *hi) of sorted ids that falls in shard sh. */
-static void segment(const wk_shard *sh, const int64_t *ids, int64_t n,
-                    int64_t *lo, int64_t *hi) {
-  *lo = lower_bound(ids, n, sh->row0);
-  *hi = lower_bound(ids, n, sh->row0 + sh->rows);
-}
-
-/* Fills r->ops for one exchange. push: send the gradients of the current
- * batch (ids_cur); pull: fetch the values for the next batch (dense, and
- * ids_nxt rows). Returns the number of ops. */
-static int build_ops(wk_run *r, bool push, bool pull, int64_t step,
-                     int64_t clock) {
-  int n = 0;
-  for (int i = 0; i < r->n_shards; i++) {
-    const wk_shard *sh = &r->shards[i];
-    const wk_var_info *vi = &r->vars[sh->var];
-    size_t w = (size_t)vi->row_dim;
-    wk_op *op = &r->ops[n];
-    memset(op, 0, sizeof *op);
-    op->ps = sh->ps;
-    op->name = vi->name;
-    op->shard = sh->shard;
-    op->step = step;
-    op->pull_clock = clock;
-    op->width = w;
-    if (vi->kind == WK_VAR_DENSE) {
-      size_t off = (size_t)sh->row0 * w, cnt = (size_t)sh->rows * w;
-      op->kind = push && pull ? WK_OP_PUSH_PULL : push ? WK_OP_PUSH : WK_OP_PULL;
-      if (push) {
-        op->grad = r->grad[sh->var] + off;
-        op->grad_floats = cnt;
-      }
-      if (pull) {
-        op->dst = r->param[sh->var] + off;
-        op->dst_floats = cnt;
-      }
-      n++;
-      continue;
-    }
-    int64_t plo = 0, phi = 0, qlo = 0, qhi = 0;
-    if (push) segment(sh, r->ids_cur[sh->var], r->n_cur[sh->var], &plo, &phi);
-    if (pull) segment(sh, r->ids_nxt[sh->var], r->n_nxt[sh->var], &qlo, &qhi);
-    /* A pull of no rows is skipped; a push of none is still sent, so a
-     * sync-mode PS counts this worker's step. */
-    bool do_pull = pull && qhi > qlo;
-    if (!push && !do_pull) continue;
-    op->kind = push && do_pull ? WK_OP_PUSH_PULL_ROWS
-               : push          ? WK_OP_PUSH_ROWS
-                               : WK_OP_PULL_ROWS;
-    if (push) {
-      op->ids = r->ids_cur[sh->var] + plo;
-      op->n_ids = (size_t)(phi - plo);
-      op->grad = r->grad[sh->var] + (size_t)plo * w;
-      op->grad_floats = (size_t)(phi - plo) * w;
-    }
-    if (do_pull) {
-      op->pull_ids = r->ids_nxt[sh->var] + qlo;
-      op->n_pull = (size_t)(qhi - qlo);
-      op->dst = r->param[sh->var] + (size_t)qlo * w;
-      op->dst_floats = (size_t)(qhi - qlo) * w;
-    }
-    n++;
-  }
-  return n;
-}
-
-/* Adds a clock tick for every PS (ssp). */
-static int add_ticks(wk_run *r, int n, int64_t clock) {
-  for (int p = 0; p < r->n_ps; p++) {
-    wk_op *op = &r->ops[n++];
-    memset(op, 0, sizeof *op);
-    op->kind = WK_OP_CLOCK;
-    op->ps = p;
-    op->step = clock;
-    op->clock_op = PS_CLOCK_TICK;
-  }
-  return n;
-}
-
 /* A PS that is down (or not up yet: a fresh client has not connected)
  * fails at once; configure retries it until the PS deadline. */
 static bool retryable(int rc) {
@@ -295,59 +213,54 @@ static bool retryable(int rc) {
 
 int wk__run_join(wk_svc *s, wk_run *r, char *err, size_t errlen) {
   uint64_t end = tsr_now_ms() + s->ps_deadline_ms;
-  int n, rc;
-  wk_group g = {0};
+  int rc;
+  int64_t min_clock = -1;
   for (;;) {
-    n = add_ticks(r, 0, 0);
-    for (int i = 0; i < n; i++) r->ops[i].clock_op = PS_CLOCK_JOIN;
-    rc = wk__ps_run(s, r->ops, n, &g);
+    wk__xfer_begin(r, NULL, 0);
+    rc = wk__xfer_clock(r, PS_CLOCK_JOIN, 0, false, &min_clock);
     if (!rc || !retryable(rc) || tsr_now_ms() >= end || stopping(s)) break;
     tsr_sleep_ms(50);
   }
-  if (rc) return tsr_errf(err, errlen, rc, "joining the PS: %s", g.err);
+  if (rc) return tsr_errf(err, errlen, rc, "joining the PS: %s", r->xs.err);
   /* A worker that (re)joins a run in progress starts at the slowest
    * worker's clock. */
   r->clock = 0;
-  if (r->job.mode != TSR_MODE_ASYNC)
-    for (int i = 0; i < n; i++)
-      if (r->ops[i].min_clock > r->clock) r->clock = r->ops[i].min_clock;
+  if (r->job.mode != TSR_MODE_ASYNC && min_clock > r->clock)
+    r->clock = min_clock;
   return 0;
 }
 
-/* Pulls (and pushes) with timing; PS failures name the PS. */
-static int exchange(wk_svc *s, wk_run *r, bool push, bool pull,
-                    int64_t pull_clock, double *secs, wk_group *g, char *err,
-                    size_t errlen) {
-  pthread_mutex_lock(&s->mu);
-  bool lost = s->ps_losses != r->losses;
-  if (lost)
-    snprintf(err, errlen, "%s during the closure: stopping (the PS may have "
-             "restarted without its shards)", s->ps_loss_msg);
-  pthread_mutex_unlock(&s->mu);
-  if (lost) return TSR_ECLOSED;
-  int64_t step = r->clock;
-  g->check_losses = true;
-  g->losses = r->losses;
-  int n = build_ops(r, push, pull, step, pull_clock);
-  /* ssp: a push of step t tells the PS this worker finished t + 1 steps.
-   * sync: at a closure's start every step before `clock` has been pushed
-   * to every shard, so saying so never lets a PS apply a step without
-   * this worker. */
-  if (!push && r->job.mode == TSR_MODE_SYNC) n = add_ticks(r, n, r->clock);
-  double t0 = tsr_now_s();
-  int rc = wk__ps_run(s, r->ops, n, g);
-  *secs += tsr_now_s() - t0;
-  if (rc) return tsr_errf(err, errlen, rc, "%s", g->err);
-  return 0;
+/* A PS connection lost since the closure began: the shards may not be
+ * the ones this closure computed against. */
+static int check_losses(wk_run *r, char *err, size_t errlen) {
+  char msg[WK_ERR_MAX];
+  if (ps_kv_losses(r->kv, msg, sizeof msg) == r->losses) return 0;
+  return tsr_errf(err, errlen, TSR_ECLOSED, "%s during the closure: stopping (the "
+              "PS may have restarted without its shards)", msg);
 }
 
-/* Pulls the values of the closure's first batch. Sync: the pull waits
- * until this worker's last step is applied everywhere (clock steps), and
- * each PS is told the clock, so a PS that restarted (and skips the steps
- * nobody pushed) or a worker that joins later knows where the run is. */
-static int first_pull(wk_svc *s, wk_run *r, Tessera__Worker__RunResponse *o,
-                      wk_group *g, char *err, size_t errlen) {
-  return exchange(s, r, false, true, r->clock, &o->pull_s, g, err, errlen);
+/* Pulls the values of the closure's first batch into set 0. Sync: the
+ * pull waits until this worker's last step is applied everywhere (clock
+ * steps), and each PS is told the clock, so a PS that restarted (and
+ * skips the steps nobody pushed) or a worker that joins later knows where
+ * the run is. */
+static int first_pull(wk_run *r, Tessera__Worker__RunResponse *o, char *err,
+                      size_t errlen) {
+  int rc = check_losses(r, err, errlen);
+  if (rc) return rc;
+  tsr_trace *tr = r->xs.tr;
+  int32_t tpid = r->xs.tpid;
+  wk__xfer_begin(r, tr, tpid);
+  ps_ticket tick = 0;
+  rc = wk__xfer_pull(r, 0, r->clock, true, true);
+  if (!rc && r->job.mode == TSR_MODE_SYNC)
+    rc = wk__xfer_clock_submit(r, PS_CLOCK_TICK, r->clock, &tick);
+  int w = wk__xfer_wait_pulls(r, 0);
+  int c = wk__xfer_wait(r, &tick, false, NULL);
+  o->pull_s += r->xs.wait_pull_s;
+  if (!rc) rc = w ? w : c;
+  if (rc) return tsr_errf(err, errlen, rc, "%s", r->xs.err);
+  return 0;
 }
 
 /* Closes the phase that began at the last mark and starts the next one. */
@@ -358,6 +271,24 @@ static int first_pull(wk_svc *s, wk_run *r, Tessera__Worker__RunResponse *o,
       tt = tsr_trace_now_us();                                       \
     }                                                                \
   } while (0)
+
+/* One step's computation on set k, pushing each gradient as the backward
+ * pass finishes it; the time blocked on pulls inside is not compute. */
+static int compute(wk_run *r, int k, const wk_batch *b, uint64_t seed,
+                   Tessera__Worker__RunResponse *o, wk_run_result *res) {
+  wk_run_opts ro = {.train = true};
+  ro.grad_scale = 1.0f / (float)b->n;
+  ro.seed = seed;
+  wk__xfer_hooks(r, &ro, k, r->clock);
+  double w0 = r->xs.wait_pull_s + r->xs.wait_push_s, t0 = tsr_now_s();
+  int rc = wk_exec_run(r->ex, wk__set_param(r, k), wk__set_grad(r, k), &ro,
+                       res);
+  double waited = r->xs.wait_pull_s + r->xs.wait_push_s - w0;
+  o->compute_s += tsr_now_s() - t0 - waited;
+  o->push_s += waited; /* the network share: blocked on the PS */
+  if (!rc && r->xs.rc) rc = r->xs.rc; /* a push the client refused */
+  return rc;
+}
 
 int wk__run_closure(wk_svc *s, wk_run *r, wk_job *j) {
   const Tessera__Worker__RunRequest *q = j->call->request;
@@ -374,18 +305,21 @@ int wk__run_closure(wk_svc *s, wk_run *r, wk_job *j) {
     return tsr_errf(err, errlen, TSR_EINVAL, "closure %llu: steps %lld < 1",
                     (unsigned long long)q->closure_id, (long long)q->steps);
   double t_start = tsr_now_s();
-  /* --trace on the chief: every step's phases as trace events */
+  /* --trace on the chief: every step's phases as trace events, and every
+   * variable's pull and push on the traffic track */
   tsr_trace *tr = NULL;
   int32_t tpid = tsr_trace_pid(TSR_TASK_WORKER, r->worker_index);
-  if (q->trace && tsr_trace_create(&tr, (size_t)(4 * q->steps + 8)))
+  if (q->trace &&
+      tsr_trace_create(&tr, (size_t)((4 + 4 * r->n_vars) * (size_t)q->steps +
+                                     4 * r->n_vars + 8)))
     tr = NULL;
+  if (tr) {
+    tsr_trace_name_thread(tr, tpid, 1, "steps");
+    tsr_trace_name_thread(tr, tpid, 2, "PS traffic");
+  }
   int64_t tt = tr ? tsr_trace_now_us() : 0;
-  pthread_mutex_lock(&s->mu);
-  s->ps_lost[0] = '\0';
-  r->losses = s->ps_losses;
-  pthread_mutex_unlock(&s->mu);
-  wk_run_opts ro = {.train = true};
-  wk_group g = {0};
+  r->losses = ps_kv_losses(r->kv, NULL, 0);
+  wk__xfer_begin(r, tr, tpid);
   int64_t pulled_step = 0;
   wk_metrics *tm = NULL; /* the model's metrics on this closure's batches */
   if (wk_model_num_metrics(r->model) > 0 && wk_metrics_open(r->model, &tm))
@@ -399,30 +333,43 @@ int wk__run_closure(wk_svc *s, wk_run *r, wk_job *j) {
    * the current ones. Nothing is pushed yet, so a PS that is reconnecting
    * (just restarted) is given a few seconds before the closure fails. */
   uint64_t retry_end = tsr_now_ms() + 3000;
-  while ((rc = first_pull(s, r, o, &g, err, errlen)) && retryable(rc) &&
+  while ((rc = first_pull(r, o, err, errlen)) && retryable(rc) &&
          tsr_now_ms() < retry_end && !stopping(s)) {
     tsr_sleep_ms(100);
-    pthread_mutex_lock(&s->mu);
-    r->losses = s->ps_losses; /* nothing computed yet: a reconnect is fine */
-    pthread_mutex_unlock(&s->mu);
+    /* nothing computed yet: a reconnect is fine */
+    r->losses = ps_kv_losses(r->kv, NULL, 0);
   }
   swap_ids(r);
   WK_TRACE("pull");
   if (rc) goto out;
-  pulled_step = g.min_step == INT64_MAX ? 0 : g.min_step;
+  pulled_step = r->xs.min_step == INT64_MAX ? 0 : r->xs.min_step;
   if (r->job.mode == TSR_MODE_SYNC && pulled_step > r->clock)
     r->clock = pulled_step;
 
   for (int64_t i = 0; i < q->steps; i++) {
-    double t0 = tsr_now_s();
-    ro.grad_scale = 1.0f / (float)b->n;
-    ro.seed = r->job.seed ^ (uint64_t)(q->first_step + i) * 0x9E3779B97F4A7C15ull;
+    int k = r->cur, nk = r->prefetch ? k ^ 1 : k;
+    if ((rc = check_losses(r, err, errlen))) goto out;
+    r->xs.max_step = -1;
+    r->xs.min_step = INT64_MAX;
+    r->xs.pushed = false;
+    /* prefetch: the next step's values, pulled while this one computes */
+    if (r->prefetch && i + 1 < q->steps &&
+        (rc = wk__xfer_pull(r, nk, r->clock + 1, true, false)))
+      goto xfail;
     wk_run_result res;
-    rc = wk_exec_run(r->ex, r->param, r->grad, &ro, &res);
-    o->compute_s += tsr_now_s() - t0;
+    rc = compute(r, k, b,
+                 r->job.seed ^ (uint64_t)(q->first_step + i) *
+                                   0x9E3779B97F4A7C15ull,
+                 o, &res);
     WK_TRACE("compute");
-    if (!rc) rc = clip_grads(r);
+    if (r->defer_push && !rc) {
+      /* clipnorm / global_clipnorm: the whole gradient first, then the
+       * pushes, last variable first */
+      if (!(rc = clip_grads(r, k))) rc = wk__xfer_push_all(r, k, r->clock);
+      if (rc && r->xs.rc) goto xfail;
+    }
     if (rc) {
+      if (r->xs.rc) goto xfail;
       const char *why = kern_last_error(wk_exec_ctx(r->ex));
       rc = tsr_errf(err, errlen, rc, "step %lld: compute failed: %s",
                     (long long)(q->first_step + i),
@@ -444,31 +391,36 @@ int wk__run_closure(wk_svc *s, wk_run *r, wk_job *j) {
       else if (rc)
         goto out;
     }
-    /* The pull after a push is for the next step. */
-    rc = exchange(s, r, true, more, r->clock + 1, &o->push_s, &g, err,
-                  errlen);
-    WK_TRACE(more ? "push + pull" : "push");
-    if (rc) {
-      /* Sync: some shards may have applied this step already, so it is
-       * spent: retrying it would be refused as stale. The next closure
-       * tells every PS this worker is past it. */
-      if (r->job.mode == TSR_MODE_SYNC) r->clock++;
-      goto out;
+    /* The next step's values, first layer first (prefetch: the rows
+     * only); this step's pushes are waited for as the next forward pass
+     * reaches each variable, the last step's here. */
+    if (more && (rc = wk__xfer_pull(r, nk, r->clock + 1, !r->prefetch, true)))
+      goto xfail;
+    if (!more) {
+      double wp0 = r->xs.wait_push_s;
+      rc = wk__xfer_wait_pushes(r, k, true, true);
+      o->push_s += r->xs.wait_push_s - wp0;
     }
-    if (g.max_step >= 0 && r->job.mode == TSR_MODE_ASYNC &&
-        g.max_step > pulled_step + 1) {
-      uint64_t lag = (uint64_t)(g.max_step - pulled_step - 1);
+    WK_TRACE(more ? "pull" : "push");
+    if (rc) goto xfail;
+    if (r->xs.max_step >= 0 && r->job.mode == TSR_MODE_ASYNC &&
+        r->xs.max_step > pulled_step + 1) {
+      uint64_t lag = (uint64_t)(r->xs.max_step - pulled_step - 1);
       if (lag > o->max_staleness) o->max_staleness = lag;
     }
-    if (g.max_step >= 0) pulled_step = g.max_step;
+    if (r->xs.max_step >= 0) pulled_step = r->xs.max_step;
     r->clock++;
+    r->xs.pushed = false;
     o->steps_done++;
     swap_ids(r);
+    r->cur = nk;
     pthread_mutex_lock(&s->mu);
     s->steps = ++r->steps;
     pthread_mutex_unlock(&s->mu);
     if (!more) break;
   }
+  /* the last pushes (and a prefetch nobody will use) */
+  if ((rc = wk__xfer_drain(r))) goto xfail;
 done:
   o->skipped_records = r->in ? wk_input_skipped(r->in) : 0;
   if (tm && wk_metrics_count(tm) > 0 &&
@@ -494,7 +446,17 @@ done:
     free(ev);
   }
   rc = 0;
+  goto out;
+xfail:
+  /* A PS failure. Sync: once a push of this step went out, some shards
+   * may have applied it already, so it is spent: retrying it would be
+   * refused as stale. The next closure tells every PS this worker is past
+   * it. */
+  if (r->job.mode == TSR_MODE_SYNC && r->xs.pushed) r->clock++;
+  tsr_errf(err, errlen, rc, "%s", r->xs.err[0] ? r->xs.err : tsr_strerror(rc));
 out:
+  wk__xfer_drain(r); /* no call may still use the buffers */
+  r->xs.tr = NULL;
   wk_metrics_close(tm);
   tsr_trace_free(tr);
   return rc;
@@ -512,14 +474,15 @@ int wk__run_eval(wk_svc *s, wk_run *r, wk_job *j) {
                     (unsigned long long)q->eval_id);
   wk_input *in = NULL;
   wk_metrics *mt = NULL;
-  wk_group g = {0};
   int rc;
   int nm = wk_model_num_metrics(r->model);
-  /* Fresh dense values (clock 0: never waits). */
+  /* Fresh dense values (clock 0: never waits) into set 0. */
   for (size_t v = 0; v < r->n_vars; v++) r->n_nxt[v] = 0;
-  int n = build_ops(r, false, true, 0, 0);
-  if ((rc = wk__ps_run(s, r->ops, n, &g)))
-    return tsr_errf(err, errlen, rc, "eval: %s", g.err);
+  r->losses = ps_kv_losses(r->kv, NULL, 0);
+  wk__xfer_begin(r, NULL, 0);
+  rc = wk__xfer_pull(r, 0, 0, true, false);
+  int w = wk__xfer_wait_pulls(r, 0);
+  if (rc || (rc = w)) return tsr_errf(err, errlen, rc, "eval: %s", r->xs.err);
 
   wk_input_opts io = {.worker_index = 0, .num_workers = 1,
                       .batch_size = r->job.batch_size, .epochs = 1,
@@ -549,13 +512,11 @@ int wk__run_eval(wk_svc *s, wk_run *r, wk_job *j) {
       goto out;
     }
     if ((rc = take_ids(r, err, errlen))) goto out;
-    n = build_ops(r, false, true, 0, 0);
     /* Dense values are already here: pull only the rows. */
-    int k = 0;
-    for (int i = 0; i < n; i++)
-      if (r->ops[i].kind == WK_OP_PULL_ROWS) r->ops[k++] = r->ops[i];
-    if ((rc = wk__ps_run(s, r->ops, k, &g))) {
-      tsr_errf(err, errlen, rc, "eval: %s", g.err);
+    rc = wk__xfer_pull(r, 0, 0, false, true);
+    w = wk__xfer_wait_pulls(r, 0);
+    if (rc || (rc = w)) {
+      tsr_errf(err, errlen, rc, "eval: %s", r->xs.err);
       goto out;
     }
     swap_ids(r);

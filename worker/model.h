@@ -128,6 +128,15 @@ typedef struct {
   bool params_resident;/* the parameters uploaded by the previous run are
                         * still current: skip the upload (evaluation loops,
                         * benchmarks) */
+  /* Overlap with the parameter servers (each may be NULL), on the calling
+   * thread. param_need(arg, v) runs before variable v's parameters are
+   * first read, in forward order (a negative return stops the run with
+   * that code); grad_ready(arg, v) once v's gradient is final in grads[v],
+   * in backward order (last layer first). On a GPU every need comes before
+   * the upload and every ready after the download. */
+  int (*param_need)(void *arg, int var);
+  void (*grad_ready)(void *arg, int var);
+  void *hook_arg;
 } wk_run_opts;
 
 typedef struct {

@@ -42,6 +42,41 @@ int64_t wk_exec__conv_chunk(const wk_exec *e, const wk_layer *l) {
   return k < e->maxb ? k : e->maxb;
 }
 
+/* Where each variable's gradient is final in a backward pass: the last
+ * node (lowest index) whose backward writes it; row-sparse tables after
+ * the scatters; regularized variables after the regularizers add theirs.
+ * A variable no node writes is announced at the end of the run. */
+static void ready_points(wk_exec *e) {
+  const wk_model *m = e->m;
+  for (int v = 0; v < m->n_vars; v++)
+    e->ready_at[v] = m->vars[v].kind == WK_VAR_ROW_SPARSE ? WK_READY_SCATTER
+                                                          : WK_READY_END;
+  for (int k = m->n_layers - 1; k >= 0; k--) {
+    const wk_layer *l = &m->layers[k];
+    if (!l->needs_grad) continue;
+    int vs[4] = {l->var_w, l->var_b, l->var_mm, l->var_mv};
+    for (int i = 0; i < 4; i++)
+      if (vs[i] >= 0 && m->vars[vs[i]].kind == WK_VAR_DENSE)
+        e->ready_at[vs[i]] = k;
+  }
+  for (int v = 0; v < m->n_vars; v++)
+    if (m->vars[v].l1 > 0 || m->vars[v].l2 > 0) e->ready_at[v] = WK_READY_REG;
+}
+
+int wk_exec__need(wk_exec *e, const wk_run_opts *o, int v) {
+  return e->host && o->param_need && v >= 0 ? o->param_need(o->hook_arg, v)
+                                            : 0;
+}
+
+void wk_exec__done(wk_exec *e, const wk_run_opts *o, int k) {
+  if (!e->host || !o->grad_ready) return;
+  for (int v = 0; v < e->m->n_vars; v++)
+    if (e->ready_at[v] == k && !e->readied[v]) {
+      e->readied[v] = true;
+      o->grad_ready(o->hook_arg, v);
+    }
+}
+
 int wk_exec_open(const wk_model *m, kern_ctx *ctx, int64_t maxb,
                  kern_prec prec, wk_exec **out, char *err, size_t errlen) {
   *out = NULL;
@@ -67,8 +102,12 @@ int wk_exec_open(const wk_model *m, kern_ctx *ctx, int64_t maxb,
   e->dp = calloc((size_t)m->n_vars, sizeof *e->dp);
   e->dg = calloc((size_t)m->n_vars, sizeof *e->dg);
   e->dcap = calloc((size_t)m->n_vars, sizeof *e->dcap);
-  if (!e->hlab || !e->hpred || !e->hloss || !e->dp || !e->dg || !e->dcap)
+  e->ready_at = calloc((size_t)m->n_vars + 1, sizeof *e->ready_at);
+  e->readied = calloc((size_t)m->n_vars + 1, sizeof *e->readied);
+  if (!e->hlab || !e->hpred || !e->hloss || !e->dp || !e->dg || !e->dcap ||
+      !e->ready_at || !e->readied)
     goto nomem;
+  ready_points(e);
   if (!e->host && e->x_float && m->n_dense > 0 &&
       !(e->x = dalloc(e, maxb * m->n_dense)))
     goto nomem;
@@ -208,6 +247,8 @@ void wk_exec_close(wk_exec *e) {
   free(e->dp);
   free(e->dg);
   free(e->dcap);
+  free(e->ready_at);
+  free(e->readied);
   free(e);
 }
 
@@ -518,11 +559,13 @@ static int64_t var_elems(const wk_exec *e, int v) {
 /* Points dp/dg at the parameters: the caller's on the CPU, uploaded
  * copies on a GPU (sparse buffers grown to the batch's rows). */
 static int bind_params(wk_exec *e, float *const *params, float *const *grads,
-                       bool resident) {
+                       bool resident, const wk_run_opts *o) {
   const wk_model *m = e->m;
   int rc;
   for (int v = 0; v < m->n_vars; v++) {
     int64_t ne = var_elems(e, v);
+    if (!e->host && o->param_need && (rc = o->param_need(o->hook_arg, v)))
+      return rc;
     if (e->host) {
       e->dp[v] = params[v];
       e->dg[v] = grads ? grads[v] : NULL;
@@ -576,7 +619,8 @@ int wk_exec_run(wk_exec *e, float *const *params, float *const *grads,
   int rc;
   if (!e->b) return TSR_EINVAL;
   if (o->train && !grads && !o->keep_on_device) return TSR_EINVAL;
-  CK(bind_params(e, params, o->train ? grads : NULL, o->params_resident));
+  CK(bind_params(e, params, o->train ? grads : NULL, o->params_resident, o));
+  memset(e->readied, 0, (size_t)m->n_vars * sizeof *e->readied);
   CK(wk_exec__forward(e, o));
   int last = m->n_layers - 1;
   const wk_layer *out = &m->layers[last];
@@ -591,8 +635,12 @@ int wk_exec_run(wk_exec *e, float *const *params, float *const *grads,
   CK(kern_download(e->ctx, e->hloss, e->exl, (size_t)e->n * sizeof(float)));
   CK(kern_download(e->ctx, e->hpred, e->y[last],
                    (size_t)(e->n * m->out_dim) * sizeof(float)));
-  if (o->train && !o->keep_on_device && !e->host)
+  if (o->train && !o->keep_on_device && !e->host) {
     CK(wk_exec_fetch_grads(e, grads));
+    for (int v = 0; o->grad_ready && v < m->n_vars; v++)
+      o->grad_ready(o->hook_arg, v);
+  }
+  if (o->train) wk_exec__done(e, o, WK_READY_END);
   double s = 0;
   for (int64_t i = 0; i < e->n; i++) s += e->hloss[i];
   e->reg = m->has_reg ? reg_loss(m, params) : 0;

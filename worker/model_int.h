@@ -228,7 +228,23 @@ struct wk_exec {
   float **dp, **dg;
   int64_t *dcap;           /* allocated elements of dp/dg (sparse grow) */
   double reg;              /* regularization loss of the last run */
+  /* overlap hooks (wk_run_opts): per variable, the node whose backward
+   * pass finishes its gradient (WK_READY_* for the later points), and
+   * whether grad_ready ran this pass */
+  int *ready_at;
+  bool *readied;
 };
+
+#define WK_READY_SCATTER (-1) /* row-sparse: after the scatters */
+#define WK_READY_REG (-2)     /* regularized: after the regularizers */
+#define WK_READY_END (-3)     /* no node writes it: at the end of the run */
+
+/* The overlap hooks (model_exec.c), on the CPU only (a GPU run calls them
+ * around its uploads and downloads): need(v) before v is first read;
+ * after node k's backward pass, done(k) says ready for every variable
+ * finished there (k may be a WK_READY_* point). */
+int wk_exec__need(wk_exec *e, const wk_run_opts *o, int v);
+void wk_exec__done(wk_exec *e, const wk_run_opts *o, int k);
 
 /* Examples per im2col chunk of a Conv2D node (bounds the cols buffer). */
 int64_t wk_exec__conv_chunk(const wk_exec *e, const wk_layer *l);

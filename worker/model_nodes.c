@@ -36,13 +36,14 @@ static int64_t rows_of(const wk_exec *e, const wk_layer *l) {
   return e->n * (l->size / l->dim[l->rank - 1]);
 }
 
-static int gathers(wk_exec *e) {
+static int gathers(wk_exec *e, const wk_run_opts *o) {
   const wk_model *m = e->m;
   kern_ctx *c = e->ctx;
   int rc;
   for (int s = 0; s < e->n_sp; s++) {
     wk_splan *p = &e->sp[s];
     const wk_embed *em = &m->emb[p->first_emb];
+    CK(wk_exec__need(e, o, p->var));
     float *out = e->y[em->node];
     if (em->per_id)
       CK(kern_embed_gather(c, e->dp[p->var], p->dim, p->d_idx, p->d_bag_off,
@@ -143,10 +144,15 @@ int wk_exec__forward(wk_exec *e, const wk_run_opts *o) {
     if (r->kind == WK_L_INPUT && !r->ids && !e->own_y[r - m->layers])
       e->y[k] = e->x;
   }
-  CK(gathers(e));
+  CK(gathers(e, o));
   for (int k = 0; k < m->n_layers; k++) {
     const wk_layer *l = &m->layers[k];
     const float *x = l->n_in ? Y(e, l->in[0]) : NULL;
+    /* overlap: this node's variables have arrived */
+    CK(wk_exec__need(e, o, l->var_w));
+    CK(wk_exec__need(e, o, l->var_b));
+    CK(wk_exec__need(e, o, l->var_mm));
+    CK(wk_exec__need(e, o, l->var_mv));
     switch (l->kind) {
       case WK_L_INPUT:
         if (e->own_y[k])
@@ -453,8 +459,11 @@ int wk_exec__backward(wk_exec *e, const wk_run_opts *o) {
         break;
       }
     }
+    wk_exec__done(e, o, k); /* overlap: push what is final */
   }
   CK(scatters(e));
+  wk_exec__done(e, o, WK_READY_SCATTER);
   if (m->has_reg) CK(regularizers(e, o));
+  wk_exec__done(e, o, WK_READY_REG);
   return 0;
 }

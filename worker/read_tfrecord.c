@@ -44,6 +44,7 @@
 #include <zlib.h>
 
 #define TFR_MAX_RECORD (INT64_C(1) << 30)
+#define TFR_PRED_MAX 256 /* map entries whose position predicts the slot */
 #define TFR_BUF (256 << 10)
 
 enum { SLOT_DENSE = 0, SLOT_LABEL, SLOT_SPARSE };
@@ -73,6 +74,10 @@ typedef struct {
   uint32_t table_mask;
   uint32_t *seen;                /* per slot: generation when last set */
   uint32_t gen;
+  /* Per map entry position, the slot (+1) its key named in the last
+   * record: writers emit a data set's features in one order, so the key
+   * is checked against it before any hashing. */
+  int pred[TFR_PRED_MAX];
   /* stream state */
   int cur;                       /* index into files */
   int fd;
@@ -89,6 +94,20 @@ typedef struct {
   bool eof;
   int64_t rec_in_file, pos_all;
 } tfr_src;
+
+/* The slot a map entry's key names: the one at the same position in the
+ * last record when the key matches it, else by hash. */
+static int lookup(const tfr_src *t, const char *p, size_t n);
+static inline int lookup_at(tfr_src *t, int pos, const char *p, size_t n) {
+  if (pos < TFR_PRED_MAX) {
+    int s = t->pred[pos] - 1;
+    if (s >= 0 && t->slots[s].len == n && memcmp(t->slots[s].name, p, n) == 0)
+      return s;
+  }
+  int s = lookup(t, p, n);
+  if (pos < TFR_PRED_MAX) t->pred[pos] = s + 1;
+  return s;
+}
 
 static uint32_t hash_name(const char *p, size_t n) {
   uint32_t h = 2166136261u;
@@ -349,14 +368,47 @@ static int decode_feature(tfr_src *t, const tfr_slot *sl, const uint8_t *p,
   int want = sl->kind == SLOT_SPARSE ? 3 : 2;
   if (kind != want && !(sl->kind != SLOT_SPARSE && kind == 3))
     return tsr_errf(c->err, c->errlen, TSR_EDTYPE,
-                    "%s: record at byte offset %llu: feature \"%s\" is "
-                    "a %s, expected %s",
-                    c->path, (unsigned long long)c->off, sl->name,
-                    kind_name(kind),
-                    sl->kind != SLOT_SPARSE ? "a float_list or "
-                                              "int64_list (or set "
-                                              "\"decode\" for bytes)"
-                                            : kind_name(want));
+                          "%s: record at byte offset %llu: feature \"%s\" is "
+                          "a %s, expected %s",
+                          c->path, (unsigned long long)c->off, sl->name,
+                          kind_name(kind),
+                          sl->kind != SLOT_SPARSE ? "a float_list or "
+                                                    "int64_list (or set "
+                                                    "\"decode\" for bytes)"
+                                                  : kind_name(want));
+  /* The usual sparse feature: one packed int64_list (tag 0x0a), ids
+   * decoded in one tight loop with the capacity reserved up front (a
+   * varint is at least one byte). */
+  if (sl->kind == SLOT_SPARSE && kind == 3 && le - lp >= 2 && lp[0] == 0x0a) {
+    const uint8_t *q = lp + 1;
+    uint64_t nb;
+    if (!varint(&q, le, &nb) && nb == (uint64_t)(le - q)) {
+      int64_t f0 = r->off[sl->index], vocab = t->base.vocab[sl->index];
+      if ((size_t)(f0 + (int64_t)nb) > r->ids_cap &&
+          wk_rec__reserve(r, (size_t)(f0 + (int64_t)nb)))
+        return TSR_ENOMEM;
+      int64_t *ids = r->ids + f0, k = 0;
+      while (q < le) {
+        uint64_t v;
+        if (*q < 0x80) {
+          v = *q++;
+        } else if (varint(&q, le, &v)) {
+          goto malformed;
+        }
+        int64_t id = (int64_t)v;
+        if (id < 0 || (vocab > 0 && id >= vocab))
+          return tsr_errf(
+              c->err, c->errlen, TSR_ERANGE,
+              "%s: record at byte offset %llu: feature \"%s\": id %lld "
+              "is outside its vocabulary [0, %lld)",
+              c->path, (unsigned long long)c->off, sl->name, (long long)id,
+              (long long)vocab);
+        ids[k++] = id;
+      }
+      r->off[sl->index + 1] = f0 + k;
+      return 0;
+    }
+  }
   /* values: field 1, packed (wire type 2) or one per tag (5 / 0) */
   int64_t cnt = 0;
   float *fx = sl->kind == SLOT_DENSE ? r->x + sl->at : NULL;
@@ -472,6 +524,7 @@ static int decode_example(tfr_src *t, const uint8_t *p, const uint8_t *end,
     }
     if (varint(&p, end, &len) || len > (uint64_t)(end - p)) goto malformed;
     const uint8_t *fe = p + len; /* Features */
+    int pos = 0;                 /* map entry position */
     while (p < fe) {
       if (varint(&p, fe, &tag)) goto malformed;
       if (tag != ((1 << 3) | 2)) {
@@ -500,7 +553,7 @@ static int decode_example(tfr_src *t, const uint8_t *p, const uint8_t *end,
         }
       }
       if (!key) continue;
-      int s = lookup(t, (const char *)key, (size_t)klen);
+      int s = lookup_at(t, pos++, (const char *)key, (size_t)klen);
       if (s < 0) continue;
       const tfr_slot *sl = &t->slots[s];
       t->seen[s] = t->gen;

@@ -5,7 +5,8 @@
  * (loop.c), which hands each back through the wake handle; the loop packs
  * the answer and replies. Status and shutdown are answered here at once, as
  * is a configure that repeats the current run id (a chief that reconnects).
- * The same wake handle carries the thread's PS operations (pscomm.c).
+ * The same wake handle carries the thread's requests to (re)connect to the
+ * PS (pscomm.c).
  * Failure modes: a chief of another format version (TSR_EVERSION naming
  * both), a job the thread fails (its code and message, forwarded), an
  * answer that does not fit the chief's limits (answered with the error).
@@ -245,7 +246,7 @@ static void try_finish_close(wk_svc *s) {
   if (s->thread_started) {
     pthread_mutex_lock(&s->mu);
     bool exited = s->thread_exited;
-    bool idle = s->done == NULL && s->ops == NULL;
+    bool idle = s->done == NULL;
     pthread_mutex_unlock(&s->mu);
     if (!exited || !idle) return;
     pthread_join(s->thread, NULL);
@@ -279,7 +280,7 @@ static void start_close(wk_svc *s, int code) {
     wk__job_free(j);
   }
   s->closing_ps = true;
-  wk__ps_close_all(s); /* calls in flight fail: the thread moves on */
+  wk__ps_cancel(s); /* calls in flight fail: the thread moves on */
   if (s->srv) tsr_rpc_server_close(s->srv, on_server_closed, s);
   try_finish_close(s);
 }

@@ -84,7 +84,10 @@ static void coord_exec(coord *co, const coord_action *a) {
   int32_t tpid = tsr_trace_pid(TSR_TASK_CHIEF, 0);
   switch (a->kind) {
     case COORD_ACT_SETUP_PS: coord__ps_setup(co, a->op); break;
-    case COORD_ACT_RESTORE: coord__ps_restore(co, a->op, a->step); break;
+    case COORD_ACT_RESTORE:
+      if (co->trace) co->trace_restore_us = tsr_trace_now_us();
+      coord__ps_restore(co, a->op, a->step);
+      break;
     case COORD_ACT_REWIND:
       if (a->resumed) coord_resumed(co, a->step);
       if (co->metrics) chief_metrics_session_start(co->metrics, a->step);
@@ -147,6 +150,12 @@ static void coord_drain(coord *co) {
     if (e.has_msg) e.ev.msg = e.msg;
     if (e.steps) e.ev.steps = e.steps;
     e.ev.now = tsr_now_s();
+    if (e.ev.kind == COORD_EV_RESTORE_DONE && co->trace &&
+        co->trace_restore_us) { /* every PS has answered its restore */
+      tsr_trace_end(co->trace, tsr_trace_pid(TSR_TASK_CHIEF, 0), 0, "chief",
+                    "restore", co->trace_restore_us);
+      co->trace_restore_us = 0;
+    }
     co->acts.n = 0;
     int rc = coord_sm_step(co->sm, &e.ev, &co->acts);
     free(e.steps);

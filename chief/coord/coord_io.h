@@ -137,7 +137,7 @@ struct coord {
   chief_metrics *metrics;
   chief_progress *progress;
   struct tsr_trace *trace; /* --trace: every process's events, merged */
-  int64_t trace_save_us, trace_eval_us, trace_recover_us;
+  int64_t trace_save_us, trace_eval_us, trace_recover_us, trace_restore_us;
   double t_last_scalar;
   double t_last_ps;          /* PS statistics every 2 s */
   chief_summary_policy sum_pol;

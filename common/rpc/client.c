@@ -23,6 +23,7 @@
 #include "common/log.h"
 
 #include <stdio.h>
+#include <unistd.h>
 
 enum { P_NEW, P_QUEUED, P_SENT, P_DONE };
 
@@ -412,6 +413,7 @@ static void c_on_ready(tsr_rpc__conn *c) {
   cl->unreachable = 0;
   cl->last_err[0] = 0;
   cl->st.connects++;
+  if (c->local) cl->st.connects_local++;
   cl->st.connections = 1;
   tsr_debug("rpc %s: connected to %s (%s)", cl->ctx->name, cl->addr,
             c->peer_name);
@@ -525,11 +527,17 @@ static void on_resolved(uv_getaddrinfo_t *req, int status,
     retry_later(cl, msg);
     return;
   }
+  /* a peer in this network namespace: its Unix socket, else TCP */
+  char lname[128];
+  int lfd = tsr_rpc__local_connect(cl->ctx, tsr_rpc__pick_addr(res)->ai_addr,
+                                   lname, sizeof lname);
   cconn *cc = tsr_rpc__calloc(cl->ctx, sizeof *cc);
+  if (cc) cc->c.local = lfd >= 0;
   if (!cc || tsr_rpc__conn_init(&cc->c, cl->ctx, TSR_RPC__CLIENT,
                                 &client_ops, cl) != 0) {
     tsr_rpc__free(cl->ctx, cc);
     uv_freeaddrinfo(res);
+    if (lfd >= 0) close(lfd);
     retry_later(cl, "out of memory for a connection");
     return;
   }
@@ -539,9 +547,25 @@ static void on_resolved(uv_getaddrinfo_t *req, int status,
   cl->conn = cc;
   cc->creq.data = cc;
   tsr_rpc__conn_watch(&cc->c);
-  int rc = uv_tcp_connect(&cc->creq, &cc->c.tcp,
-                          tsr_rpc__pick_addr(res)->ai_addr, on_connect);
-  uv_freeaddrinfo(res);
+  int rc;
+  if (lfd >= 0) {
+    uv_freeaddrinfo(res);
+    tsr_debug("rpc %s: %s over the same-host socket %s", cl->ctx->name,
+              cl->addr, lname);
+    rc = uv_pipe_open(&cc->c.sock.pipe, lfd);
+    if (rc) {
+      close(lfd);
+    } else {
+      /* a Unix connect is complete when connect() returns */
+      cc->creq.data = cc;
+      on_connect(&cc->creq, 0);
+      return;
+    }
+  } else {
+    rc = uv_tcp_connect(&cc->creq, &cc->c.sock.tcp,
+                        tsr_rpc__pick_addr(res)->ai_addr, on_connect);
+    uv_freeaddrinfo(res);
+  }
   if (rc) {
     snprintf(msg, sizeof msg, "cannot connect to %s: %s", cl->addr,
              uv_strerror(rc));

@@ -110,10 +110,10 @@ void tsr_rpc__conn_close(tsr_rpc__conn *c, int status, const char *msg) {
   if (c->state == TSR_RPC__C_CLOSING) return;
   go_down(c, status, msg);
   c->state = TSR_RPC__C_CLOSING;
-  if (c->reading) uv_read_stop((uv_stream_t *)&c->tcp);
+  if (c->reading) uv_read_stop(&c->sock.stream);
   c->reading = 0;
   uv_timer_stop(&c->timer);
-  uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
+  uv_close(&c->sock.handle, on_handle_closed);
   uv_close((uv_handle_t *)&c->timer, on_handle_closed);
   uv_close((uv_handle_t *)&c->check, on_handle_closed);
 }
@@ -122,7 +122,7 @@ void tsr_rpc__conn_close_after_flush(tsr_rpc__conn *c, int status,
                                      const char *msg) {
   if (c->state >= TSR_RPC__C_FLUSH) return;
   go_down(c, status, msg);
-  if (c->reading) uv_read_stop((uv_stream_t *)&c->tcp);
+  if (c->reading) uv_read_stop(&c->sock.stream);
   c->reading = 0;
   if (c->writes == 0) {
     tsr_rpc__conn_close(c, status, msg);
@@ -161,7 +161,7 @@ static int raw_send(tsr_rpc__conn *c, wreq *w, uv_buf_t *bufs,
   w->c = c;
   size_t left = w->bytes;
   if (c->uv_writes == 0 && w->bytes <= ((size_t)1 << 30)) {
-    int n = uv_try_write((uv_stream_t *)&c->tcp, bufs, nbufs);
+    int n = uv_try_write(&c->sock.stream, bufs, nbufs);
     if (n > 0) {
       size_t skip = (size_t)n;
       left -= skip;
@@ -180,7 +180,7 @@ static int raw_send(tsr_rpc__conn *c, wreq *w, uv_buf_t *bufs,
     tsr_list_push_back(&c->done, &w->link);
     uv_check_start(&c->check, check_cb);
   } else {
-    int rc = uv_write(&w->req, (uv_stream_t *)&c->tcp, bufs, nbufs,
+    int rc = uv_write(&w->req, &c->sock.stream, bufs, nbufs,
                       write_cb);
     if (rc) {
       int partial = left != w->bytes;
@@ -190,7 +190,7 @@ static int raw_send(tsr_rpc__conn *c, wreq *w, uv_buf_t *bufs,
       return rc;
     }
     w->queued = left;
-    w->waited = uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) > 0;
+    w->waited = uv_stream_get_write_queue_size(&c->sock.stream) > 0;
     c->uv_writes++;
     c->wq_bytes += left;
   }
@@ -411,7 +411,9 @@ static void timer_cb(uv_timer_t *t) {
 
 int tsr_rpc__conn_init(tsr_rpc__conn *c, tsr_rpc_ctx *ctx, int role,
                        const tsr_rpc__conn_ops *ops, void *owner) {
+  int local = c->local;
   memset(c, 0, sizeof *c);
+  c->local = local;
   tsr_list_init(&c->done);
   c->ctx = ctx;
   c->ops = ops;
@@ -428,10 +430,13 @@ int tsr_rpc__conn_init(tsr_rpc__conn *c, tsr_rpc_ctx *ctx, int role,
   int rc = tsr_rpc__rx_init(&c->rx, &conn_rx_ops, c, &lim, accept, &ctx->al,
                             STAGE_BYTES);
   if (rc) return rc;
-  uv_tcp_init(ctx->loop, &c->tcp);
+  if (c->local)
+    uv_pipe_init(ctx->loop, &c->sock.pipe, 0);
+  else
+    uv_tcp_init(ctx->loop, &c->sock.tcp);
   uv_timer_init(ctx->loop, &c->timer);
   uv_check_init(ctx->loop, &c->check);
-  c->tcp.data = c;
+  c->sock.handle.data = c;
   c->timer.data = c;
   c->check.data = c;
   c->handles = 3;
@@ -440,20 +445,26 @@ int tsr_rpc__conn_init(tsr_rpc__conn *c, tsr_rpc_ctx *ctx, int role,
 }
 
 int tsr_rpc__conn_start(tsr_rpc__conn *c) {
-  struct sockaddr_storage ss;
-  int len = sizeof ss;
-  if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) == 0)
-    tsr_rpc__fmt_sockaddr((struct sockaddr *)&ss, c->peer, sizeof c->peer);
-  uv_tcp_nodelay(&c->tcp, 1);
-  unsigned ka = c->ctx->o.idle_timeout_ms / 1000;
-  uv_tcp_keepalive(&c->tcp, 1, ka ? ka : 1);
+  if (c->local) {
+    /* a client keeps the address it was given */
+    if (c->role == TSR_RPC__SERVER)
+      tsr_rpc__local_peer(&c->sock.pipe, c->peer, sizeof c->peer);
+  } else {
+    struct sockaddr_storage ss;
+    int len = sizeof ss;
+    if (uv_tcp_getpeername(&c->sock.tcp, (struct sockaddr *)&ss, &len) == 0)
+      tsr_rpc__fmt_sockaddr((struct sockaddr *)&ss, c->peer, sizeof c->peer);
+    uv_tcp_nodelay(&c->sock.tcp, 1);
+    unsigned ka = c->ctx->o.idle_timeout_ms / 1000;
+    uv_tcp_keepalive(&c->sock.tcp, 1, ka ? ka : 1);
+  }
   uint8_t out[TSR_RPC__HS_OUT_MAX];
   size_t out_len;
   tsr_rpc__hs_init(&c->hs, c->role, c->ctx->token, c->ctx->o.token_len,
                    c->ctx->name, out, &out_len);
   int rc = 0;
   if (out_len) rc = send_bytes(c, out, out_len);
-  if (!rc) rc = uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb);
+  if (!rc) rc = uv_read_start(&c->sock.stream, alloc_cb, read_cb);
   if (rc) return rc;
   c->reading = 1;
   /* the deadline counts from the connection attempt (conn_watch) */
@@ -471,7 +482,7 @@ void tsr_rpc__conn_watch(tsr_rpc__conn *c) {
 void tsr_rpc__conn_pause(tsr_rpc__conn *c) {
   if (c->paused) return;
   c->paused = 1;
-  if (c->reading) uv_read_stop((uv_stream_t *)&c->tcp);
+  if (c->reading) uv_read_stop(&c->sock.stream);
   c->reading = 0;
 }
 
@@ -489,7 +500,7 @@ void tsr_rpc__conn_resume(tsr_rpc__conn *c) {
     return;
   }
   if (!c->reading &&
-      uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb) == 0) {
+      uv_read_start(&c->sock.stream, alloc_cb, read_cb) == 0) {
     c->reading = 1;
     c->last_rx_ns = tsr_now_ns();
   }

@@ -160,6 +160,22 @@ int tsr_rpc_ctx_new(tsr_rpc_ctx **out, uv_loop_t *loop,
               o.backoff_min_ms, o.backoff_max_ms);
     return TSR_ECONFIG;
   }
+  if (o.transport != TSR_RPC_TRANSPORT_AUTO &&
+      o.transport != TSR_RPC_TRANSPORT_TCP) {
+    tsr_error("rpc: transport %d is neither AUTO (0) nor TCP (1)",
+              o.transport);
+    return TSR_ECONFIG;
+  }
+  const char *tr = getenv("TESSERA_RPC_TRANSPORT");
+  if (tr && *tr) {
+    if (!strcmp(tr, "tcp")) {
+      o.transport = TSR_RPC_TRANSPORT_TCP;
+    } else if (strcmp(tr, "auto")) {
+      tsr_error("rpc: TESSERA_RPC_TRANSPORT=%s: \"auto\" (Unix sockets to "
+                "peers on this host, TCP to others) or \"tcp\"", tr);
+      return TSR_ECONFIG;
+    }
+  }
   if (o.heartbeat_ms >= o.idle_timeout_ms) {
     tsr_error("rpc: heartbeat_ms %u must be below idle_timeout_ms %u",
               o.heartbeat_ms, o.idle_timeout_ms);

@@ -1,4 +1,6 @@
-/* Tessera RPC: framed, multiplexed, authenticated calls over TCP on libuv.
+/* Tessera RPC: framed, multiplexed, authenticated calls over TCP on libuv
+ * (and over a Unix domain socket to a peer on the same host, see
+ * TSR_RPC_TRANSPORT_AUTO).
  *
  * Happy path. A process makes one context per loop (tsr_rpc_ctx_new) from
  * its options (limits, the cluster token, a name for logs). A server
@@ -109,7 +111,18 @@ typedef struct tsr_rpc_opts {
                                    TSR_EUNAVAIL instead of waiting for the
                                    connection until its deadline */
   const tsr_rpc_allocator *allocator; /* NULL: malloc/free; copied */
+  int transport;                /* TSR_RPC_TRANSPORT_*; default AUTO, or
+                                   TCP when the environment says
+                                   TESSERA_RPC_TRANSPORT=tcp */
 } tsr_rpc_opts;
+
+/* Transports. AUTO: a server listens on TCP and on a Unix domain socket
+ * named after the address it bound (an abstract name, so it lives in the
+ * network namespace: the processes that reach the same listener over TCP
+ * through loopback or one of this host's addresses); a client whose peer
+ * has such a socket uses it, any other peer TCP. The handshake and the
+ * frames are the same on both. TCP: TCP only, at this end. */
+enum { TSR_RPC_TRANSPORT_AUTO = 0, TSR_RPC_TRANSPORT_TCP = 1 };
 
 typedef struct tsr_rpc_ctx tsr_rpc_ctx;
 
@@ -166,7 +179,8 @@ typedef struct tsr_rpc_incoming {
                                   gave one, else in a library buffer
                                   (16-byte aligned) */
   size_t payload_len;
-  const char *peer;            /* "ip:port" of the caller */
+  const char *peer;            /* "ip:port" of the caller ("unix:pid N"
+                                  over the same-host socket) */
   const char *peer_name;       /* the name the caller announced */
   uint64_t recv_ns;            /* tsr_now_ns() when the frame was complete */
   void *user;                  /* free for the handler */
@@ -350,6 +364,7 @@ typedef struct tsr_rpc_stats {
                                completed */
   uint64_t errors;          /* calls that ended with a non-zero status */
   uint64_t connects;        /* handshakes that succeeded */
+  uint64_t connects_local;  /* of which over the same-host Unix socket */
   uint64_t refused;         /* handshakes refused (token, version, magic,
                                timeout) */
   uint32_t connections;     /* open now */
@@ -380,7 +395,8 @@ size_t tsr_rpc_server_method_stats(const tsr_rpc_server *s,
 
 /* One open server connection, for status reports. */
 typedef struct tsr_rpc_conn_info {
-  const char *peer;         /* "ip:port" */
+  const char *peer;         /* "ip:port", or "unix:pid N" for a peer on
+                               the same-host socket */
   const char *peer_name;    /* announced in the handshake */
   uint64_t bytes_in, bytes_out;
   uint64_t calls;

@@ -281,8 +281,19 @@ enum { TSR_RPC__C_HS, TSR_RPC__C_READY, TSR_RPC__C_FLUSH,
 
 typedef void (*tsr_rpc__sent_cb)(tsr_rpc__conn *c, int status, void *data);
 
-struct tsr_rpc__conn {
+/* A connection's byte stream: TCP, or the same-host Unix socket
+ * (local.c). Nothing above the stream knows which. */
+typedef union tsr_rpc__sock {
+  uv_handle_t handle;
+  uv_stream_t stream;
   uv_tcp_t tcp;
+  uv_pipe_t pipe;
+} tsr_rpc__sock;
+
+struct tsr_rpc__conn {
+  tsr_rpc__sock sock;
+  int local;                  /* sock is the Unix socket (set before
+                                 conn_init, which keeps it) */
   uv_timer_t timer;
   uv_check_t check;           /* reports writes that went out at once */
   tsr_list done;              /* such writes, oldest first */
@@ -311,8 +322,9 @@ struct tsr_rpc__conn {
   tsr_list link;              /* owner's list */
 };
 
-/* Initialises c around an accepted or a connecting uv_tcp_t (c->tcp is
- * initialised by this call; a server accepts into it afterwards). */
+/* Initialises c around an accepted or a connecting stream (c->sock is
+ * initialised by this call, as a pipe when c->local was set before, else
+ * as TCP; a server accepts into it afterwards). */
 int tsr_rpc__conn_init(tsr_rpc__conn *c, tsr_rpc_ctx *ctx, int role,
                        const tsr_rpc__conn_ops *ops, void *owner);
 /* The TCP connection is up (accepted or connected): start the handshake
@@ -338,5 +350,25 @@ void tsr_rpc__conn_close_after_flush(tsr_rpc__conn *c, int status,
                                      const char *msg);
 void tsr_rpc__conn_pause(tsr_rpc__conn *c);
 void tsr_rpc__conn_resume(tsr_rpc__conn *c);
+
+/* ---- the same-host transport (local.c) ---------------------------------- */
+
+/* Non-zero unless the context is TCP only. */
+int tsr_rpc__local_wanted(const tsr_rpc_ctx *ctx);
+/* Initialises `pipe` (the caller closes it in every case) and listens on
+ * the abstract Unix name of `bound` (the address the TCP listener bound);
+ * the name, for logs, goes to `name`. 0 or a libuv code (UV_EADDRINUSE:
+ * the name is taken). */
+int tsr_rpc__local_listen(tsr_rpc_ctx *ctx, const struct sockaddr *bound,
+                          uv_pipe_t *pipe, uv_connection_cb cb, char *name,
+                          size_t namecap);
+/* A connected non-blocking Unix socket to the server behind `peer` when
+ * one listens in this network namespace (its name to `name`), else -1:
+ * use TCP. */
+int tsr_rpc__local_connect(const tsr_rpc_ctx *ctx,
+                           const struct sockaddr *peer, char *name,
+                           size_t namecap);
+/* "unix:pid N" of the process at the other end of a Unix socket. */
+void tsr_rpc__local_peer(uv_pipe_t *pipe, char *out, size_t cap);
 
 #endif /* TSR_RPC_INT_H */

@@ -68,6 +68,8 @@ struct sconn {
 struct tsr_rpc_server {
   tsr_rpc_ctx *ctx;
   uv_tcp_t listener;
+  uv_pipe_t local;           /* the same-host Unix socket (local.c) */
+  int local_open;            /* `local` is a handle to close */
   uv_idle_t idle;            /* runs done callbacks of dead answers */
   int handles;
   int listening;
@@ -410,6 +412,7 @@ static void s_on_ready(tsr_rpc__conn *c) {
   sc->counted = 1;
   sc->s->st.connections++;
   sc->s->st.connects++;
+  if (c->local) sc->s->st.connects_local++;
   tsr_debug("rpc %s: accepted %s (%s)", sc->s->ctx->name, c->peer,
             c->peer_name);
 }
@@ -466,19 +469,24 @@ static void on_connection(uv_stream_t *l, int status) {
     return;
   }
   if (s->closing) return;
+  int local = l == (uv_stream_t *)&s->local;
   sconn *sc = tsr_rpc__calloc(s->ctx, sizeof *sc);
+  if (sc) sc->c.local = local;
   if (!sc || tsr_rpc__conn_init(&sc->c, s->ctx, TSR_RPC__SERVER,
                                 &server_ops, s) != 0) {
     /* accept and drop, or the listener would report it forever */
     tsr_rpc__free(s->ctx, sc);
-    uv_tcp_t *tmp = tsr_rpc__alloc(s->ctx, sizeof *tmp);
+    tsr_rpc__sock *tmp = tsr_rpc__alloc(s->ctx, sizeof *tmp);
     tsr_error("rpc %s: out of memory for a new connection: refused",
               s->ctx->name);
     if (!tmp) return;
-    uv_tcp_init(s->ctx->loop, tmp);
-    uv_accept(l, (uv_stream_t *)tmp);
-    tmp->data = s->ctx;
-    uv_close((uv_handle_t *)tmp, free_tmp);
+    if (local)
+      uv_pipe_init(s->ctx->loop, &tmp->pipe, 0);
+    else
+      uv_tcp_init(s->ctx->loop, &tmp->tcp);
+    uv_accept(l, &tmp->stream);
+    tmp->handle.data = s->ctx;
+    uv_close(&tmp->handle, free_tmp);
     return;
   }
   sc->s = s;
@@ -486,7 +494,7 @@ static void on_connection(uv_stream_t *l, int status) {
   sc->c.agg = &s->st;
   tsr_list_init(&sc->calls);
   tsr_list_push_front(&s->conns, &sc->c.link);
-  int rc = uv_accept(l, (uv_stream_t *)&sc->c.tcp);
+  int rc = uv_accept(l, &sc->c.sock.stream);
   if (!rc) rc = tsr_rpc__conn_start(&sc->c);
   if (rc) {
     tsr_warn("rpc %s: cannot start an accepted connection: %s",
@@ -601,6 +609,22 @@ int tsr_rpc_server_listen(tsr_rpc_server *s, const char *addr) {
       s->port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
   }
   tsr_info("rpc %s: listening on %s (port %d)", s->ctx->name, addr, s->port);
+  if (tsr_rpc__local_wanted(s->ctx) && s->port) {
+    char name[128];
+    s->local.data = s;
+    s->local_open = 1;
+    s->handles++;
+    rc = tsr_rpc__local_listen(s->ctx, (struct sockaddr *)&ss, &s->local,
+                               on_connection, name, sizeof name);
+    if (rc) {
+      tsr_warn("rpc %s: no same-host socket beside %s (%s): peers on this "
+               "host use TCP", s->ctx->name, addr, uv_strerror(rc));
+      s->local_open = 0;
+      uv_close((uv_handle_t *)&s->local, handle_closed);
+    } else {
+      tsr_debug("rpc %s: same-host peers on %s", s->ctx->name, name);
+    }
+  }
   return 0;
 }
 
@@ -640,6 +664,7 @@ void tsr_rpc_server_close(tsr_rpc_server *s, tsr_rpc_close_cb cb,
   s->close_cb = cb;
   s->close_data = data;
   if (s->listening) uv_close((uv_handle_t *)&s->listener, handle_closed);
+  if (s->local_open) uv_close((uv_handle_t *)&s->local, handle_closed);
   tsr_list_foreach(n, &s->conns)
     tsr_rpc__conn_close(&CONN_OF(n)->c, TSR_ESHUTDOWN, "server closing");
   maybe_finish(s);

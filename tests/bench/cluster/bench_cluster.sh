@@ -3,30 +3,58 @@
 # of the same job measured in the same run, for the Fashion-MNIST MLP
 # (784-256-128-10, batch 128) and the wide-and-deep CTR model
 # (deploy/jobs/ctr_wide_deep.json: sparse embedding rows pulled and pushed
-# by id): standalone, then on a cluster of 1 PS + 1 worker and of
-# 2 PS + 2 workers, all on this machine (loopback). Reports the share of a
-# worker's step time spent waiting on the network (pull + push).
+# by id): standalone (one process, one compute thread), then on a cluster
+# of 1 PS + 1 worker and of 2 PS + 2 workers, all on this machine
+# (loopback). Reports the share of a worker's step time spent waiting on
+# the network (pull + push), and the CPU time every process of a run used
+# per example (user + system, the chief and the PS included), so a machine
+# shared with other work can still be read: a run with more threads gets
+# more of a loaded machine's CPU, which the examples/s ratios then show as
+# speed. With BENCH_VARIANTS=1 (default) the 2 PS + 2 workers Fashion-MNIST
+# run is repeated with bfloat16 on the wire, with prefetch_params, and
+# over loopback TCP (TESSERA_RPC_TRANSPORT=tcp) instead of the same-host
+# Unix sockets every other run uses.
 # Ends with RATIO lines, higher better. On a 2-core machine the cluster's
-# processes share the cores the standalone run has to itself, so the
+# processes share the cores the standalone run has to itself, so the 1w
 # ratios measure the cost of the distribution, not a speed-up.
 . "$TSR_SOURCE_DIR/tests/integration/cluster/lib.sh"
-STEPS=${BENCH_STEPS:-400}
+STEPS=${BENCH_STEPS:-800}
 JOB="$TSR_SOURCE_DIR/deploy/jobs/fashion_mnist.json"
+VARIANTS=${BENCH_VARIANTS:-1}
 
-standalone() { # job steps
-  "$WK_BIN" --standalone --job "$1" --device cpu --steps "$2" 2>/dev/null |
-    sed -n 's/^final:.* \([0-9.]*\) examples\/s.*/\1/p'
+# The CPU seconds (user + sys) of this shell's children so far: `times`
+# runs in this shell (a command substitution would be a new one, without
+# children), into a file.
+cpu_of_children() { # file
+  times >"$1"
+  sed -n 2p "$1" | awk '{
+    split($1, u, "m"); split($2, s, "m");
+    printf "%.3f", u[1] * 60 + u[2] + s[1] * 60 + s[2] }'
 }
 
-run_cluster() { # job steps nps nwk tag
-  cluster "$3" "$4"
+standalone() { # job steps batch -> "examples/s cpu_s examples"
+  (
+    out=$("$WK_BIN" --standalone --job "$1" --device cpu --steps "$2" \
+          2>/dev/null | sed -n 's/^final:.* \([0-9.]*\) examples\/s.*/\1/p')
+    cpu_of_children "$WORK/times_sa" >"$WORK/cpu_sa"
+    echo "$out $(cat "$WORK/cpu_sa") $(($2 * $3))"
+  )
+}
+
+run_cluster() { # job steps nps nwk tag [chief args] -> "ex/s share cpu_s ex"
+  local job=$1 steps=$2 nps=$3 nwk=$4 tag=$5
+  shift 5
+  cluster "$nps" "$nwk"
   start_all
-  start_chief --job "$1" --steps "$2" --set eval_every_steps=0 \
-    --logdir "$WORK/logs_$5" --summary-json "$WORK/s_$5.json"
+  start_chief --job "$job" --steps "$steps" --set eval_every_steps=0 \
+    --logdir "$WORK/logs_$tag" --summary-json "$WORK/s_$tag.json" "$@"
   wait_chief 600
   for k in "${!PIDS[@]}"; do kill -9 "${PIDS[$k]}" 2>/dev/null; unset "PIDS[$k]"; done
   wait 2>/dev/null
-  /usr/bin/python3 - "$WORK/s_$5.json" "$WORK/logs_$5/metrics.jsonl" <<'PY'
+  local cpu
+  cpu_of_children "$WORK/times_$tag" >"$WORK/cpu_$tag"
+  cpu=$(cat "$WORK/cpu_$tag")
+  /usr/bin/python3 - "$WORK/s_$tag.json" "$WORK/logs_$tag/metrics.jsonl" "$cpu" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1]))
 net = {}
@@ -35,31 +63,83 @@ for line in open(sys.argv[2]):
     if r.get("tag", "").endswith("network_wait_share"):
         net[r["tag"]] = r["value"]
 share = sum(net.values()) / len(net) if net else float("nan")
-print(f'{s["examples_per_sec"]:.1f} {share:.3f}')
+print(f'{s["examples_per_sec"]:.1f} {share:.3f} {sys.argv[3]} {s["examples"]}')
 PY
 }
 
+# CPU microseconds per training example: the difference of a run and a
+# run of a quarter of its steps, so loading the data, starting up and the
+# final evaluation (the same in both) cancel out.
+per() { # examples cpu_s short_examples short_cpu_s
+  /usr/bin/python3 -c "import sys; e, c, e0, c0 = map(float, sys.argv[1:5]); \
+print(f'{1e6 * (c - c0) / (e - e0):.1f}' if e > e0 else 'nan')" "$@"
+}
+
 CTR="$TSR_SOURCE_DIR/deploy/jobs/ctr_wide_deep.json"
-CSTEPS=${BENCH_CTR_STEPS:-200}
-sa=$(standalone "$JOB" "$STEPS")
-read -r c1 n1 <<<"$(run_cluster "$JOB" "$STEPS" 1 1 f1)"
-read -r c2 n2 <<<"$(run_cluster "$JOB" "$STEPS" 2 2 f2)"
-ca=$(standalone "$CTR" "$CSTEPS")
-read -r r1 m1 <<<"$(run_cluster "$CTR" "$CSTEPS" 1 1 c1)"
-read -r r2 m2 <<<"$(run_cluster "$CTR" "$CSTEPS" 2 2 c2)"
-printf '\n%-40s %14s %18s\n' "run" "examples/s" "network wait share"
-printf '%-40s %14s %18s\n' "Fashion-MNIST standalone" "$sa" "-"
-printf '%-40s %14s %18s\n' "Fashion-MNIST 1 PS + 1 worker" "$c1" "$n1"
-printf '%-40s %14s %18s\n' "Fashion-MNIST 2 PS + 2 workers" "$c2" "$n2"
-printf '%-40s %14s %18s\n' "CTR wide-and-deep standalone" "$ca" "-"
-printf '%-40s %14s %18s\n' "CTR wide-and-deep 1 PS + 1 worker" "$r1" "$m1"
-printf '%-40s %14s %18s\n' "CTR wide-and-deep 2 PS + 2 workers" "$r2" "$m2"
-/usr/bin/python3 - "$sa" "$c1" "$c2" "$ca" "$r1" "$r2" <<'PY'
+CSTEPS=${BENCH_CTR_STEPS:-400}
+Q=$((STEPS / 4)) CQ=$((CSTEPS / 4))
+read -r sa sacpu saex <<<"$(standalone "$JOB" "$STEPS" 128)"
+read -r _ sacpu0 saex0 <<<"$(standalone "$JOB" "$Q" 128)"
+read -r c1 n1 c1cpu c1ex <<<"$(run_cluster "$JOB" "$STEPS" 1 1 f1)"
+read -r _ _ c1cpu0 c1ex0 <<<"$(run_cluster "$JOB" "$Q" 1 1 f1q)"
+read -r c2 n2 c2cpu c2ex <<<"$(run_cluster "$JOB" "$STEPS" 2 2 f2)"
+read -r _ _ c2cpu0 c2ex0 <<<"$(run_cluster "$JOB" "$Q" 2 2 f2q)"
+read -r ca cacpu caex <<<"$(standalone "$CTR" "$CSTEPS" 256)"
+read -r _ cacpu0 caex0 <<<"$(standalone "$CTR" "$CQ" 256)"
+read -r r1 m1 r1cpu r1ex <<<"$(run_cluster "$CTR" "$CSTEPS" 1 1 c1)"
+read -r _ _ r1cpu0 r1ex0 <<<"$(run_cluster "$CTR" "$CQ" 1 1 c1q)"
+read -r r2 m2 r2cpu r2ex <<<"$(run_cluster "$CTR" "$CSTEPS" 2 2 c2)"
+read -r _ _ r2cpu0 r2ex0 <<<"$(run_cluster "$CTR" "$CQ" 2 2 c2q)"
+if [ "$VARIANTS" = 1 ]; then
+  read -r b2 nb2 b2cpu b2ex <<<"$(run_cluster "$JOB" "$STEPS" 2 2 fb \
+    --set wire_precision=bf16)"
+  read -r p2 np2 p2cpu p2ex <<<"$(run_cluster "$JOB" "$STEPS" 2 2 fp \
+    --set prefetch_params=true)"
+  read -r t2 nt2 t2cpu t2ex <<<"$(export TESSERA_RPC_TRANSPORT=tcp
+    run_cluster "$JOB" "$STEPS" 2 2 ft)"
+fi
+psa=$(per "$saex" "$sacpu" "$saex0" "$sacpu0")
+pc1=$(per "$c1ex" "$c1cpu" "$c1ex0" "$c1cpu0")
+pc2=$(per "$c2ex" "$c2cpu" "$c2ex0" "$c2cpu0")
+pca=$(per "$caex" "$cacpu" "$caex0" "$cacpu0")
+pr1=$(per "$r1ex" "$r1cpu" "$r1ex0" "$r1cpu0")
+pr2=$(per "$r2ex" "$r2cpu" "$r2ex0" "$r2cpu0")
+row() { printf '%-44s %12s %14s %14s\n' "$@"; }
+printf '\nstandalone: one process, one compute thread (OpenBLAS 1 thread)\n'
+row "run" "examples/s" "network wait" "CPU us/example"
+row "Fashion-MNIST standalone" "$sa" "-" "$psa"
+row "Fashion-MNIST 1 PS + 1 worker" "$c1" "$n1" "$pc1"
+row "Fashion-MNIST 2 PS + 2 workers" "$c2" "$n2" "$pc2"
+if [ "$VARIANTS" = 1 ]; then
+  # CPU against the fp32 run's short one: about the same fixed costs
+  row "Fashion-MNIST 2 PS + 2 workers, bf16 wire" "$b2" "$nb2" \
+    "$(per "$b2ex" "$b2cpu" "$c2ex0" "$c2cpu0")"
+  row "Fashion-MNIST 2 PS + 2 workers, prefetch" "$p2" "$np2" \
+    "$(per "$p2ex" "$p2cpu" "$c2ex0" "$c2cpu0")"
+  row "Fashion-MNIST 2 PS + 2 workers, TCP only" "$t2" "$nt2" \
+    "$(per "$t2ex" "$t2cpu" "$c2ex0" "$c2cpu0")"
+fi
+row "CTR wide-and-deep standalone" "$ca" "-" "$pca"
+row "CTR wide-and-deep 1 PS + 1 worker" "$r1" "$m1" "$pr1"
+row "CTR wide-and-deep 2 PS + 2 workers" "$r2" "$m2" "$pr2"
+printf 'load average at the end: %s\n' "$(cut -d' ' -f1-3 /proc/loadavg)"
+/usr/bin/python3 - "$sa" "$c1" "$c2" "$ca" "$r1" "$r2" \
+  "$psa" "$pc1" "$pc2" "$pca" "$pr1" "$pr2" <<'PY'
 import sys
-sa, c1, c2, ca, r1, r2 = map(float, sys.argv[1:])
-print(f"RATIO cluster_fmnist_1w_vs_standalone {c1 / sa:.2f} goal 0.5")
-print(f"RATIO cluster_fmnist_2w_vs_standalone {c2 / sa:.2f} goal 0.5")
-print(f"RATIO cluster_ctr_1w_vs_standalone {r1 / ca:.2f} goal 0.5")
-print(f"RATIO cluster_ctr_2w_vs_standalone {r2 / ca:.2f} goal 0.5")
+sa, c1, c2, ca, r1, r2, psa, pc1, pc2, pca, pr1, pr2 = map(float, sys.argv[1:])
+print(f"RATIO cluster_fmnist_1w_vs_standalone {c1 / sa:.2f} goal 0.9")
+print(f"RATIO cluster_fmnist_2w_vs_standalone {c2 / sa:.2f} goal 1.2")
+print(f"RATIO cluster_ctr_1w_vs_standalone {r1 / ca:.2f} goal 0.8")
+print(f"RATIO cluster_ctr_2w_vs_standalone {r2 / ca:.2f} goal 1.0")
+# CPU per training example, standalone over cluster: the cost of the
+# distribution whatever share of a loaded machine each run got.
+print(f"RATIO cluster_fmnist_1w_cpu_vs_standalone {psa / pc1:.2f} goal 0.9")
+print(f"RATIO cluster_fmnist_2w_cpu_vs_standalone {psa / pc2:.2f} goal 0.9")
+print(f"RATIO cluster_ctr_1w_cpu_vs_standalone {pca / pr1:.2f} goal 0.8")
+print(f"RATIO cluster_ctr_2w_cpu_vs_standalone {pca / pr2:.2f} goal 0.8")
 PY
+if [ "$VARIANTS" = 1 ] && [ -n "$t2" ]; then
+  /usr/bin/python3 -c "import sys; print(f'RATIO cluster_fmnist_2w_unix_vs_tcp \
+{float(sys.argv[1]) / float(sys.argv[2]):.2f} goal 1.0')" "$c2" "$t2"
+fi
 [ -n "$c1" ] && [ -n "$c2" ] && [ -n "$sa" ] && [ -n "$r1" ] && [ -n "$r2" ] && [ -n "$ca" ]

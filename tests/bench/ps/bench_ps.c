@@ -5,8 +5,9 @@
  *      Adam: w, g, m, v read, w, m, v written = 28 B/element) over memcpy
  *      bandwidth (bytes read + written) with the same threads;
  *   2. end-to-end pull and push of a 64 MiB variable through the PS service
- *      over loopback (server on its own loop thread) over raw TCP moving
- *      the same bytes between two threads with blocking sockets.
+ *      over loopback TCP (server on its own loop thread) over raw TCP
+ *      moving the same bytes between two threads with blocking sockets;
+ *      the same over the same-host Unix socket against raw Unix sockets.
  * Prints a table, then `RATIO <name> <value> goal <goal>` lines.
  * Best of several repetitions; no absolute time is judged.
  */
@@ -18,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "common/clock.h"
@@ -86,11 +88,12 @@ typedef struct {
   size_t bytes;
   char *buf;
   int rounds;
+  int connected;             /* lfd is the connected end already */
 } tcp_srv;
 
 static void *tcp_server(void *arg) {
   tcp_srv *s = arg;
-  int fd = accept(s->lfd, NULL, NULL);
+  int fd = s->connected ? s->lfd : accept(s->lfd, NULL, NULL);
   for (int r = 0; r < s->rounds; r++) {
     size_t got = 0;
     while (got < s->bytes) {
@@ -106,25 +109,34 @@ out:
   return NULL;
 }
 
-/* Best seconds to move `bytes` one way (and get a 1-byte answer). */
-static double raw_tcp(size_t bytes, int rounds) {
-  int lfd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a;
-  memset(&a, 0, sizeof a);
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  bind(lfd, (struct sockaddr *)&a, sizeof a);
-  getsockname(lfd, (struct sockaddr *)&a, &len);
-  listen(lfd, 1);
-  tcp_srv s = {lfd, bytes, malloc(bytes), rounds};
+/* Best seconds to move `bytes` one way (and get a 1-byte answer), over
+ * loopback TCP, or over a Unix socket (unix != 0). */
+static double raw_stream(size_t bytes, int rounds, int unix_sock) {
+  int lfd, fd;
+  if (unix_sock) {
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv)) abort();
+    lfd = sv[1];
+    fd = sv[0];
+  } else {
+    lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    bind(lfd, (struct sockaddr *)&a, sizeof a);
+    getsockname(lfd, (struct sockaddr *)&a, &len);
+    listen(lfd, 1);
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a)) abort();
+  }
+  tcp_srv s = {lfd, bytes, malloc(bytes), rounds, unix_sock};
   memset(s.buf, 1, bytes);
   pthread_t th;
   pthread_create(&th, NULL, tcp_server, &s);
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  if (connect(fd, (struct sockaddr *)&a, sizeof a)) abort();
   char *src = malloc(bytes);
   memset(src, 2, bytes);
   double b = 1e30;
@@ -143,7 +155,7 @@ static double raw_tcp(size_t bytes, int rounds) {
   }
   close(fd);
   pthread_join(th, NULL);
-  close(lfd);
+  if (!unix_sock) close(lfd);
   free(src);
   free(s.buf);
   return b;
@@ -220,6 +232,83 @@ static void cwait(uv_loop_t *l, cres *c) {
 
 static void client_closed(void *data) { *(int *)data = 1; }
 
+/* Best pull and push seconds of a 64 MiB variable through the PS service,
+ * the client on `transport` (the server offers both), and the mean apply
+ * time the PS reports. */
+typedef struct {
+  double pull, push, apply_ms;
+  int local;                 /* the client used the same-host socket */
+} ps_fig;
+
+static ps_fig ps_figures(int transport, float *g, size_t bytes, int rounds) {
+  size_t elems = bytes / 4;
+  ps_fig f = {1e30, 1e30, 0, 0};
+  srv_thread st;
+  memset(&st, 0, sizeof st);
+  pthread_t sth;
+  pthread_create(&sth, NULL, srv_main, &st);
+  while (!st.ready) tsr_sleep_ms(1);
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  tsr_rpc_ctx *ctx;
+  tsr_rpc_opts ro = {0};
+  ro.name = "bench-worker";
+  ro.token = TOKEN;
+  ro.token_len = strlen(TOKEN);
+  ro.max_payload_bytes = 1ull << 30;
+  ro.transport = transport;
+  if (tsr_rpc_ctx_new(&ctx, &loop, &ro)) abort();
+  char addr[64];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", st.port);
+  ps_client *c;
+  if (ps_client_new(&c, ctx, addr)) abort();
+  ps_client_set_deadline(c, 60000);
+  tsr_optim_spec o;
+  tsr_optim_defaults(TSR_OPT_SGD, &o);
+  ps_var_spec spec;
+  int64_t shape[2] = {(int64_t)elems / 1024, 1024};
+  ps_var_spec_init(&spec, "bench/w", 2, shape, 0, 1, "zeros", 1, &o);
+  cres r = {0};
+  if (ps_client_create(c, &spec, 1, ccb, &r)) abort();
+  cwait(&loop, &r);
+  float *dst = malloc(bytes);
+  memset(dst, 0, bytes); /* touched once, as the worker's buffers are */
+  for (int k = 0; k < rounds; k++) {
+    r = (cres){0};
+    double t0 = tsr_now_s();
+    if (ps_client_pull(c, "bench/w", 0, 0, 0, dst, elems, ccb, &r)) abort();
+    cwait(&loop, &r);
+    double t = tsr_now_s() - t0;
+    if (t < f.pull) f.pull = t;
+  }
+  for (int k = 0; k < rounds; k++) {
+    r = (cres){0};
+    double t0 = tsr_now_s();
+    if (ps_client_push(c, "bench/w", 0, 0, k, PS_DT_F32, g, bytes, ccb, &r))
+      abort();
+    cwait(&loop, &r);
+    double t = tsr_now_s() - t0;
+    if (t < f.push) f.push = t;
+  }
+  r = (cres){0};
+  if (ps_client_stats(c, ccb, &r)) abort();
+  cwait(&loop, &r);
+  f.apply_ms = r.apply_ms;
+  tsr_rpc_stats rs;
+  tsr_rpc_client_stats(ps_client_rpc(c), &rs);
+  f.local = rs.connects_local > 0;
+  int closed = 0;
+  ps_client_close(c, client_closed, &closed);
+  while (!closed) uv_run(&loop, UV_RUN_ONCE);
+  tsr_rpc_ctx_free(ctx);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  uv_loop_close(&loop);
+  uv_async_send(&st.stop);
+  pthread_join(sth, NULL);
+  free(dst);
+  return f;
+}
+
 int main(void) {
   /* ---- 1 ---- */
   size_t n = (256u << 20) / 4;
@@ -264,78 +353,31 @@ int main(void) {
   /* ---- 2 ---- */
   size_t bytes = 64u << 20, elems = bytes / 4;
   int rounds = 5;
-  double t_tcp = raw_tcp(bytes, rounds);
-  srv_thread st;
-  memset(&st, 0, sizeof st);
-  pthread_t sth;
-  pthread_create(&sth, NULL, srv_main, &st);
-  while (!st.ready) tsr_sleep_ms(1);
-  uv_loop_t loop;
-  uv_loop_init(&loop);
-  tsr_rpc_ctx *ctx;
-  tsr_rpc_opts ro = {0};
-  ro.name = "bench-worker";
-  ro.token = TOKEN;
-  ro.token_len = strlen(TOKEN);
-  ro.max_payload_bytes = 1ull << 30;
-  if (tsr_rpc_ctx_new(&ctx, &loop, &ro)) abort();
-  char addr[64];
-  snprintf(addr, sizeof addr, "127.0.0.1:%d", st.port);
-  ps_client *c;
-  if (ps_client_new(&c, ctx, addr)) abort();
-  ps_client_set_deadline(c, 60000);
-  tsr_optim_spec o;
-  tsr_optim_defaults(TSR_OPT_SGD, &o);
-  ps_var_spec spec;
-  int64_t shape[2] = {(int64_t)elems / 1024, 1024};
-  ps_var_spec_init(&spec, "bench/w", 2, shape, 0, 1, "zeros", 1, &o);
-  cres r = {0};
-  if (ps_client_create(c, &spec, 1, ccb, &r)) abort();
-  cwait(&loop, &r);
-  float *dst = malloc(bytes);
-  memset(dst, 0, bytes); /* touched once, as the worker's buffers are */
-  double t_pull = 1e30, t_push = 1e30;
-  for (int k = 0; k < rounds; k++) {
-    r = (cres){0};
-    double t0 = tsr_now_s();
-    if (ps_client_pull(c, "bench/w", 0, 0, 0, dst, elems, ccb, &r)) abort();
-    cwait(&loop, &r);
-    double t = tsr_now_s() - t0;
-    if (t < t_pull) t_pull = t;
-  }
   for (size_t i = 0; i < elems; i++) g[i] = 1e-6f;
-  for (int k = 0; k < rounds; k++) {
-    r = (cres){0};
-    double t0 = tsr_now_s();
-    if (ps_client_push(c, "bench/w", 0, 0, k, PS_DT_F32, g, bytes, ccb, &r))
-      abort();
-    cwait(&loop, &r);
-    double t = tsr_now_s() - t0;
-    if (t < t_push) t_push = t;
-  }
-  r = (cres){0};
-  if (ps_client_stats(c, ccb, &r)) abort();
-  cwait(&loop, &r);
-  double apply_ms = r.apply_ms;
-  int closed = 0;
-  ps_client_close(c, client_closed, &closed);
-  while (!closed) uv_run(&loop, UV_RUN_ONCE);
-  tsr_rpc_ctx_free(ctx);
-  uv_run(&loop, UV_RUN_DEFAULT);
-  uv_loop_close(&loop);
-  uv_async_send(&st.stop);
-  pthread_join(sth, NULL);
-  free(dst);
+  double t_tcp = raw_stream(bytes, rounds, 0);
+  ps_fig ft = ps_figures(TSR_RPC_TRANSPORT_TCP, g, bytes, rounds);
+  double t_unix = raw_stream(bytes, rounds, 1);
+  ps_fig fu = ps_figures(TSR_RPC_TRANSPORT_AUTO, g, bytes, rounds);
   free(g);
-  printf("\n%-28s %12s\n", "64 MiB over loopback", "GB/s");
-  printf("%-28s %12.2f\n", "raw TCP (one way)", (double)bytes / t_tcp / 1e9);
-  printf("%-28s %12.2f\n", "ps pull", (double)bytes / t_pull / 1e9);
-  printf("%-28s %12.2f\n", "ps push (incl. SGD apply)", (double)bytes / t_push / 1e9);
-  printf("%-28s %12.2f\n", "  of which apply, ms", apply_ms);
-  printf("%-28s %12.2f\n", "  push, ms", t_push * 1e3);
+  printf("\n%-34s %12s %12s\n", "64 MiB on this host, GB/s", "TCP",
+         "Unix socket");
+  printf("%-34s %12.2f %12.2f\n", "raw (one way)", (double)bytes / t_tcp / 1e9,
+         (double)bytes / t_unix / 1e9);
+  printf("%-34s %12.2f %12.2f\n", "ps pull", (double)bytes / ft.pull / 1e9,
+         (double)bytes / fu.pull / 1e9);
+  printf("%-34s %12.2f %12.2f\n", "ps push (incl. SGD apply)",
+         (double)bytes / ft.push / 1e9, (double)bytes / fu.push / 1e9);
+  printf("%-34s %12.2f %12.2f\n", "  of which apply, ms", ft.apply_ms,
+         fu.apply_ms);
+  printf("%-34s %12.2f %12.2f\n", "  push, ms", ft.push * 1e3,
+         fu.push * 1e3);
+  if (!fu.local)
+    printf("(the Unix column went over TCP: TESSERA_RPC_TRANSPORT=tcp?)\n");
   printf("\n");
   for (int i = 0; i < nl; i++) printf("%s\n", lines[i]);
-  printf("RATIO ps_pull_64MiB %.3f goal 0.7\n", t_tcp / t_pull);
-  printf("RATIO ps_push_64MiB %.3f goal 0.7\n", t_tcp / t_push);
+  printf("RATIO ps_pull_64MiB %.3f goal 0.7\n", t_tcp / ft.pull);
+  printf("RATIO ps_push_64MiB %.3f goal 0.8\n", t_tcp / ft.push);
+  printf("RATIO ps_pull_64MiB_unix %.3f goal 0.7\n", t_unix / fu.pull);
+  printf("RATIO ps_push_64MiB_unix %.3f goal 0.8\n", t_unix / fu.push);
   return 0;
 }

@@ -3,7 +3,8 @@
 # every process started from TF_CONFIG: it reaches the quality the
 # standalone trainer reaches (test MSE <= 3500), writes TensorBoard events,
 # metrics.jsonl, report.html and checkpoints, and the last checkpoint
-# exports to an .npz with the model's arrays under their Keras names.
+# exports to an .npz with the model's arrays under their Keras names. The
+# trace shows the overlap: gradients are pushed while the step computes.
 . "$(dirname "$0")/lib.sh"
 
 write_diabetes_job "$WORK/job.json" ', "epochs": 500, "steps_per_closure": 20,
@@ -42,6 +43,25 @@ missing = need - names
 print(len(x), "events; missing:", missing or "none")
 assert not missing
 assert all(e["dur"] >= 0 and e["ts"] > 1.6e15 for e in x)
+PY
+check "trace: pushes leave during the compute that produced them" \
+  /usr/bin/python3 - "$WORK/trace.json" <<'PY'
+import bisect, json, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+x = [e for e in ev if e.get("ph") == "X" and 1000 <= e["pid"] < 2000]
+inside = total = 0
+for pid in {e["pid"] for e in x}:
+    comp = sorted((e["ts"], e["ts"] + e["dur"]) for e in x
+                  if e["pid"] == pid and e["tid"] == 1 and e["name"] == "compute")
+    starts = [c[0] for c in comp]
+    for e in x:
+        if e["pid"] != pid or e["tid"] != 2 or not e["name"].startswith("push "):
+            continue
+        total += 1
+        i = bisect.bisect_right(starts, e["ts"]) - 1
+        inside += i >= 0 and e["ts"] <= comp[i][1]
+print(f"{inside} of {total} pushes began inside a compute phase")
+assert total > 0 and inside > total // 2
 PY
 check "TensorBoard event file" bash -c "ls $WORK/logs/events.out.tfevents.* >/dev/null"
 check "metrics.jsonl has loss" grep -q '"loss"' "$WORK/logs/metrics.jsonl"

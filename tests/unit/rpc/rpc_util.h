@@ -14,10 +14,12 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #define TEST_TOKEN "test-cluster-token"
@@ -79,6 +81,26 @@ static inline int ru_connect(int port) {
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+/* The same over the server's same-host Unix socket: the abstract name
+ * local.c gives a server bound to 127.0.0.1:port. */
+static inline int ru_connect_unix(int port) {
+  int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  struct sockaddr_un a = {.sun_family = AF_UNIX};
+  int n = snprintf(a.sun_path + 1, sizeof a.sun_path - 1,
+                   "tessera-rpc/127.0.0.1:%d", port);
+  struct timeval tv = {.tv_sec = 5};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  if (connect(fd, (struct sockaddr *)&a,
+              (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 +
+                          (size_t)n)) != 0) {
     close(fd);
     return -1;
   }

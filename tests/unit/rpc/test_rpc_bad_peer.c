@@ -6,7 +6,9 @@
  * hold many calls (backpressure: the server stops reading them and its
  * memory stays bounded), a peer that leaves mid-payload, a peer of
  * another protocol version. After each, the server still serves a good
- * client; at the end its loop closes with every handle gone. */
+ * client; at the end its loop closes with every handle gone. The whole
+ * table runs twice: over TCP, and over the server's same-host Unix socket,
+ * where every bad peer must be refused the same way. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -143,6 +145,13 @@ static int teardown(void **state) {
   return 0;
 }
 
+/* Which of the server's two sockets this run of the table speaks to. */
+static int over_unix;
+
+static int peer_connect(void) {
+  return over_unix ? ru_connect_unix(S.port) : ru_connect(S.port);
+}
+
 static tsr_rpc_stats snap(void) {
   usleep(30000); /* two snapshot periods */
   pthread_mutex_lock(&S.mu);
@@ -175,7 +184,7 @@ static tsr_rpc_stats snap_settled(void) {
 }
 
 static int good_conn(void) {
-  int fd = ru_connect(S.port);
+  int fd = peer_connect();
   assert_true(fd >= 0);
   assert_int_equal(ru_handshake(fd, TEST_TOKEN, NULL), 0);
   return fd;
@@ -216,7 +225,7 @@ static void expect_error(int fd, uint64_t id, int code, const char *text) {
 
 static void test_garbage_before_handshake(void **state) {
   tsr_rpc_stats before = snap();
-  int fd = ru_connect(S.port);
+  int fd = peer_connect();
   const char *http = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
   assert_int_equal(ru_write_all(fd, http, strlen(http)), 0);
   assert_true(read_eof(fd)); /* nothing answered, closed */
@@ -309,12 +318,12 @@ static void test_dup_id(void **state) {
 
 static void test_replay(void **state) {
   uint8_t rec[512];
-  int fd = ru_connect(S.port);
+  int fd = peer_connect();
   assert_int_equal(ru_handshake(fd, TEST_TOKEN, rec), 0);
   close(fd);
   tsr_rpc_stats before = snap_settled();
   /* the same client bytes again, on a new connection */
-  fd = ru_connect(S.port);
+  fd = peer_connect();
   assert_int_equal(ru_write_all(fd, rec,
                                 TSR_RPC__HELLO_SIZE + TSR_RPC__PROOF_SIZE),
                    0);
@@ -332,14 +341,14 @@ static void test_replay(void **state) {
 
 static void test_silent_client(void **state) {
   tsr_rpc_stats before = snap();
-  int fd = ru_connect(S.port); /* 5 s receive timeout */
+  int fd = peer_connect(); /* 5 s receive timeout */
   assert_true(read_eof(fd));   /* dropped by the server before that */
   close(fd);
   tsr_rpc_stats after;
   WAIT_SNAP(after, after.refused == before.refused + 1);
   assert_int_equal(after.refused, before.refused + 1);
   /* a client that stops after part of its HELLO is dropped the same way */
-  fd = ru_connect(S.port);
+  fd = peer_connect();
   uint8_t part[8];
   tsr_rpc__put32(part, TSR_RPC__HELLO_MAGIC);
   memset(part + 4, 0, 4);
@@ -442,7 +451,7 @@ static void test_payload_abort(void **state) {
  * name both versions) and a refusal, then the connection closes. */
 static void test_version_mismatch(void **state) {
   tsr_rpc_stats before = snap();
-  int fd = ru_connect(S.port);
+  int fd = peer_connect();
   tsr_rpc__hs hs;
   uint8_t out[TSR_RPC__HS_OUT_MAX];
   size_t ol;
@@ -460,6 +469,20 @@ static void test_version_mismatch(void **state) {
   tsr_rpc_stats after;
   WAIT_SNAP(after, after.refused == before.refused + 1);
   assert_int_equal(after.refused, before.refused + 1);
+}
+
+/* A good peer's handshake counts as a same-host connection exactly when
+ * it came over the Unix socket. */
+static void test_transport_counted(void **state) {
+  tsr_rpc_stats before = snap_settled();
+  int fd = peer_connect();
+  assert_true(fd >= 0);
+  assert_int_equal(ru_handshake(fd, TEST_TOKEN, NULL), 0);
+  tsr_rpc_stats after;
+  WAIT_SNAP(after, after.connects == before.connects + 1);
+  assert_int_equal(after.connects_local,
+                   before.connects_local + (over_unix ? 1 : 0));
+  close(fd);
 }
 
 int main(void) {
@@ -480,6 +503,11 @@ int main(void) {
       cmocka_unit_test(test_held_calls_bound),
       cmocka_unit_test(test_payload_abort),
       cmocka_unit_test(test_version_mismatch),
+      cmocka_unit_test(test_transport_counted),
   };
-  return cmocka_run_group_tests(tests, setup, teardown);
+  over_unix = 0;
+  int failed = cmocka_run_group_tests_name("tcp", tests, setup, teardown);
+  over_unix = 1;
+  failed += cmocka_run_group_tests_name("unix", tests, setup, teardown);
+  return failed;
 }

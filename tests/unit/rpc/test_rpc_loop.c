@@ -2,7 +2,11 @@
  * many sizes, remote errors, unknown methods, metas that do not decode,
  * deadlines, response destinations (exact and mismatched), the in-flight
  * bound, reconnection to a restarted server, a wrong token, payload
- * allocators, and allocation failures in turn.
+ * allocators, and allocation failures in turn; the same-host Unix socket
+ * (for a server bound to one address and to every address, and its
+ * absence for a client that asks for TCP). The whole table runs twice:
+ * with the same-host socket (every call above then goes over it) and with
+ * TESSERA_RPC_TRANSPORT=tcp.
  * Every test ends with every handle closed and uv_loop_close() == 0. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -852,6 +856,95 @@ static void test_alloc_failures(void **state) {
   assert_true(completed_ok > 0);
 }
 
+static void copy_peer(const tsr_rpc_conn_info *in, void *data) {
+  snprintf(data, TSR_RPC_ADDR_MAX, "%s", in->peer);
+}
+
+/* Non-zero in the run of the table with TESSERA_RPC_TRANSPORT=tcp. */
+static int tcp_pass;
+
+/* A server listening on `listen_host`, a client of 127.0.0.1 with the
+ * given transport: echo, then both ends say whether the connection was
+ * the same-host socket, and the server names its peer accordingly. */
+static void same_host_case(const char *listen_host, int client_transport,
+                           int want_local) {
+  env e;
+  memset(&e, 0, sizeof e);
+  assert_int_equal(uv_loop_init(&e.loop), 0);
+  uv_timer_init(&e.loop, &e.sleeper);
+  uv_timer_init(&e.loop, &e.ticker);
+  tsr_rpc_opts so, co;
+  ru_opts(&so, "server");
+  ru_opts(&co, "client");
+  co.transport = client_transport;
+  assert_int_equal(tsr_rpc_ctx_new(&e.sctx, &e.loop, &so), 0);
+  assert_int_equal(tsr_rpc_server_new(&e.srv, e.sctx), 0);
+  assert_int_equal(tsr_rpc_server_register(e.srv, M_ECHO, h_echo, &e), 0);
+  char addr[64];
+  snprintf(addr, sizeof addr, "%s:0", listen_host);
+  assert_int_equal(tsr_rpc_server_listen(e.srv, addr), 0);
+  e.port = tsr_rpc_server_port(e.srv);
+  assert_int_equal(tsr_rpc_ctx_new(&e.cctx, &e.loop, &co), 0);
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", e.port);
+  assert_int_equal(tsr_rpc_client_new(&e.cli, e.cctx, addr), 0);
+  res r;
+  uint8_t pl[300000];
+  for (size_t i = 0; i < sizeof pl; i++) pl[i] = (uint8_t)(i * 13);
+  assert_int_equal(call(&e, M_ECHO, "sh", 2, pl, sizeof pl, NULL, 0, 0, &r),
+                   0);
+  assert_int_equal(r.status, 0);
+  assert_int_equal(r.sum, checksum(pl, sizeof pl));
+  tsr_rpc_stats cs, ss;
+  tsr_rpc_client_stats(e.cli, &cs);
+  tsr_rpc_server_stats(e.srv, &ss);
+  assert_int_equal(cs.connects, 1);
+  assert_int_equal(ss.connects, 1);
+  assert_int_equal(cs.connects_local, want_local);
+  assert_int_equal(ss.connects_local, want_local);
+  char peer[TSR_RPC_ADDR_MAX] = "";
+  tsr_rpc_server_foreach_conn(e.srv, copy_peer, peer);
+  if (want_local)
+    assert_true(!strncmp(peer, "unix:pid ", 9));
+  else
+    assert_true(!strncmp(peer, "127.0.0.1:", 10));
+  env_down(&e);
+}
+
+static void test_same_host(void **state) {
+  same_host_case("127.0.0.1", TSR_RPC_TRANSPORT_AUTO, !tcp_pass);
+}
+
+/* A server bound to every address is found through a loopback address. */
+static void test_same_host_wildcard(void **state) {
+  same_host_case("0.0.0.0", TSR_RPC_TRANSPORT_AUTO, !tcp_pass);
+}
+
+/* A client that asks for TCP gets TCP from a server that offers both. */
+static void test_same_host_tcp_only(void **state) {
+  same_host_case("127.0.0.1", TSR_RPC_TRANSPORT_TCP, 0);
+}
+
+/* A transport that is neither is refused, as is an unknown environment
+ * value. */
+static void test_transport_refused(void **state) {
+  uv_loop_t loop;
+  assert_int_equal(uv_loop_init(&loop), 0);
+  tsr_rpc_opts o;
+  ru_opts(&o, "x");
+  o.transport = 7;
+  tsr_rpc_ctx *ctx;
+  assert_int_equal(tsr_rpc_ctx_new(&ctx, &loop, &o), TSR_ECONFIG);
+  o.transport = 0;
+  const char *was = getenv("TESSERA_RPC_TRANSPORT");
+  setenv("TESSERA_RPC_TRANSPORT", "shm", 1);
+  assert_int_equal(tsr_rpc_ctx_new(&ctx, &loop, &o), TSR_ECONFIG);
+  if (was)
+    setenv("TESSERA_RPC_TRANSPORT", "tcp", 1);
+  else
+    unsetenv("TESSERA_RPC_TRANSPORT");
+  assert_int_equal(uv_loop_close(&loop), 0);
+}
+
 int main(void) {
   setenv("TESSERA_LOG", "error", 0);
   tsr_log_init("test");
@@ -868,6 +961,16 @@ int main(void) {
       cmocka_unit_test(test_close_pending),
       cmocka_unit_test(test_close_in_callback),
       cmocka_unit_test(test_alloc_failures),
+      cmocka_unit_test(test_same_host),
+      cmocka_unit_test(test_same_host_wildcard),
+      cmocka_unit_test(test_same_host_tcp_only),
+      cmocka_unit_test(test_transport_refused),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  unsetenv("TESSERA_RPC_TRANSPORT");
+  tcp_pass = 0;
+  int failed = cmocka_run_group_tests_name("same-host", tests, NULL, NULL);
+  setenv("TESSERA_RPC_TRANSPORT", "tcp", 1);
+  tcp_pass = 1;
+  failed += cmocka_run_group_tests_name("tcp", tests, NULL, NULL);
+  return failed;
 }

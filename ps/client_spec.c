@@ -1,0 +1,127 @@
+/* Shard specs on the client side: ps_var_spec_init for callers that place
+ * shards (TF's "div" rows, Keras fans), and a spec as the create request's
+ * VarSpec (strings point into the spec, sub-messages and the shape into
+ * the caller's storage, nothing is allocated). The PS reads it back with
+ * its own checks (spec.c).
+ */
+#include "ps/client_int.h"
+#include "common/err.h"
+#include "common/job.h"
+#include "common/partition.h"
+
+#include <stdio.h>
+#include <string.h>
+
+int ps_var_spec_init(ps_var_spec *s, const char *name, int rank,
+                     const int64_t *shape, int shard, int num_shards,
+                     const char *init, uint64_t seed,
+                     const tsr_optim_spec *optim) {
+  memset(s, 0, sizeof *s);
+  if (!name || strlen(name) >= PS_NAME_MAX || rank < 0 || rank > PS_MAX_RANK ||
+      num_shards < 1 || shard < 0 || shard >= num_shards)
+    return TSR_EINVAL;
+  snprintf(s->name, sizeof s->name, "%s", name);
+  s->rank = rank;
+  for (int i = 0; i < rank; i++) {
+    if (shape[i] <= 0) return TSR_EINVAL;
+    s->shape[i] = shape[i];
+  }
+  s->shard = shard;
+  s->num_shards = num_shards;
+  int64_t dim0 = rank ? shape[0] : 1;
+  if (num_shards > dim0) return TSR_EINVAL;
+  tsr_partition_rows(dim0, num_shards, shard, &s->row0, &s->rows);
+  if (kern_init_parse(init, &s->init)) return TSR_EINVAL;
+  /* Keras fans: receptive field times the last two dims */
+  if (rank >= 2) {
+    int64_t rf = 1;
+    for (int i = 0; i < rank - 2; i++) rf *= shape[i];
+    s->init.fan_in = shape[rank - 2] * rf;
+    s->init.fan_out = shape[rank - 1] * rf;
+  } else if (rank == 1) {
+    s->init.fan_in = s->init.fan_out = shape[0];
+  } else {
+    s->init.fan_in = s->init.fan_out = 1;
+  }
+  s->seed = seed;
+  s->optim = *optim;
+  return 0;
+}
+
+static void sp_schedule_to_proto(const tsr_lr_schedule *s,
+                                 Tessera__Ps__LrSchedule *p) {
+  tessera__ps__lr_schedule__init(p);
+  p->kind = (char *)tsr_lr_schedule_name(s->kind);
+  p->initial = s->initial;
+  p->decay_steps = s->decay_steps;
+  p->decay_rate = s->decay_rate;
+  p->staircase = s->staircase;
+  p->alpha = s->alpha;
+  p->warmup = s->warmup;
+  p->warmup_target = s->warmup_target;
+  p->warmup_steps = s->warmup_steps;
+  p->t_mul = s->t_mul;
+  p->m_mul = s->m_mul;
+  p->end_lr = s->end_lr;
+  p->power = s->power;
+  p->cycle = s->cycle;
+  if (s->kind == TSR_LR_PIECEWISE) {
+    p->n_boundaries = (size_t)s->n_boundaries;
+    p->boundaries = (double *)s->boundaries;
+    p->n_values = (size_t)s->n_boundaries + 1;
+    p->values = (double *)s->values;
+  }
+}
+
+void ps__client_spec_to_proto(const ps_var_spec *s, Tessera__Ps__VarSpec *v,
+                              Tessera__Ps__Initializer *in,
+                              Tessera__Ps__Optimizer *o,
+                              Tessera__Ps__LrSchedule *sched,
+                              int64_t *shape_buf) {
+  tessera__ps__var_spec__init(v);
+  tessera__ps__initializer__init(in);
+  tessera__ps__optimizer__init(o);
+  v->name = (char *)s->name;
+  for (int i = 0; i < s->rank; i++) shape_buf[i] = s->shape[i];
+  v->n_shape = (size_t)s->rank;
+  v->shape = shape_buf;
+  v->sparse = s->sparse;
+  v->bounded = s->bounded;
+  v->shard = s->shard;
+  v->num_shards = s->num_shards;
+  v->row0 = s->row0;
+  v->rows = s->rows;
+  v->seed = s->seed;
+  v->dtype = (char *)"float32";
+  if (s->init_path[0]) v->init_path = (char *)s->init_path;
+  in->name = (char *)kern_init_name(s->init.kind);
+  in->a = s->init.a;
+  in->b = s->init.b;
+  in->fan_in = s->init.fan_in;
+  in->fan_out = s->init.fan_out;
+  v->init = in;
+  o->name = (char *)tsr_optim_name(s->optim.kind);
+  o->learning_rate = s->optim.learning_rate;
+  o->momentum = s->optim.momentum;
+  o->nesterov = s->optim.nesterov;
+  o->beta_1 = s->optim.beta_1;
+  o->beta_2 = s->optim.beta_2;
+  o->epsilon = s->optim.epsilon;
+  o->rho = s->optim.rho;
+  o->centered = s->optim.centered;
+  o->initial_accumulator_value = s->optim.initial_accumulator_value;
+  o->learning_rate_power = s->optim.learning_rate_power;
+  o->l1 = s->optim.l1;
+  o->l2 = s->optim.l2;
+  o->l2_shrinkage = s->optim.l2_shrinkage;
+  o->beta = s->optim.beta;
+  o->weight_decay = s->optim.weight_decay;
+  o->clipnorm = s->optim.clipnorm;
+  o->global_clipnorm = s->optim.global_clipnorm;
+  o->clipvalue = s->optim.clipvalue;
+  if (s->optim.schedule.kind != TSR_LR_CONSTANT) {
+    sp_schedule_to_proto(&s->optim.schedule, sched);
+    o->schedule = sched;
+  }
+  v->optimizer = o;
+}
