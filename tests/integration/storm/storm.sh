@@ -9,7 +9,8 @@
 # moment (a random time after one of the first eight checkpoints, which come
 # every tenth of the run), starts what it killed again, and checks:
 #  - the chief exits 0 and its summary gives the normal run's step count;
-#  - the final loss is finite;
+#  - the final loss is finite (the evaluation's loss when a chief restarted
+#    after the final checkpoint found the job done);
 #  - the newest checkpoint is readable (`tessera ckpt inspect`) and is the
 #    final step's.
 # A run still going after 4 T is a hang: it is reported, the cluster is
@@ -122,6 +123,11 @@ verify() {
   steps=$(json_get "$WORK/summary.json" steps 2>/dev/null)
   if [ -n "$1" ] && [ "$steps" != "$1" ]; then WHY="steps $steps, expected $1"; return 1; fi
   loss=$(json_get "$WORK/summary.json" final_loss 2>/dev/null)
+  # a chief killed after the final checkpoint finds the job done and trains
+  # nothing: no training loss, its evaluation's instead
+  if [ "$loss" = None ] && [ "$(json_get "$WORK/summary.json" steps_run 2>/dev/null)" = 0 ]; then
+    loss=$(json_get "$WORK/summary.json" eval.loss 2>/dev/null)
+  fi
   if ! /usr/bin/python3 -c 'import math,sys; sys.exit(0 if math.isfinite(float(sys.argv[1])) else 1)' "$loss" 2>/dev/null; then
     WHY="final loss '$loss' is not finite"; return 1
   fi
