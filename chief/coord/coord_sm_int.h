@@ -41,6 +41,8 @@ typedef struct {
   int failures;         /* its own closure errors in a row */
   int64_t examples;     /* per epoch, -1 unknown */
   double since;         /* CONFIGURING: sent at; CONNECTED: retry at */
+  double unanswered_at; /* its first configuration still unanswered went
+                           out at (0: none; asking again keeps it) */
   char name[COORD_NAME_MAX];
   char last_error[COORD_MSG_MAX];
 } sm_wk;

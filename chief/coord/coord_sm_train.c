@@ -75,6 +75,7 @@ static void sm_worker_down(coord_sm *sm, int w, const char *why) {
     sm__note(sm, TSR_LOG_INFO, "lost %s: %s; %d closure(s) go back to the "
              "queue", k->name, why, back);
   k->st = COORD_WK_DOWN;
+  k->unanswered_at = 0;
 }
 
 static void sm_leave_out(coord_sm *sm, int w, const char *why) {
@@ -108,6 +109,7 @@ void sm__on_worker(coord_sm *sm, const coord_event *ev) {
     case COORD_EV_WK_READY:
       if (k->st != COORD_WK_CONFIGURING) break;
       k->answered = true;
+      k->unanswered_at = 0;
       k->examples = ev->examples;
       k->last_error[0] = 0;
       if (sm->c.mode == TSR_MODE_SYNC && !sm->c.sync_rejoin &&
@@ -131,6 +133,7 @@ void sm__on_worker(coord_sm *sm, const coord_event *ev) {
       break;
     case COORD_EV_WK_CONFIG_FAILED:
       if (k->st != COORD_WK_CONFIGURING) break;
+      k->unanswered_at = 0;
       snprintf(k->last_error, sizeof k->last_error, "%s", msg);
       switch (ev->err_kind) {
         case COORD_ERR_DATA:
@@ -287,6 +290,7 @@ void sm__configure_workers(coord_sm *sm) {
       sm__note(sm, TSR_LOG_WARN, "%s did not answer its configuration "
                "within %.0f s; asking again", k->name,
                sm__grace(sm->c.op_timeout_s));
+      if (k->unanswered_at == 0) k->unanswered_at = k->since;
       k->st = COORD_WK_CONNECTED;
       k->since = sm->now + 1.0;
     }
@@ -356,6 +360,34 @@ static bool sm_total_known(coord_sm *sm) {
     else
       sm__fail(sm, 2, "%s: the job gives epochs but no worker knows the "
                "size of its data; give \"steps\"", sm->job_path);
+    return false;
+  }
+  /* A worker that holds a configuration and does not answer it (stuck,
+   * not gone): its share of the data is part of an epoch. Counted over the
+   * others, the run was cut short, and a chief resumed past the cut called
+   * the job done. It gets the whole wait from when its first unanswered
+   * configuration went out (asking again does not restart it); past that
+   * the run fails naming it. A worker that is down is counted out as
+   * before. */
+  char silent[COORD_MSG_MAX - 128];
+  size_t off = 0;
+  silent[0] = 0;
+  for (int w = 0; w < sm->c.n_wk; w++) {
+    const sm_wk *k = &sm->wk[w];
+    if (k->answered) continue;
+    double first = k->unanswered_at > 0           ? k->unanswered_at
+                   : k->st == COORD_WK_CONFIGURING ? k->since
+                                                   : 0;
+    if (first == 0) continue;
+    if (sm->now - first <= sm->c.wait_timeout_s) return false;
+    if (off + 24 < sizeof silent)
+      off += (size_t)snprintf(silent + off, sizeof silent - off, "%s%s",
+                              off ? ", " : "", k->name);
+  }
+  if (off) {
+    sm__fail(sm, 1, "%s: the job gives epochs and %s did not report the "
+             "size of its data within %.0f s; an epoch cannot be counted "
+             "without it", sm->job_path, silent, sm->c.wait_timeout_s);
     return false;
   }
   if (known < sm->c.n_wk)
