@@ -13,7 +13,7 @@
  * gradient accumulation: "is not supported"), more than one clipping
  * option (Keras refuses that too).
  */
-#include "common/job.h"
+#include "common/optim_spec.h"
 #include "common/conf.h"
 #include "common/err.h"
 
@@ -499,4 +499,15 @@ int tsr_optim_parse(json_t *v, tsr_optim_spec *out, char *err,
                     "optimizer.weight_decay is not supported with ftrl (use "
                     "its l2_regularization_strength)");
   return 0;
+}
+
+void tsr_var_optimizer(const tsr_var *v, const tsr_optim_spec *job_opt,
+                       tsr_optim_spec *out) {
+  if (v->trainable) {
+    *out = *job_opt;
+    return;
+  }
+  tsr_optim_defaults(TSR_OPT_MOVING_AVERAGE, out);
+  out->momentum = v->momentum;
+  out->learning_rate = 1.0 - v->momentum;
 }

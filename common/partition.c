@@ -52,16 +52,18 @@ int tsr_partitioner_check(const tsr_partitioner *p, char *err,
                   (int)p->kind);
 }
 
-int tsr_partition_count(const tsr_partitioner *p, const tsr_var_shape *v,
+int tsr_partition_count(const tsr_partitioner *p, const tsr_var *v,
                         int64_t *n, char *err, size_t errlen) {
-  const char *name = v->name ? v->name : "variable";
+  const char *name = v->name[0] ? v->name : "variable";
+  size_t elem_size = tsr_dtype_size(v->dtype);
   int rc = tsr_partitioner_check(p, err, errlen);
   if (rc) return rc;
   if (v->rank < 0 || v->rank > TSR_MAX_RANK)
     return tsr_errf(err, errlen, TSR_EINVAL, "%s: rank %d out of range 0..%d",
                     name, v->rank, TSR_MAX_RANK);
-  if (v->elem_size == 0)
-    return tsr_errf(err, errlen, TSR_EINVAL, "%s: element size is 0", name);
+  if (elem_size == 0)
+    return tsr_errf(err, errlen, TSR_EINVAL, "%s: dtype %d has no size", name,
+                    (int)v->dtype);
   int64_t numel = 1;
   for (int i = 0; i < v->rank; i++) {
     if (v->shape[i] <= 0)
@@ -73,7 +75,7 @@ int tsr_partition_count(const tsr_partitioner *p, const tsr_var_shape *v,
                       name);
   }
   int64_t bytes;
-  if (__builtin_mul_overflow(numel, (int64_t)v->elem_size, &bytes))
+  if (__builtin_mul_overflow(numel, (int64_t)elem_size, &bytes))
     return tsr_errf(err, errlen, TSR_EINVAL, "%s: byte size overflows", name);
   if (v->rank == 0) {
     *n = 1;
@@ -116,18 +118,20 @@ void tsr_partition_rows(int64_t dim0, int64_t n, int64_t i, int64_t *row0,
   *row0 = i * base + (i < extra ? i : extra);
 }
 
-int64_t tsr_shard_bytes(const tsr_shard *s, const tsr_var_shape *v) {
+int64_t tsr_shard_bytes(const tsr_shard *s, const tsr_var *v, int slots) {
   int64_t row_elems = 1;
   for (int d = 1; d < v->rank; d++) row_elems *= v->shape[d];
-  return s->rows * row_elems * (int64_t)v->elem_size * (1 + v->slots);
+  return s->rows * row_elems * (int64_t)tsr_dtype_size(v->dtype) *
+         (1 + slots);
 }
 
 double tsr_partition_balance(const tsr_shard *shards, size_t n,
-                             const tsr_var_shape *vars, int n_ps,
-                             int64_t *per_ps) {
+                             const tsr_var *vars, const int *slots,
+                             int n_ps, int64_t *per_ps) {
   for (int i = 0; i < n_ps; i++) per_ps[i] = 0;
   for (size_t k = 0; k < n; k++)
-    per_ps[shards[k].ps] += tsr_shard_bytes(&shards[k], &vars[shards[k].var]);
+    per_ps[shards[k].ps] += tsr_shard_bytes(&shards[k], &vars[shards[k].var],
+                                            slots ? slots[shards[k].var] : 0);
   int64_t max = 0, sum = 0;
   for (int i = 0; i < n_ps; i++) {
     sum += per_ps[i];
@@ -170,7 +174,8 @@ static int tsr__cmp_bytes(const void *a, const void *b) {
 }
 
 static int tsr__place_balanced(tsr_shard *s, size_t n,
-                               const tsr_var_shape *vars, int n_ps) {
+                               const tsr_var *vars, const int *slots,
+                               int n_ps) {
   tsr__by_bytes *order = malloc((n ? n : 1) * sizeof *order);
   int64_t *load = calloc((size_t)n_ps, sizeof *load);
   if (!order || !load) {
@@ -179,7 +184,8 @@ static int tsr__place_balanced(tsr_shard *s, size_t n,
     return TSR_ENOMEM;
   }
   for (size_t k = 0; k < n; k++) {
-    order[k].bytes = tsr_shard_bytes(&s[k], &vars[s[k].var]);
+    order[k].bytes = tsr_shard_bytes(&s[k], &vars[s[k].var],
+                                     slots ? slots[s[k].var] : 0);
     order[k].k = k;
   }
   qsort(order, n, sizeof *order, tsr__cmp_bytes);
@@ -195,8 +201,8 @@ static int tsr__place_balanced(tsr_shard *s, size_t n,
   return 0;
 }
 
-int tsr_partition_plan(const tsr_partitioner *p_in, const tsr_var_shape *vars,
-                       size_t n_vars, int n_ps, tsr_shard **out,
+int tsr_partition_plan(const tsr_partitioner *p_in, const tsr_var *vars,
+                       const int *slots, size_t n_vars, int n_ps, tsr_shard **out,
                        size_t *n_out, char *err, size_t errlen) {
   *out = NULL;
   *n_out = 0;
@@ -214,11 +220,11 @@ int tsr_partition_plan(const tsr_partitioner *p_in, const tsr_var_shape *vars,
       free(counts);
       return rc;
     }
-    if (vars[i].slots < 0 || vars[i].slots > 16) {
+    if (slots && (slots[i] < 0 || slots[i] > 16)) {
       free(counts);
       return tsr_errf(err, errlen, TSR_EINVAL,
                       "%s: %d optimizer slots out of range " "0..16",
-                      vars[i].name ? vars[i].name : "variable", vars[i].slots);
+                      vars[i].name[0] ? vars[i].name : "variable", slots[i]);
     }
     total += (size_t)counts[i];
   }
@@ -240,7 +246,7 @@ int tsr_partition_plan(const tsr_partitioner *p_in, const tsr_var_shape *vars,
   }
   free(counts);
   if (p->placement == TSR_PLACE_BALANCED) {
-    int rc = tsr__place_balanced(s, total, vars, n_ps);
+    int rc = tsr__place_balanced(s, total, vars, slots, n_ps);
     if (rc) {
       free(s);
       return rc;

@@ -27,6 +27,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/var.h"
+
 typedef enum {
   TSR_PART_MIN_SIZE = 0, /* TF's default for ParameterServerStrategy users */
   TSR_PART_MAX_SIZE,
@@ -49,34 +51,16 @@ typedef struct {
                               (0: no cap) */
 } tsr_partitioner;
 
-#define TSR_MAX_RANK 8
-
-typedef struct {
-  const char *name;
-  int rank;
-  int64_t shape[TSR_MAX_RANK];
-  size_t elem_size; /* bytes per element */
-  int slots;        /* optimizer slot copies kept beside it (placement) */
-} tsr_var_shape;
-
-typedef struct {
-  int var;         /* index into the variable list */
-  int shard;       /* index within the variable */
-  int num_shards;  /* shards of that variable */
-  int64_t row0;    /* first row (axis 0) */
-  int64_t rows;    /* number of rows */
-  int ps;          /* PS task index (position in the ps job) */
-} tsr_shard;
-
 /* Defaults: MinSize(256 KiB, one shard per PS at most), balanced. */
 void tsr_partitioner_default(tsr_partitioner *p);
 
 /* Checks the partitioner's own numbers (min_shard_bytes > 0, ...). */
 int tsr_partitioner_check(const tsr_partitioner *p, char *err, size_t errlen);
 
-/* Number of shards of one variable; TSR_EINVAL (err filled) for a zero
- * or negative dimension, rank out of range, elem_size 0. */
-int tsr_partition_count(const tsr_partitioner *p, const tsr_var_shape *v,
+/* Number of shards of one variable (its rank, shape and dtype; the
+ * derived numel is not trusted); TSR_EINVAL (err filled) for a zero or
+ * negative dimension, rank out of range, a dtype without a size. */
+int tsr_partition_count(const tsr_partitioner *p, const tsr_var *v,
                         int64_t *n, char *err, size_t errlen);
 
 /* Row range of shard i of n over dim0 rows ("div" layout). */
@@ -85,20 +69,22 @@ void tsr_partition_rows(int64_t dim0, int64_t n, int64_t i, int64_t *row0,
 
 /* Plans every variable: fills *out (malloc'd, caller frees) with one entry
  * per shard in variable and shard order, placed over n_ps as p->placement
- * says. A MinSize max_shards of 0 becomes n_ps here. */
-int tsr_partition_plan(const tsr_partitioner *p, const tsr_var_shape *vars,
-                       size_t n_vars, int n_ps, tsr_shard **out,
+ * says. slots[i] (0..16; NULL: none) is the number of optimizer slot
+ * copies the PS keeps beside variable i, which placement counts. A MinSize
+ * max_shards of 0 becomes n_ps here. */
+int tsr_partition_plan(const tsr_partitioner *p, const tsr_var *vars,
+                       const int *slots, size_t n_vars, int n_ps, tsr_shard **out,
                        size_t *n_out, char *err, size_t errlen);
 
-/* Bytes a shard holds on its PS: rows x row elements x elem_size x
+/* Bytes a shard holds on its PS: rows x row elements x dtype size x
  * (1 + slots). */
-int64_t tsr_shard_bytes(const tsr_shard *s, const tsr_var_shape *v);
+int64_t tsr_shard_bytes(const tsr_shard *s, const tsr_var *v, int slots);
 
 /* Sums tsr_shard_bytes per PS into per_ps[0..n_ps) and returns max/mean
  * (1.0 when perfectly even or empty). */
 double tsr_partition_balance(const tsr_shard *shards, size_t n,
-                             const tsr_var_shape *vars, int n_ps,
-                             int64_t *per_ps);
+                             const tsr_var *vars, const int *slots,
+                             int n_ps, int64_t *per_ps);
 
 /* "balanced" / "round_robin"; TSR_EINVAL (err names the value) else. */
 int tsr_placement_parse(const char *s, tsr_placement *out, char *err,

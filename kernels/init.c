@@ -48,83 +48,34 @@ static double kern__truncated(uint64_t seed, uint64_t key, uint64_t idx) {
   return 0.0;
 }
 
-static const struct {
-  const char *name;
-  kern_init_kind kind;
-  double a, b;
-} kern__init_names[] = {
-    {"zeros", KERN_INIT_ZEROS, 0, 0},
-    {"Zeros", KERN_INIT_ZEROS, 0, 0},
-    {"ones", KERN_INIT_ONES, 0, 0},
-    {"Ones", KERN_INIT_ONES, 0, 0},
-    {"constant", KERN_INIT_CONSTANT, 0, 0},
-    {"Constant", KERN_INIT_CONSTANT, 0, 0},
-    {"random_uniform", KERN_INIT_UNIFORM, -0.05, 0.05},
-    {"RandomUniform", KERN_INIT_UNIFORM, -0.05, 0.05},
-    {"uniform", KERN_INIT_UNIFORM, -0.05, 0.05},
-    {"random_normal", KERN_INIT_NORMAL, 0.0, 0.05},
-    {"RandomNormal", KERN_INIT_NORMAL, 0.0, 0.05},
-    {"normal", KERN_INIT_NORMAL, 0.0, 0.05},
-    {"truncated_normal", KERN_INIT_TRUNCATED_NORMAL, 0.0, 0.05},
-    {"TruncatedNormal", KERN_INIT_TRUNCATED_NORMAL, 0.0, 0.05},
-    {"glorot_uniform", KERN_INIT_GLOROT_UNIFORM, 0, 0},
-    {"GlorotUniform", KERN_INIT_GLOROT_UNIFORM, 0, 0},
-    {"glorot_normal", KERN_INIT_GLOROT_NORMAL, 0, 0},
-    {"GlorotNormal", KERN_INIT_GLOROT_NORMAL, 0, 0},
-    {"he_uniform", KERN_INIT_HE_UNIFORM, 0, 0},
-    {"HeUniform", KERN_INIT_HE_UNIFORM, 0, 0},
-    {"he_normal", KERN_INIT_HE_NORMAL, 0, 0},
-    {"HeNormal", KERN_INIT_HE_NORMAL, 0, 0},
-};
 
-int kern_init_parse(const char *name, kern_init_spec *out) {
-  memset(out, 0, sizeof *out);
-  for (size_t i = 0; i < sizeof kern__init_names / sizeof kern__init_names[0];
-       i++) {
-    if (strcmp(name, kern__init_names[i].name) == 0) {
-      out->kind = kern__init_names[i].kind;
-      out->a = kern__init_names[i].a;
-      out->b = kern__init_names[i].b;
-      return 0;
-    }
-  }
-  return TSR_EINVAL;
-}
-
-const char *kern_init_name(kern_init_kind kind) {
-  for (size_t i = 0; i < sizeof kern__init_names / sizeof kern__init_names[0];
-       i++)
-    if (kern__init_names[i].kind == kind) return kern__init_names[i].name;
-  return "?";
-}
-
-void kern_init_fill(const kern_init_spec *s, uint64_t seed, uint64_t key,
+void kern_init_fill(const tsr_init_spec *s, uint64_t seed, uint64_t key,
                     uint64_t first, float *out, size_t n) {
   double fan_in = s->fan_in > 0 ? (double)s->fan_in : 1.0;
   double fan_out = s->fan_out > 0 ? (double)s->fan_out : 1.0;
   double lo = 0, hi = 0, mean = 0, sd = 0;
   int mode = 0; /* 0 const, 1 uniform, 2 normal, 3 truncated */
   switch (s->kind) {
-    case KERN_INIT_ZEROS: mean = 0; break;
-    case KERN_INIT_ONES: mean = 1; break;
-    case KERN_INIT_CONSTANT: mean = s->a; break;
-    case KERN_INIT_UNIFORM: mode = 1; lo = s->a; hi = s->b; break;
-    case KERN_INIT_NORMAL: mode = 2; mean = s->a; sd = s->b; break;
-    case KERN_INIT_TRUNCATED_NORMAL: mode = 3; mean = s->a; sd = s->b; break;
-    case KERN_INIT_GLOROT_UNIFORM: {
+    case TSR_INIT_ZEROS: mean = 0; break;
+    case TSR_INIT_ONES: mean = 1; break;
+    case TSR_INIT_CONSTANT: mean = s->a; break;
+    case TSR_INIT_UNIFORM: mode = 1; lo = s->a; hi = s->b; break;
+    case TSR_INIT_NORMAL: mode = 2; mean = s->a; sd = s->b; break;
+    case TSR_INIT_TRUNCATED_NORMAL: mode = 3; mean = s->a; sd = s->b; break;
+    case TSR_INIT_GLOROT_UNIFORM: {
       double lim = sqrt(6.0 / (fan_in + fan_out));
       mode = 1; lo = -lim; hi = lim;
       break;
     }
-    case KERN_INIT_GLOROT_NORMAL:
+    case TSR_INIT_GLOROT_NORMAL:
       mode = 3; sd = sqrt(2.0 / (fan_in + fan_out)) / 0.87962566103423978;
       break;
-    case KERN_INIT_HE_UNIFORM: {
+    case TSR_INIT_HE_UNIFORM: {
       double lim = sqrt(6.0 / fan_in);
       mode = 1; lo = -lim; hi = lim;
       break;
     }
-    case KERN_INIT_HE_NORMAL:
+    case TSR_INIT_HE_NORMAL:
       mode = 3; sd = sqrt(2.0 / fan_in) / 0.87962566103423978;
       break;
   }

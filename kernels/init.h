@@ -15,29 +15,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum {
-  KERN_INIT_ZEROS = 0,
-  KERN_INIT_ONES,
-  KERN_INIT_CONSTANT,        /* a */
-  KERN_INIT_UNIFORM,         /* [a, b) */
-  KERN_INIT_NORMAL,          /* mean a, stddev b */
-  KERN_INIT_TRUNCATED_NORMAL,/* mean a, stddev b, redrawn beyond 2 stddev */
-  KERN_INIT_GLOROT_UNIFORM,  /* limit sqrt(6/(fan_in+fan_out)) */
-  KERN_INIT_GLOROT_NORMAL,   /* truncated normal, stddev sqrt(2/(fan_in+fan_out))/.87962566 */
-  KERN_INIT_HE_UNIFORM,      /* limit sqrt(6/fan_in) */
-  KERN_INIT_HE_NORMAL        /* truncated normal, stddev sqrt(2/fan_in)/.87962566 */
-} kern_init_kind;
+#include "common/var.h"
 
-typedef struct {
-  kern_init_kind kind;
-  double a, b;              /* see above */
-  int64_t fan_in, fan_out;  /* for glorot/he (Keras: kernel [in, out]) */
-} kern_init_spec;
-
-/* Keras name ("glorot_uniform", "zeros", "random_uniform", ...) to a spec
- * with Keras's default arguments; TSR_EINVAL for an unknown name. */
-int kern_init_parse(const char *name, kern_init_spec *out);
-const char *kern_init_name(kern_init_kind kind);
+/* The initializer's description (tsr_init_spec: kind, arguments, fans)
+ * and its names are common/var.h's. */
 
 /* 64-bit key of a variable name (FNV-1a), so the chief, the PS and the
  * standalone trainer agree on it. */
@@ -45,7 +26,7 @@ uint64_t kern_init_var_key(const char *name);
 
 /* Fills out[0..n) with the values of elements first .. first+n-1 of the
  * variable keyed (seed, var_key). */
-void kern_init_fill(const kern_init_spec *spec, uint64_t seed,
+void kern_init_fill(const tsr_init_spec *spec, uint64_t seed,
                     uint64_t var_key, uint64_t first, float *out, size_t n);
 
 /* The uniform [0,1) draw behind every initializer, exposed for tests and

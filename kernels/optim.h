@@ -41,7 +41,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/job.h"
+#include "common/optim_spec.h"
 
 #define KERN_OPTIM_MAX_SLOTS 3
 

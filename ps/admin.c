@@ -142,6 +142,7 @@ void ps__batch_finish(ps_server *s, ps_batch *b) {
     case PS_M_RESTORE: {
       Tessera__Ps__RestoreResponse m = TESSERA__PS__RESTORE_RESPONSE__INIT;
       m.shards = b->count;
+      m.era = s->cons.era;
       ps__reply_msg(s, b->call, &m.base);
       break;
     }
@@ -280,11 +281,15 @@ static void ps__on_create(tsr_rpc_incoming *call, void *data) {
 
 /* ---- clocks and config -----------------------------------------------------------*/
 
+/* JOIN, LEAVE and TICK (the model's ps__cons_join, ps__cons_leave and
+ * ps__cons_clock). The answer carries the worker's clock (JOIN) and the
+ * era. */
 static void ps__on_clock(tsr_rpc_incoming *call, void *data) {
   ps_server *s = data;
   Tessera__Ps__ClockRequest *r = call->request;
+  char msg[384] = "";
+  int64_t clock = -1;
   int rc;
-  char msg[160];
   if (r->op != TESSERA__PS__CLOCK_REQUEST__OP__CLOCK &&
       r->op != TESSERA__PS__CLOCK_REQUEST__OP__JOIN &&
       r->op != TESSERA__PS__CLOCK_REQUEST__OP__LEAVE) {
@@ -302,18 +307,30 @@ static void ps__on_clock(tsr_rpc_incoming *call, void *data) {
     return;
   }
   switch (r->op) {
-    case TESSERA__PS__CLOCK_REQUEST__OP__JOIN:
-      rc = ps__cons_join(&s->cons, r->worker, r->clock);
+    case TESSERA__PS__CLOCK_REQUEST__OP__JOIN: {
+      ps_join_req q = {.worker = r->worker, .clock = r->clock, .era = r->era,
+                       .run = r->run_id, .closure = r->closure};
+      int64_t next = s->cons.mode == PS_MODE_SYNC
+                         ? ps__sync_next(s, r->worker) : 0;
+      rc = ps__cons_join(&s->cons, &q, next, &clock, msg, sizeof msg);
       break;
+    }
     case TESSERA__PS__CLOCK_REQUEST__OP__LEAVE:
-      rc = ps__cons_leave(&s->cons, r->worker);
-      if (rc == TSR_ENOTFOUND) rc = 0; /* leaving twice is harmless */
+      rc = ps__cons_leave(&s->cons, r->worker, r->run_id, r->closure);
+      if (rc == TSR_ENOTFOUND) rc = 0; /* no member (any more): harmless */
       break;
-    default: rc = ps__cons_clock(&s->cons, r->worker, r->clock); break;
+    default:
+      rc = ps__cons_clock(&s->cons, r->worker, r->clock, r->era);
+      if (rc == TSR_ESTALE)
+        snprintf(msg, sizeof msg, "clock: worker %d is no member of this "
+                 "era (the parameter server was reset, or the worker left): "
+                 "it joins again", r->worker);
+      break;
   }
   if (rc) {
-    snprintf(msg, sizeof msg, "clock: worker %d clock %" PRId64 " refused",
-             r->worker, r->clock);
+    if (!msg[0])
+      snprintf(msg, sizeof msg, "clock: worker %d clock %" PRId64 " refused",
+               r->worker, r->clock);
     tsr_rpc_reply_error(call, rc, msg);
     return;
   }
@@ -323,6 +340,8 @@ static void ps__on_clock(tsr_rpc_incoming *call, void *data) {
   int64_t mc = ps__cons_min_clock(&s->cons);
   m.min_clock = mc == INT64_MAX ? -1 : mc;
   m.active = ps__cons_active(&s->cons);
+  m.clock = clock;
+  m.era = s->cons.era;
   ps__reply_msg(s, call, &m.base);
 }
 
@@ -354,6 +373,9 @@ static void ps__on_config(tsr_rpc_incoming *call, void *data) {
     return;
   }
   ps__cons_set_mode(&s->cons, mode, st);
+  /* a new era: whatever ran before (another chief's run, this chief
+   * before it restarted) is refused from here on */
+  ps__reset(s, r->run_id, 0);
   s->allow_nonfinite = r->allow_nonfinite || s->opts.allow_nonfinite;
   if (r->trace && !s->trace && tsr_trace_create(&s->trace, 0) == 0) {
     s->trace_pid = r->trace_pid;
@@ -363,6 +385,7 @@ static void ps__on_config(tsr_rpc_incoming *call, void *data) {
   ps__wake(s);
   Tessera__Ps__ConfigResponse m = TESSERA__PS__CONFIG_RESPONSE__INIT;
   m.mode = r->mode && r->mode[0] ? r->mode : (char *)"async";
+  m.era = s->cons.era;
   ps__reply_msg(s, call, &m.base);
 }
 
@@ -464,6 +487,10 @@ static void ps__load_after(uv_work_t *w, int status) {
 }
 
 static void ps__restore_swap_all(ps_server *s, ps_batch *b) {
+  /* the restored values start a new era at the checkpoint's step: no call
+   * from before lands on them (ps__cons_reset), and the swaps queue behind
+   * what is queued already */
+  ps__reset(s, s->cons.run, b->who.step);
   b->pending = 1;
   for (size_t i = 0; i < b->n; i++) {
     ps_op *op = ps__batch_op(s, b, b->ents[i], PS_OP_SWAP);
@@ -525,6 +552,7 @@ static void ps__on_restore(tsr_rpc_incoming *call, void *data) {
     b->ents[i] = e;
   }
   if (n == 0) {
+    ps__reset(s, s->cons.run, b->who.step);
     ps__batch_done(s, b);
     return;
   }
@@ -660,6 +688,8 @@ static void ps__on_stats(tsr_rpc_incoming *call, void *data) {
   int64_t mc = ps__cons_min_clock(&s->cons);
   m.min_clock = mc == INT64_MAX ? -1 : mc;
   m.workers_active = ps__cons_active(&s->cons);
+  m.era = s->cons.era;
+  m.sync_step = ps__sync_step(s);
   Tessera__Ps__StatsRequest *req = call->request;
   if (req && req->drain_trace && s->trace)
     ps__reply_trace(s, call, &m);

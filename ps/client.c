@@ -14,6 +14,7 @@
 struct ps_client {
   tsr_rpc_client *rpc;
   uint32_t deadline_ms;
+  uint64_t era;
 };
 
 typedef struct {
@@ -60,6 +61,7 @@ void ps_client_close(ps_client *c, tsr_rpc_close_cb cb, void *data) {
 }
 
 void ps_client_set_deadline(ps_client *c, uint32_t ms) { c->deadline_ms = ms; }
+void ps_client_set_era(ps_client *c, uint64_t era) { c->era = era; }
 tsr_rpc_client *ps_client_rpc(ps_client *c) { return c->rpc; }
 
 static void ps__done(const tsr_rpc_result *r, void *data) {
@@ -104,6 +106,8 @@ static void ps__done(const tsr_rpc_result *r, void *data) {
         if ((decoded = m != NULL)) {
           res.min_clock = m->min_clock;
           res.count = m->active;
+          res.clock = m->clock;
+          res.era = m->era;
           tessera__ps__clock_response__free_unpacked(m, a);
         }
         break;
@@ -125,7 +129,17 @@ static void ps__done(const tsr_rpc_result *r, void *data) {
             tessera__ps__restore_response__unpack(a, r->meta_len, r->meta);
         if ((decoded = m != NULL)) {
           res.count = m->shards;
+          res.era = m->era;
           tessera__ps__restore_response__free_unpacked(m, a);
+        }
+        break;
+      }
+      case PS_M_CONFIG: {
+        Tessera__Ps__ConfigResponse *m =
+            tessera__ps__config_response__unpack(a, r->meta_len, r->meta);
+        if (m) {
+          res.era = m->era;
+          tessera__ps__config_response__free_unpacked(m, a);
         }
         break;
       }
@@ -225,6 +239,7 @@ int ps_client_pull(ps_client *c, const char *name, int shard, int worker,
   m.shard = shard;
   m.worker = worker;
   m.clock = clock;
+  m.era = c->era;
   return ps__call(c, PS_M_PULL, &m.base, NULL, 0, dst, n_floats * 4, cb, data);
 }
 
@@ -237,6 +252,7 @@ int ps_client_pull_as(ps_client *c, const char *name, int shard, int worker,
   m.worker = worker;
   m.clock = clock;
   m.dtype = dtype;
+  m.era = c->era;
   return ps__call(c, PS_M_PULL, &m.base, NULL, 0, dst, dst_bytes, cb, data);
 }
 
@@ -251,6 +267,7 @@ int ps_client_pull_rows_as(ps_client *c, const char *name, int shard,
   m.clock = clock;
   m.n_ids = n_ids;
   m.dtype = dtype;
+  m.era = c->era;
   uv_buf_t b = uv_buf_init((char *)ids, (unsigned)(n_ids * 8));
   return ps__call(c, PS_M_PULL_ROWS, &m.base, &b, n_ids ? 1 : 0, dst,
                   dst_bytes, cb, data);
@@ -265,6 +282,7 @@ int ps_client_pull_rows(ps_client *c, const char *name, int shard, int worker,
   m.worker = worker;
   m.clock = clock;
   m.n_ids = n_ids;
+  m.era = c->era;
   uv_buf_t b = uv_buf_init((char *)ids, (unsigned)(n_ids * 8));
   return ps__call(c, PS_M_PULL_ROWS, &m.base, &b, n_ids ? 1 : 0, dst,
                   n_ids * width * 4, cb, data);
@@ -285,6 +303,7 @@ static int ps__push(ps_client *c, uint32_t method, const char *name, int shard,
   m.n_ids = n_ids;
   m.n_pull_ids = n_pull;
   m.pull_clock = pull_clock;
+  m.era = c->era;
   m.pull_dtype = pull_dtype;
   uv_buf_t b[3];
   unsigned nb = 0;
@@ -344,13 +363,32 @@ int ps_client_push_pull_as(ps_client *c, const char *name, int shard,
                   dst, dst_bytes, cb, data);
 }
 
-int ps_client_clock(ps_client *c, int worker, int64_t clock, ps_clock_op op,
-                    ps_client_cb cb, void *data) {
+static int ps__clock(ps_client *c, int worker, int64_t clock, ps_clock_op op,
+                     uint64_t run, uint64_t closure, ps_client_cb cb,
+                     void *data) {
   Tessera__Ps__ClockRequest m = TESSERA__PS__CLOCK_REQUEST__INIT;
   m.worker = worker;
   m.clock = clock;
   m.op = (Tessera__Ps__ClockRequest__Op)op;
+  m.era = c->era;
+  m.run_id = run;
+  m.closure = closure;
   return ps__call(c, PS_M_CLOCK, &m.base, NULL, 0, NULL, 0, cb, data);
+}
+
+int ps_client_clock(ps_client *c, int worker, int64_t clock, ps_clock_op op,
+                    ps_client_cb cb, void *data) {
+  return ps__clock(c, worker, clock, op, 0, 0, cb, data);
+}
+
+int ps_client_join(ps_client *c, int worker, int64_t clock, uint64_t run,
+                   uint64_t closure, ps_client_cb cb, void *data) {
+  return ps__clock(c, worker, clock, PS_CLOCK_JOIN, run, closure, cb, data);
+}
+
+int ps_client_leave(ps_client *c, int worker, uint64_t run, uint64_t closure,
+                    ps_client_cb cb, void *data) {
+  return ps__clock(c, worker, 0, PS_CLOCK_LEAVE, run, closure, cb, data);
 }
 
 int ps_client_config(ps_client *c, const char *mode, bool allow_nonfinite,
@@ -364,12 +402,16 @@ int ps_client_config(ps_client *c, const char *mode, bool allow_nonfinite,
 int ps_client_config_trace(ps_client *c, const char *mode,
                            bool allow_nonfinite, int32_t trace_pid,
                            ps_client_cb cb, void *data) {
-  Tessera__Ps__ConfigRequest m = TESSERA__PS__CONFIG_REQUEST__INIT;
-  m.mode = (char *)(mode ? mode : "async");
-  m.allow_nonfinite = allow_nonfinite;
-  m.trace = trace_pid >= 0;
-  m.trace_pid = trace_pid;
-  return ps__call(c, PS_M_CONFIG, &m.base, NULL, 0, NULL, 0, cb, data);
+  return ps_client_config_run(c, mode, allow_nonfinite, trace_pid, 0, cb,
+                              data);
+}
+
+int ps_client_config_run(ps_client *c, const char *mode,
+                         bool allow_nonfinite, int32_t trace_pid,
+                         uint64_t run_id, ps_client_cb cb, void *data) {
+  ps_config cfg = {.mode = mode, .allow_nonfinite = allow_nonfinite,
+                   .trace_pid = trace_pid, .run_id = run_id};
+  return ps_client_configure(c, &cfg, cb, data);
 }
 
 int ps_client_configure(ps_client *c, const ps_config *cfg, ps_client_cb cb,
@@ -380,6 +422,7 @@ int ps_client_configure(ps_client *c, const ps_config *cfg, ps_client_cb cb,
   m.trace = cfg->trace_pid >= 0;
   m.trace_pid = cfg->trace_pid;
   if (cfg->checkpoint_root) m.checkpoint_root = (char *)cfg->checkpoint_root;
+  m.run_id = cfg->run_id;
   return ps__call(c, PS_M_CONFIG, &m.base, NULL, 0, NULL, 0, cb, data);
 }
 
@@ -412,8 +455,14 @@ int ps_client_restore_ckpt(ps_client *c, const char *dir, const char *id,
 
 int ps_client_restore(ps_client *c, const char *dir, ps_client_cb cb,
                       void *data) {
+  return ps_client_restore_step(c, dir, 0, cb, data);
+}
+
+int ps_client_restore_step(ps_client *c, const char *dir, int64_t step,
+                           ps_client_cb cb, void *data) {
   Tessera__Ps__RestoreRequest m = TESSERA__PS__RESTORE_REQUEST__INIT;
   m.dir = (char *)dir;
+  m.step = step;
   return ps__call(c, PS_M_RESTORE, &m.base, NULL, 0, NULL, 0, cb, data);
 }
 

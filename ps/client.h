@@ -19,9 +19,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/job.h"
+#include "common/optim_spec.h"
+#include "common/var.h"
 #include "common/rpc/rpc.h"
-#include "kernels/init.h"
 
 #define PS_NAME_MAX 256
 #define PS_MAX_RANK 8
@@ -58,7 +58,7 @@ typedef struct {
                                  unbounded: id % num_shards == shard */
   int32_t shard, num_shards;
   int64_t row0, rows;         /* rows of this shard (dense, bounded) */
-  kern_init_spec init;
+  tsr_init_spec init;
   uint64_t seed;
   tsr_optim_spec optim;
   char init_path[PS_NAME_MAX]; /* non-empty: initial values from this file
@@ -75,6 +75,19 @@ int ps_var_spec_init(ps_var_spec *s, const char *name, int rank,
                      const char *init, uint64_t seed,
                      const tsr_optim_spec *optim);
 
+/* The spec of shard `sh` of variable `v` as the chief creates it: the
+ * variable's name, shape, kind (row-sparse: rows created on first touch,
+ * ids bounded by the shard's rows) and initializer with its fans as they
+ * are, the shard's rows, the job's seed, the variable's update rule and,
+ * when init_path is non-empty (NULL: none), the raw file every PS reads
+ * its initial values from. The one conversion from common/var.h's types.
+ * TSR_EINVAL for a name of PS_NAME_MAX bytes or more, a rank over
+ * PS_MAX_RANK, a dimension <= 0, a shard out of its variable's rows or of
+ * its count, a dtype other than float32 (what the PS holds). */
+int ps_var_spec_from_var(ps_var_spec *s, const tsr_var *v,
+                         const tsr_shard *sh, uint64_t seed,
+                         const tsr_optim_spec *optim, const char *init_path);
+
 /* Outcome of a call, valid during the callback only. */
 typedef struct {
   int status;           /* 0 or a negative code (the PS's own on remote) */
@@ -83,6 +96,8 @@ typedef struct {
   int64_t step;         /* shard applies so far */
   size_t nbytes;        /* bytes written to the destination (pulls) */
   int64_t min_clock;    /* clock: slowest active worker, -1 if none */
+  int64_t clock;        /* join: the clock the worker goes on from */
+  uint64_t era;         /* clock, config, restore: the PS's era */
   int32_t count;        /* create: how many were new; save/restore:
                            shards; clock: active workers */
   const void *stats;    /* stats: Tessera__Ps__StatsResponse * */
@@ -104,6 +119,9 @@ int ps_client_new(ps_client **out, tsr_rpc_ctx *ctx, const char *addr);
 void ps_client_close(ps_client *c, tsr_rpc_close_cb cb, void *data);
 /* Deadline of every later call (0: the context's default). */
 void ps_client_set_deadline(ps_client *c, uint32_t ms);
+/* The era every later pull, push and tick carries (the one this PS's JOIN
+ * answered; 0, the default: not checked). Loop thread. */
+void ps_client_set_era(ps_client *c, uint64_t era);
 tsr_rpc_client *ps_client_rpc(ps_client *c);
 
 /* Creates shards (idempotent for an identical spec). */
@@ -167,8 +185,18 @@ int ps_client_push_pull_as(ps_client *c, const char *name, int shard,
                            ps_client_cb cb, void *data);
 
 typedef enum { PS_CLOCK_TICK = 0, PS_CLOCK_JOIN = 1, PS_CLOCK_LEAVE = 2 } ps_clock_op;
-/* Reports a worker's clock (steps finished), or that it joins or leaves. */
+/* The clock protocol (ps/consist.c, tests/model/). TICK raises a member's
+ * clock; JOIN and LEAVE with run 0 and closure 0 (tests, tools). */
 int ps_client_clock(ps_client *c, int worker, int64_t clock, ps_clock_op op,
+                    ps_client_cb cb, void *data);
+/* JOIN for closure `closure` of run `run`: r->clock is the clock to go on
+ * from, r->era the era to set (ps_client_set_era). `clock` counts when the
+ * client's era is the PS's. TSR_ESTALE: another run, or a closure the
+ * chief gave up. */
+int ps_client_join(ps_client *c, int worker, int64_t clock, uint64_t run,
+                   uint64_t closure, ps_client_cb cb, void *data);
+/* LEAVE (the chief): closures up to `closure` of `worker` are over. */
+int ps_client_leave(ps_client *c, int worker, uint64_t run, uint64_t closure,
                     ps_client_cb cb, void *data);
 /* Sets the consistency mode ("async", "ssp:S", "sync") and whether
  * non-finite gradients are applied (default: rejected). */
@@ -179,7 +207,8 @@ int ps_client_config(ps_client *c, const char *mode, bool allow_nonfinite,
 int ps_client_config_trace(ps_client *c, const char *mode,
                            bool allow_nonfinite, int32_t trace_pid,
                            ps_client_cb cb, void *data);
-/* Everything a configure carries. */
+/* Everything a configure carries. Every config starts a new era
+ * (r->era). */
 typedef struct {
   const char *mode;             /* NULL: "async" */
   bool allow_nonfinite;
@@ -187,23 +216,36 @@ typedef struct {
   const char *checkpoint_root;  /* the job's checkpoint folder (NULL: none):
                                    the PS saves and restores only under it,
                                    unless started with its own root */
+  uint64_t run_id;              /* the chief's run: JOINs of another run
+                                   are refused (0: any) */
 } ps_config;
 int ps_client_configure(ps_client *c, const ps_config *cfg, ps_client_cb cb,
                         void *data);
+/* ps_client_configure for the chief's run `run_id`, without a checkpoint
+ * root. */
+int ps_client_config_run(ps_client *c, const char *mode,
+                         bool allow_nonfinite, int32_t trace_pid,
+                         uint64_t run_id, ps_client_cb cb, void *data);
 /* Saves every shard into dir: a folder under the PS's checkpoint root,
  * named relative to it (or absolute inside it). */
 int ps_client_save(ps_client *c, const char *dir, ps_client_cb cb,
                    void *data);
-/* Restores every shard the PS holds from dir (re-cut as needed). */
+/* Restores every shard the PS holds from dir (re-cut as needed); the
+ * consistency state starts a new era at step 0. */
 int ps_client_restore(ps_client *c, const char *dir, ps_client_cb cb,
                       void *data);
+/* The same at the checkpoint's `step` (sync: the next step to sum). */
+int ps_client_restore_step(ps_client *c, const char *dir, int64_t step,
+                           ps_client_cb cb, void *data);
 /* Save as part of checkpoint `id` (at most 64 bytes of [A-Za-z0-9._-]) of
  * `step`: every file carries both; r->save lists the files written. With
  * `verify` each PS reads its files back (a folder the chief cannot see). */
 int ps_client_save_ckpt(ps_client *c, const char *dir, const char *id,
                         int64_t step, bool verify, ps_client_cb cb,
                         void *data);
-/* Restore refusing any file that is not of checkpoint `id` of `step`. */
+/* Restore refusing any file that is not of checkpoint `id` of `step` (id
+ * NULL or "": any checkpoint); the consistency state starts a new era at
+ * `step` as with ps_client_restore_step. */
 int ps_client_restore_ckpt(ps_client *c, const char *dir, const char *id,
                            int64_t step, ps_client_cb cb, void *data);
 /* r->stats points at the decoded StatsResponse during the callback. */
@@ -261,20 +303,15 @@ typedef uint64_t ps_ticket;
 /* Variables in a layout. */
 #define PS_KV_MAX_VARS 4096
 
+/* One variable of a layout: the variable (its name, kind, shape[0] and
+ * row_dim are read; row-sparse: pushes and pulls name sorted ids) and its
+ * shards (each one's ps, shard, row0 and rows are read), both copied at
+ * configure; the shards sorted by row0, covering [0, shape[0]) without
+ * gaps. */
 typedef struct {
-  int ps;              /* the PS holding it: index into the addresses */
-  int shard;           /* the shard's index within its variable */
-  int64_t row0, rows;  /* rows [row0, row0 + rows) of the variable */
-} ps_kv_shard;
-
-typedef struct {
-  const char *name;    /* copied */
-  bool sparse;         /* rows by id: pushes and pulls name sorted ids */
-  int64_t rows;        /* dim 0 of the whole variable */
-  int64_t row_dim;     /* floats per row */
+  const tsr_var *var;
   int n_shards;
-  const ps_kv_shard *shards; /* copied; sorted by row0, covering
-                                [0, rows) without gaps */
+  const tsr_shard *shards;
 } ps_kv_var;
 
 typedef struct {
@@ -310,6 +347,9 @@ enum {
   /* fail every call at issue once a connection was lost after `losses`
    * (ps_kv_losses) */
   PS_KV_CHECK_LOSSES = 1u << 0,
+  /* calls carry era 0 (not checked): plain reads that are no part of the
+   * clock protocol (evaluation) */
+  PS_KV_NO_ERA = 1u << 1,
 };
 
 typedef struct {
@@ -365,6 +405,12 @@ int ps_kv_push_pull(ps_kv *kv, const ps_kv_item *items, size_t n,
 /* A clock report (tick, join, leave) to every PS. */
 int ps_kv_clock(ps_kv *kv, ps_clock_op op, int64_t clock, unsigned flags,
                 uint64_t losses, ps_ticket *ticket);
+/* JOIN on every PS (ssp, sync: the clock protocol, see ps_client_join):
+ * this worker's `clock`, its run and closure, and the era each PS answered
+ * last. Each PS's answer sets the era every later call to it carries;
+ * result.min_clock is the largest clock answered. */
+int ps_kv_join(ps_kv *kv, int64_t clock, uint64_t run, uint64_t closure,
+               unsigned flags, uint64_t losses, ps_ticket *ticket);
 /* Blocks until every call of the ticket has completed; fills *res (may be
  * NULL) and returns res->rc. The ticket is spent (TSR_EINVAL for one that
  * is not open). */

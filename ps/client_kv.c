@@ -50,6 +50,7 @@ typedef struct kv_call {
   int ps, var, shard;
   int64_t step, clock;
   ps_clock_op clock_op;
+  uint64_t run, closure;   /* JOIN */
   ps_dtype wire;
   const int64_t *ids;
   size_t n_ids;
@@ -90,7 +91,7 @@ typedef struct {
   bool sparse;
   int64_t rows, row_dim;
   int n_shards;
-  ps_kv_shard *shards;
+  tsr_shard *shards;
 } kv_var;
 
 #define KV_SLOT_BITS 10
@@ -104,6 +105,7 @@ struct ps_kv {
   int n_ps;
   char **addrs;
   ps_client **cl;
+  uint64_t *era;           /* per PS: the era its last JOIN answered */
   uint32_t gen;            /* bumped by every reset */
   bool reset_wanted;
   int open_handles;        /* clients and the async handle still open */
@@ -168,16 +170,18 @@ static int copy_vars(const ps_kv_config *c, int n_ps, kv_var **out,
   if (!v) return TSR_ENOMEM;
   for (int i = 0; i < c->n_vars; i++) {
     const ps_kv_var *s = &c->vars[i];
-    const char *name = s->name ? s->name : "";
-    if (!s->name || strlen(s->name) >= PS_NAME_MAX || s->rows < 1 ||
-        s->row_dim < 1 || s->n_shards < 1 || !s->shards) {
+    const tsr_var *tv = s->var;
+    const char *name = tv ? tv->name : "";
+    if (!tv || !tv->name[0] || strlen(tv->name) >= PS_NAME_MAX ||
+        tv->rank < 1 || tv->shape[0] < 1 || tv->row_dim < 1 ||
+        s->n_shards < 1 || !s->shards) {
       free_vars(v, c->n_vars);
       return tsr_errf(err, errlen, TSR_EINVAL, "layout: variable %d (%.64s): needs a "
                       "name, rows >= 1, row_dim >= 1 and shards", i, name);
     }
     int64_t next = 0;
     for (int k = 0; k < s->n_shards; k++) {
-      const ps_kv_shard *h = &s->shards[k];
+      const tsr_shard *h = &s->shards[k];
       if (h->ps < 0 || h->ps >= n_ps || h->row0 != next || h->rows < 1) {
         free_vars(v, c->n_vars);
         return tsr_errf(err, errlen, TSR_EINVAL, "layout: %s shard %d: rows [%lld, "
@@ -187,21 +191,21 @@ static int copy_vars(const ps_kv_config *c, int n_ps, kv_var **out,
       }
       next += h->rows;
     }
-    if (next != s->rows) {
+    if (next != tv->shape[0]) {
       free_vars(v, c->n_vars);
       return tsr_errf(err, errlen, TSR_EINVAL, "layout: %s: shards cover %lld of %lld "
-                      "rows", name, (long long)next, (long long)s->rows);
+                      "rows", name, (long long)next, (long long)tv->shape[0]);
     }
-    v[i].name = strdup(s->name);
+    v[i].name = strdup(tv->name);
     v[i].shards = malloc((size_t)s->n_shards * sizeof *v[i].shards);
     if (!v[i].name || !v[i].shards) {
       free_vars(v, c->n_vars);
       return TSR_ENOMEM;
     }
     memcpy(v[i].shards, s->shards, (size_t)s->n_shards * sizeof *s->shards);
-    v[i].sparse = s->sparse;
-    v[i].rows = s->rows;
-    v[i].row_dim = s->row_dim;
+    v[i].sparse = tv->kind == TSR_VAR_ROW_SPARSE;
+    v[i].rows = tv->shape[0];
+    v[i].row_dim = tv->row_dim;
     v[i].n_shards = s->n_shards;
   }
   *out = v;
@@ -295,7 +299,12 @@ static void on_result(const ps_result *r, void *data) {
   if (r->status == 0 && c->wire == PS_DT_BF16 && is_pull(c->kind) &&
       c->dst_floats)
     ps__bf16_expand(c->dst, c->dst_floats);
-  finish(c->kv, c, r->status, r->message, r->step, r->min_clock, r->nbytes);
+  int64_t clock = r->min_clock;
+  if (c->kind == KV_CLOCK && c->clock_op == PS_CLOCK_JOIN) {
+    clock = r->clock;
+    if (r->status == 0) c->kv->era[c->ps] = r->era; /* loop thread */
+  }
+  finish(c->kv, c, r->status, r->message, r->step, clock, r->nbytes);
 }
 
 /* ---- issuing (loop thread) ---------------------------------------------- */
@@ -305,6 +314,7 @@ static int issue(ps_kv *kv, kv_call *c, int worker) {
   if (!pc) return TSR_EUNAVAIL;
   const char *name = c->var >= 0 ? kv->vars[c->var].name : NULL;
   size_t pb = c->dst_floats * dsize(c->wire);
+  ps_client_set_era(pc, c->flags & PS_KV_NO_ERA ? 0 : kv->era[c->ps]);
   switch (c->kind) {
     case KV_PULL:
       return ps_client_pull_as(pc, name, c->shard, worker, c->clock, c->wire,
@@ -327,6 +337,9 @@ static int issue(ps_kv *kv, kv_call *c, int worker) {
                                     c->grad_bytes, c->pull_ids, c->n_pull,
                                     c->wire, c->dst, pb, on_result, c);
     case KV_CLOCK:
+      if (c->clock_op == PS_CLOCK_JOIN)
+        return ps_client_join(pc, worker, c->clock, c->run, c->closure,
+                              on_result, c);
       return ps_client_clock(pc, worker, c->clock, c->clock_op, on_result, c);
   }
   return TSR_EINVAL;
@@ -470,7 +483,7 @@ static int check_item(const ps_kv *kv, ps_kv_kind kind, const ps_kv_item *it,
     *stage += it->n_ids * (size_t)v->row_dim;
   } else {
     for (int k = 0; k < v->n_shards; k++) {
-      const ps_kv_shard *h = &v->shards[k];
+      const tsr_shard *h = &v->shards[k];
       int64_t lo = lower_bound(it->pull_ids, (int64_t)it->n_pull, h->row0);
       int64_t hi = lower_bound(it->pull_ids, (int64_t)it->n_pull,
                                h->row0 + h->rows);
@@ -487,7 +500,7 @@ static kv_call *build_item(ps_kv *kv, const ps_kv_request *q,
   bool push = q->kind & PS_KV_PUSH, pull = q->kind & PS_KV_PULL;
   size_t w = (size_t)v->row_dim;
   for (int k = 0; k < v->n_shards; k++) {
-    const ps_kv_shard *h = &v->shards[k];
+    const tsr_shard *h = &v->shards[k];
     kv_call c;
     memset(&c, 0, sizeof c);
     c.ps = h->ps;
@@ -700,8 +713,9 @@ int ps_kv_push_pull(ps_kv *kv, const ps_kv_item *items, size_t n,
   return ps_kv_submit(kv, &q, ticket);
 }
 
-int ps_kv_clock(ps_kv *kv, ps_clock_op op, int64_t clock, unsigned flags,
-                uint64_t losses, ps_ticket *ticket) {
+static int kv_clock(ps_kv *kv, ps_clock_op op, int64_t clock, uint64_t run,
+                    uint64_t closure, unsigned flags, uint64_t losses,
+                    ps_ticket *ticket) {
   if (!ticket) return TSR_EINVAL;
   *ticket = 0;
   int n = kv->n_ps;
@@ -726,6 +740,8 @@ int ps_kv_clock(ps_kv *kv, ps_clock_op op, int64_t clock, unsigned flags,
     c->var = -1;
     c->clock = clock;
     c->clock_op = op;
+    c->run = run;
+    c->closure = closure;
     c->flags = flags;
     c->losses = losses;
   }
@@ -741,6 +757,17 @@ int ps_kv_clock(ps_kv *kv, ps_clock_op op, int64_t clock, unsigned flags,
   }
   pthread_mutex_unlock(&kv->mu);
   return 0;
+}
+
+int ps_kv_clock(ps_kv *kv, ps_clock_op op, int64_t clock, unsigned flags,
+                uint64_t losses, ps_ticket *ticket) {
+  return kv_clock(kv, op, clock, 0, 0, flags, losses, ticket);
+}
+
+int ps_kv_join(ps_kv *kv, int64_t clock, uint64_t run, uint64_t closure,
+               unsigned flags, uint64_t losses, ps_ticket *ticket) {
+  return kv_clock(kv, PS_CLOCK_JOIN, clock, run, closure, flags, losses,
+                  ticket);
 }
 
 static kv_slot *find(ps_kv *kv, ps_ticket t) {
@@ -816,7 +843,8 @@ int ps_kv_new(ps_kv **out, tsr_rpc_ctx *ctx, char *const *addrs, int n) {
   kv->worker = -1;
   kv->addrs = calloc((size_t)(n ? n : 1), sizeof *kv->addrs);
   kv->cl = calloc((size_t)(n ? n : 1), sizeof *kv->cl);
-  int rc = kv->addrs && kv->cl ? 0 : TSR_ENOMEM;
+  kv->era = calloc((size_t)(n ? n : 1), sizeof *kv->era);
+  int rc = kv->addrs && kv->cl && kv->era ? 0 : TSR_ENOMEM;
   if (!rc && (rc = pthread_mutex_init(&kv->mu, NULL))) rc = TSR_ENOMEM;
   bool mu = !rc;
   if (!rc && pthread_cond_init(&kv->cv, NULL)) rc = TSR_ENOMEM;
@@ -827,6 +855,7 @@ int ps_kv_new(ps_kv **out, tsr_rpc_ctx *ctx, char *const *addrs, int n) {
     if (mu) pthread_mutex_destroy(&kv->mu);
     free(kv->addrs);
     free(kv->cl);
+    free(kv->era);
     free(kv);
     return rc;
   }
@@ -854,6 +883,7 @@ static void kv_free(ps_kv *kv) {
   for (int i = 0; i < kv->n_ps; i++) free(kv->addrs[i]);
   free(kv->addrs);
   free(kv->cl);
+  free(kv->era);
   for (uint32_t i = 0; i < KV_SLOTS; i++) {
     free(kv->slots[i].calls);
     if (kv->slots[i].buf) {

@@ -6,7 +6,7 @@
  */
 #include "ps/client_int.h"
 #include "common/err.h"
-#include "common/job.h"
+#include "common/optim_spec.h"
 #include "common/partition.h"
 #include "common/size.h"
 
@@ -32,7 +32,7 @@ int ps_var_spec_init(ps_var_spec *s, const char *name, int rank,
   int64_t dim0 = rank ? shape[0] : 1;
   if (num_shards > dim0) return TSR_EINVAL;
   tsr_partition_rows(dim0, num_shards, shard, &s->row0, &s->rows);
-  if (kern_init_parse(init, &s->init)) return TSR_EINVAL;
+  if (tsr_init_parse(init, &s->init)) return TSR_EINVAL;
   /* Keras fans: receptive field times the last two dims */
   if (rank >= 2) {
     int64_t rf;
@@ -47,6 +47,36 @@ int ps_var_spec_init(ps_var_spec *s, const char *name, int rank,
   }
   s->seed = seed;
   s->optim = *optim;
+  return 0;
+}
+
+int ps_var_spec_from_var(ps_var_spec *s, const tsr_var *v,
+                         const tsr_shard *sh, uint64_t seed,
+                         const tsr_optim_spec *optim, const char *init_path) {
+  memset(s, 0, sizeof *s);
+  if (strlen(v->name) >= PS_NAME_MAX || v->rank < 0 ||
+      v->rank > PS_MAX_RANK || v->dtype != TSR_DT_FLOAT32 ||
+      sh->num_shards < 1 || sh->shard < 0 || sh->shard >= sh->num_shards ||
+      (init_path && strlen(init_path) >= sizeof s->init_path))
+    return TSR_EINVAL;
+  for (int i = 0; i < v->rank; i++)
+    if (v->shape[i] <= 0) return TSR_EINVAL;
+  int64_t dim0 = v->rank ? v->shape[0] : 1;
+  if (sh->num_shards > dim0 || sh->row0 < 0 || sh->rows < 1 ||
+      sh->row0 > dim0 - sh->rows)
+    return TSR_EINVAL;
+  snprintf(s->name, sizeof s->name, "%s", v->name);
+  s->rank = v->rank;
+  for (int i = 0; i < v->rank; i++) s->shape[i] = v->shape[i];
+  s->sparse = s->bounded = v->kind == TSR_VAR_ROW_SPARSE;
+  s->shard = sh->shard;
+  s->num_shards = sh->num_shards;
+  s->row0 = sh->row0;
+  s->rows = sh->rows;
+  s->init = v->init;
+  s->seed = seed;
+  s->optim = *optim;
+  if (init_path) snprintf(s->init_path, sizeof s->init_path, "%s", init_path);
   return 0;
 }
 
@@ -96,7 +126,7 @@ void ps__client_spec_to_proto(const ps_var_spec *s, Tessera__Ps__VarSpec *v,
   v->seed = s->seed;
   v->dtype = (char *)"float32";
   if (s->init_path[0]) v->init_path = (char *)s->init_path;
-  in->name = (char *)kern_init_name(s->init.kind);
+  in->name = (char *)tsr_init_name(s->init.kind);
   in->a = s->init.a;
   in->b = s->init.b;
   in->fan_in = s->init.fan_in;

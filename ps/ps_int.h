@@ -130,6 +130,8 @@ int ps__shard_gather(ps_shard *s, ps_mem *mem, const int64_t *ids, size_t n,
 int ps__shard_accum_dense(ps_shard *s, ps_mem *mem, const float *g);
 int ps__shard_accum_rows(ps_shard *s, ps_mem *mem, const int64_t *ids,
                          size_t n, const float *g, char *err, size_t errlen);
+/* Drops the sum (a reset of the sync state). */
+void ps__shard_accum_clear(ps_shard *s);
 /* Applies the mean of the sum (divided by `workers`) and clears it; on
  * TSR_ENOMEM nothing is applied and the sum is kept for another try. */
 int ps__shard_accum_apply(ps_shard *s, ps_mem *mem, int workers, char *err,
@@ -153,42 +155,78 @@ void ps__rows_clear(ps_rows *t);
 size_t ps__rows_bytes(const ps_rows *t);
 
 /* ---- consistency (consist.c) ------------------------------------------ */
+/* The clock protocol of ssp:S and sync, written once as the Spin model
+ * tests/model/clock.pml; the functions and fields below carry the model's
+ * names (tests/model/README.md maps them). */
 
 typedef enum { PS_MODE_ASYNC = 0, PS_MODE_SSP = 1, PS_MODE_SYNC = 2 } ps_mode;
 
 typedef struct {
   int id;
-  bool active;
-  int64_t clock;   /* steps finished */
+  bool active;       /* a member: counts for the ssp gate and sync sums */
+  int64_t clock;     /* ssp: steps finished; sync: the first step it owes */
+  uint64_t closure;  /* the closure it joined for */
+  uint64_t left;     /* closures up to this one are over (LEAVE): a JOIN
+                        for one of them is refused */
 } ps_worker_clock;
 
 typedef struct {
   ps_mode mode;
   int staleness;
+  uint64_t era;      /* drawn at random at start, +1 by every reset; calls
+                        of another era are refused */
+  uint64_t run;      /* the chief's run (0: none said: any run joins) */
+  int64_t base;      /* the step of the last reset */
   ps_worker_clock *w;
   int n, cap;
-  uint64_t epoch;  /* bumped on every change: waiters re-check */
+  uint64_t epoch;    /* bumped on every change: waiters re-check */
 } ps_consist;
 
-void ps__cons_init(ps_consist *c);
+/* What a JOIN says: the worker, its clock and the era it knows (its clock
+ * counts only in that era), the run and closure it joins for. */
+typedef struct {
+  int worker;
+  int64_t clock;
+  uint64_t era;
+  uint64_t run;
+  uint64_t closure;
+} ps_join_req;
+
+/* era0: the first era (random; never 0). */
+void ps__cons_init(ps_consist *c, uint64_t era0);
 void ps__cons_free(ps_consist *c);
 int ps__cons_set_mode(ps_consist *c, ps_mode mode, int staleness);
-/* A worker joins (or returns): its clock becomes max(clock, the slowest
- * active clock), so a returning worker never holds the others back. */
-int ps__cons_join(ps_consist *c, int worker, int64_t clock);
-/* A worker leaves: it no longer holds anyone back. */
-int ps__cons_leave(ps_consist *c, int worker);
-/* Reports that a worker finished `clock` steps (never moves back).
- * Unknown workers join. */
-int ps__cons_clock(ps_consist *c, int worker, int64_t clock);
+/* A new era at `step` for run `run`: every member forgotten (what closures
+ * were over too, when the run changes). The service resets the sync
+ * shards and refuses the calls of the old era. */
+void ps__cons_reset(ps_consist *c, uint64_t run, int64_t step);
+/* Calls of era `era` may go on (0: not checked). */
+bool ps__cons_era_ok(const ps_consist *c, uint64_t era);
+bool ps__cons_member(const ps_consist *c, int worker);
+/* JOIN. *out is the clock the worker goes on from: sync: the step every
+ * shard still sums with it (sync_next: the largest over the shards, from
+ * the service); ssp: the slowest member's clock (it holds nobody back);
+ * never below the reset's step, and its own clock when it knows this era
+ * or is a member. TSR_ESTALE (msg filled) for another run or a closure
+ * that is over. */
+int ps__cons_join(ps_consist *c, const ps_join_req *q, int64_t sync_next,
+                  int64_t *out, char *msg, size_t msglen);
+/* LEAVE from the chief: closures up to `closure` of `worker` are over; a
+ * member that joined for one of them stops counting. Another run's LEAVE
+ * changes nothing. TSR_ENOTFOUND when it was no member. */
+int ps__cons_leave(ps_consist *c, int worker, uint64_t run,
+                   uint64_t closure);
+/* TICK: a member's clock rises to `clock` (never moves back). TSR_ESTALE
+ * for another era or a worker that is no member. */
+int ps__cons_clock(ps_consist *c, int worker, int64_t clock, uint64_t era);
 /* Slowest active clock; INT64_MAX when no worker is active. */
 int64_t ps__cons_min_clock(const ps_consist *c);
 int ps__cons_active(const ps_consist *c);
 /* SSP/async/sync gate for a read by `worker` at clock c: true when it may
  * proceed (ssp: min clock >= c - S). */
 bool ps__cons_may_read(const ps_consist *c, int64_t clock);
-/* Sync: the step-t sum of a shard may be applied when every active worker
- * has pushed it for step t (pushed(worker) true) or finished step t. */
+/* Sync: the step-t sum of a shard may be applied when no member owes it:
+ * every member whose clock is <= t has pushed it (pushed(worker) true). */
 bool ps__cons_sync_ready(const ps_consist *c, int64_t step,
                          bool (*pushed)(void *ctx, int worker), void *ctx);
 

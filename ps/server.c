@@ -9,6 +9,7 @@
 #include "common/trace.h"
 #include "common/log.h"
 
+#include <sodium.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,7 +37,11 @@ int ps_server_new(ps_server **out, tsr_rpc_ctx *ctx, const ps_server_opts *o) {
   tsr_rpc_ctx_opts(ctx, &ro);
   s->max_answer = ro.max_payload_bytes > SIZE_MAX ? SIZE_MAX
                                                   : (size_t)ro.max_payload_bytes;
-  ps__cons_init(&s->cons);
+  /* a random first era: calls from before a restart are never taken for
+   * calls of this process's eras */
+  uint64_t era0;
+  randombytes_buf(&era0, sizeof era0);
+  ps__cons_init(&s->cons, era0 >> 1);
   ps_mode mode;
   int st, rc;
   if ((rc = ps__mode_parse(s->opts.mode, &mode, &st))) {

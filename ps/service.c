@@ -12,6 +12,9 @@
  * ssp pulls and sync pulls/pushes whose condition does not hold yet wait
  * on the server's list, re-checked after every apply, clock and
  * membership change, and every 200 ms (to drop calls whose peer is gone).
+ * The conditions are the clock protocol of ps/consist.c (the Spin model
+ * tests/model/clock.pml): in ssp and sync a push needs a member, and any
+ * call of an era before the last reset (config, restore) is refused.
  * Failure modes: every bad request gets an error naming the variable,
  * shard and the problem, before anything is changed.
  */
@@ -302,12 +305,18 @@ static void ps__work_cb(uv_work_t *w) {
     case PS_OP_PUSH: ps__do_push(s, op); break;
     case PS_OP_PULL_ROWS: ps__do_gather(s, op); break;
     case PS_OP_SYNC_APPLY: /* op->worker: the divisor, fixed on the loop */
-      op->rc = ps__shard_accum_apply(op->e->sh, &s->mem, op->worker, op->err,
-                                     sizeof op->err);
+      op->rc = op->worker > 0
+                   ? ps__shard_accum_apply(op->e->sh, &s->mem, op->worker,
+                                           op->err, sizeof op->err)
+                   : 0; /* a step nobody took part in: skipped */
+      break;
+    case PS_OP_SYNC_CLEAR:
+      ps__shard_accum_clear(op->e->sh);
       break;
     default: ps__admin_work(s, op); break;
   }
-  if (s->trace && (op->kind == PS_OP_PUSH || op->kind == PS_OP_SYNC_APPLY)) {
+  if (s->trace && (op->kind == PS_OP_PUSH ||
+                   (op->kind == PS_OP_SYNC_APPLY && op->worker > 0))) {
     char name[TSR_TRACE_NAME_MAX];
     snprintf(name, sizeof name, "apply %s", op->e->spec.name);
     tsr_trace_end(s->trace, s->trace_pid, 1 + op->e->spec.shard, "ps", name,
@@ -361,12 +370,13 @@ static void ps__after_cb(uv_work_t *w, int status) {
       break;
     case PS_OP_SYNC_APPLY:
       if (op->rc == TSR_ENOMEM) {
-        /* nothing applied, the sum kept: the timer tries again */
+        /* nothing applied, the sum kept: the timer tries again (unless a
+         * reset since dropped the sum with its era) */
         tsr_warn("%s shard %d: sync step %" PRId64 ": %s; trying again",
                  e->spec.name, e->spec.shard, e->sync_done,
                  op->err[0] ? op->err : tsr_strerror(op->rc));
         e->sync_queued = false;
-        e->sync_retry = true;
+        e->sync_retry = op->era == s->cons.era;
         ps__op_free(op);
         break;
       }
@@ -374,9 +384,14 @@ static void ps__after_cb(uv_work_t *w, int status) {
         tsr_error("%s shard %d: sync step %" PRId64 " failed: %s",
                   e->spec.name, e->spec.shard, e->sync_done,
                   op->err[0] ? op->err : tsr_strerror(op->rc));
-      e->sync_done = op->clock;
-      e->n_pushed = 0;
+      if (op->era == s->cons.era) { /* a reset since: the new era's step */
+        e->sync_done = op->clock;
+        e->n_pushed = 0;
+      }
       e->sync_queued = false;
+      ps__op_free(op);
+      break;
+    case PS_OP_SYNC_CLEAR:
       ps__op_free(op);
       break;
     default:
@@ -448,11 +463,38 @@ void ps__enqueue(ps_server *s, ps_op *op, bool front) {
 
 /* ---- consistency gates ------------------------------------------------------*/
 
-/* 1: may go now; 0: wait; negative: refuse (err filled). */
+/* 1: may go now; 0: wait; negative: refuse (err filled). The questions
+ * of the model's wk__pull and wk__push, asked of one shard. */
 static int ps__gate(ps_server *s, ps_op *op) {
   ps_entry *e = op->e;
+  ps_consist *c = &s->cons;
+  if (c->mode != PS_MODE_ASYNC && !ps__cons_era_ok(c, op->era)) {
+    snprintf(op->err, sizeof op->err,
+             "%s shard %d: the parameter server was reset (a restore or a "
+             "new configuration) since worker %d joined: it joins again",
+             e->spec.name, e->spec.shard, op->worker);
+    return TSR_ESTALE;
+  }
+  /* a call of a joined worker (its era set) that is no member any more:
+   * the chief said its closures are over, nobody will move a gate for it */
+  if (c->mode != PS_MODE_ASYNC && op->era && op->kind != PS_OP_PUSH &&
+      !ps__cons_member(c, op->worker)) {
+    snprintf(op->err, sizeof op->err,
+             "%s shard %d: worker %d is no member here any more (its closures "
+             "are over): it joins again", e->spec.name, e->spec.shard,
+             op->worker);
+    return TSR_ESTALE;
+  }
   if (op->kind == PS_OP_PUSH) {
-    if (!op->sync) return 1;
+    if (c->mode == PS_MODE_ASYNC) return 1;
+    if (!ps__cons_member(c, op->worker)) {
+      snprintf(op->err, sizeof op->err,
+               "%s shard %d: worker %d is no member here (it left, or "
+               "never joined): it joins again", e->spec.name, e->spec.shard,
+               op->worker);
+      return TSR_ESTALE;
+    }
+    if (c->mode == PS_MODE_SSP) return 1;
     if (op->step < e->sync_done) {
       snprintf(op->err, sizeof op->err,
                "%s shard %d: push for sync step %" PRId64 " from worker %d "
@@ -461,19 +503,21 @@ static int ps__gate(ps_server *s, ps_op *op) {
                e->sync_done);
       return TSR_ESTALE;
     }
+    /* a step ahead, or an apply running (maybe of the era before a
+     * reset): wait */
     if (op->step > e->sync_done || e->sync_queued) return 0;
     for (int i = 0; i < e->n_pushed; i++)
       if (e->pushed[i] == op->worker) return 0; /* twice in a step: next */
     return 1;
   }
-  switch (s->cons.mode) {
+  switch (c->mode) {
     case PS_MODE_SSP: {
-      if (!ps__cons_may_read(&s->cons, op->clock)) return 0;
+      if (!ps__cons_may_read(c, op->clock)) return 0;
       /* how far ahead of the slowest worker a read was let through */
-      int64_t mc = ps__cons_min_clock(&s->cons);
+      int64_t mc = ps__cons_min_clock(c);
       if ((op->kind == PS_OP_PULL || op->kind == PS_OP_PULL_ROWS ||
            op->kind == PS_OP_PUSH) &&
-          mc >= 0 && op->clock - mc > s->max_read_lead)
+          mc != INT64_MAX && op->clock - mc > s->max_read_lead)
         s->max_read_lead = op->clock - mc;
       return 1;
     }
@@ -516,11 +560,22 @@ static void ps__admit(ps_server *s, ps_op *op, bool front) {
     ps__op_fail(s, op, TSR_ENOMEM, "out of memory");
     return;
   }
+  /* ssp: a gradient of step t means its worker finished t + 1 steps (in
+   * sync a worker may still owe other shards of step t) */
+  if (op->kind == PS_OP_PUSH && s->cons.mode == PS_MODE_SSP) {
+    uint64_t ep = s->cons.epoch;
+    ps__cons_clock(&s->cons, op->worker, op->step + 1, op->era);
+    if (s->cons.epoch != ep) s->cons_changed = true;
+  }
   ps__enqueue(s, op, front);
 }
 
 static void ps__pull_ready(ps_server *s, ps_op *op, bool front) {
   int g = ps__gate(s, op);
+  if (g < 0) {
+    ps__op_fail(s, op, g, "%s", op->err);
+    return;
+  }
   if (g == 0) {
     ps__hold(s, op);
     return;
@@ -532,7 +587,24 @@ static void ps__pull_ready(ps_server *s, ps_op *op, bool front) {
   ps__enqueue(s, op, front);
 }
 
+static void ps__wake_once(ps_server *s);
+
+/* Re-checks every held call; a push let through may move an ssp clock,
+ * which may let more through: again until nothing changes. */
 void ps__wake(ps_server *s) {
+  if (s->waking) {
+    s->cons_changed = true;
+    return;
+  }
+  s->waking = true;
+  do {
+    s->cons_changed = false;
+    ps__wake_once(s);
+  } while (s->cons_changed && !s->closing);
+  s->waking = false;
+}
+
+static void ps__wake_once(ps_server *s) {
   ps_op **pp = &s->waiting, *ready = NULL, **rt = &ready;
   while (*pp) {
     ps_op *op = *pp;
@@ -578,6 +650,12 @@ static bool ps__pushed(void *ctx, int worker) {
   return false;
 }
 
+/* The model's PS process, first half: a shard whose step no member owes
+ * queues its apply (the mean of what was pushed), or, pushed by nobody
+ * and owed by nobody because every member is past it, skips to the
+ * slowest member's clock. The set is closed while the apply runs (pushes
+ * for the next step wait), and `sync_target` says where it ends, for the
+ * joins meanwhile. */
 void ps__sync_check(ps_server *s) {
   if (s->cons.mode != PS_MODE_SYNC || s->closing) return;
   for (int i = 0; i < s->n_ents; i++) {
@@ -585,24 +663,69 @@ void ps__sync_check(ps_server *s) {
     if (!e->sh || e->sync_queued || e->sync_retry) continue;
     if (ps__cons_active(&s->cons) == 0 && e->n_pushed == 0) continue;
     if (!ps__cons_sync_ready(&s->cons, e->sync_done, ps__pushed, e)) continue;
+    int64_t target = e->sync_done + 1;
+    if (e->n_pushed == 0) {
+      int64_t slowest = ps__cons_min_clock(&s->cons);
+      if (slowest == INT64_MAX || slowest <= e->sync_done) continue;
+      target = slowest;
+    }
     ps_op *op = ps__calloc(&s->mem, 1, sizeof *op);
     if (!op) return; /* tried again at the next check */
     op->kind = PS_OP_SYNC_APPLY;
     op->e = e;
     op->srv = s;
-    /* the mean over the workers of this step: the active ones, or more if
-     * some that pushed have left since */
-    op->worker = ps__cons_active(&s->cons);
-    if (op->worker < e->n_pushed) op->worker = e->n_pushed;
-    /* steps nobody pushed (every worker is past them, e.g. after a PS
-     * restart) are skipped in one go: their mean is zero */
-    op->clock = e->sync_done + 1;
-    int64_t slowest = ps__cons_min_clock(&s->cons);
-    if (e->n_pushed == 0 && slowest != INT64_MAX && slowest > op->clock)
-      op->clock = slowest;
+    /* the mean of the gradients summed (0 pushes: nothing applied) */
+    op->worker = e->n_pushed;
+    op->clock = target;
+    op->era = s->cons.era;
+    e->sync_target = target;
     e->sync_queued = true;
     ps__enqueue(s, op, false);
   }
+}
+
+int64_t ps__sync_next(ps_server *s, int worker) {
+  int64_t next = s->cons.base;
+  for (int i = 0; i < s->n_ents; i++) {
+    ps_entry *e = s->ents[i];
+    int64_t n = e->sync_done;
+    if (e->sync_queued)
+      n = e->sync_target;
+    else if (ps__pushed(e, worker))
+      n = e->sync_done + 1;
+    if (n > next) next = n;
+  }
+  return next;
+}
+
+int64_t ps__sync_step(const ps_server *s) {
+  int64_t m = 0;
+  for (int i = 0; i < s->n_ents; i++)
+    if (s->ents[i]->sync_done > m) m = s->ents[i]->sync_done;
+  return m;
+}
+
+void ps__reset(ps_server *s, uint64_t run, int64_t step) {
+  ps__cons_reset(&s->cons, run, step);
+  for (int i = 0; i < s->n_ents; i++) {
+    ps_entry *e = s->ents[i];
+    e->sync_done = s->cons.base;
+    e->n_pushed = 0;
+    e->sync_retry = false; /* the sum it kept goes with the old era */
+    /* an apply still running belongs to the old era: it changes nothing
+     * when it ends, and joins meanwhile start at the reset's step */
+    if (e->sync_queued) e->sync_target = s->cons.base;
+    /* the old era's sum goes, after the writes already queued */
+    ps_op *op = e->sh ? ps__calloc(&s->mem, 1, sizeof *op) : NULL;
+    if (op) {
+      op->kind = PS_OP_SYNC_CLEAR;
+      op->e = e;
+      op->srv = s;
+      ps__enqueue(s, op, false);
+    }
+  }
+  ps__wake(s); /* held calls of the old era are refused */
+  ps__sync_check(s);
 }
 
 /* ---- handlers -----------------------------------------------------------------*/
@@ -634,13 +757,6 @@ static ps_op *ps__new_op(ps_server *s, tsr_rpc_incoming *call, ps_entry *e,
   op->payload = call->payload;
   op->payload_len = call->payload_len;
   return op;
-}
-
-static void ps__auto_join(ps_server *s, int worker, int64_t clock) {
-  if (s->cons.mode == PS_MODE_ASYNC || worker < 0) return;
-  for (int i = 0; i < s->cons.n; i++)
-    if (s->cons.w[i].id == worker && s->cons.w[i].active) return;
-  ps__cons_join(&s->cons, worker, clock);
 }
 
 /* Fields every pull and push carries: the worker (-1: a reader that is
@@ -733,8 +849,8 @@ static void ps__on_pull(tsr_rpc_incoming *call, void *data) {
   op->clock = r->clock;
   op->n_ids = r->n_ids;
   op->out_len = out_len;
+  op->era = r->era;
   op->pull_dtype = r->dtype;
-  ps__auto_join(s, r->worker, r->clock);
   ps__pull_ready(s, op, false);
 }
 
@@ -827,13 +943,10 @@ static void ps__on_push(tsr_rpc_incoming *call, void *data) {
   op->pull_dtype = fused ? r->pull_dtype : PS_DT_F32;
   op->sync = s->cons.mode == PS_MODE_SYNC;
   op->allow_nonfinite = s->allow_nonfinite;
-  ps__auto_join(s, r->worker, r->step);
+  op->era = r->era;
+  s->cons_changed = false;
   ps__admit(s, op, false);
-  /* ssp: a gradient of step t means the worker finished t steps + 1 (not
-   * in sync, where a worker may still owe other shards of step t) */
-  if (s->cons.mode == PS_MODE_SSP && r->worker >= 0 &&
-      ps__cons_clock(&s->cons, r->worker, r->step + 1) == 0)
-    ps__wake(s);
+  if (s->cons_changed) ps__wake(s);
 }
 
 void ps__timer_cb(uv_timer_t *t) {

@@ -85,19 +85,19 @@ int ps__spec_validate(const ps_var_spec *s, char *err, size_t errlen) {
     return tsr_errf(err, errlen, TSR_ERANGE,
                     "%s: rows of %" PRId64 " elements are too wide to hold",
                     s->name, width);
-  const kern_init_spec *in = &s->init;
-  if ((unsigned)in->kind > KERN_INIT_HE_NORMAL)
+  const tsr_init_spec *in = &s->init;
+  if ((unsigned)in->kind > TSR_INIT_HE_NORMAL)
     return tsr_errf(err, errlen, TSR_EINVAL, "%s: initializer kind %d is "
                     "unknown", s->name, (int)in->kind);
   if (!sp_finite(in->a) || !sp_finite(in->b))
     return tsr_errf(err, errlen, TSR_EINVAL,
                     "%s: initializer arguments a %g, b %g must be finite",
                     s->name, in->a, in->b);
-  if (in->kind == KERN_INIT_UNIFORM && in->a > in->b)
+  if (in->kind == TSR_INIT_UNIFORM && in->a > in->b)
     return tsr_errf(err, errlen, TSR_EINVAL,
                     "%s: uniform initializer minval %g > maxval %g", s->name,
                     in->a, in->b);
-  if ((in->kind == KERN_INIT_NORMAL || in->kind == KERN_INIT_TRUNCATED_NORMAL) &&
+  if ((in->kind == TSR_INIT_NORMAL || in->kind == TSR_INIT_TRUNCATED_NORMAL) &&
       in->b < 0)
     return tsr_errf(err, errlen, TSR_EINVAL,
                     "%s: initializer stddev %g must be >= 0", s->name, in->b);
@@ -224,7 +224,7 @@ int ps__spec_from_proto(const Tessera__Ps__VarSpec *v, ps_var_spec *s,
   const char *iname = v->init && v->init->name && v->init->name[0]
                           ? v->init->name
                           : (s->sparse ? "random_uniform" : "glorot_uniform");
-  if (kern_init_parse(iname, &s->init))
+  if (tsr_init_parse(iname, &s->init))
     return tsr_errf(err, errlen, TSR_EINVAL, "%s: unknown initializer \"%s\"",
                     v->name, iname);
   if (v->init) {

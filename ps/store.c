@@ -439,6 +439,10 @@ static void ps__collect(void *ctx, int64_t id, const float *rec) {
   c->n++;
 }
 
+void ps__shard_accum_clear(ps_shard *s) {
+  if (s) s->acc_count = 0; /* the next gradient starts a fresh sum */
+}
+
 int ps__shard_accum_apply(ps_shard *s, ps_mem *mem, int workers, char *err,
                           size_t errlen) {
   float scale = 1.0f / (float)(workers > 0 ? workers : 1);

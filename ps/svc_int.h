@@ -29,6 +29,7 @@ typedef enum {
   PS_OP_SAVE,       /* read, file written on the pool */
   PS_OP_PUSH,       /* write on the pool (apply, or sum in sync mode) */
   PS_OP_SYNC_APPLY, /* write on the pool: the mean of a sync step */
+  PS_OP_SYNC_CLEAR, /* write on the pool: drop a sum (a reset) */
   PS_OP_CREATE,     /* write on the pool: allocate and initialise */
   PS_OP_SWAP        /* write on the loop: install a restored shard */
 } ps_op_kind;
@@ -48,7 +49,8 @@ typedef struct {
   bool *created;       /* create: per requested spec */
   char dir[PS_PATH_MAX];
   ps_ckpt_ident who;   /* save: the files' checkpoint; restore: the one
-                          asked for (id "": any, the files must agree) */
+                          asked for (id "": any, the files must agree),
+                          and who.step the step the new era starts at */
   bool verify;         /* save: read every file back */
   ps_ckpt_file *files; /* save: what was written */
   size_t n_files;
@@ -66,6 +68,8 @@ struct ps_op {
   /* pull / push */
   int worker;
   int64_t clock;            /* pulls: gate; fused: pull_clock */
+  uint64_t era;             /* the era the caller joined in (0: none);
+                               sync apply: the era it was queued in */
   int64_t step;             /* push: sync step */
   int dtype;
   int pull_dtype;           /* of the answered values (PS_DT_F32, _BF16) */
@@ -97,6 +101,7 @@ struct ps_entry {
   ps_op *head, *tail;
   /* sync mode */
   int64_t sync_done;        /* steps applied */
+  int64_t sync_target;      /* sync_done once the queued apply is done */
   bool sync_queued;
   bool sync_retry;          /* its apply ran out of memory: the timer
                                queues it again */
@@ -127,6 +132,8 @@ struct ps_server {
   ps_entry **ents;
   int n_ents, cap_ents;
   ps_op *waiting;
+  bool waking;              /* ps__wake running: a nested call repeats it */
+  bool cons_changed;        /* an ssp clock moved while admitting */
   int works;
   uv_timer_t timer;
   bool closing, rpc_closed, timer_closed;
@@ -146,6 +153,13 @@ void ps__enqueue(ps_server *s, ps_op *op, bool front);
 void ps__dispatch(ps_server *s, ps_entry *e);
 void ps__wake(ps_server *s);
 void ps__sync_check(ps_server *s);
+/* A new consistency era at `step` (config, restore): members forgotten,
+ * every sync shard at `step`, held calls of the old era refused. */
+void ps__reset(ps_server *s, uint64_t run, int64_t step);
+/* Sync: the step a joining worker owes next, over every shard. */
+int64_t ps__sync_next(ps_server *s, int worker);
+/* The furthest shard's applied steps (sync), for stats. */
+int64_t ps__sync_step(const ps_server *s);
 void ps__op_fail(ps_server *s, ps_op *op, int rc, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 void ps__batch_done(ps_server *s, ps_batch *b);

@@ -10,7 +10,7 @@
  * every PS index known), open the compute context and the executor, make
  * one host parameter buffer and one gradient buffer per variable (a dense
  * variable whole, so a shard's pull lands in place at row0 * row_dim),
- * connect to every PS and join its clocks.
+ * connect to every PS and join their clocks (ssp, sync: clock.c).
  * Failure modes: a data file missing here (TSR_EIO naming the path), a
  * model the worker cannot build or a layout that does not match it
  * (TSR_ECONFIG naming the variable), no GPU when one was asked for, a PS
@@ -20,6 +20,7 @@
 #include "worker/loop_int.h"
 #include "worker/loop_run.h"
 
+#include "common/clock.h"
 #include "common/err.h"
 #include "common/log.h"
 
@@ -34,7 +35,7 @@ void wk__run_free(wk_run *r) {
   if (r->in) wk_input_close(r->in);
   r->in = NULL;
   if (r->kc) kern_close(r->kc);
-  if (r->model) wk_model_free(r->model);
+  if (r->model) tsr_model_free(r->model);
   for (size_t v = 0; v < r->n_vars; v++) {
     if (r->param1 && r->param && r->param1[v] != r->param[v])
       free(r->param1[v]);
@@ -88,7 +89,7 @@ void wk__job_free(wk_job *j) {
 /* Shards arrive in any order; sort by (var, row0) so each variable's
  * shards are one contiguous, ordered run. */
 static int shard_cmp(const void *a, const void *b) {
-  const wk_shard *x = a, *y = b;
+  const tsr_shard *x = a, *y = b;
   if (x->var != y->var) return x->var < y->var ? -1 : 1;
   return x->row0 < y->row0 ? -1 : x->row0 > y->row0;
 }
@@ -111,20 +112,20 @@ static int check_layout(wk_run *r, const Tessera__Worker__ConfigureRequest *q,
                       "layout: %s shard %u is placed on ps:%u but only %d PS "
                       "addresses were given", r->vars[s->var].name, s->shard,
                       s->ps, r->n_ps);
-    r->shards[i] = (wk_shard){.var = (int)s->var, .shard = (int)s->shard,
-                              .num_shards = (int)s->num_shards,
-                              .row0 = s->row0, .rows = s->rows,
-                              .ps = (int)s->ps};
+    r->shards[i] = (tsr_shard){.var = (int)s->var, .shard = (int)s->shard,
+                               .num_shards = (int)s->num_shards,
+                               .row0 = s->row0, .rows = s->rows,
+                               .ps = (int)s->ps};
   }
   qsort(r->shards, (size_t)n, sizeof *r->shards, shard_cmp);
   r->n_shards = n;
   int i = 0;
   for (size_t v = 0; v < r->n_vars; v++) {
-    const wk_var_info *vi = &r->vars[v];
+    const tsr_var *vi = &r->vars[v];
     r->var_first[v] = i;
     int64_t next = 0, count = 0;
     for (; i < n && r->shards[i].var == (int)v; i++, count++) {
-      const wk_shard *s = &r->shards[i];
+      const tsr_shard *s = &r->shards[i];
       if (s->row0 != next || s->rows < 1)
         return tsr_errf(err, errlen, TSR_ECONFIG,
                         "layout: %s shard %d covers rows [%lld, %lld) but rows "
@@ -174,8 +175,8 @@ static int alloc_buffers(wk_run *r, char *err, size_t errlen) {
       !r->n_nxt || !r->cap_rows || (two && (!r->param1 || !r->grad1)))
     return tsr_errf(err, errlen, TSR_ENOMEM, "out of memory for buffers");
   for (size_t v = 0; v < nv; v++) {
-    const wk_var_info *vi = &r->vars[v];
-    if (vi->kind == WK_VAR_ROW_SPARSE) continue; /* grown per batch */
+    const tsr_var *vi = &r->vars[v];
+    if (vi->kind == TSR_VAR_ROW_SPARSE) continue; /* grown per batch */
     r->param[v] = calloc((size_t)vi->numel, sizeof(float));
     r->grad[v] = calloc((size_t)vi->numel, sizeof(float));
     if (two) { /* prefetch_params: a second set, the steps alternate */
@@ -209,7 +210,7 @@ static int check_eval(wk_svc *s, wk_run *r, char *err, size_t errlen) {
   char ierr[WK_ERR_MAX];
   int rc = wk_input_open(&r->job, WK_SPLIT_EVAL, &io, &in, ierr, sizeof ierr);
   if (!rc)
-    rc = wk_input_validate(in, wk_model_num_classes(r->model), ierr,
+    rc = wk_input_validate(in, tsr_model_num_classes(r->model), ierr,
                            sizeof ierr);
   wk_input_close(in);
   if (rc)
@@ -291,17 +292,17 @@ static int do_configure(wk_svc *s, wk_job *j) {
     goto out;
   }
   const wk_input_schema *schema = wk_input_get_schema(r->in);
-  if ((rc = wk_model_from_job(&r->job, schema, &r->model, err, errlen)))
+  if ((rc = tsr_model_from_job(&r->job, schema, &r->model, err, errlen)))
     goto out;
   /* every input checked before the first step */
-  if ((rc = wk_input_validate(r->in, wk_model_num_classes(r->model), ierr,
+  if ((rc = wk_input_validate(r->in, tsr_model_num_classes(r->model), ierr,
                               sizeof ierr))) {
     rc = tsr_errf(err, errlen, wk__data_code(rc), "worker %d: training data: %s",
                   s->task_index, ierr);
     goto out;
   }
   if ((rc = check_eval(s, r, err, errlen))) goto out;
-  if ((rc = wk_model_variables(r->model, &r->vars, &r->n_vars))) {
+  if ((rc = tsr_model_variables(r->model, &r->vars, &r->n_vars))) {
     tsr_errf(err, errlen, rc, "model: no variable list");
     goto out;
   }
@@ -319,7 +320,14 @@ static int do_configure(wk_svc *s, wk_job *j) {
   /* the worker id, the mode (ssp/sync: a PS may hold calls) and the
    * layout, for the PS client */
   if ((rc = wk__xfer_configure(s, r, err, errlen))) goto out;
-  if ((rc = wk__run_join(s, r, err, errlen))) goto out;
+  /* ssp and sync: a configured worker is a member from the start (so the
+   * first steps of a sync run wait for every worker); every closure joins
+   * again (clock.c) */
+  r->clock = 0;
+  if (r->job.mode != TSR_MODE_ASYNC &&
+      (rc = wk__clock_join(s, r, 0, tsr_now_ms() + s->ps_deadline_ms, err,
+                           errlen)))
+    goto out;
 
   if (strcmp(kern_backend_name(r->kc), "cpu") == 0)
     snprintf(r->device, sizeof r->device, "cpu");
@@ -327,7 +335,7 @@ static int do_configure(wk_svc *s, wk_job *j) {
     snprintf(r->device, sizeof r->device, "cuda:%d",
              kern_device_index(r->kc));
   char summary[4096];
-  wk_model_summary(r->model, summary, sizeof summary);
+  tsr_model_summary(r->model, summary, sizeof summary);
   j->strs[0] = strdup(r->device);
   j->strs[1] = strdup(summary);
   if (!j->strs[0] || !j->strs[1]) {
@@ -350,7 +358,7 @@ static int do_configure(wk_svc *s, wk_job *j) {
     }
     const char *in_names[64];
     int64_t in_first[64];
-    int ni = nd > 0 ? wk_model_inputs(r->model, in_names, in_first, 64) : 0;
+    int ni = nd > 0 ? tsr_model_inputs(r->model, in_names, in_first, 64) : 0;
     if (ni > 64) ni = 0; /* more than an export needs to tell apart */
     if (ni > 0 && (j->names = calloc((size_t)ni, sizeof *j->names)) &&
         (j->cols = malloc((size_t)ni * sizeof *j->cols))) {

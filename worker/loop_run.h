@@ -29,24 +29,18 @@ typedef struct {
   int32_t tpid;
 } wk_xstat;
 
-/* One shard of one variable (proto Shard, checked). */
-typedef struct {
-  int var, shard, num_shards;
-  int64_t row0, rows;
-  int ps;
-} wk_shard;
-
 struct wk_run {
   uint64_t run_id;
   int worker_index, num_workers;
   tsr_job job;
   wk_input *in;
-  wk_model *model;
+  tsr_model *model;
   kern_ctx *kc;
   wk_exec *ex;
-  const wk_var_info *vars;   /* the model's */
+  const tsr_var *vars;   /* the model's */
   size_t n_vars;
-  wk_shard *shards;          /* sorted by (var, row0) */
+  tsr_shard *shards;         /* the chief's (proto Shard, checked),
+                                sorted by (var, row0) */
   int n_shards;
   int *var_first;            /* shards of var v: [var_first[v], var_first[v+1]) */
   char **ps_addrs;
@@ -75,8 +69,11 @@ struct wk_run {
   int hook_set;              /* the compute hooks' set and push step */
   int64_t hook_step;
 
-  int64_t clock;             /* steps this worker finished (ssp) or steps
-                                applied on the PS (sync) */
+  /* the clock protocol (worker/clock.c, tests/model/clock.pml) */
+  int64_t clock;             /* ssp: steps finished; sync: the next step
+                                it pushes */
+  bool plain_reads;          /* evaluation: pulls carry no era (the PS
+                                client keeps each PS's era, clock.c) */
   uint64_t losses;           /* PS connections lost when the closure began */
   int64_t steps;             /* steps run since configured */
   int64_t examples;
@@ -119,8 +116,15 @@ int wk__xfer_clock_submit(wk_run *r, ps_clock_op op, int64_t clock,
 /* Waits for one ticket, folding its figures into r->xs. */
 int wk__xfer_wait(wk_run *r, ps_ticket *t, bool push, const char *what);
 
-/* Joins every PS's clocks at configure (loop_step.c). */
-int wk__run_join(wk_svc *s, wk_run *r, char *err, size_t errlen);
+/* ssp and sync, at configure (closure 0) and at the start of closure
+ * `closure` (clock.c): JOIN every PS, continue from the largest clock
+ * answered (r->clock); each PS's answer sets the era every later call to
+ * it carries; the closure's first pull TICKs every PS up to that clock.
+ * Retries a PS that is reconnecting until `end_ms`. */
+int wk__clock_join(wk_svc *s, wk_run *r, uint64_t closure, uint64_t end_ms,
+                   char *err, size_t errlen);
+/* A PS that is down or not up yet: worth trying again shortly. */
+bool wk__ps_retryable(int rc);
 /* Runs a closure (RUN job); fills j->out.run. */
 int wk__run_closure(wk_svc *s, wk_run *r, wk_job *j);
 /* Evaluates the current parameters (EVAL job); fills j->out.eval. */

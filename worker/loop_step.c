@@ -10,10 +10,12 @@
  * values in model order; wait for this step's pushes. The closure's last
  * step pushes only. With prefetch_params (async) the next step's dense
  * values are pulled at the start of a step into the other set of buffers.
- * Consistency is the PS's job: pulls carry this worker's clock (ssp: steps
- * it finished, which each push also tells the PS; sync: steps applied, so
- * a pull for step t+1 waits until every worker's step t has been
- * applied); a push is sent before the pull of the same variable, on the
+ * Consistency is the PS's job: in ssp and sync a closure first joins
+ * every PS (clock.c) and continues from the clock they answer; pulls carry
+ * this worker's clock (ssp: steps it finished, which each push also tells
+ * the PS; sync: steps applied, so a pull for step t+1 waits until every
+ * member's step t has been applied) and every call carries the era its PS
+ * answered; a push is sent before the pull of the same variable, on the
  * same connection, so the pull sees it.
  * Failure modes: an input error (named by the pipeline), a bad batch (the
  * model's error), a PS that fails or cannot be reached: the closure stops
@@ -62,7 +64,7 @@ static int clip_grads(wk_run *r, int k) {
   }
   for (size_t v = 0; v < r->n_vars; v++) {
     g[v] = wk__set_grad(r, k)[v];
-    n[v] = (size_t)(r->vars[v].kind == WK_VAR_DENSE
+    n[v] = (size_t)(r->vars[v].kind == TSR_VAR_DENSE
                         ? r->vars[v].numel
                         : r->n_cur[v] * r->vars[v].row_dim);
   }
@@ -75,13 +77,13 @@ static int clip_grads(wk_run *r, int k) {
 /* The metric names and values of `mt` into the job's answer arrays. */
 static int metric_answer(wk_run *r, wk_job *j, wk_metrics *mt, double *loss,
                          char *err, size_t errlen) {
-  int nm = wk_model_num_metrics(r->model);
+  int nm = tsr_model_num_metrics(r->model);
   j->values = calloc((size_t)(nm ? nm : 1), sizeof(double));
   j->names = calloc((size_t)(nm ? nm : 1), sizeof(char *));
   if (!j->values || !j->names)
     return tsr_errf(err, errlen, TSR_ENOMEM, "out of memory for metrics");
   for (int i = 0; i < nm; i++)
-    if (!(j->names[i] = strdup(wk_model_metric_name(r->model, i))))
+    if (!(j->names[i] = strdup(tsr_model_metric_name(r->model, i))))
       return tsr_errf(err, errlen, TSR_ENOMEM, "out of memory for metrics");
   j->n_names = nm;
   double l;
@@ -96,7 +98,7 @@ static int eval_histograms(wk_run *r, wk_job *j,
                            Tessera__Worker__EvalResponse *o) {
   int nd = 0;
   for (size_t v = 0; v < r->n_vars; v++)
-    nd += r->vars[v].kind == WK_VAR_DENSE;
+    nd += r->vars[v].kind == TSR_VAR_DENSE;
   int n = 2 * nd;
   j->histo = calloc((size_t)(n ? n : 1), sizeof *j->histo);
   j->hmsg = calloc((size_t)(n ? n : 1), sizeof *j->hmsg);
@@ -105,8 +107,8 @@ static int eval_histograms(wk_run *r, wk_job *j,
   if (!j->histo || !j->hmsg || !j->hptr || !j->htag) return TSR_ENOMEM;
   int k = 0;
   for (size_t v = 0; v < r->n_vars; v++) {
-    const wk_var_info *vi = &r->vars[v];
-    if (vi->kind != WK_VAR_DENSE) continue;
+    const tsr_var *vi = &r->vars[v];
+    if (vi->kind != TSR_VAR_DENSE) continue;
     for (int g = 0; g < 2; g++, k++) {
       const float *x = g ? r->grad[v] : r->param[v];
       tsr_histo_fill(x, (size_t)vi->numel, 30, &j->histo[k]);
@@ -155,7 +157,7 @@ static int grow_rows(wk_run *r, size_t v, int64_t n, char *err,
  * only until the next prepare) into ids_nxt. */
 static int take_ids(wk_run *r, char *err, size_t errlen) {
   for (size_t v = 0; v < r->n_vars; v++) {
-    if (r->vars[v].kind != WK_VAR_ROW_SPARSE) continue;
+    if (r->vars[v].kind != TSR_VAR_ROW_SPARSE) continue;
     const int64_t *ids;
     int64_t n;
     int rc = wk_exec_rows(r->ex, (int)v, &ids, &n);
@@ -205,31 +207,6 @@ static int next_batch(wk_run *r, const wk_batch **b, double *wait_s,
   return take_ids(r, err, errlen);
 }
 
-/* A PS that is down (or not up yet: a fresh client has not connected)
- * fails at once; configure retries it until the PS deadline. */
-static bool retryable(int rc) {
-  return rc == TSR_EUNAVAIL || rc == TSR_ECLOSED || rc == UV_ECONNREFUSED;
-}
-
-int wk__run_join(wk_svc *s, wk_run *r, char *err, size_t errlen) {
-  uint64_t end = tsr_now_ms() + s->ps_deadline_ms;
-  int rc;
-  int64_t min_clock = -1;
-  for (;;) {
-    wk__xfer_begin(r, NULL, 0);
-    rc = wk__xfer_clock(r, PS_CLOCK_JOIN, 0, false, &min_clock);
-    if (!rc || !retryable(rc) || tsr_now_ms() >= end || stopping(s)) break;
-    tsr_sleep_ms(50);
-  }
-  if (rc) return tsr_errf(err, errlen, rc, "joining the PS: %s", r->xs.err);
-  /* A worker that (re)joins a run in progress starts at the slowest
-   * worker's clock. */
-  r->clock = 0;
-  if (r->job.mode != TSR_MODE_ASYNC && min_clock > r->clock)
-    r->clock = min_clock;
-  return 0;
-}
-
 /* A PS connection lost since the closure began: the shards may not be
  * the ones this closure computed against. */
 static int check_losses(wk_run *r, char *err, size_t errlen) {
@@ -239,11 +216,11 @@ static int check_losses(wk_run *r, char *err, size_t errlen) {
               "PS may have restarted without its shards)", msg);
 }
 
-/* Pulls the values of the closure's first batch into set 0. Sync: the
- * pull waits until this worker's last step is applied everywhere (clock
- * steps), and each PS is told the clock, so a PS that restarted (and
- * skips the steps nobody pushed) or a worker that joins later knows where
- * the run is. */
+/* Pulls the values of the closure's first batch into set 0 at the clock
+ * the joins answered (sync: once every member's step before it is
+ * applied). ssp and sync: the same exchange TICKs every PS up to that
+ * clock (a PS that answered less would otherwise hold this worker back on
+ * its own old clock, or wait for a step it will never push). */
 static int first_pull(wk_run *r, Tessera__Worker__RunResponse *o, char *err,
                       size_t errlen) {
   int rc = check_losses(r, err, errlen);
@@ -253,7 +230,7 @@ static int first_pull(wk_run *r, Tessera__Worker__RunResponse *o, char *err,
   wk__xfer_begin(r, tr, tpid);
   ps_ticket tick = 0;
   rc = wk__xfer_pull(r, 0, r->clock, true, true);
-  if (!rc && r->job.mode == TSR_MODE_SYNC)
+  if (!rc && r->job.mode != TSR_MODE_ASYNC)
     rc = wk__xfer_clock_submit(r, PS_CLOCK_TICK, r->clock, &tick);
   int w = wk__xfer_wait_pulls(r, 0);
   int c = wk__xfer_wait(r, &tick, false, NULL);
@@ -319,10 +296,11 @@ int wk__run_closure(wk_svc *s, wk_run *r, wk_job *j) {
   }
   int64_t tt = tr ? tsr_trace_now_us() : 0;
   r->losses = ps_kv_losses(r->kv, NULL, 0);
+  r->plain_reads = false;
   wk__xfer_begin(r, tr, tpid);
   int64_t pulled_step = 0;
   wk_metrics *tm = NULL; /* the model's metrics on this closure's batches */
-  if (wk_model_num_metrics(r->model) > 0 && wk_metrics_open(r->model, &tm))
+  if (tsr_model_num_metrics(r->model) > 0 && wk_metrics_open(r->model, &tm))
     tm = NULL;
   const wk_batch *b;
   int rc = next_batch(r, &b, &o->input_wait_s, err, errlen);
@@ -333,7 +311,12 @@ int wk__run_closure(wk_svc *s, wk_run *r, wk_job *j) {
    * the current ones. Nothing is pushed yet, so a PS that is reconnecting
    * (just restarted) is given a few seconds before the closure fails. */
   uint64_t retry_end = tsr_now_ms() + 3000;
-  while ((rc = first_pull(r, o, err, errlen)) && retryable(rc) &&
+  if (r->job.mode != TSR_MODE_ASYNC &&
+      (rc = wk__clock_join(s, r, q->closure_id, retry_end, err, errlen))) {
+    swap_ids(r);
+    goto out;
+  }
+  while ((rc = first_pull(r, o, err, errlen)) && wk__ps_retryable(rc) &&
          tsr_now_ms() < retry_end && !stopping(s)) {
     tsr_sleep_ms(100);
     /* nothing computed yet: a reconnect is fine */
@@ -343,8 +326,6 @@ int wk__run_closure(wk_svc *s, wk_run *r, wk_job *j) {
   WK_TRACE("pull");
   if (rc) goto out;
   pulled_step = r->xs.min_step == INT64_MAX ? 0 : r->xs.min_step;
-  if (r->job.mode == TSR_MODE_SYNC && pulled_step > r->clock)
-    r->clock = pulled_step;
 
   for (int64_t i = 0; i < q->steps; i++) {
     int k = r->cur, nk = r->prefetch ? k ^ 1 : k;
@@ -475,10 +456,11 @@ int wk__run_eval(wk_svc *s, wk_run *r, wk_job *j) {
   wk_input *in = NULL;
   wk_metrics *mt = NULL;
   int rc;
-  int nm = wk_model_num_metrics(r->model);
+  int nm = tsr_model_num_metrics(r->model);
   /* Fresh dense values (clock 0: never waits) into set 0. */
   for (size_t v = 0; v < r->n_vars; v++) r->n_nxt[v] = 0;
   r->losses = ps_kv_losses(r->kv, NULL, 0);
+  r->plain_reads = true; /* no part of the clock protocol */
   wk__xfer_begin(r, NULL, 0);
   rc = wk__xfer_pull(r, 0, 0, true, false);
   int w = wk__xfer_wait_pulls(r, 0);

@@ -39,7 +39,7 @@ float *const *wk__set_grad(wk_run *r, int k) {
 }
 
 static bool sparse_var(const wk_run *r, int v) {
-  return r->vars[v].kind == WK_VAR_ROW_SPARSE;
+  return r->vars[v].kind == TSR_VAR_ROW_SPARSE;
 }
 
 /* The ticket slot of variable v for set k: row-sparse variables have one
@@ -58,26 +58,16 @@ static void note_fail(wk_run *r, int rc, const char *msg) {
 
 int wk__xfer_configure(wk_svc *s, wk_run *r, char *err, size_t errlen) {
   ps_kv_var *vars = calloc(r->n_vars ? r->n_vars : 1, sizeof *vars);
-  ps_kv_shard *sh = calloc((size_t)(r->n_shards ? r->n_shards : 1),
-                           sizeof *sh);
   r->xf = calloc(r->n_vars ? r->n_vars : 1, sizeof *r->xf);
-  int rc = vars && sh && r->xf ? 0 : TSR_ENOMEM;
+  int rc = vars && r->xf ? 0 : TSR_ENOMEM;
   if (rc) {
     snprintf(err, errlen, "out of memory for the PS layout");
     goto out;
   }
-  for (int i = 0; i < r->n_shards; i++)
-    sh[i] = (ps_kv_shard){.ps = r->shards[i].ps, .shard = r->shards[i].shard,
-                          .row0 = r->shards[i].row0,
-                          .rows = r->shards[i].rows};
-  for (size_t v = 0; v < r->n_vars; v++) {
-    const wk_var_info *vi = &r->vars[v];
-    vars[v] = (ps_kv_var){.name = vi->name,
-                          .sparse = vi->kind == WK_VAR_ROW_SPARSE,
-                          .rows = vi->shape[0], .row_dim = vi->row_dim,
+  for (size_t v = 0; v < r->n_vars; v++)
+    vars[v] = (ps_kv_var){.var = &r->vars[v],
                           .n_shards = r->var_first[v + 1] - r->var_first[v],
-                          .shards = sh + r->var_first[v]};
-  }
+                          .shards = r->shards + r->var_first[v]};
   r->wire = r->job.wire_precision == TSR_PREC_BF16 ? PS_DT_BF16 : PS_DT_F32;
   r->prefetch = r->job.prefetch_params && r->job.mode == TSR_MODE_ASYNC;
   r->defer_push = r->job.optimizer.clipnorm > 0 ||
@@ -93,7 +83,6 @@ int wk__xfer_configure(wk_svc *s, wk_run *r, char *err, size_t errlen) {
     snprintf(err, errlen, "PS client: %s", kerr);
 out:
   free(vars);
-  free(sh);
   return rc;
 }
 
@@ -155,7 +144,9 @@ int wk__xfer_pull(wk_run *r, int k, int64_t clock, bool dense,
       it.n_pull = (size_t)r->n_nxt[v];
     }
     ps_kv_request q = {.kind = PS_KV_PULL, .items = &it, .n_items = 1,
-                       .clock = clock, .flags = check_flags(),
+                       .clock = clock,
+                       .flags = check_flags() |
+                                (r->plain_reads ? PS_KV_NO_ERA : 0u),
                        .losses = r->losses};
     ps_ticket *t = &r->xf[v].pull[slot(r, (int)v, k)];
     if (*t) { /* never two pulls into one buffer */

@@ -47,7 +47,7 @@ static const char *opt(const char *full, const char *key, char *buf,
   return NULL;
 }
 
-int wk_model__resolve_loss(wk_model *m, const char *loss, char *err,
+int tsr_model__resolve_loss(tsr_model *m, const char *loss, char *err,
                            size_t errlen) {
   char base[64];
   snprintf(base, sizeof base, "%s", loss ? loss : "mse");
@@ -61,7 +61,7 @@ int wk_model__resolve_loss(wk_model *m, const char *loss, char *err,
   }
   wk_layer *last = &m->layers[m->n_layers - 1];
   kern_act la = last->act;
-  bool last_dense = wk_model__has_logits(last);
+  bool last_dense = tsr_model__has_logits(last);
   snprintf(m->loss_name, sizeof m->loss_name, "%s", loss ? loss : "mse");
   m->logit_out = from_logits;
   m->loss_param = 0;
@@ -143,7 +143,7 @@ int wk_model__resolve_loss(wk_model *m, const char *loss, char *err,
   "accuracy, auc, precision, recall, top_k_categorical_accuracy, "          \
   "sparse_top_k_categorical_accuracy, mse, mae, or their Keras classes"
 
-int wk_model__resolve_metrics(wk_model *m, char *const *names, int n,
+int tsr_model__resolve_metrics(tsr_model *m, char *const *names, int n,
                               char *err, size_t errlen) {
   if (n > WK_MAX_METRICS)
     return tsr_errf(err, errlen, TSR_ERANGE,

@@ -54,7 +54,7 @@ typedef struct {
 } sa_mon;
 
 /* initial_weights (relative to the job file) into the trainer's values. */
-static int sa_start(void *data, wk_trainer *t, const wk_model *m, char *err,
+static int sa_start(void *data, wk_trainer *t, const tsr_model *m, char *err,
                     size_t errlen) {
   sa_mon *mon = data;
   const char *w = mon->job->initial_weights;
@@ -66,9 +66,9 @@ static int sa_start(void *data, wk_trainer *t, const wk_model *m, char *err,
              mon->job->path, w);
   else
     snprintf(path, sizeof path, "%s", w);
-  const wk_var_info *vi;
+  const tsr_var *vi;
   size_t nv;
-  wk_model_variables(m, &vi, &nv);
+  tsr_model_variables(m, &vi, &nv);
   chief_import_var *iv = calloc(nv ? nv : 1, sizeof *iv);
   if (!iv) return TSR_ENOMEM;
   for (size_t v = 0; v < nv; v++)
@@ -88,14 +88,14 @@ static void sa_scalar(void *data, const char *tag, int64_t step,
 
 /* The weights as `tessera ckpt export --npz` writes them, replaced
  * atomically (write to a temp file, rename). */
-static int sa_checkpoint(void *data, wk_trainer *t, const wk_model *m,
+static int sa_checkpoint(void *data, wk_trainer *t, const tsr_model *m,
                          int64_t step) {
   sa_mon *mon = data;
   char path[4096], err[512];
   snprintf(path, sizeof path, "%s/weights.npz", mon->ckpt_dir);
-  const wk_var_info *vi;
+  const tsr_var *vi;
   size_t nv;
-  wk_model_variables(m, &vi, &nv);
+  tsr_model_variables(m, &vi, &nv);
   /* model.get_weights()'s order (a Functional model's layers by depth) */
   const char **names = calloc(nv + 1, sizeof *names);
   size_t *order = calloc(nv + 1, sizeof *order);

@@ -11,7 +11,7 @@
 #include <string.h>
 
 struct wk_metrics {
-  const wk_model *m;
+  const tsr_model *m;
   double loss_sum;
   int64_t n;
   int64_t correct;
@@ -22,7 +22,7 @@ struct wk_metrics {
   int64_t cap;
 };
 
-int wk_metrics_open(const wk_model *m, wk_metrics **out) {
+int wk_metrics_open(const tsr_model *m, wk_metrics **out) {
   wk_metrics *mt = calloc(1, sizeof *mt);
   if (!mt) return TSR_ENOMEM;
   mt->m = m;
@@ -47,7 +47,7 @@ int64_t wk_metrics_count(const wk_metrics *mt) { return mt->n; }
 
 /* Probabilities of one output row (the model's outputs are logits with
  * the *_from_logits losses: sigmoid for one unit, softmax for several). */
-static void probs(const wk_model *m, const float *p, int64_t d, float *q) {
+static void probs(const tsr_model *m, const float *p, int64_t d, float *q) {
   if (!m->logit_out) {
     memcpy(q, p, (size_t)d * sizeof *q);
     return;
@@ -66,7 +66,7 @@ static void probs(const wk_model *m, const float *p, int64_t d, float *q) {
 
 int wk_metrics_add(wk_metrics *mt, const float *pred, const float *labels,
                    int64_t n, double loss_sum) {
-  const wk_model *m = mt->m;
+  const tsr_model *m = mt->m;
   int64_t d = m->out_dim;
   bool want_auc = false;
   for (int k = 0; k < m->n_metrics; k++)
@@ -199,7 +199,7 @@ out:
 }
 
 void wk_metrics_result(wk_metrics *mt, double *loss, double *values) {
-  const wk_model *m = mt->m;
+  const tsr_model *m = mt->m;
   double n = mt->n > 0 ? (double)mt->n : 1.0;
   *loss = mt->loss_sum / n;
   for (int k = 0; k < m->n_metrics; k++) {

@@ -20,13 +20,13 @@
 
 typedef struct wk_metrics wk_metrics;
 
-int wk_metrics_open(const wk_model *m, wk_metrics **out);
+int wk_metrics_open(const tsr_model *m, wk_metrics **out);
 void wk_metrics_close(wk_metrics *mt);
 void wk_metrics_reset(wk_metrics *mt);
 /* pred [n, out_dim], labels [n] (class index or target). */
 int wk_metrics_add(wk_metrics *mt, const float *pred, const float *labels,
                    int64_t n, double loss_sum);
-/* Mean loss and one value per compiled metric (wk_model_metric_name). */
+/* Mean loss and one value per compiled metric (tsr_model_metric_name). */
 void wk_metrics_result(wk_metrics *mt, double *loss, double *values);
 int64_t wk_metrics_count(const wk_metrics *mt);
 

@@ -21,49 +21,33 @@
 #include <stdlib.h>
 #include <string.h>
 
-int wk_model__add_var(wk_model *m, const char *layer, const char *vname,
+int tsr_model__add_var(tsr_model *m, const char *layer, const char *vname,
                       int rank, const int64_t *shape,
-                      const kern_init_spec *in, wk_var_kind kind) {
-  if (rank < 1 || rank > WK_VAR_MAX_RANK) return TSR_EINVAL;
-  /* sizes from a model file: checked, so none overflows later */
-  int64_t numel = 1, rf = 1, fin = 0, fout = 0;
+                      const tsr_init_spec *in, tsr_var_kind kind) {
+  if (rank < 1 || rank > TSR_MODEL_MAX_RANK) return TSR_EINVAL;
+  /* sizes from a model file: checked, so none overflows later (the fans
+   * tsr_var_set_init computes are at most the element count) */
+  int64_t numel = 1;
   for (int i = 0; i < rank; i++)
     if (shape[i] < 1 || __builtin_mul_overflow(numel, shape[i], &numel) ||
         numel > ((int64_t)1 << 62))
       return TSR_ERANGE;
-  for (int i = 0; i < rank - 2; i++) rf *= shape[i]; /* <= numel */
-  if (rank >= 2 && (__builtin_mul_overflow(shape[rank - 2], rf, &fin) ||
-                    __builtin_mul_overflow(shape[rank - 1], rf, &fout)))
-    return TSR_ERANGE;
-  wk_var_info *nv = realloc(m->vars, (size_t)(m->n_vars + 1) * sizeof *nv);
+  char name[TSR_VAR_NAME_MAX];
+  snprintf(name, sizeof name, "%s/%s", layer, vname);
+  tsr_var v;
+  int rc = tsr_var_set(&v, name, rank, shape, TSR_DT_FLOAT32, kind, NULL, 0);
+  if (rc) return rc;
+  tsr_var_set_init(&v, in);
+  tsr_var *nv = realloc(m->vars, (size_t)(m->n_vars + 1) * sizeof *nv);
   if (!nv) return TSR_ENOMEM;
   m->vars = nv;
-  wk_var_info *v = &nv[m->n_vars];
-  memset(v, 0, sizeof *v);
-  snprintf(v->name, sizeof v->name, "%s/%s", layer, vname);
-  v->rank = rank;
-  v->numel = 1;
-  for (int i = 0; i < WK_VAR_MAX_RANK; i++) {
-    v->shape[i] = i < rank ? shape[i] : 1;
-    v->numel *= v->shape[i];
-  }
-  v->row_dim = v->numel / v->shape[0];
-  v->dtype = "float32";
-  v->init = *in;
-  v->trainable = true;
-  if (rank >= 2 && in->kind >= KERN_INIT_GLOROT_UNIFORM) {
-    /* Keras: kernel [..., in, out]; the leading axes are the receptive
-     * field, which multiplies both fans */
-    v->init.fan_in = fin;
-    v->init.fan_out = fout;
-  }
-  v->kind = kind;
+  nv[m->n_vars] = v;
   return m->n_vars++;
 }
 
 /* Keras initializer: a name string or {"class_name", "config"}. */
-int wk_model__parse_init(const json_t *j, const char *def, const char *where,
-                         kern_init_spec *out, char *err, size_t errlen) {
+int tsr_model__parse_init(const json_t *j, const char *def, const char *where,
+                         tsr_init_spec *out, char *err, size_t errlen) {
   const char *name = def;
   const json_t *cfg = NULL;
   if (j && json_is_string(j)) name = json_string_value(j);
@@ -74,7 +58,7 @@ int wk_model__parse_init(const json_t *j, const char *def, const char *where,
     return tsr_errf(err, errlen, TSR_ECONFIG,
                     "%s: initializer must be a name or an object",
                     where);
-  if (!name || kern_init_parse(name, out))
+  if (!name || tsr_init_parse(name, out))
     return tsr_errf(err, errlen, TSR_EUNSUPPORTED,
                     "%s: initializer '%s' is not supported (supported: Zeros, "
                     "Ones, Constant, RandomUniform, RandomNormal, TruncatedNormal,"
@@ -82,18 +66,18 @@ int wk_model__parse_init(const json_t *j, const char *def, const char *where,
                     where, name ? name : "?");
   if (cfg && json_is_object(cfg)) {
     json_t *v;
-    if (out->kind == KERN_INIT_UNIFORM) {
+    if (out->kind == TSR_INIT_UNIFORM) {
       if ((v = json_object_get(cfg, "minval")) && json_is_number(v))
         out->a = json_number_value(v);
       if ((v = json_object_get(cfg, "maxval")) && json_is_number(v))
         out->b = json_number_value(v);
-    } else if (out->kind == KERN_INIT_NORMAL ||
-               out->kind == KERN_INIT_TRUNCATED_NORMAL) {
+    } else if (out->kind == TSR_INIT_NORMAL ||
+               out->kind == TSR_INIT_TRUNCATED_NORMAL) {
       if ((v = json_object_get(cfg, "mean")) && json_is_number(v))
         out->a = json_number_value(v);
       if ((v = json_object_get(cfg, "stddev")) && json_is_number(v))
         out->b = json_number_value(v);
-    } else if (out->kind == KERN_INIT_CONSTANT) {
+    } else if (out->kind == TSR_INIT_CONSTANT) {
       if ((v = json_object_get(cfg, "value")) && json_is_number(v))
         out->a = json_number_value(v);
     }
@@ -102,7 +86,7 @@ int wk_model__parse_init(const json_t *j, const char *def, const char *where,
 }
 
 /* Keras activation: a string, null, or a serialized function object. */
-int wk_model__parse_act(const json_t *j, const char *layer, kern_act *act,
+int tsr_model__parse_act(const json_t *j, const char *layer, kern_act *act,
                         float *alpha, char *err, size_t errlen) {
   const char *name = "linear";
   if (j && json_is_string(j)) name = json_string_value(j);
@@ -119,16 +103,16 @@ int wk_model__parse_act(const json_t *j, const char *layer, kern_act *act,
   return 0;
 }
 
-int wk_model_build(const json_t *model, const char *loss,
+int tsr_model_build(const json_t *model, const char *loss,
                    char *const *metrics, int n_metrics,
-                   const wk_input_schema *sc, wk_model **out, char *err,
+                   const wk_input_schema *sc, tsr_model **out, char *err,
                    size_t errlen) {
   *out = NULL;
   if (!json_is_object(model))
     return tsr_errf(err, errlen, TSR_ECONFIG,
                     "model: must be a JSON object (a Keras "
                     "model.to_json() document or {\"builtin\": ...})");
-  wk_model *m = calloc(1, sizeof *m);
+  tsr_model *m = calloc(1, sizeof *m);
   if (!m) return TSR_ENOMEM;
   int rc;
   const char *bi = json_string_value(json_object_get(model, "builtin"));
@@ -140,21 +124,21 @@ int wk_model_build(const json_t *model, const char *loss,
                     "model (supported: wide_deep)", bi);
       goto fail;
     }
-    rc = wk_model__parse_wide_deep(m, model, sc, err, errlen);
+    rc = tsr_model__parse_wide_deep(m, model, sc, err, errlen);
   } else if (cls && !strcmp(cls, "Sequential")) {
-    rc = wk_model__parse_sequential(m, model, err, errlen);
+    rc = tsr_model__parse_sequential(m, model, err, errlen);
   } else if (cls && (!strcmp(cls, "Functional") || !strcmp(cls, "Model"))) {
-    rc = wk_model__parse_functional(m, model, sc, err, errlen);
+    rc = tsr_model__parse_functional(m, model, sc, err, errlen);
   } else {
     rc = tsr_errf(err, errlen, TSR_EUNSUPPORTED,
                   "model: class_name '%s' is not supported "
                   "(supported: Sequential, Functional, or {\"builtin\": "
                   "\"wide_deep\"})", cls ? cls : "(missing)");
   }
-  if (rc == 0) rc = wk_model__finish_graph(m, err, errlen);
+  if (rc == 0) rc = tsr_model__finish_graph(m, err, errlen);
   if (rc) goto fail;
-  if ((rc = wk_model__resolve_loss(m, loss, err, errlen)) ||
-      (rc = wk_model__resolve_metrics(m, metrics, n_metrics, err, errlen)))
+  if ((rc = tsr_model__resolve_loss(m, loss, err, errlen)) ||
+      (rc = tsr_model__resolve_metrics(m, metrics, n_metrics, err, errlen)))
     goto fail;
   if (sc) {
     if (m->n_dense != sc->n_dense && !(m->wide_deep && m->n_dense == 0)) {
@@ -183,34 +167,34 @@ int wk_model_build(const json_t *model, const char *loss,
   *out = m;
   return 0;
 fail:
-  wk_model_free(m);
+  tsr_model_free(m);
   return rc;
 }
 
-int wk_model_from_job(const tsr_job *job, const wk_input_schema *sc,
-                      wk_model **out, char *err, size_t errlen) {
+int tsr_model_from_job(const tsr_job *job, const wk_input_schema *sc,
+                      tsr_model **out, char *err, size_t errlen) {
   if (!job->model)
     return tsr_errf(err, errlen, TSR_ECONFIG,
                     "job %s: no model", job->path ? job->path : "");
-  return wk_model_build(job->model, job->loss, job->metrics, job->n_metrics,
+  return tsr_model_build(job->model, job->loss, job->metrics, job->n_metrics,
                         sc, out, err, errlen);
 }
 
-void wk_model_free(wk_model *m) {
+void tsr_model_free(tsr_model *m) {
   if (!m) return;
   free(m->vars);
   free(m);
 }
 
-int wk_model_variables(const wk_model *m, const wk_var_info **out, size_t *n) {
+int tsr_model_variables(const tsr_model *m, const tsr_var **out, size_t *n) {
   *out = m->vars;
   *n = (size_t)m->n_vars;
   return 0;
 }
 
-void wk_model_init_var(const wk_model *m, int v, uint64_t seed,
+void tsr_model_init_var(const tsr_model *m, int v, uint64_t seed,
                        uint64_t first, float *out, size_t n) {
-  const wk_var_info *vi = &m->vars[v];
+  const tsr_var *vi = &m->vars[v];
   kern_init_fill(&vi->init, seed, kern_init_var_key(vi->name), first, out, n);
 }
 
@@ -222,7 +206,7 @@ static void shape_str(const wk_layer *l, char *buf, size_t len) {
                           (long long)l->dim[i]);
 }
 
-void wk_model_summary(const wk_model *m, char *buf, size_t len) {
+void tsr_model_summary(const tsr_model *m, char *buf, size_t len) {
   size_t o = 0;
   buf[0] = 0;
 #define PUT(...) \
@@ -257,20 +241,9 @@ void wk_model_summary(const wk_model *m, char *buf, size_t len) {
 #undef PUT
 }
 
-void wk_var_optimizer(const wk_var_info *v, const tsr_optim_spec *job_opt,
-                      tsr_optim_spec *out) {
-  if (v->trainable) {
-    *out = *job_opt;
-    return;
-  }
-  tsr_optim_defaults(TSR_OPT_MOVING_AVERAGE, out);
-  out->momentum = v->momentum;
-  out->learning_rate = 1.0 - v->momentum;
-}
+int64_t tsr_model_input_dense(const tsr_model *m) { return m->n_dense; }
 
-int64_t wk_model_input_dense(const wk_model *m) { return m->n_dense; }
-
-int wk_model_inputs(const wk_model *m, const char **names, int64_t *first,
+int tsr_model_inputs(const tsr_model *m, const char **names, int64_t *first,
                     int max) {
   int n = 0;
   for (int k = 0; k < m->n_layers; k++) {
@@ -284,11 +257,11 @@ int wk_model_inputs(const wk_model *m, const char **names, int64_t *first,
   }
   return n;
 }
-int64_t wk_model_output_dim(const wk_model *m) { return m->out_dim; }
-int64_t wk_model_num_classes(const wk_model *m) {
+int64_t tsr_model_output_dim(const tsr_model *m) { return m->out_dim; }
+int64_t tsr_model_num_classes(const tsr_model *m) {
   return m->loss >= KERN_LOSS_CCE_LOGITS ? m->out_dim : 0;
 }
-int wk_model_num_metrics(const wk_model *m) { return m->n_metrics; }
-const char *wk_model_metric_name(const wk_model *m, int i) {
+int tsr_model_num_metrics(const tsr_model *m) { return m->n_metrics; }
+const char *tsr_model_metric_name(const tsr_model *m, int i) {
   return m->metric_names[i];
 }

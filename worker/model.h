@@ -2,9 +2,9 @@
  * model.to_json() document, or the built-in wide-and-deep CTR model, with
  * its loss and metrics, run on the kern_ compute interface.
  *
- * Happy path: wk_model_build() validates the model against the loss and
+ * Happy path: tsr_model_build() validates the model against the loss and
  * (when given) the data schema and lists its variables; the chief creates
- * those variables on the PS (wk_model_variables), the standalone trainer in
+ * those variables on the PS (tsr_model_variables), the standalone trainer in
  * memory. A wk_exec binds the model to one compute context (one per GPU
  * replica). Per step: wk_exec_prepare(batch) checks the batch (NaN, label
  * range, ids) and sorts and de-duplicates the ids of every row-sparse
@@ -36,34 +36,16 @@
 #include <stdint.h>
 
 #include "common/job.h"
+#include "common/var.h"
 #include "kernels/init.h"
 #include "kernels/kern.h"
 #include "worker/input.h"
 
-typedef enum { WK_VAR_DENSE = 0, WK_VAR_ROW_SPARSE = 1 } wk_var_kind;
+/* A model variable is common/var.h's tsr_var; a model's variables have
+ * rank 1..TSR_MODEL_MAX_RANK. */
+#define TSR_MODEL_MAX_RANK 4
 
-#define WK_VAR_MAX_RANK 4
-
-typedef struct {
-  char name[128];        /* Keras name: "dense/kernel", "embedding/embeddings",
-                          * "batch_normalization/moving_mean" */
-  int rank;              /* 1..4 (a Conv2D kernel is [kh, kw, in, out]) */
-  int64_t shape[WK_VAR_MAX_RANK]; /* unused axes are 1 */
-  int64_t numel;
-  int64_t row_dim;       /* elements per axis-0 row */
-  const char *dtype;     /* "float32" */
-  kern_init_spec init;
-  wk_var_kind kind;
-  bool trainable;        /* false: a moving statistic (BatchNormalization),
-                          * whose "gradient" is the batch's statistic and
-                          * whose update is the moving average below */
-  double momentum;       /* !trainable: new = momentum * old +
-                          * (1 - momentum) * batch statistic (Keras) */
-  float l1, l2;          /* regularizer factors: l1*sum|w| + l2*sum w^2 is
-                          * added to the loss, as Keras adds it */
-} wk_var_info;
-
-typedef struct wk_model wk_model;
+typedef struct tsr_model tsr_model;
 
 /* Builds a model from the job's model JSON (Keras Sequential, Functional,
  * or {"builtin": "wide_deep", ...}), loss name and metric names. `schema`
@@ -71,49 +53,49 @@ typedef struct wk_model wk_model;
  * fills sizes the built-in spec leaves out, and places a Functional
  * model's inputs by feature name when its dense features are named. The
  * variable list does not depend on the schema. */
-int wk_model_build(const json_t *model, const char *loss,
+int tsr_model_build(const json_t *model, const char *loss,
                    char *const *metrics, int n_metrics,
-                   const wk_input_schema *schema, wk_model **out, char *err,
+                   const wk_input_schema *schema, tsr_model **out, char *err,
                    size_t errlen);
-int wk_model_from_job(const tsr_job *job, const wk_input_schema *schema,
-                      wk_model **out, char *err, size_t errlen);
-void wk_model_free(wk_model *m);
+int tsr_model_from_job(const tsr_job *job, const wk_input_schema *schema,
+                      tsr_model **out, char *err, size_t errlen);
+void tsr_model_free(tsr_model *m);
 
 /* The variables in creation order (stable for a given model), for the chief
  * to partition and create on the PS and for `tessera partition --job`. The
  * array belongs to the model. */
-int wk_model_variables(const wk_model *m, const wk_var_info **out, size_t *n);
+int tsr_model_variables(const tsr_model *m, const tsr_var **out, size_t *n);
 
 /* The update rule of a variable: the job's optimizer for a trainable one,
  * the moving average (TSR_OPT_MOVING_AVERAGE, learning_rate = 1 -
  * momentum) for a moving statistic. The chief gives it to the PS with the
  * variable; the standalone trainer applies it. */
-void wk_var_optimizer(const wk_var_info *v, const tsr_optim_spec *job_opt,
+void tsr_var_optimizer(const tsr_var *v, const tsr_optim_spec *job_opt,
                       tsr_optim_spec *out);
 
 /* Fills elements [first, first+n) of variable v with its initial value for
  * the job seed (kern_init_fill keyed by the variable's name), as the PS
  * does, so both start from identical values. */
-void wk_model_init_var(const wk_model *m, int v, uint64_t seed,
+void tsr_model_init_var(const tsr_model *m, int v, uint64_t seed,
                        uint64_t first, float *out, size_t n);
 
 /* One line per layer ("dense (Dense) 10 -> 64 relu", "conv2d (Conv2D)
  * 28x28x1 -> 26x26x32 relu"), for logs. */
-void wk_model_summary(const wk_model *m, char *buf, size_t len);
-int64_t wk_model_input_dense(const wk_model *m); /* dense features read */
+void tsr_model_summary(const tsr_model *m, char *buf, size_t len);
+int64_t tsr_model_input_dense(const tsr_model *m); /* dense features read */
 /* The model's inputs that read numbers (not Embedding ids), in node
  * order: each one's name and first column of the batch's dense features
  * (placed by feature name when the data names them). Fills up to max
  * entries; returns the number of such inputs. The names belong to the
  * model. */
-int wk_model_inputs(const wk_model *m, const char **names, int64_t *first,
+int tsr_model_inputs(const tsr_model *m, const char **names, int64_t *first,
                     int max);
-int64_t wk_model_output_dim(const wk_model *m);  /* units of the output */
+int64_t tsr_model_output_dim(const tsr_model *m);  /* units of the output */
 /* Classes a label must fall in ([0, n)) for a categorical loss; 0 when
  * labels are not class indices (regression, binary). */
-int64_t wk_model_num_classes(const wk_model *m);
-int wk_model_num_metrics(const wk_model *m);
-const char *wk_model_metric_name(const wk_model *m, int i);
+int64_t tsr_model_num_classes(const tsr_model *m);
+int tsr_model_num_metrics(const tsr_model *m);
+const char *tsr_model_metric_name(const tsr_model *m, int i);
 
 /* ---- execution on one compute context --------------------------------- */
 typedef struct wk_exec wk_exec;
@@ -149,7 +131,7 @@ typedef struct {
 
 /* Binds the model to a compute context for batches of up to max_batch
  * examples; `prec` is the precision of the matrix products' inputs. */
-int wk_exec_open(const wk_model *m, kern_ctx *ctx, int64_t max_batch,
+int wk_exec_open(const tsr_model *m, kern_ctx *ctx, int64_t max_batch,
                  kern_prec prec, wk_exec **out, char *err, size_t errlen);
 void wk_exec_close(wk_exec *e);
 kern_ctx *wk_exec_ctx(const wk_exec *e);

@@ -29,7 +29,7 @@ static int check_keys(const json_t *j, char *err, size_t errlen) {
   return tsr_conf_check_keys(j, "model", keys, NULL, err, errlen);
 }
 
-int wk_model__parse_wide_deep(wk_model *m, const json_t *j,
+int tsr_model__parse_wide_deep(tsr_model *m, const json_t *j,
                               const wk_input_schema *sc, char *err,
                               size_t errlen) {
   int rc;
@@ -61,7 +61,7 @@ int wk_model__parse_wide_deep(wk_model *m, const json_t *j,
   kern_act act = KERN_ACT_RELU;
   float alpha = 1;
   json_t *aj = json_object_get(j, "activation");
-  if (aj && (rc = wk_model__parse_act(aj, "wide_deep", &act, &alpha, err,
+  if (aj && (rc = tsr_model__parse_act(aj, "wide_deep", &act, &alpha, err,
                                       errlen)))
     return rc;
   json_t *hid = json_object_get(j, "hidden");
@@ -84,20 +84,20 @@ int wk_model__parse_wide_deep(wk_model *m, const json_t *j,
                       i);
   }
 
-  kern_init_spec ui, gi, zi;
-  kern_init_parse("uniform", &ui);
-  kern_init_parse("glorot_uniform", &gi);
-  kern_init_parse("zeros", &zi);
+  tsr_init_spec ui, gi, zi;
+  tsr_init_parse("uniform", &ui);
+  tsr_init_parse("glorot_uniform", &gi);
+  tsr_init_parse("zeros", &zi);
   int x = -1;
   if (n_dense > 0) {
-    wk_layer *in = wk_model__add_node(m, WK_L_INPUT, "dense_features",
+    wk_layer *in = tsr_model__add_node(m, WK_L_INPUT, "dense_features",
                                       "InputLayer", NULL, 0, err, errlen);
     if (!in) return TSR_ERANGE;
     in->rank = 1;
     in->size = in->dim[0] = n_dense;
     x = m->n_layers - 1;
   }
-  wk_layer *el = wk_model__add_node(m, WK_L_EMBED, "embeddings", "Embedding",
+  wk_layer *el = tsr_model__add_node(m, WK_L_EMBED, "embeddings", "Embedding",
                                     NULL, 0, err, errlen);
   if (!el) return TSR_ERANGE;
   int embn = m->n_layers - 1;
@@ -131,8 +131,8 @@ int wk_model__parse_wide_deep(wk_model *m, const json_t *j,
     char lname[96];
     snprintf(lname, sizeof lname, "embedding_%s", name);
     int64_t shape[2] = {voc, dim};
-    int var = wk_model__add_var(m, lname, "embeddings", 2, shape, &ui,
-                                WK_VAR_ROW_SPARSE);
+    int var = tsr_model__add_var(m, lname, "embeddings", 2, shape, &ui,
+                                TSR_VAR_ROW_SPARSE);
     if (var == TSR_ERANGE)
       return tsr_errf(err, errlen, var, "model: %s: vocab %lld x dim %lld "
                       "is too large", lname, (long long)voc, (long long)dim);
@@ -159,7 +159,7 @@ int wk_model__parse_wide_deep(wk_model *m, const json_t *j,
   int cur = embn;
   if (x >= 0) {
     int in[2] = {x, embn};
-    wk_layer *c = wk_model__add_node(m, WK_L_CONCAT, "concatenate",
+    wk_layer *c = tsr_model__add_node(m, WK_L_CONCAT, "concatenate",
                                      "Concatenate", in, 2, err, errlen);
     if (!c) return TSR_ERANGE;
     c->rank = 1;
@@ -173,7 +173,7 @@ int wk_model__parse_wide_deep(wk_model *m, const json_t *j,
   bool wide = !w || json_is_true(w);
   int widen = -1;
   if (wide) {
-    wk_layer *wl = wk_model__add_node(m, WK_L_EMBED, "wide", "Embedding",
+    wk_layer *wl = tsr_model__add_node(m, WK_L_EMBED, "wide", "Embedding",
                                       NULL, 0, err, errlen);
     if (!wl) return TSR_ERANGE;
     wl->rank = 1;
@@ -183,7 +183,7 @@ int wk_model__parse_wide_deep(wk_model *m, const json_t *j,
   for (size_t i = 0; i <= nh; i++) {
     char nm[32];
     snprintf(nm, sizeof nm, i ? "dense_%zu" : "dense", i);
-    wk_layer *l = wk_model__add_node(m, WK_L_DENSE, nm, "Dense", &cur, 1,
+    wk_layer *l = tsr_model__add_node(m, WK_L_DENSE, nm, "Dense", &cur, 1,
                                      err, errlen);
     if (!l) return TSR_ERANGE;
     int64_t in_w = m->layers[cur].size;
@@ -194,12 +194,12 @@ int wk_model__parse_wide_deep(wk_model *m, const json_t *j,
     l->use_bias = true;
     if (i == nh) l->addend = widen;
     int64_t ks[2] = {in_w, l->size};
-    int vw = wk_model__add_var(m, nm, "kernel", 2, ks, &gi, WK_VAR_DENSE);
+    int vw = tsr_model__add_var(m, nm, "kernel", 2, ks, &gi, TSR_VAR_DENSE);
     if (vw == TSR_ERANGE)
       return tsr_errf(err, errlen, vw, "model: %s kernel [%lld, %lld] is "
                       "too large", nm, (long long)in_w, (long long)l->size);
     if (vw < 0) return vw;
-    int vb = wk_model__add_var(m, nm, "bias", 1, &l->size, &zi, WK_VAR_DENSE);
+    int vb = tsr_model__add_var(m, nm, "bias", 1, &l->size, &zi, TSR_VAR_DENSE);
     if (vb < 0) return vb;
     l = &m->layers[m->n_layers - 1];
     l->var_w = vw;
@@ -208,8 +208,8 @@ int wk_model__parse_wide_deep(wk_model *m, const json_t *j,
   }
   if (wide) {
     int64_t shape[2] = {wide_total, 1};
-    int var = wk_model__add_var(m, "wide", "embeddings", 2, shape, &zi,
-                                WK_VAR_ROW_SPARSE);
+    int var = tsr_model__add_var(m, "wide", "embeddings", 2, shape, &zi,
+                                TSR_VAR_ROW_SPARSE);
     if (var == TSR_ERANGE)
       return tsr_errf(err, errlen, var, "model: the wide part's %lld rows are too many",
                   (long long)wide_total);

@@ -47,16 +47,16 @@ int64_t wk_exec__conv_chunk(const wk_exec *e, const wk_layer *l) {
  * the scatters; regularized variables after the regularizers add theirs.
  * A variable no node writes is announced at the end of the run. */
 static void ready_points(wk_exec *e) {
-  const wk_model *m = e->m;
+  const tsr_model *m = e->m;
   for (int v = 0; v < m->n_vars; v++)
-    e->ready_at[v] = m->vars[v].kind == WK_VAR_ROW_SPARSE ? WK_READY_SCATTER
+    e->ready_at[v] = m->vars[v].kind == TSR_VAR_ROW_SPARSE ? WK_READY_SCATTER
                                                           : WK_READY_END;
   for (int k = m->n_layers - 1; k >= 0; k--) {
     const wk_layer *l = &m->layers[k];
     if (!l->needs_grad) continue;
     int vs[4] = {l->var_w, l->var_b, l->var_mm, l->var_mv};
     for (int i = 0; i < 4; i++)
-      if (vs[i] >= 0 && m->vars[vs[i]].kind == WK_VAR_DENSE)
+      if (vs[i] >= 0 && m->vars[vs[i]].kind == TSR_VAR_DENSE)
         e->ready_at[vs[i]] = k;
   }
   for (int v = 0; v < m->n_vars; v++)
@@ -77,7 +77,7 @@ void wk_exec__done(wk_exec *e, const wk_run_opts *o, int k) {
     }
 }
 
-int wk_exec_open(const wk_model *m, kern_ctx *ctx, int64_t maxb,
+int wk_exec_open(const tsr_model *m, kern_ctx *ctx, int64_t maxb,
                  kern_prec prec, wk_exec **out, char *err, size_t errlen) {
   *out = NULL;
   if (maxb < 1) return tsr_errf(err, errlen, TSR_EINVAL,
@@ -168,7 +168,7 @@ int wk_exec_open(const wk_model *m, kern_ctx *ctx, int64_t maxb,
   if (e->cols_n > 0 && !(e->cols = dalloc(e, e->cols_n))) goto nomem;
   /* dense variables have fixed device buffers */
   for (int v = 0; v < m->n_vars; v++) {
-    if (m->vars[v].kind != WK_VAR_DENSE || e->host) continue;
+    if (m->vars[v].kind != TSR_VAR_DENSE || e->host) continue;
     if (!(e->dp[v] = dalloc(e, m->vars[v].numel)) ||
         !(e->dg[v] = dalloc(e, m->vars[v].numel)))
       goto nomem;
@@ -206,7 +206,7 @@ static void splan_free_dev(wk_exec *e, wk_splan *p) {
 
 void wk_exec_close(wk_exec *e) {
   if (!e) return;
-  const wk_model *m = e->m;
+  const tsr_model *m = e->m;
   kern_ctx *c = e->ctx;
   free(e->hlab);
   free(e->hpred);
@@ -274,7 +274,7 @@ typedef int (*id_fn)(wk_splan *p, int64_t bag, int64_t id, void *arg);
 static int visit_ids(wk_exec *e, wk_splan *p, const wk_batch *b, int64_t lo,
                      int64_t hi, id_fn fn, void *arg, char *err,
                      size_t errlen) {
-  const wk_model *m = e->m;
+  const tsr_model *m = e->m;
   int rc;
   for (int i = p->first_emb; i < m->n_emb; i++) {
     const wk_embed *em = &m->emb[i];
@@ -339,7 +339,7 @@ static int place_id(wk_splan *p, int64_t bag, int64_t id, void *arg) {
 static int build_plan(wk_exec *e, wk_splan *p, const wk_batch *b, int64_t lo,
                       int64_t hi, const wk_exec *global, char *err,
                       size_t errlen) {
-  const wk_model *m = e->m;
+  const tsr_model *m = e->m;
   int rc;
   int64_t n = hi - lo;
   if (global) {
@@ -460,7 +460,7 @@ static int build_plan(wk_exec *e, wk_splan *p, const wk_batch *b, int64_t lo,
 
 int wk_exec_prepare(wk_exec *e, const wk_batch *b, int64_t lo, int64_t hi,
                     const wk_exec *global, char *err, size_t errlen) {
-  const wk_model *m = e->m;
+  const tsr_model *m = e->m;
   int64_t n = hi - lo;
   if (lo < 0 || hi > b->n || n < 1 || n > e->maxb)
     return tsr_errf(err, errlen, TSR_EINVAL,
@@ -549,8 +549,8 @@ int wk_exec_rows(const wk_exec *e, int v, const int64_t **ids, int64_t *n) {
 }
 
 static int64_t var_elems(const wk_exec *e, int v) {
-  const wk_var_info *vi = &e->m->vars[v];
-  if (vi->kind == WK_VAR_DENSE) return vi->numel;
+  const tsr_var *vi = &e->m->vars[v];
+  if (vi->kind == TSR_VAR_DENSE) return vi->numel;
   for (int s = 0; s < e->n_sp; s++)
     if (e->sp[s].var == v) return e->sp[s].n_uniq * vi->row_dim;
   return 0;
@@ -560,7 +560,7 @@ static int64_t var_elems(const wk_exec *e, int v) {
  * copies on a GPU (sparse buffers grown to the batch's rows). */
 static int bind_params(wk_exec *e, float *const *params, float *const *grads,
                        bool resident, const wk_run_opts *o) {
-  const wk_model *m = e->m;
+  const tsr_model *m = e->m;
   int rc;
   for (int v = 0; v < m->n_vars; v++) {
     int64_t ne = var_elems(e, v);
@@ -597,10 +597,10 @@ static int bind_params(wk_exec *e, float *const *params, float *const *grads,
 
 /* l1*sum|w| + l2*sum w^2 of every regularized variable, from the host
  * parameters (in float64). */
-static double reg_loss(const wk_model *m, float *const *params) {
+static double reg_loss(const tsr_model *m, float *const *params) {
   double t = 0;
   for (int v = 0; v < m->n_vars; v++) {
-    const wk_var_info *vi = &m->vars[v];
+    const tsr_var *vi = &m->vars[v];
     if (!(vi->l1 > 0 || vi->l2 > 0)) continue;
     double a = 0, q = 0;
     for (int64_t i = 0; i < vi->numel; i++) {
@@ -615,7 +615,7 @@ static double reg_loss(const wk_model *m, float *const *params) {
 
 int wk_exec_run(wk_exec *e, float *const *params, float *const *grads,
                 const wk_run_opts *o, wk_run_result *r) {
-  const wk_model *m = e->m;
+  const tsr_model *m = e->m;
   int rc;
   if (!e->b) return TSR_EINVAL;
   if (o->train && !grads && !o->keep_on_device) return TSR_EINVAL;

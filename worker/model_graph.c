@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-wk_layer *wk_model__add_node(wk_model *m, wk_layer_kind kind,
+wk_layer *tsr_model__add_node(tsr_model *m, wk_layer_kind kind,
                              const char *name, const char *cls,
                              const int *in, int n_in, char *err,
                              size_t errlen) {
@@ -50,12 +50,12 @@ wk_layer *wk_model__add_node(wk_model *m, wk_layer_kind kind,
   return l;
 }
 
-bool wk_model__has_logits(const wk_layer *l) {
+bool tsr_model__has_logits(const wk_layer *l) {
   return l->kind == WK_L_DENSE || l->kind == WK_L_CONV2D ||
          l->kind == WK_L_ACTIVATION;
 }
 
-void wk_model__keras_name(const char *cls, int nth, char *out, size_t len) {
+void tsr_model__keras_name(const char *cls, int nth, char *out, size_t len) {
   size_t o = 0;
   for (size_t i = 0; cls[i] && o + 2 < len; i++) {
     char c = cls[i];
@@ -77,14 +77,14 @@ static const json_t *input_shape_of(const json_t *cfg) {
 }
 
 /* An INPUT node from a Keras batch shape [null, d1 (, d2, d3)]. */
-static int add_input(wk_model *m, const char *nm, const json_t *shp,
+static int add_input(tsr_model *m, const char *nm, const json_t *shp,
                      int *out, char *err, size_t errlen) {
   size_t k = json_is_array(shp) ? json_array_size(shp) : 0;
   if (k < 2 || k > WK_MAX_DIMS + 1)
     return tsr_errf(err, errlen, TSR_ESHAPE,
                     "layer '%s': input shape must be [null, ...] "
                     "with 1 to %d sizes after the batch", nm, WK_MAX_DIMS);
-  wk_layer *l = wk_model__add_node(m, WK_L_INPUT, nm, "InputLayer", NULL, 0,
+  wk_layer *l = tsr_model__add_node(m, WK_L_INPUT, nm, "InputLayer", NULL, 0,
                                    err, errlen);
   if (!l) return TSR_ERANGE;
   l->rank = (int)k - 1;
@@ -132,10 +132,10 @@ static void layer_name(namer *nr, const json_t *lc, const char *cls,
     nr->seen[nr->nseen++].n = 1;
   }
   if (lname) snprintf(nm, len, "%s", lname);
-  else wk_model__keras_name(cls, nth, nm, len);
+  else tsr_model__keras_name(cls, nth, nm, len);
 }
 
-int wk_model__parse_sequential(wk_model *m, const json_t *root, char *err,
+int tsr_model__parse_sequential(tsr_model *m, const json_t *root, char *err,
                                size_t errlen) {
   namer nr = {0};
   const json_t *cfg = json_object_get(root, "config");
@@ -188,7 +188,7 @@ int wk_model__parse_sequential(wk_model *m, const json_t *root, char *err,
                       "layer '%s': the model's input shape is unknown "
                       "(give the first layer input_shape/batch_input_shape)", nm);
     int in[1] = {cur};
-    if ((rc = wk_model__parse_layer(m, cls, lc, nm, in, 1, &cur, err,
+    if ((rc = tsr_model__parse_layer(m, cls, lc, nm, in, 1, &cur, err,
                                     errlen)))
       return rc;
   }
@@ -342,7 +342,7 @@ static int io_list(const json_t *v, const char *key, const char **names,
 /* Columns of each input: by name when the data names its dense features
  * ("age", or "img[0]".."img[k-1]" for a multi-value feature), else one
  * after the other in the model's input order. */
-static int place_inputs(wk_model *m, const int *inputs, int n,
+static int place_inputs(tsr_model *m, const int *inputs, int n,
                         const wk_input_schema *sc, char *err, size_t errlen) {
   int64_t off = 0;
   for (int i = 0; i < n; i++) {
@@ -388,7 +388,7 @@ static int place_inputs(wk_model *m, const int *inputs, int n,
   return 0;
 }
 
-int wk_model__parse_functional(wk_model *m, const json_t *root,
+int tsr_model__parse_functional(tsr_model *m, const json_t *root,
                                const wk_input_schema *sc, char *err,
                                size_t errlen) {
   const json_t *cfg = json_object_get(root, "config");
@@ -457,7 +457,7 @@ int wk_model__parse_functional(wk_model *m, const json_t *root,
           in[k] = t[e].node;
       }
       if (rc || !ready) continue;
-      if ((rc = wk_model__parse_layer(m, cls, lc, t[i].name, in, n,
+      if ((rc = tsr_model__parse_layer(m, cls, lc, t[i].name, in, n,
                                       &t[i].node, err, errlen)))
         break;
       done++;
@@ -515,7 +515,7 @@ int wk_model__parse_functional(wk_model *m, const json_t *root,
   return rc;
 }
 
-int wk_model__finish_graph(wk_model *m, char *err, size_t errlen) {
+int tsr_model__finish_graph(tsr_model *m, char *err, size_t errlen) {
   if (m->n_layers == 0) return tsr_errf(err, errlen, TSR_ESHAPE,
                                         "model: no layers");
   bool used_float[WK_MAX_LAYERS] = {false}, used_ids[WK_MAX_LAYERS] = {false};

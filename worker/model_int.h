@@ -99,7 +99,7 @@ typedef struct {
   bool from_logits;      /* auc, precision, recall: scores are logits */
 } wk_metric;
 
-struct wk_model {
+struct tsr_model {
   bool wide_deep;
   int64_t n_dense;       /* dense columns the batch must have */
   bool named_inputs;     /* inputs placed by feature name (else in order) */
@@ -108,7 +108,7 @@ struct wk_model {
   int n_sparse;          /* sparse features read from the batch */
   wk_layer layers[WK_MAX_LAYERS];
   int n_layers;          /* the output is layers[n_layers - 1] */
-  wk_var_info *vars;
+  tsr_var *vars;
   int n_vars;
   bool has_reg;          /* some variable has an l1/l2 regularizer */
   kern_loss loss;
@@ -128,23 +128,23 @@ struct wk_model {
 
 /* Appends a variable; returns its index or a negative code. Conv kernels
  * get Keras's fans (receptive field times channels). */
-int wk_model__add_var(wk_model *m, const char *layer, const char *vname,
+int tsr_model__add_var(tsr_model *m, const char *layer, const char *vname,
                       int rank, const int64_t *shape,
-                      const kern_init_spec *init, wk_var_kind kind);
+                      const tsr_init_spec *init, tsr_var_kind kind);
 /* Appends a node with the given inputs, its name and class; NULL when the
  * graph is full (the error is in err). */
-wk_layer *wk_model__add_node(wk_model *m, wk_layer_kind kind,
+wk_layer *tsr_model__add_node(tsr_model *m, wk_layer_kind kind,
                              const char *name, const char *cls,
                              const int *in, int n_in, char *err,
                              size_t errlen);
 /* Keras's default layer name for the nth layer of a class. */
-void wk_model__keras_name(const char *cls, int nth, char *out, size_t len);
+void tsr_model__keras_name(const char *cls, int nth, char *out, size_t len);
 /* Keras activation (a name, null, or a serialized function). */
-int wk_model__parse_act(const json_t *j, const char *layer, kern_act *act,
+int tsr_model__parse_act(const json_t *j, const char *layer, kern_act *act,
                         float *alpha, char *err, size_t errlen);
 /* Keras initializer (a name or {"class_name", "config"}). */
-int wk_model__parse_init(const json_t *j, const char *def, const char *where,
-                         kern_init_spec *out, char *err, size_t errlen);
+int tsr_model__parse_init(const json_t *j, const char *def, const char *where,
+                         tsr_init_spec *out, char *err, size_t errlen);
 
 /* Parses one Keras layer (class_name and config) onto the graph, reading
  * the nodes `in` (n_in of them; the Sequential's previous node, or the
@@ -153,27 +153,27 @@ int wk_model__parse_init(const json_t *j, const char *def, const char *where,
  * layer, the key and what is supported. Sets *out to the new node, or to
  * the input itself for layers that compute nothing (InputLayer is handled
  * by the callers). */
-int wk_model__parse_layer(wk_model *m, const char *cls, const json_t *cfg,
+int tsr_model__parse_layer(tsr_model *m, const char *cls, const json_t *cfg,
                           const char *name, const int *in, int n_in,
                           int *out, char *err, size_t errlen);
 /* "InputLayer, Dense, Conv2D, ..." from the layer table, for messages. */
-void wk_model__layers_supported(char *buf, size_t len);
+void tsr_model__layers_supported(char *buf, size_t len);
 
-int wk_model__parse_sequential(wk_model *m, const json_t *root, char *err,
+int tsr_model__parse_sequential(tsr_model *m, const json_t *root, char *err,
                                size_t errlen);
-int wk_model__parse_functional(wk_model *m, const json_t *root,
+int tsr_model__parse_functional(tsr_model *m, const json_t *root,
                                const wk_input_schema *sc, char *err,
                                size_t errlen);
-int wk_model__parse_wide_deep(wk_model *m, const json_t *j,
+int tsr_model__parse_wide_deep(tsr_model *m, const json_t *j,
                               const wk_input_schema *sc, char *err,
                               size_t errlen);
 /* After parsing: roots of views, needs_grad, checks that every node leads
  * to the output. */
-int wk_model__finish_graph(wk_model *m, char *err, size_t errlen);
+int tsr_model__finish_graph(tsr_model *m, char *err, size_t errlen);
 
 /* True when the node applies its activation to a buffer of its own (the
  * "logits" a fused cross-entropy reads): Dense, Conv2D, Activation. */
-bool wk_model__has_logits(const wk_layer *l);
+bool tsr_model__has_logits(const wk_layer *l);
 
 /* ---- running (model_exec.c, model_nodes.c) ------------------------------ */
 
@@ -197,7 +197,7 @@ typedef struct {           /* per row-sparse variable */
 } wk_splan;
 
 struct wk_exec {
-  const wk_model *m;
+  const tsr_model *m;
   kern_ctx *ctx;
   bool host;
   int64_t maxb;
@@ -255,9 +255,9 @@ int wk_exec__backward(wk_exec *e, const wk_run_opts *o);
 
 /* loss.c: the loss and the metrics from the job's names (the model's
  * layers are built first: the output width and activation decide). */
-int wk_model__resolve_loss(wk_model *m, const char *loss, char *err,
+int tsr_model__resolve_loss(tsr_model *m, const char *loss, char *err,
                            size_t errlen);
-int wk_model__resolve_metrics(wk_model *m, char *const *names, int n,
+int tsr_model__resolve_metrics(tsr_model *m, char *const *names, int n,
                               char *err, size_t errlen);
 
 #endif

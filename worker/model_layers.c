@@ -5,7 +5,7 @@
  *
  * The layers without variables (activation layers, Dropout, merges) are
  * in model_layers_plain.c.
- * Happy path: wk_model__parse_layer() finds the class in the table,
+ * Happy path: tsr_model__parse_layer() finds the class in the table,
  * refuses options that are set but not implemented, and calls the parser,
  * which appends one node (or none, for a layer that computes nothing).
  * Failure modes: a class not in the table, an option not implemented, or
@@ -21,22 +21,22 @@
 #include <stdlib.h>
 #include <string.h>
 
-const wk_layer *wk_layer__in0(const lp *p) { return &p->m->layers[p->in[0]]; }
+const wk_layer *tsr_layer__in0(const lp *p) { return &p->m->layers[p->in[0]]; }
 
-wk_layer *wk_layer__node(lp *p, wk_layer_kind kind) {
-  wk_layer *l = wk_model__add_node(p->m, kind, p->nm, p->cls, p->in, p->n_in,
+wk_layer *tsr_layer__node(lp *p, wk_layer_kind kind) {
+  wk_layer *l = tsr_model__add_node(p->m, kind, p->nm, p->cls, p->in, p->n_in,
                                    p->err, p->errlen);
   if (l) *p->out = (int)(l - p->m->layers);
   return l;
 }
 
-void wk_layer__same_shape(wk_layer *l, const wk_layer *src) {
+void tsr_layer__same_shape(wk_layer *l, const wk_layer *src) {
   l->rank = src->rank;
   memcpy(l->dim, src->dim, sizeof l->dim);
   l->size = src->size;
 }
 
-void wk_layer__shape_text(const wk_layer *l, char *buf, size_t len) {
+void tsr_layer__shape_text(const wk_layer *l, char *buf, size_t len) {
   size_t o = (size_t)snprintf(buf, len, "(batch");
   for (int i = 0; i < l->rank && o < len; i++)
     o += (size_t)snprintf(buf + o, len - o, ", %lld", (long long)l->dim[i]);
@@ -45,7 +45,7 @@ void wk_layer__shape_text(const wk_layer *l, char *buf, size_t len) {
 
 /* ---- config values -------------------------------------------------------*/
 
-int wk_layer__get_int(const lp *p, const char *key, int64_t def, int64_t lo,
+int tsr_layer__get_int(const lp *p, const char *key, int64_t def, int64_t lo,
                    int64_t *out) {
   const json_t *v = json_object_get(p->cfg, key);
   if (!v || json_is_null(v)) {
@@ -60,7 +60,7 @@ int wk_layer__get_int(const lp *p, const char *key, int64_t def, int64_t lo,
   return 0;
 }
 
-int wk_layer__get_num(const lp *p, const char *key, double def, double *out) {
+int tsr_layer__get_num(const lp *p, const char *key, double def, double *out) {
   const json_t *v = json_object_get(p->cfg, key);
   if (!v || json_is_null(v)) {
     *out = def;
@@ -172,7 +172,7 @@ static int get_reg(const lp *p, const char *key, float *l1, float *l2) {
 
 static int set_reg(lp *p, int var, const char *key) {
   if (var < 0) return 0;
-  wk_var_info *v = &p->m->vars[var];
+  tsr_var *v = &p->m->vars[var];
   int rc = get_reg(p, key, &v->l1, &v->l2);
   if (rc == 0 && (v->l1 > 0 || v->l2 > 0)) p->m->has_reg = true;
   return rc;
@@ -181,13 +181,13 @@ static int set_reg(lp *p, int var, const char *key) {
 /* A variable of the layer; its index or a negative code. */
 static int var(lp *p, const char *vname, int rank, const int64_t *shape,
                const char *init_key, const char *init_def) {
-  kern_init_spec is;
+  tsr_init_spec is;
   char where[128];
   snprintf(where, sizeof where, "layer '%s' %s", p->nm, init_key);
-  int rc = wk_model__parse_init(json_object_get(p->cfg, init_key), init_def,
+  int rc = tsr_model__parse_init(json_object_get(p->cfg, init_key), init_def,
                                 where, &is, p->err, p->errlen);
   if (rc) return rc;
-  rc = wk_model__add_var(p->m, p->nm, vname, rank, shape, &is, WK_VAR_DENSE);
+  rc = tsr_model__add_var(p->m, p->nm, vname, rank, shape, &is, TSR_VAR_DENSE);
   if (rc == TSR_ERANGE)
     snprintf(p->err, p->errlen, "layer '%s': %s: a dim is < 1 or the size "
              "is too large", p->nm, vname);
@@ -195,9 +195,9 @@ static int var(lp *p, const char *vname, int rank, const int64_t *shape,
 }
 
 static int need_rank(const lp *p, int rank, const char *what) {
-  if (wk_layer__in0(p)->rank == rank) return 0;
+  if (tsr_layer__in0(p)->rank == rank) return 0;
   char s[96];
-  wk_layer__shape_text(wk_layer__in0(p), s, sizeof s);
+  tsr_layer__shape_text(tsr_layer__in0(p), s, sizeof s);
   return tsr_errf(p->err, p->errlen, TSR_ESHAPE,
                   "layer '%s' (%s): input of shape %s; it needs %s",
                   p->nm, p->cls, s, what);
@@ -208,18 +208,18 @@ static int need_rank(const lp *p, int rank, const char *what) {
 static int p_dense(lp *p) {
   int64_t units;
   int rc;
-  if ((rc = wk_layer__get_int(p, "units", 0, 1, &units))) return rc;
+  if ((rc = tsr_layer__get_int(p, "units", 0, 1, &units))) return rc;
   if (units < 1)
     return tsr_errf(p->err, p->errlen, TSR_ECONFIG,
                     "layer '%s': units must be a positive integer",
                     p->nm);
-  wk_layer *l = wk_layer__node(p, WK_L_DENSE);
+  wk_layer *l = tsr_layer__node(p, WK_L_DENSE);
   if (!l) return TSR_ERANGE;
-  wk_layer__same_shape(l, wk_layer__in0(p));
+  tsr_layer__same_shape(l, tsr_layer__in0(p));
   int64_t fan_in = l->dim[l->rank - 1];
   l->dim[l->rank - 1] = units;
   l->size = l->size / fan_in * units;
-  if ((rc = wk_model__parse_act(json_object_get(p->cfg, "activation"), p->nm,
+  if ((rc = tsr_model__parse_act(json_object_get(p->cfg, "activation"), p->nm,
                                 &l->act, &l->alpha, p->err, p->errlen)) ||
       (rc = get_bool(p, "use_bias", true, &l->use_bias)))
     return rc;
@@ -239,13 +239,13 @@ static int p_dense(lp *p) {
 static int p_conv2d(lp *p) {
   int rc;
   int64_t filters, ks[2], st[2], one[2] = {1, 1}, dil[2], groups;
-  bool same;
+  bool same = false; /* set by get_padding; gcc -O3 cannot tell */
   if ((rc = need_rank(p, 3, "an image (batch, rows, cols, channels)")) ||
-      (rc = wk_layer__get_int(p, "filters", 0, 1, &filters)) ||
+      (rc = tsr_layer__get_int(p, "filters", 0, 1, &filters)) ||
       (rc = get_pair(p, "kernel_size", NULL, ks)) ||
       (rc = get_pair(p, "strides", one, st)) ||
       (rc = get_pair(p, "dilation_rate", one, dil)) ||
-      (rc = wk_layer__get_int(p, "groups", 1, 1, &groups)) ||
+      (rc = tsr_layer__get_int(p, "groups", 1, 1, &groups)) ||
       (rc = get_padding(p, &same)) || (rc = channels_last(p)))
     return rc;
   if (filters < 1)
@@ -261,7 +261,7 @@ static int p_conv2d(lp *p) {
     return tsr_errf(p->err, p->errlen, TSR_EUNSUPPORTED,
                     "layer '%s': groups %lld is not supported "
                     "(only 1)", p->nm, (long long)groups);
-  const wk_layer *x = wk_layer__in0(p);
+  const wk_layer *x = tsr_layer__in0(p);
   kern_win g;
   if ((rc = kern_win_make(&g, x->dim[0], x->dim[1], x->dim[2], ks[0], ks[1],
                           st[0], st[1], same)))
@@ -270,7 +270,7 @@ static int p_conv2d(lp *p) {
                     "the %lldx%lld input with padding 'valid'", p->nm,
                     (long long)ks[0], (long long)ks[1], (long long)x->dim[0],
                     (long long)x->dim[1]);
-  wk_layer *l = wk_layer__node(p, WK_L_CONV2D);
+  wk_layer *l = tsr_layer__node(p, WK_L_CONV2D);
   if (!l) return TSR_ERANGE;
   l->win = g;
   l->rank = 3;
@@ -278,7 +278,7 @@ static int p_conv2d(lp *p) {
   l->dim[1] = g.ow;
   l->dim[2] = filters;
   l->size = g.oh * g.ow * filters;
-  if ((rc = wk_model__parse_act(json_object_get(p->cfg, "activation"), p->nm,
+  if ((rc = tsr_model__parse_act(json_object_get(p->cfg, "activation"), p->nm,
                                 &l->act, &l->alpha, p->err, p->errlen)) ||
       (rc = get_bool(p, "use_bias", true, &l->use_bias)))
     return rc;
@@ -298,13 +298,13 @@ static int p_conv2d(lp *p) {
 static int p_pool2d(lp *p) {
   int rc;
   int64_t ps[2], st[2], two[2] = {2, 2};
-  bool same;
+  bool same = false; /* set by get_padding; gcc -O3 cannot tell */
   if ((rc = need_rank(p, 3, "an image (batch, rows, cols, channels)")) ||
       (rc = get_pair(p, "pool_size", two, ps)) ||
       (rc = get_pair(p, "strides", ps, st)) || (rc = get_padding(p, &same)) ||
       (rc = channels_last(p)))
     return rc;
-  const wk_layer *x = wk_layer__in0(p);
+  const wk_layer *x = tsr_layer__in0(p);
   kern_win g;
   if (kern_win_make(&g, x->dim[0], x->dim[1], x->dim[2], ps[0], ps[1], st[0],
                     st[1], same))
@@ -313,7 +313,7 @@ static int p_pool2d(lp *p) {
                     "%lldx%lld input with padding 'valid'", p->nm,
                     (long long)ps[0], (long long)ps[1], (long long)x->dim[0],
                     (long long)x->dim[1]);
-  wk_layer *l = wk_layer__node(p, WK_L_POOL2D);
+  wk_layer *l = tsr_layer__node(p, WK_L_POOL2D);
   if (!l) return TSR_ERANGE;
   l->win = g;
   l->pool = strstr(p->cls, "Max") ? KERN_POOL2D_MAX : KERN_POOL2D_AVG;
@@ -327,17 +327,17 @@ static int p_pool2d(lp *p) {
 
 static int p_gpool(lp *p) {
   int rc;
-  bool keep;
+  bool keep = false; /* set by get_bool; gcc -O3 cannot tell */
   bool two = strstr(p->cls, "2D") != NULL;
   if ((rc = need_rank(p, two ? 3 : 2, two ? "an image (batch, rows, cols, "
                       "channels)" : "a sequence (batch, steps, features)")) ||
       (rc = channels_last(p)) || (rc = get_bool(p, "keepdims", false, &keep)))
     return rc;
-  wk_layer *l = wk_layer__node(p, WK_L_GPOOL);
+  wk_layer *l = tsr_layer__node(p, WK_L_GPOOL);
   if (!l) return TSR_ERANGE;
-  int64_t c = wk_layer__in0(p)->dim[wk_layer__in0(p)->rank - 1];
+  int64_t c = tsr_layer__in0(p)->dim[tsr_layer__in0(p)->rank - 1];
   if (keep) {
-    l->rank = wk_layer__in0(p)->rank;
+    l->rank = tsr_layer__in0(p)->rank;
     for (int i = 0; i < l->rank - 1; i++) l->dim[i] = 1;
   } else {
     l->rank = 1;
@@ -350,10 +350,10 @@ static int p_gpool(lp *p) {
 static int p_flatten(lp *p) {
   int rc = channels_last(p);
   if (rc) return rc;
-  wk_layer *l = wk_layer__node(p, WK_L_RESHAPE);
+  wk_layer *l = tsr_layer__node(p, WK_L_RESHAPE);
   if (!l) return TSR_ERANGE;
   l->rank = 1;
-  l->size = l->dim[0] = wk_layer__in0(p)->size;
+  l->size = l->dim[0] = tsr_layer__in0(p)->size;
   return 0;
 }
 
@@ -376,7 +376,7 @@ static int p_reshape(lp *p) {
                       "positive integer (or one -1)", p->nm, i);
     else prod *= d[i];
   }
-  int64_t n = wk_layer__in0(p)->size;
+  int64_t n = tsr_layer__in0(p)->size;
   if (free_at >= 0) {
     if (n % prod)
       return tsr_errf(p->err, p->errlen, TSR_ESHAPE,
@@ -389,7 +389,7 @@ static int p_reshape(lp *p) {
     return tsr_errf(p->err, p->errlen, TSR_ESHAPE,
                     "layer '%s': target_shape holds %lld elements, "
                     "its input %lld", p->nm, (long long)prod, (long long)n);
-  wk_layer *l = wk_layer__node(p, WK_L_RESHAPE);
+  wk_layer *l = tsr_layer__node(p, WK_L_RESHAPE);
   if (!l) return TSR_ERANGE;
   l->rank = (int)k;
   memcpy(l->dim, d, k * sizeof *d);
@@ -403,7 +403,7 @@ static int p_reshape(lp *p) {
  * batch (0-based); they must run to the last. */
 static int norm_axes(const lp *p, int *first, int *count) {
   const json_t *a = json_object_get(p->cfg, "axis");
-  int r = wk_layer__in0(p)->rank; /* axes 1..r with the batch as 0 */
+  int r = tsr_layer__in0(p)->rank; /* axes 1..r with the batch as 0 */
   int ax[WK_MAX_DIMS + 1], n = 0;
   if (!a || json_is_null(a)) {
     ax[n++] = r;
@@ -446,7 +446,7 @@ static int norm_axes(const lp *p, int *first, int *count) {
   return 0;
 }
 
-int wk_layer__no_opts(const lp *p, const char *const *keys) {
+int tsr_layer__no_opts(const lp *p, const char *const *keys) {
   for (int i = 0; keys[i]; i++) {
     const json_t *v = json_object_get(p->cfg, keys[i]);
     if (v && !json_is_null(v) && !json_is_false(v))
@@ -465,10 +465,10 @@ static int p_batchnorm(lp *p) {
                                    "adjustment", "synchronized", NULL};
   int rc, first, cnt;
   double mom, eps;
-  bool center, scale;
-  if ((rc = wk_layer__no_opts(p, no)) || (rc = norm_axes(p, &first, &cnt)) ||
-      (rc = wk_layer__get_num(p, "momentum", 0.99, &mom)) ||
-      (rc = wk_layer__get_num(p, "epsilon", 1e-3, &eps)) ||
+  bool center = true, scale = true; /* set by get_bool; gcc -O3 cannot tell */
+  if ((rc = tsr_layer__no_opts(p, no)) || (rc = norm_axes(p, &first, &cnt)) ||
+      (rc = tsr_layer__get_num(p, "momentum", 0.99, &mom)) ||
+      (rc = tsr_layer__get_num(p, "epsilon", 1e-3, &eps)) ||
       (rc = get_bool(p, "center", true, &center)) ||
       (rc = get_bool(p, "scale", true, &scale)))
     return rc;
@@ -480,9 +480,9 @@ static int p_batchnorm(lp *p) {
     return tsr_errf(p->err, p->errlen, TSR_ECONFIG,
                     "layer '%s': momentum must be in [0, 1) and "
                     "epsilon > 0 (momentum %g, epsilon %g)", p->nm, mom, eps);
-  wk_layer *l = wk_layer__node(p, WK_L_BATCHNORM);
+  wk_layer *l = tsr_layer__node(p, WK_L_BATCHNORM);
   if (!l) return TSR_ERANGE;
-  wk_layer__same_shape(l, wk_layer__in0(p));
+  tsr_layer__same_shape(l, tsr_layer__in0(p));
   l->eps = (float)eps;
   int64_t c = l->dim[l->rank - 1];
   if (scale && (l->var_w = var(p, "gamma", 1, &c, "gamma_initializer",
@@ -498,7 +498,7 @@ static int p_batchnorm(lp *p) {
                        "moving_variance_initializer", "ones")) < 0)
     return l->var_mv;
   for (int k = 0; k < 2; k++) {
-    wk_var_info *v = &p->m->vars[k ? l->var_mv : l->var_mm];
+    tsr_var *v = &p->m->vars[k ? l->var_mv : l->var_mm];
     v->trainable = false;
     v->momentum = mom;
   }
@@ -513,18 +513,18 @@ static int p_layernorm(lp *p) {
   static const char *const no[] = {"rms_scaling", NULL};
   int rc, first, cnt;
   double eps;
-  bool center, scale;
-  if ((rc = wk_layer__no_opts(p, no)) || (rc = norm_axes(p, &first, &cnt)) ||
-      (rc = wk_layer__get_num(p, "epsilon", 1e-3, &eps)) ||
+  bool center = true, scale = true; /* set by get_bool; gcc -O3 cannot tell */
+  if ((rc = tsr_layer__no_opts(p, no)) || (rc = norm_axes(p, &first, &cnt)) ||
+      (rc = tsr_layer__get_num(p, "epsilon", 1e-3, &eps)) ||
       (rc = get_bool(p, "center", true, &center)) ||
       (rc = get_bool(p, "scale", true, &scale)))
     return rc;
   if (!(eps > 0))
     return tsr_errf(p->err, p->errlen, TSR_ECONFIG,
                     "layer '%s': epsilon must be > 0", p->nm);
-  wk_layer *l = wk_layer__node(p, WK_L_LAYERNORM);
+  wk_layer *l = tsr_layer__node(p, WK_L_LAYERNORM);
   if (!l) return TSR_ERANGE;
-  wk_layer__same_shape(l, wk_layer__in0(p));
+  tsr_layer__same_shape(l, tsr_layer__in0(p));
   l->eps = (float)eps;
   int64_t shape[WK_MAX_DIMS];
   l->norm_w = 1;
@@ -546,12 +546,12 @@ static int p_layernorm(lp *p) {
 }
 
 static int p_embedding(lp *p) {
-  const wk_layer *x = wk_layer__in0(p);
+  const wk_layer *x = tsr_layer__in0(p);
   int64_t idim, odim, len;
   int rc;
-  if ((rc = wk_layer__get_int(p, "input_dim", 0, 1, &idim)) ||
-      (rc = wk_layer__get_int(p, "output_dim", 0, 1, &odim)) ||
-      (rc = wk_layer__get_int(p, "input_length", x->size, 1, &len)))
+  if ((rc = tsr_layer__get_int(p, "input_dim", 0, 1, &idim)) ||
+      (rc = tsr_layer__get_int(p, "output_dim", 0, 1, &odim)) ||
+      (rc = tsr_layer__get_int(p, "input_length", x->size, 1, &len)))
     return rc;
   if (idim < 1 || odim < 1)
     return tsr_errf(p->err, p->errlen, TSR_ECONFIG,
@@ -569,22 +569,22 @@ static int p_embedding(lp *p) {
   if (p->m->n_emb >= WK_MAX_EMB)
     return tsr_errf(p->err, p->errlen, TSR_ERANGE,
                     "model: more than %d embeddings", WK_MAX_EMB);
-  wk_layer *l = wk_layer__node(p, WK_L_EMBED);
+  wk_layer *l = tsr_layer__node(p, WK_L_EMBED);
   if (!l) return TSR_ERANGE;
   l->rank = 2;
   l->dim[0] = len;
   l->dim[1] = odim;
   l->size = len * odim;
   int64_t shape[2] = {idim, odim};
-  kern_init_spec is;
+  tsr_init_spec is;
   char where[128];
   snprintf(where, sizeof where, "layer '%s' embeddings_initializer", p->nm);
-  if ((rc = wk_model__parse_init(json_object_get(p->cfg,
+  if ((rc = tsr_model__parse_init(json_object_get(p->cfg,
                                                  "embeddings_initializer"),
                                  "uniform", where, &is, p->err, p->errlen)))
     return rc;
-  int v = wk_model__add_var(p->m, p->nm, "embeddings", 2, shape, &is,
-                            WK_VAR_ROW_SPARSE);
+  int v = tsr_model__add_var(p->m, p->nm, "embeddings", 2, shape, &is,
+                            TSR_VAR_ROW_SPARSE);
   if (v == TSR_ERANGE)
     snprintf(p->err, p->errlen, "layer '%s': embeddings: a dim is < 1 or the "
              "size is too large", p->nm);
@@ -620,21 +620,21 @@ static const wk_layer_entry layer_table[] = {
     {"Reshape", p_reshape, false},
     {"BatchNormalization", p_batchnorm, false},
     {"LayerNormalization", p_layernorm, false},
-    {"Activation", wk_layer__p_activation, false},
-    {"ReLU", wk_layer__p_relu, false},
-    {"LeakyReLU", wk_layer__p_leaky, false},
-    {"ELU", wk_layer__p_elu, false},
-    {"Softmax", wk_layer__p_softmax, false},
-    {"Dropout", wk_layer__p_dropout, false},
+    {"Activation", tsr_layer__p_activation, false},
+    {"ReLU", tsr_layer__p_relu, false},
+    {"LeakyReLU", tsr_layer__p_leaky, false},
+    {"ELU", tsr_layer__p_elu, false},
+    {"Softmax", tsr_layer__p_softmax, false},
+    {"Dropout", tsr_layer__p_dropout, false},
     {"Embedding", p_embedding, false},
-    {"Add", wk_layer__p_merge, true},
-    {"Subtract", wk_layer__p_merge, true},
-    {"Average", wk_layer__p_merge, true},
-    {"Concatenate", wk_layer__p_concat, true},
+    {"Add", tsr_layer__p_merge, true},
+    {"Subtract", tsr_layer__p_merge, true},
+    {"Average", tsr_layer__p_merge, true},
+    {"Concatenate", tsr_layer__p_concat, true},
 };
 #define N_LAYERS (sizeof layer_table / sizeof layer_table[0])
 
-void wk_model__layers_supported(char *buf, size_t len) {
+void tsr_model__layers_supported(char *buf, size_t len) {
   size_t o = (size_t)snprintf(buf, len, "InputLayer");
   for (size_t i = 0; i < N_LAYERS && o < len; i++)
     o += (size_t)snprintf(buf + o, len - o, ", %s", layer_table[i].cls);
@@ -666,7 +666,7 @@ static int common_opts(const lp *p) {
   return 0;
 }
 
-int wk_model__parse_layer(wk_model *m, const char *cls, const json_t *cfg,
+int tsr_model__parse_layer(tsr_model *m, const char *cls, const json_t *cfg,
                           const char *name, const int *in, int n_in,
                           int *out, char *err, size_t errlen) {
   const wk_layer_entry *e = NULL;
@@ -674,7 +674,7 @@ int wk_model__parse_layer(wk_model *m, const char *cls, const json_t *cfg,
     if (!strcmp(layer_table[i].cls, cls)) e = &layer_table[i];
   if (!e) {
     char list[512];
-    wk_model__layers_supported(list, sizeof list);
+    tsr_model__layers_supported(list, sizeof list);
     return tsr_errf(err, errlen, TSR_EUNSUPPORTED,
                     "layer '%s': layer class '%s' is not "
                     "supported (supported: %s)", name, cls, list);

@@ -8,7 +8,7 @@
 #include "common/err.h"
 
 typedef struct {
-  wk_model *m;
+  tsr_model *m;
   const char *cls;
   const json_t *cfg;
   const char *nm;
@@ -20,27 +20,27 @@ typedef struct {
 } lp; /* one layer being parsed */
 
 /* the layer's first input node */
-const wk_layer *wk_layer__in0(const lp *p);
+const wk_layer *tsr_layer__in0(const lp *p);
 /* appends this layer's node (its inputs, name, class); NULL when full */
-wk_layer *wk_layer__node(lp *p, wk_layer_kind kind);
-void wk_layer__same_shape(wk_layer *l, const wk_layer *src);
+wk_layer *tsr_layer__node(lp *p, wk_layer_kind kind);
+void tsr_layer__same_shape(wk_layer *l, const wk_layer *src);
 /* "(batch, 4, 4, 2)" */
-void wk_layer__shape_text(const wk_layer *l, char *buf, size_t len);
+void tsr_layer__shape_text(const wk_layer *l, char *buf, size_t len);
 /* config values: `def` when absent or null; errors name the layer, key */
-int wk_layer__get_int(const lp *p, const char *key, int64_t def, int64_t lo,
+int tsr_layer__get_int(const lp *p, const char *key, int64_t def, int64_t lo,
                       int64_t *out);
-int wk_layer__get_num(const lp *p, const char *key, double def, double *out);
+int tsr_layer__get_num(const lp *p, const char *key, double def, double *out);
 /* keys that must be absent, null or false */
-int wk_layer__no_opts(const lp *p, const char *const *keys);
+int tsr_layer__no_opts(const lp *p, const char *const *keys);
 
 /* model_layers_plain.c */
-int wk_layer__p_activation(lp *p);
-int wk_layer__p_relu(lp *p);
-int wk_layer__p_leaky(lp *p);
-int wk_layer__p_elu(lp *p);
-int wk_layer__p_softmax(lp *p);
-int wk_layer__p_dropout(lp *p);
-int wk_layer__p_merge(lp *p);
-int wk_layer__p_concat(lp *p);
+int tsr_layer__p_activation(lp *p);
+int tsr_layer__p_relu(lp *p);
+int tsr_layer__p_leaky(lp *p);
+int tsr_layer__p_elu(lp *p);
+int tsr_layer__p_softmax(lp *p);
+int tsr_layer__p_dropout(lp *p);
+int tsr_layer__p_merge(lp *p);
+int tsr_layer__p_concat(lp *p);
 
 #endif

@@ -16,24 +16,24 @@
 #include <string.h>
 
 static wk_layer *act_node(lp *p) {
-  wk_layer *l = wk_layer__node(p, WK_L_ACTIVATION);
-  if (l) wk_layer__same_shape(l, wk_layer__in0(p));
+  wk_layer *l = tsr_layer__node(p, WK_L_ACTIVATION);
+  if (l) tsr_layer__same_shape(l, tsr_layer__in0(p));
   return l;
 }
 
-int wk_layer__p_activation(lp *p) {
+int tsr_layer__p_activation(lp *p) {
   wk_layer *l = act_node(p);
   if (!l) return TSR_ERANGE;
-  return wk_model__parse_act(json_object_get(p->cfg, "activation"), p->nm,
+  return tsr_model__parse_act(json_object_get(p->cfg, "activation"), p->nm,
                              &l->act, &l->alpha, p->err, p->errlen);
 }
 
-int wk_layer__p_relu(lp *p) {
+int tsr_layer__p_relu(lp *p) {
   double mx, slope, thr;
   int rc;
-  if ((rc = wk_layer__get_num(p, "max_value", -1, &mx)) ||
-      (rc = wk_layer__get_num(p, "negative_slope", 0, &slope)) ||
-      (rc = wk_layer__get_num(p, "threshold", 0, &thr)))
+  if ((rc = tsr_layer__get_num(p, "max_value", -1, &mx)) ||
+      (rc = tsr_layer__get_num(p, "negative_slope", 0, &slope)) ||
+      (rc = tsr_layer__get_num(p, "threshold", 0, &thr)))
     return rc;
   kern_act a;
   if (thr == 0 && slope == 0 && mx < 0) a = KERN_ACT_RELU;
@@ -52,14 +52,14 @@ int wk_layer__p_relu(lp *p) {
   return 0;
 }
 
-int wk_layer__p_leaky(lp *p) {
+int tsr_layer__p_leaky(lp *p) {
   double a;
   int rc;
   /* Keras 3: negative_slope; Keras 2: alpha; both default 0.3 */
   if (json_object_get(p->cfg, "negative_slope"))
-    rc = wk_layer__get_num(p, "negative_slope", 0.3, &a);
+    rc = tsr_layer__get_num(p, "negative_slope", 0.3, &a);
   else
-    rc = wk_layer__get_num(p, "alpha", 0.3, &a);
+    rc = tsr_layer__get_num(p, "alpha", 0.3, &a);
   if (rc) return rc;
   wk_layer *l = act_node(p);
   if (!l) return TSR_ERANGE;
@@ -68,9 +68,9 @@ int wk_layer__p_leaky(lp *p) {
   return 0;
 }
 
-int wk_layer__p_elu(lp *p) {
+int tsr_layer__p_elu(lp *p) {
   double a;
-  int rc = wk_layer__get_num(p, "alpha", 1.0, &a);
+  int rc = tsr_layer__get_num(p, "alpha", 1.0, &a);
   if (rc) return rc;
   wk_layer *l = act_node(p);
   if (!l) return TSR_ERANGE;
@@ -79,13 +79,13 @@ int wk_layer__p_elu(lp *p) {
   return 0;
 }
 
-int wk_layer__p_softmax(lp *p) {
+int tsr_layer__p_softmax(lp *p) {
   const json_t *a = json_object_get(p->cfg, "axis");
   int64_t ax = -1;
   if (json_is_integer(a)) ax = json_integer_value(a);
   else if (json_is_array(a) && json_array_size(a) == 1)
     ax = json_integer_value(json_array_get(a, 0));
-  if (ax != -1 && ax != wk_layer__in0(p)->rank)
+  if (ax != -1 && ax != tsr_layer__in0(p)->rank)
     return tsr_errf(p->err, p->errlen, TSR_EUNSUPPORTED,
                     "layer '%s': Softmax over axis %lld is "
                     "not supported (only the last, -1)", p->nm, (long long)ax);
@@ -95,22 +95,22 @@ int wk_layer__p_softmax(lp *p) {
   return 0;
 }
 
-int wk_layer__p_dropout(lp *p) {
+int tsr_layer__p_dropout(lp *p) {
   static const char *const no[] = {"noise_shape", NULL};
   double r;
   int rc;
-  if ((rc = wk_layer__no_opts(p, no)) || (rc = wk_layer__get_num(p, "rate", -1, &r))) return rc;
+  if ((rc = tsr_layer__no_opts(p, no)) || (rc = tsr_layer__get_num(p, "rate", -1, &r))) return rc;
   if (!(r >= 0 && r < 1))
     return tsr_errf(p->err, p->errlen, TSR_ECONFIG,
                     "layer '%s': rate must be in [0, 1)", p->nm);
-  wk_layer *l = wk_layer__node(p, WK_L_DROPOUT);
+  wk_layer *l = tsr_layer__node(p, WK_L_DROPOUT);
   if (!l) return TSR_ERANGE;
-  wk_layer__same_shape(l, wk_layer__in0(p));
+  tsr_layer__same_shape(l, tsr_layer__in0(p));
   l->rate = (float)r;
   return 0;
 }
 
-int wk_layer__p_merge(lp *p) {
+int tsr_layer__p_merge(lp *p) {
   if (p->n_in < 2)
     return tsr_errf(p->err, p->errlen, TSR_ESHAPE,
                     "layer '%s' (%s) needs at least 2 inputs, it "
@@ -120,41 +120,41 @@ int wk_layer__p_merge(lp *p) {
     return tsr_errf(p->err, p->errlen, TSR_ESHAPE,
                     "layer '%s': Subtract takes exactly 2 inputs, "
                     "it has %d", p->nm, p->n_in);
-  const wk_layer *a = wk_layer__in0(p);
+  const wk_layer *a = tsr_layer__in0(p);
   for (int i = 1; i < p->n_in; i++) {
     const wk_layer *b = &p->m->layers[p->in[i]];
     bool same = a->rank == b->rank;
     for (int d = 0; same && d < a->rank; d++) same = a->dim[d] == b->dim[d];
     if (!same) {
       char s1[96], s2[96];
-      wk_layer__shape_text(a, s1, sizeof s1);
-      wk_layer__shape_text(b, s2, sizeof s2);
+      tsr_layer__shape_text(a, s1, sizeof s1);
+      tsr_layer__shape_text(b, s2, sizeof s2);
       return tsr_errf(p->err, p->errlen, TSR_ESHAPE,
                       "layer '%s' (%s): inputs of shapes %s and %s "
                       "(%s needs equal shapes)", p->nm, p->cls, s1, s2, p->cls);
     }
   }
-  wk_layer *l = wk_layer__node(p, WK_L_ADD);
+  wk_layer *l = tsr_layer__node(p, WK_L_ADD);
   if (!l) return TSR_ERANGE;
-  wk_layer__same_shape(l, a);
+  tsr_layer__same_shape(l, a);
   l->coef = !strcmp(p->cls, "Average") ? 1.0f / (float)p->n_in
             : sub ? -1.0f : 1.0f;
   return 0;
 }
 
-int wk_layer__p_concat(lp *p) {
+int tsr_layer__p_concat(lp *p) {
   int64_t ax;
   int rc;
   const json_t *av = json_object_get(p->cfg, "axis");
   if (av && !json_is_integer(av))
     return tsr_errf(p->err, p->errlen, TSR_ECONFIG,
                     "layer '%s': axis must be an integer", p->nm);
-  if ((rc = wk_layer__get_int(p, "axis", -1, INT32_MIN, &ax))) return rc;
+  if ((rc = tsr_layer__get_int(p, "axis", -1, INT32_MIN, &ax))) return rc;
   if (p->n_in < 2)
     return tsr_errf(p->err, p->errlen, TSR_ESHAPE,
                     "layer '%s' (Concatenate) needs at least 2 "
                     "inputs, it has %d", p->nm, p->n_in);
-  const wk_layer *a = wk_layer__in0(p);
+  const wk_layer *a = tsr_layer__in0(p);
   int r = a->rank;
   if (ax < 0) ax += r + 1;
   if (ax < 1 || ax > r)
@@ -169,17 +169,17 @@ int wk_layer__p_concat(lp *p) {
       ok = d == ax - 1 || b->dim[d] == a->dim[d];
     if (!ok) {
       char s1[96], s2[96];
-      wk_layer__shape_text(a, s1, sizeof s1);
-      wk_layer__shape_text(b, s2, sizeof s2);
+      tsr_layer__shape_text(a, s1, sizeof s1);
+      tsr_layer__shape_text(b, s2, sizeof s2);
       return tsr_errf(p->err, p->errlen, TSR_ESHAPE,
                       "layer '%s' (Concatenate on axis %lld): inputs"
                       " of shapes %s and %s", p->nm, (long long)ax, s1, s2);
     }
     tot += b->dim[ax - 1];
   }
-  wk_layer *l = wk_layer__node(p, WK_L_CONCAT);
+  wk_layer *l = tsr_layer__node(p, WK_L_CONCAT);
   if (!l) return TSR_ERANGE;
-  wk_layer__same_shape(l, a);
+  tsr_layer__same_shape(l, a);
   l->cat_axis = (int)ax - 1;
   l->dim[ax - 1] = tot;
   l->size = a->size / a->dim[ax - 1] * tot;

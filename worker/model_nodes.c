@@ -37,7 +37,7 @@ static int64_t rows_of(const wk_exec *e, const wk_layer *l) {
 }
 
 static int gathers(wk_exec *e, const wk_run_opts *o) {
-  const wk_model *m = e->m;
+  const tsr_model *m = e->m;
   kern_ctx *c = e->ctx;
   int rc;
   for (int s = 0; s < e->n_sp; s++) {
@@ -134,7 +134,7 @@ static int bn_fwd(wk_exec *e, const wk_layer *l, int k,
 }
 
 int wk_exec__forward(wk_exec *e, const wk_run_opts *o) {
-  const wk_model *m = e->m;
+  const tsr_model *m = e->m;
   kern_ctx *c = e->ctx;
   int64_t n = e->n;
   int rc;
@@ -319,7 +319,7 @@ static int layer_bwd(wk_exec *e, const wk_layer *l, int k, bool fused_out) {
 }
 
 static int scatters(wk_exec *e) {
-  const wk_model *m = e->m;
+  const tsr_model *m = e->m;
   kern_ctx *c = e->ctx;
   int rc;
   for (int s = 0; s < e->n_sp; s++) {
@@ -340,11 +340,11 @@ static int scatters(wk_exec *e) {
 }
 
 static int regularizers(wk_exec *e, const wk_run_opts *o) {
-  const wk_model *m = e->m;
+  const tsr_model *m = e->m;
   int rc;
   float s = (float)e->n * o->grad_scale;
   for (int v = 0; v < m->n_vars; v++) {
-    const wk_var_info *vi = &m->vars[v];
+    const tsr_var *vi = &m->vars[v];
     if (vi->l1 > 0 || vi->l2 > 0)
       CK(kern_l1l2_grad(e->ctx, e->dp[v], (size_t)vi->numel, vi->l1 * s,
                         2.0f * vi->l2 * s, e->dg[v]));
@@ -353,7 +353,7 @@ static int regularizers(wk_exec *e, const wk_run_opts *o) {
 }
 
 int wk_exec__backward(wk_exec *e, const wk_run_opts *o) {
-  const wk_model *m = e->m;
+  const tsr_model *m = e->m;
   kern_ctx *c = e->ctx;
   int64_t n = e->n;
   int rc;

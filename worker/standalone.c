@@ -25,7 +25,7 @@ static double now_s(void) {
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static int evaluate(const tsr_job *job, wk_trainer *t, const wk_model *m,
+static int evaluate(const tsr_job *job, wk_trainer *t, const tsr_model *m,
                     wk_train_result *r, char *err, size_t errlen) {
   wk_input_opts io = {.worker_index = 0, .num_workers = 1,
                       .batch_size = job->batch_size, .epochs = 1,
@@ -63,7 +63,7 @@ int wk_train_standalone(const tsr_job *job, const wk_train_opts *o,
                       .epochs = job->steps > 0 ? -1 : job->epochs,
                       .seed = job->seed};
   wk_input *in = NULL;
-  wk_model *m = NULL;
+  tsr_model *m = NULL;
   wk_trainer *t = NULL;
   kern_ctx *pin = NULL;
   char ierr[512];
@@ -87,11 +87,11 @@ int wk_train_standalone(const tsr_job *job, const wk_train_opts *o,
     if (pin) kern_close(pin);
     return tsr_errf(err, errlen, wk__data_code(rc), "training data: %s", ierr);
   }
-  if ((rc = wk_model_from_job(job, wk_input_get_schema(in), &m, err, errlen)))
+  if ((rc = tsr_model_from_job(job, wk_input_get_schema(in), &m, err, errlen)))
     goto out;
   /* every input checked before the first step: a bad eval file must not
    * cost a whole training */
-  if ((rc = wk_input_validate(in, wk_model_num_classes(m), ierr,
+  if ((rc = wk_input_validate(in, tsr_model_num_classes(m), ierr,
                               sizeof ierr))) {
     rc = tsr_errf(err, errlen, wk__data_code(rc), "training data: %s", ierr);
     goto out;
@@ -103,7 +103,7 @@ int wk_train_standalone(const tsr_job *job, const wk_train_opts *o,
     wk_input *ein = NULL;
     rc = wk_input_open(job, WK_SPLIT_EVAL, &eo, &ein, ierr, sizeof ierr);
     if (!rc)
-      rc = wk_input_validate(ein, wk_model_num_classes(m), ierr, sizeof ierr);
+      rc = wk_input_validate(ein, tsr_model_num_classes(m), ierr, sizeof ierr);
     wk_input_close(ein);
     if (rc) {
       rc = tsr_errf(err, errlen, wk__data_code(rc),
@@ -117,7 +117,7 @@ int wk_train_standalone(const tsr_job *job, const wk_train_opts *o,
   if (o->on_start && (rc = o->on_start(o->hook_data, t, m, err, errlen)))
     goto out;
   char summ[2048];
-  wk_model_summary(m, summ, sizeof summ);
+  tsr_model_summary(m, summ, sizeof summ);
   if (!o->quiet)
     tsr_info("standalone: %s on %s x%d, %s, batch %lld, %s\n%s",
              job->path ? job->path : "job", wk_trainer_backend(t),
@@ -221,9 +221,9 @@ int wk_train_standalone(const tsr_job *job, const wk_train_opts *o,
                  (double)r->skipped_records);
   r->replicas = wk_trainer_replicas(t);
   snprintf(r->backend, sizeof r->backend, "%s", wk_trainer_backend(t));
-  r->n_metrics = wk_model_num_metrics(m);
+  r->n_metrics = tsr_model_num_metrics(m);
   for (int k = 0; k < r->n_metrics && k < 8; k++)
-    snprintf(r->metric_names[k], 32, "%s", wk_model_metric_name(m, k));
+    snprintf(r->metric_names[k], 32, "%s", tsr_model_metric_name(m, k));
   if (o->on_scalar && sum_n)
     o->on_scalar(o->hook_data, "loss", steps, sum_loss / (double)sum_n);
   if (o->on_checkpoint && (rc = o->on_checkpoint(o->hook_data, t, m, steps))) {
@@ -272,7 +272,7 @@ int wk_train_standalone(const tsr_job *job, const wk_train_opts *o,
   }
 out:
   wk_trainer_close(t);
-  wk_model_free(m);
+  tsr_model_free(m);
   wk_input_close(in);
   if (pin) kern_close(pin);
   return rc;

@@ -26,7 +26,7 @@
 #define WK_MAX_REPS 16
 
 struct wk_trainer {
-  const wk_model *m;
+  const tsr_model *m;
   tsr_optim_spec opt;
   tsr_optim_spec *vopt;    /* per variable: the job's, or the moving average */
   uint64_t seed;
@@ -53,7 +53,7 @@ static kern_prec to_kprec(tsr_precision p) {
                                                              : KERN_F32;
 }
 
-int wk_trainer_open(const wk_model *m, const tsr_optim_spec *opt,
+int wk_trainer_open(const tsr_model *m, const tsr_optim_spec *opt,
                     uint64_t seed, tsr_precision prec,
                     const wk_train_opts *o, int64_t batch, wk_trainer **out,
                     char *err, size_t errlen) {
@@ -78,18 +78,18 @@ int wk_trainer_open(const wk_model *m, const tsr_optim_spec *opt,
   t->pcap = calloc((size_t)nv, sizeof *t->pcap);
   if (!t->w || !t->slots || !t->p || !t->g || !t->pcap) goto nomem;
   for (int v = 0; v < nv; v++) {
-    const wk_var_info *vi = &m->vars[v];
+    const tsr_var *vi = &m->vars[v];
     if (!(t->w[v] = malloc((size_t)vi->numel * sizeof(float)))) goto nomem;
-    wk_model_init_var(m, v, seed, 0, t->w[v], (size_t)vi->numel);
+    tsr_model_init_var(m, v, seed, 0, t->w[v], (size_t)vi->numel);
     if (!(t->slots[v] = calloc(KERN_OPTIM_MAX_SLOTS, sizeof(float *))))
       goto nomem;
-    wk_var_optimizer(vi, opt, &t->vopt[v]);
+    tsr_var_optimizer(vi, opt, &t->vopt[v]);
     t->nslots[v] = kern_optim_num_slots(&t->vopt[v]);
     for (int s = 0; s < t->nslots[v]; s++)
       if (!(t->slots[v][s] = malloc((size_t)vi->numel * sizeof(float))))
         goto nomem;
     kern_optim_init_slots(&t->vopt[v], t->slots[v], (size_t)vi->numel);
-    if (vi->kind == WK_VAR_DENSE) {
+    if (vi->kind == TSR_VAR_DENSE) {
       t->p[v] = t->w[v];
       if (!(t->g[v] = malloc((size_t)vi->numel * sizeof(float)))) goto nomem;
     }
@@ -141,7 +141,7 @@ void wk_trainer_close(wk_trainer *t) {
   wk_exec_close(t->plan);
   kern_close(t->plan_ctx);
   for (int v = 0; t->w && v < t->m->n_vars; v++) {
-    bool dense = t->m->vars[v].kind == WK_VAR_DENSE;
+    bool dense = t->m->vars[v].kind == TSR_VAR_DENSE;
     if (!dense) free(t->p[v]);
     free(t->g[v]);
     free(t->w[v]);
@@ -162,8 +162,8 @@ void wk_trainer_close(wk_trainer *t) {
 /* Copies the rows the batch touches into the staging buffers. */
 static int stage_rows(wk_trainer *t, const wk_exec *planner) {
   for (int v = 0; v < t->m->n_vars; v++) {
-    const wk_var_info *vi = &t->m->vars[v];
-    if (vi->kind == WK_VAR_DENSE) continue;
+    const tsr_var *vi = &t->m->vars[v];
+    if (vi->kind == TSR_VAR_DENSE) continue;
     const int64_t *ids;
     int64_t n;
     wk_exec_rows(planner, v, &ids, &n);
@@ -281,7 +281,7 @@ int wk_trainer_step(wk_trainer *t, const wk_batch *b, double *loss,
   t->runs++;
   if ((rc = run_replicas(t, b, true, &ls, NULL, err, errlen))) return rc;
   *loss = ls / (double)b->n;
-  const wk_model *m = t->m;
+  const tsr_model *m = t->m;
   const wk_exec *planner = t->nrep > 1 ? t->plan : t->ex[0];
   if (t->prec == TSR_PREC_FP16) {
     bool fin = true;
@@ -289,7 +289,7 @@ int wk_trainer_step(wk_trainer *t, const wk_batch *b, double *loss,
       const int64_t *ids;
       int64_t nr;
       wk_exec_rows(planner, v, &ids, &nr);
-      int64_t ne = m->vars[v].kind == WK_VAR_DENSE ? m->vars[v].numel
+      int64_t ne = m->vars[v].kind == TSR_VAR_DENSE ? m->vars[v].numel
                                                    : nr * m->vars[v].row_dim;
       fin = host_finite(t->g[v], ne);
     }
@@ -314,7 +314,7 @@ int wk_trainer_step(wk_trainer *t, const wk_batch *b, double *loss,
       int64_t nr;
       wk_exec_rows(planner, v, &ids, &nr);
       gs[v] = t->g[v];
-      ns[v] = (size_t)(m->vars[v].kind == WK_VAR_DENSE
+      ns[v] = (size_t)(m->vars[v].kind == TSR_VAR_DENSE
                            ? m->vars[v].numel
                            : nr * m->vars[v].row_dim);
     }
@@ -322,8 +322,8 @@ int wk_trainer_step(wk_trainer *t, const wk_batch *b, double *loss,
   }
   int64_t step = ++t->step;
   for (int v = 0; v < m->n_vars; v++) {
-    const wk_var_info *vi = &m->vars[v];
-    if (vi->kind == WK_VAR_DENSE) {
+    const tsr_var *vi = &m->vars[v];
+    if (vi->kind == TSR_VAR_DENSE) {
       kern_optim_apply(&t->vopt[v], step, t->w[v], t->g[v], scale,
                        t->slots[v], (size_t)vi->numel);
       continue;
@@ -350,7 +350,7 @@ int wk_trainer_step(wk_trainer *t, const wk_batch *b, double *loss,
 
 int wk_trainer_eval(wk_trainer *t, const wk_batch *b, wk_metrics *mt,
                     char *err, size_t errlen) {
-  const wk_model *m = t->m;
+  const tsr_model *m = t->m;
   int64_t n = b->n, per = (n + t->nrep - 1) / t->nrep;
   /* evaluate in replica-sized chunks on replica 0 (no gradients) */
   for (int64_t lo = 0; lo < n; lo += per) {

@@ -40,10 +40,10 @@ typedef struct {
    * weights every checkpoint_every steps (0: only at the end) and at the
    * end; every step's phases into `trace`. */
   void (*on_scalar)(void *data, const char *tag, int64_t step, double value);
-  int (*on_checkpoint)(void *data, wk_trainer *t, const wk_model *m,
+  int (*on_checkpoint)(void *data, wk_trainer *t, const tsr_model *m,
                        int64_t step);
   /* after the trainer opens, before the first step (initial_weights) */
-  int (*on_start)(void *data, wk_trainer *t, const wk_model *m, char *err,
+  int (*on_start)(void *data, wk_trainer *t, const tsr_model *m, char *err,
                   size_t errlen);
   void *hook_data;
   int64_t summary_every;
@@ -52,7 +52,7 @@ typedef struct {
 } wk_train_opts;
 
 /* `batch` is the largest global batch the trainer will see. */
-int wk_trainer_open(const wk_model *m, const tsr_optim_spec *opt,
+int wk_trainer_open(const tsr_model *m, const tsr_optim_spec *opt,
                     uint64_t seed, tsr_precision prec,
                     const wk_train_opts *o, int64_t batch, wk_trainer **out,
                     char *err, size_t errlen);

@@ -129,11 +129,11 @@ static int inspect(const char *folder, int64_t step, json_t *man, bool json,
 /* Initial values for rows the PS never created (sparse tables). */
 static void fill_absent(const chief_ckpt_var *v, json_t *mvar, uint64_t seed,
                         float *val, const uint8_t *present) {
-  kern_init_spec spec = {KERN_INIT_UNIFORM, -0.05, 0.05, 0, 0};
+  tsr_init_spec spec = {TSR_INIT_UNIFORM, -0.05, 0.05, 0, 0};
   json_t *init = json_object_get(mvar, "init");
   if (json_is_object(init)) {
     const char *nm = json_string_value(json_object_get(init, "name"));
-    if (nm && kern_init_parse(nm, &spec) == 0) {
+    if (nm && tsr_init_parse(nm, &spec) == 0) {
       spec.a = json_number_value(json_object_get(init, "a"));
       spec.b = json_number_value(json_object_get(init, "b"));
       spec.fan_in = json_integer_value(json_object_get(init, "fan_in"));

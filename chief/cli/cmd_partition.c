@@ -31,43 +31,31 @@ static void usage(FILE *f) {
           "With --job and no --var, the job's model gives the variables and\n"
           "its optimizer the slot count (--slots: copies of each variable the\n"
           "optimizer keeps, counted in the per-PS bytes; default 0).\n"
-          "dtype: float32 (default), float16, bfloat16, float64, int64, int32\n"
+          "dtype: float32 (default), float16, bfloat16, float64, int64, int32,\n"
+          "       int8, uint8\n"
           "Defaults: MinSize(min_shard_bytes=256 KiB, max_shards=number of "
           "PS),\nbalanced placement (round_robin is TensorFlow's).\n");
 }
 
-static int dtype_size(const char *s, size_t *out) {
-  static const struct { const char *n; size_t sz; } t[] = {
-      {"float32", 4}, {"float16", 2}, {"bfloat16", 2}, {"float64", 8},
-      {"int64", 8},   {"int32", 4},   {"fp32", 4},     {"fp16", 2},
-      {"bf16", 2}};
-  for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
-    if (strcmp(s, t[i].n) == 0) {
-      *out = t[i].sz;
-      return 0;
-    }
-  return TSR_EINVAL;
-}
-
 /* NAME=D0xD1x...[:dtype]; a bare "NAME=" or "NAME=scalar" is rank 0. */
-static int parse_var(const char *arg, tsr_var_shape *v, char *namebuf,
-                     size_t namelen) {
+static int parse_var(const char *arg, tsr_var *v) {
+  char *namebuf = v->name;
   const char *eq = strchr(arg, '=');
-  if (!eq || eq == arg || (size_t)(eq - arg) >= namelen) {
+  if (!eq || eq == arg || (size_t)(eq - arg) >= sizeof v->name) {
     fprintf(stderr, "tessera partition: --var \"%s\": expected "
                     "NAME=D0xD1[:dtype]\n", arg);
     return TSR_EINVAL;
   }
   memcpy(namebuf, arg, (size_t)(eq - arg));
   namebuf[eq - arg] = 0;
-  v->name = namebuf;
-  v->elem_size = 4;
+  v->dtype = TSR_DT_FLOAT32;
   v->rank = 0;
   const char *p = eq + 1;
   const char *colon = strchr(p, ':');
-  if (colon && dtype_size(colon + 1, &v->elem_size)) {
+  if (colon && tsr_dtype_parse(colon + 1, &v->dtype)) {
     fprintf(stderr, "tessera partition: --var %s: dtype \"%s\" is not one of "
-                    "float32, float16, bfloat16, float64, int64, int32\n",
+                    "float32, float16, bfloat16, float64, int64, int32, int8, "
+                    "uint8\n",
             namebuf, colon + 1);
     return TSR_EINVAL;
   }
@@ -126,8 +114,7 @@ int chief_cmd_partition(int argc, char **argv) {
       {"slots", required_argument, 0, 's'},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
-  tsr_var_shape *vars = calloc(MAX_VARS, sizeof *vars);
-  char (*names)[128] = calloc(MAX_VARS, sizeof *names);
+  tsr_var *vars = calloc(MAX_VARS, sizeof *vars);
   int *var_slots = malloc(MAX_VARS * sizeof *var_slots); /* -1: --slots */
   for (int i = 0; var_slots && i < MAX_VARS; i++) var_slots[i] = -1;
   int rc = 2;
@@ -142,7 +129,7 @@ int chief_cmd_partition(int argc, char **argv) {
   int bad = 0;
   tsr_shard *shards = NULL;
   size_t n_shards = 0;
-  if (!vars || !names || !var_slots) goto out;
+  if (!vars || !var_slots) goto out;
   optind = 1;
   int ch;
   while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -153,7 +140,7 @@ int chief_cmd_partition(int argc, char **argv) {
                   MAX_VARS);
           goto out;
         }
-        if (parse_var(optarg, &vars[n_vars], names[n_vars], sizeof names[0]))
+        if (parse_var(optarg, &vars[n_vars]))
           goto out;
         n_vars++;
         break;
@@ -192,28 +179,23 @@ int chief_cmd_partition(int argc, char **argv) {
     if (slots < 0) slots = kern_optim_num_slots(&job.optimizer);
     if (n_vars == 0 && job.model) {
       /* the model's own variables, as the chief will create them */
-      wk_model *m;
-      if (wk_model_from_job(&job, NULL, &m, err, sizeof err)) {
+      tsr_model *m;
+      if (tsr_model_from_job(&job, NULL, &m, err, sizeof err)) {
         fprintf(stderr, "tessera partition: %s\n", err);
         tsr_job_free(&job);
         goto out;
       }
-      const wk_var_info *vi;
+      const tsr_var *vi;
       size_t nv;
-      wk_model_variables(m, &vi, &nv);
+      tsr_model_variables(m, &vi, &nv);
       for (size_t i = 0; i < nv && n_vars < MAX_VARS; i++, n_vars++) {
-        snprintf(names[n_vars], sizeof names[0], "%s", vi[i].name);
-        vars[n_vars].name = names[n_vars];
-        vars[n_vars].rank = vi[i].rank;
-        for (int d = 0; d < vi[i].rank; d++)
-          vars[n_vars].shape[d] = vi[i].shape[d];
-        vars[n_vars].elem_size = 4;
+        vars[n_vars] = vi[i];
         /* a moving statistic's rule has no slots, as the chief places it */
         tsr_optim_spec vo;
-        wk_var_optimizer(&vi[i], &job.optimizer, &vo);
+        tsr_var_optimizer(&vi[i], &job.optimizer, &vo);
         var_slots[n_vars] = slots_given ? (int)slots : kern_optim_num_slots(&vo);
       }
-      wk_model_free(m);
+      tsr_model_free(m);
     }
     tsr_job_free(&job);
   }
@@ -241,8 +223,7 @@ int chief_cmd_partition(int argc, char **argv) {
     goto out;
   }
   for (size_t i = 0; i < n_vars; i++)
-    vars[i].slots = var_slots[i] >= 0 ? var_slots[i]
-                    : slots > 0 ? (int)slots : 0;
+    if (var_slots[i] < 0) var_slots[i] = slots > 0 ? (int)slots : 0;
   if (have_min) part.min_shard_bytes = min_b;
   if (have_max) part.max_shard_bytes = max_b;
   if (have_maxs) part.max_shards = max_s;
@@ -281,21 +262,21 @@ int chief_cmd_partition(int argc, char **argv) {
                     "NAME=D0xD1 (see --help)\n");
     goto out;
   }
-  if (tsr_partition_plan(&part, vars, n_vars, (int)n_ps, &shards, &n_shards,
+  if (tsr_partition_plan(&part, vars, var_slots, n_vars, (int)n_ps, &shards, &n_shards,
                          err, sizeof err)) {
     fprintf(stderr, "tessera partition: %s\n", err);
     goto out;
   }
   int64_t *per_ps = calloc((size_t)n_ps, sizeof *per_ps);
   if (!per_ps) goto out;
-  double balance = tsr_partition_balance(shards, n_shards, vars, (int)n_ps,
-                                         per_ps);
+  double balance = tsr_partition_balance(shards, n_shards, vars, var_slots,
+                                         (int)n_ps, per_ps);
   if (json) {
     json_t *root = json_object();
     json_t *arr = json_array();
     for (size_t i = 0; i < n_shards; i++) {
       const tsr_shard *s = &shards[i];
-      const tsr_var_shape *v = &vars[s->var];
+      const tsr_var *v = &vars[s->var];
       int64_t row_elems = 1;
       for (int d = 1; d < v->rank; d++) row_elems *= v->shape[d];
       json_t *o = json_object();
@@ -305,7 +286,7 @@ int chief_cmd_partition(int argc, char **argv) {
       json_object_set_new(o, "row_start", json_integer(s->row0));
       json_object_set_new(o, "rows", json_integer(s->rows));
       json_object_set_new(o, "bytes", json_integer(s->rows * row_elems *
-                                                   (int64_t)v->elem_size));
+                                                   (int64_t)tsr_dtype_size(v->dtype)));
       json_object_set_new(o, "ps", json_integer(s->ps));
       json_array_append_new(arr, o);
     }
@@ -327,7 +308,7 @@ int chief_cmd_partition(int argc, char **argv) {
            "ROW RANGE", "BYTES", "PS");
     for (size_t i = 0; i < n_shards; i++) {
       const tsr_shard *s = &shards[i];
-      const tsr_var_shape *v = &vars[s->var];
+      const tsr_var *v = &vars[s->var];
       int64_t row_elems = 1;
       for (int d = 1; d < v->rank; d++) row_elems *= v->shape[d];
       char range[48], shard[24];
@@ -336,7 +317,7 @@ int chief_cmd_partition(int argc, char **argv) {
       snprintf(shard, sizeof shard, "%d/%d", s->shard, s->num_shards);
       printf("%-24s %6s %12lld %12s %14lld %4d\n", v->name, shard,
              (long long)s->rows, range,
-             (long long)(s->rows * row_elems * (int64_t)v->elem_size), s->ps);
+             (long long)(s->rows * row_elems * (int64_t)tsr_dtype_size(v->dtype)), s->ps);
     }
     printf("\n%-6s %14s   (%s placement; optimizer slots included)\n", "PS",
            "BYTES", tsr_placement_name(part.placement));
@@ -349,7 +330,6 @@ int chief_cmd_partition(int argc, char **argv) {
 out:
   free(shards);
   free(vars);
-  free(names);
   free(var_slots);
   return rc;
 }

@@ -24,6 +24,7 @@
 #include "common/cluster.h"
 #include "common/job.h"
 #include "common/partition.h"
+#include "common/var.h"
 #include "common/rpc/rpc.h"
 #include "ps/client.h"
 
@@ -47,6 +48,8 @@ typedef struct {
   const tsr_task_addr *addr;
   tsr_rpc_client *cli;
   int inflight;          /* our calls outstanding to it */
+  uint64_t last_closure; /* the last closure handed to it (a LEAVE says
+                            every closure up to it is over) */
   int64_t steps, examples;
   double busy_s, input_s, pull_s, compute_s, push_s;
   int64_t skipped_seen;  /* its last skipped_records (a restart resets it) */
@@ -85,17 +88,12 @@ struct coord {
   char *job_json;          /* resolved job sent to workers */
   char job_dir[4096];
   char model_digest[24];
-  /* the model's variables and their placement */
-  struct coord_var {
-    char name[128];
-    int rank;
-    int64_t shape[4];
-    int64_t row_dim;
-    bool sparse;
-    kern_init_spec init;
-    tsr_optim_spec optim;  /* the job's, or a moving statistic's rule */
-    char init_path[256];   /* initial_weights: its raw file for the PS */
-  } *vars;
+  /* the model's variables and their placement; per variable its update
+   * rule (the job's, or a moving statistic's) and, with initial_weights,
+   * the raw file the PS initialize it from */
+  tsr_var *vars;
+  tsr_optim_spec *var_optim;
+  char (*var_init_path)[256];
   size_t n_vars;
   tsr_shard *shards;
   size_t n_shards;

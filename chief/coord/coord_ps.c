@@ -154,15 +154,9 @@ static int coord_ps_specs(coord *co, int i, ps_var_spec **out, size_t *n_out) {
   for (size_t k = 0; k < co->n_shards && !rc; k++) {
     const tsr_shard *s = &co->shards[k];
     if (s->ps != i) continue;
-    const struct coord_var *v = &co->vars[s->var];
-    rc = ps_var_spec_init(&specs[j], v->name, v->rank, v->shape, s->shard,
-                          s->num_shards, kern_init_name(v->init.kind),
-                          co->job.seed, &v->optim);
-    specs[j].init = v->init;
-    specs[j].sparse = v->sparse;
-    specs[j].bounded = v->sparse;
-    snprintf(specs[j].init_path, sizeof specs[j].init_path, "%s",
-             v->init_path);
+    rc = ps_var_spec_from_var(&specs[j], &co->vars[s->var], s, co->job.seed,
+                              &co->var_optim[s->var],
+                              co->var_init_path[s->var]);
     j++;
   }
   if (rc) {
@@ -186,7 +180,12 @@ void coord__ps_setup(coord *co, uint64_t op) {
       break;
     }
     int32_t tpid = co->trace ? tsr_trace_pid(TSR_TASK_PS, i) : -1;
-    ps_config cfg = {mode, false, tpid, co->job.checkpoint_dir};
+    /* a new era on every PS: nothing from before (this chief's own run
+     * before a restart, another run) is taken from here on */
+    ps_config cfg = {.mode = mode, .allow_nonfinite = false,
+                     .trace_pid = tpid,
+                     .checkpoint_root = co->job.checkpoint_dir,
+                     .run_id = co->run_id};
     coord_ps_started(co, call, ps_client_configure(p->cli, &cfg,
                                                    coord_ps_on_result, call));
     ps_var_spec *specs;
@@ -260,6 +259,7 @@ static void coord_ps_dir_call(coord *co, uint64_t op, int64_t step,
       coord_psop_result(co, op, p, what, TSR_ENOMEM, "out of memory");
       break;
     }
+    /* a restore starts the clocks at the checkpoint's step on every PS */
     int rc = save ? ps_client_save_ckpt(p->cli, name, co->ckpt_files.id,
                                         step, co->job.checkpoint_per_ps,
                                         coord_ps_on_save, call)
@@ -322,7 +322,8 @@ void coord__ps_commit(coord *co, uint64_t op, int64_t step, int64_t total) {
     for (int d = 0; d < co->vars[v].rank; d++)
       json_array_append_new(shape, json_integer(co->vars[v].shape[d]));
     json_object_set_new(o, "shape", shape);
-    json_object_set_new(o, "kind", json_string(co->vars[v].sparse
+    json_object_set_new(o, "kind", json_string(co->vars[v].kind ==
+                                                       TSR_VAR_ROW_SPARSE
                                                    ? "row_sparse"
                                                    : "dense"));
     int ns = 0;
@@ -331,7 +332,7 @@ void coord__ps_commit(coord *co, uint64_t op, int64_t step, int64_t total) {
     json_object_set_new(o, "num_shards", json_integer(ns));
     json_t *init = json_object();
     json_object_set_new(init, "name",
-                        json_string(kern_init_name(co->vars[v].init.kind)));
+                        json_string(tsr_init_name(co->vars[v].init.kind)));
     json_object_set_new(init, "a", json_real(co->vars[v].init.a));
     json_object_set_new(init, "b", json_real(co->vars[v].init.b));
     json_object_set_new(init, "fan_in", json_integer(co->vars[v].init.fan_in));
@@ -366,8 +367,9 @@ static void coord_ps_on_leave(const ps_result *r, void *data) {
 void coord__ps_release(coord *co, int worker) {
   for (int p = 0; p < co->n_ps; p++)
     if (co->ps[p].cli)
-      ps_client_clock(co->ps[p].cli, worker, 0, PS_CLOCK_LEAVE,
-                      coord_ps_on_leave, &co->ps[p]);
+      ps_client_leave(co->ps[p].cli, worker, co->run_id,
+                      co->wk[worker].last_closure, coord_ps_on_leave,
+                      &co->ps[p]);
 }
 
 /* Statistics never hold a phase: the machine does not hear of them. */

@@ -122,7 +122,7 @@ static int coord_initial_weights(coord *co, char *err, size_t errlen) {
     rc = chief_initial_weights_files(wp, co->job.model, dir, iv, co->n_vars,
                                      paths, 256, err, errlen);
   for (size_t i = 0; !rc && i < co->n_vars; i++)
-    snprintf(co->vars[i].init_path, sizeof co->vars[i].init_path, "%s",
+    snprintf(co->var_init_path[i], sizeof co->var_init_path[i], "%s",
              paths + i * 256);
   if (!rc)
     tsr_info("initial weights from %s (%zu variables)", wp, co->n_vars);
@@ -132,33 +132,25 @@ static int coord_initial_weights(coord *co, char *err, size_t errlen) {
 }
 
 static int coord_plan(coord *co, char *err, size_t errlen) {
-  wk_model *m = NULL;
-  int rc = wk_model_from_job(&co->job, NULL, &m, err, errlen);
+  tsr_model *m = NULL;
+  int rc = tsr_model_from_job(&co->job, NULL, &m, err, errlen);
   if (rc) return rc;
-  const wk_var_info *vi;
+  const tsr_var *vi;
   size_t n;
-  wk_model_variables(m, &vi, &n);
-  co->vars = calloc(n ? n : 1, sizeof *co->vars);
-  tsr_var_shape *shapes = calloc(n ? n : 1, sizeof *shapes);
-  if (!co->vars || !shapes) {
-    free(shapes);
-    wk_model_free(m);
-    return TSR_ENOMEM;
+  tsr_model_variables(m, &vi, &n);
+  size_t na = n ? n : 1;
+  co->vars = calloc(na, sizeof *co->vars);
+  co->var_optim = calloc(na, sizeof *co->var_optim);
+  co->var_init_path = calloc(na, sizeof *co->var_init_path);
+  int *slots = calloc(na, sizeof *slots);
+  if (!co->vars || !co->var_optim || !co->var_init_path || !slots) {
+    rc = TSR_ENOMEM;
+    goto out;
   }
   for (size_t i = 0; i < n; i++) {
-    struct coord_var *v = &co->vars[i];
-    snprintf(v->name, sizeof v->name, "%s", vi[i].name);
-    v->rank = vi[i].rank;
-    for (int d = 0; d < 4; d++) v->shape[d] = vi[i].shape[d];
-    v->row_dim = vi[i].row_dim;
-    v->sparse = vi[i].kind == WK_VAR_ROW_SPARSE;
-    v->init = vi[i].init;
-    wk_var_optimizer(&vi[i], &co->job.optimizer, &v->optim);
-    shapes[i].name = v->name;
-    shapes[i].rank = v->rank;
-    for (int d = 0; d < v->rank; d++) shapes[i].shape[d] = vi[i].shape[d];
-    shapes[i].elem_size = 4;
-    shapes[i].slots = kern_optim_num_slots(&v->optim);
+    co->vars[i] = vi[i];
+    tsr_var_optimizer(&vi[i], &co->job.optimizer, &co->var_optim[i]);
+    slots[i] = kern_optim_num_slots(&co->var_optim[i]);
   }
   co->n_vars = n;
   for (size_t i = 0; i < n; i++)
@@ -167,23 +159,20 @@ static int coord_plan(coord *co, char *err, size_t errlen) {
         snprintf(err, errlen, "%s: the model has two variables named \"%s\"; "
                  "give its layers distinct names", co->job.model_source,
                  co->vars[i].name);
-        free(shapes);
-        wk_model_free(m);
-        return TSR_ECONFIG;
+        rc = TSR_ECONFIG;
+        goto out;
       }
-  if (co->job.initial_weights && (rc = coord_initial_weights(co, err, errlen))) {
-    free(shapes);
-    wk_model_free(m);
-    return rc;
-  }
+  if (co->job.initial_weights && (rc = coord_initial_weights(co, err, errlen)))
+    goto out;
   char summary[2048];
-  wk_model_summary(m, summary, sizeof summary);
+  tsr_model_summary(m, summary, sizeof summary);
   tsr_info("model (%s):\n%s", co->job.model_source, summary);
-  wk_model_free(m);
-  rc = tsr_partition_plan(&co->job.partitioner, shapes, n,
+  rc = tsr_partition_plan(&co->job.partitioner, co->vars, slots, n,
                           co->cluster.n[TSR_TASK_PS], &co->shards,
                           &co->n_shards, err, errlen);
-  free(shapes);
+out:
+  free(slots);
+  tsr_model_free(m);
   return rc;
 }
 
@@ -222,6 +211,9 @@ static int coord_machine(coord *co) {
       .has_eval = json_object_get(co->job.data, "eval") != NULL,
       .eval_every_steps = co->job.eval_every_steps,
       .keep_cluster = o->keep_cluster,
+      /* sync: a worker that comes back JOINs every PS and is handed its
+       * next sync step (ps/consist.c), so it takes part again */
+      .sync_rejoin = true,
       .wait_timeout_s = o->wait_timeout_s,
       .ps_timeout_s = o->ps_timeout_s,
       .closure_timeout_s = o->closure_timeout_s,
@@ -454,6 +446,8 @@ out_free:
   free(co->q);
   free(co->names);
   free(co->vars);
+  free(co->var_optim);
+  free(co->var_init_path);
   free(co->shards);
   free(co->job_json);
   tsr_job_free(&co->job);

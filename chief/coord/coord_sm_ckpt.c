@@ -92,8 +92,10 @@ static int64_t sm_next(int64_t from, int64_t every) {
 }
 
 void sm__pump_drain(coord_sm *sm) {
-  /* pinned (ssp, sync): bring every worker level before the pause holds */
+  /* pinned (ssp, sync): bring every worker level before the pause holds;
+   * one with nothing to run meanwhile must not hold the others back */
   sm__dispatch(sm);
+  sm__release_idle(sm);
   if (sm->n_outs > 0) {
     double stall = 2 * sm__grace(sm->c.closure_timeout_s);
     if (sm->now - sm->t_progress > stall)

@@ -41,6 +41,8 @@ typedef struct {
   int failures;         /* its own closure errors in a row */
   int64_t examples;     /* per epoch, -1 unknown */
   double since;         /* CONFIGURING: sent at; CONNECTED: retry at */
+  double unanswered_at; /* its first configuration still unanswered went
+                           out at (0: none; asking again keeps it) */
   char name[COORD_NAME_MAX];
   char last_error[COORD_MSG_MAX];
 } sm_wk;
@@ -126,7 +128,8 @@ void sm__on_worker(coord_sm *sm, const coord_event *ev);
 void sm__on_closure(coord_sm *sm, const coord_event *ev);
 void sm__closure_deadlines(coord_sm *sm);
 void sm__configure_workers(coord_sm *sm);
-int sm__dispatch(coord_sm *sm);  /* closures sent */
+int sm__dispatch(coord_sm *sm);
+void sm__release_idle(coord_sm *sm);  /* closures sent */
 void sm__enter_train(coord_sm *sm);
 void sm__pump_train(coord_sm *sm);
 int sm__count(const coord_sm *sm, coord_wk_state st);

@@ -42,6 +42,30 @@ static void sm_release(coord_sm *sm, int w) {
   if (a) a->index = w;
 }
 
+/* ssp/sync: a configured worker with no closure in flight stops counting
+ * (the model's coord__wk_release_idle): else the PS would hold the others
+ * back for it (ssp) or wait for its gradient (sync) for ever. Its next
+ * closure joins again. */
+void sm__release_idle(coord_sm *sm) {
+  if (sm->c.mode == TSR_MODE_ASYNC) return;
+  for (int w = 0; w < sm->c.n_wk; w++)
+    if (sm->wk[w].st == COORD_WK_READY && !sm->wk[w].left &&
+        chief_sched_inflight(sm->sched, w) == 0)
+      sm_release(sm, w);
+}
+
+/* After every PS restored a checkpoint: every worker's closures so far
+ * are over, whatever the machine thought of it (a PS that restarted has
+ * no memory of it, and a closure still queued in a worker cut off earlier
+ * would join it and hold the others for ever): the model's
+ * coord__rewind. */
+static void sm_release_all(coord_sm *sm) {
+  for (int w = 0; w < sm->c.n_wk; w++) {
+    sm->wk[w].left = false;
+    sm_release(sm, w);
+  }
+}
+
 static void sm_worker_down(coord_sm *sm, int w, const char *why) {
   sm_wk *k = &sm->wk[w];
   int back = chief_sched_worker_down(sm->sched, w);
@@ -51,6 +75,7 @@ static void sm_worker_down(coord_sm *sm, int w, const char *why) {
     sm__note(sm, TSR_LOG_INFO, "lost %s: %s; %d closure(s) go back to the "
              "queue", k->name, why, back);
   k->st = COORD_WK_DOWN;
+  k->unanswered_at = 0;
 }
 
 static void sm_leave_out(coord_sm *sm, int w, const char *why) {
@@ -84,6 +109,7 @@ void sm__on_worker(coord_sm *sm, const coord_event *ev) {
     case COORD_EV_WK_READY:
       if (k->st != COORD_WK_CONFIGURING) break;
       k->answered = true;
+      k->unanswered_at = 0;
       k->examples = ev->examples;
       k->last_error[0] = 0;
       if (sm->c.mode == TSR_MODE_SYNC && !sm->c.sync_rejoin &&
@@ -100,12 +126,14 @@ void sm__on_worker(coord_sm *sm, const coord_event *ev) {
       }
       k->st = COORD_WK_READY;
       k->ever_ready = true;
+      k->left = false; /* its configure joined the PS clocks (ssp, sync) */
       k->failures = 0; /* a worker configured again starts afresh */
       chief_sched_worker_up(sm->sched, w);
       sm->t_progress = sm->now;
       break;
     case COORD_EV_WK_CONFIG_FAILED:
       if (k->st != COORD_WK_CONFIGURING) break;
+      k->unanswered_at = 0;
       snprintf(k->last_error, sizeof k->last_error, "%s", msg);
       switch (ev->err_kind) {
         case COORD_ERR_DATA:
@@ -262,6 +290,7 @@ void sm__configure_workers(coord_sm *sm) {
       sm__note(sm, TSR_LOG_WARN, "%s did not answer its configuration "
                "within %.0f s; asking again", k->name,
                sm__grace(sm->c.op_timeout_s));
+      if (k->unanswered_at == 0) k->unanswered_at = k->since;
       k->st = COORD_WK_CONNECTED;
       k->since = sm->now + 1.0;
     }
@@ -333,6 +362,34 @@ static bool sm_total_known(coord_sm *sm) {
                "size of its data; give \"steps\"", sm->job_path);
     return false;
   }
+  /* A worker that holds a configuration and does not answer it (stuck,
+   * not gone): its share of the data is part of an epoch. Counted over the
+   * others, the run was cut short, and a chief resumed past the cut called
+   * the job done. It gets the whole wait from when its first unanswered
+   * configuration went out (asking again does not restart it); past that
+   * the run fails naming it. A worker that is down is counted out as
+   * before. */
+  char silent[COORD_MSG_MAX - 128];
+  size_t off = 0;
+  silent[0] = 0;
+  for (int w = 0; w < sm->c.n_wk; w++) {
+    const sm_wk *k = &sm->wk[w];
+    if (k->answered) continue;
+    double first = k->unanswered_at > 0           ? k->unanswered_at
+                   : k->st == COORD_WK_CONFIGURING ? k->since
+                                                   : 0;
+    if (first == 0) continue;
+    if (sm->now - first <= sm->c.wait_timeout_s) return false;
+    if (off + 24 < sizeof silent)
+      off += (size_t)snprintf(silent + off, sizeof silent - off, "%s%s",
+                              off ? ", " : "", k->name);
+  }
+  if (off) {
+    sm__fail(sm, 1, "%s: the job gives epochs and %s did not report the "
+             "size of its data within %.0f s; an epoch cannot be counted "
+             "without it", sm->job_path, silent, sm->c.wait_timeout_s);
+    return false;
+  }
   if (known < sm->c.n_wk)
     sm__note(sm, TSR_LOG_WARN, "%d of %d workers reported their data size; "
              "an epoch is counted over those", known, sm->c.n_wk);
@@ -360,6 +417,7 @@ static void sm_apply_resume(coord_sm *sm) {
   sm->t_last_ckpt = sm->now;
   sm->t_gate = sm->now;
   sm->gate_open = false;
+  if (sm->pending_why == SM_START_PS) sm_release_all(sm);
   if (sm->pending_why != SM_START_FRESH) {
     coord_action *a = sm__emit(sm, COORD_ACT_REWIND);
     if (a) {
@@ -460,10 +518,6 @@ void sm__pump_train(coord_sm *sm) {
     return;
   }
   if (sm__dispatch(sm) > 0) sm->gate_open = true;
-  if (sm->c.mode != TSR_MODE_ASYNC)
-    for (int w = 0; w < sm->c.n_wk; w++)
-      if (sm->wk[w].st == COORD_WK_READY && !sm->wk[w].left &&
-          chief_sched_idle(sm->sched, w))
-        sm_release(sm, w);
+  sm__release_idle(sm);
   sm_stalled(sm);
 }

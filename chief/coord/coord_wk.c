@@ -287,6 +287,7 @@ static void coord_wk_on_run(const tsr_rpc_result *r, void *data) {
 
 void coord__wk_dispatch(coord *co, const chief_closure *c) {
   coord_wk *w = &co->wk[c->worker];
+  w->last_closure = c->id; /* a LEAVE says every closure up to it is over */
   Tessera__Worker__RunRequest req = TESSERA__WORKER__RUN_REQUEST__INIT;
   req.closure_id = c->id;
   req.generation = c->generation;

@@ -29,15 +29,15 @@ static void ev_on_signal(int sig) {
 /* Copies every variable of the checkpoint folder into the trainer; rows a
  * sparse table never stored keep the trainer's initial values, which are
  * the ones the PS would have created. */
-static int ev_load(wk_trainer *tr, const wk_model *m, const char *folder,
+static int ev_load(wk_trainer *tr, const tsr_model *m, const char *folder,
                    char *err, size_t errlen) {
   chief_ckpt_var *vars;
   size_t n;
   int rc = chief_ckpt_scan(folder, &vars, &n, err, errlen);
   if (rc) return rc;
-  const wk_var_info *vi;
+  const tsr_var *vi;
   size_t nv;
-  wk_model_variables(m, &vi, &nv);
+  tsr_model_variables(m, &vi, &nv);
   for (size_t v = 0; v < nv && !rc; v++) {
     const chief_ckpt_var *cv = NULL;
     for (size_t k = 0; k < n; k++)
@@ -107,7 +107,7 @@ int chief_evaluator_run(const chief_coord_opts *o, const chief_eval_opts *e) {
     tsr_error("%s", err);
     return 2;
   }
-  wk_model *m = NULL;
+  tsr_model *m = NULL;
   wk_trainer *tr = NULL;
   wk_metrics *mt = NULL;
   chief_metrics *rec = NULL;
@@ -156,7 +156,7 @@ int chief_evaluator_run(const chief_coord_opts *o, const chief_eval_opts *e) {
     wk_input *in = NULL;
     int rc = wk_input_open(&job, WK_SPLIT_EVAL, &io, &in, err, sizeof err);
     if (rc == 0)
-      rc = wk_model_from_job(&job, wk_input_get_schema(in), &m, err,
+      rc = tsr_model_from_job(&job, wk_input_get_schema(in), &m, err,
                              sizeof err);
     if (in) wk_input_close(in);
     if (rc) {
@@ -218,13 +218,13 @@ int chief_evaluator_run(const chief_coord_opts *o, const chief_eval_opts *e) {
                                       "evaluated step %" PRId64 ": loss %.6g",
                                       step, loss);
         chief_metrics_scalar(rec, "eval/loss", step, loss, 0);
-        for (int k = 0; k < wk_model_num_metrics(m) && k < 8; k++) {
+        for (int k = 0; k < tsr_model_num_metrics(m) && k < 8; k++) {
           char tag[96];
-          snprintf(tag, sizeof tag, "eval/%s", wk_model_metric_name(m, k));
+          snprintf(tag, sizeof tag, "eval/%s", tsr_model_metric_name(m, k));
           chief_metrics_scalar(rec, tag, step, vals[k], 0);
           if (off < sizeof line)
             off += (size_t)snprintf(line + off, sizeof line - off, ", %s %.4f",
-                                    wk_model_metric_name(m, k), vals[k]);
+                                    tsr_model_metric_name(m, k), vals[k]);
         }
         chief_metrics_flush(rec);
         printf("%s\n", line);
@@ -248,7 +248,7 @@ out:
   if (rec) chief_metrics_close(rec);
   if (mt) wk_metrics_close(mt);
   if (tr) wk_trainer_close(tr);
-  if (m) wk_model_free(m);
+  if (m) tsr_model_free(m);
   free(root);
   free(logdir);
   tsr_job_free(&job);

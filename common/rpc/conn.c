@@ -351,21 +351,9 @@ static void hs_done(tsr_rpc__conn *c, const uint8_t *rest, size_t n) {
   }
 }
 
-static void hs_read(tsr_rpc__conn *c, const uint8_t *p, size_t n) {
-  uint8_t out[TSR_RPC__HS_OUT_MAX];
-  size_t used, out_len;
-  int rc = tsr_rpc__hs_feed(&c->hs, p, n, &used, out, &out_len);
-  if (out_len) {
-    int src = send_bytes(c, out, out_len);
-    if (src && rc >= 0) rc = src;
-  }
-  if (rc == 1) {
-    hs_done(c, p + used, n - used);
-    return;
-  }
-  if (rc == 0) return;
-  char msg[300];
-  snprintf(msg, sizeof msg, "%s %s: %s", who(c), c->peer,
+static void hs_log_failure(tsr_rpc__conn *c, int rc, char *msg,
+                           size_t cap) {
+  snprintf(msg, cap, "%s %s: %s", who(c), c->peer,
            c->hs.msg[0] ? c->hs.msg : tsr_strerror(rc));
   if (c->role == TSR_RPC__SERVER) {
     tsr_rpc__log_refused(c->ctx, c->peer, "%s",
@@ -374,6 +362,28 @@ static void hs_read(tsr_rpc__conn *c, const uint8_t *p, size_t n) {
   } else {
     tsr_warn("rpc %s: %s", c->ctx->name, msg);
   }
+}
+
+static void hs_read(tsr_rpc__conn *c, const uint8_t *p, size_t n) {
+  uint8_t out[TSR_RPC__HS_OUT_MAX];
+  size_t used, out_len;
+  int rc = tsr_rpc__hs_feed(&c->hs, p, n, &used, out, &out_len);
+  char msg[300];
+  /* A refusal is logged before its answer leaves: whoever reads the
+   * answer can count on the server's log line being there. */
+  if (rc < 0) hs_log_failure(c, rc, msg, sizeof msg);
+  if (out_len) {
+    int src = send_bytes(c, out, out_len);
+    if (src && rc >= 0) {
+      rc = src;
+      hs_log_failure(c, rc, msg, sizeof msg);
+    }
+  }
+  if (rc == 1) {
+    hs_done(c, p + used, n - used);
+    return;
+  }
+  if (rc == 0) return;
   if (c->hs.close_after_send)
     tsr_rpc__conn_close_after_flush(c, rc, msg);
   else

@@ -242,7 +242,13 @@ int tsr_rpc_token_load(const char *path, void *buf, size_t cap, size_t *len,
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
       int e = errno;
-      snprintf(err, errlen, "token file %s: %s", path, strerror(e));
+      if (e == EACCES) /* a container's uid against a host file's mode */
+        snprintf(err, errlen,
+                 "token file %s: %s: this process runs as uid %u; make the "
+                 "file readable by it (mode 0644, or owned by uid %u)",
+                 path, strerror(e), (unsigned)geteuid(), (unsigned)geteuid());
+      else
+        snprintf(err, errlen, "token file %s: %s", path, strerror(e));
       return TSR_EIO;
     }
     size_t n = 0;

@@ -35,9 +35,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   char err[512];
   if (tsr_job_parse(text, "fuzz", NULL, ov[0] ? ov : NULL, &job, err,
                     sizeof err) == 0) {
-    wk_model *m;
-    if (wk_model_from_job(&job, NULL, &m, err, sizeof err) == 0)
-      wk_model_free(m);
+    tsr_model *m;
+    if (tsr_model_from_job(&job, NULL, &m, err, sizeof err) == 0)
+      tsr_model_free(m);
   } else if (!err[0]) {
     abort(); /* refused without saying why */
   }

@@ -26,17 +26,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   json_t *j = json_loadb((const char *)data + 1, size - 1, 0, &je);
   if (!j) return 0;
   char *metrics[1] = {(char *)"accuracy"};
-  wk_model *m;
+  tsr_model *m;
   char err[512];
-  if (wk_model_build(j, loss, metrics, (data[0] & 4) ? 1 : 0, NULL, &m, err,
+  if (tsr_model_build(j, loss, metrics, (data[0] & 4) ? 1 : 0, NULL, &m, err,
                      sizeof err) == 0) {
-    const wk_var_info *v;
+    const tsr_var *v;
     size_t n;
-    if (wk_model_variables(m, &v, &n) == 0)
+    if (tsr_model_variables(m, &v, &n) == 0)
       for (size_t i = 0; i < n; i++)
         if (v[i].numel != v[i].shape[0] * (v[i].rank == 2 ? v[i].shape[1] : 1))
           abort();
-    wk_model_free(m);
+    tsr_model_free(m);
   } else if (!err[0]) {
     abort();
   }

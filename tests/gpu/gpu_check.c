@@ -333,12 +333,12 @@ static void check_embed_misc(void) {
 }
 
 /* ---- whole steps -------------------------------------------------------- */
-static wk_model *mk_model(const char *json, const char *loss) {
+static tsr_model *mk_model(const char *json, const char *loss) {
   json_error_t je;
   json_t *j = json_loads(json, 0, &je);
-  wk_model *m = NULL;
+  tsr_model *m = NULL;
   char err[512];
-  if (!j || wk_model_build(j, loss, NULL, 0, NULL, &m, err, sizeof err)) {
+  if (!j || tsr_model_build(j, loss, NULL, 0, NULL, &m, err, sizeof err)) {
     fprintf(stderr, "model: %s\n", j ? err : je.text);
     exit(1);
   }
@@ -368,27 +368,27 @@ typedef struct {
   int64_t ne[64];
 } params_t;
 
-static void stage(const wk_model *m, wk_exec *e, params_t *pt, uint64_t seed) {
-  const wk_var_info *vi;
+static void stage(const tsr_model *m, wk_exec *e, params_t *pt, uint64_t seed) {
+  const tsr_var *vi;
   size_t nv;
-  wk_model_variables(m, &vi, &nv);
+  tsr_model_variables(m, &vi, &nv);
   pt->nv = (int)nv;
   for (size_t v = 0; v < nv; v++) {
     if (!pt->full[v]) {
       pt->full[v] = malloc((size_t)vi[v].numel * 4);
-      wk_model_init_var(m, (int)v, seed, 0, pt->full[v], (size_t)vi[v].numel);
+      tsr_model_init_var(m, (int)v, seed, 0, pt->full[v], (size_t)vi[v].numel);
       for (int64_t i = 0; i < vi[v].numel; i++) pt->full[v][i] += frand(-0.05f, 0.05f);
     }
     const int64_t *ids;
     int64_t nr;
     wk_exec_rows(e, (int)v, &ids, &nr);
-    pt->ne[v] = vi[v].kind == WK_VAR_DENSE ? vi[v].numel : nr * vi[v].row_dim;
+    pt->ne[v] = vi[v].kind == TSR_VAR_DENSE ? vi[v].numel : nr * vi[v].row_dim;
     free(pt->p[v]);
     free(pt->g[v]);
     pt->p[v] = malloc((size_t)(pt->ne[v] ? pt->ne[v] : 1) * 4);
     pt->g[v] = malloc((size_t)(pt->ne[v] ? pt->ne[v] : 1) * 4);
     for (int64_t i = 0; i < pt->ne[v]; i++) pt->g[v][i] = NAN;
-    if (vi[v].kind == WK_VAR_DENSE)
+    if (vi[v].kind == TSR_VAR_DENSE)
       memcpy(pt->p[v], pt->full[v], (size_t)pt->ne[v] * 4);
     else
       for (int64_t u = 0; u < nr; u++)
@@ -451,7 +451,7 @@ static void free_batch(wk_batch *b) {
 static void step_compare_n(const char *name, const char *json,
                            const char *loss, wk_batch *b, kern_prec prec,
                            bool nudge) {
-  wk_model *m = mk_model(json, loss);
+  tsr_model *m = mk_model(json, loss);
   char err[512];
   wk_exec *ec, *eg;
   if (wk_exec_open(m, cpu, b->n, prec, &ec, err, sizeof err) ||
@@ -496,7 +496,7 @@ static void step_compare_n(const char *name, const char *json,
   free_params(&pg, false);
   wk_exec_close(ec);
   wk_exec_close(eg);
-  wk_model_free(m);
+  tsr_model_free(m);
 }
 
 static void step_compare(const char *name, const char *json, const char *loss,
@@ -584,7 +584,7 @@ static void check_replicas(int ngpu) {
     printf("%-48s skipped: %d GPU visible\n", "replicas with NCCL", ngpu);
     return;
   }
-  wk_model *m = mk_model(wide_json, "binary_crossentropy");
+  tsr_model *m = mk_model(wide_json, "binary_crossentropy");
   char err[512];
   kern_opts o1 = {.device = KERN_DEVICE_GPU, .gpu_index = 1};
   kern_ctx *g1;
@@ -627,7 +627,7 @@ static void check_replicas(int ngpu) {
   free_params(&pr, false);
   wk_exec_close(one); wk_exec_close(plan); wk_exec_close(r0); wk_exec_close(r1);
   kern_close(g1);
-  wk_model_free(m);
+  tsr_model_free(m);
 }
 
 /* ---- benchmark ----------------------------------------------------------- */
@@ -638,7 +638,7 @@ static int cmpd(const void *a, const void *b) {
 
 static void bench(const char *name, const int *w, int nl, int64_t n,
                   kern_prec prec, int reps) {
-  wk_model *m = mk_model(mlp_json(w, nl, "relu", "softmax"),
+  tsr_model *m = mk_model(mlp_json(w, nl, "relu", "softmax"),
                          "sparse_categorical_crossentropy");
   char err[512];
   wk_exec *e;
@@ -701,7 +701,7 @@ static void bench(const char *name, const int *w, int nl, int64_t n,
   free_params(&p, true);
   free(ts); free(tg);
   wk_exec_close(e);
-  wk_model_free(m);
+  tsr_model_free(m);
 }
 
 int main(int argc, char **argv) {

@@ -15,8 +15,8 @@
 
 static void same_values_whatever_the_split(void **state) {
   (void)state;
-  kern_init_spec s;
-  assert_int_equal(kern_init_parse("glorot_uniform", &s), 0);
+  tsr_init_spec s;
+  assert_int_equal(tsr_init_parse("glorot_uniform", &s), 0);
   s.fan_in = 100;
   s.fan_out = 30;
   uint64_t key = kern_init_var_key("dense/kernel");
@@ -42,8 +42,8 @@ static void same_values_whatever_the_split(void **state) {
 
 static void glorot_uniform_range_and_moments(void **state) {
   (void)state;
-  kern_init_spec s;
-  assert_int_equal(kern_init_parse("GlorotUniform", &s), 0);
+  tsr_init_spec s;
+  assert_int_equal(tsr_init_parse("GlorotUniform", &s), 0);
   s.fan_in = 10;
   s.fan_out = 64;
   enum { N = 200000 };
@@ -63,8 +63,8 @@ static void glorot_uniform_range_and_moments(void **state) {
 
 static void normal_and_truncated(void **state) {
   (void)state;
-  kern_init_spec s;
-  assert_int_equal(kern_init_parse("random_normal", &s), 0);
+  tsr_init_spec s;
+  assert_int_equal(tsr_init_parse("random_normal", &s), 0);
   enum { N = 100000 };
   float *v = malloc(N * sizeof *v);
   kern_init_fill(&s, 3, 9, 0, v, N);
@@ -75,7 +75,7 @@ static void normal_and_truncated(void **state) {
   }
   double sd = sqrt(sq / N - (sum / N) * (sum / N));
   assert_true(fabs(sd - 0.05) < 0.002);
-  assert_int_equal(kern_init_parse("truncated_normal", &s), 0);
+  assert_int_equal(tsr_init_parse("truncated_normal", &s), 0);
   kern_init_fill(&s, 3, 9, 0, v, N);
   for (int i = 0; i < N; i++) assert_true(fabs(v[i]) < 0.1 + 1e-6);
   free(v);
@@ -83,17 +83,17 @@ static void normal_and_truncated(void **state) {
 
 static void constants_and_names(void **state) {
   (void)state;
-  kern_init_spec s;
+  tsr_init_spec s;
   float v[5];
-  assert_int_equal(kern_init_parse("zeros", &s), 0);
+  assert_int_equal(tsr_init_parse("zeros", &s), 0);
   kern_init_fill(&s, 1, 2, 0, v, 5);
   for (int i = 0; i < 5; i++) assert_true(v[i] == 0.0f);
-  assert_int_equal(kern_init_parse("ones", &s), 0);
+  assert_int_equal(tsr_init_parse("ones", &s), 0);
   kern_init_fill(&s, 1, 2, 0, v, 5);
   for (int i = 0; i < 5; i++) assert_true(v[i] == 1.0f);
-  assert_int_equal(kern_init_parse("uniform", &s), 0);
+  assert_int_equal(tsr_init_parse("uniform", &s), 0);
   assert_true(s.a == -0.05 && s.b == 0.05);
-  assert_int_equal(kern_init_parse("orthogonal", &s), TSR_EINVAL);
+  assert_int_equal(tsr_init_parse("orthogonal", &s), TSR_EINVAL);
   assert_true(kern_init_var_key("a") != kern_init_var_key("b"));
 }
 

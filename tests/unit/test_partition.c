@@ -23,6 +23,24 @@ typedef struct {
   int64_t rows[6]; /* expected row counts, 0-terminated (optional) */
 } pcase;
 
+/* A variable as the partitioner sees it: no checks, so a bad dimension
+ * reaches the partitioner; elem picks the dtype of that size. */
+static tsr_var mkv(const char *name, int rank, int64_t d0, int64_t d1,
+                   int64_t d2, size_t elem) {
+  tsr_var v;
+  memset(&v, 0, sizeof v);
+  snprintf(v.name, sizeof v.name, "%s", name);
+  v.rank = rank;
+  v.shape[0] = d0;
+  v.shape[1] = d1;
+  v.shape[2] = d2;
+  v.dtype = elem == 1   ? TSR_DT_INT8
+            : elem == 2 ? TSR_DT_BFLOAT16
+            : elem == 8 ? TSR_DT_FLOAT64
+                        : TSR_DT_FLOAT32;
+  return v;
+}
+
 static tsr_partitioner mk(const pcase *c) {
   tsr_partitioner p;
   tsr_partitioner_default(&p);
@@ -83,7 +101,7 @@ static void count_table(void **state) {
   for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
     const pcase *c = &table[i];
     tsr_partitioner p = mk(c);
-    tsr_var_shape v = {"v", c->rank, {c->d0, c->d1}, c->elem, 0};
+    tsr_var v = mkv("v", c->rank, c->d0, c->d1, 0, c->elem);
     int64_t n = -1;
     char err[256] = "";
     int rc = tsr_partition_count(&p, &v, &n, err, sizeof err);
@@ -121,7 +139,7 @@ static void max_size_bound_holds(void **state) {
     p.kind = TSR_PART_MAX_SIZE;
     p.max_shard_bytes = max_b;
     p.max_shards = 0;
-    tsr_var_shape v = {"v", 2, {d0, d1}, 4, 0};
+    tsr_var v = mkv("v", 2, d0, d1, 0, 4);
     int64_t n;
     assert_int_equal(tsr_partition_count(&p, &v, &n, NULL, 0), 0);
     int64_t row_b = d1 * 4;
@@ -141,11 +159,11 @@ static void round_robin_across_variables(void **state) {
   p.kind = TSR_PART_FIXED;
   p.num_shards = 4;
   p.placement = TSR_PLACE_ROUND_ROBIN;
-  tsr_var_shape vars[3] = {{"a", 2, {8, 2}, 4, 0}, {"b", 0, {0}, 4, 0},
-                           {"c", 1, {3}, 4, 0}};
+  tsr_var vars[3] = {mkv("a", 2, 8, 2, 0, 4), mkv("b", 0, 0, 0, 0, 4),
+                     mkv("c", 1, 3, 0, 0, 4)};
   tsr_shard *s;
   size_t n;
-  assert_int_equal(tsr_partition_plan(&p, vars, 3, 2, &s, &n, NULL, 0), 0);
+  assert_int_equal(tsr_partition_plan(&p, vars, NULL, 3, 2, &s, &n, NULL, 0), 0);
   assert_int_equal(n, 4 + 1 + 3);
   static const int want_ps[] = {0, 1, 0, 1, 0, 1, 0, 1};
   static const int want_var[] = {0, 0, 0, 0, 1, 2, 2, 2};
@@ -156,7 +174,7 @@ static void round_robin_across_variables(void **state) {
   assert_int_equal(s[4].rows, 1); /* the scalar */
   free(s);
   /* 3 PS: the counter runs on across variables */
-  assert_int_equal(tsr_partition_plan(&p, vars, 3, 3, &s, &n, NULL, 0), 0);
+  assert_int_equal(tsr_partition_plan(&p, vars, NULL, 3, 3, &s, &n, NULL, 0), 0);
   assert_int_equal(s[4].ps, 1);
   assert_int_equal(s[5].ps, 2);
   free(s);
@@ -167,16 +185,16 @@ static void bad_arguments(void **state) {
   tsr_partitioner p;
   char err[256];
   int64_t n;
-  tsr_var_shape zero = {"emb", 2, {0, 4}, 4, 0};
+  tsr_var zero = mkv("emb", 2, 0, 4, 0, 4);
   tsr_partitioner_default(&p);
   assert_int_equal(tsr_partition_count(&p, &zero, &n, err, sizeof err),
                    TSR_EINVAL);
   assert_non_null(strstr(err, "emb: dimension 0 is 0"));
-  tsr_var_shape neg = {"w", 2, {4, -2}, 4, 0};
+  tsr_var neg = mkv("w", 2, 4, -2, 0, 4);
   assert_int_equal(tsr_partition_count(&p, &neg, &n, err, sizeof err),
                    TSR_EINVAL);
   assert_non_null(strstr(err, "dimension 1 is -2"));
-  tsr_var_shape ok = {"w", 2, {4, 4}, 4, 0};
+  tsr_var ok = mkv("w", 2, 4, 4, 0, 4);
   p.min_shard_bytes = 0;
   assert_int_equal(tsr_partition_count(&p, &ok, &n, err, sizeof err),
                    TSR_EINVAL);
@@ -200,14 +218,14 @@ static void bad_arguments(void **state) {
   assert_int_equal(tsr_partition_count(&p, &ok, &n, err, sizeof err),
                    TSR_EINVAL);
   assert_non_null(strstr(err, "max_shard_bytes 0"));
-  tsr_var_shape huge = {"h", 3, {INT64_MAX / 2, 4, 4}, 4, 0};
+  tsr_var huge = mkv("h", 3, INT64_MAX / 2, 4, 4, 4);
   tsr_partitioner_default(&p);
   assert_int_equal(tsr_partition_count(&p, &huge, &n, err, sizeof err),
                    TSR_EINVAL);
   assert_non_null(strstr(err, "overflows"));
   tsr_shard *s;
   size_t ns;
-  assert_int_equal(tsr_partition_plan(&p, &ok, 1, 0, &s, &ns, err, sizeof err),
+  assert_int_equal(tsr_partition_plan(&p, &ok, NULL, 1, 0, &s, &ns, err, sizeof err),
                    TSR_EINVAL);
 }
 
@@ -220,11 +238,12 @@ static void balanced_largest_first(void **state) {
   p.kind = TSR_PART_FIXED;
   p.num_shards = 1;
   /* bytes: a 400, b 300, c 200, d 100 (c has one slot: 2 x 100 rows) */
-  tsr_var_shape vars[4] = {{"a", 1, {100}, 4, 0}, {"b", 1, {75}, 4, 0},
-                           {"c", 1, {25}, 4, 1}, {"d", 1, {25}, 4, 0}};
+  tsr_var vars[4] = {mkv("a", 1, 100, 0, 0, 4), mkv("b", 1, 75, 0, 0, 4),
+                     mkv("c", 1, 25, 0, 0, 4), mkv("d", 1, 25, 0, 0, 4)};
+  static const int slots[4] = {0, 0, 1, 0};
   tsr_shard *s;
   size_t n;
-  assert_int_equal(tsr_partition_plan(&p, vars, 4, 2, &s, &n, NULL, 0), 0);
+  assert_int_equal(tsr_partition_plan(&p, vars, slots, 4, 2, &s, &n, NULL, 0), 0);
   assert_int_equal(n, 4);
   /* a -> 0 (400); b -> 1 (300); c (200) -> 1 (500); d -> 0 (500) */
   assert_int_equal(s[0].ps, 0);
@@ -232,15 +251,15 @@ static void balanced_largest_first(void **state) {
   assert_int_equal(s[2].ps, 1);
   assert_int_equal(s[3].ps, 0);
   int64_t per[2];
-  double r = tsr_partition_balance(s, n, vars, 2, per);
+  double r = tsr_partition_balance(s, n, vars, slots, 2, per);
   assert_int_equal(per[0], 500);
   assert_int_equal(per[1], 500);
   assert_true(r == 1.0);
   free(s);
   /* equal sizes keep creation order: a tie goes to the lowest index */
-  tsr_var_shape eq[3] = {{"x", 1, {10}, 4, 0}, {"y", 1, {10}, 4, 0},
-                         {"z", 1, {10}, 4, 0}};
-  assert_int_equal(tsr_partition_plan(&p, eq, 3, 2, &s, &n, NULL, 0), 0);
+  tsr_var eq[3] = {mkv("x", 1, 10, 0, 0, 4), mkv("y", 1, 10, 0, 0, 4),
+                   mkv("z", 1, 10, 0, 0, 4)};
+  assert_int_equal(tsr_partition_plan(&p, eq, NULL, 3, 2, &s, &n, NULL, 0), 0);
   assert_int_equal(s[0].ps, 0);
   assert_int_equal(s[1].ps, 1);
   assert_int_equal(s[2].ps, 0);
@@ -253,28 +272,29 @@ static void balanced_largest_first(void **state) {
  * round-robin puts every kernel on ps:0. */
 static void main_job_balance(void **state) {
   (void)state;
-  tsr_var_shape mlp[6] = {
-      {"dense/kernel", 2, {784, 256}, 4, 2}, {"dense/bias", 1, {256}, 4, 2},
-      {"dense_1/kernel", 2, {256, 128}, 4, 2},
-      {"dense_1/bias", 1, {128}, 4, 2},
-      {"dense_2/kernel", 2, {128, 10}, 4, 2},
-      {"dense_2/bias", 1, {10}, 4, 2}};
+  tsr_var mlp[6] = {
+      mkv("dense/kernel", 2, 784, 256, 0, 4), mkv("dense/bias", 1, 256, 0, 0, 4),
+      mkv("dense_1/kernel", 2, 256, 128, 0, 4),
+      mkv("dense_1/bias", 1, 128, 0, 0, 4),
+      mkv("dense_2/kernel", 2, 128, 10, 0, 4),
+      mkv("dense_2/bias", 1, 10, 0, 0, 4)};
+  static const int slots[6] = {2, 2, 2, 2, 2, 2};
   tsr_partitioner p;
   tsr_partitioner_default(&p);
   tsr_shard *s;
   size_t n;
   int64_t per[4];
-  assert_int_equal(tsr_partition_plan(&p, mlp, 6, 2, &s, &n, NULL, 0), 0);
+  assert_int_equal(tsr_partition_plan(&p, mlp, slots, 6, 2, &s, &n, NULL, 0), 0);
   assert_int_equal(s[0].num_shards, 2);
-  double bal = tsr_partition_balance(s, n, mlp, 2, per);
+  double bal = tsr_partition_balance(s, n, mlp, slots, 2, per);
   assert_true(bal <= 1.25);
   free(s);
   p.placement = TSR_PLACE_ROUND_ROBIN;
   p.max_shards = 1; /* TensorFlow's defaults */
-  assert_int_equal(tsr_partition_plan(&p, mlp, 6, 2, &s, &n, NULL, 0), 0);
+  assert_int_equal(tsr_partition_plan(&p, mlp, slots, 6, 2, &s, &n, NULL, 0), 0);
   for (size_t i = 0; i < n; i++)
     if (strstr(mlp[s[i].var].name, "kernel")) assert_int_equal(s[i].ps, 0);
-  assert_true(tsr_partition_balance(s, n, mlp, 2, per) > 1.9);
+  assert_true(tsr_partition_balance(s, n, mlp, slots, 2, per) > 1.9);
   free(s);
 }
 
@@ -284,13 +304,15 @@ static void balanced_bound_holds(void **state) {
   (void)state;
   srand(11);
   for (int it = 0; it < 500; it++) {
-    tsr_var_shape v[12];
+    tsr_var v[12];
+    int slots[12];
     char names[12][8];
     size_t nv = 1 + (size_t)(rand() % 12);
     for (size_t i = 0; i < nv; i++) {
       snprintf(names[i], sizeof names[i], "v%zu", i);
-      v[i] = (tsr_var_shape){names[i], 2, {1 + rand() % 4000, 1 + rand() % 64},
-                             4, rand() % 3};
+      int64_t d0 = 1 + rand() % 4000, d1 = 1 + rand() % 64;
+      v[i] = mkv(names[i], 2, d0, d1, 0, 4);
+      slots[i] = rand() % 3;
     }
     int n_ps = 1 + rand() % 5;
     tsr_partitioner p;
@@ -298,13 +320,13 @@ static void balanced_bound_holds(void **state) {
     p.min_shard_bytes = 1 + rand() % 100000;
     tsr_shard *s;
     size_t n;
-    assert_int_equal(tsr_partition_plan(&p, v, nv, n_ps, &s, &n, NULL, 0), 0);
+    assert_int_equal(tsr_partition_plan(&p, v, slots, nv, n_ps, &s, &n, NULL, 0), 0);
     int64_t per[5], sum = 0, max = 0, biggest = 0;
-    tsr_partition_balance(s, n, v, n_ps, per);
+    tsr_partition_balance(s, n, v, slots, n_ps, per);
     for (size_t k = 0; k < n; k++) {
       assert_true(s[k].ps >= 0 && s[k].ps < n_ps);
       assert_true(s[k].num_shards <= n_ps);
-      int64_t b = tsr_shard_bytes(&s[k], &v[s[k].var]);
+      int64_t b = tsr_shard_bytes(&s[k], &v[s[k].var], slots[s[k].var]);
       if (b > biggest) biggest = b;
     }
     for (int i = 0; i < n_ps; i++) {

@@ -50,11 +50,11 @@ int main(int argc, char **argv) {
                       .batch_size = job.batch_size, .epochs = 1,
                       .seed = job.seed};
   wk_input *in = NULL;
-  wk_model *m = NULL;
+  tsr_model *m = NULL;
   wk_trainer *t = NULL;
   double t_open = tsr_now_s();
   if (wk_input_open(&job, WK_SPLIT_TRAIN, &io, &in, err, sizeof err) ||
-      wk_model_from_job(&job, wk_input_get_schema(in), &m, err, sizeof err)) {
+      tsr_model_from_job(&job, wk_input_get_schema(in), &m, err, sizeof err)) {
     fprintf(stderr, "%s\n", err);
     return 1;
   }
@@ -118,7 +118,7 @@ int main(int argc, char **argv) {
   printf("RATIO input_fashion_mnist_not_waiting %.4f goal 0.95\n",
          1 - wait / total);
   wk_trainer_close(t);
-  wk_model_free(m);
+  tsr_model_free(m);
   wk_input_close(in);
   tsr_job_free(&job);
   return 0;

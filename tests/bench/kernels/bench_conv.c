@@ -70,8 +70,8 @@ int main(int argc, char **argv) {
   char err[1024];
   json_error_t je;
   json_t *j = json_loads(model_json, 0, &je);
-  wk_model *m;
-  if (!j || wk_model_build(j, "sparse_categorical_crossentropy", NULL, 0,
+  tsr_model *m;
+  if (!j || tsr_model_build(j, "sparse_categorical_crossentropy", NULL, 0,
                            NULL, &m, err, sizeof err)) {
     fprintf(stderr, "bench_conv: %s\n", j ? err : je.text);
     return 1;
@@ -90,14 +90,14 @@ int main(int argc, char **argv) {
   for (int i = 0; i < B; i++) y[i] = (float)(i % 10);
   wk_batch b = {.n = B, .n_dense = 784, .x = x, .y = y};
   if (wk_exec_prepare(e, &b, 0, B, NULL, err, sizeof err)) return 1;
-  const wk_var_info *vi;
+  const tsr_var *vi;
   size_t nv;
-  wk_model_variables(m, &vi, &nv);
+  tsr_model_variables(m, &vi, &nv);
   float *p[16], *g[16];
   for (size_t v = 0; v < nv; v++) {
     p[v] = malloc((size_t)vi[v].numel * sizeof(float));
     g[v] = malloc((size_t)vi[v].numel * sizeof(float));
-    wk_model_init_var(m, (int)v, 1, 0, p[v], (size_t)vi[v].numel);
+    tsr_model_init_var(m, (int)v, 1, 0, p[v], (size_t)vi[v].numel);
   }
   /* buffers for the bare products and the data movement ops */
   size_t big = (size_t)B * 676 * 288;
@@ -172,6 +172,6 @@ int main(int argc, char **argv) {
   free(A); free(Bm); free(C); free(x); free(ts); free(tp); free(tc); free(tl);
   wk_exec_close(e);
   kern_close(c);
-  wk_model_free(m);
+  tsr_model_free(m);
   return 0;
 }

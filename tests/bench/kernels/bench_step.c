@@ -51,9 +51,9 @@ int main(int argc, char **argv) {
   /* the model and trainer first: opening the CPU context sets 1 thread */
   json_error_t je;
   json_t *mj = json_loads(model_json, 0, &je);
-  wk_model *m;
+  tsr_model *m;
   char *mets[] = {"accuracy"};
-  if (wk_model_build(mj, "sparse_categorical_crossentropy", mets, 1, NULL, &m,
+  if (tsr_model_build(mj, "sparse_categorical_crossentropy", mets, 1, NULL, &m,
                      err, sizeof err)) {
     fprintf(stderr, "%s\n", err);
     return 1;
@@ -122,7 +122,7 @@ int main(int argc, char **argv) {
   printf("RATIO mlp_784_1024_1024_10_b256_step_vs_sgemm %.3f goal 0.8\n",
          gemm / step);
   wk_trainer_close(t);
-  wk_model_free(m);
+  tsr_model_free(m);
   free(x);
   free(y);
   free(A);

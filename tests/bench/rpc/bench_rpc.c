@@ -1,4 +1,5 @@
-/* bench_rpc: Tessera RPC against raw TCP on loopback, in the same run.
+/* bench_rpc: Tessera RPC against raw TCP on loopback, in the same run (the
+ * client stays on TCP; bench_ps compares the same-host Unix socket).
  *
  * Baseline: blocking sockets, a server thread that reads a 4-byte length
  * and the payload into one reused buffer and answers (an echo for round

@@ -9,8 +9,12 @@
 #  4. the last checkpoint, made on 2 PS, restored onto 3 PS by a new run;
 #  5, 6. in sync mode, a PS and then a worker killed and started again: the
 #     run completes with the exact step count (the PS case recovers from the
-#     checkpoint; the worker that comes back sits the run out, its peer runs
-#     its steps).
+#     checkpoint; the worker that comes back joins again and runs steps);
+#  7. in sync mode, the chief and a worker killed together and started
+#     again: the chief resumes from its checkpoint, every PS with it, and
+#     no call waits out its deadline;
+#  8. in ssp:2, both workers killed at once and started again: the run
+#     completes, no call waits out its deadline.
 . "$(dirname "$0")/lib.sh"
 
 STEPS=30000
@@ -98,14 +102,19 @@ wait 2>/dev/null
 mv "$WORK/chief.log" "$WORK/chief4.log.txt"
 rm -rf "$WORK/ckpt"
 
+# no call of the run waited out its deadline (a hang that a deadline ends)
+no_deadline() { ! grep -q "deadline of" "$WORK"/worker*.log "$WORK/chief.log"; }
+
 # ---- 5, 6. sync mode: a PS, then a worker, killed and started again ---------
 SSTEPS=6000
 write_diabetes_job "$WORK/job.json" ", \"steps\": $SSTEPS, \"steps_per_closure\": 20,
   \"mode\": \"sync\", \"checkpoint\": {\"dir\": \"ckpt\", \"every_steps\": 1000}"
 for victim in ps1 worker1; do
   cluster 2 2
+  : >"$WORK/worker0.log"; : >"$WORK/worker1.log"
   start_all
-  start_chief --job "$WORK/job.json" --summary-json "$WORK/s_$victim.json"
+  start_chief --job "$WORK/job.json" --summary-json "$WORK/s_$victim.json" \
+    --keep-cluster
   check "sync, $victim killed: a checkpoint past step 0" wait_for 60 past_ckpt
   kill -9 "${PIDS[$victim]}"
   sleep 1
@@ -114,13 +123,63 @@ for victim in ps1 worker1; do
   check "sync, $victim killed: chief exits 0" test "$CHIEF_RC" = 0
   check "sync, $victim killed: exact step count" \
     test "$(json_get "$WORK/s_$victim.json" steps 2>/dev/null)" = $SSTEPS
+  check "sync, $victim killed: no call waited out its deadline" no_deadline
+  if [ "$victim" = worker1 ]; then
+    st=$(TF_CONFIG="{\"cluster\":$CLUSTER}" "$TESSERA" status 2>&1)
+    w1=$(sed -n 's/^worker:1 .* \([0-9][0-9]*\) steps.*/\1/p' <<<"$st" | head -1)
+    check "sync, worker1 back: it joins again and runs steps (${w1:-0})" \
+      test "${w1:-0}" -gt 0
+  fi
   for k in "${!PIDS[@]}"; do kill -9 "${PIDS[$k]}" 2>/dev/null; unset "PIDS[$k]"; done
   wait 2>/dev/null
-  if [ "$victim" = worker1 ]; then
-    check "sync, worker1 back: it sits the run out" \
-      grep -q "worker:1 .* is back, but in sync mode it sits" "$WORK/chief.log"
-  fi
   mv "$WORK/chief.log" "$WORK/chief_sync_$victim.log.txt"
   rm -rf "$WORK/ckpt"
 done
+
+# ---- 7. sync mode: the chief and a worker killed together -------------------
+cluster 2 2
+: >"$WORK/worker0.log"; : >"$WORK/worker1.log"
+start_all
+start_chief --job "$WORK/job.json" --summary-json "$WORK/s7.json"
+check "sync, chief+worker1: a checkpoint past step 0" wait_for 60 past_ckpt
+kill -9 "$CHIEF_PID" "${PIDS[worker1]}"
+wait "$CHIEF_PID" "${PIDS[worker1]}" 2>/dev/null
+at=$(ckpt_step "$WORK/ckpt")
+start_worker 1
+start_chief --job "$WORK/job.json" --summary-json "$WORK/s7.json"
+wait_chief 240
+check "sync, chief+worker1: chief exits 0" test "$CHIEF_RC" = 0
+check "sync, chief+worker1: resumed from the checkpoint of step $at" \
+  test "$(json_get "$WORK/s7.json" resumed_from_step 2>/dev/null)" -ge "$at"
+check "sync, chief+worker1: exact step count" \
+  test "$(json_get "$WORK/s7.json" steps 2>/dev/null)" = $SSTEPS
+check "sync, chief+worker1: no call waited out its deadline" no_deadline
+for k in "${!PIDS[@]}"; do kill -9 "${PIDS[$k]}" 2>/dev/null; unset "PIDS[$k]"; done
+wait 2>/dev/null
+mv "$WORK/chief.log" "$WORK/chief7.log.txt"
+rm -rf "$WORK/ckpt"
+
+# ---- 8. ssp:2: both workers killed at once ------------------------------------
+write_diabetes_job "$WORK/job.json" ", \"steps\": $SSTEPS, \"steps_per_closure\": 20,
+  \"mode\": \"ssp:2\", \"checkpoint\": {\"dir\": \"ckpt\", \"every_steps\": 1000}"
+cluster 2 2
+: >"$WORK/worker0.log"; : >"$WORK/worker1.log"
+start_all
+start_chief --job "$WORK/job.json" --summary-json "$WORK/s8.json"
+check "ssp:2, both workers: training started" wait_for 60 started
+sleep 1
+kill -9 "${PIDS[worker0]}" "${PIDS[worker1]}"
+wait "${PIDS[worker0]}" "${PIDS[worker1]}" 2>/dev/null
+sleep 1
+start_worker 0
+start_worker 1
+wait_chief 240
+check "ssp:2, both workers: chief exits 0" test "$CHIEF_RC" = 0
+check "ssp:2, both workers: exact step count" \
+  test "$(json_get "$WORK/s8.json" steps 2>/dev/null)" = $SSTEPS
+check "ssp:2, both workers: no call waited out its deadline" no_deadline
+for k in "${!PIDS[@]}"; do kill -9 "${PIDS[$k]}" 2>/dev/null; unset "PIDS[$k]"; done
+wait 2>/dev/null
+mv "$WORK/chief.log" "$WORK/chief8.log.txt"
+rm -rf "$WORK/ckpt"
 finish

@@ -126,7 +126,11 @@ stop_all
 
 # ---- 5. a stranger with the wrong token ------------------------------------
 start_ps 0
-sleep 0.5
+# the PS's listener is up (not a guess at how long it takes to start)
+listening() {
+  on "$(host_of ps 0)" ss -Hltn "sport = :$PORT" 2>/dev/null | grep -q .
+}
+check "stranger: the PS listens" wait_for 30 listening
 out=$(on 6 env TESSERA_TOKEN=not-the-token TF_CONFIG="{\"cluster\":$CLUSTER}" \
       "$TESSERA" status --timeout 2 2>&1)
 check "stranger: refused" grep -q "wrong cluster token" <<<"$out"

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "../../unit/ps/ps_harness.h"
+#include "kernels/init.h"
 
 static const char *TOKEN = "integration-token-ps";
 

@@ -180,7 +180,7 @@ int h_stop(h_cluster *c) {
     fprintf(stderr, "uv_loop_close failed: handles left open\n");
     bad = 1;
   }
-  if (c->model) wk_model_free(c->model);
+  if (c->model) tsr_model_free(c->model);
   free(c->shards);
   free(c->job_text);
   tsr_job_free(&c->job);
@@ -206,25 +206,18 @@ int h_load_job(h_cluster *c, const char *path, const char *const *overrides,
                       .batch_size = c->job.batch_size, .epochs = 1};
   if ((rc = wk_input_open(&c->job, WK_SPLIT_TRAIN, &io, &in, err,
                           sizeof err)) ||
-      (rc = wk_model_from_job(&c->job, wk_input_get_schema(in), &c->model,
+      (rc = tsr_model_from_job(&c->job, wk_input_get_schema(in), &c->model,
                               err, sizeof err))) {
     fprintf(stderr, "job %s: %s\n", path, err);
     if (in) wk_input_close(in);
     return rc;
   }
   wk_input_close(in);
-  wk_model_variables(c->model, &c->vars, &c->n_vars);
-  tsr_var_shape shapes[64];
-  for (size_t v = 0; v < c->n_vars && v < 64; v++) {
-    shapes[v] = (tsr_var_shape){.name = c->vars[v].name,
-                                .rank = c->vars[v].rank, .elem_size = 4};
-    for (int d = 0; d < c->vars[v].rank; d++)
-      shapes[v].shape[d] = c->vars[v].shape[d];
-  }
+  tsr_model_variables(c->model, &c->vars, &c->n_vars);
   tsr_partitioner p = c->job.partitioner;
   if (parts > 0) p = (tsr_partitioner){.kind = TSR_PART_FIXED,
                                        .num_shards = parts};
-  if ((rc = tsr_partition_plan(&p, shapes, c->n_vars, c->n_ps, &c->shards,
+  if ((rc = tsr_partition_plan(&p, c->vars, NULL, c->n_vars, c->n_ps, &c->shards,
                                &c->n_shards, err, sizeof err))) {
     fprintf(stderr, "partition: %s\n", err);
     return rc;
@@ -258,17 +251,12 @@ int h_create_vars(h_cluster *c, const char *mode) {
     for (size_t i = 0; i < c->n_shards && n < 64; i++) {
       const tsr_shard *sh = &c->shards[i];
       if (sh->ps != p) continue;
-      const wk_var_info *vi = &c->vars[sh->var];
+      const tsr_var *vi = &c->vars[sh->var];
       ps_var_spec *s = &specs[n++];
       tsr_optim_spec vo;
-      wk_var_optimizer(vi, &c->job.optimizer, &vo);
-      int rc = ps_var_spec_init(s, vi->name, vi->rank, vi->shape, sh->shard,
-                                sh->num_shards, kern_init_name(vi->init.kind),
-                                c->job.seed, &vo);
+      tsr_var_optimizer(vi, &c->job.optimizer, &vo);
+      int rc = ps_var_spec_from_var(s, vi, sh, c->job.seed, &vo, NULL);
       if (rc) return rc;
-      s->init = vi->init;
-      s->sparse = vi->kind == WK_VAR_ROW_SPARSE;
-      s->bounded = true;
     }
     h_result r = {0}, m = {0};
     int rc = ps_client_create(c->ps[p], specs, n, on_ps, &r);
@@ -288,7 +276,7 @@ int h_create_vars(h_cluster *c, const char *mode) {
 }
 
 int h_pull_var(h_cluster *c, int v, float *out, int64_t *step) {
-  const wk_var_info *vi = &c->vars[v];
+  const tsr_var *vi = &c->vars[v];
   for (size_t i = 0; i < c->n_shards; i++) {
     const tsr_shard *sh = &c->shards[i];
     if (sh->var != v) continue;
@@ -296,7 +284,7 @@ int h_pull_var(h_cluster *c, int v, float *out, int64_t *step) {
     float *dst = out + sh->row0 * vi->row_dim;
     int64_t *ids = NULL;
     int rc;
-    if (vi->kind == WK_VAR_ROW_SPARSE) {
+    if (vi->kind == TSR_VAR_ROW_SPARSE) {
       /* Every row of the shard (untouched ones read as initialized). */
       ids = malloc((size_t)sh->rows * sizeof *ids);
       if (!ids) return TSR_ENOMEM;

@@ -37,8 +37,8 @@ typedef struct {
   /* the job and the chief's layout */
   tsr_job job;
   char *job_text;
-  wk_model *model;
-  const wk_var_info *vars;
+  tsr_model *model;
+  const tsr_var *vars;
   size_t n_vars;
   tsr_shard *shards;
   size_t n_shards;

@@ -244,7 +244,7 @@ static int test_sync(const char *path, const char *const *ovr, int closures,
     double maxref = 0, maxdiff = 0;
     float *init = calloc(n, sizeof(float));
     H_CHECK(init, "memory");
-    wk_model_init_var(c.model, (int)v, c.job.seed, 0, init, n);
+    tsr_model_init_var(c.model, (int)v, c.job.seed, 0, init, n);
     for (size_t i = 0; i < n; i++) {
       double d = fabs(ref[i] - init[i]);
       if (d > moved) moved = d;

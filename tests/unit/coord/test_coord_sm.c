@@ -220,6 +220,36 @@ static void epochs_job_without_sizes_asks_for_steps(void **state) {
   sim_free(&s);
 }
 
+/* A worker that never answers its configuration (alive, but stuck) in an
+ * epochs job: the length of the run cannot be counted without its share of
+ * the data, so the run fails naming it. It was counted over the others:
+ * half the job, and a chief resumed past that half called the job done,
+ * saved a checkpoint of a step below the one it resumed from and exited
+ * 0. */
+static void epochs_job_with_a_silent_worker_fails(void **state) {
+  (void)state;
+  coord_sm_config c = sim_config(1, 2, TSR_MODE_ASYNC, 0);
+  c.epochs = 20; /* 2 x 100 examples, batch 10: 400 steps */
+  c.ckpt = true;
+  c.ckpt_every_steps = 50;
+  sim s;
+  sim_init(&s, &c, 0);
+  s.disk[s.n_disk++] = 300;
+  sim_restart_chief(&s);
+  start(&s);
+  sim_answer(&s, 0, -1, false, NULL); /* RESTORE */
+  sim_ready(&s, 0);
+  for (int t = 0; t < 100 && !s.ended; t++) sim_tick(&s, 1);
+  assert_true(s.ended);
+  assert_int_equal(s.status, 1);
+  assert_non_null(strstr(s.fail, "worker:1"));
+  assert_non_null(strstr(s.fail, "size of its data"));
+  assert_false(sim_noted(&s, "already done"));
+  assert_int_equal(s.count[COORD_ACT_SAVE], 0);
+  assert_int_equal(s.count[COORD_ACT_DISPATCH], 0);
+  sim_free(&s);
+}
+
 /* A full disk: the failed checkpoints are discarded and remembered, the
  * last good one stays, training ends well. */
 static void full_disk_is_named(void **state) {
@@ -508,6 +538,7 @@ int main(void) {
       cmocka_unit_test(data_error_in_a_closure_fails_the_run),
       cmocka_unit_test(epochs_job_reports_the_workers_errors),
       cmocka_unit_test(epochs_job_without_sizes_asks_for_steps),
+      cmocka_unit_test(epochs_job_with_a_silent_worker_fails),
       cmocka_unit_test(full_disk_is_named),
       cmocka_unit_test(lost_ps_recovers),
       cmocka_unit_test(chief_and_worker_die_together),

@@ -34,6 +34,9 @@ typedef struct {
   int64_t step;
   size_t nbytes;
   int64_t min_clock;
+  int64_t clock;
+  uint64_t era;
+  int64_t sync_step;
   int32_t count;
   uint64_t nonfinite, mem_used, applies;
   char mode[32];
@@ -48,9 +51,13 @@ static inline void h_cb(const ps_result *r, void *data) {
   o->step = r->step;
   o->nbytes = r->nbytes;
   o->min_clock = r->min_clock;
+  o->clock = r->clock;
+  o->era = r->era;
   o->count = r->count;
   if (r->stats) {
     const Tessera__Ps__StatsResponse *s = r->stats;
+    o->era = s->era;
+    o->sync_step = s->sync_step;
     o->nonfinite = s->nonfinite_rejected;
     o->mem_used = s->mem_used;
     o->applies = s->applies;

@@ -1,7 +1,8 @@
 /* The PS client against a server that answers every method with a meta
  * that is no protobuf message: each call reports TSR_EPROTO with a
  * message, never success with empty figures. A server that answers
- * properly is covered by test_service.c. */
+ * properly is covered by test_service.c. And the one conversion of a
+ * variable and its shard (common/var.h) into the spec the PS creates. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -9,6 +10,11 @@
 
 #include "../rpc/rpc_util.h"
 #include "ps/client.h"
+#include "common/partition.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 static const uint8_t garbage[] = {0xff, 0xff, 0xff, 0xff, 0x0f};
 
@@ -101,9 +107,73 @@ static void test_undecodable_answers(void **state) {
   assert_int_equal(uv_loop_close(&loop), 0);
 }
 
+/* A variable's shard as the chief creates it: the same spec the chief
+ * built before by hand (ps_var_spec_init, then the variable's own
+ * initializer, kind and file), and the refusals. */
+static void test_spec_from_var(void **state) {
+  (void)state;
+  static const int64_t shape[4] = {3, 3, 2, 8}, emb[2] = {1000, 16};
+  tsr_var v;
+  tsr_init_spec he;
+  assert_int_equal(tsr_init_parse("he_normal", &he), 0);
+  assert_int_equal(tsr_var_set(&v, "c1/kernel", 4, shape, TSR_DT_FLOAT32,
+                               TSR_VAR_DENSE, NULL, 0), 0);
+  tsr_var_set_init(&v, &he);
+  tsr_optim_spec o;
+  tsr_optim_defaults(TSR_OPT_ADAM, &o);
+  tsr_partitioner p;
+  tsr_partitioner_default(&p);
+  p.kind = TSR_PART_FIXED;
+  p.num_shards = 2;
+  tsr_shard *sh;
+  size_t n;
+  assert_int_equal(tsr_partition_plan(&p, &v, NULL, 1, 2, &sh, &n, NULL, 0),
+                   0);
+  assert_int_equal(n, 2);
+  for (size_t k = 0; k < n; k++) {
+    ps_var_spec a, b;
+    assert_int_equal(ps_var_spec_from_var(&a, &v, &sh[k], 7, &o,
+                                          "/ckpt/init/c1.raw"), 0);
+    assert_int_equal(ps_var_spec_init(&b, v.name, v.rank, v.shape,
+                                      sh[k].shard, sh[k].num_shards,
+                                      tsr_init_name(v.init.kind), 7, &o), 0);
+    b.init = v.init;
+    snprintf(b.init_path, sizeof b.init_path, "%s", "/ckpt/init/c1.raw");
+    assert_memory_equal(&a, &b, sizeof a);
+    assert_int_equal(a.init.fan_in, 18);
+    assert_false(a.sparse || a.bounded);
+  }
+  /* a row-sparse table: rows by id, bounded by its shard */
+  assert_int_equal(tsr_var_set(&v, "e/embeddings", 2, emb, TSR_DT_FLOAT32,
+                               TSR_VAR_ROW_SPARSE, NULL, 0), 0);
+  ps_var_spec a;
+  tsr_shard s1 = {.var = 0, .shard = 1, .num_shards = 2, .row0 = 500,
+                  .rows = 500, .ps = 1};
+  assert_int_equal(ps_var_spec_from_var(&a, &v, &s1, 1, &o, NULL), 0);
+  assert_true(a.sparse && a.bounded);
+  assert_int_equal(a.row0, 500);
+  assert_int_equal(a.rows, 500);
+  assert_string_equal(a.init_path, "");
+  /* refusals: rows past the variable, a shard out of its count, a dtype
+   * the PS does not hold */
+  tsr_shard bad = s1;
+  bad.rows = 501;
+  assert_int_equal(ps_var_spec_from_var(&a, &v, &bad, 1, &o, NULL),
+                   TSR_EINVAL);
+  bad = s1;
+  bad.shard = 2;
+  assert_int_equal(ps_var_spec_from_var(&a, &v, &bad, 1, &o, NULL),
+                   TSR_EINVAL);
+  v.dtype = TSR_DT_BFLOAT16;
+  assert_int_equal(ps_var_spec_from_var(&a, &v, &s1, 1, &o, NULL),
+                   TSR_EINVAL);
+  free(sh);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_undecodable_answers),
+      cmocka_unit_test(test_spec_from_var),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

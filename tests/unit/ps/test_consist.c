@@ -17,40 +17,81 @@
 static bool pushed_none(void *ctx, int w) { return false; }
 static bool pushed_w1(void *ctx, int w) { return w == 1; }
 
+static int64_t join(ps_consist *c, int w, int64_t clock, uint64_t era,
+                    uint64_t run, uint64_t closure, int64_t sync_next) {
+  ps_join_req q = {.worker = w, .clock = clock, .era = era, .run = run,
+                   .closure = closure};
+  int64_t out = -1;
+  char msg[256];
+  int rc = ps__cons_join(c, &q, sync_next, &out, msg, sizeof msg);
+  return rc ? rc : out;
+}
+
 static void state_machine(void **state) {
   (void)state;
   ps_consist c;
-  ps__cons_init(&c);
+  ps__cons_init(&c, 7);
   assert_int_equal(ps__cons_min_clock(&c), INT64_MAX);
   assert_int_equal(ps__cons_set_mode(&c, PS_MODE_SSP, 2), 0);
-  assert_int_equal(ps__cons_join(&c, 0, 0), 0);
-  assert_int_equal(ps__cons_join(&c, 1, 0), 0);
+  assert_int_equal(join(&c, 0, 0, 0, 0, 1, 0), 0);
+  assert_int_equal(join(&c, 1, 0, 0, 0, 1, 0), 0);
   assert_true(ps__cons_may_read(&c, 2));
   assert_false(ps__cons_may_read(&c, 3));
-  ps__cons_clock(&c, 0, 5);
-  ps__cons_clock(&c, 1, 1);
+  assert_int_equal(ps__cons_clock(&c, 0, 5, c.era), 0);
+  assert_int_equal(ps__cons_clock(&c, 1, 1, 0), 0); /* era 0: unchecked */
   assert_int_equal(ps__cons_min_clock(&c), 1);
-  ps__cons_clock(&c, 1, 0); /* never moves back */
+  ps__cons_clock(&c, 1, 0, 0); /* never moves back */
   assert_int_equal(ps__cons_min_clock(&c), 1);
   assert_false(ps__cons_may_read(&c, 5));
+  assert_int_equal(ps__cons_clock(&c, 1, 2, c.era + 1), TSR_ESTALE);
   uint64_t ep = c.epoch;
-  assert_int_equal(ps__cons_leave(&c, 1), 0);
+  /* LEAVE: closure 1 is over */
+  assert_int_equal(ps__cons_leave(&c, 1, 0, 1), 0);
   assert_true(c.epoch > ep);
   assert_true(ps__cons_may_read(&c, 5));
-  assert_int_equal(ps__cons_leave(&c, 1), TSR_ENOTFOUND);
-  /* returning: starts at the slowest active clock, never behind it */
-  assert_int_equal(ps__cons_join(&c, 1, 0), 0);
-  assert_int_equal(ps__cons_min_clock(&c), 5);
+  assert_int_equal(ps__cons_leave(&c, 1, 0, 1), TSR_ENOTFOUND);
+  assert_int_equal(ps__cons_clock(&c, 1, 9, 0), TSR_ESTALE); /* no member */
+  /* a JOIN for a closure that is over is refused; a later one starts at
+   * the slowest member's clock, so it holds nobody back */
+  assert_int_equal(join(&c, 1, 0, 0, 0, 1, 0), TSR_ESTALE);
+  assert_int_equal(join(&c, 1, 0, 0, 0, 2, 0), 5);
   assert_int_equal(ps__cons_active(&c), 2);
+  /* its own clock counts when it knows this era */
+  assert_int_equal(ps__cons_leave(&c, 1, 0, 2), 0);
+  assert_int_equal(join(&c, 1, 8, c.era, 0, 3, 0), 8);
+  assert_int_equal(ps__cons_leave(&c, 1, 0, 3), 0);
+  assert_int_equal(join(&c, 1, 8, c.era + 5, 0, 4, 0), 5);
+  /* a LEAVE for an earlier closure than the one it joined for is late:
+   * it stays a member */
+  assert_int_equal(ps__cons_leave(&c, 1, 0, 3), TSR_ENOTFOUND);
+  assert_true(ps__cons_member(&c, 1));
   /* sync readiness for step 5: worker 0 and 1 are both at 5 */
   ps__cons_set_mode(&c, PS_MODE_SYNC, 0);
   assert_false(ps__cons_sync_ready(&c, 5, pushed_none, NULL));
   assert_false(ps__cons_sync_ready(&c, 5, pushed_w1, NULL));
-  ps__cons_clock(&c, 0, 6); /* worker 0 finished step 5 */
+  ps__cons_clock(&c, 0, 6, 0); /* worker 0 owes nothing before step 6 */
   assert_true(ps__cons_sync_ready(&c, 5, pushed_w1, NULL));
-  ps__cons_leave(&c, 1);
-  assert_true(ps__cons_sync_ready(&c, 5, pushed_none, NULL));
-  assert_int_equal(ps__cons_clock(&c, -1, 0), TSR_EINVAL);
+  /* sync JOIN: the step the shards sum next, never below the member's */
+  assert_int_equal(join(&c, 0, 0, 0, 0, 9, 3), 6);
+  assert_int_equal(join(&c, 2, 0, 0, 0, 1, 11), 11);
+  /* a reset: a new era for run 42 at step 20, every member forgotten */
+  uint64_t era = c.era;
+  ps__cons_reset(&c, 42, 20);
+  assert_int_equal(c.era, era + 1);
+  assert_int_equal(ps__cons_active(&c), 0);
+  assert_false(ps__cons_era_ok(&c, era));
+  assert_true(ps__cons_era_ok(&c, 0));
+  assert_int_equal(join(&c, 0, 0, 0, 41, 1, 0), TSR_ESTALE); /* other run */
+  assert_int_equal(join(&c, 0, 90, era, 42, 1, 0), 20); /* old era's clock */
+  /* the same run keeps what was over; a new one forgets it */
+  assert_int_equal(ps__cons_leave(&c, 0, 42, 1), 0);
+  assert_int_equal(ps__cons_leave(&c, 0, 41, 7), 0); /* another run's */
+  ps__cons_reset(&c, 42, 0);
+  assert_int_equal(join(&c, 0, 0, 0, 42, 1, 0), TSR_ESTALE);
+  ps__cons_reset(&c, 43, 0);
+  assert_int_equal(join(&c, 0, 0, 0, 43, 1, 0), 0);
+  assert_int_equal(join(&c, -1, 0, 0, 43, 1, 0), TSR_EINVAL);
+  assert_int_equal(ps__cons_clock(&c, -1, 0, 0), TSR_EINVAL);
   ps__cons_free(&c);
 }
 

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "ps_harness.h"
+#include "kernels/init.h"
 
 typedef struct {
   _Atomic long count;  /* allocations so far */

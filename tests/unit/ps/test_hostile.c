@@ -340,7 +340,7 @@ static void paths_stay_under_the_root(void **state) {
   H_CALL(&e, r, ps_client_restore(e.cl[0], "/tmp/x", h_cb, &r));
   REFUSED(r, TSR_ECONFIG, "no checkpoint root");
   /* the chief names one at configure */
-  ps_config cfg = {"async", false, -1, root};
+  ps_config cfg = {.mode = "async", .trace_pid = -1, .checkpoint_root = root};
   H_CALL(&e, r, ps_client_configure(e.cl[0], &cfg, h_cb, &r));
   assert_int_equal(r.status, 0);
   static const char *const bad[] = {

@@ -23,6 +23,7 @@
 #include <cmocka.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 
 #include "ps_harness.h"
 
@@ -30,13 +31,20 @@
 
 /* variables: "w" dense 6x4 over both PS (rows 0-2 on ps:0, 3-5 on ps:1),
  * "b" dense 4 on ps:1, "e" sparse 100x2 (rows 0-49 on ps:1, 50-99 ps:0) */
-static const ps_kv_shard sh_w[] = {{0, 0, 0, 3}, {1, 1, 3, 3}};
-static const ps_kv_shard sh_b[] = {{1, 0, 0, 4}};
-static const ps_kv_shard sh_e[] = {{1, 0, 0, 50}, {0, 1, 50, 50}};
+#define SH(p, k, r0, n) {.ps = (p), .shard = (k), .row0 = (r0), .rows = (n)}
+#define VAR(nm, d0, d1, kd)                                                 \
+  {.name = (nm), .rank = 2, .shape = {(d0), (d1), 1, 1, 1, 1, 1, 1},       \
+   .numel = (d0) * (d1), .row_dim = (d1), .kind = (kd), .trainable = true}
+static const tsr_shard sh_w[] = {SH(0, 0, 0, 3), SH(1, 1, 3, 3)};
+static const tsr_shard sh_b[] = {SH(1, 0, 0, 4)};
+static const tsr_shard sh_e[] = {SH(1, 0, 0, 50), SH(0, 1, 50, 50)};
+static const tsr_var var_w = VAR("w", 6, 4, TSR_VAR_DENSE),
+                     var_b = VAR("b", 4, 1, TSR_VAR_DENSE),
+                     var_e = VAR("e", 100, 2, TSR_VAR_ROW_SPARSE);
 static const ps_kv_var kvars[] = {
-    {"w", false, 6, 4, 2, sh_w},
-    {"b", false, 4, 1, 1, sh_b},
-    {"e", true, 100, 2, 2, sh_e},
+    {&var_w, 2, sh_w},
+    {&var_b, 1, sh_b},
+    {&var_e, 2, sh_e},
 };
 
 typedef struct {
@@ -383,8 +391,8 @@ static void bad_requests(void **state) {
   assert_int_equal(ps_kv_wait(f.kv, 12345, NULL), TSR_EINVAL);
   assert_int_equal(ps_kv_wait(f.kv, 0, NULL), TSR_EINVAL);
   /* a layout that does not cover its rows */
-  ps_kv_shard gap[] = {{0, 0, 0, 2}, {1, 1, 3, 3}};
-  ps_kv_var v = {"w", false, 6, 4, 2, gap};
+  tsr_shard gap[] = {SH(0, 0, 0, 2), SH(1, 1, 3, 3)};
+  ps_kv_var v = {&var_w, 2, gap};
   ps_kv_config c = {.vars = &v, .n_vars = 1};
   char err[256];
   assert_int_equal(ps_kv_configure(f.kv, &c, err, sizeof err), TSR_EINVAL);
@@ -413,8 +421,9 @@ static void failures_named(void **state) {
   fx f;
   fx_up(&f, NULL, false, PS_DT_F32);
   /* a layout naming a variable no PS holds */
-  ps_kv_shard s[] = {{1, 0, 0, 2}};
-  ps_kv_var v = {"nope", false, 2, 1, 1, s};
+  tsr_shard s[] = {SH(1, 0, 0, 2)};
+  tsr_var nope = VAR("nope", 2, 1, TSR_VAR_DENSE);
+  ps_kv_var v = {&nope, 1, s};
   ps_kv_config c = {.vars = &v, .n_vars = 1, .deadline_ms = 5000};
   char err[256];
   assert_int_equal(ps_kv_configure(f.kv, &c, err, sizeof err), 0);
@@ -504,6 +513,46 @@ static void hold_reset(void **state) {
   fx_down(&f);
 }
 
+/* ssp/sync: a JOIN's era goes with every later call to that PS, so a
+ * pull held there is refused at once when the PS starts a new era (a new
+ * configuration, a restore) instead of waiting for a step of the new era
+ * or its deadline; the next call of the old era is refused too, and a
+ * JOIN makes the worker a member of the new one. */
+static void on_cfg(const ps_result *r, void *data) { (void)r; (void)data; }
+static void reconfig_ps1(void *arg) {
+  fx *f = arg;
+  assert_int_equal(ps_client_config(ps_kv_client(f->kv, 1), "sync", false,
+                                    on_cfg, NULL), 0);
+}
+
+static void era_refused(void **state) {
+  (void)state;
+  fx f;
+  fx_up(&f, "sync", true, PS_DT_F32);
+  ps_ticket j;
+  assert_int_equal(ps_kv_join(f.kv, 0, 0, 0, 0, 0, &j), 0);
+  wait_ok(&f, j);
+  float b[4];
+  ps_kv_item q = {.var = 1, .dst = b}; /* ps:1 */
+  ps_ticket t;
+  assert_int_equal(ps_kv_pull(f.kv, &q, 1, 5, &t), 0); /* held */
+  tsr_sleep_ms(100);
+  assert_false(ps_kv_done(f.kv, t));
+  on_loop(&f, reconfig_ps1, &f);
+  ps_kv_result r;
+  uint64_t t0 = tsr_now_ms();
+  assert_int_equal(ps_kv_wait(f.kv, t, &r), TSR_ESTALE);
+  assert_true(tsr_now_ms() - t0 < 9000); /* not the 10 s deadline */
+  assert_non_null(strstr(r.err, "ps:1"));
+  assert_int_equal(ps_kv_pull(f.kv, &q, 1, 0, &t), 0);
+  assert_int_equal(ps_kv_wait(f.kv, t, &r), TSR_ESTALE);
+  assert_int_equal(ps_kv_join(f.kv, 0, 0, 0, 0, 0, &j), 0);
+  wait_ok(&f, j);
+  assert_int_equal(ps_kv_pull(f.kv, &q, 1, 0, &t), 0);
+  wait_ok(&f, t);
+  fx_down(&f);
+}
+
 static void cancel_kv(void *arg) { ps_kv_cancel(arg); }
 
 static void cancel_fails(void **state) {
@@ -524,6 +573,10 @@ static void cancel_fails(void **state) {
 }
 
 int main(void) {
+  /* The PS and the client share this process; a write to a connection the
+   * test has just closed must fail with EPIPE, not end the process (the
+   * daemons ignore SIGPIPE as well). */
+  signal(SIGPIPE, SIG_IGN);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(bf16_rounding),
       cmocka_unit_test(split_and_gather),
@@ -534,6 +587,7 @@ int main(void) {
       cmocka_unit_test(failures_named),
       cmocka_unit_test(losses_checked),
       cmocka_unit_test(hold_reset),
+      cmocka_unit_test(era_refused),
       cmocka_unit_test(cancel_fails),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -10,6 +10,7 @@
 #include <cmocka.h>
 #include <math.h>
 
+#include "kernels/init.h"
 #include "ps_harness.h"
 
 static ps_var_spec mk(const char *name, int64_t d0, int64_t d1, int shard,

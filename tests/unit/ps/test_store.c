@@ -27,7 +27,7 @@ static ps_var_spec dense_spec(const char *name, int64_t d0, int64_t d1,
   int64_t base = d0 / nshards, extra = d0 % nshards;
   s.row0 = shard * base + (shard < extra ? shard : extra);
   s.rows = base + (shard < extra ? 1 : 0);
-  kern_init_parse("glorot_uniform", &s.init);
+  tsr_init_parse("glorot_uniform", &s.init);
   s.init.fan_in = d0;
   s.init.fan_out = d1;
   s.seed = 42;
@@ -112,7 +112,7 @@ static ps_var_spec sparse_spec(bool bounded, int64_t d0, int shard, int ns) {
   ps_var_spec s = dense_spec("emb", d0, 4, shard, ns);
   s.sparse = true;
   s.bounded = bounded;
-  kern_init_parse("random_uniform", &s.init);
+  tsr_init_parse("random_uniform", &s.init);
   tsr_optim_defaults(TSR_OPT_ADAGRAD, &s.optim);
   return s;
 }

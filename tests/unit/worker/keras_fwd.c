@@ -47,24 +47,24 @@ int main(int argc, char **argv) {
     return 1;
   }
   char err[1024];
-  wk_model *m;
-  if (wk_model_build(j, argv[2], NULL, 0, NULL, &m, err, sizeof err)) {
+  tsr_model *m;
+  if (tsr_model_build(j, argv[2], NULL, 0, NULL, &m, err, sizeof err)) {
     fprintf(stderr, "keras_fwd: %s\n", err);
     return 1;
   }
   json_decref(j);
-  const wk_var_info *vi;
+  const tsr_var *vi;
   size_t nv;
-  wk_model_variables(m, &vi, &nv);
+  tsr_model_variables(m, &vi, &nv);
   if (!strcmp(argv[3], "--vars")) {
     for (size_t v = 0; v < nv; v++)
       printf("%s %lld\n", vi[v].name, (long long)vi[v].numel);
-    wk_model_free(m);
+    tsr_model_free(m);
     return 0;
   }
   if (argc < 8) return 1;
-  int64_t n = atoll(argv[6]), nd = wk_model_input_dense(m),
-          od = wk_model_output_dim(m);
+  int64_t n = atoll(argv[6]), nd = tsr_model_input_dense(m),
+          od = tsr_model_output_dim(m);
   size_t tot = 0;
   for (size_t v = 0; v < nv; v++) tot += (size_t)vi[v].numel;
   float *w = slurp(argv[3], tot), *x = slurp(argv[4], (size_t)(n * nd)),
@@ -73,7 +73,7 @@ int main(int argc, char **argv) {
   float **p = calloc(nv, sizeof *p), **g = calloc(nv, sizeof *g);
   size_t off = 0;
   for (size_t v = 0; v < nv; v++) {
-    if (vi[v].kind != WK_VAR_DENSE) {
+    if (vi[v].kind != TSR_VAR_DENSE) {
       fprintf(stderr, "keras_fwd: %s is row-sparse (not handled here)\n",
               vi[v].name);
       return 1;
@@ -117,6 +117,6 @@ int main(int argc, char **argv) {
   free(y);
   wk_exec_close(e);
   kern_close(c);
-  wk_model_free(m);
+  tsr_model_free(m);
   return 0;
 }

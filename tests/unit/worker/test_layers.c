@@ -59,11 +59,11 @@ typedef struct {
 } bspec;
 
 typedef struct {
-  wk_model *m;
+  tsr_model *m;
   kern_ctx *c;
   wk_exec *e;
   int nv;
-  const wk_var_info *vi;
+  const tsr_var *vi;
   float *p[32], *g[32];
   double *pd[32];
   const char *names[32];
@@ -77,7 +77,7 @@ static void fx_open(fx *f, const char *json, const char *loss,
   memset(f, 0, sizeof *f);
   char err[1024];
   json_t *j = jq(json);
-  if (wk_model_build(j, loss, NULL, 0, NULL, &f->m, err, sizeof err))
+  if (tsr_model_build(j, loss, NULL, 0, NULL, &f->m, err, sizeof err))
     fail_msg("build: %s", err);
   json_decref(j);
   kern_opts ko = {.device = KERN_DEVICE_CPU};
@@ -100,14 +100,14 @@ static void fx_open(fx *f, const char *json, const char *loss,
   if (wk_exec_prepare(f->e, &f->b, 0, f->n, NULL, err, sizeof err))
     fail_msg("prepare: %s", err);
   size_t nv;
-  wk_model_variables(f->m, &f->vi, &nv);
+  tsr_model_variables(f->m, &f->vi, &nv);
   f->nv = (int)nv;
   assert_true(nv <= 32);
   for (int v = 0; v < f->nv; v++) {
-    const wk_var_info *vi = &f->vi[v];
+    const tsr_var *vi = &f->vi[v];
     f->names[v] = vi->name;
     float *full = malloc((size_t)vi->numel * sizeof(float));
-    wk_model_init_var(f->m, v, 7, 0, full, (size_t)vi->numel);
+    tsr_model_init_var(f->m, v, 7, 0, full, (size_t)vi->numel);
     f->pd[v] = malloc((size_t)vi->numel * sizeof(double));
     for (int64_t i = 0; i < vi->numel; i++) {
       /* off the initial values (zeros, ones) so every path counts */
@@ -118,9 +118,9 @@ static void fx_open(fx *f, const char *json, const char *loss,
     const int64_t *ids;
     int64_t nr;
     wk_exec_rows(f->e, v, &ids, &nr);
-    int64_t ne = vi->kind == WK_VAR_DENSE ? vi->numel : nr * vi->row_dim;
+    int64_t ne = vi->kind == TSR_VAR_DENSE ? vi->numel : nr * vi->row_dim;
     f->g[v] = calloc((size_t)(ne ? ne : 1), sizeof(float));
-    if (vi->kind == WK_VAR_DENSE) {
+    if (vi->kind == TSR_VAR_DENSE) {
       f->p[v] = full;
     } else {
       f->p[v] = malloc((size_t)(ne ? ne : 1) * sizeof(float));
@@ -142,7 +142,7 @@ static void fx_close(fx *f) {
   free(f->y);
   wk_exec_close(f->e);
   kern_close(f->c);
-  wk_model_free(f->m);
+  tsr_model_free(f->m);
 }
 
 static double ref_loss(fx *f, const json_t *j, const char *loss, bool train,
@@ -178,7 +178,7 @@ static void check(const char *what, const char *json, const char *loss,
   /* BatchNormalization: the batch statistics, as the moving averages get
    * them (grad_scale 1: times the slice's n) */
   for (int v = 0; v < f.nv && ref.bn_stats; v++) {
-    const wk_var_info *vi = &f.vi[v];
+    const tsr_var *vi = &f.vi[v];
     if (vi->trainable) continue;
     bool var = strstr(vi->name, "variance") != NULL;
     for (int64_t ch = 0; ch < vi->numel; ch++) {
@@ -192,15 +192,15 @@ static void check(const char *what, const char *json, const char *loss,
   ref_result_free(&ref);
   /* gradients against central differences of the float64 loss */
   for (int v = 0; v < f.nv; v++) {
-    const wk_var_info *vi = &f.vi[v];
+    const tsr_var *vi = &f.vi[v];
     if (!vi->trainable) continue;
     const int64_t *ids;
     int64_t nr;
     wk_exec_rows(f.e, v, &ids, &nr);
-    int64_t ne = vi->kind == WK_VAR_DENSE ? vi->numel : nr * vi->row_dim;
+    int64_t ne = vi->kind == TSR_VAR_DENSE ? vi->numel : nr * vi->row_dim;
     for (int s = 0; s < 8 && ne > 0; s++) {
       int64_t i = s == 0 ? 0 : s == 1 ? ne - 1 : (int64_t)(urand() * ne);
-      int64_t full = vi->kind == WK_VAR_DENSE
+      int64_t full = vi->kind == TSR_VAR_DENSE
                          ? i
                          : ids[i / vi->row_dim] * vi->row_dim + i % vi->row_dim;
       double keep = f.pd[v][full];
@@ -220,7 +220,7 @@ static void check(const char *what, const char *json, const char *loss,
   o.train = false;
   assert_int_equal(wk_exec_run(f.e, f.p, NULL, &o, &rr), 0);
   ref_loss(&f, j, loss, false, &ref);
-  assert_int_equal(ref.out_dim, wk_model_output_dim(f.m));
+  assert_int_equal(ref.out_dim, tsr_model_output_dim(f.m));
   for (int64_t i = 0; i < f.n * ref.out_dim; i++)
     if (!close_to(rr.pred[i], ref.out[i], 1e-4, 1e-5))
       fail_msg("%s: inference output %lld = %.7g, reference %.7g", what,
@@ -479,18 +479,18 @@ static void test_dropout_anywhere(void **state) {
 
 /* ---- names, shapes, forms, refusals --------------------------------------*/
 
-static wk_model *build_ok(const char *json, const char *loss) {
+static tsr_model *build_ok(const char *json, const char *loss) {
   char err[1024];
-  wk_model *m = NULL;
+  tsr_model *m = NULL;
   json_t *j = jq(json);
-  if (wk_model_build(j, loss, NULL, 0, NULL, &m, err, sizeof err))
+  if (tsr_model_build(j, loss, NULL, 0, NULL, &m, err, sizeof err))
     fail_msg("build: %s", err);
   json_decref(j);
   return m;
 }
 
 static void test_variables(void **state) {
-  wk_model *m = build_ok(
+  tsr_model *m = build_ok(
       seq("28, 28, 1",
           "{'class_name': 'Conv2D', 'config': {'filters': 32, 'kernel_size': "
           "[3, 3], 'activation': 'relu'}}, "
@@ -503,9 +503,9 @@ static void test_variables(void **state) {
           "{'class_name': 'Dense', 'config': {'units': 10, 'activation': "
           "'softmax'}}"),
       "sparse_categorical_crossentropy");
-  const wk_var_info *v;
+  const tsr_var *v;
   size_t n;
-  wk_model_variables(m, &v, &n);
+  tsr_model_variables(m, &v, &n);
   const char *names[] = {
       "conv2d/kernel", "conv2d/bias", "batch_normalization/gamma",
       "batch_normalization/beta", "batch_normalization/moving_mean",
@@ -524,27 +524,27 @@ static void test_variables(void **state) {
   /* Keras's fans: receptive field times channels */
   assert_int_equal(v[0].init.fan_in, 9);
   assert_int_equal(v[0].init.fan_out, 288);
-  assert_int_equal(v[6].init.kind, KERN_INIT_HE_NORMAL);
+  assert_int_equal(v[6].init.kind, TSR_INIT_HE_NORMAL);
   assert_int_equal(v[6].init.fan_in, 288);
   assert_true(v[2].trainable && !v[4].trainable && !v[5].trainable);
   assert_float_equal(v[4].momentum, 0.99, 1e-12);
-  assert_int_equal(v[5].init.kind, KERN_INIT_ONES);
+  assert_int_equal(v[5].init.kind, TSR_INIT_ONES);
   tsr_optim_spec job, vo;
   tsr_optim_defaults(TSR_OPT_ADAM, &job);
-  wk_var_optimizer(&v[4], &job, &vo);
+  tsr_var_optimizer(&v[4], &job, &vo);
   assert_int_equal(vo.kind, TSR_OPT_MOVING_AVERAGE);
   assert_float_equal(vo.learning_rate, 0.01, 1e-12);
-  wk_var_optimizer(&v[2], &job, &vo);
+  tsr_var_optimizer(&v[2], &job, &vo);
   assert_int_equal(vo.kind, TSR_OPT_ADAM);
   /* 28x28 -> 26x26x32 -> 13x13x32 -> 11x11x64 -> 7744 -> 10 */
   assert_int_equal(v[10].shape[0], 7744);
-  assert_int_equal(wk_model_input_dense(m), 784);
+  assert_int_equal(tsr_model_input_dense(m), 784);
   char s[4096];
-  wk_model_summary(m, s, sizeof s);
+  tsr_model_summary(m, s, sizeof s);
   assert_non_null(strstr(s, "conv2d (Conv2D) 28x28x1 -> 26x26x32 relu"));
   assert_non_null(strstr(s, "max_pooling2d (MaxPooling2D) 26x26x32 -> 13x13x32"));
   assert_non_null(strstr(s, "dense (Dense) 7744 -> 10 softmax"));
-  wk_model_free(m);
+  tsr_model_free(m);
 }
 
 /* Keras 3's Functional form: __keras_tensor__ references with
@@ -578,18 +578,18 @@ static void test_keras3_functional(void **state) {
       "['add', 0, 0]}}], 'kwargs': {}}]}], "
       "'input_layers': [['input_layer', 0, 0]], 'output_layers': [['out', 0, "
       "0]]}}";
-  wk_model *m = build_ok(k3, "binary_crossentropy");
-  const wk_var_info *v;
+  tsr_model *m = build_ok(k3, "binary_crossentropy");
+  const tsr_var *v;
   size_t n;
-  wk_model_variables(m, &v, &n);
+  tsr_model_variables(m, &v, &n);
   assert_int_equal(n, 6);
   assert_string_equal(v[4].name, "out/kernel");
   assert_int_equal(v[4].shape[0], 4);
   char s[2048];
-  wk_model_summary(m, s, sizeof s);
+  tsr_model_summary(m, s, sizeof s);
   assert_non_null(strstr(s, "add (Add) 4 + 4 -> 4"));
   assert_non_null(strstr(s, "computed from logits"));
-  wk_model_free(m);
+  tsr_model_free(m);
 }
 
 /* Inputs placed by the data's feature names, in any order. */
@@ -601,10 +601,10 @@ static void test_named_inputs(void **state) {
                       LAY("Concatenate", "cat", "", R("img") ", " R("bmi"))
                       ", " LAY("Dense", "out", ", 'units': 1", R("cat")),
                       "['img', 0, 0], ['bmi', 0, 0]", "out"));
-  wk_model *m = NULL;
-  if (wk_model_build(j, "mse", NULL, 0, &sc, &m, err, sizeof err))
+  tsr_model *m = NULL;
+  if (tsr_model_build(j, "mse", NULL, 0, &sc, &m, err, sizeof err))
     fail_msg("%s", err);
-  assert_int_equal(wk_model_input_dense(m), 5);
+  assert_int_equal(tsr_model_input_dense(m), 5);
   /* out = w . [img0 img1 img2 bmi]: check with a one-hot kernel */
   kern_opts ko = {.device = KERN_DEVICE_CPU};
   kern_ctx *c;
@@ -623,11 +623,11 @@ static void test_named_inputs(void **state) {
   assert_float_equal(r.pred[1], 7 + 800, 1e-4);
   wk_exec_close(e);
   kern_close(c);
-  wk_model_free(m);
+  tsr_model_free(m);
   /* a name the data does not have, when others match */
   char *names2[5] = {"age", "img[0]", "img[1]", "img[2]", "height"};
   sc.dense_names = names2;
-  assert_int_equal(wk_model_build(j, "mse", NULL, 0, &sc, &m, err, sizeof err),
+  assert_int_equal(tsr_model_build(j, "mse", NULL, 0, &sc, &m, err, sizeof err),
                    TSR_ESHAPE);
   assert_non_null(strstr(err, "model input 'bmi'"));
   json_decref(j);
@@ -636,9 +636,9 @@ static void test_named_inputs(void **state) {
 static void refused(const char *json, const char *loss, int code,
                     const char *s1, const char *s2) {
   char err[1024] = "";
-  wk_model *m = NULL;
+  tsr_model *m = NULL;
   json_t *j = jq(json);
-  int rc = wk_model_build(j, loss, NULL, 0, NULL, &m, err, sizeof err);
+  int rc = tsr_model_build(j, loss, NULL, 0, NULL, &m, err, sizeof err);
   json_decref(j);
   if (rc != code) fail_msg("expected %d, got %d (%s)", code, rc, err);
   assert_null(m);
@@ -747,28 +747,28 @@ static void test_refusals(void **state) {
 /* The built-in wide_deep: hidden layers are ReLU unless the spec says
  * otherwise (the activation key left out used to make them linear). */
 static void test_wide_deep_relu(void **state) {
-  wk_model *m = build_ok("{'builtin': 'wide_deep', 'dense_features': 13, "
+  tsr_model *m = build_ok("{'builtin': 'wide_deep', 'dense_features': 13, "
                          "'sparse_features': 2, 'vocab': 10, "
                          "'embedding_dim': 64, 'hidden': [128, 64]}",
                          "binary_crossentropy");
   char s[4096];
-  wk_model_summary(m, s, sizeof s);
+  tsr_model_summary(m, s, sizeof s);
   assert_non_null(strstr(s, "dense (Dense) 141 -> 128 relu"));
   assert_non_null(strstr(s, "dense_1 (Dense) 128 -> 64 relu"));
   assert_non_null(strstr(s, "dense_2 (Dense) 64 -> 1 sigmoid"));
-  const wk_var_info *v;
+  const tsr_var *v;
   size_t n;
-  wk_model_variables(m, &v, &n);
+  tsr_model_variables(m, &v, &n);
   assert_string_equal(v[0].name, "embedding_c0/embeddings");
   assert_string_equal(v[2].name, "dense/kernel");
   assert_string_equal(v[n - 1].name, "wide/embeddings");
-  wk_model_free(m);
+  tsr_model_free(m);
   m = build_ok("{'builtin': 'wide_deep', 'dense_features': 3, "
                "'sparse_features': 1, 'vocab': 10, 'activation': 'tanh', "
                "'hidden': [4]}", "binary_crossentropy");
-  wk_model_summary(m, s, sizeof s);
+  tsr_model_summary(m, s, sizeof s);
   assert_non_null(strstr(s, "dense (Dense) 11 -> 4 tanh"));
-  wk_model_free(m);
+  tsr_model_free(m);
 }
 
 int main(void) {

@@ -99,14 +99,14 @@ static const char *mlp =
     "\"%s\"}}]}}";
 
 static int build(int units, const char *act, const char *loss,
-                 char **metrics, int nm, wk_model **m, char *err,
+                 char **metrics, int nm, tsr_model **m, char *err,
                  size_t len) {
   char text[1024];
   snprintf(text, sizeof text, mlp, units, act);
   json_error_t je;
   json_t *j = json_loads(text, 0, &je);
   if (!j) fail_msg("test JSON: %s", je.text);
-  int rc = wk_model_build(j, loss, metrics, nm, NULL, m, err, len);
+  int rc = tsr_model_build(j, loss, metrics, nm, NULL, m, err, len);
   json_decref(j);
   return rc;
 }
@@ -157,13 +157,13 @@ static void loss_objects(void **state) {
                bad[i].needle);
   }
   /* the model takes the canonical text */
-  wk_model *m = NULL;
+  tsr_model *m = NULL;
   assert_int_equal(build(1, "linear", "huber@delta=2.5", NULL, 0, &m, err,
                          sizeof err), 0);
-  wk_model_free(m);
+  tsr_model_free(m);
   assert_int_equal(build(3, "softmax", "kld", NULL, 0, &m, err, sizeof err),
                    0);
-  wk_model_free(m);
+  tsr_model_free(m);
   assert_int_equal(build(1, "sigmoid", "kld", NULL, 0, &m, err, sizeof err),
                    TSR_ESHAPE);
   assert_non_null(strstr(err, "at least 2 units"));
@@ -189,7 +189,7 @@ static void metrics_by_hand(void **state) {
   assert_string_equal(topk, "top_k_categorical_accuracy@k=2");
   char *names[] = {"accuracy", "precision", "recall", topk, "auc",
                    "auc@multi_label"};
-  wk_model *m = NULL;
+  tsr_model *m = NULL;
   assert_int_equal(build(3, "softmax", "sparse_categorical_crossentropy",
                          names, 6, &m, err, sizeof err), 0);
   wk_metrics *mt;
@@ -213,7 +213,7 @@ static void metrics_by_hand(void **state) {
   /* per class: 1, 2/3, 2.5/4 */
   assert_true(fabs(val[5] - (1 + 2.0 / 3 + 0.625) / 3) < 1e-12);
   wk_metrics_close(mt);
-  wk_model_free(m);
+  tsr_model_free(m);
   /* refused with a reason */
   v = json_loads("{\"class_name\": \"Precision\", \"config\": {\"top_k\": 3}}",
                  0, NULL);
@@ -229,7 +229,7 @@ static void metrics_by_hand(void **state) {
 
 static void bce_labels_checked(void **state) {
   (void)state;
-  wk_model *m = NULL;
+  tsr_model *m = NULL;
   char err[512];
   assert_int_equal(build(1, "sigmoid", "binary_crossentropy", NULL, 0, &m,
                          err, sizeof err), 0);
@@ -247,7 +247,7 @@ static void bce_labels_checked(void **state) {
   assert_int_equal(wk_exec_prepare(e, &b, 0, 3, NULL, err, sizeof err), 0);
   wk_exec_close(e);
   kern_close(c);
-  wk_model_free(m);
+  tsr_model_free(m);
 }
 
 int main(void) {

@@ -51,13 +51,13 @@ static const char *keras_example =
     "\"backend\": \"tensorflow\"}";
 
 static int build(const char *json, const char *loss, const char *metric,
-                 const wk_input_schema *sc, wk_model **m, char *err,
+                 const wk_input_schema *sc, tsr_model **m, char *err,
                  size_t len) {
   json_error_t je;
   json_t *j = json_loads(json, 0, &je);
   if (!j) fail_msg("test JSON: %s", je.text);
   char *mets[1] = {(char *)metric};
-  int rc = wk_model_build(j, loss, mets, metric ? 1 : 0, sc, m, err, len);
+  int rc = tsr_model_build(j, loss, mets, metric ? 1 : 0, sc, m, err, len);
   json_decref(j);
   return rc;
 }
@@ -118,15 +118,15 @@ typedef struct {
   float *p[32], *g[32];
 } tparams;
 
-static void params_for(const wk_model *m, wk_exec *e, tparams *tp) {
-  const wk_var_info *vi;
+static void params_for(const tsr_model *m, wk_exec *e, tparams *tp) {
+  const tsr_var *vi;
   size_t nv;
-  wk_model_variables(m, &vi, &nv);
+  tsr_model_variables(m, &vi, &nv);
   tp->nv = (int)nv;
   for (size_t v = 0; v < nv; v++) {
     if (!tp->full[v]) {
       tp->full[v] = malloc((size_t)vi[v].numel * sizeof(float));
-      wk_model_init_var(m, (int)v, 3, 0, tp->full[v], (size_t)vi[v].numel);
+      tsr_model_init_var(m, (int)v, 3, 0, tp->full[v], (size_t)vi[v].numel);
       /* biases and wide weights start at zero: move them off it */
       for (int64_t i = 0; i < vi[v].numel; i++)
         tp->full[v][i] += (float)(urand() * 0.2 - 0.1);
@@ -136,10 +136,10 @@ static void params_for(const wk_model *m, wk_exec *e, tparams *tp) {
     const int64_t *ids;
     int64_t nr;
     wk_exec_rows(e, (int)v, &ids, &nr);
-    int64_t ne = vi[v].kind == WK_VAR_DENSE ? vi[v].numel : nr * vi[v].row_dim;
+    int64_t ne = vi[v].kind == TSR_VAR_DENSE ? vi[v].numel : nr * vi[v].row_dim;
     tp->p[v] = malloc((size_t)(ne ? ne : 1) * sizeof(float));
     tp->g[v] = malloc((size_t)(ne ? ne : 1) * sizeof(float));
-    if (vi[v].kind == WK_VAR_DENSE)
+    if (vi[v].kind == TSR_VAR_DENSE)
       memcpy(tp->p[v], tp->full[v], (size_t)ne * sizeof(float));
     else
       for (int64_t u = 0; u < nr; u++)
@@ -168,7 +168,7 @@ static double run_loss(wk_exec *e, tparams *tp, bool train) {
 static void grad_check(const char *what, const char *json, const char *loss,
                        int64_t nd, int ns, int label_kind, int64_t int_vocab) {
   char err[512];
-  wk_model *m = NULL;
+  tsr_model *m = NULL;
   if (build(json, loss, NULL, NULL, &m, err, sizeof err))
     fail_msg("%s: %s", what, err);
   kern_opts ko = {.device = KERN_DEVICE_CPU};
@@ -183,16 +183,16 @@ static void grad_check(const char *what, const char *json, const char *loss,
   tparams tp = {0};
   params_for(m, e, &tp);
   run_loss(e, &tp, true);
-  const wk_var_info *vi;
+  const tsr_var *vi;
   size_t nv;
-  wk_model_variables(m, &vi, &nv);
+  tsr_model_variables(m, &vi, &nv);
   float *g0[32];
   int64_t nel[32];
   for (size_t v = 0; v < nv; v++) { /* every gradient before any probe */
     const int64_t *ids;
     int64_t nr;
     wk_exec_rows(e, (int)v, &ids, &nr);
-    nel[v] = vi[v].kind == WK_VAR_DENSE ? vi[v].numel : nr * vi[v].row_dim;
+    nel[v] = vi[v].kind == TSR_VAR_DENSE ? vi[v].numel : nr * vi[v].row_dim;
     g0[v] = malloc((size_t)(nel[v] ? nel[v] : 1) * sizeof(float));
     memcpy(g0[v], tp.g[v], (size_t)nel[v] * sizeof(float));
   }
@@ -200,7 +200,7 @@ static void grad_check(const char *what, const char *json, const char *loss,
     const int64_t *ids;
     int64_t nr;
     wk_exec_rows(e, (int)v, &ids, &nr);
-    int64_t ne = vi[v].kind == WK_VAR_DENSE ? vi[v].numel : nr * vi[v].row_dim;
+    int64_t ne = vi[v].kind == TSR_VAR_DENSE ? vi[v].numel : nr * vi[v].row_dim;
     for (int s = 0; s < 12 && ne > 0; s++) {
       int64_t i = (int64_t)(urand() * ne);
       float keep = tp.p[v][i];
@@ -233,7 +233,7 @@ static void grad_check(const char *what, const char *json, const char *loss,
   free_batch(&tb);
   wk_exec_close(e);
   kern_close(c);
-  wk_model_free(m);
+  tsr_model_free(m);
 }
 
 static char *seq_json(const char *layers, int64_t in) {
@@ -248,34 +248,34 @@ static char *seq_json(const char *layers, int64_t in) {
 
 static void test_keras_example_variables(void **state) {
   char err[512];
-  wk_model *m;
+  tsr_model *m;
   assert_int_equal(build(keras_example, "mse", NULL, NULL, &m, err, sizeof err), 0);
-  const wk_var_info *v;
+  const tsr_var *v;
   size_t n;
-  wk_model_variables(m, &v, &n);
+  tsr_model_variables(m, &v, &n);
   assert_int_equal(n, 4);
   assert_string_equal(v[0].name, "dense/kernel");
   assert_int_equal(v[0].shape[0], 10);
   assert_int_equal(v[0].shape[1], 64);
-  assert_int_equal(v[0].init.kind, KERN_INIT_GLOROT_UNIFORM);
+  assert_int_equal(v[0].init.kind, TSR_INIT_GLOROT_UNIFORM);
   assert_int_equal(v[0].init.fan_in, 10);
   assert_int_equal(v[0].init.fan_out, 64);
   assert_string_equal(v[1].name, "dense/bias");
   assert_int_equal(v[1].rank, 1);
-  assert_int_equal(v[1].init.kind, KERN_INIT_ZEROS);
+  assert_int_equal(v[1].init.kind, TSR_INIT_ZEROS);
   assert_string_equal(v[2].name, "dense_1/kernel");
   assert_string_equal(v[3].name, "dense_1/bias");
   assert_int_equal(v[3].numel, 1);
-  assert_int_equal(v[0].kind, WK_VAR_DENSE);
-  assert_int_equal(wk_model_input_dense(m), 10);
+  assert_int_equal(v[0].kind, TSR_VAR_DENSE);
+  assert_int_equal(tsr_model_input_dense(m), 10);
   /* initial values are the counter-based generator's for that name */
   float a[640], b[640];
-  wk_model_init_var(m, 0, 42, 0, a, 640);
+  tsr_model_init_var(m, 0, 42, 0, a, 640);
   kern_init_fill(&v[0].init, 42, kern_init_var_key("dense/kernel"), 0, b, 640);
   assert_memory_equal(a, b, sizeof a);
   double lim = sqrt(6.0 / 74);
   for (int i = 0; i < 640; i++) assert_true(fabs(a[i]) <= lim);
-  wk_model_free(m);
+  tsr_model_free(m);
 }
 
 /* Keras 3's model.to_json(): InputLayer batch_shape, module and
@@ -304,19 +304,19 @@ static void test_keras3_and_default_names(void **state) {
       "{\"module\": \"keras.initializers\", \"class_name\": \"RandomUniform\", "
       "\"config\": {\"minval\": -0.5, \"maxval\": 0.25, \"seed\": null}}}}]}}";
   char err[512];
-  wk_model *m;
+  tsr_model *m;
   if (build(k3, "mse", NULL, NULL, &m, err, sizeof err)) fail_msg("%s", err);
-  const wk_var_info *v;
+  const tsr_var *v;
   size_t n;
-  wk_model_variables(m, &v, &n);
+  tsr_model_variables(m, &v, &n);
   assert_int_equal(n, 4);
   assert_string_equal(v[0].name, "dense/kernel");
   assert_int_equal(v[0].shape[0], 10);
   assert_string_equal(v[2].name, "dense_1/kernel");
-  assert_int_equal(v[2].init.kind, KERN_INIT_UNIFORM);
+  assert_int_equal(v[2].init.kind, TSR_INIT_UNIFORM);
   assert_float_equal(v[2].init.a, -0.5, 0);
   assert_float_equal(v[2].init.b, 0.25, 0);
-  wk_model_free(m);
+  tsr_model_free(m);
   /* no names: Keras's defaults, per class */
   const char *anon =
       "{\"class_name\": \"Sequential\", \"config\": {\"layers\": ["
@@ -327,15 +327,15 @@ static void test_keras3_and_default_names(void **state) {
       " {\"class_name\": \"Dropout\", \"config\": {\"rate\": 0.1}}, "
       "{\"class_name\": \"Dense\", \"config\": {\"units\": 1}}]}}";
   if (build(anon, "mse", NULL, NULL, &m, err, sizeof err)) fail_msg("%s", err);
-  wk_model_variables(m, &v, &n);
+  tsr_model_variables(m, &v, &n);
   assert_int_equal(n, 5);
   assert_string_equal(v[0].name, "embedding/embeddings");
-  assert_int_equal(v[0].kind, WK_VAR_ROW_SPARSE);
-  assert_int_equal(v[0].init.kind, KERN_INIT_UNIFORM);
+  assert_int_equal(v[0].kind, TSR_VAR_ROW_SPARSE);
+  assert_int_equal(v[0].init.kind, TSR_INIT_UNIFORM);
   assert_string_equal(v[1].name, "dense/kernel");
   assert_int_equal(v[1].shape[0], 12);
   assert_string_equal(v[3].name, "dense_1/kernel");
-  wk_model_free(m);
+  tsr_model_free(m);
 }
 
 static void test_grad_dense_activations(void **state) {
@@ -429,7 +429,7 @@ static void test_grad_embeddings(void **state) {
  * equal one replica on the whole batch. */
 static void test_replicas_sum(void **state) {
   char err[512];
-  wk_model *m;
+  tsr_model *m;
   assert_int_equal(build("{\"builtin\": \"wide_deep\", \"dense_features\": 3,"
                          " \"sparse_features\": 2, \"vocab\": 6, "
                          "\"embedding_dim\": 2, \"hidden\": [5]}",
@@ -464,14 +464,14 @@ static void test_replicas_sum(void **state) {
   wk_exec *reps[2] = {e[1], e[2]};
   assert_int_equal(wk_exec_allreduce(reps, 2), 0);
   assert_int_equal(wk_exec_fetch_grads(e[1], r1.g), 0);
-  const wk_var_info *vi;
+  const tsr_var *vi;
   size_t nv;
-  wk_model_variables(m, &vi, &nv);
+  tsr_model_variables(m, &vi, &nv);
   for (size_t v = 0; v < nv; v++) {
     const int64_t *ids;
     int64_t nr;
     wk_exec_rows(e[0], (int)v, &ids, &nr);
-    int64_t ne = vi[v].kind == WK_VAR_DENSE ? vi[v].numel : nr * vi[v].row_dim;
+    int64_t ne = vi[v].kind == TSR_VAR_DENSE ? vi[v].numel : nr * vi[v].row_dim;
     for (int64_t i = 0; i < ne; i++)
       if (fabsf(one.g[v][i] - r1.g[v][i]) > 1e-5f)
         fail_msg("%s[%lld]: one replica %g, two summed %g", vi[v].name,
@@ -486,14 +486,14 @@ static void test_replicas_sum(void **state) {
     wk_exec_close(e[i]);
     kern_close(c[i]);
   }
-  wk_model_free(m);
+  tsr_model_free(m);
 }
 
 static void expect_build_error(const char *json, const char *loss,
                                const wk_input_schema *sc, int code,
                                const char *s1, const char *s2) {
   char err[1024] = "";
-  wk_model *m = NULL;
+  tsr_model *m = NULL;
   int rc = build(json, loss, NULL, sc, &m, err, sizeof err);
   if (rc != code) fail_msg("expected %d, got %d (%s)", code, rc, err);
   assert_null(m);
@@ -553,7 +553,7 @@ static void test_bad_models(void **state) {
 
 static void test_bad_batches(void **state) {
   char err[512];
-  wk_model *m;
+  tsr_model *m;
   assert_int_equal(build(seq_json("{\"class_name\": \"Dense\", \"config\": "
                                   "{\"name\": \"d\", \"units\": 3, "
                                   "\"activation\": \"softmax\"}}", 4),
@@ -598,16 +598,16 @@ static void test_bad_batches(void **state) {
     assert_null(t);
     assert_non_null(strstr(err, "no usable GPU"));
   }
-  wk_model_free(m);
+  tsr_model_free(m);
 }
 
 /* A linear target learned by the Keras example with Adam; and fp16 loss
  * scaling: overflowing gradients are skipped and halve the scale. */
 static void train_regression(tsr_precision prec, float label_scale,
-                             int steps, wk_trainer **out_t, wk_model **out_m,
+                             int steps, wk_trainer **out_t, tsr_model **out_m,
                              double *first, double *last) {
   char err[512];
-  wk_model *m;
+  tsr_model *m;
   assert_int_equal(build(keras_example, "mse", "mae", NULL, &m, err, sizeof err), 0);
   tsr_optim_spec opt;
   tsr_optim_defaults(TSR_OPT_ADAM, &opt);
@@ -640,23 +640,23 @@ static void train_regression(tsr_precision prec, float label_scale,
 
 static void test_train_converges(void **state) {
   wk_trainer *t;
-  wk_model *m;
+  tsr_model *m;
   double first, last;
   train_regression(TSR_PREC_FP32, 1.0f, 400, &t, &m, &first, &last);
   print_message("fp32: loss %.4f -> %.4f\n", first, last);
   assert_true(last < first * 0.05);
   wk_trainer_close(t);
-  wk_model_free(m);
+  tsr_model_free(m);
   train_regression(TSR_PREC_BF16, 1.0f, 400, &t, &m, &first, &last);
   print_message("bf16: loss %.4f -> %.4f\n", first, last);
   assert_true(last < first * 0.05);
   wk_trainer_close(t);
-  wk_model_free(m);
+  tsr_model_free(m);
 }
 
 static void test_fp16_loss_scale(void **state) {
   wk_trainer *t;
-  wk_model *m;
+  tsr_model *m;
   double first, last;
   /* labels of ~1e3: dL/dy * 2^15 overflows fp16 until the scale drops */
   train_regression(TSR_PREC_FP16, 1000.0f, 60, &t, &m, &first, &last);
@@ -666,13 +666,13 @@ static void test_fp16_loss_scale(void **state) {
   assert_true(wk_trainer_loss_scale(t) < 32768.0f);
   assert_int_equal(wk_trainer_steps(t) + wk_trainer_skipped(t), 60);
   wk_trainer_close(t);
-  wk_model_free(m);
+  tsr_model_free(m);
   /* small labels: no overflow, the scale doubles after 2000 finite steps */
   train_regression(TSR_PREC_FP16, 0.01f, 2001, &t, &m, &first, &last);
   assert_int_equal(wk_trainer_skipped(t), 0);
   assert_float_equal(wk_trainer_loss_scale(t), 65536.0f, 0);
   wk_trainer_close(t);
-  wk_model_free(m);
+  tsr_model_free(m);
 }
 
 static void test_metrics(void **state) {

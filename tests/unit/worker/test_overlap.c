@@ -55,10 +55,10 @@ static const char *model_json =
     " {\"name\": \"b\", \"vocab\": 7, \"dim\": 2}], \"hidden\": [6, 4]}";
 
 typedef struct {
-  wk_model *m;
+  tsr_model *m;
   kern_ctx *c;
   wk_exec *e;
-  const wk_var_info *vi;
+  const tsr_var *vi;
   size_t nv;
   float *p[NV_MAX], *g[NV_MAX];
   int64_t elems[NV_MAX];
@@ -88,7 +88,7 @@ static void fx_up_json(fx *f, const char *json, int n_sparse) {
   json_error_t je;
   json_t *j = json_loads(json, 0, &je);
   assert_non_null(j);
-  if (wk_model_build(j, "binary_crossentropy", NULL, 0, NULL, &f->m, err,
+  if (tsr_model_build(j, "binary_crossentropy", NULL, 0, NULL, &f->m, err,
                      sizeof err))
     fail_msg("model: %s", err);
   json_decref(j);
@@ -96,7 +96,7 @@ static void fx_up_json(fx *f, const char *json, int n_sparse) {
   assert_int_equal(kern_open(&ko, &f->c, err, sizeof err), 0);
   assert_int_equal(wk_exec_open(f->m, f->c, 8, KERN_F32, &f->e, err,
                                 sizeof err), 0);
-  assert_int_equal(wk_model_variables(f->m, &f->vi, &f->nv), 0);
+  assert_int_equal(tsr_model_variables(f->m, &f->vi, &f->nv), 0);
   assert_true(f->nv <= NV_MAX);
   f->b.n = 8;
   f->b.n_dense = 3;
@@ -122,7 +122,7 @@ static void fx_up_json(fx *f, const char *json, int n_sparse) {
     const int64_t *ids;
     int64_t nr;
     wk_exec_rows(f->e, (int)v, &ids, &nr);
-    f->elems[v] = f->vi[v].kind == WK_VAR_DENSE ? f->vi[v].numel
+    f->elems[v] = f->vi[v].kind == TSR_VAR_DENSE ? f->vi[v].numel
                                                  : nr * f->vi[v].row_dim;
     f->p[v] = malloc((size_t)f->elems[v] * sizeof(float));
     f->g[v] = calloc((size_t)f->elems[v], sizeof(float));
@@ -140,7 +140,7 @@ static void fx_down(fx *f) {
   }
   wk_exec_close(f->e);
   kern_close(f->c);
-  wk_model_free(f->m);
+  tsr_model_free(f->m);
 }
 
 /* Index of the layer a "dense_K/..." variable belongs to; -1 otherwise. */

@@ -1,0 +1,322 @@
+#!/usr/bin/env bash
+# Kill storms: for each mode (async, ssp:2, sync) a local cluster of real
+# processes (1 chief, 2 PS, 2 workers, from TF_CONFIG) trains the diabetes
+# job (deploy/jobs/diabetes.json) with periodic checkpoints. A normal run
+# (no kill) measures the normal run time T and the exact step count, again
+# before every fifth storm run (the machine's load moves); then each storm
+# run kills -9 a random process or pair (any one process, any two at once:
+# the chief with a worker, both workers, a PS and a worker, ...) at a random
+# moment (a random time after one of the first eight checkpoints, which come
+# every tenth of the run), starts what it killed again, and checks:
+#  - the chief exits 0 and its summary gives the normal run's step count;
+#  - the final loss is finite (the evaluation's loss when a chief restarted
+#    after the final checkpoint found the job done);
+#  - the newest checkpoint is readable (`tessera ckpt inspect`) and is the
+#    final step's.
+# A run still going after 4 T is a hang: it is reported, the cluster is
+# killed and its logs are kept. Every failed or hung run keeps its logs
+# under the folder printed at the end. A run that ended before its kill
+# moment (a faster run than the normal one) is "missed": it proves nothing
+# and is not a pass (a kill late in the run can miss). The table gives per mode the runs, passes, hangs,
+# failures, misses, T and the passes' seconds over T (mean, max).
+#
+# Each run has its own seed (printed); it decides the victims and the
+# moment, so a run is repeated with
+#   storm.sh --modes MODE --seed SEED --runs 1
+# Options:
+#   --runs N        storm runs per mode (5)
+#   --seed S        base seed (run i of a mode has seed S + i); default
+#                   $TSR_STORM_SEED, else a fresh one (printed)
+#   --modes LIST    comma-separated (async,ssp:2,sync)
+#   --victims LIST  always kill these, e.g. chief+worker1 (default: random)
+#   --epochs E      job epochs (default $TSR_STORM_EPOCHS, else the job's)
+#   --hang-factor F a run past F T is a hang (4; T the larger of the last
+#                   two normal runs)
+#   --normal-every K a normal run again before every K-th storm run, T
+#                   from it (5): the machine's load moves
+#   --keep DIR      keep the failed runs' logs under DIR (default
+#                   $TSR_STORM_KEEP, else a fresh folder under /tmp)
+# Exit status: 0 when every run passed, 1 otherwise.
+# TSR_BUILD_DIR (default build/) and TSR_SOURCE_DIR (default this
+# repository) as meson test sets them.
+case " $* " in
+  *" -h "*|*" --help "*) sed -n "2,$(grep -n '^# repository) as meson' "$0" | cut -d: -f1)p" "$0"; exit 0 ;;
+esac
+# run by hand from the repository: the sources here, the build in build/
+TSR_SOURCE_DIR=${TSR_SOURCE_DIR:-$(cd "$(dirname "$0")/../../.." && pwd)}
+TSR_BUILD_DIR=${TSR_BUILD_DIR:-$TSR_SOURCE_DIR/build}
+export TSR_SOURCE_DIR TSR_BUILD_DIR
+. "$(dirname "$0")/../cluster/lib.sh"
+
+RUNS=5
+SEED=${TSR_STORM_SEED:-}
+MODES=async,ssp:2,sync
+VICTIMS=
+EPOCHS=${TSR_STORM_EPOCHS:-}
+KEEP=${TSR_STORM_KEEP:-}
+HANG_FACTOR=4
+NORMAL_EVERY=5
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --runs) RUNS=$2; shift 2 ;;
+    --seed) SEED=$2; shift 2 ;;
+    --modes) MODES=$2; shift 2 ;;
+    --victims) VICTIMS=$2; shift 2 ;;
+    --epochs) EPOCHS=$2; shift 2 ;;
+    --keep) KEEP=$2; shift 2 ;;
+    --hang-factor) HANG_FACTOR=$2; shift 2 ;;
+    --normal-every) NORMAL_EVERY=$2; shift 2 ;;
+    *) echo "storm.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+for v in RUNS EPOCHS HANG_FACTOR NORMAL_EVERY; do
+  if [ -n "${!v}" ] && ! [[ ${!v} =~ ^[0-9]+$ ]]; then
+    echo "storm.sh: --${v,,} '${!v}' is not a whole number" >&2; exit 2
+  fi
+done
+[ -z "$SEED" ] && SEED=$(( $(od -An -tu2 -N2 /dev/urandom) * 1000 ))
+if ! [[ $SEED =~ ^[0-9]+$ ]]; then
+  echo "storm.sh: --seed '$SEED' is not a whole number" >&2; exit 2
+fi
+
+ROOT=$WORK
+KEEP=${KEEP:-$(mktemp -d /tmp/tsr_storm_failed_XXXXXX)}
+mkdir -p "$KEEP"
+JOB=$SRC/deploy/jobs/diabetes.json
+ALL=(chief ps0 ps1 worker0 worker1)
+# every single process and every pair
+SETS=()
+for ((a = 0; a < 5; a++)); do
+  SETS+=("${ALL[$a]}")
+  for ((b = a + 1; b < 5; b++)); do SETS+=("${ALL[$a]}+${ALL[$b]}"); done
+done
+
+stop_cluster() {
+  local k
+  for k in "${!PIDS[@]}"; do kill -9 "${PIDS[$k]}" 2>/dev/null; unset "PIDS[$k]"; done
+  wait 2>/dev/null
+}
+storm_cleanup() {
+  stop_cluster
+  rm -rf "$ROOT"
+  rmdir "$KEEP" 2>/dev/null
+}
+trap storm_cleanup EXIT
+
+now() { echo "$EPOCHREALTIME"; }
+now_us() { echo "${EPOCHREALTIME/./}"; }
+secs() { /usr/bin/python3 -c "import sys; print('%.1f' % (float(sys.argv[2]) - float(sys.argv[1])))" "$1" "$2"; }
+
+# chief_args MODE: the chief's arguments for one run (the work folder WORK)
+chief_args() {
+  CARGS=(--job "$JOB" ${EPOCHS:+--epochs "$EPOCHS"} --set "mode=$1"
+         --set steps_per_closure=20 --checkpoint-dir "$WORK/ckpt"
+         --set checkpoint.every_steps=$CKPT_EVERY --set checkpoint.keep=3
+         --summary-json "$WORK/summary.json")
+}
+
+# verify EXPECTED_STEPS: checks the run in WORK; sets WHY on failure
+verify() {
+  local steps loss ck
+  WHY=
+  if [ "$CHIEF_RC" != 0 ]; then WHY="chief exit $CHIEF_RC: $(grep ' ERROR ' "$WORK/chief.log" | tail -n 1)"; return 1; fi
+  steps=$(json_get "$WORK/summary.json" steps 2>/dev/null)
+  if [ -n "$1" ] && [ "$steps" != "$1" ]; then WHY="steps $steps, expected $1"; return 1; fi
+  loss=$(json_get "$WORK/summary.json" final_loss 2>/dev/null)
+  # a chief killed after the final checkpoint finds the job done and trains
+  # nothing: no training loss, its evaluation's instead
+  if [ "$loss" = None ] && [ "$(json_get "$WORK/summary.json" steps_run 2>/dev/null)" = 0 ]; then
+    loss=$(json_get "$WORK/summary.json" eval.loss 2>/dev/null)
+  fi
+  if ! /usr/bin/python3 -c 'import math,sys; sys.exit(0 if math.isfinite(float(sys.argv[1])) else 1)' "$loss" 2>/dev/null; then
+    WHY="final loss '$loss' is not finite"; return 1
+  fi
+  if ! "$TESSERA" ckpt inspect "$WORK/ckpt" >"$WORK/inspect.txt" 2>&1; then
+    WHY="newest checkpoint unreadable: $(tail -n 1 "$WORK/inspect.txt")"; return 1
+  fi
+  ck=$(ckpt_step "$WORK/ckpt")
+  if [ "$ck" != "$steps" ]; then WHY="newest checkpoint is step $ck, not the final $steps"; return 1; fi
+  STEPS_DONE=$steps
+  LOSS=$loss
+}
+
+# one_run MODE NAME: a fresh cluster in $ROOT/NAME; the kill (if KILL_AT is
+# set: once the checkpoint of step KILL_AT is committed, KILL_DELAY s later,
+# of the processes in VICT); waits at most BOUND s.
+# Sets OUTCOME (pass, hang, fail), ELAPSED, WHY.
+one_run() {
+  local mode=$1 t0 v deadline killed=0
+  WORK=$ROOT/$2
+  mkdir -p "$WORK"
+  cluster 2 2
+  chief_args "$mode"
+  t0=$(now)
+  start_all
+  start_chief "${CARGS[@]}"
+  deadline=$(( $(now_us) + BOUND * 1000000 ))
+  if [ -n "${KILL_AT:-}" ]; then
+    # the moment is one of progress, not of time (this machine's speed
+    # moves): after a checkpoint, some way to the next one
+    while kill -0 "$CHIEF_PID" 2>/dev/null && [ "$(ckpt_step "$WORK/ckpt")" -lt 0 ] &&
+          [ "$(now_us)" -lt $deadline ]; do sleep 0.05; done
+    t_ck0=$(now)
+    while kill -0 "$CHIEF_PID" 2>/dev/null && [ "$(ckpt_step "$WORK/ckpt")" -lt "$KILL_AT" ] &&
+          [ "$(now_us)" -lt $deadline ]; do sleep 0.05; done
+    # a part (KILL_FRAC %) of the time between two checkpoints, as this
+    # run goes (after step 0: a tenth of the fastest normal run)
+    KILL_DELAY=$(/usr/bin/python3 -c "import sys; k=int(sys.argv[1]); t=float(sys.argv[2]) - float(sys.argv[3]); iv=t / k if k else float(sys.argv[4]) / 10; print('%.2f' % (iv * int(sys.argv[5]) / 100))" \
+      "$((KILL_AT / CKPT_EVERY))" "$(now)" "$t_ck0" "$TMIN" "$KILL_FRAC")
+    sleep "$KILL_DELAY"
+    KILLED_AT=$(secs "$t0" "$(now)")
+    if ! kill -0 "$CHIEF_PID" 2>/dev/null; then
+      NOTE="the run ended before the kill"
+    else
+      IFS=+ read -r -a vs <<<"$VICT"
+      for v in "${vs[@]}"; do kill -9 "${PIDS[$v]}" 2>/dev/null; done
+      for v in "${vs[@]}"; do wait "${PIDS[$v]}" 2>/dev/null; done
+      for v in "${vs[@]}"; do
+        echo "---- storm: killed $v (-9) at $(secs "$t0" "$(now)") s, started again" >>"$WORK/$v.log"
+        case $v in
+          chief) start_chief "${CARGS[@]}" ;;
+          ps*) start_ps "${v#ps}" ;;
+          worker*) start_worker "${v#worker}" ;;
+        esac
+      done
+      killed=1
+    fi
+  fi
+  while kill -0 "$CHIEF_PID" 2>/dev/null && [ "$(now_us)" -lt $deadline ]; do sleep 0.1; done
+  ELAPSED=$(secs "$t0" "$(now)")
+  if kill -0 "$CHIEF_PID" 2>/dev/null; then
+    OUTCOME=hang
+    WHY="still running after $BOUND s, last progress: $(grep -ao 'step [0-9]*/[0-9]*' "$WORK/chief.log" | tail -n 1)"
+    stop_cluster
+    return
+  fi
+  wait "$CHIEF_PID"; CHIEF_RC=$?
+  unset 'PIDS[chief]'
+  stop_cluster
+  if ! verify "${EXPECT:-}"; then OUTCOME=fail
+  elif [ -n "${KILL_AT:-}" ] && [ $killed = 0 ]; then OUTCOME=missed
+  else OUTCOME=pass; fi
+}
+
+keep_logs() { # name
+  mkdir -p "$KEEP/$1"
+  cp "$WORK"/*.log "$WORK"/summary.json "$WORK"/inspect.txt "$KEEP/$1/" 2>/dev/null
+  ls "$WORK/ckpt" >"$KEEP/$1/ckpt_folders.txt" 2>/dev/null
+}
+
+echo "storm: seed $SEED, $RUNS runs per mode, modes $MODES, $JOB${EPOCHS:+ with $EPOCHS epochs}"
+echo "storm: repeat one run with: $0 --modes MODE --seed SEED --runs 1${EPOCHS:+ --epochs $EPOCHS}"
+IFS=, read -r -a mode_list <<<"$MODES"
+TABLE=()
+declare -A BY_RUNS BY_PASS BY_MISS
+KINDS=("a worker" "a PS" "the chief" "chief+worker" "both workers" "PS+worker" "both PS" "chief+PS")
+# kind SET: the failure a set of victims is (chief+worker1 is chief+worker)
+kind() {
+  case $1 in
+    worker?) echo "a worker" ;;
+    ps?) echo "a PS" ;;
+    chief) echo "the chief" ;;
+    chief+worker?) echo "chief+worker" ;;
+    worker0+worker1) echo "both workers" ;;
+    ps?+worker?) echo "PS+worker" ;;
+    ps0+ps1) echo "both PS" ;;
+    chief+ps?) echo "chief+PS" ;;
+    *) echo "$1" ;;
+  esac
+}
+# normal_run MODE TAG K: the K-th run without a kill; sets T (its seconds),
+# EXPECT (its steps; later ones must give the same), BOUND (HANG_FACTOR
+# times the larger of the last two T) and CKPT_EVERY (a tenth of the run)
+normal_run() {
+  local t_prev=$T
+  KILL_AT= ; NOTE= ; BOUND=600
+  one_run "$1" "$2-normal$3"
+  if [ "$OUTCOME" != pass ]; then
+    echo "storm: $1 normal run $3: $OUTCOME ($WHY)"
+    keep_logs "$2-normal$3"
+    ANY_BAD=1
+    rm -rf "$WORK"
+    return 1
+  fi
+  T=$ELAPSED
+  TMIN=$(/usr/bin/python3 -c "import sys; print(min(float(x) for x in sys.argv[1:] if x))" "$T" "${TMIN:-}")
+  EXPECT=$STEPS_DONE
+  CKPT_EVERY=$(( EXPECT / 10 > 20 ? EXPECT / 10 : 20 ))
+  BOUND=$(/usr/bin/python3 -c "import math,sys; print(math.ceil(int(sys.argv[1]) * max(float(x) for x in sys.argv[2:] if x)))" "$HANG_FACTOR" "$T" "$t_prev")
+  echo "storm: $1 normal run $3: $EXPECT steps in $T s (loss $LOSS); hang bound $BOUND s"
+  rm -rf "$WORK"
+}
+ANY_BAD=0
+for mode in "${mode_list[@]}"; do
+  case $mode in async|sync|ssp:[0-9]*) ;; *) echo "storm.sh: unknown mode '$mode'" >&2; exit 2 ;; esac
+  tag=${mode/:/}
+  # ---- the normal run: T and the step count ----
+  CKPT_EVERY=200 EXPECT= T= TMIN=
+  passes=0 hangs=0 fails=0 missed=0 overs=()
+  if ! normal_run "$mode" "$tag" 1; then
+    TABLE+=("$(printf '%-7s %5s %6s %6s %6s %6s %9s %9s %9s' "$mode" 0 0 0 1 0 - - -)")
+    continue
+  fi
+  for ((i = 0; i < RUNS; i++)); do
+    # T again every NORMAL_EVERY runs: the machine's load moves
+    if [ "$i" -gt 0 ] && [ $((i % NORMAL_EVERY)) = 0 ]; then
+      normal_run "$mode" "$tag" $((i / NORMAL_EVERY + 1)) || fails=$((fails + 1))
+    fi
+    s=$((SEED + i))
+    # the run's seed picks one of the 15 sets and a moment: after the
+    # checkpoint of step k * CKPT_EVERY (k in 0..7), a random part of the
+    # time between two checkpoints later
+    read -r pick k frac < <(/usr/bin/python3 -c "import random,sys; r=random.Random(int(sys.argv[1])); print(r.randrange(int(sys.argv[2])), r.randrange(8), r.randrange(100))" "$s" "${#SETS[@]}")
+    if [ -n "$VICTIMS" ]; then VICT=$VICTIMS; else VICT=${SETS[$pick]}; fi
+    KILL_AT=$((k * CKPT_EVERY)) KILL_FRAC=$frac KILL_DELAY=- KILLED_AT=-
+    NOTE=
+    one_run "$mode" "$tag-$s"
+    over=$(/usr/bin/python3 -c "import sys; print('%.1f' % (float(sys.argv[1]) - float(sys.argv[2])))" "$ELAPSED" "$T")
+    line="storm: $mode run $((i + 1))/$RUNS seed $s: kill -9 $VICT $KILL_DELAY s after the checkpoint of step $KILL_AT ($KILLED_AT s into the run): $OUTCOME in $ELAPSED s ($over s over T)"
+    [ -n "$NOTE" ] && line+=" [$NOTE]"
+    case $OUTCOME in
+      pass) passes=$((passes + 1)); overs+=("$over") ;;
+      missed) missed=$((missed + 1)) ;;
+      hang) hangs=$((hangs + 1)); line+=": $WHY" ;;
+      fail) fails=$((fails + 1)); line+=": $WHY" ;;
+    esac
+    echo "$line"
+    k="$mode|$(kind "$VICT")"
+    BY_RUNS[$k]=$(( ${BY_RUNS[$k]:-0} + 1 ))
+    [ "$OUTCOME" = pass ] && BY_PASS[$k]=$(( ${BY_PASS[$k]:-0} + 1 ))
+    [ "$OUTCOME" = missed ] && BY_MISS[$k]=$(( ${BY_MISS[$k]:-0} + 1 ))
+    if [ "$OUTCOME" = hang ] || [ "$OUTCOME" = fail ]; then
+      keep_logs "$tag-$s"
+      echo "$line" >"$KEEP/$tag-$s/what.txt"
+      echo "storm:   logs in $KEEP/$tag-$s"
+      ANY_BAD=1
+    fi
+    rm -rf "$WORK"
+  done
+  stats=$(/usr/bin/python3 -c "import sys; v=[float(x) for x in sys.argv[1:]]; print('%.1f %.1f' % (sum(v)/len(v), max(v)) if v else '- -')" "${overs[@]}")
+  TABLE+=("$(printf '%-7s %5d %6d %6d %6d %6d %9s %9s %9s' "$mode" "$RUNS" "$passes" "$hangs" "$fails" "$missed" "$T" ${stats})")
+done
+
+echo
+printf '%-7s %5s %6s %6s %6s %6s %9s %9s %9s\n' mode runs passes hangs failed missed normal_s over_mean over_max
+for row in "${TABLE[@]}"; do echo "$row"; done
+echo
+echo "passes/runs by failure (a miss is not counted)"
+hdr=$(printf '%-14s' failure)
+for mode in "${mode_list[@]}"; do hdr+=$(printf ' %8s' "$mode"); done
+echo "$hdr"
+for kd in "${KINDS[@]}"; do
+  row=$(printf '%-14s' "$kd")
+  for mode in "${mode_list[@]}"; do
+    k="$mode|$kd"
+    n=$(( ${BY_RUNS[$k]:-0} - ${BY_MISS[$k]:-0} ))
+    row+=$(printf ' %8s' "${BY_PASS[$k]:-0}/$n")
+  done
+  echo "$row"
+done
+echo "seed $SEED"
+if [ "$ANY_BAD" != 0 ]; then echo "logs of the failed runs kept in $KEEP"; exit 1; fi
+exit 0
