@@ -6,9 +6,10 @@
  *   FAKE_CRASH_ONCE=NAME    that task aborts on its first start only
  *   FAKE_CRASH_ALWAYS=NAME  that task exits 1 on every start
  *   FAKE_IGNORE_TERM=NAME   that task ignores SIGTERM
- *   FAKE_CHIEF=exit:CODE    the chief waits until every ps and worker has
- *                           recorded a start (and FAKE_CHIEF_WAIT=NAME=K:
- *                           until NAME has started K times), then exits
+ *   FAKE_CHIEF=exit:CODE    the chief waits until every ps, worker and
+ *                           evaluator has recorded a start (and
+ *                           FAKE_CHIEF_WAIT=NAME=K: until NAME has
+ *                           started K times), then exits
  *                           CODE; exit 99 if that takes over 20 s
  *   FAKE_CHIEF=forever      the chief runs until killed
  *   FAKE_EVAL=forever       the evaluator runs until killed; otherwise it
@@ -158,11 +159,13 @@ int main(int argc, char **argv) {
       wcount = atoi(strchr(w, '=') + 1);
     }
     int n_ps = c.n[TSR_TASK_PS], n_w = c.n[TSR_TASK_WORKER];
+    int n_ev = c.n[TSR_TASK_EVALUATOR];
     for (int t = 0; t < 2000; t++) {
       char wprefix[40];
       snprintf(wprefix, sizeof wprefix, "%s.", wname);
       if (count_records(dir, "ps:", 1) >= n_ps &&
           count_records(dir, "worker:", 1) >= n_w &&
+          count_records(dir, "evaluator:", 1) >= n_ev &&
           (!wcount || count_records(dir, wprefix, 0) >= wcount)) {
         /* Everyone has printed (a start is recorded after its output). */
         if (getenv("FAKE_PROGRESS")) {
