@@ -176,3 +176,16 @@ void tsr_atomic_abort(tsr_atomic_file *a) {
   a->f = NULL;
   unlink(a->tmp);
 }
+
+int tsr_commit_written(const char *tmp, const char *path, char *err,
+                       size_t errlen) {
+  int fd = open(tmp, O_RDONLY | O_CLOEXEC);
+  if (fd < 0 || fsync(fd) != 0) {
+    int e = errno;
+    if (fd >= 0) close(fd);
+    unlink(tmp);
+    return tsr_errf(err, errlen, -e, "cannot fsync %s: %s", tmp, strerror(e));
+  }
+  close(fd);
+  return finish(tmp, path, err, errlen);
+}

@@ -52,4 +52,10 @@ int tsr_atomic_commit(tsr_atomic_file *a, char *err, size_t errlen);
 /* Closes and removes the temp file; the target stays as it was. */
 void tsr_atomic_abort(tsr_atomic_file *a);
 
+/* For a file another library wrote by name (libhdf5): fsyncs `tmp`,
+ * renames it over `path` and fsyncs the folder; `tmp` is removed on
+ * failure. */
+int tsr_commit_written(const char *tmp, const char *path, char *err,
+                       size_t errlen);
+
 #endif /* TSR_FS_H */

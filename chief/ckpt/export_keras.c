@@ -12,6 +12,7 @@
 #include "chief/ckpt/keras_int.h"
 #include "chief/ckpt/npz.h"
 #include "common/err.h"
+#include "common/fs.h"
 
 #include <errno.h>
 #include <stdbool.h>
@@ -46,9 +47,10 @@ int chief_export_weights_h5(const char *out, const json_t *model,
   char tmp[4096];
   snprintf(tmp, sizeof tmp, "%s.tmp", out);
   if (!rc) rc = chief__h5_write(tmp, layout, p, err, errlen);
-  if (!rc && rename(tmp, out) != 0)
-    rc = tsr_errf(err, errlen, -errno, "%s: %s", out, strerror(errno));
-  if (rc) unlink(tmp);
+  if (!rc)
+    rc = tsr_commit_written(tmp, out, err, errlen);
+  else
+    unlink(tmp);
   chief__keras_plan_free(p);
   free(p);
   return rc;

@@ -186,6 +186,27 @@ static void atomic_stream_commit_and_abort(void **state) {
   assert_int_equal(temp_files(root), 0);
 }
 
+/* A file written by name elsewhere (libhdf5) is fsynced, renamed over the
+ * target and its folder synced; a missing temp file is named. */
+static void commit_written_renames_and_syncs(void **state) {
+  (void)state;
+  char tmp[512], p[512], err[512] = "";
+  snprintf(tmp, sizeof tmp, "%s/w.h5.tmp", root);
+  snprintf(p, sizeof p, "%s/w.h5", root);
+  FILE *f = fopen(tmp, "w");
+  assert_non_null(f);
+  fputs("hdf5 bytes", f);
+  fclose(f);
+  n_synced = 0;
+  assert_int_equal(tsr_commit_written(tmp, p, err, sizeof err), 0);
+  assert_string_equal(slurp(p), "hdf5 bytes");
+  assert_true(was_synced(root));
+  assert_int_equal(temp_files(root), 0);
+  assert_true(tsr_commit_written(tmp, p, err, sizeof err) < 0);
+  assert_non_null(strstr(err, "w.h5.tmp"));
+  assert_string_equal(slurp(p), "hdf5 bytes");
+}
+
 static void fsync_dir_names_what_is_missing(void **state) {
   (void)state;
   char p[512], err[512] = "";
@@ -227,6 +248,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(
           write_atomic_failure_leaves_target_and_no_temp, setup, teardown),
       cmocka_unit_test_setup_teardown(atomic_stream_commit_and_abort, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(commit_written_renames_and_syncs, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(fsync_dir_names_what_is_missing, setup,
                                       teardown),
