@@ -34,7 +34,7 @@ static void fz_restore(const ps_ckpt_part *p, const char *dir, int shard,
   int64_t dim0 = s.rank ? s.shape[0] : 1;
   if (num_shards > dim0) return;
   tsr_partition_rows(dim0, num_shards, shard, &s.row0, &s.rows);
-  kern_init_parse("zeros", &s.init);
+  tsr_init_parse("zeros", &s.init);
   static const char *const opt[] = {"sgd", "adagrad", "rmsprop", "adam",
                                     "ftrl"};
   tsr_optim_defaults(TSR_OPT_SGD, &s.optim);
