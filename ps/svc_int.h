@@ -1,6 +1,8 @@
 /* Internals of the PS service shared by service.c (the per-shard queues,
- * pulls and pushes) and admin.c (create, clocks, config, checkpoints,
- * stats, shutdown), and by spec.c (VarSpec <-> ps_var_spec).
+ * the pool's work and its completion, pull answers), gate.c (consistency
+ * gates, sync applies, resets), data.c (the pull and push methods) and
+ * admin.c (create, clocks, config, checkpoints, stats, shutdown), and by
+ * spec.c (VarSpec <-> ps_var_spec).
  *
  * Per shard, on the loop thread only: a FIFO of operations, a count of
  * readers (pulls whose bytes are being written straight from the shard,
@@ -151,7 +153,26 @@ struct ps_server {
 ps_entry *ps__find(ps_server *s, const char *name, int shard);
 void ps__enqueue(ps_server *s, ps_op *op, bool front);
 void ps__dispatch(ps_server *s, ps_entry *e);
+/* Answers a dense pull from the shard's memory (or a bfloat16 copy); the
+ * op is gone when it returns. */
+void ps__answer_dense(ps_server *s, ps_op *op);
+void ps__op_fail(ps_server *s, ps_op *op, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+void ps__batch_done(ps_server *s, ps_batch *b);
+void ps__entry_free(ps_entry *e, ps_mem *mem);
+void ps__reply_msg(ps_server *s, tsr_rpc_incoming *call,
+                   const ProtobufCMessage *m);
+void ps__maybe_finish(ps_server *s);
+
+/* gate.c */
+/* Sends a push (or any op) on its way: queued now, held until its
+ * consistency condition holds, or refused (answered). */
+void ps__admit(ps_server *s, ps_op *op, bool front);
+/* The same for a pull; a dense pull that may go is answered at once. */
+void ps__pull_ready(ps_server *s, ps_op *op, bool front);
+/* Re-checks every held call (until no ssp clock moves). */
 void ps__wake(ps_server *s);
+/* Sync: queues the apply of every shard whose step no member owes. */
 void ps__sync_check(ps_server *s);
 /* A new consistency era at `step` (config, restore): members forgotten,
  * every sync shard at `step`, held calls of the old era refused. */
@@ -160,15 +181,11 @@ void ps__reset(ps_server *s, uint64_t run, int64_t step);
 int64_t ps__sync_next(ps_server *s, int worker);
 /* The furthest shard's applied steps (sync), for stats. */
 int64_t ps__sync_step(const ps_server *s);
-void ps__op_fail(ps_server *s, ps_op *op, int rc, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-void ps__batch_done(ps_server *s, ps_batch *b);
-void ps__entry_free(ps_entry *e, ps_mem *mem);
-int ps__register_data(ps_server *s);
-void ps__reply_msg(ps_server *s, tsr_rpc_incoming *call,
-                   const ProtobufCMessage *m);
-void ps__maybe_finish(ps_server *s);
+/* Every 200 ms: sync applies to try again, held calls to re-check. */
 void ps__timer_cb(uv_timer_t *t);
+
+/* data.c */
+int ps__register_data(ps_server *s);
 
 /* admin.c */
 int ps__register_admin(ps_server *s);

@@ -1,0 +1,265 @@
+/* The PS's data methods (ps.Pull, ps.PullRows, ps.Push, ps.PushRows,
+ * ps.PushPull): request decoding and checks, on the loop.
+ *
+ * Happy path. A request names a worker, a clock or step, a variable's
+ * shard, a dtype and counts; every field is checked against the shard
+ * (dense or sparse, n_ids, the payload's exact length, the answer's size
+ * against the payload limit) with checked arithmetic, then the call
+ * becomes an op handed to gate.c (ps__admit / ps__pull_ready).
+ * Failure modes: nothing is changed before every check passed; a bad
+ * request is answered with TSR_EINVAL, TSR_ESHAPE, TSR_EDTYPE, TSR_ETOOBIG
+ * or TSR_ENOTFOUND and a message naming the field, its value, the
+ * variable and the shard; out of memory answers TSR_ENOMEM.
+ */
+#include "ps/svc_int.h"
+#include "common/err.h"
+#include "common/size.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+static ps_entry *ps__lookup(ps_server *s, tsr_rpc_incoming *call,
+                            const char *name, int shard) {
+  ps_entry *e = ps__find(s, name, shard);
+  if (!e) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "variable %s shard %d is not on this parameter "
+             "server (create it first)", name, shard);
+    tsr_rpc_reply_error(call, TSR_ENOTFOUND, msg);
+  }
+  return e;
+}
+
+static ps_op *ps__new_op(ps_server *s, tsr_rpc_incoming *call, ps_entry *e,
+                         ps_op_kind k) {
+  ps_op *op = ps__calloc(&s->mem, 1, sizeof *op);
+  if (!op) {
+    tsr_rpc_reply_error(call, TSR_ENOMEM, "out of memory");
+    return NULL;
+  }
+  op->srv = s;
+  op->call = call;
+  op->e = e;
+  op->kind = k;
+  op->method = (int)call->method;
+  op->payload = call->payload;
+  op->payload_len = call->payload_len;
+  return op;
+}
+
+/* Fields every pull and push carries: the worker (-1: a reader that is
+ * no worker) and a step or clock. 0, or the call is answered with an
+ * error naming the field and its value. */
+static int ps__check_who(tsr_rpc_incoming *call, const char *what,
+                         int32_t worker, const char *field, int64_t clock) {
+  char msg[256];
+  if (worker < -1 || worker > PS_WORKER_MAX) {
+    snprintf(msg, sizeof msg, "%s: worker %" PRId32 " is not -1 or a worker "
+             "index in [0, %d]", what, worker, PS_WORKER_MAX);
+    tsr_rpc_reply_error(call, TSR_EINVAL, msg);
+    return TSR_EINVAL;
+  }
+  if (clock < 0 || clock > TSR_STEP_MAX) {
+    snprintf(msg, sizeof msg, "%s: %s %" PRId64 " is not in [0, 2^62]", what,
+             field, clock);
+    tsr_rpc_reply_error(call, TSR_EINVAL, msg);
+    return TSR_EINVAL;
+  }
+  return 0;
+}
+
+/* Bytes of `n` gathered rows of e's width, refused (and answered) when
+ * the product overflows or the answer would pass the payload limit. */
+static int ps__rows_answer(ps_server *s, tsr_rpc_incoming *call,
+                           const ps_entry *e, const char *field, uint64_t n,
+                           size_t *bytes) {
+  char msg[384];
+  if (tsr_mul3_size((size_t)n, (size_t)e->width, sizeof(float), bytes) ||
+      n > SIZE_MAX || *bytes > s->max_answer) {
+    snprintf(msg, sizeof msg, "%s shard %d: %s %" PRIu64 " rows of width %"
+             PRId64 " would answer more than the payload limit of %zu bytes",
+             e->spec.name, e->spec.shard, field, n, e->width, s->max_answer);
+    tsr_rpc_reply_error(call, TSR_ETOOBIG, msg);
+    return TSR_ETOOBIG;
+  }
+  return 0;
+}
+
+static void ps__on_pull(tsr_rpc_incoming *call, void *data) {
+  ps_server *s = data;
+  Tessera__Ps__PullRequest *r = call->request;
+  if (ps__check_who(call, "pull", r->worker, "clock", r->clock)) return;
+  ps_entry *e = ps__lookup(s, call, r->name, r->shard);
+  if (!e) return;
+  char msg[512];
+  bool rows = call->method == PS_M_PULL_ROWS;
+  if (rows != e->spec.sparse) {
+    snprintf(msg, sizeof msg, "%s is %s: use %s", e->spec.name,
+             e->spec.sparse ? "sparse" : "dense",
+             e->spec.sparse ? "pull rows" : "pull");
+    tsr_rpc_reply_error(call, TSR_EINVAL, msg);
+    return;
+  }
+  size_t want = 0, out_len = 0;
+  if (!rows && r->n_ids) {
+    snprintf(msg, sizeof msg, "%s shard %d: n_ids %" PRIu64 " on a dense "
+             "pull (must be 0)", e->spec.name, e->spec.shard, r->n_ids);
+    tsr_rpc_reply_error(call, TSR_EINVAL, msg);
+    return;
+  }
+  if (rows && (r->n_ids > SIZE_MAX ||
+               tsr_mul_size((size_t)r->n_ids, 8, &want) ||
+               call->payload_len != want)) {
+    snprintf(msg, sizeof msg, "%s shard %d: n_ids %" PRIu64 " does not match "
+             "a payload of %zu bytes (8 per id)", e->spec.name, e->spec.shard,
+             r->n_ids, call->payload_len);
+    tsr_rpc_reply_error(call, TSR_ESHAPE, msg);
+    return;
+  }
+  if (rows && ps__rows_answer(s, call, e, "n_ids", r->n_ids, &out_len))
+    return;
+  if (!rows && call->payload_len != 0) {
+    snprintf(msg, sizeof msg, "%s shard %d: a dense pull carries no payload, "
+             "got %zu bytes", e->spec.name, e->spec.shard, call->payload_len);
+    tsr_rpc_reply_error(call, TSR_ESHAPE, msg);
+    return;
+  }
+  if (r->dtype != PS_DT_F32 && r->dtype != PS_DT_BF16) {
+    snprintf(msg, sizeof msg, "%s shard %d: pull dtype %d is not one of "
+             "float32 (0), bfloat16 (1)", e->spec.name, e->spec.shard,
+             r->dtype);
+    tsr_rpc_reply_error(call, TSR_EDTYPE, msg);
+    return;
+  }
+  ps_op *op = ps__new_op(s, call, e, rows ? PS_OP_PULL_ROWS : PS_OP_PULL);
+  if (!op) return;
+  op->worker = r->worker;
+  op->clock = r->clock;
+  op->n_ids = r->n_ids;
+  op->out_len = out_len;
+  op->era = r->era;
+  op->pull_dtype = r->dtype;
+  ps__pull_ready(s, op, false);
+}
+
+static void ps__on_push(tsr_rpc_incoming *call, void *data) {
+  ps_server *s = data;
+  Tessera__Ps__PushRequest *r = call->request;
+  if (ps__check_who(call, "push", r->worker, "step", r->step) ||
+      ps__check_who(call, "push", r->worker, "pull_clock", r->pull_clock))
+    return;
+  ps_entry *e = ps__lookup(s, call, r->name, r->shard);
+  if (!e) return;
+  char msg[512];
+  bool fused = call->method == PS_M_PUSH_PULL;
+  bool rows = call->method == PS_M_PUSH_ROWS || (fused && e->spec.sparse);
+  if (rows != e->spec.sparse) {
+    snprintf(msg, sizeof msg, "%s is %s: use %s", e->spec.name,
+             e->spec.sparse ? "sparse" : "dense",
+             e->spec.sparse ? "push rows" : "push");
+    tsr_rpc_reply_error(call, TSR_EINVAL, msg);
+    return;
+  }
+  size_t dsz = ps__dtype_size(r->dtype);
+  if (!dsz) {
+    snprintf(msg, sizeof msg, "%s shard %d: gradient dtype %d is not one of "
+             "float32 (0), bfloat16 (1), float16 (2)", e->spec.name,
+             e->spec.shard, r->dtype);
+    tsr_rpc_reply_error(call, TSR_EDTYPE, msg);
+    return;
+  }
+  if (fused && r->pull_dtype != PS_DT_F32 && r->pull_dtype != PS_DT_BF16) {
+    snprintf(msg, sizeof msg, "%s shard %d: pull dtype %d is not one of "
+             "float32 (0), bfloat16 (1)", e->spec.name, e->spec.shard,
+             r->pull_dtype);
+    tsr_rpc_reply_error(call, TSR_EDTYPE, msg);
+    return;
+  }
+  size_t want = 0, ids_b, grad_b, pull_b = 0, out_len = 0;
+  int bad;
+  if (rows) {
+    bad = r->n_ids > SIZE_MAX || r->n_pull_ids > SIZE_MAX ||
+          tsr_mul_size((size_t)r->n_ids, 8, &ids_b) ||
+          tsr_mul3_size((size_t)r->n_ids, (size_t)e->width, dsz, &grad_b) ||
+          tsr_mul_size((size_t)r->n_pull_ids, fused ? 8 : 0, &pull_b) ||
+          tsr_add_size(ids_b, grad_b, &want) ||
+          tsr_add_size(want, pull_b, &want);
+  } else {
+    bad = tsr_mul_size(e->numel, dsz, &want);
+  }
+  if (!fused && r->n_pull_ids) {
+    snprintf(msg, sizeof msg, "%s shard %d: n_pull_ids %" PRIu64 " on a push "
+             "that pulls nothing (must be 0)", e->spec.name, e->spec.shard,
+             r->n_pull_ids);
+    tsr_rpc_reply_error(call, TSR_EINVAL, msg);
+    return;
+  }
+  if (!rows && r->n_ids) {
+    snprintf(msg, sizeof msg, "%s shard %d: n_ids %" PRIu64 " on a dense push "
+             "(must be 0)", e->spec.name, e->spec.shard, r->n_ids);
+    tsr_rpc_reply_error(call, TSR_EINVAL, msg);
+    return;
+  }
+  if (bad || call->payload_len != want) {
+    if (rows)
+      snprintf(msg, sizeof msg, "%s shard %d: n_ids %" PRIu64 " rows of width "
+               "%" PRId64 " in %s (and n_pull_ids %" PRIu64 ") do not match a "
+               "payload of %zu bytes", e->spec.name, e->spec.shard, r->n_ids,
+               e->width, ps__dtype_name(r->dtype), r->n_pull_ids,
+               call->payload_len);
+    else
+      snprintf(msg, sizeof msg, "%s shard %d: gradient of %zu bytes does not "
+               "match the shard's %zu elements in %s (%zu bytes)",
+               e->spec.name, e->spec.shard, call->payload_len, e->numel,
+               ps__dtype_name(r->dtype), want);
+    tsr_rpc_reply_error(call, TSR_ESHAPE, msg);
+    return;
+  }
+  if (fused && rows &&
+      ps__rows_answer(s, call, e, "n_pull_ids", r->n_pull_ids, &out_len))
+    return;
+  ps_op *op = ps__new_op(s, call, e, PS_OP_PUSH);
+  if (!op) return;
+  op->worker = r->worker;
+  op->step = r->step;
+  op->dtype = r->dtype;
+  op->n_ids = r->n_ids;
+  op->n_pull = r->n_pull_ids;
+  op->fused = fused;
+  op->clock = r->pull_clock;
+  op->out_len = out_len;
+  op->pull_dtype = fused ? r->pull_dtype : PS_DT_F32;
+  op->sync = s->cons.mode == PS_MODE_SYNC;
+  op->allow_nonfinite = s->allow_nonfinite;
+  op->era = r->era;
+  s->cons_changed = false;
+  ps__admit(s, op, false);
+  if (s->cons_changed) ps__wake(s);
+}
+
+int ps__register_data(ps_server *s) {
+  static const struct {
+    uint32_t m;
+    const char *name;
+    bool push;
+  } ms[] = {
+      {PS_M_PULL, "ps.Pull", false},
+      {PS_M_PULL_ROWS, "ps.PullRows", false},
+      {PS_M_PUSH, "ps.Push", true},
+      {PS_M_PUSH_ROWS, "ps.PushRows", true},
+      {PS_M_PUSH_PULL, "ps.PushPull", true},
+  };
+  for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
+    tsr_rpc_method m = {0};
+    m.method = ms[i].m;
+    m.name = ms[i].name;
+    m.handler = ms[i].push ? ps__on_push : ps__on_pull;
+    m.data = s;
+    m.request_type = ms[i].push ? &tessera__ps__push_request__descriptor
+                                : &tessera__ps__pull_request__descriptor;
+    int rc = tsr_rpc_server_register_method(s->rpc, &m);
+    if (rc) return rc;
+  }
+  return 0;
+}
