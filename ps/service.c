@@ -371,11 +371,13 @@ static void ps__after_cb(uv_work_t *w, int status) {
       if (op->rc == TSR_ENOMEM) {
         /* nothing applied, the sum kept: the timer tries again (unless a
          * reset since dropped the sum with its era) */
-        tsr_warn("%s shard %d: sync step %" PRId64 ": %s; trying again",
-                 e->spec.name, e->spec.shard, e->sync_done,
-                 op->err[0] ? op->err : tsr_strerror(op->rc));
         e->sync_queued = false;
         e->sync_retry = op->era == s->cons.era;
+        tsr_warn("%s shard %d: sync step %" PRId64 ": %s; %s", e->spec.name,
+                 e->spec.shard, e->sync_done,
+                 op->err[0] ? op->err : tsr_strerror(op->rc),
+                 e->sync_retry ? "trying again"
+                               : "dropped with its era (a reset since)");
         ps__op_free(op);
         break;
       }
