@@ -25,8 +25,8 @@
  *   for s in h['sections']: np.frombuffer(b, s['dtype'], offset=base +
  *       s['offset'], count=s['nbytes'] // np.dtype(s['dtype']).itemsize)
  *
- * Save writes <file>.tmp, fsyncs it, renames it over <file> and fsyncs
- * the folder; it reports the file's size and the CRC32C of all its bytes
+ * Save writes <file>.tmp.<pid>, fsyncs it, renames it over <file> and
+ * fsyncs the folder (tsr_atomic_open / tsr_atomic_commit, common/fs.h); it reports the file's size and the CRC32C of all its bytes
  * (for the chief's manifest) and, asked to verify (a checkpoint folder the
  * chief cannot see), reads the file back and checks both.
  * Failure modes: a name too long, a write, fsync or rename that fails, a
@@ -38,15 +38,12 @@
 #include "common/fs.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <msgpack.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #define PS__MAGIC "TSRSHARD"
 
@@ -152,11 +149,12 @@ static int ck_verify(const char *path, uint64_t bytes, uint32_t crc,
 int ps__ckpt_save_shard(const ps_shard *s, const char *dir,
                         const ps_ckpt_ident *who, bool verify,
                         ps_ckpt_file *out, char *err, size_t errlen) {
-  char fname[3 * PS_NAME_MAX + 64], path[4096], tmp[4200];
+  char fname[3 * PS_NAME_MAX + 64], path[TSR_PATH_MAX];
   int rc = ps__ckpt_file_name(&s->spec, fname, sizeof fname);
   if (rc) return tsr_errf(err, errlen, rc, "%s: name too long", s->spec.name);
-  snprintf(path, sizeof path, "%s/%s", dir, fname);
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  if (snprintf(path, sizeof path, "%s/%s", dir, fname) >= (int)sizeof path)
+    return tsr_errf(err, errlen, TSR_ERANGE, "%s/%s: path too long", dir,
+                    fname);
   size_t W = (size_t)s->width;
   uint64_t nrows = s->spec.sparse ? s->rows.count : (uint64_t)s->spec.rows;
   uint64_t sec_bytes = nrows * W * sizeof(float);
@@ -228,15 +226,14 @@ int ps__ckpt_save_shard(const ps_shard *s, const char *dir,
   }
   pk_str(&pk, "written_by"); pk_str(&pk, "tessera-ps");
 
-  FILE *f = fopen(tmp, "wb");
-  if (!f) {
-    rc = -errno;
+  tsr_atomic_file af;
+  if ((rc = tsr_atomic_open(&af, path, err, errlen))) {
     msgpack_sbuffer_destroy(&sb);
-    return tsr_errf(err, errlen, rc, "%s: cannot create: %s", tmp, strerror(-rc));
+    return rc;
   }
-  setvbuf(f, NULL, _IOFBF, 1 << 20);
+  setvbuf(af.f, NULL, _IOFBF, 1 << 20);
   uint32_t hlen = (uint32_t)sb.size, hcrc = tsr_crc32c(0, sb.data, sb.size);
-  w = (ck_writer){f, 0, 0, 0, 0, W, 0};
+  w = (ck_writer){af.f, 0, 0, 0, 0, W, 0};
   ck_put(&w, PS__MAGIC, 8);
   ck_put(&w, &hlen, 4);
   ck_put(&w, sb.data, sb.size);
@@ -249,21 +246,13 @@ int ps__ckpt_save_shard(const ps_shard *s, const char *dir,
     ck_put(&w, s->w, sec_bytes);
     for (int k = 0; k < s->nslots; k++) ck_put(&w, s->slots[k], sec_bytes);
   }
-  if (fflush(f) && !w.err) w.err = -errno;
-  if (!w.err && fsync(fileno(f))) w.err = -errno;
-  if (fclose(f) && !w.err) w.err = -errno;
   if (w.err) {
-    unlink(tmp);
-    return tsr_errf(err, errlen, w.err, "%s: write failed: %s", tmp,
+    tsr_atomic_abort(&af);
+    return tsr_errf(err, errlen, w.err, "%s: write failed: %s", af.tmp,
                     tsr_strerror(w.err));
   }
-  if (rename(tmp, path)) {
-    rc = -errno;
-    unlink(tmp);
-    return tsr_errf(err, errlen, rc, "%s: rename failed: %s", path,
-                    strerror(-rc));
-  }
-  if ((rc = tsr_fsync_dir(dir, err, errlen))) return rc;
+  /* flush, fsync, rename over the file, fsync the folder */
+  if ((rc = tsr_atomic_commit(&af, err, errlen))) return rc;
   if (verify && (rc = ck_verify(path, w.bytes, w.file_crc, err, errlen)))
     return rc;
   if (out) {
