@@ -154,7 +154,7 @@ ps_entry *ps__find(ps_server *s, const char *name, int shard);
 void ps__enqueue(ps_server *s, ps_op *op, bool front);
 void ps__dispatch(ps_server *s, ps_entry *e);
 /* Answers a dense pull from the shard's memory (or a bfloat16 copy); the
- * op is gone when it returns. */
+ * op is the answer's from then on (freed when written, or on failure). */
 void ps__answer_dense(ps_server *s, ps_op *op);
 void ps__op_fail(ps_server *s, ps_op *op, int rc, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
