@@ -63,6 +63,34 @@ static inline int varint(const uint8_t **p, const uint8_t *end, uint64_t *v) {
   return varint_slow(p, end, v);
 }
 
+/* Ids: mostly up to three bytes, unrolled. */
+static inline int varint3(const uint8_t **p, const uint8_t *end,
+                          uint64_t *v) {
+  const uint8_t *q = *p;
+  if (q < end) {
+    uint64_t b0 = q[0];
+    if (b0 < 0x80) {
+      *v = b0;
+      *p = q + 1;
+      return 0;
+    }
+    if (q + 1 < end) {
+      uint64_t b1 = q[1];
+      if (b1 < 0x80) {
+        *v = (b0 & 0x7f) | b1 << 7;
+        *p = q + 2;
+        return 0;
+      }
+      if (q + 2 < end && q[2] < 0x80) {
+        *v = (b0 & 0x7f) | (b1 & 0x7f) << 7 | (uint64_t)q[2] << 14;
+        *p = q + 3;
+        return 0;
+      }
+    }
+  }
+  return varint_slow(p, end, v);
+}
+
 static int skip_field(const uint8_t **p, const uint8_t *end, int wt) {
   uint64_t v;
   switch (wt) {
@@ -260,7 +288,7 @@ static inline bool usual_shape(const uint8_t *p, const uint8_t *end,
 /* The fast path: 1 when the Feature was decoded, 0 when the general path
  * must look at it (it then overwrites whatever this wrote), < 0 on an
  * error it is sure of. */
-static inline int decode_fast(wk_tfr_dec *d, const wk_tfr_slot *sl,
+__attribute__((always_inline)) static inline int decode_fast(wk_tfr_dec *d, const wk_tfr_slot *sl,
                               const uint8_t *p, const uint8_t *end,
                               wk_rec *r, const tfr_ctx *c) {
   int kind;
@@ -282,10 +310,7 @@ static inline int decode_fast(wk_tfr_dec *d, const wk_tfr_slot *sl,
         return TSR_ENOMEM;
       int64_t *ids = r->ids + f0, k = 0;
       while (q < qe) {
-        if (*q < 0x80)
-          v = *q++;
-        else if (varint_slow(&q, qe, &v))
-          return malformed(c, sl);
+        if (varint3(&q, qe, &v)) return malformed(c, sl);
         int64_t id = (int64_t)v;
         if (id < 0 || (vocab > 0 && id >= vocab))
           return out_of_vocab(c, sl, id, vocab);
@@ -304,7 +329,7 @@ static inline int decode_fast(wk_tfr_dec *d, const wk_tfr_slot *sl,
         float *x = r->x + sl->at;
         int64_t k = 0;
         while (q < qe && k < sl->size) {
-          if (varint(&q, qe, &v)) return 0;
+          if (varint3(&q, qe, &v)) return 0;
           x[k++] = (float)(int64_t)v;
         }
         return q == qe && k == sl->size;
@@ -317,7 +342,7 @@ static inline int decode_fast(wk_tfr_dec *d, const wk_tfr_slot *sl,
         r->y = (float)(double)y;
         return 1;
       }
-      if (kind == 3 && !varint(&q, qe, &v) && q == qe) {
+      if (kind == 3 && !varint3(&q, qe, &v) && q == qe) {
         r->y = (float)(double)(int64_t)v;
         return 1;
       }
@@ -328,11 +353,9 @@ static inline int decode_fast(wk_tfr_dec *d, const wk_tfr_slot *sl,
 
 /* Decodes one Feature's values into the record per its slot: any legal
  * encoding, every check. */
-static int decode_feature(wk_tfr_dec *d, const wk_tfr_slot *sl,
+static int decode_general(wk_tfr_dec *d, const wk_tfr_slot *sl,
                           const uint8_t *p, const uint8_t *end, wk_rec *r,
                           const tfr_ctx *c) {
-  int rc = decode_fast(d, sl, p, end, r, c);
-  if (rc) return rc < 0 ? rc : 0;
   int kind = 0;
   const uint8_t *lp = NULL, *le = NULL;
   while (p < end) {
@@ -471,79 +494,127 @@ static int decode_feature(wk_tfr_dec *d, const wk_tfr_slot *sl,
   return 0;
 }
 
+static inline int decode_feature(wk_tfr_dec *d, const wk_tfr_slot *sl,
+                                  const uint8_t *p, const uint8_t *end,
+                                  wk_rec *r, const tfr_ctx *c) {
+  int rc = decode_fast(d, sl, p, end, r, c);
+  if (rc) return rc < 0 ? rc : 0;
+  return decode_general(d, sl, p, end, r, c);
+}
+
 /* ---- Example ----------------------------------------------------------- */
 
-int wk_tfr__decode(wk_tfr_dec *d, const uint8_t *p, size_t n, wk_rec *r,
-                   const char *path, uint64_t off, char *err,
-                   size_t errlen) {
-  const tfr_ctx c = {path, off, err, errlen};
-  const uint8_t *end = p + n;
+/* The usual map entry at p: 0x0a L {0x0a KL key, 0x12 VL Feature} (or
+ * the key alone), one-byte lengths, exactly filling L. */
+__attribute__((always_inline)) static inline bool
+usual_entry(const uint8_t *p, const uint8_t *fe, const uint8_t **me,
+            const uint8_t **key, uint64_t *klen, const uint8_t **val,
+            const uint8_t **vend) {
+  if (fe - p < 4 || p[0] != 0x0a || p[1] < 2 || p[1] >= 0x80 ||
+      p[1] > fe - p - 2 ||
+      p[2] != 0x0a)
+    return false;
+  const uint8_t *e = p + 2 + p[1], *q = p + 3;
+  if (*q >= 0x80 || *q > e - q - 1) return false;
+  const uint8_t *v = q + 1 + *q;
+  if (v == e) {
+    *val = *vend = NULL;
+  } else {
+    if (e - v < 2 || v[0] != 0x12 || v[1] != e - v - 2) return false;
+    *val = v + 2;
+    *vend = e;
+  }
+  *me = e;
+  *key = q + 1;
+  *klen = *q;
+  return true;
+}
+
+/* The sparse ids of the usual Feature (one packed int64_list) straight
+ * into the record; false for anything else. */
+__attribute__((always_inline)) static inline int
+sparse_fast(wk_tfr_dec *d, const wk_tfr_slot *sl, const uint8_t *p,
+            const uint8_t *end, wk_rec *r, const tfr_ctx *c) {
+  /* 0x1a L 0x0a L' ids, one-byte lengths */
+  if (end - p < 4 || p[0] != 0x1a || p[1] != end - p - 2 || p[2] != 0x0a ||
+      p[3] != end - p - 4)
+    return 0;
+  const uint8_t *q = p + 4;
+  size_t nb = (size_t)(end - q);
+  int64_t f0 = r->off[sl->index], vocab = d->vocab[sl->index];
+  if ((size_t)f0 + nb > r->ids_cap && wk_rec__reserve(r, (size_t)f0 + nb))
+    return TSR_ENOMEM;
+  int64_t *ids = r->ids + f0, k = 0;
+  while (q < end) {
+    uint64_t v;
+    if (varint3(&q, end, &v)) return malformed(c, sl);
+    int64_t id = (int64_t)v;
+    if (id < 0 || (vocab > 0 && id >= vocab))
+      return out_of_vocab(c, sl, id, vocab);
+    ids[k++] = id;
+  }
+  r->off[sl->index + 1] = f0 + k;
+  return 1;
+}
+
+#define TFR_REDO 1 /* decode_record: a sparse key came twice */
+
+/* One pass over the Example. in_order: a sparse feature that arrives in
+ * the spec's order is decoded at once (TFR_REDO when one comes twice);
+ * else every sparse feature is decoded at the end, the last of a key
+ * counting. */
+static int decode_record(wk_tfr_dec *d, const uint8_t *p, const uint8_t *end,
+                         wk_rec *r, const tfr_ctx *c, bool in_order) {
   int ns = d->n_sparse, sp0 = d->n_slots - ns, rc;
   if (++d->gen == 0) {
     memset(d->seen, 0, (size_t)d->n_slots * sizeof *d->seen);
     d->gen = 1;
   }
   uint32_t gen = d->gen;
-  int next_sp = 0;   /* sparse features before it are decoded */
-  bool redo = false; /* a sparse key came twice: decode all at the end */
+  int next_sp = 0; /* sparse features before it are in the record */
   r->off[0] = 0;
   while (p < end) {
     uint64_t tag, len;
-    if (varint(&p, end, &tag)) return malformed(&c, NULL);
+    if (varint(&p, end, &tag)) return malformed(c, NULL);
     if (tag != ((1 << 3) | 2)) {
-      if (skip_field(&p, end, (int)(tag & 7))) return malformed(&c, NULL);
+      if (skip_field(&p, end, (int)(tag & 7))) return malformed(c, NULL);
       continue;
     }
     if (varint(&p, end, &len) || len > (uint64_t)(end - p))
-      return malformed(&c, NULL);
+      return malformed(c, NULL);
     const uint8_t *fe = p + len; /* Features */
     int pos = 0;                 /* map entry position */
     while (p < fe) {
-      if (varint(&p, fe, &tag)) return malformed(&c, NULL);
-      if (tag != ((1 << 3) | 2)) {
-        if (skip_field(&p, fe, (int)(tag & 7))) return malformed(&c, NULL);
-        continue;
-      }
-      if (varint(&p, fe, &len) || len > (uint64_t)(fe - p))
-        return malformed(&c, NULL);
-      const uint8_t *me = p + len; /* map entry */
-      const uint8_t *key = NULL, *val = NULL, *vend = NULL;
+      const uint8_t *me, *key = NULL, *val = NULL, *vend = NULL;
       uint64_t klen = 0;
-      /* the usual entry: key (field 1), then value (field 2), one-byte
-       * lengths */
-      if (me - p >= 2 && p[0] == 0x0a && p[1] < 0x80 &&
-          p[1] <= (uint64_t)(me - p - 2)) {
-        klen = p[1];
-        key = p + 2;
-        const uint8_t *q = key + klen;
-        if (q == me) {
-          p = me;
-        } else if (me - q >= 2 && q[0] == 0x12 && q[1] < 0x80 &&
-                   q[1] == (uint64_t)(me - q - 2)) {
-          val = q + 2;
-          vend = me;
-          p = me;
-        } else {
-          key = NULL;
-          klen = 0;
+      if (usual_entry(p, fe, &me, &key, &klen, &val, &vend)) {
+        p = me;
+      } else {
+        if (varint(&p, fe, &tag)) return malformed(c, NULL);
+        if (tag != ((1 << 3) | 2)) {
+          if (skip_field(&p, fe, (int)(tag & 7))) return malformed(c, NULL);
+          continue;
         }
-      }
-      while (p < me) {
-        if (varint(&p, me, &tag)) return malformed(&c, NULL);
-        int f = (int)(tag >> 3), wt = (int)(tag & 7);
-        if ((f == 1 || f == 2) && wt == 2) {
-          if (varint(&p, me, &len) || len > (uint64_t)(me - p))
-            return malformed(&c, NULL);
-          if (f == 1) {
-            key = p;
-            klen = len;
-          } else {
-            val = p;
-            vend = p + len;
+        if (varint(&p, fe, &len) || len > (uint64_t)(fe - p))
+          return malformed(c, NULL);
+        me = p + len; /* map entry */
+        while (p < me) {
+          if (varint(&p, me, &tag)) return malformed(c, NULL);
+          int f = (int)(tag >> 3), wt = (int)(tag & 7);
+          if ((f == 1 || f == 2) && wt == 2) {
+            if (varint(&p, me, &len) || len > (uint64_t)(me - p))
+              return malformed(c, NULL);
+            if (f == 1) {
+              key = p;
+              klen = len;
+            } else {
+              val = p;
+              vend = p + len;
+            }
+            p += len;
+          } else if (skip_field(&p, me, wt)) {
+            return malformed(c, NULL);
           }
-          p += len;
-        } else if (skip_field(&p, me, wt)) {
-          return malformed(&c, NULL);
         }
       }
       if (!key) continue;
@@ -551,34 +622,55 @@ int wk_tfr__decode(wk_tfr_dec *d, const uint8_t *p, size_t n, wk_rec *r,
       if (s < 0) continue;
       const wk_tfr_slot *sl = &d->slots[s];
       if (!val) val = vend = key; /* an empty Feature */
-      if (sl->kind == WK_TFR_SPARSE) {
-        int f = sl->index;
-        if (d->seen[s] == gen) redo = true;
+      if (sl->kind != WK_TFR_SPARSE) {
         d->seen[s] = gen;
+        if ((rc = decode_feature(d, sl, val, vend, r, c))) return rc;
+        continue;
+      }
+      int f = sl->index;
+      if (d->seen[s] == gen && in_order) return TFR_REDO;
+      d->seen[s] = gen;
+      if (!in_order || f != next_sp) { /* later, in order */
         d->spans[f] = (wk_tfr_span){val, vend};
-        if (redo || f != next_sp) continue;
-        if ((rc = decode_feature(d, sl, val, vend, r, &c))) return rc;
-        next_sp++;
-      } else {
-        d->seen[s] = gen;
-        if ((rc = decode_feature(d, sl, val, vend, r, &c))) return rc;
+        continue;
+      }
+      if (!(rc = sparse_fast(d, sl, val, vend, r, c)))
+        rc = decode_general(d, sl, val, vend, r, c);
+      if (rc < 0) return rc;
+      /* and those that came early and are next now */
+      for (next_sp++; next_sp < ns && d->seen[sp0 + next_sp] == gen;
+           next_sp++) {
+        r->off[next_sp + 1] = r->off[next_sp];
+        if ((rc = decode_feature(d, &d->slots[sp0 + next_sp],
+                                 d->spans[next_sp].p, d->spans[next_sp].e, r,
+                                 c)))
+          return rc;
       }
     }
   }
   for (int i = 0; i < sp0; i++) /* dense and label */
     if (d->seen[i] != gen)
-      return tsr_errf(err, errlen, TSR_ENOTFOUND,
+      return tsr_errf(c->err, c->errlen, TSR_ENOTFOUND,
                       "%s: record at byte offset %llu: feature \"%s\" "
                       "is absent from the Example",
-                      path, (unsigned long long)off, d->slots[i].name);
-  /* the sparse features not decoded in order; absent ones are empty (as
+                      c->path, (unsigned long long)c->off, d->slots[i].name);
+  /* the sparse features not decoded yet; absent ones are empty (as
    * tf.io.VarLenFeature) */
-  for (int f = redo ? 0 : next_sp; f < ns; f++) {
+  for (int f = next_sp; f < ns; f++) {
     r->off[f + 1] = r->off[f];
     if (d->seen[sp0 + f] != gen) continue;
     if ((rc = decode_feature(d, &d->slots[sp0 + f], d->spans[f].p,
-                             d->spans[f].e, r, &c)))
+                             d->spans[f].e, r, c)))
       return rc;
   }
   return 0;
+}
+
+int wk_tfr__decode(wk_tfr_dec *d, const uint8_t *p, size_t n, wk_rec *r,
+                   const char *path, uint64_t off, char *err,
+                   size_t errlen) {
+  const tfr_ctx c = {path, off, err, errlen};
+  int rc = decode_record(d, p, p + n, r, &c, true);
+  if (rc == TFR_REDO) rc = decode_record(d, p, p + n, r, &c, false);
+  return rc;
 }
