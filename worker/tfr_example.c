@@ -322,7 +322,10 @@ __attribute__((always_inline)) static inline int decode_fast(wk_tfr_dec *d, cons
     case WK_TFR_DENSE:
       if (kind == 2) {
         if (nb != (size_t)sl->size * 4) return 0;
-        memcpy(r->x + sl->at, q, nb); /* little-endian hosts, as the PS */
+        if (nb == 4) /* a scalar feature: no call */
+          memcpy(r->x + sl->at, q, 4);
+        else
+          memcpy(r->x + sl->at, q, nb); /* little-endian hosts, as the PS */
         return 1;
       }
       if (kind == 3) {
@@ -536,8 +539,8 @@ __attribute__((always_inline)) static inline int
 sparse_fast(wk_tfr_dec *d, const wk_tfr_slot *sl, const uint8_t *p,
             const uint8_t *end, wk_rec *r, const tfr_ctx *c) {
   /* 0x1a L 0x0a L' ids, one-byte lengths */
-  if (end - p < 4 || p[0] != 0x1a || p[1] != end - p - 2 || p[2] != 0x0a ||
-      p[3] != end - p - 4)
+  if (end - p < 4 || p[0] != 0x1a || p[1] >= 0x80 || p[1] != end - p - 2 ||
+      p[2] != 0x0a || p[3] != end - p - 4)
     return 0;
   const uint8_t *q = p + 4;
   size_t nb = (size_t)(end - q);
@@ -557,6 +560,22 @@ sparse_fast(wk_tfr_dec *d, const wk_tfr_slot *sl, const uint8_t *p,
   return 1;
 }
 
+/* A dense float feature in the usual shape (0x12 L 0x0a L' floats,
+ * one-byte lengths, the right count) straight into the record. */
+__attribute__((always_inline)) static inline bool
+dense_fast(const wk_tfr_slot *sl, const uint8_t *p, const uint8_t *end,
+           wk_rec *r) {
+  if (sl->kind != WK_TFR_DENSE || sl->decode || end - p < 4 ||
+      p[0] != 0x12 || p[1] >= 0x80 || p[1] != end - p - 2 || p[2] != 0x0a ||
+      p[3] != end - p - 4 || end - p - 4 != sl->size * 4)
+    return false;
+  if (sl->size == 1) /* a scalar feature: no call */
+    memcpy(r->x + sl->at, p + 4, 4);
+  else
+    memcpy(r->x + sl->at, p + 4, (size_t)sl->size * 4);
+  return true;
+}
+
 #define TFR_REDO 1 /* decode_record: a sparse key came twice */
 
 /* One pass over the Example. in_order: a sparse feature that arrives in
@@ -572,6 +591,7 @@ static int decode_record(wk_tfr_dec *d, const uint8_t *p, const uint8_t *end,
   }
   uint32_t gen = d->gen;
   int next_sp = 0; /* sparse features before it are in the record */
+  int early = 0;   /* sparse features after it, remembered */
   r->off[0] = 0;
   while (p < end) {
     uint64_t tag, len;
@@ -624,7 +644,9 @@ static int decode_record(wk_tfr_dec *d, const uint8_t *p, const uint8_t *end,
       if (!val) val = vend = key; /* an empty Feature */
       if (sl->kind != WK_TFR_SPARSE) {
         d->seen[s] = gen;
-        if ((rc = decode_feature(d, sl, val, vend, r, c))) return rc;
+        if (!dense_fast(sl, val, vend, r) &&
+            (rc = decode_feature(d, sl, val, vend, r, c)))
+          return rc;
         continue;
       }
       int f = sl->index;
@@ -632,14 +654,16 @@ static int decode_record(wk_tfr_dec *d, const uint8_t *p, const uint8_t *end,
       d->seen[s] = gen;
       if (!in_order || f != next_sp) { /* later, in order */
         d->spans[f] = (wk_tfr_span){val, vend};
+        early++;
         continue;
       }
       if (!(rc = sparse_fast(d, sl, val, vend, r, c)))
         rc = decode_general(d, sl, val, vend, r, c);
       if (rc < 0) return rc;
+      next_sp++;
       /* and those that came early and are next now */
-      for (next_sp++; next_sp < ns && d->seen[sp0 + next_sp] == gen;
-           next_sp++) {
+      for (; early > 0 && next_sp < ns && d->seen[sp0 + next_sp] == gen;
+           next_sp++, early--) {
         r->off[next_sp + 1] = r->off[next_sp];
         if ((rc = decode_feature(d, &d->slots[sp0 + next_sp],
                                  d->spans[next_sp].p, d->spans[next_sp].e, r,
