@@ -218,7 +218,9 @@ int main(int argc, char **argv) {
   double raw2c = NAN, bps2c = NAN;
   /* TFRecord, image-like records (784 floats + label) */
   if (want(argc, argv, "dense")) {
-  const char *p1 = tpath(dir, "dense.tfrecord");
+  /* a copy: tpath()'s buffers are reused by every job the runs load */
+  char p1[4096];
+  snprintf(p1, sizeof p1, "%s", tpath(dir, "dense.tfrecord"));
   write_tfr_dense(p1, 20000);
   snprintf(spec, sizeof spec,
            "{\"train\": {\"format\": \"tfrecord\", \"paths\": \"%s\", "
@@ -242,7 +244,8 @@ int main(int argc, char **argv) {
   if (want(argc, argv, "ctr")) {
 
   /* TFRecord, Criteo-like records (13 dense + 26 sparse) */
-  const char *p2 = tpath(dir, "ctr.tfrecord");
+  char p2[4096];
+  snprintf(p2, sizeof p2, "%s", tpath(dir, "ctr.tfrecord"));
   write_tfr_ctr(p2, 100000);
   size_t at = (size_t)snprintf(spec, sizeof spec,
                                "{\"train\": {\"format\": \"tfrecord\", "
