@@ -28,6 +28,9 @@ else
     { cat "$log" >&2; rm -f "$log"; exit 1; }
 fi
 rm -f "$log"
+# a target added since the folder was configured appears only once ninja
+# has regenerated its build file
+ninja -C "$build" build.ninja >/dev/null
 targets="fuzz_rpc_frame fuzz_rpc_handshake fuzz_ps_service fuzz_ckpt_shard fuzz_manifest fuzz_job fuzz_model fuzz_tfr_example"
 for t in $targets; do
   if ! ninja -C "$build" -t targets all 2>/dev/null | grep -q "tests/fuzz/$t:"; then
