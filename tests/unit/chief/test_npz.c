@@ -1,0 +1,142 @@
+/* The .npz writer (chief/ckpt/npz.h) replaces its target whole and
+ * durably: close fsyncs the archive, renames it over the target and fsyncs
+ * the folder, leaving no temp file; abort and a failed close leave the old
+ * target as it was and no temp file either.
+ *
+ * fsync is interposed here (the static library's calls resolve to this
+ * executable's definition first) to record what was synced. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "chief/ckpt/npz.h"
+
+static char synced[64][4096];
+static int n_synced;
+
+int fsync(int fd) {
+  char link[64];
+  snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+  if (n_synced < 64) {
+    ssize_t n = readlink(link, synced[n_synced], sizeof synced[0] - 1);
+    synced[n_synced][n > 0 ? n : 0] = 0;
+    n_synced++;
+  }
+  return (int)syscall(SYS_fsync, fd);
+}
+
+static int was_synced(const char *path) {
+  for (int i = 0; i < n_synced; i++)
+    if (strcmp(synced[i], path) == 0) return 1;
+  return 0;
+}
+
+static int was_synced_prefix(const char *prefix) {
+  for (int i = 0; i < n_synced; i++)
+    if (strncmp(synced[i], prefix, strlen(prefix)) == 0) return 1;
+  return 0;
+}
+
+static char root[256];
+
+static int setup(void **state) {
+  (void)state;
+  char tmpl[] = "/tmp/tsr_npz_XXXXXX";
+  if (!mkdtemp(tmpl)) return -1;
+  if (!realpath(tmpl, root)) return -1; /* the recorder sees real paths */
+  n_synced = 0;
+  return 0;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  char cmd[400];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+  return system(cmd) == 0 ? 0 : -1;
+}
+
+/* Entries of `dir` other than . and .. */
+static int entries(const char *dir) {
+  DIR *d = opendir(dir);
+  assert_non_null(d);
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)))
+    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) n++;
+  closedir(d);
+  return n;
+}
+
+static long file_size(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 ? (long)st.st_size : -1;
+}
+
+static void write_one(const char *path, int64_t n) {
+  char err[256] = "";
+  chief_npz *z;
+  assert_int_equal(chief_npz_open(&z, path, err, sizeof err), 0);
+  float v[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  assert_int_equal(chief_npz_add_f32(z, "w", &n, 1, v, err, sizeof err), 0);
+  assert_int_equal(chief_npz_close(z, err, sizeof err), 0);
+}
+
+static void close_syncs_file_and_folder(void **state) {
+  (void)state;
+  char p[512], tmp[600];
+  snprintf(p, sizeof p, "%s/w.npz", root);
+  write_one(p, 8);
+  snprintf(tmp, sizeof tmp, "%s.tmp", p);
+  assert_true(was_synced_prefix(tmp)); /* the bytes, before the rename */
+  assert_true(was_synced(root));       /* the rename itself */
+  assert_int_equal(entries(root), 1);  /* no temp file left */
+  assert_true(file_size(p) > 0);
+}
+
+static void abort_and_failed_close_keep_the_old_file(void **state) {
+  (void)state;
+  char p[512], sub[512], err[512] = "";
+  snprintf(p, sizeof p, "%s/w.npz", root);
+  write_one(p, 8);
+  long before = file_size(p);
+  /* abort: the old archive stays, no temp file */
+  chief_npz *z;
+  assert_int_equal(chief_npz_open(&z, p, err, sizeof err), 0);
+  assert_int_equal(chief_npz_add_file(z, "a.txt", "abc", 3, err, sizeof err),
+                   0);
+  chief_npz_abort(z);
+  assert_int_equal(file_size(p), before);
+  assert_int_equal(entries(root), 1);
+  /* a folder where the archive should go: close fails, names the path and
+   * leaves no temp file */
+  snprintf(sub, sizeof sub, "%s/taken", root);
+  assert_int_equal(mkdir(sub, 0777), 0);
+  assert_int_equal(chief_npz_open(&z, sub, err, sizeof err), 0);
+  assert_true(chief_npz_close(z, err, sizeof err) < 0);
+  assert_non_null(strstr(err, sub));
+  assert_int_equal(entries(root), 2);
+  /* a missing folder: open fails and names it */
+  snprintf(sub, sizeof sub, "%s/missing/w.npz", root);
+  assert_true(chief_npz_open(&z, sub, err, sizeof err) < 0);
+  assert_non_null(strstr(err, sub));
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(close_syncs_file_and_folder, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(abort_and_failed_close_keep_the_old_file,
+                                      setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
