@@ -98,13 +98,20 @@ int chief_ckpt_check_writable(const char *root, char *err, size_t errlen) {
   return 0;
 }
 
+/* chief_ckpt_dir into a CK_PATH buffer, naming the root when it is too
+ * long. */
+static int ck_step_dir(const char *root, int64_t step, char *dir, char *err,
+                       size_t errlen) {
+  if (chief_ckpt_dir(root, step, dir, CK_PATH))
+    return tsr_errf(err, errlen, TSR_ERANGE,
+                    "checkpoint path too long under %s", root);
+  return 0;
+}
+
 int chief_ckpt_prepare(const char *root, int64_t step, char *err,
                        size_t errlen) {
   char dir[CK_PATH];
-  if (chief_ckpt_dir(root, step, dir, sizeof dir)) {
-    snprintf(err, errlen, "checkpoint path too long under %s", root);
-    return TSR_ERANGE;
-  }
+  if (ck_step_dir(root, step, dir, err, errlen)) return TSR_ERANGE;
   /* an unfinished folder, or a committed one being taken again (after a
    * resume from an older checkpoint): its files give way to the new ones */
   struct stat st;
@@ -146,10 +153,7 @@ int chief_ckpt_commit(const char *root, int64_t step, json_t *manifest,
 int chief_ckpt_remove(const char *root, int64_t step, char *err,
                       size_t errlen) {
   char dir[CK_PATH];
-  if (chief_ckpt_dir(root, step, dir, sizeof dir)) {
-    snprintf(err, errlen, "checkpoint path too long under %s", root);
-    return TSR_ERANGE;
-  }
+  if (ck_step_dir(root, step, dir, err, errlen)) return TSR_ERANGE;
   int rc = ck_rm_tree(dir);
   if (rc) snprintf(err, errlen, "%s: %s", dir, tsr_strerror(rc));
   return rc;

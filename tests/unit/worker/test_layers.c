@@ -14,7 +14,7 @@
 
 #include "common/err.h"
 #include "ref_model.h"
-#include "worker/model.h"
+#include "worker/model_exec.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -11,7 +11,7 @@
 
 #include "common/err.h"
 #include "worker/metrics.h"
-#include "worker/model.h"
+#include "worker/model_exec.h"
 #include "worker/train.h"
 
 #include <math.h>

@@ -15,7 +15,7 @@
 #include <cmocka.h>
 
 #include "common/err.h"
-#include "worker/model.h"
+#include "worker/model_exec.h"
 
 #include <stdio.h>
 #include <stdlib.h>
