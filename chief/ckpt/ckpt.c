@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -263,50 +264,26 @@ static int ck_load_manifest(const char *dir, json_t **out, char *err,
   return 0;
 }
 
-int chief_ckpt_latest(const char *root, int64_t *step, json_t **manifest,
-                      char *err, size_t errlen) {
+/* The newest committed checkpoint at or below max_step whose manifest
+ * loads and, when `intact`, whose files pass chief_ckpt_verify; the ones
+ * passed over are logged with the reason. */
+static int ck_newest(const char *root, int64_t max_step, bool intact,
+                     int64_t *step, json_t **manifest, char *err,
+                     size_t errlen) {
   int64_t *steps;
   size_t n;
   int rc = ck_list(root, &steps, &n, err, errlen, 1);
   if (rc) return rc;
   rc = TSR_ENOTFOUND;
-  snprintf(err, errlen, "no committed checkpoint in %s", root);
-  for (size_t i = 0; i < n; i++) {
-    char dir[CK_PATH];
-    if (chief_ckpt_dir(root, steps[i], dir, sizeof dir)) continue;
-    json_t *m;
-    char e2[512];
-    if (ck_load_manifest(dir, &m, e2, sizeof e2) == 0) {
-      *step = steps[i];
-      if (manifest)
-        *manifest = m;
-      else
-        json_decref(m);
-      rc = 0;
-      break;
-    }
-    tsr_warn("checkpoint %s skipped: %s", dir, e2);
-  }
-  free(steps);
-  return rc;
-}
-
-int chief_ckpt_latest_intact(const char *root, int64_t max_step,
-                             int64_t *step, json_t **manifest, char *err,
-                             size_t errlen) {
-  int64_t *steps;
-  size_t n;
-  int rc = ck_list(root, &steps, &n, err, errlen, 1);
-  if (rc) return rc;
-  rc = TSR_ENOTFOUND;
-  snprintf(err, errlen, "no intact committed checkpoint in %s", root);
+  snprintf(err, errlen, "no %scommitted checkpoint in %s",
+           intact ? "intact " : "", root);
   for (size_t i = 0; i < n; i++) {
     if (steps[i] > max_step) continue;
     char dir[CK_PATH], why[1024];
     if (chief_ckpt_dir(root, steps[i], dir, sizeof dir)) continue;
     json_t *m;
     if (ck_load_manifest(dir, &m, why, sizeof why) == 0) {
-      if (chief_ckpt_verify(dir, m, why, sizeof why) == 0) {
+      if (!intact || chief_ckpt_verify(dir, m, why, sizeof why) == 0) {
         *step = steps[i];
         if (manifest)
           *manifest = m;
@@ -317,11 +294,25 @@ int chief_ckpt_latest_intact(const char *root, int64_t max_step,
       }
       json_decref(m);
     }
-    tsr_warn("checkpoint of step %" PRId64 " skipped (%s): %s", steps[i], dir,
-             why);
+    if (intact)
+      tsr_warn("checkpoint of step %" PRId64 " skipped (%s): %s", steps[i],
+               dir, why);
+    else
+      tsr_warn("checkpoint %s skipped: %s", dir, why);
   }
   free(steps);
   return rc;
+}
+
+int chief_ckpt_latest(const char *root, int64_t *step, json_t **manifest,
+                      char *err, size_t errlen) {
+  return ck_newest(root, INT64_MAX, false, step, manifest, err, errlen);
+}
+
+int chief_ckpt_latest_intact(const char *root, int64_t max_step,
+                             int64_t *step, json_t **manifest, char *err,
+                             size_t errlen) {
+  return ck_newest(root, max_step, true, step, manifest, err, errlen);
 }
 
 int chief_ckpt_read(const char *path, int64_t *step, json_t **manifest,

@@ -3,8 +3,7 @@
  * the folder, leaving no temp file; abort and a failed close leave the old
  * target as it was and no temp file either.
  *
- * fsync is interposed here (the static library's calls resolve to this
- * executable's definition first) to record what was synced. */
+ * fsync is interposed (fsync_record.h) to record what was synced. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,54 +15,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "chief/ckpt/npz.h"
-
-static char synced[64][4096];
-static int n_synced;
-
-int fsync(int fd) {
-  char link[64];
-  snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
-  if (n_synced < 64) {
-    ssize_t n = readlink(link, synced[n_synced], sizeof synced[0] - 1);
-    synced[n_synced][n > 0 ? n : 0] = 0;
-    n_synced++;
-  }
-  return (int)syscall(SYS_fsync, fd);
-}
-
-static int was_synced(const char *path) {
-  for (int i = 0; i < n_synced; i++)
-    if (strcmp(synced[i], path) == 0) return 1;
-  return 0;
-}
-
-static int was_synced_prefix(const char *prefix) {
-  for (int i = 0; i < n_synced; i++)
-    if (strncmp(synced[i], prefix, strlen(prefix)) == 0) return 1;
-  return 0;
-}
-
-static char root[256];
-
-static int setup(void **state) {
-  (void)state;
-  char tmpl[] = "/tmp/tsr_npz_XXXXXX";
-  if (!mkdtemp(tmpl)) return -1;
-  if (!realpath(tmpl, root)) return -1; /* the recorder sees real paths */
-  n_synced = 0;
-  return 0;
-}
-
-static int teardown(void **state) {
-  (void)state;
-  char cmd[400];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
-  return system(cmd) == 0 ? 0 : -1;
-}
+#include "../fsync_record.h"
 
 /* Entries of `dir` other than . and .. */
 static int entries(const char *dir) {
