@@ -21,13 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static uint64_t rng = 0x9E3779B97F4A7C15ull;
-static double urand(void) {
-  rng ^= rng << 13;
-  rng ^= rng >> 7;
-  rng ^= rng << 17;
-  return (double)(rng >> 11) / 9007199254740992.0;
-}
+#define TSR_TEST_SEED 0x9E3779B97F4A7C15ull
+#include "../test_rand.h"
 
 /* JSON written with single quotes, for readability */
 static json_t *jq(const char *s) {
