@@ -203,6 +203,43 @@ static int need_rank(const lp *p, int rank, const char *what) {
                   p->nm, p->cls, s, what);
 }
 
+/* What Dense and Conv2D share: the activation, use_bias, a kernel of
+ * shape kshape[krank] and a bias of `units`, with their initializers and
+ * regularizers. */
+static int act_kernel_bias(lp *p, wk_layer *l, int krank,
+                           const int64_t *kshape, const int64_t *units) {
+  int rc;
+  if ((rc = tsr_model__parse_act(json_object_get(p->cfg, "activation"), p->nm,
+                                &l->act, &l->alpha, p->err, p->errlen)) ||
+      (rc = get_bool(p, "use_bias", true, &l->use_bias)))
+    return rc;
+  if ((l->var_w = var(p, "kernel", krank, kshape, "kernel_initializer",
+                      "glorot_uniform")) < 0)
+    return l->var_w;
+  if (l->use_bias &&
+      (l->var_b = var(p, "bias", 1, units, "bias_initializer", "zeros")) < 0)
+    return l->var_b;
+  if ((rc = set_reg(p, l->var_w, "kernel_regularizer")) ||
+      (rc = set_reg(p, l->var_b, "bias_regularizer")))
+    return rc;
+  return 0;
+}
+
+/* The output window of a Conv2D kernel or a pooling window (`what`) over
+ * the layer's image input. */
+static int window(lp *p, const char *what, const int64_t *ks,
+                  const int64_t *st, bool same, kern_win *g) {
+  const wk_layer *x = tsr_layer__in0(p);
+  if (kern_win_make(g, x->dim[0], x->dim[1], x->dim[2], ks[0], ks[1], st[0],
+                    st[1], same))
+    return tsr_errf(p->err, p->errlen, TSR_ESHAPE,
+                    "layer '%s': a %lldx%lld %s does not fit the %lldx%lld "
+                    "input with padding 'valid'", p->nm, (long long)ks[0],
+                    (long long)ks[1], what, (long long)x->dim[0],
+                    (long long)x->dim[1]);
+  return 0;
+}
+
 /* ---- parsers ---------------------------------------------------------- */
 
 static int p_dense(lp *p) {
@@ -219,21 +256,8 @@ static int p_dense(lp *p) {
   int64_t fan_in = l->dim[l->rank - 1];
   l->dim[l->rank - 1] = units;
   l->size = l->size / fan_in * units;
-  if ((rc = tsr_model__parse_act(json_object_get(p->cfg, "activation"), p->nm,
-                                &l->act, &l->alpha, p->err, p->errlen)) ||
-      (rc = get_bool(p, "use_bias", true, &l->use_bias)))
-    return rc;
   int64_t ks[2] = {fan_in, units};
-  if ((l->var_w = var(p, "kernel", 2, ks, "kernel_initializer",
-                      "glorot_uniform")) < 0)
-    return l->var_w;
-  if (l->use_bias &&
-      (l->var_b = var(p, "bias", 1, &units, "bias_initializer", "zeros")) < 0)
-    return l->var_b;
-  if ((rc = set_reg(p, l->var_w, "kernel_regularizer")) ||
-      (rc = set_reg(p, l->var_b, "bias_regularizer")))
-    return rc;
-  return 0;
+  return act_kernel_bias(p, l, 2, ks, &units);
 }
 
 static int p_conv2d(lp *p) {
@@ -261,15 +285,8 @@ static int p_conv2d(lp *p) {
     return tsr_errf(p->err, p->errlen, TSR_EUNSUPPORTED,
                     "layer '%s': groups %lld is not supported "
                     "(only 1)", p->nm, (long long)groups);
-  const wk_layer *x = tsr_layer__in0(p);
   kern_win g;
-  if ((rc = kern_win_make(&g, x->dim[0], x->dim[1], x->dim[2], ks[0], ks[1],
-                          st[0], st[1], same)))
-    return tsr_errf(p->err, p->errlen, TSR_ESHAPE,
-                    "layer '%s': a %lldx%lld kernel does not fit "
-                    "the %lldx%lld input with padding 'valid'", p->nm,
-                    (long long)ks[0], (long long)ks[1], (long long)x->dim[0],
-                    (long long)x->dim[1]);
+  if ((rc = window(p, "kernel", ks, st, same, &g))) return rc;
   wk_layer *l = tsr_layer__node(p, WK_L_CONV2D);
   if (!l) return TSR_ERANGE;
   l->win = g;
@@ -278,21 +295,8 @@ static int p_conv2d(lp *p) {
   l->dim[1] = g.ow;
   l->dim[2] = filters;
   l->size = g.oh * g.ow * filters;
-  if ((rc = tsr_model__parse_act(json_object_get(p->cfg, "activation"), p->nm,
-                                &l->act, &l->alpha, p->err, p->errlen)) ||
-      (rc = get_bool(p, "use_bias", true, &l->use_bias)))
-    return rc;
   int64_t kshape[4] = {ks[0], ks[1], g.c, filters};
-  if ((l->var_w = var(p, "kernel", 4, kshape, "kernel_initializer",
-                      "glorot_uniform")) < 0)
-    return l->var_w;
-  if (l->use_bias && (l->var_b = var(p, "bias", 1, &filters,
-                                     "bias_initializer", "zeros")) < 0)
-    return l->var_b;
-  if ((rc = set_reg(p, l->var_w, "kernel_regularizer")) ||
-      (rc = set_reg(p, l->var_b, "bias_regularizer")))
-    return rc;
-  return 0;
+  return act_kernel_bias(p, l, 4, kshape, &filters);
 }
 
 static int p_pool2d(lp *p) {
@@ -304,15 +308,8 @@ static int p_pool2d(lp *p) {
       (rc = get_pair(p, "strides", ps, st)) || (rc = get_padding(p, &same)) ||
       (rc = channels_last(p)))
     return rc;
-  const wk_layer *x = tsr_layer__in0(p);
   kern_win g;
-  if (kern_win_make(&g, x->dim[0], x->dim[1], x->dim[2], ps[0], ps[1], st[0],
-                    st[1], same))
-    return tsr_errf(p->err, p->errlen, TSR_ESHAPE,
-                    "layer '%s': a %lldx%lld pool does not fit the "
-                    "%lldx%lld input with padding 'valid'", p->nm,
-                    (long long)ps[0], (long long)ps[1], (long long)x->dim[0],
-                    (long long)x->dim[1]);
+  if ((rc = window(p, "pool", ps, st, same, &g))) return rc;
   wk_layer *l = tsr_layer__node(p, WK_L_POOL2D);
   if (!l) return TSR_ERANGE;
   l->win = g;
