@@ -3,6 +3,7 @@
 #include "chief/monitor/monitor_int.h"
 #include "common/err.h"
 #include "common/fs.h"
+#include "common/grow.h"
 #include "common/log.h"
 
 #include <dirent.h>
@@ -216,15 +217,7 @@ static int ck_list(const char *root, int64_t **steps, size_t *n, char *err,
     char p[CK_PATH];
     if (ck_join(p, sizeof p, root, e->d_name)) continue;
     if (committed_only && !ck_has_manifest(p)) continue;
-    if (*n == cap) {
-      cap = cap ? cap * 2 : 16;
-      int64_t *ns = realloc(*steps, cap * sizeof *ns);
-      if (!ns) {
-        rc = TSR_ENOMEM;
-        break;
-      }
-      *steps = ns;
-    }
+    if ((rc = tsr_grow(steps, &cap, *n, sizeof **steps, 16))) break;
     (*steps)[(*n)++] = st;
   }
   closedir(d);

@@ -5,6 +5,7 @@
 #include "chief/ckpt/npz.h"
 #include "common/err.h"
 #include "common/fs.h"
+#include "common/grow.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -77,13 +78,7 @@ static int add_member(chief_npz *z, const char *member_in, const void *hdr,
              "ZIP64)", member_in);
     return TSR_ETOOBIG;
   }
-  if (z->n == z->cap) {
-    size_t nc = z->cap ? z->cap * 2 : 16;
-    npz_entry *ne = realloc(z->e, nc * sizeof *ne);
-    if (!ne) return TSR_ENOMEM;
-    z->e = ne;
-    z->cap = nc;
-  }
+  if (tsr_grow(&z->e, &z->cap, z->n, sizeof *z->e, 16)) return TSR_ENOMEM;
   char *member = strdup(member_in);
   if (!member) return TSR_ENOMEM;
   uLong crc = crc32(0L, Z_NULL, 0);

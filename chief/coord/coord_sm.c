@@ -11,6 +11,7 @@
  */
 #include "chief/coord/coord_sm_int.h"
 #include "common/err.h"
+#include "common/grow.h"
 #include "common/log.h"
 
 #include <inttypes.h>
@@ -34,15 +35,9 @@ void coord_actions_free(coord_actions *as) {
 
 coord_action *sm__emit(coord_sm *sm, coord_act_kind k) {
   coord_actions *as = sm->out;
-  if (as->n == as->cap) {
-    size_t cap = as->cap ? as->cap * 2 : 16;
-    coord_action *a = realloc(as->a, cap * sizeof *a);
-    if (!a) {
-      sm->oom = true;
-      return NULL;
-    }
-    as->a = a;
-    as->cap = cap;
+  if (tsr_grow(&as->a, &as->cap, as->n, sizeof *as->a, 16)) {
+    sm->oom = true;
+    return NULL;
   }
   coord_action *a = &as->a[as->n++];
   memset(a, 0, sizeof *a);
