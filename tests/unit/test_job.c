@@ -214,6 +214,34 @@ static void model_path_is_relative_to_job(void **state) {
   rmdir(dir);
 }
 
+/* Folders named in a job resolve against the job file's folder. */
+static void paths_resolve_from_the_job_folder(void **state) {
+  (void)state;
+  tsr_job j;
+  memset(&j, 0, sizeof j);
+  char dir[64], *r;
+  j.path = "/jobs/a/job.json";
+  tsr_job_dir(&j, dir, sizeof dir);
+  assert_string_equal(dir, "/jobs/a");
+  assert_non_null(r = tsr_job_resolve(&j, "ckpt", ""));
+  assert_string_equal(r, "/jobs/a/ckpt");
+  free(r);
+  assert_non_null(r = tsr_job_resolve(&j, "/abs/logs", "/eval"));
+  assert_string_equal(r, "/abs/logs/eval");
+  free(r);
+  j.path = "/job.json";
+  assert_non_null(r = tsr_job_resolve(&j, "ckpt", ""));
+  assert_string_equal(r, "/ckpt");
+  free(r);
+  j.path = "job.json"; /* no folder named: the current one */
+  assert_non_null(r = tsr_job_resolve(&j, "logs", "/eval"));
+  assert_string_equal(r, "./logs/eval");
+  free(r);
+  j.path = NULL; /* parsed from text */
+  tsr_job_dir(&j, dir, sizeof dir);
+  assert_string_equal(dir, ".");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(defaults_are_keras),
@@ -223,6 +251,7 @@ int main(void) {
       cmocka_unit_test(overrides_inside_short_forms),
       cmocka_unit_test(overrides_errors),
       cmocka_unit_test(model_path_is_relative_to_job),
+      cmocka_unit_test(paths_resolve_from_the_job_folder),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
