@@ -457,6 +457,29 @@ int tsr_layer__no_opts(const lp *p, const char *const *keys) {
 /* The batch statistics are the batch's own (biased variance), as Keras 3
  * and tf_keras on 2-D inputs compute them; tf_keras's fused kernel on
  * images feeds the moving variance with Bessel's correction instead. */
+/* A normalization's gamma (when `scale`) and beta (when `center`) of
+ * shape[rank]. */
+static int gamma_beta(lp *p, wk_layer *l, bool scale, bool center, int rank,
+                      const int64_t *shape) {
+  if (scale && (l->var_w = var(p, "gamma", rank, shape, "gamma_initializer",
+                               "ones")) < 0)
+    return l->var_w;
+  if (center && (l->var_b = var(p, "beta", rank, shape, "beta_initializer",
+                                "zeros")) < 0)
+    return l->var_b;
+  return 0;
+}
+
+/* Its regularizers, once every variable is made. */
+static int norm_regs(lp *p, wk_layer *l, bool center) {
+  int rc;
+  l->use_bias = center;
+  if ((rc = set_reg(p, l->var_w, "gamma_regularizer")) ||
+      (rc = set_reg(p, l->var_b, "beta_regularizer")))
+    return rc;
+  return 0;
+}
+
 static int p_batchnorm(lp *p) {
   static const char *const no[] = {"renorm", "virtual_batch_size",
                                    "adjustment", "synchronized", NULL};
@@ -482,12 +505,7 @@ static int p_batchnorm(lp *p) {
   tsr_layer__same_shape(l, tsr_layer__in0(p));
   l->eps = (float)eps;
   int64_t c = l->dim[l->rank - 1];
-  if (scale && (l->var_w = var(p, "gamma", 1, &c, "gamma_initializer",
-                               "ones")) < 0)
-    return l->var_w;
-  if (center && (l->var_b = var(p, "beta", 1, &c, "beta_initializer",
-                                "zeros")) < 0)
-    return l->var_b;
+  if ((rc = gamma_beta(p, l, scale, center, 1, &c))) return rc;
   if ((l->var_mm = var(p, "moving_mean", 1, &c, "moving_mean_initializer",
                        "zeros")) < 0)
     return l->var_mm;
@@ -499,11 +517,7 @@ static int p_batchnorm(lp *p) {
     v->trainable = false;
     v->momentum = mom;
   }
-  l->use_bias = center;
-  if ((rc = set_reg(p, l->var_w, "gamma_regularizer")) ||
-      (rc = set_reg(p, l->var_b, "beta_regularizer")))
-    return rc;
-  return 0;
+  return norm_regs(p, l, center);
 }
 
 static int p_layernorm(lp *p) {
@@ -529,17 +543,8 @@ static int p_layernorm(lp *p) {
     shape[i] = l->dim[first + i];
     l->norm_w *= shape[i];
   }
-  if (scale && (l->var_w = var(p, "gamma", cnt, shape, "gamma_initializer",
-                               "ones")) < 0)
-    return l->var_w;
-  if (center && (l->var_b = var(p, "beta", cnt, shape, "beta_initializer",
-                                "zeros")) < 0)
-    return l->var_b;
-  l->use_bias = center;
-  if ((rc = set_reg(p, l->var_w, "gamma_regularizer")) ||
-      (rc = set_reg(p, l->var_b, "beta_regularizer")))
-    return rc;
-  return 0;
+  if ((rc = gamma_beta(p, l, scale, center, cnt, shape))) return rc;
+  return norm_regs(p, l, center);
 }
 
 static int p_embedding(lp *p) {

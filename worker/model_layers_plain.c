@@ -21,6 +21,15 @@ static wk_layer *act_node(lp *p) {
   return l;
 }
 
+/* An activation layer applying `act` with parameter `alpha`. */
+static int act_layer(lp *p, kern_act act, double alpha) {
+  wk_layer *l = act_node(p);
+  if (!l) return TSR_ERANGE;
+  l->act = act;
+  l->alpha = (float)alpha;
+  return 0;
+}
+
 int tsr_layer__p_activation(lp *p) {
   wk_layer *l = act_node(p);
   if (!l) return TSR_ERANGE;
@@ -45,11 +54,7 @@ int tsr_layer__p_relu(lp *p) {
                     "negative_slope %g, threshold %g is not supported (supported:"
                     " the defaults, max_value 6, or a negative_slope alone)",
                     p->nm, mx, slope, thr);
-  wk_layer *l = act_node(p);
-  if (!l) return TSR_ERANGE;
-  l->act = a;
-  l->alpha = (float)slope;
-  return 0;
+  return act_layer(p, a, slope);
 }
 
 int tsr_layer__p_leaky(lp *p) {
@@ -61,22 +66,14 @@ int tsr_layer__p_leaky(lp *p) {
   else
     rc = tsr_layer__get_num(p, "alpha", 0.3, &a);
   if (rc) return rc;
-  wk_layer *l = act_node(p);
-  if (!l) return TSR_ERANGE;
-  l->act = KERN_ACT_LEAKY_RELU;
-  l->alpha = (float)a;
-  return 0;
+  return act_layer(p, KERN_ACT_LEAKY_RELU, a);
 }
 
 int tsr_layer__p_elu(lp *p) {
   double a;
   int rc = tsr_layer__get_num(p, "alpha", 1.0, &a);
   if (rc) return rc;
-  wk_layer *l = act_node(p);
-  if (!l) return TSR_ERANGE;
-  l->act = KERN_ACT_ELU;
-  l->alpha = (float)a;
-  return 0;
+  return act_layer(p, KERN_ACT_ELU, a);
 }
 
 int tsr_layer__p_softmax(lp *p) {
