@@ -2,10 +2,12 @@
  * calls resolve to the test program's definition first) to record the
  * resolved path of every file and folder synced, and each test gets a
  * fresh folder `root` (a real path, as the recorder sees it) that its
- * teardown removes. Include it in one file of a test program only. */
+ * teardown removes, and can count what a folder holds. Include it in one
+ * file of a test program only. */
 #ifndef TSR_TEST_FSYNC_RECORD_H
 #define TSR_TEST_FSYNC_RECORD_H
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +56,21 @@ static int teardown(void **state) {
   char cmd[400];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
   return system(cmd) == 0 ? 0 : -1;
+}
+
+/* Entries of `dir` whose name holds `part` (NULL: every entry but . and
+ * ..); -1 when the folder cannot be read. */
+static int count_entries(const char *dir, const char *part) {
+  DIR *d = opendir(dir);
+  if (!d) return -1;
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)))
+    if (part ? strstr(e->d_name, part) != NULL
+             : strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+      n++;
+  closedir(d);
+  return n;
 }
 
 #endif /* TSR_TEST_FSYNC_RECORD_H */

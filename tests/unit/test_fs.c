@@ -35,16 +35,7 @@ static char *slurp(const char *path) {
 }
 
 /* Files in `dir` whose name holds ".tmp." */
-static int temp_files(const char *dir) {
-  DIR *d = opendir(dir);
-  assert_non_null(d);
-  int n = 0;
-  struct dirent *e;
-  while ((e = readdir(d)))
-    if (strstr(e->d_name, ".tmp.")) n++;
-  closedir(d);
-  return n;
-}
+static int temp_files(const char *dir) { return count_entries(dir, ".tmp."); }
 
 /* ---- tests --------------------------------------------------------------- */
 

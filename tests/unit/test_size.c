@@ -3,7 +3,7 @@
  * it was, when it does not. Growable arrays built on it (common/grow.h):
  * room is made only when the array is full, the capacity starts at
  * `first` and doubles, the elements survive the move; a byte count past
- * size_t is refused with the array as it was. */
+ * PTRDIFF_MAX is refused with the array as it was. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -92,6 +92,9 @@ static void refuses_a_size_past_size_t(void **state) {
   /* the capacity does, its bytes do not */
   cap = 4;
   assert_int_equal(tsr_grow(&a, &cap, 4, SIZE_MAX / 4, 8), TSR_ENOMEM);
+  assert_int_equal(cap, 4);
+  /* the bytes fit size_t but pass the largest object there can be */
+  assert_int_equal(tsr_grow(&a, &cap, 4, SIZE_MAX / 8, 8), TSR_ENOMEM);
   assert_int_equal(cap, 4);
   free(a);
 }

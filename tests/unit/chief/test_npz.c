@@ -21,16 +21,7 @@
 #include "../fsync_record.h"
 
 /* Entries of `dir` other than . and .. */
-static int entries(const char *dir) {
-  DIR *d = opendir(dir);
-  assert_non_null(d);
-  int n = 0;
-  struct dirent *e;
-  while ((e = readdir(d)))
-    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) n++;
-  closedir(d);
-  return n;
-}
+static int entries(const char *dir) { return count_entries(dir, NULL); }
 
 static long file_size(const char *path) {
   struct stat st;
