@@ -727,6 +727,11 @@ static void test_refusals(void **state) {
                LAY("Add", "s", "", R("a") ", " R("b")),
                "['a', 0, 0], ['b', 0, 0]", "s"),
           mse, TSR_ESHAPE, "layer 's' (Add)", "(batch, 2) and (batch, 3)");
+  refused(func(IN("a", "2, 3") ", " IN("b", "4, 5") ", "
+               LAY("Concatenate", "cat", "", R("a") ", " R("b")),
+               "['a', 0, 0], ['b', 0, 0]", "cat"),
+          mse, TSR_ESHAPE, "layer 'cat' (Concatenate on axis 2): inputs of "
+          "shapes (batch, 2, 3) and (batch, 4, 5)", NULL);
   refused(func(IN("a", "2") ", " LAY("Dense", "d", ", 'units': 1",
                                      "['a', 0, 0, {'training': true}]"),
                "['a', 0, 0]", "d"),
