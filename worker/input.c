@@ -164,9 +164,12 @@ static int emit(wk_input *in, const wk_rec *r, int64_t epoch) {
   else
     for (int64_t j = 0; j < d; j++) x[j] = rx[j] * xa[j] + xb[j];
   s->y[i] = r->y;
+  const int64_t *restrict roff = r->off, *restrict rids = r->ids;
+  int64_t o0 = roff[0];
   for (int f = 0; f < in->schema.n_sparse; f++) {
-    int64_t k = r->off[f + 1] - r->off[f];
-    int64_t at = s->offs[f][i];
+    int64_t o1 = roff[f + 1], k = o1 - o0;
+    int64_t *restrict offs = s->offs[f];
+    int64_t at = offs[i];
     if ((size_t)(at + k) > s->ids_cap[f]) {
       size_t cap = s->ids_cap[f] * 2;
       while (cap < (size_t)(at + k)) cap *= 2;
@@ -177,12 +180,14 @@ static int emit(wk_input *in, const wk_rec *r, int64_t epoch) {
       s->ids[f] = n;
       s->ids_cap[f] = cap;
     }
+    int64_t *restrict dst = s->ids[f] + at;
     /* mostly one id per feature: no call for it */
     if (k == 1)
-      s->ids[f][at] = r->ids[r->off[f]];
+      *dst = rids[o0];
     else
-      memcpy(s->ids[f] + at, r->ids + r->off[f], (size_t)k * sizeof(int64_t));
-    s->offs[f][i + 1] = at + k;
+      memcpy(dst, rids + o0, (size_t)k * sizeof(int64_t));
+    offs[i + 1] = at + k;
+    o0 = o1;
   }
   s->b.n = i + 1;
   s->b.epoch = epoch;

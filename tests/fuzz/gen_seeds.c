@@ -5,7 +5,8 @@
  *                     Adagrad, unbounded sparse FTRL)
  *   fuzz_manifest/    the manifest of fuzz_manifest's own checkpoint
  * Usage: fuzz_seeds SOURCE_DIR. Run again when a format changes; the JSON
- * seeds of fuzz_job and fuzz_model are kept by hand. */
+ * seeds of fuzz_job and fuzz_model and the Examples of fuzz_tfr_example
+ * are kept by hand. */
 #include "common/crc32c.h"
 #include "ps/client_int.h"
 #include "ps/svc_int.h"

@@ -28,7 +28,7 @@ else
     { cat "$log" >&2; rm -f "$log"; exit 1; }
 fi
 rm -f "$log"
-targets="fuzz_rpc_frame fuzz_rpc_handshake fuzz_ps_service fuzz_ckpt_shard fuzz_manifest fuzz_job fuzz_model"
+targets="fuzz_rpc_frame fuzz_rpc_handshake fuzz_ps_service fuzz_ckpt_shard fuzz_manifest fuzz_job fuzz_model fuzz_tfr_example"
 for t in $targets; do
   if ! ninja -C "$build" -t targets all 2>/dev/null | grep -q "tests/fuzz/$t:"; then
     echo "$0: $build has no target $t: configure it with CC=clang and -Dfuzz=true" >&2

@@ -1,5 +1,8 @@
 /* CRC32C against the published vectors (RFC 3720 B.4 and the "123456789"
- * check value), continuation equal to one pass, and TFRecord's mask. */
+ * check value), continuation equal to one pass, the hardware path (three
+ * interleaved streams joined by shift tables) and the slicing-by-8 table
+ * path equal to a bitwise reference at every length and alignment around
+ * the block sizes, and TFRecord's mask. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -38,6 +41,47 @@ static void continuation_equals_one_pass(void **state) {
   assert_int_equal(tsr_crc32c(0, data + 1, 9), tsr_crc32c(0, data + 1, 9));
 }
 
+/* One bit at a time: the definition, independent of both fast paths. */
+static uint32_t crc_bitwise(const unsigned char *p, size_t n) {
+  uint32_t c = 0xffffffffu;
+  for (size_t i = 0; i < n; i++) {
+    c ^= p[i];
+    for (int k = 0; k < 8; k++) c = (c >> 1) ^ (0x82f63b78u & (0u - (c & 1)));
+  }
+  return c ^ 0xffffffffu;
+}
+
+static void fast_paths_equal_bitwise(void **state) {
+  (void)state;
+  static unsigned char data[3 * 8192 * 2 + 64];
+  uint64_t st = 88172645463325252ull;
+  for (size_t i = 0; i < sizeof data; i++) {
+    st ^= st << 13, st ^= st >> 7, st ^= st << 17;
+    data[i] = (unsigned char)st;
+  }
+  /* every length up to a few 3x64 and 3x512 blocks, then around the
+   * 3x8192 block and beyond, at each alignment mod 8 */
+  size_t lens[] = {3 * 8192 - 1, 3 * 8192, 3 * 8192 + 1, 3 * 8192 + 777,
+                   6 * 8192 + 3, 3 * 512 * 5 + 13};
+  for (int a = 0; a < 8; a++) {
+    for (size_t n = 0; n <= 3 * 512 + 200; n += (n < 400 ? 1 : 7)) {
+      uint32_t want = crc_bitwise(data + a, n);
+      if (tsr_crc32c(0, data + a, n) != want ||
+          tsr__crc32c_portable(0, data + a, n) != want)
+        fail_msg("length %zu at offset %d", n, a);
+    }
+    for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++) {
+      uint32_t want = crc_bitwise(data + a, lens[k]);
+      assert_int_equal(tsr_crc32c(0, data + a, lens[k]), want);
+      assert_int_equal(tsr__crc32c_portable(0, data + a, lens[k]), want);
+      /* continued from a CRC that is not 0 */
+      uint32_t c = tsr_crc32c(0, data, 5);
+      assert_int_equal(tsr_crc32c(c, data + 5, lens[k]),
+                       crc_bitwise(data, 5 + lens[k]));
+    }
+  }
+}
+
 static void mask_round_trip(void **state) {
   (void)state;
   for (uint32_t v = 1; v < 0xfffffff0u; v += 0x01234567u)
@@ -49,6 +93,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(known_vectors),
       cmocka_unit_test(continuation_equals_one_pass),
+      cmocka_unit_test(fast_paths_equal_bitwise),
       cmocka_unit_test(mask_round_trip),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

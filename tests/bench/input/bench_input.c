@@ -4,8 +4,9 @@
  * (bench_input_wait.c measures the share of step time spent waiting.)
  *
  * Files are written to a scratch folder first; the raw read() baseline
- * reads the same file from the page cache with a 1 MiB buffer (best of
- * three), so both sides read warm data. For the synthetic CTR source the
+ * reads the same file from the page cache with a 1 MiB buffer, so both
+ * sides read warm data; the TFRecord runs and the baseline each take the
+ * best of three. For the synthetic CTR source the
  * baseline reads a file as large as the batches it produced.
  * The CTR-shaped TFRecord run is also given per CPU second (both sides:
  * the pipeline's reader and consumer threads, and read()), which holds on
@@ -101,6 +102,24 @@ static double run_pipeline(const char *dir, const char *data, int64_t batch,
   *records = n;
   if (batch_bytes) *batch_bytes = bytes;
   return (double)n / dt;
+}
+
+/* Best of three epochs, as the read() baseline is best of three: on a
+ * machine shared with other work one run of either side can lose its
+ * CPU for a while, and the ratio of a best to a single run would say
+ * more about the scheduler than the code. last_pipe_cpu_s becomes the
+ * least CPU time of the three. */
+static double run_pipeline_best(const char *dir, const char *data,
+                                int64_t batch, int64_t *records,
+                                double *batch_bytes) {
+  double best = 0, best_cpu = INFINITY;
+  for (int k = 0; k < 3; k++) {
+    double rps = run_pipeline(dir, data, batch, records, batch_bytes);
+    if (rps > best) best = rps;
+    if (last_pipe_cpu_s < best_cpu) best_cpu = last_pipe_cpu_s;
+  }
+  last_pipe_cpu_s = best_cpu;
+  return best;
 }
 
 /* Files are written in 1 MiB chunks, so the page cache holds them in large
@@ -199,14 +218,16 @@ int main(int argc, char **argv) {
   double raw2c = NAN, bps2c = NAN;
   /* TFRecord, image-like records (784 floats + label) */
   if (want(argc, argv, "dense")) {
-  const char *p1 = tpath(dir, "dense.tfrecord");
+  /* a copy: tpath()'s buffers are reused by every job the runs load */
+  char p1[4096];
+  snprintf(p1, sizeof p1, "%s", tpath(dir, "dense.tfrecord"));
   write_tfr_dense(p1, 20000);
   snprintf(spec, sizeof spec,
            "{\"train\": {\"format\": \"tfrecord\", \"paths\": \"%s\", "
            "\"label\": \"label\", \"features\": [{\"name\": \"image\", "
            "\"size\": 784}], \"shuffle_buffer\": 1000}}", p1);
   raw1 = raw_read_bps(p1, &bytes);
-  double rps1 = run_pipeline(dir, spec, 256, &n, NULL);
+  double rps1 = run_pipeline_best(dir, spec, 256, &n, NULL);
   bps1 = rps1 * (double)file_size(p1) / (double)n;
   printf("%-28s %10.0f rec/s %8.1f MB/s   raw read() %8.1f MB/s\n",
          "tfrecord 784 floats", rps1, bps1 / 1e6, raw1 / 1e6);
@@ -215,7 +236,7 @@ int main(int argc, char **argv) {
            "{\"train\": {\"format\": \"tfrecord\", \"paths\": \"%s\", "
            "\"label\": \"label\", \"features\": [{\"name\": \"image\", "
            "\"size\": 784}]}}", p1);
-  double rps1n = run_pipeline(dir, spec, 256, &n, NULL);
+  double rps1n = run_pipeline_best(dir, spec, 256, &n, NULL);
   bps1n = rps1n * (double)file_size(p1) / (double)n;
   printf("%-28s %10.0f rec/s %8.1f MB/s\n", "  same, no shuffle", rps1n,
          bps1n / 1e6);
@@ -223,7 +244,8 @@ int main(int argc, char **argv) {
   if (want(argc, argv, "ctr")) {
 
   /* TFRecord, Criteo-like records (13 dense + 26 sparse) */
-  const char *p2 = tpath(dir, "ctr.tfrecord");
+  char p2[4096];
+  snprintf(p2, sizeof p2, "%s", tpath(dir, "ctr.tfrecord"));
   write_tfr_ctr(p2, 100000);
   size_t at = (size_t)snprintf(spec, sizeof spec,
                                "{\"train\": {\"format\": \"tfrecord\", "
@@ -238,7 +260,7 @@ int main(int argc, char **argv) {
   snprintf(spec + at, sizeof spec - at, "], \"shuffle_buffer\": 1000}}");
   raw2 = raw_read_bps(p2, &bytes);
   raw2c = last_cpu_bps;
-  double rps2 = run_pipeline(dir, spec, 256, &n, NULL);
+  double rps2 = run_pipeline_best(dir, spec, 256, &n, NULL);
   bps2 = rps2 * (double)file_size(p2) / (double)n;
   bps2c = (double)file_size(p2) / last_pipe_cpu_s;
   printf("%-28s %10.0f rec/s %8.1f MB/s   raw read() %8.1f MB/s\n",

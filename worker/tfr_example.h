@@ -1,0 +1,67 @@
+/* The tf.train.Example decoder of the TFRecord reader (tfr_example.c):
+ * decodes the features a data spec names straight from the serialized
+ * bytes into a wk_rec, without allocating (the record's id array grows
+ * only when a record has more ids than any before). Internal to the input
+ * pipeline.
+ *
+ * Contract: one decoder per reader; not thread-safe (it remembers the
+ * order of the last record's features). The spec's names must outlive the
+ * decoder (they are referenced, not copied).
+ */
+#ifndef TSR_WK_TFR_EXAMPLE_H
+#define TSR_WK_TFR_EXAMPLE_H
+
+#include "worker/input_int.h"
+
+#define WK_TFR_PRED_MAX 256 /* map entries whose position predicts the slot */
+
+enum { WK_TFR_DENSE = 0, WK_TFR_LABEL, WK_TFR_SPARSE };
+
+typedef struct {
+  const char *name;
+  size_t len;
+  int kind;         /* WK_TFR_DENSE, _LABEL or _SPARSE */
+  int index;        /* dense feature index or sparse feature index */
+  int64_t at;       /* dense: offset in x */
+  int64_t size;     /* dense: values */
+  wk_decode decode; /* dense: a bytes_list and how to read it */
+  uint64_t word, mask; /* a name of up to 8 bytes as a little-endian word */
+} wk_tfr_slot;
+
+typedef struct {
+  const uint8_t *p, *e;
+} wk_tfr_span;
+
+typedef struct {
+  wk_tfr_slot *slots;    /* dense..., label, sparse... */
+  int n_slots, n_sparse;
+  int64_t n_dense;       /* values of x */
+  const int64_t *vocab;  /* n_sparse; 0: unbounded */
+  int *table;            /* open addressing: slot index + 1 */
+  uint32_t table_mask;
+  uint32_t *seen;        /* per slot: generation when last set */
+  uint32_t gen;
+  wk_tfr_span *spans;    /* per sparse feature: its Feature's bytes */
+  /* Per map entry position, the slot (+1) its key named in the last
+   * record: writers emit a data set's features in one order, so the key
+   * is checked against it before any hashing. */
+  int pred[WK_TFR_PRED_MAX];
+} wk_tfr_dec;
+
+/* Builds the decoder for spec's dense features, label and sparse features
+ * (vocab: n_sparse sizes, referenced). TSR_ECONFIG when a name is given
+ * twice; TSR_ENOMEM. wk_tfr__dec_free() is safe after a failure. */
+int wk_tfr__dec_init(wk_tfr_dec *d, const wk_input_spec *spec,
+                     const int64_t *vocab, char *err, size_t errlen);
+void wk_tfr__dec_free(wk_tfr_dec *d);
+
+/* Decodes one serialized Example into r (made by wk_rec__init with the
+ * decoder's n_dense and n_sparse). Errors name `path` and the record's
+ * byte offset `off` and, where one is at fault, the feature: TSR_EFORMAT
+ * (malformed protobuf: a varint or length past the end, a bad wire type),
+ * TSR_ENOTFOUND (a dense feature or the label absent), TSR_EDTYPE,
+ * TSR_ESHAPE, TSR_ERANGE (an id outside its vocabulary), TSR_ENOMEM. */
+int wk_tfr__decode(wk_tfr_dec *d, const uint8_t *p, size_t n, wk_rec *r,
+                   const char *path, uint64_t off, char *err, size_t errlen);
+
+#endif
