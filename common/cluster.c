@@ -108,6 +108,24 @@ static long long tsr__json_index(json_t *v) {
   return LLONG_MIN;
 }
 
+/* One task's address: cluster.NAME[i] of a list, or cluster.NAME["key"]
+ * of a map (key not NULL). */
+static int tsr__parse_task_addr(json_t *v, const char *src, const char *name,
+                                const char *key, size_t i, tsr_task_addr *a,
+                                char *err, size_t errlen) {
+  char at[32], emsg[TSR_ERRBUF];
+  snprintf(at, sizeof at, "%zu", i);
+  const char *q = key ? "\"" : "", *k = key ? key : at;
+  if (!json_is_string(v))
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "%s: cluster.%s[%s%s%s] must be a \"host:port\" string",
+                    src, name, q, k, q);
+  if (tsr_addr_parse(json_string_value(v), a, emsg, sizeof emsg))
+    return tsr_errf(err, errlen, TSR_ECONFIG, "%s: cluster.%s[%s%s%s]: %s",
+                    src, name, q, k, q, emsg);
+  return 0;
+}
+
 static int tsr__parse_job(tsr_cluster *c, const char *src, const char *name,
                           json_t *job, char *err, size_t errlen) {
   tsr_task_type t = tsr_task_type_parse(name);
@@ -138,17 +156,12 @@ static int tsr__parse_job(tsr_cluster *c, const char *src, const char *name,
   if (!arr) return tsr_errf(err, errlen, TSR_ENOMEM, "out of memory");
   c->jobs[t] = arr;
   c->n[t] = (int)n;
-  char emsg[TSR_ERRBUF];
+  int rc;
   if (json_is_array(job)) {
     for (size_t i = 0; i < n; i++) {
-      json_t *v = json_array_get(job, i);
-      if (!json_is_string(v))
-        return tsr_errf(err, errlen, TSR_ECONFIG,
-                        "%s: cluster.%s[%zu] must be a \"host:port\" string",
-                        src, name, i);
-      if (tsr_addr_parse(json_string_value(v), &arr[i], emsg, sizeof emsg))
-        return tsr_errf(err, errlen, TSR_ECONFIG, "%s: cluster.%s[%zu]: %s",
-                        src, name, i, emsg);
+      if ((rc = tsr__parse_task_addr(json_array_get(job, i), src, name, NULL,
+                                     i, &arr[i], err, errlen)))
+        return rc;
       arr[i].index = (int)i;
     }
     return 0;
@@ -164,13 +177,9 @@ static int tsr__parse_job(tsr_cluster *c, const char *src, const char *name,
       return tsr_errf(err, errlen, TSR_ECONFIG,
                       "%s: cluster.%s key \"%s\" is not a task index", src,
                       name, key);
-    if (!json_is_string(v))
-      return tsr_errf(err, errlen, TSR_ECONFIG,
-                      "%s: cluster.%s[\"%s\"] must be a \"host:port\" string",
-                      src, name, key);
-    if (tsr_addr_parse(json_string_value(v), &arr[i], emsg, sizeof emsg))
-      return tsr_errf(err, errlen, TSR_ECONFIG, "%s: cluster.%s[\"%s\"]: %s",
-                      src, name, key, emsg);
+    if ((rc = tsr__parse_task_addr(v, src, name, key, 0, &arr[i], err,
+                                   errlen)))
+      return rc;
     arr[i].index = (int)idx;
     i++;
   }

@@ -8,6 +8,7 @@
  */
 #include "common/cluster.h"
 #include "common/err.h"
+#include "common/grow.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -24,13 +25,7 @@ typedef struct {
 
 static int tsr__push(tsr__strvec *s, const char *str, size_t len) {
   if (s->n == TSR__MAX_HOSTS) return TSR_ERANGE;
-  if (s->n == s->cap) {
-    size_t nc = s->cap ? s->cap * 2 : 16;
-    char **nv = realloc(s->v, nc * sizeof *nv);
-    if (!nv) return TSR_ENOMEM;
-    s->v = nv;
-    s->cap = nc;
-  }
+  if (tsr_grow(&s->v, &s->cap, s->n, sizeof *s->v, 16)) return TSR_ENOMEM;
   char *c = malloc(len + 1);
   if (!c) return TSR_ENOMEM;
   memcpy(c, str, len);

@@ -334,3 +334,22 @@ int tsr_job_load(const char *path, const char *const *overrides,
   }
   return rc;
 }
+
+void tsr_job_dir(const tsr_job *job, char *dir, size_t len) {
+  const char *slash = job->path ? strrchr(job->path, '/') : NULL;
+  if (slash)
+    snprintf(dir, len, "%.*s", (int)(slash - job->path), job->path);
+  else
+    snprintf(dir, len, ".");
+}
+
+char *tsr_job_resolve(const tsr_job *job, const char *p, const char *suffix) {
+  char dir[4096];
+  tsr_job_dir(job, dir, sizeof dir);
+  bool abs = p[0] == '/';
+  size_t n = (abs ? 0 : strlen(dir) + 1) + strlen(p) + strlen(suffix) + 1;
+  char *out = malloc(n);
+  if (out)
+    snprintf(out, n, "%s%s%s%s", abs ? "" : dir, abs ? "" : "/", p, suffix);
+  return out;
+}

@@ -117,6 +117,14 @@ const char *tsr_precision_name(tsr_precision p);
  * memory. */
 char *tsr_job_keys_markdown(void);
 
+/* The folder of the job file ("." when it names none, or the job was
+ * parsed from text), in `dir`. */
+void tsr_job_dir(const tsr_job *job, char *dir, size_t len);
+/* `p` resolved against the job file's folder (as it is when absolute),
+ * then `suffix` ("" for none): a malloc'd string, NULL when out of
+ * memory. */
+char *tsr_job_resolve(const tsr_job *job, const char *p, const char *suffix);
+
 /* Reads a whole file into a NUL-terminated malloc'd buffer (limit 1 GiB).
  * Returns NULL with `*rc` and `err` set. */
 char *tsr_read_file(const char *path, size_t *len, int *rc, char *err,

@@ -302,17 +302,26 @@ static int jk_placement(tsr_job *job, json_t *v, const char *where,
   return 0;
 }
 
+/* fp32 (or float32), bf16 (or bf16_alias) and, when fp16_alias is not
+ * NULL, fp16 (or fp16_alias); -1 for anything else. */
+static int jk_prec_name(const char *p, const char *bf16_alias,
+                        const char *fp16_alias, tsr_precision *out) {
+  if (strcmp(p, "fp32") == 0 || strcmp(p, "float32") == 0)
+    *out = TSR_PREC_FP32;
+  else if (strcmp(p, "bf16") == 0 || strcmp(p, bf16_alias) == 0)
+    *out = TSR_PREC_BF16;
+  else if (fp16_alias && (strcmp(p, "fp16") == 0 || strcmp(p, fp16_alias) == 0))
+    *out = TSR_PREC_FP16;
+  else
+    return -1;
+  return 0;
+}
+
 static int jk_precision(tsr_job *job, json_t *v, const char *where,
                         const char *base_dir, const tsr__jk_row *row,
                         char *err, size_t errlen) {
   const char *p = json_is_string(v) ? json_string_value(v) : "";
-  if (strcmp(p, "fp32") == 0 || strcmp(p, "float32") == 0)
-    job->precision = TSR_PREC_FP32;
-  else if (strcmp(p, "bf16") == 0 || strcmp(p, "mixed_bfloat16") == 0)
-    job->precision = TSR_PREC_BF16;
-  else if (strcmp(p, "fp16") == 0 || strcmp(p, "mixed_float16") == 0)
-    job->precision = TSR_PREC_FP16;
-  else
+  if (jk_prec_name(p, "mixed_bfloat16", "mixed_float16", &job->precision))
     return tsr_errf(err, errlen, TSR_ECONFIG,
                     "precision \"%s\" is not fp32, bf16 or fp16", p);
   return 0;
@@ -338,11 +347,7 @@ static int jk_wire_precision(tsr_job *job, json_t *v, const char *where,
                              const char *base_dir, const tsr__jk_row *row,
                              char *err, size_t errlen) {
   const char *p = json_is_string(v) ? json_string_value(v) : "";
-  if (strcmp(p, "fp32") == 0 || strcmp(p, "float32") == 0)
-    job->wire_precision = TSR_PREC_FP32;
-  else if (strcmp(p, "bf16") == 0 || strcmp(p, "bfloat16") == 0)
-    job->wire_precision = TSR_PREC_BF16;
-  else
+  if (jk_prec_name(p, "bfloat16", NULL, &job->wire_precision))
     return tsr_errf(err, errlen, TSR_ECONFIG,
                     "wire_precision \"%s\" is not fp32 or bf16", p);
   return 0;

@@ -133,21 +133,44 @@ static int kn_lookup(json_t *v, const char *what, const kn_class *table,
   return 0;
 }
 
-int tsr_loss_canon(json_t *v, char *out, size_t len, char *err,
-                   size_t errlen) {
+/* A loss or a metric: its name in messages, the message for a value of
+ * the wrong shape, its classes. */
+typedef struct {
+  const char *what, *shape;
+  const kn_class *table;
+} kn_kind;
+
+static const kn_kind kn_loss = {
+    "loss",
+    "loss must be a Keras name (\"mse\") or a serialized loss "
+    "{\"class_name\": \"Huber\", \"config\": {...}}",
+    losses};
+static const kn_kind kn_metric = {
+    "metric",
+    "a metric must be a Keras name (\"accuracy\") or a serialized metric "
+    "{\"class_name\": \"AUC\", \"config\": {...}}",
+    metrics};
+
+/* A plain name is copied to `out` (returns 1); a serialized object is
+ * looked up (returns 0 with *c and *cfg set); anything else is refused. */
+static int kn_name_or_lookup(json_t *v, const kn_kind *k, char *out,
+                             size_t len, const kn_class **c, json_t **cfg,
+                             char *err, size_t errlen) {
   if (json_is_string(v)) {
     snprintf(out, len, "%s", json_string_value(v));
-    return 0;
+    return 1;
   }
   if (!json_is_object(v))
-    return tsr_errf(err, errlen, TSR_ECONFIG,
-                    "loss must be a Keras name (\"mse\") or a serialized loss "
-                    "{\"class_name\": \"Huber\", \"config\": {...}}");
+    return tsr_errf(err, errlen, TSR_ECONFIG, "%s", k->shape);
+  return kn_lookup(v, k->what, k->table, c, cfg, err, errlen);
+}
+
+int tsr_loss_canon(json_t *v, char *out, size_t len, char *err,
+                   size_t errlen) {
   const kn_class *c;
-  json_t *cfg;
-  int rc = kn_lookup(v, "loss", losses, &c, &cfg, err, errlen);
-  if (rc) return rc;
-  json_t *x;
+  json_t *cfg, *x;
+  int rc = kn_name_or_lookup(v, &kn_loss, out, len, &c, &cfg, err, errlen);
+  if (rc) return rc > 0 ? 0 : rc;
   if ((x = json_object_get(cfg, "label_smoothing")) && !is_off(x))
     return unsupported("loss", "label_smoothing", x, "only 0", err, errlen);
   if ((x = json_object_get(cfg, "ignore_class")) && !json_is_null(x))
@@ -170,20 +193,10 @@ int tsr_loss_canon(json_t *v, char *out, size_t len, char *err,
 
 int tsr_metric_canon(json_t *v, char *out, size_t len, char *err,
                      size_t errlen) {
-  if (json_is_string(v)) {
-    snprintf(out, len, "%s", json_string_value(v));
-    return 0;
-  }
-  if (!json_is_object(v))
-    return tsr_errf(err, errlen, TSR_ECONFIG,
-                    "a metric must be a Keras name (\"accuracy\") or a "
-                    "serialized metric {\"class_name\": \"AUC\", \"config\": "
-                    "{...}}");
   const kn_class *c;
-  json_t *cfg;
-  int rc = kn_lookup(v, "metric", metrics, &c, &cfg, err, errlen);
-  if (rc) return rc;
-  json_t *x;
+  json_t *cfg, *x;
+  int rc = kn_name_or_lookup(v, &kn_metric, out, len, &c, &cfg, err, errlen);
+  if (rc) return rc > 0 ? 0 : rc;
   int n = snprintf(out, len, "%s", c->name);
   const char *w = "metric";
   if ((x = json_object_get(cfg, "threshold")) && !json_is_null(x) &&

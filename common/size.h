@@ -19,47 +19,26 @@
  * consistency gates compute. */
 #define TSR_STEP_MAX ((int64_t)1 << 62)
 
-static inline int tsr_mul_size(size_t a, size_t b, size_t *out) {
-  size_t r;
-  if (__builtin_mul_overflow(a, b, &r)) return TSR_ERANGE;
-  *out = r;
-  return 0;
-}
+/* One checked operation: `name(a, b, &out)` computes a OP b in `type`
+ * with the compiler's overflow builtin. */
+#define TSR__SIZE_OP(name, type, builtin)               \
+  static inline int name(type a, type b, type *out) {   \
+    type r;                                             \
+    if (builtin(a, b, &r)) return TSR_ERANGE;           \
+    *out = r;                                           \
+    return 0;                                           \
+  }
 
-static inline int tsr_add_size(size_t a, size_t b, size_t *out) {
-  size_t r;
-  if (__builtin_add_overflow(a, b, &r)) return TSR_ERANGE;
-  *out = r;
-  return 0;
-}
+/* tsr_mul_size, tsr_add_size: size_t; tsr_mul_u64, tsr_add_u64: uint64_t;
+ * tsr_mul_i64, tsr_add_i64: int64_t. */
+TSR__SIZE_OP(tsr_mul_size, size_t, __builtin_mul_overflow)
+TSR__SIZE_OP(tsr_add_size, size_t, __builtin_add_overflow)
+TSR__SIZE_OP(tsr_mul_u64, uint64_t, __builtin_mul_overflow)
+TSR__SIZE_OP(tsr_add_u64, uint64_t, __builtin_add_overflow)
+TSR__SIZE_OP(tsr_mul_i64, int64_t, __builtin_mul_overflow)
+TSR__SIZE_OP(tsr_add_i64, int64_t, __builtin_add_overflow)
 
-static inline int tsr_mul_u64(uint64_t a, uint64_t b, uint64_t *out) {
-  uint64_t r;
-  if (__builtin_mul_overflow(a, b, &r)) return TSR_ERANGE;
-  *out = r;
-  return 0;
-}
-
-static inline int tsr_add_u64(uint64_t a, uint64_t b, uint64_t *out) {
-  uint64_t r;
-  if (__builtin_add_overflow(a, b, &r)) return TSR_ERANGE;
-  *out = r;
-  return 0;
-}
-
-static inline int tsr_mul_i64(int64_t a, int64_t b, int64_t *out) {
-  int64_t r;
-  if (__builtin_mul_overflow(a, b, &r)) return TSR_ERANGE;
-  *out = r;
-  return 0;
-}
-
-static inline int tsr_add_i64(int64_t a, int64_t b, int64_t *out) {
-  int64_t r;
-  if (__builtin_add_overflow(a, b, &r)) return TSR_ERANGE;
-  *out = r;
-  return 0;
-}
+#undef TSR__SIZE_OP
 
 /* a * b * c in size_t (bytes = rows * width * elem, ...). */
 static inline int tsr_mul3_size(size_t a, size_t b, size_t c, size_t *out) {

@@ -407,14 +407,14 @@ void *wk__thread_main(void *arg) {
   wk_svc *s = arg;
   for (;;) {
     pthread_mutex_lock(&s->mu);
-    while (!s->jobs && !s->stop) pthread_cond_wait(&s->cv, &s->mu);
+    while (tsr_list_empty(&s->jobs) && !s->stop)
+      pthread_cond_wait(&s->cv, &s->mu);
     if (s->stop) {
       pthread_mutex_unlock(&s->mu);
       break;
     }
-    wk_job *j = s->jobs;
-    s->jobs = j->next;
-    if (!s->jobs) s->jobs_tail = NULL;
+    wk_job *j = tsr_list_entry(tsr_list_first(&s->jobs), wk_job, node);
+    tsr_list_remove(&j->node);
     if (j->kind == WK_JOB_RUN && s->run)
       snprintf(s->state, sizeof s->state, "running");
     pthread_mutex_unlock(&s->mu);
@@ -429,12 +429,7 @@ void *wk__thread_main(void *arg) {
     } else if (j->kind == WK_JOB_RUN) {
       snprintf(s->state, sizeof s->state, "configured");
     }
-    j->next = NULL;
-    if (s->done_tail)
-      s->done_tail->next = j;
-    else
-      s->done = j;
-    s->done_tail = j;
+    tsr_list_push_back(&s->done, &j->node);
     pthread_mutex_unlock(&s->mu);
     wk__svc_wake(s);
   }

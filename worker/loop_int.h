@@ -20,12 +20,13 @@
 
 #include "common/cluster.h"
 #include "common/histo.h"
+#include "common/list.h"
 #include "common/job.h"
 #include "common/rpc/rpc.h"
 #include "kernels/kern.h"
 #include "ps/client.h"
 #include "worker/input.h"
-#include "worker/model.h"
+#include "worker/model_exec.h"
 #include "worker/wire.h"
 
 #include "worker.pb-c.h"
@@ -49,7 +50,7 @@ void wk__pin_free(void *ctx, void *p);
 typedef enum { WK_JOB_CONFIGURE = 0, WK_JOB_RUN, WK_JOB_EVAL } wk_job_kind;
 
 typedef struct wk_job {
-  struct wk_job *next;
+  tsr_list node;           /* in the service's jobs or done */
   wk_job_kind kind;
   tsr_rpc_incoming *call;  /* answered on the loop once the job is done */
   int rc;                  /* outcome, with err when negative */
@@ -108,8 +109,8 @@ struct wk_svc {
   bool thread_started;
   pthread_mutex_t mu;
   pthread_cond_t cv;          /* thread: new job; waiters: group done */
-  wk_job *jobs, *jobs_tail;   /* loop -> thread */
-  wk_job *done, *done_tail;   /* thread -> loop */
+  tsr_list jobs;              /* loop -> thread (wk_job.node) */
+  tsr_list done;              /* thread -> loop (wk_job.node) */
   char **want_addrs;          /* thread asks the loop to reconnect to these */
   int want_n;
   bool want_connect;

@@ -13,7 +13,7 @@
 
 #include "kernels/kern_nn.h"
 #include "common/err.h"
-#include "worker/model.h"
+#include "worker/model_exec.h"
 
 #define WK_MAX_LAYERS 128 /* nodes */
 #define WK_MAX_EMB 128 /* lookups: a feature's deep and wide ones count apart */

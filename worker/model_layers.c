@@ -203,6 +203,43 @@ static int need_rank(const lp *p, int rank, const char *what) {
                   p->nm, p->cls, s, what);
 }
 
+/* What Dense and Conv2D share: the activation, use_bias, a kernel of
+ * shape kshape[krank] and a bias of `units`, with their initializers and
+ * regularizers. */
+static int act_kernel_bias(lp *p, wk_layer *l, int krank,
+                           const int64_t *kshape, const int64_t *units) {
+  int rc;
+  if ((rc = tsr_model__parse_act(json_object_get(p->cfg, "activation"), p->nm,
+                                &l->act, &l->alpha, p->err, p->errlen)) ||
+      (rc = get_bool(p, "use_bias", true, &l->use_bias)))
+    return rc;
+  if ((l->var_w = var(p, "kernel", krank, kshape, "kernel_initializer",
+                      "glorot_uniform")) < 0)
+    return l->var_w;
+  if (l->use_bias &&
+      (l->var_b = var(p, "bias", 1, units, "bias_initializer", "zeros")) < 0)
+    return l->var_b;
+  if ((rc = set_reg(p, l->var_w, "kernel_regularizer")) ||
+      (rc = set_reg(p, l->var_b, "bias_regularizer")))
+    return rc;
+  return 0;
+}
+
+/* The output window of a Conv2D kernel or a pooling window (`what`) over
+ * the layer's image input. */
+static int window(lp *p, const char *what, const int64_t *ks,
+                  const int64_t *st, bool same, kern_win *g) {
+  const wk_layer *x = tsr_layer__in0(p);
+  if (kern_win_make(g, x->dim[0], x->dim[1], x->dim[2], ks[0], ks[1], st[0],
+                    st[1], same))
+    return tsr_errf(p->err, p->errlen, TSR_ESHAPE,
+                    "layer '%s': a %lldx%lld %s does not fit the %lldx%lld "
+                    "input with padding 'valid'", p->nm, (long long)ks[0],
+                    (long long)ks[1], what, (long long)x->dim[0],
+                    (long long)x->dim[1]);
+  return 0;
+}
+
 /* ---- parsers ---------------------------------------------------------- */
 
 static int p_dense(lp *p) {
@@ -219,21 +256,8 @@ static int p_dense(lp *p) {
   int64_t fan_in = l->dim[l->rank - 1];
   l->dim[l->rank - 1] = units;
   l->size = l->size / fan_in * units;
-  if ((rc = tsr_model__parse_act(json_object_get(p->cfg, "activation"), p->nm,
-                                &l->act, &l->alpha, p->err, p->errlen)) ||
-      (rc = get_bool(p, "use_bias", true, &l->use_bias)))
-    return rc;
   int64_t ks[2] = {fan_in, units};
-  if ((l->var_w = var(p, "kernel", 2, ks, "kernel_initializer",
-                      "glorot_uniform")) < 0)
-    return l->var_w;
-  if (l->use_bias &&
-      (l->var_b = var(p, "bias", 1, &units, "bias_initializer", "zeros")) < 0)
-    return l->var_b;
-  if ((rc = set_reg(p, l->var_w, "kernel_regularizer")) ||
-      (rc = set_reg(p, l->var_b, "bias_regularizer")))
-    return rc;
-  return 0;
+  return act_kernel_bias(p, l, 2, ks, &units);
 }
 
 static int p_conv2d(lp *p) {
@@ -261,15 +285,8 @@ static int p_conv2d(lp *p) {
     return tsr_errf(p->err, p->errlen, TSR_EUNSUPPORTED,
                     "layer '%s': groups %lld is not supported "
                     "(only 1)", p->nm, (long long)groups);
-  const wk_layer *x = tsr_layer__in0(p);
   kern_win g;
-  if ((rc = kern_win_make(&g, x->dim[0], x->dim[1], x->dim[2], ks[0], ks[1],
-                          st[0], st[1], same)))
-    return tsr_errf(p->err, p->errlen, TSR_ESHAPE,
-                    "layer '%s': a %lldx%lld kernel does not fit "
-                    "the %lldx%lld input with padding 'valid'", p->nm,
-                    (long long)ks[0], (long long)ks[1], (long long)x->dim[0],
-                    (long long)x->dim[1]);
+  if ((rc = window(p, "kernel", ks, st, same, &g))) return rc;
   wk_layer *l = tsr_layer__node(p, WK_L_CONV2D);
   if (!l) return TSR_ERANGE;
   l->win = g;
@@ -278,21 +295,8 @@ static int p_conv2d(lp *p) {
   l->dim[1] = g.ow;
   l->dim[2] = filters;
   l->size = g.oh * g.ow * filters;
-  if ((rc = tsr_model__parse_act(json_object_get(p->cfg, "activation"), p->nm,
-                                &l->act, &l->alpha, p->err, p->errlen)) ||
-      (rc = get_bool(p, "use_bias", true, &l->use_bias)))
-    return rc;
   int64_t kshape[4] = {ks[0], ks[1], g.c, filters};
-  if ((l->var_w = var(p, "kernel", 4, kshape, "kernel_initializer",
-                      "glorot_uniform")) < 0)
-    return l->var_w;
-  if (l->use_bias && (l->var_b = var(p, "bias", 1, &filters,
-                                     "bias_initializer", "zeros")) < 0)
-    return l->var_b;
-  if ((rc = set_reg(p, l->var_w, "kernel_regularizer")) ||
-      (rc = set_reg(p, l->var_b, "bias_regularizer")))
-    return rc;
-  return 0;
+  return act_kernel_bias(p, l, 4, kshape, &filters);
 }
 
 static int p_pool2d(lp *p) {
@@ -304,15 +308,8 @@ static int p_pool2d(lp *p) {
       (rc = get_pair(p, "strides", ps, st)) || (rc = get_padding(p, &same)) ||
       (rc = channels_last(p)))
     return rc;
-  const wk_layer *x = tsr_layer__in0(p);
   kern_win g;
-  if (kern_win_make(&g, x->dim[0], x->dim[1], x->dim[2], ps[0], ps[1], st[0],
-                    st[1], same))
-    return tsr_errf(p->err, p->errlen, TSR_ESHAPE,
-                    "layer '%s': a %lldx%lld pool does not fit the "
-                    "%lldx%lld input with padding 'valid'", p->nm,
-                    (long long)ps[0], (long long)ps[1], (long long)x->dim[0],
-                    (long long)x->dim[1]);
+  if ((rc = window(p, "pool", ps, st, same, &g))) return rc;
   wk_layer *l = tsr_layer__node(p, WK_L_POOL2D);
   if (!l) return TSR_ERANGE;
   l->win = g;
@@ -460,6 +457,29 @@ int tsr_layer__no_opts(const lp *p, const char *const *keys) {
 /* The batch statistics are the batch's own (biased variance), as Keras 3
  * and tf_keras on 2-D inputs compute them; tf_keras's fused kernel on
  * images feeds the moving variance with Bessel's correction instead. */
+/* A normalization's gamma (when `scale`) and beta (when `center`) of
+ * shape[rank]. */
+static int gamma_beta(lp *p, wk_layer *l, bool scale, bool center, int rank,
+                      const int64_t *shape) {
+  if (scale && (l->var_w = var(p, "gamma", rank, shape, "gamma_initializer",
+                               "ones")) < 0)
+    return l->var_w;
+  if (center && (l->var_b = var(p, "beta", rank, shape, "beta_initializer",
+                                "zeros")) < 0)
+    return l->var_b;
+  return 0;
+}
+
+/* Its regularizers, once every variable is made. */
+static int norm_regs(lp *p, wk_layer *l, bool center) {
+  int rc;
+  l->use_bias = center;
+  if ((rc = set_reg(p, l->var_w, "gamma_regularizer")) ||
+      (rc = set_reg(p, l->var_b, "beta_regularizer")))
+    return rc;
+  return 0;
+}
+
 static int p_batchnorm(lp *p) {
   static const char *const no[] = {"renorm", "virtual_batch_size",
                                    "adjustment", "synchronized", NULL};
@@ -485,12 +505,7 @@ static int p_batchnorm(lp *p) {
   tsr_layer__same_shape(l, tsr_layer__in0(p));
   l->eps = (float)eps;
   int64_t c = l->dim[l->rank - 1];
-  if (scale && (l->var_w = var(p, "gamma", 1, &c, "gamma_initializer",
-                               "ones")) < 0)
-    return l->var_w;
-  if (center && (l->var_b = var(p, "beta", 1, &c, "beta_initializer",
-                                "zeros")) < 0)
-    return l->var_b;
+  if ((rc = gamma_beta(p, l, scale, center, 1, &c))) return rc;
   if ((l->var_mm = var(p, "moving_mean", 1, &c, "moving_mean_initializer",
                        "zeros")) < 0)
     return l->var_mm;
@@ -502,11 +517,7 @@ static int p_batchnorm(lp *p) {
     v->trainable = false;
     v->momentum = mom;
   }
-  l->use_bias = center;
-  if ((rc = set_reg(p, l->var_w, "gamma_regularizer")) ||
-      (rc = set_reg(p, l->var_b, "beta_regularizer")))
-    return rc;
-  return 0;
+  return norm_regs(p, l, center);
 }
 
 static int p_layernorm(lp *p) {
@@ -532,17 +543,8 @@ static int p_layernorm(lp *p) {
     shape[i] = l->dim[first + i];
     l->norm_w *= shape[i];
   }
-  if (scale && (l->var_w = var(p, "gamma", cnt, shape, "gamma_initializer",
-                               "ones")) < 0)
-    return l->var_w;
-  if (center && (l->var_b = var(p, "beta", cnt, shape, "beta_initializer",
-                                "zeros")) < 0)
-    return l->var_b;
-  l->use_bias = center;
-  if ((rc = set_reg(p, l->var_w, "gamma_regularizer")) ||
-      (rc = set_reg(p, l->var_b, "beta_regularizer")))
-    return rc;
-  return 0;
+  if ((rc = gamma_beta(p, l, scale, center, cnt, shape))) return rc;
+  return norm_regs(p, l, center);
 }
 
 static int p_embedding(lp *p) {

@@ -21,6 +21,15 @@ static wk_layer *act_node(lp *p) {
   return l;
 }
 
+/* An activation layer applying `act` with parameter `alpha`. */
+static int act_layer(lp *p, kern_act act, double alpha) {
+  wk_layer *l = act_node(p);
+  if (!l) return TSR_ERANGE;
+  l->act = act;
+  l->alpha = (float)alpha;
+  return 0;
+}
+
 int tsr_layer__p_activation(lp *p) {
   wk_layer *l = act_node(p);
   if (!l) return TSR_ERANGE;
@@ -45,11 +54,7 @@ int tsr_layer__p_relu(lp *p) {
                     "negative_slope %g, threshold %g is not supported (supported:"
                     " the defaults, max_value 6, or a negative_slope alone)",
                     p->nm, mx, slope, thr);
-  wk_layer *l = act_node(p);
-  if (!l) return TSR_ERANGE;
-  l->act = a;
-  l->alpha = (float)slope;
-  return 0;
+  return act_layer(p, a, slope);
 }
 
 int tsr_layer__p_leaky(lp *p) {
@@ -61,22 +66,14 @@ int tsr_layer__p_leaky(lp *p) {
   else
     rc = tsr_layer__get_num(p, "alpha", 0.3, &a);
   if (rc) return rc;
-  wk_layer *l = act_node(p);
-  if (!l) return TSR_ERANGE;
-  l->act = KERN_ACT_LEAKY_RELU;
-  l->alpha = (float)a;
-  return 0;
+  return act_layer(p, KERN_ACT_LEAKY_RELU, a);
 }
 
 int tsr_layer__p_elu(lp *p) {
   double a;
   int rc = tsr_layer__get_num(p, "alpha", 1.0, &a);
   if (rc) return rc;
-  wk_layer *l = act_node(p);
-  if (!l) return TSR_ERANGE;
-  l->act = KERN_ACT_ELU;
-  l->alpha = (float)a;
-  return 0;
+  return act_layer(p, KERN_ACT_ELU, a);
 }
 
 int tsr_layer__p_softmax(lp *p) {
@@ -110,6 +107,18 @@ int tsr_layer__p_dropout(lp *p) {
   return 0;
 }
 
+/* Inputs a and b of layer `what` whose shapes do not fit, named with
+ * both shapes, then `tail`. */
+static int inputs_differ(lp *p, const char *what, const wk_layer *a,
+                         const wk_layer *b, const char *tail) {
+  char s1[96], s2[96];
+  tsr_layer__shape_text(a, s1, sizeof s1);
+  tsr_layer__shape_text(b, s2, sizeof s2);
+  return tsr_errf(p->err, p->errlen, TSR_ESHAPE,
+                  "layer '%s' (%s): inputs of shapes %s and %s%s", p->nm,
+                  what, s1, s2, tail);
+}
+
 int tsr_layer__p_merge(lp *p) {
   if (p->n_in < 2)
     return tsr_errf(p->err, p->errlen, TSR_ESHAPE,
@@ -126,12 +135,9 @@ int tsr_layer__p_merge(lp *p) {
     bool same = a->rank == b->rank;
     for (int d = 0; same && d < a->rank; d++) same = a->dim[d] == b->dim[d];
     if (!same) {
-      char s1[96], s2[96];
-      tsr_layer__shape_text(a, s1, sizeof s1);
-      tsr_layer__shape_text(b, s2, sizeof s2);
-      return tsr_errf(p->err, p->errlen, TSR_ESHAPE,
-                      "layer '%s' (%s): inputs of shapes %s and %s "
-                      "(%s needs equal shapes)", p->nm, p->cls, s1, s2, p->cls);
+      char tail[96];
+      snprintf(tail, sizeof tail, " (%s needs equal shapes)", p->cls);
+      return inputs_differ(p, p->cls, a, b, tail);
     }
   }
   wk_layer *l = tsr_layer__node(p, WK_L_ADD);
@@ -168,12 +174,9 @@ int tsr_layer__p_concat(lp *p) {
     for (int d = 0; ok && d < r; d++)
       ok = d == ax - 1 || b->dim[d] == a->dim[d];
     if (!ok) {
-      char s1[96], s2[96];
-      tsr_layer__shape_text(a, s1, sizeof s1);
-      tsr_layer__shape_text(b, s2, sizeof s2);
-      return tsr_errf(p->err, p->errlen, TSR_ESHAPE,
-                      "layer '%s' (Concatenate on axis %lld): inputs"
-                      " of shapes %s and %s", p->nm, (long long)ax, s1, s2);
+      char what[64];
+      snprintf(what, sizeof what, "Concatenate on axis %lld", (long long)ax);
+      return inputs_differ(p, what, a, b, "");
     }
     tot += b->dim[ax - 1];
   }

@@ -109,14 +109,14 @@ static void on_wake(uv_async_t *h) {
   wk_svc *s = h->data;
   for (;;) {
     pthread_mutex_lock(&s->mu);
-    wk_job *j = s->done;
-    if (j) {
-      s->done = j->next;
-      if (!s->done) s->done_tail = NULL;
+    tsr_list *n = tsr_list_first(&s->done);
+    if (n) {
+      tsr_list_remove(n);
       s->queued--;
     }
     pthread_mutex_unlock(&s->mu);
-    if (!j) break;
+    if (!n) break;
+    wk_job *j = tsr_list_entry(n, wk_job, node);
     answer_job(s, j);
     wk__job_free(j);
   }
@@ -137,11 +137,7 @@ static void enqueue(wk_svc *s, tsr_rpc_incoming *call, wk_job_kind kind) {
   j->kind = kind;
   j->call = call;
   pthread_mutex_lock(&s->mu);
-  if (s->jobs_tail)
-    s->jobs_tail->next = j;
-  else
-    s->jobs = j;
-  s->jobs_tail = j;
+  tsr_list_push_back(&s->jobs, &j->node);
   s->queued++;
   pthread_cond_broadcast(&s->cv);
   pthread_mutex_unlock(&s->mu);
@@ -246,7 +242,7 @@ static void try_finish_close(wk_svc *s) {
   if (s->thread_started) {
     pthread_mutex_lock(&s->mu);
     bool exited = s->thread_exited;
-    bool idle = s->done == NULL;
+    bool idle = tsr_list_empty(&s->done);
     pthread_mutex_unlock(&s->mu);
     if (!exited || !idle) return;
     pthread_join(s->thread, NULL);
@@ -265,14 +261,17 @@ static void start_close(wk_svc *s, int code) {
   uv_close((uv_handle_t *)&s->sig_int, on_handle_closed);
   /* Queued jobs will never run. */
   pthread_mutex_lock(&s->mu);
-  wk_job *list = s->jobs;
-  s->jobs = s->jobs_tail = NULL;
+  tsr_list list;
+  tsr_list_init(&list);
+  for (tsr_list *n; (n = tsr_list_first(&s->jobs));) {
+    tsr_list_remove(n);
+    tsr_list_push_back(&list, n);
+  }
   s->stop = true;
   pthread_cond_broadcast(&s->cv);
   pthread_mutex_unlock(&s->mu);
-  while (list) {
-    wk_job *j = list;
-    list = j->next;
+  tsr_list_foreach_safe(n, tmp, &list) {
+    wk_job *j = tsr_list_entry(n, wk_job, node);
     tsr_rpc_reply_error(j->call, TSR_ESHUTDOWN, "worker: shutting down");
     pthread_mutex_lock(&s->mu);
     s->queued--;
@@ -411,6 +410,8 @@ int wk_service_main(int argc, char **argv) {
   uv_loop_t loop;
   if (!s) return 1;
   tsr_cluster_init(&s->cluster);
+  tsr_list_init(&s->jobs);
+  tsr_list_init(&s->done);
   snprintf(s->state, sizeof s->state, "idle");
   static const tsr_daemon_spec spec = {
       "tessera-worker", TSR_TASK_BIT(TSR_TASK_WORKER),

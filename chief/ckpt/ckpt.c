@@ -3,12 +3,14 @@
 #include "chief/monitor/monitor_int.h"
 #include "common/err.h"
 #include "common/fs.h"
+#include "common/grow.h"
 #include "common/log.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,13 +100,20 @@ int chief_ckpt_check_writable(const char *root, char *err, size_t errlen) {
   return 0;
 }
 
+/* chief_ckpt_dir into a CK_PATH buffer, naming the root when it is too
+ * long. */
+static int ck_step_dir(const char *root, int64_t step, char *dir, char *err,
+                       size_t errlen) {
+  if (chief_ckpt_dir(root, step, dir, CK_PATH))
+    return tsr_errf(err, errlen, TSR_ERANGE,
+                    "checkpoint path too long under %s", root);
+  return 0;
+}
+
 int chief_ckpt_prepare(const char *root, int64_t step, char *err,
                        size_t errlen) {
   char dir[CK_PATH];
-  if (chief_ckpt_dir(root, step, dir, sizeof dir)) {
-    snprintf(err, errlen, "checkpoint path too long under %s", root);
-    return TSR_ERANGE;
-  }
+  if (ck_step_dir(root, step, dir, err, errlen)) return TSR_ERANGE;
   /* an unfinished folder, or a committed one being taken again (after a
    * resume from an older checkpoint): its files give way to the new ones */
   struct stat st;
@@ -146,10 +155,7 @@ int chief_ckpt_commit(const char *root, int64_t step, json_t *manifest,
 int chief_ckpt_remove(const char *root, int64_t step, char *err,
                       size_t errlen) {
   char dir[CK_PATH];
-  if (chief_ckpt_dir(root, step, dir, sizeof dir)) {
-    snprintf(err, errlen, "checkpoint path too long under %s", root);
-    return TSR_ERANGE;
-  }
+  if (ck_step_dir(root, step, dir, err, errlen)) return TSR_ERANGE;
   int rc = ck_rm_tree(dir);
   if (rc) snprintf(err, errlen, "%s: %s", dir, tsr_strerror(rc));
   return rc;
@@ -211,15 +217,7 @@ static int ck_list(const char *root, int64_t **steps, size_t *n, char *err,
     char p[CK_PATH];
     if (ck_join(p, sizeof p, root, e->d_name)) continue;
     if (committed_only && !ck_has_manifest(p)) continue;
-    if (*n == cap) {
-      cap = cap ? cap * 2 : 16;
-      int64_t *ns = realloc(*steps, cap * sizeof *ns);
-      if (!ns) {
-        rc = TSR_ENOMEM;
-        break;
-      }
-      *steps = ns;
-    }
+    if ((rc = tsr_grow(steps, &cap, *n, sizeof **steps, 16))) break;
     (*steps)[(*n)++] = st;
   }
   closedir(d);
@@ -259,50 +257,26 @@ static int ck_load_manifest(const char *dir, json_t **out, char *err,
   return 0;
 }
 
-int chief_ckpt_latest(const char *root, int64_t *step, json_t **manifest,
-                      char *err, size_t errlen) {
+/* The newest committed checkpoint at or below max_step whose manifest
+ * loads and, when `intact`, whose files pass chief_ckpt_verify; the ones
+ * passed over are logged with the reason. */
+static int ck_newest(const char *root, int64_t max_step, bool intact,
+                     int64_t *step, json_t **manifest, char *err,
+                     size_t errlen) {
   int64_t *steps;
   size_t n;
   int rc = ck_list(root, &steps, &n, err, errlen, 1);
   if (rc) return rc;
   rc = TSR_ENOTFOUND;
-  snprintf(err, errlen, "no committed checkpoint in %s", root);
-  for (size_t i = 0; i < n; i++) {
-    char dir[CK_PATH];
-    if (chief_ckpt_dir(root, steps[i], dir, sizeof dir)) continue;
-    json_t *m;
-    char e2[512];
-    if (ck_load_manifest(dir, &m, e2, sizeof e2) == 0) {
-      *step = steps[i];
-      if (manifest)
-        *manifest = m;
-      else
-        json_decref(m);
-      rc = 0;
-      break;
-    }
-    tsr_warn("checkpoint %s skipped: %s", dir, e2);
-  }
-  free(steps);
-  return rc;
-}
-
-int chief_ckpt_latest_intact(const char *root, int64_t max_step,
-                             int64_t *step, json_t **manifest, char *err,
-                             size_t errlen) {
-  int64_t *steps;
-  size_t n;
-  int rc = ck_list(root, &steps, &n, err, errlen, 1);
-  if (rc) return rc;
-  rc = TSR_ENOTFOUND;
-  snprintf(err, errlen, "no intact committed checkpoint in %s", root);
+  snprintf(err, errlen, "no %scommitted checkpoint in %s",
+           intact ? "intact " : "", root);
   for (size_t i = 0; i < n; i++) {
     if (steps[i] > max_step) continue;
     char dir[CK_PATH], why[1024];
     if (chief_ckpt_dir(root, steps[i], dir, sizeof dir)) continue;
     json_t *m;
     if (ck_load_manifest(dir, &m, why, sizeof why) == 0) {
-      if (chief_ckpt_verify(dir, m, why, sizeof why) == 0) {
+      if (!intact || chief_ckpt_verify(dir, m, why, sizeof why) == 0) {
         *step = steps[i];
         if (manifest)
           *manifest = m;
@@ -313,11 +287,25 @@ int chief_ckpt_latest_intact(const char *root, int64_t max_step,
       }
       json_decref(m);
     }
-    tsr_warn("checkpoint of step %" PRId64 " skipped (%s): %s", steps[i], dir,
-             why);
+    if (intact)
+      tsr_warn("checkpoint of step %" PRId64 " skipped (%s): %s", steps[i],
+               dir, why);
+    else
+      tsr_warn("checkpoint %s skipped: %s", dir, why);
   }
   free(steps);
   return rc;
+}
+
+int chief_ckpt_latest(const char *root, int64_t *step, json_t **manifest,
+                      char *err, size_t errlen) {
+  return ck_newest(root, INT64_MAX, false, step, manifest, err, errlen);
+}
+
+int chief_ckpt_latest_intact(const char *root, int64_t max_step,
+                             int64_t *step, json_t **manifest, char *err,
+                             size_t errlen) {
+  return ck_newest(root, max_step, true, step, manifest, err, errlen);
 }
 
 int chief_ckpt_read(const char *path, int64_t *step, json_t **manifest,

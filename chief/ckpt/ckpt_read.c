@@ -3,6 +3,7 @@
 #include "chief/ckpt/ckpt_read.h"
 #include "common/crc32c.h"
 #include "common/err.h"
+#include "common/grow.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -243,15 +244,9 @@ int chief_ckpt_scan(const char *folder, chief_ckpt_var **out, size_t *n_out,
     for (size_t i = 0; i < n; i++)
       if (strcmp(vars[i].name, h.name) == 0) v = &vars[i];
     if (!v) {
-      if (n == cap) {
-        cap = cap ? cap * 2 : 16;
-        chief_ckpt_var *nv = realloc(vars, cap * sizeof *nv);
-        if (!nv) {
-          free(path);
-          rc = TSR_ENOMEM;
-          break;
-        }
-        vars = nv;
+      if ((rc = tsr_grow(&vars, &cap, n, sizeof *vars, 16))) {
+        free(path);
+        break;
       }
       v = &vars[n++];
       memset(v, 0, sizeof *v);

@@ -1,13 +1,16 @@
 /* .npz writer; see npz.h. ZIP records are written little-endian field by
- * field; CRC-32 (the ZIP one, not CRC32C) comes from zlib. */
+ * field; CRC-32 (the ZIP one, not CRC32C) comes from zlib. The archive is
+ * streamed to a temp file (common/fs.h): close fsyncs it, renames it over
+ * the target and fsyncs the folder; any failure removes the temp file. */
 #include "chief/ckpt/npz.h"
 #include "common/err.h"
+#include "common/fs.h"
+#include "common/grow.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 #include <zlib.h>
 
 typedef struct {
@@ -16,8 +19,7 @@ typedef struct {
 } npz_entry;
 
 struct chief_npz {
-  FILE *f;
-  char *path, *tmp;
+  tsr_atomic_file af; /* af.f: where the bytes go */
   npz_entry *e;
   size_t n, cap;
   uint64_t off;
@@ -56,24 +58,10 @@ int chief_npz_open(chief_npz **out, const char *path, char *err,
                    size_t errlen) {
   chief_npz *z = calloc(1, sizeof *z);
   if (!z) return TSR_ENOMEM;
-  size_t n = strlen(path) + 8;
-  z->path = strdup(path);
-  z->tmp = malloc(n);
-  if (!z->path || !z->tmp) {
-    free(z->path);
-    free(z->tmp);
+  int rc = tsr_atomic_open(&z->af, path, err, errlen);
+  if (rc) {
     free(z);
-    return TSR_ENOMEM;
-  }
-  snprintf(z->tmp, n, "%s.tmp", path);
-  z->f = fopen(z->tmp, "wb");
-  if (!z->f) {
-    int e = errno;
-    snprintf(err, errlen, "%s: %s", z->tmp, strerror(e));
-    free(z->path);
-    free(z->tmp);
-    free(z);
-    return -e;
+    return rc;
   }
   *out = z;
   return 0;
@@ -90,13 +78,7 @@ static int add_member(chief_npz *z, const char *member_in, const void *hdr,
              "ZIP64)", member_in);
     return TSR_ETOOBIG;
   }
-  if (z->n == z->cap) {
-    size_t nc = z->cap ? z->cap * 2 : 16;
-    npz_entry *ne = realloc(z->e, nc * sizeof *ne);
-    if (!ne) return TSR_ENOMEM;
-    z->e = ne;
-    z->cap = nc;
-  }
+  if (tsr_grow(&z->e, &z->cap, z->n, sizeof *z->e, 16)) return TSR_ENOMEM;
   char *member = strdup(member_in);
   if (!member) return TSR_ENOMEM;
   uLong crc = crc32(0L, Z_NULL, 0);
@@ -119,13 +101,14 @@ static int add_member(chief_npz *z, const char *member_in, const void *hdr,
   put32(lh + 22, (uint32_t)size);
   put16(lh + 26, (uint16_t)strlen(member));
   size_t ml = strlen(member);
-  if (fwrite(lh, 1, 30, z->f) != 30 || fwrite(member, 1, ml, z->f) != ml ||
-      (hl && fwrite(hdr, 1, hl, z->f) != hl) ||
-      (dlen && fwrite(data, 1, dlen, z->f) != dlen)) {
+  FILE *f = z->af.f;
+  if (fwrite(lh, 1, 30, f) != 30 || fwrite(member, 1, ml, f) != ml ||
+      (hl && fwrite(hdr, 1, hl, f) != hl) ||
+      (dlen && fwrite(data, 1, dlen, f) != dlen)) {
     int e = errno;
     free(member);
-    snprintf(err, errlen, "%s: write failed: %s", z->tmp, strerror(e));
-    return e ? -e : TSR_EIO;
+    return tsr_errf(err, errlen, e ? -e : TSR_EIO, "%s: write failed: %s",
+                    z->af.tmp, strerror(e ? e : EIO));
   }
   npz_entry *en = &z->e[z->n++];
   en->name = member;
@@ -163,20 +146,18 @@ int chief_npz_add_file(chief_npz *z, const char *member, const void *data,
 static void npz_free(chief_npz *z) {
   for (size_t i = 0; i < z->n; i++) free(z->e[i].name);
   free(z->e);
-  free(z->path);
-  free(z->tmp);
   free(z);
 }
 
 void chief_npz_abort(chief_npz *z) {
   if (!z) return;
-  if (z->f) fclose(z->f);
-  unlink(z->tmp);
+  tsr_atomic_abort(&z->af);
   npz_free(z);
 }
 
 int chief_npz_close(chief_npz *z, char *err, size_t errlen) {
   uint64_t cd_start = z->off, cd_size = 0;
+  FILE *f = z->af.f;
   int bad = 0;
   for (size_t i = 0; i < z->n; i++) {
     npz_entry *en = &z->e[i];
@@ -192,7 +173,7 @@ int chief_npz_close(chief_npz *z, char *err, size_t errlen) {
     put32(ch + 24, en->size);
     put16(ch + 28, (uint16_t)ml);
     put32(ch + 42, en->offset);
-    if (fwrite(ch, 1, 46, z->f) != 46 || fwrite(en->name, 1, ml, z->f) != ml)
+    if (fwrite(ch, 1, 46, f) != 46 || fwrite(en->name, 1, ml, f) != ml)
       bad = 1;
     cd_size += 46 + ml;
   }
@@ -203,17 +184,17 @@ int chief_npz_close(chief_npz *z, char *err, size_t errlen) {
   put16(eocd + 10, (uint16_t)z->n);
   put32(eocd + 12, (uint32_t)cd_size);
   put32(eocd + 16, (uint32_t)cd_start);
-  if (fwrite(eocd, 1, 22, z->f) != 22) bad = 1;
-  if (fflush(z->f) != 0 || fsync(fileno(z->f)) != 0) bad = 1;
-  if (fclose(z->f) != 0) bad = 1;
-  z->f = NULL;
-  if (bad || rename(z->tmp, z->path) != 0) {
+  if (fwrite(eocd, 1, 22, f) != 22) bad = 1;
+  int rc;
+  if (bad) {
     int e = errno;
-    snprintf(err, errlen, "%s: %s", z->path, strerror(e ? e : EIO));
-    unlink(z->tmp);
-    npz_free(z);
-    return e ? -e : TSR_EIO;
+    rc = tsr_errf(err, errlen, e ? -e : TSR_EIO, "%s: write failed: %s",
+                  z->af.tmp, strerror(e ? e : EIO));
+    tsr_atomic_abort(&z->af);
+  } else {
+    /* flush, fsync, close, rename, fsync of the folder */
+    rc = tsr_atomic_commit(&z->af, err, errlen);
   }
   npz_free(z);
-  return 0;
+  return rc;
 }

@@ -4,7 +4,8 @@
  * archive order, which Keras `model.set_weights` needs).
  *
  * Limits: each array and the archive below 4 GiB (no ZIP64), at most
- * 65535 arrays. Written to PATH.tmp, then renamed.
+ * 65535 arrays. Written to a temp file beside PATH, fsynced, renamed over
+ * PATH, then the folder fsynced (common/fs.h).
  */
 #ifndef TSR_CHIEF_NPZ_H
 #define TSR_CHIEF_NPZ_H

@@ -15,6 +15,7 @@
 #include "chief/ckpt/ckpt.h"
 #include "common/crc32c.h"
 #include "common/err.h"
+#include "common/grow.h"
 #include "common/log.h"
 #include "ps/ckpt_file.h"
 #include "ps.pb-c.h"
@@ -67,13 +68,8 @@ int chief_ckpt_files_add(chief_ckpt_files *f, int ps,
     if (!sf->name || !vf_name_ok(sf->name))
       return tsr_errf(err, errlen, TSR_EPROTO, "ps:%d reported a file named "
                       "\"%.100s\"", ps, sf->name ? sf->name : "");
-    if (f->n == f->cap) {
-      size_t nc = f->cap ? 2 * f->cap : 64;
-      chief_ckpt_file *nf = realloc(f->files, nc * sizeof *nf);
-      if (!nf) return tsr_errf(err, errlen, TSR_ENOMEM, "out of memory");
-      f->files = nf;
-      f->cap = nc;
-    }
+    if (tsr_grow(&f->files, &f->cap, f->n, sizeof *f->files, 64))
+      return tsr_errf(err, errlen, TSR_ENOMEM, "out of memory");
     chief_ckpt_file *o = &f->files[f->n++];
     snprintf(o->name, sizeof o->name, "%s", sf->name);
     o->bytes = sf->bytes;
@@ -135,13 +131,8 @@ static int vf_note(vf_vars *vs, const ps_ckpt_file_info *info,
   for (size_t i = 0; i < vs->n; i++)
     if (!strcmp(vs->v[i].name, info->name)) v = &vs->v[i];
   if (!v) {
-    if (vs->n == vs->cap) {
-      size_t nc = vs->cap ? 2 * vs->cap : 16;
-      vf_var *nv = realloc(vs->v, nc * sizeof *nv);
-      if (!nv) return tsr_errf(why, whylen, TSR_ENOMEM, "out of memory");
-      vs->v = nv;
-      vs->cap = nc;
-    }
+    if (tsr_grow(&vs->v, &vs->cap, vs->n, sizeof *vs->v, 16))
+      return tsr_errf(why, whylen, TSR_ENOMEM, "out of memory");
     v = &vs->v[vs->n];
     memset(v, 0, sizeof *v);
     snprintf(v->name, sizeof v->name, "%s", info->name);

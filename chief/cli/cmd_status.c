@@ -47,21 +47,31 @@ static void st_fmt_bytes(double b, char *buf, size_t len) {
   snprintf(buf, len, "%.1f %s", b, u[i]);
 }
 
-static void st_on_chief(const tsr_rpc_result *r, void *data) {
-  st_task *t = data;
+/* A chief's or a worker's answer, unpacked with `desc`; NULL, with the
+ * task's line saying why, when it failed or does not decode. */
+static ProtobufCMessage *st_answer(st_task *t, const tsr_rpc_result *r,
+                                   const ProtobufCMessageDescriptor *desc) {
   t->done = true;
   (*t->pending)--;
   if (r->status) {
     snprintf(t->line, sizeof t->line, "down     %s", r->message);
-    return;
+    return NULL;
   }
-  Tessera__Chief__StatusResponse *s =
-      tessera__chief__status_response__unpack(NULL, r->meta_len, r->meta);
-  if (!s) {
+  ProtobufCMessage *m =
+      protobuf_c_message_unpack(desc, NULL, r->meta_len, r->meta);
+  if (!m) {
     snprintf(t->line, sizeof t->line, "?        answer does not decode");
-    return;
+    return NULL;
   }
   t->ok = true;
+  return m;
+}
+
+static void st_on_chief(const tsr_rpc_result *r, void *data) {
+  st_task *t = data;
+  Tessera__Chief__StatusResponse *s = (Tessera__Chief__StatusResponse *)
+      st_answer(t, r, &tessera__chief__status_response__descriptor);
+  if (!s) return;
   char ck[32] = "none";
   if (s->last_checkpoint_step >= 0)
     snprintf(ck, sizeof ck, "%" PRId64, s->last_checkpoint_step);
@@ -74,19 +84,9 @@ static void st_on_chief(const tsr_rpc_result *r, void *data) {
 
 static void st_on_worker(const tsr_rpc_result *r, void *data) {
   st_task *t = data;
-  t->done = true;
-  (*t->pending)--;
-  if (r->status) {
-    snprintf(t->line, sizeof t->line, "down     %s", r->message);
-    return;
-  }
-  Tessera__Worker__StatusResponse *s =
-      tessera__worker__status_response__unpack(NULL, r->meta_len, r->meta);
-  if (!s) {
-    snprintf(t->line, sizeof t->line, "?        answer does not decode");
-    return;
-  }
-  t->ok = true;
+  Tessera__Worker__StatusResponse *s = (Tessera__Worker__StatusResponse *)
+      st_answer(t, r, &tessera__worker__status_response__descriptor);
+  if (!s) return;
   snprintf(t->line, sizeof t->line, "%-8s %" PRId64 " steps, %.0f ex/s, %s%s%s",
            s->state, s->steps, s->examples_per_sec,
            s->device && *s->device ? s->device : "-",

@@ -67,13 +67,20 @@ static void coord_remove_ckpt(coord *co, int64_t step, const char *why) {
     tsr_debug("removed the checkpoint of step %" PRId64 " (%s)", step, why);
 }
 
-/* A restarted chief: the examples seen up to the restored checkpoint. */
-static void coord_resumed(coord *co, int64_t step) {
+json_t *coord__ckpt_manifest(coord *co, int64_t step) {
   char dir[4096], err[512];
   int64_t s;
   json_t *m = NULL;
-  if (chief_ckpt_dir(co->job.checkpoint_dir, step, dir, sizeof dir) == 0 &&
-      chief_ckpt_read(dir, &s, &m, NULL, 0, err, sizeof err) == 0) {
+  if (chief_ckpt_dir(co->job.checkpoint_dir, step, dir, sizeof dir) ||
+      chief_ckpt_read(dir, &s, &m, NULL, 0, err, sizeof err))
+    return NULL;
+  return m;
+}
+
+/* A restarted chief: the examples seen up to the restored checkpoint. */
+static void coord_resumed(coord *co, int64_t step) {
+  json_t *m = coord__ckpt_manifest(co, step);
+  if (m) {
     json_t *ex = json_object_get(m, "examples");
     if (json_is_integer(ex)) co->examples = json_integer_value(ex);
     json_decref(m);

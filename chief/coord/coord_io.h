@@ -158,6 +158,9 @@ void coord__scalars(coord *co, double now);  /* TensorBoard scalars */
 void coord__on_tick(uv_timer_t *t);
 void coord__on_signal(uv_signal_t *s, int signum);
 int64_t coord__step(const coord *co);        /* the global step */
+/* The manifest of the checkpoint of `step` (the caller decrefs it), or
+ * NULL when it cannot be read. */
+json_t *coord__ckpt_manifest(coord *co, int64_t step);
 
 /* coord_ps.c */
 int coord__ps_open(coord *co);

@@ -283,11 +283,8 @@ void coord__ps_save(coord *co, uint64_t op, int64_t step) {
 }
 
 void coord__ps_restore(coord *co, uint64_t op, int64_t step) {
-  char dir[4096], err[512];
-  int64_t s;
-  json_t *m = NULL;
-  if (chief_ckpt_dir(co->job.checkpoint_dir, step, dir, sizeof dir) == 0 &&
-      chief_ckpt_read(dir, &s, &m, NULL, 0, err, sizeof err) == 0) {
+  json_t *m = coord__ckpt_manifest(co, step);
+  if (m) {
     json_t *dig = json_object_get(m, "model_digest");
     if (json_is_string(dig) &&
         strcmp(json_string_value(dig), co->model_digest) != 0)

@@ -69,12 +69,7 @@ static int coord_load(coord *co, char *err, size_t errlen) {
              co->o->job_path);
     return TSR_ECONFIG;
   }
-  snprintf(co->job_dir, sizeof co->job_dir, "%s", co->job.path);
-  char *slash = strrchr(co->job_dir, '/');
-  if (slash)
-    *slash = 0;
-  else
-    snprintf(co->job_dir, sizeof co->job_dir, ".");
+  tsr_job_dir(&co->job, co->job_dir, sizeof co->job_dir);
   /* The job the workers get: the resolved model inline. */
   json_t *send = json_deep_copy(co->job.raw);
   json_object_set(send, "model", co->job.model);

@@ -11,6 +11,7 @@
  */
 #include "chief/coord/coord_sm_int.h"
 #include "common/err.h"
+#include "common/grow.h"
 #include "common/log.h"
 
 #include <inttypes.h>
@@ -34,15 +35,9 @@ void coord_actions_free(coord_actions *as) {
 
 coord_action *sm__emit(coord_sm *sm, coord_act_kind k) {
   coord_actions *as = sm->out;
-  if (as->n == as->cap) {
-    size_t cap = as->cap ? as->cap * 2 : 16;
-    coord_action *a = realloc(as->a, cap * sizeof *a);
-    if (!a) {
-      sm->oom = true;
-      return NULL;
-    }
-    as->a = a;
-    as->cap = cap;
+  if (tsr_grow(&as->a, &as->cap, as->n, sizeof *as->a, 16)) {
+    sm->oom = true;
+    return NULL;
   }
   coord_action *a = &as->a[as->n++];
   memset(a, 0, sizeof *a);
@@ -77,6 +72,14 @@ void sm__fail(coord_sm *sm, int status, const char *fmt, ...) {
     a->status = sm->exit_status;
     snprintf(a->msg, sizeof a->msg, "%s", sm->fail_msg);
   }
+}
+
+coord_action *sm__start_op(coord_sm *sm, sm_phase p, coord_act_kind k) {
+  sm__set_phase(sm, p);
+  sm->op = ++sm->next_op;
+  coord_action *a = sm__emit(sm, k);
+  if (a) a->op = sm->op;
+  return a;
 }
 
 void sm__set_phase(coord_sm *sm, sm_phase p) {
@@ -125,10 +128,7 @@ static bool sm_all_ps(const coord_sm *sm) {
 }
 
 static void sm_enter_setup(coord_sm *sm) {
-  sm__set_phase(sm, SM_SETUP);
-  sm->op = ++sm->next_op;
-  coord_action *a = sm__emit(sm, COORD_ACT_SETUP_PS);
-  if (a) a->op = sm->op;
+  sm__start_op(sm, SM_SETUP, COORD_ACT_SETUP_PS);
 }
 
 static void sm_pump_connect(coord_sm *sm) {
@@ -170,14 +170,9 @@ static const char *sm_ps_name(const coord_sm *sm, int i) {
 }
 
 static void sm_enter_restore(coord_sm *sm, int64_t step) {
-  sm__set_phase(sm, SM_RESTORE);
   sm->restore_step = step;
-  sm->op = ++sm->next_op;
-  coord_action *a = sm__emit(sm, COORD_ACT_RESTORE);
-  if (a) {
-    a->op = sm->op;
-    a->step = step;
-  }
+  coord_action *a = sm__start_op(sm, SM_RESTORE, COORD_ACT_RESTORE);
+  if (a) a->step = step;
 }
 
 /* Every PS holds the variables: restore, take the first checkpoint, or
@@ -276,6 +271,13 @@ static void sm_restore_ok(coord_sm *sm) {
   sm__enter_train(sm);
 }
 
+bool sm__op_answer(coord_sm *sm, const coord_event *ev, sm_phase phase) {
+  if (sm->phase != phase || ev->op != sm->op) return false;
+  if (ev->lost && ev->index >= 0 && ev->index < sm->c.n_ps)
+    sm->ps[ev->index].lost = true;
+  return true;
+}
+
 static void sm_on_ps(coord_sm *sm, const coord_event *ev) {
   int i = ev->index;
   bool one = i >= 0 && i < sm->c.n_ps;
@@ -296,18 +298,14 @@ static void sm_on_ps(coord_sm *sm, const coord_event *ev) {
       p->lost = true;
       break;
     case COORD_EV_SETUP_DONE:
-      if (sm->phase != SM_SETUP || ev->op != sm->op) break;
-      if (ev->lost && ev->index >= 0 && ev->index < sm->c.n_ps)
-        sm->ps[ev->index].lost = true;
+      if (!sm__op_answer(sm, ev, SM_SETUP)) break;
       if (ev->status == 0)
         sm_setup_ok(sm);
       else
         sm_setup_failed(sm, ev->index, ev->lost, msg);
       break;
     case COORD_EV_RESTORE_DONE:
-      if (sm->phase != SM_RESTORE || ev->op != sm->op) break;
-      if (ev->lost && ev->index >= 0 && ev->index < sm->c.n_ps)
-        sm->ps[ev->index].lost = true;
+      if (!sm__op_answer(sm, ev, SM_RESTORE)) break;
       if (ev->status == 0)
         sm_restore_ok(sm);
       else
@@ -417,10 +415,7 @@ static void sm_pump_final(coord_sm *sm) {
     sm_finish(sm);
     return;
   }
-  sm__set_phase(sm, SM_SHUTDOWN);
-  sm->op = ++sm->next_op;
-  coord_action *a = sm__emit(sm, COORD_ACT_SHUTDOWN);
-  if (a) a->op = sm->op;
+  sm__start_op(sm, SM_SHUTDOWN, COORD_ACT_SHUTDOWN);
 }
 
 /* ---- dispatch ----------------------------------------------------------- */

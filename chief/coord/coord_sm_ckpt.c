@@ -112,13 +112,8 @@ void sm__pump_drain(coord_sm *sm) {
       sm->t_last_ckpt = sm->now;
     } else {
       sm->save_step = step;
-      sm__set_phase(sm, SM_SAVE);
-      sm->op = ++sm->next_op;
-      coord_action *a = sm__emit(sm, COORD_ACT_SAVE);
-      if (a) {
-        a->op = sm->op;
-        a->step = step;
-      }
+      coord_action *a = sm__start_op(sm, SM_SAVE, COORD_ACT_SAVE);
+      if (a) a->step = step;
       return;
     }
   }
@@ -131,11 +126,8 @@ void sm__pump_drain(coord_sm *sm) {
       sm->next_eval = sm_next(step, sm->c.eval_every_steps);
     } else {
       sm->eval_worker = w;
-      sm__set_phase(sm, SM_EVAL);
-      sm->op = ++sm->next_op;
-      coord_action *a = sm__emit(sm, COORD_ACT_EVALUATE);
+      coord_action *a = sm__start_op(sm, SM_EVAL, COORD_ACT_EVALUATE);
       if (a) {
-        a->op = sm->op;
         a->index = w;
         a->step = step;
       }
@@ -192,15 +184,10 @@ void sm__on_ckpt(coord_sm *sm, const coord_event *ev) {
   char why[COORD_MSG_MAX];
   switch (ev->kind) {
     case COORD_EV_SAVE_DONE:
-      if (sm->phase != SM_SAVE || ev->op != sm->op) return;
-      if (ev->lost && ev->index >= 0 && ev->index < sm->c.n_ps)
-        sm->ps[ev->index].lost = true;
+      if (!sm__op_answer(sm, ev, SM_SAVE)) return;
       if (ev->status == 0) {
-        sm__set_phase(sm, SM_COMMIT);
-        sm->op = ++sm->next_op;
-        coord_action *a = sm__emit(sm, COORD_ACT_COMMIT);
+        coord_action *a = sm__start_op(sm, SM_COMMIT, COORD_ACT_COMMIT);
         if (a) {
-          a->op = sm->op;
           a->step = sm->save_step;
           a->total = sm->total;
         }

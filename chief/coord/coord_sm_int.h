@@ -116,6 +116,12 @@ void sm__note(coord_sm *sm, int level, const char *fmt, ...)
 void sm__fail(coord_sm *sm, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void sm__set_phase(coord_sm *sm, sm_phase p);
+/* Enters phase p with a new operation and emits its action k (with the
+ * operation's id); NULL when out of memory (sm->oom is then set). */
+coord_action *sm__start_op(coord_sm *sm, sm_phase p, coord_act_kind k);
+/* Whether `ev` answers the operation of phase p now going on (false: a
+ * stale answer); a PS the answer says was lost is marked so. */
+bool sm__op_answer(coord_sm *sm, const coord_event *ev, sm_phase p);
 int64_t sm__global(const coord_sm *sm);
 int64_t sm__wsteps(const coord_sm *sm, int64_t global);
 bool sm__ps_lost(const coord_sm *sm);

@@ -105,6 +105,34 @@ static coord_err_kind coord_wk_send_kind(const coord_wk *w, int rc) {
   return COORD_ERR_TRANSIENT;
 }
 
+/* The answer to a configure or a run, unpacked with `desc`; NULL when the
+ * call failed or its answer does not decode, once `ev` has been posted as
+ * `failed` with the reason. */
+static ProtobufCMessage *coord_wk_answer(coord_wk *w, const tsr_rpc_result *r,
+                                         const ProtobufCMessageDescriptor *desc,
+                                         coord_ev_kind failed,
+                                         coord_event *ev) {
+  ev->kind = failed;
+  if (r->status) {
+    ev->err_kind = coord__wk_err_kind(w, r);
+    ev->status = r->status;
+    ev->msg = r->message;
+    coord__post(w->co, ev);
+    return NULL;
+  }
+  ProtobufCMessage *m =
+      protobuf_c_message_unpack(desc, NULL, r->meta_len, r->meta);
+  if (!m) {
+    char msg[COORD_MSG_MAX];
+    snprintf(msg, sizeof msg, "its %s does not decode", desc->short_name);
+    ev->err_kind = COORD_ERR_OTHER;
+    ev->status = TSR_EPROTO;
+    ev->msg = msg;
+    coord__post(w->co, ev);
+  }
+  return m;
+}
+
 /* ---- configure ----------------------------------------------------------*/
 
 static void coord_wk_on_configure(const tsr_rpc_result *r, void *data) {
@@ -114,24 +142,11 @@ static void coord_wk_on_configure(const tsr_rpc_result *r, void *data) {
   free(call);
   w->inflight--;
   coord_event ev = {.index = w->index};
-  if (r->status) {
-    ev.kind = COORD_EV_WK_CONFIG_FAILED;
-    ev.err_kind = coord__wk_err_kind(w, r);
-    ev.status = r->status;
-    ev.msg = r->message;
-    coord__post(co, &ev);
-    return;
-  }
   Tessera__Worker__ConfigureResponse *resp =
-      tessera__worker__configure_response__unpack(NULL, r->meta_len, r->meta);
-  if (!resp) {
-    ev.kind = COORD_EV_WK_CONFIG_FAILED;
-    ev.err_kind = COORD_ERR_OTHER;
-    ev.status = TSR_EPROTO;
-    ev.msg = "its ConfigureResponse does not decode";
-    coord__post(co, &ev);
-    return;
-  }
+      (Tessera__Worker__ConfigureResponse *)coord_wk_answer(
+          w, r, &tessera__worker__configure_response__descriptor,
+          COORD_EV_WK_CONFIG_FAILED, &ev);
+  if (!resp) return;
   snprintf(w->device, sizeof w->device, "%s",
            resp->device ? resp->device : "?");
   if (!co->input_affine && resp->n_input_scale > 0 &&
@@ -221,24 +236,11 @@ static void coord_wk_on_run(const tsr_rpc_result *r, void *data) {
   w->inflight--;
   coord_event ev = {.index = w->index, .closure_id = c.id,
                     .generation = c.generation};
-  if (r->status) {
-    ev.kind = COORD_EV_CLOSURE_FAILED;
-    ev.err_kind = coord__wk_err_kind(w, r);
-    ev.status = r->status;
-    ev.msg = r->message;
-    coord__post(co, &ev);
-    return;
-  }
   Tessera__Worker__RunResponse *resp =
-      tessera__worker__run_response__unpack(NULL, r->meta_len, r->meta);
-  if (!resp) {
-    ev.kind = COORD_EV_CLOSURE_FAILED;
-    ev.err_kind = COORD_ERR_OTHER;
-    ev.status = TSR_EPROTO;
-    ev.msg = "its RunResponse does not decode";
-    coord__post(co, &ev);
-    return;
-  }
+      (Tessera__Worker__RunResponse *)coord_wk_answer(
+          w, r, &tessera__worker__run_response__descriptor,
+          COORD_EV_CLOSURE_FAILED, &ev);
+  if (!resp) return;
   if (co->trace) {
     int32_t pid = tsr_trace_pid(TSR_TASK_WORKER, w->index);
     char name[TSR_TRACE_NAME_MAX];

@@ -112,13 +112,6 @@ int chief_evaluator_run(const chief_coord_opts *o, const chief_eval_opts *e) {
   wk_metrics *mt = NULL;
   chief_metrics *rec = NULL;
   char *root = NULL, *logdir = NULL;
-  char dir[4096];
-  snprintf(dir, sizeof dir, "%s", job.path);
-  char *slash = strrchr(dir, '/');
-  if (slash)
-    *slash = 0;
-  else
-    snprintf(dir, sizeof dir, ".");
   if (!job.checkpoint_dir) {
     tsr_error("%s: the evaluator needs checkpoint.dir", job.path);
     goto out;
@@ -127,22 +120,9 @@ int chief_evaluator_run(const chief_coord_opts *o, const chief_eval_opts *e) {
     tsr_error("%s: the evaluator needs data.eval", job.path);
     goto out;
   }
-  size_t n = strlen(dir) + strlen(job.checkpoint_dir) + 2;
-  root = malloc(n);
-  if (!root) goto out;
-  if (job.checkpoint_dir[0] == '/')
-    snprintf(root, n, "%s", job.checkpoint_dir);
-  else
-    snprintf(root, n, "%s/%s", dir, job.checkpoint_dir);
-  if (job.logdir) {
-    n = strlen(dir) + strlen(job.logdir) + 8;
-    logdir = malloc(n);
-    if (!logdir) goto out;
-    if (job.logdir[0] == '/')
-      snprintf(logdir, n, "%s/eval", job.logdir);
-    else
-      snprintf(logdir, n, "%s/%s/eval", dir, job.logdir);
-  }
+  if (!(root = tsr_job_resolve(&job, job.checkpoint_dir, ""))) goto out;
+  if (job.logdir && !(logdir = tsr_job_resolve(&job, job.logdir, "/eval")))
+    goto out;
   wk_input_opts io;
   memset(&io, 0, sizeof io);
   io.worker_index = 0;

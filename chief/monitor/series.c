@@ -8,6 +8,7 @@
  */
 #include "chief/monitor/monitor.h"
 #include "common/err.h"
+#include "common/grow.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -38,26 +39,16 @@ int chief_series_add(chief_series_set *set, const char *tag, int64_t step,
                      double value, double wall_time) {
   chief_series *s = (chief_series *)chief_series_find(set, tag);
   if (!s) {
-    if (set->n == set->cap) {
-      size_t cap = set->cap ? set->cap * 2 : 16;
-      chief_series *ns = realloc(set->s, cap * sizeof *ns);
-      if (!ns) return TSR_ENOMEM;
-      set->s = ns;
-      set->cap = cap;
-    }
+    if (tsr_grow(&set->s, &set->cap, set->n, sizeof *set->s, 16))
+      return TSR_ENOMEM;
     char *t = strdup(tag);
     if (!t) return TSR_ENOMEM;
     s = &set->s[set->n++];
     memset(s, 0, sizeof *s);
     s->tag = t;
   }
-  if (s->n == s->cap) {
-    size_t cap = s->cap ? s->cap * 2 : 64;
-    chief_point *np = realloc(s->pts, cap * sizeof *np);
-    if (!np) return TSR_ENOMEM;
-    s->pts = np;
-    s->cap = cap;
-  }
+  if (tsr_grow(&s->pts, &s->cap, s->n, sizeof *s->pts, 64))
+    return TSR_ENOMEM;
   s->pts[s->n++] = (chief_point){
       .step = step, .value = isfinite(value) ? value : NAN,
       .wall_time = wall_time};

@@ -155,24 +155,6 @@ fail:
   return rc;
 }
 
-int chief_tb_scalar(chief_tb *tb, const char *tag, int64_t step, double value,
-                    double wall_time) {
-  Tensorflow__Summary__Value v = TENSORFLOW__SUMMARY__VALUE__INIT;
-  v.tag = (char *)tag;
-  v.value_case = TENSORFLOW__SUMMARY__VALUE__VALUE_SIMPLE_VALUE;
-  v.simple_value = (float)value;
-  Tensorflow__Summary__Value *vp = &v;
-  Tensorflow__Summary sum = TENSORFLOW__SUMMARY__INIT;
-  sum.n_value = 1;
-  sum.value = &vp;
-  Tensorflow__Event ev = TENSORFLOW__EVENT__INIT;
-  ev.wall_time = wall_time > 0 ? wall_time : tsr_wall_s();
-  ev.step = step;
-  ev.what_case = TENSORFLOW__EVENT__WHAT_SUMMARY;
-  ev.summary = &sum;
-  return append_event(tb, &ev);
-}
-
 /* One Summary.Value in an Event at `step`. */
 static int append_value(chief_tb *tb, Tensorflow__Summary__Value *v,
                         int64_t step, double wall_time) {
@@ -185,6 +167,28 @@ static int append_value(chief_tb *tb, Tensorflow__Summary__Value *v,
   ev.what_case = TENSORFLOW__EVENT__WHAT_SUMMARY;
   ev.summary = &sum;
   return append_event(tb, &ev);
+}
+
+/* A tensor value with its plugin metadata. */
+static int append_tensor(chief_tb *tb, const char *tag,
+                         Tensorflow__SummaryMetadata *md,
+                         Tensorflow__TensorProto *t, int64_t step,
+                         double wall_time) {
+  Tensorflow__Summary__Value v = TENSORFLOW__SUMMARY__VALUE__INIT;
+  v.tag = (char *)tag;
+  v.metadata = md;
+  v.value_case = TENSORFLOW__SUMMARY__VALUE__VALUE_TENSOR;
+  v.tensor = t;
+  return append_value(tb, &v, step, wall_time);
+}
+
+int chief_tb_scalar(chief_tb *tb, const char *tag, int64_t step, double value,
+                    double wall_time) {
+  Tensorflow__Summary__Value v = TENSORFLOW__SUMMARY__VALUE__INIT;
+  v.tag = (char *)tag;
+  v.value_case = TENSORFLOW__SUMMARY__VALUE__VALUE_SIMPLE_VALUE;
+  v.simple_value = (float)value;
+  return append_value(tb, &v, step, wall_time);
 }
 
 int chief_tb_histogram_counts(chief_tb *tb, const char *tag, int64_t step,
@@ -233,12 +237,7 @@ int chief_tb_text(chief_tb *tb, const char *tag, int64_t step,
   ProtobufCBinaryData str = {strlen(text), (uint8_t *)text};
   t.n_string_val = 1;
   t.string_val = &str;
-  Tensorflow__Summary__Value v = TENSORFLOW__SUMMARY__VALUE__INIT;
-  v.tag = (char *)tag;
-  v.metadata = &md;
-  v.value_case = TENSORFLOW__SUMMARY__VALUE__VALUE_TENSOR;
-  v.tensor = &t;
-  return append_value(tb, &v, step, wall_time);
+  return append_tensor(tb, tag, &md, &t, step, wall_time);
 }
 
 /* One hparams record: the plugin data packed into the summary metadata,
@@ -265,12 +264,7 @@ static int hp_record(chief_tb *tb, const char *tag,
   Tensorflow__TensorProto t = TENSORFLOW__TENSOR_PROTO__INIT;
   t.dtype = 1; /* DT_FLOAT, shape [0] */
   t.tensor_shape = &shape;
-  Tensorflow__Summary__Value v = TENSORFLOW__SUMMARY__VALUE__INIT;
-  v.tag = (char *)tag;
-  v.metadata = &md;
-  v.value_case = TENSORFLOW__SUMMARY__VALUE__VALUE_TENSOR;
-  v.tensor = &t;
-  int rc = append_value(tb, &v, 0, wall_time);
+  int rc = append_tensor(tb, tag, &md, &t, 0, wall_time);
   free(buf);
   return rc;
 }

@@ -32,7 +32,7 @@
  * the harness with both sides on the CPU (a self-test without a GPU). */
 #include "common/err.h"
 #include "kernels/kern.h"
-#include "worker/model.h"
+#include "worker/model_exec.h"
 #include "worker/train.h"
 
 #include <math.h>

@@ -4,8 +4,7 @@
  * and leaves no temp file behind, whether it succeeds or fails; the trace
  * writer and the trace merge go through it.
  *
- * fsync is interposed here (the static library's calls resolve to this
- * executable's definition first) to record what was synced. */
+ * fsync is interposed (fsync_record.h) to record what was synced. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,61 +17,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "common/err.h"
 #include "common/fs.h"
 #include "common/trace.h"
-
-/* ---- fsync recorder ------------------------------------------------------ */
-
-static char synced[64][4096];
-static int n_synced;
-
-int fsync(int fd) {
-  char link[64];
-  snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
-  if (n_synced < 64) {
-    ssize_t n = readlink(link, synced[n_synced], sizeof synced[0] - 1);
-    synced[n_synced][n > 0 ? n : 0] = 0;
-    n_synced++;
-  }
-  return (int)syscall(SYS_fsync, fd);
-}
-
-static int was_synced(const char *path) {
-  for (int i = 0; i < n_synced; i++)
-    if (strcmp(synced[i], path) == 0) return 1;
-  return 0;
-}
-
-static int was_synced_prefix(const char *prefix) {
-  for (int i = 0; i < n_synced; i++)
-    if (strncmp(synced[i], prefix, strlen(prefix)) == 0) return 1;
-  return 0;
-}
-
-/* ---- helpers ------------------------------------------------------------- */
-
-static char root[256];
-
-static int setup(void **state) {
-  (void)state;
-  char tmpl[] = "/tmp/tsr_fs_XXXXXX";
-  if (!mkdtemp(tmpl)) return -1;
-  /* the recorder sees resolved paths */
-  if (!realpath(tmpl, root)) return -1;
-  n_synced = 0;
-  return 0;
-}
-
-static int teardown(void **state) {
-  (void)state;
-  char cmd[400];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
-  return system(cmd) == 0 ? 0 : -1;
-}
+#include "fsync_record.h"
 
 static char *slurp(const char *path) {
   FILE *f = fopen(path, "rb");
@@ -85,16 +35,7 @@ static char *slurp(const char *path) {
 }
 
 /* Files in `dir` whose name holds ".tmp." */
-static int temp_files(const char *dir) {
-  DIR *d = opendir(dir);
-  assert_non_null(d);
-  int n = 0;
-  struct dirent *e;
-  while ((e = readdir(d)))
-    if (strstr(e->d_name, ".tmp.")) n++;
-  closedir(d);
-  return n;
-}
+static int temp_files(const char *dir) { return count_entries(dir, ".tmp."); }
 
 /* ---- tests --------------------------------------------------------------- */
 

@@ -98,6 +98,7 @@ static const bad_t bad[] = {
     {"{\"partitioner\": {\"type\": \"evenly\"}}", "partitioner.type \"evenly\""},
     {"{\"partitioner\": {\"type\": \"max_size\"}}", "max_shard_bytes is required"},
     {"{\"precision\": \"fp8\"}", "precision \"fp8\""},
+    {"{\"wire_precision\": \"fp16\"}", "wire_precision \"fp16\" is not fp32 or bf16"},
     {"{\"checkpoint\": {\"dir\": \"x\", \"every\": 3}}", "checkpoint.every: unknown key"},
     {"{\"metrics\": [1]}", "metrics[0] must be a string"},
     {"{\"model\": 3}", "model must be"},
@@ -214,6 +215,59 @@ static void model_path_is_relative_to_job(void **state) {
   rmdir(dir);
 }
 
+/* Precision names: Keras's policy names for the compute, bfloat16 on the
+ * wire. */
+static void precision_names(void **state) {
+  (void)state;
+  static const struct {
+    const char *text;
+    tsr_precision prec, wire;
+  } ok[] = {
+      {"{\"precision\": \"mixed_float16\"}", TSR_PREC_FP16, TSR_PREC_FP32},
+      {"{\"precision\": \"mixed_bfloat16\", \"wire_precision\": \"bfloat16\"}",
+       TSR_PREC_BF16, TSR_PREC_BF16},
+      {"{\"precision\": \"float32\", \"wire_precision\": \"fp32\"}",
+       TSR_PREC_FP32, TSR_PREC_FP32},
+  };
+  for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+    tsr_job j;
+    char err[512];
+    assert_int_equal(
+        tsr_job_parse(ok[i].text, "job", NULL, NULL, &j, err, sizeof err), 0);
+    assert_int_equal(j.precision, ok[i].prec);
+    assert_int_equal(j.wire_precision, ok[i].wire);
+    tsr_job_free(&j);
+  }
+}
+
+/* Folders named in a job resolve against the job file's folder. */
+static void paths_resolve_from_the_job_folder(void **state) {
+  (void)state;
+  tsr_job j;
+  memset(&j, 0, sizeof j);
+  char dir[64], *r;
+  j.path = "/jobs/a/job.json";
+  tsr_job_dir(&j, dir, sizeof dir);
+  assert_string_equal(dir, "/jobs/a");
+  assert_non_null(r = tsr_job_resolve(&j, "ckpt", ""));
+  assert_string_equal(r, "/jobs/a/ckpt");
+  free(r);
+  assert_non_null(r = tsr_job_resolve(&j, "/abs/logs", "/eval"));
+  assert_string_equal(r, "/abs/logs/eval");
+  free(r);
+  j.path = "/job.json";
+  assert_non_null(r = tsr_job_resolve(&j, "ckpt", ""));
+  assert_string_equal(r, "/ckpt");
+  free(r);
+  j.path = "job.json"; /* no folder named: the current one */
+  assert_non_null(r = tsr_job_resolve(&j, "logs", "/eval"));
+  assert_string_equal(r, "./logs/eval");
+  free(r);
+  j.path = NULL; /* parsed from text */
+  tsr_job_dir(&j, dir, sizeof dir);
+  assert_string_equal(dir, ".");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(defaults_are_keras),
@@ -223,6 +277,8 @@ int main(void) {
       cmocka_unit_test(overrides_inside_short_forms),
       cmocka_unit_test(overrides_errors),
       cmocka_unit_test(model_path_is_relative_to_job),
+      cmocka_unit_test(paths_resolve_from_the_job_folder),
+      cmocka_unit_test(precision_names),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -9,7 +9,7 @@
  * bench_conv [reps] */
 #include "common/err.h"
 #include "kernels/kern_nn.h"
-#include "worker/model.h"
+#include "worker/model_exec.h"
 
 #include <cblas.h>
 #include <stdio.h>

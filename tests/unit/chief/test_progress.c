@@ -28,6 +28,18 @@ static void cap_close(capture *c) {
   fclose(c->f);
   free(c->buf);
 }
+/* A progress display writing into a fresh capture (o.out is set). */
+static chief_progress *cap_progress(capture *c, chief_progress_opts o) {
+  cap_open(c);
+  o.out = c->f;
+  chief_progress *p;
+  assert_int_equal(chief_progress_create(&p, &o), 0);
+  return p;
+}
+static void cap_done(capture *c, chief_progress *p) {
+  chief_progress_free(p);
+  cap_close(c);
+}
 static int count_char(const char *s, size_t n, char ch) {
   int k = 0;
   for (size_t i = 0; i < n; i++) k += s[i] == ch;
@@ -36,11 +48,8 @@ static int count_char(const char *s, size_t n, char ch) {
 
 static void test_bar_terminal(void **state) {
   capture c;
-  cap_open(&c);
-  chief_progress_opts o = {.out = c.f, .mode = CHIEF_PROGRESS_BAR,
-                           .total_steps = 100, .width = 100};
-  chief_progress *p;
-  assert_int_equal(chief_progress_create(&p, &o), 0);
+  chief_progress *p = cap_progress(&c, (chief_progress_opts){
+      .mode = CHIEF_PROGRESS_BAR, .total_steps = 100, .width = 100});
   assert_int_equal(chief_progress_get_mode(p), CHIEF_PROGRESS_BAR);
   /* 10 steps/s of 32 examples each. */
   for (int s = 0; s <= 50; s++)
@@ -73,17 +82,13 @@ static void test_bar_terminal(void **state) {
   assert_int_equal(c.buf[c.len - 1], '\n');
   assert_non_null(strstr(c.buf, "step 100/100"));
   assert_non_null(strstr(c.buf, "100%"));
-  chief_progress_free(p);
-  cap_close(&c);
+  cap_done(&c, p);
 }
 
 static void test_bar_narrow_and_unknown_total(void **state) {
   capture c;
-  cap_open(&c);
-  chief_progress_opts o = {.out = c.f, .mode = CHIEF_PROGRESS_BAR,
-                           .width = 40};
-  chief_progress *p;
-  assert_int_equal(chief_progress_create(&p, &o), 0);
+  chief_progress *p = cap_progress(&c, (chief_progress_opts){
+      .mode = CHIEF_PROGRESS_BAR, .width = 40});
   chief_progress_update(p, 7, 70, NAN, 0);
   chief_progress_update(p, 9, 90, NAN, 1);
   chief_progress_finish(p);
@@ -93,17 +98,13 @@ static void test_bar_narrow_and_unknown_total(void **state) {
   assert_null(strstr(c.buf, "loss")); /* no loss yet */
   assert_null(strstr(c.buf, "[#"));
   assert_null(strstr(c.buf, "[."));
-  chief_progress_free(p);
-  cap_close(&c);
+  cap_done(&c, p);
 }
 
 static void test_plain_lines(void **state) {
   capture c;
-  cap_open(&c);
-  chief_progress_opts o = {.out = c.f, .mode = CHIEF_PROGRESS_LINES,
-                           .total_steps = 1000, .log_every_s = 10};
-  chief_progress *p;
-  assert_int_equal(chief_progress_create(&p, &o), 0);
+  chief_progress *p = cap_progress(&c, (chief_progress_opts){
+      .mode = CHIEF_PROGRESS_LINES, .total_steps = 1000, .log_every_s = 10});
   for (int t = 0; t <= 25; t++) chief_progress_update(p, t * 10, t * 80, 2, t);
   fflush(c.f);
   assert_int_equal(count_char(c.buf, c.len, '\r'), 0);
@@ -111,18 +112,14 @@ static void test_plain_lines(void **state) {
   assert_non_null(
       strstr(c.buf, "step 200/1000  20% loss 2 80 ex/s ETA 1m20s\n"));
   assert_null(strstr(c.buf, "[#"));
-  chief_progress_free(p);
-  cap_close(&c);
+  cap_done(&c, p);
 }
 
 /* A rewind to a checkpoint does not show a negative rate. */
 static void test_rewind(void **state) {
   capture c;
-  cap_open(&c);
-  chief_progress_opts o = {.out = c.f, .mode = CHIEF_PROGRESS_LINES,
-                           .total_steps = 1000, .log_every_s = 1};
-  chief_progress *p;
-  assert_int_equal(chief_progress_create(&p, &o), 0);
+  chief_progress *p = cap_progress(&c, (chief_progress_opts){
+      .mode = CHIEF_PROGRESS_LINES, .total_steps = 1000, .log_every_s = 1});
   for (int t = 0; t <= 5; t++) chief_progress_update(p, t * 100, t * 800, 1, t);
   assert_true(chief_progress_steps_per_sec(p) == 100);
   chief_progress_update(p, 200, 1600, 1, 6); /* back to the step-200 ckpt */
@@ -131,8 +128,7 @@ static void test_rewind(void **state) {
   assert_true(chief_progress_examples_per_sec(p) == 400);
   fflush(c.f);
   assert_null(strstr(c.buf, "-"));
-  chief_progress_free(p);
-  cap_close(&c);
+  cap_done(&c, p);
 }
 
 static void test_mode_from_environment(void **state) {

@@ -442,6 +442,35 @@ static inline coord_sm_config sim_config(int n_ps, int n_wk, tsr_mode mode,
   return c;
 }
 
+/* sim_config with checkpoints on, saved every `every` steps (0: only at
+ * the end). */
+static inline coord_sm_config sim_ckpt_config(int n_ps, int n_wk,
+                                              tsr_mode mode, int64_t steps,
+                                              int64_t every) {
+  coord_sm_config c = sim_config(n_ps, n_wk, mode, steps);
+  c.ckpt = true;
+  c.ckpt_every_steps = every;
+  return c;
+}
+
+/* A new chief on a disk that holds the committed checkpoints of `steps`
+ * (n of them, oldest first). */
+static inline void sim_restart_on(sim *s, const int64_t *steps, int n) {
+  for (int i = 0; i < n; i++) s->disk[s->n_disk++] = steps[i];
+  sim_restart_chief(s);
+}
+
+/* Runs until a checkpoint of step >= `at_least` is on disk, no operation
+ * is going on, and training is `past` steps beyond the newest checkpoint;
+ * returns that checkpoint's step. */
+static inline int64_t sim_run_past_ckpt(sim *s, int64_t at_least,
+                                        int64_t past) {
+  while (sim_disk_newest(s) < at_least || s->op_active ||
+         coord_sm_global_step(s->sm) < sim_disk_newest(s) + past)
+    sim_step(s);
+  return sim_disk_newest(s);
+}
+
 static inline bool sim_noted(const sim *s, const char *needle) {
   int n = s->n_notes < 64 ? s->n_notes : 64;
   for (int i = 0; i < n; i++)

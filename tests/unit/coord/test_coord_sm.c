@@ -36,15 +36,11 @@ static void happy_path(void **state) {
  * again). */
 static void restarted_chief_resumes_an_epochs_job(void **state) {
   (void)state;
-  coord_sm_config c = sim_config(2, 2, TSR_MODE_ASYNC, 0);
+  coord_sm_config c = sim_ckpt_config(2, 2, TSR_MODE_ASYNC, 0, 50);
   c.epochs = 20;
-  c.ckpt = true;
-  c.ckpt_every_steps = 50;
   sim s;
   sim_init(&s, &c, 0);
-  s.disk[s.n_disk++] = 0;
-  s.disk[s.n_disk++] = 150;
-  sim_restart_chief(&s);
+  sim_restart_on(&s, (const int64_t[]){0, 150}, 2);
   start(&s);
   assert_int_equal(s.last_restore, 150);
   sim_answer(&s, 0, -1, false, NULL); /* RESTORE */
@@ -70,14 +66,13 @@ static void restarted_chief_resumes_an_epochs_job(void **state) {
  * says so, evaluates and finishes without training or saving. */
 static void finished_job_run_again(void **state) {
   (void)state;
-  coord_sm_config c = sim_config(1, 2, TSR_MODE_SYNC, 0);
+  coord_sm_config c = sim_ckpt_config(1, 2, TSR_MODE_SYNC, 0, 0);
   c.epochs = 5;
-  c.ckpt = true;
   c.has_eval = true;
   sim s;
   sim_init(&s, &c, 0);
-  s.disk[s.n_disk++] = 50; /* 2 x 100 examples / 10 / 2 workers x 5 */
-  sim_restart_chief(&s);
+  /* 2 x 100 examples / 10 / 2 workers x 5 */
+  sim_restart_on(&s, (const int64_t[]){50}, 1);
   start(&s);
   sim_answer(&s, 0, -1, false, NULL); /* RESTORE */
   sim_ready(&s, 0);
@@ -98,12 +93,10 @@ static void finished_job_run_again(void **state) {
  * bounded number of tries, then the run fails with that reason. */
 static void failed_restore_is_bounded(void **state) {
   (void)state;
-  coord_sm_config c = sim_config(2, 1, TSR_MODE_ASYNC, 100);
-  c.ckpt = true;
+  coord_sm_config c = sim_ckpt_config(2, 1, TSR_MODE_ASYNC, 100, 0);
   sim s;
   sim_init(&s, &c, 0);
-  s.disk[s.n_disk++] = 40;
-  sim_restart_chief(&s);
+  sim_restart_on(&s, (const int64_t[]){40}, 1);
   start(&s);
   for (int t = 0; t < 3; t++) {
     assert_true(s.op_active);
@@ -125,13 +118,10 @@ static void failed_restore_is_bounded(void **state) {
 /* ... and with an older committed checkpoint it falls back to that one. */
 static void failed_restore_falls_back(void **state) {
   (void)state;
-  coord_sm_config c = sim_config(2, 1, TSR_MODE_ASYNC, 100);
-  c.ckpt = true;
+  coord_sm_config c = sim_ckpt_config(2, 1, TSR_MODE_ASYNC, 100, 0);
   sim s;
   sim_init(&s, &c, 0);
-  s.disk[s.n_disk++] = 20;
-  s.disk[s.n_disk++] = 40;
-  sim_restart_chief(&s);
+  sim_restart_on(&s, (const int64_t[]){20, 40}, 2);
   start(&s);
   for (int t = 0; t < 3; t++) {
     assert_int_equal(s.last_restore, 40);
@@ -228,14 +218,11 @@ static void epochs_job_without_sizes_asks_for_steps(void **state) {
  * 0. */
 static void epochs_job_with_a_silent_worker_fails(void **state) {
   (void)state;
-  coord_sm_config c = sim_config(1, 2, TSR_MODE_ASYNC, 0);
+  coord_sm_config c = sim_ckpt_config(1, 2, TSR_MODE_ASYNC, 0, 50);
   c.epochs = 20; /* 2 x 100 examples, batch 10: 400 steps */
-  c.ckpt = true;
-  c.ckpt_every_steps = 50;
   sim s;
   sim_init(&s, &c, 0);
-  s.disk[s.n_disk++] = 300;
-  sim_restart_chief(&s);
+  sim_restart_on(&s, (const int64_t[]){300}, 1);
   start(&s);
   sim_answer(&s, 0, -1, false, NULL); /* RESTORE */
   sim_ready(&s, 0);
@@ -254,9 +241,7 @@ static void epochs_job_with_a_silent_worker_fails(void **state) {
  * last good one stays, training ends well. */
 static void full_disk_is_named(void **state) {
   (void)state;
-  coord_sm_config c = sim_config(2, 2, TSR_MODE_ASYNC, 400);
-  c.ckpt = true;
-  c.ckpt_every_steps = 20;
+  coord_sm_config c = sim_ckpt_config(2, 2, TSR_MODE_ASYNC, 400, 20);
   sim s;
   sim_init(&s, &c, 0);
   start(&s);
@@ -294,16 +279,11 @@ static void full_disk_is_named(void **state) {
 /* A PS lost mid-run: pause, wait, setup, restore, rewind, exact count. */
 static void lost_ps_recovers(void **state) {
   (void)state;
-  coord_sm_config c = sim_config(2, 2, TSR_MODE_SYNC, 100);
-  c.ckpt = true;
-  c.ckpt_every_steps = 30;
+  coord_sm_config c = sim_ckpt_config(2, 2, TSR_MODE_SYNC, 100, 30);
   sim s;
   sim_init(&s, &c, 0);
   start(&s);
-  while (sim_disk_newest(&s) < 30 || s.op_active ||
-         coord_sm_global_step(s.sm) < sim_disk_newest(&s) + 15)
-    sim_step(&s);
-  int64_t good = sim_disk_newest(&s);
+  int64_t good = sim_run_past_ckpt(&s, 30, 15);
   sim_ps_lost(&s, 1);
   while (s.n_fl) sim_closure_fail(&s, 0, COORD_ERR_TRANSIENT, "ps:1 gone");
   sim_tick(&s, 5);
@@ -327,16 +307,11 @@ static void lost_ps_recovers(void **state) {
  * the checkpoint, the worker comes back, the count is exact. */
 static void chief_and_worker_die_together(void **state) {
   (void)state;
-  coord_sm_config c = sim_config(2, 2, TSR_MODE_SYNC, 200);
-  c.ckpt = true;
-  c.ckpt_every_steps = 40;
+  coord_sm_config c = sim_ckpt_config(2, 2, TSR_MODE_SYNC, 200, 40);
   sim s;
   sim_init(&s, &c, 0);
   start(&s);
-  while (sim_disk_newest(&s) < 40 || s.op_active ||
-         coord_sm_global_step(s.sm) < sim_disk_newest(&s) + 15)
-    sim_step(&s);
-  int64_t good = sim_disk_newest(&s);
+  int64_t good = sim_run_past_ckpt(&s, 40, 15);
   s.wk_up[1] = false;
   sim_restart_chief(&s);
   sim_ps_up(&s, 0);
@@ -444,9 +419,7 @@ static void ssp_start_waits_for_a_slow_worker(void **state) {
 /* Pruning keeps `keep` checkpoints and never the newest away. */
 static void pruning_keeps_the_newest(void **state) {
   (void)state;
-  coord_sm_config c = sim_config(1, 1, TSR_MODE_ASYNC, 200);
-  c.ckpt = true;
-  c.ckpt_every_steps = 10;
+  coord_sm_config c = sim_ckpt_config(1, 1, TSR_MODE_ASYNC, 200, 10);
   c.ckpt_keep = 2;
   sim s;
   sim_init(&s, &c, 0);
@@ -490,9 +463,7 @@ static void failing_worker_is_left_out(void **state) {
 /* Nothing answers any more: every waiting state reaches an end, with a
  * message naming what it waited for. */
 static void nothing_answers(int stage) {
-  coord_sm_config c = sim_config(2, 2, TSR_MODE_SYNC, 100);
-  c.ckpt = true;
-  c.ckpt_every_steps = 20;
+  coord_sm_config c = sim_ckpt_config(2, 2, TSR_MODE_SYNC, 100, 20);
   c.has_eval = true;
   c.eval_every_steps = 30;
   sim s;

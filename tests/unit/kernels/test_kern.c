@@ -19,14 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static uint64_t rng = 88172645463325252ull;
-static double urand(void) {
-  rng ^= rng << 13;
-  rng ^= rng >> 7;
-  rng ^= rng << 17;
-  return (double)(rng >> 11) / 9007199254740992.0;
-}
-static float frand(double lo, double hi) { return (float)(lo + (hi - lo) * urand()); }
+#define TSR_TEST_SEED 88172645463325252ull
+#include "../test_rand.h"
 
 static kern_ctx *cpu(void) {
   kern_opts o = {.device = KERN_DEVICE_CPU};

@@ -25,16 +25,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static uint64_t rng = 0x2545F4914F6CDD1Dull;
-static double urand(void) {
-  rng ^= rng << 13;
-  rng ^= rng >> 7;
-  rng ^= rng << 17;
-  return (double)(rng >> 11) / 9007199254740992.0;
-}
-static float frand(double lo, double hi) {
-  return (float)(lo + (hi - lo) * urand());
-}
+#define TSR_TEST_SEED 0x2545F4914F6CDD1Dull
+#include "../test_rand.h"
 
 static uint32_t bits(float f) {
   uint32_t u;

@@ -28,13 +28,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-static uint64_t rng = 0x9E3779B97F4A7C15ull;
-static float frand(void) {
-  rng ^= rng << 13;
-  rng ^= rng >> 7;
-  rng ^= rng << 17;
-  return (float)((double)(rng >> 11) / 9007199254740992.0 * 2 - 1);
-}
+#define TSR_TEST_SEED 0x9E3779B97F4A7C15ull
+#include "../test_rand.h"
+
+/* Uniform in [-1, 1). */
+static float pm1(void) { return (float)(urand() * 2 - 1); }
 
 /* C = alpha op(A) op(B) + beta C through the column-major call the GPU
  * makes: cuBLAS's A is our B, its B our A. */
@@ -68,9 +66,9 @@ static void test_gemm_mapping(void **state) {
         size_t na = (size_t)m * k, nb = (size_t)k * n, nc = (size_t)m * n;
         float *A = malloc((na ? na : 1) * 4), *B = malloc((nb ? nb : 1) * 4),
               *C = malloc(nc * 4), *C0 = malloc(nc * 4);
-        for (size_t i = 0; i < na; i++) A[i] = frand();
-        for (size_t i = 0; i < nb; i++) B[i] = frand();
-        for (size_t i = 0; i < nc; i++) C0[i] = C[i] = frand();
+        for (size_t i = 0; i < na; i++) A[i] = pm1();
+        for (size_t i = 0; i < nb; i++) B[i] = pm1();
+        for (size_t i = 0; i < nc; i++) C0[i] = C[i] = pm1();
         colmajor_gemm(ta, tb, m, n, k, alpha, A, B, beta, C);
         for (int i = 0; i < m; i++)
           for (int j = 0; j < n; j++) {

@@ -216,6 +216,17 @@ static int read_eof(int fd) {
   }
 }
 
+/* The server's hello (into `hello`), then its verdict `code`, then an
+ * orderly close; the socket is closed. */
+static void expect_refusal(int fd, uint8_t *hello, int code) {
+  uint8_t verdict[TSR_RPC__VERDICT_SIZE];
+  assert_int_equal(ru_read_all(fd, hello, TSR_RPC__HELLO_SIZE), 0);
+  assert_int_equal(ru_read_all(fd, verdict, sizeof verdict), 0);
+  assert_int_equal((int)tsr_rpc__get32(verdict), code);
+  assert_true(read_eof(fd));
+  close(fd);
+}
+
 static void expect_error(int fd, uint64_t id, int code, const char *text) {
   tsr_rpc__hdr h;
   int c = 0;
@@ -330,12 +341,8 @@ static void test_replay(void **state) {
   assert_int_equal(ru_write_all(fd, rec,
                                 TSR_RPC__HELLO_SIZE + TSR_RPC__PROOF_SIZE),
                    0);
-  uint8_t hello[TSR_RPC__HELLO_SIZE], verdict[TSR_RPC__VERDICT_SIZE];
-  assert_int_equal(ru_read_all(fd, hello, sizeof hello), 0);
-  assert_int_equal(ru_read_all(fd, verdict, sizeof verdict), 0);
-  assert_int_equal((int)tsr_rpc__get32(verdict), TSR_EAUTH);
-  assert_true(read_eof(fd));
-  close(fd);
+  uint8_t hello[TSR_RPC__HELLO_SIZE];
+  expect_refusal(fd, hello, TSR_EAUTH);
   tsr_rpc_stats after;
   WAIT_SNAP(after, after.refused == before.refused + 1);
   assert_int_equal(after.refused, before.refused + 1);
@@ -462,13 +469,9 @@ static void test_version_mismatch(void **state) {
                    "old", 0, out, &ol);
   out[4] = (uint8_t)(TSR_RPC_VERSION + 1); /* a newer version */
   assert_int_equal(ru_write_all(fd, out, ol), 0);
-  uint8_t hello[TSR_RPC__HELLO_SIZE], verdict[TSR_RPC__VERDICT_SIZE];
-  assert_int_equal(ru_read_all(fd, hello, sizeof hello), 0);
+  uint8_t hello[TSR_RPC__HELLO_SIZE];
+  expect_refusal(fd, hello, TSR_EVERSION);
   assert_int_equal(hello[4] | hello[5] << 8, TSR_RPC_VERSION);
-  assert_int_equal(ru_read_all(fd, verdict, sizeof verdict), 0);
-  assert_int_equal((int)tsr_rpc__get32(verdict), TSR_EVERSION);
-  assert_true(read_eof(fd));
-  close(fd);
   tsr_rpc_stats after;
   WAIT_SNAP(after, after.refused == before.refused + 1);
   assert_int_equal(after.refused, before.refused + 1);

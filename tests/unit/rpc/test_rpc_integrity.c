@@ -116,15 +116,23 @@ static void call(env *e, res *r) {
   assert_true(ru_run_until(&e->loop, &r->done, 10000));
 }
 
+/* A cleared env whose proxy tampers (mode) with frame `at` of `dir` at
+ * byte flip_off, counting only frames of at least min_payload bytes. */
+static void env_tamper(env *e, int mode, int dir, uint64_t at, long flip_off,
+                       size_t min_payload) {
+  memset(e, 0, sizeof *e);
+  e->tp.mode = mode;
+  e->tp.dir = dir;
+  e->tp.at = at;
+  e->tp.flip_off = flip_off;
+  e->tp.min_payload = min_payload;
+}
+
 /* One tampering, then what every side must see. */
 static void run_case(int mode, int dir, uint64_t at, long flip_off) {
   env e;
-  memset(&e, 0, sizeof e);
-  e.tp.mode = mode;
-  e.tp.dir = dir;
-  e.tp.at = at;
-  e.tp.flip_off = flip_off;
-  e.tp.min_payload = PLEN; /* count only the echo frames, not pings */
+  /* count only the echo frames, not pings */
+  env_tamper(&e, mode, dir, at, flip_off, PLEN);
   env_up(&e, 0);
   /* three calls in a row; the tampering hits one of the first two */
   res r[3];
@@ -200,12 +208,7 @@ static void h_big(tsr_rpc_incoming *call, void *data) {
 
 static void flipped_large_request(void **st) {
   env e;
-  memset(&e, 0, sizeof e);
-  e.tp.mode = TP_FLIP;
-  e.tp.dir = TP_C2S;
-  e.tp.at = 0;
-  e.tp.flip_off = TSR_RPC_HEADER_SIZE + 1 + BIG / 2;
-  e.tp.min_payload = BIG;
+  env_tamper(&e, TP_FLIP, TP_C2S, 0, TSR_RPC_HEADER_SIZE + 1 + BIG / 2, BIG);
   g_big = malloc(BIG);
   for (int i = 0; i < BIG; i++) g_big[i] = (uint8_t)(i * 13 + 5);
   assert_int_equal(uv_loop_init(&e.loop), 0);
@@ -251,12 +254,7 @@ static void flipped_large_request(void **st) {
 /* Both ends on plain frames: the relay's change goes through unseen. */
 static void plain_frames_carry_no_check(void **s) {
   env e;
-  memset(&e, 0, sizeof e);
-  e.tp.mode = TP_FLIP;
-  e.tp.dir = TP_C2S;
-  e.tp.at = 0;
-  e.tp.flip_off = -1 - 100;
-  e.tp.min_payload = PLEN;
+  env_tamper(&e, TP_FLIP, TP_C2S, 0, -1 - 100, PLEN);
   env_up(&e, 1);
   res r;
   call(&e, &r);
@@ -269,12 +267,7 @@ static void plain_frames_carry_no_check(void **s) {
 /* Only one end asks for plain frames: they carry a MAC all the same. */
 static void plain_needs_both_ends(void **s) {
   env e;
-  memset(&e, 0, sizeof e);
-  e.tp.mode = TP_FLIP;
-  e.tp.dir = TP_C2S;
-  e.tp.at = 0;
-  e.tp.flip_off = -17 - 100;
-  e.tp.min_payload = PLEN;
+  env_tamper(&e, TP_FLIP, TP_C2S, 0, -17 - 100, PLEN);
   env_up(&e, 2);
   res r;
   call(&e, &r);

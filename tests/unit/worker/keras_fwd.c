@@ -13,7 +13,7 @@
  *       variable (a moving statistic's "gradient" is its batch statistic).
  * Exit 0, or 1 with a message on stderr. */
 #include "common/err.h"
-#include "worker/model.h"
+#include "worker/model_exec.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -14,20 +14,15 @@
 
 #include "common/err.h"
 #include "ref_model.h"
-#include "worker/model.h"
+#include "worker/model_exec.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static uint64_t rng = 0x9E3779B97F4A7C15ull;
-static double urand(void) {
-  rng ^= rng << 13;
-  rng ^= rng >> 7;
-  rng ^= rng << 17;
-  return (double)(rng >> 11) / 9007199254740992.0;
-}
+#define TSR_TEST_SEED 0x9E3779B97F4A7C15ull
+#include "../test_rand.h"
 
 /* JSON written with single quotes, for readability */
 static json_t *jq(const char *s) {
@@ -732,6 +727,11 @@ static void test_refusals(void **state) {
                LAY("Add", "s", "", R("a") ", " R("b")),
                "['a', 0, 0], ['b', 0, 0]", "s"),
           mse, TSR_ESHAPE, "layer 's' (Add)", "(batch, 2) and (batch, 3)");
+  refused(func(IN("a", "2, 3") ", " IN("b", "4, 5") ", "
+               LAY("Concatenate", "cat", "", R("a") ", " R("b")),
+               "['a', 0, 0], ['b', 0, 0]", "cat"),
+          mse, TSR_ESHAPE, "layer 'cat' (Concatenate on axis 2): inputs of "
+          "shapes (batch, 2, 3) and (batch, 4, 5)", NULL);
   refused(func(IN("a", "2") ", " LAY("Dense", "d", ", 'units': 1",
                                      "['a', 0, 0, {'training': true}]"),
                "['a', 0, 0]", "d"),

@@ -13,7 +13,7 @@
 #include "common/job.h"
 #include "kernels/kern.h"
 #include "worker/metrics.h"
-#include "worker/model.h"
+#include "worker/model_exec.h"
 
 #include <math.h>
 #include <stdio.h>

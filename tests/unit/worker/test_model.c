@@ -11,7 +11,7 @@
 
 #include "common/err.h"
 #include "worker/metrics.h"
-#include "worker/model.h"
+#include "worker/model_exec.h"
 #include "worker/train.h"
 
 #include <math.h>
@@ -19,13 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static uint64_t rng = 0x2545F4914F6CDD1Dull;
-static double urand(void) {
-  rng ^= rng << 13;
-  rng ^= rng >> 7;
-  rng ^= rng << 17;
-  return (double)(rng >> 11) / 9007199254740992.0;
-}
+#define TSR_TEST_SEED 0x2545F4914F6CDD1Dull
+#include "../test_rand.h"
 
 /* The Keras example, as Keras 2.x's model.to_json() writes it. */
 static const char *keras_example =

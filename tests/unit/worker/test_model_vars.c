@@ -23,7 +23,7 @@
 #include "kernels/kern.h"
 #include "kernels/optim.h"
 #include "worker/input.h"
-#include "worker/model.h"
+#include "worker/model_exec.h"
 
 /* Compares two lists field by field; fills why with the first difference. */
 static int same_vars(const tsr_var *a, size_t na, const tsr_var *b, size_t nb,

@@ -15,7 +15,7 @@
 #include <cmocka.h>
 
 #include "common/err.h"
-#include "worker/model.h"
+#include "worker/model_exec.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -151,20 +151,26 @@ static int dense_layer(const char *name) {
   return -1;
 }
 
+/* One training run with the hooks recording into r; fail_var's need
+ * fails (-1: none does). */
+static int run_hooked(fx *f, rec *r, int fail_var, wk_run_result *res) {
+  memset(r, 0, sizeof *r);
+  r->grads = f->g;
+  r->fail_var = fail_var;
+  memcpy(r->elems, f->elems, sizeof r->elems);
+  wk_run_opts o = {.train = true, .grad_scale = 1.0f / 8, .seed = 1,
+                   .param_need = on_need, .grad_ready = on_ready,
+                   .hook_arg = r};
+  return wk_exec_run(f->e, f->p, f->g, &o, res);
+}
+
 static void hook_order(void **state) {
   (void)state;
   fx f;
   fx_up(&f);
   rec r;
-  memset(&r, 0, sizeof r);
-  r.grads = f.g;
-  r.fail_var = -1;
-  memcpy(r.elems, f.elems, sizeof r.elems);
-  wk_run_opts o = {.train = true, .grad_scale = 1.0f / 8, .seed = 1,
-                   .param_need = on_need, .grad_ready = on_ready,
-                   .hook_arg = &r};
   wk_run_result res;
-  assert_int_equal(wk_exec_run(f.e, f.p, f.g, &o, &res), 0);
+  assert_int_equal(run_hooked(&f, &r, -1, &res), 0);
 
   int needs[NV_MAX] = {0}, readies[NV_MAX] = {0};
   int last_need_layer = -1, last_ready_layer = 1 << 20, first_ready = -1;
@@ -219,17 +225,13 @@ static void need_failure_stops(void **state) {
   (void)state;
   fx f;
   fx_up(&f);
-  rec r;
-  memset(&r, 0, sizeof r);
-  r.grads = f.g;
-  memcpy(r.elems, f.elems, sizeof r.elems);
+  int fail_var = -1;
   for (size_t v = 0; v < f.nv; v++)
-    if (dense_layer(f.vi[v].name) == 1) r.fail_var = (int)v;
-  wk_run_opts o = {.train = true, .grad_scale = 1.0f / 8, .seed = 1,
-                   .param_need = on_need, .grad_ready = on_ready,
-                   .hook_arg = &r};
+    if (dense_layer(f.vi[v].name) == 1) fail_var = (int)v;
+  assert_true(fail_var >= 0);
+  rec r;
   wk_run_result res;
-  assert_int_equal(wk_exec_run(f.e, f.p, f.g, &o, &res), TSR_ECLOSED);
+  assert_int_equal(run_hooked(&f, &r, fail_var, &res), TSR_ECLOSED);
   for (int i = 0; i < r.n; i++) assert_int_equal(r.kind[i], 'n');
   fx_down(&f);
 }
@@ -241,15 +243,8 @@ static void regularized_and_bn(void **state) {
   fx f;
   fx_up_json(&f, reg_bn_json, 0);
   rec r;
-  memset(&r, 0, sizeof r);
-  r.grads = f.g;
-  r.fail_var = -1;
-  memcpy(r.elems, f.elems, sizeof r.elems);
-  wk_run_opts o = {.train = true, .grad_scale = 1.0f / 8, .seed = 1,
-                   .param_need = on_need, .grad_ready = on_ready,
-                   .hook_arg = &r};
   wk_run_result res;
-  assert_int_equal(wk_exec_run(f.e, f.p, f.g, &o, &res), 0);
+  assert_int_equal(run_hooked(&f, &r, -1, &res), 0);
   int readies[NV_MAX] = {0};
   for (int i = 0; i < r.n; i++)
     if (r.kind[i] == 'r') readies[r.var[i]]++;

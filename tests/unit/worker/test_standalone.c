@@ -15,6 +15,7 @@
 #include "common/err.h"
 #include "common/job.h"
 #include "worker/train.h"
+#include "standalone_util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,17 +37,6 @@ static int teardown(void **state) {
   char cmd[512];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_dir);
   return system(cmd) == 0 ? 0 : -1;
-}
-
-static int run_job(const char *path, const char *const *ovr,
-                   wk_train_result *r, char *err, size_t len) {
-  tsr_job job;
-  int rc = tsr_job_load(path, ovr, &job, err, len);
-  if (rc) return rc;
-  wk_train_opts o = {.device = KERN_DEVICE_CPU, .quiet = true};
-  rc = wk_train_standalone(&job, &o, r, err, len);
-  tsr_job_free(&job);
-  return rc;
 }
 
 static void run_shipped(const char *name, wk_train_result *r) {

@@ -23,6 +23,7 @@
 #include "common/err.h"
 #include "common/job.h"
 #include "worker/train.h"
+#include "standalone_util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,12 +34,7 @@ static int run_shipped(const char *name, const char *const *ovr,
   const char *s = getenv("TSR_SOURCE_DIR");
   char path[4096];
   snprintf(path, sizeof path, "%s/deploy/jobs/%s", s ? s : ".", name);
-  tsr_job job;
-  int rc = tsr_job_load(path, ovr, &job, err, len);
-  if (rc) return rc;
-  wk_train_opts o = {.device = KERN_DEVICE_CPU, .quiet = true};
-  rc = wk_train_standalone(&job, &o, r, err, len);
-  tsr_job_free(&job);
+  int rc = run_job(path, ovr, r, err, len);
   if (rc == 0)
     print_message("%s: eval loss %.4f, %s %.4f (%lld steps)\n", name,
                   r->eval_loss, r->metric_names[0], r->metrics[0],
