@@ -12,6 +12,7 @@
  *                           started K times), then exits
  *                           CODE; exit 99 if that takes over 20 s
  *   FAKE_CHIEF=forever      the chief runs until killed
+ *   FAKE_EVALUATORS=N       the chief also waits for N evaluator starts
  *   FAKE_EVAL=forever       the evaluator runs until killed; otherwise it
  *                           waits for the chief to end (the chief touches
  *                           $FAKE_DIR/chief-done before exiting), prints
@@ -159,7 +160,11 @@ int main(int argc, char **argv) {
       wcount = atoi(strchr(w, '=') + 1);
     }
     int n_ps = c.n[TSR_TASK_PS], n_w = c.n[TSR_TASK_WORKER];
-    int n_ev = c.n[TSR_TASK_EVALUATOR];
+    /* As in TF, the cluster the chief is given has no evaluator: a test
+     * that runs one says so (FAKE_EVALUATORS=1), or the chief could
+     * end before the evaluator has started. */
+    const char *fe = getenv("FAKE_EVALUATORS");
+    int n_ev = fe ? atoi(fe) : c.n[TSR_TASK_EVALUATOR];
     for (int t = 0; t < 2000; t++) {
       char wprefix[40];
       snprintf(wprefix, sizeof wprefix, "%s.", wname);

@@ -421,6 +421,7 @@ static bool wait_output(const fixture *f, const char *text, double secs) {
 static void test_evaluator_finishes_after_chief(void **state) {
   fixture f;
   fixture_make(&f);
+  setenv("FAKE_EVALUATORS", "1", 1); /* the chief waits for it */
   setenv("FAKE_CHIEF", "exit:0", 1);
   const char *args[] = {"--bin-dir", f.bindir, "--ps", "1", "--workers", "1",
                         "--evaluator", "--job", "j.json", NULL};
@@ -445,12 +446,14 @@ static void test_evaluator_finishes_after_chief(void **state) {
   assert_all_gone(r, n);
   free(out);
   test_rmtree(f.dir);
+  unsetenv("FAKE_EVALUATORS");
 }
 
 static void test_evaluator_stopped(void **state) {
   /* The chief failed: the evaluator is stopped with the others. */
   fixture f;
   fixture_make(&f);
+  setenv("FAKE_EVALUATORS", "1", 1); /* the chief waits for it */
   setenv("FAKE_CHIEF", "exit:5", 1);
   setenv("FAKE_EVAL", "forever", 1);
   const char *args[] = {"--bin-dir", f.bindir, "--ps", "1", "--workers", "1",
@@ -458,6 +461,8 @@ static void test_evaluator_stopped(void **state) {
   pid_t pid = launch(&f, args);
   int st = wait_exit(pid, 30);
   char *out = test_slurp(f.outpath, NULL);
+  if (!strstr(out, "evaluator:0 was killed by signal 15"))
+    fprintf(stderr, "%s", out);
   assert_int_equal(WEXITSTATUS(st), 5);
   assert_non_null(strstr(out, "evaluator:0 was killed by signal 15"));
   free(out);
@@ -483,6 +488,7 @@ static void test_evaluator_stopped(void **state) {
   assert_all_gone(r, n);
   unsetenv("FAKE_EVAL");
   test_rmtree(f.dir);
+  unsetenv("FAKE_EVALUATORS");
 }
 
 /* The chief ended well but the evaluator never finishes: it is stopped
@@ -491,6 +497,7 @@ static void test_evaluator_stopped(void **state) {
 static void test_evaluator_drain_is_bounded(void **state) {
   fixture f;
   fixture_make(&f);
+  setenv("FAKE_EVALUATORS", "1", 1); /* the chief waits for it */
   setenv("FAKE_CHIEF", "exit:0", 1);
   setenv("FAKE_EVAL", "forever", 1);
   const char *args[] = {"--bin-dir", f.bindir, "--ps", "1", "--workers", "1",
@@ -511,6 +518,7 @@ static void test_evaluator_drain_is_bounded(void **state) {
   assert_all_gone(r, n);
   unsetenv("FAKE_EVAL");
   test_rmtree(f.dir);
+  unsetenv("FAKE_EVALUATORS");
 }
 
 static void test_missing_binary(void **state) {
