@@ -210,12 +210,12 @@ int ps_client_create(ps_client *c, const ps_var_spec *specs, size_t n,
   Tessera__Ps__Initializer *in = calloc(n ? n : 1, sizeof *in);
   Tessera__Ps__Optimizer *o = calloc(n ? n : 1, sizeof *o);
   Tessera__Ps__LrSchedule *sc = calloc(n ? n : 1, sizeof *sc);
-  int64_t *shapes = calloc(n ? n * PS_MAX_RANK : 1, sizeof *shapes);
+  int64_t *shapes = calloc(n ? n * TSR_MAX_RANK : 1, sizeof *shapes);
   int rc = TSR_ENOMEM;
   if (!v || !vp || !in || !o || !sc || !shapes) goto out;
   for (size_t i = 0; i < n; i++) {
     ps__client_spec_to_proto(&specs[i], &v[i], &in[i], &o[i], &sc[i],
-                             &shapes[i * PS_MAX_RANK]);
+                             &shapes[i * TSR_MAX_RANK]);
     vp[i] = &v[i];
   }
   m.n_vars = n;

@@ -77,9 +77,11 @@ static int ps__rows_answer(ps_server *s, tsr_rpc_incoming *call,
   char msg[384];
   if (tsr_mul3_size((size_t)n, (size_t)e->width, sizeof(float), bytes) ||
       n > SIZE_MAX || *bytes > s->max_answer) {
-    snprintf(msg, sizeof msg, "%s shard %d: %s %" PRIu64 " rows of width %"
-             PRId64 " would answer more than the payload limit of %zu bytes",
-             e->spec.name, e->spec.shard, field, n, e->width, s->max_answer);
+    snprintf(msg, sizeof msg,
+             "%s shard %d: %s %" PRIu64 " rows of width %" PRId64
+             " would answer more than the payload limit of %zu bytes",
+             e->spec.var.name, e->spec.shard.shard, field, n, e->width,
+             s->max_answer);
     tsr_rpc_reply_error(call, TSR_ETOOBIG, msg);
     return TSR_ETOOBIG;
   }
@@ -94,41 +96,50 @@ static void ps__on_pull(tsr_rpc_incoming *call, void *data) {
   if (!e) return;
   char msg[512];
   bool rows = call->method == PS_M_PULL_ROWS;
-  if (rows != e->spec.sparse) {
-    snprintf(msg, sizeof msg, "%s is %s: use %s", e->spec.name,
-             e->spec.sparse ? "sparse" : "dense",
-             e->spec.sparse ? "pull rows" : "pull");
+  if (rows != ps_var_spec_sparse(&e->spec)) {
+    snprintf(msg, sizeof msg, "%s is %s: use %s", e->spec.var.name,
+             ps_var_spec_sparse(&e->spec) ? "sparse" : "dense",
+             ps_var_spec_sparse(&e->spec) ? "pull rows" : "pull");
     tsr_rpc_reply_error(call, TSR_EINVAL, msg);
     return;
   }
   size_t want = 0, out_len = 0;
   if (!rows && r->n_ids) {
-    snprintf(msg, sizeof msg, "%s shard %d: n_ids %" PRIu64 " on a dense "
-             "pull (must be 0)", e->spec.name, e->spec.shard, r->n_ids);
+    snprintf(msg, sizeof msg,
+             "%s shard %d: n_ids %" PRIu64
+             " on a dense "
+             "pull (must be 0)",
+             e->spec.var.name, e->spec.shard.shard, r->n_ids);
     tsr_rpc_reply_error(call, TSR_EINVAL, msg);
     return;
   }
   if (rows && (r->n_ids > SIZE_MAX ||
                tsr_mul_size((size_t)r->n_ids, 8, &want) ||
                call->payload_len != want)) {
-    snprintf(msg, sizeof msg, "%s shard %d: n_ids %" PRIu64 " does not match "
-             "a payload of %zu bytes (8 per id)", e->spec.name, e->spec.shard,
-             r->n_ids, call->payload_len);
+    snprintf(msg, sizeof msg,
+             "%s shard %d: n_ids %" PRIu64
+             " does not match "
+             "a payload of %zu bytes (8 per id)",
+             e->spec.var.name, e->spec.shard.shard, r->n_ids,
+             call->payload_len);
     tsr_rpc_reply_error(call, TSR_ESHAPE, msg);
     return;
   }
   if (rows && ps__rows_answer(s, call, e, "n_ids", r->n_ids, &out_len))
     return;
   if (!rows && call->payload_len != 0) {
-    snprintf(msg, sizeof msg, "%s shard %d: a dense pull carries no payload, "
-             "got %zu bytes", e->spec.name, e->spec.shard, call->payload_len);
+    snprintf(msg, sizeof msg,
+             "%s shard %d: a dense pull carries no payload, "
+             "got %zu bytes",
+             e->spec.var.name, e->spec.shard.shard, call->payload_len);
     tsr_rpc_reply_error(call, TSR_ESHAPE, msg);
     return;
   }
   if (r->dtype != PS_DT_F32 && r->dtype != PS_DT_BF16) {
-    snprintf(msg, sizeof msg, "%s shard %d: pull dtype %d is not one of "
-             "float32 (0), bfloat16 (1)", e->spec.name, e->spec.shard,
-             r->dtype);
+    snprintf(msg, sizeof msg,
+             "%s shard %d: pull dtype %d is not one of "
+             "float32 (0), bfloat16 (1)",
+             e->spec.var.name, e->spec.shard.shard, r->dtype);
     tsr_rpc_reply_error(call, TSR_EDTYPE, msg);
     return;
   }
@@ -153,26 +164,29 @@ static void ps__on_push(tsr_rpc_incoming *call, void *data) {
   if (!e) return;
   char msg[512];
   bool fused = call->method == PS_M_PUSH_PULL;
-  bool rows = call->method == PS_M_PUSH_ROWS || (fused && e->spec.sparse);
-  if (rows != e->spec.sparse) {
-    snprintf(msg, sizeof msg, "%s is %s: use %s", e->spec.name,
-             e->spec.sparse ? "sparse" : "dense",
-             e->spec.sparse ? "push rows" : "push");
+  bool rows =
+      call->method == PS_M_PUSH_ROWS || (fused && ps_var_spec_sparse(&e->spec));
+  if (rows != ps_var_spec_sparse(&e->spec)) {
+    snprintf(msg, sizeof msg, "%s is %s: use %s", e->spec.var.name,
+             ps_var_spec_sparse(&e->spec) ? "sparse" : "dense",
+             ps_var_spec_sparse(&e->spec) ? "push rows" : "push");
     tsr_rpc_reply_error(call, TSR_EINVAL, msg);
     return;
   }
   size_t dsz = ps__dtype_size(r->dtype);
   if (!dsz) {
-    snprintf(msg, sizeof msg, "%s shard %d: gradient dtype %d is not one of "
-             "float32 (0), bfloat16 (1), float16 (2)", e->spec.name,
-             e->spec.shard, r->dtype);
+    snprintf(msg, sizeof msg,
+             "%s shard %d: gradient dtype %d is not one of "
+             "float32 (0), bfloat16 (1), float16 (2)",
+             e->spec.var.name, e->spec.shard.shard, r->dtype);
     tsr_rpc_reply_error(call, TSR_EDTYPE, msg);
     return;
   }
   if (fused && r->pull_dtype != PS_DT_F32 && r->pull_dtype != PS_DT_BF16) {
-    snprintf(msg, sizeof msg, "%s shard %d: pull dtype %d is not one of "
-             "float32 (0), bfloat16 (1)", e->spec.name, e->spec.shard,
-             r->pull_dtype);
+    snprintf(msg, sizeof msg,
+             "%s shard %d: pull dtype %d is not one of "
+             "float32 (0), bfloat16 (1)",
+             e->spec.var.name, e->spec.shard.shard, r->pull_dtype);
     tsr_rpc_reply_error(call, TSR_EDTYPE, msg);
     return;
   }
@@ -189,30 +203,39 @@ static void ps__on_push(tsr_rpc_incoming *call, void *data) {
     bad = tsr_mul_size(e->numel, dsz, &want);
   }
   if (!fused && r->n_pull_ids) {
-    snprintf(msg, sizeof msg, "%s shard %d: n_pull_ids %" PRIu64 " on a push "
-             "that pulls nothing (must be 0)", e->spec.name, e->spec.shard,
-             r->n_pull_ids);
+    snprintf(msg, sizeof msg,
+             "%s shard %d: n_pull_ids %" PRIu64
+             " on a push "
+             "that pulls nothing (must be 0)",
+             e->spec.var.name, e->spec.shard.shard, r->n_pull_ids);
     tsr_rpc_reply_error(call, TSR_EINVAL, msg);
     return;
   }
   if (!rows && r->n_ids) {
-    snprintf(msg, sizeof msg, "%s shard %d: n_ids %" PRIu64 " on a dense push "
-             "(must be 0)", e->spec.name, e->spec.shard, r->n_ids);
+    snprintf(msg, sizeof msg,
+             "%s shard %d: n_ids %" PRIu64
+             " on a dense push "
+             "(must be 0)",
+             e->spec.var.name, e->spec.shard.shard, r->n_ids);
     tsr_rpc_reply_error(call, TSR_EINVAL, msg);
     return;
   }
   if (bad || call->payload_len != want) {
     if (rows)
-      snprintf(msg, sizeof msg, "%s shard %d: n_ids %" PRIu64 " rows of width "
-               "%" PRId64 " in %s (and n_pull_ids %" PRIu64 ") do not match a "
-               "payload of %zu bytes", e->spec.name, e->spec.shard, r->n_ids,
-               e->width, ps__dtype_name(r->dtype), r->n_pull_ids,
-               call->payload_len);
+      snprintf(msg, sizeof msg,
+               "%s shard %d: n_ids %" PRIu64
+               " rows of width "
+               "%" PRId64 " in %s (and n_pull_ids %" PRIu64
+               ") do not match a "
+               "payload of %zu bytes",
+               e->spec.var.name, e->spec.shard.shard, r->n_ids, e->width,
+               ps__dtype_name(r->dtype), r->n_pull_ids, call->payload_len);
     else
-      snprintf(msg, sizeof msg, "%s shard %d: gradient of %zu bytes does not "
+      snprintf(msg, sizeof msg,
+               "%s shard %d: gradient of %zu bytes does not "
                "match the shard's %zu elements in %s (%zu bytes)",
-               e->spec.name, e->spec.shard, call->payload_len, e->numel,
-               ps__dtype_name(r->dtype), want);
+               e->spec.var.name, e->spec.shard.shard, call->payload_len,
+               e->numel, ps__dtype_name(r->dtype), want);
     tsr_rpc_reply_error(call, TSR_ESHAPE, msg);
     return;
   }

@@ -35,7 +35,7 @@ static int ps__gate(ps_server *s, ps_op *op) {
     snprintf(op->err, sizeof op->err,
              "%s shard %d: the parameter server was reset (a restore or a "
              "new configuration) since worker %d joined: it joins again",
-             e->spec.name, e->spec.shard, op->worker);
+             e->spec.var.name, e->spec.shard.shard, op->worker);
     return TSR_ESTALE;
   }
   /* a call of a joined worker (its era set) that is no member any more:
@@ -44,8 +44,8 @@ static int ps__gate(ps_server *s, ps_op *op) {
       !ps__cons_member(c, op->worker)) {
     snprintf(op->err, sizeof op->err,
              "%s shard %d: worker %d is no member here any more (its closures "
-             "are over): it joins again", e->spec.name, e->spec.shard,
-             op->worker);
+             "are over): it joins again",
+             e->spec.var.name, e->spec.shard.shard, op->worker);
     return TSR_ESTALE;
   }
   if (op->kind == PS_OP_PUSH) {
@@ -53,8 +53,8 @@ static int ps__gate(ps_server *s, ps_op *op) {
     if (!ps__cons_member(c, op->worker)) {
       snprintf(op->err, sizeof op->err,
                "%s shard %d: worker %d is no member here (it left, or "
-               "never joined): it joins again", e->spec.name, e->spec.shard,
-               op->worker);
+               "never joined): it joins again",
+               e->spec.var.name, e->spec.shard.shard, op->worker);
       return TSR_ESTALE;
     }
     if (c->mode == PS_MODE_SSP) return 1;
@@ -62,7 +62,7 @@ static int ps__gate(ps_server *s, ps_op *op) {
       snprintf(op->err, sizeof op->err,
                "%s shard %d: push for sync step %" PRId64 " from worker %d "
                "arrived after that step was applied (now at %" PRId64 ")",
-               e->spec.name, e->spec.shard, op->step, op->worker,
+               e->spec.var.name, e->spec.shard.shard, op->step, op->worker,
                e->sync_done);
       return TSR_ESTALE;
     }

@@ -73,7 +73,7 @@ static void create(run *r, const ps_var_spec *specs, size_t n) {
   Tessera__Ps__Initializer in[4];
   Tessera__Ps__Optimizer o[4];
   Tessera__Ps__LrSchedule sc[4];
-  int64_t shape[4][PS_MAX_RANK];
+  int64_t shape[4][TSR_MAX_RANK];
   for (size_t i = 0; i < n; i++) {
     ps__client_spec_to_proto(&specs[i], &v[i], &in[i], &o[i], &sc[i], shape[i]);
     vp[i] = &v[i];
@@ -113,7 +113,7 @@ static ps_var_spec spec(const char *name, int64_t d0, int64_t d1,
   int64_t shape[2] = {d0, d1};
   if (ps_var_spec_init(&s, name, 2, shape, 0, 1, "glorot_uniform", 3, &o))
     abort();
-  s.sparse = sparse;
+  s.var.kind = sparse ? TSR_VAR_ROW_SPARSE : TSR_VAR_DENSE;
   s.bounded = bounded;
   return s;
 }
@@ -211,7 +211,7 @@ static void shard_file(const char *seed, ps_var_spec s, int pushes) {
   for (int i = 0; i < 64; i++) g[i] = 0.05f * (float)(i % 7);
   int64_t ids[4] = {s.bounded ? 3 : 7, s.bounded ? 11 : 1000000007, 3, 40};
   for (int t = 0; t < pushes; t++) {
-    if (s.sparse)
+    if (ps_var_spec_sparse(&s))
       ps__shard_apply_rows(sh, &mem, ids, 2, g, 1.0f, err, sizeof err);
     else
       ps__shard_apply_dense(sh, g, 1.0f);

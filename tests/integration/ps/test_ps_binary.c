@@ -123,7 +123,8 @@ static void serve_then_shutdown_rpc(void **state) {
   assert_int_equal(r.status, 0);
   static float got[21000], want[21000], g[21000], m[21000], vv[21000];
   float *slots[2] = {m, vv};
-  kern_init_fill(&v.init, 9, kern_init_var_key("dense_1/kernel"), 0, want, 21000);
+  kern_init_fill(&v.var.init, 9, kern_init_var_key("dense_1/kernel"), 0, want,
+                 21000);
   kern_optim_init_slots(&o, slots, 21000);
   for (int i = 0; i < 21000; i++) g[i] = cosf((float)i);
   H_CALL(&e, r, ps_client_push(e.cl[0], "dense_1/kernel", 0, 0, 0, PS_DT_F32,

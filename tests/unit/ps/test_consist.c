@@ -143,7 +143,7 @@ static void sync_three_workers_equal_one(void **state) {
   }
   assert_int_equal(r.count, 3);
   static float ref[N], mom[N], g[3][N], got[3][N], sum[N];
-  kern_init_fill(&v.init, 11, kern_init_var_key("sync/w"), 0, ref, N);
+  kern_init_fill(&v.var.init, 11, kern_init_var_key("sync/w"), 0, ref, N);
   float *slots[1] = {mom};
   memset(mom, 0, sizeof mom);
   for (int step = 0; step < 4; step++) {

@@ -50,7 +50,8 @@ static ps_var_spec mk(const char *name, int64_t d0, int64_t d1,
   int64_t shape[2] = {d0, d1};
   if (ps_var_spec_init(&s, name, 2, shape, 0, 1, "random_uniform", 3, &o))
     abort();
-  s.sparse = s.bounded = sparse;
+  s.bounded = sparse;
+  s.var.kind = sparse ? TSR_VAR_ROW_SPARSE : TSR_VAR_DENSE;
   return s;
 }
 
@@ -158,7 +159,7 @@ static void scenario(faulty *f) {
   H_CALL(&e, r, ps_client_create(e.cl[0], &z, 1, h_cb, &r));
   assert_int_equal(r.status, 0);
   float zw[16], zg[16], zs[16];
-  kern_init_fill(&z.init, 3, kern_init_var_key("z"), 0, zw, 16);
+  kern_init_fill(&z.var.init, 3, kern_init_var_key("z"), 0, zw, 16);
   for (int i = 0; i < 16; i++) zg[i] = (float)i;
   kern_optim_apply(&z.optim, 1, zw, zg, 1.0f, NULL, 16);
   H_CALL(&e, r, ps_client_push(e.cl[0], "z", 0, 0, 0, PS_DT_F32, zg,

@@ -101,7 +101,7 @@ static void create(fx *f, int ps, const char *name, int rank,
   ps_var_spec s;
   assert_int_equal(ps_var_spec_init(&s, name, rank, shape, shard, nshards,
                                     "zeros", 1, &o), 0);
-  s.sparse = sparse;
+  s.var.kind = sparse ? TSR_VAR_ROW_SPARSE : TSR_VAR_DENSE;
   s.bounded = true;
   h_res r;
   H_CALL(&f->e, r, ps_client_create(ps_kv_client(f->kv, ps), &s, 1, h_cb,

@@ -95,7 +95,8 @@ static void up(env *v, bool timer) {
   int64_t shape[2] = {ROWS, W};
   assert_int_equal(ps_var_spec_init(&s, "s", 2, shape, 0, 1, "random_uniform",
                                     7, &opt), 0);
-  s.sparse = s.bounded = true;
+  s.bounded = true;
+  s.var.kind = TSR_VAR_ROW_SPARSE;
   H_CALL(&v->e, r, ps_client_create(v->e.cl[0], &s, 1, h_cb, &r));
   assert_int_equal(r.status, 0);
   v->ent = ps__find(v->e.srv[0], "s", 0);
