@@ -108,17 +108,20 @@ static void ps__hold(ps_server *s, ps_op *op) {
   s->waiting = op;
 }
 
+/* Whether the gate lets `op` through now; if not, the op is refused (its
+ * error) or held until a later wake, and the caller is done with it. */
+static bool ps__gate_open(ps_server *s, ps_op *op) {
+  int g = ps__gate(s, op);
+  if (g < 0)
+    ps__op_fail(s, op, g, "%s", op->err);
+  else if (g == 0)
+    ps__hold(s, op);
+  return g > 0;
+}
+
 /* Sends an op on its way: queued now, held, or refused. */
 void ps__admit(ps_server *s, ps_op *op, bool front) {
-  int g = ps__gate(s, op);
-  if (g < 0) {
-    ps__op_fail(s, op, g, "%s", op->err);
-    return;
-  }
-  if (g == 0) {
-    ps__hold(s, op);
-    return;
-  }
+  if (!ps__gate_open(s, op)) return;
   if (op->kind == PS_OP_PUSH && op->sync && ps__note_push(s, op->e, op->worker)) {
     ps__op_fail(s, op, TSR_ENOMEM, "out of memory");
     return;
@@ -134,15 +137,7 @@ void ps__admit(ps_server *s, ps_op *op, bool front) {
 }
 
 void ps__pull_ready(ps_server *s, ps_op *op, bool front) {
-  int g = ps__gate(s, op);
-  if (g < 0) {
-    ps__op_fail(s, op, g, "%s", op->err);
-    return;
-  }
-  if (g == 0) {
-    ps__hold(s, op);
-    return;
-  }
+  if (!ps__gate_open(s, op)) return;
   if (op->kind == PS_OP_PULL && !op->e->writing && front) {
     ps__answer_dense(s, op);
     return;

@@ -10,6 +10,7 @@
 #include "common/crc32c.h"
 #include "ps/client_int.h"
 #include "ps/svc_int.h"
+#include "tests/fuzz/fuzz_ckpt_part.h"
 
 #include <inttypes.h>
 #include <jansson.h>
@@ -107,15 +108,8 @@ static void push(run *r, uint32_t method, const char *name, int64_t step,
 
 static ps_var_spec spec(const char *name, int64_t d0, int64_t d1,
                         tsr_opt_kind k, bool sparse, bool bounded) {
-  ps_var_spec s;
-  tsr_optim_spec o;
-  tsr_optim_defaults(k, &o);
-  int64_t shape[2] = {d0, d1};
-  if (ps_var_spec_init(&s, name, 2, shape, 0, 1, "glorot_uniform", 3, &o))
-    abort();
-  s.var.kind = sparse ? TSR_VAR_ROW_SPARSE : TSR_VAR_DENSE;
-  s.bounded = bounded;
-  return s;
+  ps_var_spec s = h_spec(name, d0, d1, 0, 1, "glorot_uniform", 3, k);
+  return sparse ? h_sparse(s, bounded) : s;
 }
 
 static void service_seeds(void) {
@@ -237,21 +231,10 @@ static void shard_file(const char *seed, ps_var_spec s, int pushes) {
 
 static void manifest_seed(void) {
   /* the part fuzz_manifest writes: "w" [4, 2], SGD, zeros, "fz-7" step 7 */
-  char dir[] = "/tmp/tsr-seeds-XXXXXX", err[512];
+  char dir[] = "/tmp/tsr-seeds-XXXXXX";
   if (!mkdtemp(dir)) abort();
-  ps_var_spec s;
-  tsr_optim_spec o;
-  tsr_optim_defaults(TSR_OPT_SGD, &o);
-  int64_t shape[2] = {4, 2};
-  if (ps_var_spec_init(&s, "w", 2, shape, 0, 1, "zeros", 1, &o)) abort();
-  ps_mem mem = {0, 0, NULL};
-  ps_shard *sh;
-  ps_ckpt_ident who = {"fz-7", 7};
   ps_ckpt_file f;
-  if (ps__shard_new(&s, &mem, &sh, err, sizeof err) ||
-      ps__ckpt_save_shard(sh, dir, &who, false, &f, err, sizeof err))
-    abort();
-  ps__shard_free(sh, &mem);
+  fz_write_manifest_part(dir, &f);
   char path[2048];
   snprintf(path, sizeof path, "%s/%s", dir, f.name);
   unlink(path);

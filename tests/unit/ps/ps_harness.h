@@ -14,6 +14,7 @@
 #include "ps/ps.h"
 #include "kernels/optim.h"
 #include "ps.pb-c.h"
+#include "ps_spec_test.h"
 
 #define H_MAX 6
 
@@ -41,6 +42,13 @@ typedef struct {
   uint64_t nonfinite, mem_used, applies;
   char mode[32];
 } h_res;
+
+/* The free of a test allocator (tsr_rpc_allocator) whose blocks come
+ * from malloc. */
+static inline void h_malloc_free(void *ctx, void *p) {
+  (void)ctx;
+  free(p);
+}
 
 static inline void h_cb(const ps_result *r, void *data) {
   h_res *o = data;

@@ -107,15 +107,8 @@ static void rewrite(const char *path, const edit *edits, int n_edits,
 
 static ps_var_spec spec_of(const char *name, int64_t d0, int64_t d1, int shard,
                            int nsh, tsr_opt_kind k, bool sparse) {
-  ps_var_spec s;
-  tsr_optim_spec o;
-  tsr_optim_defaults(k, &o);
-  int64_t shape[2] = {d0, d1};
-  if (ps_var_spec_init(&s, name, 2, shape, shard, nsh, "glorot_uniform", 5, &o))
-    abort();
-  s.bounded = sparse;
-  s.var.kind = sparse ? TSR_VAR_ROW_SPARSE : TSR_VAR_DENSE;
-  return s;
+  ps_var_spec s = h_spec(name, d0, d1, shard, nsh, "glorot_uniform", 5, k);
+  return sparse ? h_sparse(s, true) : s;
 }
 
 static const ps_ckpt_ident g_who = {"ckpt-b", 20};

@@ -20,12 +20,7 @@
 #include "../rpc/tamper_proxy.h"
 
 static ps_var_spec mk(const char *name, int64_t d0, int64_t d1) {
-  ps_var_spec s;
-  tsr_optim_spec o;
-  tsr_optim_defaults(TSR_OPT_ADAM, &o);
-  int64_t shape[2] = {d0, d1};
-  if (ps_var_spec_init(&s, name, 2, shape, 0, 1, "zeros", 7, &o)) abort();
-  return s;
+  return h_spec(name, d0, d1, 0, 1, "zeros", 7, TSR_OPT_ADAM);
 }
 
 /* ---- raw calls: any meta, any payload ----------------------------------- */

@@ -39,13 +39,7 @@ static void rmtree(const char *dir) {
 
 static ps_var_spec spec_of(const char *name, int64_t d0, int64_t d1, int shard,
                            int nsh, tsr_opt_kind k) {
-  ps_var_spec s;
-  tsr_optim_spec o;
-  tsr_optim_defaults(k, &o);
-  int64_t shape[2] = {d0, d1};
-  if (ps_var_spec_init(&s, name, 2, shape, shard, nsh, "glorot_uniform", 5, &o))
-    abort();
-  return s;
+  return h_spec(name, d0, d1, shard, nsh, "glorot_uniform", 5, k);
 }
 
 static void shard_round_trip(void **state) {

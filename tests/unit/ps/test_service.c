@@ -15,12 +15,7 @@
 
 static ps_var_spec mk(const char *name, int64_t d0, int64_t d1, int shard,
                       int nsh, tsr_opt_kind k, const char *init) {
-  ps_var_spec s;
-  tsr_optim_spec o;
-  tsr_optim_defaults(k, &o);
-  int64_t shape[2] = {d0, d1};
-  if (ps_var_spec_init(&s, name, 2, shape, shard, nsh, init, 7, &o)) abort();
-  return s;
+  return h_spec(name, d0, d1, shard, nsh, init, 7, k);
 }
 
 static void create_pull_push(void **state) {
