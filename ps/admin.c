@@ -416,18 +416,26 @@ static int ps__check_ckpt_id(const char *what, const char *id, int64_t step,
   return 0;
 }
 
+/* The folder (under the checkpoint root), checkpoint id and step of a
+ * save or restore: 0 with `path` set, or the call answered with the
+ * error. */
+static int ps__ckpt_request(ps_server *s, tsr_rpc_incoming *call,
+                            const char *what, const char *dir, const char *id,
+                            int64_t step, char *path, size_t pathlen) {
+  char msg[1200];
+  int rc = ps__root_resolve(s, what, dir, path, pathlen, msg, sizeof msg);
+  if (!rc) rc = ps__check_ckpt_id(what, id, step, msg, sizeof msg);
+  if (rc) tsr_rpc_reply_error(call, rc, msg);
+  return rc;
+}
+
 static void ps__on_save(tsr_rpc_incoming *call, void *data) {
   ps_server *s = data;
   Tessera__Ps__SaveRequest *r = call->request;
   char msg[1200], path[PS_PATH_MAX];
-  int rc = ps__root_resolve(s, "save", r->dir, path, sizeof path, msg,
-                            sizeof msg);
-  if (!rc) rc = ps__check_ckpt_id("save", r->checkpoint_id, r->step, msg,
-                                  sizeof msg);
-  if (rc) {
-    tsr_rpc_reply_error(call, rc, msg);
-    return;
-  }
+  int rc = ps__ckpt_request(s, call, "save", r->dir, r->checkpoint_id,
+                            r->step, path, sizeof path);
+  if (rc) return;
   if ((rc = tsr_mkdir_p(path, 0755, NULL, 0))) {
     snprintf(msg, sizeof msg, "save: cannot create %s: %s", path,
              uv_strerror(rc));
@@ -516,14 +524,9 @@ static void ps__on_restore(tsr_rpc_incoming *call, void *data) {
   ps_server *s = data;
   Tessera__Ps__RestoreRequest *r = call->request;
   char msg[1200], path[PS_PATH_MAX];
-  int rc = ps__root_resolve(s, "restore", r->dir, path, sizeof path, msg,
-                            sizeof msg);
-  if (!rc) rc = ps__check_ckpt_id("restore", r->checkpoint_id, r->step, msg,
-                                  sizeof msg);
-  if (rc) {
-    tsr_rpc_reply_error(call, rc, msg);
-    return;
-  }
+  int rc = ps__ckpt_request(s, call, "restore", r->dir, r->checkpoint_id,
+                            r->step, path, sizeof path);
+  if (rc) return;
   size_t n = r->n_shards ? r->n_shards : (size_t)s->n_ents;
   ps_batch *b = ps__batch_new(s, call, n);
   if (!b) {

@@ -305,20 +305,27 @@ static int ps__check_ids(const ps_shard *s, const int64_t *ids, size_t n,
 
 /* Looks up or creates every row first so a budget failure changes nothing
  * but the (harmless) creation of initializer-valued rows. */
+/* Row `id`, created with its initial values when it is not held yet; a
+ * failure names the row and the memory in use. */
+static int ps__row_get(ps_shard *s, ps_mem *mem, int64_t id, float **rec,
+                       char *err, size_t errlen) {
+  int created;
+  int rc = ps__rows_insert(&s->rows, mem, id, rec, &created);
+  if (rc)
+    return tsr_errf(err, errlen, rc,
+                    "%s shard %d: cannot create row %" PRId64 " (%zu rows "
+                    "held, %zu of %zu bytes in use): %s",
+                    s->spec.var.name, s->spec.shard.shard, id, s->rows.count,
+                    atomic_load(&mem->used), mem->limit, tsr_strerror(rc));
+  if (created) ps__row_init(s, id, *rec);
+  return 0;
+}
+
 static int ps__touch_rows(ps_shard *s, ps_mem *mem, const int64_t *ids,
                           size_t n, float **recs, char *err, size_t errlen) {
   for (size_t i = 0; i < n; i++) {
-    int created;
-    int rc = ps__rows_insert(&s->rows, mem, ids[i], &recs[i], &created);
-    if (rc)
-      return tsr_errf(err, errlen, rc,
-                      "%s shard %d: cannot create row %" PRId64
-                      " (%zu rows "
-                      "held, %zu of %zu bytes in use): %s",
-                      s->spec.var.name, s->spec.shard.shard, ids[i],
-                      s->rows.count, atomic_load(&mem->used), mem->limit,
-                      tsr_strerror(rc));
-    if (created) ps__row_init(s, ids[i], recs[i]);
+    int rc = ps__row_get(s, mem, ids[i], &recs[i], err, errlen);
+    if (rc) return rc;
   }
   return 0;
 }
@@ -378,17 +385,8 @@ int ps__shard_gather(ps_shard *s, ps_mem *mem, const int64_t *ids, size_t n,
   for (size_t i = 0; i < n; i++) {
     float *rec = ps__rows_find(&s->rows, ids[i]);
     if (!rec && create) {
-      int created;
-      rc = ps__rows_insert(&s->rows, mem, ids[i], &rec, &created);
-      if (rc)
-        return tsr_errf(err, errlen, rc,
-                        "%s shard %d: cannot create row %" PRId64
-                        " (%zu rows "
-                        "held, %zu of %zu bytes in use): %s",
-                        s->spec.var.name, s->spec.shard.shard, ids[i],
-                        s->rows.count, atomic_load(&mem->used), mem->limit,
-                        tsr_strerror(rc));
-      ps__row_init(s, ids[i], rec);
+      rc = ps__row_get(s, mem, ids[i], &rec, err, errlen);
+      if (rc) return rc;
     }
     if (rec)
       memcpy(out + i * W, rec, W * sizeof(float));
