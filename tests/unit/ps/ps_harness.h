@@ -140,4 +140,12 @@ static inline int h_down(h_env *e) {
     if (!h_wait((env), &(res).done)) fail_msg("%s: no answer", #expr); \
   } while (0)
 
+/* One PS (h_up without options) with `v` created on it. */
+static inline void h_up_var(h_env *e, const ps_var_spec *v) {
+  h_up(e, 1, NULL);
+  h_res r;
+  H_CALL(e, r, ps_client_create(e->cl[0], v, 1, h_cb, &r));
+  if (r.status) fail_msg("create %s: %s", v->var.name, r.message);
+}
+
 #endif

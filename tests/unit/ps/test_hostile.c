@@ -428,18 +428,11 @@ static void paths_stay_under_the_root(void **state) {
 
 static void altered_push_never_applied(void **state) {
   (void)state;
+  ps_var_spec v = h_spec("w", 64, 64, 0, 1, "zeros", 1, TSR_OPT_SGD);
+  v.optim.learning_rate = 1.0;
   h_env e;
-  h_up(&e, 1, NULL);
+  h_up_var(&e, &v);
   h_res r;
-  tsr_optim_spec o;
-  tsr_optim_defaults(TSR_OPT_SGD, &o);
-  o.learning_rate = 1.0;
-  ps_var_spec v;
-  int64_t shape[2] = {64, 64};
-  assert_int_equal(ps_var_spec_init(&v, "w", 2, shape, 0, 1, "zeros", 1, &o),
-                   0);
-  H_CALL(&e, r, ps_client_create(e.cl[0], &v, 1, h_cb, &r));
-  assert_int_equal(r.status, 0);
   /* the worker's connection goes through the relay: it flips one bit of
    * the first push's gradient (the sign and exponent byte of a float) */
   tamper_proxy tp;

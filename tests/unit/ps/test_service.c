@@ -211,19 +211,13 @@ static void bad_inputs_then_correct_pulls(void **state) {
 
 static void sparse_rows_and_fused(void **state) {
   (void)state;
+  ps_var_spec emb = h_sparse(h_spec("user_emb", 1000000000000LL, 8, 0, 1,
+                                    "random_uniform", 3, TSR_OPT_FTRL),
+                             false);
+  tsr_optim_spec o = emb.optim;
   h_env e;
-  h_up(&e, 1, NULL);
+  h_up_var(&e, &emb);
   h_res r;
-  tsr_optim_spec o;
-  tsr_optim_defaults(TSR_OPT_FTRL, &o);
-  ps_var_spec emb;
-  int64_t shape[2] = {1000000000000LL, 8};
-  assert_int_equal(ps_var_spec_init(&emb, "user_emb", 2, shape, 0, 1,
-                                    "random_uniform", 3, &o), 0);
-  emb.var.kind = TSR_VAR_ROW_SPARSE;
-  emb.bounded = false;
-  H_CALL(&e, r, ps_client_create(e.cl[0], &emb, 1, h_cb, &r));
-  assert_int_equal(r.status, 0);
   int64_t ids[3] = {999999999999LL, 3, 999999999999LL};
   float g[24], want[24], got[24], acc[8], lin[8];
   for (int i = 0; i < 24; i++) g[i] = 0.1f * (float)(i % 8 + 1);
@@ -289,16 +283,11 @@ static void conc_pull_done(const ps_result *r, void *data) {
 
 static void concurrent_pushes_and_pulls(void **state) {
   (void)state;
+  ps_var_spec v = h_spec("c", 256, 256, 0, 1, "zeros", 1, TSR_OPT_SGD);
+  v.optim.learning_rate = 1.0;
   h_env e;
-  h_up(&e, 1, NULL);
+  h_up_var(&e, &v);
   h_res r;
-  tsr_optim_spec o;
-  tsr_optim_defaults(TSR_OPT_SGD, &o);
-  o.learning_rate = 1.0;
-  ps_var_spec v;
-  int64_t shape[2] = {256, 256};
-  assert_int_equal(ps_var_spec_init(&v, "c", 2, shape, 0, 1, "zeros", 1, &o), 0);
-  H_CALL(&e, r, ps_client_create(e.cl[0], &v, 1, h_cb, &r));
   /* a second connection to the same PS */
   ps_client *c2;
   char addr[64];
