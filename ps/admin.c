@@ -82,7 +82,7 @@ static void ps__remove_entry(ps_server *s, ps_entry *e) {
     ps_op *op = e->head;
     e->head = op->next;
     ps__op_fail(s, op, TSR_ENOTFOUND, "%s shard %d: its creation failed",
-                e->spec.name, e->spec.shard);
+                e->spec.var.name, e->spec.shard.shard);
   }
   ps__entry_free(e, &s->mem);
 }
@@ -164,7 +164,7 @@ void ps__admin_work(ps_server *s, ps_op *op) {
       op->rc = ps__ckpt_save_shard(e->sh, op->batch->dir, &op->batch->who,
                                    op->batch->verify, &op->file, op->err,
                                    sizeof op->err);
-      op->out_len = e->spec.sparse
+      op->out_len = ps_var_spec_sparse(&e->spec)
                         ? e->sh->rows.count * (size_t)e->width *
                               (size_t)(1 + e->sh->nslots) * 4
                         : e->numel * (size_t)(1 + e->sh->nslots) * 4;
@@ -233,11 +233,13 @@ static void ps__on_create(tsr_rpc_incoming *call, void *data) {
   /* check every spec before creating any */
   for (size_t i = 0; i < r->n_vars; i++) {
     int rc = ps__spec_from_proto(r->vars[i], &specs[i], err, sizeof err);
-    ps_entry *e = rc ? NULL : ps__find(s, specs[i].name, specs[i].shard);
+    ps_entry *e =
+        rc ? NULL : ps__find(s, specs[i].var.name, specs[i].shard.shard);
     if (!rc && e && !ps__spec_equal(&e->spec, &specs[i])) {
-      snprintf(err, sizeof err, "%s shard %d already exists with another "
+      snprintf(err, sizeof err,
+               "%s shard %d already exists with another "
                "spec (shape, rows, initializer, seed or optimizer differ)",
-               specs[i].name, specs[i].shard);
+               specs[i].var.name, specs[i].shard.shard);
       rc = TSR_EEXISTS;
     }
     if (rc) {
@@ -248,7 +250,7 @@ static void ps__on_create(tsr_rpc_incoming *call, void *data) {
     }
   }
   for (size_t i = 0; i < r->n_vars; i++) {
-    if (ps__find(s, specs[i].name, specs[i].shard)) continue;
+    if (ps__find(s, specs[i].var.name, specs[i].shard.shard)) continue;
     if (s->n_ents == s->cap_ents) {
       int nc = s->cap_ents ? 2 * s->cap_ents : 16;
       ps_entry **ne = ps__realloc(&s->mem, s->ents,
@@ -265,12 +267,14 @@ static void ps__on_create(tsr_rpc_incoming *call, void *data) {
       ps__free(&s->mem, e);
       b->rc = TSR_ENOMEM;
       snprintf(b->err, sizeof b->err, "out of memory creating %s",
-               specs[i].name);
+               specs[i].var.name);
       break;
     }
     e->spec = specs[i];
     e->width = ps__spec_width(&specs[i]);
-    e->numel = specs[i].sparse ? 0 : (size_t)(specs[i].rows * e->width);
+    e->numel = ps_var_spec_sparse(&specs[i])
+                   ? 0
+                   : (size_t)(specs[i].shard.rows * e->width);
     s->ents[s->n_ents++] = e;
     b->created[i] = true;
     ps__enqueue(s, op, false);
@@ -412,18 +416,26 @@ static int ps__check_ckpt_id(const char *what, const char *id, int64_t step,
   return 0;
 }
 
+/* The folder (under the checkpoint root), checkpoint id and step of a
+ * save or restore: 0 with `path` set, or the call answered with the
+ * error. */
+static int ps__ckpt_request(ps_server *s, tsr_rpc_incoming *call,
+                            const char *what, const char *dir, const char *id,
+                            int64_t step, char *path, size_t pathlen) {
+  char msg[1200];
+  int rc = ps__root_resolve(s, what, dir, path, pathlen, msg, sizeof msg);
+  if (!rc) rc = ps__check_ckpt_id(what, id, step, msg, sizeof msg);
+  if (rc) tsr_rpc_reply_error(call, rc, msg);
+  return rc;
+}
+
 static void ps__on_save(tsr_rpc_incoming *call, void *data) {
   ps_server *s = data;
   Tessera__Ps__SaveRequest *r = call->request;
   char msg[1200], path[PS_PATH_MAX];
-  int rc = ps__root_resolve(s, "save", r->dir, path, sizeof path, msg,
-                            sizeof msg);
-  if (!rc) rc = ps__check_ckpt_id("save", r->checkpoint_id, r->step, msg,
-                                  sizeof msg);
-  if (rc) {
-    tsr_rpc_reply_error(call, rc, msg);
-    return;
-  }
+  int rc = ps__ckpt_request(s, call, "save", r->dir, r->checkpoint_id,
+                            r->step, path, sizeof path);
+  if (rc) return;
   if ((rc = tsr_mkdir_p(path, 0755, NULL, 0))) {
     snprintf(msg, sizeof msg, "save: cannot create %s: %s", path,
              uv_strerror(rc));
@@ -512,14 +524,9 @@ static void ps__on_restore(tsr_rpc_incoming *call, void *data) {
   ps_server *s = data;
   Tessera__Ps__RestoreRequest *r = call->request;
   char msg[1200], path[PS_PATH_MAX];
-  int rc = ps__root_resolve(s, "restore", r->dir, path, sizeof path, msg,
-                            sizeof msg);
-  if (!rc) rc = ps__check_ckpt_id("restore", r->checkpoint_id, r->step, msg,
-                                  sizeof msg);
-  if (rc) {
-    tsr_rpc_reply_error(call, rc, msg);
-    return;
-  }
+  int rc = ps__ckpt_request(s, call, "restore", r->dir, r->checkpoint_id,
+                            r->step, path, sizeof path);
+  if (rc) return;
   size_t n = r->n_shards ? r->n_shards : (size_t)s->n_ents;
   ps_batch *b = ps__batch_new(s, call, n);
   if (!b) {
@@ -544,7 +551,7 @@ static void ps__on_restore(tsr_rpc_incoming *call, void *data) {
     for (size_t j = 0; j < i; j++)
       if (b->ents[j] == e) {
         snprintf(msg, sizeof msg, "restore: shards[%zu] names %s shard %d "
-                 "again", i, e->spec.name, e->spec.shard);
+                 "again", i, e->spec.var.name, e->spec.shard.shard);
         tsr_rpc_reply_error(call, TSR_EINVAL, msg);
         ps__batch_free(s, b);
         return;
@@ -659,8 +666,8 @@ static void ps__on_stats(tsr_rpc_incoming *call, void *data) {
   for (size_t i = 0; i < ns; i++) {
     ps_entry *e = s->ents[i];
     tessera__ps__shard_stats__init(&sst[i]);
-    sst[i].name = e->spec.name;
-    sst[i].shard = e->spec.shard;
+    sst[i].name = e->spec.var.name;
+    sst[i].shard = e->spec.shard.shard;
     sst[i].version = e->version;
     sst[i].step = e->step;
     sst[i].applies = e->applies;

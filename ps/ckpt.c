@@ -61,10 +61,10 @@ void ps__ckpt_enc_name(const char *name, char *out, size_t len) {
 }
 
 int ps__ckpt_file_name(const ps_var_spec *s, char *buf, size_t len) {
-  char enc[3 * PS_NAME_MAX + 1];
-  ps__ckpt_enc_name(s->name, enc, sizeof enc);
-  int n = snprintf(buf, len, "%s.part-%d-of-%d.tshard", enc, s->shard,
-                   s->num_shards);
+  char enc[3 * TSR_VAR_NAME_MAX + 1];
+  ps__ckpt_enc_name(s->var.name, enc, sizeof enc);
+  int n = snprintf(buf, len, "%s.part-%d-of-%d.tshard", enc, s->shard.shard,
+                   s->shard.num_shards);
   return n < 0 || (size_t)n >= len ? TSR_ERANGE : 0;
 }
 
@@ -149,23 +149,25 @@ static int ck_verify(const char *path, uint64_t bytes, uint32_t crc,
 int ps__ckpt_save_shard(const ps_shard *s, const char *dir,
                         const ps_ckpt_ident *who, bool verify,
                         ps_ckpt_file *out, char *err, size_t errlen) {
-  char fname[3 * PS_NAME_MAX + 64], path[TSR_PATH_MAX];
+  char fname[3 * TSR_VAR_NAME_MAX + 64], path[TSR_PATH_MAX];
   int rc = ps__ckpt_file_name(&s->spec, fname, sizeof fname);
-  if (rc) return tsr_errf(err, errlen, rc, "%s: name too long", s->spec.name);
+  if (rc)
+    return tsr_errf(err, errlen, rc, "%s: name too long", s->spec.var.name);
   if (snprintf(path, sizeof path, "%s/%s", dir, fname) >= (int)sizeof path)
     return tsr_errf(err, errlen, TSR_ERANGE, "%s/%s: path too long", dir,
                     fname);
   size_t W = (size_t)s->width;
-  uint64_t nrows = s->spec.sparse ? s->rows.count : (uint64_t)s->spec.rows;
+  uint64_t nrows = ps_var_spec_sparse(&s->spec) ? s->rows.count
+                                                : (uint64_t)s->spec.shard.rows;
   uint64_t sec_bytes = nrows * W * sizeof(float);
-  int nsec = 1 + s->nslots + (s->spec.sparse ? 1 : 0);
+  int nsec = 1 + s->nslots + (ps_var_spec_sparse(&s->spec) ? 1 : 0);
   uint64_t data_bytes = sec_bytes * (uint64_t)(1 + s->nslots) +
-                        (s->spec.sparse ? nrows * 8 : 0);
+                        (ps_var_spec_sparse(&s->spec) ? nrows * 8 : 0);
 
   /* the data CRC goes in the header, so compute it first */
   uint32_t dcrc = 0;
   ck_writer w = {NULL, 0, 0, 0, 0, W, 0};
-  if (s->spec.sparse) {
+  if (ps_var_spec_sparse(&s->spec)) {
     /* a CRC-only pass: with no file nothing is written */
     for (w.section = -1; w.section <= s->nslots; w.section++)
       ps__rows_each(&s->rows, ck_put_row, &w);
@@ -185,18 +187,20 @@ int ps__ckpt_save_shard(const ps_shard *s, const char *dir,
   pk_str(&pk, "version"); msgpack_pack_int(&pk, 2);
   pk_str(&pk, "checkpoint_id"); pk_str(&pk, who ? who->id : "");
   pk_str(&pk, "checkpoint_step"); msgpack_pack_int64(&pk, who ? who->step : 0);
-  pk_str(&pk, "name"); pk_str(&pk, s->spec.name);
+  pk_str(&pk, "name"); pk_str(&pk, s->spec.var.name);
   pk_str(&pk, "shape");
-  msgpack_pack_array(&pk, (size_t)s->spec.rank);
-  for (int i = 0; i < s->spec.rank; i++) msgpack_pack_int64(&pk, s->spec.shape[i]);
+  msgpack_pack_array(&pk, (size_t)s->spec.var.rank);
+  for (int i = 0; i < s->spec.var.rank; i++)
+    msgpack_pack_int64(&pk, s->spec.var.shape[i]);
   pk_str(&pk, "sparse");
-  s->spec.sparse ? msgpack_pack_true(&pk) : msgpack_pack_false(&pk);
+  ps_var_spec_sparse(&s->spec) ? msgpack_pack_true(&pk)
+                               : msgpack_pack_false(&pk);
   pk_str(&pk, "bounded");
   s->spec.bounded ? msgpack_pack_true(&pk) : msgpack_pack_false(&pk);
-  pk_str(&pk, "shard"); msgpack_pack_int(&pk, s->spec.shard);
-  pk_str(&pk, "num_shards"); msgpack_pack_int(&pk, s->spec.num_shards);
-  pk_str(&pk, "row0"); msgpack_pack_int64(&pk, s->spec.row0);
-  pk_str(&pk, "rows"); msgpack_pack_int64(&pk, s->spec.rows);
+  pk_str(&pk, "shard"); msgpack_pack_int(&pk, s->spec.shard.shard);
+  pk_str(&pk, "num_shards"); msgpack_pack_int(&pk, s->spec.shard.num_shards);
+  pk_str(&pk, "row0"); msgpack_pack_int64(&pk, s->spec.shard.row0);
+  pk_str(&pk, "rows"); msgpack_pack_int64(&pk, s->spec.shard.rows);
   pk_str(&pk, "width"); msgpack_pack_int64(&pk, s->width);
   pk_str(&pk, "optimizer"); pk_str(&pk, tsr_optim_name(s->spec.optim.kind));
   pk_str(&pk, "slots");
@@ -212,7 +216,7 @@ int ps__ckpt_save_shard(const ps_shard *s, const char *dir,
   msgpack_pack_array(&pk, (size_t)nsec);
   uint64_t off = 0;
   int64_t rows_dim = (int64_t)nrows;
-  if (s->spec.sparse) {
+  if (ps_var_spec_sparse(&s->spec)) {
     pk_section(&pk, "ids", "<i8", rows_dim, -1, off, nrows * 8);
     off += nrows * 8;
   }
@@ -239,7 +243,7 @@ int ps__ckpt_save_shard(const ps_shard *s, const char *dir,
   ck_put(&w, sb.data, sb.size);
   ck_put(&w, &hcrc, 4);
   msgpack_sbuffer_destroy(&sb);
-  if (s->spec.sparse) {
+  if (ps_var_spec_sparse(&s->spec)) {
     for (w.section = -1; w.section <= s->nslots; w.section++)
       ps__rows_each(&s->rows, ck_put_row, &w);
   } else {

@@ -131,10 +131,11 @@ static int cl_fields(ps_ckpt_part *p, const msgpack_object *h,
   if (!p->name[0])
     return tsr_errf(err, errlen, TSR_EFORMAT, "%s: empty variable name", path);
   const msgpack_object *o = cl_get(h, "shape");
-  if (!o || o->type != MSGPACK_OBJECT_ARRAY ||
-      o->via.array.size > PS_MAX_RANK)
-    return tsr_errf(err, errlen, TSR_EFORMAT, "%s: header shape is missing, "
-                    "not a list or of rank over %d", path, PS_MAX_RANK);
+  if (!o || o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size > TSR_MAX_RANK)
+    return tsr_errf(err, errlen, TSR_EFORMAT,
+                    "%s: header shape is missing, "
+                    "not a list or of rank over %d",
+                    path, TSR_MAX_RANK);
   p->rank = (int)o->via.array.size;
   for (int i = 0; i < p->rank; i++) {
     const msgpack_object *d = &o->via.array.ptr[i];
@@ -336,53 +337,58 @@ static int cl_map(cl_file *f, char *err, size_t errlen) {
 /* The part agrees with the shard restored from it. */
 static int cl_matches(const ps_ckpt_part *p, const char *path,
                       const ps_shard *s, char *err, size_t errlen) {
-  if (strcmp(p->name, s->spec.name))
-    return tsr_errf(err, errlen, TSR_ESHAPE, "%s: holds variable \"%s\", not "
-                    "%s", path, p->name, s->spec.name);
+  if (strcmp(p->name, s->spec.var.name))
+    return tsr_errf(err, errlen, TSR_ESHAPE,
+                    "%s: holds variable \"%s\", not "
+                    "%s",
+                    path, p->name, s->spec.var.name);
   if (p->nslots != s->nslots)
     return tsr_errf(err, errlen, TSR_ESHAPE,
                     "%s: saved with %d optimizer slot(s), the %s optimizer of "
-                    "%s has %d", path, p->nslots,
-                    tsr_optim_name(s->spec.optim.kind), s->spec.name,
-                    s->nslots);
-  bool same = p->rank == s->spec.rank && p->sparse == s->spec.sparse &&
+                    "%s has %d",
+                    path, p->nslots, tsr_optim_name(s->spec.optim.kind),
+                    s->spec.var.name, s->nslots);
+  bool same = p->rank == s->spec.var.rank &&
+              p->sparse == ps_var_spec_sparse(&s->spec) &&
               p->bounded == s->spec.bounded && p->width == s->width;
   for (int i = 0; same && i < p->rank; i++)
-    same = p->shape[i] == s->spec.shape[i];
+    same = p->shape[i] == s->spec.var.shape[i];
   if (!same)
     return tsr_errf(err, errlen, TSR_ESHAPE,
                     "%s: saved shape/kind does not match variable %s", path,
-                    s->spec.name);
+                    s->spec.var.name);
   for (int k = 0; k < p->nslots; k++)
     if (strcmp(p->slots[k], kern_optim_slot_name(&s->spec.optim, k)))
       return tsr_errf(err, errlen, TSR_ESHAPE,
                       "%s: saved slot %d is \"%s\", the optimizer of %s has "
-                      "\"%s\"", path, k, p->slots[k], s->spec.name,
+                      "\"%s\"",
+                      path, k, p->slots[k], s->spec.var.name,
                       kern_optim_slot_name(&s->spec.optim, k));
   return 0;
 }
 
 /* Whether saved part k of n can hold rows of the shard being restored. */
 static bool cl_needed(const ps_var_spec *spec, int k, int n) {
-  if (spec->sparse && !spec->bounded)
-    return n != spec->num_shards || k == spec->shard;
-  int64_t dim0 = spec->rank ? spec->shape[0] : 1, r0, rs;
+  if (ps_var_spec_sparse(spec) && !spec->bounded)
+    return n != spec->shard.num_shards || k == spec->shard.shard;
+  int64_t dim0 = spec->var.rank ? spec->var.shape[0] : 1, r0, rs;
   tsr_partition_rows(dim0, n, k, &r0, &rs);
-  return r0 < spec->row0 + spec->rows && spec->row0 < r0 + rs;
+  return r0 < spec->shard.row0 + spec->shard.rows && spec->shard.row0 < r0 + rs;
 }
 
 static int cl_copy_rows(ps_shard *s, ps_mem *mem, const cl_file *f,
                         int64_t *covered, char *err, size_t errlen) {
   const ps_ckpt_part *p = &f->p;
   size_t W = (size_t)s->width;
-  if (!s->spec.sparse) {
-    int64_t lo = p->row0 > s->spec.row0 ? p->row0 : s->spec.row0;
-    int64_t hi0 = p->row0 + p->n_rows, hi1 = s->spec.row0 + s->spec.rows;
+  if (!ps_var_spec_sparse(&s->spec)) {
+    int64_t lo = p->row0 > s->spec.shard.row0 ? p->row0 : s->spec.shard.row0;
+    int64_t hi0 = p->row0 + p->n_rows,
+            hi1 = s->spec.shard.row0 + s->spec.shard.rows;
     int64_t hi = hi0 < hi1 ? hi0 : hi1;
     if (hi <= lo) return 0;
     size_t cnt = (size_t)(hi - lo) * W * 4;
     size_t src = (size_t)(lo - p->row0) * W * 4,
-           dst = (size_t)(lo - s->spec.row0) * W;
+           dst = (size_t)(lo - s->spec.shard.row0) * W;
     memcpy(s->w + dst, p->data + p->off_value + src, cnt);
     for (int k = 0; k < s->nslots; k++)
       memcpy(s->slots[k] + dst, p->data + p->off_slot[k] + src, cnt);
@@ -396,11 +402,17 @@ static int cl_copy_rows(ps_shard *s, ps_mem *mem, const cl_file *f,
     float *rec;
     int created, rc = ps__rows_insert(&s->rows, mem, id, &rec, &created);
     if (rc)
-      return tsr_errf(err, errlen, rc, "%s: restoring row %" PRId64 " of %s: "
-                      "%s", f->path, id, s->spec.name, tsr_strerror(rc));
+      return tsr_errf(err, errlen, rc,
+                      "%s: restoring row %" PRId64
+                      " of %s: "
+                      "%s",
+                      f->path, id, s->spec.var.name, tsr_strerror(rc));
     if (!created)
-      return tsr_errf(err, errlen, TSR_ECORRUPT, "%s: row id %" PRId64 " of %s "
-                      "is saved twice", f->path, id, s->spec.name);
+      return tsr_errf(err, errlen, TSR_ECORRUPT,
+                      "%s: row id %" PRId64
+                      " of %s "
+                      "is saved twice",
+                      f->path, id, s->spec.var.name);
     size_t so = (size_t)r * W * 4;
     memcpy(rec, p->data + p->off_value + so, W * 4);
     for (int k = 0; k < s->nslots; k++)
@@ -435,8 +447,8 @@ static bool cl_part_name(const char *name, const char *prefix, size_t plen,
 int ps__ckpt_load_shard(const ps_var_spec *spec, ps_mem *mem, const char *dir,
                         const ps_ckpt_ident *want, ps_shard **out, char *err,
                         size_t errlen) {
-  char enc[3 * PS_NAME_MAX + 1], prefix[3 * PS_NAME_MAX + 16];
-  ps__ckpt_enc_name(spec->name, enc, sizeof enc);
+  char enc[3 * TSR_VAR_NAME_MAX + 1], prefix[3 * TSR_VAR_NAME_MAX + 16];
+  ps__ckpt_enc_name(spec->var.name, enc, sizeof enc);
   snprintf(prefix, sizeof prefix, "%s.part-", enc);
   size_t plen = strlen(prefix);
   DIR *d = opendir(dir);
@@ -452,8 +464,10 @@ int ps__ckpt_load_shard(const ps_var_spec *spec, ps_mem *mem, const char *dir,
     int k, ns;
     if (!cl_part_name(e->d_name, prefix, plen, &k, &ns)) continue;
     if (n && ns != nsh) {
-      rc = tsr_errf(err, errlen, TSR_ECORRUPT, "%s: parts of %s saved under "
-                    "%d and %d shards are mixed", dir, spec->name, nsh, ns);
+      rc = tsr_errf(err, errlen, TSR_ECORRUPT,
+                    "%s: parts of %s saved under "
+                    "%d and %d shards are mixed",
+                    dir, spec->var.name, nsh, ns);
       goto out;
     }
     nsh = ns;
@@ -476,7 +490,7 @@ int ps__ckpt_load_shard(const ps_var_spec *spec, ps_mem *mem, const char *dir,
   }
   if (n == 0) {
     rc = tsr_errf(err, errlen, TSR_ENOTFOUND, "%s: no saved parts of %s", dir,
-                  spec->name);
+                  spec->var.name);
     goto out;
   }
   /* the parts that hold rows of this shard: all there, each checked */
@@ -486,8 +500,10 @@ int ps__ckpt_load_shard(const ps_var_spec *spec, ps_mem *mem, const char *dir,
     for (int i = 0; i < n; i++)
       if (files[i].shard == k) f = &files[i];
     if (!f) {
-      rc = tsr_errf(err, errlen, TSR_ENOTFOUND, "%s: part %d of %d of %s is "
-                    "missing", dir, k, nsh, spec->name);
+      rc = tsr_errf(err, errlen, TSR_ENOTFOUND,
+                    "%s: part %d of %d of %s is "
+                    "missing",
+                    dir, k, nsh, spec->var.name);
       goto out;
     }
     if ((rc = cl_map(f, err, errlen)) ||
@@ -518,10 +534,12 @@ int ps__ckpt_load_shard(const ps_var_spec *spec, ps_mem *mem, const char *dir,
     if (!first) first = p;
     if (strcmp(p->ckpt_id, first->ckpt_id) ||
         p->ckpt_step != first->ckpt_step) {
-      rc = tsr_errf(err, errlen, TSR_ESTALE, "%s: belongs to checkpoint \"%s\" "
-                    "of step %" PRId64 ", other parts of %s to \"%s\" of step %"
-                    PRId64, files[i].path, p->ckpt_id, p->ckpt_step,
-                    spec->name, first->ckpt_id, first->ckpt_step);
+      rc = tsr_errf(err, errlen, TSR_ESTALE,
+                    "%s: belongs to checkpoint \"%s\" "
+                    "of step %" PRId64
+                    ", other parts of %s to \"%s\" of step %" PRId64,
+                    files[i].path, p->ckpt_id, p->ckpt_step, spec->var.name,
+                    first->ckpt_id, first->ckpt_step);
       goto out;
     }
   }
@@ -536,10 +554,12 @@ int ps__ckpt_load_shard(const ps_var_spec *spec, ps_mem *mem, const char *dir,
     if ((rc = cl_copy_rows(s, mem, &files[i], &covered, err, errlen)))
       goto out;
   }
-  if (!s->spec.sparse && covered != s->spec.rows) {
-    rc = tsr_errf(err, errlen, TSR_ENOTFOUND, "%s: the saved parts cover %"
-                  PRId64 " of rows [%" PRId64 ", %" PRId64 ")", s->spec.name,
-                 covered, s->spec.row0, s->spec.row0 + s->spec.rows);
+  if (!ps_var_spec_sparse(&s->spec) && covered != s->spec.shard.rows) {
+    rc = tsr_errf(err, errlen, TSR_ENOTFOUND,
+                  "%s: the saved parts cover %" PRId64 " of rows [%" PRId64
+                  ", %" PRId64 ")",
+                  s->spec.var.name, covered, s->spec.shard.row0,
+                  s->spec.shard.row0 + s->spec.shard.rows);
     goto out;
   }
   s->version++;

@@ -210,12 +210,12 @@ int ps_client_create(ps_client *c, const ps_var_spec *specs, size_t n,
   Tessera__Ps__Initializer *in = calloc(n ? n : 1, sizeof *in);
   Tessera__Ps__Optimizer *o = calloc(n ? n : 1, sizeof *o);
   Tessera__Ps__LrSchedule *sc = calloc(n ? n : 1, sizeof *sc);
-  int64_t *shapes = calloc(n ? n * PS_MAX_RANK : 1, sizeof *shapes);
+  int64_t *shapes = calloc(n ? n * TSR_MAX_RANK : 1, sizeof *shapes);
   int rc = TSR_ENOMEM;
   if (!v || !vp || !in || !o || !sc || !shapes) goto out;
   for (size_t i = 0; i < n; i++) {
     ps__client_spec_to_proto(&specs[i], &v[i], &in[i], &o[i], &sc[i],
-                             &shapes[i * PS_MAX_RANK]);
+                             &shapes[i * TSR_MAX_RANK]);
     vp[i] = &v[i];
   }
   m.n_vars = n;
@@ -231,61 +231,52 @@ out:
   return rc;
 }
 
-int ps_client_pull(ps_client *c, const char *name, int shard, int worker,
-                   int64_t clock, float *dst, size_t n_floats,
-                   ps_client_cb cb, void *data) {
+/* Every pull: dense (no ids) or rows by id, values on the wire in
+ * `dtype`, received into dst[0..dst_bytes). */
+static int ps__pull(ps_client *c, uint32_t method, const char *name, int shard,
+                    int worker, int64_t clock, ps_dtype dtype,
+                    const int64_t *ids, size_t n_ids, void *dst,
+                    size_t dst_bytes, ps_client_cb cb, void *data) {
   Tessera__Ps__PullRequest m = TESSERA__PS__PULL_REQUEST__INIT;
   m.name = (char *)name;
   m.shard = shard;
   m.worker = worker;
   m.clock = clock;
+  m.n_ids = n_ids;
+  m.dtype = dtype;
   m.era = c->era;
-  return ps__call(c, PS_M_PULL, &m.base, NULL, 0, dst, n_floats * 4, cb, data);
+  uv_buf_t b = uv_buf_init((char *)ids, (unsigned)(n_ids * 8));
+  return ps__call(c, method, &m.base, &b, n_ids ? 1 : 0, dst, dst_bytes, cb,
+                  data);
+}
+
+int ps_client_pull(ps_client *c, const char *name, int shard, int worker,
+                   int64_t clock, float *dst, size_t n_floats, ps_client_cb cb,
+                   void *data) {
+  return ps__pull(c, PS_M_PULL, name, shard, worker, clock, PS_DT_F32, NULL, 0,
+                  dst, n_floats * 4, cb, data);
 }
 
 int ps_client_pull_as(ps_client *c, const char *name, int shard, int worker,
                       int64_t clock, ps_dtype dtype, void *dst,
                       size_t dst_bytes, ps_client_cb cb, void *data) {
-  Tessera__Ps__PullRequest m = TESSERA__PS__PULL_REQUEST__INIT;
-  m.name = (char *)name;
-  m.shard = shard;
-  m.worker = worker;
-  m.clock = clock;
-  m.dtype = dtype;
-  m.era = c->era;
-  return ps__call(c, PS_M_PULL, &m.base, NULL, 0, dst, dst_bytes, cb, data);
+  return ps__pull(c, PS_M_PULL, name, shard, worker, clock, dtype, NULL, 0, dst,
+                  dst_bytes, cb, data);
 }
 
 int ps_client_pull_rows_as(ps_client *c, const char *name, int shard,
                            int worker, int64_t clock, ps_dtype dtype,
                            const int64_t *ids, size_t n_ids, void *dst,
                            size_t dst_bytes, ps_client_cb cb, void *data) {
-  Tessera__Ps__PullRequest m = TESSERA__PS__PULL_REQUEST__INIT;
-  m.name = (char *)name;
-  m.shard = shard;
-  m.worker = worker;
-  m.clock = clock;
-  m.n_ids = n_ids;
-  m.dtype = dtype;
-  m.era = c->era;
-  uv_buf_t b = uv_buf_init((char *)ids, (unsigned)(n_ids * 8));
-  return ps__call(c, PS_M_PULL_ROWS, &m.base, &b, n_ids ? 1 : 0, dst,
-                  dst_bytes, cb, data);
+  return ps__pull(c, PS_M_PULL_ROWS, name, shard, worker, clock, dtype, ids,
+                  n_ids, dst, dst_bytes, cb, data);
 }
 
 int ps_client_pull_rows(ps_client *c, const char *name, int shard, int worker,
                         int64_t clock, const int64_t *ids, size_t n_ids,
                         float *dst, size_t width, ps_client_cb cb, void *data) {
-  Tessera__Ps__PullRequest m = TESSERA__PS__PULL_REQUEST__INIT;
-  m.name = (char *)name;
-  m.shard = shard;
-  m.worker = worker;
-  m.clock = clock;
-  m.n_ids = n_ids;
-  m.era = c->era;
-  uv_buf_t b = uv_buf_init((char *)ids, (unsigned)(n_ids * 8));
-  return ps__call(c, PS_M_PULL_ROWS, &m.base, &b, n_ids ? 1 : 0, dst,
-                  n_ids * width * 4, cb, data);
+  return ps__pull(c, PS_M_PULL_ROWS, name, shard, worker, clock, PS_DT_F32, ids,
+                  n_ids, dst, n_ids * width * 4, cb, data);
 }
 
 static int ps__push(ps_client *c, uint32_t method, const char *name, int shard,

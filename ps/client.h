@@ -9,7 +9,8 @@
  * destination of a pull) must stay valid until `cb` has run: they are sent
  * from and received into directly, never copied.
  *
- * Also here: the shard spec (ps_var_spec) the chief sends on create, the
+ * Also here: the shard spec (ps_var_spec: a common/var.h variable and
+ * shard plus the PS's own fields) the chief sends on create, the
  * gradient dtypes and the method numbers, shared with the server.
  */
 #ifndef TSR_PS_CLIENT_H
@@ -23,8 +24,8 @@
 #include "common/var.h"
 #include "common/rpc/rpc.h"
 
-#define PS_NAME_MAX 256
-#define PS_MAX_RANK 8
+/* Longest init_path (with its terminating zero). */
+#define PS_INIT_PATH_MAX 256
 /* Largest worker index a PS accepts (pulls, pushes, clocks). */
 #define PS_WORKER_MAX 65535
 
@@ -47,43 +48,53 @@ enum {
 /* Wire dtypes of gradients (values are always float32 on the PS). */
 typedef enum { PS_DT_F32 = 0, PS_DT_BF16 = 1, PS_DT_F16 = 2 } ps_dtype;
 
-/* One shard of one variable: enough to build it, and to tell whether a
- * second create names the same thing. */
+/* One shard of one variable as a create sends it: the variable itself
+ * (common/var.h), the shard's rows, and what only the PS needs beyond
+ * them. Enough to build the shard, and to tell whether a second create
+ * names the same thing. */
 typedef struct {
-  char name[PS_NAME_MAX];
-  int rank;
-  int64_t shape[PS_MAX_RANK]; /* the full variable */
-  bool sparse;                /* rows by id, created on first touch */
-  bool bounded;               /* sparse: ids in [row0, row0+rows);
-                                 unbounded: id % num_shards == shard */
-  int32_t shard, num_shards;
-  int64_t row0, rows;         /* rows of this shard (dense, bounded) */
-  tsr_init_spec init;
+  tsr_var var;     /* name, rank, shape (the full variable), kind
+                      (row-sparse: rows by id, created on first touch),
+                      initializer with its fans; dtype float32, the one
+                      the PS holds. The PS reads only these; it fills
+                      row_dim, and numel where the element count fits
+                      int64 (0 where a table's nominal rows overflow it) */
+  tsr_shard shard; /* shard, num_shards, row0, rows (dense, or sparse
+                      bounded); var and ps are the chief's and unused */
+  bool bounded;    /* sparse: ids in [row0, row0+rows); unbounded:
+                      id % num_shards == shard */
   uint64_t seed;
   tsr_optim_spec optim;
-  char init_path[PS_NAME_MAX]; /* non-empty: initial values from this file
-                                  (the whole variable as raw little-endian
-                                  float32, row-major: a job's
-                                  initial_weights), read by every PS */
+  char init_path[PS_INIT_PATH_MAX]; /* non-empty: initial values from
+                                       this file (the whole variable as
+                                       raw little-endian float32,
+                                       row-major: a job's initial_weights),
+                                       read by every PS */
 } ps_var_spec;
 
-/* Fills a spec for shard `shard` of `num_shards` of a variable with TF's
- * "div" row layout, the Keras initializer `init` (fans from the shape) and
- * the optimizer. TSR_EINVAL for an unknown initializer or a bad shape. */
+/* Whether the spec's variable is row-sparse. */
+static inline bool ps_var_spec_sparse(const ps_var_spec *s) {
+  return s->var.kind == TSR_VAR_ROW_SPARSE;
+}
+
+/* Fills a spec for shard `shard` of `num_shards` of a dense float32
+ * variable with TF's "div" row layout, the Keras initializer `init` (fans
+ * from the shape: the last two axes times the receptive field, for every
+ * initializer) and the optimizer. TSR_EINVAL for an unknown initializer or
+ * a bad shape. */
 int ps_var_spec_init(ps_var_spec *s, const char *name, int rank,
                      const int64_t *shape, int shard, int num_shards,
                      const char *init, uint64_t seed,
                      const tsr_optim_spec *optim);
 
 /* The spec of shard `sh` of variable `v` as the chief creates it: the
- * variable's name, shape, kind (row-sparse: rows created on first touch,
- * ids bounded by the shard's rows) and initializer with its fans as they
- * are, the shard's rows, the job's seed, the variable's update rule and,
- * when init_path is non-empty (NULL: none), the raw file every PS reads
- * its initial values from. The one conversion from common/var.h's types.
- * TSR_EINVAL for a name of PS_NAME_MAX bytes or more, a rank over
- * PS_MAX_RANK, a dimension <= 0, a shard out of its variable's rows or of
- * its count, a dtype other than float32 (what the PS holds). */
+ * variable as it is (a row-sparse one bounded by the shard's rows), the
+ * shard, the job's seed, the variable's update rule and, when init_path is
+ * non-empty (NULL: none), the raw file every PS reads its initial values
+ * from. TSR_EINVAL for a rank out of 0..TSR_MAX_RANK, a dimension <= 0, a
+ * shard out of its variable's rows or of its count, a dtype other than
+ * float32 (what the PS holds), an init_path of PS_INIT_PATH_MAX bytes or
+ * more. */
 int ps_var_spec_from_var(ps_var_spec *s, const tsr_var *v,
                          const tsr_shard *sh, uint64_t seed,
                          const tsr_optim_spec *optim, const char *init_path);

@@ -50,7 +50,7 @@ static int copy_vars(const ps_kv_config *c, int n_ps, kv_var **out,
     const ps_kv_var *s = &c->vars[i];
     const tsr_var *tv = s->var;
     const char *name = tv ? tv->name : "";
-    if (!tv || !tv->name[0] || strlen(tv->name) >= PS_NAME_MAX ||
+    if (!tv || !tv->name[0] || strlen(tv->name) >= TSR_VAR_NAME_MAX ||
         tv->rank < 1 || tv->shape[0] < 1 || tv->row_dim < 1 ||
         s->n_shards < 1 || !s->shards) {
       ps__kv_free_vars(v, c->n_vars);

@@ -1,5 +1,7 @@
-/* Shard specs on the client side: ps_var_spec_init for callers that place
- * shards (TF's "div" rows, Keras fans), and a spec as the create request's
+/* Shard specs on the client side: ps_var_spec_from_var, the one place a
+ * spec is built from a variable and its shard (checked as the PS will),
+ * ps_var_spec_init for callers that place shards themselves (TF's "div"
+ * rows, Keras fans), and a spec as the create request's
  * VarSpec (strings point into the spec, sub-messages and the shape into
  * the caller's storage, nothing is allocated). The PS reads it back with
  * its own checks (spec.c).
@@ -18,44 +20,36 @@ int ps_var_spec_init(ps_var_spec *s, const char *name, int rank,
                      const char *init, uint64_t seed,
                      const tsr_optim_spec *optim) {
   memset(s, 0, sizeof *s);
-  if (!name || strlen(name) >= PS_NAME_MAX || rank < 0 || rank > PS_MAX_RANK ||
-      num_shards < 1 || shard < 0 || shard >= num_shards)
+  tsr_var v;
+  tsr_init_spec in;
+  if (tsr_var_set(&v, name, rank, shape, TSR_DT_FLOAT32, TSR_VAR_DENSE, NULL,
+                  0) ||
+      tsr_init_parse(init, &in) || num_shards < 1 || shard < 0 ||
+      shard >= num_shards || num_shards > v.shape[0])
     return TSR_EINVAL;
-  snprintf(s->name, sizeof s->name, "%s", name);
-  s->rank = rank;
-  for (int i = 0; i < rank; i++) {
-    if (shape[i] <= 0) return TSR_EINVAL;
-    s->shape[i] = shape[i];
-  }
-  s->shard = shard;
-  s->num_shards = num_shards;
-  int64_t dim0 = rank ? shape[0] : 1;
-  if (num_shards > dim0) return TSR_EINVAL;
-  tsr_partition_rows(dim0, num_shards, shard, &s->row0, &s->rows);
-  if (tsr_init_parse(init, &s->init)) return TSR_EINVAL;
-  /* Keras fans: receptive field times the last two dims */
+  /* Keras fans for every initializer: receptive field times the last two
+   * dims (rank 1: the one dim both ways; rank 0: 1) */
   if (rank >= 2) {
     int64_t rf;
     if (tsr_dims_product(shape, 0, rank - 2, &rf) ||
-        tsr_mul_i64(shape[rank - 2], rf, &s->init.fan_in) ||
-        tsr_mul_i64(shape[rank - 1], rf, &s->init.fan_out))
+        tsr_mul_i64(shape[rank - 2], rf, &in.fan_in) ||
+        tsr_mul_i64(shape[rank - 1], rf, &in.fan_out))
       return TSR_ERANGE;
-  } else if (rank == 1) {
-    s->init.fan_in = s->init.fan_out = shape[0];
   } else {
-    s->init.fan_in = s->init.fan_out = 1;
+    in.fan_in = in.fan_out = rank ? shape[0] : 1;
   }
-  s->seed = seed;
-  s->optim = *optim;
-  return 0;
+  v.init = in;
+  tsr_shard sh = {.shard = shard, .num_shards = num_shards};
+  tsr_partition_rows(v.shape[0], num_shards, shard, &sh.row0, &sh.rows);
+  return ps_var_spec_from_var(s, &v, &sh, seed, optim, NULL);
 }
 
 int ps_var_spec_from_var(ps_var_spec *s, const tsr_var *v,
                          const tsr_shard *sh, uint64_t seed,
                          const tsr_optim_spec *optim, const char *init_path) {
   memset(s, 0, sizeof *s);
-  if (strlen(v->name) >= PS_NAME_MAX || v->rank < 0 ||
-      v->rank > PS_MAX_RANK || v->dtype != TSR_DT_FLOAT32 ||
+  if (!memchr(v->name, 0, sizeof v->name) || v->rank < 0 ||
+      v->rank > TSR_MAX_RANK || v->dtype != TSR_DT_FLOAT32 ||
       sh->num_shards < 1 || sh->shard < 0 || sh->shard >= sh->num_shards ||
       (init_path && strlen(init_path) >= sizeof s->init_path))
     return TSR_EINVAL;
@@ -65,15 +59,9 @@ int ps_var_spec_from_var(ps_var_spec *s, const tsr_var *v,
   if (sh->num_shards > dim0 || sh->row0 < 0 || sh->rows < 1 ||
       sh->row0 > dim0 - sh->rows)
     return TSR_EINVAL;
-  snprintf(s->name, sizeof s->name, "%s", v->name);
-  s->rank = v->rank;
-  for (int i = 0; i < v->rank; i++) s->shape[i] = v->shape[i];
-  s->sparse = s->bounded = v->kind == TSR_VAR_ROW_SPARSE;
-  s->shard = sh->shard;
-  s->num_shards = sh->num_shards;
-  s->row0 = sh->row0;
-  s->rows = sh->rows;
-  s->init = v->init;
+  s->var = *v;
+  s->shard = *sh;
+  s->bounded = ps_var_spec_sparse(s);
   s->seed = seed;
   s->optim = *optim;
   if (init_path) snprintf(s->init_path, sizeof s->init_path, "%s", init_path);
@@ -113,24 +101,24 @@ void ps__client_spec_to_proto(const ps_var_spec *s, Tessera__Ps__VarSpec *v,
   tessera__ps__var_spec__init(v);
   tessera__ps__initializer__init(in);
   tessera__ps__optimizer__init(o);
-  v->name = (char *)s->name;
-  for (int i = 0; i < s->rank; i++) shape_buf[i] = s->shape[i];
-  v->n_shape = (size_t)s->rank;
+  v->name = (char *)s->var.name;
+  for (int i = 0; i < s->var.rank; i++) shape_buf[i] = s->var.shape[i];
+  v->n_shape = (size_t)s->var.rank;
   v->shape = shape_buf;
-  v->sparse = s->sparse;
+  v->sparse = ps_var_spec_sparse(s);
   v->bounded = s->bounded;
-  v->shard = s->shard;
-  v->num_shards = s->num_shards;
-  v->row0 = s->row0;
-  v->rows = s->rows;
+  v->shard = s->shard.shard;
+  v->num_shards = s->shard.num_shards;
+  v->row0 = s->shard.row0;
+  v->rows = s->shard.rows;
   v->seed = s->seed;
   v->dtype = (char *)"float32";
   if (s->init_path[0]) v->init_path = (char *)s->init_path;
-  in->name = (char *)tsr_init_name(s->init.kind);
-  in->a = s->init.a;
-  in->b = s->init.b;
-  in->fan_in = s->init.fan_in;
-  in->fan_out = s->init.fan_out;
+  in->name = (char *)tsr_init_name(s->var.init.kind);
+  in->a = s->var.init.a;
+  in->b = s->var.init.b;
+  in->fan_in = s->var.init.fan_in;
+  in->fan_out = s->var.init.fan_out;
   v->init = in;
   o->name = (char *)tsr_optim_name(s->optim.kind);
   o->learning_rate = s->optim.learning_rate;

@@ -16,6 +16,7 @@
 #include "common/size.h"
 
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -29,6 +30,36 @@ static ps_entry *ps__lookup(ps_server *s, tsr_rpc_incoming *call,
     tsr_rpc_reply_error(call, TSR_ENOTFOUND, msg);
   }
   return e;
+}
+
+/* Answers `call` with `code` and a message that names e's variable and
+ * shard, then the reason; returns `code`. */
+static int ps__refuse(tsr_rpc_incoming *call, const ps_entry *e, int code,
+                      const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int ps__refuse(tsr_rpc_incoming *call, const ps_entry *e, int code,
+                      const char *fmt, ...) {
+  char msg[512];
+  int n = snprintf(msg, sizeof msg, "%s shard %d: ", e->spec.var.name,
+                   e->spec.shard.shard);
+  if (n < 0 || (size_t)n >= sizeof msg) n = 0;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg + n, sizeof msg - (size_t)n, fmt, ap);
+  va_end(ap);
+  tsr_rpc_reply_error(call, code, msg);
+  return code;
+}
+
+/* Answers a dense call on a sparse shard or the reverse, naming the
+ * method to use instead. */
+static void ps__refuse_kind(tsr_rpc_incoming *call, const ps_entry *e,
+                            const char *method) {
+  char msg[512];
+  bool sparse = ps_var_spec_sparse(&e->spec);
+  snprintf(msg, sizeof msg, "%s is %s: use %s%s", e->spec.var.name,
+           sparse ? "sparse" : "dense", method, sparse ? " rows" : "");
+  tsr_rpc_reply_error(call, TSR_EINVAL, msg);
 }
 
 static ps_op *ps__new_op(ps_server *s, tsr_rpc_incoming *call, ps_entry *e,
@@ -74,14 +105,12 @@ static int ps__check_who(tsr_rpc_incoming *call, const char *what,
 static int ps__rows_answer(ps_server *s, tsr_rpc_incoming *call,
                            const ps_entry *e, const char *field, uint64_t n,
                            size_t *bytes) {
-  char msg[384];
   if (tsr_mul3_size((size_t)n, (size_t)e->width, sizeof(float), bytes) ||
       n > SIZE_MAX || *bytes > s->max_answer) {
-    snprintf(msg, sizeof msg, "%s shard %d: %s %" PRIu64 " rows of width %"
-             PRId64 " would answer more than the payload limit of %zu bytes",
-             e->spec.name, e->spec.shard, field, n, e->width, s->max_answer);
-    tsr_rpc_reply_error(call, TSR_ETOOBIG, msg);
-    return TSR_ETOOBIG;
+    return ps__refuse(call, e, TSR_ETOOBIG,
+                      "%s %" PRIu64 " rows of width %" PRId64
+                      " would answer more than the payload limit of %zu bytes",
+                      field, n, e->width, s->max_answer);
   }
   return 0;
 }
@@ -92,44 +121,38 @@ static void ps__on_pull(tsr_rpc_incoming *call, void *data) {
   if (ps__check_who(call, "pull", r->worker, "clock", r->clock)) return;
   ps_entry *e = ps__lookup(s, call, r->name, r->shard);
   if (!e) return;
-  char msg[512];
   bool rows = call->method == PS_M_PULL_ROWS;
-  if (rows != e->spec.sparse) {
-    snprintf(msg, sizeof msg, "%s is %s: use %s", e->spec.name,
-             e->spec.sparse ? "sparse" : "dense",
-             e->spec.sparse ? "pull rows" : "pull");
-    tsr_rpc_reply_error(call, TSR_EINVAL, msg);
+  if (rows != ps_var_spec_sparse(&e->spec)) {
+    ps__refuse_kind(call, e, "pull");
     return;
   }
   size_t want = 0, out_len = 0;
   if (!rows && r->n_ids) {
-    snprintf(msg, sizeof msg, "%s shard %d: n_ids %" PRIu64 " on a dense "
-             "pull (must be 0)", e->spec.name, e->spec.shard, r->n_ids);
-    tsr_rpc_reply_error(call, TSR_EINVAL, msg);
+    ps__refuse(call, e, TSR_EINVAL,
+               "n_ids %" PRIu64 " on a dense pull (must be 0)", r->n_ids);
     return;
   }
   if (rows && (r->n_ids > SIZE_MAX ||
                tsr_mul_size((size_t)r->n_ids, 8, &want) ||
                call->payload_len != want)) {
-    snprintf(msg, sizeof msg, "%s shard %d: n_ids %" PRIu64 " does not match "
-             "a payload of %zu bytes (8 per id)", e->spec.name, e->spec.shard,
-             r->n_ids, call->payload_len);
-    tsr_rpc_reply_error(call, TSR_ESHAPE, msg);
+    ps__refuse(call, e, TSR_ESHAPE,
+               "n_ids %" PRIu64
+               " does not match a payload of %zu bytes (8 per id)",
+               r->n_ids, call->payload_len);
     return;
   }
   if (rows && ps__rows_answer(s, call, e, "n_ids", r->n_ids, &out_len))
     return;
   if (!rows && call->payload_len != 0) {
-    snprintf(msg, sizeof msg, "%s shard %d: a dense pull carries no payload, "
-             "got %zu bytes", e->spec.name, e->spec.shard, call->payload_len);
-    tsr_rpc_reply_error(call, TSR_ESHAPE, msg);
+    ps__refuse(call, e, TSR_ESHAPE,
+               "a dense pull carries no payload, got %zu bytes",
+               call->payload_len);
     return;
   }
   if (r->dtype != PS_DT_F32 && r->dtype != PS_DT_BF16) {
-    snprintf(msg, sizeof msg, "%s shard %d: pull dtype %d is not one of "
-             "float32 (0), bfloat16 (1)", e->spec.name, e->spec.shard,
-             r->dtype);
-    tsr_rpc_reply_error(call, TSR_EDTYPE, msg);
+    ps__refuse(call, e, TSR_EDTYPE,
+               "pull dtype %d is not one of float32 (0), bfloat16 (1)",
+               r->dtype);
     return;
   }
   ps_op *op = ps__new_op(s, call, e, rows ? PS_OP_PULL_ROWS : PS_OP_PULL);
@@ -151,29 +174,25 @@ static void ps__on_push(tsr_rpc_incoming *call, void *data) {
     return;
   ps_entry *e = ps__lookup(s, call, r->name, r->shard);
   if (!e) return;
-  char msg[512];
   bool fused = call->method == PS_M_PUSH_PULL;
-  bool rows = call->method == PS_M_PUSH_ROWS || (fused && e->spec.sparse);
-  if (rows != e->spec.sparse) {
-    snprintf(msg, sizeof msg, "%s is %s: use %s", e->spec.name,
-             e->spec.sparse ? "sparse" : "dense",
-             e->spec.sparse ? "push rows" : "push");
-    tsr_rpc_reply_error(call, TSR_EINVAL, msg);
+  bool rows =
+      call->method == PS_M_PUSH_ROWS || (fused && ps_var_spec_sparse(&e->spec));
+  if (rows != ps_var_spec_sparse(&e->spec)) {
+    ps__refuse_kind(call, e, "push");
     return;
   }
   size_t dsz = ps__dtype_size(r->dtype);
   if (!dsz) {
-    snprintf(msg, sizeof msg, "%s shard %d: gradient dtype %d is not one of "
-             "float32 (0), bfloat16 (1), float16 (2)", e->spec.name,
-             e->spec.shard, r->dtype);
-    tsr_rpc_reply_error(call, TSR_EDTYPE, msg);
+    ps__refuse(call, e, TSR_EDTYPE,
+               "gradient dtype %d is not one of float32 (0), bfloat16 (1), "
+               "float16 (2)",
+               r->dtype);
     return;
   }
   if (fused && r->pull_dtype != PS_DT_F32 && r->pull_dtype != PS_DT_BF16) {
-    snprintf(msg, sizeof msg, "%s shard %d: pull dtype %d is not one of "
-             "float32 (0), bfloat16 (1)", e->spec.name, e->spec.shard,
-             r->pull_dtype);
-    tsr_rpc_reply_error(call, TSR_EDTYPE, msg);
+    ps__refuse(call, e, TSR_EDTYPE,
+               "pull dtype %d is not one of float32 (0), bfloat16 (1)",
+               r->pull_dtype);
     return;
   }
   size_t want = 0, ids_b, grad_b, pull_b = 0, out_len = 0;
@@ -189,31 +208,30 @@ static void ps__on_push(tsr_rpc_incoming *call, void *data) {
     bad = tsr_mul_size(e->numel, dsz, &want);
   }
   if (!fused && r->n_pull_ids) {
-    snprintf(msg, sizeof msg, "%s shard %d: n_pull_ids %" PRIu64 " on a push "
-             "that pulls nothing (must be 0)", e->spec.name, e->spec.shard,
-             r->n_pull_ids);
-    tsr_rpc_reply_error(call, TSR_EINVAL, msg);
+    ps__refuse(call, e, TSR_EINVAL,
+               "n_pull_ids %" PRIu64
+               " on a push that pulls nothing (must be 0)",
+               r->n_pull_ids);
     return;
   }
   if (!rows && r->n_ids) {
-    snprintf(msg, sizeof msg, "%s shard %d: n_ids %" PRIu64 " on a dense push "
-             "(must be 0)", e->spec.name, e->spec.shard, r->n_ids);
-    tsr_rpc_reply_error(call, TSR_EINVAL, msg);
+    ps__refuse(call, e, TSR_EINVAL,
+               "n_ids %" PRIu64 " on a dense push (must be 0)", r->n_ids);
     return;
   }
   if (bad || call->payload_len != want) {
     if (rows)
-      snprintf(msg, sizeof msg, "%s shard %d: n_ids %" PRIu64 " rows of width "
-               "%" PRId64 " in %s (and n_pull_ids %" PRIu64 ") do not match a "
-               "payload of %zu bytes", e->spec.name, e->spec.shard, r->n_ids,
-               e->width, ps__dtype_name(r->dtype), r->n_pull_ids,
-               call->payload_len);
+      ps__refuse(call, e, TSR_ESHAPE,
+                 "n_ids %" PRIu64 " rows of width %" PRId64
+                 " in %s (and n_pull_ids %" PRIu64
+                 ") do not match a payload of %zu bytes",
+                 r->n_ids, e->width, ps__dtype_name(r->dtype), r->n_pull_ids,
+                 call->payload_len);
     else
-      snprintf(msg, sizeof msg, "%s shard %d: gradient of %zu bytes does not "
-               "match the shard's %zu elements in %s (%zu bytes)",
-               e->spec.name, e->spec.shard, call->payload_len, e->numel,
-               ps__dtype_name(r->dtype), want);
-    tsr_rpc_reply_error(call, TSR_ESHAPE, msg);
+      ps__refuse(call, e, TSR_ESHAPE,
+                 "gradient of %zu bytes does not match the shard's %zu "
+                 "elements in %s (%zu bytes)",
+                 call->payload_len, e->numel, ps__dtype_name(r->dtype), want);
     return;
   }
   if (fused && rows &&

@@ -35,7 +35,7 @@ static int ps__gate(ps_server *s, ps_op *op) {
     snprintf(op->err, sizeof op->err,
              "%s shard %d: the parameter server was reset (a restore or a "
              "new configuration) since worker %d joined: it joins again",
-             e->spec.name, e->spec.shard, op->worker);
+             e->spec.var.name, e->spec.shard.shard, op->worker);
     return TSR_ESTALE;
   }
   /* a call of a joined worker (its era set) that is no member any more:
@@ -44,8 +44,8 @@ static int ps__gate(ps_server *s, ps_op *op) {
       !ps__cons_member(c, op->worker)) {
     snprintf(op->err, sizeof op->err,
              "%s shard %d: worker %d is no member here any more (its closures "
-             "are over): it joins again", e->spec.name, e->spec.shard,
-             op->worker);
+             "are over): it joins again",
+             e->spec.var.name, e->spec.shard.shard, op->worker);
     return TSR_ESTALE;
   }
   if (op->kind == PS_OP_PUSH) {
@@ -53,8 +53,8 @@ static int ps__gate(ps_server *s, ps_op *op) {
     if (!ps__cons_member(c, op->worker)) {
       snprintf(op->err, sizeof op->err,
                "%s shard %d: worker %d is no member here (it left, or "
-               "never joined): it joins again", e->spec.name, e->spec.shard,
-               op->worker);
+               "never joined): it joins again",
+               e->spec.var.name, e->spec.shard.shard, op->worker);
       return TSR_ESTALE;
     }
     if (c->mode == PS_MODE_SSP) return 1;
@@ -62,7 +62,7 @@ static int ps__gate(ps_server *s, ps_op *op) {
       snprintf(op->err, sizeof op->err,
                "%s shard %d: push for sync step %" PRId64 " from worker %d "
                "arrived after that step was applied (now at %" PRId64 ")",
-               e->spec.name, e->spec.shard, op->step, op->worker,
+               e->spec.var.name, e->spec.shard.shard, op->step, op->worker,
                e->sync_done);
       return TSR_ESTALE;
     }
@@ -108,17 +108,20 @@ static void ps__hold(ps_server *s, ps_op *op) {
   s->waiting = op;
 }
 
+/* Whether the gate lets `op` through now; if not, the op is refused (its
+ * error) or held until a later wake, and the caller is done with it. */
+static bool ps__gate_open(ps_server *s, ps_op *op) {
+  int g = ps__gate(s, op);
+  if (g < 0)
+    ps__op_fail(s, op, g, "%s", op->err);
+  else if (g == 0)
+    ps__hold(s, op);
+  return g > 0;
+}
+
 /* Sends an op on its way: queued now, held, or refused. */
 void ps__admit(ps_server *s, ps_op *op, bool front) {
-  int g = ps__gate(s, op);
-  if (g < 0) {
-    ps__op_fail(s, op, g, "%s", op->err);
-    return;
-  }
-  if (g == 0) {
-    ps__hold(s, op);
-    return;
-  }
+  if (!ps__gate_open(s, op)) return;
   if (op->kind == PS_OP_PUSH && op->sync && ps__note_push(s, op->e, op->worker)) {
     ps__op_fail(s, op, TSR_ENOMEM, "out of memory");
     return;
@@ -134,15 +137,7 @@ void ps__admit(ps_server *s, ps_op *op, bool front) {
 }
 
 void ps__pull_ready(ps_server *s, ps_op *op, bool front) {
-  int g = ps__gate(s, op);
-  if (g < 0) {
-    ps__op_fail(s, op, g, "%s", op->err);
-    return;
-  }
-  if (g == 0) {
-    ps__hold(s, op);
-    return;
-  }
+  if (!ps__gate_open(s, op)) return;
   if (op->kind == PS_OP_PULL && !op->e->writing && front) {
     ps__answer_dense(s, op);
     return;

@@ -242,7 +242,7 @@ typedef struct {
 
 /* A file written, as the manifest lists it. */
 typedef struct {
-  char name[3 * PS_NAME_MAX + 48];  /* inside the checkpoint folder */
+  char name[3 * TSR_VAR_NAME_MAX + 48]; /* inside the checkpoint folder */
   uint64_t bytes;
   uint32_t crc32c;                  /* of every byte of the file */
 } ps_ckpt_file;
@@ -271,11 +271,11 @@ void ps__ckpt_enc_name(const char *name, char *out, size_t len);
 /* One part file, parsed and checked on its own (ps__ckpt_part_parse): the
  * header's fields and where the sections lie in `data`. */
 typedef struct {
-  char name[PS_NAME_MAX];
+  char name[TSR_VAR_NAME_MAX];
   char ckpt_id[PS_CKPT_ID_MAX + 1];
   int64_t ckpt_step;
   int rank;
-  int64_t shape[PS_MAX_RANK];
+  int64_t shape[TSR_MAX_RANK];
   bool sparse, bounded;
   int32_t shard, num_shards;
   int64_t row0, rows, width, n_rows, step;

@@ -34,7 +34,8 @@
 ps_entry *ps__find(ps_server *s, const char *name, int shard) {
   for (int i = 0; i < s->n_ents; i++) {
     ps_entry *e = s->ents[i];
-    if (e->spec.shard == shard && strcmp(e->spec.name, name) == 0) return e;
+    if (e->spec.shard.shard == shard && strcmp(e->spec.var.name, name) == 0)
+      return e;
   }
   return NULL;
 }
@@ -125,9 +126,10 @@ static void ps__answer_dense_bf16(ps_server *s, ps_op *op) {
   size_t nbytes = e->numel * sizeof(uint16_t);
   op->out = ps__alloc(&s->mem, nbytes);
   if (!op->out) {
-    ps__op_fail(s, op, TSR_ENOMEM, "%s shard %d: out of memory for a "
-                "bfloat16 answer of %zu bytes", e->spec.name, e->spec.shard,
-                nbytes);
+    ps__op_fail(s, op, TSR_ENOMEM,
+                "%s shard %d: out of memory for a "
+                "bfloat16 answer of %zu bytes",
+                e->spec.var.name, e->spec.shard.shard, nbytes);
     return;
   }
   op->out_len = nbytes;
@@ -143,7 +145,7 @@ static void ps__answer_dense_bf16(ps_server *s, ps_op *op) {
                          ps__rows_sent, op);
   if (rc)
     ps__op_fail(s, op, rc, "%s shard %d: answer of %zu bytes refused",
-                e->spec.name, e->spec.shard, nbytes);
+                e->spec.var.name, e->spec.shard.shard, nbytes);
 }
 
 /* Answers with the shard's values as the payload, no copy: the shard keeps
@@ -156,9 +158,11 @@ void ps__answer_dense(ps_server *s, ps_op *op) {
     return;
   }
   if ((uint64_t)e->numel * sizeof(float) > UINT32_MAX) {
-    ps__op_fail(s, op, TSR_ETOOBIG, "%s shard %d: %zu bytes is more than one "
-                "answer can carry (4 GiB): use more shards", e->spec.name,
-                e->spec.shard, e->numel * sizeof(float));
+    ps__op_fail(s, op, TSR_ETOOBIG,
+                "%s shard %d: %zu bytes is more than one "
+                "answer can carry (4 GiB): use more shards",
+                e->spec.var.name, e->spec.shard.shard,
+                e->numel * sizeof(float));
     return;
   }
   ps__read_ref *ref = ps__alloc(&s->mem, sizeof *ref);
@@ -181,9 +185,11 @@ void ps__answer_dense(ps_server *s, ps_op *op) {
   if (rc) {
     e->readers--;
     ps__free(&s->mem, ref);
-    ps__op_fail(s, op, rc, "%s shard %d: answer of %" PRIu64 " bytes refused "
-                "(over the peer's limit?)", e->spec.name, e->spec.shard,
-                (uint64_t)m.nbytes);
+    ps__op_fail(s, op, rc,
+                "%s shard %d: answer of %" PRIu64
+                " bytes refused "
+                "(over the peer's limit?)",
+                e->spec.var.name, e->spec.shard.shard, (uint64_t)m.nbytes);
     return;
   }
   ps__op_free(op);
@@ -203,8 +209,8 @@ static void ps__answer_rows(ps_server *s, ps_op *op) {
   int rc = tsr_rpc_reply(op->call, meta, mlen, &b, op->out_len ? 1 : 0,
                          ps__rows_sent, op);
   if (rc)
-    ps__op_fail(s, op, rc, "%s: answer of %zu bytes refused", op->e->spec.name,
-                op->out_len);
+    ps__op_fail(s, op, rc, "%s: answer of %zu bytes refused",
+                op->e->spec.var.name, op->out_len);
 }
 
 /* ---- the pool ---------------------------------------------------------------*/
@@ -220,12 +226,14 @@ static const int64_t *ps__ids(ps_op *op, const uint8_t *p, size_t n) {
 static void ps__do_push(ps_server *s, ps_op *op) {
   ps_entry *e = op->e;
   ps_shard *sh = e->sh;
-  size_t n = e->spec.sparse ? op->n_ids * (size_t)e->width : e->numel;
-  const uint8_t *gp = op->payload + (e->spec.sparse ? op->n_ids * 8 : 0);
+  size_t n =
+      ps_var_spec_sparse(&e->spec) ? op->n_ids * (size_t)e->width : e->numel;
+  const uint8_t *gp =
+      op->payload + (ps_var_spec_sparse(&e->spec) ? op->n_ids * 8 : 0);
   const int64_t *ids = NULL;
   /* a push of no rows (a worker's step that touched none of this shard's
    * rows; sync counts it) has no payload and nothing to apply */
-  if (e->spec.sparse && op->n_ids &&
+  if (ps_var_spec_sparse(&e->spec) && op->n_ids &&
       !(ids = ps__ids(op, op->payload, op->n_ids))) {
     op->rc = TSR_ENOMEM;
     return;
@@ -254,24 +262,24 @@ static void ps__do_push(ps_server *s, ps_op *op) {
     op->rc = TSR_ENONFINITE;
     snprintf(op->err, sizeof op->err,
              "%s shard %d: gradient from worker %d has a NaN or Inf (element "
-             "%zu of %zu); refused, nothing applied", e->spec.name,
-             e->spec.shard, op->worker, at, n);
+             "%zu of %zu); refused, nothing applied",
+             e->spec.var.name, e->spec.shard.shard, op->worker, at, n);
     return;
   }
   if (op->sync) {
-    op->rc = e->spec.sparse
+    op->rc = ps_var_spec_sparse(&e->spec)
                  ? ps__shard_accum_rows(sh, &s->mem, ids, op->n_ids, g, op->err,
                                         sizeof op->err)
                  : ps__shard_accum_dense(sh, &s->mem, g);
-  } else if (e->spec.sparse) {
+  } else if (ps_var_spec_sparse(&e->spec)) {
     op->rc = ps__shard_apply_rows(sh, &s->mem, ids, op->n_ids, g, 1.0f,
                                   op->err, sizeof op->err);
   } else {
     op->rc = ps__shard_apply_dense(sh, g, 1.0f);
   }
   if (op->rc && !op->err[0])
-    snprintf(op->err, sizeof op->err, "%s shard %d: %s", e->spec.name,
-             e->spec.shard, tsr_strerror(op->rc));
+    snprintf(op->err, sizeof op->err, "%s shard %d: %s", e->spec.var.name,
+             e->spec.shard.shard, tsr_strerror(op->rc));
 }
 
 static void ps__do_gather(ps_server *s, ps_op *op) {
@@ -318,9 +326,9 @@ static void ps__work_cb(uv_work_t *w) {
   if (s->trace && (op->kind == PS_OP_PUSH ||
                    (op->kind == PS_OP_SYNC_APPLY && op->worker > 0))) {
     char name[TSR_TRACE_NAME_MAX];
-    snprintf(name, sizeof name, "apply %s", op->e->spec.name);
-    tsr_trace_end(s->trace, s->trace_pid, 1 + op->e->spec.shard, "ps", name,
-                  t0);
+    snprintf(name, sizeof name, "apply %s", op->e->spec.var.name);
+    tsr_trace_end(s->trace, s->trace_pid, 1 + op->e->spec.shard.shard, "ps",
+                  name, t0);
   }
   if (op->e->sh) {
     op->version = op->e->sh->version;
@@ -351,7 +359,7 @@ static void ps__after_cb(uv_work_t *w, int status) {
         ps__op_fail(s, op, op->rc, "%s", op->err);
       } else if (op->fused) {
         /* the pull half: the same shard, now that the write is done */
-        op->kind = e->spec.sparse ? PS_OP_PULL_ROWS : PS_OP_PULL;
+        op->kind = ps_var_spec_sparse(&e->spec) ? PS_OP_PULL_ROWS : PS_OP_PULL;
         ps__pull_ready(s, op, true);
       } else {
         Tessera__Ps__PushResponse m = TESSERA__PS__PUSH_RESPONSE__INIT;
@@ -373,8 +381,8 @@ static void ps__after_cb(uv_work_t *w, int status) {
          * reset since dropped the sum with its era) */
         e->sync_queued = false;
         e->sync_retry = op->era == s->cons.era;
-        tsr_warn("%s shard %d: sync step %" PRId64 ": %s; %s", e->spec.name,
-                 e->spec.shard, e->sync_done,
+        tsr_warn("%s shard %d: sync step %" PRId64 ": %s; %s", e->spec.var.name,
+                 e->spec.shard.shard, e->sync_done,
                  op->err[0] ? op->err : tsr_strerror(op->rc),
                  e->sync_retry ? "trying again"
                                : "dropped with its era (a reset since)");
@@ -383,7 +391,7 @@ static void ps__after_cb(uv_work_t *w, int status) {
       }
       if (op->rc)
         tsr_error("%s shard %d: sync step %" PRId64 " failed: %s",
-                  e->spec.name, e->spec.shard, e->sync_done,
+                  e->spec.var.name, e->spec.shard.shard, e->sync_done,
                   op->err[0] ? op->err : tsr_strerror(op->rc));
       if (op->era == s->cons.era) { /* a reset since: the new era's step */
         e->sync_done = op->clock;

@@ -27,89 +27,99 @@ static int sp_hyper(const ps_var_spec *s, const char *field, double v,
   if (!sp_finite(v) || v < lo || (hi_open ? v >= hi : v > hi))
     return tsr_errf(err, errlen, TSR_EINVAL,
                     "%s: optimizer.%s %g is not a finite value in [%g, %g%s",
-                    s->name, field, v, lo, hi, hi_open ? ")" : "]");
+                    s->var.name, field, v, lo, hi, hi_open ? ")" : "]");
   return 0;
 }
 
 int ps__spec_validate(const ps_var_spec *s, char *err, size_t errlen) {
-  if (!s->name[0])
+  if (!s->var.name[0])
     return tsr_errf(err, errlen, TSR_EINVAL, "variable name is empty");
-  if (memchr(s->name, 0, PS_NAME_MAX) == NULL)
+  if (memchr(s->var.name, 0, TSR_VAR_NAME_MAX) == NULL)
     return tsr_errf(err, errlen, TSR_EINVAL, "variable name is not terminated");
-  if (s->rank < 0 || s->rank > PS_MAX_RANK)
+  if (s->var.rank < 0 || s->var.rank > TSR_MAX_RANK)
     return tsr_errf(err, errlen, TSR_EINVAL, "%s: rank %d out of [0, %d]",
-                    s->name, s->rank, PS_MAX_RANK);
-  for (int i = 0; i < s->rank; i++)
-    if (s->shape[i] <= 0 || s->shape[i] > TSR_STEP_MAX)
+                    s->var.name, s->var.rank, TSR_MAX_RANK);
+  for (int i = 0; i < s->var.rank; i++)
+    if (s->var.shape[i] <= 0 || s->var.shape[i] > TSR_STEP_MAX)
       return tsr_errf(err, errlen, TSR_EINVAL,
                       "%s: shape[%d] = %" PRId64 " must be in [1, 2^62]",
-                      s->name, i, s->shape[i]);
-  if (s->num_shards < 1 || s->shard < 0 || s->shard >= s->num_shards)
+                      s->var.name, i, s->var.shape[i]);
+  if (s->shard.num_shards < 1 || s->shard.shard < 0 ||
+      s->shard.shard >= s->shard.num_shards)
     return tsr_errf(err, errlen, TSR_EINVAL,
-                    "%s: shard %d of num_shards %d is invalid", s->name,
-                    s->shard, s->num_shards);
-  if (s->sparse && s->rank < 1)
+                    "%s: shard %d of num_shards %d is invalid", s->var.name,
+                    s->shard.shard, s->shard.num_shards);
+  if (ps_var_spec_sparse(s) && s->var.rank < 1)
     return tsr_errf(err, errlen, TSR_EINVAL,
-                    "%s: a sparse variable needs rank >= 1", s->name);
+                    "%s: a sparse variable needs rank >= 1", s->var.name);
   if ((unsigned)s->optim.kind >= TSR_OPT__COUNT)
     return tsr_errf(err, errlen, TSR_EINVAL, "%s: optimizer kind %d is unknown",
-                    s->name, (int)s->optim.kind);
+                    s->var.name, (int)s->optim.kind);
   int64_t width, numel;
   size_t slots = (size_t)kern_optim_num_slots(&s->optim), bytes;
-  if (tsr_dims_product(s->shape, 1, s->rank, &width) ||
+  if (tsr_dims_product(s->var.shape, 1, s->var.rank, &width) ||
       tsr_mul3_size((size_t)width, sizeof(float), 1 + slots, &bytes))
     return tsr_errf(err, errlen, TSR_ERANGE,
                     "%s: a row of shape[1:] with %zu optimizer slot(s) does "
-                    "not fit in memory sizes", s->name, slots);
-  int64_t dim0 = s->rank ? s->shape[0] : 1, end;
-  if (!s->sparse || s->bounded) {
-    if (s->row0 < 0 || s->rows < 1 || tsr_add_i64(s->row0, s->rows, &end) ||
-        end > dim0)
+                    "not fit in memory sizes",
+                    s->var.name, slots);
+  int64_t dim0 = s->var.rank ? s->var.shape[0] : 1, end;
+  if (!ps_var_spec_sparse(s) || s->bounded) {
+    if (s->shard.row0 < 0 || s->shard.rows < 1 ||
+        tsr_add_i64(s->shard.row0, s->shard.rows, &end) || end > dim0)
       return tsr_errf(err, errlen, TSR_EINVAL,
-                      "%s: rows (row0 %" PRId64 ", rows %" PRId64 ") are "
-                      "empty or reach outside dim0 %" PRId64, s->name, s->row0,
-                      s->rows, dim0);
-  } else if (s->row0 < 0 || s->rows < 0) {
+                      "%s: rows (row0 %" PRId64 ", rows %" PRId64
+                      ") are "
+                      "empty or reach outside dim0 %" PRId64,
+                      s->var.name, s->shard.row0, s->shard.rows, dim0);
+  } else if (s->shard.row0 < 0 || s->shard.rows < 0) {
     return tsr_errf(err, errlen, TSR_EINVAL,
-                    "%s: row0 %" PRId64 " / rows %" PRId64 " must not be "
-                    "negative", s->name, s->row0, s->rows);
+                    "%s: row0 %" PRId64 " / rows %" PRId64
+                    " must not be "
+                    "negative",
+                    s->var.name, s->shard.row0, s->shard.rows);
   }
-  if (!s->sparse &&
-      (tsr_mul_i64(s->rows, width, &numel) ||
+  if (!ps_var_spec_sparse(s) &&
+      (tsr_mul_i64(s->shard.rows, width, &numel) ||
        tsr_mul3_size((size_t)numel, sizeof(float), 1 + slots, &bytes)))
     return tsr_errf(err, errlen, TSR_ERANGE,
-                    "%s shard %d: %" PRId64 " rows of %" PRId64 " elements "
-                    "(with %zu slot(s)) overflow a memory size", s->name,
-                    s->shard, s->rows, width, slots);
-  if (s->sparse && tsr_mul_size(bytes, PS_ROWS_PER_CHUNK, &bytes))
+                    "%s shard %d: %" PRId64 " rows of %" PRId64
+                    " elements "
+                    "(with %zu slot(s)) overflow a memory size",
+                    s->var.name, s->shard.shard, s->shard.rows, width, slots);
+  if (ps_var_spec_sparse(s) && tsr_mul_size(bytes, PS_ROWS_PER_CHUNK, &bytes))
     return tsr_errf(err, errlen, TSR_ERANGE,
                     "%s: rows of %" PRId64 " elements are too wide to hold",
-                    s->name, width);
-  const tsr_init_spec *in = &s->init;
+                    s->var.name, width);
+  const tsr_init_spec *in = &s->var.init;
   if ((unsigned)in->kind > TSR_INIT_HE_NORMAL)
-    return tsr_errf(err, errlen, TSR_EINVAL, "%s: initializer kind %d is "
-                    "unknown", s->name, (int)in->kind);
+    return tsr_errf(err, errlen, TSR_EINVAL,
+                    "%s: initializer kind %d is "
+                    "unknown",
+                    s->var.name, (int)in->kind);
   if (!sp_finite(in->a) || !sp_finite(in->b))
     return tsr_errf(err, errlen, TSR_EINVAL,
                     "%s: initializer arguments a %g, b %g must be finite",
-                    s->name, in->a, in->b);
+                    s->var.name, in->a, in->b);
   if (in->kind == TSR_INIT_UNIFORM && in->a > in->b)
     return tsr_errf(err, errlen, TSR_EINVAL,
-                    "%s: uniform initializer minval %g > maxval %g", s->name,
-                    in->a, in->b);
+                    "%s: uniform initializer minval %g > maxval %g",
+                    s->var.name, in->a, in->b);
   if ((in->kind == TSR_INIT_NORMAL || in->kind == TSR_INIT_TRUNCATED_NORMAL) &&
       in->b < 0)
     return tsr_errf(err, errlen, TSR_EINVAL,
-                    "%s: initializer stddev %g must be >= 0", s->name, in->b);
+                    "%s: initializer stddev %g must be >= 0", s->var.name,
+                    in->b);
   if (in->fan_in < 0 || in->fan_out < 0)
     return tsr_errf(err, errlen, TSR_EINVAL,
                     "%s: initializer fan_in %" PRId64 " / fan_out %" PRId64
-                    " must not be negative", s->name, in->fan_in, in->fan_out);
+                    " must not be negative",
+                    s->var.name, in->fan_in, in->fan_out);
   const tsr_optim_spec *o = &s->optim;
   if (!sp_finite(o->learning_rate) || !(o->learning_rate > 0))
     return tsr_errf(err, errlen, TSR_EINVAL,
                     "%s: optimizer.learning_rate %g must be finite and > 0",
-                    s->name, o->learning_rate);
+                    s->var.name, o->learning_rate);
   int rc;
   if ((rc = sp_hyper(s, "momentum", o->momentum, 0, 1, true, err, errlen)) ||
       (rc = sp_hyper(s, "beta_1", o->beta_1, 0, 1, true, err, errlen)) ||
@@ -195,24 +205,28 @@ int ps__spec_from_proto(const Tessera__Ps__VarSpec *v, ps_var_spec *s,
   memset(s, 0, sizeof *s);
   if (!v->name || !v->name[0])
     return tsr_errf(err, errlen, TSR_EINVAL, "create: a variable has no name");
-  if (strlen(v->name) >= PS_NAME_MAX)
-    return tsr_errf(err, errlen, TSR_EINVAL, "create: name \"%.40s...\" is "
-                    "longer than %d bytes", v->name, PS_NAME_MAX - 1);
-  snprintf(s->name, sizeof s->name, "%s", v->name);
-  if (v->n_shape > PS_MAX_RANK)
+  if (strlen(v->name) >= TSR_VAR_NAME_MAX)
+    return tsr_errf(err, errlen, TSR_EINVAL,
+                    "create: name \"%.40s...\" is "
+                    "longer than %d bytes",
+                    v->name, TSR_VAR_NAME_MAX - 1);
+  snprintf(s->var.name, sizeof s->var.name, "%s", v->name);
+  if (v->n_shape > TSR_MAX_RANK)
     return tsr_errf(err, errlen, TSR_EINVAL, "%s: rank %zu over %d", v->name,
-                    v->n_shape, PS_MAX_RANK);
+                    v->n_shape, TSR_MAX_RANK);
   if (v->dtype && v->dtype[0] && strcmp(v->dtype, "float32"))
     return tsr_errf(err, errlen, TSR_EDTYPE, "%s: dtype \"%s\": variables are "
                     "held as float32", v->name, v->dtype);
-  s->rank = (int)v->n_shape;
-  for (size_t i = 0; i < v->n_shape; i++) s->shape[i] = v->shape[i];
-  s->sparse = v->sparse;
+  s->var.rank = (int)v->n_shape;
+  for (int i = 0; i < TSR_MAX_RANK; i++)
+    s->var.shape[i] = i < s->var.rank ? v->shape[i] : 1;
+  s->var.dtype = TSR_DT_FLOAT32;
+  s->var.kind = v->sparse ? TSR_VAR_ROW_SPARSE : TSR_VAR_DENSE;
   s->bounded = v->bounded;
-  s->shard = v->shard;
-  s->num_shards = v->num_shards;
-  s->row0 = v->row0;
-  s->rows = v->rows;
+  s->shard.shard = v->shard;
+  s->shard.num_shards = v->num_shards;
+  s->shard.row0 = v->row0;
+  s->shard.rows = v->rows;
   s->seed = v->seed;
   if (v->init_path && v->init_path[0]) {
     if (strlen(v->init_path) >= sizeof s->init_path)
@@ -220,20 +234,22 @@ int ps__spec_from_proto(const Tessera__Ps__VarSpec *v, ps_var_spec *s,
                       "bytes", v->name, sizeof s->init_path - 1);
     snprintf(s->init_path, sizeof s->init_path, "%s", v->init_path);
   }
-  if (!s->sparse && s->rank == 0 && s->rows == 0) s->rows = 1;
-  const char *iname = v->init && v->init->name && v->init->name[0]
-                          ? v->init->name
-                          : (s->sparse ? "random_uniform" : "glorot_uniform");
-  if (tsr_init_parse(iname, &s->init))
+  if (!ps_var_spec_sparse(s) && s->var.rank == 0 && s->shard.rows == 0)
+    s->shard.rows = 1;
+  const char *iname =
+      v->init && v->init->name && v->init->name[0]
+          ? v->init->name
+          : (ps_var_spec_sparse(s) ? "random_uniform" : "glorot_uniform");
+  if (tsr_init_parse(iname, &s->var.init))
     return tsr_errf(err, errlen, TSR_EINVAL, "%s: unknown initializer \"%s\"",
                     v->name, iname);
   if (v->init) {
     if (v->init->a != 0 || v->init->b != 0) {
-      s->init.a = v->init->a;
-      s->init.b = v->init->b;
+      s->var.init.a = v->init->a;
+      s->var.init.b = v->init->b;
     }
-    s->init.fan_in = v->init->fan_in;
-    s->init.fan_out = v->init->fan_out;
+    s->var.init.fan_in = v->init->fan_in;
+    s->var.init.fan_out = v->init->fan_out;
   }
   const Tessera__Ps__Optimizer *o = v->optimizer;
   if (!o || !o->name || sp_optim_kind(o->name, &s->optim.kind))
@@ -266,7 +282,13 @@ int ps__spec_from_proto(const Tessera__Ps__VarSpec *v, ps_var_spec *s,
       !(s->optim.clipnorm >= 0) || !(s->optim.global_clipnorm >= 0))
     return tsr_errf(err, errlen, TSR_EINVAL, "%s: weight_decay and clipping "
                     "values must be >= 0", v->name);
-  return ps__spec_validate(s, err, errlen);
+  rc = ps__spec_validate(s, err, errlen);
+  if (rc) return rc;
+  /* the derived sizes (validate checked the row's width fits) */
+  s->var.row_dim = ps__spec_width(s);
+  if (tsr_mul_i64(s->var.shape[0], s->var.row_dim, &s->var.numel))
+    s->var.numel = 0;
+  return 0;
 }
 
 int ps__mode_parse(const char *str, ps_mode *mode, int *staleness) {

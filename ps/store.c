@@ -46,32 +46,36 @@ const char *ps__dtype_name(int dt) {
 }
 
 bool ps__spec_equal(const ps_var_spec *a, const ps_var_spec *b) {
-  if (strcmp(a->name, b->name) || a->rank != b->rank ||
-      a->sparse != b->sparse || a->bounded != b->bounded ||
-      a->shard != b->shard || a->num_shards != b->num_shards ||
-      a->row0 != b->row0 || a->rows != b->rows || a->seed != b->seed ||
+  const tsr_var *va = &a->var, *vb = &b->var;
+  const tsr_shard *sa = &a->shard, *sb = &b->shard;
+  if (strcmp(va->name, vb->name) || va->rank != vb->rank ||
+      va->kind != vb->kind || a->bounded != b->bounded ||
+      sa->shard != sb->shard || sa->num_shards != sb->num_shards ||
+      sa->row0 != sb->row0 || sa->rows != sb->rows || a->seed != b->seed ||
       strcmp(a->init_path, b->init_path))
     return false;
-  for (int i = 0; i < a->rank; i++)
-    if (a->shape[i] != b->shape[i]) return false;
-  if (a->init.kind != b->init.kind || a->init.a != b->init.a ||
-      a->init.b != b->init.b || a->init.fan_in != b->init.fan_in ||
-      a->init.fan_out != b->init.fan_out)
+  for (int i = 0; i < va->rank; i++)
+    if (va->shape[i] != vb->shape[i]) return false;
+  if (va->init.kind != vb->init.kind || va->init.a != vb->init.a ||
+      va->init.b != vb->init.b || va->init.fan_in != vb->init.fan_in ||
+      va->init.fan_out != vb->init.fan_out)
     return false;
   return memcmp(&a->optim, &b->optim, sizeof a->optim) == 0;
 }
 
 int64_t ps__spec_width(const ps_var_spec *s) {
   int64_t w = 1;
-  for (int i = 1; i < s->rank; i++) w *= s->shape[i];
+  for (int i = 1; i < s->var.rank; i++) w *= s->var.shape[i];
   return w;
 }
 
 int ps__spec_owns_id(const ps_var_spec *s, int64_t id) {
   if (id < 0) return TSR_ERANGE;
   /* row0 + rows fits: ps__spec_validate checked it against dim0 */
-  if (s->bounded) return id >= s->row0 && id - s->row0 < s->rows ? 0 : TSR_ERANGE;
-  return id % s->num_shards == s->shard ? 0 : TSR_ERANGE;
+  const tsr_shard *sh = &s->shard;
+  if (s->bounded)
+    return id >= sh->row0 && id - sh->row0 < sh->rows ? 0 : TSR_ERANGE;
+  return id % sh->num_shards == sh->shard ? 0 : TSR_ERANGE;
 }
 
 /* Initial values of elements [first, first+n): the spec's initializer, or
@@ -79,8 +83,8 @@ int ps__spec_owns_id(const ps_var_spec *s, int64_t id) {
 static int ps__init_fill(const ps_var_spec *spec, uint64_t first, float *out,
                          size_t n) {
   if (!spec->init_path[0]) {
-    kern_init_fill(&spec->init, spec->seed, kern_init_var_key(spec->name),
-                   first, out, n);
+    kern_init_fill(&spec->var.init, spec->seed,
+                   kern_init_var_key(spec->var.name), first, out, n);
     return 0;
   }
   int fd = open(spec->init_path, O_RDONLY | O_CLOEXEC);
@@ -104,12 +108,12 @@ int ps__shard_new(const ps_var_spec *spec, ps_mem *mem, ps_shard **out,
   ps_shard *s = ps__calloc(mem, 1, sizeof *s);
   if (!s)
     return tsr_errf(err, errlen, TSR_ENOMEM, "%s shard %d: out of memory",
-                    spec->name, spec->shard);
+                    spec->var.name, spec->shard.shard);
   s->spec = *spec;
   s->width = ps__spec_width(spec);
   s->nslots = kern_optim_num_slots(&spec->optim);
   s->acc_step = -1;
-  if (spec->sparse) {
+  if (ps_var_spec_sparse(spec)) {
     ps__rows_init(&s->rows, (size_t)s->width * (size_t)(1 + s->nslots));
     ps__rows_init(&s->acc_rows, (size_t)s->width);
     *out = s;
@@ -117,18 +121,18 @@ int ps__shard_new(const ps_var_spec *spec, ps_mem *mem, ps_shard **out,
   }
   size_t bytes;
   /* both checked by ps__spec_validate; computed checked all the same */
-  if (tsr_mul_size((size_t)spec->rows, (size_t)s->width, &s->numel) ||
-      tsr_mul3_size(s->numel, sizeof(float), (size_t)(1 + s->nslots),
-                    &bytes)) {
+  if (tsr_mul_size((size_t)spec->shard.rows, (size_t)s->width, &s->numel) ||
+      tsr_mul3_size(s->numel, sizeof(float), (size_t)(1 + s->nslots), &bytes)) {
     ps__free(mem, s);
     return tsr_errf(err, errlen, TSR_ERANGE, "%s shard %d: size overflows",
-                    spec->name, spec->shard);
+                    spec->var.name, spec->shard.shard);
   }
   if ((rc = ps__mem_reserve(mem, bytes))) {
     ps__free(mem, s);
     return tsr_errf(err, errlen, rc,
                     "%s shard %d: %zu bytes would exceed the memory limit "
-                    "(%zu of %zu bytes in use)", spec->name, spec->shard, bytes,
+                    "(%zu of %zu bytes in use)",
+                    spec->var.name, spec->shard.shard, bytes,
                     atomic_load(&mem->used), mem->limit);
   }
   s->mem_bytes = bytes;
@@ -141,30 +145,33 @@ int ps__shard_new(const ps_var_spec *spec, ps_mem *mem, ps_shard **out,
   }
   if (!ok) {
     ps__shard_free(s, mem);
-    return tsr_errf(err, errlen, TSR_ENOMEM, "%s: out of memory", spec->name);
+    return tsr_errf(err, errlen, TSR_ENOMEM, "%s: out of memory",
+                    spec->var.name);
   }
   if (spec->init_path[0]) {
     /* the whole variable must be in the file */
     struct stat st;
     int64_t numel = 1, bytes_all = 0;
-    if (tsr_dims_product(spec->shape, 0, spec->rank, &numel) ||
+    if (tsr_dims_product(spec->var.shape, 0, spec->var.rank, &numel) ||
         tsr_mul_i64(numel, (int64_t)sizeof(float), &bytes_all))
       bytes_all = -1; /* no file has that size */
     if (stat(spec->init_path, &st) != 0 ||
         (int64_t)st.st_size != bytes_all) {
       int e = errno;
       ps__shard_free(s, mem);
-      return tsr_errf(err, errlen, TSR_EINVAL,
-                      "%s: initial values %s: %s", spec->name,
-                      spec->init_path,
+      return tsr_errf(err, errlen, TSR_EINVAL, "%s: initial values %s: %s",
+                      spec->var.name, spec->init_path,
                       e ? strerror(e) : "not the variable's size in float32");
     }
   }
-  rc = ps__init_fill(spec, (uint64_t)(spec->row0 * s->width), s->w, s->numel);
+  rc = ps__init_fill(spec, (uint64_t)(spec->shard.row0 * s->width), s->w,
+                     s->numel);
   if (rc) {
     ps__shard_free(s, mem);
-    return tsr_errf(err, errlen, rc, "%s: cannot read initial values from "
-                    "%s", spec->name, spec->init_path);
+    return tsr_errf(err, errlen, rc,
+                    "%s: cannot read initial values from "
+                    "%s",
+                    spec->var.name, spec->init_path);
   }
   kern_optim_init_slots(&spec->optim, s->slots, s->numel);
   *out = s;
@@ -280,32 +287,45 @@ static int ps__check_ids(const ps_shard *s, const int64_t *ids, size_t n,
     if (ps__spec_owns_id(&s->spec, ids[i])) {
       if (s->spec.bounded)
         return tsr_errf(err, errlen, TSR_ERANGE,
-                        "%s shard %d: row id %" PRId64 " (index %zu) is "
+                        "%s shard %d: row id %" PRId64
+                        " (index %zu) is "
                         "outside its rows [%" PRId64 ", %" PRId64 ")",
-                        s->spec.name, s->spec.shard, ids[i], i, s->spec.row0,
-                        s->spec.row0 + s->spec.rows);
+                        s->spec.var.name, s->spec.shard.shard, ids[i], i,
+                        s->spec.shard.row0,
+                        s->spec.shard.row0 + s->spec.shard.rows);
       return tsr_errf(err, errlen, TSR_ERANGE,
-                      "%s shard %d of %d: row id %" PRId64 " (index %zu) "
+                      "%s shard %d of %d: row id %" PRId64
+                      " (index %zu) "
                       "belongs to another shard or is negative",
-                      s->spec.name, s->spec.shard, s->spec.num_shards, ids[i], i);
+                      s->spec.var.name, s->spec.shard.shard,
+                      s->spec.shard.num_shards, ids[i], i);
     }
   return 0;
 }
 
 /* Looks up or creates every row first so a budget failure changes nothing
  * but the (harmless) creation of initializer-valued rows. */
+/* Row `id`, created with its initial values when it is not held yet; a
+ * failure names the row and the memory in use. */
+static int ps__row_get(ps_shard *s, ps_mem *mem, int64_t id, float **rec,
+                       char *err, size_t errlen) {
+  int created;
+  int rc = ps__rows_insert(&s->rows, mem, id, rec, &created);
+  if (rc)
+    return tsr_errf(err, errlen, rc,
+                    "%s shard %d: cannot create row %" PRId64 " (%zu rows "
+                    "held, %zu of %zu bytes in use): %s",
+                    s->spec.var.name, s->spec.shard.shard, id, s->rows.count,
+                    atomic_load(&mem->used), mem->limit, tsr_strerror(rc));
+  if (created) ps__row_init(s, id, *rec);
+  return 0;
+}
+
 static int ps__touch_rows(ps_shard *s, ps_mem *mem, const int64_t *ids,
                           size_t n, float **recs, char *err, size_t errlen) {
   for (size_t i = 0; i < n; i++) {
-    int created;
-    int rc = ps__rows_insert(&s->rows, mem, ids[i], &recs[i], &created);
-    if (rc)
-      return tsr_errf(err, errlen, rc,
-                      "%s shard %d: cannot create row %" PRId64 " (%zu rows "
-                      "held, %zu of %zu bytes in use): %s", s->spec.name,
-                      s->spec.shard, ids[i], s->rows.count,
-                      atomic_load(&mem->used), mem->limit, tsr_strerror(rc));
-    if (created) ps__row_init(s, ids[i], recs[i]);
+    int rc = ps__row_get(s, mem, ids[i], &recs[i], err, errlen);
+    if (rc) return rc;
   }
   return 0;
 }
@@ -324,8 +344,10 @@ int ps__shard_apply_rows(ps_shard *s, ps_mem *mem, const int64_t *ids,
   if (!recs || !sum) {
     ps__free(mem, recs);
     ps__free(mem, sum);
-    return tsr_errf(err, errlen, TSR_ENOMEM, "%s shard %d: out of memory for "
-                    "%zu rows", s->spec.name, s->spec.shard, n);
+    return tsr_errf(err, errlen, TSR_ENOMEM,
+                    "%s shard %d: out of memory for "
+                    "%zu rows",
+                    s->spec.var.name, s->spec.shard.shard, n);
   }
   if ((rc = ps__touch_rows(s, mem, ids, n, recs, err, errlen))) goto out;
   for (size_t i = 0; i < n; i++) {
@@ -363,15 +385,8 @@ int ps__shard_gather(ps_shard *s, ps_mem *mem, const int64_t *ids, size_t n,
   for (size_t i = 0; i < n; i++) {
     float *rec = ps__rows_find(&s->rows, ids[i]);
     if (!rec && create) {
-      int created;
-      rc = ps__rows_insert(&s->rows, mem, ids[i], &rec, &created);
-      if (rc)
-        return tsr_errf(err, errlen, rc,
-                        "%s shard %d: cannot create row %" PRId64 " (%zu rows "
-                        "held, %zu of %zu bytes in use): %s", s->spec.name,
-                        s->spec.shard, ids[i], s->rows.count,
-                        atomic_load(&mem->used), mem->limit, tsr_strerror(rc));
-      ps__row_init(s, ids[i], rec);
+      rc = ps__row_get(s, mem, ids[i], &rec, err, errlen);
+      if (rc) return rc;
     }
     if (rec)
       memcpy(out + i * W, rec, W * sizeof(float));
@@ -417,9 +432,10 @@ int ps__shard_accum_rows(ps_shard *s, ps_mem *mem, const int64_t *ids,
     float *rec;
     int created;
     if ((rc = ps__rows_insert(&s->acc_rows, mem, ids[i], &rec, &created)))
-      return tsr_errf(err, errlen, rc, "%s: cannot hold the step's sum for "
-                      "row %" PRId64 ": %s", s->spec.name, ids[i],
-                      tsr_strerror(rc));
+      return tsr_errf(err, errlen, rc,
+                      "%s: cannot hold the step's sum for "
+                      "row %" PRId64 ": %s",
+                      s->spec.var.name, ids[i], tsr_strerror(rc));
     for (size_t k = 0; k < W; k++) rec[k] += g[i * W + k];
   }
   s->acc_count++;
@@ -447,7 +463,7 @@ int ps__shard_accum_apply(ps_shard *s, ps_mem *mem, int workers, char *err,
                           size_t errlen) {
   float scale = 1.0f / (float)(workers > 0 ? workers : 1);
   int rc = 0;
-  if (!s->spec.sparse) {
+  if (!ps_var_spec_sparse(&s->spec)) {
     if (s->acc_count == 0) {
       /* nobody pushed this step: the mean is zero, the step still counts */
       s->version++;
@@ -460,9 +476,10 @@ int ps__shard_accum_apply(ps_shard *s, ps_mem *mem, int workers, char *err,
                          ps__calloc(mem, n * (size_t)s->width, sizeof(float)),
                          0, (size_t)s->width};
     if (!c.ids || !c.g) {
-      rc = tsr_errf(err, errlen, TSR_ENOMEM, "%s shard %d: out of memory "
-                    "collecting %zu summed rows", s->spec.name, s->spec.shard,
-                    n);
+      rc = tsr_errf(err, errlen, TSR_ENOMEM,
+                    "%s shard %d: out of memory "
+                    "collecting %zu summed rows",
+                    s->spec.var.name, s->spec.shard.shard, n);
     } else {
       if (n) ps__rows_each(&s->acc_rows, ps__collect, &c);
       rc = ps__shard_apply_rows(s, mem, c.ids, c.n, c.g, scale, err, errlen);

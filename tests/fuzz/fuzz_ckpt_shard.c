@@ -24,17 +24,17 @@ static void fz_restore(const ps_ckpt_part *p, const char *dir, int shard,
                        int num_shards) {
   ps_var_spec s;
   memset(&s, 0, sizeof s);
-  snprintf(s.name, sizeof s.name, "%s", p->name);
-  s.rank = p->rank;
-  memcpy(s.shape, p->shape, sizeof s.shape);
-  s.sparse = p->sparse;
+  snprintf(s.var.name, sizeof s.var.name, "%s", p->name);
+  s.var.rank = p->rank;
+  memcpy(s.var.shape, p->shape, sizeof s.var.shape);
+  s.var.kind = p->sparse ? TSR_VAR_ROW_SPARSE : TSR_VAR_DENSE;
   s.bounded = p->bounded;
-  s.shard = shard;
-  s.num_shards = num_shards;
-  int64_t dim0 = s.rank ? s.shape[0] : 1;
+  s.shard.shard = shard;
+  s.shard.num_shards = num_shards;
+  int64_t dim0 = s.var.rank ? s.var.shape[0] : 1;
   if (num_shards > dim0) return;
-  tsr_partition_rows(dim0, num_shards, shard, &s.row0, &s.rows);
-  tsr_init_parse("zeros", &s.init);
+  tsr_partition_rows(dim0, num_shards, shard, &s.shard.row0, &s.shard.rows);
+  tsr_init_parse("zeros", &s.var.init);
   static const char *const opt[] = {"sgd", "adagrad", "rmsprop", "adam",
                                     "ftrl"};
   tsr_optim_defaults(TSR_OPT_SGD, &s.optim);

@@ -10,6 +10,7 @@
 #include "common/crc32c.h"
 #include "ps/client_int.h"
 #include "ps/svc_int.h"
+#include "tests/fuzz/fuzz_ckpt_part.h"
 
 #include <inttypes.h>
 #include <jansson.h>
@@ -73,7 +74,7 @@ static void create(run *r, const ps_var_spec *specs, size_t n) {
   Tessera__Ps__Initializer in[4];
   Tessera__Ps__Optimizer o[4];
   Tessera__Ps__LrSchedule sc[4];
-  int64_t shape[4][PS_MAX_RANK];
+  int64_t shape[4][TSR_MAX_RANK];
   for (size_t i = 0; i < n; i++) {
     ps__client_spec_to_proto(&specs[i], &v[i], &in[i], &o[i], &sc[i], shape[i]);
     vp[i] = &v[i];
@@ -107,15 +108,8 @@ static void push(run *r, uint32_t method, const char *name, int64_t step,
 
 static ps_var_spec spec(const char *name, int64_t d0, int64_t d1,
                         tsr_opt_kind k, bool sparse, bool bounded) {
-  ps_var_spec s;
-  tsr_optim_spec o;
-  tsr_optim_defaults(k, &o);
-  int64_t shape[2] = {d0, d1};
-  if (ps_var_spec_init(&s, name, 2, shape, 0, 1, "glorot_uniform", 3, &o))
-    abort();
-  s.sparse = sparse;
-  s.bounded = bounded;
-  return s;
+  ps_var_spec s = h_spec(name, d0, d1, 0, 1, "glorot_uniform", 3, k);
+  return sparse ? h_sparse(s, bounded) : s;
 }
 
 static void service_seeds(void) {
@@ -211,7 +205,7 @@ static void shard_file(const char *seed, ps_var_spec s, int pushes) {
   for (int i = 0; i < 64; i++) g[i] = 0.05f * (float)(i % 7);
   int64_t ids[4] = {s.bounded ? 3 : 7, s.bounded ? 11 : 1000000007, 3, 40};
   for (int t = 0; t < pushes; t++) {
-    if (s.sparse)
+    if (ps_var_spec_sparse(&s))
       ps__shard_apply_rows(sh, &mem, ids, 2, g, 1.0f, err, sizeof err);
     else
       ps__shard_apply_dense(sh, g, 1.0f);
@@ -237,21 +231,10 @@ static void shard_file(const char *seed, ps_var_spec s, int pushes) {
 
 static void manifest_seed(void) {
   /* the part fuzz_manifest writes: "w" [4, 2], SGD, zeros, "fz-7" step 7 */
-  char dir[] = "/tmp/tsr-seeds-XXXXXX", err[512];
+  char dir[] = "/tmp/tsr-seeds-XXXXXX";
   if (!mkdtemp(dir)) abort();
-  ps_var_spec s;
-  tsr_optim_spec o;
-  tsr_optim_defaults(TSR_OPT_SGD, &o);
-  int64_t shape[2] = {4, 2};
-  if (ps_var_spec_init(&s, "w", 2, shape, 0, 1, "zeros", 1, &o)) abort();
-  ps_mem mem = {0, 0, NULL};
-  ps_shard *sh;
-  ps_ckpt_ident who = {"fz-7", 7};
   ps_ckpt_file f;
-  if (ps__shard_new(&s, &mem, &sh, err, sizeof err) ||
-      ps__ckpt_save_shard(sh, dir, &who, false, &f, err, sizeof err))
-    abort();
-  ps__shard_free(sh, &mem);
+  fz_write_manifest_part(dir, &f);
   char path[2048];
   snprintf(path, sizeof path, "%s/%s", dir, f.name);
   unlink(path);

@@ -16,38 +16,20 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "common/job.h"
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static int replay_file(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    fprintf(stderr, "fuzz_replay: %s: %s\n", path, strerror(errno));
+  char err[512];
+  size_t n;
+  int rc;
+  char *buf = tsr_read_file(path, &n, &rc, err, sizeof err);
+  if (!buf) {
+    fprintf(stderr, "fuzz_replay: %s\n", err);
     return -1;
   }
-  size_t cap = 4096, n = 0;
-  uint8_t *buf = malloc(cap);
-  size_t got;
-  while (buf && (got = fread(buf + n, 1, cap - n, f)) > 0) {
-    n += got;
-    if (n == cap) {
-      uint8_t *nb = realloc(buf, cap * 2);
-      if (!nb) {
-        free(buf);
-        buf = NULL;
-        break;
-      }
-      buf = nb;
-      cap *= 2;
-    }
-  }
-  int bad = ferror(f) || !buf;
-  fclose(f);
-  if (bad) {
-    fprintf(stderr, "fuzz_replay: %s: cannot read\n", path);
-    free(buf);
-    return -1;
-  }
-  LLVMFuzzerTestOneInput(buf, n);
+  LLVMFuzzerTestOneInput((const uint8_t *)buf, n);
   free(buf);
   return 0;
 }

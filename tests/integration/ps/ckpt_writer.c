@@ -30,9 +30,9 @@ int main(int argc, char **argv) {
     fprintf(stderr, "%s\n", err);
     return 1;
   }
-  for (int64_t r = 0; r < s.rows; r++)
+  for (int64_t r = 0; r < s.shard.rows; r++)
     for (int c = 0; c < 3; c++) {
-      float v = 0.5f * (float)(s.row0 + r) + (float)c;
+      float v = 0.5f * (float)(s.shard.row0 + r) + (float)c;
       d->w[r * 3 + c] = v;
       d->slots[0][r * 3 + c] = -v;
       d->slots[1][r * 3 + c] = v * v;
@@ -45,7 +45,7 @@ int main(int argc, char **argv) {
   tsr_optim_defaults(TSR_OPT_ADAGRAD, &o);
   int64_t eshape[2] = {1, 2};
   if (ps_var_spec_init(&s, "emb", 2, eshape, 0, 1, "zeros", 1, &o)) return 1;
-  s.sparse = true;
+  s.var.kind = TSR_VAR_ROW_SPARSE;
   ps_shard *e;
   if (ps__shard_new(&s, &mem, &e, err, sizeof err)) return 1;
   int64_t ids[3] = {5, 1000000007, 12};

@@ -103,27 +103,39 @@ static void read_file(const char *path, char *buf, size_t len) {
   if (f) fclose(f);
 }
 
-static void serve_then_shutdown_rpc(void **state) {
-  (void)state;
+/* A tessera-ps on a free port with its stderr in `errfile` (a template
+ * "...XXXXXX", made a fresh file), and a client to it that presents
+ * `token`. */
+static pid_t ps_up(h_env *e, char *errfile, const char *token) {
   int port = free_port();
-  char errfile[] = "/tmp/tsr-ps-itest-XXXXXX";
   close(mkstemp(errfile));
   pid_t pid = start_ps(port, "ps", TOKEN, errfile);
-  h_env e;
-  client_env(&e, port, TOKEN);
+  client_env(e, port, token);
+  return pid;
+}
+
+/* Creates `v` on the PS of `e` (waiting for the connection while the
+ * binary starts). */
+static void create_on(h_env *e, const ps_var_spec *v) {
   h_res r;
-  tsr_optim_spec o;
-  tsr_optim_defaults(TSR_OPT_ADAM, &o);
-  ps_var_spec v;
-  int64_t shape[2] = {300, 70};
-  assert_int_equal(ps_var_spec_init(&v, "dense_1/kernel", 2, shape, 0, 1,
-                                    "glorot_uniform", 9, &o), 0);
-  /* the binary may still be starting: the call waits for the connection */
-  H_CALL(&e, r, ps_client_create(e.cl[0], &v, 1, h_cb, &r));
+  H_CALL(e, r, ps_client_create(e->cl[0], v, 1, h_cb, &r));
   assert_int_equal(r.status, 0);
+}
+
+static void serve_then_shutdown_rpc(void **state) {
+  (void)state;
+  char errfile[] = "/tmp/tsr-ps-itest-XXXXXX";
+  h_env e;
+  pid_t pid = ps_up(&e, errfile, TOKEN);
+  h_res r;
+  ps_var_spec v =
+      h_spec("dense_1/kernel", 300, 70, 0, 1, "glorot_uniform", 9, TSR_OPT_ADAM);
+  tsr_optim_spec o = v.optim;
+  create_on(&e, &v);
   static float got[21000], want[21000], g[21000], m[21000], vv[21000];
   float *slots[2] = {m, vv};
-  kern_init_fill(&v.init, 9, kern_init_var_key("dense_1/kernel"), 0, want, 21000);
+  kern_init_fill(&v.var.init, 9, kern_init_var_key("dense_1/kernel"), 0, want,
+                 21000);
   kern_optim_init_slots(&o, slots, 21000);
   for (int i = 0; i < 21000; i++) g[i] = cosf((float)i);
   H_CALL(&e, r, ps_client_push(e.cl[0], "dense_1/kernel", 0, 0, 0, PS_DT_F32,
@@ -147,12 +159,9 @@ static void serve_then_shutdown_rpc(void **state) {
 
 static void sigterm_exits_zero(void **state) {
   (void)state;
-  int port = free_port();
   char errfile[] = "/tmp/tsr-ps-itest-XXXXXX";
-  close(mkstemp(errfile));
-  pid_t pid = start_ps(port, "ps", TOKEN, errfile);
   h_env e;
-  client_env(&e, port, TOKEN);
+  pid_t pid = ps_up(&e, errfile, TOKEN);
   h_res r;
   H_CALL(&e, r, ps_client_stats(e.cl[0], h_cb, &r)); /* it is serving */
   assert_int_equal(r.status, 0);
@@ -169,21 +178,12 @@ static void sigterm_exits_zero(void **state) {
 static void leaving_a_job_exits_one(void **state) {
   (void)state;
   for (int how = 0; how < 2; how++) {
-    int port = free_port();
     char errfile[] = "/tmp/tsr-ps-itest-XXXXXX", text[4096];
-    close(mkstemp(errfile));
-    pid_t pid = start_ps(port, "ps", TOKEN, errfile);
     h_env e;
-    client_env(&e, port, TOKEN);
+    pid_t pid = ps_up(&e, errfile, TOKEN);
     h_res r;
-    tsr_optim_spec o;
-    tsr_optim_defaults(TSR_OPT_SGD, &o);
-    ps_var_spec v;
-    int64_t shape[2] = {4, 3};
-    assert_int_equal(ps_var_spec_init(&v, "dense/kernel", 2, shape, 0, 1,
-                                      "zeros", 1, &o), 0);
-    H_CALL(&e, r, ps_client_create(e.cl[0], &v, 1, h_cb, &r));
-    assert_int_equal(r.status, 0);
+    ps_var_spec v = h_spec("dense/kernel", 4, 3, 0, 1, "zeros", 1, TSR_OPT_SGD);
+    create_on(&e, &v);
     if (how == 0) {
       kill(pid, SIGTERM);
     } else {
@@ -200,12 +200,9 @@ static void leaving_a_job_exits_one(void **state) {
 
 static void wrong_token_refused(void **state) {
   (void)state;
-  int port = free_port();
   char errfile[] = "/tmp/tsr-ps-itest-XXXXXX";
-  close(mkstemp(errfile));
-  pid_t pid = start_ps(port, "ps", TOKEN, errfile);
   h_env e;
-  client_env(&e, port, "not-the-token");
+  pid_t pid = ps_up(&e, errfile, "not-the-token");
   ps_client_set_deadline(e.cl[0], 1500);
   h_res r;
   H_CALL(&e, r, ps_client_stats(e.cl[0], h_cb, &r));

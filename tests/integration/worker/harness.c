@@ -89,6 +89,19 @@ int h_start_ps(h_cluster *c, int i, const char *ps_mode) {
   return c->ps_pid[i] > 0 ? 0 : TSR_EINVAL;
 }
 
+/* n tasks on free ports of 127.0.0.1: their ports, "host:port"
+ * addresses, and the JSON list of the addresses (a cluster's job). */
+static void h_task_addrs(int n, int *port, char (*addr)[32], char *list,
+                         size_t len) {
+  list[0] = 0;
+  for (int i = 0; i < n; i++) {
+    port[i] = free_port();
+    snprintf(addr[i], sizeof addr[i], "127.0.0.1:%d", port[i]);
+    size_t l = strlen(list);
+    snprintf(list + l, len - l, "%s\"%s\"", i ? ", " : "", addr[i]);
+  }
+}
+
 int h_start(h_cluster *c, int n_ps, int n_workers, const char *ps_mode) {
   memset(c, 0, sizeof *c);
   tsr_job_init(&c->job);
@@ -100,23 +113,9 @@ int h_start(h_cluster *c, int n_ps, int n_workers, const char *ps_mode) {
   }
   c->n_ps = n_ps;
   c->n_workers = n_workers;
-  char ps_list[256] = "", wk_list[256] = "";
-  for (int i = 0; i < n_ps; i++) {
-    c->ps_port[i] = free_port();
-    snprintf(c->ps_addr[i], sizeof c->ps_addr[i], "127.0.0.1:%d",
-             c->ps_port[i]);
-    size_t l = strlen(ps_list);
-    snprintf(ps_list + l, sizeof ps_list - l, "%s\"%s\"", i ? ", " : "",
-             c->ps_addr[i]);
-  }
-  for (int i = 0; i < n_workers; i++) {
-    c->wk_port[i] = free_port();
-    snprintf(c->wk_addr[i], sizeof c->wk_addr[i], "127.0.0.1:%d",
-             c->wk_port[i]);
-    size_t l = strlen(wk_list);
-    snprintf(wk_list + l, sizeof wk_list - l, "%s\"%s\"", i ? ", " : "",
-             c->wk_addr[i]);
-  }
+  char ps_list[256], wk_list[256];
+  h_task_addrs(n_ps, c->ps_port, c->ps_addr, ps_list, sizeof ps_list);
+  h_task_addrs(n_workers, c->wk_port, c->wk_addr, wk_list, sizeof wk_list);
   snprintf(c->cluster_json, sizeof c->cluster_json,
            "{\"ps\": [%s], \"worker\": [%s]}", ps_list, wk_list);
   for (int i = 0; i < n_ps; i++) h_start_ps(c, i, ps_mode);

@@ -14,6 +14,7 @@
 #include "ps/ps.h"
 #include "kernels/optim.h"
 #include "ps.pb-c.h"
+#include "ps_spec_test.h"
 
 #define H_MAX 6
 
@@ -41,6 +42,13 @@ typedef struct {
   uint64_t nonfinite, mem_used, applies;
   char mode[32];
 } h_res;
+
+/* The free of a test allocator (tsr_rpc_allocator) whose blocks come
+ * from malloc. */
+static inline void h_malloc_free(void *ctx, void *p) {
+  (void)ctx;
+  free(p);
+}
 
 static inline void h_cb(const ps_result *r, void *data) {
   h_res *o = data;
@@ -131,5 +139,13 @@ static inline int h_down(h_env *e) {
     if (h_rc_) fail_msg("%s returned %s", #expr, tsr_err_name(h_rc_)); \
     if (!h_wait((env), &(res).done)) fail_msg("%s: no answer", #expr); \
   } while (0)
+
+/* One PS (h_up without options) with `v` created on it. */
+static inline void h_up_var(h_env *e, const ps_var_spec *v) {
+  h_up(e, 1, NULL);
+  h_res r;
+  H_CALL(e, r, ps_client_create(e->cl[0], v, 1, h_cb, &r));
+  if (r.status) fail_msg("create %s: %s", v->var.name, r.message);
+}
 
 #endif

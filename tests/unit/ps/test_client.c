@@ -107,9 +107,10 @@ static void test_undecodable_answers(void **state) {
   assert_int_equal(uv_loop_close(&loop), 0);
 }
 
-/* A variable's shard as the chief creates it: the same spec the chief
- * built before by hand (ps_var_spec_init, then the variable's own
- * initializer, kind and file), and the refusals. */
+/* A variable's shard as the chief creates it: the variable and the shard
+ * held as they are, the same create as one built by hand
+ * (ps_var_spec_init, then the variable's own initializer and file), and
+ * the refusals. */
 static void test_spec_from_var(void **state) {
   (void)state;
   static const int64_t shape[4] = {3, 3, 2, 8}, emb[2] = {1000, 16};
@@ -137,11 +138,21 @@ static void test_spec_from_var(void **state) {
     assert_int_equal(ps_var_spec_init(&b, v.name, v.rank, v.shape,
                                       sh[k].shard, sh[k].num_shards,
                                       tsr_init_name(v.init.kind), 7, &o), 0);
-    b.init = v.init;
+    b.var.init = v.init;
     snprintf(b.init_path, sizeof b.init_path, "%s", "/ckpt/init/c1.raw");
-    assert_memory_equal(&a, &b, sizeof a);
-    assert_int_equal(a.init.fan_in, 18);
-    assert_false(a.sparse || a.bounded);
+    /* the variable as it is, the chief's shard, the rest as by hand */
+    assert_memory_equal(&a.var, &v, sizeof v);
+    assert_memory_equal(&a.var, &b.var, sizeof a.var);
+    assert_memory_equal(&a.shard, &sh[k], sizeof a.shard);
+    assert_int_equal(a.shard.row0, b.shard.row0);
+    assert_int_equal(a.shard.rows, b.shard.rows);
+    assert_int_equal(a.shard.shard, b.shard.shard);
+    assert_int_equal(a.shard.num_shards, b.shard.num_shards);
+    assert_true(a.bounded == b.bounded && a.seed == b.seed);
+    assert_memory_equal(&a.optim, &b.optim, sizeof a.optim);
+    assert_string_equal(a.init_path, b.init_path);
+    assert_int_equal(a.var.init.fan_in, 18);
+    assert_false(ps_var_spec_sparse(&a) || a.bounded);
   }
   /* a row-sparse table: rows by id, bounded by its shard */
   assert_int_equal(tsr_var_set(&v, "e/embeddings", 2, emb, TSR_DT_FLOAT32,
@@ -150,9 +161,9 @@ static void test_spec_from_var(void **state) {
   tsr_shard s1 = {.var = 0, .shard = 1, .num_shards = 2, .row0 = 500,
                   .rows = 500, .ps = 1};
   assert_int_equal(ps_var_spec_from_var(&a, &v, &s1, 1, &o, NULL), 0);
-  assert_true(a.sparse && a.bounded);
-  assert_int_equal(a.row0, 500);
-  assert_int_equal(a.rows, 500);
+  assert_true(ps_var_spec_sparse(&a) && a.bounded);
+  assert_int_equal(a.shard.row0, 500);
+  assert_int_equal(a.shard.rows, 500);
   assert_string_equal(a.init_path, "");
   /* refusals: rows past the variable, a shard out of its count, a dtype
    * the PS does not hold */

@@ -128,14 +128,11 @@ static void sync_three_workers_equal_one(void **state) {
   cl3 c;
   cl3_up(&c, "sync");
   h_res r;
-  tsr_optim_spec o;
-  tsr_optim_defaults(TSR_OPT_SGD, &o);
-  o.learning_rate = 0.1;
-  o.momentum = 0.9;
-  ps_var_spec v;
-  int64_t shape[2] = {D0, D1};
-  assert_int_equal(ps_var_spec_init(&v, "sync/w", 2, shape, 0, 1,
-                                    "glorot_uniform", 11, &o), 0);
+  ps_var_spec v = h_spec("sync/w", D0, D1, 0, 1, "glorot_uniform", 11,
+                         TSR_OPT_SGD);
+  v.optim.learning_rate = 0.1;
+  v.optim.momentum = 0.9;
+  const tsr_optim_spec o = v.optim;
   H_CALL(&c.e, r, ps_client_create(c.w[0], &v, 1, h_cb, &r));
   for (int w = 0; w < 3; w++) {
     H_CALL(&c.e, r, ps_client_clock(c.w[w], w, 0, PS_CLOCK_JOIN, h_cb, &r));
@@ -143,7 +140,7 @@ static void sync_three_workers_equal_one(void **state) {
   }
   assert_int_equal(r.count, 3);
   static float ref[N], mom[N], g[3][N], got[3][N], sum[N];
-  kern_init_fill(&v.init, 11, kern_init_var_key("sync/w"), 0, ref, N);
+  kern_init_fill(&v.var.init, 11, kern_init_var_key("sync/w"), 0, ref, N);
   float *slots[1] = {mom};
   memset(mom, 0, sizeof mom);
   for (int step = 0; step < 4; step++) {
@@ -234,12 +231,7 @@ static void ssp_holds_fast_worker(void **state) {
   cl3 c;
   cl3_up(&c, "ssp:1");
   h_res r;
-  tsr_optim_spec o;
-  tsr_optim_defaults(TSR_OPT_SGD, &o);
-  ps_var_spec v;
-  int64_t shape[2] = {D0, D1};
-  assert_int_equal(ps_var_spec_init(&v, "ssp/w", 2, shape, 0, 1, "zeros", 1,
-                                    &o), 0);
+  ps_var_spec v = h_spec("ssp/w", D0, D1, 0, 1, "zeros", 1, TSR_OPT_SGD);
   H_CALL(&c.e, r, ps_client_create(c.w[0], &v, 1, h_cb, &r));
   H_CALL(&c.e, r, ps_client_clock(c.w[0], 0, 0, PS_CLOCK_JOIN, h_cb, &r));
   H_CALL(&c.e, r, ps_client_clock(c.w[1], 1, 0, PS_CLOCK_JOIN, h_cb, &r));
@@ -288,11 +280,7 @@ static void shutdown_answers_held_calls(void **state) {
   cl3 c;
   cl3_up(&c, "ssp:0");
   h_res r, held;
-  tsr_optim_spec o;
-  tsr_optim_defaults(TSR_OPT_SGD, &o);
-  ps_var_spec v;
-  int64_t shape[2] = {4, 4};
-  assert_int_equal(ps_var_spec_init(&v, "h", 2, shape, 0, 1, "zeros", 1, &o), 0);
+  ps_var_spec v = h_spec("h", 4, 4, 0, 1, "zeros", 1, TSR_OPT_SGD);
   H_CALL(&c.e, r, ps_client_create(c.w[0], &v, 1, h_cb, &r));
   H_CALL(&c.e, r, ps_client_clock(c.w[0], 0, 0, PS_CLOCK_JOIN, h_cb, &r));
   H_CALL(&c.e, r, ps_client_clock(c.w[1], 1, 0, PS_CLOCK_JOIN, h_cb, &r));

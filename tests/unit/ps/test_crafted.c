@@ -107,14 +107,8 @@ static void rewrite(const char *path, const edit *edits, int n_edits,
 
 static ps_var_spec spec_of(const char *name, int64_t d0, int64_t d1, int shard,
                            int nsh, tsr_opt_kind k, bool sparse) {
-  ps_var_spec s;
-  tsr_optim_spec o;
-  tsr_optim_defaults(k, &o);
-  int64_t shape[2] = {d0, d1};
-  if (ps_var_spec_init(&s, name, 2, shape, shard, nsh, "glorot_uniform", 5, &o))
-    abort();
-  s.sparse = s.bounded = sparse;
-  return s;
+  ps_var_spec s = h_spec(name, d0, d1, shard, nsh, "glorot_uniform", 5, k);
+  return sparse ? h_sparse(s, true) : s;
 }
 
 static const ps_ckpt_ident g_who = {"ckpt-b", 20};
@@ -131,7 +125,7 @@ static void save_parts(const char *dir, const char *name, int64_t d0,
     ps_shard *s;
     assert_int_equal(ps__shard_new(&sp, &mem, &s, err, sizeof err), 0);
     if (sparse) {
-      int64_t ids[2] = {sp.row0, sp.row0 + 1};
+      int64_t ids[2] = {sp.shard.row0, sp.shard.row0 + 1};
       float g[64];
       for (int j = 0; j < 64; j++) g[j] = 1.0f;
       assert_int_equal(ps__shard_apply_rows(s, &mem, ids, 2, g, 1.0f, err,

@@ -37,21 +37,10 @@ static void *f_alloc(void *ctx, size_t n) {
   return malloc(n);
 }
 
-static void f_free(void *ctx, void *p) {
-  (void)ctx;
-  free(p);
-}
-
 static ps_var_spec mk(const char *name, int64_t d0, int64_t d1,
                       tsr_opt_kind k, bool sparse) {
-  ps_var_spec s;
-  tsr_optim_spec o;
-  tsr_optim_defaults(k, &o);
-  int64_t shape[2] = {d0, d1};
-  if (ps_var_spec_init(&s, name, 2, shape, 0, 1, "random_uniform", 3, &o))
-    abort();
-  s.sparse = s.bounded = sparse;
-  return s;
+  ps_var_spec s = h_spec(name, d0, d1, 0, 1, "random_uniform", 3, k);
+  return sparse ? h_sparse(s, true) : s;
 }
 
 /* A call whose answer is 0 or an error, never a timeout. */
@@ -67,7 +56,7 @@ static char g_dir[256];
 
 static void scenario(faulty *f) {
   ps_server_opts o = {0};
-  tsr_rpc_allocator al = {f_alloc, f_free, f};
+  tsr_rpc_allocator al = {f_alloc, h_malloc_free, f};
   o.allocator = &al;
   o.checkpoint_root = g_dir;
   h_env e;
@@ -158,7 +147,7 @@ static void scenario(faulty *f) {
   H_CALL(&e, r, ps_client_create(e.cl[0], &z, 1, h_cb, &r));
   assert_int_equal(r.status, 0);
   float zw[16], zg[16], zs[16];
-  kern_init_fill(&z.init, 3, kern_init_var_key("z"), 0, zw, 16);
+  kern_init_fill(&z.var.init, 3, kern_init_var_key("z"), 0, zw, 16);
   for (int i = 0; i < 16; i++) zg[i] = (float)i;
   kern_optim_apply(&z.optim, 1, zw, zg, 1.0f, NULL, 16);
   H_CALL(&e, r, ps_client_push(e.cl[0], "z", 0, 0, 0, PS_DT_F32, zg,
@@ -215,7 +204,7 @@ static void server_new_fails_cleanly(void **state) {
   assert_int_equal(tsr_rpc_ctx_new(&ctx, &loop, &ro), 0);
   faulty f = {0};
   atomic_store(&f.fail_at, 0);
-  tsr_rpc_allocator al = {f_alloc, f_free, &f};
+  tsr_rpc_allocator al = {f_alloc, h_malloc_free, &f};
   ps_server_opts o = {0};
   o.allocator = &al;
   ps_server *s;

@@ -16,15 +16,11 @@
 #include <unistd.h>
 
 #include "ps_harness.h"
+#include "ps/client_int.h"
 #include "../rpc/tamper_proxy.h"
 
 static ps_var_spec mk(const char *name, int64_t d0, int64_t d1) {
-  ps_var_spec s;
-  tsr_optim_spec o;
-  tsr_optim_defaults(TSR_OPT_ADAM, &o);
-  int64_t shape[2] = {d0, d1};
-  if (ps_var_spec_init(&s, name, 2, shape, 0, 1, "zeros", 7, &o)) abort();
-  return s;
+  return h_spec(name, d0, d1, 0, 1, "zeros", 7, TSR_OPT_ADAM);
 }
 
 /* ---- raw calls: any meta, any payload ----------------------------------- */
@@ -96,45 +92,46 @@ static void create_refuses_what_overflows(void **state) {
   h_res r;
   /* dense [2^62 + 1]: a size that wrapped to a small allocation */
   ps_var_spec v = mk("huge", 4, 4);
-  v.rank = 1;
-  v.shape[0] = ((int64_t)1 << 62) + 1;
-  v.rows = v.shape[0];
+  v.var.rank = 1;
+  v.var.shape[0] = ((int64_t)1 << 62) + 1;
+  v.shard.rows = v.var.shape[0];
   H_CALL(&e, r, ps_client_create(e.cl[0], &v, 1, h_cb, &r));
   REFUSED(r, TSR_EINVAL, "shape[0]");
   still_serving(&e);
   /* dense [2^40, 2^30]: each dim fine, the product overflows */
   v = mk("wide", 1, 1);
-  v.shape[0] = (int64_t)1 << 40;
-  v.shape[1] = (int64_t)1 << 30;
-  v.rows = v.shape[0];
+  v.var.shape[0] = (int64_t)1 << 40;
+  v.var.shape[1] = (int64_t)1 << 30;
+  v.shard.rows = v.var.shape[0];
   H_CALL(&e, r, ps_client_create(e.cl[0], &v, 1, h_cb, &r));
   REFUSED(r, TSR_ERANGE, "wide");
   still_serving(&e);
   /* sparse [10, 2^62 + 1]: rows too wide to size */
   v = mk("semb", 10, 4);
-  v.sparse = v.bounded = true;
-  v.shape[1] = ((int64_t)1 << 62) + 1;
+  v.bounded = true;
+  v.var.kind = TSR_VAR_ROW_SPARSE;
+  v.var.shape[1] = ((int64_t)1 << 62) + 1;
   H_CALL(&e, r, ps_client_create(e.cl[0], &v, 1, h_cb, &r));
   assert_int_not_equal(r.status, 0);
   assert_non_null(strstr(r.message, "semb"));
-  v.shape[1] = (int64_t)1 << 61;
+  v.var.shape[1] = (int64_t)1 << 61;
   H_CALL(&e, r, ps_client_create(e.cl[0], &v, 1, h_cb, &r));
   REFUSED(r, TSR_ERANGE, "semb");
   still_serving(&e);
   /* row0 + rows overflows int64 */
   v = mk("rows", 100, 4);
-  v.row0 = INT64_MAX - 1;
-  v.rows = 10;
+  v.shard.row0 = INT64_MAX - 1;
+  v.shard.rows = 10;
   H_CALL(&e, r, ps_client_create(e.cl[0], &v, 1, h_cb, &r));
   REFUSED(r, TSR_EINVAL, "row0 9223372036854775806");
-  v.row0 = -5;
-  v.rows = 10;
+  v.shard.row0 = -5;
+  v.shard.rows = 10;
   H_CALL(&e, r, ps_client_create(e.cl[0], &v, 1, h_cb, &r));
   REFUSED(r, TSR_EINVAL, "row0 -5");
   /* shard numbers */
   v = mk("sh", 100, 4);
-  v.shard = 3;
-  v.num_shards = 2;
+  v.shard.shard = 3;
+  v.shard.num_shards = 2;
   H_CALL(&e, r, ps_client_create(e.cl[0], &v, 1, h_cb, &r));
   REFUSED(r, TSR_EINVAL, "shard 3 of num_shards 2");
   /* non-finite and out-of-range hyper-parameters, each named */
@@ -168,16 +165,52 @@ static void create_refuses_what_overflows(void **state) {
   }
   /* initializer arguments */
   v = mk("init", 8, 4);
-  v.init.a = NAN;
+  v.var.init.a = NAN;
   H_CALL(&e, r, ps_client_create(e.cl[0], &v, 1, h_cb, &r));
   REFUSED(r, TSR_EINVAL, "initializer");
   v = mk("init", 8, 4);
-  v.init.fan_in = -3;
+  v.var.init.fan_in = -3;
   H_CALL(&e, r, ps_client_create(e.cl[0], &v, 1, h_cb, &r));
   REFUSED(r, TSR_EINVAL, "fan_in -3");
   /* nothing of any of these was created */
   H_CALL(&e, r, ps_client_stats(e.cl[0], h_cb, &r));
   assert_int_equal(r.mem_used, 16 * 4 * 4 * 3);
+  still_serving(&e);
+  assert_int_equal(h_down(&e), 0);
+}
+
+/* A variable's name is at most TSR_VAR_NAME_MAX - 1 bytes on the PS as in
+ * the chief (the spec holds a tsr_var): one byte more is refused with the
+ * limit named, the longest is created. */
+static void create_refuses_long_names(void **state) {
+  (void)state;
+  h_env e;
+  h_up(&e, 1, NULL);
+  setup_ok(&e);
+  ps_var_spec v = mk("n", 8, 4);
+  Tessera__Ps__VarSpec vs, *vp = &vs;
+  Tessera__Ps__Initializer in;
+  Tessera__Ps__Optimizer op;
+  Tessera__Ps__LrSchedule sc;
+  int64_t shape[TSR_MAX_RANK];
+  ps__client_spec_to_proto(&v, &vs, &in, &op, &sc, shape);
+  char name[TSR_VAR_NAME_MAX + 1];
+  memset(name, 'n', TSR_VAR_NAME_MAX);
+  name[TSR_VAR_NAME_MAX] = 0;
+  vs.name = name;
+  Tessera__Ps__CreateRequest cr = TESSERA__PS__CREATE_REQUEST__INIT;
+  cr.n_vars = 1;
+  cr.vars = &vp;
+  raw_res x = raw_call(&e, PS_M_CREATE, &cr.base, NULL, 0);
+  REFUSED(x, TSR_EINVAL, "longer than 127 bytes");
+  name[TSR_VAR_NAME_MAX - 1] = 0;
+  x = raw_call(&e, PS_M_CREATE, &cr.base, NULL, 0);
+  assert_int_equal(x.status, 0);
+  float got[8 * 4], want[8 * 4] = {0};
+  h_res r;
+  H_CALL(&e, r, ps_client_pull(e.cl[0], name, 0, 0, 0, got, 32, h_cb, &r));
+  assert_int_equal(r.status, 0);
+  assert_memory_equal(got, want, sizeof got);
   still_serving(&e);
   assert_int_equal(h_down(&e), 0);
 }
@@ -193,8 +226,9 @@ static void data_calls_refuse_bad_fields(void **state) {
   /* a sparse table with very wide rows: creating it costs nothing, but a
    * pull of one row would be 2^42 bytes */
   ps_var_spec w = mk("wide_emb", 10, 4);
-  w.sparse = w.bounded = true;
-  w.shape[1] = (int64_t)1 << 40;
+  w.bounded = true;
+  w.var.kind = TSR_VAR_ROW_SPARSE;
+  w.var.shape[1] = (int64_t)1 << 40;
   H_CALL(&e, r, ps_client_create(e.cl[0], &w, 1, h_cb, &r));
   assert_int_equal(r.status, 0);
   int64_t ids[2] = {1, 2};
@@ -394,18 +428,11 @@ static void paths_stay_under_the_root(void **state) {
 
 static void altered_push_never_applied(void **state) {
   (void)state;
+  ps_var_spec v = h_spec("w", 64, 64, 0, 1, "zeros", 1, TSR_OPT_SGD);
+  v.optim.learning_rate = 1.0;
   h_env e;
-  h_up(&e, 1, NULL);
+  h_up_var(&e, &v);
   h_res r;
-  tsr_optim_spec o;
-  tsr_optim_defaults(TSR_OPT_SGD, &o);
-  o.learning_rate = 1.0;
-  ps_var_spec v;
-  int64_t shape[2] = {64, 64};
-  assert_int_equal(ps_var_spec_init(&v, "w", 2, shape, 0, 1, "zeros", 1, &o),
-                   0);
-  H_CALL(&e, r, ps_client_create(e.cl[0], &v, 1, h_cb, &r));
-  assert_int_equal(r.status, 0);
   /* the worker's connection goes through the relay: it flips one bit of
    * the first push's gradient (the sign and exponent byte of a float) */
   tamper_proxy tp;
@@ -448,6 +475,7 @@ static void altered_push_never_applied(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(create_refuses_what_overflows),
+      cmocka_unit_test(create_refuses_long_names),
       cmocka_unit_test(data_calls_refuse_bad_fields),
       cmocka_unit_test(admin_calls_refuse_bad_fields),
       cmocka_unit_test(paths_stay_under_the_root),

@@ -101,7 +101,7 @@ static void create(fx *f, int ps, const char *name, int rank,
   ps_var_spec s;
   assert_int_equal(ps_var_spec_init(&s, name, rank, shape, shard, nshards,
                                     "zeros", 1, &o), 0);
-  s.sparse = sparse;
+  s.var.kind = sparse ? TSR_VAR_ROW_SPARSE : TSR_VAR_DENSE;
   s.bounded = true;
   h_res r;
   H_CALL(&f->e, r, ps_client_create(ps_kv_client(f->kv, ps), &s, 1, h_cb,
@@ -487,19 +487,25 @@ static void losses_checked(void **state) {
   fx_down(&f);
 }
 
+/* Worker 0 joins every PS (sync), then pulls `q` for clock 5, a step
+ * nobody pushed: the pull is held. Its ticket. */
+static ps_ticket held_pull(fx *f, const ps_kv_item *q) {
+  ps_ticket j, t;
+  assert_int_equal(ps_kv_clock(f->kv, PS_CLOCK_JOIN, 0, 0, 0, &j), 0);
+  wait_ok(f, j);
+  assert_int_equal(ps_kv_pull(f->kv, q, 1, 5, &t), 0);
+  return t;
+}
+
 /* Sync mode holds a pull for a step nobody pushed; when the other PS
  * goes away, hold mode gives the held call up at once, naming it. */
 static void hold_reset(void **state) {
   (void)state;
   fx f;
   fx_up(&f, "sync", true, PS_DT_F32);
-  ps_ticket j;
-  assert_int_equal(ps_kv_clock(f.kv, PS_CLOCK_JOIN, 0, 0, 0, &j), 0);
-  wait_ok(&f, j);
   float b[4];
   ps_kv_item q = {.var = 1, .dst = b}; /* ps:1 */
-  ps_ticket t;
-  assert_int_equal(ps_kv_pull(f.kv, &q, 1, 5, &t), 0); /* held */
+  ps_ticket t = held_pull(&f, &q);
   tsr_sleep_ms(100);
   assert_false(ps_kv_done(f.kv, t));
   srv_ref s = {&f, 0};
@@ -559,13 +565,9 @@ static void cancel_fails(void **state) {
   (void)state;
   fx f;
   fx_up(&f, "sync", false, PS_DT_F32);
-  ps_ticket j;
-  assert_int_equal(ps_kv_clock(f.kv, PS_CLOCK_JOIN, 0, 0, 0, &j), 0);
-  wait_ok(&f, j);
   float b[4];
   ps_kv_item q = {.var = 1, .dst = b};
-  ps_ticket t;
-  assert_int_equal(ps_kv_pull(f.kv, &q, 1, 5, &t), 0); /* held */
+  ps_ticket t = held_pull(&f, &q);
   on_loop(&f, cancel_kv, f.kv);
   assert_int_equal(ps_kv_wait(f.kv, t, NULL), TSR_ESHUTDOWN);
   assert_int_equal(ps_kv_pull(f.kv, &q, 1, 0, &t), TSR_ESHUTDOWN);

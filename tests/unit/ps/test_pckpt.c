@@ -39,13 +39,7 @@ static void rmtree(const char *dir) {
 
 static ps_var_spec spec_of(const char *name, int64_t d0, int64_t d1, int shard,
                            int nsh, tsr_opt_kind k) {
-  ps_var_spec s;
-  tsr_optim_spec o;
-  tsr_optim_defaults(k, &o);
-  int64_t shape[2] = {d0, d1};
-  if (ps_var_spec_init(&s, name, 2, shape, shard, nsh, "glorot_uniform", 5, &o))
-    abort();
-  return s;
+  return h_spec(name, d0, d1, shard, nsh, "glorot_uniform", 5, k);
 }
 
 static void shard_round_trip(void **state) {
@@ -107,7 +101,7 @@ static void shard_round_trip(void **state) {
 
   /* sparse: ids, values and slots; restored onto 2 shards by id % 2 */
   ps_var_spec e = spec_of("emb", 1, 4, 0, 1, TSR_OPT_ADAGRAD);
-  e.sparse = true;
+  e.var.kind = TSR_VAR_ROW_SPARSE;
   e.bounded = false;
   assert_int_equal(ps__shard_new(&e, &mem, &b, err, sizeof err), 0);
   int64_t ids[5] = {11, 4, 1000000007, 6, 9};
@@ -119,8 +113,8 @@ static void shard_round_trip(void **state) {
   ps__shard_gather(b, &mem, ids, 5, want, false, err, sizeof err);
   for (int k = 0; k < 2; k++) {
     ps_var_spec ek = e;
-    ek.shard = k;
-    ek.num_shards = 2;
+    ek.shard.shard = k;
+    ek.shard.num_shards = 2;
     ps_shard *r;
     assert_int_equal(ps__ckpt_load_shard(&ek, &mem, dir, NULL, &r, err, sizeof err), 0);
     for (int i = 0; i < 5; i++) {
@@ -198,6 +192,19 @@ static void corrupt_files_fail_whole(void **state) {
 
 enum { R = 13, C = 5 };
 
+/* Shard k of nsh of "w" [R, C] (Adam) and of "emb" [1000, 3] (sparse,
+ * bounded, Adagrad) created on PS k of `e`; returns w's spec. */
+static ps_var_spec create_w_emb(h_env *e, int k, int nsh) {
+  ps_var_spec v[2] = {
+      spec_of("w", R, C, k, nsh, TSR_OPT_ADAM),
+      h_sparse(spec_of("emb", 1000, 3, k, nsh, TSR_OPT_ADAGRAD), true)};
+  h_res r;
+  H_CALL(e, r, ps_client_create(e->cl[k], v, 2, h_cb, &r));
+  assert_int_equal(r.status, 0);
+  assert_int_equal(r.count, 2);
+  return v[0];
+}
+
 static void two_ps_to_three(void **state) {
   (void)state;
   char dir[256];
@@ -213,14 +220,8 @@ static void two_ps_to_three(void **state) {
   static float full[R * C], g[R * C], got[R * C];
   /* "w" in 2 shards (7 + 6 rows), one per PS; "emb" sparse, 2 shards */
   for (int k = 0; k < 2; k++) {
-    ps_var_spec v[2];
-    v[0] = spec_of("w", R, C, k, 2, TSR_OPT_ADAM);
-    v[1] = spec_of("emb", 1000, 3, k, 2, TSR_OPT_ADAGRAD);
-    v[1].sparse = v[1].bounded = true;
-    H_CALL(&e2, r, ps_client_create(e2.cl[k], v, 2, h_cb, &r));
-    assert_int_equal(r.status, 0);
-    assert_int_equal(r.count, 2);
-    int64_t row0 = v[0].row0, rows = v[0].rows;
+    ps_var_spec w = create_w_emb(&e2, k, 2);
+    int64_t row0 = w.shard.row0, rows = w.shard.rows;
     for (int t = 0; t < 2; t++) {
       for (int i = 0; i < rows * C; i++) g[i] = (float)((i + t) % 7) - 3.0f;
       H_CALL(&e2, r, ps_client_push(e2.cl[k], "w", k, 0, t, PS_DT_F32, g,
@@ -249,19 +250,16 @@ static void two_ps_to_three(void **state) {
   h_env e3;
   h_up(&e3, 3, &o);
   for (int k = 0; k < 3; k++) {
-    ps_var_spec v[2];
-    v[0] = spec_of("w", R, C, k, 3, TSR_OPT_ADAM);
-    v[1] = spec_of("emb", 1000, 3, k, 3, TSR_OPT_ADAGRAD);
-    v[1].sparse = v[1].bounded = true;
-    H_CALL(&e3, r, ps_client_create(e3.cl[k], v, 2, h_cb, &r));
-    assert_int_equal(r.status, 0);
+    ps_var_spec w = create_w_emb(&e3, k, 3);
     H_CALL(&e3, r, ps_client_restore(e3.cl[k], ck, h_cb, &r));
     assert_int_equal(r.status, 0);
     assert_int_equal(r.count, 2);
-    H_CALL(&e3, r, ps_client_pull(e3.cl[k], "w", k, 0, 0, got,
-                                  (size_t)(v[0].rows * C), h_cb, &r));
+    H_CALL(&e3, r,
+           ps_client_pull(e3.cl[k], "w", k, 0, 0, got,
+                          (size_t)(w.shard.rows * C), h_cb, &r));
     assert_int_equal(r.status, 0);
-    assert_memory_equal(got, full + v[0].row0 * C, (size_t)(v[0].rows * C * 4));
+    assert_memory_equal(got, full + w.shard.row0 * C,
+                        (size_t)(w.shard.rows * C * 4));
     assert_int_equal(r.step, 2);
   }
   /* rows re-cut: 42 is on shard 0 of 3 ([0,334)), 777 on shard 2 */

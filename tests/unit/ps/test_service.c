@@ -15,12 +15,7 @@
 
 static ps_var_spec mk(const char *name, int64_t d0, int64_t d1, int shard,
                       int nsh, tsr_opt_kind k, const char *init) {
-  ps_var_spec s;
-  tsr_optim_spec o;
-  tsr_optim_defaults(k, &o);
-  int64_t shape[2] = {d0, d1};
-  if (ps_var_spec_init(&s, name, 2, shape, shard, nsh, init, 7, &o)) abort();
-  return s;
+  return h_spec(name, d0, d1, shard, nsh, init, 7, k);
 }
 
 static void create_pull_push(void **state) {
@@ -47,7 +42,7 @@ static void create_pull_push(void **state) {
   static float got[N], want[N], g[N], m[N], vv[N];
   H_CALL(&e, r, ps_client_pull(e.cl[0], "dense/kernel", 0, 0, 0, got, N, h_cb, &r));
   assert_int_equal(r.status, 0);
-  kern_init_fill(&v.init, 7, kern_init_var_key("dense/kernel"), 0, want, N);
+  kern_init_fill(&v.var.init, 7, kern_init_var_key("dense/kernel"), 0, want, N);
   assert_memory_equal(got, want, sizeof got);
   float *slots[2] = {m, vv};
   memset(m, 0, sizeof m);
@@ -98,7 +93,7 @@ static void bad_inputs_then_correct_pulls(void **state) {
   h_res r;
   ps_var_spec v = mk("w", 16, 8, 0, 1, TSR_OPT_SGD, "glorot_uniform");
   float want[128], g[128], got[128];
-  kern_init_fill(&v.init, 7, kern_init_var_key("w"), 0, want, 128);
+  kern_init_fill(&v.var.init, 7, kern_init_var_key("w"), 0, want, 128);
   /* push before create, pull of an unknown variable */
   for (int i = 0; i < 128; i++) g[i] = 1.0f;
   H_CALL(&e, r, ps_client_push(e.cl[0], "w", 0, 0, 0, PS_DT_F32, g, sizeof g, h_cb, &r));
@@ -147,7 +142,8 @@ static void bad_inputs_then_correct_pulls(void **state) {
   assert_int_equal(r.status, TSR_EINVAL);
   /* sparse: row id out of range of a bounded table */
   ps_var_spec emb = mk("emb", 100, 4, 1, 2, TSR_OPT_ADAGRAD, "random_uniform");
-  emb.sparse = emb.bounded = true;
+  emb.bounded = true;
+  emb.var.kind = TSR_VAR_ROW_SPARSE;
   H_CALL(&e, r, ps_client_create(e.cl[0], &emb, 1, h_cb, &r));
   assert_int_equal(r.status, 0);
   int64_t ids[2] = {70, 20};
@@ -158,7 +154,7 @@ static void bad_inputs_then_correct_pulls(void **state) {
   assert_non_null(strstr(r.message, "row id 20"));
   H_CALL(&e, r, ps_client_pull_rows(e.cl[0], "emb", 1, 0, 0, ids, 1, rows, 4, h_cb, &r));
   assert_int_equal(r.status, 0);
-  kern_init_fill(&emb.init, 7, kern_init_var_key("emb"), 70 * 4, rwant, 4);
+  kern_init_fill(&emb.var.init, 7, kern_init_var_key("emb"), 70 * 4, rwant, 4);
   assert_memory_equal(rows, rwant, 16);
   /* sparse push with a dense method, and the reverse */
   H_CALL(&e, r, ps_client_push(e.cl[0], "emb", 1, 0, 0, PS_DT_F32, rg, 16, h_cb, &r));
@@ -180,7 +176,7 @@ static void bad_inputs_then_correct_pulls(void **state) {
   int64_t hs[2] = {1, 64};
   assert_int_equal(ps_var_spec_init(&huge, "huge_emb", 2, hs, 0, 1,
                                     "random_uniform", 1, &ao), 0);
-  huge.sparse = true;
+  huge.var.kind = TSR_VAR_ROW_SPARSE;
   H_CALL(&e, r, ps_client_create(e.cl[0], &huge, 1, h_cb, &r));
   assert_int_equal(r.status, 0);
   static int64_t hid[1000];
@@ -204,7 +200,8 @@ static void bad_inputs_then_correct_pulls(void **state) {
   H_CALL(&e, r, ps_client_pull_rows(e.cl[0], "huge_emb", 0, 0, 0, &id0, 1, row,
                                     64, h_cb, &r));
   assert_int_equal(r.status, 0);
-  kern_init_fill(&huge.init, 1, kern_init_var_key("huge_emb"), 0, row_want, 64);
+  kern_init_fill(&huge.var.init, 1, kern_init_var_key("huge_emb"), 0, row_want,
+                 64);
   for (int i = 0; i < 64; i++) assert_true(row[i] != row_want[i]); /* updated */
   H_CALL(&e, r, ps_client_pull(e.cl[0], "w", 0, 0, 0, got, 128, h_cb, &r));
   assert_int_equal(r.status, 0);
@@ -214,23 +211,17 @@ static void bad_inputs_then_correct_pulls(void **state) {
 
 static void sparse_rows_and_fused(void **state) {
   (void)state;
+  ps_var_spec emb = h_sparse(h_spec("user_emb", 1000000000000LL, 8, 0, 1,
+                                    "random_uniform", 3, TSR_OPT_FTRL),
+                             false);
+  tsr_optim_spec o = emb.optim;
   h_env e;
-  h_up(&e, 1, NULL);
+  h_up_var(&e, &emb);
   h_res r;
-  tsr_optim_spec o;
-  tsr_optim_defaults(TSR_OPT_FTRL, &o);
-  ps_var_spec emb;
-  int64_t shape[2] = {1000000000000LL, 8};
-  assert_int_equal(ps_var_spec_init(&emb, "user_emb", 2, shape, 0, 1,
-                                    "random_uniform", 3, &o), 0);
-  emb.sparse = true;
-  emb.bounded = false;
-  H_CALL(&e, r, ps_client_create(e.cl[0], &emb, 1, h_cb, &r));
-  assert_int_equal(r.status, 0);
   int64_t ids[3] = {999999999999LL, 3, 999999999999LL};
   float g[24], want[24], got[24], acc[8], lin[8];
   for (int i = 0; i < 24; i++) g[i] = 0.1f * (float)(i % 8 + 1);
-  kern_init_fill(&emb.init, 3, kern_init_var_key("user_emb"),
+  kern_init_fill(&emb.var.init, 3, kern_init_var_key("user_emb"),
                  999999999999ULL * 8, want, 8);
   float *sl[2] = {acc, lin};
   kern_optim_init_slots(&o, sl, 8);
@@ -244,7 +235,8 @@ static void sparse_rows_and_fused(void **state) {
   assert_int_equal(r.status, 0);
   assert_int_equal(r.nbytes, 64);
   assert_memory_equal(got, want, 32);
-  kern_init_fill(&emb.init, 3, kern_init_var_key("user_emb"), 5 * 8, want + 8, 8);
+  kern_init_fill(&emb.var.init, 3, kern_init_var_key("user_emb"), 5 * 8,
+                 want + 8, 8);
   assert_memory_equal(got + 8, want + 8, 32);
   assert_int_equal(h_down(&e), 0);
 }
@@ -291,16 +283,11 @@ static void conc_pull_done(const ps_result *r, void *data) {
 
 static void concurrent_pushes_and_pulls(void **state) {
   (void)state;
+  ps_var_spec v = h_spec("c", 256, 256, 0, 1, "zeros", 1, TSR_OPT_SGD);
+  v.optim.learning_rate = 1.0;
   h_env e;
-  h_up(&e, 1, NULL);
+  h_up_var(&e, &v);
   h_res r;
-  tsr_optim_spec o;
-  tsr_optim_defaults(TSR_OPT_SGD, &o);
-  o.learning_rate = 1.0;
-  ps_var_spec v;
-  int64_t shape[2] = {256, 256};
-  assert_int_equal(ps_var_spec_init(&v, "c", 2, shape, 0, 1, "zeros", 1, &o), 0);
-  H_CALL(&e, r, ps_client_create(e.cl[0], &v, 1, h_cb, &r));
   /* a second connection to the same PS */
   ps_client *c2;
   char addr[64];

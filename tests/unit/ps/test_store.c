@@ -18,18 +18,18 @@ static ps_var_spec dense_spec(const char *name, int64_t d0, int64_t d1,
                               int shard, int nshards) {
   ps_var_spec s;
   memset(&s, 0, sizeof s);
-  snprintf(s.name, sizeof s.name, "%s", name);
-  s.rank = 2;
-  s.shape[0] = d0;
-  s.shape[1] = d1;
-  s.shard = shard;
-  s.num_shards = nshards;
+  snprintf(s.var.name, sizeof s.var.name, "%s", name);
+  s.var.rank = 2;
+  s.var.shape[0] = d0;
+  s.var.shape[1] = d1;
+  s.shard.shard = shard;
+  s.shard.num_shards = nshards;
   int64_t base = d0 / nshards, extra = d0 % nshards;
-  s.row0 = shard * base + (shard < extra ? shard : extra);
-  s.rows = base + (shard < extra ? 1 : 0);
-  tsr_init_parse("glorot_uniform", &s.init);
-  s.init.fan_in = d0;
-  s.init.fan_out = d1;
+  s.shard.row0 = shard * base + (shard < extra ? shard : extra);
+  s.shard.rows = base + (shard < extra ? 1 : 0);
+  tsr_init_parse("glorot_uniform", &s.var.init);
+  s.var.init.fan_in = d0;
+  s.var.init.fan_out = d1;
   s.seed = 42;
   tsr_optim_defaults(TSR_OPT_ADAM, &s.optim);
   return s;
@@ -46,8 +46,8 @@ static void init_independent_of_sharding(void **state) {
     ps_var_spec p = dense_spec("dense/kernel", 13, 7, k, 5);
     ps_shard *s;
     assert_int_equal(ps__shard_new(&p, &mem, &s, err, sizeof err), 0);
-    assert_int_equal(s->numel, (size_t)(p.rows * 7));
-    assert_memory_equal(s->w, w->w + p.row0 * 7, s->numel * 4);
+    assert_int_equal(s->numel, (size_t)(p.shard.rows * 7));
+    assert_memory_equal(s->w, w->w + p.shard.row0 * 7, s->numel * 4);
     ps__shard_free(s, &mem);
   }
   ps__shard_free(w, &mem);
@@ -110,9 +110,9 @@ static void half_precision_gradients(void **state) {
 
 static ps_var_spec sparse_spec(bool bounded, int64_t d0, int shard, int ns) {
   ps_var_spec s = dense_spec("emb", d0, 4, shard, ns);
-  s.sparse = true;
+  s.var.kind = TSR_VAR_ROW_SPARSE;
   s.bounded = bounded;
-  tsr_init_parse("random_uniform", &s.init);
+  tsr_init_parse("random_uniform", &s.var.init);
   tsr_optim_defaults(TSR_OPT_ADAGRAD, &s.optim);
   return s;
 }
@@ -130,7 +130,7 @@ static void sparse_rows_first_touch(void **state) {
   assert_int_equal(ps__shard_gather(s, &mem, ids, 3, out, false, err,
                                     sizeof err), 0);
   assert_int_equal(s->rows.count, 0); /* a read without create stores nothing */
-  kern_init_fill(&sp.init, sp.seed, kern_init_var_key("emb"),
+  kern_init_fill(&sp.var.init, sp.seed, kern_init_var_key("emb"),
                  9999999999ULL * 4, want, 4);
   assert_memory_equal(out, want, sizeof want);
   assert_memory_equal(out + 8, want, sizeof want);
@@ -270,11 +270,11 @@ static void bad_specs(void **state) {
   ps_shard *s;
   char err[256] = "";
   ps_var_spec sp = dense_spec("v", 10, 3, 0, 1);
-  sp.rows = 11;
+  sp.shard.rows = 11;
   assert_int_equal(ps__shard_new(&sp, &mem, &s, err, sizeof err), TSR_EINVAL);
   assert_non_null(strstr(err, "outside dim0"));
   sp = dense_spec("v", 10, 3, 0, 1);
-  sp.shape[1] = 0;
+  sp.var.shape[1] = 0;
   assert_int_equal(ps__shard_new(&sp, &mem, &s, err, sizeof err), TSR_EINVAL);
   assert_non_null(strstr(err, "shape[1]"));
   sp = dense_spec("v", 10, 3, 2, 2);

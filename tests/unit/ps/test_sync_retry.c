@@ -52,11 +52,6 @@ static void *f_alloc(void *ctx, size_t n) {
   return malloc(n);
 }
 
-static void f_free(void *ctx, void *p) {
-  (void)ctx;
-  free(p);
-}
-
 /* Step 0 of the first era: worker 0 pushes rows 0..5, worker 1 rows
  * 10..16, so the apply collects 13 summed rows: 13 * W floats is the
  * allocation that fails (no push or pull of these tests allocates that
@@ -82,7 +77,7 @@ typedef struct {
 static void up(env *v, bool timer) {
   memset(v, 0, sizeof *v);
   atomic_store(&v->f.size, (size_t)0);
-  v->al = (tsr_rpc_allocator){f_alloc, f_free, &v->f};
+  v->al = (tsr_rpc_allocator){f_alloc, h_malloc_free, &v->f};
   ps_server_opts o = {0};
   o.allocator = &v->al;
   h_up(&v->e, 1, &o);
@@ -95,7 +90,8 @@ static void up(env *v, bool timer) {
   int64_t shape[2] = {ROWS, W};
   assert_int_equal(ps_var_spec_init(&s, "s", 2, shape, 0, 1, "random_uniform",
                                     7, &opt), 0);
-  s.sparse = s.bounded = true;
+  s.bounded = true;
+  s.var.kind = TSR_VAR_ROW_SPARSE;
   H_CALL(&v->e, r, ps_client_create(v->e.cl[0], &s, 1, h_cb, &r));
   assert_int_equal(r.status, 0);
   v->ent = ps__find(v->e.srv[0], "s", 0);
@@ -206,18 +202,33 @@ static void reference(float *out) {
   down(&v);
 }
 
+/* A server with its timer stopped, a sync era, and step 0 pushed by both
+ * workers with the apply's allocation set to fail once (with `hold`, the
+ * failing allocation waits until the test lets it go). */
+static void failing_step0(env *v, bool hold) {
+  up(v, false);
+  era(v);
+  atomic_store(&v->f.size, FAIL_BYTES);
+  atomic_store(&v->f.left, 1);
+  atomic_store(&v->f.hold, hold ? 1 : 0);
+  push(v, 0, 0, ids0, 6, 1);
+  push(v, 1, 0, ids1, 7, 2);
+}
+
+/* The new era's step lands alone: the values of a fresh server that ran
+ * only that step. Ends the server (before the fresh one starts). */
+static void new_era_alone(env *v) {
+  static float want[ROWS * W], got[ROWS * W];
+  new_era_step(v, got);
+  down(v);
+  reference(want);
+  assert_memory_equal(got, want, sizeof got);
+}
+
 static void failure_after_reset_is_not_retried(void **state) {
   (void)state;
-  static float want[ROWS * W], got[ROWS * W];
-  reference(want);
   env v;
-  up(&v, false);
-  era(&v);
-  atomic_store(&v.f.size, FAIL_BYTES);
-  atomic_store(&v.f.left, 1);
-  atomic_store(&v.f.hold, 1);
-  push(&v, 0, 0, ids0, 6, 1);
-  push(&v, 1, 0, ids1, 7, 2);
+  failing_step0(&v, true);
   /* the apply is on the pool, inside the allocation that will fail */
   uint64_t end = tsr_now_ms() + 20000;
   while (!atomic_load(&v.f.holding) && tsr_now_ms() < end)
@@ -239,22 +250,13 @@ static void failure_after_reset_is_not_retried(void **state) {
                                     &r));
     assert_int_equal(r.status, 0);
   }
-  new_era_step(&v, got);
-  assert_memory_equal(got, want, sizeof got);
-  down(&v);
+  new_era_alone(&v);
 }
 
 static void reset_clears_a_pending_retry(void **state) {
   (void)state;
-  static float want[ROWS * W], got[ROWS * W];
-  reference(want);
   env v;
-  up(&v, false);
-  era(&v);
-  atomic_store(&v.f.size, FAIL_BYTES);
-  atomic_store(&v.f.left, 1);
-  push(&v, 0, 0, ids0, 6, 1);
-  push(&v, 1, 0, ids1, 7, 2);
+  failing_step0(&v, false);
   settle(&v);
   assert_int_equal(atomic_load(&v.f.failed), 1);
   /* failed in its own era: the retry waits for the (stopped) timer */
@@ -263,9 +265,7 @@ static void reset_clears_a_pending_retry(void **state) {
   era(&v); /* a reset, and both workers join the new era */
   assert_false(v.ent->sync_retry);
   /* the new era's step is applied at once, without the old sum */
-  new_era_step(&v, got);
-  assert_memory_equal(got, want, sizeof got);
-  down(&v);
+  new_era_alone(&v);
 }
 
 int main(void) {
