@@ -360,11 +360,14 @@ inline wk__clock_tick(w, c) {
 #define PULLS_OPEN(w, c) ((REFUSED(0, w) || PULL_GATE(0, c)) && \
   (REFUSED(1, w) || PULL_GATE(1, c)))
 #endif
+/* A read on a PS whose gate is closed, in a fan-out another PS refused,
+ * is given up, not made. */
 inline wk__pull(w, c) {
   for (p : 0 .. NP - 1) {
     if
     :: REFUSED(p, w) -> ok = false
-    :: else ->
+    :: !REFUSED(p, w) && !PULL_GATE(p, c) -> skip   /* held: given up */
+    :: !REFUSED(p, w) && PULL_GATE(p, c) ->
 #if MODE == PS_MODE_SSP
        /* safety: no member is more than S clocks behind the read */
        for (i : 0 .. NW - 1) {
