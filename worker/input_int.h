@@ -163,6 +163,28 @@ int wk_rec__copy(wk_rec *dst, const wk_rec *src, int64_t n_dense,
 #define WK_SHUFFLE_BUDGET ((int64_t)256 << 20)
 #define WK_SHUFFLE_MAX ((int64_t)1 << 20)   /* and at most this many records */
 
+/* A serialized record of a streaming source, and where it came from. */
+typedef struct {
+  const uint8_t *p;
+  size_t n;
+  int file;
+  uint64_t off;
+} wk_raw;
+
+/* One row of a batch being filled: dense values at x, the label at *y,
+ * sparse feature f's ids in column ids[f] from offs[f][row] (offs[f][row
+ * + 1] set past them). grow(ctx, f, need) makes column f hold `need` ids
+ * (0 or TSR_ENOMEM; it may move ids[f] and raises ids_cap[f]). */
+typedef struct {
+  float *x, *y;
+  int64_t **ids;
+  int64_t **offs;
+  size_t *ids_cap;
+  int64_t row;
+  int (*grow)(void *ctx, int f, size_t need);
+  void *ctx;
+} wk_row;
+
 typedef struct wk_src wk_src;
 typedef struct {
   /* Random-access sources: fills `r` with row `row` (an entry of rows[]). */
@@ -177,6 +199,14 @@ typedef struct {
   /* Streaming sources: starts a pass, then records until TSR_EEOF. */
   int (*begin)(wk_src *s, char *err, size_t errlen);
   int (*next)(wk_src *s, wk_rec *r, char *err, size_t errlen);
+  /* Optional, streaming sources that can decode later: the next record's
+   * serialized bytes (valid until the next call on the source) and where
+   * it came from (file index, byte offset), for decode_raw() to name in
+   * its messages; the pipeline shuffles these bytes and decodes each
+   * record straight into its batch row. */
+  int (*next_raw)(wk_src *s, wk_raw *r, char *err, size_t errlen);
+  int (*decode_raw)(wk_src *s, const wk_raw *r, const wk_row *o, char *err,
+                    size_t errlen);
   /* Optional, in-memory sources: checks every example of the split (not
    * only this share): finite values, labels in [0, n_classes) when
    * n_classes > 0; the message names the file, line and column. */
@@ -198,6 +228,8 @@ struct wk_src {
   double label_max;
   double best_auc;        /* synthetic_ctr: the hidden model's AUC; NAN else */
   int64_t skipped;        /* corrupt records skipped (atomic: read live) */
+  int64_t raw_bytes;      /* next_raw sources: the first record's size, for
+                             the shuffle buffer's budget; 0 unknown */
 };
 
 /* Opens the source of a spec for the given selection. */

@@ -182,6 +182,34 @@ static void dense_head(wk_tfr_slot *sl) {
   sl->head_len = nb + 4;
 }
 
+/* The slot's usual map entry as bytes and a mask (wk_tfr_slot.pat). */
+static void entry_pattern(wk_tfr_slot *sl) {
+  uint8_t pat[24] = {0}, msk[24] = {0};
+  size_t kl = sl->len, h = 10 + kl;
+  bool dense = sl->kind == WK_TFR_DENSE && sl->head_len != SIZE_MAX;
+  if (h > sizeof pat || (!dense && sl->kind != WK_TFR_SPARSE) ||
+      (dense && kl + 8 + (size_t)sl->size * 4 >= 0x80))
+    return;
+  size_t l3 = dense ? (size_t)sl->size * 4 : 0; /* sparse: varies */
+  uint8_t hdr[24] = {0x0a, (uint8_t)(kl + 8 + l3), 0x0a, (uint8_t)kl};
+  memcpy(hdr + 4, sl->name, kl);
+  hdr[4 + kl] = 0x12;
+  hdr[5 + kl] = (uint8_t)(l3 + 4);
+  hdr[6 + kl] = dense ? 0x12 : 0x1a;
+  hdr[7 + kl] = (uint8_t)(l3 + 2);
+  hdr[8 + kl] = 0x0a;
+  hdr[9 + kl] = (uint8_t)l3;
+  for (size_t i = 0; i < h; i++) {
+    bool varies = !dense && (i == 1 || i == 5 + kl || i == 7 + kl ||
+                             i == 9 + kl);
+    pat[i] = varies ? 0 : hdr[i];
+    msk[i] = varies ? 0x80 : 0xff;
+  }
+  memcpy(sl->pat, pat, sizeof pat);
+  memcpy(sl->msk, msk, sizeof msk);
+  sl->hlen = h;
+}
+
 static int init_rec_columns(wk_tfr_dec *d) {
   int ns = d->n_sparse;
   d->rec_ids = calloc((size_t)ns + 1, sizeof *d->rec_ids);
@@ -237,6 +265,7 @@ int wk_tfr__dec_init(wk_tfr_dec *d, const wk_input_spec *spec,
   for (int i = 0; i < d->n_slots; i++) {
     wk_tfr_slot *sl = &d->slots[i];
     dense_head(sl);
+    entry_pattern(sl);
     if (sl->len <= 8) { /* little-endian: byte k is bits 8k..8k+7 */
       sl->mask = sl->len == 8 ? ~UINT64_C(0)
                               : (UINT64_C(1) << (8 * sl->len)) - 1;
@@ -293,7 +322,7 @@ static int out_of_vocab(const tfr_ctx *c, const wk_tfr_slot *sl,
 }
 
 static int decode_bytes(const wk_tfr_slot *sl, const uint8_t *bp, size_t bl,
-                        const wk_tfr_out *o, const tfr_ctx *c) {
+                        const wk_row *o, const tfr_ctx *c) {
   char why[256];
   int rc = wk_decode__bytes(sl->decode, bp, bl, o->x + sl->at, sl->size, why,
                             sizeof why);
@@ -306,7 +335,7 @@ static int decode_bytes(const wk_tfr_slot *sl, const uint8_t *bp, size_t bl,
 }
 
 /* Room for `need` ids in column f. */
-static inline int col_reserve(const wk_tfr_out *o, int f, size_t need) {
+static inline int col_reserve(const wk_row *o, int f, size_t need) {
   return need <= o->ids_cap[f] ? 0 : o->grow(o->ctx, f, need);
 }
 
@@ -340,7 +369,7 @@ static inline bool usual_shape(const uint8_t *p, const uint8_t *end,
  * list then ends at f0 + the count. 0 or an error. */
 __attribute__((always_inline)) static inline int
 ids_run(const wk_tfr_slot *sl, const uint8_t *q, const uint8_t *qe,
-        int64_t f0, const wk_tfr_out *o, const tfr_ctx *c) {
+        int64_t f0, const wk_row *o, const tfr_ctx *c) {
   int f = sl->index;
   /* a varint is at least one byte: as many ids as bytes at most */
   if (col_reserve(o, f, (size_t)f0 + (size_t)(qe - q))) return TSR_ENOMEM;
@@ -359,7 +388,7 @@ ids_run(const wk_tfr_slot *sl, const uint8_t *q, const uint8_t *qe,
  * must look at it (it then overwrites whatever this wrote), < 0 on an
  * error it is sure of. */
 static int decode_fast(const wk_tfr_slot *sl, const uint8_t *p,
-                       const uint8_t *end, const wk_tfr_out *o,
+                       const uint8_t *end, const wk_row *o,
                        const tfr_ctx *c) {
   int kind, rc;
   const uint8_t *q, *qe;
@@ -412,7 +441,7 @@ static int decode_fast(const wk_tfr_slot *sl, const uint8_t *p,
  * image). */
 static int decode_general_bytes(const wk_tfr_slot *sl, int kind,
                                 const uint8_t *lp, const uint8_t *le,
-                                const wk_tfr_out *o, const tfr_ctx *c) {
+                                const wk_row *o, const tfr_ctx *c) {
   const uint8_t *bp = NULL, *p = lp;
   uint64_t bl = 0;
   int nval = 0;
@@ -443,7 +472,7 @@ static int decode_general_bytes(const wk_tfr_slot *sl, int kind,
 /* Decodes one Feature's values into the row per its slot: any legal
  * encoding, every check. */
 static int decode_general(const wk_tfr_slot *sl, const uint8_t *p,
-                          const uint8_t *end, const wk_tfr_out *o,
+                          const uint8_t *end, const wk_row *o,
                           const tfr_ctx *c) {
   int kind = 0;
   const uint8_t *lp = NULL, *le = NULL;
@@ -625,7 +654,7 @@ static int general_entry(const uint8_t **pp, const uint8_t *fe,
 /* One map entry's Feature into the row. */
 __attribute__((always_inline)) static inline int
 decode_entry(const wk_tfr_slot *sl, const uint8_t *val, const uint8_t *vend,
-             const wk_tfr_out *o, const tfr_ctx *c) {
+             const wk_row *o, const tfr_ctx *c) {
   size_t vn = (size_t)(vend - val);
   if (vn == sl->head_len && load32(val) == sl->head) { /* dense floats */
     if (vn == 8) /* a scalar feature: no call */
@@ -644,8 +673,46 @@ decode_entry(const wk_tfr_slot *sl, const uint8_t *val, const uint8_t *vend,
   return decode_general(sl, val, vend, o, c);
 }
 
+static inline uint64_t load64(const uint8_t *p) {
+  uint64_t v;
+  memcpy(&v, p, 8);
+  return v;
+}
+
+/* The map entry at *pp when it is slot sl's usual entry (its key, one
+ * packed list of one-byte lengths, nothing else; 24 bytes may be read at
+ * *pp): its values into the row and *pp past it, 1. 0 when it is not (the
+ * general scan decides), < 0 on an error in its ids. */
+__attribute__((always_inline)) static inline int
+entry_fast(const wk_tfr_slot *sl, const uint8_t **pp, const uint8_t *fe,
+           const wk_row *o, const tfr_ctx *c) {
+  const uint8_t *p = *pp;
+  size_t h = sl->hlen;
+  if (!h || (((load64(p) ^ sl->pat[0]) & sl->msk[0]) |
+             ((load64(p + 8) ^ sl->pat[1]) & sl->msk[1]) |
+             ((load64(p + 16) ^ sl->pat[2]) & sl->msk[2])))
+    return 0;
+  size_t n = p[h - 1]; /* L3: the values' bytes */
+  const uint8_t *e = p + h + n;
+  if (e > fe) return 0;
+  if (sl->kind == WK_TFR_DENSE) { /* every length is in the pattern */
+    if (n == 4) /* a scalar feature: no call */
+      memcpy(o->x + sl->at, p + h, 4);
+    else
+      memcpy(o->x + sl->at, p + h, n);
+  } else {
+    /* the lengths around the ids agree: L, VL, L2 */
+    if (p[1] != sl->len + 8 + n || p[h - 5] != n + 4 || p[h - 3] != n + 2)
+      return 0;
+    int rc = ids_run(sl, p + h, e, o->offs[sl->index][o->row], o, c);
+    if (rc) return rc;
+  }
+  *pp = e;
+  return 1;
+}
+
 static int decode_row(wk_tfr_dec *d, const uint8_t *p, const uint8_t *end,
-                      const wk_tfr_out *o, const tfr_ctx *c) {
+                      const wk_row *o, const tfr_ctx *c) {
   int rc, nseen = 0;
   if (++d->gen == 0) {
     memset(d->seen, 0, (size_t)d->n_slots * sizeof *d->seen);
@@ -666,6 +733,18 @@ static int decode_row(wk_tfr_dec *d, const uint8_t *p, const uint8_t *end,
     while (p < fe) {
       const uint8_t *me, *key = NULL, *val = NULL, *vend = NULL;
       uint64_t klen = 0;
+      if (pos < WK_TFR_PRED_MAX && d->pred[pos] && end - p >= 24) {
+        int s = d->pred[pos] - 1;
+        if ((rc = entry_fast(&d->slots[s], &p, fe, o, c))) {
+          if (rc < 0) return rc;
+          pos++;
+          if (d->seen[s] != gen) {
+            d->seen[s] = gen;
+            nseen++;
+          }
+          continue;
+        }
+      }
       if (usual_entry(p, fe, &me, &key, &klen, &val, &vend)) {
         p = me;
       } else if ((rc = general_entry(&p, fe, &key, &klen, &val, &vend, c))) {
@@ -698,7 +777,7 @@ static int decode_row(wk_tfr_dec *d, const uint8_t *p, const uint8_t *end,
 }
 
 int wk_tfr__decode_row(wk_tfr_dec *d, const uint8_t *p, size_t n,
-                       const wk_tfr_out *o, const char *path, uint64_t off,
+                       const wk_row *o, const char *path, uint64_t off,
                        char *err, size_t errlen) {
   const tfr_ctx c = {path, off, err, errlen};
   return decode_row(d, p, p + n, o, &c);
@@ -719,7 +798,7 @@ static int rec_grow(void *ctx, int f, size_t need) {
 int wk_tfr__decode(wk_tfr_dec *d, const uint8_t *p, size_t n, wk_rec *r,
                    const char *path, uint64_t off, char *err,
                    size_t errlen) {
-  const wk_tfr_out o = {r->x, &r->y, d->rec_ids, d->rec_offs, d->rec_cap,
+  const wk_row o = {r->x, &r->y, d->rec_ids, d->rec_offs, d->rec_cap,
                         0, rec_grow, d};
   int rc = wk_tfr__decode_row(d, p, n, &o, path, off, err, errlen);
   if (rc) return rc;

@@ -1,6 +1,6 @@
 /* The tf.train.Example decoder of the TFRecord reader (tfr_example.c):
  * decodes the features a data spec names straight from the serialized
- * bytes into one row of a batch (wk_tfr_out: the dense values, the label
+ * bytes into one row of a batch (wk_row: the dense values, the label
  * and each sparse feature's ids in its own column), without allocating
  * (a column grows only when a row has more ids than it has room for).
  * wk_tfr__decode() fills a wk_rec the same way, through columns of its
@@ -34,23 +34,14 @@ typedef struct {
   uint32_t head;
   size_t head_len;
   uint64_t id_lim;  /* sparse: ids (as unsigned) below it are in range */
+  /* The whole map entry in its usual encoding, up to the values: 0x0a L
+   * 0x0a KL key 0x12 VL, then 0x12 (dense floats) or 0x1a (sparse ids) L2
+   * 0x0a L3. `pat` holds those bytes where `msk` is set (a length that
+   * varies, only its high bit: one-byte lengths); `hlen` is their count;
+   * 0: no such entry (a long name, long lengths, another kind). */
+  uint64_t pat[3], msk[3];
+  size_t hlen;
 } wk_tfr_slot;
-
-/* Where one Example goes: row `row` of a batch. Dense values are written
- * at x (n_dense of them), the label at *y; sparse feature f's ids go to
- * column ids[f] from offs[f][row], and offs[f][row + 1] is set past them
- * (an absent feature: an empty list, as tf.io.VarLenFeature). A column
- * that is too short is grown with grow(ctx, f, need) (0 or TSR_ENOMEM; it
- * may move ids[f] and raises ids_cap[f]). */
-typedef struct {
-  float *x, *y;
-  int64_t **ids;
-  int64_t **offs;
-  size_t *ids_cap;
-  int64_t row;
-  int (*grow)(void *ctx, int f, size_t need);
-  void *ctx;
-} wk_tfr_out;
 
 typedef struct {
   wk_tfr_slot *slots;    /* dense..., label, sparse... */
@@ -79,7 +70,8 @@ int wk_tfr__dec_init(wk_tfr_dec *d, const wk_input_spec *spec,
                      const int64_t *vocab, char *err, size_t errlen);
 void wk_tfr__dec_free(wk_tfr_dec *d);
 
-/* Decodes one serialized Example into the row `o` names. Errors name
+/* Decodes one serialized Example into the batch row `o` (input_int.h; an
+ * absent sparse feature is an empty list, as tf.io.VarLenFeature). Errors name
  * `path` and the record's byte offset `off` and, where one is at fault,
  * the feature: TSR_EFORMAT (malformed protobuf: a varint or length past
  * the end, a bad wire type), TSR_ENOTFOUND (a dense feature or the label
@@ -87,7 +79,7 @@ void wk_tfr__dec_free(wk_tfr_dec *d);
  * vocabulary), TSR_ENOMEM. A key given twice: the last one counts. After
  * an error the row holds partial values (the caller drops it). */
 int wk_tfr__decode_row(wk_tfr_dec *d, const uint8_t *p, size_t n,
-                       const wk_tfr_out *o, const char *path, uint64_t off,
+                       const wk_row *o, const char *path, uint64_t off,
                        char *err, size_t errlen);
 
 /* The same into r (made by wk_rec__init with the decoder's n_dense and
