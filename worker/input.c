@@ -303,41 +303,6 @@ static int run_rows(wk_input *in, int64_t epoch, wk_rec *rec, int64_t *buf,
   return 0;
 }
 
-/* Streaming epoch: the same algorithm over record copies. */
-static int run_stream(wk_input *in, int64_t epoch, wk_rec *recs, char *err,
-                      size_t errlen) {
-  wk_src *s = in->src;
-  int64_t B = in->spec.shuffle_buffer > 1 ? in->spec.shuffle_buffer : 1;
-  uint64_t st = epoch_seed(in, epoch);
-  int rc = s->ops->begin(s, err, errlen);
-  if (rc) return rc;
-  int64_t m = 0;
-  while (m < B) {
-    /* buffer records are allocated on first use: a buffer larger than the
-     * data costs only what the data fills */
-    if (!recs[m].x && (rc = wk_rec__init(&recs[m], s->n_dense, s->n_sparse)))
-      return rc;
-    rc = s->ops->next(s, &recs[m], err, errlen);
-    if (rc == TSR_EEOF) break;
-    if (rc) return rc;
-    m++;
-  }
-  while (m > 0) {
-    int64_t j = B > 1 ? (int64_t)wk_rng_below(&st, (uint64_t)m) : 0;
-    if ((rc = emit(in, &recs[j], epoch))) return rc;
-    rc = s->ops->next(s, &recs[j], err, errlen);
-    if (rc == TSR_EEOF) {
-      wk_rec t = recs[j];
-      recs[j] = recs[m - 1];
-      recs[m - 1] = t;
-      m--;
-    } else if (rc) {
-      return rc;
-    }
-  }
-  return 0;
-}
-
 /* A record kept serialized in the shuffle buffer. */
 typedef struct {
   uint8_t *buf;
@@ -360,12 +325,11 @@ static int raw_keep(raw_copy *c, const wk_raw *r) {
   return 0;
 }
 
-/* Streaming epoch of a source that decodes later (TFRecord): the same
- * algorithm over copies of the serialized records (as tf.data shuffles
- * serialized Examples before parsing them); each is decoded straight
- * into its batch row when drawn. Without shuffling the records are
+/* Streaming epoch (TFRecord): the same algorithm over copies of the
+ * serialized records (as tf.data shuffles serialized Examples before
+ * parsing them); each is decoded straight into its batch row when drawn. Without shuffling the records are
  * decoded where the source read them, uncopied. */
-static int run_stream_raw(wk_input *in, int64_t epoch, raw_copy *keep,
+static int run_stream(wk_input *in, int64_t epoch, raw_copy *keep,
                           char *err, size_t errlen) {
   wk_src *s = in->src;
   int64_t B = in->spec.shuffle_buffer > 1 ? in->spec.shuffle_buffer : 1;
@@ -416,7 +380,7 @@ static void default_shuffle(wk_input *in) {
     return;
   }
   int64_t rec = (s->n_dense + 8 * (int64_t)s->n_sparse) * 4 + 64;
-  if (s->ops->next_raw && s->raw_bytes > 0) /* kept serialized */
+  if (s->raw_bytes > 0) /* records are kept serialized */
     rec = s->raw_bytes + 64;
   int64_t cap = WK_SHUFFLE_BUDGET / rec;
   if (cap > WK_SHUFFLE_MAX) cap = WK_SHUFFLE_MAX;
@@ -447,12 +411,11 @@ static void *reader_main(void *arg) {
   int64_t nrec = s->rows ? 1 : (in->spec.shuffle_buffer > 1
                                     ? in->spec.shuffle_buffer
                                     : 1);
-  bool raw = !s->rows && s->ops->next_raw;
-  wk_rec *recs = raw ? NULL : calloc((size_t)nrec, sizeof *recs);
-  raw_copy *keep = raw ? calloc((size_t)nrec, sizeof *keep) : NULL;
+  wk_rec rec = {0};
+  raw_copy *keep = s->rows ? NULL : calloc((size_t)nrec, sizeof *keep);
   int64_t *buf = NULL;
-  if (!recs && !keep) rc = TSR_ENOMEM;
-  if (!rc && recs) rc = wk_rec__init(&recs[0], s->n_dense, s->n_sparse);
+  if (s->rows) rc = wk_rec__init(&rec, s->n_dense, s->n_sparse);
+  else if (!keep) rc = TSR_ENOMEM;
   if (!rc && s->rows && in->spec.shuffle_buffer > 1) {
     int64_t B = in->spec.shuffle_buffer < s->n_rows ? in->spec.shuffle_buffer
                                                     : s->n_rows;
@@ -460,16 +423,14 @@ static void *reader_main(void *arg) {
     if (!buf) rc = TSR_ENOMEM;
   }
   for (int64_t e = 0; !rc && (in->epochs < 0 || e < in->epochs); e++) {
-    rc = s->rows ? run_rows(in, e, recs, buf, err, sizeof err)
-         : raw   ? run_stream_raw(in, e, keep, err, sizeof err)
-                 : run_stream(in, e, recs, err, sizeof err);
+    rc = s->rows ? run_rows(in, e, &rec, buf, err, sizeof err)
+                 : run_stream(in, e, keep, err, sizeof err);
     if (!rc) end_epoch(in);
     /* an empty share repeated forever would spin: end it */
     if (!rc && in->epochs < 0 && in->batch_index == 0 && e >= 1) break;
   }
-  for (int64_t i = 0; recs && i < nrec; i++) wk_rec__free(&recs[i]);
+  wk_rec__free(&rec);
   for (int64_t i = 0; keep && i < nrec; i++) free(keep[i].buf);
-  free(recs);
   free(keep);
   free(buf);
   struct timespec cpu;

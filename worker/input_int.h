@@ -5,7 +5,8 @@
  * a source (one per format) produces records, either by row number
  * (in-memory tables and the synthetic generators: shuffling then permutes
  * row numbers, never row copies) or as a stream (TFRecord: shuffling keeps
- * record copies in the buffer); input.c applies scale/normalization,
+ * copies of the serialized records, each decoded straight into its batch
+ * row when drawn); input.c applies scale/normalization,
  * shuffles, batches and prefetches on a reader thread.
  */
 #ifndef TSR_WK_INPUT_INT_H
@@ -196,14 +197,13 @@ typedef struct {
                     float *x, float *y);
   /* Optional hint: row `row` is wanted soon. */
   void (*prefetch)(wk_src *s, int64_t row);
-  /* Streaming sources: starts a pass, then records until TSR_EEOF. */
+  /* Streaming sources: starts a pass, then records until TSR_EEOF:
+   * decoded (next: for the training statistics), or serialized (next_raw:
+   * the bytes, valid until the next call on the source, and where they
+   * came from) for the pipeline to shuffle and then decode straight into
+   * a batch row (decode_raw, whose messages name that file and offset). */
   int (*begin)(wk_src *s, char *err, size_t errlen);
   int (*next)(wk_src *s, wk_rec *r, char *err, size_t errlen);
-  /* Optional, streaming sources that can decode later: the next record's
-   * serialized bytes (valid until the next call on the source) and where
-   * it came from (file index, byte offset), for decode_raw() to name in
-   * its messages; the pipeline shuffles these bytes and decodes each
-   * record straight into its batch row. */
   int (*next_raw)(wk_src *s, wk_raw *r, char *err, size_t errlen);
   int (*decode_raw)(wk_src *s, const wk_raw *r, const wk_row *o, char *err,
                     size_t errlen);
@@ -228,8 +228,8 @@ struct wk_src {
   double label_max;
   double best_auc;        /* synthetic_ctr: the hidden model's AUC; NAN else */
   int64_t skipped;        /* corrupt records skipped (atomic: read live) */
-  int64_t raw_bytes;      /* next_raw sources: the first record's size, for
-                             the shuffle buffer's budget; 0 unknown */
+  int64_t raw_bytes;      /* stream: the first record's serialized size,
+                             for the shuffle buffer's budget; 0 unknown */
 };
 
 /* Opens the source of a spec for the given selection. */
