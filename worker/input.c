@@ -32,6 +32,12 @@ typedef struct wk_slot {
   int64_t **ids;   /* n_sparse arrays */
   int64_t **offs;  /* n_sparse arrays of batch_size + 1 */
   size_t *ids_cap; /* n_sparse capacities (elements) */
+  /* the columns' first memory: one block each for ids and offsets, each
+   * column an odd number of cache lines after the one before, so that a
+   * row's writes to every column do not fall into the same few L1 sets
+   * (columns of a power-of-two size would) */
+  int64_t *ids_block, *offs_block;
+  size_t ids_stride;
 } wk_slot;
 
 struct wk_input {
@@ -87,13 +93,24 @@ static void buf_free(wk_input *in, void *p) {
   free(p);
 }
 
+/* Whether column f still lives in the slot's first block. */
+static bool in_block(const wk_slot *s, int f) {
+  return s->ids_block && s->ids[f] >= s->ids_block &&
+         s->ids[f] < s->ids_block + s->ids_stride * (size_t)s->b.n_sparse;
+}
+
+/* Bytes rounded up to an odd number of 64-byte lines. */
+static size_t odd_lines(size_t bytes) {
+  return (((bytes + 63) / 64) | 1) * 64;
+}
+
 static void slot_free(wk_input *in, wk_slot *s) {
   buf_free(in, s->x);
   buf_free(in, s->y);
-  for (int f = 0; f < in->schema.n_sparse; f++) {
-    if (s->ids) buf_free(in, s->ids[f]);
-    if (s->offs) buf_free(in, s->offs[f]);
-  }
+  for (int f = 0; s->ids && f < in->schema.n_sparse; f++)
+    if (!in_block(s, f)) buf_free(in, s->ids[f]);
+  buf_free(in, s->ids_block);
+  buf_free(in, s->offs_block);
   free(s->ids);
   free(s->offs);
   free(s->ids_cap);
@@ -109,16 +126,22 @@ static int slot_init(wk_input *in, wk_slot *s) {
   s->offs = calloc(ns ? ns : 1, sizeof *s->offs);
   s->ids_cap = calloc(ns ? ns : 1, sizeof *s->ids_cap);
   if (!s->x || !s->y || !s->ids || !s->offs || !s->ids_cap) return TSR_ENOMEM;
+  s->b.n_sparse = ns;
+  s->ids_stride = odd_lines((size_t)B * 2 * sizeof(int64_t)) / 8;
+  size_t offs_stride = odd_lines((size_t)(B + 1) * sizeof(int64_t)) / 8;
+  if (ns) {
+    s->ids_block = buf_alloc(in, s->ids_stride * (size_t)ns * 8);
+    s->offs_block = buf_alloc(in, offs_stride * (size_t)ns * 8);
+    if (!s->ids_block || !s->offs_block) return TSR_ENOMEM;
+  }
   for (int f = 0; f < ns; f++) {
-    s->ids_cap[f] = (size_t)B * 2;
-    s->ids[f] = buf_alloc(in, s->ids_cap[f] * sizeof(int64_t));
-    s->offs[f] = buf_alloc(in, (size_t)(B + 1) * sizeof(int64_t));
-    if (!s->ids[f] || !s->offs[f]) return TSR_ENOMEM;
+    s->ids_cap[f] = s->ids_stride;
+    s->ids[f] = s->ids_block + s->ids_stride * (size_t)f;
+    s->offs[f] = s->offs_block + offs_stride * (size_t)f;
   }
   s->b.x = s->x;
   s->b.y = s->y;
   s->b.n_dense = d;
-  s->b.n_sparse = ns;
   s->b.ids = s->ids;
   s->b.offsets = s->offs;
   return 0;
@@ -163,7 +186,7 @@ static int slot_grow(void *ctx, int f, size_t need) {
   if (!n) return TSR_ENOMEM;
   /* all of it: a row being decoded may have written ids already */
   memcpy(n, s->ids[f], s->ids_cap[f] * sizeof(int64_t));
-  buf_free(s->in, s->ids[f]);
+  if (!in_block(s, f)) buf_free(s->in, s->ids[f]);
   s->ids[f] = n;
   s->ids_cap[f] = cap;
   return 0;
@@ -330,7 +353,7 @@ static int raw_keep(raw_copy *c, const wk_raw *r) {
  * parsing them); each is decoded straight into its batch row when drawn. Without shuffling the records are
  * decoded where the source read them, uncopied. */
 static int run_stream(wk_input *in, int64_t epoch, raw_copy *keep,
-                          char *err, size_t errlen) {
+                      char *err, size_t errlen) {
   wk_src *s = in->src;
   int64_t B = in->spec.shuffle_buffer > 1 ? in->spec.shuffle_buffer : 1;
   uint64_t st = epoch_seed(in, epoch);
@@ -350,9 +373,15 @@ static int run_stream(wk_input *in, int64_t epoch, raw_copy *keep,
     m++;
   }
   while (m > 0) {
+    /* the record drawn is fetched into the cache while the next one is
+     * read and checked */
     int64_t j = (int64_t)wk_rng_below(&st, (uint64_t)m);
-    if ((rc = emit_raw(in, &keep[j].r, epoch, err, errlen))) return rc;
+    for (size_t k = 0; k < keep[j].r.n; k += 64)
+      __builtin_prefetch(keep[j].buf + k);
     rc = s->ops->next_raw(s, &r, err, errlen);
+    if (rc && rc != TSR_EEOF) return rc;
+    int erc = emit_raw(in, &keep[j].r, epoch, err, errlen);
+    if (erc) return erc;
     if (rc == TSR_EEOF) {
       raw_copy t = keep[j];
       keep[j] = keep[m - 1];

@@ -679,36 +679,87 @@ static inline uint64_t load64(const uint8_t *p) {
   return v;
 }
 
-/* The map entry at *pp when it is slot sl's usual entry (its key, one
- * packed list of one-byte lengths, nothing else; 24 bytes may be read at
- * *pp): its values into the row and *pp past it, 1. 0 when it is not (the
- * general scan decides), < 0 on an error in its ids. */
-__attribute__((always_inline)) static inline int
-entry_fast(const wk_tfr_slot *sl, const uint8_t **pp, const uint8_t *fe,
-           const wk_row *o, const tfr_ctx *c) {
-  const uint8_t *p = *pp;
-  size_t h = sl->hlen;
-  if (!h || (((load64(p) ^ sl->pat[0]) & sl->msk[0]) |
-             ((load64(p + 8) ^ sl->pat[1]) & sl->msk[1]) |
-             ((load64(p + 16) ^ sl->pat[2]) & sl->msk[2])))
-    return 0;
-  size_t n = p[h - 1]; /* L3: the values' bytes */
-  const uint8_t *e = p + h + n;
-  if (e > fe) return 0;
-  if (sl->kind == WK_TFR_DENSE) { /* every length is in the pattern */
-    if (n == 4) /* a scalar feature: no call */
-      memcpy(o->x + sl->at, p + h, 4);
-    else
-      memcpy(o->x + sl->at, p + h, n);
-  } else {
-    /* the lengths around the ids agree: L, VL, L2 */
-    if (p[1] != sl->len + 8 + n || p[h - 5] != n + 4 || p[h - 3] != n + 2)
-      return 0;
-    int rc = ids_run(sl, p + h, e, o->offs[sl->index][o->row], o, c);
-    if (rc) return rc;
+typedef struct {
+  const uint8_t *p; /* the next map entry */
+  int pos;          /* its position */
+  int nseen;        /* slots seen in this record */
+} scan_at;
+
+/* The run of map entries from at->p that are each their predicted slot's
+ * usual entry (its key, one packed list of one-byte lengths, nothing
+ * else): their values into the row, `at` moved past them. Stops at the
+ * first other entry (the general scan decides), at the end of Features
+ * (fe) or where fewer than 24 bytes of the record remain. 0 or an error
+ * in the ids. Everything the loop reads is held in locals: the build does
+ * not assume strict aliasing, so each store of a value would otherwise
+ * reload them. */
+static int entries_fast(wk_tfr_dec *d, scan_at *at, const uint8_t *fe,
+                        const uint8_t *end, uint32_t gen, const wk_row *o,
+                        const tfr_ctx *c) {
+  if (end - at->p < 24) return 0;
+  const uint8_t *p = at->p, *last = end - 24;
+  const int *pred = d->pred;
+  uint32_t *seen = d->seen;
+  const wk_tfr_slot *slots = d->slots;
+  float *x = o->x;
+  int64_t *const *offs = o->offs;
+  const int64_t row = o->row;
+  int pos = at->pos, nseen = at->nseen, rc = 0;
+  while (p < fe && p <= last && pos < WK_TFR_PRED_MAX) {
+    int s = pred[pos] - 1;
+    if (s < 0) break;
+    const wk_tfr_slot *sl = &slots[s];
+    size_t h = sl->hlen;
+    if (!h || (((load64(p) ^ sl->pat[0]) & sl->msk[0]) |
+               ((load64(p + 8) ^ sl->pat[1]) & sl->msk[1]) |
+               ((load64(p + 16) ^ sl->pat[2]) & sl->msk[2])))
+      break;
+    size_t n = p[h - 1]; /* L3: the values' bytes */
+    const uint8_t *e = p + h + n;
+    if (e > fe) break;
+    if (sl->kind == WK_TFR_DENSE) { /* every length is in the pattern */
+      if (n == 4) /* a scalar feature: no call */
+        memcpy(x + sl->at, p + h, 4);
+      else
+        memcpy(x + sl->at, p + h, n);
+    } else {
+      /* the lengths around the ids agree: L, VL, L2 */
+      if (p[1] != sl->len + 8 + n || p[h - 5] != n + 4 || p[h - 3] != n + 2)
+        break;
+      int f = sl->index;
+      int64_t *of = offs[f], f0 = of[row];
+      /* a varint is at least one byte: n ids at most */
+      if ((size_t)f0 + n > o->ids_cap[f] &&
+          (rc = o->grow(o->ctx, f, (size_t)f0 + n)))
+        break;
+      int64_t *ids = o->ids[f] + f0, k = 0;
+      const uint8_t *q = p + h;
+      uint64_t lim = sl->id_lim, v;
+      while (q < e) {
+        if (varint3(&q, e, &v)) {
+          rc = malformed(c, sl);
+          break;
+        }
+        if (v >= lim) {
+          rc = out_of_vocab(c, sl, v);
+          break;
+        }
+        ids[k++] = (int64_t)v;
+      }
+      if (rc) break;
+      of[row + 1] = f0 + k;
+    }
+    if (seen[s] != gen) {
+      seen[s] = gen;
+      nseen++;
+    }
+    pos++;
+    p = e;
   }
-  *pp = e;
-  return 1;
+  at->p = p;
+  at->pos = pos;
+  at->nseen = nseen;
+  return rc;
 }
 
 static int decode_row(wk_tfr_dec *d, const uint8_t *p, const uint8_t *end,
@@ -729,34 +780,30 @@ static int decode_row(wk_tfr_dec *d, const uint8_t *p, const uint8_t *end,
     if (varint(&p, end, &len) || len > (uint64_t)(end - p))
       return malformed(c, NULL);
     const uint8_t *fe = p + len; /* Features */
-    int pos = 0;                 /* map entry position */
-    while (p < fe) {
+    scan_at at = {p, 0, nseen};
+    for (;;) {
+      if ((rc = entries_fast(d, &at, fe, end, gen, o, c))) return rc;
+      p = at.p;
+      nseen = at.nseen;
+      int pos = at.pos; /* map entry position */
+      if (p >= fe) break;
       const uint8_t *me, *key = NULL, *val = NULL, *vend = NULL;
       uint64_t klen = 0;
-      if (pos < WK_TFR_PRED_MAX && d->pred[pos] && end - p >= 24) {
-        int s = d->pred[pos] - 1;
-        if ((rc = entry_fast(&d->slots[s], &p, fe, o, c))) {
-          if (rc < 0) return rc;
-          pos++;
-          if (d->seen[s] != gen) {
-            d->seen[s] = gen;
-            nseen++;
-          }
-          continue;
-        }
-      }
       if (usual_entry(p, fe, &me, &key, &klen, &val, &vend)) {
         p = me;
       } else if ((rc = general_entry(&p, fe, &key, &klen, &val, &vend, c))) {
         if (rc < 0) return rc;
+        at.p = p;
         continue;
       }
+      at.p = p;
       if (!key) continue;
-      int s = lookup_at(d, pos++, key, (size_t)klen, (size_t)(end - key));
+      at.pos = pos + 1;
+      int s = lookup_at(d, pos, key, (size_t)klen, (size_t)(end - key));
       if (s < 0) continue;
       if (d->seen[s] != gen) {
         d->seen[s] = gen;
-        nseen++;
+        at.nseen = ++nseen;
       }
       if (!val) val = vend = key; /* an empty Feature */
       if ((rc = decode_entry(&d->slots[s], val, vend, o, c))) return rc;
