@@ -405,6 +405,145 @@ static void checks_on_both_paths(void **state) {
              "feature \"ids\" is a float_list, expected int64_list");
 }
 
+/* ---- straight into a batch row ----------------------------------------- */
+
+/* Four rows of a batch: x, y, and the columns of ids and cat, each given
+ * room for one id so that rows grow them. */
+typedef struct {
+  float x[4 * 3], y[4];
+  int64_t *ids[2], offs0[5], offs1[5], *offs[2];
+  size_t cap[2];
+  int grown;
+} rows;
+
+static int rows_grow(void *ctx, int f, size_t need) {
+  rows *b = ctx;
+  int64_t *n = realloc(b->ids[f], need * sizeof(int64_t));
+  if (!n) return TSR_ENOMEM;
+  b->ids[f] = n;
+  b->cap[f] = need;
+  b->grown++;
+  return 0;
+}
+
+static void rows_init(rows *b) {
+  memset(b, 0, sizeof *b);
+  for (int f = 0; f < 2; f++) {
+    b->cap[f] = 1;
+    b->ids[f] = malloc(sizeof(int64_t));
+  }
+  b->offs[0] = b->offs0;
+  b->offs[1] = b->offs1;
+}
+
+static int dec_row(dx *f, rows *b, int row, const pb *ex) {
+  const wk_row o = {b->x + 3 * row, b->y + row, b->ids, b->offs, b->cap,
+                    row, rows_grow, b};
+  f->err[0] = 0;
+  return wk_tfr__decode_row(&f->dec, ex->b, ex->n, &o, "t.tfrecord", 96,
+                            f->err, sizeof f->err);
+}
+
+/* Features in the usual order, in another order, with a sparse feature
+ * absent and with keys given twice (the last counts) land in their
+ * columns; rows that need more room grow a column and keep the rows
+ * before. */
+static void rows_any_order(void **state) {
+  dx *f = *state;
+  rows b;
+  rows_init(&b);
+  pb ex = {0}, feats = {0};
+  int64_t ids0[] = {5, 300}, ids1[] = {7}, ids3[] = {8, 70000}, one = 1;
+  int64_t cat[] = {6, 2, 1, 3}, y = 3;
+  usual(&ex, ids0, 2, cat[0]);
+  assert_int_equal(dec_row(f, &b, 0, &ex), 0);
+  /* cat, ids, label, x */
+  ints_entry(&feats, "cat", &cat[1], 1);
+  ints_entry(&feats, "ids", ids1, 1);
+  ints_entry(&feats, "label", &y, 1);
+  floats_entry(&feats, "x", X, 3);
+  example(&ex, &feats);
+  assert_int_equal(dec_row(f, &b, 1, &ex), 0);
+  /* ids absent: an empty list */
+  feats.n = 0;
+  x_and_label(&feats);
+  ints_entry(&feats, "cat", &cat[2], 1);
+  example(&ex, &feats);
+  assert_int_equal(dec_row(f, &b, 2, &ex), 0);
+  /* ids and x twice: the second of each counts */
+  feats.n = 0;
+  const float x0[3] = {9, 9, 9};
+  floats_entry(&feats, "x", x0, 3);
+  ints_entry(&feats, "ids", &one, 1);
+  x_and_label(&feats);
+  ints_entry(&feats, "ids", ids3, 2);
+  ints_entry(&feats, "cat", &cat[3], 1);
+  example(&ex, &feats);
+  assert_int_equal(dec_row(f, &b, 3, &ex), 0);
+  for (int r = 0; r < 4; r++) {
+    assert_memory_equal(b.x + 3 * r, X, sizeof X);
+    assert_true(b.y[r] == 3);
+  }
+  const int64_t want_ids[] = {5, 300, 7, 8, 70000}, want_offs[] = {0, 2, 3,
+                                                                   3, 5};
+  assert_memory_equal(b.offs0, want_offs, sizeof want_offs);
+  assert_memory_equal(b.ids[0], want_ids, sizeof want_ids);
+  for (int r = 0; r < 4; r++) {
+    assert_int_equal(b.offs1[r + 1], r + 1);
+    assert_int_equal(b.ids[1][r], cat[r]);
+  }
+  assert_true(b.grown > 0);
+  free(b.ids[0]);
+  free(b.ids[1]);
+}
+
+/* After the usual order has been learnt, a feature of the wrong length,
+ * of the wrong type or absent at its usual place, and an ids run whose
+ * length disagrees with its list's, are refused with the feature named. */
+static void rows_refused(void **state) {
+  dx *f = *state;
+  rows b;
+  rows_init(&b);
+  int64_t ids[] = {5, 300}, cat = 2;
+  pb ex = {0}, feats = {0};
+  usual(&ex, ids, 2, cat);
+  assert_int_equal(dec_row(f, &b, 0, &ex), 0);
+  const int64_t y = 3;
+  floats_entry(&feats, "x", X, 2);
+  ints_entry(&feats, "label", &y, 1);
+  ints_entry(&feats, "ids", ids, 2);
+  ints_entry(&feats, "cat", &cat, 1);
+  example(&ex, &feats);
+  assert_int_equal(dec_row(f, &b, 1, &ex), TSR_ESHAPE);
+  assert_non_null(strstr(f->err, "t.tfrecord: record at byte offset 96: "
+                                 "feature \"x\" has 2 values, expected 3"));
+  feats.n = 0;
+  x_and_label(&feats);
+  floats_entry(&feats, "ids", X, 2);
+  example(&ex, &feats);
+  assert_int_equal(dec_row(f, &b, 1, &ex), TSR_EDTYPE);
+  assert_non_null(strstr(f->err, "feature \"ids\" is a float_list"));
+  feats.n = 0;
+  ints_entry(&feats, "label", &y, 1);
+  ints_entry(&feats, "ids", ids, 2);
+  example(&ex, &feats);
+  assert_int_equal(dec_row(f, &b, 1, &ex), TSR_ENOTFOUND);
+  assert_non_null(strstr(f->err, "t.tfrecord: record at byte offset 96: "
+                                 "feature \"x\" is absent from the "
+                                 "Example"));
+  /* ids entry: "ids" 0x12 VL 0x1a L2 0x0a L3 05 ac 02; L3 one short */
+  usual(&ex, ids, 2, cat);
+  size_t at = 0;
+  for (size_t i = 0; i + 3 < ex.n; i++)
+    if (!memcmp(ex.b + i, "ids", 3)) at = i;
+  assert_int_equal(ex.b[at + 7], 0x0a);
+  ex.b[at + 8]--;
+  assert_int_equal(dec_row(f, &b, 1, &ex), TSR_EFORMAT);
+  assert_non_null(strstr(f->err, "malformed Example (feature \"ids\")"));
+  free(b.ids[0]);
+  free(b.ids[1]);
+}
+
 /* Every prefix and every one-byte change of an Example: decoded or
  * refused with a known code, never read outside (ASan). The bytes are
  * copied to a buffer of exactly their size each time. */
@@ -442,6 +581,8 @@ int main(void) {
                                       dx_teardown),
       cmocka_unit_test_setup_teardown(every_truncation_and_flip, dx_setup,
                                       dx_teardown),
+      cmocka_unit_test_setup_teardown(rows_any_order, dx_setup, dx_teardown),
+      cmocka_unit_test_setup_teardown(rows_refused, dx_setup, dx_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
