@@ -292,6 +292,9 @@ int ps_client_shutdown(ps_client *c, bool job_done, ps_client_cb cb,
  * workers catch up), a connection lost while calls are in flight resets
  * every connection, so calls held on the other PS fail at once (TSR_ECLOSED
  * naming the lost PS) instead of waiting for a step that may never come.
+ * A pull or push that fails on its own (refused by its PS, or not sent)
+ * does the same, and counts as a loss: calls in flight are given up
+ * naming that failure, calls checking losses fail at issue.
  */
 typedef struct ps_kv ps_kv;
 

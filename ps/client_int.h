@@ -122,6 +122,7 @@ struct ps_kv {
   uint64_t seq;
   int open;                /* tickets not yet waited for */
   int inflight;            /* calls issued, not completed */
+  int inflight_data;       /* of them, pulls and pushes (not clocks) */
   uint64_t losses;
   char loss_msg[512];
   char lost[512];          /* why the last reset happened */

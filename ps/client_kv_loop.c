@@ -46,10 +46,54 @@ static const char *kind_name(kv_kind k) {
 
 /* ---- completions (loop thread) ------------------------------------------ */
 
+/* With hold (ssp, sync): a call that failed on its own (the PS refused
+ * it, or it could not be sent; not given up by a reset or a cancel). The
+ * caller's other pulls and pushes may be held by another PS for a step
+ * that will not come now (this PS came back without its shards, say, and
+ * the other workers wait as this one does): waiting for them would wait
+ * out their deadline. So, when the failed call is a pull or a push, or
+ * pulls or pushes are in flight: the loss count goes up (calls checking
+ * it that are not sent yet fail at issue, naming this failure) and the
+ * calls in flight are given up (TSR_ECLOSED) by resetting every
+ * connection on the next wake. A clock call that fails with nothing else
+ * out (a JOIN retried while a PS is down) changes nothing. */
+static void give_up_held(ps_kv *kv, const kv_call *c, int status,
+                         const char *why) {
+  if (!why || !*why) why = tsr_strerror(status);
+  pthread_mutex_lock(&kv->mu);
+  bool own = !(status == TSR_ESHUTDOWN && c->gen != kv->gen) &&
+             !kv->cancelled;
+  bool data = c->kind != KV_CLOCK;
+  int others = kv->inflight_data - data; /* c is still counted */
+  bool give_up = kv->hold && own && (data || others > 0);
+  bool reset = give_up && others > 0;
+  if (give_up) {
+    const char *addr = ps_kv_addr(kv, c->ps);
+    if (data)
+      snprintf(kv->loss_msg, sizeof kv->loss_msg, "ps:%d (%s): %s %s shard "
+               "%d: %s", c->ps, addr, kind_name(c->kind),
+               c->var >= 0 && c->var < kv->n_vars ? kv->vars[c->var].name
+                                                  : "?",
+               c->shard, why);
+    else
+      snprintf(kv->loss_msg, sizeof kv->loss_msg, "ps:%d (%s): clock: %s",
+               c->ps, addr, why);
+    kv->losses++;
+  }
+  if (reset) {
+    snprintf(kv->lost, sizeof kv->lost, "%.400s; the calls held on the "
+             "other PS were given up", kv->loss_msg);
+    kv->reset_wanted = true;
+  }
+  pthread_mutex_unlock(&kv->mu);
+  if (reset) uv_async_send(&kv->async);
+}
+
 static void finish(ps_kv *kv, kv_call *c, int status, const char *msg,
                    int64_t step, int64_t min_clock, size_t bytes_in) {
   pthread_mutex_lock(&kv->mu);
   kv->inflight--;
+  if (c->kind != KV_CLOCK) kv->inflight_data--;
   kv_slot *s = &kv->slots[c->slot];
   if (status == TSR_ESHUTDOWN && c->gen != kv->gen && !kv->cancelled) {
     status = TSR_ECLOSED; /* a reset gave it up */
@@ -100,6 +144,7 @@ static void on_result(const ps_result *r, void *data) {
     clock = r->clock;
     if (r->status == 0) c->kv->era[c->ps] = r->era; /* loop thread */
   }
+  if (r->status < 0) give_up_held(c->kv, c, r->status, r->message);
   finish(c->kv, c, r->status, r->message, r->step, clock, r->nbytes);
 }
 
@@ -166,10 +211,11 @@ static void reset_clients(ps_kv *kv) {
 
 static void on_async(uv_async_t *h) {
   ps_kv *kv = h->data;
-  if (kv->reset_wanted) {
-    kv->reset_wanted = false;
-    if (!kv->closing) reset_clients(kv);
-  }
+  pthread_mutex_lock(&kv->mu);
+  bool reset = kv->reset_wanted;
+  kv->reset_wanted = false;
+  pthread_mutex_unlock(&kv->mu);
+  if (reset && !kv->closing) reset_clients(kv);
   pthread_mutex_lock(&kv->mu);
   kv_call *list = kv->q_head;
   kv->q_head = kv->q_tail = NULL;
@@ -187,6 +233,7 @@ static void on_async(uv_async_t *h) {
     bool cancelled = kv->cancelled;
     if (lost) snprintf(msg, sizeof msg, "%s", kv->loss_msg);
     kv->inflight++;
+    if (c->kind != KV_CLOCK) kv->inflight_data++;
     c->gen = kv->gen;
     pthread_mutex_unlock(&kv->mu);
     if (cancelled) {
@@ -198,12 +245,13 @@ static void on_async(uv_async_t *h) {
       continue;
     }
     int rc = issue(kv, c, worker);
-    if (rc < 0)
-      finish(kv, c, rc,
-             rc == TSR_EUNAVAIL ? "not reachable (connection down, "
-                                  "reconnecting)"
-                                : tsr_strerror(rc),
-             -1, -1, 0);
+    if (rc < 0) {
+      const char *why = rc == TSR_EUNAVAIL ? "not reachable (connection "
+                                             "down, reconnecting)"
+                                           : tsr_strerror(rc);
+      give_up_held(kv, c, rc, why);
+      finish(kv, c, rc, why, -1, -1, 0);
+    }
   }
 }
 
@@ -225,11 +273,11 @@ static void on_state(tsr_rpc_client *rc, int connected, int status,
              "ps:%d (%s) lost its connection (%s); the calls held on the "
              "other PS were given up", i, kv->addrs[i],
              tsr_strerror(status));
+  /* not from inside the client's own callback: on the next wake */
+  if (reset) kv->reset_wanted = true;
   pthread_mutex_unlock(&kv->mu);
   if (!reset) return;
   tsr_warn("%s", kv->lost);
-  /* not from inside the client's own callback: on the next wake */
-  kv->reset_wanted = true;
   uv_async_send(&kv->async);
 }
 
@@ -332,6 +380,7 @@ void ps_kv_cancel(ps_kv *kv) {
     list = c->next;
     pthread_mutex_lock(&kv->mu);
     kv->inflight++;
+    if (c->kind != KV_CLOCK) kv->inflight_data++;
     pthread_mutex_unlock(&kv->mu);
     finish(kv, c, TSR_ESHUTDOWN, "the PS client is closing", -1, -1, 0);
   }

@@ -24,7 +24,7 @@ set -u
 
 DEFAULT_TESTS=(cluster_failures netns_cluster cluster_chief_errors
                cluster_disk_full chief_local chief_local_cluster rpc_procs
-               worker_errors worker_synckill storm)
+               worker_errors worker_synckill worker_syncback storm)
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)

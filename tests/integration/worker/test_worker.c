@@ -14,6 +14,11 @@
  *           back), shutdown by the method exits 0;
  *   synckill 2 PS, 2 workers, sync: a PS killed while the other holds
  *           calls fails both closures at once, naming it.
+ *   syncback 2 PS, 2 workers, sync: a PS that came back without its
+ *           shards fails a closure at once, naming it, even while the
+ *           other PS holds the closure's first pull (for a step the other
+ *           worker has not pushed): the held call is given up, not waited
+ *           out to its deadline.
  * Every wait has a deadline; every worker must exit 0 on SIGTERM, every PS
  * 0 or 1 (1: it held a job that was not done).
  */
@@ -426,10 +431,56 @@ static int test_synckill(void) {
   return 0;
 }
 
+/* ---- a PS back without its shards in sync mode ----------------------------- */
+
+static int test_syncback(void) {
+  h_cluster c;
+  /* Far beyond the waits below: a held call must not end by its deadline. */
+  h_set_ps_deadline(120000);
+  int rc = h_start(&c, 2, 2, "sync");
+  H_CHECK(rc == 0, "start");
+  const char *ovr[] = {"batch_size=16", "mode=\"sync\"", NULL};
+  H_CHECK(h_load_job(&c, job_path, ovr, 2) == 0, "job");
+  H_CHECK(h_create_vars(&c, "sync") == 0, "create");
+  for (int w = 0; w < 2; w++) {
+    h_result r;
+    rc = h_configure(&c, w, 22, WK_FORMAT_VERSION, c.job_text, &r);
+    H_CHECK(rc == 0, "configure worker %d: %s", w, r.msg);
+    h_result_free(&r);
+  }
+  /* Worker 0 alone: it pushes step 0, then its pulls of step 1 are held
+   * on both PS until worker 1 (a member that runs nothing) pushes step 0. */
+  h_result r;
+  H_CHECK(run_closure(&c, 0, 1, 100000000, &r) == 0, "run");
+  h_spin(&c, 300);
+  H_CHECK(!r.done, "the closure ended early: %s", r.msg);
+  H_CHECK(h_kill(c.ps_pid[1], SIGKILL, 5000) >= 0, "kill ps:1");
+  c.ps_pid[1] = 0;
+  rc = h_wait(&c, &r, 20000);
+  H_CHECK(rc != 0 && rc != TSR_ETIMEOUT && strstr(r.msg, "ps:1"),
+          "closure 1 after ps:1 died: %s %s", tsr_err_name(rc), r.msg);
+  h_result_free(&r);
+  /* ps:1 back, empty. The next closure's first pull is held on ps:0 (step
+   * 0 still waits for worker 1) and refused by ps:1 (no shards). */
+  H_CHECK(h_start_ps(&c, 1, "sync") == 0, "restart ps:1");
+  H_CHECK(run_closure(&c, 0, 2, 100000000, &r) == 0, "run");
+  rc = h_wait(&c, &r, 20000);
+  fprintf(stderr, "syncback: closure 2: %s: %s\n", tsr_err_name(rc), r.msg);
+  H_CHECK(rc != 0 && rc != TSR_ETIMEOUT && !strstr(r.msg, "deadline") &&
+              strstr(r.msg, "not on this parameter server"),
+          "closure 2 with ps:1 back empty: %s %s", tsr_err_name(rc), r.msg);
+  h_result_free(&r);
+  Tessera__Worker__StatusResponse *st = status_of(&c, 0);
+  H_CHECK(st && strcmp(st->state, "failed") == 0, "status after the failure");
+  tessera__worker__status_response__free_unpacked(st, NULL);
+  H_CHECK(h_stop(&c) == 0, "clean stop");
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const char *src = getenv("TSR_SOURCE_DIR");
   if (argc != 2 || !src) {
-    fprintf(stderr, "usage: test_worker train|ssp|sync|sync_optim|sync_clip|sparse|errors|synckill (TSR_SOURCE_DIR, "
+    fprintf(stderr, "usage: test_worker train|ssp|sync|sync_optim|sync_clip|sparse|errors|synckill|syncback (TSR_SOURCE_DIR, "
                     "TSR_BUILD_DIR set)\n");
     return 2;
   }
@@ -484,6 +535,7 @@ int main(int argc, char **argv) {
   }
   if (strcmp(argv[1], "errors") == 0) return test_errors();
   if (strcmp(argv[1], "synckill") == 0) return test_synckill();
+  if (strcmp(argv[1], "syncback") == 0) return test_syncback();
   fprintf(stderr, "unknown test %s\n", argv[1]);
   return 2;
 }
