@@ -155,7 +155,10 @@ static inline int lookup_at(wk_tfr_dec *d, int pos, const uint8_t *p,
     if (s >= 0 && name_eq_w(&d->slots[s], p, n, avail)) return s;
   }
   int s = lookup(d, p, n);
-  if (pos < WK_TFR_PRED_MAX) d->pred[pos] = s + 1;
+  if (pos < WK_TFR_PRED_MAX && d->pred[pos] != s + 1) {
+    d->pred[pos] = s + 1;
+    d->pred_changed = true;
+  }
   return s;
 }
 
@@ -165,6 +168,7 @@ void wk_tfr__dec_free(wk_tfr_dec *d) {
   free(d->rec_offs);
   free(d->rec_off);
   free(d->rec_cap);
+  free(d->mark);
   free(d->slots);
   free(d->table);
   free(d->seen);
@@ -187,7 +191,8 @@ static void entry_pattern(wk_tfr_slot *sl) {
   uint8_t pat[24] = {0}, msk[24] = {0};
   size_t kl = sl->len, h = 10 + kl;
   bool dense = sl->kind == WK_TFR_DENSE && sl->head_len != SIZE_MAX;
-  if (h > sizeof pat || (!dense && sl->kind != WK_TFR_SPARSE) ||
+  /* a label: an int64_list of one value, shaped as ids are */
+  if (h > sizeof pat || (!dense && sl->kind == WK_TFR_DENSE) ||
       (dense && kl + 8 + (size_t)sl->size * 4 >= 0x80))
     return;
   size_t l3 = dense ? (size_t)sl->size * 4 : 0; /* sparse: varies */
@@ -235,11 +240,12 @@ int wk_tfr__dec_init(wk_tfr_dec *d, const wk_input_spec *spec,
   d->vocab = vocab;
   d->slots = calloc((size_t)d->n_slots, sizeof *d->slots);
   d->seen = calloc((size_t)d->n_slots, sizeof *d->seen);
+  d->mark = calloc((size_t)d->n_slots, 1);
   uint32_t tsz = 16;
   while (tsz < (uint32_t)d->n_slots * 2) tsz *= 2;
   d->table = calloc(tsz, sizeof *d->table);
   d->table_mask = tsz - 1;
-  if (!d->slots || !d->seen || !d->table || init_rec_columns(d))
+  if (!d->slots || !d->seen || !d->mark || !d->table || init_rec_columns(d))
     return tsr_errf(err, errlen, TSR_ENOMEM, "%s: out of memory",
                     spec->where);
   int k = 0;
@@ -688,31 +694,38 @@ typedef struct {
 /* The run of map entries from at->p that are each their predicted slot's
  * usual entry (its key, one packed list of one-byte lengths, nothing
  * else): their values into the row, `at` moved past them. Stops at the
- * first other entry (the general scan decides), at the end of Features
- * (fe) or where fewer than 24 bytes of the record remain. 0 or an error
- * in the ids. Everything the loop reads is held in locals: the build does
+ * first other entry (the general scan decides) or at the end of Features
+ * (fe). 0 or an error in the ids. Everything the loop reads is held in locals: the build does
  * not assume strict aliasing, so each store of a value would otherwise
  * reload them. */
-static int entries_fast(wk_tfr_dec *d, scan_at *at, const uint8_t *fe,
-                        const uint8_t *end, uint32_t gen, const wk_row *o,
+static int entries_fast(const wk_tfr_dec *d, scan_at *at, const uint8_t *fe,
+                        const uint8_t *end, const wk_row *o,
                         const tfr_ctx *c) {
-  if (end - at->p < 24) return 0;
-  const uint8_t *p = at->p, *last = end - 24;
-  const int *pred = d->pred;
-  uint32_t *seen = d->seen;
+  if (at->pos >= WK_TFR_PRED_MAX) return 0;
+  const uint8_t *p = at->p;
+  const int *pred = d->pred; /* pred[WK_TFR_PRED_MAX] is 0: a stop */
   const wk_tfr_slot *slots = d->slots;
   float *x = o->x;
   int64_t *const *offs = o->offs;
   const int64_t row = o->row;
-  int pos = at->pos, nseen = at->nseen, rc = 0;
-  while (p < fe && p <= last && pos < WK_TFR_PRED_MAX) {
+  int pos = at->pos, rc = 0;
+  uint8_t tail[24];
+  while (p < fe) {
     int s = pred[pos] - 1;
     if (s < 0) break;
     const wk_tfr_slot *sl = &slots[s];
     size_t h = sl->hlen;
-    if (!h || (((load64(p) ^ sl->pat[0]) & sl->msk[0]) |
-               ((load64(p + 8) ^ sl->pat[1]) & sl->msk[1]) |
-               ((load64(p + 16) ^ sl->pat[2]) & sl->msk[2])))
+    const uint8_t *w = p; /* 24 bytes to compare */
+    if ((size_t)(end - p) < 24) { /* the record's last entries */
+      size_t r = (size_t)(end - p);
+      if (h > r) break;
+      memset(tail, 0, sizeof tail);
+      memcpy(tail, p, r);
+      w = tail;
+    }
+    if (!h || (((load64(w) ^ sl->pat[0]) & sl->msk[0]) |
+               ((load64(w + 8) ^ sl->pat[1]) & sl->msk[1]) |
+               ((load64(w + 16) ^ sl->pat[2]) & sl->msk[2])))
       break;
     size_t n = p[h - 1]; /* L3: the values' bytes */
     const uint8_t *e = p + h + n;
@@ -726,6 +739,15 @@ static int entries_fast(wk_tfr_dec *d, scan_at *at, const uint8_t *fe,
       /* the lengths around the ids agree: L, VL, L2 */
       if (p[1] != sl->len + 8 + n || p[h - 5] != n + 4 || p[h - 3] != n + 2)
         break;
+      if (sl->kind == WK_TFR_LABEL) { /* exactly one value */
+        const uint8_t *q = p + h;
+        uint64_t v;
+        if (varint3(&q, e, &v) || q != e) break;
+        *o->y = (float)(double)(int64_t)v;
+        pos++;
+        p = e;
+        continue;
+      }
       int f = sl->index;
       int64_t *of = offs[f], f0 = of[row];
       /* a varint is at least one byte: n ids at most */
@@ -749,17 +771,47 @@ static int entries_fast(wk_tfr_dec *d, scan_at *at, const uint8_t *fe,
       if (rc) break;
       of[row + 1] = f0 + k;
     }
-    if (seen[s] != gen) {
-      seen[s] = gen;
-      nseen++;
-    }
     pos++;
     p = e;
   }
   at->p = p;
   at->pos = pos;
-  at->nseen = nseen;
   return rc;
+}
+
+/* Whether pred[0..n_slots) names every slot once. */
+static bool pred_names_all(wk_tfr_dec *d) {
+  if (d->n_slots > WK_TFR_PRED_MAX) return false;
+  memset(d->mark, 0, (size_t)d->n_slots);
+  for (int i = 0; i < d->n_slots; i++) {
+    int s = d->pred[i] - 1;
+    if (s < 0 || d->mark[s]) return false;
+    d->mark[s] = 1;
+  }
+  return true;
+}
+
+/* Counts the slots of entries [from, to) that the fast path read as seen
+ * (their slots are pred's): a whole record read that way from its first
+ * entry, with pred naming every slot once, has them all. */
+static int fast_seen(wk_tfr_dec *d, int from, int to, bool whole, int nseen,
+                     uint32_t gen) {
+  if (nseen == d->n_slots || from == to) return nseen;
+  if (whole && from == 0 && nseen == 0 && to == d->n_slots) {
+    if (d->pred_changed) {
+      d->pred_all = pred_names_all(d);
+      d->pred_changed = false;
+    }
+    if (d->pred_all) return d->n_slots;
+  }
+  for (int i = from; i < to; i++) {
+    int s = d->pred[i] - 1;
+    if (d->seen[s] != gen) {
+      d->seen[s] = gen;
+      nseen++;
+    }
+  }
+  return nseen;
 }
 
 static int decode_row(wk_tfr_dec *d, const uint8_t *p, const uint8_t *end,
@@ -782,9 +834,11 @@ static int decode_row(wk_tfr_dec *d, const uint8_t *p, const uint8_t *end,
     const uint8_t *fe = p + len; /* Features */
     scan_at at = {p, 0, nseen};
     for (;;) {
-      if ((rc = entries_fast(d, &at, fe, end, gen, o, c))) return rc;
+      int pos0 = at.pos;
+      rc = entries_fast(d, &at, fe, end, o, c);
       p = at.p;
-      nseen = at.nseen;
+      nseen = at.nseen = fast_seen(d, pos0, at.pos, p >= fe, nseen, gen);
+      if (rc) return rc;
       int pos = at.pos; /* map entry position */
       if (p >= fe) break;
       const uint8_t *me, *key = NULL, *val = NULL, *vend = NULL;
@@ -801,7 +855,7 @@ static int decode_row(wk_tfr_dec *d, const uint8_t *p, const uint8_t *end,
       at.pos = pos + 1;
       int s = lookup_at(d, pos, key, (size_t)klen, (size_t)(end - key));
       if (s < 0) continue;
-      if (d->seen[s] != gen) {
+      if (nseen < d->n_slots && d->seen[s] != gen) {
         d->seen[s] = gen;
         at.nseen = ++nseen;
       }

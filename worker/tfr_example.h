@@ -55,7 +55,12 @@ typedef struct {
   /* Per map entry position, the slot (+1) its key named in the last
    * record: writers emit a data set's features in one order, so the key
    * is checked against it before any hashing. */
-  int pred[WK_TFR_PRED_MAX];
+  int pred[WK_TFR_PRED_MAX + 1]; /* the last stays 0 */
+  /* pred[0..n_slots) names every slot once (then a record read through
+   * the fast path from its first entry to its last has them all); pred
+   * changed since that was worked out */
+  bool pred_all, pred_changed;
+  uint8_t *mark;         /* n_slots, scratch */
   /* wk_tfr__decode()'s own columns: one row each */
   int64_t **rec_ids;
   int64_t **rec_offs;    /* n_sparse pointers into rec_off */

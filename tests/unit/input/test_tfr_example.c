@@ -531,6 +531,18 @@ static void rows_refused(void **state) {
   assert_non_null(strstr(f->err, "t.tfrecord: record at byte offset 96: "
                                  "feature \"x\" is absent from the "
                                  "Example"));
+  /* as many entries as features, one key twice and "x" absent: refused
+   * also the second time, when every entry is where it was */
+  feats.n = 0;
+  ints_entry(&feats, "label", &y, 1);
+  ints_entry(&feats, "ids", ids, 2);
+  ints_entry(&feats, "cat", &cat, 1);
+  ints_entry(&feats, "ids", ids, 2);
+  example(&ex, &feats);
+  for (int k = 0; k < 2; k++) {
+    assert_int_equal(dec_row(f, &b, 1, &ex), TSR_ENOTFOUND);
+    assert_non_null(strstr(f->err, "feature \"x\" is absent"));
+  }
   /* ids entry: "ids" 0x12 VL 0x1a L2 0x0a L3 05 ac 02; L3 one short */
   usual(&ex, ids, 2, cat);
   size_t at = 0;
