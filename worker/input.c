@@ -350,8 +350,9 @@ static int raw_keep(raw_copy *c, const wk_raw *r) {
 
 /* Streaming epoch (TFRecord): the same algorithm over copies of the
  * serialized records (as tf.data shuffles serialized Examples before
- * parsing them); each is decoded straight into its batch row when drawn. Without shuffling the records are
- * decoded where the source read them, uncopied. */
+ * parsing them); each is decoded straight into its batch row when drawn.
+ * Without shuffling the records are decoded where the source read them,
+ * uncopied. */
 static int run_stream(wk_input *in, int64_t epoch, raw_copy *keep,
                       char *err, size_t errlen) {
   wk_src *s = in->src;
