@@ -2,7 +2,7 @@
  * two PS (one sync shard each), NW workers, a chief that hands out
  * closures, and an environment that kills, cuts off and restarts any of
  * them a bounded number of times. Names follow the C code (ps/consist.c,
- * ps/service.c, worker/clock.c, chief/coord/); README.md maps them.
+ * ps/gate.c, ps/service.c, worker/clock.c, chief/coord/); README.md maps them.
  *
  * Checked (run.sh): no assertion fails (ssp: no read is let through more
  * than S clocks ahead of a member; sync: every applied step sums the
@@ -50,7 +50,7 @@
 
 mtype = { WK_JOB_CONFIGURE, WK_JOB_RUN, WK_READY, WK_DONE, WK_FAILED };
 
-/* ---- parameter servers (ps/consist.c, ps/service.c) ---------------------- */
+/* ---- parameter servers (ps/consist.c, ps/gate.c) ------------------------- */
 byte ps_era[NP];          /* a fresh PS and every ps__cons_reset: a new one
                              (0: none; workers start with 0) */
 byte ps_run[NP];          /* the run of the last reset (the chief's config) */
@@ -62,6 +62,8 @@ byte m_left[NP * NW];     /* closures up to this one are over (LEAVE) */
 /* the sync shard of each PS (ps_entry) */
 byte sync_done[NP];       /* steps applied */
 bool sync_queued[NP];     /* PS_OP_SYNC_APPLY queued or running */
+bool ps_empty[NP];        /* started again and not restored yet: it holds
+                             no shard, so every pull and push is refused */
 byte sync_target[NP];
 bool pushed[NP * NW];
 byte n_pushed[NP];
@@ -80,8 +82,9 @@ byte w_busy[NW];          /* ghost: closures queued or running */
 chan results = [INBOX] of { mtype, byte, byte, byte, byte };
 byte runs;                /* allocator of run ids (the chief draws one) */
 bool w_lost[NW];          /* the chief's connection to the worker failed */
-bool rewind_due;          /* a PS was lost and every PS restored: the
-                             chief rewinds before anything else */
+bool restore_due;         /* a PS came back empty: the chief pauses,
+                             waits for the closures out to end, then
+                             restores every PS and rewinds */
 bool chief_kill;
 bool finished;
 byte ckpt;                /* step of the last committed checkpoint */
@@ -284,12 +287,20 @@ end:
 /* A call to a PS fails at once when the PS is down or its era is not the
  * one this worker joined in (the PS was reset: restored, reconfigured). */
 #define GONE(p, w) (w_era[IDX(p, w)] != ps_era[p])
+/* A pull or push is refused at once: the PS was reset or started again
+ * since the worker joined it, holds no shard yet, or the worker is no
+ * member there. */
+#define REFUSED(p, w) (GONE(p, w) || ps_empty[p] || !m_active[IDX(p, w)])
 
 /* A worker's calls go to every PS at once and each PS answers on its
  * own; the PS are independent, so one atomic step per fan-out stands for
- * every order of the answers. A call that fails on one PS still runs on
- * the others. The JOINs and the TICKs that follow them are one step: the
- * worker waits for nothing in between. */
+ * every order of the answers. A JOIN or TICK that fails on one PS still
+ * runs on the others. A pull or push refused by one PS gives up the
+ * worker's calls that another PS holds (ps/client_kv_loop.c: a lost
+ * connection, or a call refused on its own, resets every connection):
+ * nothing waits for a step that will not come now. The JOINs and the
+ * TICKs that follow them are one step: the worker waits for nothing in
+ * between. */
 
 /* wk__clock_join: JOIN every PS; the closure continues from the largest
  * clock answered (ps__cons_join on each). */
@@ -301,7 +312,9 @@ inline wk__clock_join(w, cl) {
     :: true
     fi;
     if
-    :: ps_run[p] != w_run[w] || (cl != 0 && cl <= m_left[IDX(p, w)]) ->
+    /* a PS started again serves no run yet: it takes the JOIN */
+    :: (ps_run[p] != 0 && ps_run[p] != w_run[w]) ||
+       (cl != 0 && cl <= m_left[IDX(p, w)]) ->
        ok = false
     :: else ->
        ps__cons_join(p, w, w_clock[w], w_era[IDX(p, w)], cl, jp);
@@ -332,21 +345,25 @@ inline wk__clock_tick(w, c) {
 }
 
 /* Pulls gated at clock c on every PS, held until every gate is open (a
- * gate that opened stays open in its era); the guard comes first. */
-/* a worker that is no member any more (it left) is not held: nobody
- * would move the gate for it */
+ * gate that opened stays open in its era), or refused at once (a worker
+ * that is no member any more is not held: nobody would move the gate for
+ * it), which gives up the others; the guard comes first. */
 #if MODE == PS_MODE_SYNC
-#define PULL_OPEN(p, w, c) (GONE(p, w) || !m_active[IDX(p, w)] || \
-  sync_done[p] >= (c))
+#define PULL_GATE(p, c) (sync_done[p] >= (c))
 #else
-#define PULL_OPEN(p, w, c) (GONE(p, w) || !m_active[IDX(p, w)] || \
-  PS_MAY_READ(p, c))
+#define PULL_GATE(p, c) PS_MAY_READ(p, c)
 #endif
-#define PULLS_OPEN(w, c) (PULL_OPEN(0, w, c) && PULL_OPEN(1, w, c))
+#ifndef NO_GIVE_UP
+#define PULLS_OPEN(w, c) (REFUSED(0, w) || REFUSED(1, w) || \
+  (PULL_GATE(0, c) && PULL_GATE(1, c)))
+#else /* a refusal gives up nothing (run.sh: the model finds the hang) */
+#define PULLS_OPEN(w, c) ((REFUSED(0, w) || PULL_GATE(0, c)) && \
+  (REFUSED(1, w) || PULL_GATE(1, c)))
+#endif
 inline wk__pull(w, c) {
   for (p : 0 .. NP - 1) {
     if
-    :: GONE(p, w) || !m_active[IDX(p, w)] -> ok = false
+    :: REFUSED(p, w) -> ok = false
     :: else ->
 #if MODE == PS_MODE_SSP
        /* safety: no member is more than S clocks behind the read */
@@ -373,22 +390,34 @@ inline wk__pull(w, c) {
 
 /* Pushes of step t's gradient to every PS. */
 #if MODE == PS_MODE_SYNC
+/* refused: as a pull, or stale (that step was applied without it) */
+#define PUSH_REFUSED(p, w, t) (REFUSED(p, w) || (t) < sync_done[p])
 /* held while the shard applies a step: an apply of the era before a
  * reset may still be running (one of this era waits for this push) */
-#define PUSH_HELD(p, w, t) (!GONE(p, w) && m_active[IDX(p, w)] && \
-  (t) == sync_done[p] && sync_queued[p])
-#define PUSHES_GO(w, t) (!PUSH_HELD(0, w, t) && !PUSH_HELD(1, w, t))
+#define PUSH_HELD(p, w, t) (!PUSH_REFUSED(p, w, t) && sync_queued[p])
+#ifndef NO_GIVE_UP
+#define PUSHES_GO(w, t) (PUSH_REFUSED(0, w, t) || PUSH_REFUSED(1, w, t) || \
+  (!PUSH_HELD(0, w, t) && !PUSH_HELD(1, w, t)))
 #else
+#define PUSHES_GO(w, t) (!PUSH_HELD(0, w, t) && !PUSH_HELD(1, w, t))
+#endif
+#else
+#define PUSH_REFUSED(p, w, t) REFUSED(p, w)
+#define PUSH_HELD(p, w, t) false
 #define PUSHES_GO(w, t) true
 #endif
+/* A push refused by one PS gives up the others: one that a PS holds is
+ * never applied, one already through may have been applied first. */
 inline wk__push(w, t) {
+#ifndef NO_GIVE_UP
+  gu = PUSH_REFUSED(0, w, t) || PUSH_REFUSED(1, w, t);
+#endif
   for (p : 0 .. NP - 1) {
     if
-    :: GONE(p, w) || !m_active[IDX(p, w)] -> ok = false
+    :: PUSH_REFUSED(p, w, t) -> ok = false
+    :: !PUSH_REFUSED(p, w, t) && gu -> skip   /* given up */
 #if MODE == PS_MODE_SYNC
-    :: !GONE(p, w) && m_active[IDX(p, w)] && t < sync_done[p] ->
-       ok = false   /* stale: that step was applied without it */
-    :: else ->
+    :: !PUSH_REFUSED(p, w, t) && (!gu || !PUSH_HELD(p, w, t)) ->
        /* the step is the one being summed, and has no gradient of it */
        assert(t == sync_done[p] && !sync_queued[p] && !pushed[IDX(p, w)]);
        /* safety: the gradient was computed from step t's parameters */
@@ -396,7 +425,7 @@ inline wk__push(w, t) {
        pushed[IDX(p, w)] = true;
        n_pushed[p]++
 #else
-    :: else ->
+    :: !PUSH_REFUSED(p, w, t) ->
        if
        :: m_clock[IDX(p, w)] < t + 1 -> m_clock[IDX(p, w)] = t + 1
        :: else
@@ -415,13 +444,14 @@ inline wk__answer(kind_) {
   w_busy[w]--;
   assert(nfull(results));
   results!kind_, w, cl, run_, (kind_ == WK_DONE -> n : 0);
-  kind = 0; cl = 0; n = 0; run_ = 0; J = 0; k = 0; t = 0; ok = false
+  kind = 0; cl = 0; n = 0; run_ = 0; J = 0; k = 0; t = 0; ok = false;
+  gu = false
 }
 
 proctype Worker(byte w) {
   mtype kind;
   byte cl, n, run_, J, jp, p, i, k, t;
-  bool ok;
+  bool ok, gu;
 end_restart:
   do
   :: {
@@ -506,6 +536,7 @@ end:   do
          };
          p = 0;
          kind = 0; cl = 0; n = 0; run_ = 0; J = 0; k = 0; t = 0; ok = false;
+         gu = false;
          w_lost[w] = true   /* the chief sees the connection drop */
        }
      }
@@ -577,7 +608,8 @@ inline coord__rewind() {
  * PS mixed, and whatever it does on a PS not reset yet is wiped by that
  * PS's reset. */
 inline coord__ps_restore() {
-  for (p : 0 .. NP - 1) { ps__cons_reset(p, run_, ckpt) };
+  for (p : 0 .. NP - 1) { ps__cons_reset(p, run_, ckpt); ps_empty[p] = false };
+  restore_due = false;
   p = 0; i = 0
 }
 
@@ -634,16 +666,16 @@ inline coord__on_result() {
 
 #define DISPATCH(W) \
   :: atomic { !ckpt_due && pool > 0 && wup[W] && !w_lost[W] && \
-              !rewind_due && load[W] < MAXINF -> \
+              !restore_due && load[W] < MAXINF -> \
        coord__wk_dispatch(W) }
 /* coord__wk_release_idle: a configured worker with no closure in flight
  * and none to be handed now stops counting */
 #define RELEASE_IDLE(W) \
   :: atomic { wup[W] && !left[W] && load[W] == 0 && !w_lost[W] && \
-              !rewind_due && (pool == 0 || ckpt_due) -> \
+              !restore_due && (pool == 0 || ckpt_due) -> \
        coord__wk_leave(W) }
 #define NOTICE_WORKER(W) \
-  :: atomic { w_lost[W] && !rewind_due -> \
+  :: atomic { w_lost[W] -> \
        w_lost[W] = false; coord__wk_down(W) }
 #if NW == 2
 #define ALL_IDLE (load[0] == 0 && load[1] == 0)
@@ -671,7 +703,6 @@ restart:
   {
     atomic {
       coord__ps_restore();
-      rewind_due = false;
       done = ckpt;
       pool = TOTAL - ckpt;
       for (w : 0 .. NW - 1) {
@@ -682,7 +713,7 @@ restart:
       w = 0
     }
     do
-    :: atomic { !rewind_due && nempty(results) ->
+    :: atomic { nempty(results) ->
                  results?kind, w, cl, r, n; coord__on_result() };
        if
        :: gained -> progress: gained = false
@@ -703,12 +734,16 @@ restart:
 #if NW > 2
     NOTICE_WORKER(2)
 #endif
-    :: atomic { rewind_due -> rewind_due = false; coord__rewind() }
+    /* sm_pump_recover: once the closures out have ended (or failed on the
+     * empty PS), every PS restores the checkpoint, then the rewind */
+    :: atomic { restore_due && ALL_IDLE -> coord__ps_restore(); coord__rewind() }
     :: atomic { !ckpt_due && ckpts < CKPTS && done > ckpt && done < TOTAL &&
-                !rewind_due ->
+                !restore_due ->
          ckpt_due = true }         /* a checkpoint: pause, drain, save */
-    :: atomic { ckpt_due && ALL_IDLE -> ckpt = done; ckpts++; ckpt_due = false }
-    :: atomic { done == TOTAL && ALL_IDLE -> finished = true }; break
+    :: atomic { ckpt_due && ALL_IDLE && !restore_due ->
+         ckpt = done; ckpts++; ckpt_due = false }
+    :: atomic { done == TOTAL && ALL_IDLE && !restore_due -> finished = true };
+       break
     od
   } unless {
     atomic { chief_kill -> chief_kill = false }
@@ -748,24 +783,24 @@ end:
 }
 
 /* A PS killed and started again: a fresh process (a new era, no member,
- * no memory of which closures were over), which the chief sees at once
- * and answers by restoring every PS (coord__ps_restore: the same resets
- * it makes at setup), then rewinding before it does anything else. The
- * time between the crash and the restore is left out: the workers' calls
- * fail in it just as they fail on a PS of another era. */
+ * no run, no memory of which closures were over, no shard), which the
+ * chief sees at once: it pauses (no closure goes out) and, once the
+ * closures out have ended, restores every PS (coord__ps_restore: the same
+ * resets it makes at setup) and rewinds. Meanwhile the workers may JOIN
+ * the empty PS (it serves no run) and their pulls and pushes there are
+ * refused, while the other PS may hold their calls for the other
+ * workers. */
 inline env_crash_ps(p) {
-  ps_era[p]++;
-  ps_run[p] = 0;
-  for (i : 0 .. NW - 1) { m_left[IDX(p, i)] = 0 };
-  for (q : 0 .. NP - 1) { ps__cons_reset(q, runs, ckpt) };
-  rewind_due = true
+  ps__cons_reset(p, 0, 0);
+  ps_empty[p] = true;
+  restore_due = true
 }
 
 /* The workers are alike and so are the PS (the chief serves them in any
  * order, the workers call every PS at once): a failure of worker 0 or of
  * PS 0 stands for a failure of any of them. */
 proctype Env() {
-  byte budget = FAILS, q, i;
+  byte budget = FAILS, i;
 end:
   do
   :: budget > 0 && !finished ->

@@ -5,7 +5,9 @@
 #            member that owes it, exactly once, from that step's
 #            parameters) and no invalid end state (every process waits:
 #            a hang, since no call has a deadline in the model);
-#   liveness no cycle that never completes a step (-DNP, pan -l).
+#   liveness no cycle that never completes a step (-DNP, pan -l);
+#   and that without the PS client's give-up (-DNO_GIVE_UP) it does find
+#   the hang (an invalid end state).
 # Bounds (2 workers, 2 PS, FAILS failures, TOTAL steps) keep each check to
 # seconds. Skips (77) where spin or a C compiler is missing.
 # Usage: run.sh [workdir]   (TSR_MODEL_FAILS, TSR_MODEL_TOTAL override)
@@ -58,7 +60,31 @@ check() {
   fi
 }
 
+# The model must see the hang the PS client's give-up prevents: without
+# it (-DNO_GIVE_UP), a worker's pull refused by a PS started again without
+# its shards waits for ever for its pull held on the other PS, and the
+# chief for that closure before it restores.
+finds() {
+  local name=$1 mode=$2 want=$3; shift 3
+  local d="$work/$name"
+  mkdir -p "$d"
+  cp "$here/clock.pml" "$d/"
+  if ! (cd "$d" && spin -DMODE="$mode" -DFAILS="$fails" -DTOTAL="$total" \
+          -DMAXINF=1 "$@" -a clock.pml >spin.out 2>&1 &&
+        "$cc" -O0 -w -DSAFETY -o pan pan.c >cc.out 2>&1); then
+    echo "FAIL $name: the model does not build"; cat "$d"/spin.out "$d"/cc.out
+    rc=1; return
+  fi
+  (cd "$d" && ./pan -m200000 >pan.out 2>&1)
+  if grep -q "$want" "$d/pan.out"; then
+    echo "ok   $name: the model finds it ($want)"
+  else
+    echo "FAIL $name: no '$want' found"; cat "$d/pan.out"; rc=1
+  fi
+}
+
 check sync 2 safety
+finds sync_no_give_up 2 "invalid end state" -DNO_GIVE_UP
 check ssp 1 safety
 check sync_live 2 liveness
 check ssp_live 1 liveness
