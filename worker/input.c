@@ -25,12 +25,19 @@
 #include <string.h>
 #include <time.h>
 
-typedef struct {
+typedef struct wk_slot {
   wk_batch b;
+  struct wk_input *in; /* the owner, for allocating */
   float *x, *y;
   int64_t **ids;   /* n_sparse arrays */
   int64_t **offs;  /* n_sparse arrays of batch_size + 1 */
   size_t *ids_cap; /* n_sparse capacities (elements) */
+  /* the columns' first memory: one block each for ids and offsets, each
+   * column an odd number of cache lines after the one before, so that a
+   * row's writes to every column do not fall into the same few L1 sets
+   * (columns of a power-of-two size would) */
+  int64_t *ids_block, *offs_block;
+  size_t ids_stride;
 } wk_slot;
 
 struct wk_input {
@@ -86,13 +93,24 @@ static void buf_free(wk_input *in, void *p) {
   free(p);
 }
 
+/* Whether column f still lives in the slot's first block. */
+static bool in_block(const wk_slot *s, int f) {
+  return s->ids_block && s->ids[f] >= s->ids_block &&
+         s->ids[f] < s->ids_block + s->ids_stride * (size_t)s->b.n_sparse;
+}
+
+/* Bytes rounded up to an odd number of 64-byte lines. */
+static size_t odd_lines(size_t bytes) {
+  return (((bytes + 63) / 64) | 1) * 64;
+}
+
 static void slot_free(wk_input *in, wk_slot *s) {
   buf_free(in, s->x);
   buf_free(in, s->y);
-  for (int f = 0; f < in->schema.n_sparse; f++) {
-    if (s->ids) buf_free(in, s->ids[f]);
-    if (s->offs) buf_free(in, s->offs[f]);
-  }
+  for (int f = 0; s->ids && f < in->schema.n_sparse; f++)
+    if (!in_block(s, f)) buf_free(in, s->ids[f]);
+  buf_free(in, s->ids_block);
+  buf_free(in, s->offs_block);
   free(s->ids);
   free(s->offs);
   free(s->ids_cap);
@@ -100,6 +118,7 @@ static void slot_free(wk_input *in, wk_slot *s) {
 
 static int slot_init(wk_input *in, wk_slot *s) {
   int64_t B = in->batch_size, d = in->schema.n_dense;
+  s->in = in;
   int ns = in->schema.n_sparse;
   s->x = buf_alloc(in, (size_t)(B * d) * sizeof(float));
   s->y = buf_alloc(in, (size_t)B * sizeof(float));
@@ -107,16 +126,22 @@ static int slot_init(wk_input *in, wk_slot *s) {
   s->offs = calloc(ns ? ns : 1, sizeof *s->offs);
   s->ids_cap = calloc(ns ? ns : 1, sizeof *s->ids_cap);
   if (!s->x || !s->y || !s->ids || !s->offs || !s->ids_cap) return TSR_ENOMEM;
+  s->b.n_sparse = ns;
+  s->ids_stride = odd_lines((size_t)B * 2 * sizeof(int64_t)) / 8;
+  size_t offs_stride = odd_lines((size_t)(B + 1) * sizeof(int64_t)) / 8;
+  if (ns) {
+    s->ids_block = buf_alloc(in, s->ids_stride * (size_t)ns * 8);
+    s->offs_block = buf_alloc(in, offs_stride * (size_t)ns * 8);
+    if (!s->ids_block || !s->offs_block) return TSR_ENOMEM;
+  }
   for (int f = 0; f < ns; f++) {
-    s->ids_cap[f] = (size_t)B * 2;
-    s->ids[f] = buf_alloc(in, s->ids_cap[f] * sizeof(int64_t));
-    s->offs[f] = buf_alloc(in, (size_t)(B + 1) * sizeof(int64_t));
-    if (!s->ids[f] || !s->offs[f]) return TSR_ENOMEM;
+    s->ids_cap[f] = s->ids_stride;
+    s->ids[f] = s->ids_block + s->ids_stride * (size_t)f;
+    s->offs[f] = s->offs_block + offs_stride * (size_t)f;
   }
   s->b.x = s->x;
   s->b.y = s->y;
   s->b.n_dense = d;
-  s->b.n_sparse = ns;
   s->b.ids = s->ids;
   s->b.offsets = s->offs;
   return 0;
@@ -152,6 +177,31 @@ static int acquire(wk_input *in) {
   return 0;
 }
 
+/* Makes sparse column f of slot `ctx` hold `need` ids (wk_row.grow). */
+static int slot_grow(void *ctx, int f, size_t need) {
+  wk_slot *s = ctx;
+  size_t cap = s->ids_cap[f] * 2;
+  while (cap < need) cap *= 2;
+  int64_t *n = buf_alloc(s->in, cap * sizeof(int64_t));
+  if (!n) return TSR_ENOMEM;
+  /* all of it: a row being decoded may have written ids already */
+  memcpy(n, s->ids[f], s->ids_cap[f] * sizeof(int64_t));
+  if (!in_block(s, f)) buf_free(s->in, s->ids[f]);
+  s->ids[f] = n;
+  s->ids_cap[f] = cap;
+  return 0;
+}
+
+/* Row s->b.n is filled: counts it, and publishes a full batch. */
+static void row_done(wk_input *in, wk_slot *s, int64_t epoch) {
+  s->b.n++;
+  s->b.epoch = epoch;
+  if (s->b.n == in->batch_size) {
+    s->b.index = in->batch_index++;
+    publish(in);
+  }
+}
+
 static int emit(wk_input *in, const wk_rec *r, int64_t epoch) {
   int rc;
   if (!in->fill && (rc = acquire(in))) return rc;
@@ -170,16 +220,9 @@ static int emit(wk_input *in, const wk_rec *r, int64_t epoch) {
     int64_t o1 = roff[f + 1], k = o1 - o0;
     int64_t *restrict offs = s->offs[f];
     int64_t at = offs[i];
-    if ((size_t)(at + k) > s->ids_cap[f]) {
-      size_t cap = s->ids_cap[f] * 2;
-      while (cap < (size_t)(at + k)) cap *= 2;
-      int64_t *n = buf_alloc(in, cap * sizeof(int64_t));
-      if (!n) return TSR_ENOMEM;
-      memcpy(n, s->ids[f], (size_t)at * sizeof(int64_t));
-      buf_free(in, s->ids[f]);
-      s->ids[f] = n;
-      s->ids_cap[f] = cap;
-    }
+    if ((size_t)(at + k) > s->ids_cap[f] &&
+        slot_grow(s, f, (size_t)(at + k)))
+      return TSR_ENOMEM;
     int64_t *restrict dst = s->ids[f] + at;
     /* mostly one id per feature: no call for it */
     if (k == 1)
@@ -189,12 +232,28 @@ static int emit(wk_input *in, const wk_rec *r, int64_t epoch) {
     offs[i + 1] = at + k;
     o0 = o1;
   }
-  s->b.n = i + 1;
-  s->b.epoch = epoch;
-  if (s->b.n == in->batch_size) {
-    s->b.index = in->batch_index++;
-    publish(in);
+  row_done(in, s, epoch);
+  return 0;
+}
+
+/* A serialized record decoded by its source straight into the batch
+ * row, then scaled (normalized) in place. */
+static int emit_raw(wk_input *in, const wk_raw *r, int64_t epoch, char *err,
+                    size_t errlen) {
+  int rc;
+  if (!in->fill && (rc = acquire(in))) return rc;
+  wk_slot *s = in->fill;
+  int64_t i = s->b.n, d = in->schema.n_dense;
+  float *restrict x = s->x + i * d;
+  const wk_row o = {x, &s->y[i], s->ids, s->offs, s->ids_cap, i,
+                    slot_grow, s};
+  if ((rc = in->src->ops->decode_raw(in->src, r, &o, err, errlen)))
+    return rc;
+  if (!in->identity) {
+    const float *restrict xa = in->xa, *restrict xb = in->xb;
+    for (int64_t j = 0; j < d; j++) x[j] = x[j] * xa[j] + xb[j];
   }
+  row_done(in, s, epoch);
   return 0;
 }
 
@@ -213,12 +272,7 @@ static int emit_row(wk_input *in, int64_t row, wk_rec *rec, int64_t epoch,
   int64_t i = s->b.n;
   src->ops->get_dense(src, row, in->identity ? NULL : in->xa, in->xb,
                       s->x + i * in->schema.n_dense, &s->y[i]);
-  s->b.n = i + 1;
-  s->b.epoch = epoch;
-  if (s->b.n == in->batch_size) {
-    s->b.index = in->batch_index++;
-    publish(in);
-  }
+  row_done(in, s, epoch);
   return 0;
 }
 
@@ -272,35 +326,69 @@ static int run_rows(wk_input *in, int64_t epoch, wk_rec *rec, int64_t *buf,
   return 0;
 }
 
-/* Streaming epoch: the same algorithm over record copies. */
-static int run_stream(wk_input *in, int64_t epoch, wk_rec *recs, char *err,
-                      size_t errlen) {
+/* A record kept serialized in the shuffle buffer. */
+typedef struct {
+  uint8_t *buf;
+  size_t cap;
+  wk_raw r;
+} raw_copy;
+
+static int raw_keep(raw_copy *c, const wk_raw *r) {
+  if (r->n > c->cap) {
+    free(c->buf);
+    c->cap = r->n + r->n / 4 + 64; /* records of a set vary a little */
+    if (!(c->buf = malloc(c->cap))) {
+      c->cap = 0;
+      return TSR_ENOMEM;
+    }
+  }
+  memcpy(c->buf, r->p, r->n);
+  c->r = *r;
+  c->r.p = c->buf;
+  return 0;
+}
+
+/* Streaming epoch (TFRecord): the same algorithm over copies of the
+ * serialized records (as tf.data shuffles serialized Examples before
+ * parsing them); each is decoded straight into its batch row when drawn.
+ * Without shuffling the records are decoded where the source read them,
+ * uncopied. */
+static int run_stream(wk_input *in, int64_t epoch, raw_copy *keep,
+                      char *err, size_t errlen) {
   wk_src *s = in->src;
   int64_t B = in->spec.shuffle_buffer > 1 ? in->spec.shuffle_buffer : 1;
   uint64_t st = epoch_seed(in, epoch);
+  wk_raw r;
   int rc = s->ops->begin(s, err, errlen);
   if (rc) return rc;
+  if (B == 1) {
+    while (!(rc = s->ops->next_raw(s, &r, err, errlen)))
+      if ((rc = emit_raw(in, &r, epoch, err, errlen))) return rc;
+    return rc == TSR_EEOF ? 0 : rc;
+  }
   int64_t m = 0;
   while (m < B) {
-    /* buffer records are allocated on first use: a buffer larger than the
-     * data costs only what the data fills */
-    if (!recs[m].x && (rc = wk_rec__init(&recs[m], s->n_dense, s->n_sparse)))
-      return rc;
-    rc = s->ops->next(s, &recs[m], err, errlen);
+    rc = s->ops->next_raw(s, &r, err, errlen);
     if (rc == TSR_EEOF) break;
-    if (rc) return rc;
+    if (rc || (rc = raw_keep(&keep[m], &r))) return rc;
     m++;
   }
   while (m > 0) {
-    int64_t j = B > 1 ? (int64_t)wk_rng_below(&st, (uint64_t)m) : 0;
-    if ((rc = emit(in, &recs[j], epoch))) return rc;
-    rc = s->ops->next(s, &recs[j], err, errlen);
+    /* the record drawn is fetched into the cache while the next one is
+     * read and checked */
+    int64_t j = (int64_t)wk_rng_below(&st, (uint64_t)m);
+    for (size_t k = 0; k < keep[j].r.n; k += 64)
+      __builtin_prefetch(keep[j].buf + k);
+    rc = s->ops->next_raw(s, &r, err, errlen);
+    if (rc && rc != TSR_EEOF) return rc;
+    int erc = emit_raw(in, &keep[j].r, epoch, err, errlen);
+    if (erc) return erc;
     if (rc == TSR_EEOF) {
-      wk_rec t = recs[j];
-      recs[j] = recs[m - 1];
-      recs[m - 1] = t;
+      raw_copy t = keep[j];
+      keep[j] = keep[m - 1];
+      keep[m - 1] = t;
       m--;
-    } else if (rc) {
+    } else if (rc || (rc = raw_keep(&keep[j], &r))) {
       return rc;
     }
   }
@@ -322,6 +410,8 @@ static void default_shuffle(wk_input *in) {
     return;
   }
   int64_t rec = (s->n_dense + 8 * (int64_t)s->n_sparse) * 4 + 64;
+  if (s->raw_bytes > 0) /* records are kept serialized */
+    rec = s->raw_bytes + 64;
   int64_t cap = WK_SHUFFLE_BUDGET / rec;
   if (cap > WK_SHUFFLE_MAX) cap = WK_SHUFFLE_MAX;
   int64_t share = s->n_total > 0 ? (s->n_total + in->opts.num_workers - 1) /
@@ -351,10 +441,11 @@ static void *reader_main(void *arg) {
   int64_t nrec = s->rows ? 1 : (in->spec.shuffle_buffer > 1
                                     ? in->spec.shuffle_buffer
                                     : 1);
-  wk_rec *recs = calloc((size_t)nrec, sizeof *recs);
+  wk_rec rec = {0};
+  raw_copy *keep = s->rows ? NULL : calloc((size_t)nrec, sizeof *keep);
   int64_t *buf = NULL;
-  if (!recs) rc = TSR_ENOMEM;
-  if (!rc) rc = wk_rec__init(&recs[0], s->n_dense, s->n_sparse);
+  if (s->rows) rc = wk_rec__init(&rec, s->n_dense, s->n_sparse);
+  else if (!keep) rc = TSR_ENOMEM;
   if (!rc && s->rows && in->spec.shuffle_buffer > 1) {
     int64_t B = in->spec.shuffle_buffer < s->n_rows ? in->spec.shuffle_buffer
                                                     : s->n_rows;
@@ -362,14 +453,15 @@ static void *reader_main(void *arg) {
     if (!buf) rc = TSR_ENOMEM;
   }
   for (int64_t e = 0; !rc && (in->epochs < 0 || e < in->epochs); e++) {
-    rc = s->rows ? run_rows(in, e, recs, buf, err, sizeof err)
-                 : run_stream(in, e, recs, err, sizeof err);
+    rc = s->rows ? run_rows(in, e, &rec, buf, err, sizeof err)
+                 : run_stream(in, e, keep, err, sizeof err);
     if (!rc) end_epoch(in);
     /* an empty share repeated forever would spin: end it */
     if (!rc && in->epochs < 0 && in->batch_index == 0 && e >= 1) break;
   }
-  for (int64_t i = 0; recs && i < nrec; i++) wk_rec__free(&recs[i]);
-  free(recs);
+  wk_rec__free(&rec);
+  for (int64_t i = 0; keep && i < nrec; i++) free(keep[i].buf);
+  free(keep);
   free(buf);
   struct timespec cpu;
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu);

@@ -5,7 +5,8 @@
  * a source (one per format) produces records, either by row number
  * (in-memory tables and the synthetic generators: shuffling then permutes
  * row numbers, never row copies) or as a stream (TFRecord: shuffling keeps
- * record copies in the buffer); input.c applies scale/normalization,
+ * copies of the serialized records, each decoded straight into its batch
+ * row when drawn); input.c applies scale/normalization,
  * shuffles, batches and prefetches on a reader thread.
  */
 #ifndef TSR_WK_INPUT_INT_H
@@ -163,6 +164,28 @@ int wk_rec__copy(wk_rec *dst, const wk_rec *src, int64_t n_dense,
 #define WK_SHUFFLE_BUDGET ((int64_t)256 << 20)
 #define WK_SHUFFLE_MAX ((int64_t)1 << 20)   /* and at most this many records */
 
+/* A serialized record of a streaming source, and where it came from. */
+typedef struct {
+  const uint8_t *p;
+  size_t n;
+  int file;
+  uint64_t off;
+} wk_raw;
+
+/* One row of a batch being filled: dense values at x, the label at *y,
+ * sparse feature f's ids in column ids[f] from offs[f][row] (offs[f][row
+ * + 1] set past them). grow(ctx, f, need) makes column f hold `need` ids
+ * (0 or TSR_ENOMEM; it may move ids[f] and raises ids_cap[f]). */
+typedef struct {
+  float *x, *y;
+  int64_t **ids;
+  int64_t **offs;
+  size_t *ids_cap;
+  int64_t row;
+  int (*grow)(void *ctx, int f, size_t need);
+  void *ctx;
+} wk_row;
+
 typedef struct wk_src wk_src;
 typedef struct {
   /* Random-access sources: fills `r` with row `row` (an entry of rows[]). */
@@ -174,9 +197,16 @@ typedef struct {
                     float *x, float *y);
   /* Optional hint: row `row` is wanted soon. */
   void (*prefetch)(wk_src *s, int64_t row);
-  /* Streaming sources: starts a pass, then records until TSR_EEOF. */
+  /* Streaming sources: starts a pass, then records until TSR_EEOF:
+   * decoded (next: for the training statistics), or serialized (next_raw:
+   * the bytes, valid until the next call on the source, and where they
+   * came from) for the pipeline to shuffle and then decode straight into
+   * a batch row (decode_raw, whose messages name that file and offset). */
   int (*begin)(wk_src *s, char *err, size_t errlen);
   int (*next)(wk_src *s, wk_rec *r, char *err, size_t errlen);
+  int (*next_raw)(wk_src *s, wk_raw *r, char *err, size_t errlen);
+  int (*decode_raw)(wk_src *s, const wk_raw *r, const wk_row *o, char *err,
+                    size_t errlen);
   /* Optional, in-memory sources: checks every example of the split (not
    * only this share): finite values, labels in [0, n_classes) when
    * n_classes > 0; the message names the file, line and column. */
@@ -198,6 +228,8 @@ struct wk_src {
   double label_max;
   double best_auc;        /* synthetic_ctr: the hidden model's AUC; NAN else */
   int64_t skipped;        /* corrupt records skipped (atomic: read live) */
+  int64_t raw_bytes;      /* stream: the first record's serialized size,
+                             for the shuffle buffer's budget; 0 unknown */
 };
 
 /* Opens the source of a spec for the given selection. */

@@ -9,8 +9,11 @@
  * not a valid record header, is detected.
  *
  * Happy path: stream this worker's files through a large read buffer,
- * check both CRCs, and hand the record's bytes, in place, to the Example
- * decoder (tfr_example.c), which fills the record without allocating: the
+ * check both CRCs, and hand the record's bytes, in place, to the pipeline
+ * (next_raw), which keeps copies in its shuffle buffer and has each one
+ * decoded straight into its batch row (decode_raw), or decode them into a
+ * wk_rec (next). The Example decoder (tfr_example.c) fills either without
+ * allocating: the
  * named dense features (float_list of a fixed size), the label
  * (float_list or int64_list of one value) and the sparse features
  * (int64_list of any length; absent means empty, as tf.io.VarLenFeature).
@@ -230,7 +233,9 @@ static int corrupt(tfr_src *t, bool end_file, int code, char *err,
   return 0;
 }
 
-static int tfr_next(wk_src *s, wk_rec *r, char *err, size_t errlen) {
+/* The next record of this reader's share whose CRCs match: its bytes in
+ * place in the read buffer. */
+static int tfr_next_raw(wk_src *s, wk_raw *out, char *err, size_t errlen) {
   tfr_src *t = (tfr_src *)s;
   int rc;
   for (;;) {
@@ -313,9 +318,25 @@ static int tfr_next(wk_src *s, wk_rec *r, char *err, size_t errlen) {
       if ((rc = corrupt(t, false, rc, err, errlen))) return rc;
       continue;
     }
-    return wk_tfr__decode(&t->dec, data, (size_t)len, r, path, roff, err,
-                          errlen);
+    *out = (wk_raw){data, (size_t)len, t->files[t->cur], roff};
+    return 0;
   }
+}
+
+static int tfr_decode_raw(wk_src *s, const wk_raw *r, const wk_row *o,
+                          char *err, size_t errlen) {
+  tfr_src *t = (tfr_src *)s;
+  return wk_tfr__decode_row(&t->dec, r->p, r->n, o, t->paths[r->file],
+                            r->off, err, errlen);
+}
+
+static int tfr_next(wk_src *s, wk_rec *r, char *err, size_t errlen) {
+  tfr_src *t = (tfr_src *)s;
+  wk_raw raw;
+  int rc = tfr_next_raw(s, &raw, err, errlen);
+  if (rc) return rc;
+  return wk_tfr__decode(&t->dec, raw.p, raw.n, r, t->paths[raw.file],
+                        raw.off, err, errlen);
 }
 
 static void tfr_destroy(wk_src *s) {
@@ -335,6 +356,8 @@ static void tfr_destroy(wk_src *s) {
 
 static const wk_src_ops tfr_ops = {.begin = tfr_begin,
                                    .next = tfr_next,
+                                   .next_raw = tfr_next_raw,
+                                   .decode_raw = tfr_decode_raw,
                                    .destroy = tfr_destroy};
 
 int wk_read__tfrecord_src(const wk_input_spec *spec, const wk_sel *sel,
@@ -382,7 +405,12 @@ int wk_read__tfrecord_src(const wk_input_spec *spec, const wk_sel *sel,
   /* fail early on a missing or unreadable file */
   for (int f = 0; f < t->n_mine; f++) {
     if ((rc = open_file(t, t->paths[t->files[f]], err, errlen))) goto fail;
-    int64_t g = need(t, 1, t->paths[t->files[f]], err, errlen);
+    int64_t g = need(t, 12, t->paths[t->files[f]], err, errlen);
+    if (g == 12 && !s->raw_bytes) { /* the first record's size */
+      uint64_t len;
+      memcpy(&len, t->buf + t->pos, 8);
+      if (len <= (uint64_t)TFR_MAX_RECORD) s->raw_bytes = (int64_t)len;
+    }
     close_file(t);
     if (g < 0) {
       rc = (int)g;

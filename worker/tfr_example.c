@@ -11,12 +11,14 @@
  *
  * Happy path: each map entry's key is matched against the slot the entry
  * at the same position named in the record before (writers keep one
- * order), hashed only on a miss. A Feature in the usual shape (one list,
- * its values in one packed run) is read by a fast path: a dense float_list
- * is one memcpy, a sparse int64_list one tight varint loop. Sparse
- * features are concatenated in the spec's order: one that arrives in that
- * order is decoded at once, one out of order is remembered (its byte
- * range) and decoded at the end.
+ * order), hashed only on a miss, and its values go straight to their
+ * place in the batch row: a dense float feature of one-byte lengths is
+ * checked against its expected 4-byte head and copied with one memcpy, a
+ * sparse int64_list of one packed run is read by one tight varint loop
+ * into its feature's column. Other Features in the usual shape (one list,
+ * its values in one packed run) take a second fast path. Each sparse
+ * feature has a column of its own, so the features may come in any order
+ * and a key given twice simply rewrites its values (the last one counts).
  * Failure modes (each message names the file, the record's byte offset
  * and, where one is at fault, the feature): a varint running past its
  * message or longer than 10 bytes, a length past the end of its message,
@@ -25,85 +27,16 @@
  * wrong value count (TSR_ESHAPE); an id outside its vocabulary
  * (TSR_ERANGE). The fast paths take only well-formed input in the usual
  * shape; everything else goes through the general path, which makes every
- * check. Unknown fields are skipped at every level. A key given twice:
- * the last one counts.
+ * check (every occurrence of a key given twice is checked). Unknown fields
+ * are skipped at every level.
  */
-#include "worker/tfr_example.h"
+#include "worker/tfr_example_int.h"
 
 #include "common/err.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ---- wire primitives --------------------------------------------------- */
-
-static int varint_slow(const uint8_t **p, const uint8_t *end, uint64_t *v) {
-  uint64_t x = 0;
-  for (int s = 0; s < 64; s += 7) {
-    if (*p >= end) return -1;
-    uint8_t b = *(*p)++;
-    x |= (uint64_t)(b & 0x7f) << s;
-    if (!(b & 0x80)) {
-      *v = x;
-      return 0;
-    }
-  }
-  return -1;
-}
-
-/* Tags and lengths are mostly one byte: that case inline. */
-static inline int varint(const uint8_t **p, const uint8_t *end, uint64_t *v) {
-  const uint8_t *q = *p;
-  if (q < end && *q < 0x80) {
-    *v = *q;
-    *p = q + 1;
-    return 0;
-  }
-  return varint_slow(p, end, v);
-}
-
-/* Ids: mostly up to three bytes, unrolled. */
-static inline int varint3(const uint8_t **p, const uint8_t *end,
-                          uint64_t *v) {
-  const uint8_t *q = *p;
-  if (q < end) {
-    uint64_t b0 = q[0];
-    if (b0 < 0x80) {
-      *v = b0;
-      *p = q + 1;
-      return 0;
-    }
-    if (q + 1 < end) {
-      uint64_t b1 = q[1];
-      if (b1 < 0x80) {
-        *v = (b0 & 0x7f) | b1 << 7;
-        *p = q + 2;
-        return 0;
-      }
-      if (q + 2 < end && q[2] < 0x80) {
-        *v = (b0 & 0x7f) | (b1 & 0x7f) << 7 | (uint64_t)q[2] << 14;
-        *p = q + 3;
-        return 0;
-      }
-    }
-  }
-  return varint_slow(p, end, v);
-}
-
-static int skip_field(const uint8_t **p, const uint8_t *end, int wt) {
-  uint64_t v;
-  switch (wt) {
-    case 0: return varint(p, end, &v);
-    case 1: if (end - *p < 8) return -1; *p += 8; return 0;
-    case 2:
-      if (varint(p, end, &v) || v > (uint64_t)(end - *p)) return -1;
-      *p += v;
-      return 0;
-    case 5: if (end - *p < 4) return -1; *p += 4; return 0;
-  }
-  return -1;
-}
 
 /* ---- the slot table ---------------------------------------------------- */
 
@@ -153,16 +86,81 @@ static inline int lookup_at(wk_tfr_dec *d, int pos, const uint8_t *p,
     if (s >= 0 && name_eq_w(&d->slots[s], p, n, avail)) return s;
   }
   int s = lookup(d, p, n);
-  if (pos < WK_TFR_PRED_MAX) d->pred[pos] = s + 1;
+  if (pos < WK_TFR_PRED_MAX && d->pred[pos] != s + 1) {
+    d->pred[pos] = s + 1;
+    d->pred_changed = true;
+  }
   return s;
 }
 
 void wk_tfr__dec_free(wk_tfr_dec *d) {
+  for (int f = 0; d->rec_ids && f < d->n_sparse; f++) free(d->rec_ids[f]);
+  free(d->rec_ids);
+  free(d->rec_offs);
+  free(d->rec_off);
+  free(d->rec_cap);
+  free(d->mark);
   free(d->slots);
   free(d->table);
   free(d->seen);
-  free(d->spans);
   memset(d, 0, sizeof *d);
+}
+
+/* The head of a dense float_list Feature of `size` values with one-byte
+ * lengths: 0x12 (float_list) 4*size+2, 0x0a (field 1, packed) 4*size. */
+static void dense_head(wk_tfr_slot *sl) {
+  sl->head_len = SIZE_MAX; /* no Feature is that long */
+  if (sl->kind != WK_TFR_DENSE || sl->decode || sl->size * 4 + 2 >= 0x80)
+    return;
+  uint32_t nb = (uint32_t)sl->size * 4;
+  sl->head = 0x12u | (nb + 2) << 8 | 0x0au << 16 | nb << 24;
+  sl->head_len = nb + 4;
+}
+
+/* The slot's usual map entry as bytes and a mask (wk_tfr_slot.pat). */
+static void entry_pattern(wk_tfr_slot *sl) {
+  uint8_t pat[24] = {0}, msk[24] = {0};
+  size_t kl = sl->len, h = 10 + kl;
+  bool dense = sl->kind == WK_TFR_DENSE && sl->head_len != SIZE_MAX;
+  /* a label: an int64_list of one value, shaped as ids are */
+  if (h > sizeof pat || (!dense && sl->kind == WK_TFR_DENSE) ||
+      (dense && kl + 8 + (size_t)sl->size * 4 >= 0x80))
+    return;
+  size_t l3 = dense ? (size_t)sl->size * 4 : 0; /* sparse: varies */
+  uint8_t hdr[24] = {0x0a, (uint8_t)(kl + 8 + l3), 0x0a, (uint8_t)kl};
+  memcpy(hdr + 4, sl->name, kl);
+  hdr[4 + kl] = 0x12;
+  hdr[5 + kl] = (uint8_t)(l3 + 4);
+  hdr[6 + kl] = dense ? 0x12 : 0x1a;
+  hdr[7 + kl] = (uint8_t)(l3 + 2);
+  hdr[8 + kl] = 0x0a;
+  hdr[9 + kl] = (uint8_t)l3;
+  for (size_t i = 0; i < h; i++) {
+    bool varies = !dense && (i == 1 || i == 5 + kl || i == 7 + kl ||
+                             i == 9 + kl);
+    pat[i] = varies ? 0 : hdr[i];
+    msk[i] = varies ? 0x80 : 0xff;
+  }
+  memcpy(sl->pat, pat, sizeof pat);
+  memcpy(sl->msk, msk, sizeof msk);
+  sl->hlen = h;
+}
+
+static int init_rec_columns(wk_tfr_dec *d) {
+  int ns = d->n_sparse;
+  d->rec_ids = calloc((size_t)ns + 1, sizeof *d->rec_ids);
+  d->rec_offs = calloc((size_t)ns + 1, sizeof *d->rec_offs);
+  d->rec_off = calloc(2 * (size_t)ns + 2, sizeof *d->rec_off);
+  d->rec_cap = calloc((size_t)ns + 1, sizeof *d->rec_cap);
+  if (!d->rec_ids || !d->rec_offs || !d->rec_off || !d->rec_cap)
+    return TSR_ENOMEM;
+  for (int f = 0; f < ns; f++) {
+    d->rec_offs[f] = d->rec_off + 2 * f;
+    d->rec_cap[f] = 4;
+    if (!(d->rec_ids[f] = malloc(d->rec_cap[f] * sizeof(int64_t))))
+      return TSR_ENOMEM;
+  }
+  return 0;
 }
 
 int wk_tfr__dec_init(wk_tfr_dec *d, const wk_input_spec *spec,
@@ -173,32 +171,38 @@ int wk_tfr__dec_init(wk_tfr_dec *d, const wk_input_spec *spec,
   d->vocab = vocab;
   d->slots = calloc((size_t)d->n_slots, sizeof *d->slots);
   d->seen = calloc((size_t)d->n_slots, sizeof *d->seen);
-  d->spans = calloc((size_t)d->n_sparse + 1, sizeof *d->spans);
+  d->mark = calloc((size_t)d->n_slots, 1);
   uint32_t tsz = 16;
   while (tsz < (uint32_t)d->n_slots * 2) tsz *= 2;
   d->table = calloc(tsz, sizeof *d->table);
   d->table_mask = tsz - 1;
-  if (!d->slots || !d->seen || !d->spans || !d->table)
+  if (!d->slots || !d->seen || !d->mark || !d->table || init_rec_columns(d))
     return tsr_errf(err, errlen, TSR_ENOMEM, "%s: out of memory",
                     spec->where);
   int k = 0;
   int64_t at = 0;
   for (int i = 0; i < spec->n_dense; i++, k++) {
-    d->slots[k] = (wk_tfr_slot){spec->dense[i].name,
-                                strlen(spec->dense[i].name), WK_TFR_DENSE, i,
-                                at, spec->dense[i].size,
-                                spec->dense[i].decode, 0, 0};
+    d->slots[k] = (wk_tfr_slot){.name = spec->dense[i].name,
+                                .len = strlen(spec->dense[i].name),
+                                .kind = WK_TFR_DENSE, .index = i, .at = at,
+                                .size = spec->dense[i].size,
+                                .decode = spec->dense[i].decode};
     at += spec->dense[i].size;
   }
   d->n_dense = at;
-  d->slots[k++] = (wk_tfr_slot){spec->label, strlen(spec->label),
-                                WK_TFR_LABEL, 0, 0, 1, WK_DECODE_NONE, 0, 0};
+  d->slots[k++] = (wk_tfr_slot){.name = spec->label,
+                                .len = strlen(spec->label),
+                                .kind = WK_TFR_LABEL, .size = 1};
   for (int i = 0; i < spec->n_sparse; i++, k++)
-    d->slots[k] = (wk_tfr_slot){spec->sparse[i].name,
-                                strlen(spec->sparse[i].name), WK_TFR_SPARSE,
-                                i, 0, 0, WK_DECODE_NONE, 0, 0};
+    d->slots[k] = (wk_tfr_slot){
+        .name = spec->sparse[i].name, .len = strlen(spec->sparse[i].name),
+        .kind = WK_TFR_SPARSE, .index = i,
+        /* ids are >= 0: as unsigned, a negative one is past any limit */
+        .id_lim = vocab[i] > 0 ? (uint64_t)vocab[i] : UINT64_C(1) << 63};
   for (int i = 0; i < d->n_slots; i++) {
     wk_tfr_slot *sl = &d->slots[i];
+    dense_head(sl);
+    entry_pattern(sl);
     if (sl->len <= 8) { /* little-endian: byte k is bits 8k..8k+7 */
       sl->mask = sl->len == 8 ? ~UINT64_C(0)
                               : (UINT64_C(1) << (8 * sl->len)) - 1;
@@ -218,292 +222,6 @@ int wk_tfr__dec_init(wk_tfr_dec *d, const wk_input_spec *spec,
   return 0;
 }
 
-/* ---- Feature decoding -------------------------------------------------- */
-
-typedef struct {
-  const char *path;
-  uint64_t off;
-  char *err;
-  size_t errlen;
-} tfr_ctx;
-
-static const char *kind_name(int k) {
-  return k == 1 ? "bytes_list" : k == 2 ? "float_list" : k == 3 ? "int64_list"
-                                                                 : "no value";
-}
-
-static int malformed(const tfr_ctx *c, const wk_tfr_slot *sl) {
-  if (!sl)
-    return tsr_errf(c->err, c->errlen, TSR_EFORMAT,
-                    "%s: record at byte offset %llu: malformed Example",
-                    c->path, (unsigned long long)c->off);
-  return tsr_errf(c->err, c->errlen, TSR_EFORMAT,
-                  "%s: record at byte offset %llu: malformed Example "
-                  "(feature \"%s\")",
-                  c->path, (unsigned long long)c->off, sl->name);
-}
-
-static int out_of_vocab(const tfr_ctx *c, const wk_tfr_slot *sl, int64_t id,
-                        int64_t vocab) {
-  return tsr_errf(c->err, c->errlen, TSR_ERANGE,
-                  "%s: record at byte offset %llu: feature \"%s\": id %lld "
-                  "is outside its vocabulary [0, %lld)",
-                  c->path, (unsigned long long)c->off, sl->name,
-                  (long long)id, (long long)vocab);
-}
-
-static int decode_bytes(const wk_tfr_slot *sl, const uint8_t *bp, size_t bl,
-                        wk_rec *r, const tfr_ctx *c) {
-  char why[256];
-  int rc = wk_decode__bytes(sl->decode, bp, bl, r->x + sl->at, sl->size, why,
-                            sizeof why);
-  if (rc == TSR_ENOMEM) return rc;
-  if (rc)
-    return tsr_errf(c->err, c->errlen, rc,
-                    "%s: record at byte offset %llu: feature \"%s\": %s",
-                    c->path, (unsigned long long)c->off, sl->name, why);
-  return 0;
-}
-
-/* A Feature in the usual shape: exactly one list (tag 1, 2 or 3) whose
- * only content is one length-delimited field 1 (the packed values, or a
- * bytes_list's one value) reaching its end. Gives the list's kind and the
- * run's bytes; false for anything else (the general path decides). */
-static inline bool usual_shape(const uint8_t *p, const uint8_t *end,
-                               int *kind, const uint8_t **q,
-                               const uint8_t **qe) {
-  uint64_t n;
-  if (p >= end) return false;
-  uint8_t t = *p++;
-  if (t != 0x0a && t != 0x12 && t != 0x1a) return false;
-  if (varint(&p, end, &n) || n != (uint64_t)(end - p)) return false;
-  if (p >= end || *p++ != 0x0a) return false;
-  if (varint(&p, end, &n) || n != (uint64_t)(end - p)) return false;
-  *kind = t >> 3;
-  *q = p;
-  *qe = end;
-  return true;
-}
-
-/* The fast path: 1 when the Feature was decoded, 0 when the general path
- * must look at it (it then overwrites whatever this wrote), < 0 on an
- * error it is sure of. */
-__attribute__((always_inline)) static inline int decode_fast(wk_tfr_dec *d, const wk_tfr_slot *sl,
-                              const uint8_t *p, const uint8_t *end,
-                              wk_rec *r, const tfr_ctx *c) {
-  int kind;
-  const uint8_t *q, *qe;
-  if (!usual_shape(p, end, &kind, &q, &qe)) return 0;
-  size_t nb = (size_t)(qe - q);
-  if (sl->decode) {
-    if (kind != 1) return 0;
-    int rc = decode_bytes(sl, q, nb, r, c);
-    return rc ? rc : 1;
-  }
-  uint64_t v;
-  switch (sl->kind) {
-    case WK_TFR_SPARSE: {
-      if (kind != 3) return 0;
-      int64_t f0 = r->off[sl->index], vocab = d->vocab[sl->index];
-      /* a varint is at least one byte: nb ids at most */
-      if ((size_t)f0 + nb > r->ids_cap && wk_rec__reserve(r, (size_t)f0 + nb))
-        return TSR_ENOMEM;
-      int64_t *ids = r->ids + f0, k = 0;
-      while (q < qe) {
-        if (varint3(&q, qe, &v)) return malformed(c, sl);
-        int64_t id = (int64_t)v;
-        if (id < 0 || (vocab > 0 && id >= vocab))
-          return out_of_vocab(c, sl, id, vocab);
-        ids[k++] = id;
-      }
-      r->off[sl->index + 1] = f0 + k;
-      return 1;
-    }
-    case WK_TFR_DENSE:
-      if (kind == 2) {
-        if (nb != (size_t)sl->size * 4) return 0;
-        if (nb == 4) /* a scalar feature: no call */
-          memcpy(r->x + sl->at, q, 4);
-        else
-          memcpy(r->x + sl->at, q, nb); /* little-endian hosts, as the PS */
-        return 1;
-      }
-      if (kind == 3) {
-        float *x = r->x + sl->at;
-        int64_t k = 0;
-        while (q < qe && k < sl->size) {
-          if (varint3(&q, qe, &v)) return 0;
-          x[k++] = (float)(int64_t)v;
-        }
-        return q == qe && k == sl->size;
-      }
-      return 0;
-    case WK_TFR_LABEL:
-      if (kind == 2 && nb == 4) {
-        float y;
-        memcpy(&y, q, 4);
-        r->y = (float)(double)y;
-        return 1;
-      }
-      if (kind == 3 && !varint3(&q, qe, &v) && q == qe) {
-        r->y = (float)(double)(int64_t)v;
-        return 1;
-      }
-      return 0;
-  }
-  return 0;
-}
-
-/* Decodes one Feature's values into the record per its slot: any legal
- * encoding, every check. */
-static int decode_general(wk_tfr_dec *d, const wk_tfr_slot *sl,
-                          const uint8_t *p, const uint8_t *end, wk_rec *r,
-                          const tfr_ctx *c) {
-  int kind = 0;
-  const uint8_t *lp = NULL, *le = NULL;
-  while (p < end) {
-    uint64_t tag, len;
-    if (varint(&p, end, &tag)) return malformed(c, sl);
-    int f = (int)(tag >> 3), wt = (int)(tag & 7);
-    if (f >= 1 && f <= 3 && wt == 2) {
-      if (varint(&p, end, &len) || len > (uint64_t)(end - p))
-        return malformed(c, sl);
-      kind = f; /* oneof: the last one wins */
-      lp = p;
-      le = p + len;
-      p += len;
-    } else if (skip_field(&p, end, wt)) {
-      return malformed(c, sl);
-    }
-  }
-  if (sl->decode) {
-    /* one bytes value: raw or an image */
-    const uint8_t *bp = NULL;
-    uint64_t bl = 0;
-    int nval = 0;
-    p = lp;
-    while (kind == 1 && p < le) {
-      uint64_t tag;
-      if (varint(&p, le, &tag)) return malformed(c, sl);
-      if ((tag >> 3) == 1 && (tag & 7) == 2) {
-        if (varint(&p, le, &bl) || bl > (uint64_t)(le - p))
-          return malformed(c, sl);
-        if (nval++ == 0) bp = p;
-        p += bl;
-      } else if (skip_field(&p, le, (int)(tag & 7))) {
-        return malformed(c, sl);
-      }
-    }
-    if (kind != 1 || nval != 1)
-      return tsr_errf(c->err, c->errlen, TSR_EDTYPE,
-                      "%s: record at byte offset %llu: feature \"%s\" "
-                      "(decode %s) must be a bytes_list of one value; "
-                      "it is a %s%s",
-                      c->path, (unsigned long long)c->off, sl->name,
-                      wk_decode__name(sl->decode), kind_name(kind),
-                      kind == 1 ? " of several values" : "");
-    if (!bp) bl = 0;
-    return decode_bytes(sl, bp ? bp : lp, (size_t)bl, r, c);
-  }
-  int want = sl->kind == WK_TFR_SPARSE ? 3 : 2;
-  if (kind != want && !(sl->kind != WK_TFR_SPARSE && kind == 3))
-    return tsr_errf(c->err, c->errlen, TSR_EDTYPE,
-                    "%s: record at byte offset %llu: feature \"%s\" is "
-                    "a %s, expected %s",
-                    c->path, (unsigned long long)c->off, sl->name,
-                    kind_name(kind),
-                    sl->kind != WK_TFR_SPARSE ? "a float_list or "
-                                                "int64_list (or set "
-                                                "\"decode\" for bytes)"
-                                              : kind_name(want));
-  /* values: field 1, packed (wire type 2) or one per tag (5 / 0) */
-  int64_t cnt = 0;
-  float *fx = sl->kind == WK_TFR_DENSE ? r->x + sl->at : NULL;
-  int64_t f_at = sl->kind == WK_TFR_SPARSE ? r->off[sl->index] : 0;
-  double label = 0;
-  p = lp;
-  while (p < le) {
-    uint64_t tag, v;
-    if (varint(&p, le, &tag)) return malformed(c, sl);
-    int f = (int)(tag >> 3), wt = (int)(tag & 7);
-    if (f != 1) {
-      if (skip_field(&p, le, wt)) return malformed(c, sl);
-      continue;
-    }
-    if (kind == 2 && (wt == 2 || wt == 5)) {
-      uint64_t nb = 4;
-      if (wt == 2 && (varint(&p, le, &nb) || nb > (uint64_t)(le - p) ||
-                      nb % 4))
-        return malformed(c, sl);
-      if (wt == 5 && le - p < 4) return malformed(c, sl);
-      int64_t k = (int64_t)(nb / 4);
-      if (fx) {
-        if (cnt + k <= sl->size) memcpy(fx + cnt, p, (size_t)nb);
-      } else if (k > 0 && cnt == 0) {
-        float fv;
-        memcpy(&fv, p, 4);
-        label = fv;
-      }
-      cnt += k;
-      p += nb;
-    } else if (kind == 3 && (wt == 2 || wt == 0)) {
-      const uint8_t *ve = le;
-      if (wt == 2) {
-        uint64_t nb;
-        if (varint(&p, le, &nb) || nb > (uint64_t)(le - p))
-          return malformed(c, sl);
-        ve = p + nb;
-      }
-      for (bool once = wt == 0; once || p < ve; once = false) {
-        if (varint(&p, ve, &v)) return malformed(c, sl);
-        if (sl->kind == WK_TFR_SPARSE) {
-          int64_t id = (int64_t)v, vocab = d->vocab[sl->index];
-          if (id < 0 || (vocab > 0 && id >= vocab))
-            return out_of_vocab(c, sl, id, vocab);
-          if ((size_t)(f_at + cnt + 1) > r->ids_cap &&
-              wk_rec__reserve(r, (size_t)(f_at + cnt + 1)))
-            return TSR_ENOMEM;
-          r->ids[f_at + cnt] = id;
-        } else if (fx) {
-          if (cnt < sl->size) fx[cnt] = (float)(int64_t)v;
-        } else if (cnt == 0) {
-          label = (double)(int64_t)v;
-        }
-        cnt++;
-        if (once) break;
-      }
-    } else if (kind == 1) {
-      if (skip_field(&p, le, wt)) return malformed(c, sl);
-    } else {
-      return malformed(c, sl);
-    }
-  }
-  if (sl->kind == WK_TFR_DENSE && cnt != sl->size)
-    return tsr_errf(c->err, c->errlen, TSR_ESHAPE,
-                    "%s: record at byte offset %llu: feature \"%s\" "
-                    "has %lld values, expected %lld",
-                    c->path, (unsigned long long)c->off, sl->name,
-                    (long long)cnt, (long long)sl->size);
-  if (sl->kind == WK_TFR_LABEL) {
-    if (cnt != 1)
-      return tsr_errf(c->err, c->errlen, TSR_ESHAPE,
-                      "%s: record at byte offset %llu: label \"%s\" "
-                      "has %lld values, expected 1",
-                      c->path, (unsigned long long)c->off, sl->name,
-                      (long long)cnt);
-    r->y = (float)label;
-  }
-  if (sl->kind == WK_TFR_SPARSE) r->off[sl->index + 1] = f_at + cnt;
-  return 0;
-}
-
-static inline int decode_feature(wk_tfr_dec *d, const wk_tfr_slot *sl,
-                                  const uint8_t *p, const uint8_t *end,
-                                  wk_rec *r, const tfr_ctx *c) {
-  int rc = decode_fast(d, sl, p, end, r, c);
-  if (rc) return rc < 0 ? rc : 0;
-  return decode_general(d, sl, p, end, r, c);
-}
 
 /* ---- Example ----------------------------------------------------------- */
 
@@ -533,168 +251,295 @@ usual_entry(const uint8_t *p, const uint8_t *fe, const uint8_t **me,
   return true;
 }
 
-/* The sparse ids of the usual Feature (one packed int64_list) straight
- * into the record; false for anything else. */
-__attribute__((always_inline)) static inline int
-sparse_fast(wk_tfr_dec *d, const wk_tfr_slot *sl, const uint8_t *p,
-            const uint8_t *end, wk_rec *r, const tfr_ctx *c) {
-  /* 0x1a L 0x0a L' ids, one-byte lengths */
-  if (end - p < 4 || p[0] != 0x1a || p[1] >= 0x80 || p[1] != end - p - 2 ||
-      p[2] != 0x0a || p[3] != end - p - 4)
-    return 0;
-  const uint8_t *q = p + 4;
-  size_t nb = (size_t)(end - q);
-  int64_t f0 = r->off[sl->index], vocab = d->vocab[sl->index];
-  if ((size_t)f0 + nb > r->ids_cap && wk_rec__reserve(r, (size_t)f0 + nb))
-    return TSR_ENOMEM;
-  int64_t *ids = r->ids + f0, k = 0;
-  while (q < end) {
-    uint64_t v;
-    if (varint3(&q, end, &v)) return malformed(c, sl);
-    int64_t id = (int64_t)v;
-    if (id < 0 || (vocab > 0 && id >= vocab))
-      return out_of_vocab(c, sl, id, vocab);
-    ids[k++] = id;
+/* A map entry in any legal encoding: its key and Feature (either may be
+ * absent); p is moved past it. 0, 1 for a field of Features that is not
+ * a map entry (skipped), or an error. */
+static int general_entry(const uint8_t **pp, const uint8_t *fe,
+                         const uint8_t **key, uint64_t *klen,
+                         const uint8_t **val, const uint8_t **vend,
+                         const tfr_ctx *c) {
+  const uint8_t *p = *pp;
+  uint64_t tag, len;
+  if (varint(&p, fe, &tag)) return wk_tfr__malformed(c, NULL);
+  if (tag != ((1 << 3) | 2)) {
+    if (skip_field(&p, fe, (int)(tag & 7))) return wk_tfr__malformed(c, NULL);
+    *pp = p;
+    return 1;
   }
-  r->off[sl->index + 1] = f0 + k;
-  return 1;
+  if (varint(&p, fe, &len) || len > (uint64_t)(fe - p))
+    return wk_tfr__malformed(c, NULL);
+  const uint8_t *me = p + len; /* map entry */
+  while (p < me) {
+    if (varint(&p, me, &tag)) return wk_tfr__malformed(c, NULL);
+    int f = (int)(tag >> 3), wt = (int)(tag & 7);
+    if ((f == 1 || f == 2) && wt == 2) {
+      if (varint(&p, me, &len) || len > (uint64_t)(me - p))
+        return wk_tfr__malformed(c, NULL);
+      if (f == 1) {
+        *key = p;
+        *klen = len;
+      } else {
+        *val = p;
+        *vend = p + len;
+      }
+      p += len;
+    } else if (skip_field(&p, me, wt)) {
+      return wk_tfr__malformed(c, NULL);
+    }
+  }
+  *pp = p;
+  return 0;
 }
 
-/* A dense float feature in the usual shape (0x12 L 0x0a L' floats,
- * one-byte lengths, the right count) straight into the record. */
-__attribute__((always_inline)) static inline bool
-dense_fast(const wk_tfr_slot *sl, const uint8_t *p, const uint8_t *end,
-           wk_rec *r) {
-  if (sl->kind != WK_TFR_DENSE || sl->decode || end - p < 4 ||
-      p[0] != 0x12 || p[1] >= 0x80 || p[1] != end - p - 2 || p[2] != 0x0a ||
-      p[3] != end - p - 4 || end - p - 4 != sl->size * 4)
-    return false;
-  if (sl->size == 1) /* a scalar feature: no call */
-    memcpy(r->x + sl->at, p + 4, 4);
-  else
-    memcpy(r->x + sl->at, p + 4, (size_t)sl->size * 4);
+/* One map entry's Feature into the row. */
+__attribute__((always_inline)) static inline int
+decode_entry(const wk_tfr_slot *sl, const uint8_t *val, const uint8_t *vend,
+             const wk_row *o, const tfr_ctx *c) {
+  size_t vn = (size_t)(vend - val);
+  if (vn == sl->head_len && load32(val) == sl->head) { /* dense floats */
+    if (vn == 8) /* a scalar feature: no call */
+      memcpy(o->x + sl->at, val + 4, 4);
+    else
+      memcpy(o->x + sl->at, val + 4, vn - 4);
+    return 0;
+  }
+  if (sl->kind == WK_TFR_SPARSE && vn >= 4 && vn < 0x80 + 2 &&
+      load32(val) == (0x1au | (uint32_t)(vn - 2) << 8 | 0x0au << 16 |
+                      (uint32_t)(vn - 4) << 24))
+    /* 0x1a L 0x0a L' ids: one packed int64_list */
+    return ids_run(sl, val + 4, vend, o->offs[sl->index][o->row], o, c);
+  return wk_tfr__feature(sl, val, vend, o, c);
+}
+
+
+typedef struct {
+  const uint8_t *p; /* the next map entry */
+  int pos;          /* its position */
+  int nseen;        /* slots seen in this record */
+} scan_at;
+
+/* The run of map entries from at->p that are each their predicted slot's
+ * usual entry (its key, one packed list of one-byte lengths, nothing
+ * else): their values into the row, `at` moved past them. Stops at the
+ * first other entry (the general scan decides) or at the end of Features
+ * (fe). 0 or an error in the ids. Everything the loop reads is held in
+ * locals: the build does not assume strict aliasing, so each store of a
+ * value would otherwise reload them. */
+static int entries_fast(const wk_tfr_dec *d, scan_at *at, const uint8_t *fe,
+                        const uint8_t *end, const wk_row *o,
+                        const tfr_ctx *c) {
+  if (at->pos >= WK_TFR_PRED_MAX) return 0;
+  const uint8_t *p = at->p;
+  const int *pred = d->pred; /* pred[WK_TFR_PRED_MAX] is 0: a stop */
+  const wk_tfr_slot *slots = d->slots;
+  float *x = o->x;
+  int64_t *const *offs = o->offs;
+  const int64_t row = o->row;
+  int pos = at->pos, rc = 0;
+  uint8_t tail[24];
+  while (p < fe) {
+    int s = pred[pos] - 1;
+    if (s < 0) break;
+    const wk_tfr_slot *sl = &slots[s];
+    size_t h = sl->hlen;
+    const uint8_t *w = p; /* 24 bytes to compare */
+    if ((size_t)(end - p) < 24) { /* the record's last entries */
+      size_t r = (size_t)(end - p);
+      if (h > r) break;
+      memset(tail, 0, sizeof tail);
+      memcpy(tail, p, r);
+      w = tail;
+    }
+    if (!h || (((load64(w) ^ sl->pat[0]) & sl->msk[0]) |
+               ((load64(w + 8) ^ sl->pat[1]) & sl->msk[1]) |
+               ((load64(w + 16) ^ sl->pat[2]) & sl->msk[2])))
+      break;
+    size_t n = p[h - 1]; /* L3: the values' bytes */
+    const uint8_t *e = p + h + n;
+    if (e > fe) break;
+    if (sl->kind == WK_TFR_DENSE) { /* every length is in the pattern */
+      if (n == 4) /* a scalar feature: no call */
+        memcpy(x + sl->at, p + h, 4);
+      else
+        memcpy(x + sl->at, p + h, n);
+    } else {
+      /* the lengths around the ids agree: L, VL, L2 */
+      if (p[1] != sl->len + 8 + n || p[h - 5] != n + 4 || p[h - 3] != n + 2)
+        break;
+      if (sl->kind == WK_TFR_LABEL) { /* exactly one value */
+        const uint8_t *q = p + h;
+        uint64_t v;
+        if (varint3(&q, e, &v) || q != e) break;
+        *o->y = (float)(double)(int64_t)v;
+        pos++;
+        p = e;
+        continue;
+      }
+      int f = sl->index;
+      int64_t *of = offs[f], f0 = of[row];
+      /* a varint is at least one byte: n ids at most */
+      if ((size_t)f0 + n > o->ids_cap[f] &&
+          (rc = o->grow(o->ctx, f, (size_t)f0 + n)))
+        break;
+      int64_t *ids = o->ids[f] + f0, k = 0;
+      const uint8_t *q = p + h;
+      uint64_t lim = sl->id_lim, v;
+      while (q < e) {
+        if (varint3(&q, e, &v)) {
+          rc = wk_tfr__malformed(c, sl);
+          break;
+        }
+        if (v >= lim) {
+          rc = wk_tfr__out_of_vocab(c, sl, v);
+          break;
+        }
+        ids[k++] = (int64_t)v;
+      }
+      if (rc) break;
+      of[row + 1] = f0 + k;
+    }
+    pos++;
+    p = e;
+  }
+  at->p = p;
+  at->pos = pos;
+  return rc;
+}
+
+/* Whether pred[0..n_slots) names every slot once. */
+static bool pred_names_all(wk_tfr_dec *d) {
+  if (d->n_slots > WK_TFR_PRED_MAX) return false;
+  memset(d->mark, 0, (size_t)d->n_slots);
+  for (int i = 0; i < d->n_slots; i++) {
+    int s = d->pred[i] - 1;
+    if (s < 0 || d->mark[s]) return false;
+    d->mark[s] = 1;
+  }
   return true;
 }
 
-#define TFR_REDO 1 /* decode_record: a sparse key came twice */
+/* Counts the slots of entries [from, to) that the fast path read as seen
+ * (their slots are pred's): a whole record read that way from its first
+ * entry, with pred naming every slot once, has them all. */
+static int fast_seen(wk_tfr_dec *d, int from, int to, bool whole, int nseen,
+                     uint32_t gen) {
+  if (nseen == d->n_slots || from == to) return nseen;
+  if (whole && from == 0 && nseen == 0 && to == d->n_slots) {
+    if (d->pred_changed) {
+      d->pred_all = pred_names_all(d);
+      d->pred_changed = false;
+    }
+    if (d->pred_all) return d->n_slots;
+  }
+  for (int i = from; i < to; i++) {
+    int s = d->pred[i] - 1;
+    if (d->seen[s] != gen) {
+      d->seen[s] = gen;
+      nseen++;
+    }
+  }
+  return nseen;
+}
 
-/* One pass over the Example. in_order: a sparse feature that arrives in
- * the spec's order is decoded at once (TFR_REDO when one comes twice);
- * else every sparse feature is decoded at the end, the last of a key
- * counting. */
-static int decode_record(wk_tfr_dec *d, const uint8_t *p, const uint8_t *end,
-                         wk_rec *r, const tfr_ctx *c, bool in_order) {
-  int ns = d->n_sparse, sp0 = d->n_slots - ns, rc;
+static int decode_row(wk_tfr_dec *d, const uint8_t *p, const uint8_t *end,
+                      const wk_row *o, const tfr_ctx *c) {
+  int rc, nseen = 0;
   if (++d->gen == 0) {
     memset(d->seen, 0, (size_t)d->n_slots * sizeof *d->seen);
     d->gen = 1;
   }
   uint32_t gen = d->gen;
-  int next_sp = 0; /* sparse features before it are in the record */
-  int early = 0;   /* sparse features after it, remembered */
-  r->off[0] = 0;
   while (p < end) {
     uint64_t tag, len;
-    if (varint(&p, end, &tag)) return malformed(c, NULL);
+    if (varint(&p, end, &tag)) return wk_tfr__malformed(c, NULL);
     if (tag != ((1 << 3) | 2)) {
-      if (skip_field(&p, end, (int)(tag & 7))) return malformed(c, NULL);
+      if (skip_field(&p, end, (int)(tag & 7)))
+        return wk_tfr__malformed(c, NULL);
       continue;
     }
     if (varint(&p, end, &len) || len > (uint64_t)(end - p))
-      return malformed(c, NULL);
+      return wk_tfr__malformed(c, NULL);
     const uint8_t *fe = p + len; /* Features */
-    int pos = 0;                 /* map entry position */
-    while (p < fe) {
+    scan_at at = {p, 0, nseen};
+    for (;;) {
+      int pos0 = at.pos;
+      rc = entries_fast(d, &at, fe, end, o, c);
+      p = at.p;
+      nseen = at.nseen = fast_seen(d, pos0, at.pos, p >= fe, nseen, gen);
+      if (rc) return rc;
+      int pos = at.pos; /* map entry position */
+      if (p >= fe) break;
       const uint8_t *me, *key = NULL, *val = NULL, *vend = NULL;
       uint64_t klen = 0;
       if (usual_entry(p, fe, &me, &key, &klen, &val, &vend)) {
         p = me;
-      } else {
-        if (varint(&p, fe, &tag)) return malformed(c, NULL);
-        if (tag != ((1 << 3) | 2)) {
-          if (skip_field(&p, fe, (int)(tag & 7))) return malformed(c, NULL);
-          continue;
-        }
-        if (varint(&p, fe, &len) || len > (uint64_t)(fe - p))
-          return malformed(c, NULL);
-        me = p + len; /* map entry */
-        while (p < me) {
-          if (varint(&p, me, &tag)) return malformed(c, NULL);
-          int f = (int)(tag >> 3), wt = (int)(tag & 7);
-          if ((f == 1 || f == 2) && wt == 2) {
-            if (varint(&p, me, &len) || len > (uint64_t)(me - p))
-              return malformed(c, NULL);
-            if (f == 1) {
-              key = p;
-              klen = len;
-            } else {
-              val = p;
-              vend = p + len;
-            }
-            p += len;
-          } else if (skip_field(&p, me, wt)) {
-            return malformed(c, NULL);
-          }
-        }
+      } else if ((rc = general_entry(&p, fe, &key, &klen, &val, &vend, c))) {
+        if (rc < 0) return rc;
+        at.p = p;
+        continue;
       }
+      at.p = p;
       if (!key) continue;
-      int s = lookup_at(d, pos++, key, (size_t)klen, (size_t)(end - key));
+      at.pos = pos + 1;
+      int s = lookup_at(d, pos, key, (size_t)klen, (size_t)(end - key));
       if (s < 0) continue;
-      const wk_tfr_slot *sl = &d->slots[s];
-      if (!val) val = vend = key; /* an empty Feature */
-      if (sl->kind != WK_TFR_SPARSE) {
+      if (nseen < d->n_slots && d->seen[s] != gen) {
         d->seen[s] = gen;
-        if (!dense_fast(sl, val, vend, r) &&
-            (rc = decode_feature(d, sl, val, vend, r, c)))
-          return rc;
-        continue;
+        at.nseen = ++nseen;
       }
-      int f = sl->index;
-      if (d->seen[s] == gen && in_order) return TFR_REDO;
-      d->seen[s] = gen;
-      if (!in_order || f != next_sp) { /* later, in order */
-        d->spans[f] = (wk_tfr_span){val, vend};
-        early++;
-        continue;
-      }
-      if (!(rc = sparse_fast(d, sl, val, vend, r, c)))
-        rc = decode_general(d, sl, val, vend, r, c);
-      if (rc < 0) return rc;
-      next_sp++;
-      /* and those that came early and are next now */
-      for (; early > 0 && next_sp < ns && d->seen[sp0 + next_sp] == gen;
-           next_sp++, early--) {
-        r->off[next_sp + 1] = r->off[next_sp];
-        if ((rc = decode_feature(d, &d->slots[sp0 + next_sp],
-                                 d->spans[next_sp].p, d->spans[next_sp].e, r,
-                                 c)))
-          return rc;
-      }
+      if (!val) val = vend = key; /* an empty Feature */
+      if ((rc = decode_entry(&d->slots[s], val, vend, o, c))) return rc;
     }
   }
+  if (nseen == d->n_slots) return 0;
+  int sp0 = d->n_slots - d->n_sparse;
   for (int i = 0; i < sp0; i++) /* dense and label */
     if (d->seen[i] != gen)
       return tsr_errf(c->err, c->errlen, TSR_ENOTFOUND,
                       "%s: record at byte offset %llu: feature \"%s\" "
                       "is absent from the Example",
                       c->path, (unsigned long long)c->off, d->slots[i].name);
-  /* the sparse features not decoded yet; absent ones are empty (as
-   * tf.io.VarLenFeature) */
-  for (int f = next_sp; f < ns; f++) {
-    r->off[f + 1] = r->off[f];
-    if (d->seen[sp0 + f] != gen) continue;
-    if ((rc = decode_feature(d, &d->slots[sp0 + f], d->spans[f].p,
-                             d->spans[f].e, r, c)))
-      return rc;
-  }
+  /* absent sparse features are empty (as tf.io.VarLenFeature) */
+  for (int f = 0; f < d->n_sparse; f++)
+    if (d->seen[sp0 + f] != gen) o->offs[f][o->row + 1] = o->offs[f][o->row];
+  return 0;
+}
+
+int wk_tfr__decode_row(wk_tfr_dec *d, const uint8_t *p, size_t n,
+                       const wk_row *o, const char *path, uint64_t off,
+                       char *err, size_t errlen) {
+  const tfr_ctx c = {path, off, err, errlen};
+  return decode_row(d, p, p + n, o, &c);
+}
+
+/* wk_tfr__decode()'s columns grow by doubling. */
+static int rec_grow(void *ctx, int f, size_t need) {
+  wk_tfr_dec *d = ctx;
+  size_t cap = d->rec_cap[f] * 2;
+  while (cap < need) cap *= 2;
+  int64_t *n = realloc(d->rec_ids[f], cap * sizeof(int64_t));
+  if (!n) return TSR_ENOMEM;
+  d->rec_ids[f] = n;
+  d->rec_cap[f] = cap;
   return 0;
 }
 
 int wk_tfr__decode(wk_tfr_dec *d, const uint8_t *p, size_t n, wk_rec *r,
                    const char *path, uint64_t off, char *err,
                    size_t errlen) {
-  const tfr_ctx c = {path, off, err, errlen};
-  int rc = decode_record(d, p, p + n, r, &c, true);
-  if (rc == TFR_REDO) rc = decode_record(d, p, p + n, r, &c, false);
-  return rc;
+  const wk_row o = {r->x, &r->y, d->rec_ids, d->rec_offs, d->rec_cap,
+                        0, rec_grow, d};
+  int rc = wk_tfr__decode_row(d, p, n, &o, path, off, err, errlen);
+  if (rc) return rc;
+  size_t total = 0;
+  for (int f = 0; f < d->n_sparse; f++)
+    total += (size_t)d->rec_offs[f][1];
+  if (wk_rec__reserve(r, total)) return TSR_ENOMEM;
+  r->off[0] = 0;
+  for (int f = 0; f < d->n_sparse; f++) {
+    int64_t k = d->rec_offs[f][1];
+    memcpy(r->ids + r->off[f], d->rec_ids[f], (size_t)k * sizeof(int64_t));
+    r->off[f + 1] = r->off[f] + k;
+  }
+  return 0;
 }

@@ -6,13 +6,53 @@
  * decoder, for the features of a CTR-like spec: a dense float feature of
  * 3 values, an int64 label and two sparse id lists (one with a
  * vocabulary of 7); the second pass runs with the feature order learnt
- * from the first. Every input must be decoded or refused with a message;
- * nothing may crash, read outside the input or leak. */
+ * from the first. It is then decoded as rows 0 and 1 of a batch whose id
+ * columns start with room for one id (so rows grow them). Every input
+ * must be decoded or refused with a message; nothing may crash, read
+ * outside the input or leak. */
 #include "common/err.h"
 #include "worker/tfr_example.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+typedef struct {
+  int64_t *ids[2];
+  size_t cap[2];
+} cols;
+
+static int cols_grow(void *ctx, int f, size_t need) {
+  cols *c = ctx;
+  int64_t *n = realloc(c->ids[f], need * sizeof(int64_t));
+  if (!n) return TSR_ENOMEM;
+  c->ids[f] = n;
+  c->cap[f] = need;
+  return 0;
+}
+
+/* Rows 0 and 1 of a batch: offsets rise, ids stay inside their columns. */
+static void as_rows(wk_tfr_dec *d, const uint8_t *buf, size_t size) {
+  float x[6], y[2];
+  int64_t o0[3] = {0}, o1[3] = {0}, *offs[2] = {o0, o1};
+  cols c = {{malloc(8), malloc(8)}, {1, 1}};
+  char err[512];
+  if (c.ids[0] && c.ids[1])
+    for (int row = 0; row < 2; row++) {
+      const wk_row o = {x + 3 * row, y + row, c.ids, offs, c.cap, row,
+                        cols_grow, &c};
+      err[0] = 0;
+      int rc = wk_tfr__decode_row(d, buf, size, &o, "fuzz", 0, err,
+                                  sizeof err);
+      if (rc != 0 && !err[0] && rc != TSR_ENOMEM) abort();
+      if (rc) break;
+      for (int f = 0; f < 2; f++)
+        if (offs[f][row + 1] < offs[f][row] ||
+            (size_t)offs[f][row + 1] > c.cap[f])
+          abort();
+    }
+  free(c.ids[0]);
+  free(c.ids[1]);
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -43,6 +83,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       if (rc != 0 && !err[0]) abort(); /* a refusal says why */
     }
     wk_rec__free(&r);
+    as_rows(&d, buf, size);
   }
   wk_tfr__dec_free(&d);
   free(buf);

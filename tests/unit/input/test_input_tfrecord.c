@@ -329,6 +329,68 @@ static void corrupt_records(void **state) {
   }
 }
 
+/* Through a shuffle buffer (records kept serialized, each decoded into
+ * its batch row when drawn): every record once per epoch, exactly, in an
+ * order that is not the file's; a bad record still names its file and
+ * byte offset when it is drawn, after the batches before it. */
+static void shuffled_read_back(void **state) {
+  fx *f = *state;
+  write_file(tpath(f->dir, "a.tfrecord"), 0, 40, NULL);
+  write_file(tpath(f->dir, "b.tfrecord"), 40, 25, NULL);
+  assert_int_equal(open_spec(f, "{\"paths\": [\"a.tfrecord\", \"b.tfrecord\"], "
+                                "\"shuffle_buffer\": 7, \"epochs\": 2, "
+                                SPEC_FEATS "}",
+                             8),
+                   0);
+  const wk_batch *b;
+  int seen[2][65] = {{0}};
+  int64_t n = 0, in_order = 0;
+  while (wk_input_next(f->in, &b) == 0)
+    for (int64_t i = 0; i < b->n; i++, n++) {
+      int64_t g = check_row(b, i);
+      assert_true(g >= 0 && g < 65 && b->epoch >= 0 && b->epoch < 2);
+      seen[b->epoch][g]++;
+      in_order += g == n % 65;
+    }
+  assert_int_equal(n, 130);
+  for (int e = 0; e < 2; e++)
+    for (int g = 0; g < 65; g++) assert_int_equal(seen[e][g], 1);
+  assert_true(in_order < 65);
+  assert_string_equal(wk_input_error(f->in), "");
+  /* record 30 of a.tfrecord lacks "x" */
+  FILE *fp = fopen(tpath(f->dir, "a.tfrecord"), "wb");
+  assert_non_null(fp);
+  long bad = 0;
+  for (int64_t g = 0; g < 40; g++) {
+    size_t len;
+    uint8_t *d;
+    if (g == 30) {
+      int64_t one = 1;
+      tfrw_feat fs[] = {{"label", TFRW_INT64, 1, NULL, &one}};
+      bad = ftell(fp);
+      d = tfrw_pack(fs, 1, &len);
+    } else {
+      d = example(g, &len);
+    }
+    tfrw_frame(fp, d, len);
+    free(d);
+  }
+  fclose(fp);
+  assert_int_equal(open_spec(f, "{\"paths\": \"a.tfrecord\", "
+                                "\"shuffle_buffer\": 7, " SPEC_FEATS "}",
+                             1),
+                   0);
+  int rc;
+  int64_t rows = drain_rows(f, &rc);
+  assert_int_equal(rc, TSR_ENOTFOUND);
+  assert_true(rows >= 30 - 7 && rows < 40);
+  char want[128];
+  snprintf(want, sizeof want, "a.tfrecord: record at byte offset %ld: "
+           "feature \"x\" is absent", bad);
+  if (!strstr(wk_input_error(f->in), want))
+    fail_msg("\"%s\" lacks \"%s\"", wk_input_error(f->in), want);
+}
+
 /* One file with a good record, then a bad one built from `fs`. */
 static void write_bad(fx *f, const tfrw_feat *fs, int n, long *bad_off) {
   FILE *fp = fopen(tpath(f->dir, "e.tfrecord"), "wb");
@@ -433,6 +495,7 @@ int main(void) {
       cmocka_unit_test(crc32c_known_answer),
       cmocka_unit_test_setup_teardown(read_back, setup, teardown),
       cmocka_unit_test_setup_teardown(feature_order_varies, setup, teardown),
+      cmocka_unit_test_setup_teardown(shuffled_read_back, setup, teardown),
       cmocka_unit_test_setup_teardown(unpacked_encoding, setup, teardown),
       cmocka_unit_test_setup_teardown(gzip_file, setup, teardown),
       cmocka_unit_test_setup_teardown(corrupt_records, setup, teardown),
