@@ -13,6 +13,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdbool.h>
 #include <cmocka.h>
 
 #include "rpc_util.h"
@@ -373,13 +374,25 @@ static void refused_rate_limited(int transport, const char *peer,
   dup2(lf, 2);
   tsr_rpc_client *cli;
   assert_int_equal(tsr_rpc_client_new(&cli, cctx, addr), 0);
-  /* refusals until the interval has run out once */
-  uint64_t t0 = tsr_now_ms();
-  tsr_rpc_stats st;
-  do {
+  /* Refusals until one came after the interval that the first logged
+   * line opened had run out (that one is logged too), and at least 40.
+   * The client and the server run on this thread, so a refusal counted
+   * during an iteration happened after that iteration began; the first
+   * line was logged before the end of the iteration that counted the
+   * first refusal. Timed from there, a loaded machine that is slow to
+   * connect, or stalls this thread, cannot end the loop too early. */
+  uint64_t t0 = tsr_now_ms(), first_by = 0;
+  bool after_interval = false;
+  tsr_rpc_stats st = {0};
+  while ((!after_interval || st.refused < 40) &&
+         tsr_now_ms() - t0 < 30000) {
+    uint64_t began = tsr_now_ms(), before = st.refused;
     uv_run(&loop, UV_RUN_NOWAIT);
     tsr_rpc_server_stats(srv, &st);
-  } while (tsr_now_ms() - t0 < 600 || st.refused < 40);
+    if (st.refused > 0 && first_by == 0) first_by = tsr_now_ms();
+    if (st.refused > before && first_by && began > first_by + 400)
+      after_interval = true;
+  }
   int a = 0, b = 0;
   tsr_rpc_client_close(cli, ru_set_flag, &a);
   tsr_rpc_server_close(srv, ru_set_flag, &b);
@@ -399,6 +412,7 @@ static void refused_rate_limited(int transport, const char *peer,
   print_message("%llu refusals in %llu ms, %d lines\n",
                 (unsigned long long)st.refused, (unsigned long long)elapsed,
                 lines);
+  assert_true(after_interval);
   assert_true(st.refused >= 40);
   /* one line per started interval of 400 ms, not one per refusal */
   assert_true(lines >= 2);
