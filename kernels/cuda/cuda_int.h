@@ -38,6 +38,15 @@ int kc__fail(kc_ctx *c, int rc, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 int kc__cuda_fail(kc_ctx *c, cudaError_t e, const char *op);
 int kc__blas_fail(kc_ctx *c, cublasStatus_t s, const char *op);
+/* The backend's entry points (kern.h and kern_nn.h ops): the context
+ * from the opaque handle, and the device made current for the calls that
+ * follow, failing the op with the CUDA error's name. */
+#define C(impl) kc_ctx *c = (kc_ctx *)(impl)
+#define SETDEV(c)                                                  \
+  do {                                                             \
+    cudaError_t se_ = cudaSetDevice((c)->dev);                     \
+    if (se_ != cudaSuccess) return kc__cuda_fail(c, se_, "cudaSetDevice"); \
+  } while (0)
 /* The launch error of the kernels just enqueued, if any. */
 int kc__launch_check(kc_ctx *c, const char *op);
 /* Grows a device scratch buffer to at least `bytes`. */

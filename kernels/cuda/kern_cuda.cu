@@ -103,12 +103,6 @@ static int kc_device_count(int *count, char *why, size_t len) {
   return 0;
 }
 
-#define C(impl) kc_ctx *c = (kc_ctx *)(impl)
-#define SETDEV(c)                                                  \
-  do {                                                             \
-    cudaError_t se_ = cudaSetDevice((c)->dev);                     \
-    if (se_ != cudaSuccess) return kc__cuda_fail(c, se_, "cudaSetDevice"); \
-  } while (0)
 
 /* Frees what a context holds, whatever open got to. */
 static void kc_release(kc_ctx *c);

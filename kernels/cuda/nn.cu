@@ -19,12 +19,6 @@
 #include <math.h>
 
 #define TPB 256
-#define C(impl) kc_ctx *c = (kc_ctx *)(impl)
-#define SETDEV(c)                                           \
-  do {                                                      \
-    cudaError_t se_ = cudaSetDevice((c)->dev);              \
-    if (se_ != cudaSuccess) return kc__cuda_fail(c, se_, "cudaSetDevice"); \
-  } while (0)
 #define GRID(n) nn_blocks((size_t)(n)), TPB, 0, c->s
 #define LOOP(i, N)                                                        \
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (N); \
