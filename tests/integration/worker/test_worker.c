@@ -389,24 +389,31 @@ static int test_errors(void) {
 
 /* ---- a PS lost in sync mode ------------------------------------------------- */
 
+/* 2 PS and 2 workers in sync, variables created, both workers configured
+ * for `run`. The workers' PS deadline is far beyond the tests' waits: a
+ * held call must not end by its deadline. */
+static int sync_cluster(h_cluster *c, uint64_t run) {
+  h_set_ps_deadline(120000);
+  H_CHECK(h_start(c, 2, 2, "sync") == 0, "start");
+  const char *ovr[] = {"batch_size=16", "mode=\"sync\"", NULL};
+  H_CHECK(h_load_job(c, job_path, ovr, 2) == 0, "job");
+  H_CHECK(h_create_vars(c, "sync") == 0, "create");
+  for (int w = 0; w < 2; w++) {
+    h_result r;
+    int rc = h_configure(c, w, run, WK_FORMAT_VERSION, c->job_text, &r);
+    H_CHECK(rc == 0, "configure worker %d: %s", w, r.msg);
+    h_result_free(&r);
+  }
+  return 0;
+}
+
 /* Calls held on the surviving PS (waiting for the other worker's step)
  * must not wait for a step that will never come: both closures fail,
  * naming the lost PS, not by a deadline. */
 static int test_synckill(void) {
   h_cluster c;
-  /* Far beyond the waits below: a held call must not end by its deadline. */
-  h_set_ps_deadline(120000);
-  int rc = h_start(&c, 2, 2, "sync");
-  H_CHECK(rc == 0, "start");
-  const char *ovr[] = {"batch_size=16", "mode=\"sync\"", NULL};
-  H_CHECK(h_load_job(&c, job_path, ovr, 2) == 0, "job");
-  H_CHECK(h_create_vars(&c, "sync") == 0, "create");
-  for (int w = 0; w < 2; w++) {
-    h_result r;
-    rc = h_configure(&c, w, 21, WK_FORMAT_VERSION, c.job_text, &r);
-    H_CHECK(rc == 0, "configure worker %d: %s", w, r.msg);
-    h_result_free(&r);
-  }
+  H_CHECK(sync_cluster(&c, 21) == 0, "sync cluster");
+  int rc;
   h_result r[2];
   for (int w = 0; w < 2; w++)
     H_CHECK(run_closure(&c, w, (uint64_t)w, 100000000, &r[w]) == 0, "run");
@@ -435,19 +442,8 @@ static int test_synckill(void) {
 
 static int test_syncback(void) {
   h_cluster c;
-  /* Far beyond the waits below: a held call must not end by its deadline. */
-  h_set_ps_deadline(120000);
-  int rc = h_start(&c, 2, 2, "sync");
-  H_CHECK(rc == 0, "start");
-  const char *ovr[] = {"batch_size=16", "mode=\"sync\"", NULL};
-  H_CHECK(h_load_job(&c, job_path, ovr, 2) == 0, "job");
-  H_CHECK(h_create_vars(&c, "sync") == 0, "create");
-  for (int w = 0; w < 2; w++) {
-    h_result r;
-    rc = h_configure(&c, w, 22, WK_FORMAT_VERSION, c.job_text, &r);
-    H_CHECK(rc == 0, "configure worker %d: %s", w, r.msg);
-    h_result_free(&r);
-  }
+  H_CHECK(sync_cluster(&c, 22) == 0, "sync cluster");
+  int rc;
   /* Worker 0 alone: it pushes step 0, then its pulls of step 1 are held
    * on both PS until worker 1 (a member that runs nothing) pushes step 0. */
   h_result r;
