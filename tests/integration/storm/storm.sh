@@ -13,8 +13,11 @@
 #    after the final checkpoint found the job done);
 #  - the newest checkpoint is readable (`tessera ckpt inspect`) and is the
 #    final step's.
-# A run still going after 4 T is a hang: it is reported, the cluster is
-# killed and its logs are kept. Every failed or hung run keeps its logs
+# A run that commits no new checkpoint for 4 T (40 checkpoint intervals of
+# the normal run) is a hang: it is reported, the cluster is killed and its
+# logs are kept. A hang is a run that stops moving, not a slow one: the
+# machine's speed can move by more than 4x between two normal runs, and a
+# run that keeps committing checkpoints ends (the steps are finite). Every failed or hung run keeps its logs
 # under the folder printed at the end. A run that ended before its kill
 # moment (a faster run than the normal one) is "missed": it proves nothing
 # and is not a pass (a kill late in the run can miss). The table gives per mode the runs, passes, hangs,
@@ -30,8 +33,8 @@
 #   --modes LIST    comma-separated (async,ssp:2,sync)
 #   --victims LIST  always kill these, e.g. chief+worker1 (default: random)
 #   --epochs E      job epochs (default $TSR_STORM_EPOCHS, else the job's)
-#   --hang-factor F a run past F T is a hang (4; T the larger of the last
-#                   two normal runs)
+#   --hang-factor F a run with no new checkpoint for F T is a hang (4; T
+#                   the larger of the last two normal runs)
 #   --normal-every K a normal run again before every K-th storm run, T
 #                   from it (5): the machine's load moves
 #   --keep DIR      keep the failed runs' logs under DIR (default
@@ -107,6 +110,19 @@ now() { echo "$EPOCHREALTIME"; }
 now_us() { echo "${EPOCHREALTIME/./}"; }
 secs() { /usr/bin/python3 -c "import sys; print('%.1f' % (float(sys.argv[2]) - float(sys.argv[1])))" "$1" "$2"; }
 
+# moving: true while the chief runs and its run moves: W_CK, the newest
+# committed checkpoint's step, went up within the last BOUND s (W_T: when it
+# last did). False once the chief has exited, or (STALLED=1) when it stood
+# still for BOUND s: a hang.
+moving() {
+  local ck t
+  kill -0 "$CHIEF_PID" 2>/dev/null || return 1
+  ck=$(ckpt_step "$WORK/ckpt") t=$(now_us)
+  if [ "$ck" -gt "$W_CK" ]; then W_CK=$ck W_T=$t; fi
+  if [ $((t - W_T)) -ge $((BOUND * 1000000)) ]; then STALLED=1; return 1; fi
+  return 0
+}
+
 # chief_args MODE: the chief's arguments for one run (the work folder WORK)
 chief_args() {
   CARGS=(--job "$JOB" ${EPOCHS:+--epochs "$EPOCHS"} --set "mode=$1"
@@ -142,10 +158,11 @@ verify() {
 
 # one_run MODE NAME: a fresh cluster in $ROOT/NAME; the kill (if KILL_AT is
 # set: once the checkpoint of step KILL_AT is committed, KILL_DELAY s later,
-# of the processes in VICT); waits at most BOUND s.
-# Sets OUTCOME (pass, hang, fail), ELAPSED, WHY.
+# of the processes in VICT); a run whose newest checkpoint stays the same
+# for BOUND s is stopped as a hang. Sets OUTCOME (pass, hang, fail),
+# ELAPSED, WHY.
 one_run() {
-  local mode=$1 t0 v deadline killed=0
+  local mode=$1 t0 v killed=0
   WORK=$ROOT/$2
   mkdir -p "$WORK"
   cluster 2 2
@@ -153,15 +170,16 @@ one_run() {
   t0=$(now)
   start_all
   start_chief "${CARGS[@]}"
-  deadline=$(( $(now_us) + BOUND * 1000000 ))
+  W_CK=-1 W_T=$(now_us) STALLED=0
   if [ -n "${KILL_AT:-}" ]; then
     # the moment is one of progress, not of time (this machine's speed
     # moves): after a checkpoint, some way to the next one
-    while kill -0 "$CHIEF_PID" 2>/dev/null && [ "$(ckpt_step "$WORK/ckpt")" -lt 0 ] &&
-          [ "$(now_us)" -lt $deadline ]; do sleep 0.05; done
+    while moving && [ "$W_CK" -lt 0 ]; do sleep 0.05; done
     t_ck0=$(now)
-    while kill -0 "$CHIEF_PID" 2>/dev/null && [ "$(ckpt_step "$WORK/ckpt")" -lt "$KILL_AT" ] &&
-          [ "$(now_us)" -lt $deadline ]; do sleep 0.05; done
+    while moving && [ "$W_CK" -lt "$KILL_AT" ]; do sleep 0.05; done
+  fi
+  # a run that stood still before its kill moment is a hang: no kill
+  if [ -n "${KILL_AT:-}" ] && [ "$STALLED" = 0 ]; then
     # a part (KILL_FRAC %) of the time between two checkpoints, as this
     # run goes (after step 0: a tenth of the fastest normal run)
     KILL_DELAY=$(/usr/bin/python3 -c "import sys; k=int(sys.argv[1]); t=float(sys.argv[2]) - float(sys.argv[3]); iv=t / k if k else float(sys.argv[4]) / 10; print('%.2f' % (iv * int(sys.argv[5]) / 100))" \
@@ -185,11 +203,11 @@ one_run() {
       killed=1
     fi
   fi
-  while kill -0 "$CHIEF_PID" 2>/dev/null && [ "$(now_us)" -lt $deadline ]; do sleep 0.1; done
+  while moving; do sleep 0.1; done
   ELAPSED=$(secs "$t0" "$(now)")
-  if kill -0 "$CHIEF_PID" 2>/dev/null; then
+  if [ "$STALLED" = 1 ]; then
     OUTCOME=hang
-    WHY="still running after $BOUND s, last progress: $(grep -ao 'step [0-9]*/[0-9]*' "$WORK/chief.log" | tail -n 1)"
+    WHY="no new checkpoint for $BOUND s (newest: step $W_CK), last progress line: $(grep -ao 'step [0-9]*/[0-9]*' "$WORK/chief.log" | tail -n 1)"
     stop_cluster
     return
   fi
@@ -246,7 +264,7 @@ normal_run() {
   EXPECT=$STEPS_DONE
   CKPT_EVERY=$(( EXPECT / 10 > 20 ? EXPECT / 10 : 20 ))
   BOUND=$(/usr/bin/python3 -c "import math,sys; print(math.ceil(int(sys.argv[1]) * max(float(x) for x in sys.argv[2:] if x)))" "$HANG_FACTOR" "$T" "$t_prev")
-  echo "storm: $1 normal run $3: $EXPECT steps in $T s (loss $LOSS); hang bound $BOUND s"
+  echo "storm: $1 normal run $3: $EXPECT steps in $T s (loss $LOSS); a hang: no new checkpoint for $BOUND s"
   rm -rf "$WORK"
 }
 ANY_BAD=0
