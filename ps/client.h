@@ -398,7 +398,6 @@ int ps_kv_new(ps_kv **out, tsr_rpc_ctx *ctx, char *const *addrs, int n);
  * in err. */
 int ps_kv_configure(ps_kv *kv, const ps_kv_config *cfg, char *err,
                     size_t errlen);
-int ps_kv_num_ps(const ps_kv *kv);
 const char *ps_kv_addr(const ps_kv *kv, int ps);
 /* The per-PS client (loop thread), for the calls the layout does not
  * cover (create, stats). */

@@ -118,7 +118,6 @@ int ps_kv_configure(ps_kv *kv, const ps_kv_config *cfg, char *err,
   return 0;
 }
 
-int ps_kv_num_ps(const ps_kv *kv) { return kv->n_ps; }
 const char *ps_kv_addr(const ps_kv *kv, int ps) {
   return ps >= 0 && ps < kv->n_ps ? kv->addrs[ps] : "?";
 }

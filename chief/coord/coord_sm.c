@@ -607,17 +607,10 @@ const char *coord_sm_wk_error(const coord_sm *sm, int w) {
 int coord_sm_wk_restarts(const coord_sm *sm, int w) {
   return w >= 0 && w < sm->c.n_wk ? sm->wk[w].restarts : 0;
 }
-bool coord_sm_ps_connected(const coord_sm *sm, int p) {
-  return p >= 0 && p < sm->c.n_ps && sm->ps[p].connected;
-}
 size_t coord_sm_ckpt_failures(const coord_sm *sm,
                               const coord_ckpt_failure **out) {
   *out = sm->fails;
   return sm->n_fails;
-}
-size_t coord_sm_ckpts(const coord_sm *sm, const int64_t **out) {
-  *out = sm->ck;
-  return (size_t)sm->n_ck;
 }
 double coord_sm_train_start(const coord_sm *sm) { return sm->t_train_start; }
 double coord_sm_train_end(const coord_sm *sm) { return sm->t_train_end; }

@@ -255,11 +255,8 @@ int coord_sm_restarts_worker(const coord_sm *sm);
 coord_wk_state coord_sm_wk_state(const coord_sm *sm, int w);
 const char *coord_sm_wk_error(const coord_sm *sm, int w);
 int coord_sm_wk_restarts(const coord_sm *sm, int w);
-bool coord_sm_ps_connected(const coord_sm *sm, int p);
 size_t coord_sm_ckpt_failures(const coord_sm *sm,
                               const coord_ckpt_failure **out);
-/* Committed checkpoints the machine knows, oldest first. */
-size_t coord_sm_ckpts(const coord_sm *sm, const int64_t **out);
 /* Training time: first closure out to the last step done (0 before). */
 double coord_sm_train_start(const coord_sm *sm);
 double coord_sm_train_end(const coord_sm *sm);

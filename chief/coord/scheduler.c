@@ -122,12 +122,7 @@ int chief_sched_worker_down(chief_sched *s, int w) {
   return n;
 }
 
-bool chief_sched_worker_is_up(const chief_sched *s, int w) {
-  return w >= 0 && w < s->n_workers && s->up[w];
-}
-
 void chief_sched_pause(chief_sched *s, bool paused) { s->paused = paused; }
-bool chief_sched_paused(const chief_sched *s) { return s->paused; }
 
 /* Pinned: where worker w's next steps come from: its own pool, else the
  * pool of a worker that is down (so a lost worker's share still runs);
@@ -137,11 +132,6 @@ static int chief__source(const chief_sched *s, int w) {
   for (int k = 0; k < s->n_workers; k++)
     if (!s->up[k] && s->wpool[k] > 0) return k;
   return -1;
-}
-
-bool chief_sched_idle(const chief_sched *s, int w) {
-  return s->pinned && w >= 0 && w < s->n_workers && s->up[w] &&
-         s->load[w] == 0 && chief__source(s, w) < 0;
 }
 
 /* Pinned and paused: the most steps any worker that is up has been
@@ -240,7 +230,6 @@ void chief_sched_set_total(chief_sched *s, int64_t total) {
 }
 
 int64_t chief_sched_done_steps(const chief_sched *s) { return s->done; }
-int64_t chief_sched_total_steps(const chief_sched *s) { return s->total; }
 
 int64_t chief_sched_inflight_steps(const chief_sched *s) {
   int64_t n = 0;

@@ -43,23 +43,17 @@ void chief_sched_free(chief_sched *s);
  * down has its share run by the others. */
 void chief_sched_set_pinned(chief_sched *s, bool pinned);
 
-/* Pinned: worker w is up, has nothing in flight and no steps left to run
- * (its share is done): it must stop holding the others back (ssp, sync). */
-bool chief_sched_idle(const chief_sched *s, int w);
-
 /* A worker came up (configured and ready) or went down. Down gives the
  * steps of its closures back to the pool and returns how many closures
  * that was. */
 void chief_sched_worker_up(chief_sched *s, int worker);
 int chief_sched_worker_down(chief_sched *s, int worker);
-bool chief_sched_worker_is_up(const chief_sched *s, int worker);
 
 /* Stops and restarts handing out closures (checkpoints, recovery). Pinned,
  * a pause still hands a worker the steps that bring it level with the
  * most any worker has been handed, so peers stay matched in sync and ssp
  * and the pause can drain. */
 void chief_sched_pause(chief_sched *s, bool paused);
-bool chief_sched_paused(const chief_sched *s);
 
 /* Next closure to send, if a worker that is up has room and the pool has
  * steps (and the scheduler is not paused): returns true and fills *out.
@@ -83,7 +77,6 @@ void chief_sched_rewind(chief_sched *s, int64_t step);
 void chief_sched_set_total(chief_sched *s, int64_t total_steps);
 
 int64_t chief_sched_done_steps(const chief_sched *s);
-int64_t chief_sched_total_steps(const chief_sched *s);
 int64_t chief_sched_inflight_steps(const chief_sched *s);
 int chief_sched_inflight(const chief_sched *s, int worker); /* -1: all */
 uint32_t chief_sched_generation(const chief_sched *s);

@@ -233,7 +233,17 @@ static inline void sim_ev(sim *s, coord_event ev) {
   s->acts.n = 0;
   assert_int_equal(coord_sm_step(s->sm, &ev, &s->acts), 0);
   for (size_t i = 0; i < s->acts.n; i++) sim_apply(s, &s->acts.a[i]);
-  if (s->ended) return;
+  /* The machine's own account of its end agrees with the actions it gave. */
+  SIM_CHECK(s, coord_sm_ended(s->sm) == s->ended,
+            "the machine says it %s ended, its actions say it %s",
+            coord_sm_ended(s->sm) ? "has" : "has not",
+            s->ended ? "has" : "has not");
+  if (s->ended) {
+    SIM_CHECK(s, coord_sm_exit_status(s->sm) == s->status,
+              "exit status %d, the FINISH/FAIL action said %d",
+              coord_sm_exit_status(s->sm), s->status);
+    return;
+  }
   const chief_sched *sc = coord_sm_sched(s->sm);
   SIM_CHECK(s, s->base * sim_k(s) + s->counted_steps ==
                    chief_sched_done_steps(sc),
