@@ -422,6 +422,7 @@ static void c_on_ready(tsr_rpc__conn *c) {
   cl->last_err[0] = 0;
   cl->st.connects++;
   if (c->local) cl->st.connects_local++;
+  if (!c->hs.mac) cl->st.connects_plain++;
   cl->st.connections = 1;
   tsr_debug("rpc %s: connected to %s (%s)", cl->ctx->name, cl->addr,
             c->peer_name);

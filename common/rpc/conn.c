@@ -535,7 +535,8 @@ int tsr_rpc__conn_start(tsr_rpc__conn *c) {
   uint8_t out[TSR_RPC__HS_OUT_MAX];
   size_t out_len;
   tsr_rpc__hs_init(&c->hs, c->role, c->ctx->token, c->ctx->o.token_len,
-                   c->ctx->name, c->ctx->o.plain_frames, out, &out_len);
+                   c->ctx->name, c->ctx->o.plain_frames || c->local, out,
+                   &out_len);
   int rc = 0;
   if (out_len) rc = send_bytes(c, out, out_len);
   if (!rc) rc = uv_read_start(&c->sock.stream, alloc_cb, read_cb);

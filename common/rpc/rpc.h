@@ -16,7 +16,11 @@
  * a frame altered, replayed, reordered or dropped on the way closes the
  * connection (logged), so nothing a relay without the token touched is
  * ever handed to a handler or a caller. Both ends may agree to plain
- * frames on a trusted network (opts.plain_frames on both). Payload bytes are never copied: the sender passes them
+ * frames on a trusted network (opts.plain_frames on both). A connection
+ * over the same-host Unix socket (local.c) always has plain frames: the
+ * handshake has proven the token both ways, and no relay sits between
+ * the two ends of a socket the kernel joined, so a MAC would only cost
+ * both ends a pass over every byte. Payload bytes are never copied: the sender passes them
  * as its own uv_buf_t array (written with one gathered uv_write), the
  * receiver reads them straight into their destination (a buffer named by
  * the caller for a response, or one chosen by the method's payload
@@ -385,6 +389,8 @@ typedef struct tsr_rpc_stats {
   uint64_t errors;          /* calls that ended with a non-zero status */
   uint64_t connects;        /* handshakes that succeeded */
   uint64_t connects_local;  /* of which over the same-host Unix socket */
+  uint64_t connects_plain;  /* of which with frames without a MAC (both
+                               ends asked, or the same-host socket) */
   uint64_t refused;         /* handshakes refused (token, version, magic,
                                timeout) */
   uint32_t connections;     /* open now */

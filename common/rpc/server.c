@@ -491,6 +491,7 @@ static void s_on_ready(tsr_rpc__conn *c) {
   sc->s->st.connections++;
   sc->s->st.connects++;
   if (c->local) sc->s->st.connects_local++;
+  if (!c->hs.mac) sc->s->st.connects_plain++;
   tsr_debug("rpc %s: accepted %s (%s)", sc->s->ctx->name, c->peer,
             c->peer_name);
 }

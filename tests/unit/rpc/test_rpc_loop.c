@@ -869,7 +869,9 @@ static int tcp_pass;
 
 /* A server listening on `listen_host`, a client of 127.0.0.1 with the
  * given transport: echo, then both ends say whether the connection was
- * the same-host socket, and the server names its peer accordingly. */
+ * the same-host socket, and the server names its peer accordingly. Both
+ * ends ask for MACs (plain_frames 0): frames carry one over TCP, and none
+ * over the same-host socket. */
 static void same_host_case(const char *listen_host, int client_transport,
                            int want_local) {
   env e;
@@ -905,6 +907,8 @@ static void same_host_case(const char *listen_host, int client_transport,
   assert_int_equal(ss.connects, 1);
   assert_int_equal(cs.connects_local, want_local);
   assert_int_equal(ss.connects_local, want_local);
+  assert_int_equal(cs.connects_plain, want_local);
+  assert_int_equal(ss.connects_plain, want_local);
   char peer[TSR_RPC_ADDR_MAX] = "";
   tsr_rpc_server_foreach_conn(e.srv, copy_peer, peer);
   if (want_local)
