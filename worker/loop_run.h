@@ -15,6 +15,8 @@
 typedef struct {
   ps_ticket pull[2];
   ps_ticket push[2];
+  bool early;    /* pull[k] for the next step went out right after the
+                    push (wk_run.early_pull); the step's pull skips it */
 } wk_var_xfer;
 
 /* Figures of the PS traffic, reset by the closure's phases. */
@@ -66,6 +68,10 @@ struct wk_run {
   int cur;                   /* the set the next compute runs on */
   wk_var_xfer *xf;           /* per variable */
   wk_xstat xs;
+  bool early_pull;           /* this step: a dense variable's next values
+                                are pulled as soon as its push is out
+                                (async, no prefetch, no clipping, a next
+                                step to come) */
   int hook_set;              /* the compute hooks' set and push step */
   int64_t hook_step;
 

@@ -337,11 +337,14 @@ int wk__run_closure(wk_svc *s, wk_run *r, wk_job *j) {
     if (r->prefetch && i + 1 < q->steps &&
         (rc = wk__xfer_pull(r, nk, r->clock + 1, true, false)))
       goto xfail;
+    r->early_pull = !r->prefetch && !r->defer_push &&
+                    r->job.mode == TSR_MODE_ASYNC && i + 1 < q->steps;
     wk_run_result res;
     rc = compute(r, k, b,
                  r->job.seed ^ (uint64_t)(q->first_step + i) *
                                    0x9E3779B97F4A7C15ull,
                  o, &res);
+    r->early_pull = false;
     WK_TRACE("compute");
     if (r->defer_push && !rc) {
       /* clipnorm / global_clipnorm: the whole gradient first, then the

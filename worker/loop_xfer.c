@@ -4,8 +4,13 @@
  * Happy path, per step: the forward pass waits for each variable's pull
  * only when it first reads it (param_need hook, first layer first), the
  * backward pass pushes each variable's gradient as soon as it is final
- * (grad_ready hook, last layer first), and once the next batch is
- * prepared the next step's pulls go out in model order, so the next
+ * (grad_ready hook, last layer first). In async mode each dense
+ * variable's pull for the next step goes out right behind its push (the
+ * backward pass no longer reads its values, test_overlap), so the first
+ * layer, pushed last and needed first, is on its way back before the
+ * step's bookkeeping and the next batch; the remaining pulls (row-sparse
+ * rows, whose ids come with the next batch, and every pull of ssp/sync)
+ * go out in model order once the next batch is prepared, so the next
  * forward starts as soon as its first layer has arrived. A push is
  * waited for only when the next forward pass reaches its variable (just
  * before the backward pass would write its buffer again), and a
@@ -130,37 +135,46 @@ int wk__xfer_wait(wk_run *r, ps_ticket *t, bool push, const char *what) {
 
 static unsigned check_flags(void) { return PS_KV_CHECK_LOSSES; }
 
+/* Submits the pull of variable v into set k for the step `clock`. */
+static int pull_var(wk_run *r, int v, int k, int64_t clock) {
+  bool sp = sparse_var(r, v);
+  ps_kv_item it = {.var = v, .dst = wk__set_param(r, k)[v]};
+  if (sp) {
+    if (r->n_nxt[v] == 0) return 0; /* no row to fetch */
+    it.dst = r->param[v];
+    it.pull_ids = r->ids_nxt[v];
+    it.n_pull = (size_t)r->n_nxt[v];
+  }
+  ps_kv_request q = {.kind = PS_KV_PULL, .items = &it, .n_items = 1,
+                     .clock = clock,
+                     .flags = check_flags() |
+                              (r->plain_reads ? PS_KV_NO_ERA : 0u),
+                     .losses = r->losses};
+  ps_ticket *t = &r->xf[v].pull[slot(r, v, k)];
+  if (*t) { /* never two pulls into one buffer */
+    int rc = wk__xfer_wait(r, t, false, r->vars[v].name);
+    if (rc) return rc;
+  }
+  int rc = ps_kv_submit(r->kv, &q, t);
+  if (rc) {
+    char msg[WK_ERR_MAX];
+    snprintf(msg, sizeof msg, "pull %s: the PS client refused it: %s",
+             r->vars[v].name, tsr_strerror(rc));
+    note_fail(r, rc, msg);
+  }
+  return rc;
+}
+
 int wk__xfer_pull(wk_run *r, int k, int64_t clock, bool dense,
                   bool sparse) {
-  float *const *pset = wk__set_param(r, k);
   for (size_t v = 0; v < r->n_vars; v++) {
-    bool sp = sparse_var(r, (int)v);
-    if (sp ? !sparse : !dense) continue;
-    ps_kv_item it = {.var = (int)v, .dst = pset[v]};
-    if (sp) {
-      if (r->n_nxt[v] == 0) continue; /* no row to fetch */
-      it.dst = r->param[v];
-      it.pull_ids = r->ids_nxt[v];
-      it.n_pull = (size_t)r->n_nxt[v];
+    if (sparse_var(r, (int)v) ? !sparse : !dense) continue;
+    if (r->xf[v].early) { /* already on its way */
+      r->xf[v].early = false;
+      continue;
     }
-    ps_kv_request q = {.kind = PS_KV_PULL, .items = &it, .n_items = 1,
-                       .clock = clock,
-                       .flags = check_flags() |
-                                (r->plain_reads ? PS_KV_NO_ERA : 0u),
-                       .losses = r->losses};
-    ps_ticket *t = &r->xf[v].pull[slot(r, (int)v, k)];
-    if (*t) { /* never two pulls into one buffer */
-      int rc = wk__xfer_wait(r, t, false, r->vars[v].name);
-      if (rc) return rc;
-    }
-    int rc = ps_kv_submit(r->kv, &q, t);
-    if (rc) {
-      char msg[WK_ERR_MAX];
-      snprintf(msg, sizeof msg, "pull %s: the PS client refused it: %s",
-               r->vars[v].name, tsr_strerror(rc));
-      note_fail(r, rc, msg);
-      return rc;
-    }
+    int rc = pull_var(r, (int)v, k, clock);
+    if (rc) return rc;
   }
   return 0;
 }
@@ -196,6 +210,7 @@ int wk__xfer_drain(wk_run *r) {
   int first = 0;
   for (size_t v = 0; r->xf && v < r->n_vars; v++)
     for (int k = 0; k < 2; k++) {
+      r->xf[v].early = false;
       int a = wk__xfer_wait(r, &r->xf[v].push[k], true, r->vars[v].name);
       int b = wk__xfer_wait(r, &r->xf[v].pull[k], false, r->vars[v].name);
       if (!first) first = a ? a : b;
@@ -237,9 +252,20 @@ static void push_var(wk_run *r, int v, int k) {
   }
 }
 
+/* v's gradient is final: push it. In async mode a dense variable's next
+ * values are pulled right behind the push (the PS answers in order, so
+ * the pull sees it applied): the backward pass no longer reads v, and the
+ * first layer, the last pushed and the first the next forward needs,
+ * starts back while the rest of the step's work goes on. With the layer
+ * in several shards the PS applies and answers one while the next
+ * arrives. */
 static void hook_ready(void *arg, int v) {
   wk_run *r = arg;
-  if (!r->defer_push) push_var(r, v, r->hook_set);
+  if (r->defer_push) return;
+  push_var(r, v, r->hook_set);
+  if (r->early_pull && !sparse_var(r, v) && !r->xs.rc &&
+      !pull_var(r, v, r->hook_set, r->hook_step + 1))
+    r->xf[v].early = true;
 }
 
 int wk__xfer_push_all(wk_run *r, int k, int64_t step) {

@@ -622,6 +622,9 @@ int wk_exec_run(wk_exec *e, float *const *params, float *const *grads,
   CK(bind_params(e, params, o->train ? grads : NULL, o->params_resident, o));
   memset(e->readied, 0, (size_t)m->n_vars * sizeof *e->readied);
   CK(wk_exec__forward(e, o));
+  /* the penalty of the values this step computed with, before the hooks
+   * let the next step's values land in them */
+  e->reg = m->has_reg ? reg_loss(m, params) : 0;
   int last = m->n_layers - 1;
   const wk_layer *out = &m->layers[last];
   const float *pl = e->y[last];
@@ -643,7 +646,6 @@ int wk_exec_run(wk_exec *e, float *const *params, float *const *grads,
   if (o->train) wk_exec__done(e, o, WK_READY_END);
   double s = 0;
   for (int64_t i = 0; i < e->n; i++) s += e->hloss[i];
-  e->reg = m->has_reg ? reg_loss(m, params) : 0;
   r->loss_sum = s + e->reg * (double)e->n;
   r->n = e->n;
   r->pred = e->hpred;

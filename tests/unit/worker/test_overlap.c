@@ -5,8 +5,11 @@
  * first read and ready once; dense layers are needed first layer first and
  * ready last layer first; at ready the gradient already holds its final
  * value; a failing need stops the run with its code; without hooks the
- * results are the same. On the wide-and-deep model (embeddings, a wide
- * part, three Dense layers).
+ * results are the same; once a dense variable is ready the pass never
+ * reads its values again (the worker pulls the next step's values into
+ * them right then, in async mode). On the wide-and-deep model
+ * (embeddings, a wide part, three Dense layers) and on a model with a
+ * regularized kernel and BatchNormalization.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,6 +20,7 @@
 #include "common/err.h"
 #include "worker/model_exec.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -257,11 +261,70 @@ static void regularized_and_bn(void **state) {
   fx_down(&f);
 }
 
+/* At ready, a dense variable's values are overwritten with NaN, as an
+ * early pull would overwrite them with the next step's: the loss and
+ * every gradient are still those of a run that kept them. */
+typedef struct {
+  float *const *params;
+  const fx *f;
+  int poisoned;
+} poison;
+
+static void on_ready_poison(void *arg, int v) {
+  poison *p = arg;
+  if (p->f->vi[v].kind != TSR_VAR_DENSE) return;
+  for (int64_t i = 0; i < p->f->elems[v]; i++) p->params[v][i] = NAN;
+  p->poisoned++;
+}
+
+static void values_unread_after_ready_case(const char *json, int n_sparse) {
+  fx f;
+  fx_up_json(&f, json, n_sparse);
+  float *p0[NV_MAX], *g0[NV_MAX];
+  for (size_t v = 0; v < f.nv; v++) {
+    size_t bytes = (size_t)f.elems[v] * sizeof(float);
+    p0[v] = malloc(bytes);
+    memcpy(p0[v], f.p[v], bytes);
+  }
+  wk_run_result res;
+  wk_run_opts plain = {.train = true, .grad_scale = 1.0f / 8, .seed = 1};
+  assert_int_equal(wk_exec_run(f.e, f.p, f.g, &plain, &res), 0);
+  double loss = res.loss_sum;
+  for (size_t v = 0; v < f.nv; v++) {
+    size_t bytes = (size_t)f.elems[v] * sizeof(float);
+    g0[v] = malloc(bytes);
+    memcpy(g0[v], f.g[v], bytes);
+    memcpy(f.p[v], p0[v], bytes); /* the run may update moving stats */
+    memset(f.g[v], 0, bytes);
+  }
+  poison ps = {.params = f.p, .f = &f};
+  wk_run_opts o = {.train = true, .grad_scale = 1.0f / 8, .seed = 1,
+                   .grad_ready = on_ready_poison, .hook_arg = &ps};
+  assert_int_equal(wk_exec_run(f.e, f.p, f.g, &o, &res), 0);
+  assert_true(ps.poisoned > 0);
+  if (res.loss_sum != loss)
+    fail_msg("%.40s...: loss %g, %g with the values kept", json,
+             res.loss_sum, loss);
+  for (size_t v = 0; v < f.nv; v++) {
+    assert_memory_equal(g0[v], f.g[v], (size_t)f.elems[v] * sizeof(float));
+    free(g0[v]);
+    free(p0[v]);
+  }
+  fx_down(&f);
+}
+
+static void values_unread_after_ready(void **state) {
+  (void)state;
+  values_unread_after_ready_case(model_json, 2);
+  values_unread_after_ready_case(reg_bn_json, 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(hook_order),
       cmocka_unit_test(regularized_and_bn),
       cmocka_unit_test(need_failure_stops),
+      cmocka_unit_test(values_unread_after_ready),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
