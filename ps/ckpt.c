@@ -93,6 +93,12 @@ static void pk_section(msgpack_packer *pk, const char *name, const char *dt,
   msgpack_pack_uint64(pk, nbytes);
 }
 
+/* What a shard's file is written through: rows arrive one by one (8 bytes
+ * of id, or a row of W floats), so they are gathered into a buffer and
+ * each full buffer goes to the CRCs and to the file at once; per row, a
+ * CRC call and an fwrite (which locks the stream) cost more than the
+ * disk. Without a file (the CRC-only pass) only `crc` is kept. */
+#define CK_BUF (1u << 20)
 typedef struct {
   FILE *f;
   uint32_t crc;      /* of what this writer passed on (a section's data) */
@@ -101,14 +107,32 @@ typedef struct {
   int section; /* -1 ids, 0 value, k slot k */
   size_t W;
   int err;
+  uint8_t *buf; /* CK_BUF bytes */
+  size_t n;     /* of them held */
 } ck_writer;
 
-static void ck_put(ck_writer *w, const void *p, size_t n) {
+static void ck_out(ck_writer *w, const void *p, size_t n) {
   w->crc = tsr_crc32c(w->crc, p, n);
   if (!w->f) return;
   w->file_crc = tsr_crc32c(w->file_crc, p, n);
   w->bytes += n;
   if (fwrite(p, 1, n, w->f) != n) w->err = errno ? -errno : TSR_EIO;
+}
+
+static void ck_flush(ck_writer *w) {
+  if (w->n) ck_out(w, w->buf, w->n);
+  w->n = 0;
+}
+
+static void ck_put(ck_writer *w, const void *p, size_t n) {
+  if (!w->buf || n > CK_BUF / 2) { /* no buffer (dense), or large */
+    ck_flush(w);
+    ck_out(w, p, n);
+    return;
+  }
+  if (w->n + n > CK_BUF) ck_flush(w);
+  memcpy(w->buf + w->n, p, n);
+  w->n += n;
 }
 
 static void ck_put_row(void *ctx, int64_t id, const float *rec) {
@@ -166,11 +190,16 @@ int ps__ckpt_save_shard(const ps_shard *s, const char *dir,
 
   /* the data CRC goes in the header, so compute it first */
   uint32_t dcrc = 0;
-  ck_writer w = {NULL, 0, 0, 0, 0, W, 0};
+  uint8_t *buf = NULL;
+  if (ps_var_spec_sparse(&s->spec) && !(buf = malloc(CK_BUF)))
+    return tsr_errf(err, errlen, TSR_ENOMEM, "%s: out of memory for the "
+                    "write buffer", path);
+  ck_writer w = {.W = W, .buf = buf};
   if (ps_var_spec_sparse(&s->spec)) {
     /* a CRC-only pass: with no file nothing is written */
     for (w.section = -1; w.section <= s->nslots; w.section++)
       ps__rows_each(&s->rows, ck_put_row, &w);
+    ck_flush(&w);
     dcrc = w.crc;
   } else {
     dcrc = tsr_crc32c(dcrc, s->w, sec_bytes);
@@ -233,11 +262,12 @@ int ps__ckpt_save_shard(const ps_shard *s, const char *dir,
   tsr_atomic_file af;
   if ((rc = tsr_atomic_open(&af, path, err, errlen))) {
     msgpack_sbuffer_destroy(&sb);
+    free(buf);
     return rc;
   }
   setvbuf(af.f, NULL, _IOFBF, 1 << 20);
   uint32_t hlen = (uint32_t)sb.size, hcrc = tsr_crc32c(0, sb.data, sb.size);
-  w = (ck_writer){af.f, 0, 0, 0, 0, W, 0};
+  w = (ck_writer){.f = af.f, .W = W, .buf = buf};
   ck_put(&w, PS__MAGIC, 8);
   ck_put(&w, &hlen, 4);
   ck_put(&w, sb.data, sb.size);
@@ -250,6 +280,8 @@ int ps__ckpt_save_shard(const ps_shard *s, const char *dir,
     ck_put(&w, s->w, sec_bytes);
     for (int k = 0; k < s->nslots; k++) ck_put(&w, s->slots[k], sec_bytes);
   }
+  ck_flush(&w);
+  free(buf);
   if (w.err) {
     tsr_atomic_abort(&af);
     return tsr_errf(err, errlen, w.err, "%s: write failed: %s", af.tmp,

@@ -1,6 +1,7 @@
 /* Shard checkpoints: a round trip of dense and sparse shards with their
  * slots and step; a variable saved on 2 PS restored onto 3 (rows re-cut)
- * through the real service; a truncated file and a flipped data byte fail
+ * through the real service; a sparse shard of several MiB (rows that
+ * straddle the writer's 1 MiB buffer) read back exactly; a truncated file and a flipped data byte fail
  * the restore whole, leaving every shard as it was; the header is the
  * documented msgpack map. */
 #include <setjmp.h>
@@ -129,6 +130,48 @@ static void shard_round_trip(void **state) {
   }
   ps__shard_free(b, &mem);
   ps__shard_free(a, &mem);
+  assert_int_equal(atomic_load(&mem.used), 0);
+  rmtree(dir);
+}
+
+/* A sparse shard whose sections are several times the writer's 1 MiB
+ * buffer, with 12-byte rows that straddle its edges: written with the
+ * read-back check, every row and slot restored exactly. */
+static void sparse_past_the_buffer(void **state) {
+  (void)state;
+  char dir[256], err[512];
+  tmpdir(dir, sizeof dir, "big");
+  ps_mem mem = {0, 0, NULL};
+  ps_var_spec e = spec_of("big", 1, 3, 0, 1, TSR_OPT_ADAGRAD);
+  e.var.kind = TSR_VAR_ROW_SPARSE;
+  e.bounded = false;
+  ps_shard *a, *b;
+  assert_int_equal(ps__shard_new(&e, &mem, &a, err, sizeof err), 0);
+  enum { N = 150000, CH = 5000 };
+  int64_t *ids = malloc(N * sizeof *ids);
+  float *g = malloc(CH * 3 * sizeof *g);
+  for (int i = 0; i < N; i++) ids[i] = (int64_t)i * 7919 + 3;
+  for (int c = 0; c < N; c += CH) {
+    for (int i = 0; i < CH * 3; i++) g[i] = (float)((c + i) % 97) * 0.01f - 0.4f;
+    assert_int_equal(ps__shard_apply_rows(a, &mem, ids + c, CH, g, 1.0f, err,
+                                          sizeof err), 0);
+  }
+  ps_ckpt_file out;
+  assert_int_equal(ps__ckpt_save_shard(a, dir, NULL, true, &out, err,
+                                       sizeof err), 0);
+  assert_true(out.bytes > (uint64_t)N * (8 + 12 + 12));
+  assert_int_equal(ps__ckpt_load_shard(&e, &mem, dir, NULL, &b, err,
+                                       sizeof err), 0);
+  assert_int_equal(b->rows.count, N);
+  for (int i = 0; i < N; i++) {
+    float *x = ps__rows_find(&a->rows, ids[i]), *y = ps__rows_find(&b->rows, ids[i]);
+    assert_non_null(y);
+    assert_memory_equal(x, y, 6 * sizeof(float)); /* value and accumulator */
+  }
+  free(ids);
+  free(g);
+  ps__shard_free(a, &mem);
+  ps__shard_free(b, &mem);
   assert_int_equal(atomic_load(&mem.used), 0);
   rmtree(dir);
 }
@@ -301,6 +344,7 @@ static void two_ps_to_three(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(shard_round_trip),
+      cmocka_unit_test(sparse_past_the_buffer),
       cmocka_unit_test(corrupt_files_fail_whole),
       cmocka_unit_test(two_ps_to_three),
   };
