@@ -330,6 +330,25 @@ static int ps__touch_rows(ps_shard *s, ps_mem *mem, const int64_t *ids,
   return 0;
 }
 
+typedef struct {
+  int64_t id;
+  size_t at; /* position in the push */
+} ps__id_at;
+
+static int ps__cmp_id_at(const void *a, const void *b) {
+  const ps__id_at *x = a, *y = b;
+  if (x->id != y->id) return x->id < y->id ? -1 : 1;
+  return x->at < y->at ? -1 : x->at > y->at;
+}
+
+static void ps__apply_row(ps_shard *s, float *rec, const float *g,
+                          float scale) {
+  size_t W = (size_t)s->width;
+  float *slots[KERN_OPTIM_MAX_SLOTS];
+  for (int k = 0; k < s->nslots; k++) slots[k] = rec + (size_t)(k + 1) * W;
+  kern_optim_apply(&s->spec.optim, s->step + 1, rec, g, scale, slots, W);
+}
+
 int ps__shard_apply_rows(ps_shard *s, ps_mem *mem, const int64_t *ids,
                          size_t n, const float *g, float scale, char *err,
                          size_t errlen) {
@@ -337,41 +356,47 @@ int ps__shard_apply_rows(ps_shard *s, ps_mem *mem, const int64_t *ids,
   int rc = ps__check_ids(s, ids, n, err, errlen);
   if (rc) return rc;
   size_t W = (size_t)s->width;
+  /* Ids in increasing order (what the client sends) name each row once.
+   * Otherwise the pushes of one id are summed in the order they came,
+   * then applied once: found by sorting (id, position) pairs, so a push
+   * of many unsorted ids costs n log n, not n^2. */
+  bool sorted = true;
+  for (size_t i = 1; i < n && sorted; i++) sorted = ids[i] > ids[i - 1];
   /* every allocation before the first row changes: a failure applies
    * nothing (rows touched meanwhile hold their initial values) */
   float **recs = ps__calloc(mem, n, sizeof *recs);
   float *sum = ps__calloc(mem, W, sizeof *sum);
-  if (!recs || !sum) {
-    ps__free(mem, recs);
-    ps__free(mem, sum);
-    return tsr_errf(err, errlen, TSR_ENOMEM,
-                    "%s shard %d: out of memory for "
-                    "%zu rows",
-                    s->spec.var.name, s->spec.shard.shard, n);
+  ps__id_at *ord = sorted ? NULL : ps__calloc(mem, n, sizeof *ord);
+  if (!recs || !sum || (!sorted && !ord)) {
+    rc = tsr_errf(err, errlen, TSR_ENOMEM,
+                  "%s shard %d: out of memory for %zu rows",
+                  s->spec.var.name, s->spec.shard.shard, n);
+    goto out;
   }
   if ((rc = ps__touch_rows(s, mem, ids, n, recs, err, errlen))) goto out;
-  for (size_t i = 0; i < n; i++) {
-    if (!recs[i]) continue; /* an earlier duplicate took it */
-    const float *gi = g + i * W;
-    /* duplicates of this id later in the batch are summed in first */
-    for (size_t j = i + 1; j < n; j++) {
-      if (recs[j] != recs[i]) continue;
-      if (gi != sum) {
-        memcpy(sum, gi, W * sizeof *sum);
-        gi = sum;
+  if (sorted) {
+    for (size_t i = 0; i < n; i++) ps__apply_row(s, recs[i], g + i * W, scale);
+  } else {
+    for (size_t i = 0; i < n; i++) ord[i] = (ps__id_at){ids[i], i};
+    qsort(ord, n, sizeof *ord, ps__cmp_id_at);
+    for (size_t a = 0, b; a < n; a = b) {
+      const float *gi = g + ord[a].at * W;
+      for (b = a + 1; b < n && ord[b].id == ord[a].id; b++) {
+        if (gi != sum) {
+          memcpy(sum, gi, W * sizeof *sum);
+          gi = sum;
+        }
+        for (size_t k = 0; k < W; k++) sum[k] += g[ord[b].at * W + k];
       }
-      for (size_t k = 0; k < W; k++) sum[k] += g[j * W + k];
-      recs[j] = NULL;
+      ps__apply_row(s, recs[ord[a].at], gi, scale);
     }
-    float *slots[KERN_OPTIM_MAX_SLOTS];
-    for (int k = 0; k < s->nslots; k++) slots[k] = recs[i] + (size_t)(k + 1) * W;
-    kern_optim_apply(&s->spec.optim, s->step + 1, recs[i], gi, scale, slots, W);
   }
   s->step++;
   s->version++;
   s->applies++;
   s->apply_ns += tsr_now_ns() - t0;
 out:
+  ps__free(mem, ord);
   ps__free(mem, sum);
   ps__free(mem, recs);
   return rc;

@@ -154,6 +154,51 @@ static void sparse_rows_first_touch(void **state) {
   assert_int_equal(atomic_load(&mem.used), 0);
 }
 
+/* A push of 300 ids in no order, 37 distinct, each named up to a dozen
+ * times: every row ends as if its gradients had been summed in the order
+ * they came and applied once, which is what a push of the 37 ids in
+ * increasing order with those sums gives. */
+static void unsorted_duplicates(void **state) {
+  (void)state;
+  ps_mem mem = {0, 0, NULL};
+  ps_var_spec sp = sparse_spec(false, 1000, 0, 1);
+  ps_shard *a, *b;
+  char err[256];
+  assert_int_equal(ps__shard_new(&sp, &mem, &a, err, sizeof err), 0);
+  assert_int_equal(ps__shard_new(&sp, &mem, &b, err, sizeof err), 0);
+  enum { N = 300, D = 37 };
+  int64_t ids[N], uids[D];
+  float g[N * 4], sums[D * 4] = {0};
+  bool seen[D] = {false};
+  for (int i = 0; i < N; i++) {
+    int u = (i * 17 + i / 7) % D;
+    ids[i] = 900 - 11 * u; /* decreasing in u: never sorted */
+    for (int k = 0; k < 4; k++) g[i * 4 + k] = (float)((i * 7 + k) % 13) * 0.37f - 2.0f;
+  }
+  for (int u = 0; u < D; u++) uids[u] = 900 - 11 * (D - 1 - u); /* increasing */
+  for (int i = 0; i < N; i++) {
+    int u = D - 1 - (int)((900 - ids[i]) / 11);
+    for (int k = 0; k < 4; k++) {
+      if (!seen[u]) sums[u * 4 + k] = g[i * 4 + k];
+      else sums[u * 4 + k] += g[i * 4 + k];
+    }
+    seen[u] = true;
+  }
+  for (int u = 0; u < D; u++) assert_true(seen[u]);
+  assert_int_equal(ps__shard_apply_rows(a, &mem, ids, N, g, 1.0f, err, sizeof err), 0);
+  assert_int_equal(ps__shard_apply_rows(b, &mem, uids, D, sums, 1.0f, err, sizeof err), 0);
+  assert_int_equal(a->rows.count, D);
+  for (int u = 0; u < D; u++) {
+    float *x = ps__rows_find(&a->rows, uids[u]), *y = ps__rows_find(&b->rows, uids[u]);
+    assert_non_null(x);
+    assert_non_null(y);
+    assert_memory_equal(x, y, 8 * sizeof(float)); /* value and accumulator */
+  }
+  ps__shard_free(a, &mem);
+  ps__shard_free(b, &mem);
+  assert_int_equal(atomic_load(&mem.used), 0);
+}
+
 static void ids_out_of_range(void **state) {
   (void)state;
   ps_mem mem = {0, 0, NULL};
@@ -291,6 +336,7 @@ int main(void) {
       cmocka_unit_test(dense_apply_matches_kernel),
       cmocka_unit_test(half_precision_gradients),
       cmocka_unit_test(sparse_rows_first_touch),
+      cmocka_unit_test(unsorted_duplicates),
       cmocka_unit_test(ids_out_of_range),
       cmocka_unit_test(memory_limit),
       cmocka_unit_test(sync_sum_is_mean),
