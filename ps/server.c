@@ -21,6 +21,12 @@ static void ps__free_self(ps_server *s) {
 }
 
 static void ps__free_owner(uv_handle_t *h) { ps__free_self(h->data); }
+/* The idle handle closes first; its callback closes the timer, whose
+ * callback frees: the server's memory holds both handles. */
+static void ps__idle_closed_free(uv_handle_t *h) {
+  ps_server *s = h->data;
+  uv_close((uv_handle_t *)&s->timer, ps__free_owner);
+}
 
 int ps_server_new(ps_server **out, tsr_rpc_ctx *ctx, const ps_server_opts *o) {
   ps_mem m0 = {0};
@@ -64,8 +70,10 @@ int ps_server_new(ps_server **out, tsr_rpc_ctx *ctx, const ps_server_opts *o) {
   }
   s->timer.data = s;
   uv_unref((uv_handle_t *)&s->timer);
+  uv_idle_init(s->loop, &s->idle);
+  s->idle.data = s;
   if ((rc = tsr_rpc_server_new(&s->rpc, ctx))) {
-    uv_close((uv_handle_t *)&s->timer, ps__free_owner);
+    uv_close((uv_handle_t *)&s->idle, ps__idle_closed_free);
     return rc;
   }
   if ((rc = ps__register_data(s)) || (rc = ps__register_admin(s)) ||
@@ -105,12 +113,17 @@ static void ps__timer_closed(uv_handle_t *h) {
   ps__free_all(s);
 }
 
+static void ps__idle_closed(uv_handle_t *h) {
+  ps_server *s = h->data;
+  uv_close((uv_handle_t *)&s->timer, ps__timer_closed);
+}
+
 void ps__maybe_finish(ps_server *s) {
   if (!s->closing || !s->rpc_closed || s->works > 0) return;
   for (int i = 0; i < s->n_ents; i++)
     if (s->ents[i]->readers || s->ents[i]->writing) return;
-  if (uv_is_closing((uv_handle_t *)&s->timer)) return;
-  uv_close((uv_handle_t *)&s->timer, ps__timer_closed);
+  if (uv_is_closing((uv_handle_t *)&s->idle)) return;
+  uv_close((uv_handle_t *)&s->idle, ps__idle_closed);
 }
 
 static void ps__rpc_closed(void *data) {

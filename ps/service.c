@@ -414,6 +414,46 @@ static void ps__after_cb(uv_work_t *w, int status) {
   ps__maybe_finish(s);
 }
 
+/* Ops of at most this many values run on the loop thread, from its idle
+ * callback, instead of on libuv's pool: for them the two hand-offs
+ * between threads (a futex wake there, an eventfd write back) cost more
+ * than the work, and on a machine whose cores the workers use every
+ * hand-off is a context switch. A few microseconds of work each, so the
+ * loop's other connections barely wait. */
+#define PS__INLINE_VALUES 65536
+
+static bool ps__runs_inline(const ps_op *op) {
+  const ps_entry *e = op->e;
+  size_t w = (size_t)e->width;
+  switch (op->kind) {
+    case PS_OP_PUSH:
+      return (ps_var_spec_sparse(&e->spec) ? op->n_ids * w : e->numel) <=
+             PS__INLINE_VALUES;
+    case PS_OP_PULL_ROWS:
+      return (op->fused ? op->n_pull : op->n_ids) * w <= PS__INLINE_VALUES;
+    default:
+      return false;
+  }
+}
+
+/* The idle callback: every small op queued so far, its work then what
+ * the pool's after-work callback would do, at the top of the loop (never
+ * inside a caller of ps__dispatch). Ops these queue wait for the next
+ * round; the handle stops when none is left. */
+static void ps__idle_cb(uv_idle_t *h) {
+  ps_server *s = h->data;
+  ps_op *op = s->inl_head;
+  s->inl_head = s->inl_tail = NULL;
+  while (op) {
+    ps_op *next = op->next;
+    op->next = NULL;
+    ps__work_cb(&op->work);
+    ps__after_cb(&op->work, 0);
+    op = next;
+  }
+  if (!s->inl_head) uv_idle_stop(&s->idle);
+}
+
 static void ps__start(ps_server *s, ps_op *op) {
   ps_entry *e = op->e;
   if (ps__is_write(op->kind))
@@ -427,6 +467,16 @@ static void ps__start(ps_server *s, ps_op *op) {
   }
   op->work.data = op;
   s->works++;
+  if (ps__runs_inline(op)) {
+    op->next = NULL;
+    if (s->inl_tail)
+      s->inl_tail->next = op;
+    else
+      s->inl_head = op;
+    s->inl_tail = op;
+    uv_idle_start(&s->idle, ps__idle_cb);
+    return;
+  }
   int rc = uv_queue_work(s->loop, &op->work, ps__work_cb, ps__after_cb);
   if (rc) {
     s->works--;

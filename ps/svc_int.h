@@ -138,6 +138,8 @@ struct ps_server {
   bool cons_changed;        /* an ssp clock moved while admitting */
   int works;
   uv_timer_t timer;
+  uv_idle_t idle;           /* runs the small ops (ps__start) on the loop */
+  ps_op *inl_head, *inl_tail; /* those waiting for it, oldest first */
   bool closing, rpc_closed, timer_closed;
   uint64_t nonfinite;
   bool job_done;            /* the chief's shutdown said the job is done */
