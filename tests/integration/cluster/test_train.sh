@@ -44,46 +44,35 @@ print(len(x), "events; missing:", missing or "none")
 assert not missing
 assert all(e["dur"] >= 0 and e["ts"] > 1.6e15 for e in x)
 PY
+# Share of the worker's PS-traffic events whose name starts with $1 that
+# began inside one of that worker's compute phases: above $2, or fail.
+inside_compute() { # prefix min_share
+  /usr/bin/python3 - "$WORK/trace.json" "$1" "$2" <<'PY'
+import bisect, json, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+prefix, least = sys.argv[2], float(sys.argv[3])
+x = [e for e in ev if e.get("ph") == "X" and 1000 <= e["pid"] < 2000]
+inside = total = 0
+for pid in {e["pid"] for e in x}:
+    comp = sorted((e["ts"], e["ts"] + e["dur"]) for e in x
+                  if e["pid"] == pid and e["tid"] == 1 and e["name"] == "compute")
+    starts = [c[0] for c in comp]
+    for e in x:
+        if e["pid"] != pid or e["tid"] != 2 or not e["name"].startswith(prefix):
+            continue
+        total += 1
+        i = bisect.bisect_right(starts, e["ts"]) - 1
+        inside += i >= 0 and e["ts"] <= comp[i][1]
+print(f"{inside} of {total} '{prefix}' events began inside a compute phase")
+assert total > 0 and inside > least * total
+PY
+}
 check "trace: pushes leave during the compute that produced them" \
-  /usr/bin/python3 - "$WORK/trace.json" <<'PY'
-import bisect, json, sys
-ev = json.load(open(sys.argv[1]))["traceEvents"]
-x = [e for e in ev if e.get("ph") == "X" and 1000 <= e["pid"] < 2000]
-inside = total = 0
-for pid in {e["pid"] for e in x}:
-    comp = sorted((e["ts"], e["ts"] + e["dur"]) for e in x
-                  if e["pid"] == pid and e["tid"] == 1 and e["name"] == "compute")
-    starts = [c[0] for c in comp]
-    for e in x:
-        if e["pid"] != pid or e["tid"] != 2 or not e["name"].startswith("push "):
-            continue
-        total += 1
-        i = bisect.bisect_right(starts, e["ts"]) - 1
-        inside += i >= 0 and e["ts"] <= comp[i][1]
-print(f"{inside} of {total} pushes began inside a compute phase")
-assert total > 0 and inside > total // 2
-PY
+  inside_compute "push " 0.5
+# async: every step but a closure's last pulls the first layer right
+# behind its push; a closure's first pull comes before its first compute
 check "trace: async pulls of the next step's dense values leave right behind their pushes, inside the compute" \
-  /usr/bin/python3 - "$WORK/trace.json" <<'PY'
-import bisect, json, sys
-ev = json.load(open(sys.argv[1]))["traceEvents"]
-x = [e for e in ev if e.get("ph") == "X" and 1000 <= e["pid"] < 2000]
-inside = total = 0
-for pid in {e["pid"] for e in x}:
-    comp = sorted((e["ts"], e["ts"] + e["dur"]) for e in x
-                  if e["pid"] == pid and e["tid"] == 1 and e["name"] == "compute")
-    starts = [c[0] for c in comp]
-    for e in x:
-        if e["pid"] != pid or e["tid"] != 2 or e["name"] != "pull dense/kernel":
-            continue
-        total += 1
-        i = bisect.bisect_right(starts, e["ts"]) - 1
-        inside += i >= 0 and e["ts"] <= comp[i][1]
-# every step but a closure's last pulls early; a closure's first pull
-# comes before its first compute
-print(f"{inside} of {total} pulls of dense/kernel began inside a compute phase")
-assert total > 0 and inside >= total * 3 // 4
-PY
+  inside_compute "pull dense/kernel" 0.7
 check "TensorBoard event file" bash -c "ls $WORK/logs/events.out.tfevents.* >/dev/null"
 check "metrics.jsonl has loss" grep -q '"loss"' "$WORK/logs/metrics.jsonl"
 check "report.html" grep -q "<svg" "$WORK/logs/report.html"
