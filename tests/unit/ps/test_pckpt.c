@@ -43,6 +43,15 @@ static ps_var_spec spec_of(const char *name, int64_t d0, int64_t d1, int shard,
   return h_spec(name, d0, d1, shard, nsh, "glorot_uniform", 5, k);
 }
 
+/* A row-sparse Adagrad table of rows `width` wide, ids unbounded, one
+ * shard. */
+static ps_var_spec sparse_of(const char *name, int64_t width) {
+  ps_var_spec e = spec_of(name, 1, width, 0, 1, TSR_OPT_ADAGRAD);
+  e.var.kind = TSR_VAR_ROW_SPARSE;
+  e.bounded = false;
+  return e;
+}
+
 static void shard_round_trip(void **state) {
   (void)state;
   char dir[256], err[512];
@@ -101,9 +110,7 @@ static void shard_round_trip(void **state) {
   free(h);
 
   /* sparse: ids, values and slots; restored onto 2 shards by id % 2 */
-  ps_var_spec e = spec_of("emb", 1, 4, 0, 1, TSR_OPT_ADAGRAD);
-  e.var.kind = TSR_VAR_ROW_SPARSE;
-  e.bounded = false;
+  ps_var_spec e = sparse_of("emb", 4);
   assert_int_equal(ps__shard_new(&e, &mem, &b, err, sizeof err), 0);
   int64_t ids[5] = {11, 4, 1000000007, 6, 9};
   float rg[20];
@@ -142,9 +149,7 @@ static void sparse_past_the_buffer(void **state) {
   char dir[256], err[512];
   tmpdir(dir, sizeof dir, "big");
   ps_mem mem = {0, 0, NULL};
-  ps_var_spec e = spec_of("big", 1, 3, 0, 1, TSR_OPT_ADAGRAD);
-  e.var.kind = TSR_VAR_ROW_SPARSE;
-  e.bounded = false;
+  ps_var_spec e = sparse_of("big", 3);
   ps_shard *a, *b;
   assert_int_equal(ps__shard_new(&e, &mem, &a, err, sizeof err), 0);
   enum { N = 150000, CH = 5000 };
