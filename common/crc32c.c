@@ -157,6 +157,27 @@ uint32_t tsr_crc32c(uint32_t crc, const void *data, size_t len) {
   return ~tsr__crc_sw(crc, data, len);
 }
 
+uint32_t tsr_crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b) {
+  if (len_b == 0) return crc_a;
+  /* apply len_b zero bytes to crc_a, by squaring the one-zero-bit
+   * operator: one byte, two, four, ... as the bits of len_b say */
+  uint32_t even[32], odd[32], row = 1;
+  odd[0] = CRC_POLY;
+  for (int n = 1; n < 32; n++, row <<= 1) odd[n] = row;
+  gf2_square(even, odd); /* two zero bits */
+  gf2_square(odd, even); /* four */
+  do {
+    gf2_square(even, odd); /* a byte, then 4, 16, ... bytes */
+    if (len_b & 1) crc_a = gf2_times(even, crc_a);
+    len_b >>= 1;
+    if (!len_b) break;
+    gf2_square(odd, even);
+    if (len_b & 1) crc_a = gf2_times(odd, crc_a);
+    len_b >>= 1;
+  } while (len_b);
+  return crc_a ^ crc_b;
+}
+
 uint32_t tsr__crc32c_portable(uint32_t crc, const void *data, size_t len) {
   pthread_once(&tsr__crc_once, tsr__crc_init);
   return ~tsr__crc_sw(~crc, data, len);

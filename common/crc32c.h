@@ -11,6 +11,11 @@
 /* Continues a CRC: pass 0 to start. Thread-safe (tables built once). */
 uint32_t tsr_crc32c(uint32_t crc, const void *data, size_t len);
 
+/* The CRC of A followed by B from crc(A), crc(B) and B's length (zlib's
+ * crc32_combine for this polynomial): a file written in parts, out of
+ * order, gets its CRC without a second pass. */
+uint32_t tsr_crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
+
 /* The table path only, whatever the CPU: for the unit test, which checks
  * both paths against each other. */
 uint32_t tsr__crc32c_portable(uint32_t crc, const void *data, size_t len);

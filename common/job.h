@@ -57,6 +57,9 @@ typedef struct {
   bool prefetch_params;     /* async: each step computes with the values
                                pulled during the step before (default
                                false) */
+  bool sparse_materialized; /* sparse_rows "materialized": every row of a
+                               row-sparse table held from the create on
+                               (default "on_touch") */
   uint64_t seed;       /* default 0 */
   char *checkpoint_dir;     /* NULL: no checkpoints */
   int64_t checkpoint_every_steps; /* 0: only at the end */

@@ -47,6 +47,8 @@ static int jk_prefetch_params(tsr_job *, json_t *, const char *,
                               size_t);
 static int jk_wire_precision(tsr_job *, json_t *, const char *, const char *,
                              const tsr__jk_row *, char *, size_t);
+static int jk_sparse_rows(tsr_job *, json_t *, const char *, const char *,
+                          const tsr__jk_row *, char *, size_t);
 static int jk_checkpoint(tsr_job *, json_t *, const char *, const char *,
                          const tsr__jk_row *, char *, size_t);
 static int jk_checkpoint_storage(tsr_job *, json_t *, const char *,
@@ -350,6 +352,18 @@ static int jk_wire_precision(tsr_job *job, json_t *v, const char *where,
   if (jk_prec_name(p, "bfloat16", NULL, &job->wire_precision))
     return tsr_errf(err, errlen, TSR_ECONFIG,
                     "wire_precision \"%s\" is not fp32 or bf16", p);
+  return 0;
+}
+
+static int jk_sparse_rows(tsr_job *job, json_t *v, const char *where,
+                          const char *base_dir, const tsr__jk_row *row,
+                          char *err, size_t errlen) {
+  const char *s = json_is_string(v) ? json_string_value(v) : NULL;
+  if (!s || (strcmp(s, "on_touch") && strcmp(s, "materialized")))
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "sparse_rows must be \"on_touch\" (rows held once "
+                    "pushed) or \"materialized\" (every row from the start)");
+  job->sparse_materialized = !strcmp(s, "materialized");
   return 0;
 }
 

@@ -72,6 +72,11 @@
   X(wire_precision, FN(jk_wire_precision, "string"), "`\"fp32\"`",            \
     "`\"bf16\"`: gradients and pulled values travel as bfloat16 (round to "   \
     "nearest even), half the bytes; the PS keeps and applies float32")       \
+  X(sparse_rows, FN(jk_sparse_rows, "string"), "`\"on_touch\"`",             \
+    "`\"on_touch\"`: a PS holds the rows of a row-sparse table (embedding) "  \
+    "that were pushed; `\"materialized\"`: every row from the start, with "   \
+    "no row index (rows x width x (1 + optimizer slots) x 4 bytes; a PS "      \
+    "refuses at create a table that does not fit its memory limit)")          \
   X(seed, FN(jk_seed, "integer >= 0"), "0",                                   \
     "initial values are a function of (seed, variable name, element), "       \
     "whatever the sharding")                                                  \

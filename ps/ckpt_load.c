@@ -377,7 +377,8 @@ static bool cl_needed(const ps_var_spec *spec, int k, int n) {
 }
 
 static int cl_copy_rows(ps_shard *s, ps_mem *mem, const cl_file *f,
-                        int64_t *covered, char *err, size_t errlen) {
+                        int64_t *covered, uint64_t *seen, char *err,
+                        size_t errlen) {
   const ps_ckpt_part *p = &f->p;
   size_t W = (size_t)s->width;
   if (!ps_var_spec_sparse(&s->spec)) {
@@ -400,7 +401,12 @@ static int cl_copy_rows(ps_shard *s, ps_mem *mem, const cl_file *f,
     memcpy(&id, p->data + p->off_ids + (size_t)r * 8, 8);
     if (ps__spec_owns_id(&s->spec, id)) continue;
     float *rec;
-    int created, rc = ps__rows_insert(&s->rows, mem, id, &rec, &created);
+    size_t at;
+    int created, rc = ps__rows_insert_r(&s->rows, mem, id, &rec, &at, &created);
+    if (!rc && seen) { /* a materialized table holds every row already */
+      created = !(seen[at >> 6] >> (at & 63) & 1);
+      seen[at >> 6] |= (uint64_t)1 << (at & 63);
+    }
     if (rc)
       return tsr_errf(err, errlen, rc,
                       "%s: restoring row %" PRId64
@@ -458,6 +464,7 @@ int ps__ckpt_load_shard(const ps_var_spec *spec, ps_mem *mem, const char *dir,
   cl_file *files = NULL;
   int n = 0, cap = 0, rc = 0, nsh = 0;
   ps_shard *s = NULL;
+  uint64_t *seen = NULL; /* materialized: rows restored so far */
   struct dirent *e;
   /* the parts of this variable, by name */
   while ((e = readdir(d))) {
@@ -546,12 +553,18 @@ int ps__ckpt_load_shard(const ps_var_spec *spec, ps_mem *mem, const char *dir,
   s->step = 0;
   s->version = 0;
   int64_t covered = 0;
+  if (s->rows.direct &&
+      !(seen = ps__calloc(mem, (s->rows.count + 63) / 64, sizeof *seen))) {
+    rc = tsr_errf(err, errlen, TSR_ENOMEM, "%s: out of memory restoring %s",
+                  dir, spec->var.name);
+    goto out;
+  }
   for (int i = 0; i < n; i++) {
     if (!files[i].map) continue;
     const ps_ckpt_part *p = &files[i].p;
     if (p->step > s->step) s->step = p->step;
     if (p->var_version > s->version) s->version = p->var_version;
-    if ((rc = cl_copy_rows(s, mem, &files[i], &covered, err, errlen)))
+    if ((rc = cl_copy_rows(s, mem, &files[i], &covered, seen, err, errlen)))
       goto out;
   }
   if (!ps_var_spec_sparse(&s->spec) && covered != s->spec.shard.rows) {
@@ -566,6 +579,7 @@ int ps__ckpt_load_shard(const ps_var_spec *spec, ps_mem *mem, const char *dir,
   *out = s;
   s = NULL;
 out:
+  ps__free(mem, seen);
   if (s) ps__shard_free(s, mem);
   for (int i = 0; i < n; i++) cl_unmap(&files[i]);
   ps__free(mem, files);

@@ -63,6 +63,9 @@ typedef struct {
                       bounded); var and ps are the chief's and unused */
   bool bounded;    /* sparse: ids in [row0, row0+rows); unbounded:
                       id % num_shards == shard */
+  bool materialized; /* sparse, bounded: every row held from the
+                      create on (no row index; a create that does not
+                      fit the PS memory limit is refused) */
   uint64_t seed;
   tsr_optim_spec optim;
   char init_path[PS_INIT_PATH_MAX]; /* non-empty: initial values from

@@ -107,6 +107,7 @@ void ps__client_spec_to_proto(const ps_var_spec *s, Tessera__Ps__VarSpec *v,
   v->shape = shape_buf;
   v->sparse = ps_var_spec_sparse(s);
   v->bounded = s->bounded;
+  v->materialized = s->materialized;
   v->shard = s->shard.shard;
   v->num_shards = s->shard.num_shards;
   v->row0 = s->shard.row0;

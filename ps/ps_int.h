@@ -61,18 +61,34 @@ void *ps__calloc(const ps_mem *m, size_t n, size_t size);
 void *ps__realloc(const ps_mem *m, void *p, size_t old, size_t n);
 void ps__free(const ps_mem *m, void *p);
 
-/* Open-addressing table from int64 id to a row number, and the rows
- * themselves in fixed chunks (value then each slot, `stride` floats). */
+/* Row tables (rows.c): rows created on first touch, found through an
+ * open-addressing hash from id to row number, or (direct) a materialized
+ * bounded table whose row r is id row0 + r. Records (value then each slot,
+ * `stride` floats) lie in chunks of 2^shift rows that never move; a
+ * hashed table keeps each row's id beside its record. Rows are numbered
+ * in the order they were made (direct: by id). */
 typedef struct {
-  int64_t *keys;       /* PS__EMPTY_ID marks a free bucket */
-  uint32_t *vals;
-  size_t cap, count;   /* cap a power of two */
+  uint32_t tag;        /* the low 32 bits of the id's hash */
+  uint32_t row;        /* UINT32_MAX: a free bucket */
+} ps_bucket;
+
+typedef struct {
+  ps_bucket *bk;       /* hashed: the id -> row index */
+  size_t cap;          /* buckets, a power of two */
+  size_t count;        /* rows held (direct: every row of the range) */
   float **chunks;
+  int64_t **idc;       /* hashed: row ids, chunk by chunk */
   size_t n_chunks, chunk_cap;
   size_t stride;       /* floats per row record */
+  unsigned shift;      /* rows per chunk: 1 << shift */
+  bool direct;
+  int64_t row0;        /* direct: the id of row 0 */
+  size_t direct_bytes; /* direct: bytes charged */
 } ps_rows;
 
 #define PS_ROWS_PER_CHUNK 1024
+
+typedef struct ps_snap ps_snap;
 
 /* One shard of one variable. */
 typedef struct ps_shard {
@@ -83,6 +99,7 @@ typedef struct ps_shard {
   float *w;              /* dense values */
   float *slots[KERN_OPTIM_MAX_SLOTS];
   ps_rows rows;          /* sparse */
+  ps_snap *snap;         /* a snapshot being read (snap.c), or NULL */
   uint64_t version;      /* bumped by every apply and restore */
   int64_t step;          /* applies so far (Adam's t) */
   size_t mem_bytes;      /* charged to the budget */
@@ -139,20 +156,74 @@ int ps__shard_accum_apply(ps_shard *s, ps_mem *mem, int workers, char *err,
 
 /* Row tables. */
 int ps__rows_init(ps_rows *t, size_t stride);
+/* A materialized table of `rows` rows from id row0: every record
+ * allocated (contents undefined: the caller fills them), its bytes
+ * (ps__rows_direct_bytes, SIZE_MAX when they overflow) charged first.
+ * TSR_EMEMLIMIT (nothing allocated), TSR_ENOMEM, TSR_ERANGE. */
+int ps__rows_init_direct(ps_rows *t, ps_mem *mem, size_t stride, int64_t row0,
+                         size_t rows);
+size_t ps__rows_direct_bytes(size_t stride, size_t rows);
 void ps__rows_free(ps_rows *t, ps_mem *mem);
-/* Row record for id, or NULL. */
+/* Row record for id, or NULL; _r also gives its row number. */
 float *ps__rows_find(const ps_rows *t, int64_t id);
-/* Adds a zeroed record; *created = 1 when new. */
+float *ps__rows_find_r(const ps_rows *t, int64_t id, size_t *r);
+/* Adds a zeroed record; *created = 1 when new. A direct table holds every
+ * row of its range (TSR_ERANGE outside it). */
 int ps__rows_insert(ps_rows *t, ps_mem *mem, int64_t id, float **rec,
                     int *created);
-/* Calls fn for every row, in the table's order (the same for every walk
- * of an unchanged table); allocates nothing. */
+int ps__rows_insert_r(ps_rows *t, ps_mem *mem, int64_t id, float **rec,
+                      size_t *r, int *created);
+/* Row r's record and id (r < count). */
+float *ps__rows_rec(const ps_rows *t, size_t r);
+int64_t ps__rows_id(const ps_rows *t, size_t r);
+/* Calls fn for every row, in row order; allocates nothing. */
 void ps__rows_each(const ps_rows *t,
                    void (*fn)(void *ctx, int64_t id, const float *rec),
                    void *ctx);
-/* Removes every row, keeping the table's memory. */
+/* Removes every row, keeping the table's memory (a direct table keeps its
+ * rows). */
 void ps__rows_clear(ps_rows *t);
 size_t ps__rows_bytes(const ps_rows *t);
+
+/* ---- snapshots (snap.c) --------------------------------------------------
+ * A shard as it was at one moment, read while its writer goes on: the
+ * writer keeps the old record of each row before its first change. */
+
+/* What a snapshot holds, as at the moment it was taken. */
+typedef struct {
+  ps_var_spec spec;
+  int64_t width;
+  int nslots;
+  bool sparse;
+  size_t n_rows;      /* sparse: rows held; dense: the shard's rows */
+  int64_t step;
+  uint64_t version;
+} ps_snap_info;
+
+/* Takes a snapshot of s while no apply runs. Unattached, s must not
+ * change while it is read; ps__snap_attach makes s's writers keep rows for
+ * it (s->snap; TSR_EBUSY when one is attached already). TSR_EMEMLIMIT /
+ * TSR_ENOMEM with err naming the shard. */
+int ps__snap_take(const ps_shard *s, ps_mem *mem, ps_snap **out, char *err,
+                  size_t errlen);
+int ps__snap_attach(ps_shard *s, ps_snap *v, char *err, size_t errlen);
+const ps_snap_info *ps__snap_info(const ps_snap *v);
+/* Writers: before changing row r of a sparse shard (r any row number), or
+ * any value of a dense one. Never wait for the reader beyond one copy. */
+void ps__snap_touch_row(ps_shard *s, size_t r);
+void ps__snap_touch_dense(ps_shard *s);
+/* The reader (any thread): rows [r0, r0+n) as records of
+ * width * (1 + nslots) floats (value, then each slot), and their ids
+ * (sparse; ids may be NULL). Fails (err names the shard) when the view was
+ * lost for want of memory. */
+int ps__snap_read(ps_snap *v, size_t r0, size_t n, float *recs, int64_t *ids,
+                  char *err, size_t errlen);
+/* The reader is done: writers keep nothing more, the kept rows go. */
+void ps__snap_release(ps_snap *v);
+/* Detaches and frees s's snapshot (no writer running). */
+void ps__snap_drop(ps_shard *s);
+/* Frees a snapshot that is not attached. */
+void ps__snap_free(ps_snap *v);
 
 /* ---- consistency (consist.c) ------------------------------------------ */
 /* The clock protocol of ssp:S and sync, written once as the Spin model
@@ -247,9 +318,15 @@ typedef struct {
   uint32_t crc32c;                  /* of every byte of the file */
 } ps_ckpt_file;
 
-/* Writes one shard to dir (temp file, fsync, rename, fsync dir), tagged
- * with `who` (may be NULL: no id, step 0). `out` (may be NULL) gets the
- * file's name, size and CRC. `verify`: read the file back and check it. */
+/* Writes one shard as a snapshot holds it to dir (temp file, fsync,
+ * rename, fsync dir), tagged with `who` (may be NULL: no id, step 0).
+ * `out` (may be NULL) gets the file's name, size and CRC. `verify`: read
+ * the file back and check it. */
+int ps__ckpt_save_snap(ps_snap *v, const char *dir, const ps_ckpt_ident *who,
+                       bool verify, ps_ckpt_file *out, char *err,
+                       size_t errlen);
+/* The same for a shard nobody changes meanwhile (a snapshot of it is
+ * taken and dropped around the write, outside any budget). */
 int ps__ckpt_save_shard(const ps_shard *s, const char *dir,
                         const ps_ckpt_ident *who, bool verify,
                         ps_ckpt_file *out, char *err, size_t errlen);

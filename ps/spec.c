@@ -87,6 +87,10 @@ int ps__spec_validate(const ps_var_spec *s, char *err, size_t errlen) {
                     " elements "
                     "(with %zu slot(s)) overflow a memory size",
                     s->var.name, s->shard.shard, s->shard.rows, width, slots);
+  if (s->materialized && (!ps_var_spec_sparse(s) || !s->bounded))
+    return tsr_errf(err, errlen, TSR_EINVAL,
+                    "%s: materialized is for bounded sparse tables only",
+                    s->var.name);
   if (ps_var_spec_sparse(s) && tsr_mul_size(bytes, PS_ROWS_PER_CHUNK, &bytes))
     return tsr_errf(err, errlen, TSR_ERANGE,
                     "%s: rows of %" PRId64 " elements are too wide to hold",
@@ -223,6 +227,7 @@ int ps__spec_from_proto(const Tessera__Ps__VarSpec *v, ps_var_spec *s,
   s->var.dtype = TSR_DT_FLOAT32;
   s->var.kind = v->sparse ? TSR_VAR_ROW_SPARSE : TSR_VAR_DENSE;
   s->bounded = v->bounded;
+  s->materialized = v->materialized;
   s->shard.shard = v->shard;
   s->shard.num_shards = v->num_shards;
   s->shard.row0 = v->row0;

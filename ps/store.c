@@ -50,6 +50,7 @@ bool ps__spec_equal(const ps_var_spec *a, const ps_var_spec *b) {
   const tsr_shard *sa = &a->shard, *sb = &b->shard;
   if (strcmp(va->name, vb->name) || va->rank != vb->rank ||
       va->kind != vb->kind || a->bounded != b->bounded ||
+      a->materialized != b->materialized ||
       sa->shard != sb->shard || sa->num_shards != sb->num_shards ||
       sa->row0 != sb->row0 || sa->rows != sb->rows || a->seed != b->seed ||
       strcmp(a->init_path, b->init_path))
@@ -101,6 +102,59 @@ static int ps__init_fill(const ps_var_spec *spec, uint64_t first, float *out,
   return got == want ? 0 : TSR_EIO;
 }
 
+/* A materialized table: every row of the shard allocated (its bytes
+ * charged first, so a table that does not fit is refused before anything
+ * is allocated) and filled with its initial values and slots, a run of
+ * rows at a time (values of consecutive rows are consecutive elements of
+ * the variable: one initializer call or one read per run). */
+static int ps__shard_materialize(ps_shard *s, ps_mem *mem, char *err,
+                                 size_t errlen) {
+  const ps_var_spec *sp = &s->spec;
+  size_t W = (size_t)s->width, rows = (size_t)sp->shard.rows;
+  size_t need = ps__rows_direct_bytes(s->rows.stride, rows);
+  int rc = ps__rows_init_direct(&s->rows, mem, s->rows.stride,
+                                sp->shard.row0, rows);
+  if (rc == TSR_EMEMLIMIT)
+    return tsr_errf(err, errlen, rc,
+                    "%s shard %d: holding all %zu rows of %zu floats (with "
+                    "%d optimizer slot(s)) takes %zu bytes; %zu of the "
+                    "memory limit of %zu bytes are in use, so it does not "
+                    "fit (give the PS a larger --memory-limit, more PS, or "
+                    "rows created on first touch)",
+                    sp->var.name, sp->shard.shard, rows, W, s->nslots, need,
+                    atomic_load(&mem->used), mem->limit);
+  if (rc)
+    return tsr_errf(err, errlen, rc, "%s shard %d: cannot hold all %zu rows "
+                    "(%zu bytes): %s", sp->var.name, sp->shard.shard, rows,
+                    need, tsr_strerror(rc));
+  enum { RUN = 4096 };
+  float *vals = ps__alloc(mem, RUN * W * sizeof(float));
+  if (!vals) {
+    ps__rows_free(&s->rows, mem);
+    return tsr_errf(err, errlen, TSR_ENOMEM, "%s shard %d: out of memory",
+                    sp->var.name, sp->shard.shard);
+  }
+  for (size_t r = 0; r < rows && !rc; r += RUN) {
+    size_t n = rows - r < RUN ? rows - r : RUN;
+    uint64_t first = ((uint64_t)sp->shard.row0 + r) * (uint64_t)W;
+    if ((rc = ps__init_fill(sp, first, vals, n * W))) {
+      rc = tsr_errf(err, errlen, rc, "%s: cannot read initial values from "
+                    "%s", sp->var.name, sp->init_path);
+      break;
+    }
+    for (size_t i = 0; i < n; i++) {
+      float *rec = ps__rows_rec(&s->rows, r + i);
+      memcpy(rec, vals + i * W, W * sizeof(float));
+      float *slots[KERN_OPTIM_MAX_SLOTS];
+      for (int k = 0; k < s->nslots; k++) slots[k] = rec + (size_t)(k + 1) * W;
+      kern_optim_init_slots(&sp->optim, slots, W);
+    }
+  }
+  ps__free(mem, vals);
+  if (rc) ps__rows_free(&s->rows, mem);
+  return rc;
+}
+
 int ps__shard_new(const ps_var_spec *spec, ps_mem *mem, ps_shard **out,
                   char *err, size_t errlen) {
   int rc = ps__spec_validate(spec, err, errlen);
@@ -114,8 +168,14 @@ int ps__shard_new(const ps_var_spec *spec, ps_mem *mem, ps_shard **out,
   s->nslots = kern_optim_num_slots(&spec->optim);
   s->acc_step = -1;
   if (ps_var_spec_sparse(spec)) {
-    ps__rows_init(&s->rows, (size_t)s->width * (size_t)(1 + s->nslots));
+    size_t stride = (size_t)s->width * (size_t)(1 + s->nslots);
+    ps__rows_init(&s->rows, stride);
     ps__rows_init(&s->acc_rows, (size_t)s->width);
+    if (spec->materialized &&
+        (rc = ps__shard_materialize(s, mem, err, errlen))) {
+      ps__free(mem, s);
+      return rc;
+    }
     *out = s;
     return 0;
   }
@@ -180,6 +240,7 @@ int ps__shard_new(const ps_var_spec *spec, ps_mem *mem, ps_shard **out,
 
 void ps__shard_free(ps_shard *s, ps_mem *mem) {
   if (!s) return;
+  ps__snap_drop(s);
   ps__free(mem, s->w);
   for (int i = 0; i < KERN_OPTIM_MAX_SLOTS; i++) ps__free(mem, s->slots[i]);
   if (s->acc) {
@@ -262,6 +323,7 @@ int ps__grad_to_f32(const void *data, int dtype, size_t n, float *out) {
 
 int ps__shard_apply_dense(ps_shard *s, const float *g, float scale) {
   uint64_t t0 = tsr_now_ns();
+  if (s->snap) ps__snap_touch_dense(s);
   int rc = kern_optim_apply(&s->spec.optim, s->step + 1, s->w, g, scale,
                             s->slots, s->numel);
   if (rc) return rc;
@@ -310,7 +372,8 @@ static int ps__check_ids(const ps_shard *s, const int64_t *ids, size_t n,
 static int ps__row_get(ps_shard *s, ps_mem *mem, int64_t id, float **rec,
                        char *err, size_t errlen) {
   int created;
-  int rc = ps__rows_insert(&s->rows, mem, id, rec, &created);
+  size_t r;
+  int rc = ps__rows_insert_r(&s->rows, mem, id, rec, &r, &created);
   if (rc)
     return tsr_errf(err, errlen, rc,
                     "%s shard %d: cannot create row %" PRId64 " (%zu rows "
@@ -321,10 +384,21 @@ static int ps__row_get(ps_shard *s, ps_mem *mem, int64_t id, float **rec,
   return 0;
 }
 
+/* The row about to change: a snapshot being read keeps it as it was. */
+static int ps__row_get_w(ps_shard *s, ps_mem *mem, int64_t id, float **rec,
+                         char *err, size_t errlen) {
+  size_t r;
+  if (s->snap && (*rec = ps__rows_find_r(&s->rows, id, &r))) {
+    ps__snap_touch_row(s, r);
+    return 0;
+  }
+  return ps__row_get(s, mem, id, rec, err, errlen);
+}
+
 static int ps__touch_rows(ps_shard *s, ps_mem *mem, const int64_t *ids,
                           size_t n, float **recs, char *err, size_t errlen) {
   for (size_t i = 0; i < n; i++) {
-    int rc = ps__row_get(s, mem, ids[i], &recs[i], err, errlen);
+    int rc = ps__row_get_w(s, mem, ids[i], &recs[i], err, errlen);
     if (rc) return rc;
   }
   return 0;

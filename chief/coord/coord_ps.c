@@ -157,6 +157,8 @@ static int coord_ps_specs(coord *co, int i, ps_var_spec **out, size_t *n_out) {
     rc = ps_var_spec_from_var(&specs[j], &co->vars[s->var], s, co->job.seed,
                               &co->var_optim[s->var],
                               co->var_init_path[s->var]);
+    specs[j].materialized = co->job.sparse_materialized &&
+                            ps_var_spec_sparse(&specs[j]);
     j++;
   }
   if (rc) {

@@ -82,6 +82,26 @@ static void fast_paths_equal_bitwise(void **state) {
   }
 }
 
+/* crc(A|B) from crc(A), crc(B) and |B|: every split of a buffer, B empty
+ * and long ones included. */
+static void combine_equals_one_pass(void **state) {
+  (void)state;
+  static unsigned char data[20000];
+  for (size_t i = 0; i < sizeof data; i++) data[i] = (unsigned char)(i * 131 + 7);
+  size_t cuts[] = {0, 1, 7, 64, 1000, 8191, 8192, 12345, 19999, 20000};
+  uint32_t whole = tsr_crc32c(0, data, sizeof data);
+  for (size_t k = 0; k < sizeof cuts / sizeof cuts[0]; k++) {
+    size_t a = cuts[k], b = sizeof data - a;
+    uint32_t ca = tsr_crc32c(0, data, a), cb = tsr_crc32c(0, data + a, b);
+    assert_int_equal(tsr_crc32c_combine(ca, cb, b), whole);
+  }
+  /* three parts, joined left to right */
+  uint32_t c = tsr_crc32c(0, data, 100);
+  c = tsr_crc32c_combine(c, tsr_crc32c(0, data + 100, 5000), 5000);
+  c = tsr_crc32c_combine(c, tsr_crc32c(0, data + 5100, 14900), 14900);
+  assert_int_equal(c, whole);
+}
+
 static void mask_round_trip(void **state) {
   (void)state;
   for (uint32_t v = 1; v < 0xfffffff0u; v += 0x01234567u)
@@ -94,6 +114,7 @@ int main(void) {
       cmocka_unit_test(known_vectors),
       cmocka_unit_test(continuation_equals_one_pass),
       cmocka_unit_test(fast_paths_equal_bitwise),
+      cmocka_unit_test(combine_equals_one_pass),
       cmocka_unit_test(mask_round_trip),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -181,6 +181,52 @@ static void sparse_past_the_buffer(void **state) {
   rmtree(dir);
 }
 
+/* A materialized table (every row held) saved in two shards, restored
+ * into one materialized shard and into one of rows made on first touch:
+ * the same rows and slots either way. */
+static void materialized_round_trip(void **state) {
+  (void)state;
+  char dir[256], err[512];
+  tmpdir(dir, sizeof dir, "mat");
+  ps_mem mem = {0, 0, NULL};
+  ps_shard *a[2], *m, *t;
+  for (int k = 0; k < 2; k++) {
+    ps_var_spec e = spec_of("emb", 3001, 5, k, 2, TSR_OPT_ADAGRAD);
+    e.var.kind = TSR_VAR_ROW_SPARSE;
+    e.bounded = e.materialized = true;
+    assert_int_equal(ps__shard_new(&e, &mem, &a[k], err, sizeof err), 0);
+    int64_t ids[3] = {e.shard.row0, e.shard.row0 + 17, e.shard.row0 + 1000};
+    float g[15];
+    for (int i = 0; i < 15; i++) g[i] = 0.1f * (float)(i + k);
+    assert_int_equal(ps__shard_apply_rows(a[k], &mem, ids, 3, g, 1.0f, err,
+                                          sizeof err), 0);
+    assert_int_equal(ps__ckpt_save_shard(a[k], dir, NULL, true, NULL, err,
+                                         sizeof err), 0);
+  }
+  ps_var_spec whole = spec_of("emb", 3001, 5, 0, 1, TSR_OPT_ADAGRAD);
+  whole.var.kind = TSR_VAR_ROW_SPARSE;
+  whole.bounded = true;
+  assert_int_equal(ps__ckpt_load_shard(&whole, &mem, dir, NULL, &t, err,
+                                       sizeof err), 0);
+  whole.materialized = true;
+  assert_int_equal(ps__ckpt_load_shard(&whole, &mem, dir, NULL, &m, err,
+                                       sizeof err), 0);
+  assert_int_equal(t->rows.count, 3001);
+  assert_int_equal(m->rows.count, 3001);
+  for (int64_t id = 0; id < 3001; id++) {
+    const ps_shard *src = a[id < 1501 ? 0 : 1];
+    float *x = ps__rows_find(&src->rows, id);
+    assert_memory_equal(x, ps__rows_find(&t->rows, id), 10 * sizeof(float));
+    assert_memory_equal(x, ps__rows_find(&m->rows, id), 10 * sizeof(float));
+  }
+  ps__shard_free(m, &mem);
+  ps__shard_free(t, &mem);
+  ps__shard_free(a[0], &mem);
+  ps__shard_free(a[1], &mem);
+  assert_int_equal(atomic_load(&mem.used), 0);
+  rmtree(dir);
+}
+
 static void corrupt_files_fail_whole(void **state) {
   (void)state;
   char dir[256], err[512];
@@ -350,6 +396,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(shard_round_trip),
       cmocka_unit_test(sparse_past_the_buffer),
+      cmocka_unit_test(materialized_round_trip),
       cmocka_unit_test(corrupt_files_fail_whole),
       cmocka_unit_test(two_ps_to_three),
   };

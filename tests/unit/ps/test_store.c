@@ -259,6 +259,219 @@ static void memory_limit(void **state) {
   assert_int_equal(atomic_load(&mem.used), 0);
 }
 
+
+/* A materialized table holds every row from its creation with the values
+ * and slots a table of rows made on first touch gives them, and applies
+ * the same: both answer alike before and after pushes; it costs its
+ * records and a chunk pointer per 65536 rows, nothing per row. */
+static void materialized_equals_on_touch(void **state) {
+  (void)state;
+  ps_mem mem = {0, 0, NULL};
+  char err[256];
+  for (int k = 0; k < 3; k++) {
+    ps_var_spec a = sparse_spec(true, 1000, k, 3), b = a;
+    b.materialized = true;
+    ps_shard *ta, *tb;
+    assert_int_equal(ps__shard_new(&a, &mem, &ta, err, sizeof err), 0);
+    size_t before = atomic_load(&mem.used);
+    assert_int_equal(ps__shard_new(&b, &mem, &tb, err, sizeof err), 0);
+    size_t rows = (size_t)b.shard.rows, stride = 4 * 2;
+    assert_int_equal(tb->rows.count, rows);
+    assert_int_equal(atomic_load(&mem.used) - before,
+                     rows * stride * 4 + sizeof(float *));
+    int64_t ids[6] = {b.shard.row0, b.shard.row0 + 1, b.shard.row0 + 7,
+                      b.shard.row0 + 7, b.shard.row0 + (int64_t)rows - 1,
+                      b.shard.row0 + 3};
+    float oa[24], ob[24], g[24];
+    for (int i = 0; i < 24; i++) g[i] = 0.1f * (float)(i % 5) - 0.2f;
+    for (int round = 0; round < 3; round++) {
+      assert_int_equal(ps__shard_gather(ta, &mem, ids, 6, oa, false, err,
+                                        sizeof err), 0);
+      assert_int_equal(ps__shard_gather(tb, &mem, ids, 6, ob, false, err,
+                                        sizeof err), 0);
+      assert_memory_equal(oa, ob, sizeof oa);
+      assert_int_equal(ps__shard_apply_rows(ta, &mem, ids, 6, g, 1.0f, err,
+                                            sizeof err), 0);
+      assert_int_equal(ps__shard_apply_rows(tb, &mem, ids, 6, g, 1.0f, err,
+                                            sizeof err), 0);
+    }
+    assert_int_equal(tb->rows.count, rows); /* no row is added */
+    /* an id outside the shard is refused, as for any bounded table */
+    int64_t out_id = b.shard.row0 + (int64_t)rows;
+    assert_int_equal(ps__shard_apply_rows(tb, &mem, &out_id, 1, g, 1.0f, err,
+                                          sizeof err), TSR_ERANGE);
+    ps__shard_free(ta, &mem);
+    ps__shard_free(tb, &mem);
+  }
+  assert_int_equal(atomic_load(&mem.used), 0);
+}
+
+typedef struct {
+  size_t largest;
+  int calls;
+} count_alloc;
+
+static void *ca_alloc(void *ctx, size_t n) {
+  count_alloc *c = ctx;
+  c->calls++;
+  if (n > c->largest) c->largest = n;
+  return malloc(n);
+}
+static void ca_free(void *ctx, void *p) {
+  (void)ctx;
+  free(p);
+}
+
+/* A materialized table that does not fit the memory limit is refused at
+ * its creation, with the bytes it needs and the limit, before any of it
+ * is allocated. */
+static void materialized_refused_before_allocating(void **state) {
+  (void)state;
+  count_alloc c = {0, 0};
+  tsr_rpc_allocator al = {ca_alloc, ca_free, &c};
+  ps_mem mem = {0, 3000000, &al};
+  ps_var_spec sp = sparse_spec(true, 100000, 0, 1); /* 3.2 MB with its slot */
+  sp.materialized = true;
+  ps_shard *s = NULL;
+  char err[512] = "";
+  assert_int_equal(ps__shard_new(&sp, &mem, &s, err, sizeof err),
+                   TSR_EMEMLIMIT);
+  assert_null(s);
+  size_t need = ps__rows_direct_bytes(8, 100000);
+  char want[64];
+  snprintf(want, sizeof want, "takes %zu bytes", need);
+  assert_non_null(strstr(err, want));
+  assert_non_null(strstr(err, "memory limit of 3000000 bytes"));
+  assert_non_null(strstr(err, "emb shard 0"));
+  assert_true(c.largest < 4096); /* the shard's own struct, no rows */
+  assert_int_equal(atomic_load(&mem.used), 0);
+  /* with room it is made */
+  mem.limit = need + 4096;
+  assert_int_equal(ps__shard_new(&sp, &mem, &s, err, sizeof err), 0);
+  ps__shard_free(s, &mem);
+  assert_int_equal(atomic_load(&mem.used), 0);
+  /* only a bounded sparse table may be materialized */
+  ps_var_spec d = dense_spec("d", 10, 4, 0, 1);
+  d.materialized = true;
+  assert_int_equal(ps__shard_new(&d, &mem, &s, err, sizeof err), TSR_EINVAL);
+  assert_non_null(strstr(err, "materialized"));
+}
+
+/* Reads the whole of a snapshot: n rows of records (and ids). */
+static void snap_all(ps_snap *v, float *recs, int64_t *ids) {
+  const ps_snap_info *in = ps__snap_info(v);
+  char err[256];
+  /* in odd-sized blocks, as a writer might */
+  for (size_t r = 0; r < in->n_rows; r += 7) {
+    size_t n = in->n_rows - r < 7 ? in->n_rows - r : 7;
+    size_t S = (size_t)in->width * (size_t)(1 + in->nslots);
+    assert_int_equal(ps__snap_read(v, r, n, recs + r * S, ids ? ids + r : NULL,
+                                   err, sizeof err), 0);
+  }
+}
+
+/* A snapshot attached to a shard reads the shard as it was when taken,
+ * whatever is applied meanwhile (rows changed, rows added, a dense
+ * apply), for every layout; what it keeps is charged to the budget and
+ * returned when it is released and dropped. */
+static void snapshot_while_applying(void **state) {
+  (void)state;
+  ps_mem mem = {0, 0, NULL};
+  char err[256];
+  for (int kind = 0; kind < 3; kind++) {
+    ps_var_spec sp = kind == 0 ? dense_spec("d", 40, 4, 0, 1)
+                               : sparse_spec(true, 40, 0, 1);
+    sp.materialized = kind == 2;
+    ps_shard *s;
+    assert_int_equal(ps__shard_new(&sp, &mem, &s, err, sizeof err), 0);
+    float g[40 * 4];
+    for (int i = 0; i < 160; i++) g[i] = 0.01f * (float)(i % 9) - 0.03f;
+    int64_t ids[20];
+    for (int i = 0; i < 20; i++) ids[i] = i * 2; /* rows 0, 2, ..., 38 */
+    if (kind == 1) /* rows made before the snapshot */
+      assert_int_equal(ps__shard_apply_rows(s, &mem, ids, 10, g, 1.0f, err,
+                                            sizeof err), 0);
+    ps_snap *v;
+    assert_int_equal(ps__snap_take(s, &mem, &v, err, sizeof err), 0);
+    assert_int_equal(ps__snap_attach(s, v, err, sizeof err), 0);
+    const ps_snap_info *in = ps__snap_info(v);
+    size_t S = (size_t)in->width * (size_t)(1 + in->nslots);
+    size_t n = in->n_rows;
+    assert_int_equal(n, kind == 1 ? 10 : 40);
+    float *before = calloc(n * S, 4), *after = calloc(n * S, 4);
+    int64_t *ib = calloc(n, 8), *ia = calloc(n, 8);
+    snap_all(v, before, kind ? ib : NULL);
+    size_t used0 = atomic_load(&mem.used);
+    for (int round = 0; round < 3; round++) {
+      if (kind == 0)
+        assert_int_equal(ps__shard_apply_dense(s, g, 1.0f), 0);
+      else /* half the rows it holds, and (on touch) ten new ones */
+        assert_int_equal(ps__shard_apply_rows(s, &mem, ids, 20, g, 1.0f, err,
+                                              sizeof err), 0);
+    }
+    assert_true(atomic_load(&mem.used) > used0); /* the kept rows */
+    snap_all(v, after, kind ? ia : NULL);
+    assert_memory_equal(before, after, n * S * 4);
+    if (kind) assert_memory_equal(ib, ia, n * 8);
+    if (kind == 2)
+      for (size_t r = 0; r < n; r++) assert_int_equal(ib[r], (int64_t)r);
+    /* the live shard did change */
+    float live[4];
+    if (kind)
+      assert_int_equal(ps__shard_gather(s, &mem, ids, 1, live, false, err,
+                                        sizeof err), 0);
+    else
+      memcpy(live, s->w, sizeof live);
+    assert_memory_not_equal(live, before, 4 * 4);
+    ps__snap_release(v);
+    assert_int_equal(ps__snap_read(v, 0, 1, after, NULL, err, sizeof err),
+                     TSR_ECANCELED);
+    /* released: applies keep nothing more */
+    size_t used1 = atomic_load(&mem.used);
+    assert_int_equal(kind == 0 ? ps__shard_apply_dense(s, g, 1.0f)
+                               : ps__shard_apply_rows(s, &mem, ids, 20, g,
+                                                      1.0f, err, sizeof err),
+                     0);
+    assert_true(atomic_load(&mem.used) <= used1);
+    ps__snap_drop(s);
+    assert_null(s->snap);
+    ps__shard_free(s, &mem);
+    free(before);
+    free(after);
+    free(ib);
+    free(ia);
+  }
+  assert_int_equal(atomic_load(&mem.used), 0);
+}
+
+/* A snapshot that cannot keep a row within the budget is lost: the apply
+ * goes on (training never waits for a checkpoint), and the reader fails
+ * naming the shard and the limit. */
+static void snapshot_lost_without_room(void **state) {
+  (void)state;
+  ps_var_spec sp = sparse_spec(true, 5000, 0, 1);
+  sp.materialized = true;
+  size_t table = ps__rows_direct_bytes(8, 5000);
+  ps_mem mem = {0, table + 5000 / 8 + 2048, NULL}; /* the map, no more */
+  char err[512];
+  ps_shard *s;
+  assert_int_equal(ps__shard_new(&sp, &mem, &s, err, sizeof err), 0);
+  ps_snap *v;
+  assert_int_equal(ps__snap_take(s, &mem, &v, err, sizeof err), 0);
+  assert_int_equal(ps__snap_attach(s, v, err, sizeof err), 0);
+  int64_t ids[2] = {10, 20};
+  float g[8] = {1, 1, 1, 1, 1, 1, 1, 1}, out[16];
+  assert_int_equal(ps__shard_apply_rows(s, &mem, ids, 2, g, 1.0f, err,
+                                        sizeof err), 0);
+  assert_int_equal(ps__snap_read(v, 0, 2, out, NULL, err, sizeof err),
+                   TSR_EMEMLIMIT);
+  assert_non_null(strstr(err, "emb shard 0"));
+  assert_non_null(strstr(err, "memory limit"));
+  ps__snap_drop(s);
+  ps__shard_free(s, &mem);
+  assert_int_equal(atomic_load(&mem.used), 0);
+}
+
 static void sync_sum_is_mean(void **state) {
   (void)state;
   ps_mem mem = {0, 0, NULL};
@@ -339,6 +552,10 @@ int main(void) {
       cmocka_unit_test(unsorted_duplicates),
       cmocka_unit_test(ids_out_of_range),
       cmocka_unit_test(memory_limit),
+      cmocka_unit_test(materialized_equals_on_touch),
+      cmocka_unit_test(materialized_refused_before_allocating),
+      cmocka_unit_test(snapshot_while_applying),
+      cmocka_unit_test(snapshot_lost_without_room),
       cmocka_unit_test(sync_sum_is_mean),
       cmocka_unit_test(bad_specs),
   };

@@ -1,0 +1,405 @@
+/* Snapshots of a shard that applies do not wait for: what a checkpoint
+ * writes while training goes on.
+ *
+ * Why copy-on-write per row. A checkpoint must hold each shard as it was
+ * at one moment, and writing a materialized billion-parameter model takes
+ * seconds per PS; applies that waited for it stopped the whole cluster.
+ * Copying the shard first doubles the memory the model needs. fork() would
+ * copy it lazily, but by 4 KiB page (2 MiB with transparent huge pages):
+ * sparse pushes land on random rows, so within a few steps nearly every
+ * page of a table is copied, the same double memory; and a fork of a
+ * multithreaded process gets only the forking thread, with whatever locks
+ * libuv's pool threads and the allocator held at that instant, and pool
+ * threads caught halfway through an apply. Here the writer of a shard
+ * (one at a time, the service's rule) keeps a row's record as it was
+ * before its first change after the snapshot; the reader takes the kept
+ * record where there is one and the live one elsewhere. The extra memory
+ * is the rows changed while the checkpoint is written, at 4 bytes per
+ * float: a few percent of a table for a sparse model.
+ *
+ * Happy path. ps__snap_take runs while nobody writes the shard (the
+ * service queues it as a write): it notes the rows the view holds (rows
+ * created later are not in it), a copy of the chunk pointers (the table's
+ * own arrays may move as it grows), the step and version, and an empty
+ * bitmap of kept rows. A sparse writer calls ps__snap_touch_row before it
+ * changes a row (a bit test when the row is already kept or the view is
+ * done); a dense writer calls ps__snap_touch_dense, which copies the
+ * whole shard on its first apply. The reader copies rows out with
+ * ps__snap_read under the view's lock, so it never sees half a row; it
+ * says it is done with ps__snap_release, and from then on the writers
+ * keep nothing. ps__snap_drop detaches the view (again with nobody
+ * writing).
+ * Failure modes: a kept row or a dense copy that does not fit the memory
+ * budget: the view is lost (the writer goes on, nothing waits) and the
+ * reader's next read fails with TSR_EMEMLIMIT naming the shard and the
+ * budget, so the checkpoint fails and training is untouched.
+ */
+#include "ps/ps_int.h"
+#include "common/err.h"
+#include "common/size.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uv.h>
+
+#define SNAP_SIDE_CHUNK 1024 /* kept records per side allocation */
+
+struct ps_snap {
+  uv_mutex_t mu;
+  ps_mem *mem;
+  _Atomic int released;   /* the reader is done, or the view is lost */
+  int err;                /* why it was lost (0: it was not) */
+  size_t err_bytes;       /* the reservation that failed */
+  ps_snap_info info;
+  /* sparse */
+  size_t stride;
+  unsigned shift;
+  bool direct;
+  int64_t row0;
+  float **chunks;         /* the table's chunks, as at the snapshot */
+  int64_t **idc;
+  size_t n_chunks;
+  /* dense */
+  const float *w;
+  const float *slots[KERN_OPTIM_MAX_SLOTS];
+  size_t numel;
+  float *dense_copy;      /* value then each slot, numel floats each */
+  bool dense_kept;        /* the writer made it (its own flag: the fast
+                             path reads it without the lock) */
+  /* rows kept as they were: bit r of kept; their records in side chunks,
+   * found by an open-addressing table from r + 1 (0: free) */
+  uint64_t *kept;
+  size_t kept_words;
+  float **side;
+  size_t n_side, side_cap, n_kept;
+  uint64_t *hkey;
+  uint32_t *hval;
+  size_t hcap;
+  size_t charged;         /* bytes of the budget this view holds */
+};
+
+static bool snap_charge(ps_snap *v, size_t bytes) {
+  if (ps__mem_reserve(v->mem, bytes)) {
+    v->err = TSR_EMEMLIMIT;
+    v->err_bytes = bytes;
+    return false;
+  }
+  v->charged += bytes;
+  return true;
+}
+
+static void snap_free_side(ps_snap *v) {
+  for (size_t i = 0; i < v->n_side; i++) ps__free(v->mem, v->side[i]);
+  ps__free(v->mem, v->side);
+  ps__free(v->mem, v->hkey);
+  ps__free(v->mem, v->hval);
+  ps__free(v->mem, v->dense_copy);
+  v->side = NULL;
+  v->hkey = NULL;
+  v->hval = NULL;
+  v->dense_copy = NULL;
+  v->n_side = v->side_cap = v->hcap = v->n_kept = 0;
+}
+
+int ps__snap_take(const ps_shard *s, ps_mem *mem, ps_snap **out, char *err,
+                  size_t errlen) {
+  *out = NULL;
+  ps_snap *v = ps__calloc(mem, 1, sizeof *v);
+  if (v && uv_mutex_init(&v->mu)) {
+    ps__free(mem, v);
+    v = NULL;
+  }
+  if (!v)
+    return tsr_errf(err, errlen, TSR_ENOMEM, "%s shard %d: out of memory for "
+                    "a snapshot", s->spec.var.name, s->spec.shard.shard);
+  v->mem = mem;
+  v->info.spec = s->spec;
+  v->info.width = s->width;
+  v->info.nslots = s->nslots;
+  v->info.step = s->step;
+  v->info.version = s->version;
+  v->info.sparse = ps_var_spec_sparse(&s->spec);
+  size_t words = 0;
+  if (v->info.sparse) {
+    const ps_rows *t = &s->rows;
+    v->info.n_rows = t->count;
+    v->stride = t->stride;
+    v->shift = t->shift;
+    v->direct = t->direct;
+    v->row0 = t->row0;
+    size_t per = (size_t)1 << t->shift;
+    v->n_chunks = (t->count + per - 1) / per;
+    v->chunks = ps__calloc(mem, v->n_chunks, sizeof *v->chunks);
+    v->idc = t->direct ? NULL : ps__calloc(mem, v->n_chunks, sizeof *v->idc);
+    if (!v->chunks || (!t->direct && !v->idc)) goto nomem;
+    for (size_t k = 0; k < v->n_chunks; k++) {
+      v->chunks[k] = t->chunks[k];
+      if (v->idc) v->idc[k] = t->idc[k];
+    }
+    words = (t->count + 63) / 64;
+  } else {
+    v->info.n_rows = (size_t)s->spec.shard.rows;
+    v->stride = (size_t)s->width * (size_t)(1 + s->nslots);
+    v->w = s->w;
+    for (int k = 0; k < s->nslots; k++) v->slots[k] = s->slots[k];
+    v->numel = s->numel;
+  }
+  if (words) {
+    if (!snap_charge(v, words * sizeof(uint64_t))) {
+      int rc = tsr_errf(err, errlen, TSR_EMEMLIMIT, "%s shard %d: the "
+                        "snapshot's map of %zu rows (%zu bytes) would exceed "
+                        "the memory limit (%zu of %zu bytes in use)",
+                        s->spec.var.name, s->spec.shard.shard,
+                        v->info.n_rows, words * sizeof(uint64_t),
+                        atomic_load(&mem->used), mem->limit);
+      ps__snap_free(v);
+      return rc;
+    }
+    if (!(v->kept = ps__calloc(mem, words, sizeof *v->kept))) goto nomem;
+    v->kept_words = words;
+  }
+  *out = v;
+  return 0;
+nomem:
+  ps__snap_free(v);
+  return tsr_errf(err, errlen, TSR_ENOMEM, "%s shard %d: out of memory for a "
+                  "snapshot", s->spec.var.name, s->spec.shard.shard);
+}
+
+int ps__snap_attach(ps_shard *s, ps_snap *v, char *err, size_t errlen) {
+  if (s->snap)
+    return tsr_errf(err, errlen, TSR_EBUSY, "%s shard %d: a snapshot of it "
+                    "is still being read", s->spec.var.name,
+                    s->spec.shard.shard);
+  s->snap = v;
+  return 0;
+}
+
+const ps_snap_info *ps__snap_info(const ps_snap *v) { return &v->info; }
+
+void ps__snap_free(ps_snap *v) {
+  if (!v) return;
+  snap_free_side(v);
+  ps__free(v->mem, v->kept);
+  ps__free(v->mem, v->chunks);
+  ps__free(v->mem, v->idc);
+  ps__mem_release(v->mem, v->charged);
+  uv_mutex_destroy(&v->mu);
+  ps__free(v->mem, v);
+}
+
+void ps__snap_drop(ps_shard *s) {
+  ps_snap *v = s->snap;
+  if (!v) return;
+  s->snap = NULL;
+  ps__snap_free(v);
+}
+
+void ps__snap_release(ps_snap *v) {
+  uv_mutex_lock(&v->mu);
+  atomic_store(&v->released, 1);
+  /* the bitmap stays until the drop: a writer may still be testing it */
+  snap_free_side(v);
+  uv_mutex_unlock(&v->mu);
+}
+
+/* ---- the writer's side -------------------------------------------------- */
+
+static uint64_t snap_hash(uint64_t k) {
+  k *= 0x9e3779b97f4a7c15ull;
+  return k ^ (k >> 29);
+}
+
+static bool snap_hgrow(ps_snap *v) {
+  size_t ncap = v->hcap ? v->hcap * 2 : 1024;
+  if (!snap_charge(v, (ncap - v->hcap) * (sizeof(uint64_t) + sizeof(uint32_t))))
+    return false;
+  uint64_t *k = ps__calloc(v->mem, ncap, sizeof *k);
+  uint32_t *val = ps__alloc(v->mem, ncap * sizeof *val);
+  if (!k || !val) {
+    ps__free(v->mem, k);
+    ps__free(v->mem, val);
+    v->err = TSR_ENOMEM;
+    return false;
+  }
+  for (size_t i = 0; i < v->hcap; i++) {
+    if (!v->hkey[i]) continue;
+    size_t j = snap_hash(v->hkey[i]) & (ncap - 1);
+    while (k[j]) j = (j + 1) & (ncap - 1);
+    k[j] = v->hkey[i];
+    val[j] = v->hval[i];
+  }
+  ps__free(v->mem, v->hkey);
+  ps__free(v->mem, v->hval);
+  v->hkey = k;
+  v->hval = val;
+  v->hcap = ncap;
+  return true;
+}
+
+/* Where row r's kept record is, or NULL. Under the lock. */
+static const float *snap_side_find(const ps_snap *v, size_t r) {
+  if (!v->hcap) return NULL;
+  uint64_t key = (uint64_t)r + 1;
+  for (size_t j = snap_hash(key) & (v->hcap - 1);; j = (j + 1) & (v->hcap - 1)) {
+    if (v->hkey[j] == key) {
+      uint32_t i = v->hval[j];
+      return v->side[i / SNAP_SIDE_CHUNK] +
+             (size_t)(i % SNAP_SIDE_CHUNK) * v->stride;
+    }
+    if (!v->hkey[j]) return NULL;
+  }
+}
+
+/* Room for one more kept record; NULL (and the view lost) when there is
+ * none. Under the lock. */
+static float *snap_side_new(ps_snap *v, size_t r) {
+  if ((v->n_kept + 1) * 2 > v->hcap && !snap_hgrow(v)) return NULL;
+  if (v->n_kept == v->n_side * SNAP_SIDE_CHUNK) {
+    if (v->n_side == v->side_cap) {
+      size_t nc = v->side_cap ? v->side_cap * 2 : 16;
+      if (!snap_charge(v, (nc - v->side_cap) * sizeof(float *))) return NULL;
+      float **ns = ps__realloc(v->mem, v->side, v->side_cap * sizeof *ns,
+                               nc * sizeof *ns);
+      if (!ns) {
+        v->err = TSR_ENOMEM;
+        return NULL;
+      }
+      v->side = ns;
+      v->side_cap = nc;
+    }
+    size_t bytes = SNAP_SIDE_CHUNK * v->stride * sizeof(float);
+    if (!snap_charge(v, bytes)) return NULL;
+    if (!(v->side[v->n_side] = ps__alloc(v->mem, bytes))) {
+      v->err = TSR_ENOMEM;
+      return NULL;
+    }
+    v->n_side++;
+  }
+  uint32_t i = (uint32_t)v->n_kept++;
+  uint64_t key = (uint64_t)r + 1;
+  size_t j = snap_hash(key) & (v->hcap - 1);
+  while (v->hkey[j]) j = (j + 1) & (v->hcap - 1);
+  v->hkey[j] = key;
+  v->hval[j] = i;
+  return v->side[i / SNAP_SIDE_CHUNK] + (size_t)(i % SNAP_SIDE_CHUNK) * v->stride;
+}
+
+void ps__snap_touch_row(ps_shard *s, size_t r) {
+  ps_snap *v = s->snap;
+  if (r >= v->info.n_rows || (v->kept[r >> 6] >> (r & 63) & 1) ||
+      atomic_load_explicit(&v->released, memory_order_acquire))
+    return;
+  uv_mutex_lock(&v->mu);
+  if (!atomic_load(&v->released)) {
+    float *dst = snap_side_new(v, r);
+    if (dst) {
+      memcpy(dst, ps__rows_rec(&s->rows, r), v->stride * sizeof(float));
+      v->kept[r >> 6] |= (uint64_t)1 << (r & 63);
+    } else {
+      atomic_store(&v->released, 1); /* lost: the reader fails */
+      snap_free_side(v);
+    }
+  }
+  uv_mutex_unlock(&v->mu);
+}
+
+void ps__snap_touch_dense(ps_shard *s) {
+  ps_snap *v = s->snap;
+  if (!v || v->dense_kept ||
+      atomic_load_explicit(&v->released, memory_order_acquire))
+    return;
+  uv_mutex_lock(&v->mu);
+  v->dense_kept = true; /* kept, or lost: either way once */
+  if (!atomic_load(&v->released)) {
+    size_t n = v->numel * (size_t)(1 + v->info.nslots);
+    float *c = snap_charge(v, n * sizeof(float))
+                   ? ps__alloc(v->mem, n * sizeof(float))
+                   : NULL;
+    if (c) {
+      memcpy(c, v->w, v->numel * sizeof(float));
+      for (int k = 0; k < v->info.nslots; k++)
+        memcpy(c + (size_t)(k + 1) * v->numel, v->slots[k],
+               v->numel * sizeof(float));
+      v->dense_copy = c;
+    } else {
+      if (!v->err) v->err = TSR_ENOMEM;
+      atomic_store(&v->released, 1);
+      snap_free_side(v);
+    }
+  }
+  uv_mutex_unlock(&v->mu);
+}
+
+/* ---- the reader's side --------------------------------------------------- */
+
+int ps__snap_read(ps_snap *v, size_t r0, size_t n, float *recs, int64_t *ids,
+                  char *err, size_t errlen) {
+  size_t W = (size_t)v->info.width, S = v->stride;
+  int rc = 0;
+  uv_mutex_lock(&v->mu);
+  if (v->err || atomic_load(&v->released)) {
+    const ps_snap_info *in = &v->info;
+    if (v->err == TSR_EMEMLIMIT)
+      rc = tsr_errf(err, errlen, TSR_EMEMLIMIT, "%s shard %d: no room to keep "
+                    "the rows changed while it was written (%zu more bytes "
+                    "would exceed the memory limit of %zu): give the PS "
+                    "more memory or checkpoint less often",
+                    in->spec.var.name, in->spec.shard.shard, v->err_bytes,
+                    v->mem->limit);
+    else
+      rc = tsr_errf(err, errlen, v->err ? v->err : TSR_ECANCELED,
+                    "%s shard %d: the snapshot was %s", in->spec.var.name,
+                    in->spec.shard.shard,
+                    v->err ? "lost (out of memory)" : "already released");
+    goto out;
+  }
+  if (!v->info.sparse) {
+    const float *val = v->dense_copy ? v->dense_copy : v->w;
+    for (size_t i = 0; i < n; i++) {
+      size_t at = (r0 + i) * W;
+      float *rec = recs + i * S;
+      memcpy(rec, val + at, W * sizeof(float));
+      for (int k = 0; k < v->info.nslots; k++)
+        memcpy(rec + (size_t)(k + 1) * W,
+               v->dense_copy ? v->dense_copy + (size_t)(k + 1) * v->numel + at
+                             : v->slots[k] + at,
+               W * sizeof(float));
+    }
+    goto out;
+  }
+  /* a kept row may be changing (its writer no longer takes the lock):
+   * only the rows not kept are copied from the table */
+  size_t per = (size_t)1 << v->shift;
+  for (size_t i = 0; i < n;) {
+    size_t r = r0 + i;
+    size_t k = r >> v->shift, at = r & (per - 1);
+    size_t run = per - at < n - i ? per - at : n - i;
+    if (ids) {
+      if (v->direct)
+        for (size_t j = 0; j < run; j++) ids[i + j] = v->row0 + (int64_t)(r + j);
+      else
+        memcpy(ids + i, v->idc[k] + at, run * sizeof(int64_t));
+    }
+    for (size_t j = 0; j < run;) {
+      size_t q = r + j;
+      if (v->kept[q >> 6] >> (q & 63) & 1) {
+        const float *old = snap_side_find(v, q);
+        if (old) memcpy(recs + (i + j) * S, old, S * sizeof(float));
+        j++;
+        continue;
+      }
+      size_t e = j + 1;
+      while (e < run && !(v->kept[(r + e) >> 6] >> ((r + e) & 63) & 1)) e++;
+      memcpy(recs + (i + j) * S, v->chunks[k] + (at + j) * S,
+             (e - j) * S * sizeof(float));
+      j = e;
+    }
+    i += run;
+  }
+out:
+  uv_mutex_unlock(&v->mu);
+  return rc;
+}
