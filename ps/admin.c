@@ -5,8 +5,8 @@
  * Happy path. Create adds a shard entry at once (so pushes that follow
  * queue behind it) and allocates and initialises it on the pool; a second
  * create with the same spec is a no-op, with another spec an error naming
- * the field. Save writes every shard as a reader (pulls go on, applies
- * wait). Restore loads every shard aside on the pool first; only when all
+ * the field. Save (save.c) snapshots every shard and writes the
+ * snapshots while applies go on. Restore loads every shard aside on the pool first; only when all
  * loaded does each shard swap in as a write, so a bad file fails the
  * restore whole. Shutdown answers, then calls the host's on_shutdown.
  * Failure modes: conflicting create (TSR_EEXISTS), unknown mode
@@ -29,8 +29,7 @@
 
 /* ---- batches ----------------------------------------------------------------*/
 
-static ps_batch *ps__batch_new(ps_server *s, tsr_rpc_incoming *call,
-                               size_t n) {
+ps_batch *ps__batch_new(ps_server *s, tsr_rpc_incoming *call, size_t n) {
   ps_batch *b = ps__calloc(&s->mem, 1, sizeof *b);
   if (!b) return NULL;
   b->call = call;
@@ -50,17 +49,18 @@ static ps_batch *ps__batch_new(ps_server *s, tsr_rpc_incoming *call,
   return b;
 }
 
-static void ps__batch_free(ps_server *s, ps_batch *b) {
+void ps__batch_free(ps_server *s, ps_batch *b) {
   for (size_t i = 0; i < b->n; i++) ps__shard_free(b->loaded[i], &s->mem);
   ps__free(&s->mem, b->files);
+  ps__free(&s->mem, b->snaps);
+  ps__free(&s->mem, b->waiters);
   ps__free(&s->mem, b->ents);
   ps__free(&s->mem, b->loaded);
   ps__free(&s->mem, b->created);
   ps__free(&s->mem, b);
 }
 
-static ps_op *ps__batch_op(ps_server *s, ps_batch *b, ps_entry *e,
-                           ps_op_kind k) {
+ps_op *ps__batch_op(ps_server *s, ps_batch *b, ps_entry *e, ps_op_kind k) {
   ps_op *op = ps__calloc(&s->mem, 1, sizeof *op);
   if (!op) return NULL;
   op->srv = s;
@@ -96,6 +96,10 @@ void ps__batch_finish(ps_server *s, ps_batch *b) {
     ps__restore_swap_all(s, b);
     return;
   }
+  if (b->method == PS_M_SAVE) {
+    ps__save_snapped(s, b);
+    return;
+  }
   if (b->rc) {
     tsr_rpc_reply_error(b->call, b->rc, b->err);
     ps__batch_free(s, b);
@@ -110,33 +114,6 @@ void ps__batch_finish(ps_server *s, ps_batch *b) {
       m.created = cr;
       ps__reply_msg(s, b->call, &m.base);
       ps__free(&s->mem, cr);
-      break;
-    }
-    case PS_M_SAVE: {
-      Tessera__Ps__SaveResponse m = TESSERA__PS__SAVE_RESPONSE__INIT;
-      m.shards = b->count;
-      m.bytes = b->bytes;
-      m.checkpoint_id = b->who.id;
-      Tessera__Ps__SavedFile *f = ps__calloc(&s->mem, b->n_files, sizeof *f);
-      Tessera__Ps__SavedFile **fp = ps__calloc(&s->mem, b->n_files,
-                                               sizeof *fp);
-      if (!f || !fp) {
-        tsr_rpc_reply_error(b->call, TSR_ENOMEM, "out of memory listing the "
-                            "files saved");
-      } else {
-        for (size_t i = 0; i < b->n_files; i++) {
-          tessera__ps__saved_file__init(&f[i]);
-          f[i].name = b->files[i].name;
-          f[i].bytes = b->files[i].bytes;
-          f[i].crc32c = b->files[i].crc32c;
-          fp[i] = &f[i];
-        }
-        m.n_files = b->n_files;
-        m.files = fp;
-        ps__reply_msg(s, b->call, &m.base);
-      }
-      ps__free(&s->mem, f);
-      ps__free(&s->mem, fp);
       break;
     }
     case PS_M_RESTORE: {
@@ -160,15 +137,6 @@ void ps__admin_work(ps_server *s, ps_op *op) {
       op->rc = ps__shard_new(&e->spec, &s->mem, &op->loaded, op->err,
                              sizeof op->err);
       break;
-    case PS_OP_SAVE:
-      op->rc = ps__ckpt_save_shard(e->sh, op->batch->dir, &op->batch->who,
-                                   op->batch->verify, &op->file, op->err,
-                                   sizeof op->err);
-      op->out_len = ps_var_spec_sparse(&e->spec)
-                        ? e->sh->rows.count * (size_t)e->width *
-                              (size_t)(1 + e->sh->nslots) * 4
-                        : e->numel * (size_t)(1 + e->sh->nslots) * 4;
-      break;
     default: op->rc = TSR_EINVAL; break;
   }
 }
@@ -176,6 +144,10 @@ void ps__admin_work(ps_server *s, ps_op *op) {
 void ps__admin_after(ps_server *s, ps_op *op) {
   ps_batch *b = op->batch;
   ps_entry *e = op->e;
+  if (op->kind == PS_OP_SNAP || op->kind == PS_OP_UNSNAP) {
+    ps__save_op(s, op);
+    return;
+  }
   switch (op->kind) {
     case PS_OP_CREATE:
       if (op->rc) {
@@ -188,17 +160,6 @@ void ps__admin_after(ps_server *s, ps_op *op) {
       } else {
         e->sh = op->loaded;
         e->version = e->sh->version;
-      }
-      break;
-    case PS_OP_SAVE:
-      if (op->rc && !b->rc) {
-        b->rc = op->rc;
-        snprintf(b->err, sizeof b->err, "%s", op->err);
-      }
-      if (!op->rc) {
-        b->count++;
-        b->bytes += op->out_len;
-        if (b->files) b->files[b->n_files++] = op->file;
       }
       break;
     case PS_OP_SWAP:
@@ -416,55 +377,14 @@ static int ps__check_ckpt_id(const char *what, const char *id, int64_t step,
   return 0;
 }
 
-/* The folder (under the checkpoint root), checkpoint id and step of a
- * save or restore: 0 with `path` set, or the call answered with the
- * error. */
-static int ps__ckpt_request(ps_server *s, tsr_rpc_incoming *call,
-                            const char *what, const char *dir, const char *id,
-                            int64_t step, char *path, size_t pathlen) {
+int ps__ckpt_request(ps_server *s, tsr_rpc_incoming *call, const char *what,
+                     const char *dir, const char *id, int64_t step,
+                     char *path, size_t pathlen) {
   char msg[1200];
   int rc = ps__root_resolve(s, what, dir, path, pathlen, msg, sizeof msg);
   if (!rc) rc = ps__check_ckpt_id(what, id, step, msg, sizeof msg);
   if (rc) tsr_rpc_reply_error(call, rc, msg);
   return rc;
-}
-
-static void ps__on_save(tsr_rpc_incoming *call, void *data) {
-  ps_server *s = data;
-  Tessera__Ps__SaveRequest *r = call->request;
-  char msg[1200], path[PS_PATH_MAX];
-  int rc = ps__ckpt_request(s, call, "save", r->dir, r->checkpoint_id,
-                            r->step, path, sizeof path);
-  if (rc) return;
-  if ((rc = tsr_mkdir_p(path, 0755, NULL, 0))) {
-    snprintf(msg, sizeof msg, "save: cannot create %s: %s", path,
-             uv_strerror(rc));
-    tsr_rpc_reply_error(call, rc, msg);
-    return;
-  }
-  ps_batch *b = ps__batch_new(s, call, 0);
-  if (b && !(b->files = ps__calloc(&s->mem, (size_t)s->n_ents,
-                                   sizeof *b->files))) {
-    ps__batch_free(s, b);
-    b = NULL;
-  }
-  if (!b) {
-    tsr_rpc_reply_error(call, TSR_ENOMEM, "out of memory");
-    return;
-  }
-  snprintf(b->dir, sizeof b->dir, "%s", path);
-  snprintf(b->who.id, sizeof b->who.id, "%s", r->checkpoint_id);
-  b->who.step = r->step;
-  b->verify = r->verify;
-  for (int i = 0; i < s->n_ents; i++) {
-    ps_op *op = ps__batch_op(s, b, s->ents[i], PS_OP_SAVE);
-    if (!op) {
-      b->rc = TSR_ENOMEM;
-      break;
-    }
-    ps__enqueue(s, op, false);
-  }
-  ps__batch_done(s, b);
 }
 
 typedef struct {
@@ -737,6 +657,8 @@ int ps__register_admin(ps_server *s) {
       {PS_M_CONFIG, "ps.Config", ps__on_config,
        &tessera__ps__config_request__descriptor},
       {PS_M_SAVE, "ps.Save", ps__on_save, &tessera__ps__save_request__descriptor},
+      {PS_M_SAVE_WAIT, "ps.SaveWait", ps__on_save_wait,
+       &tessera__ps__save_wait_request__descriptor},
       {PS_M_RESTORE, "ps.Restore", ps__on_restore,
        &tessera__ps__restore_request__descriptor},
       {PS_M_STATS, "ps.Stats", ps__on_stats,

@@ -112,7 +112,8 @@ static void ps__done(const tsr_rpc_result *r, void *data) {
         }
         break;
       }
-      case PS_M_SAVE: {
+      case PS_M_SAVE:
+      case PS_M_SAVE_WAIT: {
         Tessera__Ps__SaveResponse *m =
             tessera__ps__save_response__unpack(a, r->meta_len, r->meta);
         if (!(decoded = m != NULL)) break;
@@ -433,6 +434,25 @@ int ps_client_save_ckpt(ps_client *c, const char *dir, const char *id,
   m.step = step;
   m.verify = verify;
   return ps__call(c, PS_M_SAVE, &m.base, NULL, 0, NULL, 0, cb, data);
+}
+
+int ps_client_save_start(ps_client *c, const char *dir, const char *id,
+                         int64_t step, bool verify, ps_client_cb cb,
+                         void *data) {
+  Tessera__Ps__SaveRequest m = TESSERA__PS__SAVE_REQUEST__INIT;
+  m.dir = (char *)dir;
+  m.checkpoint_id = (char *)(id ? id : "");
+  m.step = step;
+  m.verify = verify;
+  m.background = true;
+  return ps__call(c, PS_M_SAVE, &m.base, NULL, 0, NULL, 0, cb, data);
+}
+
+int ps_client_save_wait(ps_client *c, const char *id, ps_client_cb cb,
+                        void *data) {
+  Tessera__Ps__SaveWaitRequest m = TESSERA__PS__SAVE_WAIT_REQUEST__INIT;
+  m.checkpoint_id = (char *)(id ? id : "");
+  return ps__call(c, PS_M_SAVE_WAIT, &m.base, NULL, 0, NULL, 0, cb, data);
 }
 
 int ps_client_restore_ckpt(ps_client *c, const char *dir, const char *id,

@@ -43,6 +43,7 @@ enum {
   PS_M_RESTORE = 0x40a,
   PS_M_STATS = 0x40b,
   PS_M_SHUTDOWN = 0x40c,
+  PS_M_SAVE_WAIT = 0x40d,
 };
 
 /* Wire dtypes of gradients (values are always float32 on the PS). */
@@ -256,6 +257,18 @@ int ps_client_restore_step(ps_client *c, const char *dir, int64_t step,
  * `verify` each PS reads its files back (a folder the chief cannot see). */
 int ps_client_save_ckpt(ps_client *c, const char *dir, const char *id,
                         int64_t step, bool verify, ps_client_cb cb,
+                        void *data);
+/* The same, answered as soon as every shard is snapshotted (r->save lists
+ * no file yet): applies go on while the PS writes the snapshots, and
+ * ps_client_save_wait answers with the files once they are written. One
+ * save at a time per PS (TSR_EBUSY while one is being written). */
+int ps_client_save_start(ps_client *c, const char *dir, const char *id,
+                         int64_t step, bool verify, ps_client_cb cb,
+                         void *data);
+/* Answers (r->save: the files) when the background save of checkpoint
+ * `id` is written, or with its error; TSR_ENOTFOUND when the PS has no
+ * such save (it restarted since). */
+int ps_client_save_wait(ps_client *c, const char *id, ps_client_cb cb,
                         void *data);
 /* Restore refusing any file that is not of checkpoint `id` of `step` (id
  * NULL or "": any checkpoint); the consistency state starts a new era at

@@ -205,6 +205,8 @@ int main(int argc, char **argv) {
   po.allow_nonfinite = allow_nonfinite;
   po.mode = mode;
   po.checkpoint_root = ckpt_root;
+  /* tests only: hold every save's writing while this file exists */
+  po.test_save_gate = getenv("TESSERA_TEST_SAVE_GATE");
   po.on_shutdown = on_shutdown;
   po.data = &m;
   if ((rc = ps_server_new(&m.srv, m.ctx, &po))) {

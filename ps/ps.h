@@ -33,6 +33,9 @@ typedef struct {
                                (loop and pool threads: must be
                                thread-safe); NULL: malloc/free. Not copied:
                                must outlive the server */
+  const char *test_save_gate; /* tests only: while this file exists, a
+                               save waits before writing each shard (NULL:
+                               never). Not copied */
   /* called on the loop once the shutdown method has been answered */
   void (*on_shutdown)(ps_server *s, void *data);
   void *data;

@@ -1,9 +1,11 @@
 /* Internals of the parameter server, shared by its files and its unit
  * tests: the shard store (store.c, rows.c), the consistency state machine
- * (consist.c) and shard checkpoints (ckpt.c). None of these take locks:
- * the service (service.c) runs at most one writer per shard at a time and
- * never lets a reader overlap a writer, so each function here may assume
- * it has the shard to itself (or shares it only with other readers).
+ * (consist.c) and shard checkpoints (ckpt.c). None of these take locks
+ * but the snapshots (snap.c): the service (service.c) runs at most one
+ * writer per shard at a time and never lets a reader overlap a writer, so
+ * each function here may assume it has the shard to itself (or shares it
+ * only with other readers), except that a save reads a snapshot of it
+ * while its writer goes on; the two meet under the snapshot's lock.
  */
 #ifndef TSR_PS_INT_H
 #define TSR_PS_INT_H
@@ -202,7 +204,8 @@ typedef struct {
 
 /* Takes a snapshot of s while no apply runs. Unattached, s must not
  * change while it is read; ps__snap_attach makes s's writers keep rows for
- * it (s->snap; TSR_EBUSY when one is attached already). TSR_EMEMLIMIT /
+ * it (s->snap; one its reader has let go is dropped first; TSR_EBUSY when
+ * one is still being read). TSR_EMEMLIMIT /
  * TSR_ENOMEM with err naming the shard. */
 int ps__snap_take(const ps_shard *s, ps_mem *mem, ps_snap **out, char *err,
                   size_t errlen);
@@ -220,6 +223,9 @@ int ps__snap_read(ps_snap *v, size_t r0, size_t n, float *recs, int64_t *ids,
                   char *err, size_t errlen);
 /* The reader is done: writers keep nothing more, the kept rows go. */
 void ps__snap_release(ps_snap *v);
+/* Whether the reader has released it and will not touch it again (it
+ * may be dropped, its shard freed). */
+bool ps__snap_let_go(const ps_snap *v);
 /* Detaches and frees s's snapshot (no writer running). */
 void ps__snap_drop(ps_shard *s);
 /* Frees a snapshot that is not attached. */

@@ -97,6 +97,7 @@ bool ps_server_job_finished(const ps_server *s) {
 int ps_server_port(const ps_server *s) { return tsr_rpc_server_port(s->rpc); }
 
 static void ps__free_all(ps_server *s) {
+  ps__save_close(s);
   for (int i = 0; i < s->n_ents; i++) ps__entry_free(s->ents[i], &s->mem);
   ps__free(&s->mem, s->ents);
   ps__cons_free(&s->cons);

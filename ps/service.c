@@ -460,7 +460,8 @@ static void ps__start(ps_server *s, ps_op *op) {
     e->writing = true;
   else
     e->readers++;
-  if (op->kind == PS_OP_SWAP) { /* on the loop: nothing to compute */
+  if (op->kind == PS_OP_SWAP || op->kind == PS_OP_SNAP ||
+      op->kind == PS_OP_UNSNAP) { /* on the loop: nothing to compute */
     e->writing = false;
     ps__admin_after(s, op);
     return;
@@ -492,6 +493,10 @@ void ps__dispatch(ps_server *s, ps_entry *e) {
   while (e->head) {
     ps_op *op = e->head;
     if (ps__is_write(op->kind) ? (e->writing || e->readers) : e->writing) break;
+    /* the old shard goes with the swap: not while a snapshot reads it */
+    if (op->kind == PS_OP_SWAP && e->sh && e->sh->snap &&
+        !ps__snap_let_go(e->sh->snap))
+      break;
     e->head = op->next;
     if (!e->head) e->tail = NULL;
     op->next = NULL;

@@ -50,6 +50,7 @@ struct ps_snap {
   uv_mutex_t mu;
   ps_mem *mem;
   _Atomic int released;   /* the reader is done, or the view is lost */
+  _Atomic int let_go;     /* the reader will not touch it again */
   int err;                /* why it was lost (0: it was not) */
   size_t err_bytes;       /* the reservation that failed */
   ps_snap_info info;
@@ -168,7 +169,12 @@ nomem:
                   "snapshot", s->spec.var.name, s->spec.shard.shard);
 }
 
+bool ps__snap_let_go(const ps_snap *v) {
+  return atomic_load(&((ps_snap *)v)->let_go) != 0;
+}
+
 int ps__snap_attach(ps_shard *s, ps_snap *v, char *err, size_t errlen) {
+  if (s->snap && ps__snap_let_go(s->snap)) ps__snap_drop(s); /* done */
   if (s->snap)
     return tsr_errf(err, errlen, TSR_EBUSY, "%s shard %d: a snapshot of it "
                     "is still being read", s->spec.var.name,
@@ -203,6 +209,7 @@ void ps__snap_release(ps_snap *v) {
   /* the bitmap stays until the drop: a writer may still be testing it */
   snap_free_side(v);
   uv_mutex_unlock(&v->mu);
+  atomic_store(&v->let_go, 1); /* the last touch: it may be freed now */
 }
 
 /* ---- the writer's side -------------------------------------------------- */

@@ -28,12 +28,14 @@ typedef struct ps_entry ps_entry;
 typedef enum {
   PS_OP_PULL = 0,   /* read, on the loop, bytes straight from the shard */
   PS_OP_PULL_ROWS,  /* read, gather on the pool */
-  PS_OP_SAVE,       /* read, file written on the pool */
   PS_OP_PUSH,       /* write on the pool (apply, or sum in sync mode) */
   PS_OP_SYNC_APPLY, /* write on the pool: the mean of a sync step */
   PS_OP_SYNC_CLEAR, /* write on the pool: drop a sum (a reset) */
   PS_OP_CREATE,     /* write on the pool: allocate and initialise */
-  PS_OP_SWAP        /* write on the loop: install a restored shard */
+  PS_OP_SWAP,       /* write on the loop: install a restored shard (waits
+                       while a snapshot of the old one is being read) */
+  PS_OP_SNAP,       /* write on the loop: a snapshot for a save */
+  PS_OP_UNSNAP      /* write on the loop: drop the save's snapshot */
 } ps_op_kind;
 
 /* A call answered once several shards are done (create, save, restore). */
@@ -56,6 +58,17 @@ typedef struct {
   bool verify;         /* save: read every file back */
   ps_ckpt_file *files; /* save: what was written */
   size_t n_files;
+  /* save (save.c): the snapshots, one per entry, then their writing on
+   * the pool; a background save answers its call after the snapshots and
+   * keeps its result for SaveWait */
+  ps_snap **snaps;
+  ps_server *srv;
+  char gate[PS_PATH_MAX]; /* the test hook's file ("" none) */
+  bool background;
+  int phase;           /* 0 snapshots, 1 writing, 2 written (or failed) */
+  uv_work_t work;
+  tsr_rpc_incoming **waiters;
+  size_t n_waiters, cap_waiters;
 } ps_batch;
 
 struct ps_op {
@@ -88,7 +101,7 @@ struct ps_op {
   size_t out_len;
   int64_t *ids_copy;
   ps_shard *loaded;         /* swap */
-  ps_ckpt_file file;        /* save: the file written */
+  size_t idx;               /* snap: the entry's place in its batch */
   uint64_t version;
   int64_t shard_step;
 };
@@ -143,6 +156,8 @@ struct ps_server {
   bool closing, rpc_closed, timer_closed;
   uint64_t nonfinite;
   bool job_done;            /* the chief's shutdown said the job is done */
+  ps_batch *save;           /* the save being written, or the last
+                               background one (its result for SaveWait) */
   int64_t max_read_lead;    /* ssp: largest clock - slowest clock of a read
                                let through (<= staleness) */
   struct tsr_trace *trace;  /* applies as trace events, when asked (config) */
@@ -190,11 +205,33 @@ void ps__timer_cb(uv_timer_t *t);
 int ps__register_data(ps_server *s);
 
 /* admin.c */
+/* The folder (under the checkpoint root), checkpoint id and step of a
+ * save or restore: 0 with `path` set, or the call answered with the
+ * error. */
+int ps__ckpt_request(ps_server *s, tsr_rpc_incoming *call, const char *what,
+                     const char *dir, const char *id, int64_t step,
+                     char *path, size_t pathlen);
+ps_batch *ps__batch_new(ps_server *s, tsr_rpc_incoming *call, size_t n);
+void ps__batch_free(ps_server *s, ps_batch *b);
+ps_op *ps__batch_op(ps_server *s, ps_batch *b, ps_entry *e, ps_op_kind k);
 int ps__register_admin(ps_server *s);
 void ps__admin_work(ps_server *s, ps_op *op);
 void ps__admin_after(ps_server *s, ps_op *op);
 /* Answers a batch once its last shard is done, and frees it. */
 void ps__batch_finish(ps_server *s, ps_batch *b);
+
+/* save.c */
+void ps__on_save(tsr_rpc_incoming *call, void *data);
+void ps__on_save_wait(tsr_rpc_incoming *call, void *data);
+/* Every shard of a save snapshotted (or one failed): the writing starts
+ * on the pool (a background save answers now), or the save fails whole
+ * and its snapshots go. */
+void ps__save_snapped(ps_server *s, ps_batch *b);
+/* SNAP and UNSNAP, on the loop with no writer running. */
+void ps__save_op(ps_server *s, ps_op *op);
+/* At close: the last save's result and its waiters (answered
+ * TSR_ESHUTDOWN). */
+void ps__save_close(ps_server *s);
 
 /* ckroot.c */
 /* Sets the checkpoint root (normalized to an absolute path). A root given

@@ -110,11 +110,9 @@ static void coord_exec(coord *co, const coord_action *a) {
       if (co->trace) co->trace_save_us = tsr_trace_now_us();
       coord__ps_save(co, a->op, a->step);
       break;
+    case COORD_ACT_SAVE_WAIT: coord__ps_save_wait(co, a->op, a->step); break;
     case COORD_ACT_COMMIT:
       coord__ps_commit(co, a->op, a->step, a->total);
-      if (co->trace)
-        tsr_trace_end(co->trace, tpid, 0, "chief", "checkpoint",
-                      co->trace_save_us);
       break;
     case COORD_ACT_DISCARD: coord_remove_ckpt(co, a->step, "failed"); break;
     case COORD_ACT_PRUNE: coord_remove_ckpt(co, a->step, "pruned"); break;
@@ -145,6 +143,32 @@ static void coord_exec(coord *co, const coord_action *a) {
   }
 }
 
+/* The checkpoint's spans: its snapshots (SAVE out to every PS holding
+ * one), its writing (SAVE out to every file written: "checkpoint"), its
+ * commit (the chief's checks and the manifest). */
+static void coord_trace_ckpt(coord *co, const coord_event *ev) {
+  if (!co->trace || !co->trace_save_us || ev->status) return;
+  int32_t tpid = tsr_trace_pid(TSR_TASK_CHIEF, 0);
+  switch (ev->kind) {
+    case COORD_EV_SAVE_DONE:
+      tsr_trace_end(co->trace, tpid, 0, "chief", "checkpoint snapshot",
+                    co->trace_save_us);
+      break;
+    case COORD_EV_SAVE_WRITTEN:
+      tsr_trace_end(co->trace, tpid, 0, "chief", "checkpoint",
+                    co->trace_save_us);
+      co->trace_commit_us = tsr_trace_now_us();
+      break;
+    case COORD_EV_CKPT_COMMITTED:
+      if (co->trace_commit_us)
+        tsr_trace_end(co->trace, tpid, 0, "chief", "checkpoint commit",
+                      co->trace_commit_us);
+      co->trace_commit_us = 0;
+      break;
+    default: break;
+  }
+}
+
 /* ---- the queue ---------------------------------------------------------- */
 
 static void coord_drain(coord *co) {
@@ -163,6 +187,7 @@ static void coord_drain(coord *co) {
                     "restore", co->trace_restore_us);
       co->trace_restore_us = 0;
     }
+    coord_trace_ckpt(co, &e.ev);
     co->acts.n = 0;
     int rc = coord_sm_step(co->sm, &e.ev, &co->acts);
     free(e.steps);

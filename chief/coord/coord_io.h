@@ -112,6 +112,8 @@ struct coord {
   int exit_status;
   bool stop_requested;
   coord_psop psop;         /* the PS operation in progress */
+  coord_psop ckop;         /* the checkpoint's (it runs beside the others:
+                              training goes on while it is written) */
   chief_ckpt_files ckpt_files; /* the checkpoint being saved: its id and
                                   the files every PS reported */
   int shutdown_pending;    /* SHUTDOWN: calls not answered yet */
@@ -138,6 +140,7 @@ struct coord {
   chief_progress *progress;
   struct tsr_trace *trace; /* --trace: every process's events, merged */
   int64_t trace_save_us, trace_eval_us, trace_recover_us, trace_restore_us;
+  int64_t trace_commit_us;
   double t_last_scalar;
   double t_last_ps;          /* PS statistics every 2 s */
   chief_summary_policy sum_pol;
@@ -166,7 +169,12 @@ json_t *coord__ckpt_manifest(coord *co, int64_t step);
 int coord__ps_open(coord *co);
 void coord__ps_setup(coord *co, uint64_t op);
 void coord__ps_restore(coord *co, uint64_t op, int64_t step);
+/* SAVE: every PS snapshots (SAVE_DONE); SAVE_WAIT: every PS has written
+ * its files (SAVE_WRITTEN); COMMIT: the files checked and the manifest
+ * written off the loop (the checks read every byte), then
+ * CKPT_COMMITTED or CKPT_FAILED. */
 void coord__ps_save(coord *co, uint64_t op, int64_t step);
+void coord__ps_save_wait(coord *co, uint64_t op, int64_t step);
 void coord__ps_commit(coord *co, uint64_t op, int64_t step, int64_t total);
 void coord__ps_release(coord *co, int worker);
 void coord__ps_stats(coord *co);

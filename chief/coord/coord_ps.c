@@ -67,34 +67,45 @@ static bool coord_conn_error(int status) {
          status == TSR_ETIMEOUT || status == TSR_ESHUTDOWN;
 }
 
-static void coord_psop_begin(coord *co, uint64_t op, coord_ev_kind done) {
-  memset(&co->psop, 0, sizeof co->psop);
-  co->psop.op = op;
-  co->psop.done = done;
-  co->psop.failed_ps = -1;
-  co->psop.pending = 1; /* held until every call is started */
+/* The gathered operation of `op`: the checkpoint's, or the other one
+ * (NULL: neither, an answer to an operation given up on). */
+static coord_psop *coord_psop_of(coord *co, uint64_t op) {
+  if (op && co->psop.op == op) return &co->psop;
+  if (op && co->ckop.op == op) return &co->ckop;
+  return NULL;
+}
+
+static void coord_psop_begin(coord *co, coord_psop *o, uint64_t op,
+                             coord_ev_kind done) {
+  memset(o, 0, sizeof *o);
+  o->op = op;
+  o->done = done;
+  o->failed_ps = -1;
+  o->pending = 1; /* held until every call is started */
 }
 
 static void coord_psop_end(coord *co, uint64_t op) {
-  coord_psop *o = &co->psop;
-  if (o->op != op || --o->pending > 0) return;
+  coord_psop *o = coord_psop_of(co, op);
+  if (!o || --o->pending > 0) return;
   coord_event ev = {.kind = o->done, .op = o->op, .status = o->status,
                     .index = o->failed_ps, .lost = o->lost,
                     .msg = o->status ? o->msg : NULL};
+  o->op = 0; /* answered: late answers find no operation */
   coord__post(co, &ev);
 }
 
 static void coord_psop_result(coord *co, uint64_t op, coord_ps *p,
                               const char *what, int status,
                               const char *message) {
-  coord_psop *o = &co->psop;
-  if (o->op == op && status && !o->status) {
+  coord_psop *o = coord_psop_of(co, op);
+  if (!o) return;
+  if (status && !o->status) {
     o->status = status;
     o->failed_ps = p ? p->index : -1;
     o->lost = coord_conn_error(status);
     snprintf(o->msg, sizeof o->msg, "%s: %s", what,
              message && message[0] ? message : tsr_strerror(status));
-  } else if (o->op == op && status && coord_conn_error(status)) {
+  } else if (status && coord_conn_error(status)) {
     o->lost = true;
   }
   coord_psop_end(co, op);
@@ -122,7 +133,8 @@ static coord_ps_call *coord_ps_call_new(coord_ps *p, uint64_t op,
 /* One call of the operation: started (its answer ends it) or failed at
  * once. */
 static void coord_ps_started(coord *co, coord_ps_call *call, int rc) {
-  co->psop.pending++;
+  coord_psop *o = coord_psop_of(co, call->op);
+  if (o) o->pending++;
   if (rc) {
     coord_psop_result(co, call->op, call->ps, call->what, rc,
                       tsr_strerror(rc));
@@ -173,7 +185,7 @@ static int coord_ps_specs(coord *co, int i, ps_var_spec **out, size_t *n_out) {
 void coord__ps_setup(coord *co, uint64_t op) {
   char buf[32];
   const char *mode = coord_mode_text(co, buf, sizeof buf);
-  coord_psop_begin(co, op, COORD_EV_SETUP_DONE);
+  coord_psop_begin(co, &co->psop, op, COORD_EV_SETUP_DONE);
   for (int i = 0; i < co->n_ps; i++) {
     coord_ps *p = &co->ps[i];
     coord_ps_call *call = coord_ps_call_new(p, op, "config");
@@ -232,7 +244,10 @@ static void coord_ps_dir_call(coord *co, uint64_t op, int64_t step,
                               bool save) {
   /* named relative to the checkpoint root each PS was configured with */
   char name[64], dir[4096], id[CHIEF_CKPT_ID_MAX + 1] = "";
-  coord_psop_begin(co, op, save ? COORD_EV_SAVE_DONE : COORD_EV_RESTORE_DONE);
+  if (save)
+    coord_psop_begin(co, &co->ckop, op, COORD_EV_SAVE_DONE);
+  else
+    coord_psop_begin(co, &co->psop, op, COORD_EV_RESTORE_DONE);
   if (chief_ckpt_name(step, name, sizeof name) ||
       chief_ckpt_dir(co->job.checkpoint_dir, step, dir, sizeof dir)) {
     coord_psop_result(co, op, NULL, save ? "save" : "restore", TSR_ERANGE,
@@ -262,9 +277,10 @@ static void coord_ps_dir_call(coord *co, uint64_t op, int64_t step,
       break;
     }
     /* a restore starts the clocks at the checkpoint's step on every PS */
-    int rc = save ? ps_client_save_ckpt(p->cli, name, co->ckpt_files.id,
-                                        step, co->job.checkpoint_per_ps,
-                                        coord_ps_on_save, call)
+    /* answered once snapshotted: the files come with SAVE_WAIT */
+    int rc = save ? ps_client_save_start(p->cli, name, co->ckpt_files.id,
+                                         step, co->job.checkpoint_per_ps,
+                                         coord_ps_on_result, call)
                   : ps_client_restore_ckpt(p->cli, name, id, step,
                                            coord_ps_on_result, call);
     coord_ps_started(co, call, rc);
@@ -284,6 +300,22 @@ void coord__ps_save(coord *co, uint64_t op, int64_t step) {
   coord_ps_dir_call(co, op, step, true);
 }
 
+void coord__ps_save_wait(coord *co, uint64_t op, int64_t step) {
+  (void)step;
+  coord_psop_begin(co, &co->ckop, op, COORD_EV_SAVE_WRITTEN);
+  for (int i = 0; i < co->n_ps; i++) {
+    coord_ps *p = &co->ps[i];
+    coord_ps_call *call = coord_ps_call_new(p, op, "save");
+    if (!call) {
+      coord_psop_result(co, op, p, "save", TSR_ENOMEM, "out of memory");
+      break;
+    }
+    coord_ps_started(co, call, ps_client_save_wait(p->cli, co->ckpt_files.id,
+                                                   coord_ps_on_save, call));
+  }
+  coord_psop_end(co, op);
+}
+
 void coord__ps_restore(coord *co, uint64_t op, int64_t step) {
   json_t *m = coord__ckpt_manifest(co, step);
   if (m) {
@@ -296,6 +328,44 @@ void coord__ps_restore(coord *co, uint64_t op, int64_t step) {
     json_decref(m);
   }
   coord_ps_dir_call(co, op, step, false);
+}
+
+/* The commit's checks read every file whole (a materialized billion-
+ * parameter model: gigabytes): they run on the pool, so the loop goes on
+ * counting closures and dispatching the next ones meanwhile. Nothing
+ * else touches the manifest or the checkpoint's file list until the
+ * machine hears the answer. */
+typedef struct {
+  uv_work_t work;
+  coord *co;
+  uint64_t op;
+  int64_t step;
+  json_t *m;
+  int rc;
+  char err[512];
+} coord_commit;
+
+static void coord_commit_work(uv_work_t *w) {
+  coord_commit *c = w->data;
+  coord *co = c->co;
+  /* every PS reported its files and each is verified (ckpt.h) */
+  c->rc = chief_ckpt_commit_verified(co->job.checkpoint_dir, c->step, c->m,
+                                     &co->ckpt_files, co->n_ps,
+                                     co->job.checkpoint_per_ps, c->err,
+                                     sizeof c->err);
+}
+
+static void coord_commit_done(uv_work_t *w, int status) {
+  coord_commit *c = w->data;
+  int rc = status ? status : c->rc;
+  coord_event ev = {.kind = rc ? COORD_EV_CKPT_FAILED
+                               : COORD_EV_CKPT_COMMITTED,
+                    .op = c->op, .step = c->step, .status = rc,
+                    .msg = rc ? (c->err[0] ? c->err : tsr_strerror(rc))
+                              : NULL};
+  coord__post(c->co, &ev);
+  json_decref(c->m);
+  free(c);
 }
 
 /* The manifest, the commit point (chief/ckpt/ckpt.h). total_steps (when
@@ -341,18 +411,24 @@ void coord__ps_commit(coord *co, uint64_t op, int64_t step, int64_t total) {
     json_array_append_new(vars, o);
   }
   json_object_set_new(m, "variables", vars);
-  char err[512] = "";
-  /* every PS reported its files and each is verified (ckpt.h) */
-  int rc = chief_ckpt_commit_verified(co->job.checkpoint_dir, step, m,
-                                      &co->ckpt_files, co->n_ps,
-                                      co->job.checkpoint_per_ps, err,
-                                      sizeof err);
-  json_decref(m);
-  coord_event ev = {.kind = rc ? COORD_EV_CKPT_FAILED
-                               : COORD_EV_CKPT_COMMITTED,
-                    .op = op, .step = step, .status = rc,
-                    .msg = rc ? (err[0] ? err : tsr_strerror(rc)) : NULL};
-  coord__post(co, &ev);
+  coord_commit *c = calloc(1, sizeof *c);
+  int rc = c ? 0 : TSR_ENOMEM;
+  if (c) {
+    c->co = co;
+    c->op = op;
+    c->step = step;
+    c->m = m;
+    c->work.data = c;
+    rc = uv_queue_work(&co->loop, &c->work, coord_commit_work,
+                       coord_commit_done);
+  }
+  if (rc) {
+    free(c);
+    json_decref(m);
+    coord_event ev = {.kind = COORD_EV_CKPT_FAILED, .op = op, .step = step,
+                      .status = rc, .msg = tsr_strerror(rc)};
+    coord__post(co, &ev);
+  }
 }
 
 /* ---- fire and forget ----------------------------------------------------- */

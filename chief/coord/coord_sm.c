@@ -21,7 +21,7 @@
 #include <string.h>
 
 static const char *const sm_phase_names[] = {
-    "connect", "setup",  "restore", "train", "pause",    "save", "commit",
+    "connect", "setup",  "restore",  "train", "pause",  "save",
     "eval",    "recover", "final",  "shutdown", "done",  "failed"};
 
 /* ---- actions ------------------------------------------------------------ */
@@ -328,6 +328,7 @@ void sm__enter_recover(coord_sm *sm, bool from_training) {
     coord_action *a = sm__emit(sm, COORD_ACT_PAUSE);
     if (a) a->index = 1;
   }
+  sm__ckpt_abandon(sm);
   chief_sched_pause(sm->sched, true);
   /* forget the closures in flight: they ran against a PS that is gone */
   chief_sched_rewind(sm->sched, chief_sched_done_steps(sm->sched));
@@ -411,6 +412,7 @@ static void sm_pump_final(coord_sm *sm) {
     }
   }
   sm->final_eval_done = true;
+  if (sm__ckpt_busy(sm)) return; /* the last checkpoint is still written */
   if (sm->c.keep_cluster) {
     sm_finish(sm);
     return;
@@ -430,6 +432,7 @@ static void sm_pump(coord_sm *sm) {
       continue;
     }
     sm__closure_deadlines(sm);
+    sm__ckpt_deadlines(sm);
     if (sm->ended) return;
     switch (sm->phase) {
       case SM_CONNECT: sm_pump_connect(sm); break;
@@ -444,8 +447,7 @@ static void sm_pump(coord_sm *sm) {
       case SM_TRAIN: sm__pump_train(sm); break;
       case SM_DRAIN: sm__pump_drain(sm); break;
       case SM_SAVE:
-      case SM_COMMIT:
-      case SM_EVAL: sm__ckpt_deadlines(sm); break;
+      case SM_EVAL: break; /* their answers move them on */
       case SM_RECOVER: sm_pump_recover(sm); break;
       case SM_FINAL: sm_pump_final(sm); break;
       case SM_SHUTDOWN:
@@ -478,6 +480,7 @@ int coord_sm_step(coord_sm *sm, const coord_event *ev, coord_actions *out) {
     case COORD_EV_SETUP_DONE:
     case COORD_EV_RESTORE_DONE: sm_on_ps(sm, ev); break;
     case COORD_EV_SAVE_DONE:
+    case COORD_EV_SAVE_WRITTEN:
     case COORD_EV_CKPT_COMMITTED:
     case COORD_EV_CKPT_FAILED: sm__on_ckpt(sm, ev); break;
     case COORD_EV_EVAL_DONE: sm__on_eval(sm, ev); break;

@@ -17,8 +17,12 @@
  *             the data; an epochs-based job learns its length from them,
  *             and only then is a resumed run rewound to its checkpoint's
  *             step; closures go out (DISPATCH) and come back (COUNT);
- *             every checkpoint.every_steps / eval_every_steps training
- *             drains (PAUSE) for a SAVE + COMMIT or an EVALUATE
+ *             every checkpoint.every_steps a checkpoint: SAVE (every PS
+ *             snapshots its shards), SAVE_WAIT (their files written),
+ *             COMMIT (the manifest). Async training goes on throughout;
+ *             sync and ssp drain (PAUSE) to a step boundary and go on
+ *             once the snapshots are taken. Every eval_every_steps
+ *             training drains for an EVALUATE
  *   final     last checkpoint and evaluation, SHUTDOWN (the job is done),
  *             FINISH with status 0
  *
@@ -135,7 +139,10 @@ typedef enum {
   COORD_EV_SETUP_DONE,     /* op, status, index (the PS that failed), lost,
                               msg */
   COORD_EV_RESTORE_DONE,   /* op, status, index, lost, msg */
-  COORD_EV_SAVE_DONE,      /* op, status, index, lost, msg */
+  COORD_EV_SAVE_DONE,      /* op, status, index, lost, msg: every PS
+                              holds its snapshot (or one failed) */
+  COORD_EV_SAVE_WRITTEN,   /* op, status, index, lost, msg: every PS has
+                              written its files (or one failed) */
   COORD_EV_CKPT_COMMITTED, /* op, step */
   COORD_EV_CKPT_FAILED,    /* op, step, msg */
   COORD_EV_WK_UP,          /* index */
@@ -178,7 +185,9 @@ typedef enum {
                               any closure of the new generation */
   COORD_ACT_PAUSE,         /* training holds (index: 0 checkpoint or
                               evaluation, 1 recovery) */
-  COORD_ACT_SAVE,          /* op, step: make the folder; every PS saves */
+  COORD_ACT_SAVE,          /* op, step: make the folder; every PS takes
+                              a snapshot and writes it in the background */
+  COORD_ACT_SAVE_WAIT,     /* op, step: every PS answers once written */
   COORD_ACT_COMMIT,        /* op, step, total: write the manifest */
   COORD_ACT_DISCARD,       /* step: remove a checkpoint folder that failed */
   COORD_ACT_PRUNE,         /* step: remove an old committed checkpoint */

@@ -1,12 +1,26 @@
 /* The machine's checkpoints and evaluations (coord_sm.h): the committed
  * checkpoints it knows (from disk at start and from its own commits),
- * which one a restore takes, pruning, and the pause that drains closures
- * before a SAVE + COMMIT or an EVALUATE.
+ * which one a restore takes, pruning, the checkpoint being taken, and
+ * the pause that drains closures before an EVALUATE (and, in sync and
+ * ssp, before a checkpoint's snapshots).
+ *
+ * A checkpoint goes SAVE (every PS snapshots its shards: a copy-on-write
+ * view, ps/snap.c), SAVE_WAIT (every PS has written its snapshot), COMMIT
+ * (the chief checks the files and writes the manifest), with its own op
+ * id, whatever the phase. Async training never pauses for it: the
+ * checkpoint of step s holds every update of the s steps counted when
+ * SAVE went out, and possibly some of the closures then in flight (at
+ * least once, as a closure run again after a lost worker). Sync and ssp
+ * drain to a step boundary, SAVE, and resume as soon as every PS holds
+ * its snapshot: their checkpoint of step s holds exactly s steps. The
+ * first checkpoint (step 0) and the last one are taken drained, and the
+ * run ends only once the last one is committed.
  *
  * Pruning keeps the newest ckpt_keep committed checkpoints and never the
- * newest one away. A checkpoint that fails anywhere (a PS save, the
- * manifest, a deadline) is discarded, remembered for the summary, and
- * training goes on; the last good one stays what a restore takes.
+ * newest one away. A checkpoint that fails anywhere (a PS save, its
+ * files, the manifest, a deadline, a PS lost before its files were
+ * written) is discarded, remembered for the summary, and training goes
+ * on; the last good one stays what a restore takes.
  */
 #include "chief/coord/coord_sm_int.h"
 #include "common/log.h"
@@ -91,6 +105,33 @@ static int64_t sm_next(int64_t from, int64_t every) {
   return every > 0 ? from + every : INT64_MAX;
 }
 
+/* Starts the checkpoint of `step` (SAVE); false when there is nothing new
+ * since the last one (the due checkpoint is then done). */
+static bool sm_ckpt_start(coord_sm *sm, int64_t step) {
+  sm->ckpt_due = false;
+  if (sm__newest_good(sm) == step) {
+    sm->next_ckpt = sm_next(step, sm->c.ckpt_every_steps);
+    sm->t_last_ckpt = sm->now;
+    return false;
+  }
+  sm->save_step = step;
+  sm->ck_stage = SM_CK_SNAP;
+  sm->ck_op = ++sm->next_op;
+  sm->t_ck = sm->now;
+  coord_action *a = sm__emit(sm, COORD_ACT_SAVE);
+  if (a) {
+    a->op = sm->ck_op;
+    a->step = step;
+  }
+  return true;
+}
+
+bool sm__ckpt_busy(const coord_sm *sm) { return sm->ck_stage != SM_CK_IDLE; }
+
+void sm__ckpt_background(coord_sm *sm) {
+  if (sm->ckpt_due && !sm__ckpt_busy(sm)) sm_ckpt_start(sm, sm__global(sm));
+}
+
 void sm__pump_drain(coord_sm *sm) {
   /* pinned (ssp, sync): bring every worker level before the pause holds;
    * one with nothing to run meanwhile must not hold the others back */
@@ -106,14 +147,10 @@ void sm__pump_drain(coord_sm *sm) {
   }
   int64_t step = sm__global(sm);
   if (sm->ckpt_due) {
-    if (sm__newest_good(sm) == step) {
-      sm->ckpt_due = false; /* nothing new since */
-      sm->next_ckpt = sm_next(step, sm->c.ckpt_every_steps);
-      sm->t_last_ckpt = sm->now;
-    } else {
-      sm->save_step = step;
-      coord_action *a = sm__start_op(sm, SM_SAVE, COORD_ACT_SAVE);
-      if (a) a->step = step;
+    /* the checkpoint before is still being written: one at a time */
+    if (sm__ckpt_busy(sm)) return;
+    if (sm_ckpt_start(sm, step)) {
+      sm__set_phase(sm, SM_SAVE); /* until every PS holds its snapshot */
       return;
     }
   }
@@ -140,13 +177,14 @@ void sm__pump_drain(coord_sm *sm) {
     sm__enter_train(sm);
 }
 
-/* ---- save, commit ------------------------------------------------------- */
+/* ---- save, write, commit ------------------------------------------------- */
 
 static void sm_ckpt_done(coord_sm *sm) {
-  sm->ckpt_due = false;
+  sm->ck_stage = SM_CK_IDLE;
+  sm->ck_op = 0;
   sm->next_ckpt = sm_next(sm->save_step, sm->c.ckpt_every_steps);
   sm->t_last_ckpt = sm->now;
-  sm__set_phase(sm, SM_DRAIN);
+  if (sm->phase == SM_SAVE) sm__set_phase(sm, SM_DRAIN);
 }
 
 static void sm_ckpt_failed(coord_sm *sm, const char *reason) {
@@ -179,28 +217,67 @@ static void sm_ckpt_failed(coord_sm *sm, const char *reason) {
   sm_ckpt_done(sm);
 }
 
-void sm__on_ckpt(coord_sm *sm, const coord_event *ev) {
-  const char *msg = ev->msg ? ev->msg : "?";
+void sm__ckpt_abandon(coord_sm *sm) {
+  /* a commit is the chief's own work on files already written: it ends
+   * on its own, well or not */
+  if (sm->ck_stage != SM_CK_SNAP && sm->ck_stage != SM_CK_WRITE) return;
+  sm_ckpt_failed(sm, "a parameter server was lost before its files were "
+                 "written");
+}
+
+/* An answer to the checkpoint's current stage: a PS it says was lost is
+ * marked so (the pump then recovers). */
+static bool sm_ck_answer(coord_sm *sm, const coord_event *ev, int stage) {
+  if (sm->ck_stage != stage || ev->op != sm->ck_op) return false;
+  if (ev->lost && ev->index >= 0 && ev->index < sm->c.n_ps)
+    sm->ps[ev->index].lost = true;
+  return true;
+}
+
+static void sm_ck_next(coord_sm *sm, int stage, coord_act_kind k) {
+  sm->ck_stage = stage;
+  sm->ck_op = ++sm->next_op;
+  sm->t_ck = sm->now;
+  coord_action *a = sm__emit(sm, k);
+  if (a) {
+    a->op = sm->ck_op;
+    a->step = sm->save_step;
+    a->total = sm->total;
+  }
+}
+
+static void sm_ck_ps_failed(coord_sm *sm, const coord_event *ev) {
   char why[COORD_MSG_MAX];
+  const char *msg = ev->msg ? ev->msg : "?";
+  if (ev->index >= 0 && ev->index < sm->c.n_ps)
+    snprintf(why, sizeof why, "%s: %.400s", sm->ps[ev->index].name, msg);
+  else
+    snprintf(why, sizeof why, "%.450s", msg);
+  sm_ckpt_failed(sm, why);
+}
+
+void sm__on_ckpt(coord_sm *sm, const coord_event *ev) {
   switch (ev->kind) {
     case COORD_EV_SAVE_DONE:
-      if (!sm__op_answer(sm, ev, SM_SAVE)) return;
-      if (ev->status == 0) {
-        coord_action *a = sm__start_op(sm, SM_COMMIT, COORD_ACT_COMMIT);
-        if (a) {
-          a->step = sm->save_step;
-          a->total = sm->total;
-        }
+      if (!sm_ck_answer(sm, ev, SM_CK_SNAP)) return;
+      if (ev->status) {
+        sm_ck_ps_failed(sm, ev);
         return;
       }
-      if (ev->index >= 0 && ev->index < sm->c.n_ps)
-        snprintf(why, sizeof why, "%s: %.400s", sm->ps[ev->index].name, msg);
-      else
-        snprintf(why, sizeof why, "%.450s", msg);
-      sm_ckpt_failed(sm, why);
+      /* every PS holds its snapshot: a paused run goes on */
+      sm_ck_next(sm, SM_CK_WRITE, COORD_ACT_SAVE_WAIT);
+      if (sm->phase == SM_SAVE) sm__set_phase(sm, SM_DRAIN);
+      return;
+    case COORD_EV_SAVE_WRITTEN:
+      if (!sm_ck_answer(sm, ev, SM_CK_WRITE)) return;
+      if (ev->status) {
+        sm_ck_ps_failed(sm, ev);
+        return;
+      }
+      sm_ck_next(sm, SM_CK_COMMIT, COORD_ACT_COMMIT);
       return;
     case COORD_EV_CKPT_COMMITTED:
-      if (sm->phase != SM_COMMIT || ev->op != sm->op) return;
+      if (!sm_ck_answer(sm, ev, SM_CK_COMMIT)) return;
       sm_ck_insert(sm, sm->save_step);
       sm__note(sm, TSR_LOG_INFO, "checkpoint of step %" PRId64 " committed",
                sm->save_step);
@@ -208,8 +285,8 @@ void sm__on_ckpt(coord_sm *sm, const coord_event *ev) {
       sm_ckpt_done(sm);
       return;
     case COORD_EV_CKPT_FAILED:
-      if (sm->phase != SM_COMMIT || ev->op != sm->op) return;
-      sm_ckpt_failed(sm, msg);
+      if (!sm_ck_answer(sm, ev, SM_CK_COMMIT)) return;
+      sm_ckpt_failed(sm, ev->msg ? ev->msg : "?");
       return;
     default:
       return;
@@ -234,28 +311,21 @@ void sm__on_eval(coord_sm *sm, const coord_event *ev) {
 }
 
 void sm__ckpt_deadlines(coord_sm *sm) {
-  double waited = sm->now - sm->t_phase;
   char why[COORD_MSG_MAX];
-  switch (sm->phase) {
-    case SM_SAVE:
-      if (waited <= sm__grace(sm->c.op_timeout_s)) return;
-      snprintf(why, sizeof why, "no answer to the save from every PS within "
-               "%.0f s", waited);
-      sm_ckpt_failed(sm, why);
-      return;
-    case SM_COMMIT:
-      if (waited <= sm__grace(sm->c.op_timeout_s)) return;
-      snprintf(why, sizeof why, "the manifest was not written within %.0f s",
-               waited);
-      sm_ckpt_failed(sm, why);
-      return;
-    case SM_EVAL:
-      if (waited <= sm__grace(sm->c.closure_timeout_s)) return;
-      snprintf(why, sizeof why, "%s did not answer within %.0f s",
-               sm->wk[sm->eval_worker].name, waited);
-      sm_eval_done(sm, why);
-      return;
-    default:
-      return;
+  double ck = sm->now - sm->t_ck;
+  if (sm__ckpt_busy(sm) && ck > sm__grace(sm->c.op_timeout_s)) {
+    snprintf(why, sizeof why, "%s within %.0f s",
+             sm->ck_stage == SM_CK_SNAP    ? "no snapshot from every PS"
+             : sm->ck_stage == SM_CK_WRITE ? "the PS did not all write their "
+                                             "files"
+                                           : "the manifest was not written",
+             ck);
+    sm_ckpt_failed(sm, why);
   }
+  if (sm->phase != SM_EVAL) return;
+  double waited = sm->now - sm->t_phase;
+  if (waited <= sm__grace(sm->c.closure_timeout_s)) return;
+  snprintf(why, sizeof why, "%s did not answer within %.0f s",
+           sm->wk[sm->eval_worker].name, waited);
+  sm_eval_done(sm, why);
 }

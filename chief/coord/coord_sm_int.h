@@ -14,8 +14,8 @@ typedef enum {
   SM_RESTORE,   /* RESTORE sent */
   SM_TRAIN,
   SM_DRAIN,     /* paused: closures finish before a save or an eval */
-  SM_SAVE,      /* SAVE sent */
-  SM_COMMIT,    /* COMMIT sent */
+  SM_SAVE,      /* paused (sync, ssp, the first and last checkpoint):
+                   SAVE sent, until every PS holds its snapshot */
   SM_EVAL,      /* EVALUATE sent */
   SM_RECOVER,   /* a PS lost, or a setup/restore try failed */
   SM_FINAL,
@@ -86,6 +86,12 @@ struct coord_sm {
   int n_ck;
   int64_t restore_step;
   int64_t save_step;
+  /* the checkpoint being taken (coord_sm_ckpt.c), whatever the phase:
+   * SM_CK_SNAP (SAVE out), SM_CK_WRITE (SAVE_WAIT out), SM_CK_COMMIT
+   * (COMMIT out); its own op id, apart from `op` */
+  int ck_stage;
+  uint64_t ck_op;
+  double t_ck;
   bool ckpt_due, eval_due;
   int64_t next_ckpt, next_eval;
   double t_last_ckpt;
@@ -146,10 +152,20 @@ void sm__ckpt_known(coord_sm *sm, const int64_t *steps, size_t n);
 int64_t sm__newest_good(const coord_sm *sm);   /* -1: none */
 int64_t sm__newest_committed(const coord_sm *sm);
 void sm__mark_bad(coord_sm *sm, int64_t step);
+enum { SM_CK_IDLE = 0, SM_CK_SNAP, SM_CK_WRITE, SM_CK_COMMIT };
 void sm__enter_drain(coord_sm *sm, sm_phase after);
 void sm__pump_drain(coord_sm *sm);
+/* Training (async): a due checkpoint starts without a pause. */
+void sm__ckpt_background(coord_sm *sm);
+/* Whether a checkpoint is being taken (its snapshot, files or manifest
+ * still out). */
+bool sm__ckpt_busy(const coord_sm *sm);
+/* A PS was lost: a checkpoint whose snapshots or files were still out
+ * fails (its files cannot all be written now). */
+void sm__ckpt_abandon(coord_sm *sm);
 void sm__on_ckpt(coord_sm *sm, const coord_event *ev);
 void sm__on_eval(coord_sm *sm, const coord_event *ev);
+/* Every pump: the deadlines of the checkpoint and evaluation out. */
 void sm__ckpt_deadlines(coord_sm *sm);
 
 #endif

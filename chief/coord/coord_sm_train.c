@@ -475,11 +475,13 @@ void sm__pump_train(coord_sm *sm) {
     return;
   }
   int64_t step = sm__global(sm);
-  if (sm->c.ckpt &&
+  if (sm->c.ckpt && !sm__ckpt_busy(sm) &&
       (step >= sm->next_ckpt ||
        (sm->c.ckpt_every_secs > 0 &&
         sm->now - sm->t_last_ckpt >= sm->c.ckpt_every_secs)))
     sm->ckpt_due = true;
+  /* async: taken while training goes on (sync, ssp: at a step boundary) */
+  if (sm->c.mode == TSR_MODE_ASYNC) sm__ckpt_background(sm);
   if (sm->c.has_eval && step >= sm->next_eval) sm->eval_due = true;
   if (sm->ckpt_due || sm->eval_due) {
     sm__enter_drain(sm, SM_TRAIN);

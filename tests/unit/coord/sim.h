@@ -54,6 +54,12 @@ typedef struct {
   uint64_t op;
   int64_t op_step;
   int op_worker;
+  /* the checkpoint being taken (SAVE, SAVE_WAIT, COMMIT): beside the
+   * op above, training going on */
+  bool ck_active;
+  coord_act_kind ck_kind;
+  uint64_t ck_op;
+  int64_t ck_step;
   bool cfg_pending[SIM_MAX];
   sim_fl fl[SIM_FL];
   int n_fl;
@@ -121,9 +127,20 @@ static inline void sim_apply(sim *s, const coord_action *a) {
   SIM_CHECK(s, !s->ended, "action %d after the run ended", (int)a->kind);
   s->count[a->kind]++;
   switch (a->kind) {
-    case COORD_ACT_SETUP_PS:
     case COORD_ACT_SAVE:
+    case COORD_ACT_SAVE_WAIT:
     case COORD_ACT_COMMIT:
+      /* one stage at a time, each of the checkpoint SAVE started */
+      SIM_CHECK(s, a->kind == COORD_ACT_SAVE || s->ck_step == a->step,
+                "%s of step %" PRId64 " during the checkpoint of step %"
+                PRId64, a->kind == COORD_ACT_COMMIT ? "COMMIT" : "SAVE_WAIT",
+                a->step, s->ck_step);
+      s->ck_active = true;
+      s->ck_kind = a->kind;
+      s->ck_op = a->op;
+      s->ck_step = a->step;
+      break;
+    case COORD_ACT_SETUP_PS:
     case COORD_ACT_EVALUATE:
     case COORD_ACT_SHUTDOWN:
     case COORD_ACT_RESTORE:
@@ -270,6 +287,7 @@ static inline void sim_restart_chief(sim *s) {
   coord_sm_free(s->sm);
   assert_int_equal(coord_sm_new(&s->sm, &s->cfg), 0);
   s->op_active = false;
+  s->ck_active = false;
   memset(s->cfg_pending, 0, sizeof s->cfg_pending);
   s->n_fl = 0;
   s->base = 0;
@@ -344,17 +362,38 @@ static inline void sim_answer(sim *s, int status, int ps, bool lost,
       ev.kind = COORD_EV_RESTORE_DONE;
       s->restored = status ? -1 : s->op_step;
       break;
-    case COORD_ACT_SAVE: ev.kind = COORD_EV_SAVE_DONE; break;
-    case COORD_ACT_COMMIT:
-      ev.kind = status ? COORD_EV_CKPT_FAILED : COORD_EV_CKPT_COMMITTED;
-      if (!status && s->n_disk < SIM_DISK && !sim_on_disk(s, s->op_step))
-        s->disk[s->n_disk++] = s->op_step;
-      break;
     case COORD_ACT_EVALUATE: ev.kind = COORD_EV_EVAL_DONE; break;
     case COORD_ACT_SHUTDOWN: ev.kind = COORD_EV_SHUTDOWN_DONE; break;
     default: fail_msg("no op to answer");
   }
   sim_ev(s, ev);
+}
+
+/* Answers the checkpoint's stage out (SAVE: the snapshots; SAVE_WAIT:
+ * the files; COMMIT: the manifest, on disk when it went well). */
+static inline void sim_ck_answer(sim *s, int status, int ps, bool lost,
+                                 const char *msg) {
+  assert_true(s->ck_active);
+  s->ck_active = false;
+  coord_event ev = {.op = s->ck_op, .status = status, .index = ps,
+                    .lost = lost, .msg = msg, .step = s->ck_step};
+  switch (s->ck_kind) {
+    case COORD_ACT_SAVE: ev.kind = COORD_EV_SAVE_DONE; break;
+    case COORD_ACT_SAVE_WAIT: ev.kind = COORD_EV_SAVE_WRITTEN; break;
+    case COORD_ACT_COMMIT:
+      ev.kind = status ? COORD_EV_CKPT_FAILED : COORD_EV_CKPT_COMMITTED;
+      if (!status && s->n_disk < SIM_DISK && !sim_on_disk(s, s->ck_step))
+        s->disk[s->n_disk++] = s->ck_step;
+      break;
+    default: fail_msg("no checkpoint stage to answer");
+  }
+  sim_ev(s, ev);
+}
+
+/* A whole checkpoint answered well: snapshots, files, manifest. */
+static inline void sim_ck_through(sim *s) {
+  for (int i = 0; i < 3 && s->ck_active; i++)
+    sim_ck_answer(s, 0, -1, false, NULL);
 }
 
 static inline void sim_ready(sim *s, int w) {
@@ -409,6 +448,10 @@ static inline void sim_step(sim *s) {
     sim_answer(s, 0, -1, false, NULL);
     return;
   }
+  if (s->ck_active) {
+    sim_ck_answer(s, 0, -1, false, NULL);
+    return;
+  }
   if (s->n_fl) {
     sim_closure_done(s, 0, -1);
     return;
@@ -435,6 +478,10 @@ static inline void sim_run_calm(sim *s, int max) {
     }
     if (s->op_active && !s->ended) {
       sim_answer(s, 0, -1, false, NULL);
+      any = true;
+    }
+    if (s->ck_active && !s->ended) {
+      sim_ck_answer(s, 0, -1, false, NULL);
       any = true;
     }
     if (!any && !s->ended) sim_tick(s, 0.5);
@@ -475,7 +522,7 @@ static inline void sim_restart_on(sim *s, const int64_t *steps, int n) {
  * returns that checkpoint's step. */
 static inline int64_t sim_run_past_ckpt(sim *s, int64_t at_least,
                                         int64_t past) {
-  while (sim_disk_newest(s) < at_least || s->op_active ||
+  while (sim_disk_newest(s) < at_least || s->op_active || s->ck_active ||
          coord_sm_global_step(s->sm) < sim_disk_newest(s) + past)
     sim_step(s);
   return sim_disk_newest(s);

@@ -29,6 +29,7 @@ typedef struct {
   rng r;
   double ps_down_at[SIM_MAX];
   double op_at;
+  double ck_at;               /* the checkpoint's stage went out */
   int other_streak[SIM_MAX];  /* a worker's own failures in a row */
   int cycle_failures;         /* setup/restore failures since training */
   int chief_restarts;
@@ -49,11 +50,13 @@ static int workers_up(const rsim *x) {
 
 #define DO(x, call)                                          \
   do {                                                       \
-    bool op_ = (x)->s.op_active;                             \
-    uint64_t opn_ = (x)->s.op;                               \
+    bool op_ = (x)->s.op_active, ck_ = (x)->s.ck_active;     \
+    uint64_t opn_ = (x)->s.op, ckn_ = (x)->s.ck_op;          \
     call;                                                    \
     if ((x)->s.op_active && (!op_ || (x)->s.op != opn_))     \
       (x)->op_at = (x)->s.now;                               \
+    if ((x)->s.ck_active && (!ck_ || (x)->s.ck_op != ckn_))  \
+      (x)->ck_at = (x)->s.now;                               \
   } while (0)
 
 static void answer_closure(rsim *x, int k) {
@@ -99,24 +102,34 @@ static void answer_op(rsim *x) {
       }
       DO(x, sim_answer(s, 0, -1, false, NULL));
       return;
-    case COORD_ACT_SAVE:
-      if (any_ps_down(x))
-        DO(x, sim_answer(s, -1, 0, true, "connection closed"));
-      else if (p < 10)
-        DO(x, sim_answer(s, -28, 1, false, "No space left on device"));
-      else
-        DO(x, sim_answer(s, 0, -1, false, NULL));
-      return;
-    case COORD_ACT_COMMIT:
-      DO(x, sim_answer(s, p < 5 ? -28 : 0, -1, false,
-                       p < 5 ? "manifest: No space left on device" : NULL));
-      return;
     case COORD_ACT_EVALUATE:
       DO(x, sim_answer(s, p < 10 ? -1 : 0, -1, false,
                        p < 10 ? "worker gone" : NULL));
       return;
     default:
       DO(x, sim_answer(s, 0, -1, false, NULL));
+      return;
+  }
+}
+
+/* The checkpoint's stage out: snapshots, files or manifest. */
+static void answer_ck(rsim *x) {
+  sim *s = &x->s;
+  uint32_t p = rnd(&x->r) % 100;
+  switch (s->ck_kind) {
+    case COORD_ACT_SAVE:
+    case COORD_ACT_SAVE_WAIT:
+      if (any_ps_down(x))
+        DO(x, sim_ck_answer(s, -1, 0, true, "connection closed"));
+      else if (p < (s->ck_kind == COORD_ACT_SAVE ? 4 : 10))
+        DO(x, sim_ck_answer(s, -28, 1, false, "No space left on device"));
+      else
+        DO(x, sim_ck_answer(s, 0, -1, false, NULL));
+      return;
+    default: /* COMMIT */
+      DO(x, sim_ck_answer(s, p < 5 ? -28 : 0, -1, false,
+                          p < 5 ? "manifest: No space left on device"
+                                : NULL));
       return;
   }
 }
@@ -141,6 +154,8 @@ static void keep_within_limits(rsim *x) {
       k++;
   if (s->op_active && !s->ended && s->now - x->op_at > s->cfg.op_timeout_s / 2)
     answer_op(x);
+  if (s->ck_active && !s->ended && s->now - x->ck_at > s->cfg.op_timeout_s / 2)
+    answer_ck(x);
   for (int w = 0; w < s->cfg.n_wk && !s->ended; w++)
     if (s->cfg_pending[w]) DO(x, sim_ready(s, w));
 }
@@ -164,8 +179,11 @@ static void one_event(rsim *x) {
         DO(x, sim_ready(s, w));
       break;
     }
-  } else if (p < 56 && s->op_active) {
-    answer_op(x);
+  } else if (p < 56 && (s->op_active || s->ck_active)) {
+    if (s->op_active && (!s->ck_active || rnd(&x->r) % 2))
+      answer_op(x);
+    else
+      answer_ck(x);
   } else if (p < 72) {
     keep_within_limits(x);
     if (!s->ended) DO(x, sim_tick(s, 0.1 + 3 * rnd_unit(&x->r)));

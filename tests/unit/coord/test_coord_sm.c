@@ -245,14 +245,13 @@ static void full_disk_is_named(void **state) {
   sim s;
   sim_init(&s, &c, 0);
   start(&s);
-  sim_answer(&s, 0, -1, false, NULL); /* SAVE of step 0 */
-  sim_answer(&s, 0, -1, false, NULL); /* COMMIT */
+  sim_ck_through(&s); /* the checkpoint of step 0 */
   int full = 0;
   for (int r = 0; r < 20000 && !s.ended; r++) {
     /* the disk fills up after the first checkpoint past step 0 */
-    if (s.op_active && s.op_kind == COORD_ACT_SAVE &&
+    if (s.ck_active && s.ck_kind == COORD_ACT_SAVE_WAIT &&
         sim_disk_newest(&s) > 0) {
-      sim_answer(&s, -28, 1, false, "save: No space left on device");
+      sim_ck_answer(&s, -28, 1, false, "save: No space left on device");
       full++;
     } else {
       sim_step(&s);
@@ -424,7 +423,9 @@ static void pruning_keeps_the_newest(void **state) {
   sim s;
   sim_init(&s, &c, 0);
   start(&s);
-  sim_run_calm(&s, 3000);
+  /* every answer as soon as it is due: each checkpoint ends before the
+   * next closure is counted */
+  for (int r = 0; r < 20000 && !s.ended; r++) sim_step(&s);
   assert_int_equal(s.status, 0);
   assert_int_equal(s.n_disk, 2);
   assert_int_equal(sim_disk_newest(&s), 200);

@@ -392,12 +392,105 @@ static void two_ps_to_three(void **state) {
   rmtree(dir);
 }
 
+/* A save whose writing is held (the test hook's gate file): pushes and
+ * pulls go on and are answered meanwhile, a second save is refused while
+ * it is written, and the files hold the shards as they were when the
+ * save came (a restore after more pushes brings those values back). A
+ * background save answers once snapshotted; SaveWait answers with the
+ * files once written; SaveWait for a checkpoint the PS is not saving is
+ * refused. */
+static void save_while_applying(void **state) {
+  (void)state;
+  char dir[256], gate[300];
+  tmpdir(dir, sizeof dir, "bg");
+  snprintf(gate, sizeof gate, "%s/gate", dir);
+  FILE *gf = fopen(gate, "w");
+  assert_non_null(gf);
+  fclose(gf);
+  ps_server_opts o = {0};
+  o.checkpoint_root = dir;
+  o.test_save_gate = gate;
+  h_env e;
+  h_up(&e, 1, &o);
+  ps_var_spec v[2] = {
+      spec_of("w", R, C, 0, 1, TSR_OPT_ADAM),
+      h_sparse(spec_of("emb", 1000, 3, 0, 1, TSR_OPT_ADAGRAD), true)};
+  v[1].materialized = true;
+  h_res r, sv, wt;
+  H_CALL(&e, r, ps_client_create(e.cl[0], v, 2, h_cb, &r));
+  assert_int_equal(r.status, 0);
+  static float g[R * C], w0[R * C], w1[R * C];
+  int64_t ids[2] = {5, 900};
+  float rg[6] = {1, 2, 3, -1, -2, -3}, e0[6], e1[6];
+  for (int i = 0; i < R * C; i++) g[i] = 0.25f;
+  H_CALL(&e, r, ps_client_push(e.cl[0], "w", 0, 0, 0, PS_DT_F32, g, sizeof g,
+                               h_cb, &r));
+  H_CALL(&e, r, ps_client_push_rows(e.cl[0], "emb", 0, 0, 0, PS_DT_F32, ids,
+                                    2, rg, sizeof rg, h_cb, &r));
+  H_CALL(&e, r, ps_client_pull(e.cl[0], "w", 0, 0, 0, w0, R * C, h_cb, &r));
+  H_CALL(&e, r, ps_client_pull_rows(e.cl[0], "emb", 0, 0, 0, ids, 2, e0, 3,
+                                    h_cb, &r));
+  /* snapshotted and answered; the writing waits at the gate */
+  H_CALL(&e, sv, ps_client_save_start(e.cl[0], "ck", "ck-1", 7, false, h_cb,
+                                      &sv));
+  assert_int_equal(sv.status, 0);
+  assert_int_equal(sv.count, 2);
+  memset(&wt, 0, sizeof wt);
+  assert_int_equal(ps_client_save_wait(e.cl[0], "ck-1", h_cb, &wt), 0);
+  for (int t = 1; t <= 3; t++) { /* applies go on */
+    H_CALL(&e, r, ps_client_push(e.cl[0], "w", 0, 0, t, PS_DT_F32, g,
+                                 sizeof g, h_cb, &r));
+    assert_int_equal(r.status, 0);
+    H_CALL(&e, r, ps_client_push_rows(e.cl[0], "emb", 0, 0, t, PS_DT_F32,
+                                      ids, 2, rg, sizeof rg, h_cb, &r));
+    assert_int_equal(r.status, 0);
+  }
+  H_CALL(&e, r, ps_client_pull(e.cl[0], "w", 0, 0, 0, w1, R * C, h_cb, &r));
+  assert_memory_not_equal(w0, w1, sizeof w0);
+  H_CALL(&e, r, ps_client_pull_rows(e.cl[0], "emb", 0, 0, 0, ids, 2, e1, 3,
+                                    h_cb, &r));
+  assert_memory_not_equal(e0, e1, sizeof e0);
+  H_CALL(&e, r, ps_client_save_start(e.cl[0], "ck2", "ck-2", 9, false, h_cb,
+                                     &r));
+  assert_int_equal(r.status, TSR_EBUSY);
+  assert_non_null(strstr(r.message, "ck-1"));
+  h_spin(&e, 50);
+  assert_false(wt.done); /* held at the gate */
+  unlink(gate);
+  assert_true(h_wait(&e, &wt.done));
+  assert_int_equal(wt.status, 0);
+  assert_int_equal(wt.count, 2);
+  H_CALL(&e, r, ps_client_save_wait(e.cl[0], "ck-9", h_cb, &r));
+  assert_int_equal(r.status, TSR_ENOTFOUND);
+  /* the files are the shards as the save found them */
+  H_CALL(&e, r, ps_client_restore_ckpt(e.cl[0], "ck", "ck-1", 7, h_cb, &r));
+  assert_int_equal(r.status, 0);
+  H_CALL(&e, r, ps_client_pull(e.cl[0], "w", 0, 0, 0, w1, R * C, h_cb, &r));
+  assert_memory_equal(w0, w1, sizeof w0);
+  assert_int_equal(r.step, 1);
+  H_CALL(&e, r, ps_client_pull_rows(e.cl[0], "emb", 0, 0, 0, ids, 2, e1, 3,
+                                    h_cb, &r));
+  assert_memory_equal(e0, e1, sizeof e0);
+  /* the next save goes through */
+  H_CALL(&e, r, ps_client_save_ckpt(e.cl[0], "ck2", "ck-2", 9, true, h_cb,
+                                    &r));
+  assert_int_equal(r.status, 0);
+  assert_int_equal(h_down(&e), 0);
+  char sub[300];
+  snprintf(sub, sizeof sub, "%s/ck", dir);
+  rmtree(sub);
+  snprintf(sub, sizeof sub, "%s/ck2", dir);
+  rmtree(sub);
+  rmtree(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(shard_round_trip),
       cmocka_unit_test(sparse_past_the_buffer),
       cmocka_unit_test(materialized_round_trip),
       cmocka_unit_test(corrupt_files_fail_whole),
+      cmocka_unit_test(save_while_applying),
       cmocka_unit_test(two_ps_to_three),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,182 @@
+/* The coordinator's checkpoints that do not stop training: async runs on
+ * while a checkpoint is snapshotted, written and committed; sync pauses
+ * only until every PS holds its snapshot; a checkpoint whose files a lost
+ * PS never wrote is discarded and the run recovers from the one before;
+ * the run ends only once its last checkpoint is committed. On the
+ * simulated cluster of sim.h, which checks the invariants at every step. */
+#include "sim.h"
+
+static void start(sim *s) {
+  sim_all_up(s);
+  sim_answer(s, 0, -1, false, NULL); /* SETUP_PS */
+}
+
+/* Answers what is out except the checkpoint: a configuration, the op,
+ * the oldest closure; else time passes. */
+static void step_holding_ck(sim *s) {
+  for (int w = 0; w < s->cfg.n_wk; w++)
+    if (s->cfg_pending[w]) {
+      sim_ready(s, w);
+      return;
+    }
+  if (s->op_active) {
+    sim_answer(s, 0, -1, false, NULL);
+    return;
+  }
+  if (s->n_fl) {
+    sim_closure_done(s, 0, -1);
+    return;
+  }
+  sim_tick(s, 0.1);
+}
+
+/* Runs (answering every checkpoint stage but `hold`) until a checkpoint
+ * past step 0 reaches that stage. */
+static void run_to_stage(sim *s, coord_act_kind hold) {
+  for (int r = 0; r < 100000 && !s->ended; r++) {
+    if (s->ck_active && s->ck_step > 0 && s->ck_kind == hold) return;
+    if (s->ck_active)
+      sim_ck_answer(s, 0, -1, false, NULL);
+    else
+      step_holding_ck(s);
+  }
+  fail_msg("no checkpoint reached the stage");
+}
+
+/* Async: while a checkpoint's snapshots, files or manifest are out,
+ * closures keep going out and being counted, with no pause; the
+ * checkpoint commits the step SAVE named. (Before, the machine drained
+ * every closure and waited for the PS to write.) */
+static void async_trains_through_a_checkpoint(void **state) {
+  (void)state;
+  coord_act_kind stages[3] = {COORD_ACT_SAVE, COORD_ACT_SAVE_WAIT,
+                              COORD_ACT_COMMIT};
+  for (int k = 0; k < 3; k++) {
+    coord_sm_config c = sim_ckpt_config(2, 2, TSR_MODE_ASYNC, 400, 50);
+    sim s;
+    sim_init(&s, &c, (unsigned)k);
+    start(&s);
+    run_to_stage(&s, stages[k]);
+    int64_t at = s.ck_step;
+    int pauses = s.count[COORD_ACT_PAUSE];
+    int dispatched = s.count[COORD_ACT_DISPATCH];
+    for (int r = 0; r < 8; r++) step_holding_ck(&s);
+    assert_true(s.ck_active); /* still held */
+    assert_true(coord_sm_global_step(s.sm) >= at + 40);
+    assert_true(s.count[COORD_ACT_DISPATCH] > dispatched + 4);
+    assert_int_equal(s.count[COORD_ACT_PAUSE], pauses);
+    assert_string_equal(coord_sm_phase(s.sm), "train");
+    sim_ck_through(&s);
+    assert_int_equal(sim_disk_newest(&s), at);
+    for (int r = 0; r < 20000 && !s.ended; r++) sim_step(&s);
+    assert_int_equal(s.status, 0);
+    assert_int_equal(coord_sm_global_step(s.sm), 400);
+    assert_int_equal(s.counted_steps, 400);
+    sim_free(&s);
+  }
+}
+
+/* Sync: drained to a step boundary, nothing goes out until every PS holds
+ * its snapshot; then training goes on while the files are written. */
+static void sync_resumes_once_snapshotted(void **state) {
+  (void)state;
+  coord_sm_config c = sim_ckpt_config(2, 2, TSR_MODE_SYNC, 200, 40);
+  sim s;
+  sim_init(&s, &c, 0);
+  start(&s);
+  run_to_stage(&s, COORD_ACT_SAVE);
+  int64_t at = s.ck_step;
+  assert_int_equal(s.n_fl, 0); /* drained */
+  assert_int_equal(coord_sm_global_step(s.sm), at);
+  int dispatched = s.count[COORD_ACT_DISPATCH];
+  for (int r = 0; r < 20; r++) step_holding_ck(&s);
+  assert_int_equal(s.count[COORD_ACT_DISPATCH], dispatched);
+  assert_string_equal(coord_sm_phase(s.sm), "save");
+  sim_ck_answer(&s, 0, -1, false, NULL); /* every PS holds its snapshot */
+  assert_true(s.ck_active);
+  assert_int_equal(s.ck_kind, COORD_ACT_SAVE_WAIT);
+  assert_true(s.count[COORD_ACT_DISPATCH] > dispatched);
+  for (int r = 0; r < 40; r++) step_holding_ck(&s);
+  assert_true(coord_sm_global_step(s.sm) > at);
+  sim_ck_through(&s);
+  assert_int_equal(sim_disk_newest(&s), at);
+  for (int r = 0; r < 20000 && !s.ended; r++) sim_step(&s);
+  assert_int_equal(s.status, 0);
+  assert_int_equal(coord_sm_global_step(s.sm), 200);
+  sim_free(&s);
+}
+
+/* A PS lost while its files are being written: that checkpoint is
+ * discarded and named, the recovery restores the one before, a late
+ * answer to the lost checkpoint changes nothing, the run ends exact. */
+static void lost_ps_discards_the_checkpoint_being_written(void **state) {
+  (void)state;
+  coord_sm_config c = sim_ckpt_config(2, 2, TSR_MODE_ASYNC, 300, 60);
+  sim s;
+  sim_init(&s, &c, 0);
+  start(&s);
+  run_to_stage(&s, COORD_ACT_SAVE_WAIT);
+  int64_t lost_step = s.ck_step, good = sim_disk_newest(&s);
+  uint64_t late_op = s.ck_op;
+  sim_ps_lost(&s, 1);
+  assert_int_equal(s.count[COORD_ACT_DISCARD], 1);
+  const coord_ckpt_failure *f;
+  assert_int_equal(coord_sm_ckpt_failures(s.sm, &f), 1);
+  assert_int_equal(f[0].step, lost_step);
+  assert_non_null(strstr(f[0].reason, "lost"));
+  /* the answer the I/O side still gives for it */
+  sim_ev(&s, (coord_event){.kind = COORD_EV_SAVE_WRITTEN, .op = late_op,
+                           .status = -1, .index = 1, .lost = true,
+                           .msg = "connection closed"});
+  s.ck_active = false;
+  while (s.n_fl) sim_closure_fail(&s, 0, COORD_ERR_LOST, "ps:1 gone");
+  sim_ps_up(&s, 1);
+  assert_int_equal(s.op_kind, COORD_ACT_SETUP_PS);
+  sim_answer(&s, 0, -1, false, NULL);
+  assert_int_equal(s.op_kind, COORD_ACT_RESTORE);
+  assert_int_equal(s.last_restore, good);
+  for (int r = 0; r < 20000 && !s.ended; r++) sim_step(&s);
+  assert_int_equal(s.status, 0);
+  assert_int_equal(coord_sm_global_step(s.sm), 300);
+  assert_int_equal(coord_sm_ckpt_failures(s.sm, &f), 1);
+  sim_free(&s);
+}
+
+/* The last checkpoint: the run shuts the cluster down only once it is
+ * committed, and a write that fails is named in the summary. */
+static void run_ends_after_its_last_checkpoint(void **state) {
+  (void)state;
+  for (int fail = 0; fail < 2; fail++) {
+    coord_sm_config c = sim_ckpt_config(1, 1, TSR_MODE_ASYNC, 100, 0);
+    sim s;
+    sim_init(&s, &c, 0);
+    start(&s);
+    run_to_stage(&s, COORD_ACT_SAVE_WAIT);
+    assert_int_equal(s.ck_step, 100);
+    for (int r = 0; r < 50; r++) step_holding_ck(&s);
+    assert_int_equal(s.count[COORD_ACT_SHUTDOWN], 0);
+    assert_false(s.ended);
+    if (fail)
+      sim_ck_answer(&s, -28, 0, false, "save: No space left on device");
+    else
+      sim_ck_through(&s);
+    for (int r = 0; r < 200 && !s.ended; r++) sim_step(&s);
+    assert_int_equal(s.status, 0);
+    assert_int_equal(s.count[COORD_ACT_SHUTDOWN], 1);
+    assert_int_equal(sim_disk_newest(&s), fail ? 0 : 100);
+    const coord_ckpt_failure *f;
+    assert_int_equal(coord_sm_ckpt_failures(s.sm, &f), (size_t)fail);
+    sim_free(&s);
+  }
+}
+
+int main(void) {
+  tsr_log_set_level(TSR_LOG_ERROR);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(async_trains_through_a_checkpoint),
+      cmocka_unit_test(sync_resumes_once_snapshotted),
+      cmocka_unit_test(lost_ps_discards_the_checkpoint_being_written),
+      cmocka_unit_test(run_ends_after_its_last_checkpoint),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
