@@ -6,16 +6,6 @@
 
 #include <stddef.h>
 
-/* The checkpoint writer's names for the common helpers (common/fs.h);
- * the monitoring files call those directly. */
-static inline int chief__mkdir_p(const char *path, char *err, size_t errlen) {
-  return tsr_mkdir_p(path, 0777, err, errlen);
-}
-static inline int chief__write_atomic(const char *path, const void *data,
-                                      size_t len, char *err, size_t errlen) {
-  return tsr_write_atomic(path, data, len, err, errlen);
-}
-
 /* A growable byte buffer for building text; `oom` sticks once set. */
 typedef struct {
   char *p;
