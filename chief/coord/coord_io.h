@@ -20,7 +20,7 @@
 #include "chief/ckpt/ckpt.h"
 #include "chief/coord/coord.h"
 #include "chief/coord/coord_sm.h"
-#include "chief/monitor/monitor.h"
+#include "artifacts/monitor/monitor.h"
 #include "common/cluster.h"
 #include "common/job.h"
 #include "common/partition.h"

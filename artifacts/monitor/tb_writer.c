@@ -11,8 +11,8 @@
  * write error is kept and returned by every later call and by close, so
  * the caller can log it once and carry on training.
  */
-#include "chief/monitor/monitor.h"
-#include "chief/monitor/monitor_int.h"
+#include "artifacts/monitor/monitor.h"
+#include "artifacts/monitor/monitor_int.h"
 #include "common/clock.h"
 #include "common/crc32c.h"
 #include "common/err.h"

@@ -4,12 +4,12 @@
  * duplicate point at one step, weight histograms, the job file as a text
  * summary and the hparams plugin's experiment and session records in the
  * root run, and the summary cadence. */
-#include "chief/monitor/monitor.h"
+#include "artifacts/monitor/monitor.h"
 #include "common/err.h"
 #include "common/job.h"
 #include "event.pb-c.h"
 #include "hparams.pb-c.h"
-#include "tmpdir.h"
+#include "../tmpdir.h"
 
 #include <dirent.h>
 #include <math.h>

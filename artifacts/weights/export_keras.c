@@ -8,9 +8,9 @@
  * Failure modes: see the header; each names the file, the layer or the
  * variable.
  */
-#include "chief/ckpt/export_keras.h"
-#include "chief/ckpt/keras_int.h"
-#include "chief/ckpt/npz.h"
+#include "artifacts/weights/export_keras.h"
+#include "artifacts/weights/keras_int.h"
+#include "artifacts/weights/npz.h"
 #include "common/err.h"
 #include "common/fs.h"
 

@@ -1,7 +1,7 @@
 /* A growable text buffer for the monitoring writers (report.html, the
  * metrics lines). Out of memory sticks in `oom`; the writer checks it
  * once at the end. */
-#include "chief/monitor/monitor_int.h"
+#include "artifacts/monitor/monitor_int.h"
 
 #include <stdarg.h>
 #include <stdio.h>

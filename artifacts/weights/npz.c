@@ -2,7 +2,7 @@
  * field; CRC-32 (the ZIP one, not CRC32C) comes from zlib. The archive is
  * streamed to a temp file (common/fs.h): close fsyncs it, renames it over
  * the target and fsyncs the folder; any failure removes the temp file. */
-#include "chief/ckpt/npz.h"
+#include "artifacts/weights/npz.h"
 #include "common/err.h"
 #include "common/fs.h"
 #include "common/grow.h"

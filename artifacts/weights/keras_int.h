@@ -16,7 +16,7 @@
 #ifndef TSR_CHIEF_KERAS_INT_H
 #define TSR_CHIEF_KERAS_INT_H
 
-#include "chief/ckpt/export_keras.h"
+#include "artifacts/weights/export_keras.h"
 #include "common/err.h"
 
 #include <stdbool.h>

@@ -1,4 +1,4 @@
-/* The .npz writer (chief/ckpt/npz.h) replaces its target whole and
+/* The .npz writer (artifacts/weights/npz.h) replaces its target whole and
  * durably: close fsyncs the archive, renames it over the target and fsyncs
  * the folder, leaving no temp file; abort and a failed close leave the old
  * target as it was and no temp file either.
@@ -17,7 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "chief/ckpt/npz.h"
+#include "artifacts/weights/npz.h"
 #include "../fsync_record.h"
 
 /* Entries of `dir` other than . and .. */

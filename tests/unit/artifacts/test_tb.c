@@ -2,9 +2,9 @@
  * TensorFlow names them, and read back here by an independent TFRecord and
  * protobuf wire-format parser (bitwise CRC32C, hand-decoded fields), so a
  * mistake shared by the writer and protobuf-c's schema would still show. */
-#include "chief/monitor/monitor.h"
+#include "artifacts/monitor/monitor.h"
 #include "common/clock.h"
-#include "tmpdir.h"
+#include "../tmpdir.h"
 
 #include <dirent.h>
 #include <math.h>

@@ -14,7 +14,7 @@
  * Failure modes: HDF5 errors (its own printing is turned off) and
  * missing or misshapen datasets, each named with the file and the path.
  */
-#include "chief/ckpt/keras_int.h"
+#include "artifacts/weights/keras_int.h"
 #include "common/err.h"
 
 #include <stdio.h>

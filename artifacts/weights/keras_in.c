@@ -13,7 +13,7 @@
  * missing variable, a shape that differs, a dtype other than float32 or
  * float64, a damaged zip or HDF5 file.
  */
-#include "chief/ckpt/keras_int.h"
+#include "artifacts/weights/keras_int.h"
 #include "common/err.h"
 #include "common/job.h"
 

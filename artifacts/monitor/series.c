@@ -6,7 +6,7 @@
  * ({"wall_time", "step", "tag", "value"}); a malformed line is an error
  * that names the file and line, and stops the load.
  */
-#include "chief/monitor/monitor.h"
+#include "artifacts/monitor/monitor.h"
 #include "common/err.h"
 #include "common/grow.h"
 

@@ -13,7 +13,7 @@
  * inbound layer the model does not have, a cycle, a variable that
  * belongs to no layer; each error names the layer or the variable.
  */
-#include "chief/ckpt/keras_int.h"
+#include "artifacts/weights/keras_int.h"
 #include "common/err.h"
 
 #include <stdarg.h>

@@ -8,8 +8,8 @@
  * Failure modes: no series at all still writes a page that says so; an
  * unwritable path returns the error with the path.
  */
-#include "chief/monitor/monitor.h"
-#include "chief/monitor/monitor_int.h"
+#include "artifacts/monitor/monitor.h"
+#include "artifacts/monitor/monitor_int.h"
 #include "common/err.h"
 
 #include <math.h>

@@ -1,8 +1,8 @@
 /* Progress display and end-of-run summary: what a terminal and a log file
  * get, rates and ETA from the sample window, the summary JSON. Times are
  * passed in, so nothing here depends on how fast the machine is. */
-#include "chief/monitor/monitor.h"
-#include "tmpdir.h"
+#include "artifacts/monitor/monitor.h"
+#include "../tmpdir.h"
 
 #include <jansson.h>
 #include <math.h>

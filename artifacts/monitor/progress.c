@@ -9,7 +9,7 @@
  * up quickly and a single slow step does not. Nothing here fails: a full
  * disk or a closed terminal just loses progress lines.
  */
-#include "chief/monitor/monitor.h"
+#include "artifacts/monitor/monitor.h"
 #include "common/err.h"
 
 #include <math.h>

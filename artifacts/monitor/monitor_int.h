@@ -1,4 +1,4 @@
-/* Private helpers shared by the chief's monitoring files. */
+/* Private helpers shared by the monitoring files. */
 #ifndef TSR_CHIEF_MONITOR_INT_H
 #define TSR_CHIEF_MONITOR_INT_H
 

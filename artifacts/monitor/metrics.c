@@ -20,8 +20,8 @@
  * with the path named; later write errors are remembered, returned, and
  * never lose the in-memory copy.
  */
-#include "chief/monitor/monitor.h"
-#include "chief/monitor/monitor_int.h"
+#include "artifacts/monitor/monitor.h"
+#include "artifacts/monitor/monitor_int.h"
 #include "common/clock.h"
 #include "common/err.h"
 

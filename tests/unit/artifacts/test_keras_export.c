@@ -1,13 +1,13 @@
-/* Keras weight files (chief/ckpt/export_keras.h): model.layers order of
+/* Keras weight files (artifacts/weights/export_keras.h): model.layers order of
  * Functional models (checked against what Keras 3.15 and tf_keras 2.21
  * list for the same graph), saving paths numbered per class whatever the
  * layer names, the .weights.h5 and legacy .h5 layouts written and read
  * back, the npz's arr_<k> in get_weights order, each input's own
  * Normalization in the .keras config, and every limit and refusal. */
-#include "chief/ckpt/export_keras.h"
-#include "chief/ckpt/npz.h"
+#include "artifacts/weights/export_keras.h"
+#include "artifacts/weights/npz.h"
 #include "common/err.h"
-#include "tmpdir.h"
+#include "../tmpdir.h"
 
 #include <hdf5.h>
 #include <setjmp.h>

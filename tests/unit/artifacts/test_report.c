@@ -2,8 +2,8 @@
  * charts grouped by the tag conventions, long curves thinned, non-finite
  * values drawn as gaps, text escaped, and the page rebuilt from
  * metrics.jsonl alone. */
-#include "chief/monitor/monitor.h"
-#include "tmpdir.h"
+#include "artifacts/monitor/monitor.h"
+#include "../tmpdir.h"
 
 #include <math.h>
 #include <setjmp.h>

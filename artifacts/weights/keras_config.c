@@ -17,7 +17,7 @@
  * Failure modes: a scale of 0 (no Normalization can express it), an
  * input whose shape is unknown, columns beyond the map; each named.
  */
-#include "chief/ckpt/keras_int.h"
+#include "artifacts/weights/keras_int.h"
 #include "common/err.h"
 
 #include <math.h>

@@ -3,8 +3,8 @@
  * temp file and renamed, so a reader sees the whole object or none; a
  * non-finite number (a diverged loss) is written as null. Checkpoints that
  * failed (a full disk) are named with the last good one, in both. */
-#include "chief/monitor/monitor.h"
-#include "chief/monitor/monitor_int.h"
+#include "artifacts/monitor/monitor.h"
+#include "artifacts/monitor/monitor_int.h"
 #include "common/err.h"
 
 #include <jansson.h>

@@ -11,7 +11,7 @@
  * and the job text into the root run.
  * Failure modes: only the writers' (returned, never fatal).
  */
-#include "chief/monitor/monitor.h"
+#include "artifacts/monitor/monitor.h"
 #include "common/err.h"
 
 #include <math.h>
