@@ -17,7 +17,7 @@
 #include "common/rpc/rpc.h"
 #include "kernels/init.h"
 #include "kernels/optim.h"
-#include "ps/client.h"
+#include "ps/client/client.h"
 
 size_t ps__dtype_size(int dt);
 const char *ps__dtype_name(int dt);

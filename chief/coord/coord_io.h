@@ -26,7 +26,7 @@
 #include "common/partition.h"
 #include "common/var.h"
 #include "common/rpc/rpc.h"
-#include "ps/client.h"
+#include "ps/client/client.h"
 
 typedef struct coord coord;
 

@@ -18,7 +18,7 @@
  * client_kv_loop.c) and still waits for every call, so no buffer is
  * touched after the waiter moves on.
  */
-#include "ps/client_int.h"
+#include "ps/client/client_int.h"
 
 #include "common/err.h"
 #include "common/trace.h"

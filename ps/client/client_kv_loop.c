@@ -19,7 +19,7 @@
  * queued calls with TSR_ESHUTDOWN; the calls in flight fail through their
  * clients' close, and the client is freed once every handle has closed.
  */
-#include "ps/client_int.h"
+#include "ps/client/client_int.h"
 
 #include "common/err.h"
 #include "common/log.h"

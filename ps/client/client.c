@@ -4,9 +4,9 @@
  * destination as the response buffer, so pulled values are read straight
  * into it. The callback decodes the answer meta and reports.
  */
-#include "ps/client.h"
+#include "ps/client/client.h"
 #include "common/err.h"
-#include "ps/client_int.h"
+#include "ps/client/client_int.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -6,7 +6,7 @@
  * the caller's storage, nothing is allocated). The PS reads it back with
  * its own checks (spec.c).
  */
-#include "ps/client_int.h"
+#include "ps/client/client_int.h"
 #include "common/err.h"
 #include "common/optim_spec.h"
 #include "common/partition.h"

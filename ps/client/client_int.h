@@ -10,7 +10,7 @@
 #include <uv.h>
 
 #include "ps.pb-c.h"
-#include "ps/client.h"
+#include "ps/client/client.h"
 
 /* Fills `v` (and the caller-provided sub-messages) from a spec; strings
  * point into the spec (client_spec.c). */
