@@ -9,9 +9,9 @@
  * destination of a pull) must stay valid until `cb` has run: they are sent
  * from and received into directly, never copied.
  *
- * Also here: the shard spec (ps_var_spec: a common/var.h variable and
- * shard plus the PS's own fields) the chief sends on create, the
- * gradient dtypes and the method numbers, shared with the server.
+ * What the client and the server both speak (the method numbers, the
+ * gradient dtypes, the shard spec ps_var_spec, bfloat16) is ps/wire/wire.h,
+ * included here.
  */
 #ifndef TSR_PS_CLIENT_H
 #define TSR_PS_CLIENT_H
@@ -23,59 +23,7 @@
 #include "common/optim_spec.h"
 #include "common/var.h"
 #include "common/rpc/rpc.h"
-
-/* Longest init_path (with its terminating zero). */
-#define PS_INIT_PATH_MAX 256
-/* Largest worker index a PS accepts (pulls, pushes, clocks). */
-#define PS_WORKER_MAX 65535
-
-/* Method numbers of tessera-ps. */
-enum {
-  PS_M_CREATE = 0x401,
-  PS_M_PULL = 0x402,
-  PS_M_PULL_ROWS = 0x403,
-  PS_M_PUSH = 0x404,
-  PS_M_PUSH_ROWS = 0x405,
-  PS_M_PUSH_PULL = 0x406,
-  PS_M_CLOCK = 0x407,
-  PS_M_CONFIG = 0x408,
-  PS_M_SAVE = 0x409,
-  PS_M_RESTORE = 0x40a,
-  PS_M_STATS = 0x40b,
-  PS_M_SHUTDOWN = 0x40c,
-};
-
-/* Wire dtypes of gradients (values are always float32 on the PS). */
-typedef enum { PS_DT_F32 = 0, PS_DT_BF16 = 1, PS_DT_F16 = 2 } ps_dtype;
-
-/* One shard of one variable as a create sends it: the variable itself
- * (common/var.h), the shard's rows, and what only the PS needs beyond
- * them. Enough to build the shard, and to tell whether a second create
- * names the same thing. */
-typedef struct {
-  tsr_var var;     /* name, rank, shape (the full variable), kind
-                      (row-sparse: rows by id, created on first touch),
-                      initializer with its fans; dtype float32, the one
-                      the PS holds. The PS reads only these; it fills
-                      row_dim, and numel where the element count fits
-                      int64 (0 where a table's nominal rows overflow it) */
-  tsr_shard shard; /* shard, num_shards, row0, rows (dense, or sparse
-                      bounded); var and ps are the chief's and unused */
-  bool bounded;    /* sparse: ids in [row0, row0+rows); unbounded:
-                      id % num_shards == shard */
-  uint64_t seed;
-  tsr_optim_spec optim;
-  char init_path[PS_INIT_PATH_MAX]; /* non-empty: initial values from
-                                       this file (the whole variable as
-                                       raw little-endian float32,
-                                       row-major: a job's initial_weights),
-                                       read by every PS */
-} ps_var_spec;
-
-/* Whether the spec's variable is row-sparse. */
-static inline bool ps_var_spec_sparse(const ps_var_spec *s) {
-  return s->var.kind == TSR_VAR_ROW_SPARSE;
-}
+#include "ps/wire/wire.h"
 
 /* Fills a spec for shard `shard` of `num_shards` of a dense float32
  * variable with TF's "div" row layout, the Keras initializer `init` (fans
@@ -441,12 +389,5 @@ void ps_kv_cancel(ps_kv *kv);
  * closed (`cb` then runs). No thread may use it from then on. Loop
  * thread. */
 void ps_kv_close(ps_kv *kv, tsr_rpc_close_cb cb, void *data);
-
-/* bfloat16 conversions of the wire (round to nearest even, overflow to
- * inf; NaN stays a NaN). ps_bf16_from_f32 may write over its own source
- * (dst == (uint16_t *)src: the PS packs gathered rows in place); otherwise
- * the buffers must not overlap. */
-void ps_bf16_from_f32(uint16_t *dst, const float *src, size_t n);
-void ps_bf16_to_f32(float *dst, const uint16_t *src, size_t n);
 
 #endif

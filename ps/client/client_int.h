@@ -20,10 +20,6 @@ void ps__client_spec_to_proto(const ps_var_spec *s, Tessera__Ps__VarSpec *v,
                               Tessera__Ps__LrSchedule *sched,
                               int64_t *shape_buf);
 
-/* Widens n bfloat16 values held in the first 2n bytes of buf into n
- * float32 in place (bf16.c). */
-void ps__bf16_expand(float *buf, size_t n);
-
 /* ---- the multi-PS client (client_kv.c, client_kv_loop.c) ---------------- */
 
 typedef enum {

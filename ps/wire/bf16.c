@@ -4,7 +4,7 @@
  * of at most 2^-8 (8 significant bits). Overflow rounds to inf; a NaN stays a (quiet) NaN.
  * Written as plain loops over integer bits that the compiler vectorises.
  */
-#include "ps/client/client_int.h"
+#include "ps/wire/wire.h"
 
 #include <string.h>
 
