@@ -121,7 +121,7 @@ struct tsr_model {
   bool logit_out;        /* the output is a logit (from_logits losses) */
   int n_metrics;
   wk_metric metrics[WK_MAX_METRICS];
-  char metric_names[WK_MAX_METRICS][32];
+  char metric_names[WK_MAX_METRICS][TSR_METRIC_NAME_MAX];
 };
 
 /* ---- building (model.c, model_layers.c, model_graph.c) ------------------ */
