@@ -4,8 +4,8 @@
  * Happy path: the chief starts a checkpoint with a fresh id; each PS's
  * save answer adds its files (name, size, CRC32C of all bytes); once every
  * PS answered, chief_ckpt_commit_verified reads each file whole, checks
- * its size, CRC and the part's own checks (ps/ckpt_file.h), finds no
- * shard file nobody reported, writes the list into the manifest and
+ * its size, CRC and the part's own checks (common/ckpt/shardfile.h),
+ * finds no shard file nobody reported, writes the list into the manifest and
  * commits. chief_ckpt_verify runs the same checks on a committed folder.
  * Failure modes: a PS that did not report, a file missing or unreadable
  * (no shared folder: the message says so), of another size or CRC, a part
@@ -13,11 +13,11 @@
  * variable missing, an unlisted shard file: each named with its file.
  */
 #include "chief/ckpt/ckpt.h"
+#include "common/ckpt/shardfile.h"
 #include "common/crc32c.h"
 #include "common/err.h"
 #include "common/grow.h"
 #include "common/log.h"
-#include "ps/ckpt_file.h"
 #include "ps.pb-c.h"
 
 #include <dirent.h>
@@ -125,7 +125,7 @@ static void vf_vars_free(vf_vars *vs) {
 
 /* Notes part `info` of its variable; refuses mixed shardings and a part
  * seen twice. */
-static int vf_note(vf_vars *vs, const ps_ckpt_file_info *info,
+static int vf_note(vf_vars *vs, const tsr_shardfile_hdr *info,
                    const char *file, char *why, size_t whylen) {
   vf_var *v = NULL;
   for (size_t i = 0; i < vs->n; i++)
@@ -179,14 +179,16 @@ static int vf_check_file(const char *folder, const char *name, uint64_t bytes,
   if (c != crc)
     return tsr_errf(why, whylen, TSR_ECORRUPT, "%s: CRC32C %08x, written "
                     "%08x (damaged)", path, c, crc);
-  ps_ckpt_file_info info;
-  if ((rc = ps_ckpt_file_check(path, &info, why, whylen))) return rc;
-  if (strcmp(info.ckpt_id, id) || info.ckpt_step != step)
-    return tsr_errf(why, whylen, TSR_ESTALE, "%s: belongs to checkpoint "
-                    "\"%s\" of step %" PRId64 ", the manifest's is \"%s\" of "
-                    "step %" PRId64, path, info.ckpt_id, info.ckpt_step, id,
-                    step);
-  return vf_note(vs, &info, path, why, whylen);
+  tsr_shardfile sf;
+  if ((rc = tsr_shardfile_open(&sf, path, why, whylen))) return rc;
+  const tsr_shardfile_hdr *h = &sf.p.h;
+  if (strcmp(h->ckpt_id, id) || h->ckpt_step != step)
+    rc = tsr_errf(why, whylen, TSR_ESTALE, "%s: belongs to checkpoint \"%s\" "
+                  "of step %" PRId64 ", the manifest's is \"%s\" of step %"
+                  PRId64, path, h->ckpt_id, h->ckpt_step, id, step);
+  if (!rc) rc = vf_note(vs, h, path, why, whylen);
+  tsr_shardfile_close(&sf);
+  return rc;
 }
 
 /* Shard files in the folder that are not in `names`. */
