@@ -38,11 +38,18 @@ static bool cr_same(const chief_ckpt_var *v, const tsr_shardfile_hdr *h) {
   return true;
 }
 
-/* Notes one checked part of a variable; takes `path` on success. */
+/* Notes one checked part of a variable, found under the name `fname`;
+ * takes `path` on success. */
 static int cr_note(chief_ckpt_var **vars, size_t *n, size_t *cap,
-                   const tsr_shardfile *f, char *path, char *err,
-                   size_t errlen) {
+                   const tsr_shardfile *f, const char *fname, char *path,
+                   char *err, size_t errlen) {
   const tsr_shardfile_hdr *h = &f->p.h;
+  char canon[TSR_SHARDFILE_NAME_MAX] = "";
+  if (tsr_shardfile_name(h->name, h->shard, h->num_shards, canon,
+                         sizeof canon) || strcmp(canon, fname))
+    return tsr_errf(err, errlen, TSR_EFORMAT, "%s holds part %d of %d of %s, "
+                    "whose file is named %s", f->path, h->shard,
+                    h->num_shards, h->name, canon);
   chief_ckpt_var *v = NULL;
   for (size_t i = 0; i < *n; i++)
     if (strcmp((*vars)[i].name, h->name) == 0) v = &(*vars)[i];
@@ -101,7 +108,7 @@ int chief_ckpt_scan(const char *folder, chief_ckpt_var **out, size_t *n_out,
     snprintf(path, plen, "%s/%s", folder, e->d_name);
     tsr_shardfile f;
     if (!(rc = tsr_shardfile_open(&f, path, err, errlen))) {
-      rc = cr_note(&vars, &n, &cap, &f, path, err, errlen);
+      rc = cr_note(&vars, &n, &cap, &f, e->d_name, path, err, errlen);
       tsr_shardfile_close(&f);
     }
     if (rc) free(path);

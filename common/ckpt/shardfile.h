@@ -14,9 +14,12 @@
  *
  * Failure modes: every function returns 0 or a negative code (common/err.h)
  * with a message in `err` naming the file and the problem: a file that is
- * truncated or padded, a bad magic or CRC, a header field missing, of the
- * wrong type or out of range, sizes whose products overflow, a part that is
- * not its place in the saved layout, an id outside the part.
+ * not a regular file (a link, a FIFO, a device), truncated or padded, a bad
+ * magic or CRC, a header field missing, twice, of the wrong type or out of
+ * range, a sections list that is not the one the header implies, sizes
+ * whose products overflow, a part that is not its place in the saved
+ * layout, an id outside the part, a value training cannot leave (NaN or
+ * infinite, a negative sum of squares).
  *
  * Threads: any; nothing here keeps state between calls.
  */
@@ -88,11 +91,14 @@ typedef struct {
 } tsr_shardfile_part;
 
 /* Checks a whole part file held in b[0..size): magic, header CRC, every
- * header field (types, ranges, the width from the shape, the row range
- * from the saved layout), sizes with checked arithmetic against the
- * file's size, the data CRC, each id of a sparse part (inside the part's
- * rows, or of the part's shard). `path` names it in errors. Pure: no I/O,
- * no allocation beyond msgpack's own. */
+ * header field (types, ranges, no key twice, the width from the shape, the
+ * row range from the saved layout, slot names unique), the sections list
+ * entry by entry against tsr_shardfile_layout (names, dtypes, shapes,
+ * offsets, sizes), sizes with checked arithmetic against the file's size,
+ * the data CRC, each id of a sparse part (inside the part's rows, or of
+ * the part's shard), every float finite and the slots that hold sums of
+ * squares or magnitudes (accumulator, v, u, velocity) >= 0. `path` names
+ * it in errors. Pure: no I/O, no allocation beyond msgpack's own. */
 int tsr_shardfile_parse(const char *path, const uint8_t *b, size_t size,
                         tsr_shardfile_part *p, char *err, size_t errlen);
 
@@ -104,8 +110,14 @@ typedef struct {
   tsr_shardfile_part p;
 } tsr_shardfile;
 
-/* Maps `path` read-only and checks it whole; on failure nothing is left
- * open. Close with tsr_shardfile_close (also fine on a zeroed one). */
+/* Maps `path` read-only, only when it is a regular file: a symbolic link
+ * is not followed, a FIFO or a device is refused without waiting on it
+ * (TSR_EFORMAT naming what it is). Nothing is checked of its contents
+ * (f->p stays zero). On failure nothing is left open. */
+int tsr_shardfile_map(tsr_shardfile *f, const char *path, char *err,
+                      size_t errlen);
+/* tsr_shardfile_map, then tsr_shardfile_parse of the whole file. Close
+ * with tsr_shardfile_close (also fine on a zeroed one). */
 int tsr_shardfile_open(tsr_shardfile *f, const char *path, char *err,
                        size_t errlen);
 void tsr_shardfile_close(tsr_shardfile *f);
@@ -119,8 +131,10 @@ void tsr_shardfile_enc_name(const char *name, char *out, size_t len);
 int tsr_shardfile_name(const char *var, int32_t k, int32_t n, char *buf,
                        size_t len);
 /* Whether `fname` is a part file of the variable whose encoded name is
- * `enc`: "<enc>.part-<k>-of-<n>.tshard" with 0 <= k < n <= MAX_PARTS;
- * *k and *n get the numbers. */
+ * `enc`, exactly as tsr_shardfile_name writes it: "<enc>.part-<k>-of-<n>
+ * .tshard" with 0 <= k < n <= MAX_PARTS in plain decimal (no sign, space
+ * or leading zero: "w.part-00-of-1.tshard" is no part file). *k and *n
+ * get the numbers. */
 bool tsr_shardfile_name_parse(const char *fname, const char *enc, int32_t *k,
                               int32_t *n);
 

@@ -257,8 +257,142 @@ static int sf_slots(tsr_shardfile_hdr *p, const msgpack_object *h,
         n->via.str.size >= TSR_SHARDFILE_SLOT_MAX)
       return tsr_errf(err, errlen, TSR_EFORMAT, "%s: slot %d has a bad name",
                       path, k);
+    bool ok = n->via.str.size > 0;
+    for (uint32_t c = 0; ok && c < n->via.str.size; c++) {
+      char ch = n->via.str.ptr[c];
+      ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+           (ch >= '0' && ch <= '9') || ch == '_';
+    }
+    if (!ok)
+      return tsr_errf(err, errlen, TSR_EFORMAT, "%s: slot %d is not a name "
+                      "of [A-Za-z0-9_]", path, k);
     memcpy(p->slots[k], n->via.str.ptr, n->via.str.size);
     p->slots[k][n->via.str.size] = 0;
+    for (int j = 0; j < k; j++)
+      if (!strcmp(p->slots[j], p->slots[k]))
+        return tsr_errf(err, errlen, TSR_EFORMAT, "%s: slot \"%s\" is listed "
+                        "twice", path, p->slots[k]);
+  }
+  return 0;
+}
+
+/* A map of at most `max` keys, each a string, none twice: a reader that
+ * takes the last of two keys (Python's msgpack) must read what this one
+ * reads. */
+static int sf_keys(const msgpack_object *m, uint32_t max, const char *what,
+                   const char *path, char *err, size_t errlen) {
+  if (m->type != MSGPACK_OBJECT_MAP)
+    return tsr_errf(err, errlen, TSR_EFORMAT, "%s: %s is not a map", path,
+                    what);
+  if (m->via.map.size > max)
+    return tsr_errf(err, errlen, TSR_EFORMAT, "%s: %s has %u keys, at most "
+                    "%u are read", path, what, m->via.map.size, max);
+  for (uint32_t i = 0; i < m->via.map.size; i++) {
+    const msgpack_object *a = &m->via.map.ptr[i].key;
+    if (a->type != MSGPACK_OBJECT_STR)
+      return tsr_errf(err, errlen, TSR_EFORMAT, "%s: %s has a key that is "
+                      "not a string", path, what);
+    for (uint32_t j = 0; j < i; j++) {
+      const msgpack_object *b = &m->via.map.ptr[j].key;
+      if (a->via.str.size == b->via.str.size &&
+          !memcmp(a->via.str.ptr, b->via.str.ptr, a->via.str.size))
+        return tsr_errf(err, errlen, TSR_EFORMAT, "%s: %s has key %.*s "
+                        "twice", path, what, (int)(a->via.str.size > 64
+                        ? 64 : a->via.str.size), a->via.str.ptr);
+    }
+  }
+  return 0;
+}
+
+static bool sf_str_is(const msgpack_object *o, const char *s) {
+  return o && o->type == MSGPACK_OBJECT_STR && o->via.str.size == strlen(s) &&
+         !memcmp(o->via.str.ptr, s, o->via.str.size);
+}
+
+static bool sf_u64_is(const msgpack_object *o, uint64_t v) {
+  return o && o->type == MSGPACK_OBJECT_POSITIVE_INTEGER && o->via.u64 == v;
+}
+
+/* A string of the header for a message: at most 64 bytes of it. */
+#define SF_SHOW(o)                                                       \
+  (int)((o) && (o)->type == MSGPACK_OBJECT_STR                           \
+            ? ((o)->via.str.size > 64 ? 64 : (o)->via.str.size) : 1),   \
+      ((o) && (o)->type == MSGPACK_OBJECT_STR ? (o)->via.str.ptr : "?")
+
+/* Entry i of the sections list against the one the layout says. */
+static int sf_section(const msgpack_object *m, uint32_t i,
+                      const tsr_shardfile_section *x, const char *path,
+                      char *err, size_t errlen) {
+  char what[48];
+  snprintf(what, sizeof what, "section %u", i);
+  int rc = sf_keys(m, 16, what, path, err, errlen);
+  if (rc) return rc;
+  const msgpack_object *name = sf_get(m, "name"), *dt = sf_get(m, "dtype"),
+                       *sh = sf_get(m, "shape"), *off = sf_get(m, "offset"),
+                       *nb = sf_get(m, "nbytes");
+  if (!sf_str_is(name, x->name))
+    return tsr_errf(err, errlen, TSR_EFORMAT, "%s: section %u is \"%.*s\", "
+                    "the header's rows and slots say \"%s\"", path, i,
+                    SF_SHOW(name), x->name);
+  if (!sf_str_is(dt, x->dtype))
+    return tsr_errf(err, errlen, TSR_EFORMAT, "%s: section \"%s\" has dtype "
+                    "\"%.*s\", not \"%s\"", path, x->name, SF_SHOW(dt),
+                    x->dtype);
+  bool shape_ok = sh && sh->type == MSGPACK_OBJECT_ARRAY &&
+                  sh->via.array.size == (uint32_t)x->rank;
+  for (int d = 0; shape_ok && d < x->rank; d++)
+    shape_ok = sf_u64_is(&sh->via.array.ptr[d], (uint64_t)x->shape[d]);
+  if (!shape_ok) {
+    char want[64];
+    if (x->rank > 1)
+      snprintf(want, sizeof want, "[%" PRId64 ", %" PRId64 "]", x->shape[0],
+               x->shape[1]);
+    else
+      snprintf(want, sizeof want, "[%" PRId64 "]", x->shape[0]);
+    return tsr_errf(err, errlen, TSR_EFORMAT, "%s: section \"%s\" has "
+                    "another shape than %s", path, x->name, want);
+  }
+  if (!sf_u64_is(off, x->offset) || !sf_u64_is(nb, x->nbytes)) {
+    char got[64];
+    if (off && nb && off->type == MSGPACK_OBJECT_POSITIVE_INTEGER &&
+        nb->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
+      snprintf(got, sizeof got, "offset %" PRIu64 " with %" PRIu64 " bytes",
+               off->via.u64, nb->via.u64);
+    else
+      snprintf(got, sizeof got, "no integer offset and nbytes");
+    return tsr_errf(err, errlen, TSR_EFORMAT, "%s: section \"%s\" says %s; "
+                    "its shape puts it at offset %" PRIu64 " with %" PRIu64
+                    " bytes, right after the one before it", path, x->name,
+                    got, x->offset, x->nbytes);
+  }
+  return 0;
+}
+
+/* The sections list is exactly what the header's other keys imply, so a
+ * reader following FORMAT.md reads the arrays a restore reads. */
+static int sf_sections_list(const msgpack_object *h,
+                            const tsr_shardfile_hdr *p, const char *path,
+                            char *err, size_t errlen) {
+  tsr_shardfile_section secs[TSR_SHARDFILE_MAX_SECTIONS];
+  int nsec;
+  uint64_t bytes;
+  if (tsr_shardfile_layout(p, secs, &nsec, &bytes))
+    return tsr_errf(err, errlen, TSR_EFORMAT, "%s: %" PRId64 " rows of width %"
+                    PRId64 " with %d slot(s) overflow a size", path, p->n_rows,
+                    p->width, p->nslots);
+  const msgpack_object *o = sf_get(h, "sections");
+  if (!o || o->type != MSGPACK_OBJECT_ARRAY)
+    return tsr_errf(err, errlen, TSR_EFORMAT, "%s: header key sections is "
+                    "missing or not a list", path);
+  if (o->via.array.size != (uint32_t)nsec)
+    return tsr_errf(err, errlen, TSR_EFORMAT, "%s: the header lists %u "
+                    "sections; a %s part with %d slot(s) holds %d", path,
+                    o->via.array.size, p->sparse ? "sparse" : "dense",
+                    p->nslots, nsec);
+  for (int i = 0; i < nsec; i++) {
+    int rc = sf_section(&o->via.array.ptr[i], (uint32_t)i, &secs[i], path,
+                        err, errlen);
+    if (rc) return rc;
   }
   return 0;
 }
@@ -270,7 +404,8 @@ int tsr_shardfile__hdr_unpack(const msgpack_object *h, const char *path,
   int64_t v, x;
   int rc;
   memset(p, 0, sizeof *p);
-  if ((rc = sf_str(h, "format", fmt, sizeof fmt, path, err, errlen)))
+  if ((rc = sf_keys(h, 64, "the header", path, err, errlen)) ||
+      (rc = sf_str(h, "format", fmt, sizeof fmt, path, err, errlen)))
     return rc;
   if (strcmp(fmt, "tessera-shard"))
     return tsr_errf(err, errlen, TSR_EFORMAT, "%s: format \"%s\" is not "
@@ -311,6 +446,7 @@ int tsr_shardfile__hdr_unpack(const msgpack_object *h, const char *path,
       (rc = sf_str(h, "optimizer", p->optimizer, sizeof p->optimizer, path,
                    err, errlen)) ||
       (rc = sf_slots(p, h, path, err, errlen)) ||
+      (rc = sf_sections_list(h, p, path, err, errlen)) ||
       (rc = sf_int(h, "data_bytes", 0, INT64_MAX, &v, path, err, errlen)) ||
       (rc = sf_int(h, "data_crc32c", 0, UINT32_MAX, &x, path, err, errlen)))
     return rc;

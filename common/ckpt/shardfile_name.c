@@ -5,7 +5,6 @@
 #include "common/err.h"
 
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 void tsr_shardfile_enc_name(const char *name, char *out, size_t len) {
@@ -29,25 +28,33 @@ int tsr_shardfile_name(const char *var, int32_t k, int32_t n, char *buf,
   return r < 0 || (size_t)r >= len ? TSR_ERANGE : 0;
 }
 
+/* A decimal number as the writer prints it: digits only, no sign, no
+ * leading zero (but "0"), at most 5 digits (parts are at most 65536). */
+static bool sf_number(const char *p, size_t n, long *out) {
+  if (n == 0 || n > 5 || (n > 1 && p[0] == '0')) return false;
+  long v = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (p[i] < '0' || p[i] > '9') return false;
+    v = v * 10 + (p[i] - '0');
+  }
+  *out = v;
+  return true;
+}
+
 bool tsr_shardfile_name_parse(const char *fname, const char *enc, int32_t *k,
                               int32_t *n) {
   size_t L = strlen(fname), el = strlen(enc);
   if (L <= el + 6 + 7 || strncmp(fname, enc, el) ||
       strncmp(fname + el, ".part-", 6) || strcmp(fname + L - 7, ".tshard"))
     return false;
-  char tail[64];
-  size_t tl = L - el - 6 - 7;
-  if (tl >= sizeof tail) return false;
-  memcpy(tail, fname + el + 6, tl);
-  tail[tl] = 0;
-  char *e1, *e2;
-  long a = strtol(tail, &e1, 10);
-  if (e1 == tail || strncmp(e1, "-of-", 4)) return false;
-  long b = strtol(e1 + 4, &e2, 10);
-  if (e2 == e1 + 4 || *e2 || b < 1 || b > TSR_SHARDFILE_MAX_PARTS || a < 0 ||
-      a >= b)
+  const char *a = fname + el + 6, *end = fname + L - 7;
+  const char *of = memmem(a, (size_t)(end - a), "-of-", 4);
+  long x, y;
+  if (!of || !sf_number(a, (size_t)(of - a), &x) ||
+      !sf_number(of + 4, (size_t)(end - of - 4), &y) || y < 1 ||
+      y > TSR_SHARDFILE_MAX_PARTS || x >= y)
     return false;
-  *k = (int32_t)a;
-  *n = (int32_t)b;
+  *k = (int32_t)x;
+  *n = (int32_t)y;
   return true;
 }

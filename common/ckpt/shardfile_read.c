@@ -16,7 +16,9 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -38,6 +40,59 @@ static int sf_ids(const tsr_shardfile_part *p, const char *path, char *err,
                       h->shard, h->num_shards);
   }
   return 0;
+}
+
+/* Slots that hold a sum of squares or a maximum of magnitudes: Adagrad's
+ * and FTRL's accumulator, Adam's (AdamW's, Nadam's) v, Adamax's u,
+ * RMSprop's velocity. Training never makes them negative. */
+static bool sf_nonneg_slot(const char *name) {
+  static const char *const names[] = {"accumulator", "v", "u", "velocity"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    if (!strcmp(name, names[i])) return true;
+  return false;
+}
+
+/* One float32 section: every value finite (and >= 0 when `nonneg`). A
+ * quick pass first; the first bad value is found only for the message. */
+static int sf_floats(const uint8_t *b, uint64_t n, int64_t width, bool nonneg,
+                     const char *sec, const char *path, char *err,
+                     size_t errlen) {
+  int bad = 0;
+  for (uint64_t i = 0; i < n; i++) {
+    float x;
+    memcpy(&x, b + i * 4, 4);
+    bad |= (fabsf(x) <= FLT_MAX ? 0 : 1) | (nonneg && !(x >= 0.0f) ? 1 : 0);
+  }
+  if (!bad) return 0;
+  for (uint64_t i = 0; i < n; i++) {
+    float x;
+    memcpy(&x, b + i * 4, 4);
+    if (fabsf(x) <= FLT_MAX && (!nonneg || x >= 0.0f)) continue;
+    const char *what = isnan(x) ? "NaN" : isinf(x) ? "an infinity"
+                                                    : "a negative value";
+    return tsr_errf(err, errlen, TSR_EFORMAT, "%s: section \"%s\" holds %s "
+                    "(%g, row %" PRIu64 ", element %" PRIu64 "), which "
+                    "training never leaves there", path, sec, what, (double)x,
+                    i / (uint64_t)width, i % (uint64_t)width);
+  }
+  return 0;
+}
+
+/* Values training can leave: finite weights and slots, no negative sum
+ * of squares. */
+static int sf_values(const tsr_shardfile_part *p, const char *path, char *err,
+                     size_t errlen) {
+  const tsr_shardfile_hdr *h = &p->h;
+  uint64_t n = (uint64_t)h->n_rows * (uint64_t)h->width; /* layout-checked */
+  int rc = sf_floats(p->data + p->off_value, n, h->width, false, "value",
+                     path, err, errlen);
+  for (int k = 0; !rc && k < h->nslots; k++) {
+    char sec[8 + TSR_SHARDFILE_SLOT_MAX];
+    snprintf(sec, sizeof sec, "slot/%s", h->slots[k]);
+    rc = sf_floats(p->data + p->off_slot[k], n, h->width,
+                   sf_nonneg_slot(h->slots[k]), sec, path, err, errlen);
+  }
+  return rc;
 }
 
 /* The sections' offsets (from the header alone) and the file's size. */
@@ -107,7 +162,8 @@ int tsr_shardfile_parse(const char *path, const uint8_t *b, size_t size,
                   "damaged)", path);
     goto out;
   }
-  rc = sf_ids(p, path, err, errlen);
+  if (!(rc = sf_ids(p, path, err, errlen)))
+    rc = sf_values(p, path, err, errlen);
 out:
   msgpack_unpacked_destroy(&up);
   return rc;
@@ -120,39 +176,64 @@ void tsr_shardfile_close(tsr_shardfile *f) {
   f->map = NULL;
 }
 
-static int sf_map(tsr_shardfile *f, char *err, size_t errlen) {
-  int fd = open(f->path, O_RDONLY | O_CLOEXEC);
+static const char *sf_kind(mode_t m) {
+  if (S_ISFIFO(m)) return "a FIFO";
+  if (S_ISCHR(m)) return "a character device";
+  if (S_ISBLK(m)) return "a block device";
+  if (S_ISSOCK(m)) return "a socket";
+  if (S_ISDIR(m)) return "a folder";
+  return "not a plain file";
+}
+
+int tsr_shardfile_map(tsr_shardfile *f, const char *path, char *err,
+                      size_t errlen) {
+  memset(f, 0, sizeof *f);
+  int n = snprintf(f->path, sizeof f->path, "%s", path);
+  if (n < 0 || (size_t)n >= sizeof f->path)
+    return tsr_errf(err, errlen, TSR_ERANGE, "%.200s...: path too long",
+                    path);
+  /* O_NOFOLLOW: a link is not followed out of the folder; O_NONBLOCK: the
+   * open of a FIFO does not wait for a writer (it is refused below) */
+  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0 && errno == ELOOP)
+    return tsr_errf(err, errlen, TSR_EFORMAT, "%s: a symbolic link: shard "
+                    "files are read only as regular files", path);
   if (fd < 0)
-    return tsr_errf(err, errlen, -errno, "%s: cannot open: %s", f->path,
+    return tsr_errf(err, errlen, -errno, "%s: cannot open: %s", path,
                     strerror(errno));
   struct stat st;
   if (fstat(fd, &st)) {
+    int e = errno;
     close(fd);
-    return tsr_errf(err, errlen, TSR_EIO, "%s: cannot stat", f->path);
+    return tsr_errf(err, errlen, -e, "%s: cannot stat: %s", path,
+                    strerror(e));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    close(fd);
+    return tsr_errf(err, errlen, TSR_EFORMAT, "%s: %s, not a regular file: "
+                    "shard files are read only as regular files", path,
+                    sf_kind(st.st_mode));
   }
   f->size = (size_t)st.st_size;
   if (f->size < 16) {
     close(fd);
     return tsr_errf(err, errlen, TSR_ECORRUPT, "%s: truncated (%zu bytes, no "
-                    "header)", f->path, f->size);
+                    "header)", path, f->size);
   }
   f->map = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
+  int e = errno;
   close(fd);
   if (f->map == MAP_FAILED) {
     f->map = NULL;
-    return tsr_errf(err, errlen, TSR_EIO, "%s: mmap failed", f->path);
+    return tsr_errf(err, errlen, -e, "%s: mmap failed: %s", path,
+                    strerror(e));
   }
   return 0;
 }
 
 int tsr_shardfile_open(tsr_shardfile *f, const char *path, char *err,
                        size_t errlen) {
-  memset(f, 0, sizeof *f);
-  int n = snprintf(f->path, sizeof f->path, "%s", path);
-  if (n < 0 || (size_t)n >= sizeof f->path)
-    return tsr_errf(err, errlen, TSR_ERANGE, "%.200s...: path too long",
-                    path);
-  int rc = sf_map(f, err, errlen);
+  int rc = tsr_shardfile_map(f, path, err, errlen);
   if (!rc) rc = tsr_shardfile_parse(f->path, f->map, f->size, &f->p, err,
                                     errlen);
   if (rc) tsr_shardfile_close(f);

@@ -1,7 +1,9 @@
 /* The shard file library on its own (common/ckpt/shardfile.h): dense and
  * sparse parts written and read back with the sections FORMAT.md lists,
- * names encoded and parsed, a writer whose data changes between its two
- * passes or is not the size its header says refused with no file left. */
+ * names encoded and parsed (only as the writer writes them), a writer
+ * whose data changes between its two passes or is not the size its header
+ * says refused with no file left, files that are no regular files refused
+ * without being read, slot names twice refused. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -183,6 +185,65 @@ static void names(void **state) {
                                         &k, &n));
   assert_false(tsr_shardfile_name_parse("a%20b%2Fc.part-0-of-1.tshard.tmp.7",
                                         enc, &k, &n));
+  /* only the writer's spelling of the numbers */
+  static const char *const alias[] = {
+      "x.part-00-of-1.tshard", "x.part-0-of-01.tshard",
+      "x.part-+0-of-1.tshard", "x.part- 0-of-1.tshard",
+      "x.part-0-of-1 .tshard", "x.part-0-of-+1.tshard",
+      "x.part-0x0-of-1.tshard", "x.part--of-1.tshard",
+      "x.part-0-of-.tshard", "x.part-0-of-65537.tshard",
+      "x.part-0-of-1-of-1.tshard"};
+  for (size_t i = 0; i < sizeof alias / sizeof alias[0]; i++)
+    if (tsr_shardfile_name_parse(alias[i], "x", &k, &n))
+      fail_msg("%s taken for part %d of %d", alias[i], k, n);
+  assert_true(tsr_shardfile_name_parse("x.part-65535-of-65536.tshard", "x",
+                                       &k, &n));
+  assert_int_equal(k, 65535);
+}
+
+/* A symbolic link to a good part, a FIFO, a folder: refused by what they
+ * are, without waiting on the FIFO. */
+static void not_regular(void **state) {
+  (void)state;
+  tsr_shardfile_hdr h = dense_hdr();
+  float val[6] = {1, 2, 3, 4, 5, 6}, mom[6] = {0};
+  src s = {{val, mom}, {sizeof val, sizeof mom}, 0, 0, 0};
+  char err[512], real[256], p[256];
+  tsr_shardfile_written out;
+  assert_int_equal(tsr_shardfile_write(g_dir, &h, NULL, emit, &s, false,
+                                       &out, err, sizeof err), 0);
+  snprintf(real, sizeof real, "%s/%s", g_dir, out.name);
+  snprintf(p, sizeof p, "%s/link.tshard", g_dir);
+  assert_int_equal(symlink(real, p), 0);
+  tsr_shardfile f;
+  assert_int_equal(tsr_shardfile_open(&f, p, err, sizeof err), TSR_EFORMAT);
+  assert_non_null(strstr(err, "symbolic link"));
+  assert_null(f.map);
+  snprintf(p, sizeof p, "%s/fifo.tshard", g_dir);
+  assert_int_equal(mkfifo(p, 0600), 0);
+  assert_int_equal(tsr_shardfile_map(&f, p, err, sizeof err), TSR_EFORMAT);
+  assert_non_null(strstr(err, "a FIFO"));
+  assert_int_equal(tsr_shardfile_map(&f, g_dir, err, sizeof err),
+                   TSR_EFORMAT);
+  assert_non_null(strstr(err, "a folder"));
+}
+
+/* Slot names the layout would list twice. */
+static void slots_twice(void **state) {
+  (void)state;
+  tsr_shardfile_hdr h = dense_hdr();
+  h.nslots = 2;
+  snprintf(h.slots[1], sizeof h.slots[1], "momentum");
+  float val[6] = {1, 2, 3, 4, 5, 6}, mom[6] = {0}, mom2[6] = {0};
+  src s = {{val, mom, mom2}, {sizeof val, sizeof mom, sizeof mom2}, 0, 0, 0};
+  char err[512], p[256];
+  tsr_shardfile_written out;
+  assert_int_equal(tsr_shardfile_write(g_dir, &h, NULL, emit, &s, false,
+                                       &out, err, sizeof err), 0);
+  snprintf(p, sizeof p, "%s/%s", g_dir, out.name);
+  tsr_shardfile f;
+  assert_int_equal(tsr_shardfile_open(&f, p, err, sizeof err), TSR_EFORMAT);
+  assert_non_null(strstr(err, "slot \"momentum\" is listed twice"));
 }
 
 /* Data that changes between the CRC pass and the write, or is not the
@@ -210,6 +271,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(sparse_round_trip, setup, teardown),
       cmocka_unit_test(names),
       cmocka_unit_test_setup_teardown(bad_writers, setup, teardown),
+      cmocka_unit_test_setup_teardown(not_regular, setup, teardown),
+      cmocka_unit_test_setup_teardown(slots_twice, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
