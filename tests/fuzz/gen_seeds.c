@@ -9,7 +9,7 @@
  * are kept by hand, the crafted regress-* shard files are made from these
  * seeds by craft_shards.py. */
 #include "common/crc32c.h"
-#include "ps/client_int.h"
+#include "ps/client/client_int.h"
 #include "ps/svc_int.h"
 #include "tests/fuzz/fuzz_ckpt_part.h"
 
