@@ -42,8 +42,9 @@ static int cpu_from_steps(void *impl, int64_t n, int64_t T, int64_t d,
       const float *src = in + (s * n + b) * d;
       float *dst = y + (b * T + t) * d;
       float k = m ? m[s * n + b] : 1.0f;
-      if (beta == 0.0f && k == 1.0f)
-        memcpy(dst, src, (size_t)d * sizeof *dst);
+      if (beta == 0.0f && k == 1.0f) {
+        if (dst != src) memcpy(dst, src, (size_t)d * sizeof *dst);
+      }
       else if (beta == 0.0f)
         for (int64_t j = 0; j < d; j++) dst[j] = src[j] * k;
       else

@@ -106,7 +106,8 @@ def run(name, model, x, y, fwd):
         mine = grads[off:off + numel]
         off += numel
         if nm in gi:
-            check(f"{name}: d loss / d {nm}", mine, gi[nm].numpy(), 2e-4)
+            check(f"{name}: d loss / d {nm}", mine,
+                  tf.convert_to_tensor(gi[nm]).numpy(), 2e-4)
             continue
         # a moving statistic: Keras updated it in the training call above
         w = kw[nm]
@@ -133,6 +134,85 @@ def run(name, model, x, y, fwd):
 def fails_add():
     global fails
     fails += 1
+
+
+def ids(rng, n, steps, vocab, pad=True):
+    """Token ids with padding (0) at the end of each row (at least one
+    real token), as a tokenizer writes them."""
+    x = rng.integers(1, vocab, (n, steps))
+    if pad:
+        for i in range(n):
+            x[i, rng.integers(1, steps + 1):] = 0
+    return x.astype(np.float32)
+
+
+def seq_cases(fwd, rng, n, y):
+    """Conv1D, pooling, LSTM, GRU, Bidirectional, MultiHeadAttention,
+    Attention and TimeDistributed, with Embedding(mask_zero) masks."""
+    m = keras.Sequential([
+        L.InputLayer(input_shape=(10, 3)),
+        L.Conv1D(4, 3, padding="same", activation="relu"),
+        L.MaxPooling1D(2),
+        L.Conv1D(3, 2, padding="causal", strides=2,
+                 kernel_regularizer=keras.regularizers.L2(0.01)),
+        L.AveragePooling1D(2, padding="same"),
+        L.Conv1D(4, 1),
+        L.GlobalMaxPooling1D(),
+        L.Dense(5, activation="softmax"),
+    ])
+    run("conv1d+pool1d", m, rng.normal(size=(n, 10, 3)).astype(np.float32), y, fwd)
+
+    m = keras.Sequential([
+        L.InputLayer(input_shape=(7,)),
+        L.Embedding(12, 4, mask_zero=True),
+        L.LSTM(5, return_sequences=True),
+        L.Dropout(0.0),
+        L.GRU(3),
+        L.Dense(5, activation="softmax"),
+    ])
+    run("lstm+gru masked", m, ids(rng, n, 7, 12), y, fwd)
+
+    m = keras.Sequential([
+        L.InputLayer(input_shape=(6,)),
+        L.Embedding(10, 4, mask_zero=True),
+        L.Bidirectional(L.LSTM(3, return_sequences=True)),
+        L.Bidirectional(L.GRU(2, return_sequences=True), merge_mode="sum"),
+        L.LSTM(3, go_backwards=True, return_sequences=True),
+        L.GlobalAveragePooling1D(),
+        L.Dense(5, activation="softmax"),
+    ])
+    run("bidirectional masked", m, ids(rng, n, 6, 10), y, fwd)
+
+    m = keras.Sequential([
+        L.InputLayer(input_shape=(5, 3)),
+        L.Bidirectional(L.GRU(2), merge_mode="mul"),
+        L.Dense(5, activation="softmax"),
+    ])
+    run("bidirectional gru mul", m, rng.normal(size=(n, 5, 3)).astype(np.float32), y, fwd)
+
+    t = keras.Input((6,), name="tokens")
+    e = L.Embedding(11, 8, mask_zero=True)(t)
+    a = L.MultiHeadAttention(2, 3)(e, e)
+    a = L.Add()([e, a])
+    a = L.LayerNormalization()(a)
+    a = L.TimeDistributed(L.Dense(4, activation="relu"))(a)
+    a = L.GlobalAveragePooling1D()(a)
+    out = L.Dense(5, activation="softmax")(a)
+    run("multi-head self-attention masked", keras.Model(t, out),
+        ids(rng, n, 6, 11), y, fwd)
+
+    q = keras.Input((4, 6), name="q")
+    v = keras.Input((3, 5), name="v")
+    kk = keras.Input((3, 6), name="k")
+    a = L.MultiHeadAttention(3, 2, value_dim=4, output_shape=7)(q, v, kk)
+    b = L.Attention(use_scale=True)([q, v, kk])
+    c = L.Attention()([q, L.Dense(6)(v)])
+    f = L.Concatenate()([L.Flatten()(a), L.Flatten()(b), L.Flatten()(c)])
+    out = L.Dense(5, activation="softmax")(f)
+    xs = [rng.normal(size=(n, 4, 6)).astype(np.float32),
+          rng.normal(size=(n, 3, 5)).astype(np.float32),
+          rng.normal(size=(n, 3, 6)).astype(np.float32)]
+    run("cross attention", keras.Model([q, v, kk], out), xs, y, fwd)
 
 
 def main():
@@ -195,6 +275,7 @@ def main():
           rng.normal(size=(n, 5, 5, 1)).astype(np.float32)]
     run("functional", m, xs, y, fwd)
 
+    seq_cases(fwd, rng, n, y)
     print(f"keras_compare: {fails} failure(s)")
     return 1 if fails else 0
 

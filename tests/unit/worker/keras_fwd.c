@@ -71,17 +71,7 @@ int main(int argc, char **argv) {
         *y = slurp(argv[5], (size_t)n);
   if (!w || !x || !y) return 1;
   float **p = calloc(nv, sizeof *p), **g = calloc(nv, sizeof *g);
-  size_t off = 0;
-  for (size_t v = 0; v < nv; v++) {
-    if (vi[v].kind != TSR_VAR_DENSE) {
-      fprintf(stderr, "keras_fwd: %s is row-sparse (not handled here)\n",
-              vi[v].name);
-      return 1;
-    }
-    p[v] = w + off;
-    g[v] = calloc((size_t)vi[v].numel, sizeof(float));
-    off += (size_t)vi[v].numel;
-  }
+  float **full = calloc(nv, sizeof *full);
   kern_opts ko = {.device = KERN_DEVICE_CPU};
   kern_ctx *c;
   wk_exec *e;
@@ -95,6 +85,24 @@ int main(int argc, char **argv) {
     fprintf(stderr, "keras_fwd: %s\n", err);
     return 1;
   }
+  /* a row-sparse variable (an Embedding) takes the rows of the batch's
+   * ids; its gradient is scattered back to the full table */
+  size_t off = 0;
+  for (size_t v = 0; v < nv; v++) {
+    full[v] = w + off;
+    g[v] = calloc((size_t)vi[v].numel, sizeof(float));
+    p[v] = full[v];
+    if (vi[v].kind != TSR_VAR_DENSE) {
+      const int64_t *ids;
+      int64_t nr;
+      wk_exec_rows(e, (int)v, &ids, &nr);
+      p[v] = malloc((size_t)(nr * vi[v].row_dim + 1) * sizeof(float));
+      for (int64_t r = 0; r < nr; r++)
+        memcpy(p[v] + r * vi[v].row_dim, full[v] + ids[r] * vi[v].row_dim,
+               (size_t)vi[v].row_dim * sizeof(float));
+    }
+    off += (size_t)vi[v].numel;
+  }
   FILE *out = fopen(argv[7], "wb");
   if (!out) return 1;
   wk_run_opts o = {.train = false, .grad_scale = 1.0f / (float)n, .seed = 1};
@@ -106,11 +114,25 @@ int main(int argc, char **argv) {
   fwrite(r.pred, sizeof(float), (size_t)(n * od), out);
   float loss = (float)(r.loss_sum / (double)n);
   fwrite(&loss, sizeof loss, 1, out);
-  for (size_t v = 0; v < nv; v++)
+  for (size_t v = 0; v < nv; v++) {
+    if (vi[v].kind != TSR_VAR_DENSE) { /* rows back to their ids */
+      const int64_t *ids;
+      int64_t nr;
+      wk_exec_rows(e, (int)v, &ids, &nr);
+      float *gf = calloc((size_t)vi[v].numel, sizeof(float));
+      for (int64_t q = 0; q < nr; q++)
+        memcpy(gf + ids[q] * vi[v].row_dim, g[v] + q * vi[v].row_dim,
+               (size_t)vi[v].row_dim * sizeof(float));
+      free(g[v]);
+      free(p[v]);
+      g[v] = gf;
+    }
     fwrite(g[v], sizeof(float), (size_t)vi[v].numel, out);
+  }
   fclose(out);
   for (size_t v = 0; v < nv; v++) free(g[v]);
   free(p);
+  free(full);
   free(g);
   free(w);
   free(x);
