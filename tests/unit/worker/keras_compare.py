@@ -87,6 +87,14 @@ def run(name, model, x, y, fwd):
             fails_add()
             return
         res = np.fromfile(os.path.join(d, "out.f32"), np.float32)
+        ref = os.environ.get("TSR_KERAS_WRITE_REF")
+        if ref and name in REF_CASES:
+            ref = os.path.join(ref, REF_CASES[name])
+            os.makedirs(ref, exist_ok=True)
+            for f in ("model.json", "w.f32", "x.f32", "y.f32"):
+                with open(os.path.join(d, f), "rb") as a, \
+                        open(os.path.join(ref, f), "wb") as b:
+                    b.write(a.read())
     od = model.output_shape[-1]
     ev, tr = res[:n * od], res[n * od:2 * n * od]
     loss, grads = res[2 * n * od], res[2 * n * od + 1:]
@@ -101,6 +109,14 @@ def run(name, model, x, y, fwd):
     check(f"{name}: training-mode outputs", tr, out.numpy(), 1e-5)
     check(f"{name}: training loss (with regularization)", [loss], [kl.numpy()], 1e-5)
     gi = {w.name.split(":")[0]: gg for w, gg in zip(model.trainable_weights, g)}
+    if ref and name in REF_CASES:  # Keras's figures, in keras_fwd's layout
+        parts = [model(x, training=False).numpy().ravel(), out.numpy().ravel(),
+                 np.array([kl.numpy()])]
+        parts += [tf.convert_to_tensor(gi[nm]).numpy().ravel() for nm, _ in ours]
+        np.concatenate(parts).astype(np.float32).tofile(
+            os.path.join(ref, "expect.f32"))
+        with open(os.path.join(ref, "n"), "w") as f:
+            f.write(f"{n}\n")
     off = 0
     for nm, numel in ours:
         mine = grads[off:off + numel]
@@ -134,6 +150,15 @@ def run(name, model, x, y, fwd):
 def fails_add():
     global fails
     fails += 1
+
+
+# The cases whose Keras figures are committed under tests/data/keras_seq
+# (TSR_KERAS_WRITE_REF=DIR writes them), so the suite checks them without
+# TensorFlow (keras_fwd --check).
+REF_CASES = {"conv1d+pool1d": "conv1d", "lstm+gru masked": "lstm_gru",
+             "bidirectional masked": "bidir", "bidirectional gru mul": "bidir_mul",
+             "multi-head self-attention masked": "mha",
+             "cross attention": "cross_attention"}
 
 
 def ids(rng, n, steps, vocab, pad=True):
