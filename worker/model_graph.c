@@ -379,6 +379,8 @@ static int inbound(const json_t *L, const char *nm, wk_call *c, char *err,
   int rc = 0;
   for (size_t i = 0; i < json_array_size(refs); i++) {
     const json_t *r = json_array_get(refs, i);
+    if (cls && !strcmp(cls, "NotEqual") && !is_ref(r))
+      continue; /* its constant, checked by not_equal() */
     if (!(c->names[c->n] = ref_name(r, nm, err, errlen, &rc))) return rc;
     c->n++;
   }
@@ -473,6 +475,12 @@ static int place_inputs(tsr_model *m, const int *inputs, int n,
   m->n_dense = sc->n_dense;
   m->named_inputs = true;
   return 0;
+}
+
+/* Keras 3 writes how masks combine as op layers: LogicalOr / LogicalAnd
+ * of masks (merges), which for one Embedding's mask is that mask. */
+static bool mask_op(const char *cls) {
+  return !strcmp(cls, "LogicalOr") || !strcmp(cls, "LogicalAnd");
 }
 
 /* Keras 3's NotEqual(ids, 0): the mask of an Embedding(mask_zero=True),
@@ -582,7 +590,7 @@ int tsr_model__parse_functional(tsr_model *m, const json_t *root,
                         "model does not have", t[i].name, nk);
         else if (t[e].node < 0)
           ready = false;
-        else if (!is_mask && t[e].mask_of >= 0)
+        else if (!is_mask && t[e].mask_of >= 0 && !mask_op(cls))
           rc = tsr_errf(err, errlen, TSR_EUNSUPPORTED,
                         "layer '%s' reads the mask '%s' as a tensor (masks "
                         "are supported only as the mask= of a call)",
@@ -594,6 +602,22 @@ int tsr_model__parse_functional(tsr_model *m, const json_t *root,
       if (!strcmp(cls, "NotEqual")) {
         if ((rc = not_equal(t[i].L, t[i].name, call.n, err, errlen))) break;
         t[i].node = t[i].mask_of = in[0];
+        done++;
+        continue;
+      }
+      if (mask_op(cls)) { /* Keras 3's merge of the masks of merged inputs */
+        int of = -1;
+        for (int k = 0; k < call.n && !rc; k++) {
+          int e = find_entry(t, nl, call.names[k]);
+          if (t[e].mask_of < 0 || (of >= 0 && t[e].mask_of != of))
+            rc = tsr_errf(err, errlen, TSR_EUNSUPPORTED,
+                          "layer '%s' (%s): only the mask of one "
+                          "Embedding(mask_zero=True) is supported here",
+                          t[i].name, cls);
+          of = t[e].mask_of;
+        }
+        if (rc) break;
+        t[i].node = t[i].mask_of = of;
         done++;
         continue;
       }
