@@ -57,16 +57,6 @@ static void coord_stop(coord *co, int status) {
   uv_stop(&co->loop);
 }
 
-static void coord_remove_ckpt(coord *co, int64_t step, const char *why) {
-  char err[512];
-  int rc = chief_ckpt_remove(co->job.checkpoint_dir, step, err, sizeof err);
-  if (rc)
-    tsr_warn("removing the checkpoint of step %" PRId64 " (%s): %s", step,
-             why, err);
-  else
-    tsr_debug("removed the checkpoint of step %" PRId64 " (%s)", step, why);
-}
-
 json_t *coord__ckpt_manifest(coord *co, int64_t step) {
   char dir[4096], err[512];
   int64_t s;
@@ -114,8 +104,8 @@ static void coord_exec(coord *co, const coord_action *a) {
     case COORD_ACT_COMMIT:
       coord__ps_commit(co, a->op, a->step, a->total);
       break;
-    case COORD_ACT_DISCARD: coord_remove_ckpt(co, a->step, "failed"); break;
-    case COORD_ACT_PRUNE: coord_remove_ckpt(co, a->step, "pruned"); break;
+    case COORD_ACT_DISCARD: coord__fs_remove(co, a->step, "failed"); break;
+    case COORD_ACT_PRUNE: coord__fs_remove(co, a->step, "pruned"); break;
     case COORD_ACT_CONFIGURE: coord__wk_configure(co, a->index); break;
     case COORD_ACT_DISPATCH: coord__wk_dispatch(co, &a->closure); break;
     case COORD_ACT_COUNT: coord__wk_count(co, a); break;

@@ -29,6 +29,7 @@
 #include "ps/client/client.h"
 
 typedef struct coord coord;
+typedef struct coord_fs_job coord_fs_job;
 
 typedef struct {
   coord *co;
@@ -114,6 +115,9 @@ struct coord {
   coord_psop psop;         /* the PS operation in progress */
   coord_psop ckop;         /* the checkpoint's (it runs beside the others:
                               training goes on while it is written) */
+  coord_fs_job *fs_head, *fs_tail; /* coord_fs.c: folders to make or remove,
+                                      one at a time off the loop */
+  bool fs_running;
   chief_ckpt_files ckpt_files; /* the checkpoint being saved: its id and
                                   the files every PS reported */
   int shutdown_pending;    /* SHUTDOWN: calls not answered yet */
@@ -180,6 +184,15 @@ void coord__ps_release(coord *co, int worker);
 void coord__ps_stats(coord *co);
 void coord__ps_shutdown(coord *co);
 void coord__ps_close(coord *co);
+
+/* coord_fs.c: a checkpoint's folder made (emptied first when it is there)
+ * or removed off the loop, one after the other in the order asked; `done`
+ * runs on the loop with 0 or the error. */
+void coord__fs_prepare(coord *co, int64_t step,
+                       void (*done)(coord *co, int rc, const char *err,
+                                    void *data),
+                       void *data);
+void coord__fs_remove(coord *co, int64_t step, const char *why);
 
 /* coord_status.c */
 int coord__status_open(coord *co);

@@ -288,9 +288,18 @@ static void coord_ps_dir_call(coord *co, uint64_t op, int64_t step,
   coord_psop_end(co, op);
 }
 
-void coord__ps_save(coord *co, uint64_t op, int64_t step) {
-  char err[512];
-  int rc = chief_ckpt_prepare(co->job.checkpoint_dir, step, err, sizeof err);
+typedef struct {
+  uint64_t op;
+  int64_t step;
+} coord_save_req;
+
+/* The folder is made (off the loop): every PS saves into it. */
+static void coord_ps_folder_made(coord *co, int rc, const char *err,
+                                 void *data) {
+  coord_save_req *q = data;
+  uint64_t op = q->op;
+  int64_t step = q->step;
+  free(q);
   if (rc) {
     coord_event ev = {.kind = COORD_EV_SAVE_DONE, .op = op, .status = rc,
                       .index = -1, .msg = err};
@@ -298,6 +307,28 @@ void coord__ps_save(coord *co, uint64_t op, int64_t step) {
     return;
   }
   coord_ps_dir_call(co, op, step, true);
+}
+
+void coord__ps_save(coord *co, uint64_t op, int64_t step) {
+  coord_save_req *q = malloc(sizeof *q);
+  if (!q) {
+    coord_event ev = {.kind = COORD_EV_SAVE_DONE, .op = op,
+                      .status = TSR_ENOMEM, .index = -1,
+                      .msg = "out of memory"};
+    coord__post(co, &ev);
+    return;
+  }
+  q->op = op;
+  q->step = step;
+  coord__fs_prepare(co, step, coord_ps_folder_made, q);
+}
+
+/* How long every PS may take to write its files: the machine's own
+ * deadline for it (coord_sm_ckpt.c) is a little longer, so this call's
+ * error comes first. */
+static uint32_t coord__ckpt_write_ms(const coord *co) {
+  double s = co->o->closure_timeout_s > 120 ? co->o->closure_timeout_s : 120;
+  return s * 1000 < UINT32_MAX ? (uint32_t)(s * 1000) : UINT32_MAX;
 }
 
 void coord__ps_save_wait(coord *co, uint64_t op, int64_t step) {
@@ -310,8 +341,12 @@ void coord__ps_save_wait(coord *co, uint64_t op, int64_t step) {
       coord_psop_result(co, op, p, "save", TSR_ENOMEM, "out of memory");
       break;
     }
+    /* answered once the files are written: a deadline for the writing
+     * (gigabytes at the disk's pace), not for one call */
+    ps_client_set_deadline(p->cli, coord__ckpt_write_ms(co));
     coord_ps_started(co, call, ps_client_save_wait(p->cli, co->ckpt_files.id,
                                                    coord_ps_on_save, call));
+    ps_client_set_deadline(p->cli, 120000);
   }
   coord_psop_end(co, op);
 }

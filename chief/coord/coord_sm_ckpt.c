@@ -313,7 +313,13 @@ void sm__on_eval(coord_sm *sm, const coord_event *ev) {
 void sm__ckpt_deadlines(coord_sm *sm) {
   char why[COORD_MSG_MAX];
   double ck = sm->now - sm->t_ck;
-  if (sm__ckpt_busy(sm) && ck > sm__grace(sm->c.op_timeout_s)) {
+  /* the files written, then read back by the commit's checks: gigabytes
+   * at the disk's pace, bounded like a closure */
+  double limit = sm->ck_stage != SM_CK_SNAP &&
+                         sm->c.closure_timeout_s > sm->c.op_timeout_s
+                     ? sm->c.closure_timeout_s
+                     : sm->c.op_timeout_s;
+  if (sm__ckpt_busy(sm) && ck > sm__grace(limit)) {
     snprintf(why, sizeof why, "%s within %.0f s",
              sm->ck_stage == SM_CK_SNAP    ? "no snapshot from every PS"
              : sm->ck_stage == SM_CK_WRITE ? "the PS did not all write their "
