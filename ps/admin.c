@@ -54,6 +54,8 @@ void ps__batch_free(ps_server *s, ps_batch *b) {
   ps__free(&s->mem, b->files);
   ps__free(&s->mem, b->snaps);
   ps__free(&s->mem, b->waiters);
+  ps__free(&s->mem, b->chain);
+  ps__free(&s->mem, b->chain_who);
   ps__free(&s->mem, b->ents);
   ps__free(&s->mem, b->loaded);
   ps__free(&s->mem, b->created);
@@ -165,6 +167,8 @@ void ps__admin_after(ps_server *s, ps_op *op) {
     case PS_OP_SWAP:
       ps__shard_free(e->sh, &s->mem);
       e->sh = op->loaded;
+      /* it holds that checkpoint: increments may build on it */
+      ps__dirty_restored(e->sh, &s->mem, b->who.id);
       e->version = e->sh->version;
       e->step = e->sh->step;
       e->n_pushed = 0;
@@ -415,9 +419,24 @@ typedef struct {
 
 static void ps__load_work(uv_work_t *w) {
   ps__load_job *j = w->data;
-  ps_entry *e = j->b->ents[j->i];
-  j->rc = ps__ckpt_load_shard(&e->spec, &j->s->mem, j->b->dir, &j->b->who,
-                              &j->b->loaded[j->i], j->err, sizeof j->err);
+  ps_batch *b = j->b;
+  ps_entry *e = b->ents[j->i];
+  if (!b->n_chain) {
+    j->rc = ps__ckpt_load_shard(&e->spec, &j->s->mem, b->dir, &b->who,
+                                &b->loaded[j->i], j->err, sizeof j->err);
+    return;
+  }
+  /* the whole checkpoint, each increment over it, then dir's */
+  const char *dirs[PS_CHAIN_MAX + 1];
+  ps_ckpt_ident who[PS_CHAIN_MAX + 1];
+  for (size_t k = 0; k < b->n_chain; k++) {
+    dirs[k] = b->chain[k];
+    who[k] = b->chain_who[k];
+  }
+  dirs[b->n_chain] = b->dir;
+  who[b->n_chain] = b->who;
+  j->rc = ps__ckpt_load_chain(&e->spec, &j->s->mem, dirs, who, b->n_chain + 1,
+                              &b->loaded[j->i], j->err, sizeof j->err);
 }
 
 static void ps__load_after(uv_work_t *w, int status) {
@@ -457,6 +476,39 @@ static void ps__restore_swap_all(ps_server *s, ps_batch *b) {
   ps__batch_done(s, b);
 }
 
+/* The folders an increment builds on, each under the checkpoint root
+ * and with its checkpoint id and step checked as the restored one's: 0,
+ * or the call answered with the error. */
+static int ps__restore_chain(ps_server *s, tsr_rpc_incoming *call,
+                             const Tessera__Ps__RestoreRequest *r,
+                             ps_batch *b) {
+  char msg[300];
+  if (r->n_chain > PS_CHAIN_MAX) {
+    snprintf(msg, sizeof msg, "restore: a chain of %zu checkpoints, more "
+             "than %d", r->n_chain, PS_CHAIN_MAX);
+    tsr_rpc_reply_error(call, TSR_EINVAL, msg);
+    return TSR_EINVAL;
+  }
+  b->chain = ps__calloc(&s->mem, r->n_chain, sizeof *b->chain);
+  b->chain_who = ps__calloc(&s->mem, r->n_chain, sizeof *b->chain_who);
+  if (!b->chain || !b->chain_who) {
+    tsr_rpc_reply_error(call, TSR_ENOMEM, "out of memory");
+    return TSR_ENOMEM;
+  }
+  for (size_t k = 0; k < r->n_chain; k++) {
+    const Tessera__Ps__ChainLink *l = r->chain[k];
+    int rc = ps__ckpt_request(s, call, "restore chain", l->dir,
+                              l->checkpoint_id, l->step, b->chain[k],
+                              sizeof b->chain[k]);
+    if (rc) return rc;
+    snprintf(b->chain_who[k].id, sizeof b->chain_who[k].id, "%s",
+             l->checkpoint_id ? l->checkpoint_id : "");
+    b->chain_who[k].step = l->step;
+  }
+  b->n_chain = r->n_chain;
+  return 0;
+}
+
 static void ps__on_restore(tsr_rpc_incoming *call, void *data) {
   ps_server *s = data;
   Tessera__Ps__RestoreRequest *r = call->request;
@@ -473,6 +525,10 @@ static void ps__on_restore(tsr_rpc_incoming *call, void *data) {
   snprintf(b->dir, sizeof b->dir, "%s", path);
   snprintf(b->who.id, sizeof b->who.id, "%s", r->checkpoint_id);
   b->who.step = r->step;
+  if (r->n_chain && ps__restore_chain(s, call, r, b)) {
+    ps__batch_free(s, b);
+    return;
+  }
   for (size_t i = 0; i < n; i++) {
     ps_entry *e = r->n_shards ? ps__find(s, r->shards[i]->name,
                                          r->shards[i]->shard)

@@ -2,7 +2,8 @@
  * common/ckpt/shardfile.h).
  *
  * Happy path: ps__ckpt_load_shard lists the parts of the variable in the
- * folder, works out from the saved layout (TF's "div" row split, the same
+ * folder (ps__ckpt_load_chain: in each folder of a chain, the whole
+ * checkpoint first, then each increment over it), works out from the saved layout (TF's "div" row split, the same
  * the chief places with) which parts hold rows of the shard being
  * restored, maps and checks each of those whole (tsr_shardfile_open),
  * checks that they belong together (one checkpoint id and step, one
@@ -76,8 +77,32 @@ static bool cl_needed(const ps_var_spec *spec, int k, int n) {
   return r0 < spec->shard.row0 + spec->shard.rows && spec->shard.row0 < r0 + rs;
 }
 
+/* The row numbers one checkpoint's parts have restored so far: a row saved
+ * twice is refused (the table may hold it already: a materialized one
+ * holds every row, an increment overlays rows restored before). */
+typedef struct {
+  uint64_t *w;
+  size_t words;
+} cl_seen;
+
+static int cl_seen_set(ps_mem *mem, cl_seen *m, size_t r, bool *was) {
+  if (r / 64 >= m->words) {
+    size_t words = m->words ? m->words : 64;
+    while (words <= r / 64) words *= 2;
+    uint64_t *w = ps__realloc(mem, m->w, m->words * sizeof *w,
+                              words * sizeof *w);
+    if (!w) return TSR_ENOMEM;
+    memset(w + m->words, 0, (words - m->words) * sizeof *w);
+    m->w = w;
+    m->words = words;
+  }
+  *was = m->w[r / 64] >> (r & 63) & 1;
+  m->w[r / 64] |= (uint64_t)1 << (r & 63);
+  return 0;
+}
+
 static int cl_copy_rows(ps_shard *s, ps_mem *mem, const cl_file *f,
-                        int64_t *covered, uint64_t *seen, char *err,
+                        int64_t *covered, cl_seen *seen, char *err,
                         size_t errlen) {
   const tsr_shardfile_hdr *p = &f->f.p.h;
   const tsr_shardfile_part *d = &f->f.p;
@@ -103,18 +128,16 @@ static int cl_copy_rows(ps_shard *s, ps_mem *mem, const cl_file *f,
     if (ps__spec_owns_id(&s->spec, id)) continue;
     float *rec;
     size_t at;
+    bool twice = false;
     int created, rc = ps__rows_insert_r(&s->rows, mem, id, &rec, &at, &created);
-    if (!rc && seen) { /* a materialized table holds every row already */
-      created = !(seen[at >> 6] >> (at & 63) & 1);
-      seen[at >> 6] |= (uint64_t)1 << (at & 63);
-    }
+    if (!rc) rc = cl_seen_set(mem, seen, at, &twice);
     if (rc)
       return tsr_errf(err, errlen, rc,
                       "%s: restoring row %" PRId64
                       " of %s: "
                       "%s",
                       f->f.path, id, s->spec.var.name, tsr_strerror(rc));
-    if (!created)
+    if (twice)
       return tsr_errf(err, errlen, TSR_ECORRUPT,
                       "%s: row id %" PRId64
                       " of %s "
@@ -128,9 +151,12 @@ static int cl_copy_rows(ps_shard *s, ps_mem *mem, const cl_file *f,
   return 0;
 }
 
-int ps__ckpt_load_shard(const ps_var_spec *spec, ps_mem *mem, const char *dir,
-                        const ps_ckpt_ident *want, ps_shard **out, char *err,
-                        size_t errlen) {
+/* The parts of checkpoint `want` in dir that hold rows of spec's shard,
+ * into a new shard (into NULL: *out) or over `into` (an increment: its
+ * rows replace those restored before, its dense parts the whole shard). */
+static int cl_load(const ps_var_spec *spec, ps_mem *mem, const char *dir,
+                   const ps_ckpt_ident *want, ps_shard *into, ps_shard **out,
+                   char *err, size_t errlen) {
   char enc[3 * TSR_VAR_NAME_MAX + 1];
   tsr_shardfile_enc_name(spec->var.name, enc, sizeof enc);
   DIR *d = opendir(dir);
@@ -139,8 +165,8 @@ int ps__ckpt_load_shard(const ps_var_spec *spec, ps_mem *mem, const char *dir,
                     "%s", dir, strerror(errno));
   cl_file *files = NULL;
   int n = 0, cap = 0, rc = 0, nsh = 0;
-  ps_shard *s = NULL;
-  uint64_t *seen = NULL; /* materialized: rows restored so far */
+  ps_shard *s = into;
+  cl_seen seen = {NULL, 0};
   struct dirent *e;
   /* the parts of this variable, by name */
   while ((e = readdir(d))) {
@@ -172,8 +198,8 @@ int ps__ckpt_load_shard(const ps_var_spec *spec, ps_mem *mem, const char *dir,
     snprintf(f->name, sizeof f->name, "%s", e->d_name);
   }
   if (n == 0) {
-    rc = tsr_errf(err, errlen, TSR_ENOTFOUND, "%s: no saved parts of %s", dir,
-                  spec->var.name);
+    rc = tsr_errf(err, errlen, TSR_ENOTFOUND, "%s: no saved parts of %s (no "
+                  "file %s.part-*-of-*.tshard)", dir, spec->var.name, enc);
     goto out;
   }
   /* the parts that hold rows of this shard: all there, each checked */
@@ -183,10 +209,11 @@ int ps__ckpt_load_shard(const ps_var_spec *spec, ps_mem *mem, const char *dir,
     for (int i = 0; i < n; i++)
       if (files[i].shard == k) f = &files[i];
     if (!f) {
+      char fname[TSR_SHARDFILE_NAME_MAX];
+      tsr_shardfile_name(spec->var.name, k, nsh, fname, sizeof fname);
       rc = tsr_errf(err, errlen, TSR_ENOTFOUND,
-                    "%s: part %d of %d of %s is "
-                    "missing",
-                    dir, k, nsh, spec->var.name);
+                    "%s/%s: part %d of %d of %s is missing", dir, fname, k,
+                    nsh, spec->var.name);
       goto out;
     }
     char path[TSR_PATH_MAX];
@@ -205,7 +232,7 @@ int ps__ckpt_load_shard(const ps_var_spec *spec, ps_mem *mem, const char *dir,
       goto out;
     }
   }
-  if ((rc = ps__shard_new(spec, mem, &s, err, errlen))) goto out;
+  if (!s && (rc = ps__shard_new(spec, mem, &s, err, errlen))) goto out;
   const tsr_shardfile_hdr *first = NULL;
   for (int i = 0; i < n; i++) {
     if (!files[i].f.map) continue;
@@ -235,18 +262,12 @@ int ps__ckpt_load_shard(const ps_var_spec *spec, ps_mem *mem, const char *dir,
   s->step = 0;
   s->version = 0;
   int64_t covered = 0;
-  if (s->rows.direct &&
-      !(seen = ps__calloc(mem, (s->rows.count + 63) / 64, sizeof *seen))) {
-    rc = tsr_errf(err, errlen, TSR_ENOMEM, "%s: out of memory restoring %s",
-                  dir, spec->var.name);
-    goto out;
-  }
   for (int i = 0; i < n; i++) {
     if (!files[i].f.map) continue;
     const tsr_shardfile_hdr *p = &files[i].f.p.h;
     if (p->step > s->step) s->step = p->step;
     if (p->var_version > s->version) s->version = p->var_version;
-    if ((rc = cl_copy_rows(s, mem, &files[i], &covered, seen, err, errlen)))
+    if ((rc = cl_copy_rows(s, mem, &files[i], &covered, &seen, err, errlen)))
       goto out;
   }
   if (!ps_var_spec_sparse(&s->spec) && covered != s->spec.shard.rows) {
@@ -258,13 +279,35 @@ int ps__ckpt_load_shard(const ps_var_spec *spec, ps_mem *mem, const char *dir,
     goto out;
   }
   s->version++;
-  *out = s;
+  if (out) *out = s;
   s = NULL;
 out:
-  ps__free(mem, seen);
-  if (s) ps__shard_free(s, mem);
+  ps__free(mem, seen.w);
+  if (s && s != into) ps__shard_free(s, mem);
   for (int i = 0; i < n; i++) tsr_shardfile_close(&files[i].f);
   ps__free(mem, files);
   closedir(d);
   return rc;
+}
+
+int ps__ckpt_load_shard(const ps_var_spec *spec, ps_mem *mem, const char *dir,
+                        const ps_ckpt_ident *want, ps_shard **out, char *err,
+                        size_t errlen) {
+  return cl_load(spec, mem, dir, want, NULL, out, err, errlen);
+}
+
+int ps__ckpt_load_chain(const ps_var_spec *spec, ps_mem *mem,
+                        const char *const *dirs, const ps_ckpt_ident *want,
+                        size_t n, ps_shard **out, char *err, size_t errlen) {
+  ps_shard *s = NULL;
+  int rc = n ? cl_load(spec, mem, dirs[0], &want[0], NULL, &s, err, errlen)
+             : TSR_EINVAL;
+  for (size_t i = 1; !rc && i < n; i++)
+    rc = cl_load(spec, mem, dirs[i], &want[i], s, NULL, err, errlen);
+  if (rc) {
+    ps__shard_free(s, mem);
+    return rc;
+  }
+  *out = s;
+  return 0;
 }

@@ -91,6 +91,28 @@ typedef struct {
 
 typedef struct ps_snap ps_snap;
 
+/* Rows of a sparse shard changed since the last save's snapshot, and the
+ * same for each of the last saves (dirty.c): what an incremental save
+ * writes. One bit per row number. */
+#define PS_DIRTY_HIST 8
+#define PS_CKPT_ID_LEN 65
+typedef struct {
+  char id[PS_CKPT_ID_LEN]; /* the save whose snapshot took them */
+  uint64_t *bits;          /* the rows changed between the save before it
+                              and it (NULL: none, or not kept) */
+  size_t words;
+} ps_dirty_mark;
+
+typedef struct {
+  uint64_t *bits;          /* since the last save's snapshot */
+  size_t words;
+  bool lost;               /* a change could not be noted (no memory): no
+                              increment reaches back before the next save */
+  ps_dirty_mark hist[PS_DIRTY_HIST]; /* oldest first */
+  int n_hist;
+  size_t charged;
+} ps_dirty;
+
 /* One shard of one variable. */
 typedef struct ps_shard {
   ps_var_spec spec;
@@ -101,6 +123,7 @@ typedef struct ps_shard {
   float *slots[KERN_OPTIM_MAX_SLOTS];
   ps_rows rows;          /* sparse */
   ps_snap *snap;         /* a snapshot being read (snap.c), or NULL */
+  ps_dirty dirty;        /* sparse: rows changed since the saves (dirty.c) */
   uint64_t version;      /* bumped by every apply and restore */
   int64_t step;          /* applies so far (Adam's t) */
   size_t mem_bytes;      /* charged to the budget */
@@ -186,6 +209,29 @@ void ps__rows_each(const ps_rows *t,
 void ps__rows_clear(ps_rows *t);
 size_t ps__rows_bytes(const ps_rows *t);
 
+/* ---- rows changed since a save (dirty.c) ---------------------------------
+ * Only the shard's writer (or the loop with no writer running) calls
+ * these. */
+
+/* Row r of sparse shard s is about to change. Never fails: a note that
+ * does not fit the budget marks the changes lost (the next save of s is
+ * whole). */
+void ps__dirty_note(ps_shard *s, ps_mem *mem, size_t r);
+/* At the snapshot of save `save_id`: the rows changed since the last
+ * save become that save's mark. With `since_id` ("": a whole save), the
+ * rows changed since save since_id (every mark after it) go to *sel
+ * (words of bits over the rows, owned by the caller, its bytes charged
+ * and returned in *sel_bytes) and 1 is returned; 0 when the shard must be
+ * saved whole (since_id unknown here, or changes lost since), a negative
+ * code when the map cannot be had (memory). */
+int ps__dirty_capture(ps_shard *s, ps_mem *mem, const char *save_id,
+                      const char *since_id, uint64_t **sel, size_t *words,
+                      size_t *sel_bytes);
+/* s holds checkpoint `id` exactly (a restore): increments may build on
+ * it. */
+void ps__dirty_restored(ps_shard *s, ps_mem *mem, const char *id);
+void ps__dirty_free(ps_dirty *d, ps_mem *mem);
+
 /* ---- snapshots (snap.c) --------------------------------------------------
  * A shard as it was at one moment, read while its writer goes on: the
  * writer keeps the old record of each row before its first change. */
@@ -196,7 +242,8 @@ typedef struct {
   int64_t width;
   int nslots;
   bool sparse;
-  size_t n_rows;      /* sparse: rows held; dense: the shard's rows */
+  size_t n_rows;      /* sparse: rows held (selected); dense: its rows */
+  bool increment;     /* only the rows changed since a save (selected) */
   int64_t step;
   uint64_t version;
 } ps_snap_info;
@@ -214,6 +261,11 @@ const ps_snap_info *ps__snap_info(const ps_snap *v);
  * any value of a dense one. Never wait for the reader beyond one copy. */
 void ps__snap_touch_row(ps_shard *s, size_t r);
 void ps__snap_touch_dense(ps_shard *s);
+/* Only the rows whose bits are set in `sel` (words of bits, owned and
+ * freed by the snapshot, `bytes` charged to its budget) are in the view,
+ * in row order: info.n_rows becomes their count, and reads number them
+ * 0.. in that order (an increment). Before any read. */
+void ps__snap_select(ps_snap *v, uint64_t *sel, size_t words, size_t bytes);
 /* The reader (any thread): rows [r0, r0+n) as records of
  * width * (1 + nslots) floats (value, then each slot), and their ids
  * (sparse; ids may be NULL). Fails (err names the shard) when the view was
@@ -346,6 +398,13 @@ int ps__ckpt_save_shard(const ps_shard *s, const char *dir,
 int ps__ckpt_load_shard(const ps_var_spec *spec, ps_mem *mem, const char *dir,
                         const ps_ckpt_ident *want, ps_shard **out, char *err,
                         size_t errlen);
+/* The same over a chain: dirs[0] holds a whole checkpoint, each later
+ * folder an increment over the one before (its sparse parts hold the rows
+ * changed since, its dense parts the whole shard), want[i] the checkpoint
+ * each must be. A part missing from any of them is named. */
+int ps__ckpt_load_chain(const ps_var_spec *spec, ps_mem *mem,
+                        const char *const *dirs, const ps_ckpt_ident *want,
+                        size_t n, ps_shard **out, char *err, size_t errlen);
 /* File name of a shard part (without the folder). */
 int ps__ckpt_file_name(const ps_var_spec *s, char *buf, size_t len);
 

@@ -49,6 +49,7 @@ static void save_reply(ps_server *s, tsr_rpc_incoming *call,
   m.shards = files ? b->count : (int32_t)b->n;
   m.bytes = files ? b->bytes : 0;
   m.checkpoint_id = (char *)b->who.id;
+  m.incremental = b->incremental;
   size_t nf = files ? b->n_files : 0;
   Tessera__Ps__SavedFile *f = ps__calloc(&s->mem, nf, sizeof *f);
   Tessera__Ps__SavedFile **fp = ps__calloc(&s->mem, nf, sizeof *fp);
@@ -114,6 +115,14 @@ void ps__on_save(tsr_rpc_incoming *call, void *data) {
   b->who.step = r->step;
   b->verify = r->verify;
   b->background = r->background;
+  if (r->since_id && strlen(r->since_id) > PS_CKPT_ID_MAX) {
+    ps__batch_free(s, b);
+    snprintf(msg, sizeof msg, "save: since_id \"%.80s\" is longer than %d "
+             "bytes", r->since_id, PS_CKPT_ID_MAX);
+    tsr_rpc_reply_error(call, TSR_EINVAL, msg);
+    return;
+  }
+  snprintf(b->since, sizeof b->since, "%s", r->since_id ? r->since_id : "");
   if (s->save) save_forget(s, s->save); /* the last one's result goes */
   s->save = b;
   for (size_t i = 0; i < n; i++) {
@@ -173,7 +182,27 @@ void ps__save_op(ps_server *s, ps_op *op) {
     char err[512];
     ps_snap *v = NULL;
     int rc = ps__snap_take(e->sh, &s->mem, &v, err, sizeof err);
+    if (!rc && ps_var_spec_sparse(&e->spec)) {
+      /* the rows changed since the last save become this save's mark; an
+       * increment holds those since b->since */
+      uint64_t *sel;
+      size_t words, bytes;
+      int inc = ps__dirty_capture(e->sh, &s->mem, b->who.id, b->since, &sel,
+                                  &words, &bytes);
+      if (inc == 1) {
+        ps__snap_select(v, sel, words, bytes);
+        b->incremental = true;
+      } else if (inc < 0) {
+        rc = tsr_errf(err, sizeof err, inc, "%s shard %d: no room for the map "
+                      "of the rows changed since checkpoint \"%s\"",
+                      e->spec.var.name, e->spec.shard.shard, b->since);
+      }
+    }
     if (!rc && (rc = ps__snap_attach(e->sh, v, err, sizeof err))) {
+      ps__snap_free(v);
+      v = NULL;
+    }
+    if (rc && v) {
       ps__snap_free(v);
       v = NULL;
     }

@@ -79,6 +79,12 @@ struct ps_snap {
   uint32_t *hval;
   size_t hcap;
   size_t charged;         /* bytes of the budget this view holds */
+  /* an increment: only these rows, in order; the reader's place in them
+   * (the cur_k-th selected row is row cur_r) */
+  uint64_t *sel;
+  size_t sel_words;
+  size_t cur_k, cur_r;
+  size_t n_all;           /* the rows of the table at the snapshot */
 };
 
 static bool snap_charge(ps_snap *v, size_t bytes) {
@@ -126,6 +132,7 @@ int ps__snap_take(const ps_shard *s, ps_mem *mem, ps_snap **out, char *err,
   if (v->info.sparse) {
     const ps_rows *t = &s->rows;
     v->info.n_rows = t->count;
+    v->n_all = t->count;
     v->stride = t->stride;
     v->shift = t->shift;
     v->direct = t->direct;
@@ -185,9 +192,38 @@ int ps__snap_attach(ps_shard *s, ps_snap *v, char *err, size_t errlen) {
 
 const ps_snap_info *ps__snap_info(const ps_snap *v) { return &v->info; }
 
+/* The first selected row at or after r (SIZE_MAX: none). */
+static size_t snap_sel_next(const ps_snap *v, size_t r) {
+  size_t w = r >> 6;
+  if (w >= v->sel_words || r >= v->n_all) return SIZE_MAX;
+  uint64_t bits = v->sel[w] & (~(uint64_t)0 << (r & 63));
+  while (!bits) {
+    if (++w >= v->sel_words) return SIZE_MAX;
+    bits = v->sel[w];
+  }
+  size_t q = w * 64 + (size_t)__builtin_ctzll(bits);
+  return q < v->n_all ? q : SIZE_MAX;
+}
+
+void ps__snap_select(ps_snap *v, uint64_t *sel, size_t words, size_t bytes) {
+  v->sel = sel;
+  v->sel_words = words;
+  v->charged += bytes;
+  size_t n = 0;
+  for (size_t w = 0; w < words; w++) n += (size_t)__builtin_popcountll(sel[w]);
+  /* bits past the table's rows are none of its rows */
+  for (size_t r = v->n_all; r < words * 64; r++)
+    if (sel[r >> 6] >> (r & 63) & 1) n--;
+  v->info.n_rows = n;
+  v->info.increment = true;
+  v->cur_k = 0;
+  v->cur_r = snap_sel_next(v, 0);
+}
+
 void ps__snap_free(ps_snap *v) {
   if (!v) return;
   snap_free_side(v);
+  ps__free(v->mem, v->sel);
   ps__free(v->mem, v->kept);
   ps__free(v->mem, v->chunks);
   ps__free(v->mem, v->idc);
@@ -296,7 +332,7 @@ static float *snap_side_new(ps_snap *v, size_t r) {
 
 void ps__snap_touch_row(ps_shard *s, size_t r) {
   ps_snap *v = s->snap;
-  if (r >= v->info.n_rows || (v->kept[r >> 6] >> (r & 63) & 1) ||
+  if (r >= v->n_all || (v->kept[r >> 6] >> (r & 63) & 1) ||
       atomic_load_explicit(&v->released, memory_order_acquire))
     return;
   uv_mutex_lock(&v->mu);
@@ -342,6 +378,8 @@ void ps__snap_touch_dense(ps_shard *s) {
 
 /* ---- the reader's side --------------------------------------------------- */
 
+static size_t per_of(const ps_snap *v) { return (size_t)1 << v->shift; }
+
 int ps__snap_read(ps_snap *v, size_t r0, size_t n, float *recs, int64_t *ids,
                   char *err, size_t errlen) {
   size_t W = (size_t)v->info.width, S = v->stride;
@@ -374,6 +412,35 @@ int ps__snap_read(ps_snap *v, size_t r0, size_t n, float *recs, int64_t *ids,
                v->dense_copy ? v->dense_copy + (size_t)(k + 1) * v->numel + at
                              : v->slots[k] + at,
                W * sizeof(float));
+    }
+    goto out;
+  }
+  if (v->sel) { /* an increment: the selected rows, in order */
+    if (r0 < v->cur_k) {
+      v->cur_k = 0;
+      v->cur_r = snap_sel_next(v, 0);
+    }
+    while (v->cur_k < r0 && v->cur_r != SIZE_MAX) {
+      v->cur_r = snap_sel_next(v, v->cur_r + 1);
+      v->cur_k++;
+    }
+    for (size_t i = 0; i < n; i++) {
+      size_t q = v->cur_r;
+      if (q == SIZE_MAX) { /* cannot happen: n_rows counts them */
+        rc = tsr_errf(err, errlen, TSR_ERANGE, "%s shard %d: increment row "
+                      "%zu is past its rows", v->info.spec.var.name,
+                      v->info.spec.shard.shard, r0 + i);
+        goto out;
+      }
+      size_t k = q >> v->shift, at = q & (per_of(v) - 1);
+      const float *src = v->kept[q >> 6] >> (q & 63) & 1
+                             ? snap_side_find(v, q)
+                             : v->chunks[k] + at * S;
+      if (src) memcpy(recs + i * S, src, S * sizeof(float));
+      if (ids)
+        ids[i] = v->direct ? v->row0 + (int64_t)q : v->idc[k][at];
+      v->cur_r = snap_sel_next(v, q + 1);
+      v->cur_k++;
     }
     goto out;
   }

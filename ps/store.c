@@ -238,6 +238,7 @@ int ps__shard_new(const ps_var_spec *spec, ps_mem *mem, ps_shard **out,
 void ps__shard_free(ps_shard *s, ps_mem *mem) {
   if (!s) return;
   ps__snap_drop(s);
+  ps__dirty_free(&s->dirty, mem);
   ps__free(mem, s->w);
   for (int i = 0; i < KERN_OPTIM_MAX_SLOTS; i++) ps__free(mem, s->slots[i]);
   if (s->acc) {
@@ -367,10 +368,9 @@ static int ps__check_ids(const ps_shard *s, const int64_t *ids, size_t n,
 /* Row `id`, created with its initial values when it is not held yet; a
  * failure names the row and the memory in use. */
 static int ps__row_get(ps_shard *s, ps_mem *mem, int64_t id, float **rec,
-                       char *err, size_t errlen) {
+                       size_t *r, char *err, size_t errlen) {
   int created;
-  size_t r;
-  int rc = ps__rows_insert_r(&s->rows, mem, id, rec, &r, &created);
+  int rc = ps__rows_insert_r(&s->rows, mem, id, rec, r, &created);
   if (rc)
     return tsr_errf(err, errlen, rc,
                     "%s shard %d: cannot create row %" PRId64 " (%zu rows "
@@ -381,15 +381,16 @@ static int ps__row_get(ps_shard *s, ps_mem *mem, int64_t id, float **rec,
   return 0;
 }
 
-/* The row about to change: a snapshot being read keeps it as it was. */
+/* The row about to change: a snapshot being read keeps it as it was, and
+ * the next incremental save will hold it. */
 static int ps__row_get_w(ps_shard *s, ps_mem *mem, int64_t id, float **rec,
                          char *err, size_t errlen) {
   size_t r;
-  if (s->snap && (*rec = ps__rows_find_r(&s->rows, id, &r))) {
-    ps__snap_touch_row(s, r);
-    return 0;
-  }
-  return ps__row_get(s, mem, id, rec, err, errlen);
+  int rc = ps__row_get(s, mem, id, rec, &r, err, errlen);
+  if (rc) return rc;
+  if (s->snap) ps__snap_touch_row(s, r);
+  ps__dirty_note(s, mem, r);
+  return 0;
 }
 
 static int ps__touch_rows(ps_shard *s, ps_mem *mem, const int64_t *ids,
@@ -480,8 +481,9 @@ int ps__shard_gather(ps_shard *s, ps_mem *mem, const int64_t *ids, size_t n,
   size_t W = (size_t)s->width;
   for (size_t i = 0; i < n; i++) {
     float *rec = ps__rows_find(&s->rows, ids[i]);
+    size_t r;
     if (!rec && create) {
-      rc = ps__row_get(s, mem, ids[i], &rec, err, errlen);
+      rc = ps__row_get(s, mem, ids[i], &rec, &r, err, errlen);
       if (rc) return rc;
     }
     if (rec)

@@ -21,6 +21,7 @@
 #include "ps.pb-c.h"
 
 #define PS_PATH_MAX 4096
+#define PS_CHAIN_MAX 64   /* checkpoints an increment may build on */
 
 typedef struct ps_op ps_op;
 typedef struct ps_entry ps_entry;
@@ -62,6 +63,11 @@ typedef struct {
    * the pool; a background save answers its call after the snapshots and
    * keeps its result for SaveWait */
   ps_snap **snaps;
+  char since[PS_CKPT_ID_MAX + 1]; /* save: an increment since this save */
+  bool incremental;    /* save: some shard was saved as an increment */
+  char (*chain)[PS_PATH_MAX];     /* restore: the folders dir builds on */
+  ps_ckpt_ident *chain_who;
+  size_t n_chain;
   ps_server *srv;
   char gate[PS_PATH_MAX]; /* the test hook's file ("" none) */
   bool background;

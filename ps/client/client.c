@@ -448,6 +448,41 @@ int ps_client_save_start(ps_client *c, const char *dir, const char *id,
   return ps__call(c, PS_M_SAVE, &m.base, NULL, 0, NULL, 0, cb, data);
 }
 
+int ps_client_save_since(ps_client *c, const char *dir, const char *id,
+                         int64_t step, bool verify, const char *since_id,
+                         ps_client_cb cb, void *data) {
+  Tessera__Ps__SaveRequest m = TESSERA__PS__SAVE_REQUEST__INIT;
+  m.dir = (char *)dir;
+  m.checkpoint_id = (char *)(id ? id : "");
+  m.step = step;
+  m.verify = verify;
+  m.background = true;
+  m.since_id = (char *)(since_id ? since_id : "");
+  return ps__call(c, PS_M_SAVE, &m.base, NULL, 0, NULL, 0, cb, data);
+}
+
+int ps_client_restore_chain(ps_client *c, const char *dir, const char *id,
+                            int64_t step, const ps_chain_link *chain,
+                            size_t n_chain, ps_client_cb cb, void *data) {
+  enum { MAX = 64 };
+  if (n_chain > MAX) return TSR_EINVAL;
+  Tessera__Ps__ChainLink links[MAX], *lp[MAX];
+  for (size_t i = 0; i < n_chain; i++) {
+    tessera__ps__chain_link__init(&links[i]);
+    links[i].dir = (char *)chain[i].dir;
+    links[i].checkpoint_id = (char *)(chain[i].id ? chain[i].id : "");
+    links[i].step = chain[i].step;
+    lp[i] = &links[i];
+  }
+  Tessera__Ps__RestoreRequest m = TESSERA__PS__RESTORE_REQUEST__INIT;
+  m.dir = (char *)dir;
+  m.checkpoint_id = (char *)(id ? id : "");
+  m.step = step;
+  m.n_chain = n_chain;
+  m.chain = lp;
+  return ps__call(c, PS_M_RESTORE, &m.base, NULL, 0, NULL, 0, cb, data);
+}
+
 int ps_client_save_wait(ps_client *c, const char *id, ps_client_cb cb,
                         void *data) {
   Tessera__Ps__SaveWaitRequest m = TESSERA__PS__SAVE_WAIT_REQUEST__INIT;

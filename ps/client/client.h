@@ -209,11 +209,30 @@ int ps_client_save_ckpt(ps_client *c, const char *dir, const char *id,
 int ps_client_save_start(ps_client *c, const char *dir, const char *id,
                          int64_t step, bool verify, ps_client_cb cb,
                          void *data);
+/* The same as an increment: row-sparse shards hold only the rows changed
+ * since this PS saved (or restored) checkpoint `since_id`; a PS that does
+ * not know it saves them whole. r->save's `incremental` says which. */
+int ps_client_save_since(ps_client *c, const char *dir, const char *id,
+                         int64_t step, bool verify, const char *since_id,
+                         ps_client_cb cb, void *data);
 /* Answers (r->save: the files) when the background save of checkpoint
  * `id` is written, or with its error; TSR_ENOTFOUND when the PS has no
  * such save (it restarted since). */
 int ps_client_save_wait(ps_client *c, const char *id, ps_client_cb cb,
                         void *data);
+/* One checkpoint an increment builds on. */
+typedef struct {
+  const char *dir;   /* under the PS's checkpoint root */
+  const char *id;
+  int64_t step;
+} ps_chain_link;
+
+/* Restores checkpoint `id` of `step` in `dir`, an increment: the whole
+ * checkpoint chain[0], each later link over it, then dir's over them
+ * (every file checked to be of its link's id and step). */
+int ps_client_restore_chain(ps_client *c, const char *dir, const char *id,
+                            int64_t step, const ps_chain_link *chain,
+                            size_t n_chain, ps_client_cb cb, void *data);
 /* Restore refusing any file that is not of checkpoint `id` of `step` (id
  * NULL or "": any checkpoint); the consistency state starts a new era at
  * `step` as with ps_client_restore_step. */
