@@ -235,6 +235,7 @@ void tsr_job_init(tsr_job *job) {
   tsr_partitioner_default(&job->partitioner);
   job->precision = TSR_PREC_FP32;
   job->checkpoint_keep = 3;
+  job->checkpoint_full_every = 1;
 }
 
 void tsr_job_free(tsr_job *job) {

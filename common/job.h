@@ -72,6 +72,8 @@ typedef struct {
   int64_t checkpoint_every_steps; /* 0: only at the end */
   double checkpoint_every_secs;   /* 0: off */
   int checkpoint_keep;      /* default 3 */
+  int checkpoint_full_every; /* a whole checkpoint every N, increments
+                                between; default 1 (every one whole) */
   bool checkpoint_per_ps;   /* checkpoint.storage "per_ps": each PS writes
                                to a folder only it sees (and verifies its
                                own files); default "shared": the chief

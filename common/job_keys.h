@@ -104,7 +104,13 @@
   X(every_secs, SECS(checkpoint_every_secs), "0 (off)",                       \
     "a checkpoint every S seconds as well")                                   \
   X(keep, INT(checkpoint_keep, 1, 1000000), "3",                              \
-    "how many committed checkpoints are kept")                                \
+    "how many committed checkpoints are kept (with the ones their chains "    \
+    "of increments build on)")                                                \
+  X(full_every, INT(checkpoint_full_every, 1, 64), "1",                       \
+    "every Nth checkpoint is whole; the ones between are increments: the "    \
+    "rows of row-sparse tables changed since the checkpoint before (dense "   \
+    "variables whole); a restore reads the whole one and every increment "    \
+    "after it")                                                               \
   X(storage, FN(jk_checkpoint_storage, "string"), "`\"shared\"`",             \
     "`\"shared\"`: one folder every process sees (the chief reads each "      \
     "PS's files back before it commits); `\"per_ps\"`: each PS its own "      \

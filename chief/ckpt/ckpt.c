@@ -167,20 +167,54 @@ int chief_ckpt_list_intact(const char *root, int64_t **steps, size_t *n,
                            char *err, size_t errlen) {
   int rc = chief_ckpt_list(root, steps, n, err, errlen);
   if (rc) return rc;
+  /* each folder read once; an increment is intact when every link of its
+   * chain is (the links are older: this list is newest first) */
   size_t k = 0;
+  bool *ok = calloc(*n ? *n : 1, sizeof *ok);
+  json_t **ms = calloc(*n ? *n : 1, sizeof *ms);
+  if (!ok || !ms) {
+    free(ok);
+    free(ms);
+    return tsr_errf(err, errlen, TSR_ENOMEM, "out of memory");
+  }
   for (size_t i = 0; i < *n; i++) {
-    char dir[CK_PATH], why[1024];
-    json_t *m = NULL;
-    int bad = chief_ckpt_dir(root, (*steps)[i], dir, sizeof dir) ||
-              ck_load_manifest(dir, &m, why, sizeof why) ||
-              chief_ckpt_verify(dir, m, why, sizeof why);
-    json_decref(m);
-    if (bad)
+    char dir[CK_PATH], why[1024] = "path too long";
+    ok[i] = !(chief_ckpt_dir(root, (*steps)[i], dir, sizeof dir) ||
+              ck_load_manifest(dir, &ms[i], why, sizeof why) ||
+              chief_ckpt_verify(dir, ms[i], why, sizeof why));
+    if (!ok[i])
       tsr_warn("checkpoint of step %" PRId64 " skipped (%s): %s", (*steps)[i],
                dir, why);
-    else
-      (*steps)[k++] = (*steps)[i];
   }
+  for (size_t i = *n; i-- > 0;) { /* oldest first: links before increments */
+    if (!ok[i] || !chief_ckpt_is_increment(ms[i])) continue;
+    chief_ckpt_link links[CHIEF_CKPT_CHAIN_MAX];
+    size_t nl;
+    char why[1024];
+    if (chief_ckpt_chain(root, (*steps)[i], ms[i], links, &nl, why,
+                         sizeof why)) {
+      ok[i] = false;
+    } else {
+      for (size_t l = 0; l + 1 < nl && ok[i]; l++) {
+        bool found = false;
+        for (size_t j = i + 1; j < *n && !found; j++)
+          found = (*steps)[j] == links[l].step && ok[j];
+        if (!found) {
+          ok[i] = false;
+          snprintf(why, sizeof why, "it builds on the checkpoint of step %"
+                   PRId64 ", which is not intact", links[l].step);
+        }
+      }
+    }
+    if (!ok[i])
+      tsr_warn("checkpoint of step %" PRId64 " skipped: %s", (*steps)[i], why);
+  }
+  for (size_t i = 0; i < *n; i++) {
+    if (ok[i]) (*steps)[k++] = (*steps)[i];
+    json_decref(ms[i]);
+  }
+  free(ok);
+  free(ms);
   *n = k;
   return 0;
 }
@@ -275,7 +309,9 @@ static int ck_newest(const char *root, int64_t max_step, bool intact,
     if (chief_ckpt_dir(root, steps[i], dir, sizeof dir)) continue;
     json_t *m;
     if (ck_load_manifest(dir, &m, why, sizeof why) == 0) {
-      if (!intact || chief_ckpt_verify(dir, m, why, sizeof why) == 0) {
+      if (!intact || (chief_ckpt_verify(dir, m, why, sizeof why) == 0 &&
+                      chief_ckpt_verify_chain(root, steps[i], m, why,
+                                              sizeof why) == 0)) {
         *step = steps[i];
         if (manifest)
           *manifest = m;
@@ -332,6 +368,8 @@ int chief_ckpt_prune(const char *root, int keep, char *err, size_t errlen) {
   if (rc) return rc == TSR_ENOTFOUND ? 0 : rc;
   int kept = 0, removed = 0;
   int64_t newest_committed = -1;
+  int64_t need = INT64_MAX; /* the oldest whole checkpoint a kept one's
+                               chain starts at: kept too */
   for (size_t i = 0; i < n; i++) {
     char dir[CK_PATH];
     if (chief_ckpt_dir(root, all[i], dir, sizeof dir)) continue;
@@ -339,10 +377,19 @@ int chief_ckpt_prune(const char *root, int keep, char *err, size_t errlen) {
     if (committed && newest_committed < 0) newest_committed = all[i];
     int drop;
     if (committed)
-      drop = kept >= keep;
+      drop = kept >= keep && all[i] < need;
     else
       drop = newest_committed >= 0; /* unfinished and older than a commit */
-    if (committed && !drop) kept++;
+    if (committed && !drop) {
+      kept++;
+      json_t *m = NULL;
+      char why[256];
+      if (ck_load_manifest(dir, &m, why, sizeof why) == 0) {
+        int64_t b = chief_ckpt_base_step(m, all[i]);
+        if (b < need) need = b;
+      }
+      json_decref(m);
+    }
     if (drop && ck_rm_tree(dir) == 0) removed++;
   }
   free(all);

@@ -125,6 +125,38 @@ int chief_ckpt_latest_intact(const char *root, int64_t max_step,
                              int64_t *step, json_t **manifest, char *err,
                              size_t errlen);
 
+/* ---- incremental checkpoints (chain.c) ---------------------------------
+ *
+ * An increment (checkpoint.full_every > 1) holds the rows of row-sparse
+ * tables changed since the checkpoint before it (and every dense variable
+ * whole); its manifest says "kind": "increment", "previous": {"step",
+ * "checkpoint_id"}, "base_step" (the whole checkpoint the chain starts
+ * at) and "links" (the chain's length). A restore, a verification and an
+ * export take every link, the whole one first. */
+
+#define CHIEF_CKPT_CHAIN_MAX 64
+
+typedef struct {
+  int64_t step;
+  char id[CHIEF_CKPT_ID_MAX + 1];
+} chief_ckpt_link;
+
+bool chief_ckpt_is_increment(const json_t *manifest);
+/* The step of the whole checkpoint the chain starts at (`step` itself for
+ * a whole one). */
+int64_t chief_ckpt_base_step(const json_t *manifest, int64_t step);
+/* The chain of the checkpoint of `step` with `manifest`: links[0] the
+ * whole one, links[*n - 1] this one (at most CHIEF_CKPT_CHAIN_MAX). Each
+ * link's manifest must be there and hold the checkpoint named; err names
+ * the link that is not. Reads manifests only. */
+int chief_ckpt_chain(const char *root, int64_t step, const json_t *manifest,
+                     chief_ckpt_link *links, size_t *n, char *err,
+                     size_t errlen);
+/* chief_ckpt_chain, and every earlier link's files intact
+ * (chief_ckpt_verify); 0 for a whole checkpoint. */
+int chief_ckpt_verify_chain(const char *root, int64_t step,
+                            const json_t *manifest, char *why, size_t whylen);
+
 /* "ckpt-<step, 12 digits>": a checkpoint folder's name under the root. */
 int chief_ckpt_name(int64_t step, char *buf, size_t len);
 
@@ -150,9 +182,11 @@ int chief_ckpt_list(const char *root, int64_t **steps, size_t *n, char *err,
 int chief_ckpt_list_intact(const char *root, int64_t **steps, size_t *n,
                            char *err, size_t errlen);
 
-/* Keeps the newest `keep` committed checkpoints; deletes older ones and
- * every unfinished folder older than the newest committed one. Returns the
- * number of folders removed or a negative code. */
+/* Keeps the newest `keep` committed checkpoints and every checkpoint
+ * their chains build on (an increment's links back to its whole one);
+ * deletes older ones and every unfinished folder older than the newest
+ * committed one. Returns the number of folders removed or a negative
+ * code. */
 int chief_ckpt_prune(const char *root, int keep, char *err, size_t errlen);
 
 #endif

@@ -153,12 +153,12 @@ static int cr_copy(const chief_ckpt_var *v, const tsr_shardfile *f,
   return 0;
 }
 
-int chief_ckpt_load_value(const chief_ckpt_var *v, float *out,
-                          uint8_t *present, char *err, size_t errlen) {
+static int cr_value(const chief_ckpt_var *v, float *out, uint8_t *present,
+                    bool fresh, char *err, size_t errlen) {
   int64_t dim0 = v->rank ? v->shape[0] : 1;
   uint8_t *have = present ? present : calloc((size_t)dim0, 1);
   if (!have) return tsr_errf(err, errlen, TSR_ENOMEM, "out of memory");
-  if (present) memset(present, 0, (size_t)dim0);
+  if (present && fresh) memset(present, 0, (size_t)dim0);
   int rc = 0;
   for (int k = 0; k < v->n_parts && !rc; k++) {
     tsr_shardfile f;
@@ -175,4 +175,14 @@ int chief_ckpt_load_value(const chief_ckpt_var *v, float *out,
       }
   if (!present) free(have);
   return rc;
+}
+
+int chief_ckpt_load_value(const chief_ckpt_var *v, float *out,
+                          uint8_t *present, char *err, size_t errlen) {
+  return cr_value(v, out, present, true, err, errlen);
+}
+
+int chief_ckpt_overlay_value(const chief_ckpt_var *v, float *out,
+                             uint8_t *present, char *err, size_t errlen) {
+  return cr_value(v, out, present, false, err, errlen);
 }

@@ -48,4 +48,10 @@ void chief_ckpt_vars_free(chief_ckpt_var *vars, size_t n);
 int chief_ckpt_load_value(const chief_ckpt_var *v, float *out,
                           uint8_t *present, char *err, size_t errlen);
 
+/* The same over what `out` and `present` already hold (an increment's
+ * parts over the checkpoints it builds on): the rows its parts hold
+ * replace those, and are marked present. */
+int chief_ckpt_overlay_value(const chief_ckpt_var *v, float *out,
+                             uint8_t *present, char *err, size_t errlen);
+
 #endif

@@ -8,7 +8,9 @@
  * never touched were never created on the PS; export gives them their
  * initial values (the same deterministic ones the PS would have made).
  * `inspect --verify` checks the checkpoint as a restore would
- * (chief_ckpt_verify) and exits 1 naming the damage.
+ * (chief_ckpt_verify, and for an increment every checkpoint it builds on)
+ * and exits 1 naming the damage; export of an increment overlays its rows
+ * on the checkpoints it builds on, the whole one first.
  */
 #include "chief/ckpt/ckpt.h"
 #include "chief/ckpt/ckpt_read.h"
@@ -107,6 +109,15 @@ static int inspect(const char *folder, int64_t step, json_t *man, bool json,
          json_string_value(json_object_get(man, "model_digest"))
              ? json_string_value(json_object_get(man, "model_digest"))
              : "?");
+  if (chief_ckpt_is_increment(man)) {
+    json_t *prev = json_object_get(man, "previous");
+    printf("an increment: the rows of row-sparse tables changed since the "
+           "checkpoint of step %lld, over the whole checkpoint of step %lld "
+           "(%lld links)\n\n",
+           (long long)json_integer_value(json_object_get(prev, "step")),
+           (long long)json_integer_value(json_object_get(man, "base_step")),
+           (long long)json_integer_value(json_object_get(man, "links")));
+  }
   printf("%-28s %-16s %-10s %5s %10s %-9s %-22s %8s %12s\n", "VARIABLE",
          "SHAPE", "KIND", "PARTS", "ROWS", "OPTIMIZER", "SLOTS", "APPLIES",
          "BYTES");
@@ -160,8 +171,15 @@ static void stats_path(const char *path, char *buf, size_t len) {
     snprintf(buf, len, "input_stats.json");
 }
 
+/* The checkpoints an increment builds on, scanned, whole first (none for a
+ * whole checkpoint). */
+typedef struct {
+  chief_ckpt_var *vars;
+  size_t n;
+} scanned;
+
 static int export_all(const export_to *to, json_t *man, chief_ckpt_var *vars,
-                      size_t n) {
+                      size_t n, const scanned *before, size_t n_before) {
   char err[1024];
   uint64_t seed = (uint64_t)json_integer_value(json_object_get(man, "seed"));
   json_t *mv = json_object_get(man, "variables");
@@ -205,7 +223,23 @@ static int export_all(const export_to *to, json_t *man, chief_ckpt_var *vars,
       rc = TSR_ENOMEM;
       snprintf(err, sizeof err, "%s: out of memory", v->name);
     }
-    if (!rc) rc = chief_ckpt_load_value(v, vals[i], present, err, sizeof err);
+    /* an increment's rows over the checkpoints it builds on (dense
+     * variables are whole in every link: the newest) */
+    for (size_t l = 0; !rc && v->sparse && l < n_before; l++) {
+      const chief_ckpt_var *bv = find_var(before[l].vars, before[l].n, v->name);
+      if (!bv) {
+        rc = TSR_ENOTFOUND;
+        snprintf(err, sizeof err, "%s: no part in the checkpoint it builds "
+                 "on (link %zu)", v->name, l);
+        break;
+      }
+      rc = l ? chief_ckpt_overlay_value(bv, vals[i], present, err, sizeof err)
+             : chief_ckpt_load_value(bv, vals[i], present, err, sizeof err);
+    }
+    if (!rc)
+      rc = v->sparse && n_before
+               ? chief_ckpt_overlay_value(v, vals[i], present, err, sizeof err)
+               : chief_ckpt_load_value(v, vals[i], present, err, sizeof err);
     if (!rc && v->sparse) fill_absent(v, mvars[i], seed, vals[i], present);
     free(present);
     ev[i] = (chief_export_var){v->name, v->rank, v->shape, vals[i]};
@@ -327,9 +361,18 @@ int chief_cmd_ckpt(int argc, char **argv) {
     fprintf(stderr, "tessera ckpt %s: %s\n", verb, err);
     return 1;
   }
+  /* the folder it is in: an increment's links are beside it */
+  char root[4096];
+  snprintf(root, sizeof root, "%s", folder);
+  char *slash = strrchr(root, '/');
+  if (slash && slash != root)
+    *slash = 0;
+  else
+    snprintf(root, sizeof root, "%s", slash ? "/" : ".");
   if (verify) {
     char why[1024];
-    if (chief_ckpt_verify(folder, man, why, sizeof why)) {
+    if (chief_ckpt_verify(folder, man, why, sizeof why) ||
+        chief_ckpt_verify_chain(root, step, man, why, sizeof why)) {
       fprintf(stderr, "tessera ckpt %s: %s is damaged: %s\n", verb, folder,
               why);
       json_decref(man);
@@ -344,8 +387,30 @@ int chief_cmd_ckpt(int argc, char **argv) {
     return 1;
   }
   export_to to = {npz, keras, h5};
-  int rc = is_inspect ? inspect(folder, step, man, json, vars, n)
-                      : export_all(&to, man, vars, n);
+  scanned before[CHIEF_CKPT_CHAIN_MAX];
+  size_t n_before = 0;
+  int rc = 0;
+  if (is_export && chief_ckpt_is_increment(man)) {
+    chief_ckpt_link links[CHIEF_CKPT_CHAIN_MAX];
+    size_t nl = 0;
+    rc = chief_ckpt_chain(root, step, man, links, &nl, err, sizeof err);
+    for (size_t l = 0; !rc && l + 1 < nl; l++) {
+      char dir[4096];
+      chief_ckpt_dir(root, links[l].step, dir, sizeof dir);
+      rc = chief_ckpt_scan(dir, &before[l].vars, &before[l].n, err,
+                           sizeof err);
+      if (!rc) n_before++;
+    }
+    if (rc) {
+      fprintf(stderr, "tessera ckpt export: %s\n", err);
+      rc = 1;
+    }
+  }
+  if (!rc)
+    rc = is_inspect ? inspect(folder, step, man, json, vars, n)
+                    : export_all(&to, man, vars, n, before, n_before);
+  for (size_t l = 0; l < n_before; l++)
+    chief_ckpt_vars_free(before[l].vars, before[l].n);
   if (!rc && verify && !json)
     printf("\nverified: %zu file(s), every byte read, all intact\n",
            json_array_size(json_object_get(man, "files")));

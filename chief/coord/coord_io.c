@@ -170,6 +170,7 @@ static void coord_drain(coord *co) {
     co->q_len--;
     if (e.has_msg) e.ev.msg = e.msg;
     if (e.steps) e.ev.steps = e.steps;
+    if (e.steps && e.has_bases) e.ev.bases = e.steps + e.ev.n_steps;
     e.ev.now = tsr_now_s();
     if (e.ev.kind == COORD_EV_RESTORE_DONE && co->trace &&
         co->trace_restore_us) { /* every PS has answered its restore */
@@ -225,16 +226,24 @@ void coord__post(coord *co, const coord_event *ev) {
   e->ev = *ev;
   e->ev.msg = NULL;
   e->ev.steps = NULL;
+  e->ev.bases = NULL;
   if (ev->msg) {
     snprintf(e->msg, sizeof e->msg, "%s", ev->msg);
     e->has_msg = true;
   }
   if (ev->steps && ev->n_steps) {
-    e->steps = malloc(ev->n_steps * sizeof *e->steps);
-    if (e->steps)
-      memcpy(e->steps, ev->steps, ev->n_steps * sizeof *e->steps);
-    else
+    /* the steps, then their bases when given, in one block */
+    size_t n = ev->n_steps;
+    e->steps = malloc(2 * n * sizeof *e->steps);
+    if (e->steps) {
+      memcpy(e->steps, ev->steps, n * sizeof *e->steps);
+      if (ev->bases) {
+        memcpy(e->steps + n, ev->bases, n * sizeof *e->steps);
+        e->has_bases = true;
+      }
+    } else {
       e->ev.n_steps = 0;
+    }
   }
   co->q_len++;
   coord_drain(co);

@@ -74,7 +74,8 @@ typedef struct {
   coord_event ev;
   char msg[COORD_MSG_MAX];
   bool has_msg;
-  int64_t *steps;
+  int64_t *steps;          /* and, with has_bases, the bases after them */
+  bool has_bases;
 } coord_qev;
 
 struct coord {
@@ -120,6 +121,16 @@ struct coord {
   bool fs_running;
   chief_ckpt_files ckpt_files; /* the checkpoint being saved: its id and
                                   the files every PS reported */
+  /* the checkpoint whose state the PS hold (the last committed, or the one
+   * restored): an increment builds on it */
+  struct {
+    bool valid;
+    int64_t step, base;      /* base: the whole one its chain starts at */
+    int links;               /* its chain's length (1: whole) */
+    char id[CHIEF_CKPT_ID_MAX + 1];
+  } ck_on;
+  bool ckpt_inc;           /* the one being saved is asked as an increment */
+  bool ckpt_any_inc;       /* some PS saved it as one */
   int shutdown_pending;    /* SHUTDOWN: calls not answered yet */
   uint64_t shutdown_op;
   uint64_t run_id;

@@ -236,6 +236,8 @@ static void coord_ps_on_save(const ps_result *r, void *data) {
       (status = chief_ckpt_files_add(&co->ckpt_files, call->ps->index,
                                      r->save, err, sizeof err)))
     msg = err;
+  const Tessera__Ps__SaveResponse *sr = r->save;
+  if (status == 0 && sr && sr->incremental) co->ckpt_any_inc = true;
   coord_psop_result(co, call->op, call->ps, call->what, status, msg);
   free(call);
 }
@@ -255,8 +257,19 @@ static void coord_ps_dir_call(coord *co, uint64_t op, int64_t step,
     coord_psop_end(co, op);
     return;
   }
+  /* a restore of an increment: the checkpoints it builds on, whole first */
+  chief_ckpt_link chain[CHIEF_CKPT_CHAIN_MAX];
+  char chain_dir[CHIEF_CKPT_CHAIN_MAX][64];
+  ps_chain_link links[CHIEF_CKPT_CHAIN_MAX];
+  size_t n_chain = 0;
   if (save) {
     chief_ckpt_files_start(&co->ckpt_files, step);
+    /* an increment over the checkpoint the PS hold, up to full_every
+     * links; a PS that does not know it saves whole */
+    co->ckpt_inc = co->job.checkpoint_full_every > 1 && co->ck_on.valid &&
+                   co->ck_on.links < co->job.checkpoint_full_every &&
+                   co->ck_on.step < step;
+    co->ckpt_any_inc = false;
   } else {
     /* the files must be of the checkpoint the manifest commits */
     int64_t st;
@@ -265,7 +278,26 @@ static void coord_ps_dir_call(coord *co, uint64_t op, int64_t step,
     if (chief_ckpt_read(dir, &st, &m, NULL, 0, err, sizeof err) == 0) {
       const char *s = json_string_value(json_object_get(m, "checkpoint_id"));
       snprintf(id, sizeof id, "%s", s ? s : "");
+      size_t n = 1;
+      int rc = chief_ckpt_chain(co->job.checkpoint_dir, step, m, chain, &n,
+                                err, sizeof err);
       json_decref(m);
+      if (rc) {
+        coord_psop_result(co, op, NULL, "restore", rc, err);
+        coord_psop_end(co, op);
+        return;
+      }
+      n_chain = n - 1;
+      for (size_t k = 0; k < n_chain; k++) {
+        chief_ckpt_name(chain[k].step, chain_dir[k], sizeof chain_dir[k]);
+        links[k] = (ps_chain_link){chain_dir[k], chain[k].id, chain[k].step};
+      }
+      /* the PS hold it once restored: the next increment builds on it */
+      co->ck_on.valid = true;
+      co->ck_on.step = step;
+      co->ck_on.base = chain[0].step;
+      co->ck_on.links = (int)n;
+      snprintf(co->ck_on.id, sizeof co->ck_on.id, "%s", id);
     }
   }
   for (int i = 0; i < co->n_ps; i++) {
@@ -278,11 +310,15 @@ static void coord_ps_dir_call(coord *co, uint64_t op, int64_t step,
     }
     /* a restore starts the clocks at the checkpoint's step on every PS */
     /* answered once snapshotted: the files come with SAVE_WAIT */
-    int rc = save ? ps_client_save_start(p->cli, name, co->ckpt_files.id,
+    int rc = save ? ps_client_save_since(p->cli, name, co->ckpt_files.id,
                                          step, co->job.checkpoint_per_ps,
+                                         co->ckpt_inc ? co->ck_on.id : "",
                                          coord_ps_on_result, call)
-                  : ps_client_restore_ckpt(p->cli, name, id, step,
-                                           coord_ps_on_result, call);
+             : n_chain ? ps_client_restore_chain(p->cli, name, id, step,
+                                                 links, n_chain,
+                                                 coord_ps_on_result, call)
+                       : ps_client_restore_ckpt(p->cli, name, id, step,
+                                                coord_ps_on_result, call);
     coord_ps_started(co, call, rc);
   }
   coord_psop_end(co, op);
@@ -376,6 +412,10 @@ typedef struct {
   uint64_t op;
   int64_t step;
   json_t *m;
+  bool inc;        /* an increment over co->ck_on */
+  int64_t base;
+  int links;
+  char id[CHIEF_CKPT_ID_MAX + 1];
   int rc;
   char err[512];
 } coord_commit;
@@ -392,10 +432,19 @@ static void coord_commit_work(uv_work_t *w) {
 
 static void coord_commit_done(uv_work_t *w, int status) {
   coord_commit *c = w->data;
+  coord *co = c->co;
   int rc = status ? status : c->rc;
+  if (!rc) { /* the PS hold it: the next increment builds on it */
+    co->ck_on.valid = true;
+    co->ck_on.step = c->step;
+    co->ck_on.base = c->base;
+    co->ck_on.links = c->links;
+    snprintf(co->ck_on.id, sizeof co->ck_on.id, "%s", c->id);
+  }
   coord_event ev = {.kind = rc ? COORD_EV_CKPT_FAILED
                                : COORD_EV_CKPT_COMMITTED,
                     .op = c->op, .step = c->step, .status = rc,
+                    .increment = c->inc, .base = c->base,
                     .msg = rc ? (c->err[0] ? c->err : tsr_strerror(rc))
                               : NULL};
   coord__post(c->co, &ev);
@@ -453,6 +502,20 @@ void coord__ps_commit(coord *co, uint64_t op, int64_t step, int64_t total) {
     c->op = op;
     c->step = step;
     c->m = m;
+    /* an increment when some PS saved one; else whole */
+    c->inc = co->ckpt_inc && co->ckpt_any_inc;
+    c->base = c->inc ? co->ck_on.base : step;
+    c->links = c->inc ? co->ck_on.links + 1 : 1;
+    snprintf(c->id, sizeof c->id, "%s", co->ckpt_files.id);
+    json_object_set_new(m, "kind", json_string(c->inc ? "increment" : "full"));
+    json_object_set_new(m, "base_step", json_integer(c->base));
+    json_object_set_new(m, "links", json_integer(c->links));
+    if (c->inc) {
+      json_t *prev = json_object();
+      json_object_set_new(prev, "step", json_integer(co->ck_on.step));
+      json_object_set_new(prev, "checkpoint_id", json_string(co->ck_on.id));
+      json_object_set_new(m, "previous", prev);
+    }
     c->work.data = c;
     rc = uv_queue_work(&co->loop, &c->work, coord_commit_work,
                        coord_commit_done);

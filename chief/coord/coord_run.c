@@ -241,11 +241,25 @@ static void coord_post_checkpoints(coord *co) {
       return;
     }
   }
+  /* each one's base: pruning keeps what a kept increment builds on */
+  int64_t *bases = n ? malloc(n * sizeof *bases) : NULL;
+  for (size_t i = 0; bases && i < n; i++) {
+    char dir[4096];
+    int64_t st;
+    json_t *m = NULL;
+    bases[i] = steps[i];
+    if (chief_ckpt_dir(co->job.checkpoint_dir, steps[i], dir, sizeof dir) ==
+            0 &&
+        chief_ckpt_read(dir, &st, &m, NULL, 0, err, sizeof err) == 0)
+      bases[i] = chief_ckpt_base_step(m, steps[i]);
+    json_decref(m);
+  }
   if (n) {
     coord_event ev = {.kind = COORD_EV_CHECKPOINTS, .steps = steps,
-                      .n_steps = n};
+                      .n_steps = n, .bases = bases};
     coord__post(co, &ev);
   }
+  free(bases);
   free(steps);
 }
 

@@ -474,7 +474,9 @@ int coord_sm_step(coord_sm *sm, const coord_event *ev, coord_actions *out) {
       sm__fail(sm, COORD_EXIT_SIGNAL, "interrupted at step %" PRId64,
                sm__global(sm));
       break;
-    case COORD_EV_CHECKPOINTS: sm__ckpt_known(sm, ev->steps, ev->n_steps); break;
+    case COORD_EV_CHECKPOINTS:
+      sm__ckpt_known(sm, ev->steps, ev->bases, ev->n_steps);
+      break;
     case COORD_EV_PS_UP:
     case COORD_EV_PS_LOST:
     case COORD_EV_SETUP_DONE:

@@ -50,7 +50,8 @@
  *
  * Invariants the tests check: the final step count equals the total; a
  * closure is counted at most once and only in its generation; PRUNE never
- * removes the newest committed checkpoint; RESTORE always names a
+ * removes the newest committed checkpoint, nor one a kept increment
+ * builds on; RESTORE always names a
  * committed one; a data error always fails the run; every run reaches
  * FINISH or FAIL when only timer events come.
  *
@@ -133,7 +134,7 @@ typedef enum {
   COORD_EV_SIGNAL,
   COORD_EV_CHECKPOINTS,    /* steps/n_steps: the committed checkpoints on
                               disk at start, any order (the chief resumes
-                              from the newest) */
+                              from the newest); bases: each one's base */
   COORD_EV_PS_UP,          /* index */
   COORD_EV_PS_LOST,        /* index, msg */
   COORD_EV_SETUP_DONE,     /* op, status, index (the PS that failed), lost,
@@ -143,7 +144,7 @@ typedef enum {
                               holds its snapshot (or one failed) */
   COORD_EV_SAVE_WRITTEN,   /* op, status, index, lost, msg: every PS has
                               written its files (or one failed) */
-  COORD_EV_CKPT_COMMITTED, /* op, step */
+  COORD_EV_CKPT_COMMITTED, /* op, step, increment, base */
   COORD_EV_CKPT_FAILED,    /* op, step, msg */
   COORD_EV_WK_UP,          /* index */
   COORD_EV_WK_LOST,        /* index, msg */
@@ -173,6 +174,13 @@ typedef struct {
   coord_closure_stats stats;
   const int64_t *steps;    /* CHECKPOINTS */
   size_t n_steps;
+  /* an increment's chain starts at the whole checkpoint of step `base`:
+   * CKPT_COMMITTED's `increment` and `base`, CHECKPOINTS's `bases` (one per
+   * step, the step itself for a whole one; NULL: every one whole).
+   * Pruning keeps every checkpoint a kept one builds on. */
+  bool increment;
+  int64_t base;
+  const int64_t *bases;
 } coord_event;
 
 typedef enum {

@@ -34,33 +34,47 @@
 
 /* ---- the list ----------------------------------------------------------- */
 
-static void sm_ck_insert(coord_sm *sm, int64_t step) {
+/* Removes entry i of the list. */
+static void sm_ck_remove(coord_sm *sm, int i) {
+  size_t k = (size_t)(sm->n_ck - 1 - i);
+  memmove(&sm->ck[i], &sm->ck[i + 1], k * sizeof sm->ck[0]);
+  memmove(&sm->ck_bad[i], &sm->ck_bad[i + 1], k * sizeof sm->ck_bad[0]);
+  memmove(&sm->ck_base[i], &sm->ck_base[i + 1], k * sizeof sm->ck_base[0]);
+  sm->n_ck--;
+}
+
+/* A committed checkpoint of `step` whose chain starts at `base` (itself
+ * when whole). */
+static void sm_ck_insert(coord_sm *sm, int64_t step, int64_t base) {
   if (step < 0) return;
+  if (base < 0 || base > step) base = step;
   int i = 0;
   while (i < sm->n_ck && sm->ck[i] < step) i++;
   if (i < sm->n_ck && sm->ck[i] == step) {
     sm->ck_bad[i] = false; /* written again */
+    sm->ck_base[i] = base;
     return;
   }
   if (sm->n_ck == COORD_MAX_CKPTS) {
     if (i == 0) return; /* older than all we track */
     /* forget the oldest (not pruned: only tracking is bounded) */
-    memmove(&sm->ck[0], &sm->ck[1], (size_t)(sm->n_ck - 1) * sizeof sm->ck[0]);
-    memmove(&sm->ck_bad[0], &sm->ck_bad[1],
-            (size_t)(sm->n_ck - 1) * sizeof sm->ck_bad[0]);
-    sm->n_ck--;
+    sm_ck_remove(sm, 0);
     i--;
   }
-  memmove(&sm->ck[i + 1], &sm->ck[i], (size_t)(sm->n_ck - i) * sizeof sm->ck[0]);
-  memmove(&sm->ck_bad[i + 1], &sm->ck_bad[i],
-          (size_t)(sm->n_ck - i) * sizeof sm->ck_bad[0]);
+  size_t k = (size_t)(sm->n_ck - i);
+  memmove(&sm->ck[i + 1], &sm->ck[i], k * sizeof sm->ck[0]);
+  memmove(&sm->ck_bad[i + 1], &sm->ck_bad[i], k * sizeof sm->ck_bad[0]);
+  memmove(&sm->ck_base[i + 1], &sm->ck_base[i], k * sizeof sm->ck_base[0]);
   sm->ck[i] = step;
   sm->ck_bad[i] = false;
+  sm->ck_base[i] = base;
   sm->n_ck++;
 }
 
-void sm__ckpt_known(coord_sm *sm, const int64_t *steps, size_t n) {
-  for (size_t i = 0; i < n; i++) sm_ck_insert(sm, steps[i]);
+void sm__ckpt_known(coord_sm *sm, const int64_t *steps, const int64_t *bases,
+                    size_t n) {
+  for (size_t i = 0; i < n; i++)
+    sm_ck_insert(sm, steps[i], bases ? bases[i] : steps[i]);
 }
 
 int64_t sm__newest_good(const coord_sm *sm) {
@@ -74,20 +88,28 @@ int64_t sm__newest_committed(const coord_sm *sm) {
 }
 
 void sm__mark_bad(coord_sm *sm, int64_t step) {
+  /* and every increment that builds on it: none can be restored now */
   for (int i = 0; i < sm->n_ck; i++)
-    if (sm->ck[i] == step) sm->ck_bad[i] = true;
+    if (sm->ck[i] == step || (sm->ck_base[i] <= step && sm->ck[i] > step))
+      sm->ck_bad[i] = true;
 }
 
-/* Keeps the newest ckpt_keep; the oldest go first, never the newest. */
+/* Keeps the newest ckpt_keep and every checkpoint their chains build on
+ * (the ones from a kept increment's base on); never the newest. The
+ * others go newest first, so that no increment is ever left without the
+ * checkpoints it builds on (were the chief to stop between two). */
 static void sm_prune(coord_sm *sm) {
-  while (sm->n_ck > sm->c.ckpt_keep && sm->n_ck > 1) {
+  int kept_from = sm->n_ck - sm->c.ckpt_keep;
+  if (kept_from <= 0) return;
+  int64_t need = INT64_MAX;
+  for (int i = kept_from; i < sm->n_ck; i++)
+    if (sm->ck_base[i] < need) need = sm->ck_base[i];
+  for (int i = kept_from - 1; i >= 0; i--) {
+    if (sm->ck[i] >= need) continue;
     coord_action *a = sm__emit(sm, COORD_ACT_PRUNE);
     if (!a) return;
-    a->step = sm->ck[0];
-    memmove(&sm->ck[0], &sm->ck[1], (size_t)(sm->n_ck - 1) * sizeof sm->ck[0]);
-    memmove(&sm->ck_bad[0], &sm->ck_bad[1],
-            (size_t)(sm->n_ck - 1) * sizeof sm->ck_bad[0]);
-    sm->n_ck--;
+    a->step = sm->ck[i];
+    sm_ck_remove(sm, i);
   }
 }
 
@@ -115,6 +137,10 @@ static bool sm_ckpt_start(coord_sm *sm, int64_t step) {
     return false;
   }
   sm->save_step = step;
+  /* the next one is due `every` steps after this one began, whether it
+   * ends well or not */
+  sm->next_ckpt = sm_next(step, sm->c.ckpt_every_steps);
+  sm->t_last_ckpt = sm->now;
   sm->ck_stage = SM_CK_SNAP;
   sm->ck_op = ++sm->next_op;
   sm->t_ck = sm->now;
@@ -182,8 +208,6 @@ void sm__pump_drain(coord_sm *sm) {
 static void sm_ckpt_done(coord_sm *sm) {
   sm->ck_stage = SM_CK_IDLE;
   sm->ck_op = 0;
-  sm->next_ckpt = sm_next(sm->save_step, sm->c.ckpt_every_steps);
-  sm->t_last_ckpt = sm->now;
   if (sm->phase == SM_SAVE) sm__set_phase(sm, SM_DRAIN);
 }
 
@@ -278,9 +302,15 @@ void sm__on_ckpt(coord_sm *sm, const coord_event *ev) {
       return;
     case COORD_EV_CKPT_COMMITTED:
       if (!sm_ck_answer(sm, ev, SM_CK_COMMIT)) return;
-      sm_ck_insert(sm, sm->save_step);
-      sm__note(sm, TSR_LOG_INFO, "checkpoint of step %" PRId64 " committed",
-               sm->save_step);
+      sm_ck_insert(sm, sm->save_step,
+                   ev->increment ? ev->base : sm->save_step);
+      if (ev->increment)
+        sm__note(sm, TSR_LOG_INFO, "checkpoint of step %" PRId64 " committed "
+                 "(an increment over the checkpoints from step %" PRId64 ")",
+                 sm->save_step, ev->base);
+      else
+        sm__note(sm, TSR_LOG_INFO, "checkpoint of step %" PRId64
+                 " committed", sm->save_step);
       sm_prune(sm);
       sm_ckpt_done(sm);
       return;

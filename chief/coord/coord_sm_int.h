@@ -83,6 +83,8 @@ struct coord_sm {
   /* committed checkpoints, oldest first */
   int64_t ck[COORD_MAX_CKPTS];
   bool ck_bad[COORD_MAX_CKPTS];   /* failed to restore restore_tries times */
+  int64_t ck_base[COORD_MAX_CKPTS]; /* the whole checkpoint its chain starts
+                                       at (itself when whole) */
   int n_ck;
   int64_t restore_step;
   int64_t save_step;
@@ -148,7 +150,8 @@ int sm__count(const coord_sm *sm, coord_wk_state st);
 int sm__ready_worker(coord_sm *sm);  /* for an evaluation; -1: none */
 
 /* coord_sm_ckpt.c */
-void sm__ckpt_known(coord_sm *sm, const int64_t *steps, size_t n);
+void sm__ckpt_known(coord_sm *sm, const int64_t *steps, const int64_t *bases,
+                    size_t n);
 int64_t sm__newest_good(const coord_sm *sm);   /* -1: none */
 int64_t sm__newest_committed(const coord_sm *sm);
 void sm__mark_bad(coord_sm *sm, int64_t step);

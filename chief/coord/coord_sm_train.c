@@ -475,7 +475,11 @@ void sm__pump_train(coord_sm *sm) {
     return;
   }
   int64_t step = sm__global(sm);
-  if (sm->c.ckpt && !sm__ckpt_busy(sm) &&
+  /* async: as often as the disk allows, at most every N steps (training
+   * never waits); sync and ssp: every N steps, the pause waiting for the
+   * checkpoint before when the disk is slower than that */
+  if (sm->c.ckpt && (sm->c.mode != TSR_MODE_ASYNC || !sm__ckpt_busy(sm)) &&
+      !sm->ckpt_due &&
       (step >= sm->next_ckpt ||
        (sm->c.ckpt_every_secs > 0 &&
         sm->now - sm->t_last_ckpt >= sm->c.ckpt_every_secs)))

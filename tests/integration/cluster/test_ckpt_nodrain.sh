@@ -5,8 +5,10 @@
 # test likes, whatever the disk's speed. Async: training goes on from the
 # first checkpoint's snapshot (step 0) to many checkpoint intervals past
 # it while no checkpoint is committed (the chief used to drain every
-# closure and wait for the files). Sync: the same once every PS holds its
-# snapshot. Then the gate opens: the held checkpoint commits, the later
+# closure and wait for the files). Sync: training goes on once every PS
+# holds its snapshot, up to the next checkpoint (sync takes one every N
+# steps exactly, waiting for the one before when the disk is slower). Then
+# the gate opens: the held checkpoint commits, the later
 # ones follow, the run ends with the exact step count, no checkpoint
 # failed, and the newest is intact (tessera ckpt inspect --verify). The
 # wait for the steps (120 s) is shorter than the chief's deadline for a
@@ -27,8 +29,8 @@ steps_past() {
   [ "$(ckpt_step "$2")" = -1 ] && [ "$(status_step)" -ge "$1" ]
 }
 
-run_mode() { # mode steps every
-  local mode=$1 steps=$2 every=$3
+run_mode() { # mode steps every intervals
+  local mode=$1 steps=$2 every=$3 past=$(($3 * $4))
   local ck="$WORK/ck_$mode"
   touch "$WORK/gate"
   write_diabetes_job "$WORK/job_$mode.json" ", \"steps\": $steps,
@@ -37,8 +39,8 @@ run_mode() { # mode steps every
   cluster 2 2
   TESSERA_TEST_SAVE_GATE="$WORK/gate" start_all
   start_chief --job "$WORK/job_$mode.json" --summary-json "$WORK/s_$mode.json"
-  check "$mode: $((3 * every)) steps trained while the first checkpoint's files are held" \
-    wait_for 120 steps_past $((3 * every)) "$ck"
+  check "$mode: $past steps trained while the first checkpoint's files are held" \
+    wait_for 120 steps_past "$past" "$ck"
   check "$mode: nothing committed while the gate is shut" \
     test "$(ckpt_step "$ck")" = -1
   rm -f "$WORK/gate"
@@ -57,6 +59,6 @@ run_mode() { # mode steps every
   PIDS=()
 }
 
-run_mode async 6000 300
-run_mode sync 1500 100
+run_mode async 6000 300 3
+run_mode sync 1500 100 1
 finish

@@ -63,9 +63,17 @@ typedef struct {
   bool cfg_pending[SIM_MAX];
   sim_fl fl[SIM_FL];
   int n_fl;
-  /* the checkpoint folder */
+  /* the checkpoint folder: each one's step and the whole checkpoint its
+   * chain starts at (increments: the I/O side's choice, every full_every
+   * links a whole one; 0 or 1: every one whole) */
   int64_t disk[SIM_DISK];
+  int64_t disk_base[SIM_DISK];
+  int disk_links[SIM_DISK];
   int n_disk;
+  int full_every;
+  bool on_valid;                  /* the checkpoint the PS hold */
+  int64_t on_step, on_base;
+  int on_links;
   /* tracking */
   uint64_t *counted;
   size_t n_counted, cap_counted;
@@ -108,9 +116,18 @@ static inline int64_t sim_disk_newest(const sim *s) {
 static inline void sim_disk_remove(sim *s, int64_t step) {
   for (int i = 0; i < s->n_disk; i++)
     if (s->disk[i] == step) {
-      s->disk[i] = s->disk[--s->n_disk];
+      s->n_disk--;
+      s->disk[i] = s->disk[s->n_disk];
+      s->disk_base[i] = s->disk_base[s->n_disk];
+      s->disk_links[i] = s->disk_links[s->n_disk];
       return;
     }
+}
+
+static inline int sim_disk_at(const sim *s, int64_t step) {
+  for (int i = 0; i < s->n_disk; i++)
+    if (s->disk[i] == step) return i;
+  return -1;
 }
 
 static inline int64_t sim_k(const sim *s) {
@@ -150,6 +167,11 @@ static inline void sim_apply(sim *s, const coord_action *a) {
         SIM_CHECK(s, sim_on_disk(s, a->step),
                   "RESTORE of step %" PRId64 ", not a committed checkpoint",
                   a->step);
+        /* and the whole checkpoint its chain starts at */
+        int at = sim_disk_at(s, a->step);
+        SIM_CHECK(s, at >= 0 && sim_on_disk(s, s->disk_base[at]),
+                  "RESTORE of step %" PRId64 ", whose chain's whole "
+                  "checkpoint is gone", a->step);
         s->last_restore = a->step;
       }
       if (a->kind == COORD_ACT_EVALUATE)
@@ -193,6 +215,11 @@ static inline void sim_apply(sim *s, const coord_action *a) {
                 "PRUNE of the newest committed checkpoint (step %" PRId64
                 ")", a->step);
       sim_disk_remove(s, a->step);
+      for (int i = 0; i < s->n_disk; i++)
+        SIM_CHECK(s, !(s->disk_base[i] <= a->step && a->step < s->disk[i]),
+                  "PRUNE of step %" PRId64 ", a link of the increment of "
+                  "step %" PRId64 " (its chain from step %" PRId64 ")",
+                  a->step, s->disk[i], s->disk_base[i]);
       break;
     case COORD_ACT_CONFIGURE:
       SIM_CHECK(s, s->wk_up[a->index], "CONFIGURE of worker %d, down",
@@ -295,9 +322,11 @@ static inline void sim_restart_chief(sim *s) {
   s->n_counted = 0; /* its closure ids are its own */
   s->restored = -1;
   s->ended = false;
+  s->on_valid = false; /* the new chief knows what it restores */
   if (s->n_disk)
     sim_ev(s, (coord_event){.kind = COORD_EV_CHECKPOINTS, .steps = s->disk,
-                            .n_steps = (size_t)s->n_disk});
+                            .n_steps = (size_t)s->n_disk,
+                            .bases = s->disk_base});
 }
 
 static inline void sim_free(sim *s) {
@@ -358,10 +387,18 @@ static inline void sim_answer(sim *s, int status, int ps, bool lost,
                     .msg = msg, .step = s->op_step};
   switch (s->op_kind) {
     case COORD_ACT_SETUP_PS: ev.kind = COORD_EV_SETUP_DONE; break;
-    case COORD_ACT_RESTORE:
+    case COORD_ACT_RESTORE: {
       ev.kind = COORD_EV_RESTORE_DONE;
       s->restored = status ? -1 : s->op_step;
+      int at = sim_disk_at(s, s->op_step);
+      if (!status && at >= 0) { /* the PS hold it now */
+        s->on_valid = true;
+        s->on_step = s->op_step;
+        s->on_base = s->disk_base[at];
+        s->on_links = s->disk_links[at];
+      }
       break;
+    }
     case COORD_ACT_EVALUATE: ev.kind = COORD_EV_EVAL_DONE; break;
     case COORD_ACT_SHUTDOWN: ev.kind = COORD_EV_SHUTDOWN_DONE; break;
     default: fail_msg("no op to answer");
@@ -380,11 +417,30 @@ static inline void sim_ck_answer(sim *s, int status, int ps, bool lost,
   switch (s->ck_kind) {
     case COORD_ACT_SAVE: ev.kind = COORD_EV_SAVE_DONE; break;
     case COORD_ACT_SAVE_WAIT: ev.kind = COORD_EV_SAVE_WRITTEN; break;
-    case COORD_ACT_COMMIT:
+    case COORD_ACT_COMMIT: {
       ev.kind = status ? COORD_EV_CKPT_FAILED : COORD_EV_CKPT_COMMITTED;
-      if (!status && s->n_disk < SIM_DISK && !sim_on_disk(s, s->ck_step))
-        s->disk[s->n_disk++] = s->ck_step;
+      if (status) break;
+      /* as the I/O side: an increment over what the PS hold, up to
+       * full_every links */
+      bool inc = s->full_every > 1 && s->on_valid &&
+                 s->on_links < s->full_every && s->on_step < s->ck_step;
+      int64_t base = inc ? s->on_base : s->ck_step;
+      int links = inc ? s->on_links + 1 : 1;
+      ev.increment = inc;
+      ev.base = base;
+      int at = sim_disk_at(s, s->ck_step);
+      if (at < 0 && s->n_disk < SIM_DISK) at = s->n_disk++;
+      if (at >= 0) {
+        s->disk[at] = s->ck_step;
+        s->disk_base[at] = base;
+        s->disk_links[at] = links;
+      }
+      s->on_valid = true;
+      s->on_step = s->ck_step;
+      s->on_base = base;
+      s->on_links = links;
       break;
+    }
     default: fail_msg("no checkpoint stage to answer");
   }
   sim_ev(s, ev);
@@ -513,7 +569,11 @@ static inline coord_sm_config sim_ckpt_config(int n_ps, int n_wk,
 /* A new chief on a disk that holds the committed checkpoints of `steps`
  * (n of them, oldest first). */
 static inline void sim_restart_on(sim *s, const int64_t *steps, int n) {
-  for (int i = 0; i < n; i++) s->disk[s->n_disk++] = steps[i];
+  for (int i = 0; i < n; i++) {
+    s->disk_base[s->n_disk] = steps[i];
+    s->disk_links[s->n_disk] = 1;
+    s->disk[s->n_disk++] = steps[i];
+  }
   sim_restart_chief(s);
 }
 

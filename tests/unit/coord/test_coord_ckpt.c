@@ -170,6 +170,67 @@ static void run_ends_after_its_last_checkpoint(void **state) {
   }
 }
 
+/* Increments (every third checkpoint whole) with one checkpoint kept:
+ * pruning keeps the whole checkpoint and the increments the newest one
+ * builds on, removes increments before the checkpoints they build on,
+ * and never leaves a kept increment without its chain (sim.h checks it
+ * at every PRUNE); a restore names a checkpoint whose chain is there. */
+static void pruning_keeps_chains(void **state) {
+  (void)state;
+  coord_sm_config c = sim_ckpt_config(1, 2, TSR_MODE_ASYNC, 400, 20);
+  c.ckpt_keep = 1;
+  sim s;
+  sim_init(&s, &c, 0);
+  s.full_every = 3;
+  start(&s);
+  int most = 0, longest = 0;
+  for (int r = 0; r < 20000 && !s.ended; r++) {
+    sim_step(&s);
+    if (s.n_disk > most) most = s.n_disk;
+    for (int i = 0; i < s.n_disk; i++)
+      if (s.disk_links[i] > longest) longest = s.disk_links[i];
+  }
+  assert_int_equal(s.status, 0);
+  assert_int_equal(longest, 3);
+  assert_int_equal(most, 3); /* a whole one and two increments on it */
+  assert_true(s.count[COORD_ACT_PRUNE] >= 4);
+  /* a lost PS, with the chain of three on disk: the restore takes the
+   * newest; when it cannot be restored, the increment before it */
+  sim_free(&s);
+  sim_init(&s, &c, 1);
+  s.full_every = 3;
+  start(&s);
+  for (int r = 0; r < 20000 && !s.ended; r++) {
+    if (!s.ck_active && s.n_disk == 3) break;
+    sim_step(&s);
+  }
+  assert_int_equal(s.n_disk, 3);
+  int64_t newest = sim_disk_newest(&s);
+  int at = sim_disk_at(&s, newest);
+  assert_int_equal(s.disk_links[at], 3);
+  sim_ps_lost(&s, 0);
+  while (s.n_fl) sim_closure_fail(&s, 0, COORD_ERR_LOST, "ps:0 gone");
+  sim_ps_up(&s, 0);
+  for (int t = 0; t < c.restore_tries; t++) {
+    assert_int_equal(s.op_kind, COORD_ACT_SETUP_PS);
+    sim_answer(&s, 0, -1, false, NULL);
+    assert_int_equal(s.op_kind, COORD_ACT_RESTORE);
+    assert_int_equal(s.last_restore, newest);
+    sim_answer(&s, -5, 0, false, "emb.part-0-of-1.tshard: data CRC32C "
+               "mismatch");
+  }
+  assert_int_equal(s.op_kind, COORD_ACT_SETUP_PS);
+  sim_answer(&s, 0, -1, false, NULL);
+  assert_int_equal(s.op_kind, COORD_ACT_RESTORE);
+  assert_true(s.last_restore < newest);
+  assert_true(s.last_restore >= s.disk_base[at]);
+  sim_answer(&s, 0, -1, false, NULL);
+  for (int r = 0; r < 20000 && !s.ended; r++) sim_step(&s);
+  assert_int_equal(s.status, 0);
+  assert_int_equal(coord_sm_global_step(s.sm), 400);
+  sim_free(&s);
+}
+
 int main(void) {
   tsr_log_set_level(TSR_LOG_ERROR);
   const struct CMUnitTest tests[] = {
@@ -177,6 +238,7 @@ int main(void) {
       cmocka_unit_test(sync_resumes_once_snapshotted),
       cmocka_unit_test(lost_ps_discards_the_checkpoint_being_written),
       cmocka_unit_test(run_ends_after_its_last_checkpoint),
+      cmocka_unit_test(pruning_keeps_chains),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

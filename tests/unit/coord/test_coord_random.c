@@ -265,6 +265,9 @@ static void one_run(unsigned seed, tsr_mode mode, bool timers_only) {
   coord_sm_config c = random_config(&x.r, mode);
   sim *s = &x.s;
   sim_init(s, &c, seed);
+  /* increments between whole ones (from the seed: the events drawn stay
+   * the same) */
+  s->full_every = 1 + (int)(seed % 4);
   for (int w = 0; w < c.n_wk; w++) s->examples[w] = 5 + rnd(&x.r) % 120;
   int events = 50 + (int)(rnd(&x.r) % 400);
   /* the cluster comes up in any order */
