@@ -124,11 +124,6 @@ struct ps_kv {
 };
 
 
-/* Bytes per value of a wire dtype. */
-static inline size_t ps__kv_dsize(ps_dtype d) {
-  return d == PS_DT_F32 ? 4 : 2;
-}
-
 /* Frees a layout's n variables (client_kv.c). */
 void ps__kv_free_vars(kv_var *v, int n);
 

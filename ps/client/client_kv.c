@@ -358,7 +358,7 @@ int ps_kv_submit(ps_kv *kv, const ps_kv_request *q, ps_ticket *ticket) {
         c->grad = d;
         at += c->grad_floats;
       }
-      c->grad_bytes = c->grad_floats * ps__kv_dsize(wire);
+      c->grad_bytes = c->grad_floats * ps__dtype_size(wire);
       s->res.bytes_out += c->grad_bytes;
     }
     s->res.bytes_out += (c->n_ids + c->n_pull) * sizeof(int64_t);

@@ -155,7 +155,7 @@ static int issue(ps_kv *kv, kv_call *c, int worker) {
   ps_client *pc = c->ps >= 0 && c->ps < kv->n_ps ? kv->cl[c->ps] : NULL;
   if (!pc) return TSR_EUNAVAIL;
   const char *name = c->var >= 0 ? kv->vars[c->var].name : NULL;
-  size_t pb = c->dst_floats * ps__kv_dsize(c->wire);
+  size_t pb = c->dst_floats * ps__dtype_size(c->wire);
   ps_client_set_era(pc, c->flags & PS_KV_NO_ERA ? 0 : kv->era[c->ps]);
   switch (c->kind) {
     case KV_PULL:
