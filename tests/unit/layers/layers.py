@@ -49,8 +49,9 @@ COMPONENTS = {
     "ps.wire": (["ps/wire/"], ["libtsr_ps_wire.a"],
                 ["config", "common", "kernels", "proto.ps"]),
     # the shard file format (reader, writer, validation) that the PS, the
-    # chief's verification and `tessera ckpt` share; extend `paths` and the
-    # libraries with its home when it has one of its own
+    # chief's verification and `tessera ckpt` share. When it has a home of
+    # its own, list its folder in `paths` and its library in the second
+    # list, and drop ("chief", "ps") from LINK_ALSO below
     "shard_format": (["ps/ckpt_file.h"], [],
                      ["config", "common", "kernels", "ps.wire"]),
     # the PS client: the worker and the chief call the PS through it
