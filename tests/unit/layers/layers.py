@@ -48,12 +48,11 @@ COMPONENTS = {
     # what the PS server and its client both speak
     "ps.wire": (["ps/wire/"], ["libtsr_ps_wire.a"],
                 ["config", "common", "kernels", "proto.ps"]),
-    # the shard file format (reader, writer, validation) that the PS, the
-    # chief's verification and `tessera ckpt` share. When it has a home of
-    # its own, list its folder in `paths` and its library in the second
-    # list, and drop ("chief", "ps") from LINK_ALSO below
-    "shard_format": (["ps/ckpt_file.h"], [],
-                     ["config", "common", "kernels", "ps.wire"]),
+    # the shard file format (reader, writer, validation; FORMAT.md beside
+    # it) that the PS writes and reads, the chief verifies and `tessera
+    # ckpt` reads
+    "shard_format": (["common/ckpt/"], ["libtsr_shardfile.a"],
+                     ["config", "common"]),
     # the PS client: the worker and the chief call the PS through it
     "ps.client": (["ps/client/"], ["libtsr_ps_client.a"],
                   ["config", "common", "kernels", "ps.wire", "proto.ps"]),
@@ -65,15 +64,9 @@ COMPONENTS = {
     "worker.wire": (["worker/wire.h"], [], []),
     # the model description (variables, shapes, loss from a Keras JSON or
     # a built-in spec), without an executor: the coordinator uses it. Its
-    # headers name the input schema and the executor's structs (types
-    # only: its library calls none of them, which the test coord_no_worker
-    # checks on its objects)
-    "worker.model": (["worker/model.h", "worker/model.c",
-                      "worker/model_layers.c", "worker/model_layers_plain.c",
-                      "worker/model_graph.c", "worker/model_builtin.c",
-                      "worker/loss.c", "worker/model_int.h",
-                      "worker/model_layers_int.h"],
-                     ["libtsr_model.a"],
+    # header names the input schema (types only: the library calls none of
+    # the executor, which the test coord_no_worker checks on its objects)
+    "worker.model": (["worker/model.h"], ["libtsr_model.a"],
                      ["config", "common", "kernels", "worker.exec"]),
     # what runs a model (input pipeline, executor, metrics, the standalone
     # trainer): the worker's, and the evaluator's beside the chief
@@ -108,10 +101,6 @@ LINK_ALSO = {
     # TF_CONFIG's evaluator task runs in tessera-chief (chief/eval/) and
     # runs the model with the worker's executor
     ("chief", "worker"): "the evaluator sidecar runs the model",
-    # not wanted: chief/ckpt/verify.c checks shard files with the PS's own
-    # reader, which is part of the server's library until the shard file
-    # format is a library of its own
-    ("chief", "ps"): "the shard file reader is in the PS library",
 }
 
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
