@@ -75,6 +75,19 @@ echo '{"partitioner": {"type": "fixed", "num_shards": 3}}' > "$tmp/job.json"
 check partition_job 0 "2/3" "$T" partition --job "$tmp/job.json" --var w=9x2 --ps 2
 echo '{"partitioner": {"type": "fixed", "num_shardz": 3}}' > "$tmp/bad.json"
 check partition_job_bad 2 "num_shardz: unknown key" "$T" partition --job "$tmp/bad.json" --var w=9x2
+# the memory each PS needs: a materialized table its floats, a bit per row
+# and the process; the same rows made on first touch their index too
+mem_ratio() { # job: the largest PS's memory over its bytes of floats
+  "$T" partition --job "$1" --ps 4 --json | /usr/bin/python3 -c '
+import json, sys
+o = json.load(sys.stdin)
+print(max(m / b for m, b in zip(o["ps_memory_bytes"], o["ps_bytes"])))'
+}
+full=$(mem_ratio "$TSR_SOURCE_DIR/deploy/jobs/ctr_1b_full.json")
+touch_=$(mem_ratio "$TSR_SOURCE_DIR/deploy/jobs/ctr_1b.json")
+if /usr/bin/python3 -c "import sys; f, t = float('$full'), float('$touch_'); sys.exit(not (1.0 < f < 1.03 and t > 1.5))"; then
+  pass=$((pass+1)); else echo "FAIL partition_memory: $full $touch_"; fails=$((fails+1)); fi
+check partition_memory_text 0 "MEMORY" "$T" partition --job "$TSR_SOURCE_DIR/deploy/jobs/ctr_1b_full.json" --ps 4
 # the job's model gives the variables (Keras names, in creation order)
 out=$("$T" partition --job "$TSR_SOURCE_DIR/deploy/jobs/fashion_mnist.json" --ps 2 --json)
 names=$(grep -o '"variable": "[^"]*"' <<<"$out" | cut -d'"' -f4 | uniq | tr '\n' ' ')
