@@ -3,9 +3,11 @@
 # default deploy/jobs/ctr_1b_full.json, every row of its embedding tables
 # (1.0e9 parameters) and wide weights (6.25e7) held with its Adagrad slot
 # from the start (8.5 GB over 4 PS), async, trained BENCH_LARGE_STEPS
-# steps (900) with a checkpoint every BENCH_LARGE_EVERY (300) steps taken
-# while training goes on, then restored by a chief started again on the
-# same checkpoint folder. Every figure is measured in this run:
+# steps (2000) with a checkpoint every BENCH_LARGE_EVERY (1000) steps
+# taken while training goes on, every BENCH_LARGE_FULL_EVERY-th (2nd)
+# whole and the others increments, then restored by a chief started
+# again on the same checkpoint folder. Every figure is measured in this
+# run:
 #
 #   large_bytes_per_param_overhead  the raw floats a PS holds (parameters
 #       x (1 + slots) x 4 B, from `tessera partition`) over its peak
@@ -18,9 +20,9 @@
 #       SAVE to every file written, against the disk's sequential write
 #       with fdatasync (dd, 1 GiB, in the same folder, same run; goal 0.8)
 #   large_ckpt_restore_vs_disk  the same for the restore (goal 0.5)
-#   large_incremental_ckpt_bytes_vs_full  a full checkpoint's bytes over
-#       an increment's, printed with the fraction of rows the increment
-#       holds (when the job's checkpoints are incremental)
+#   large_incremental_ckpt_bytes_vs_full  a whole checkpoint's bytes over
+#       an increment's (BENCH_LARGE_EVERY steps after it), printed with
+#       the fraction of rows the increment holds
 #
 # Not part of a plain `--benchmark` run: it needs 9 GiB or more and many
 # minutes, and the 8.5 GB run belongs on a machine nobody else is
@@ -43,8 +45,9 @@ if [ "$avail" -lt "$MIN" ]; then
   exit 77
 fi
 JOB=${BENCH_LARGE_JOB:-$TSR_SOURCE_DIR/deploy/jobs/ctr_1b_full.json}
-STEPS=${BENCH_LARGE_STEPS:-900}
-EVERY=${BENCH_LARGE_EVERY:-300}
+STEPS=${BENCH_LARGE_STEPS:-2000}
+EVERY=${BENCH_LARGE_EVERY:-1000}
+FULL=${BENCH_LARGE_FULL_EVERY:-2}
 DIR=${BENCH_LARGE_DIR:-$WORK}
 mkdir -p "$DIR"
 CK="$DIR/ckpt_1b"
@@ -91,7 +94,7 @@ ln -sf "$PS_BIN" "$WK_BIN" "$CH_BIN" "$WORK/bin/"
 
 t0=$SECONDS
 run_local train --steps "$STEPS" --set "checkpoint.every_steps=$EVERY" \
-  --set checkpoint.keep=100
+  --set checkpoint.keep=100 --set "checkpoint.full_every=$FULL"
 rc_train=$?
 train_s=$((SECONDS - t0))
 du -sb "$CK"/ckpt-* >"$WORK/ck_sizes" 2>/dev/null
