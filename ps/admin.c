@@ -102,6 +102,10 @@ void ps__batch_finish(ps_server *s, ps_batch *b) {
     ps__save_snapped(s, b);
     return;
   }
+  if (b->method == PS_M_SNAPSHOT) {
+    ps__snapshot_taken(s, b);
+    return;
+  }
   if (b->rc) {
     tsr_rpc_reply_error(b->call, b->rc, b->err);
     ps__batch_free(s, b);
@@ -148,6 +152,10 @@ void ps__admin_after(ps_server *s, ps_op *op) {
   ps_entry *e = op->e;
   if (op->kind == PS_OP_SNAP || op->kind == PS_OP_UNSNAP) {
     ps__save_op(s, op);
+    return;
+  }
+  if (op->kind == PS_OP_RSNAP || op->kind == PS_OP_RUNSNAP) {
+    ps__rsnap_op(s, op);
     return;
   }
   switch (op->kind) {
@@ -732,6 +740,8 @@ int ps__register_admin(ps_server *s) {
       {PS_M_SAVE, "ps.Save", ps__on_save, &tessera__ps__save_request__descriptor},
       {PS_M_SAVE_WAIT, "ps.SaveWait", ps__on_save_wait,
        &tessera__ps__save_wait_request__descriptor},
+      {PS_M_SNAPSHOT, "ps.Snapshot", ps__on_snapshot,
+       &tessera__ps__snapshot_request__descriptor},
       {PS_M_RESTORE, "ps.Restore", ps__on_restore,
        &tessera__ps__restore_request__descriptor},
       {PS_M_STATS, "ps.Stats", ps__on_stats,

@@ -191,6 +191,7 @@ static void ps__on_pull(tsr_rpc_incoming *call, void *data) {
   op->out_len = out_len;
   op->era = r->era;
   op->pull_dtype = r->dtype;
+  op->snapshot = r->snapshot;
   ps__pull_ready(s, op, false);
 }
 

@@ -292,4 +292,5 @@ void ps__timer_cb(uv_timer_t *t) {
   for (int i = 0; i < s->n_ents; i++) s->ents[i]->sync_retry = false;
   ps__sync_check(s);
   ps__wake(s);
+  ps__snapshot_tick(s);
 }

@@ -120,7 +120,8 @@ typedef struct ps_shard {
   float *w;              /* dense values */
   float *slots[KERN_OPTIM_MAX_SLOTS];
   ps_rows rows;          /* sparse */
-  ps_snap *snap;         /* a snapshot being read (snap.c), or NULL */
+  ps_snap *snap;         /* a save's snapshot (snap.c), or NULL */
+  ps_snap *rsnap;        /* an evaluation's: read by pulls, or NULL */
   ps_dirty dirty;        /* sparse: rows changed since the saves (dirty.c) */
   uint64_t version;      /* bumped by every apply and restore */
   int64_t step;          /* applies so far (Adam's t) */
@@ -164,6 +165,11 @@ int ps__shard_apply_rows(ps_shard *s, ps_mem *mem, const int64_t *ids,
  * rows (create=true) or reading initializer values without storing them. */
 int ps__shard_gather(ps_shard *s, ps_mem *mem, const int64_t *ids, size_t n,
                      float *out, bool create, char *err, size_t errlen);
+
+/* The same as an evaluation's snapshot v of s holds them (the caller is
+ * one of s's readers); TSR_EMEMLIMIT when the snapshot was lost. */
+int ps__shard_gather_snap(ps_shard *s, ps_snap *v, const int64_t *ids,
+                          size_t n, float *out, char *err, size_t errlen);
 
 /* Sync mode: adds a gradient to this step's sum. */
 int ps__shard_accum_dense(ps_shard *s, ps_mem *mem, const float *g);
@@ -242,6 +248,7 @@ typedef struct {
   bool sparse;
   size_t n_rows;      /* sparse: rows held (selected); dense: its rows */
   bool increment;     /* only the rows changed since a save (selected) */
+  uint64_t id;        /* an evaluation's snapshot: the id pulls name */
   int64_t step;
   uint64_t version;
 } ps_snap_info;
@@ -256,7 +263,8 @@ int ps__snap_take(const ps_shard *s, ps_mem *mem, ps_snap **out, char *err,
 int ps__snap_attach(ps_shard *s, ps_snap *v, char *err, size_t errlen);
 const ps_snap_info *ps__snap_info(const ps_snap *v);
 /* Writers: before changing row r of a sparse shard (r any row number), or
- * any value of a dense one. Never wait for the reader beyond one copy. */
+ * any value of a dense one: for each snapshot attached (a save's, an
+ * evaluation's). Never wait for the reader beyond one copy. */
 void ps__snap_touch_row(ps_shard *s, size_t r);
 void ps__snap_touch_dense(ps_shard *s);
 /* Only the rows whose bits are set in `sel` (words of bits, owned and
@@ -275,6 +283,14 @@ void ps__snap_release(ps_snap *v);
 /* Whether the reader has released it and will not touch it again (it
  * may be dropped, its shard freed). */
 bool ps__snap_let_go(const ps_snap *v);
+/* A shard's reader (no writer running) reading an evaluation's snapshot
+ * v: row r's record as the snapshot holds it (`live`: the table's record
+ * now; NULL: the row was made after it), a dense shard's values. */
+const float *ps__snap_row(ps_snap *v, size_t r, const float *live);
+const float *ps__snap_dense(ps_snap *v);
+void ps__snap_set_id(ps_snap *v, uint64_t id);
+/* Whether a kept row did not fit the budget (the view is lost). */
+bool ps__snap_lost(ps_snap *v);
 /* Detaches and frees s's snapshot (no writer running). */
 void ps__snap_drop(ps_shard *s);
 /* Frees a snapshot that is not attached. */

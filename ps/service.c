@@ -123,7 +123,7 @@ static void ps__rows_sent(int status, void *data);
 /* Answers with the shard's values in bfloat16: a converted copy the op
  * holds (made on the loop, where no write can run meanwhile), freed with
  * the op once written. */
-static void ps__answer_dense_bf16(ps_server *s, ps_op *op) {
+static void ps__answer_dense_bf16(ps_server *s, ps_op *op, const float *w) {
   ps_entry *e = op->e;
   size_t nbytes = e->numel * sizeof(uint16_t);
   op->out = ps__alloc(&s->mem, nbytes);
@@ -135,7 +135,7 @@ static void ps__answer_dense_bf16(ps_server *s, ps_op *op) {
     return;
   }
   op->out_len = nbytes;
-  ps_bf16_from_f32((uint16_t *)op->out, e->sh->w, e->numel);
+  ps_bf16_from_f32((uint16_t *)op->out, w, e->numel);
   Tessera__Ps__PullResponse m = TESSERA__PS__PULL_RESPONSE__INIT;
   m.version = e->sh->version;
   m.step = e->sh->step;
@@ -154,9 +154,22 @@ static void ps__answer_dense_bf16(ps_server *s, ps_op *op) {
  * one more reader until the bytes are written. */
 void ps__answer_dense(ps_server *s, ps_op *op) {
   ps_entry *e = op->e;
+  /* an evaluation's pull: the values its snapshot holds */
+  const float *w = e->sh->w;
+  if (op->snapshot) {
+    ps_snap *v = ps__snapshot_of(e, op->snapshot);
+    if (!v) {
+      ps__op_fail(s, op, TSR_ENOTFOUND, "%s shard %d: no snapshot %" PRIu64
+                  " (released, replaced, or this parameter server "
+                  "restarted since it was taken)", e->spec.var.name,
+                  e->spec.shard.shard, op->snapshot);
+      return;
+    }
+    w = ps__snap_dense(v);
+  }
   if (op->pull_dtype == PS_DT_BF16 &&
       (uint64_t)e->numel * sizeof(uint16_t) <= UINT32_MAX) {
-    ps__answer_dense_bf16(s, op);
+    ps__answer_dense_bf16(s, op, w);
     return;
   }
   if ((uint64_t)e->numel * sizeof(float) > UINT32_MAX) {
@@ -178,7 +191,7 @@ void ps__answer_dense(ps_server *s, ps_op *op) {
   m.nbytes = e->numel * sizeof(float);
   uint8_t meta[64];
   size_t mlen = tessera__ps__pull_response__pack(&m, meta);
-  uv_buf_t b = uv_buf_init((char *)e->sh->w, (unsigned)m.nbytes);
+  uv_buf_t b = uv_buf_init((char *)w, (unsigned)m.nbytes);
   ref->s = s;
   ref->e = e;
   e->readers++;
@@ -314,8 +327,19 @@ static void ps__do_gather(ps_server *s, ps_op *op) {
     op->rc = TSR_ENOMEM;
     return;
   }
-  op->rc = ps__shard_gather(e->sh, &s->mem, ids, n, op->out, false, op->err,
-                            sizeof op->err);
+  if (op->snapshot) { /* an evaluation's pull: as its snapshot holds them */
+    ps_snap *v = ps__snapshot_of(e, op->snapshot);
+    op->rc = v ? ps__shard_gather_snap(e->sh, v, ids, n, op->out, op->err,
+                                       sizeof op->err)
+               : tsr_errf(op->err, sizeof op->err, TSR_ENOTFOUND,
+                          "%s shard %d: no snapshot %" PRIu64 " (released, "
+                          "replaced, or this parameter server restarted "
+                          "since it was taken)", e->spec.var.name,
+                          e->spec.shard.shard, op->snapshot);
+  } else {
+    op->rc = ps__shard_gather(e->sh, &s->mem, ids, n, op->out, false,
+                              op->err, sizeof op->err);
+  }
   if (op->rc == 0 && op->pull_dtype == PS_DT_BF16) {
     size_t k = n * (size_t)e->width; /* in place (see ps_bf16_from_f32) */
     ps_bf16_from_f32((uint16_t *)op->out, op->out, k);
@@ -479,7 +503,8 @@ static void ps__start(ps_server *s, ps_op *op) {
   else
     e->readers++;
   if (op->kind == PS_OP_SWAP || op->kind == PS_OP_SNAP ||
-      op->kind == PS_OP_UNSNAP) { /* on the loop: nothing to compute */
+      op->kind == PS_OP_UNSNAP || op->kind == PS_OP_RSNAP ||
+      op->kind == PS_OP_RUNSNAP) { /* on the loop: nothing to compute */
     e->writing = false;
     ps__admin_after(s, op);
     return;

@@ -330,8 +330,7 @@ static float *snap_side_new(ps_snap *v, size_t r) {
   return v->side[i / SNAP_SIDE_CHUNK] + (size_t)(i % SNAP_SIDE_CHUNK) * v->stride;
 }
 
-void ps__snap_touch_row(ps_shard *s, size_t r) {
-  ps_snap *v = s->snap;
+static void snap_keep_row(ps_snap *v, const ps_shard *s, size_t r) {
   if (r >= v->n_all || (v->kept[r >> 6] >> (r & 63) & 1) ||
       atomic_load_explicit(&v->released, memory_order_acquire))
     return;
@@ -349,8 +348,12 @@ void ps__snap_touch_row(ps_shard *s, size_t r) {
   uv_mutex_unlock(&v->mu);
 }
 
-void ps__snap_touch_dense(ps_shard *s) {
-  ps_snap *v = s->snap;
+void ps__snap_touch_row(ps_shard *s, size_t r) {
+  if (s->snap) snap_keep_row(s->snap, s, r);
+  if (s->rsnap) snap_keep_row(s->rsnap, s, r);
+}
+
+static void snap_keep_dense(ps_snap *v) {
   if (!v || v->dense_kept ||
       atomic_load_explicit(&v->released, memory_order_acquire))
     return;
@@ -374,6 +377,38 @@ void ps__snap_touch_dense(ps_shard *s) {
     }
   }
   uv_mutex_unlock(&v->mu);
+}
+
+void ps__snap_touch_dense(ps_shard *s) {
+  snap_keep_dense(s->snap);
+  snap_keep_dense(s->rsnap);
+}
+
+/* ---- reads of an attached snapshot by a shard's readers ----------------- */
+
+const float *ps__snap_row(ps_snap *v, size_t r, const float *live) {
+  if (r >= v->n_all) return NULL;
+  const float *rec = live;
+  uv_mutex_lock(&v->mu);
+  if (v->kept && (v->kept[r >> 6] >> (r & 63) & 1)) rec = snap_side_find(v, r);
+  uv_mutex_unlock(&v->mu);
+  return rec;
+}
+
+const float *ps__snap_dense(ps_snap *v) {
+  uv_mutex_lock(&v->mu);
+  const float *p = v->dense_copy ? v->dense_copy : v->w;
+  uv_mutex_unlock(&v->mu);
+  return p;
+}
+
+void ps__snap_set_id(ps_snap *v, uint64_t id) { v->info.id = id; }
+
+bool ps__snap_lost(ps_snap *v) {
+  uv_mutex_lock(&v->mu);
+  bool lost = v->err != 0;
+  uv_mutex_unlock(&v->mu);
+  return lost;
 }
 
 /* ---- the reader's side --------------------------------------------------- */

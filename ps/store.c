@@ -220,6 +220,7 @@ int ps__shard_new(const ps_var_spec *spec, ps_mem *mem, ps_shard **out,
 void ps__shard_free(ps_shard *s, ps_mem *mem) {
   if (!s) return;
   ps__snap_drop(s);
+  ps__snap_free(s->rsnap);
   ps__dirty_free(&s->dirty, mem);
   ps__free(mem, s->w);
   for (int i = 0; i < KERN_OPTIM_MAX_SLOTS; i++) ps__free(mem, s->slots[i]);
@@ -303,7 +304,7 @@ int ps__grad_to_f32(const void *data, int dtype, size_t n, float *out) {
 
 int ps__shard_apply_dense(ps_shard *s, const float *g, float scale) {
   uint64_t t0 = tsr_now_ns();
-  if (s->snap) ps__snap_touch_dense(s);
+  if (s->snap || s->rsnap) ps__snap_touch_dense(s);
   int rc = kern_optim_apply(&s->spec.optim, s->step + 1, s->w, g, scale,
                             s->slots, s->numel);
   if (rc) return rc;
@@ -370,7 +371,7 @@ static int ps__row_get_w(ps_shard *s, ps_mem *mem, int64_t id, float **rec,
   size_t r;
   int rc = ps__row_get(s, mem, id, rec, &r, err, errlen);
   if (rc) return rc;
-  if (s->snap) ps__snap_touch_row(s, r);
+  if (s->snap || s->rsnap) ps__snap_touch_row(s, r);
   ps__dirty_note(s, mem, r);
   return 0;
 }
@@ -474,6 +475,29 @@ int ps__shard_gather(ps_shard *s, ps_mem *mem, const int64_t *ids, size_t n,
       if (ps__init_fill(&s->spec, (uint64_t)ids[i] * (uint64_t)W, out + i * W,
                         W))
         memset(out + i * W, 0, W * sizeof(float));
+  }
+  return 0;
+}
+
+int ps__shard_gather_snap(ps_shard *s, ps_snap *v, const int64_t *ids,
+                          size_t n, float *out, char *err, size_t errlen) {
+  int rc = ps__check_ids(s, ids, n, err, errlen);
+  if (rc) return rc;
+  if (ps__snap_lost(v))
+    return tsr_errf(err, errlen, TSR_EMEMLIMIT, "%s shard %d: the "
+                    "evaluation's snapshot was lost: the rows changed since "
+                    "it was taken did not fit the memory limit",
+                    s->spec.var.name, s->spec.shard.shard);
+  size_t W = (size_t)s->width;
+  for (size_t i = 0; i < n; i++) {
+    size_t r;
+    const float *live = ps__rows_find_r(&s->rows, ids[i], &r);
+    const float *rec = live ? ps__snap_row(v, r, live) : NULL;
+    if (rec)
+      memcpy(out + i * W, rec, W * sizeof(float));
+    else if (ps__init_fill(&s->spec, (uint64_t)ids[i] * (uint64_t)W,
+                           out + i * W, W)) /* not held when it was taken */
+      memset(out + i * W, 0, W * sizeof(float));
   }
   return 0;
 }

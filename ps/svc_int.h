@@ -36,7 +36,9 @@ typedef enum {
   PS_OP_SWAP,       /* write on the loop: install a restored shard (waits
                        while a snapshot of the old one is being read) */
   PS_OP_SNAP,       /* write on the loop: a snapshot for a save */
-  PS_OP_UNSNAP      /* write on the loop: drop the save's snapshot */
+  PS_OP_UNSNAP,     /* write on the loop: drop the save's snapshot */
+  PS_OP_RSNAP,      /* write on the loop: an evaluation's snapshot */
+  PS_OP_RUNSNAP     /* write on the loop: drop it */
 } ps_op_kind;
 
 /* A call answered once several shards are done (create, save, restore). */
@@ -111,6 +113,8 @@ struct ps_op {
   int64_t *ids_copy;
   ps_shard *loaded;         /* swap */
   size_t idx;               /* snap: the entry's place in its batch */
+  uint64_t snapshot;        /* pull: read this evaluation snapshot (0: the
+                               live values); rsnap: its id */
   uint64_t version;
   int64_t shard_step;
 };
@@ -167,6 +171,8 @@ struct ps_server {
   bool job_done;            /* the chief's shutdown said the job is done */
   ps_batch *save;           /* the save being written, or the last
                                background one (its result for SaveWait) */
+  uint64_t rsnap_id;        /* the evaluation snapshot held (0: none) */
+  uint64_t rsnap_until;     /* dropped then (uv_now, ms) */
   int64_t max_read_lead;    /* ssp: largest clock - slowest clock of a read
                                let through (<= staleness) */
   struct tsr_trace *trace;  /* applies as trace events, when asked (config) */
@@ -241,6 +247,17 @@ void ps__save_op(ps_server *s, ps_op *op);
 /* At close: the last save's result and its waiters (answered
  * TSR_ESHUTDOWN). */
 void ps__save_close(ps_server *s);
+/* rsnap.c */
+void ps__on_snapshot(tsr_rpc_incoming *call, void *data);
+/* RSNAP and RUNSNAP, on the loop with no writer running. */
+void ps__rsnap_op(ps_server *s, ps_op *op);
+/* Every shard made its evaluation snapshot (or one failed). */
+void ps__snapshot_taken(ps_server *s, ps_batch *b);
+/* The timer: an evaluation snapshot past its time is dropped. */
+void ps__snapshot_tick(ps_server *s);
+/* The evaluation snapshot `id` of e's shard, for one of its readers
+ * (NULL: none such: released, replaced, or never taken here). */
+ps_snap *ps__snapshot_of(ps_entry *e, uint64_t id);
 
 /* ckroot.c */
 /* Sets the checkpoint root (normalized to an absolute path) when there is

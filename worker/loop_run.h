@@ -80,6 +80,8 @@ struct wk_run {
                                 it pushes */
   bool plain_reads;          /* evaluation: pulls carry no era (the PS
                                 client keeps each PS's era, clock.c) */
+  uint64_t read_snapshot;    /* evaluation: the PS snapshot its pulls read
+                                (0: the live values) */
   uint64_t losses;           /* PS connections lost when the closure began */
   int64_t steps;             /* steps run since configured */
   int64_t examples;

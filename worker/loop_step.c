@@ -297,6 +297,7 @@ int wk__run_closure(wk_svc *s, wk_run *r, wk_job *j) {
   int64_t tt = tr ? tsr_trace_now_us() : 0;
   r->losses = ps_kv_losses(r->kv, NULL, 0);
   r->plain_reads = false;
+  r->read_snapshot = 0;
   wk__xfer_begin(r, tr, tpid);
   int64_t pulled_step = 0;
   wk_metrics *tm = NULL; /* the model's metrics on this closure's batches */
@@ -464,6 +465,9 @@ int wk__run_eval(wk_svc *s, wk_run *r, wk_job *j) {
   for (size_t v = 0; v < r->n_vars; v++) r->n_nxt[v] = 0;
   r->losses = ps_kv_losses(r->kv, NULL, 0);
   r->plain_reads = true; /* no part of the clock protocol */
+  /* the values as the chief's snapshot holds them while training goes on
+   * (0: as they are) */
+  r->read_snapshot = q->snapshot;
   wk__xfer_begin(r, NULL, 0);
   rc = wk__xfer_pull(r, 0, 0, true, false);
   int w = wk__xfer_wait_pulls(r, 0);

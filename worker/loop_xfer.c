@@ -149,7 +149,8 @@ static int pull_var(wk_run *r, int v, int k, int64_t clock) {
                      .clock = clock,
                      .flags = check_flags() |
                               (r->plain_reads ? PS_KV_NO_ERA : 0u),
-                     .losses = r->losses};
+                     .losses = r->losses,
+                     .snapshot = r->plain_reads ? r->read_snapshot : 0};
   ps_ticket *t = &r->xf[v].pull[slot(r, v, k)];
   if (*t) { /* never two pulls into one buffer */
     int rc = wk__xfer_wait(r, t, false, r->vars[v].name);

@@ -110,6 +110,8 @@ static void coord_exec(coord *co, const coord_action *a) {
     case COORD_ACT_DISPATCH: coord__wk_dispatch(co, &a->closure); break;
     case COORD_ACT_COUNT: coord__wk_count(co, a); break;
     case COORD_ACT_RELEASE: coord__ps_release(co, a->index); break;
+    case COORD_ACT_SNAPSHOT: coord__ps_snapshot(co, a->op); break;
+    case COORD_ACT_UNSNAPSHOT: coord__ps_unsnapshot(co, a->op); break;
     case COORD_ACT_EVALUATE:
       if (co->trace) co->trace_eval_us = tsr_trace_now_us();
       coord__wk_eval(co, a->op, a->index, a->step);

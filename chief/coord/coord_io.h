@@ -121,6 +121,7 @@ struct coord {
   coord_psop psop;         /* the PS operation in progress */
   coord_psop ckop;         /* the checkpoint's (it runs beside the others:
                               training goes on while it is written) */
+  coord_psop evop;         /* an evaluation's snapshot */
   coord_fs_job *fs_head, *fs_tail; /* coord_fs.c: folders to make or remove,
                                       one at a time off the loop */
   bool fs_running;
@@ -196,6 +197,10 @@ void coord__ps_restore(coord *co, uint64_t op, int64_t step);
 void coord__ps_save(coord *co, uint64_t op, int64_t step);
 void coord__ps_save_wait(coord *co, uint64_t op, int64_t step);
 void coord__ps_commit(coord *co, uint64_t op, int64_t step, int64_t total);
+/* SNAPSHOT: every PS takes snapshot `op` for an evaluation
+ * (SNAPSHOT_DONE); UNSNAPSHOT: every PS drops it (no answer awaited). */
+void coord__ps_snapshot(coord *co, uint64_t op);
+void coord__ps_unsnapshot(coord *co, uint64_t op);
 void coord__ps_release(coord *co, int worker);
 void coord__ps_stats(coord *co);
 void coord__ps_shutdown(coord *co);

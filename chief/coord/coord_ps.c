@@ -72,6 +72,7 @@ static bool coord_conn_error(int status) {
 static coord_psop *coord_psop_of(coord *co, uint64_t op) {
   if (op && co->psop.op == op) return &co->psop;
   if (op && co->ckop.op == op) return &co->ckop;
+  if (op && co->evop.op == op) return &co->evop;
   return NULL;
 }
 
@@ -527,6 +528,45 @@ void coord__ps_commit(coord *co, uint64_t op, int64_t step, int64_t total) {
                       .status = rc, .msg = tsr_strerror(rc)};
     coord__post(co, &ev);
   }
+}
+
+/* ---- an evaluation's snapshot ------------------------------------------- */
+
+/* Longer than the evaluation may take (its closure deadline): a PS drops a
+ * snapshot nobody released (a chief that died) after this. */
+static uint32_t coord_snapshot_ttl_s(const coord *co) {
+  double s = co->o->closure_timeout_s * 2 + 60;
+  return s < 86400 ? (uint32_t)s : 86400;
+}
+
+void coord__ps_snapshot(coord *co, uint64_t op) {
+  coord_psop_begin(co, &co->evop, op, COORD_EV_SNAPSHOT_DONE);
+  for (int i = 0; i < co->n_ps; i++) {
+    coord_ps *p = &co->ps[i];
+    coord_ps_call *call = coord_ps_call_new(p, op, "snapshot");
+    if (!call) {
+      coord_psop_result(co, op, p, "snapshot", TSR_ENOMEM, "out of memory");
+      break;
+    }
+    coord_ps_started(co, call, ps_client_snapshot(p->cli, op, false,
+                                                  coord_snapshot_ttl_s(co),
+                                                  coord_ps_on_result, call));
+  }
+  coord_psop_end(co, op);
+}
+
+static void coord_ps_on_unsnapshot(const ps_result *r, void *data) {
+  coord_ps *p = data;
+  if (r->status)
+    tsr_debug("ps:%d: dropping an evaluation snapshot: %s", p->index,
+              r->message);
+}
+
+void coord__ps_unsnapshot(coord *co, uint64_t op) {
+  for (int i = 0; i < co->n_ps; i++)
+    if (co->ps[i].cli)
+      ps_client_snapshot(co->ps[i].cli, op, true, 0, coord_ps_on_unsnapshot,
+                         &co->ps[i]);
 }
 
 /* ---- fire and forget ----------------------------------------------------- */

@@ -22,7 +22,7 @@
 
 static const char *const sm_phase_names[] = {
     "connect", "setup",  "restore",  "train", "pause",  "save",
-    "eval",    "recover", "final",  "shutdown", "done",  "failed"};
+    "recover", "final",  "shutdown", "done",  "failed"};
 
 /* ---- actions ------------------------------------------------------------ */
 
@@ -346,6 +346,7 @@ void sm__enter_recover(coord_sm *sm, bool from_training) {
     if (a) a->index = 1;
   }
   sm__ckpt_abandon(sm);
+  sm__eval_abandon(sm);
   chief_sched_pause(sm->sched, true);
   /* forget the closures in flight: they ran against a PS that is gone */
   chief_sched_rewind(sm->sched, chief_sched_done_steps(sm->sched));
@@ -424,12 +425,12 @@ static void sm_pump_final(coord_sm *sm) {
     } else {
       sm->final_eval_done = true;
       sm->eval_due = true;
-      sm__enter_drain(sm, SM_FINAL);
-      return;
+      sm__eval_start(sm);
     }
   }
   sm->final_eval_done = true;
   if (sm__ckpt_busy(sm)) return; /* the last checkpoint is still written */
+  if (sm__eval_busy(sm)) return; /* the last evaluation is going on */
   if (sm->c.keep_cluster) {
     sm_finish(sm);
     return;
@@ -463,8 +464,7 @@ static void sm_pump(coord_sm *sm) {
         break;
       case SM_TRAIN: sm__pump_train(sm); break;
       case SM_DRAIN: sm__pump_drain(sm); break;
-      case SM_SAVE:
-      case SM_EVAL: break; /* their answers move them on */
+      case SM_SAVE: break; /* its answer moves it on */
       case SM_RECOVER: sm_pump_recover(sm); break;
       case SM_FINAL: sm_pump_final(sm); break;
       case SM_SHUTDOWN:
@@ -502,6 +502,7 @@ int coord_sm_step(coord_sm *sm, const coord_event *ev, coord_actions *out) {
     case COORD_EV_SAVE_WRITTEN:
     case COORD_EV_CKPT_COMMITTED:
     case COORD_EV_CKPT_FAILED: sm__on_ckpt(sm, ev); break;
+    case COORD_EV_SNAPSHOT_DONE:
     case COORD_EV_EVAL_DONE: sm__on_eval(sm, ev); break;
     case COORD_EV_WK_UP:
     case COORD_EV_WK_LOST:

@@ -21,8 +21,9 @@
  *             snapshots its shards), SAVE_WAIT (their files written),
  *             COMMIT (the manifest). Async training goes on throughout;
  *             sync and ssp drain (PAUSE) to a step boundary and go on
- *             once the snapshots are taken. Every eval_every_steps
- *             training drains for an EVALUATE
+ *             once the snapshots are taken. Every eval_every_steps an
+ *             evaluation: SNAPSHOT (every PS), EVALUATE on one worker
+ *             reading it, UNSNAPSHOT; training goes on throughout
  *   final     last checkpoint and evaluation, SHUTDOWN (the job is done),
  *             FINISH with status 0
  *
@@ -153,6 +154,8 @@ typedef enum {
   COORD_EV_CLOSURE_DONE,   /* index, closure_id, generation, steps_done,
                               stats */
   COORD_EV_CLOSURE_FAILED, /* index, closure_id, generation, err_kind, msg */
+  COORD_EV_SNAPSHOT_DONE,  /* op, status, index, lost, msg: every PS holds
+                              the evaluation's snapshot (or one failed) */
   COORD_EV_EVAL_DONE,      /* op, status, msg */
   COORD_EV_SHUTDOWN_DONE   /* op */
 } coord_ev_kind;
@@ -204,7 +207,11 @@ typedef enum {
   COORD_ACT_COUNT,         /* index, closure, stats: its steps counted */
   COORD_ACT_RELEASE,       /* index: ssp/sync, the worker leaves the PS
                               clocks (idle, lost or left out) */
-  COORD_ACT_EVALUATE,      /* op, index (worker), step */
+  COORD_ACT_SNAPSHOT,      /* op, step: every PS takes snapshot `op` of its
+                              shards for an evaluation (training goes on) */
+  COORD_ACT_EVALUATE,      /* op, index (worker), step: evaluate reading
+                              snapshot `op` */
+  COORD_ACT_UNSNAPSHOT,    /* op: every PS drops snapshot `op` */
   COORD_ACT_NOTE,          /* level (log.h), msg */
   COORD_ACT_SHUTDOWN,      /* op: tell every worker and PS the job is done */
   COORD_ACT_FAIL,          /* status, msg: the run fails; nothing follows */

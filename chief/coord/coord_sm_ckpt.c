@@ -1,8 +1,8 @@
 /* The machine's checkpoints and evaluations (coord_sm.h): the committed
  * checkpoints it knows (from disk at start and from its own commits),
- * which one a restore takes, pruning, the checkpoint being taken, and
- * the pause that drains closures before an EVALUATE (and, in sync and
- * ssp, before a checkpoint's snapshots).
+ * which one a restore takes, pruning, the checkpoint being taken, the
+ * evaluation going on, and the pause that drains closures before a sync
+ * or ssp checkpoint's snapshots.
  *
  * A checkpoint goes SAVE (every PS snapshots its shards: a copy-on-write
  * view, ps/snap.c), SAVE_WAIT (every PS has written its snapshot), COMMIT
@@ -15,6 +15,10 @@
  * its snapshot: their checkpoint of step s holds exactly s steps. The
  * first checkpoint (step 0) and the last one are taken drained, and the
  * run ends only once the last one is committed.
+ *
+ * An evaluation never pauses training either: every PS takes a snapshot
+ * of its shards (SNAPSHOT), one worker evaluates reading it (EVALUATE),
+ * and the PS drop it (UNSNAPSHOT); it reports the step at its snapshot.
  *
  * Pruning keeps the newest ckpt_keep committed checkpoints and never the
  * newest one away. A checkpoint that fails anywhere (a PS save, its
@@ -167,8 +171,7 @@ void sm__pump_drain(coord_sm *sm) {
     double stall = 2 * sm__grace(sm->c.closure_timeout_s);
     if (sm->now - sm->t_progress > stall)
       sm__fail(sm, 1, "no closure has finished in %.0f s while pausing for "
-               "a %s", sm->now - sm->t_progress,
-               sm->ckpt_due ? "checkpoint" : "evaluation");
+               "a checkpoint", sm->now - sm->t_progress);
     return;
   }
   int64_t step = sm__global(sm);
@@ -177,23 +180,6 @@ void sm__pump_drain(coord_sm *sm) {
     if (sm__ckpt_busy(sm)) return;
     if (sm_ckpt_start(sm, step)) {
       sm__set_phase(sm, SM_SAVE); /* until every PS holds its snapshot */
-      return;
-    }
-  }
-  if (sm->eval_due) {
-    int w = sm__ready_worker(sm);
-    if (w < 0) {
-      sm__note(sm, TSR_LOG_WARN, "evaluation at step %" PRId64 " skipped: "
-               "no worker is ready", step);
-      sm->eval_due = false;
-      sm->next_eval = sm_next(step, sm->c.eval_every_steps);
-    } else {
-      sm->eval_worker = w;
-      coord_action *a = sm__start_op(sm, SM_EVAL, COORD_ACT_EVALUATE);
-      if (a) {
-        a->index = w;
-        a->step = step;
-      }
       return;
     }
   }
@@ -325,18 +311,79 @@ void sm__on_ckpt(coord_sm *sm, const coord_event *ev) {
 
 /* ---- evaluation --------------------------------------------------------- */
 
-static void sm_eval_done(coord_sm *sm, const char *failed) {
+bool sm__eval_busy(const coord_sm *sm) { return sm->ev_stage != SM_EV_IDLE; }
+
+void sm__eval_start(coord_sm *sm) {
   int64_t step = sm__global(sm);
-  if (failed)
-    sm__note(sm, TSR_LOG_WARN, "evaluation at step %" PRId64 " failed: %s",
-             step, failed);
   sm->eval_due = false;
   sm->next_eval = sm_next(step, sm->c.eval_every_steps);
-  sm__set_phase(sm, SM_DRAIN);
+  int w = sm__ready_worker(sm);
+  if (w < 0) {
+    sm__note(sm, TSR_LOG_WARN, "evaluation at step %" PRId64 " skipped: "
+             "no worker is ready", step);
+    return;
+  }
+  sm->eval_worker = w;
+  sm->ev_step = step;
+  sm->ev_stage = SM_EV_SNAP;
+  sm->ev_op = ++sm->next_op;
+  sm->t_ev = sm->now;
+  coord_action *a = sm__emit(sm, COORD_ACT_SNAPSHOT);
+  if (a) {
+    a->op = sm->ev_op;
+    a->step = step;
+  }
+}
+
+static void sm_eval_done(coord_sm *sm, const char *failed) {
+  if (failed)
+    sm__note(sm, TSR_LOG_WARN, "evaluation at step %" PRId64 " failed: %s",
+             sm->ev_step, failed);
+  if (sm->ev_stage == SM_EV_RUN) { /* the PS hold its snapshot */
+    coord_action *a = sm__emit(sm, COORD_ACT_UNSNAPSHOT);
+    if (a) a->op = sm->ev_op;
+  }
+  sm->ev_stage = SM_EV_IDLE;
+  sm->ev_op = 0;
+}
+
+void sm__eval_abandon(coord_sm *sm) {
+  if (!sm__eval_busy(sm)) return;
+  sm__note(sm, TSR_LOG_WARN, "evaluation at step %" PRId64 " abandoned: a "
+           "parameter server was lost", sm->ev_step);
+  sm->ev_stage = SM_EV_IDLE; /* its snapshot went with the PS, or lapses */
+  sm->ev_op = 0;
 }
 
 void sm__on_eval(coord_sm *sm, const coord_event *ev) {
-  if (sm->phase != SM_EVAL || ev->op != sm->op) return;
+  if (!sm__eval_busy(sm) || ev->op != sm->ev_op) return;
+  if (ev->kind == COORD_EV_SNAPSHOT_DONE) {
+    if (sm->ev_stage != SM_EV_SNAP) return;
+    if (ev->lost && ev->index >= 0 && ev->index < sm->c.n_ps)
+      sm->ps[ev->index].lost = true;
+    if (ev->status) {
+      sm->ev_stage = SM_EV_RUN; /* the PS that took one drop it */
+      sm_eval_done(sm, ev->msg ? ev->msg : "?");
+      return;
+    }
+    int w = sm->eval_worker;
+    if (sm->wk[w].st != COORD_WK_READY && (w = sm__ready_worker(sm)) < 0) {
+      sm->ev_stage = SM_EV_RUN;
+      sm_eval_done(sm, "no worker is ready");
+      return;
+    }
+    sm->eval_worker = w;
+    sm->ev_stage = SM_EV_RUN;
+    sm->t_ev = sm->now;
+    coord_action *a = sm__emit(sm, COORD_ACT_EVALUATE);
+    if (a) {
+      a->op = sm->ev_op;
+      a->index = w;
+      a->step = sm->ev_step;
+    }
+    return;
+  }
+  if (sm->ev_stage != SM_EV_RUN) return;
   sm_eval_done(sm, ev->status ? (ev->msg ? ev->msg : "?") : NULL);
 }
 
@@ -358,10 +405,16 @@ void sm__ckpt_deadlines(coord_sm *sm) {
              ck);
     sm_ckpt_failed(sm, why);
   }
-  if (sm->phase != SM_EVAL) return;
-  double waited = sm->now - sm->t_phase;
-  if (waited <= sm__grace(sm->c.closure_timeout_s)) return;
-  snprintf(why, sizeof why, "%s did not answer within %.0f s",
-           sm->wk[sm->eval_worker].name, waited);
+  if (!sm__eval_busy(sm)) return;
+  double waited = sm->now - sm->t_ev;
+  double elimit = sm->ev_stage == SM_EV_SNAP ? sm->c.op_timeout_s
+                                             : sm->c.closure_timeout_s;
+  if (waited <= sm__grace(elimit)) return;
+  if (sm->ev_stage == SM_EV_SNAP)
+    snprintf(why, sizeof why, "no snapshot from every PS within %.0f s",
+             waited);
+  else
+    snprintf(why, sizeof why, "%s did not answer within %.0f s",
+             sm->wk[sm->eval_worker].name, waited);
   sm_eval_done(sm, why);
 }

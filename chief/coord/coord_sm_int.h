@@ -16,7 +16,6 @@ typedef enum {
   SM_DRAIN,     /* paused: closures finish before a save or an eval */
   SM_SAVE,      /* paused (sync, ssp, the first and last checkpoint):
                    SAVE sent, until every PS holds its snapshot */
-  SM_EVAL,      /* EVALUATE sent */
   SM_RECOVER,   /* a PS lost, or a setup/restore try failed */
   SM_FINAL,
   SM_SHUTDOWN,  /* SHUTDOWN sent */
@@ -94,6 +93,13 @@ struct coord_sm {
   int ck_stage;
   uint64_t ck_op;
   double t_ck;
+  /* the evaluation going on (coord_sm_ckpt.c), whatever the phase:
+   * SM_EV_SNAP (SNAPSHOT out), SM_EV_RUN (EVALUATE out); ev_op names the
+   * snapshot and both calls */
+  int ev_stage;
+  uint64_t ev_op;
+  double t_ev;
+  int64_t ev_step;
   bool ckpt_due, eval_due;
   int64_t next_ckpt, next_eval;
   double t_last_ckpt;
@@ -170,6 +176,12 @@ bool sm__ckpt_busy(const coord_sm *sm);
  * fails (its files cannot all be written now). */
 void sm__ckpt_abandon(coord_sm *sm);
 void sm__on_ckpt(coord_sm *sm, const coord_event *ev);
+enum { SM_EV_IDLE = 0, SM_EV_SNAP, SM_EV_RUN };
+/* A due evaluation starts (training goes on): SNAPSHOT. */
+void sm__eval_start(coord_sm *sm);
+bool sm__eval_busy(const coord_sm *sm);
+/* A PS was lost: the evaluation's snapshot went with it. */
+void sm__eval_abandon(coord_sm *sm);
 void sm__on_eval(coord_sm *sm, const coord_event *ev);
 /* Every pump: the deadlines of the checkpoint and evaluation out. */
 void sm__ckpt_deadlines(coord_sm *sm);

@@ -487,7 +487,9 @@ void sm__pump_train(coord_sm *sm) {
   /* async: taken while training goes on (sync, ssp: at a step boundary) */
   if (sm->c.mode == TSR_MODE_ASYNC) sm__ckpt_background(sm);
   if (sm->c.has_eval && step >= sm->next_eval) sm->eval_due = true;
-  if (sm->ckpt_due || sm->eval_due) {
+  /* an evaluation reads a snapshot: training goes on */
+  if (sm->eval_due && !sm__eval_busy(sm)) sm__eval_start(sm);
+  if (sm->ckpt_due) {
     sm__enter_drain(sm, SM_TRAIN);
     return;
   }

@@ -417,6 +417,7 @@ void coord__wk_eval(coord *co, uint64_t op, int i, int64_t step) {
   Tessera__Worker__EvalRequest req = TESSERA__WORKER__EVAL_REQUEST__INIT;
   req.eval_id = (uint64_t)step + 1;
   req.step = step;
+  req.snapshot = op; /* the PS snapshot SNAPSHOT took under this op */
   coord_wk_call *call = calloc(1, sizeof *call);
   int rc = TSR_ENOMEM;
   if (call) {

@@ -15,6 +15,7 @@ struct ps_client {
   tsr_rpc_client *rpc;
   uint32_t deadline_ms;
   uint64_t era;
+  uint64_t snapshot;   /* pulls read this evaluation snapshot (0: none) */
 };
 
 typedef struct {
@@ -62,6 +63,7 @@ void ps_client_close(ps_client *c, tsr_rpc_close_cb cb, void *data) {
 
 void ps_client_set_deadline(ps_client *c, uint32_t ms) { c->deadline_ms = ms; }
 void ps_client_set_era(ps_client *c, uint64_t era) { c->era = era; }
+void ps_client_set_snapshot(ps_client *c, uint64_t id) { c->snapshot = id; }
 tsr_rpc_client *ps_client_rpc(ps_client *c) { return c->rpc; }
 
 /* The answer meta of each method (NULL: its answer carries nothing the
@@ -239,6 +241,7 @@ static int ps__pull(ps_client *c, uint32_t method, const char *name, int shard,
   m.n_ids = n_ids;
   m.dtype = dtype;
   m.era = c->era;
+  m.snapshot = c->snapshot;
   uv_buf_t b = uv_buf_init((char *)ids, (unsigned)(n_ids * 8));
   return ps__call(c, method, &m.base, &b, n_ids ? 1 : 0, dst, dst_bytes, cb,
                   data);
@@ -469,6 +472,15 @@ int ps_client_restore_chain(ps_client *c, const char *dir, const char *id,
   m.n_chain = n_chain;
   m.chain = lp;
   return ps__call(c, PS_M_RESTORE, &m.base, NULL, 0, NULL, 0, cb, data);
+}
+
+int ps_client_snapshot(ps_client *c, uint64_t id, bool release,
+                       uint32_t ttl_s, ps_client_cb cb, void *data) {
+  Tessera__Ps__SnapshotRequest m = TESSERA__PS__SNAPSHOT_REQUEST__INIT;
+  m.id = id;
+  m.release = release;
+  m.ttl_s = ttl_s;
+  return ps__call(c, PS_M_SNAPSHOT, &m.base, NULL, 0, NULL, 0, cb, data);
 }
 
 int ps_client_save_wait(ps_client *c, const char *id, ps_client_cb cb,

@@ -81,6 +81,15 @@ void ps_client_set_deadline(ps_client *c, uint32_t ms);
 /* The era every later pull, push and tick carries (the one this PS's JOIN
  * answered; 0, the default: not checked). Loop thread. */
 void ps_client_set_era(ps_client *c, uint64_t era);
+/* The evaluation snapshot every later pull reads (ps_client_snapshot; 0,
+ * the default: the live values). Loop thread. */
+void ps_client_set_snapshot(ps_client *c, uint64_t id);
+/* Takes snapshot `id` of every shard the PS holds (answered once all are
+ * taken), for pulls that name it while training goes on; `release` drops
+ * it (id 0: whichever is held). It is dropped ttl_s seconds after it was
+ * taken in any case (0: 600). */
+int ps_client_snapshot(ps_client *c, uint64_t id, bool release,
+                       uint32_t ttl_s, ps_client_cb cb, void *data);
 tsr_rpc_client *ps_client_rpc(ps_client *c);
 
 /* Creates shards (idempotent for an identical spec). */
@@ -354,6 +363,8 @@ typedef struct {
                           push-pull gates its pull at step + 1 */
   unsigned flags;      /* PS_KV_* */
   uint64_t losses;     /* with PS_KV_CHECK_LOSSES */
+  uint64_t snapshot;   /* pull: read this evaluation snapshot of every PS
+                          (ps_client_snapshot; 0: the live values) */
 } ps_kv_request;
 
 /* Outcome of a ticket. */

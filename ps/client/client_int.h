@@ -54,6 +54,7 @@ typedef struct kv_call {
   size_t dst_floats;
   unsigned flags;
   uint64_t losses;
+  uint64_t snapshot;       /* pulls: the evaluation snapshot read (0) */
   uint32_t gen;            /* connection generation it was issued on */
 } kv_call;
 

@@ -348,6 +348,7 @@ int ps_kv_submit(ps_kv *kv, const ps_kv_request *q, ps_ticket *ticket) {
     c->slot = idx;
     c->wire = wire;
     c->flags = q->flags;
+    c->snapshot = q->snapshot;
     c->losses = q->losses;
     if (c->grad_floats == 0) {
       c->grad = NULL; /* a push of no rows: no payload */

@@ -157,6 +157,7 @@ static int issue(ps_kv *kv, kv_call *c, int worker) {
   const char *name = c->var >= 0 ? kv->vars[c->var].name : NULL;
   size_t pb = c->dst_floats * ps__dtype_size(c->wire);
   ps_client_set_era(pc, c->flags & PS_KV_NO_ERA ? 0 : kv->era[c->ps]);
+  ps_client_set_snapshot(pc, c->snapshot);
   switch (c->kind) {
     case KV_PULL:
       return ps_client_pull_as(pc, name, c->shard, worker, c->clock, c->wire,

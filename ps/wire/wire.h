@@ -36,6 +36,7 @@ enum {
   PS_M_STATS = 0x40b,
   PS_M_SHUTDOWN = 0x40c,
   PS_M_SAVE_WAIT = 0x40d,
+  PS_M_SNAPSHOT = 0x40e,
 };
 
 /* Wire dtypes of gradients (values are always float32 on the PS). */

@@ -60,6 +60,12 @@ typedef struct {
   coord_act_kind ck_kind;
   uint64_t ck_op;
   int64_t ck_step;
+  /* the evaluation going on (SNAPSHOT, EVALUATE): beside the others */
+  bool ev_active;
+  coord_act_kind ev_kind;
+  uint64_t ev_op;
+  int ev_worker;
+  bool snap_held;                 /* the PS hold its snapshot */
   bool cfg_pending[SIM_MAX];
   sim_fl fl[SIM_FL];
   int n_fl;
@@ -157,8 +163,24 @@ static inline void sim_apply(sim *s, const coord_action *a) {
       s->ck_op = a->op;
       s->ck_step = a->step;
       break;
-    case COORD_ACT_SETUP_PS:
+    case COORD_ACT_SNAPSHOT:
     case COORD_ACT_EVALUATE:
+      if (a->kind == COORD_ACT_EVALUATE) {
+        SIM_CHECK(s, a->index >= 0 && s->wk_up[a->index],
+                  "EVALUATE on worker %d that is down", a->index);
+        SIM_CHECK(s, s->snap_held && a->op == s->ev_op,
+                  "EVALUATE of snapshot %" PRIu64 " the PS do not hold",
+                  a->op);
+      }
+      s->ev_active = true;
+      s->ev_kind = a->kind;
+      s->ev_op = a->op;
+      s->ev_worker = a->index;
+      break;
+    case COORD_ACT_UNSNAPSHOT:
+      s->snap_held = false;
+      break;
+    case COORD_ACT_SETUP_PS:
     case COORD_ACT_SHUTDOWN:
     case COORD_ACT_RESTORE:
       /* an op out still is one the machine gave up on at its deadline:
@@ -174,9 +196,6 @@ static inline void sim_apply(sim *s, const coord_action *a) {
                   "checkpoint is gone", a->step);
         s->last_restore = a->step;
       }
-      if (a->kind == COORD_ACT_EVALUATE)
-        SIM_CHECK(s, a->index >= 0 && s->wk_up[a->index],
-                  "EVALUATE on worker %d that is down", a->index);
       s->op_active = true;
       s->op_kind = a->kind;
       s->op = a->op;
@@ -315,6 +334,7 @@ static inline void sim_restart_chief(sim *s) {
   assert_int_equal(coord_sm_new(&s->sm, &s->cfg), 0);
   s->op_active = false;
   s->ck_active = false;
+  s->ev_active = false;
   memset(s->cfg_pending, 0, sizeof s->cfg_pending);
   s->n_fl = 0;
   s->base = 0;
@@ -399,7 +419,6 @@ static inline void sim_answer(sim *s, int status, int ps, bool lost,
       }
       break;
     }
-    case COORD_ACT_EVALUATE: ev.kind = COORD_EV_EVAL_DONE; break;
     case COORD_ACT_SHUTDOWN: ev.kind = COORD_EV_SHUTDOWN_DONE; break;
     default: fail_msg("no op to answer");
   }
@@ -442,6 +461,23 @@ static inline void sim_ck_answer(sim *s, int status, int ps, bool lost,
       break;
     }
     default: fail_msg("no checkpoint stage to answer");
+  }
+  sim_ev(s, ev);
+}
+
+/* Answers the evaluation's stage out (SNAPSHOT: every PS holds it;
+ * EVALUATE: the worker's answer). */
+static inline void sim_ev_answer(sim *s, int status, const char *msg) {
+  assert_true(s->ev_active);
+  s->ev_active = false;
+  coord_event ev = {.op = s->ev_op, .status = status, .index = -1,
+                    .msg = msg};
+  if (s->ev_kind == COORD_ACT_SNAPSHOT) {
+    ev.kind = COORD_EV_SNAPSHOT_DONE;
+    s->snap_held = status == 0;
+  } else {
+    ev.kind = COORD_EV_EVAL_DONE;
+    ev.index = s->ev_worker;
   }
   sim_ev(s, ev);
 }
@@ -508,6 +544,10 @@ static inline void sim_step(sim *s) {
     sim_ck_answer(s, 0, -1, false, NULL);
     return;
   }
+  if (s->ev_active) {
+    sim_ev_answer(s, 0, NULL);
+    return;
+  }
   if (s->n_fl) {
     sim_closure_done(s, 0, -1);
     return;
@@ -538,6 +578,10 @@ static inline void sim_run_calm(sim *s, int max) {
     }
     if (s->ck_active && !s->ended) {
       sim_ck_answer(s, 0, -1, false, NULL);
+      any = true;
+    }
+    if (s->ev_active && !s->ended) {
+      sim_ev_answer(s, 0, NULL);
       any = true;
     }
     if (!any && !s->ended) sim_tick(s, 0.5);

@@ -2,7 +2,8 @@
  * while a checkpoint is snapshotted, written and committed; sync pauses
  * only until every PS holds its snapshot; a checkpoint whose files a lost
  * PS never wrote is discarded and the run recovers from the one before;
- * the run ends only once its last checkpoint is committed. On the
+ * the run ends only once its last checkpoint is committed; an evaluation
+ * reads a snapshot and pauses nothing either. On the
  * simulated cluster of sim.h, which checks the invariants at every step. */
 #include "sim.h"
 
@@ -231,6 +232,51 @@ static void pruning_keeps_chains(void **state) {
   sim_free(&s);
 }
 
+/* An evaluation reads a snapshot: while its SNAPSHOT and its EVALUATE are
+ * out, closures keep going out and being counted with no pause (sync
+ * too: nothing drains); once it is answered the PS drop the snapshot; a
+ * snapshot that fails skips that evaluation, and training goes on. */
+static void evaluation_does_not_pause(void **state) {
+  (void)state;
+  for (int mode = 0; mode < 2; mode++) {
+    coord_sm_config c = sim_config(1, 2, mode ? TSR_MODE_SYNC
+                                              : TSR_MODE_ASYNC, 200);
+    c.has_eval = true;
+    c.eval_every_steps = 30;
+    sim s;
+    sim_init(&s, &c, 0);
+    start(&s);
+    for (int r = 0; r < 10000 && !s.ev_active; r++) step_holding_ck(&s);
+    assert_true(s.ev_active);
+    assert_int_equal(s.ev_kind, COORD_ACT_SNAPSHOT);
+    for (int stage = 0; stage < 2; stage++) {
+      int64_t at = coord_sm_global_step(s.sm);
+      int pauses = s.count[COORD_ACT_PAUSE];
+      for (int r = 0; r < 6; r++) step_holding_ck(&s);
+      assert_true(coord_sm_global_step(s.sm) > at);
+      assert_int_equal(s.count[COORD_ACT_PAUSE], pauses);
+      if (stage == 0) {
+        sim_ev_answer(&s, 0, NULL); /* every PS holds it */
+        assert_int_equal(s.ev_kind, COORD_ACT_EVALUATE);
+      }
+    }
+    int un = s.count[COORD_ACT_UNSNAPSHOT];
+    sim_ev_answer(&s, 0, NULL);
+    assert_int_equal(s.count[COORD_ACT_UNSNAPSHOT], un + 1);
+    assert_false(s.snap_held);
+    /* the next one's snapshot fails: skipped, named */
+    for (int r = 0; r < 10000 && !s.ev_active; r++) step_holding_ck(&s);
+    sim_ev_answer(&s, TSR_EMEMLIMIT, "ps:0: snapshot: no room");
+    assert_false(s.ev_active);
+    assert_true(sim_noted(&s, "no room"));
+    for (int r = 0; r < 20000 && !s.ended; r++) sim_step(&s);
+    assert_int_equal(s.status, 0);
+    assert_int_equal(coord_sm_global_step(s.sm), 200);
+    assert_true(s.count[COORD_ACT_EVALUATE] >= 2); /* and the final one */
+    sim_free(&s);
+  }
+}
+
 int main(void) {
   tsr_log_set_level(TSR_LOG_ERROR);
   const struct CMUnitTest tests[] = {
@@ -239,6 +285,7 @@ int main(void) {
       cmocka_unit_test(lost_ps_discards_the_checkpoint_being_written),
       cmocka_unit_test(run_ends_after_its_last_checkpoint),
       cmocka_unit_test(pruning_keeps_chains),
+      cmocka_unit_test(evaluation_does_not_pause),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

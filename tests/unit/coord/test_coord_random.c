@@ -32,6 +32,7 @@ typedef struct {
   double ps_down_at[SIM_MAX];
   double op_at;
   double ck_at;               /* the checkpoint's stage went out */
+  double ev_at;               /* the evaluation's */
   int other_streak[SIM_MAX];  /* a worker's own failures in a row */
   int cycle_failures;         /* setup/restore failures since training */
   int chief_restarts;
@@ -53,12 +54,16 @@ static int workers_up(const rsim *x) {
 #define DO(x, call)                                          \
   do {                                                       \
     bool op_ = (x)->s.op_active, ck_ = (x)->s.ck_active;     \
+    bool ev_ = (x)->s.ev_active;                             \
+    coord_act_kind evk_ = (x)->s.ev_kind;                    \
     uint64_t opn_ = (x)->s.op, ckn_ = (x)->s.ck_op;          \
     call;                                                    \
     if ((x)->s.op_active && (!op_ || (x)->s.op != opn_))     \
       (x)->op_at = (x)->s.now;                               \
     if ((x)->s.ck_active && (!ck_ || (x)->s.ck_op != ckn_))  \
       (x)->ck_at = (x)->s.now;                               \
+    if ((x)->s.ev_active && (!ev_ || (x)->s.ev_kind != evk_))\
+      (x)->ev_at = (x)->s.now;                               \
   } while (0)
 
 static void answer_closure(rsim *x, int k) {
@@ -104,14 +109,20 @@ static void answer_op(rsim *x) {
       }
       DO(x, sim_answer(s, 0, -1, false, NULL));
       return;
-    case COORD_ACT_EVALUATE:
-      DO(x, sim_answer(s, p < 10 ? -1 : 0, -1, false,
-                       p < 10 ? "worker gone" : NULL));
-      return;
     default:
       DO(x, sim_answer(s, 0, -1, false, NULL));
       return;
   }
+}
+
+/* The evaluation's stage out: its snapshot, or the worker's answer. */
+static void answer_ev(rsim *x) {
+  sim *s = &x->s;
+  uint32_t p = rnd(&x->r) % 100;
+  if (s->ev_kind == COORD_ACT_SNAPSHOT && any_ps_down(x))
+    DO(x, sim_ev_answer(s, -1, "connection closed"));
+  else
+    DO(x, sim_ev_answer(s, p < 10 ? -1 : 0, p < 10 ? "worker gone" : NULL));
 }
 
 /* The checkpoint's stage out: snapshots, files or manifest. */
@@ -158,6 +169,8 @@ static void keep_within_limits(rsim *x) {
     answer_op(x);
   if (s->ck_active && !s->ended && s->now - x->ck_at > s->cfg.op_timeout_s / 2)
     answer_ck(x);
+  if (s->ev_active && !s->ended && s->now - x->ev_at > s->cfg.op_timeout_s / 2)
+    answer_ev(x);
   for (int w = 0; w < s->cfg.n_wk && !s->ended; w++)
     if (s->cfg_pending[w]) DO(x, sim_ready(s, w));
 }
@@ -181,11 +194,14 @@ static void one_event(rsim *x) {
         DO(x, sim_ready(s, w));
       break;
     }
-  } else if (p < 56 && (s->op_active || s->ck_active)) {
-    if (s->op_active && (!s->ck_active || rnd(&x->r) % 2))
+  } else if (p < 56 && (s->op_active || s->ck_active || s->ev_active)) {
+    uint32_t q = rnd(&x->r) % 3;
+    if (s->op_active && (q == 0 || (!s->ck_active && !s->ev_active)))
       answer_op(x);
-    else
+    else if (s->ck_active && (q == 1 || !s->ev_active))
       answer_ck(x);
+    else
+      answer_ev(x);
   } else if (p < 72) {
     keep_within_limits(x);
     if (!s->ended) DO(x, sim_tick(s, 0.1 + 3 * rnd_unit(&x->r)));

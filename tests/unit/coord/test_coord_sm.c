@@ -79,8 +79,10 @@ static void finished_job_run_again(void **state) {
   sim_ready(&s, 1);
   assert_true(sim_noted(&s, "already done"));
   assert_int_equal(s.count[COORD_ACT_DISPATCH], 0);
-  assert_true(s.op_active);
-  assert_int_equal(s.op_kind, COORD_ACT_EVALUATE);
+  assert_true(s.ev_active); /* the final evaluation: its snapshot */
+  assert_int_equal(s.ev_kind, COORD_ACT_SNAPSHOT);
+  sim_ev_answer(&s, 0, NULL);
+  assert_int_equal(s.ev_kind, COORD_ACT_EVALUATE);
   sim_run_calm(&s, 100);
   assert_int_equal(s.status, 0);
   assert_int_equal(s.count[COORD_ACT_SAVE], 0);

@@ -615,6 +615,83 @@ static void incremental_chain(void **state) {
 #undef PUSH_ROWS
 }
 
+/* An evaluation's snapshot: pulls that name it read the shards as they
+ * were when it was taken (a dense one, rows changed since, a row made
+ * since as its initial value) while pushes go on and plain pulls see
+ * them; a new one replaces it; released, or past its time, pulls that
+ * name it are refused with a message that says so. */
+static void evaluation_snapshot(void **state) {
+  (void)state;
+  h_env e;
+  h_up(&e, 1, NULL);
+  ps_var_spec v[2] = {
+      spec_of("w", R, C, 0, 1, TSR_OPT_ADAM),
+      h_sparse(spec_of("emb", 1000, 3, 0, 1, TSR_OPT_ADAGRAD), true)};
+  h_res r;
+  H_CALL(&e, r, ps_client_create(e.cl[0], v, 2, h_cb, &r));
+  static float g[R * C], w0[R * C], w1[R * C], wx[R * C];
+  for (int i = 0; i < R * C; i++) g[i] = 0.5f;
+  int64_t ids[3] = {4, 40, 400};
+  float rg[9] = {1, 1, 1, 2, 2, 2, 3, 3, 3}, e0[9], e1[9], ex[9];
+  H_CALL(&e, r, ps_client_push_rows(e.cl[0], "emb", 0, 0, 0, PS_DT_F32, ids,
+                                    2, rg, 24, h_cb, &r)); /* 4 and 40 */
+  H_CALL(&e, r, ps_client_pull(e.cl[0], "w", 0, 0, 0, w0, R * C, h_cb, &r));
+  H_CALL(&e, r, ps_client_pull_rows(e.cl[0], "emb", 0, 0, 0, ids, 3, e0, 3,
+                                    h_cb, &r));
+  H_CALL(&e, r, ps_client_snapshot(e.cl[0], 7, false, 0, h_cb, &r));
+  assert_int_equal(r.status, 0);
+  /* training goes on: w changes, rows 4, 40 change, 400 is made */
+  H_CALL(&e, r, ps_client_push(e.cl[0], "w", 0, 0, 1, PS_DT_F32, g, sizeof g,
+                               h_cb, &r));
+  H_CALL(&e, r, ps_client_push_rows(e.cl[0], "emb", 0, 0, 1, PS_DT_F32, ids,
+                                    3, rg, sizeof rg, h_cb, &r));
+  H_CALL(&e, r, ps_client_pull(e.cl[0], "w", 0, 0, 0, w1, R * C, h_cb, &r));
+  H_CALL(&e, r, ps_client_pull_rows(e.cl[0], "emb", 0, 0, 0, ids, 3, e1, 3,
+                                    h_cb, &r));
+  assert_memory_not_equal(w0, w1, sizeof w0);
+  assert_memory_not_equal(e0, e1, sizeof e0);
+  ps_client_set_snapshot(e.cl[0], 7);
+  H_CALL(&e, r, ps_client_pull(e.cl[0], "w", 0, 0, 0, wx, R * C, h_cb, &r));
+  assert_int_equal(r.status, 0);
+  assert_memory_equal(wx, w0, sizeof w0);
+  H_CALL(&e, r, ps_client_pull_rows(e.cl[0], "emb", 0, 0, 0, ids, 3, ex, 3,
+                                    h_cb, &r));
+  assert_int_equal(r.status, 0);
+  assert_memory_equal(ex, e0, sizeof e0);
+  ps_client_set_snapshot(e.cl[0], 0);
+  /* a new one replaces it */
+  H_CALL(&e, r, ps_client_snapshot(e.cl[0], 8, false, 0, h_cb, &r));
+  ps_client_set_snapshot(e.cl[0], 8);
+  H_CALL(&e, r, ps_client_pull_rows(e.cl[0], "emb", 0, 0, 0, ids, 3, ex, 3,
+                                    h_cb, &r));
+  assert_memory_equal(ex, e1, sizeof e1);
+  ps_client_set_snapshot(e.cl[0], 7);
+  H_CALL(&e, r, ps_client_pull(e.cl[0], "w", 0, 0, 0, wx, R * C, h_cb, &r));
+  assert_int_equal(r.status, TSR_ENOTFOUND);
+  assert_non_null(strstr(r.message, "no snapshot 7"));
+  /* released: refused */
+  ps_client_set_snapshot(e.cl[0], 0);
+  H_CALL(&e, r, ps_client_snapshot(e.cl[0], 8, true, 0, h_cb, &r));
+  assert_int_equal(r.status, 0);
+  ps_client_set_snapshot(e.cl[0], 8);
+  H_CALL(&e, r, ps_client_pull_rows(e.cl[0], "emb", 0, 0, 0, ids, 3, ex, 3,
+                                    h_cb, &r));
+  assert_int_equal(r.status, TSR_ENOTFOUND);
+  /* past its time (1 s): dropped by the server's timer */
+  ps_client_set_snapshot(e.cl[0], 0);
+  H_CALL(&e, r, ps_client_snapshot(e.cl[0], 9, false, 1, h_cb, &r));
+  ps_client_set_snapshot(e.cl[0], 9);
+  H_CALL(&e, r, ps_client_pull(e.cl[0], "w", 0, 0, 0, wx, R * C, h_cb, &r));
+  assert_int_equal(r.status, 0);
+  h_spin(&e, 1500);
+  H_CALL(&e, r, ps_client_pull(e.cl[0], "w", 0, 0, 0, wx, R * C, h_cb, &r));
+  assert_int_equal(r.status, TSR_ENOTFOUND);
+  ps_client_set_snapshot(e.cl[0], 0);
+  H_CALL(&e, r, ps_client_snapshot(e.cl[0], 0, false, 0, h_cb, &r));
+  assert_int_equal(r.status, TSR_EINVAL);
+  assert_int_equal(h_down(&e), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(shard_round_trip),
@@ -623,6 +700,7 @@ int main(void) {
       cmocka_unit_test(corrupt_files_fail_whole),
       cmocka_unit_test(save_while_applying),
       cmocka_unit_test(incremental_chain),
+      cmocka_unit_test(evaluation_snapshot),
       cmocka_unit_test(two_ps_to_three),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
