@@ -415,11 +415,11 @@ bool ps__snap_lost(ps_snap *v) {
 
 static size_t per_of(const ps_snap *v) { return (size_t)1 << v->shift; }
 
-int ps__snap_read(ps_snap *v, size_t r0, size_t n, float *recs, int64_t *ids,
-                  char *err, size_t errlen) {
+/* ps__snap_read of a piece, under the lock. */
+static int snap_read_locked(ps_snap *v, size_t r0, size_t n, float *recs,
+                            int64_t *ids, char *err, size_t errlen) {
   size_t W = (size_t)v->info.width, S = v->stride;
   int rc = 0;
-  uv_mutex_lock(&v->mu);
   if (v->err || atomic_load(&v->released)) {
     const ps_snap_info *in = &v->info;
     if (v->err == TSR_EMEMLIMIT)
@@ -509,6 +509,24 @@ int ps__snap_read(ps_snap *v, size_t r0, size_t n, float *recs, int64_t *ids,
     i += run;
   }
 out:
-  uv_mutex_unlock(&v->mu);
+  return rc;
+}
+
+int ps__snap_read(ps_snap *v, size_t r0, size_t n, float *recs, int64_t *ids,
+                  char *err, size_t errlen) {
+  /* the lock is held a piece at a time: a writer touching a row it has
+   * not kept yet waits for at most one piece (an increment's rows are
+   * scattered: a few hundred of them; contiguous ones: 32 KiB) */
+  size_t S = v->stride;
+  size_t P = v->sel ? 256 : (32u << 10) / (S * sizeof(float));
+  if (P < 1) P = 1;
+  int rc = 0;
+  for (size_t i = 0; i < n && !rc; i += P) {
+    size_t k = n - i < P ? n - i : P;
+    uv_mutex_lock(&v->mu);
+    rc = snap_read_locked(v, r0 + i, k, recs + i * S, ids ? ids + i : NULL,
+                          err, errlen);
+    uv_mutex_unlock(&v->mu);
+  }
   return rc;
 }
