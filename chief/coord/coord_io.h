@@ -197,6 +197,29 @@ void coord__ps_restore(coord *co, uint64_t op, int64_t step);
 void coord__ps_save(coord *co, uint64_t op, int64_t step);
 void coord__ps_save_wait(coord *co, uint64_t op, int64_t step);
 void coord__ps_commit(coord *co, uint64_t op, int64_t step, int64_t total);
+/* A restore of the checkpoint of `step`: its folder's name, its id, and
+ * for an increment the checkpoints it builds on (the whole one first),
+ * read from the manifests; what one PS's restore call needs (every PS's,
+ * or a single one restarted). */
+typedef struct {
+  int64_t step;
+  char name[64];                      /* the folder, under the root */
+  char id[CHIEF_CKPT_ID_MAX + 1];     /* "": no manifest, the files agree */
+  bool known;                         /* its manifest was read */
+  int64_t base;                       /* the whole checkpoint of its chain */
+  int n_links;                        /* the chain's length, itself included */
+  size_t n_chain;                     /* the links before it */
+  char chain_dir[CHIEF_CKPT_CHAIN_MAX][64];
+  char chain_id[CHIEF_CKPT_CHAIN_MAX][CHIEF_CKPT_ID_MAX + 1];
+  ps_chain_link links[CHIEF_CKPT_CHAIN_MAX];
+} coord_restore_plan;
+
+/* The plan, or the error naming the link of the chain that is missing. */
+int coord__restore_plan(coord *co, int64_t step, coord_restore_plan *pl,
+                        char *err, size_t errlen);
+/* That restore sent to PS p (the plan must outlive the call's start). */
+int coord__restore_call(coord_ps *p, const coord_restore_plan *pl,
+                        ps_client_cb cb, void *data);
 /* SNAPSHOT: every PS takes snapshot `op` for an evaluation
  * (SNAPSHOT_DONE); UNSNAPSHOT: every PS drops it (no answer awaited). */
 void coord__ps_snapshot(coord *co, uint64_t op);

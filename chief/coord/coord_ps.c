@@ -243,10 +243,56 @@ static void coord_ps_on_save(const ps_result *r, void *data) {
   free(call);
 }
 
+int coord__restore_plan(coord *co, int64_t step, coord_restore_plan *pl,
+                        char *err, size_t errlen) {
+  memset(pl, 0, sizeof *pl);
+  char dir[4096];
+  pl->step = step;
+  if (chief_ckpt_name(step, pl->name, sizeof pl->name) ||
+      chief_ckpt_dir(co->job.checkpoint_dir, step, dir, sizeof dir))
+    return tsr_errf(err, errlen, TSR_ERANGE, "checkpoint path too long");
+  /* the files must be of the checkpoint the manifest commits */
+  int64_t st;
+  json_t *m = NULL;
+  if (chief_ckpt_read(dir, &st, &m, NULL, 0, err, errlen))
+    return 0; /* no manifest: any id, the files must agree on one */
+  const char *s = json_string_value(json_object_get(m, "checkpoint_id"));
+  snprintf(pl->id, sizeof pl->id, "%s", s ? s : "");
+  chief_ckpt_link chain[CHIEF_CKPT_CHAIN_MAX];
+  size_t n = 1;
+  int rc = chief_ckpt_chain(co->job.checkpoint_dir, step, m, chain, &n, err,
+                            errlen);
+  json_decref(m);
+  if (rc) return rc;
+  /* an increment: the checkpoints it builds on, the whole one first */
+  pl->n_chain = n - 1;
+  for (size_t k = 0; k < pl->n_chain; k++) {
+    chief_ckpt_name(chain[k].step, pl->chain_dir[k], sizeof pl->chain_dir[k]);
+    snprintf(pl->chain_id[k], sizeof pl->chain_id[k], "%s", chain[k].id);
+    pl->links[k] = (ps_chain_link){pl->chain_dir[k], pl->chain_id[k],
+                                   chain[k].step};
+  }
+  pl->base = chain[0].step;
+  pl->n_links = (int)n;
+  pl->known = true;
+  return 0;
+}
+
+int coord__restore_call(coord_ps *p, const coord_restore_plan *pl,
+                        ps_client_cb cb, void *data) {
+  /* a restore starts the clocks at the checkpoint's step on that PS */
+  return pl->n_chain
+             ? ps_client_restore_chain(p->cli, pl->name, pl->id, pl->step,
+                                       pl->links, pl->n_chain, cb, data)
+             : ps_client_restore_ckpt(p->cli, pl->name, pl->id, pl->step, cb,
+                                      data);
+}
+
 static void coord_ps_dir_call(coord *co, uint64_t op, int64_t step,
                               bool save) {
   /* named relative to the checkpoint root each PS was configured with */
-  char name[64], dir[4096], id[CHIEF_CKPT_ID_MAX + 1] = "";
+  char name[64], dir[4096], err[512];
+  coord_restore_plan pl;
   if (save)
     coord_psop_begin(co, &co->ckop, op, COORD_EV_SAVE_DONE);
   else
@@ -258,11 +304,6 @@ static void coord_ps_dir_call(coord *co, uint64_t op, int64_t step,
     coord_psop_end(co, op);
     return;
   }
-  /* a restore of an increment: the checkpoints it builds on, whole first */
-  chief_ckpt_link chain[CHIEF_CKPT_CHAIN_MAX];
-  char chain_dir[CHIEF_CKPT_CHAIN_MAX][64];
-  ps_chain_link links[CHIEF_CKPT_CHAIN_MAX];
-  size_t n_chain = 0;
   if (save) {
     chief_ckpt_files_start(&co->ckpt_files, step);
     /* an increment over the checkpoint the PS hold, up to full_every
@@ -272,33 +313,19 @@ static void coord_ps_dir_call(coord *co, uint64_t op, int64_t step,
                    co->ck_on.step < step;
     co->ckpt_any_inc = false;
   } else {
-    /* the files must be of the checkpoint the manifest commits */
-    int64_t st;
-    json_t *m = NULL;
-    char err[512];
-    if (chief_ckpt_read(dir, &st, &m, NULL, 0, err, sizeof err) == 0) {
-      const char *s = json_string_value(json_object_get(m, "checkpoint_id"));
-      snprintf(id, sizeof id, "%s", s ? s : "");
-      size_t n = 1;
-      int rc = chief_ckpt_chain(co->job.checkpoint_dir, step, m, chain, &n,
-                                err, sizeof err);
-      json_decref(m);
-      if (rc) {
-        coord_psop_result(co, op, NULL, "restore", rc, err);
-        coord_psop_end(co, op);
-        return;
-      }
-      n_chain = n - 1;
-      for (size_t k = 0; k < n_chain; k++) {
-        chief_ckpt_name(chain[k].step, chain_dir[k], sizeof chain_dir[k]);
-        links[k] = (ps_chain_link){chain_dir[k], chain[k].id, chain[k].step};
-      }
-      /* the PS hold it once restored: the next increment builds on it */
+    int rc = coord__restore_plan(co, step, &pl, err, sizeof err);
+    if (rc) {
+      coord_psop_result(co, op, NULL, "restore", rc, err);
+      coord_psop_end(co, op);
+      return;
+    }
+    if (pl.known) { /* the PS hold it once restored: the next increment
+                       builds on it */
       co->ck_on.valid = true;
       co->ck_on.step = step;
-      co->ck_on.base = chain[0].step;
-      co->ck_on.links = (int)n;
-      snprintf(co->ck_on.id, sizeof co->ck_on.id, "%s", id);
+      co->ck_on.base = pl.base;
+      co->ck_on.links = pl.n_links;
+      snprintf(co->ck_on.id, sizeof co->ck_on.id, "%s", pl.id);
     }
   }
   for (int i = 0; i < co->n_ps; i++) {
@@ -309,17 +336,12 @@ static void coord_ps_dir_call(coord *co, uint64_t op, int64_t step,
       coord_psop_result(co, op, p, what, TSR_ENOMEM, "out of memory");
       break;
     }
-    /* a restore starts the clocks at the checkpoint's step on every PS */
-    /* answered once snapshotted: the files come with SAVE_WAIT */
+    /* a save is answered once snapshotted: its files come with SAVE_WAIT */
     int rc = save ? ps_client_save_since(p->cli, name, co->ckpt_files.id,
                                          step, co->job.checkpoint_per_ps,
                                          co->ckpt_inc ? co->ck_on.id : "",
                                          coord_ps_on_result, call)
-             : n_chain ? ps_client_restore_chain(p->cli, name, id, step,
-                                                 links, n_chain,
-                                                 coord_ps_on_result, call)
-                       : ps_client_restore_ckpt(p->cli, name, id, step,
-                                                coord_ps_on_result, call);
+                  : coord__restore_call(p, &pl, coord_ps_on_result, call);
     coord_ps_started(co, call, rc);
   }
   coord_psop_end(co, op);
