@@ -122,7 +122,10 @@ typedef struct tsr_coll_group {
 typedef void (*tsr_coll_cb)(int status, const char *message, void *data);
 
 /* Joins a group. Operations of an earlier group still in flight fail
- * with TSR_ECANCELED. `cb` reports 0 once both neighbours answered the
+ * with TSR_ECANCELED. Completion on one rank says its two neighbours
+ * have joined; operations may be posted at once (they start when the
+ * neighbours are there), and a barrier that completes tells every rank
+ * that all have joined. `cb` reports 0 once both neighbours answered the
  * hello in this group, or: TSR_ETIMEOUT / TSR_EUNAVAIL naming the pair
  * that cannot reach each other ("worker:0 (10.0.0.1:2222) cannot reach
  * worker:1 (10.0.0.2:2222): ..."), TSR_ECONFIG when a neighbour has
@@ -200,6 +203,7 @@ typedef struct tsr_coll_stats {
   uint64_t segs_sent, segs_recv;
   uint64_t op_ns;                /* post to completion, summed */
   uint64_t early_bytes;          /* held now for operations not posted */
+  uint32_t landing;              /* payloads arriving now */
   uint32_t inflight;             /* operations posted and not complete */
 } tsr_coll_stats;
 

@@ -61,6 +61,7 @@ typedef struct coll_land {
   tsr_list node;            /* early: c->early; deferred: op->deferred */
   coll_op *op;              /* NULL while early */
   coll_land_mode mode;
+  uint64_t epoch;
   uint64_t seq;
   uint32_t kind, root, step, seg;
   uint64_t count;

@@ -131,7 +131,11 @@ void tsr_coll__op_fail(coll_op *op, int code, const char *fmt, ...) {
   vsnprintf(text, sizeof text, fmt, ap);
   va_end(ap);
   tsr_coll__op_name(op, name, sizeof name);
-  snprintf(op->msg, sizeof op->msg, "%s: %s", name, text);
+  /* a cause about this very operation names it already */
+  if (strncmp(text, name, strlen(name)) == 0)
+    snprintf(op->msg, sizeof op->msg, "%s", text);
+  else
+    snprintf(op->msg, sizeof op->msg, "%s: %s", name, text);
   /* messages not sent yet never will be */
   tsr_list_foreach_safe(it, tmp, &c->sendq) {
     coll_msg *m = tsr_list_entry(it, coll_msg, node);
@@ -430,6 +434,7 @@ static int land_check(tsr_coll *c, const tsr_rpc_incoming *call,
                     "%zu belong", len, slen * elem);
   coll_land *l = calloc(1, sizeof *l);
   if (!l) return tsr_errf(err, errlen, TSR_ENOMEM, "out of memory");
+  l->epoch = m->epoch;
   l->seq = m->seq;
   l->kind = m->kind;
   l->root = m->root;
@@ -555,6 +560,7 @@ int tsr_coll__data_alloc(tsr_rpc_incoming *call, size_t len, void **buf,
       return rc;
   }
   call->user = l;
+  c->st.landing++;
   *buf = l->pool ? (void *)l->pool : (void *)(l->op->buf + l->off);
   return 0;
 }
@@ -565,6 +571,7 @@ void tsr_coll__data_abort(tsr_rpc_incoming *call, void *buf, int status,
   coll_land *l = call->user;
   call->user = NULL;
   if (!l) return;
+  c->st.landing--;
   coll_op *op = l->op;
   if (op) {
     op->refs--;
@@ -582,12 +589,15 @@ void tsr_coll__data_abort(tsr_rpc_incoming *call, void *buf, int status,
   if (c->closing) tsr_coll__deliver(c);
 }
 
+static bool early_apply(tsr_coll *c, coll_op *op, coll_land *l);
+
 void tsr_coll__on_data(tsr_rpc_incoming *call, void *data) {
   tsr_coll *c = data;
   coll_land *l = call->user;
   char err[TSR_COLL_ERR_MAX];
   int rc = 0;
   call->user = NULL;
+  if (l) c->st.landing--;
   if (!l) {
     /* an empty segment: no payload_alloc ran */
     rc = land_prepare(c, call, call->payload_len, &l, err, sizeof err);
@@ -606,7 +616,21 @@ void tsr_coll__on_data(tsr_rpc_incoming *call, void *data) {
   c->st.segs_recv++;
   c->st.bytes_recv += l->len;
   coll_op *op = l->op;
-  if (!op) {
+  if (!op && (l->epoch != c->epoch || c->broken || c->closing)) {
+    /* the group changed while the payload was on its way */
+    rc = TSR_ESTALE;
+    snprintf(err, sizeof err, "data of group %llu came after its end",
+             (unsigned long long)l->epoch);
+    land_free(c, l);
+  } else if (!op && l->seq < c->next_seq) {
+    /* posted while the payload was on its way: applied now, or dropped
+     * when its operation is over (failed) */
+    coll_op *late = find_op(c, l->seq);
+    if (late)
+      early_apply(c, late, l);
+    else
+      land_free(c, l);
+  } else if (!op) {
     tsr_list_push_back(&c->early, &l->node);
     c->st.early_bytes += l->len;
   } else {
@@ -630,6 +654,32 @@ void tsr_coll__on_data(tsr_rpc_incoming *call, void *data) {
 
 /* ---- posting ------------------------------------------------------------ */
 
+/* Applies a segment that arrived before op was posted (consumes l);
+ * false when it broke the group. */
+static bool early_apply(tsr_coll *c, coll_op *op, coll_land *l) {
+  char err[TSR_COLL_ERR_MAX];
+  int rc = op_matches(c, op, l->kind, l->count, l->root, err, sizeof err);
+  size_t idx = (size_t)l->step * op->nseg + l->seg;
+  if (!rc && op->got[idx])
+    rc = tsr_errf(err, sizeof err, TSR_EPROTO, "segment %u of step %u "
+                  "twice", l->seg, l->step);
+  if (rc) {
+    land_free(c, l);
+    tsr_coll__op_fail(op, rc, "%s", err);
+    tsr_coll__break(c, rc, true, "%s", err);
+    return false;
+  }
+  if (op->failed) {
+    land_free(c, l);
+    return true;
+  }
+  op->got[idx] = 1;
+  l->op = op;
+  l->mode = COLL_LAND_SCRATCH;
+  apply(op, l);
+  return true;
+}
+
 /* Applies the segments that arrived before op was posted. */
 static void take_early(tsr_coll *c, coll_op *op) {
   tsr_list_foreach_safe(it, tmp, &c->early) {
@@ -637,25 +687,7 @@ static void take_early(tsr_coll *c, coll_op *op) {
     if (l->seq != op->seq) continue;
     tsr_list_remove(&l->node);
     c->st.early_bytes -= l->len;
-    char err[TSR_COLL_ERR_MAX];
-    int rc = op_matches(c, op, l->kind, l->count, l->root, err, sizeof err);
-    size_t idx = (size_t)l->step * op->nseg + l->seg;
-    if (!rc && op->got[idx])
-      rc = tsr_errf(err, sizeof err, TSR_EPROTO, "segment %u of step %u "
-                    "twice", l->seg, l->step);
-    if (rc) {
-      land_free(c, l);
-      tsr_coll__op_fail(op, rc, "%s", err);
-      tsr_coll__break(c, rc, true, "%s", err);
-      return;
-    }
-    if (op->failed) {
-      land_free(c, l);
-      continue;
-    }
-    op->got[idx] = 1;
-    l->op = op;
-    apply(op, l);
+    if (!early_apply(c, op, l)) return;
   }
 }
 

@@ -197,6 +197,67 @@ static void test_allreduce_many_inflight(void **state) {
   assert_int_equal(uv_loop_close(&loop), 0);
 }
 
+/* A rank posts the operation while a segment for it is on its way (its
+ * payload_alloc saw no operation, its handler sees one): the segment is
+ * applied, not parked for an operation that has come and gone. */
+typedef struct {
+  cu_group *g;
+  float *x;
+  size_t n;
+  cu_rec *rec;
+  bool posted;
+} midland_arg;
+
+static void midland_check(uv_prepare_t *h) {
+  midland_arg *a = h->data;
+  tsr_coll_stats st;
+  tsr_coll_get_stats(a->g->r[1].coll, &st);
+  if (a->posted || st.landing == 0) return;
+  a->posted = true;
+  assert_int_equal(tsr_coll_allreduce(a->g->r[1].coll, a->x, a->n, cu_rec_cb,
+                                      a->rec), 0);
+  uv_prepare_stop(h);
+}
+
+static void test_post_while_landing(void **state) {
+  (void)state;
+  enum { COUNT = 2 << 20 };
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  cu_group g;
+  tsr_coll_opts o;
+  memset(&o, 0, sizeof o);
+  o.segment_bytes = 4 << 20;
+  o.op_timeout_ms = 3000;
+  assert_int_equal(cu_open(&g, &loop, 2, &o), 0);
+  cu_rec rec[2];
+  assert_int_equal(cu_configure(&g, 1, 2, rec), 0);
+  float *x[2];
+  for (int i = 0; i < 2; i++) {
+    x[i] = malloc(COUNT * sizeof(float));
+    for (size_t e = 0; e < COUNT; e++) x[i][e] = (float)(i + 1);
+  }
+  memset(rec, 0, sizeof rec);
+  midland_arg a = {&g, x[1], COUNT, &rec[1], false};
+  uv_prepare_t prep;
+  uv_prepare_init(&loop, &prep);
+  prep.data = &a;
+  uv_prepare_start(&prep, midland_check);
+  assert_int_equal(tsr_coll_allreduce(g.r[0].coll, x[0], COUNT, cu_rec_cb,
+                                      &rec[0]), 0);
+  assert_true(cu_run(&loop, rec, 2, 30000));
+  uv_close((uv_handle_t *)&prep, NULL);
+  assert_true(a.posted);
+  for (int i = 0; i < 2; i++) {
+    if (rec[i].status) print_error("rank %d: %s\n", i, rec[i].msg);
+    assert_int_equal(rec[i].status, 0);
+    assert_true(x[i][0] == 3.0f && x[i][COUNT - 1] == 3.0f);
+    free(x[i]);
+  }
+  cu_close(&g);
+  assert_int_equal(uv_loop_close(&loop), 0);
+}
+
 /* ---- broadcast and barrier ---------------------------------------------- */
 
 static void test_broadcast_barrier(void **state) {
@@ -646,6 +707,7 @@ int main(void) {
       cmocka_unit_test(test_span_covers),
       cmocka_unit_test(test_allreduce_sizes),
       cmocka_unit_test(test_allreduce_many_inflight),
+      cmocka_unit_test(test_post_while_landing),
       cmocka_unit_test(test_broadcast_barrier),
       cmocka_unit_test(test_tickets),
       cmocka_unit_test(test_ticket_close),
