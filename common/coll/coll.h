@@ -187,6 +187,61 @@ int tsr_coll_submit(tsr_coll *c, const tsr_coll_req *req,
  * loop thread); returns its status with its message in err. A ticket is
  * waited for once (TSR_EINVAL for an unknown one). */
 int tsr_coll_wait(tsr_coll *c, tsr_coll_ticket t, char *err, size_t errlen);
+/* The same, with tsr_now_ns() when the loop posted the operation and when
+ * it completed (either pointer may be NULL). */
+int tsr_coll_wait_timed(tsr_coll *c, tsr_coll_ticket t, char *err,
+                        size_t errlen, uint64_t *post_ns, uint64_t *done_ns);
+/* Non-zero once the ticket's operation has completed (no wait). */
+int tsr_coll_done(tsr_coll *c, tsr_coll_ticket t);
+
+/* ---- gradient buckets (fuse.c) -------------------------------------------
+ *
+ * Tensor fusion (Horovod's) with PyTorch DDP's layout: the tensors of a
+ * step (gradients) are grouped, in the order the backward pass produces
+ * them, into buckets of about bucket_bytes (a larger tensor is a bucket of
+ * its own), and the fusion buffer holds each bucket contiguously, so a
+ * gradient computed in place (tsr_coll_fuse_slot) is all-reduced with no
+ * copy. A step: tsr_coll_fuse_start, then tsr_coll_fuse_ready as each
+ * tensor becomes final (a bucket goes out as soon as all its tensors are
+ * final and every bucket before it has gone: all ranks post buckets in
+ * the same order whatever order their tensors become final in), then
+ * tsr_coll_fuse_wait per bucket (apply an optimizer to a bucket while the
+ * next is still on the ring) or tsr_coll_fuse_flush + wait_all.
+ *
+ * Threads: one thread (a training thread) drives a fuse; it posts through
+ * tickets (tsr_coll_submit), so never the loop thread. */
+
+typedef struct tsr_coll_fuse tsr_coll_fuse;
+
+/* n tensors of counts[t] floats (0 allowed); order[i] is the i-th tensor
+ * to become final in a step (a permutation of 0..n-1; NULL: n-1 down to
+ * 0, a backward pass over layers in order). TSR_EINVAL for a bad order
+ * or bucket_bytes < 4, TSR_ENOMEM. */
+int tsr_coll_fuse_new(tsr_coll_fuse **out, const size_t *counts,
+                      const int *order, int n, size_t bucket_bytes);
+void tsr_coll_fuse_free(tsr_coll_fuse *f);
+/* Where tensor t lives in the fusion buffer (64-byte aligned buffer). */
+float *tsr_coll_fuse_slot(const tsr_coll_fuse *f, int t);
+int tsr_coll_fuse_nbuckets(const tsr_coll_fuse *f);
+/* Bucket b: its tensors (in final order) and its floats. */
+const int *tsr_coll_fuse_members(const tsr_coll_fuse *f, int b, int *n);
+size_t tsr_coll_fuse_bucket_floats(const tsr_coll_fuse *f, int b);
+
+/* A new step on collective c (tickets from tsr_coll_submit): nothing is
+ * final. Buckets of an earlier step must have been waited for. */
+void tsr_coll_fuse_start(tsr_coll_fuse *f, tsr_coll *c);
+/* Tensor t is final: posts every bucket now complete whose predecessors
+ * are posted. The first failure to post is returned (and kept). */
+int tsr_coll_fuse_ready(tsr_coll_fuse *f, int t);
+/* Every tensor is final (those never marked included): posts the rest. */
+int tsr_coll_fuse_flush(tsr_coll_fuse *f);
+/* Waits for bucket b's all-reduce (which must have been posted); its
+ * status, with the message in err. When not NULL, *post_ns and *done_ns
+ * get tsr_now_ns() at its post and at its completion. */
+int tsr_coll_fuse_wait(tsr_coll_fuse *f, int b, char *err, size_t errlen,
+                       uint64_t *post_ns, uint64_t *done_ns);
+/* Flush, then wait for every bucket; the first failure. */
+int tsr_coll_fuse_wait_all(tsr_coll_fuse *f, char *err, size_t errlen);
 
 /* ---- statistics --------------------------------------------------------- */
 

@@ -106,6 +106,7 @@ typedef struct coll_sub {
 typedef struct coll_slot {
   tsr_coll_ticket t;        /* 0: free */
   bool done;
+  uint64_t post_ns, done_ns;
   int status;
   char msg[TSR_COLL_ERR_MAX];
 } coll_slot;

@@ -8,6 +8,7 @@
  * TSR_ESHUTDOWN, so no waiter blocks past the close.
  */
 #include "common/coll/coll_int.h"
+#include "common/clock.h"
 #include "common/err.h"
 
 #include <stdio.h>
@@ -36,6 +37,7 @@ static void slot_done(tsr_coll *c, tsr_coll_ticket t, int status,
   coll_slot *s = slot_of(c, t);
   if (!s) return;
   s->done = true;
+  s->done_ns = tsr_now_ns();
   s->status = status;
   snprintf(s->msg, sizeof s->msg, "%s", msg ? msg : "");
   pthread_cond_broadcast(&c->cv);
@@ -95,6 +97,19 @@ int tsr_coll_submit(tsr_coll *c, const tsr_coll_req *req,
 }
 
 int tsr_coll_wait(tsr_coll *c, tsr_coll_ticket t, char *err, size_t errlen) {
+  return tsr_coll_wait_timed(c, t, err, errlen, NULL, NULL);
+}
+
+int tsr_coll_done(tsr_coll *c, tsr_coll_ticket t) {
+  pthread_mutex_lock(&c->mu);
+  coll_slot *s = t ? slot_of(c, t) : NULL;
+  int done = s && s->done;
+  pthread_mutex_unlock(&c->mu);
+  return done;
+}
+
+int tsr_coll_wait_timed(tsr_coll *c, tsr_coll_ticket t, char *err,
+                        size_t errlen, uint64_t *post_ns, uint64_t *done_ns) {
   if (err && errlen) err[0] = 0;
   if (!t) return TSR_EINVAL;
   pthread_mutex_lock(&c->mu);
@@ -107,6 +122,8 @@ int tsr_coll_wait(tsr_coll *c, tsr_coll_ticket t, char *err, size_t errlen) {
   while (!s->done) pthread_cond_wait(&c->cv, &c->mu);
   int rc = s->status;
   if (rc && err && errlen) snprintf(err, errlen, "%s", s->msg);
+  if (post_ns) *post_ns = s->post_ns;
+  if (done_ns) *done_ns = s->done_ns;
   s->t = 0;
   pthread_mutex_unlock(&c->mu);
   return rc;
@@ -136,6 +153,10 @@ void tsr_coll__subs_run(tsr_coll *c) {
     tsr_list_remove(n);
     coll_sub *s = tsr_list_entry(n, coll_sub, node);
     const tsr_coll_req *r = &s->req;
+    pthread_mutex_lock(&c->mu);
+    coll_slot *sl = slot_of(c, s->t);
+    if (sl) sl->post_ns = tsr_now_ns();
+    pthread_mutex_unlock(&c->mu);
     int rc;
     switch (r->kind) {
     case TSR_COLL_ALLREDUCE:

@@ -426,6 +426,120 @@ static void test_ticket_close(void **state) {
   assert_int_equal(uv_loop_close(&loop), 0);
 }
 
+/* ---- gradient buckets --------------------------------------------------- */
+
+static void test_fuse_layout(void **state) {
+  (void)state;
+  /* tensors 0..5 final in backward order 5..0; 100-float buckets:
+   * [5] (50, +60 would pass 100), [4, 3] (70, +250 would), [2] (alone,
+   * larger than a bucket), [1, 0] */
+  size_t counts[6] = {30, 30, 250, 10, 60, 50};
+  tsr_coll_fuse *f;
+  assert_int_equal(tsr_coll_fuse_new(&f, counts, NULL, 6, 400), 0);
+  int nb = tsr_coll_fuse_nbuckets(f);
+  size_t total = 0;
+  const float *prev_end = NULL;
+  for (int b = 0; b < nb; b++) {
+    int n;
+    const int *m = tsr_coll_fuse_members(f, b, &n);
+    size_t fl = 0;
+    for (int i = 0; i < n; i++) {
+      /* contiguous, in final order */
+      if (prev_end) assert_ptr_equal(tsr_coll_fuse_slot(f, m[i]), prev_end);
+      prev_end = tsr_coll_fuse_slot(f, m[i]) + counts[m[i]];
+      fl += counts[m[i]];
+    }
+    assert_int_equal(fl, tsr_coll_fuse_bucket_floats(f, b));
+    assert_true(fl <= 100 || n == 1);
+    total += fl;
+  }
+  assert_int_equal(total, 430);
+  assert_int_equal(nb, 4);
+  int n;
+  const int *m = tsr_coll_fuse_members(f, 1, &n);
+  assert_int_equal(n, 2);
+  assert_int_equal(m[0], 4);
+  assert_int_equal(m[1], 3);
+  tsr_coll_fuse_free(f);
+  int bad[3] = {0, 0, 2};
+  assert_int_equal(tsr_coll_fuse_new(&f, counts, bad, 3, 400), TSR_EINVAL);
+}
+
+typedef struct {
+  tsr_coll *c;
+  int rank;
+  int rc;
+  volatile int finished;
+} fz_arg;
+
+static void *fz_thread(void *p) {
+  fz_arg *a = p;
+  size_t counts[6] = {3000, 5, 7000, 1, 2500, 900};
+  tsr_coll_fuse *f;
+  if ((a->rc = tsr_coll_fuse_new(&f, counts, NULL, 6, 16384))) goto out;
+  for (int step = 0; step < 3 && !a->rc; step++) {
+    tsr_coll_fuse_start(f, a->c);
+    for (int t = 0; t < 6; t++)
+      for (size_t e = 0; e < counts[t]; e++)
+        tsr_coll_fuse_slot(f, t)[e] = (float)((a->rank + 1) * (t + 1) + step);
+    /* final out of order, and differently on each rank */
+    int ord[6] = {2, 5, 0, 4, 1, 3};
+    for (int i = 0; i < 6 && !a->rc; i++)
+      a->rc = tsr_coll_fuse_ready(f, ord[(i + a->rank) % 6]);
+    char err[TSR_COLL_ERR_MAX];
+    for (int b = 0; b < tsr_coll_fuse_nbuckets(f) && !a->rc; b++) {
+      uint64_t t0, t1;
+      a->rc = tsr_coll_fuse_wait(f, b, err, sizeof err, &t0, &t1);
+      if (!a->rc && t1 < t0) a->rc = -1;
+    }
+    if (!a->rc) a->rc = tsr_coll_fuse_wait_all(f, err, sizeof err);
+    /* ranks 1, 2, 3 summed: 6 * (t + 1) + 3 * step */
+    for (int t = 0; t < 6 && !a->rc; t++)
+      for (size_t e = 0; e < counts[t]; e++)
+        if (tsr_coll_fuse_slot(f, t)[e] != (float)(6 * (t + 1) + 3 * step))
+          a->rc = -2;
+  }
+  tsr_coll_fuse_free(f);
+out:
+  a->finished = 1;
+  return NULL;
+}
+
+/* Three ranks' threads drive buckets whose tensors become final in other
+ * orders on each: buckets still go out in one order and sum right. */
+static void test_fuse_allreduce(void **state) {
+  (void)state;
+  enum { N = 3 };
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  cu_group g;
+  tsr_coll_opts o = small_opts();
+  assert_int_equal(cu_open(&g, &loop, N, &o), 0);
+  cu_rec rec[N];
+  assert_int_equal(cu_configure(&g, 1, N, rec), 0);
+  fz_arg a[N];
+  pthread_t th[N];
+  for (int i = 0; i < N; i++) {
+    memset(&a[i], 0, sizeof a[i]);
+    a[i].c = g.r[i].coll;
+    a[i].rank = i;
+    assert_int_equal(pthread_create(&th[i], NULL, fz_thread, &a[i]), 0);
+  }
+  uint64_t end = tsr_now_ms() + 30000;
+  for (;;) {
+    int fin = 0;
+    for (int i = 0; i < N; i++) fin += a[i].finished;
+    if (fin == N || tsr_now_ms() > end) break;
+    uv_run(&loop, UV_RUN_ONCE);
+  }
+  for (int i = 0; i < N; i++) {
+    pthread_join(th[i], NULL);
+    assert_int_equal(a[i].rc, 0);
+  }
+  cu_close(&g);
+  assert_int_equal(uv_loop_close(&loop), 0);
+}
+
 /* ---- failures ----------------------------------------------------------- */
 
 typedef struct {
@@ -710,6 +824,8 @@ int main(void) {
       cmocka_unit_test(test_post_while_landing),
       cmocka_unit_test(test_broadcast_barrier),
       cmocka_unit_test(test_tickets),
+      cmocka_unit_test(test_fuse_layout),
+      cmocka_unit_test(test_fuse_allreduce),
       cmocka_unit_test(test_ticket_close),
       cmocka_unit_test(test_rank_dies_midring),
       cmocka_unit_test(test_op_timeout),
