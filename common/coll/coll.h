@@ -148,6 +148,12 @@ int tsr_coll_broadcast(tsr_coll *c, int root, void *buf, size_t bytes,
                        tsr_coll_cb cb, void *data);
 int tsr_coll_barrier(tsr_coll *c, tsr_coll_cb cb, void *data);
 
+/* This rank cannot go on (its step failed after it posted part of it):
+ * the group breaks on every member, each operation failing with `code`
+ * (negative) and "<this rank>: <message>". A group already broken keeps
+ * its first cause. Loop thread; no callback. */
+void tsr_coll_abort(tsr_coll *c, int code, const char *message);
+
 /* Fails every operation (TSR_ESHUTDOWN), wakes every waiting thread,
  * closes the connections and handles; `cb` runs once they are closed.
  * Calls arriving later are answered TSR_ESHUTDOWN. */
@@ -165,6 +171,7 @@ typedef enum {
   TSR_COLL_BROADCAST = 2,
   TSR_COLL_BARRIER = 3,
   TSR_COLL_CONFIGURE = 4,
+  TSR_COLL_ABORT = 5,
 } tsr_coll_kind;
 
 typedef struct tsr_coll_req {
@@ -173,6 +180,7 @@ typedef struct tsr_coll_req {
   size_t count;                  /* all-reduce: floats; broadcast: bytes */
   int root;                      /* broadcast */
   const tsr_coll_group *group;   /* configure (copied before return) */
+  const char *message;           /* abort (copied); its code in root */
 } tsr_coll_req;
 
 /* Largest number of tickets submitted and not yet waited for. */

@@ -101,6 +101,7 @@ typedef struct coll_sub {
   tsr_coll_req req;
   tsr_coll_group g;         /* configure: a deep copy */
   char **addrs, **names;
+  char *msg;                /* abort */
 } coll_sub;
 
 typedef struct coll_slot {

@@ -150,7 +150,7 @@ static int post_ready(tsr_coll_fuse *f) {
   while (!f->rc && f->next < f->nb && f->left[f->next] == 0) {
     int b = f->next;
     tsr_coll_req q = {TSR_COLL_ALLREDUCE, f->buf + f->boff[b], f->bfloats[b],
-                      0, NULL};
+                      0, NULL, NULL};
     int rc = tsr_coll_submit(f->c, &q, &f->t[b]);
     if (rc) {
       f->rc = rc;

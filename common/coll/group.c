@@ -142,6 +142,14 @@ void tsr_coll__break(tsr_coll *c, int code, bool tell, const char *fmt, ...) {
   free(meta);
 }
 
+void tsr_coll_abort(tsr_coll *c, int code, const char *message) {
+  if (c->closing || !c->epoch) return;
+  char me[160];
+  tsr_coll__who(c, c->rank, me, sizeof me);
+  tsr_coll__break(c, code < 0 ? code : TSR_ECANCELED, true, "%s: %s", me,
+                  message ? message : "gave up");
+}
+
 static void on_abort(tsr_rpc_incoming *call, void *data) {
   tsr_coll *c = data;
   const Tessera__Coll__Abort *a = call->request;

@@ -16,6 +16,7 @@
 #include <string.h>
 
 static void sub_free(coll_sub *s) {
+  free(s->msg);
   for (int i = 0; s->addrs && i < s->g.nranks; i++) {
     free(s->addrs[i]);
     if (s->names) free(s->names[i]);
@@ -65,13 +66,18 @@ static int group_copy(coll_sub *s, const tsr_coll_group *g) {
 int tsr_coll_submit(tsr_coll *c, const tsr_coll_req *req,
                     tsr_coll_ticket *t) {
   *t = 0;
-  if (!req || req->kind < TSR_COLL_ALLREDUCE || req->kind > TSR_COLL_CONFIGURE)
+  if (!req || req->kind < TSR_COLL_ALLREDUCE || req->kind > TSR_COLL_ABORT)
     return TSR_EINVAL;
   coll_sub *s = calloc(1, sizeof *s);
   if (!s) return TSR_ENOMEM;
   s->c = c;
   s->req = *req;
   int rc = 0;
+  if (req->kind == TSR_COLL_ABORT &&
+      !(s->msg = strdup(req->message ? req->message : "gave up"))) {
+    sub_free(s);
+    return TSR_ENOMEM;
+  }
   if (req->kind == TSR_COLL_CONFIGURE && (rc = group_copy(s, req->group))) {
     s->g.nranks = req->group ? req->group->nranks : 0;
     sub_free(s);
@@ -168,6 +174,10 @@ void tsr_coll__subs_run(tsr_coll *c) {
     case TSR_COLL_BARRIER:
       rc = tsr_coll_barrier(c, on_ticket, s);
       break;
+    case TSR_COLL_ABORT:
+      tsr_coll_abort(c, r->root, s->msg);
+      on_ticket(0, "", s);
+      continue;
     default:
       rc = tsr_coll_configure(c, &s->g, on_ticket, s);
       break;

@@ -326,8 +326,8 @@ static void *tk_thread(void *p) {
   tk_arg *a = p;
   for (int k = 0; k < a->rounds && !a->rc; k++) {
     tsr_coll_ticket t1, t2;
-    tsr_coll_req q = {TSR_COLL_ALLREDUCE, a->x, a->n, 0, NULL};
-    tsr_coll_req b = {TSR_COLL_BARRIER, NULL, 0, 0, NULL};
+    tsr_coll_req q = {TSR_COLL_ALLREDUCE, a->x, a->n, 0, NULL, NULL};
+    tsr_coll_req b = {TSR_COLL_BARRIER, NULL, 0, 0, NULL, NULL};
     if ((a->rc = tsr_coll_submit(a->c, &q, &t1))) break;
     if ((a->rc = tsr_coll_submit(a->c, &b, &t2))) break;
     if ((a->rc = tsr_coll_wait(a->c, t1, a->err, sizeof a->err))) break;
@@ -383,7 +383,7 @@ static void test_tickets(void **state) {
 static void *tk_blocked(void *p) {
   tk_arg *a = p;
   tsr_coll_ticket t;
-  tsr_coll_req q = {TSR_COLL_ALLREDUCE, a->x, a->n, 0, NULL};
+  tsr_coll_req q = {TSR_COLL_ALLREDUCE, a->x, a->n, 0, NULL, NULL};
   if ((a->rc = tsr_coll_submit(a->c, &q, &t)) == 0)
     a->rc = tsr_coll_wait(a->c, t, a->err, sizeof a->err);
   a->finished = 1;
@@ -701,6 +701,35 @@ static void test_mismatch(void **state) {
   assert_int_equal(uv_loop_close(&loop), 0);
 }
 
+/* A rank that gives up (its step failed after it posted part of it)
+ * aborts: the others fail at once with its message. */
+static void test_abort(void **state) {
+  (void)state;
+  enum { N = 3 };
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  cu_group g;
+  tsr_coll_opts o = small_opts();
+  assert_int_equal(cu_open(&g, &loop, N, &o), 0);
+  cu_rec rec[N];
+  assert_int_equal(cu_configure(&g, 1, N, rec), 0);
+  float x[2][64] = {{0}};
+  memset(rec, 0, sizeof rec);
+  for (int i = 0; i < 2; i++)
+    assert_int_equal(tsr_coll_allreduce(g.r[i].coll, x[i], 64, cu_rec_cb,
+                                        &rec[i]), 0);
+  for (int t = 0; t < 20; t++) uv_run(&loop, UV_RUN_NOWAIT);
+  tsr_coll_abort(g.r[2].coll, TSR_EDATA, "step 7: a NaN in the batch");
+  assert_true(cu_run(&loop, rec, 2, 20000));
+  for (int i = 0; i < 2; i++) {
+    assert_int_equal(rec[i].status, TSR_EDATA);
+    assert_non_null(strstr(rec[i].msg, "worker:2"));
+    assert_non_null(strstr(rec[i].msg, "a NaN in the batch"));
+  }
+  cu_close(&g);
+  assert_int_equal(uv_loop_close(&loop), 0);
+}
+
 /* Data for operations not posted here is held up to early_bytes_max. */
 static void test_early_limit(void **state) {
   (void)state;
@@ -830,6 +859,7 @@ int main(void) {
       cmocka_unit_test(test_rank_dies_midring),
       cmocka_unit_test(test_op_timeout),
       cmocka_unit_test(test_mismatch),
+      cmocka_unit_test(test_abort),
       cmocka_unit_test(test_early_limit),
       cmocka_unit_test(test_configure_errors),
       cmocka_unit_test(test_opts),
