@@ -49,16 +49,16 @@ static void payload_sent(int status, void *data) {
   free(data);
 }
 
-/* A closure's answer with its trace events as the payload; the buffer
- * leaves the job and is freed once written. */
-static void reply_with_payload(wk_job *j) {
-  size_t len = protobuf_c_message_get_packed_size(&j->out.run.base);
+/* An answer with the job's payload (a closure's trace events, the dense
+ * values); the buffer leaves the job and is freed once written. */
+static void reply_with_payload(wk_job *j, const ProtobufCMessage *m) {
+  size_t len = protobuf_c_message_get_packed_size(m);
   uint8_t *buf = malloc(len ? len : 1);
   if (!buf) {
     tsr_rpc_reply_error(j->call, TSR_ENOMEM, "worker: out of memory");
     return;
   }
-  protobuf_c_message_pack(&j->out.run.base, buf);
+  protobuf_c_message_pack(m, buf);
   uv_buf_t b = uv_buf_init((char *)j->trace, (unsigned)j->trace_len);
   int rc = tsr_rpc_reply(j->call, buf, len, &b, 1, payload_sent, j->trace);
   free(buf);
@@ -75,7 +75,8 @@ static void answer_job(wk_svc *s, wk_job *j) {
     tsr_warn("%s failed: %s",
              j->kind == WK_JOB_CONFIGURE ? "configure"
              : j->kind == WK_JOB_RUN     ? "closure"
-                                         : "eval",
+             : j->kind == WK_JOB_EVAL    ? "eval"
+                                         : "dense state",
              j->err);
     tsr_rpc_reply_error(j->call, j->rc, j->err);
     return;
@@ -94,12 +95,13 @@ static void answer_job(wk_svc *s, wk_job *j) {
     }
     case WK_JOB_RUN:
       if (j->trace_len) {
-        reply_with_payload(j);
+        reply_with_payload(j, &j->out.run.base);
         break;
       }
       reply_msg(j->call, &j->out.run.base);
       break;
     case WK_JOB_EVAL: reply_msg(j->call, &j->out.eval.base); break;
+    case WK_JOB_DENSE: reply_with_payload(j, &j->out.dense.base); break;
   }
 }
 
@@ -185,6 +187,10 @@ static void h_eval(tsr_rpc_incoming *call, void *data) {
   enqueue(data, call, WK_JOB_EVAL);
 }
 
+static void h_dense(tsr_rpc_incoming *call, void *data) {
+  enqueue(data, call, WK_JOB_DENSE);
+}
+
 static void h_status(tsr_rpc_incoming *call, void *data) {
   wk_svc *s = data;
   Tessera__Worker__StatusResponse r = TESSERA__WORKER__STATUS_RESPONSE__INIT;
@@ -237,6 +243,12 @@ static void on_server_closed(void *data) {
   try_finish_close(s);
 }
 
+static void on_coll_closed(void *data) {
+  wk_svc *s = data;
+  s->coll_closed = true;
+  try_finish_close(s);
+}
+
 static void try_finish_close(wk_svc *s) {
   if (s->wake_closed) return;
   if (s->thread_started) {
@@ -248,6 +260,10 @@ static void try_finish_close(wk_svc *s) {
     pthread_join(s->thread, NULL);
     s->thread_started = false;
   }
+  /* the collective's methods stay on the server until it has closed */
+  if (s->coll && (!s->coll_closed || s->srv)) return;
+  tsr_coll_free(s->coll);
+  s->coll = NULL;
   wk__ps_close_all(s);
   s->wake_closed = true;
   uv_close((uv_handle_t *)&s->wake, on_handle_closed);
@@ -280,6 +296,7 @@ static void start_close(wk_svc *s, int code) {
   }
   s->closing_ps = true;
   wk__ps_cancel(s); /* calls in flight fail: the thread moves on */
+  if (s->coll) tsr_coll_close(s->coll, on_coll_closed, s); /* the ring too */
   if (s->srv) tsr_rpc_server_close(s->srv, on_server_closed, s);
   try_finish_close(s);
 }
@@ -326,6 +343,8 @@ static int register_all(wk_svc *s) {
        &tessera__worker__status_request__descriptor, NULL, NULL},
       {WK_M_SHUTDOWN, "shutdown", h_shutdown, s,
        &tessera__worker__shutdown_request__descriptor, NULL, NULL},
+      {WK_M_DENSE, "dense", h_dense, s,
+       &tessera__worker__dense_request__descriptor, NULL, NULL},
   };
   for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
     int rc = tsr_rpc_server_register_method(s->srv, &ms[i]);
@@ -467,7 +486,12 @@ int wk_service_main(int argc, char **argv) {
     goto run;
   }
   s->thread_started = true;
-  if ((rc = tsr_rpc_server_new(&s->srv, s->rpc)) || (rc = register_all(s))) {
+  /* the ring among the workers (dense "allreduce"): its operations wait
+   * as long as a PS call would */
+  tsr_coll_opts co = {.op_timeout_ms = s->ps_deadline_ms,
+                      .configure_timeout_ms = s->ps_deadline_ms};
+  if ((rc = tsr_rpc_server_new(&s->srv, s->rpc)) || (rc = register_all(s)) ||
+      (rc = tsr_coll_new(&s->coll, s->rpc, s->srv, &co))) {
     tsr_error("cannot make the RPC server: %s", tsr_strerror(rc));
     start_close(s, 1);
     goto run;

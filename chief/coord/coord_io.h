@@ -117,6 +117,7 @@ struct coord {
   int shutdown_pending;    /* SHUTDOWN: calls not answered yet */
   uint64_t shutdown_op;
   uint64_t run_id;
+  uint64_t group_epoch;      /* dense "allreduce": the workers' ring */
 
   double t_start;
   int64_t worker_steps_run;  /* steps of every counted closure */

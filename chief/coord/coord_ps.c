@@ -42,7 +42,8 @@ static void coord_ps_on_state(tsr_rpc_client *c, int connected, int status,
 }
 
 int coord__ps_open(coord *co) {
-  co->ps = calloc((size_t)co->n_ps, sizeof *co->ps);
+  /* none: dense "allreduce" without sparse tables */
+  co->ps = calloc((size_t)(co->n_ps ? co->n_ps : 1), sizeof *co->ps);
   if (!co->ps) return TSR_ENOMEM;
   for (int i = 0; i < co->n_ps; i++) {
     coord_ps *p = &co->ps[i];

@@ -185,14 +185,39 @@ void coord__wk_configure(coord *co, int i) {
   req.job_json = co->job_json;
   req.job_dir = co->job_dir;
   req.model_digest = co->model_digest;
-  char **addrs = calloc((size_t)co->n_ps, sizeof *addrs);
+  char **addrs = calloc((size_t)(co->n_ps ? co->n_ps : 1), sizeof *addrs);
+  /* dense "allreduce": the ring of every worker, in index order */
+  char **gaddrs = NULL, **gnames = NULL, **inits = NULL;
+  char (*gname)[32] = NULL;
+  if (co->job.dense_allreduce) {
+    gaddrs = calloc((size_t)co->n_wk, sizeof *gaddrs);
+    gnames = calloc((size_t)co->n_wk, sizeof *gnames);
+    gname = calloc((size_t)co->n_wk, sizeof *gname);
+    inits = calloc(co->n_vars ? co->n_vars : 1, sizeof *inits);
+    if (gaddrs && gnames && gname && inits) {
+      for (int k = 0; k < co->n_wk; k++) {
+        gaddrs[k] = (char *)co->cluster.jobs[TSR_TASK_WORKER][k].addr;
+        snprintf(gname[k], sizeof gname[k], "worker:%d", k);
+        gnames[k] = gname[k];
+      }
+      for (size_t v = 0; v < co->n_vars; v++) inits[v] = co->var_init_path[v];
+      req.n_group_addrs = req.n_group_names = (size_t)co->n_wk;
+      req.group_addrs = gaddrs;
+      req.group_names = gnames;
+      req.group_rank = (uint32_t)i;
+      req.group_epoch = co->group_epoch;
+      req.n_init_paths = co->n_vars;
+      req.init_paths = inits;
+    }
+  }
   Tessera__Worker__Shard *sh = calloc(co->n_shards ? co->n_shards : 1,
                                       sizeof *sh);
   Tessera__Worker__Shard **shp = calloc(co->n_shards ? co->n_shards : 1,
                                         sizeof *shp);
   coord_wk_call *call = calloc(1, sizeof *call);
   int rc = TSR_ENOMEM;
-  if (addrs && sh && shp && call) {
+  if (addrs && sh && shp && call &&
+      (!co->job.dense_allreduce || (gaddrs && gnames && gname && inits))) {
     for (int p = 0; p < co->n_ps; p++)
       addrs[p] = (char *)co->cluster.jobs[TSR_TASK_PS][p].addr;
     req.n_ps_addrs = (size_t)co->n_ps;
@@ -216,6 +241,10 @@ void coord__wk_configure(coord *co, int i) {
   free(addrs);
   free(sh);
   free(shp);
+  free(gaddrs);
+  free(gnames);
+  free(gname);
+  free(inits);
   if (rc) {
     free(call);
     coord_event ev = {.kind = COORD_EV_WK_CONFIG_FAILED, .index = i,

@@ -250,6 +250,9 @@ int tsr_coll_fuse_wait(tsr_coll_fuse *f, int b, char *err, size_t errlen,
                        uint64_t *post_ns, uint64_t *done_ns);
 /* Flush, then wait for every bucket; the first failure. */
 int tsr_coll_fuse_wait_all(tsr_coll_fuse *f, char *err, size_t errlen);
+/* Waits for every bucket posted so far and posts no other (a step that
+ * failed: nothing may stay on the ring over the buffer). */
+void tsr_coll_fuse_drain(tsr_coll_fuse *f);
 
 /* ---- statistics --------------------------------------------------------- */
 

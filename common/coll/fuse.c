@@ -147,7 +147,7 @@ void tsr_coll_fuse_start(tsr_coll_fuse *f, tsr_coll *c) {
 
 /* Posts buckets in order while the next one is complete. */
 static int post_ready(tsr_coll_fuse *f) {
-  while (!f->rc && f->next < f->nb && f->left[f->next] == 0) {
+  while (f->c && !f->rc && f->next < f->nb && f->left[f->next] == 0) {
     int b = f->next;
     tsr_coll_req q = {TSR_COLL_ALLREDUCE, f->buf + f->boff[b], f->bfloats[b],
                       0, NULL, NULL};
@@ -201,6 +201,11 @@ int tsr_coll_fuse_wait(tsr_coll_fuse *f, int b, char *err, size_t errlen,
   }
   if (f->rc && err && errlen) snprintf(err, errlen, "%s", f->err);
   return f->rc;
+}
+
+void tsr_coll_fuse_drain(tsr_coll_fuse *f) {
+  for (int b = 0; b < f->nb; b++)
+    if (f->t[b]) tsr_coll_fuse_wait(f, b, NULL, 0, NULL, NULL);
 }
 
 int tsr_coll_fuse_wait_all(tsr_coll_fuse *f, char *err, size_t errlen) {
