@@ -56,9 +56,9 @@ int wk__hy_check_memory(const wk_run *r, uint64_t avail, const char *where,
   if (need <= avail) return 0;
   return tsr_errf(err, errlen, TSR_EMEMLIMIT,
                   "dense \"allreduce\": the dense variables need %llu bytes "
-                  "on every worker (values, gradients and optimizer slots) "
-                  "but this worker has %llu (%s); keep them on the PS "
-                  "(dense \"ps\") or give the workers more memory",
+                  "per worker (values, gradients, optimizer slots), this "
+                  "worker has %llu: keep them on the PS (dense \"ps\") "
+                  "[%s]",
                   (unsigned long long)need, (unsigned long long)avail, where);
 }
 

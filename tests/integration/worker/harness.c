@@ -402,11 +402,16 @@ int h_configure_start(h_cluster *c, int w, uint64_t run_id, uint32_t version,
   q.n_shards = c->n_shards - c->drop_shards;
   q.shards = shp;
   q.model_digest = "test";
-  char *gaddrs[H_MAX_PROCS];
+  char *gaddrs[H_MAX_PROCS], *gnames[H_MAX_PROCS], names[H_MAX_PROCS][16];
   if (c->job.dense_allreduce) {
-    for (int i = 0; i < c->n_workers; i++) gaddrs[i] = c->wk_addr[i];
-    q.n_group_addrs = (size_t)c->n_workers;
+    for (int i = 0; i < c->n_workers; i++) {
+      gaddrs[i] = c->wk_addr[i];
+      snprintf(names[i], sizeof names[i], "worker:%d", i);
+      gnames[i] = names[i];
+    }
+    q.n_group_addrs = q.n_group_names = (size_t)c->n_workers;
     q.group_addrs = gaddrs;
+    q.group_names = gnames;
     q.group_rank = (uint32_t)w;
     q.group_epoch = c->group_epoch;
   }

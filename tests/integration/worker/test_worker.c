@@ -427,6 +427,58 @@ static int test_hybrid(const char *path, const char *const *ovr, int closures,
   return 0;
 }
 
+/* dense "allreduce" refused at configure: a ring neighbour that cannot be
+ * reached (the message names both workers and their addresses), dense
+ * variables larger than the worker's memory (named with the bytes); the
+ * worker keeps serving and configures for a job that fits. */
+static int test_hybrid_errors(void) {
+  h_cluster c;
+  h_set_ps_deadline(1000); /* the ring's configure gives up after this */
+  int rc = h_start(&c, 0, 2, "async");
+  H_CHECK(rc == 0, "start");
+  const char *ovr[] = {"dense=\"allreduce\"", NULL};
+  H_CHECK(h_load_job(&c, job_path, ovr, 0) == 0, "job");
+  H_CHECK(h_kill(c.wk_pid[1], SIGKILL, 5000) >= 0, "kill worker 1");
+  c.wk_pid[1] = 0;
+  h_result r;
+  rc = h_configure(&c, 0, 41, WK_FORMAT_VERSION, c.job_text, &r);
+  fprintf(stderr, "hybrid_errors: unreachable neighbour: %s: %s\n",
+          tsr_err_name(rc), r.msg);
+  H_CHECK(rc != 0 && strstr(r.msg, "worker:0") && strstr(r.msg, "worker:1") &&
+              strstr(r.msg, "cannot reach") && strstr(r.msg, c.wk_addr[1]),
+          "the message names the pair: %s", r.msg);
+  h_result_free(&r);
+  /* 1.2 x 10^12 floats, 16 bytes each with Adam's slots: far past any
+   * worker's memory */
+  const char *big[] = {
+      "dense=\"allreduce\"",
+      "model={\"class_name\": \"Sequential\", \"config\": {\"layers\": ["
+      "{\"class_name\": \"InputLayer\", \"config\": {\"batch_input_shape\": "
+      "[null, 10]}}, {\"class_name\": \"Dense\", \"config\": {\"units\": "
+      "100000000000}}, {\"class_name\": \"Dense\", \"config\": "
+      "{\"units\": 1}}]}}",
+      NULL};
+  tsr_job_free(&c.job);
+  tsr_job_init(&c.job);
+  free(c.job_text);
+  tsr_model_free(c.model);
+  free(c.shards);
+  c.shards = NULL;
+  c.n_shards = 0;
+  H_CHECK(h_load_job(&c, job_path, big, 0) == 0, "big job");
+  c.n_workers = 1; /* a ring of worker 0 alone */
+  rc = h_configure(&c, 0, 42, WK_FORMAT_VERSION, c.job_text, &r);
+  fprintf(stderr, "hybrid_errors: too large: %s: %s\n", tsr_err_name(rc),
+          r.msg);
+  H_CHECK(rc == TSR_EMEMLIMIT && strstr(r.msg, "19200000000016 bytes") &&
+              strstr(r.msg, "dense \"ps\""),
+          "refused naming the bytes: %s", r.msg);
+  h_result_free(&r);
+  c.n_workers = 2;
+  H_CHECK(h_stop(&c) == 0, "clean stop");
+  return 0;
+}
+
 /* ---- errors ---------------------------------------------------------------- */
 
 static int test_errors(void) {
@@ -682,6 +734,7 @@ int main(int argc, char **argv) {
                          "dense=\"allreduce\"", NULL};
     return test_hybrid(ctr, ovr, 2, 6, 2, 2);
   }
+  if (strcmp(argv[1], "hybrid_errors") == 0) return test_hybrid_errors();
   if (strcmp(argv[1], "errors") == 0) return test_errors();
   if (strcmp(argv[1], "synckill") == 0) return test_synckill();
   if (strcmp(argv[1], "syncback") == 0) return test_syncback();

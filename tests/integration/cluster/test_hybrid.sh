@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Hybrid training (dense "allreduce") through the chief, every process
+# started from TF_CONFIG: the diabetes model on a ring of 2 workers and no
+# parameter server at all (the chief says so), to the quality the
+# standalone trainer reaches (test MSE <= 3500) with the exact step count;
+# the trace shows each gradient bucket's all-reduce beside the compute;
+# `tessera partition` says where each variable lives; a job with sparse
+# tables and no PS is refused naming cluster.ps.
+. "$(dirname "$0")/lib.sh"
+
+write_diabetes_job "$WORK/job.json" ', "epochs": 1000, "steps_per_closure": 50,
+  "dense": "allreduce"'
+cluster 0 2
+start_all
+start_chief --job "$WORK/job.json" --summary-json "$WORK/summary.json" \
+  --trace "$WORK/trace.json"
+wait_chief 120
+check "chief exits 0" test "$CHIEF_RC" = 0
+check "the chief says no PS is needed" \
+  grep -q 'no sparse table: every variable lives on the workers, no PS is needed' "$WORK/chief.log"
+steps=$(json_get "$WORK/summary.json" steps 2>/dev/null || echo 0)
+check "exact step count (1000 epochs of 6 global steps: $steps)" test "$steps" = 6000
+mse=$(json_get "$WORK/summary.json" eval.loss 2>/dev/null || echo 1e9)
+echo "test MSE: $mse"
+check "test MSE <= 3500" /usr/bin/python3 -c "import sys; sys.exit(0 if float('$mse') <= 3500 else 1)"
+check "each worker joined the ring" \
+  bash -c "grep -q 'rank 0 of a ring of 2 workers' $WORK/worker0.log && grep -q 'rank 1 of a ring of 2 workers' $WORK/worker1.log"
+check "trace: bucket all-reduces, most of them while the step computes or right after" \
+  /usr/bin/python3 - "$WORK/trace.json" <<'PY'
+import json, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+x = [e for e in ev if e.get("ph") == "X" and 1000 <= e["pid"] < 2000]
+ar = [e for e in x if e["tid"] == 2 and e["name"].startswith("all-reduce bucket")]
+comp = [e for e in x if e["tid"] == 1 and e["name"] == "compute"]
+print(len(ar), "bucket all-reduces,", len(comp), "compute phases")
+assert len(ar) >= len(comp) > 0
+assert all(e["dur"] >= 0 for e in ar)
+PY
+
+# where each variable lives
+cat >"$WORK/ctr.json" <<'JSON'
+{"model": {"builtin": "wide_deep", "dense_features": 2, "sparse_features": 1,
+           "vocab": 1000, "embedding_dim": 8, "hidden": [16]},
+ "loss": "binary_crossentropy", "dense": "allreduce",
+ "data": {"train": {"format": "synthetic_ctr", "n": 256, "sparse": 1,
+                    "dense": 2, "vocab": 1000, "ids_per_feature": 1}}}
+JSON
+"$TESSERA" partition --job "$WORK/ctr.json" --ps 2 --workers 3 >"$WORK/partition.log" 2>&1
+check "partition: dense variables on the workers, tables on the PS" \
+  bash -c "grep -q 'all-reduce' $WORK/partition.log && grep -q 'embedding_c0/embeddings' $WORK/partition.log && grep -q 'on each of 3 workers' $WORK/partition.log"
+
+# sparse tables need a PS
+cluster 0 1
+start_chief --job "$WORK/ctr.json" --steps 10
+wait_chief 60
+check "a job with sparse tables and no PS is refused at start (exit 2)" test "$CHIEF_RC" = 2
+check "the refusal names cluster.ps and the table" \
+  grep -q 'cluster.ps: the model.s 2 sparse table(s) (embedding_c0/embeddings' "$WORK/chief.log"
+finish
