@@ -207,6 +207,13 @@ static void h_status(tsr_rpc_incoming *call, void *data) {
   r.state = state;
   r.device = device;
   r.last_error = last;
+  if (s->coll) { /* the ring's own figures (loop thread) */
+    tsr_coll_stats cs;
+    tsr_coll_get_stats(s->coll, &cs);
+    r.allreduce_bytes = cs.allreduce_floats * sizeof(float);
+    r.allreduce_s = (double)cs.op_ns / 1e9;
+    r.allreduce_ops = cs.ops;
+  }
   reply_msg(call, &r.base);
 }
 

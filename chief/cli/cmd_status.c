@@ -87,9 +87,17 @@ static void st_on_worker(const tsr_rpc_result *r, void *data) {
   Tessera__Worker__StatusResponse *s = (Tessera__Worker__StatusResponse *)
       st_answer(t, r, &tessera__worker__status_response__descriptor);
   if (!s) return;
-  snprintf(t->line, sizeof t->line, "%-8s %" PRId64 " steps, %.0f ex/s, %s%s%s",
-           s->state, s->steps, s->examples_per_sec,
-           s->device && *s->device ? s->device : "-",
+  /* dense "allreduce": what went through the ring */
+  char ar[96] = "";
+  if (s->allreduce_ops > 0) {
+    char b[32];
+    st_fmt_bytes((double)s->allreduce_bytes, b, sizeof b);
+    snprintf(ar, sizeof ar, ", all-reduce %s in %" PRIu64 " buckets, %.2f s",
+             b, s->allreduce_ops, s->allreduce_s);
+  }
+  snprintf(t->line, sizeof t->line,
+           "%-8s %" PRId64 " steps, %.0f ex/s, %s%s%s%s", s->state, s->steps,
+           s->examples_per_sec, s->device && *s->device ? s->device : "-", ar,
            s->last_error && *s->last_error ? ", last error: " : "",
            s->last_error ? s->last_error : "");
   tessera__worker__status_response__free_unpacked(s, NULL);

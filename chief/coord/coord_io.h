@@ -52,6 +52,9 @@ typedef struct {
                             every closure up to it is over) */
   int64_t steps, examples;
   double busy_s, input_s, pull_s, compute_s, push_s;
+  double allreduce_s;        /* dense "allreduce": blocked on the ring */
+  uint64_t allreduce_bytes;
+  int64_t allreduce_steps;   /* steps those figures are of */
   int64_t skipped_seen;  /* its last skipped_records (a restart resets it) */
   char device[32];
 } coord_wk;

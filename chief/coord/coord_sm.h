@@ -125,6 +125,8 @@ typedef struct {
   double wall_s, input_s, pull_s, compute_s, push_s;
   uint64_t max_staleness;
   double latency_s;
+  double allreduce_s;        /* dense "allreduce": waited on the ring */
+  uint64_t allreduce_bytes;  /* gradient bytes all-reduced */
 } coord_closure_stats;
 
 typedef enum {

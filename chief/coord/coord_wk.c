@@ -307,6 +307,8 @@ static void coord_wk_on_run(const tsr_rpc_result *r, void *data) {
       .wall_s = resp->wall_s, .input_s = resp->input_wait_s,
       .pull_s = resp->pull_s, .compute_s = resp->compute_s,
       .push_s = resp->push_s, .max_staleness = resp->max_staleness,
+      .allreduce_s = resp->allreduce_s,
+      .allreduce_bytes = resp->allreduce_bytes,
       .latency_s = (double)r->latency_ns / 1e9};
   tessera__worker__run_response__free_unpacked(resp, NULL);
   coord__post(co, &ev);
@@ -356,6 +358,9 @@ void coord__wk_count(coord *co, const coord_action *a) {
   w->pull_s += s->pull_s;
   w->compute_s += s->compute_s;
   w->push_s += s->push_s;
+  w->allreduce_s += s->allreduce_s;
+  w->allreduce_bytes += s->allreduce_bytes;
+  w->allreduce_steps += a->closure.steps;
   co->examples += s->examples;
   if (s->max_staleness > co->max_staleness)
     co->max_staleness = s->max_staleness;

@@ -9,7 +9,7 @@
 . "$(dirname "$0")/lib.sh"
 
 write_diabetes_job "$WORK/job.json" ', "epochs": 1000, "steps_per_closure": 50,
-  "dense": "allreduce"'
+  "dense": "allreduce", "logdir": "logs"'
 cluster 0 2
 start_all
 start_chief --job "$WORK/job.json" --summary-json "$WORK/summary.json" \
@@ -23,6 +23,8 @@ check "exact step count (1000 epochs of 6 global steps: $steps)" test "$steps" =
 mse=$(json_get "$WORK/summary.json" eval.loss 2>/dev/null || echo 1e9)
 echo "test MSE: $mse"
 check "test MSE <= 3500" /usr/bin/python3 -c "import sys; sys.exit(0 if float('$mse') <= 3500 else 1)"
+check "TensorBoard points: all-reduce wait share and bytes per step" \
+  bash -c "grep -q 'worker/1/allreduce_wait_share' $WORK/logs/metrics.jsonl && grep -q 'worker/0/allreduce_bytes_per_step' $WORK/logs/metrics.jsonl"
 check "each worker joined the ring" \
   bash -c "grep -q 'rank 0 of a ring of 2 workers' $WORK/worker0.log && grep -q 'rank 1 of a ring of 2 workers' $WORK/worker1.log"
 check "trace: bucket all-reduces, most of them while the step computes or right after" \

@@ -416,6 +416,14 @@ static int test_hybrid(const char *path, const char *const *ovr, int closures,
   for (int w = 0; w < nw; w++) free(dense[w]);
   H_CHECK(moved > 1e-3, "no parameter moved more than %g from its initial "
           "value", moved);
+  /* status: what went through the ring */
+  Tessera__Worker__StatusResponse *st = status_of(&c, 0);
+  H_CHECK(st && st->allreduce_ops >= (uint64_t)(closures * steps) &&
+              st->allreduce_bytes > 0 && st->allreduce_s > 0,
+          "status: %llu buckets, %llu bytes all-reduced",
+          st ? (unsigned long long)st->allreduce_ops : 0ULL,
+          st ? (unsigned long long)st->allreduce_bytes : 0ULL);
+  tessera__worker__status_response__free_unpacked(st, NULL);
   /* evaluation: the dense values here, the tables' rows from the PS */
   double loss;
   int64_t ex;
