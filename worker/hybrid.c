@@ -27,6 +27,7 @@
 #include "common/err.h"
 #include "common/log.h"
 #include "common/memlimit.h"
+#include "kernels/kern_nccl.h"
 #include "kernels/optim.h"
 
 #include <stdio.h>
@@ -64,6 +65,10 @@ int wk__hy_check_memory(const wk_run *r, uint64_t avail, const char *where,
 
 void wk__hy_free(wk_run *r) {
   if (!r->hybrid) return;
+  if (r->gpu_buf) kern_free(r->kc, r->gpu_buf);
+  kern_nccl_close(r->nccl);
+  r->gpu_buf = NULL;
+  r->nccl = NULL;
   for (size_t v = 0; v < r->n_vars; v++) {
     if (!dense_var(r, v)) continue;
     /* the gradients are the fusion buffer's */
@@ -98,6 +103,55 @@ static int read_init(const char *path, float *dst, int64_t numel,
     return tsr_errf(err, errlen, TSR_EFORMAT, "initial weights of %s: %s "
                     "does not hold %lld float32 values", name, path,
                     (long long)numel);
+  return 0;
+}
+
+/* One collective op from the training thread, waited for. */
+static int coll_do(wk_run *r, tsr_coll_req *q, char *err, size_t errlen) {
+  tsr_coll_ticket t;
+  int rc = tsr_coll_submit(r->coll, q, &t);
+  if (rc) return tsr_errf(err, errlen, rc, "%s", tsr_strerror(rc));
+  return tsr_coll_wait(r->coll, t, err, errlen);
+}
+
+/* GPU workers: NCCL among the ring's members when every one of them can
+ * (they agree over the ring first: NCCL's setup blocks until all join),
+ * its id made by rank 0 and broadcast over the ring. Not every member
+ * able, or an id that cannot be made: the host ring, said in the log. */
+static int nccl_setup(wk_run *r, int rank, char *err, size_t errlen) {
+  char why[512] = "";
+  float able = kern_nccl_available(r->kc, why, sizeof why) == 0 ? 1.0f : 0.0f;
+  tsr_coll_req q = {.kind = TSR_COLL_ALLREDUCE, .buf = &able, .count = 1};
+  int rc = coll_do(r, &q, err, errlen);
+  if (rc) return rc;
+  if (able < (float)r->group_size) {
+    tsr_info("dense \"allreduce\": gradients on the host ring (%s)",
+             why[0] ? why : "not every worker can use NCCL");
+    return 0;
+  }
+  uint8_t idmsg[1 + KERN_NCCL_ID_BYTES] = {0};
+  if (rank == 0 && kern_nccl_unique_id(r->kc, idmsg + 1, why, sizeof why) == 0)
+    idmsg[0] = 1;
+  q = (tsr_coll_req){.kind = TSR_COLL_BROADCAST, .buf = idmsg,
+                     .count = sizeof idmsg, .root = 0};
+  if ((rc = coll_do(r, &q, err, errlen))) return rc;
+  if (!idmsg[0]) {
+    tsr_info("dense \"allreduce\": gradients on the host ring (rank 0 "
+             "could not make a NCCL id%s%s)", why[0] ? ": " : "", why);
+    return 0;
+  }
+  size_t most = 0;
+  for (int b = 0; b < tsr_coll_fuse_nbuckets(r->fuse); b++)
+    if (tsr_coll_fuse_bucket_floats(r->fuse, b) > most)
+      most = tsr_coll_fuse_bucket_floats(r->fuse, b);
+  if ((rc = kern_nccl_open(r->kc, idmsg + 1, r->group_size, rank, &r->nccl,
+                           err, errlen)))
+    return rc;
+  if (!(r->gpu_buf = kern_alloc(r->kc, (most ? most : 1) * sizeof(float))))
+    return tsr_errf(err, errlen, TSR_ENOMEM, "dense \"allreduce\": no GPU "
+                    "memory for a bucket of %zu floats", most);
+  tsr_info("dense \"allreduce\": gradients through NCCL among %d GPUs",
+           r->group_size);
   return 0;
 }
 
@@ -189,6 +243,8 @@ int wk__hy_configure(wk_svc *s, wk_run *r,
                                  ? "shutting down" : cerr);
     goto out;
   }
+  if (!kern_is_host(r->kc) && (rc = nccl_setup(r, g.rank, err, errlen)))
+    goto out;
   double mb = (double)wk__hy_dense_bytes(r, &r->job.optimizer) / 1048576.0;
   tsr_info("dense \"allreduce\": %d dense variable(s) (%.1f MiB with "
            "gradients and slots) here, in %d gradient bucket(s) of up to "
@@ -201,9 +257,13 @@ out:
   return rc;
 }
 
-void wk__hy_start(wk_run *r) { tsr_coll_fuse_start(r->fuse, r->coll); }
+void wk__hy_start(wk_run *r) {
+  /* with NCCL the buckets go after the compute (wk__hy_reduce) */
+  tsr_coll_fuse_start(r->fuse, r->nccl ? NULL : r->coll);
+}
 
 void wk__hy_ready(wk_run *r, int v) {
+  if (r->nccl) return;
   int rc = tsr_coll_fuse_ready(r->fuse, r->dense_ix[v]);
   if (rc && !r->xs.rc) {
     r->xs.rc = rc;
@@ -226,6 +286,22 @@ void wk__hy_apply(wk_run *r, float scale) {
     if (r->dense_ix[v] >= 0) apply_var(r, (int)v, scale);
 }
 
+/* A bucket through NCCL: up to the GPU, summed there, back (the
+ * gradients come off the GPU anyway for the host optimizer). */
+static int nccl_bucket(wk_run *r, int b, char *err, size_t errlen) {
+  int n;
+  const int *m = tsr_coll_fuse_members(r->fuse, b, &n);
+  float *host = tsr_coll_fuse_slot(r->fuse, m[0]);
+  size_t bytes = tsr_coll_fuse_bucket_floats(r->fuse, b) * sizeof(float);
+  int rc = kern_upload(r->kc, r->gpu_buf, host, bytes);
+  if (!rc) rc = kern_nccl_allreduce(r->nccl, r->gpu_buf, bytes / sizeof(float));
+  if (!rc) rc = kern_download(r->kc, host, r->gpu_buf, bytes);
+  if (rc)
+    tsr_errf(err, errlen, rc, "all-reduce of gradient bucket %d through "
+             "NCCL: %s", b, kern_last_error(r->kc));
+  return rc;
+}
+
 int wk__hy_reduce(wk_run *r, bool apply, Tessera__Worker__RunResponse *o) {
   int nb = tsr_coll_fuse_nbuckets(r->fuse);
   float inv = 1.0f / (float)(r->group_size > 0 ? r->group_size : 1);
@@ -239,7 +315,13 @@ int wk__hy_reduce(wk_run *r, bool apply, Tessera__Worker__RunResponse *o) {
     double t0 = tsr_now_s();
     int64_t w0 = r->xs.tr ? tsr_trace_now_us() : 0;
     uint64_t post, done;
-    rc = tsr_coll_fuse_wait(r->fuse, b, err, sizeof err, &post, &done);
+    if (r->nccl) {
+      post = tsr_now_ns();
+      rc = nccl_bucket(r, b, err, sizeof err);
+      done = tsr_now_ns();
+    } else {
+      rc = tsr_coll_fuse_wait(r->fuse, b, err, sizeof err, &post, &done);
+    }
     double dt = tsr_now_s() - t0;
     r->hy_wait_s += dt;
     if (o) o->allreduce_s += dt;

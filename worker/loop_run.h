@@ -100,6 +100,9 @@ struct wk_run {
   float ***slots;            /* per dense variable, its optimizer slots */
   int64_t dense_step;        /* optimizer applies so far (Adam's t) */
   int group_size;
+  struct kern_nccl *nccl;    /* GPU workers: the buckets go through NCCL
+                                (staged in gpu_buf) instead of the ring */
+  float *gpu_buf;
   double hy_wait_s;          /* blocked on the ring, since configure */
 };
 
