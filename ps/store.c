@@ -81,7 +81,10 @@ static int ps__init_fill(const ps_var_spec *spec, uint64_t first, float *out,
                    kern_init_var_key(spec->var.name), first, out, n);
     return 0;
   }
-  int fd = open(spec->init_path, O_RDONLY | O_CLOEXEC);
+  /* the real path of a regular file under the root (checked at create):
+   * a link put in its place since is not followed, a FIFO not waited on */
+  int fd = open(spec->init_path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW |
+                                     O_NONBLOCK);
   if (fd < 0) return -errno;
   size_t want = n * sizeof(float), got = 0;
   while (got < want) {
