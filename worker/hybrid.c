@@ -426,3 +426,55 @@ int wk__hy_get(wk_run *r, wk_job *j) {
   j->trace_len = floats * sizeof(float);
   return 0;
 }
+
+int wk__hy_set(wk_run *r, wk_job *j) {
+  const Tessera__Worker__DenseSetRequest *q = j->call->request;
+  char *err = j->err;
+  size_t errlen = sizeof j->err;
+  tessera__worker__dense_set_response__init(&j->out.dense_set);
+  if (!r || !r->hybrid)
+    return tsr_errf(err, errlen, TSR_EINVAL, "dense state: this worker holds "
+                    "no dense variable (not configured with dense "
+                    "\"allreduce\")");
+  /* every dense variable, in model order, with every slot, and the
+   * payload exactly that long: checked before anything is taken */
+  size_t k = 0, floats = 0;
+  for (size_t v = 0; v < r->n_vars; v++) {
+    if (r->dense_ix[v] < 0) continue;
+    const tsr_var *vi = &r->vars[v];
+    const Tessera__Worker__DenseVar *d = k < q->n_vars ? q->vars[k] : NULL;
+    if (!d || !d->name || strcmp(d->name, vi->name) || d->numel != vi->numel ||
+        d->n_slots != (size_t)r->nslots[v])
+      return tsr_errf(err, errlen, TSR_ESHAPE, "dense state: variable %zu is "
+                      "%s (%lld values, %d slots) here, %s (%lld, %zu) in the "
+                      "state", k, vi->name, (long long)vi->numel,
+                      r->nslots[v], d && d->name ? d->name : "missing",
+                      d ? (long long)d->numel : 0LL, d ? d->n_slots : 0);
+    for (int s = 0; s < r->nslots[v]; s++)
+      if (strcmp(d->slots[s], kern_optim_slot_name(&r->vopt[v], s)))
+        return tsr_errf(err, errlen, TSR_ESHAPE, "dense state: %s's slot %d "
+                        "is %s here, %s in the state", vi->name, s,
+                        kern_optim_slot_name(&r->vopt[v], s), d->slots[s]);
+    floats += (size_t)vi->numel * (size_t)(1 + r->nslots[v]);
+    k++;
+  }
+  if (k != q->n_vars || j->call->payload_len != floats * sizeof(float) ||
+      q->step < 0)
+    return tsr_errf(err, errlen, TSR_ESHAPE, "dense state: %zu variables and "
+                    "%zu bytes (step %lld) where %zu and %zu belong",
+                    q->n_vars, j->call->payload_len, (long long)q->step, k,
+                    floats * sizeof(float));
+  const float *p = j->call->payload;
+  for (size_t v = 0; v < r->n_vars; v++) {
+    if (r->dense_ix[v] < 0) continue;
+    size_t n = (size_t)r->vars[v].numel;
+    memcpy(r->param[v], p, n * sizeof(float));
+    p += n;
+    for (int s = 0; s < r->nslots[v]; s++, p += n)
+      memcpy(r->slots[v][s], p, n * sizeof(float));
+  }
+  r->dense_step = q->step;
+  tsr_info("dense state taken: %zu variables at %lld optimizer applies", k,
+           (long long)q->step);
+  return 0;
+}

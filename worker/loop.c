@@ -430,6 +430,7 @@ static void run_job(wk_svc *s, wk_job *j) {
     case WK_JOB_RUN: j->rc = wk__run_closure(s, s->run, j); break;
     case WK_JOB_EVAL: j->rc = wk__run_eval(s, s->run, j); break;
     case WK_JOB_DENSE: j->rc = wk__hy_get(s->run, j); break;
+    case WK_JOB_DENSE_SET: j->rc = wk__hy_set(s->run, j); break;
   }
   if (j->rc < 0 && j->err[0] == '\0')
     snprintf(j->err, sizeof j->err, "%s", tsr_strerror(j->rc));

@@ -52,7 +52,8 @@ typedef enum {
   WK_JOB_CONFIGURE = 0,
   WK_JOB_RUN,
   WK_JOB_EVAL,
-  WK_JOB_DENSE
+  WK_JOB_DENSE,
+  WK_JOB_DENSE_SET
 } wk_job_kind;
 
 typedef struct wk_job {
@@ -66,6 +67,7 @@ typedef struct wk_job {
     Tessera__Worker__RunResponse run;
     Tessera__Worker__EvalResponse eval;
     Tessera__Worker__DenseResponse dense;
+    Tessera__Worker__DenseSetResponse dense_set;
   } out;
   Tessera__Worker__DenseVar *dvars, **dvp;  /* dense: the answer's list */
   char **dslot_names;

@@ -169,6 +169,9 @@ void wk__hy_apply(wk_run *r, float scale);
 /* The DENSE job: the dense values (and slots) into j->trace, the list
  * into j->out.dense. */
 int wk__hy_get(wk_run *r, wk_job *j);
+/* The DENSE_SET job: values, slots and applies from the request's payload,
+ * all checked against the model first. */
+int wk__hy_set(wk_run *r, wk_job *j);
 /* The step failed: abort the ring with `why`, wait for what was posted. */
 void wk__hy_fail(wk_run *r, int code, const char *why);
 

@@ -76,7 +76,8 @@ static void answer_job(wk_svc *s, wk_job *j) {
              j->kind == WK_JOB_CONFIGURE ? "configure"
              : j->kind == WK_JOB_RUN     ? "closure"
              : j->kind == WK_JOB_EVAL    ? "eval"
-                                         : "dense state",
+             : j->kind == WK_JOB_DENSE   ? "dense state"
+                                         : "taking a dense state",
              j->err);
     tsr_rpc_reply_error(j->call, j->rc, j->err);
     return;
@@ -102,6 +103,7 @@ static void answer_job(wk_svc *s, wk_job *j) {
       break;
     case WK_JOB_EVAL: reply_msg(j->call, &j->out.eval.base); break;
     case WK_JOB_DENSE: reply_with_payload(j, &j->out.dense.base); break;
+    case WK_JOB_DENSE_SET: reply_msg(j->call, &j->out.dense_set.base); break;
   }
 }
 
@@ -189,6 +191,10 @@ static void h_eval(tsr_rpc_incoming *call, void *data) {
 
 static void h_dense(tsr_rpc_incoming *call, void *data) {
   enqueue(data, call, WK_JOB_DENSE);
+}
+
+static void h_dense_set(tsr_rpc_incoming *call, void *data) {
+  enqueue(data, call, WK_JOB_DENSE_SET);
 }
 
 static void h_status(tsr_rpc_incoming *call, void *data) {
@@ -352,6 +358,8 @@ static int register_all(wk_svc *s) {
        &tessera__worker__shutdown_request__descriptor, NULL, NULL},
       {WK_M_DENSE, "dense", h_dense, s,
        &tessera__worker__dense_request__descriptor, NULL, NULL},
+      {WK_M_DENSE_SET, "dense_set", h_dense_set, s,
+       &tessera__worker__dense_set_request__descriptor, NULL, NULL},
   };
   for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
     int rc = tsr_rpc_server_register_method(s->srv, &ms[i]);

@@ -121,6 +121,15 @@ struct coord {
   uint64_t shutdown_op;
   uint64_t run_id;
   uint64_t group_epoch;      /* dense "allreduce": the workers' ring */
+  /* dense "allreduce": a checkpoint's dense state restored and not yet
+   * trained past (coord_dense.c) */
+  float *dense_state;
+  size_t dense_floats;
+  int64_t dense_step;
+  bool dense_live;           /* workers configured now take it */
+  bool dense_trained;        /* a closure went out: the workers' state is
+                                past the initial one */
+  int dense_sending;         /* DENSE_SET calls using dense_state */
 
   double t_start;
   int64_t worker_steps_run;  /* steps of every counted closure */
@@ -176,6 +185,24 @@ void coord__ps_release(coord *co, int worker);
 void coord__ps_stats(coord *co);
 void coord__ps_shutdown(coord *co);
 void coord__ps_close(coord *co);
+/* One more call in the PS operation in progress; its answer. */
+void coord__psop_add(coord *co);
+void coord__psop_answer(coord *co, uint64_t op, const char *what, int status,
+                        const char *message);
+
+/* coord_dense.c: dense "allreduce", the dense variables in checkpoints */
+/* Part of a SAVE: a ready worker's dense state into the folder. */
+void coord__dense_save(coord *co, uint64_t op, int64_t step);
+/* Part of a RESTORE: the checkpoint's dense state read, and sent to every
+ * ready worker (later ones get it with their configure, until training
+ * goes on). */
+void coord__dense_restore(coord *co, uint64_t op, int64_t step);
+/* A worker answered its configure: with a restored dense state pending,
+ * it takes that first, then `ready` is posted (or a failure). */
+void coord__dense_ready(coord *co, int w, const coord_event *ready);
+/* Training went on: the restored state is behind it (freed once no call
+ * uses it). */
+void coord__dense_forget(coord *co);
 
 /* coord_status.c */
 int coord__status_open(coord *co);

@@ -487,6 +487,9 @@ out_loop:
   uv_run(&co->loop, UV_RUN_DEFAULT);
   if (uv_loop_close(&co->loop)) tsr_warn("event loop closed with handles open");
 out_free:
+  co->dense_live = false;
+  co->dense_sending = 0; /* the loop is over: no call holds it */
+  coord__dense_forget(co);
   chief_ckpt_files_free(&co->ckpt_files);
   free(co->ps);
   free(co->wk);

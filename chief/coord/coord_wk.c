@@ -171,7 +171,11 @@ static void coord_wk_on_configure(const tsr_rpc_result *r, void *data) {
   tessera__worker__configure_response__free_unpacked(resp, NULL);
   tsr_info("worker:%d (%s) ready on %s, %" PRId64 " examples per epoch",
            w->index, w->addr->addr, w->device, ev.examples);
-  coord__post(co, &ev);
+  /* dense "allreduce": a restored checkpoint's dense state first */
+  if (co->job.dense_allreduce)
+    coord__dense_ready(co, w->index, &ev);
+  else
+    coord__post(co, &ev);
 }
 
 void coord__wk_configure(coord *co, int i) {
@@ -320,6 +324,10 @@ static void coord_wk_on_run(const tsr_rpc_result *r, void *data) {
 
 void coord__wk_dispatch(coord *co, const chief_closure *c) {
   coord_wk *w = &co->wk[c->worker];
+  if (co->job.dense_allreduce) { /* trained past */
+    coord__dense_forget(co);
+    co->dense_trained = true;
+  }
   w->last_closure = c->id; /* a LEAVE says every closure up to it is over */
   Tessera__Worker__RunRequest req = TESSERA__WORKER__RUN_REQUEST__INIT;
   req.closure_id = c->id;

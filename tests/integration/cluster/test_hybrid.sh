@@ -3,9 +3,14 @@
 # started from TF_CONFIG: the diabetes model on a ring of 2 workers and no
 # parameter server at all (the chief says so), to the quality the
 # standalone trainer reaches (test MSE <= 3500) with the exact step count;
-# the trace shows each gradient bucket's all-reduce beside the compute;
-# `tessera partition` says where each variable lives; a job with sparse
-# tables and no PS is refused naming cluster.ps.
+# the trace shows each gradient bucket's all-reduce beside the compute and
+# TensorBoard the ring's figures; one worker's checkpointed dense values
+# (the chief writes them from a worker) export equal to the standalone
+# trainer's weights, on diabetes and on 100 steps of Fashion-MNIST when it
+# is installed; a chief killed mid-run resumes from its checkpoint and the
+# workers take the dense state back; `tessera partition` says where each
+# variable lives; a job with sparse tables and no PS is refused naming
+# cluster.ps.
 . "$(dirname "$0")/lib.sh"
 
 write_diabetes_job "$WORK/job.json" ', "epochs": 1000, "steps_per_closure": 50,
@@ -38,6 +43,78 @@ print(len(ar), "bucket all-reduces,", len(comp), "compute phases")
 assert len(ar) >= len(comp) > 0
 assert all(e["dur"] >= 0 for e in ar)
 PY
+
+# one worker equals the standalone trainer: the checkpoint's dense values,
+# exported, against the standalone run's weights
+same_as_standalone() { # job.json folder label
+  "$TESSERA" ckpt export "$2/ckpt" --npz "$2/hybrid.npz" >/dev/null &&
+    "$WK_BIN" --standalone --job "$1" --device cpu --checkpoint-dir "$2/sa" \
+      >"$2/standalone.log" 2>&1 &&
+    /usr/bin/python3 - "$2/hybrid.npz" "$2/sa/weights.npz" "$3" <<'PY'
+import sys, numpy as np
+a, b = np.load(sys.argv[1]), np.load(sys.argv[2])
+assert a.files == b.files, (a.files, b.files)
+worst = max(float(np.abs(a[k] - b[k]).max() / max(np.abs(b[k]).max(), 1e-30))
+            for k in a.files)
+print(sys.argv[3], "largest relative difference", worst)
+assert worst <= 1e-5
+PY
+}
+mkdir -p "$WORK/one"
+write_diabetes_job "$WORK/one/job.json" ', "epochs": 20, "dense": "allreduce",
+  "checkpoint": {"dir": "ckpt"}'
+cp "$WORK/diabetes.csv" "$WORK/one/"
+cluster 0 1
+start_worker 0
+start_chief --job "$WORK/one/job.json"
+wait_chief 120
+check "one worker: chief exits 0" test "$CHIEF_RC" = 0
+check "one worker equals the standalone trainer (diabetes, 1e-5)" \
+  same_as_standalone "$WORK/one/job.json" "$WORK/one" diabetes
+if [ -r /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+  mkdir -p "$WORK/fm"
+  /usr/bin/python3 - "$SRC/tests/data/fashion_mnist_job.json" "$WORK/fm/job.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+j.pop("description", None)
+j.update({"dense": "allreduce", "steps": 100, "epochs": 0,
+          "checkpoint": {"dir": "ckpt"}})
+j["data"].pop("eval", None)
+json.dump(j, open(sys.argv[2], "w"))
+PY
+  cluster 0 1
+  start_worker 0
+  start_chief --job "$WORK/fm/job.json"
+  wait_chief 120
+  check "Fashion-MNIST, one worker: chief exits 0" test "$CHIEF_RC" = 0
+  check "one worker equals the standalone trainer (Fashion-MNIST, 100 steps, 1e-5)" \
+    same_as_standalone "$WORK/fm/job.json" "$WORK/fm" fashion-mnist
+else
+  echo "Fashion-MNIST is not installed (deploy/setup.sh installs dataset-fashion-mnist): its check is skipped"
+fi
+
+# a chief killed mid-run: it resumes from its checkpoint, the workers take
+# the checkpoint's dense state
+mkdir -p "$WORK/rs"
+cp "$WORK/diabetes.csv" "$WORK/rs/"
+write_diabetes_job "$WORK/rs/job.json" ', "epochs": 2000, "dense": "allreduce",
+  "steps_per_closure": 20, "checkpoint": {"dir": "ckpt", "every_steps": 500}'
+cluster 0 2
+start_all
+start_chief --job "$WORK/rs/job.json"
+two_ckpts() { [ "$(ls -d "$WORK"/rs/ckpt/ckpt-*/manifest.json 2>/dev/null | wc -l)" -ge 2 ]; }
+check "a checkpoint past step 0 before the kill" wait_for 60 two_ckpts
+kill -9 "$CHIEF_PID"
+wait "$CHIEF_PID" 2>/dev/null
+unset 'PIDS[chief]'
+start_chief --job "$WORK/rs/job.json" --summary-json "$WORK/rs/summary.json"
+wait_chief 120
+check "the restarted chief exits 0" test "$CHIEF_RC" = 0
+check "it resumed from a checkpoint" grep -q 'resuming from the checkpoint of step' "$WORK/chief.log"
+check "both workers took the checkpoint's dense state" \
+  bash -c "grep -q 'dense state taken' $WORK/worker0.log && grep -q 'dense state taken' $WORK/worker1.log"
+steps=$(json_get "$WORK/rs/summary.json" steps 2>/dev/null || echo 0)
+check "exact step count after the restart ($steps)" test "$steps" = 12000
 
 # where each variable lives
 cat >"$WORK/ctr.json" <<'JSON'
