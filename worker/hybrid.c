@@ -257,13 +257,17 @@ out:
   return rc;
 }
 
+/* A ring of one: the sum is the gradient itself, nothing to post (each
+ * bucket would only cost thread hand-offs). */
+static bool alone(const wk_run *r) { return r->group_size <= 1; }
+
 void wk__hy_start(wk_run *r) {
   /* with NCCL the buckets go after the compute (wk__hy_reduce) */
-  tsr_coll_fuse_start(r->fuse, r->nccl ? NULL : r->coll);
+  tsr_coll_fuse_start(r->fuse, r->nccl || alone(r) ? NULL : r->coll);
 }
 
 void wk__hy_ready(wk_run *r, int v) {
-  if (r->nccl) return;
+  if (r->nccl || alone(r)) return;
   int rc = tsr_coll_fuse_ready(r->fuse, r->dense_ix[v]);
   if (rc && !r->xs.rc) {
     r->xs.rc = rc;
@@ -315,7 +319,9 @@ int wk__hy_reduce(wk_run *r, bool apply, Tessera__Worker__RunResponse *o) {
     double t0 = tsr_now_s();
     int64_t w0 = r->xs.tr ? tsr_trace_now_us() : 0;
     uint64_t post, done;
-    if (r->nccl) {
+    if (alone(r)) {
+      post = done = tsr_now_ns();
+    } else if (r->nccl) {
       post = tsr_now_ns();
       rc = nccl_bucket(r, b, err, sizeof err);
       done = tsr_now_ns();
@@ -327,11 +333,11 @@ int wk__hy_reduce(wk_run *r, bool apply, Tessera__Worker__RunResponse *o) {
     if (o) o->allreduce_s += dt;
     if (rc) break;
     size_t fl = tsr_coll_fuse_bucket_floats(r->fuse, b);
-    if (o) {
+    if (o && !alone(r)) {
       o->allreduce_bytes += fl * sizeof(float);
       o->allreduce_ops++;
     }
-    if (r->xs.tr) {
+    if (r->xs.tr && !alone(r)) {
       char name[TSR_TRACE_NAME_MAX];
       snprintf(name, sizeof name, "all-reduce bucket %d (%.2f MiB)", b,
                (double)fl * sizeof(float) / 1048576.0);
