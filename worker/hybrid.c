@@ -34,6 +34,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* How long a re-formed ring waits for its members. */
+#define WK_RING_TIMEOUT_MS 10000
+
 static bool dense_var(const wk_run *r, size_t v) {
   return r->vars[v].kind == TSR_VAR_DENSE;
 }
@@ -216,6 +219,19 @@ int wk__hy_configure(wk_svc *s, wk_run *r,
       r->grad[v] = tsr_coll_fuse_slot(r->fuse, r->dense_ix[v]);
   r->coll = s->coll;
   r->group_size = (int)q->n_group_addrs;
+  r->group_epoch = q->group_epoch;
+  if (!s->coll) {
+    rc = tsr_errf(err, errlen, TSR_ESHUTDOWN, "no collective: shutting down");
+    goto out;
+  }
+  if (q->group_epoch == 0) {
+    /* configured while training goes on: the ring (and the dense state)
+     * come with the first closure */
+    r->group_size = 1;
+    tsr_info("dense \"allreduce\": %d dense variable(s) here; the ring and "
+             "the dense state come with the first closure", nd);
+    goto out;
+  }
   /* the ring of the workers */
   tsr_coll_group g = {.epoch = q->group_epoch,
                       .rank = (int)q->group_rank,
@@ -231,10 +247,6 @@ int wk__hy_configure(wk_svc *s, wk_run *r,
   }
   tsr_coll_ticket t;
   tsr_coll_req cq = {.kind = TSR_COLL_CONFIGURE, .group = &g};
-  if (!s->coll) {
-    rc = tsr_errf(err, errlen, TSR_ESHUTDOWN, "no collective: shutting down");
-    goto out;
-  }
   char cerr[TSR_COLL_ERR_MAX];
   if ((rc = tsr_coll_submit(s->coll, &cq, &t)) ||
       (rc = tsr_coll_wait(s->coll, t, cerr, sizeof cerr))) {
@@ -482,5 +494,102 @@ int wk__hy_set(wk_run *r, wk_job *j) {
   r->dense_step = q->step;
   tsr_info("dense state taken: %zu variables at %lld optimizer applies", k,
            (long long)q->step);
+  return 0;
+}
+
+/* The dense state as one buffer: the applies (8 bytes), then every dense
+ * variable's values and slots in model order. */
+static size_t state_bytes(const wk_run *r) {
+  size_t b = sizeof(int64_t);
+  for (size_t v = 0; v < r->n_vars; v++)
+    if (r->dense_ix[v] >= 0)
+      b += (size_t)r->vars[v].numel * sizeof(float) *
+           (size_t)(1 + r->nslots[v]);
+  return b;
+}
+
+static void state_pack(const wk_run *r, uint8_t *p) {
+  memcpy(p, &r->dense_step, sizeof(int64_t));
+  p += sizeof(int64_t);
+  for (size_t v = 0; v < r->n_vars; v++) {
+    if (r->dense_ix[v] < 0) continue;
+    size_t n = (size_t)r->vars[v].numel * sizeof(float);
+    memcpy(p, r->param[v], n);
+    p += n;
+    for (int s = 0; s < r->nslots[v]; s++, p += n)
+      memcpy(p, r->slots[v][s], n);
+  }
+}
+
+static void state_unpack(wk_run *r, const uint8_t *p) {
+  memcpy(&r->dense_step, p, sizeof(int64_t));
+  p += sizeof(int64_t);
+  for (size_t v = 0; v < r->n_vars; v++) {
+    if (r->dense_ix[v] < 0) continue;
+    size_t n = (size_t)r->vars[v].numel * sizeof(float);
+    memcpy(r->param[v], p, n);
+    p += n;
+    for (int s = 0; s < r->nslots[v]; s++, p += n)
+      memcpy(r->slots[v][s], p, n);
+  }
+}
+
+int wk__hy_ring(wk_run *r, const Tessera__Worker__RunRequest *q, char *err,
+                size_t errlen) {
+  if (!q->group_epoch || q->group_epoch == r->group_epoch) return 0;
+  int n = (int)q->n_group_addrs;
+  if (n < 1 || q->group_rank >= (uint32_t)n || q->state_root >= (uint32_t)n)
+    return tsr_errf(err, errlen, TSR_EINVAL, "closure %llu: a ring of %d "
+                    "workers with rank %u and state from rank %u",
+                    (unsigned long long)q->closure_id, n, q->group_rank,
+                    q->state_root);
+  /* the members are given their closures together (the chief lets the
+   * old ring's closures end first): one that does not come soon is gone */
+  tsr_coll_group g = {.epoch = q->group_epoch,
+                      .rank = (int)q->group_rank,
+                      .nranks = n,
+                      .addrs = (const char *const *)q->group_addrs,
+                      .names = q->n_group_names == q->n_group_addrs
+                                   ? (const char *const *)q->group_names
+                                   : NULL,
+                      .timeout_ms = WK_RING_TIMEOUT_MS};
+  tsr_coll_req cq = {.kind = TSR_COLL_CONFIGURE, .group = &g};
+  char cerr[TSR_COLL_ERR_MAX];
+  if (r->nccl) {
+    /* NCCL's communicator is of the old members: the host ring from here */
+    kern_nccl_close(r->nccl);
+    kern_free(r->kc, r->gpu_buf);
+    r->nccl = NULL;
+    r->gpu_buf = NULL;
+    tsr_info("dense \"allreduce\": the ring re-forms; gradients on the host "
+             "ring from here");
+  }
+  int rc = coll_do(r, &cq, cerr, sizeof cerr);
+  if (rc)
+    return tsr_errf(err, errlen, rc, "dense \"allreduce\": the ring of %d "
+                    "workers (group %llu): %s", n,
+                    (unsigned long long)q->group_epoch, cerr);
+  /* every member takes one member's state: after a loss the members may
+   * differ by the step the ring broke in; a joining one has none */
+  size_t bytes = state_bytes(r);
+  uint8_t *buf = malloc(bytes);
+  if (!buf)
+    return tsr_errf(err, errlen, TSR_ENOMEM, "out of memory for %zu bytes "
+                    "of dense state", bytes);
+  if (q->group_rank == q->state_root) state_pack(r, buf);
+  cq = (tsr_coll_req){.kind = TSR_COLL_BROADCAST, .buf = buf,
+                      .count = bytes, .root = (int)q->state_root};
+  rc = coll_do(r, &cq, cerr, sizeof cerr);
+  if (!rc && q->group_rank != q->state_root) state_unpack(r, buf);
+  free(buf);
+  if (rc)
+    return tsr_errf(err, errlen, rc, "dense \"allreduce\": the dense state "
+                    "from rank %u of the new ring: %s", q->state_root, cerr);
+  r->group_size = n;
+  r->group_epoch = q->group_epoch;
+  tsr_info("dense \"allreduce\": rank %u of a ring of %d workers (group "
+           "%llu), dense state from rank %u at %lld optimizer applies",
+           q->group_rank, n, (unsigned long long)q->group_epoch,
+           q->state_root, (long long)r->dense_step);
   return 0;
 }

@@ -100,6 +100,7 @@ struct wk_run {
   float ***slots;            /* per dense variable, its optimizer slots */
   int64_t dense_step;        /* optimizer applies so far (Adam's t) */
   int group_size;
+  uint64_t group_epoch;      /* the ring's, as the chief named it */
   struct kern_nccl *nccl;    /* GPU workers: the buckets go through NCCL
                                 (staged in gpu_buf) instead of the ring */
   float *gpu_buf;
@@ -172,6 +173,11 @@ int wk__hy_get(wk_run *r, wk_job *j);
 /* The DENSE_SET job: values, slots and applies from the request's payload,
  * all checked against the model first. */
 int wk__hy_set(wk_run *r, wk_job *j);
+/* A closure in another ring than this worker's (a worker lost or joining):
+ * the ring re-forms, then the dense state of the closure's state_root
+ * goes to every member by broadcast. Failures into err. */
+int wk__hy_ring(wk_run *r, const Tessera__Worker__RunRequest *q, char *err,
+                size_t errlen);
 /* The step failed: abort the ring with `why`, wait for what was posted. */
 void wk__hy_fail(wk_run *r, int code, const char *why);
 

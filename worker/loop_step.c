@@ -311,6 +311,11 @@ int wk__run_closure(wk_svc *s, wk_run *r, wk_job *j) {
    * the current ones. Nothing is pushed yet, so a PS that is reconnecting
    * (just restarted) is given a few seconds before the closure fails. */
   uint64_t retry_end = tsr_now_ms() + 3000;
+  /* dense "allreduce": a new ring (a worker lost or joining) first */
+  if (r->hybrid && (rc = wk__hy_ring(r, q, err, errlen))) {
+    swap_ids(r);
+    goto out;
+  }
   if (r->job.mode != TSR_MODE_ASYNC &&
       (rc = wk__clock_join(s, r, q->closure_id, retry_end, err, errlen))) {
     swap_ids(r);

@@ -57,6 +57,9 @@ typedef struct {
   int64_t allreduce_steps;   /* steps those figures are of */
   int64_t skipped_seen;  /* its last skipped_records (a restart resets it) */
   char device[32];
+  /* dense "allreduce" (coord_ring.c) */
+  bool in_ring;          /* a member of the current ring */
+  bool has_state;        /* holds the ring's trained dense state */
 } coord_wk;
 
 /* One PS operation over every PS (setup, restore, save, shutdown): its
@@ -129,6 +132,8 @@ struct coord {
   bool dense_live;           /* workers configured now take it */
   bool dense_trained;        /* a closure went out: the workers' state is
                                 past the initial one */
+  bool ring_dirty;           /* a ring member lost or failed: re-form */
+  bool ring_started;         /* a closure went out in some ring */
   int dense_sending;         /* DENSE_SET calls using dense_state */
 
   double t_start;
@@ -203,6 +208,19 @@ void coord__dense_ready(coord *co, int w, const coord_event *ready);
 /* Training went on: the restored state is behind it (freed once no call
  * uses it). */
 void coord__dense_forget(coord *co);
+
+/* coord_ring.c: dense "allreduce", the ring each closure runs in */
+/* The ring for a closure to worker w, into req (a new epoch when the
+ * ready workers changed or a member failed since the last one). */
+struct Tessera__Worker__RunRequest;
+int coord__ring_for(coord *co, int w, struct Tessera__Worker__RunRequest *req,
+                    char ***strs);
+void coord__ring_free(char **strs);
+/* A worker lost, configured again, a closure failed or done. */
+void coord__ring_lost(coord *co, int w);
+void coord__ring_configured(coord *co, int w);
+void coord__ring_failed(coord *co, int w, uint64_t epoch);
+void coord__ring_done(coord *co, int w);
 
 /* coord_status.c */
 int coord__status_open(coord *co);

@@ -547,6 +547,8 @@ int coord_sm_new(coord_sm **out, const coord_sm_config *cfg) {
    * waits at the end on a worker that has no closure left */
   chief_sched_set_pinned(sm->sched,
                          cfg->mode != TSR_MODE_ASYNC || cfg->lockstep);
+  /* dense "allreduce": each step of a worker needs one of every other */
+  if (cfg->lockstep) chief_sched_set_lockstep(sm->sched, true);
   chief_sched_pause(sm->sched, true);
   for (int i = 0; i < cfg->n_ps; i++) {
     if (cfg->ps_names && cfg->ps_names[i])

@@ -29,12 +29,15 @@ typedef struct {
   chief_closure c;
   uint64_t op;
   int64_t step;
+  uint64_t epoch;        /* dense "allreduce": the closure's ring */
 } coord_wk_call;
 
 static void coord_wk_on_state(tsr_rpc_client *c, int connected, int status,
                               void *data) {
   coord_wk *w = data;
   (void)c;
+  if (!connected && w->co->job.dense_allreduce)
+    coord__ring_lost(w->co, w->index);
   if (connected)
     coord__post_simple(w->co, COORD_EV_WK_UP, w->index, NULL);
   else
@@ -172,8 +175,10 @@ static void coord_wk_on_configure(const tsr_rpc_result *r, void *data) {
   tsr_info("worker:%d (%s) ready on %s, %" PRId64 " examples per epoch",
            w->index, w->addr->addr, w->device, ev.examples);
   /* dense "allreduce": a restored checkpoint's dense state first */
-  if (co->job.dense_allreduce)
+  if (co->job.dense_allreduce) {
+    coord__ring_configured(co, w->index);
     coord__dense_ready(co, w->index, &ev);
+  }
   else
     coord__post(co, &ev);
 }
@@ -205,11 +210,15 @@ void coord__wk_configure(coord *co, int i) {
         gnames[k] = gname[k];
       }
       for (size_t v = 0; v < co->n_vars; v++) inits[v] = co->var_init_path[v];
-      req.n_group_addrs = req.n_group_names = (size_t)co->n_wk;
-      req.group_addrs = gaddrs;
-      req.group_names = gnames;
-      req.group_rank = (uint32_t)i;
-      req.group_epoch = co->group_epoch;
+      /* the first ring is every worker; one configured after closures
+       * went out joins the ring its first closure names */
+      if (!co->ring_started) {
+        req.n_group_addrs = req.n_group_names = (size_t)co->n_wk;
+        req.group_addrs = gaddrs;
+        req.group_names = gnames;
+        req.group_rank = (uint32_t)i;
+        req.group_epoch = co->group_epoch;
+      }
       req.n_init_paths = co->n_vars;
       req.init_paths = inits;
     }
@@ -265,7 +274,14 @@ static void coord_wk_on_run(const tsr_rpc_result *r, void *data) {
   coord_wk *w = call->w;
   coord *co = w->co;
   chief_closure c = call->c;
+  uint64_t epoch = call->epoch;
   free(call);
+  if (co->job.dense_allreduce) {
+    if (r->status)
+      coord__ring_failed(co, w->index, epoch);
+    else
+      coord__ring_done(co, w->index);
+  }
   w->inflight--;
   coord_event ev = {.index = w->index, .closure_id = c.id,
                     .generation = c.generation};
@@ -336,14 +352,20 @@ void coord__wk_dispatch(coord *co, const chief_closure *c) {
   req.first_step = c->first_step;
   req.trace = co->trace != NULL;
   coord_wk_call *call = calloc(1, sizeof *call);
-  int rc = TSR_ENOMEM;
-  if (call) {
+  char **ring = NULL;
+  int rc = call ? 0 : TSR_ENOMEM;
+  /* dense "allreduce": the ring the closure runs in */
+  if (!rc && co->job.dense_allreduce)
+    rc = coord__ring_for(co, w->index, &req, &ring);
+  if (!rc) {
     call->w = w;
     call->c = *c;
+    call->epoch = req.group_epoch;
     rc = coord_wk_send(w, WK_M_RUN, &req.base,
                        (uint32_t)(co->o->closure_timeout_s * 1000),
                        coord_wk_on_run, call);
   }
+  coord__ring_free(ring);
   if (rc) {
     free(call);
     coord_event ev = {.kind = COORD_EV_CLOSURE_FAILED, .index = w->index,

@@ -114,6 +114,8 @@ typedef struct tsr_coll_group {
   int nranks;                    /* 1..TSR_COLL_MAX_RANKS */
   const char *const *addrs;
   const char *const *names;      /* may be NULL */
+  uint32_t timeout_ms;           /* the neighbours' hellos; 0: the
+                                    options' configure_timeout_ms */
 } tsr_coll_group;
 
 /* Completion of an operation (or a configure): status 0, or a negative

@@ -128,6 +128,7 @@ struct tsr_coll {
   tsr_coll_cb cfg_cb;
   void *cfg_data;
   uint64_t cfg_deadline_ms;
+  uint32_t cfg_timeout_ms;  /* this configure's */
   coll_peer right, left;    /* left unused (right serves both) at N=2 */
   bool broken;
   int broken_code;

@@ -354,12 +354,12 @@ static void cfg_check(tsr_coll *c, uint64_t now) {
                                                 11) == 0)
         cfg_finish(c, TSR_ETIMEOUT, "%s reaches %s, which did not join group "
                    "%llu within %u ms (%s)", me, them,
-                   (unsigned long long)c->epoch, c->o.configure_timeout_ms,
+                   (unsigned long long)c->epoch, c->cfg_timeout_ms,
                    p->last_msg);
       else
         cfg_finish(c, p->last_rc ? p->last_rc : TSR_ETIMEOUT,
                    "%s cannot reach %s within %u ms: %s", me, them,
-                   c->o.configure_timeout_ms,
+                   c->cfg_timeout_ms,
                    p->last_msg[0] ? p->last_msg : "no answer");
       return;
     }
@@ -547,7 +547,8 @@ int tsr_coll_configure(tsr_coll *c, const tsr_coll_group *g, tsr_coll_cb cb,
   if (c->cfg_done) tsr_coll__deliver(c);
   c->cfg_cb = cb;
   c->cfg_data = data;
-  c->cfg_deadline_ms = tsr_now_ms() + c->o.configure_timeout_ms;
+  c->cfg_timeout_ms = g->timeout_ms ? g->timeout_ms : c->o.configure_timeout_ms;
+  c->cfg_deadline_ms = tsr_now_ms() + c->cfg_timeout_ms;
   if (n == 1) {
     peer_drop(c, &c->right);
     peer_drop(c, &c->left);

@@ -227,7 +227,7 @@ static int rank_main(int rank, const plan_t *p, int up, int down) {
   if ((r.from_left = accept(r.raw_l, NULL, NULL)) < 0) return 7;
   const char *addrs[MAXN];
   for (int i = 0; i < p->n; i++) addrs[i] = all[i].addr;
-  tsr_coll_group g = {1, rank, p->n, addrs, NULL};
+  tsr_coll_group g = {1, rank, p->n, addrs, NULL, 0};
   int flag = 0;
   if (tsr_coll_configure(r.coll, &g, on_done, &flag)) return 8;
   while (!flag) uv_run(&r.loop, UV_RUN_ONCE);

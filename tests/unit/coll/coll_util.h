@@ -132,7 +132,7 @@ static inline int cu_configure(cu_group *g, uint64_t epoch, int members,
                                cu_rec *recs) {
   memset(recs, 0, sizeof *recs * (size_t)members);
   for (int i = 0; i < members; i++) {
-    tsr_coll_group gr = {epoch, i, members, g->addrs, g->names};
+    tsr_coll_group gr = {epoch, i, members, g->addrs, g->names, 0};
     int rc = tsr_coll_configure(g->r[i].coll, &gr, cu_rec_cb, &recs[i]);
     if (rc) return rc;
   }

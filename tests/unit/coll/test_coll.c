@@ -620,7 +620,7 @@ static void test_rank_dies_midring(void **state) {
     names[j] = g.r[map[j]].name;
   }
   for (int j = 0; j < N - 1; j++) {
-    tsr_coll_group gr = {2, j, N - 1, addrs, names};
+    tsr_coll_group gr = {2, j, N - 1, addrs, names, 0};
     assert_int_equal(tsr_coll_configure(g.r[map[j]].coll, &gr, cu_rec_cb,
                                         &survivors[j]), 0);
   }
@@ -776,7 +776,7 @@ static void test_configure_errors(void **state) {
   cu_rank_close(&loop, &gone);
   const char *addrs[2] = {g.r[0].addr, dead};
   const char *names[2] = {"worker:0", "worker:1"};
-  tsr_coll_group gr = {1, 0, 2, addrs, names};
+  tsr_coll_group gr = {1, 0, 2, addrs, names, 0};
   cu_rec r0 = {0};
   assert_int_equal(tsr_coll_configure(g.r[0].coll, &gr, cu_rec_cb, &r0), 0);
   assert_true(cu_run(&loop, &r0, 1, 20000));
@@ -798,7 +798,7 @@ static void test_configure_errors(void **state) {
   cu_rec rr[3];
   memset(rr, 0, sizeof rr);
   for (int i = 0; i < 3; i++) {
-    tsr_coll_group gi = {5, i, 3, i == 1 ? a2 : a1, NULL};
+    tsr_coll_group gi = {5, i, 3, i == 1 ? a2 : a1, NULL, 0};
     assert_int_equal(tsr_coll_configure(g.r[i].coll, &gi, cu_rec_cb, &rr[i]),
                      0);
   }
@@ -810,10 +810,10 @@ static void test_configure_errors(void **state) {
                    TSR_EINVAL);
   /* a neighbour already in a newer group */
   memset(rr, 0, sizeof rr);
-  tsr_coll_group g9 = {9, 1, 2, a1, NULL};
+  tsr_coll_group g9 = {9, 1, 2, a1, NULL, 0};
   assert_int_equal(tsr_coll_configure(g.r[1].coll, &g9, cu_rec_cb, &rr[1]),
                    0);
-  tsr_coll_group g8 = {8, 0, 2, a1, NULL};
+  tsr_coll_group g8 = {8, 0, 2, a1, NULL, 0};
   assert_int_equal(tsr_coll_configure(g.r[0].coll, &g8, cu_rec_cb, &rr[0]),
                    0);
   assert_true(cu_run(&loop, rr, 1, 20000));

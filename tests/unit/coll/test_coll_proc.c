@@ -104,7 +104,7 @@ static int child(int rank, int up, int down, int scenario) {
     np[i] = names[i];
   }
   cu_rec rec = {0};
-  tsr_coll_group g = {1, rank, N, ap, np};
+  tsr_coll_group g = {1, rank, N, ap, np, 0};
   if (tsr_coll_configure(k.coll, &g, cu_rec_cb, &rec) ||
       !cu_run(&loop, &rec, 1, 30000) || rec.status)
     return 5;
