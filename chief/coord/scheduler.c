@@ -75,7 +75,11 @@ static void chief__level(chief_sched *s) {
   int up = 0;
   for (int w = 0; w < s->n_workers; w++) up += s->up[w];
   if (up == 0) return;
-  int64_t share = s->pool / up + (s->pool % up != 0);
+  /* the steps still to run, not the pool: an earlier rounding up is not
+   * rounded again */
+  int64_t left = s->total - s->done;
+  if (left < 0) left = 0;
+  int64_t share = left / up + (left % up != 0);
   s->pool = 0;
   for (int w = 0; w < s->n_workers; w++) {
     s->wpool[w] = s->up[w] ? share : 0;

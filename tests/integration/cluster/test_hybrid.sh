@@ -8,7 +8,9 @@
 # (the chief writes them from a worker) export equal to the standalone
 # trainer's weights, on diabetes and on 100 steps of Fashion-MNIST when it
 # is installed; a chief killed mid-run resumes from its checkpoint and the
-# workers take the dense state back; `tessera partition` says where each
+# workers take the dense state back; a worker killed mid-run leaves the
+# ring, which re-forms, and joins again with the others' dense state;
+# `tessera partition` says where each
 # variable lives; a job with sparse tables and no PS is refused naming
 # cluster.ps.
 . "$(dirname "$0")/lib.sh"
@@ -115,6 +117,31 @@ check "both workers took the checkpoint's dense state" \
   bash -c "grep -q 'dense state taken' $WORK/worker0.log && grep -q 'dense state taken' $WORK/worker1.log"
 steps=$(json_get "$WORK/rs/summary.json" steps 2>/dev/null || echo 0)
 check "exact step count after the restart ($steps)" test "$steps" = 12000
+
+# a worker killed mid-run and started again: the ring re-forms without it
+# at once, then with it, and it takes the others' dense state (nothing is
+# rewound); the step count stays exact
+mkdir -p "$WORK/wk"
+cp "$WORK/diabetes.csv" "$WORK/wk/"
+write_diabetes_job "$WORK/wk/job.json" ', "epochs": 2000, "dense": "allreduce",
+  "steps_per_closure": 20, "checkpoint": {"dir": "ckpt", "every_steps": 500}'
+cluster 0 2
+start_all
+start_chief --job "$WORK/wk/job.json" --summary-json "$WORK/wk/summary.json"
+two_wk_ckpts() { [ "$(ls -d "$WORK"/wk/ckpt/ckpt-*/manifest.json 2>/dev/null | wc -l)" -ge 2 ]; }
+check "training under way before the kill" wait_for 60 two_wk_ckpts
+seen=$(wc -l <"$WORK/worker1.log")
+kill -9 "${PIDS[worker1]}"
+wait "${PIDS[worker1]}" 2>/dev/null
+start_worker 1
+wait_chief 120
+check "the chief exits 0" test "$CHIEF_RC" = 0
+steps=$(json_get "$WORK/wk/summary.json" steps 2>/dev/null || echo 0)
+check "exact step count after the worker came back ($steps)" test "$steps" = 12000
+check "the ring re-formed with the survivor, then with the worker back" \
+  bash -c "grep -q 'the ring re-forms with 1 worker' $WORK/chief.log && grep -q 'the ring re-forms with 2 worker' $WORK/chief.log"
+check "the returning worker took the survivor's dense state" \
+  bash -c "tail -n +$((seen + 1)) $WORK/worker1.log | grep -q 'dense state from rank 0'"
 
 # where each variable lives
 cat >"$WORK/ctr.json" <<'JSON'
