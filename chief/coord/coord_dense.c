@@ -362,7 +362,14 @@ static void dn_on_set(const tsr_rpc_result *r, void *data) {
 }
 
 /* Sends the restored state to worker w. */
+static int dn_set_cb(coord *co, int w, dn_call *call, tsr_rpc_call_cb cb);
+static void dn_on_set(const tsr_rpc_result *r, void *data);
+
 static int dn_set(coord *co, int w, dn_call *call) {
+  return dn_set_cb(co, w, call, dn_on_set);
+}
+
+static int dn_set_cb(coord *co, int w, dn_call *call, tsr_rpc_call_cb cb) {
   size_t n = 0;
   for (size_t v = 0; v < co->n_vars; v++) n += dn_dense(co, v);
   Tessera__Worker__DenseVar *dv = calloc(n ? n : 1, sizeof *dv);
@@ -390,7 +397,7 @@ static int dn_set(coord *co, int w, dn_call *call) {
     q.vars = dp;
     uv_buf_t b = uv_buf_init((char *)co->dense_state,
                              (unsigned)(co->dense_floats * sizeof(float)));
-    rc = dn_send(co, w, WK_M_DENSE_SET, &q.base, &b, dn_on_set, call);
+    rc = dn_send(co, w, WK_M_DENSE_SET, &q.base, &b, cb, call);
     if (!rc) co->dense_sending++;
   }
   free(dv);
@@ -438,6 +445,56 @@ void coord__dense_restore(coord *co, uint64_t op, int64_t step) {
     }
   }
   coord__psop_answer(co, op, "dense state", 0, NULL);
+}
+
+static void dn_on_set_logged(const tsr_rpc_result *r, void *data) {
+  dn_call *call = data;
+  coord *co = call->co;
+  co->dense_sending--;
+  if (r->status)
+    tsr_warn("dense \"allreduce\": worker:%d did not take the checkpoint's "
+             "dense state: %s", call->w, r->message);
+  free(call);
+  dn_release(co);
+}
+
+void coord__dense_from_ckpt(coord *co) {
+  int64_t step = -1;
+  json_t *m = NULL;
+  char err[COORD_MSG_MAX];
+  if (!co->job.checkpoint_dir ||
+      chief_ckpt_latest(co->job.checkpoint_dir, &step, &m, err, sizeof err)) {
+    coord__note(co, TSR_LOG_WARN, "dense \"allreduce\": every worker that "
+                "held the dense variables was lost and there is no "
+                "checkpoint: training goes on from their initial values");
+    return;
+  }
+  json_decref(m);
+  float *state;
+  size_t floats;
+  int64_t applies;
+  if (co->dense_sending > 0 ||
+      dn_read(co, step, &state, &floats, &applies, err, sizeof err)) {
+    coord__note(co, TSR_LOG_WARN, "dense \"allreduce\": every worker that "
+                "held the dense variables was lost, and the checkpoint of "
+                "step %" PRId64 " cannot give them: %s", step,
+                co->dense_sending > 0 ? "a state is still being sent" : err);
+    return;
+  }
+  coord__dense_forget(co);
+  co->dense_state = state;
+  co->dense_floats = floats;
+  co->dense_step = applies;
+  coord__note(co, TSR_LOG_WARN, "dense \"allreduce\": every worker that held "
+              "the dense variables was lost: they go on from the checkpoint "
+              "of step %" PRId64 " (the steps since are not rewound)", step);
+  for (int i = 0; i < co->n_wk; i++) {
+    if (!co->wk[i].in_ring) continue;
+    dn_call *call = calloc(1, sizeof *call);
+    if (!call) continue;
+    *call = (dn_call){.co = co, .w = i};
+    if (dn_set_cb(co, i, call, dn_on_set_logged)) free(call);
+  }
 }
 
 void coord__dense_ready(coord *co, int w, const coord_event *ready) {

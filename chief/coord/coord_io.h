@@ -208,6 +208,11 @@ void coord__dense_ready(coord *co, int w, const coord_event *ready);
 /* Training went on: the restored state is behind it (freed once no call
  * uses it). */
 void coord__dense_forget(coord *co);
+/* Every worker that held the dense state was lost: the newest committed
+ * checkpoint's goes to the ready ones (ahead of their next closure, on
+ * the same connection), or they keep the initial values when there is
+ * none; said in the log either way. */
+void coord__dense_from_ckpt(coord *co);
 
 /* coord_ring.c: dense "allreduce", the ring each closure runs in */
 /* The ring for a closure to worker w, into req (a new epoch when the

@@ -21,11 +21,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A ready worker whose connection is up: a loss the machine has not
- * heard of yet (the failed closures come first) keeps it out already. */
-static bool coord_ring_member(const coord *co, int i) {
+/* A ready worker whose connection is up (a loss the machine has not heard
+ * of yet, the failed closures coming first, keeps it out already), and
+ * the worker the closure goes to. */
+static bool coord_ring_member(const coord *co, int i, int w) {
   return coord_sm_wk_state(co->sm, i) == COORD_WK_READY &&
-         tsr_rpc_client_connected(co->wk[i].cli);
+         (i == w || tsr_rpc_client_connected(co->wk[i].cli));
 }
 
 void coord__ring_lost(coord *co, int w) {
@@ -58,7 +59,7 @@ int coord__ring_for(coord *co, int w, Tessera__Worker__RunRequest *req,
   int n = 0;
   bool same = !co->ring_dirty;
   for (int i = 0; i < co->n_wk; i++) {
-    bool member = coord_ring_member(co, i);
+    bool member = coord_ring_member(co, i, w);
     n += member;
     same = same && member == co->wk[i].in_ring;
   }
@@ -73,7 +74,7 @@ int coord__ring_for(coord *co, int w, Tessera__Worker__RunRequest *req,
     co->group_epoch++;
     co->ring_dirty = false;
     for (int i = 0; i < co->n_wk; i++)
-      co->wk[i].in_ring = coord_ring_member(co, i);
+      co->wk[i].in_ring = coord_ring_member(co, i, w);
   }
   int root = -1, rank = -1, k = 0;
   for (int i = 0; i < co->n_wk; i++) {
@@ -83,6 +84,14 @@ int coord__ring_for(coord *co, int w, Tessera__Worker__RunRequest *req,
     k++;
   }
   if (rank < 0) return TSR_EINVAL; /* dispatched to a worker not ready */
+  if (!same && root < 0) {
+    /* every worker that held the state is gone: the newest checkpoint's
+     * (the steps since are not rewound, as a lost PS of an async run) */
+    coord__dense_from_ckpt(co);
+    for (int i = 0; i < co->n_wk; i++)
+      if (co->wk[i].in_ring) co->wk[i].has_state = true;
+    root = 0;
+  }
   if (!same)
     coord__note(co, TSR_LOG_INFO, "dense \"allreduce\": the ring re-forms "
                 "with %d worker(s) (group %" PRIu64 "), every one taking the "
