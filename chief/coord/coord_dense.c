@@ -53,21 +53,7 @@ static int dn_slots(const coord *co, size_t v) {
 static int dn_send(coord *co, int w, uint32_t method,
                    const ProtobufCMessage *m, const uv_buf_t *payload,
                    tsr_rpc_call_cb cb, dn_call *call) {
-  size_t len = protobuf_c_message_get_packed_size(m);
-  uint8_t *buf = malloc(len ? len : 1);
-  if (!buf) return TSR_ENOMEM;
-  protobuf_c_message_pack(m, buf);
-  tsr_rpc_request q;
-  memset(&q, 0, sizeof q);
-  q.method = method;
-  q.meta = buf;
-  q.meta_len = len;
-  q.payload = payload;
-  q.npayload = payload ? 1 : 0;
-  q.deadline_ms = 120000;
-  int rc = tsr_rpc_call(co->wk[w].cli, &q, cb, call);
-  free(buf);
-  return rc;
+  return coord__wk_send(co, w, method, m, payload, 120000, cb, call);
 }
 
 /* ---- save -------------------------------------------------------------- */

@@ -239,6 +239,11 @@ void coord__wk_count(coord *co, const coord_action *a);
 void coord__wk_eval(coord *co, uint64_t op, int w, int64_t step);
 void coord__wk_shutdown(coord *co);
 void coord__wk_close(coord *co);
+/* Packs msg (its meta copied by the RPC layer) and calls worker w with an
+ * optional payload that must stay valid until cb. */
+int coord__wk_send(coord *co, int w, uint32_t method,
+                   const ProtobufCMessage *msg, const uv_buf_t *payload,
+                   uint32_t deadline_ms, tsr_rpc_call_cb cb, void *data);
 /* The machine's reading of a failed call to a worker. */
 coord_err_kind coord__wk_err_kind(const coord_wk *w, const tsr_rpc_result *r);
 

@@ -79,11 +79,9 @@ coord_err_kind coord__wk_err_kind(const coord_wk *w, const tsr_rpc_result *r) {
   return COORD_ERR_OTHER;
 }
 
-/* Packs a protobuf-c message and sends it; the meta is copied by the RPC
- * layer, so the buffer is freed here. */
-static int coord_wk_send(coord_wk *w, uint32_t method,
-                         const ProtobufCMessage *msg, uint32_t deadline_ms,
-                         tsr_rpc_call_cb cb, coord_wk_call *call) {
+int coord__wk_send(coord *co, int w, uint32_t method,
+                   const ProtobufCMessage *msg, const uv_buf_t *payload,
+                   uint32_t deadline_ms, tsr_rpc_call_cb cb, void *data) {
   size_t len = protobuf_c_message_get_packed_size(msg);
   uint8_t *buf = malloc(len ? len : 1);
   if (!buf) return TSR_ENOMEM;
@@ -93,9 +91,20 @@ static int coord_wk_send(coord_wk *w, uint32_t method,
   req.method = method;
   req.meta = buf;
   req.meta_len = len;
+  req.payload = payload;
+  req.npayload = payload ? 1 : 0;
   req.deadline_ms = deadline_ms;
-  int rc = tsr_rpc_call(w->cli, &req, cb, call);
+  int rc = tsr_rpc_call(co->wk[w].cli, &req, cb, data);
   free(buf);
+  return rc;
+}
+
+/* A call of the machine's: counted in the worker's calls in flight. */
+static int coord_wk_send(coord_wk *w, uint32_t method,
+                         const ProtobufCMessage *msg, uint32_t deadline_ms,
+                         tsr_rpc_call_cb cb, coord_wk_call *call) {
+  int rc = coord__wk_send(w->co, w->index, method, msg, NULL, deadline_ms, cb,
+                          call);
   if (rc == 0) w->inflight++;
   return rc;
 }

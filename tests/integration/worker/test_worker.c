@@ -72,6 +72,34 @@ static Tessera__Worker__StatusResponse *status_of(h_cluster *c, int w) {
   return s;
 }
 
+/* The standalone trainer on the global batch (nw x batch_size), the job's
+ * seed and data order, `steps` steps: the reference of sync and hybrid
+ * runs. The caller closes *in and *t. */
+static int reference(h_cluster *c, int nw, int steps, wk_input **in,
+                     wk_trainer **t) {
+  char err[1024];
+  wk_input_opts io = {.worker_index = 0, .num_workers = 1,
+                      .batch_size = nw * c->job.batch_size,
+                      .epochs = -1, .seed = c->job.seed};
+  wk_train_opts to = {.device = KERN_DEVICE_CPU, .quiet = true};
+  H_CHECK(wk_input_open(&c->job, WK_SPLIT_TRAIN, &io, in, err, sizeof err) ==
+              0,
+          "%s", err);
+  H_CHECK(wk_trainer_open(c->model, &c->job.optimizer, c->job.seed,
+                          c->job.precision, &to, nw * c->job.batch_size, t,
+                          err, sizeof err) == 0,
+          "%s", err);
+  for (int s = 0; s < steps; s++) {
+    const wk_batch *b;
+    double loss;
+    bool applied;
+    H_CHECK(wk_input_next(*in, &b) == 0, "reference input");
+    H_CHECK(wk_trainer_step(*t, b, &loss, &applied, err, sizeof err) == 0,
+            "%s", err);
+  }
+  return 0;
+}
+
 /* ---- train ----------------------------------------------------------------- */
 
 static int test_train(const char *mode) {
@@ -216,27 +244,9 @@ static int test_sync(const char *path, const char *const *ovr, int closures,
     }
   }
   /* The reference: one process, the global batch, same seed and order. */
-  char err[1024];
   wk_input *in = NULL;
-  wk_input_opts io = {.worker_index = 0, .num_workers = 1,
-                      .batch_size = nw * c.job.batch_size,
-                      .epochs = -1, .seed = c.job.seed};
   wk_trainer *t = NULL;
-  wk_train_opts to = {.device = KERN_DEVICE_CPU, .quiet = true};
-  H_CHECK(wk_input_open(&c.job, WK_SPLIT_TRAIN, &io, &in, err, sizeof err) == 0,
-          "%s", err);
-  H_CHECK(wk_trainer_open(c.model, &c.job.optimizer, c.job.seed,
-                          c.job.precision, &to, nw * c.job.batch_size, &t, err,
-                          sizeof err) == 0,
-          "%s", err);
-  for (int s = 0; s < closures * steps; s++) {
-    const wk_batch *b;
-    double loss;
-    bool applied;
-    H_CHECK(wk_input_next(in, &b) == 0, "reference input");
-    H_CHECK(wk_trainer_step(t, b, &loss, &applied, err, sizeof err) == 0,
-            "%s", err);
-  }
+  H_CHECK(reference(&c, nw, closures * steps, &in, &t) == 0, "reference");
   double worst = 0, moved = 0;
   for (size_t v = 0; v < c.n_vars; v++) {
     size_t n = (size_t)c.vars[v].numel;
@@ -351,27 +361,9 @@ static int test_hybrid(const char *path, const char *const *ovr, int closures,
     }
   }
   /* the reference: one process, the global batch, same seed and order */
-  char err[1024];
   wk_input *in = NULL;
-  wk_input_opts io = {.worker_index = 0, .num_workers = 1,
-                      .batch_size = nw * c.job.batch_size,
-                      .epochs = -1, .seed = c.job.seed};
   wk_trainer *t = NULL;
-  wk_train_opts to = {.device = KERN_DEVICE_CPU, .quiet = true};
-  H_CHECK(wk_input_open(&c.job, WK_SPLIT_TRAIN, &io, &in, err, sizeof err) == 0,
-          "%s", err);
-  H_CHECK(wk_trainer_open(c.model, &c.job.optimizer, c.job.seed,
-                          c.job.precision, &to, nw * c.job.batch_size, &t, err,
-                          sizeof err) == 0,
-          "%s", err);
-  for (int s = 0; s < closures * steps; s++) {
-    const wk_batch *b;
-    double loss;
-    bool applied;
-    H_CHECK(wk_input_next(in, &b) == 0, "reference input");
-    H_CHECK(wk_trainer_step(t, b, &loss, &applied, err, sizeof err) == 0,
-            "%s", err);
-  }
+  H_CHECK(reference(&c, nw, closures * steps, &in, &t) == 0, "reference");
   float *dense[H_MAX_PROCS];
   size_t nd[H_MAX_PROCS];
   for (int w = 0; w < nw; w++) {

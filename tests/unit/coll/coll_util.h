@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define CU_TOKEN "coll-test-token"
 #define CU_MAX 8
@@ -137,6 +138,47 @@ static inline int cu_configure(cu_group *g, uint64_t epoch, int members,
     if (rc) return rc;
   }
   return cu_run(g->loop, recs, members, 20000) ? 0 : TSR_ETIMEOUT;
+}
+
+/* Whole reads and writes on a pipe or blocking socket: 0, or -1. */
+static inline int cu_read_all(int fd, void *p, size_t n) {
+  uint8_t *b = p;
+  while (n) {
+    ssize_t r = read(fd, b, n);
+    if (r <= 0) return -1;
+    b += r;
+    n -= (size_t)r;
+  }
+  return 0;
+}
+
+static inline int cu_write_all(int fd, const void *p, size_t n) {
+  const uint8_t *b = p;
+  while (n) {
+    ssize_t w = write(fd, b, n);
+    if (w <= 0) return -1;
+    b += w;
+    n -= (size_t)w;
+  }
+  return 0;
+}
+
+/* Initializes `loop` and forms a group of n ranks on it with options o
+ * as group `epoch`: 0 when every rank's configure answered 0. */
+static inline int cu_start(uv_loop_t *loop, cu_group *g, int n,
+                           const tsr_coll_opts *o, uint64_t epoch) {
+  uv_loop_init(loop);
+  cu_rec rec[CU_MAX];
+  int rc = cu_open(g, loop, n, o);
+  if (!rc) rc = cu_configure(g, epoch, n, rec);
+  for (int i = 0; !rc && i < n; i++) rc = rec[i].status;
+  return rc;
+}
+
+/* Closes every rank, then the loop: 0 when nothing was left open. */
+static inline int cu_end(cu_group *g) {
+  cu_close(g);
+  return uv_loop_close(g->loop);
 }
 
 /* The reference all-reduce in the ring's order: element e of chunk c is

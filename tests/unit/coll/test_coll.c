@@ -71,13 +71,10 @@ static void fill(float *x, size_t count, int r, bool ints) {
 
 static void allreduce_case(int n, size_t count, bool ints) {
   uv_loop_t loop;
-  uv_loop_init(&loop);
   cu_group g;
   tsr_coll_opts o = small_opts();
-  assert_int_equal(cu_open(&g, &loop, n, &o), 0);
+  assert_int_equal(cu_start(&loop, &g, n, &o, 1), 0);
   cu_rec rec[CU_MAX];
-  assert_int_equal(cu_configure(&g, 1, n, rec), 0);
-  for (int i = 0; i < n; i++) assert_int_equal(rec[i].status, 0);
   float *x[CU_MAX], *orig[CU_MAX];
   for (int i = 0; i < n; i++) {
     x[i] = malloc(sizeof(float) * (count ? count : 1));
@@ -119,8 +116,7 @@ static void allreduce_case(int n, size_t count, bool ints) {
     free(orig[i]);
   }
   free(ref);
-  cu_close(&g);
-  assert_int_equal(uv_loop_close(&loop), 0);
+  assert_int_equal(cu_end(&g), 0);
 }
 
 static void test_allreduce_sizes(void **state) {
@@ -140,12 +136,9 @@ static void test_allreduce_many_inflight(void **state) {
   (void)state;
   enum { N = 3, OPS = 12 };
   uv_loop_t loop;
-  uv_loop_init(&loop);
   cu_group g;
   tsr_coll_opts o = small_opts();
-  assert_int_equal(cu_open(&g, &loop, N, &o), 0);
-  cu_rec cfg[N];
-  assert_int_equal(cu_configure(&g, 7, N, cfg), 0);
+  assert_int_equal(cu_start(&loop, &g, N, &o, 7), 0);
   float *x[N][OPS], *ref[OPS];
   size_t cnt[OPS];
   cu_rec rec[N * OPS];
@@ -193,8 +186,7 @@ static void test_allreduce_many_inflight(void **state) {
   assert_int_equal(st.early_bytes, 0);
   assert_int_equal(st.ops, OPS);
   for (int k = 0; k < OPS; k++) free(ref[k]);
-  cu_close(&g);
-  assert_int_equal(uv_loop_close(&loop), 0);
+  assert_int_equal(cu_end(&g), 0);
 }
 
 /* A rank posts the operation while a segment for it is on its way (its
@@ -223,15 +215,13 @@ static void test_post_while_landing(void **state) {
   (void)state;
   enum { COUNT = 2 << 20 };
   uv_loop_t loop;
-  uv_loop_init(&loop);
   cu_group g;
   tsr_coll_opts o;
   memset(&o, 0, sizeof o);
   o.segment_bytes = 4 << 20;
   o.op_timeout_ms = 3000;
-  assert_int_equal(cu_open(&g, &loop, 2, &o), 0);
+  assert_int_equal(cu_start(&loop, &g, 2, &o, 1), 0);
   cu_rec rec[2];
-  assert_int_equal(cu_configure(&g, 1, 2, rec), 0);
   float *x[2];
   for (int i = 0; i < 2; i++) {
     x[i] = malloc(COUNT * sizeof(float));
@@ -254,8 +244,7 @@ static void test_post_while_landing(void **state) {
     assert_true(x[i][0] == 3.0f && x[i][COUNT - 1] == 3.0f);
     free(x[i]);
   }
-  cu_close(&g);
-  assert_int_equal(uv_loop_close(&loop), 0);
+  assert_int_equal(cu_end(&g), 0);
 }
 
 /* ---- broadcast and barrier ---------------------------------------------- */
@@ -264,12 +253,10 @@ static void test_broadcast_barrier(void **state) {
   (void)state;
   enum { N = 4 };
   uv_loop_t loop;
-  uv_loop_init(&loop);
   cu_group g;
   tsr_coll_opts o = small_opts();
-  assert_int_equal(cu_open(&g, &loop, N, &o), 0);
+  assert_int_equal(cu_start(&loop, &g, N, &o, 1), 0);
   cu_rec rec[N];
-  assert_int_equal(cu_configure(&g, 1, N, rec), 0);
   size_t sizes[] = {0, 1, 4095, 50001};
   for (int root = 0; root < N; root++)
     for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++) {
@@ -306,8 +293,7 @@ static void test_broadcast_barrier(void **state) {
                                       rec), TSR_EINVAL);
   assert_int_equal(tsr_coll_allreduce(g.r[0].coll, NULL, 3, cu_rec_cb, rec),
                    TSR_EINVAL);
-  cu_close(&g);
-  assert_int_equal(uv_loop_close(&loop), 0);
+  assert_int_equal(cu_end(&g), 0);
 }
 
 /* ---- tickets ------------------------------------------------------------ */
@@ -344,12 +330,9 @@ static void test_tickets(void **state) {
   (void)state;
   enum { N = 3, ROUNDS = 5 };
   uv_loop_t loop;
-  uv_loop_init(&loop);
   cu_group g;
   tsr_coll_opts o = small_opts();
-  assert_int_equal(cu_open(&g, &loop, N, &o), 0);
-  cu_rec rec[N];
-  assert_int_equal(cu_configure(&g, 1, N, rec), 0);
+  assert_int_equal(cu_start(&loop, &g, N, &o, 1), 0);
   tk_arg a[N];
   pthread_t th[N];
   for (int i = 0; i < N; i++) {
@@ -375,8 +358,7 @@ static void test_tickets(void **state) {
     for (size_t e = 0; e < a[i].n; e++) assert_true(a[i].x[e] == 243.0f);
     free(a[i].x);
   }
-  cu_close(&g);
-  assert_int_equal(uv_loop_close(&loop), 0);
+  assert_int_equal(cu_end(&g), 0);
 }
 
 /* A thread waiting on a ticket is woken by the close. */
@@ -393,12 +375,9 @@ static void *tk_blocked(void *p) {
 static void test_ticket_close(void **state) {
   (void)state;
   uv_loop_t loop;
-  uv_loop_init(&loop);
   cu_group g;
   tsr_coll_opts o = small_opts();
-  assert_int_equal(cu_open(&g, &loop, 2, &o), 0);
-  cu_rec rec[2];
-  assert_int_equal(cu_configure(&g, 1, 2, rec), 0);
+  assert_int_equal(cu_start(&loop, &g, 2, &o, 1), 0);
   float x[16] = {0};
   tk_arg a;
   memset(&a, 0, sizeof a);
@@ -422,8 +401,7 @@ static void test_ticket_close(void **state) {
     print_error("%s\n", a.err);
     fail();
   }
-  cu_close(&g);
-  assert_int_equal(uv_loop_close(&loop), 0);
+  assert_int_equal(cu_end(&g), 0);
 }
 
 /* ---- gradient buckets --------------------------------------------------- */
@@ -511,12 +489,9 @@ static void test_fuse_allreduce(void **state) {
   (void)state;
   enum { N = 3 };
   uv_loop_t loop;
-  uv_loop_init(&loop);
   cu_group g;
   tsr_coll_opts o = small_opts();
-  assert_int_equal(cu_open(&g, &loop, N, &o), 0);
-  cu_rec rec[N];
-  assert_int_equal(cu_configure(&g, 1, N, rec), 0);
+  assert_int_equal(cu_start(&loop, &g, N, &o, 1), 0);
   fz_arg a[N];
   pthread_t th[N];
   for (int i = 0; i < N; i++) {
@@ -536,8 +511,7 @@ static void test_fuse_allreduce(void **state) {
     pthread_join(th[i], NULL);
     assert_int_equal(a[i].rc, 0);
   }
-  cu_close(&g);
-  assert_int_equal(uv_loop_close(&loop), 0);
+  assert_int_equal(cu_end(&g), 0);
 }
 
 /* ---- failures ----------------------------------------------------------- */
@@ -566,13 +540,11 @@ static void test_rank_dies_midring(void **state) {
   (void)state;
   enum { N = 4, COUNT = 1 << 20 };
   uv_loop_t loop;
-  uv_loop_init(&loop);
   cu_group g;
   tsr_coll_opts o = small_opts();
   o.op_timeout_ms = 600000;
-  assert_int_equal(cu_open(&g, &loop, N, &o), 0);
+  assert_int_equal(cu_start(&loop, &g, N, &o, 1), 0);
   cu_rec rec[N];
-  assert_int_equal(cu_configure(&g, 1, N, rec), 0);
   float *x[N];
   memset(rec, 0, sizeof rec);
   for (int i = 0; i < N; i++) {
@@ -637,8 +609,7 @@ static void test_rank_dies_midring(void **state) {
     assert_true(x[map[j]][999] == 6.0f);
   }
   for (int i = 0; i < N; i++) free(x[i]);
-  cu_close(&g);
-  assert_int_equal(uv_loop_close(&loop), 0);
+  assert_int_equal(cu_end(&g), 0);
 }
 
 /* A rank that never posts: the others fail after op_timeout_ms, naming
@@ -647,13 +618,11 @@ static void test_op_timeout(void **state) {
   (void)state;
   enum { N = 3 };
   uv_loop_t loop;
-  uv_loop_init(&loop);
   cu_group g;
   tsr_coll_opts o = small_opts();
   o.op_timeout_ms = 300;
-  assert_int_equal(cu_open(&g, &loop, N, &o), 0);
+  assert_int_equal(cu_start(&loop, &g, N, &o, 1), 0);
   cu_rec rec[N];
-  assert_int_equal(cu_configure(&g, 1, N, rec), 0);
   float x[2][64] = {{0}};
   memset(rec, 0, sizeof rec);
   for (int i = 0; i < 2; i++)
@@ -667,8 +636,7 @@ static void test_op_timeout(void **state) {
     timeouts += rec[i].status == TSR_ETIMEOUT;
   }
   assert_true(timeouts >= 1);
-  cu_close(&g);
-  assert_int_equal(uv_loop_close(&loop), 0);
+  assert_int_equal(cu_end(&g), 0);
 }
 
 /* Another operation under the same number fails on the ranks that see
@@ -677,12 +645,10 @@ static void test_mismatch(void **state) {
   (void)state;
   enum { N = 3 };
   uv_loop_t loop;
-  uv_loop_init(&loop);
   cu_group g;
   tsr_coll_opts o = small_opts();
-  assert_int_equal(cu_open(&g, &loop, N, &o), 0);
+  assert_int_equal(cu_start(&loop, &g, N, &o, 1), 0);
   cu_rec rec[N];
-  assert_int_equal(cu_configure(&g, 1, N, rec), 0);
   float x[N][300];
   memset(x, 0, sizeof x);
   memset(rec, 0, sizeof rec);
@@ -697,8 +663,7 @@ static void test_mismatch(void **state) {
              strstr(rec[i].msg, "300 floats") != NULL;
   }
   assert_int_equal(named, N);
-  cu_close(&g);
-  assert_int_equal(uv_loop_close(&loop), 0);
+  assert_int_equal(cu_end(&g), 0);
 }
 
 /* A rank that gives up (its step failed after it posted part of it)
@@ -707,12 +672,10 @@ static void test_abort(void **state) {
   (void)state;
   enum { N = 3 };
   uv_loop_t loop;
-  uv_loop_init(&loop);
   cu_group g;
   tsr_coll_opts o = small_opts();
-  assert_int_equal(cu_open(&g, &loop, N, &o), 0);
+  assert_int_equal(cu_start(&loop, &g, N, &o, 1), 0);
   cu_rec rec[N];
-  assert_int_equal(cu_configure(&g, 1, N, rec), 0);
   float x[2][64] = {{0}};
   memset(rec, 0, sizeof rec);
   for (int i = 0; i < 2; i++)
@@ -726,21 +689,18 @@ static void test_abort(void **state) {
     assert_non_null(strstr(rec[i].msg, "worker:2"));
     assert_non_null(strstr(rec[i].msg, "a NaN in the batch"));
   }
-  cu_close(&g);
-  assert_int_equal(uv_loop_close(&loop), 0);
+  assert_int_equal(cu_end(&g), 0);
 }
 
 /* Data for operations not posted here is held up to early_bytes_max. */
 static void test_early_limit(void **state) {
   (void)state;
   uv_loop_t loop;
-  uv_loop_init(&loop);
   cu_group g;
   tsr_coll_opts o = small_opts();
   o.early_bytes_max = 16384;
-  assert_int_equal(cu_open(&g, &loop, 2, &o), 0);
+  assert_int_equal(cu_start(&loop, &g, 2, &o, 1), 0);
   cu_rec rec[2];
-  assert_int_equal(cu_configure(&g, 1, 2, rec), 0);
   enum { COUNT = 100000 };
   float *x = calloc(COUNT, sizeof(float));
   memset(rec, 0, sizeof rec);
@@ -754,8 +714,7 @@ static void test_early_limit(void **state) {
   assert_non_null(strstr(st.cause, "limit 16384"));
   assert_int_equal(st.early_bytes, 0);
   free(x);
-  cu_close(&g);
-  assert_int_equal(uv_loop_close(&loop), 0);
+  assert_int_equal(cu_end(&g), 0);
 }
 
 /* Configure: a neighbour nobody listens at, member lists that differ,
@@ -823,8 +782,7 @@ static void test_configure_errors(void **state) {
   assert_true(cu_run(&loop, &rr[1], 1, 20000));
   assert_int_equal(rr[1].status, TSR_ETIMEOUT);
   assert_non_null(strstr(rr[1].msg, "did not join group 9"));
-  cu_close(&g);
-  assert_int_equal(uv_loop_close(&loop), 0);
+  assert_int_equal(cu_end(&g), 0);
 }
 
 static void test_opts(void **state) {

@@ -45,28 +45,6 @@ static void fill(float *x, size_t count, int r, bool ints) {
   }
 }
 
-static int read_all(int fd, void *p, size_t n) {
-  uint8_t *b = p;
-  while (n) {
-    ssize_t r = read(fd, b, n);
-    if (r <= 0) return -1;
-    b += r;
-    n -= (size_t)r;
-  }
-  return 0;
-}
-
-static int write_all(int fd, const void *p, size_t n) {
-  const uint8_t *b = p;
-  while (n) {
-    ssize_t w = write(fd, b, n);
-    if (w <= 0) return -1;
-    b += w;
-    n -= (size_t)w;
-  }
-  return 0;
-}
-
 /* ---- a child rank ------------------------------------------------------- */
 
 typedef struct {
@@ -93,9 +71,9 @@ static int child(int rank, int up, int down, int scenario) {
   o.segment_bytes = scenario ? 4096 : 65536;
   o.op_timeout_ms = 600000;
   if (cu_rank_open(&k, &loop, rank, &o)) return 2;
-  if (write_all(up, k.addr, sizeof k.addr)) return 3;
+  if (cu_write_all(up, k.addr, sizeof k.addr)) return 3;
   char addrs[N][64];
-  if (read_all(down, addrs, sizeof addrs)) return 4;
+  if (cu_read_all(down, addrs, sizeof addrs)) return 4;
   const char *ap[N], *np[N];
   char names[N][32];
   for (int i = 0; i < N; i++) {
@@ -155,7 +133,7 @@ static int child(int rank, int up, int down, int scenario) {
     for (int i = 0; i < N; i++) free(all[i]);
     free(ref);
   }
-  if (write_all(up, res, sizeof res)) return 7;
+  if (cu_write_all(up, res, sizeof res)) return 7;
   free(x);
   cu_rank_close(&loop, &k);
   uv_run(&loop, UV_RUN_NOWAIT);
@@ -189,11 +167,11 @@ static void spawn(kid *k, int scenario) {
     k[i].down = b[1];
   }
   for (int i = 0; i < N; i++)
-    assert_int_equal(read_all(k[i].up, k[i].addr, sizeof k[i].addr), 0);
+    assert_int_equal(cu_read_all(k[i].up, k[i].addr, sizeof k[i].addr), 0);
   char addrs[N][64];
   for (int i = 0; i < N; i++) memcpy(addrs[i], k[i].addr, 64);
   for (int i = 0; i < N; i++)
-    assert_int_equal(write_all(k[i].down, addrs, sizeof addrs), 0);
+    assert_int_equal(cu_write_all(k[i].down, addrs, sizeof addrs), 0);
 }
 
 static int reap(kid *k) {
@@ -210,7 +188,7 @@ static void test_proc_allreduce(void **state) {
   spawn(k, 0);
   result res[N][2];
   for (int i = 0; i < N; i++)
-    assert_int_equal(read_all(k[i].up, res[i], sizeof res[i]), 0);
+    assert_int_equal(cu_read_all(k[i].up, res[i], sizeof res[i]), 0);
   for (int i = 0; i < N; i++) assert_int_equal(reap(&k[i]), 0);
   for (int i = 0; i < N; i++)
     for (int round = 0; round < 2; round++) {
@@ -227,7 +205,7 @@ static void test_proc_rank_dies(void **state) {
   result res[N][2];
   int got[N] = {0};
   for (int i = 0; i < N; i++)
-    got[i] = read_all(k[i].up, res[i], sizeof res[i]) == 0;
+    got[i] = cu_read_all(k[i].up, res[i], sizeof res[i]) == 0;
   int codes[N];
   for (int i = 0; i < N; i++) codes[i] = reap(&k[i]);
   /* the victim left without a word */
