@@ -213,20 +213,28 @@ static int peer_cred(int fd, struct ucred *cr) {
   return len == sizeof *cr ? 0 : -EPROTO;
 }
 
-/* Logs a same-host socket this client will not use (one line per name per
- * refuse_log_ms, with a count of the rest). */
+/* Whether a line about `key` is due (one per key per refuse_log_ms);
+ * `more` gets the count of those not logged since, as a suffix. */
+static int line_due(tsr_rpc_ctx *ctx, const char *key, char *more,
+                    size_t cap) {
+  uint64_t suppressed = 0;
+  more[0] = 0;
+  if (!tsr_rpc__ratelog_note_key(&ctx->local_log, key, tsr_now_ns(),
+                                 (uint64_t)ctx->o.refuse_log_ms * 1000000ull,
+                                 &suppressed))
+    return 0;
+  if (suppressed)
+    snprintf(more, cap, " (and %llu more of %s in the %u ms before, not "
+             "logged)", (unsigned long long)suppressed, key,
+             ctx->o.refuse_log_ms);
+  return 1;
+}
+
+/* Logs a same-host socket this client will not use. */
 static void log_untrusted(tsr_rpc_ctx *ctx, const char *name,
                           const struct ucred *cr, int err, const char *next) {
-  uint64_t suppressed = 0;
-  uint64_t iv = (uint64_t)ctx->o.refuse_log_ms * 1000000ull;
-  if (!tsr_rpc__ratelog_note_key(&ctx->local_log, name, tsr_now_ns(), iv,
-                                 &suppressed))
-    return;
-  char more[160] = "";
-  if (suppressed)
-    snprintf(more, sizeof more, " (and %llu more times in the %u ms before, "
-             "not logged)", (unsigned long long)suppressed,
-             ctx->o.refuse_log_ms);
+  char more[200];
+  if (!line_due(ctx, name, more, sizeof more)) return;
   if (err)
     tsr_warn("rpc %s: same-host socket %s not used: cannot tell who listens "
              "on it (%s); %s instead%s", ctx->name, name, strerror(-err),
@@ -310,21 +318,12 @@ int tsr_rpc__local_vet(tsr_rpc_ctx *ctx, uv_pipe_t *pipe, char *peer,
   /* served, with a MAC on every frame: a peer of another uid may hold the
    * token (a cluster of several users that did not name them all), or be
    * a relay that does not */
-  char key[32];
-  uint64_t suppressed = 0;
+  char key[32], more[200];
   if (err)
-    snprintf(key, sizeof key, "uid ?");
+    snprintf(key, sizeof key, "peers of unknown uid");
   else
-    snprintf(key, sizeof key, "uid %u", (unsigned)cr.uid);
-  if (!tsr_rpc__ratelog_note_key(&ctx->local_log, key, tsr_now_ns(),
-                                 (uint64_t)ctx->o.refuse_log_ms * 1000000ull,
-                                 &suppressed))
-    return 0;
-  char more[160] = "";
-  if (suppressed)
-    snprintf(more, sizeof more, " (and %llu more peers of %s in the %u ms "
-             "before, not logged)", (unsigned long long)suppressed, key,
-             ctx->o.refuse_log_ms);
+    snprintf(key, sizeof key, "peers of uid %u", (unsigned)cr.uid);
+  if (!line_due(ctx, key, more, sizeof more)) return 0;
   tsr_warn("rpc %s: same-host peer %s %s%s%s: its frames carry a MAC%s",
            ctx->name, peer,
            err ? "whose uid cannot be read (" : "is not this process's uid "

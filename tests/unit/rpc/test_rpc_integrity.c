@@ -323,6 +323,16 @@ static void ratelog_pure(void **s) {
   assert_int_equal(sup, 99);
   assert_int_equal(tsr_rpc__ratelog_note(&rl, "10.0.0.1:7", 1001, iv, &sup,
                                          host, sizeof host), 0);
+  /* keys taken whole: two socket names of one address are two keys */
+  assert_int_equal(tsr_rpc__ratelog_note_key(&rl, "@tessera-rpc/10.0.0.1:5",
+                                             1500, iv, &sup), 1);
+  assert_int_equal(tsr_rpc__ratelog_note_key(&rl, "@tessera-rpc/10.0.0.1:6",
+                                             1500, iv, &sup), 1);
+  assert_int_equal(tsr_rpc__ratelog_note_key(&rl, "@tessera-rpc/10.0.0.1:6",
+                                             1501, iv, &sup), 0);
+  assert_int_equal(tsr_rpc__ratelog_note_key(&rl, "@tessera-rpc/10.0.0.1:6",
+                                             2600, iv, &sup), 1);
+  assert_int_equal(sup, 1);
   /* more addresses than slots: each still gets its first line */
   for (int i = 0; i < 3 * TSR_RPC__RATELOG_SLOTS; i++) {
     char peer[32];
