@@ -66,8 +66,8 @@ static void on_tick(uv_timer_t *t) {
   if (w->fired || now - w->last_seen < w->secs) return;
   w->fired = true;
   tsr_warn("no chief at %s for %.3g s (--idle-exit%s): leaving", w->addr,
-           now - w->last_seen, w->was_up ? ", since it was last connected"
-                                          : ", since this process started");
+           w->secs, w->was_up ? ", since it was last connected"
+                                  : ", since this process started");
   uv_timer_stop(&w->timer);
   w->on_idle(w->data);
 }
