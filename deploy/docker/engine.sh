@@ -67,7 +67,7 @@ tsr_dk_answers() {
 
 # The host's networking settings that an engine could change: bridge
 # netfilter, forwarding, every iptables table, and the bridges Docker
-# names (docker0, br-<id>). Veth pairs of other tests come and go, so
+# names (docker0, docker_gwbridge, br-<id>). Veth pairs of other tests come and go, so
 # other links are not compared.
 tsr_dk_net_state() {
   local k
@@ -79,7 +79,7 @@ tsr_dk_net_state() {
   { iptables-save 2>/dev/null; ip6tables-save 2>/dev/null; } |
     sed -e '/^#/d' -e 's/\[[0-9]*:[0-9]*\]//g'
   ip -o link show 2>/dev/null | awk -F': ' '{print $2}' |
-    sed 's/@.*//' | grep -E '^(docker0|br-[0-9a-f]{12})$' | sed 's/^/link /'
+    sed 's/@.*//' | grep -E '^(docker0|docker_gwbridge|br-[0-9a-f]{12})$' | sed 's/^/link /'
   return 0
 }
 
