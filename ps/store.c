@@ -63,12 +63,6 @@ bool ps__spec_equal(const ps_var_spec *a, const ps_var_spec *b) {
   return memcmp(&a->optim, &b->optim, sizeof a->optim) == 0;
 }
 
-int64_t ps__spec_width(const ps_var_spec *s) {
-  int64_t w = 1;
-  for (int i = 1; i < s->var.rank; i++) w *= s->var.shape[i];
-  return w;
-}
-
 int ps__spec_owns_id(const ps_var_spec *s, int64_t id) {
   if (id < 0) return TSR_ERANGE;
   /* row0 + rows fits: ps__spec_validate checked it against dim0 */
@@ -87,7 +81,10 @@ static int ps__init_fill(const ps_var_spec *spec, uint64_t first, float *out,
                    kern_init_var_key(spec->var.name), first, out, n);
     return 0;
   }
-  int fd = open(spec->init_path, O_RDONLY | O_CLOEXEC);
+  /* the real path of a regular file under the root (checked at create):
+   * a link put in its place since is not followed, a FIFO not waited on */
+  int fd = open(spec->init_path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW |
+                                     O_NONBLOCK);
   if (fd < 0) return -errno;
   size_t want = n * sizeof(float), got = 0;
   while (got < want) {

@@ -5,14 +5,14 @@
  * overrides, so they are validated with the job file's own rules. The
  * standalone trainer has the chief's monitoring flags: --logdir (the job's
  * logdir: TensorBoard runs, metrics.jsonl, report.html, written with the
- * chief's monitor library), --summary-json, --checkpoint-dir (the weights
+ * artifacts library, as the chief writes them), --summary-json, --checkpoint-dir (the weights
  * as weights.npz, Keras names and order, every checkpoint.every_steps and
  * at the end) and --trace (every step's input wait and step as Chrome
  * trace events).
  */
-#include "chief/ckpt/export_keras.h"
-#include "chief/ckpt/npz.h"
-#include "chief/monitor/monitor.h"
+#include "artifacts/monitor/monitor.h"
+#include "artifacts/weights/export_keras.h"
+#include "artifacts/weights/npz.h"
 #include "common/cluster.h"
 #include "common/err.h"
 #include "common/fs.h"
@@ -171,7 +171,12 @@ static int run_standalone(const char *job_path, char **ovr,
   wk_train_result r;
   double t0 = tsr_now_s();
   rc = wk_train_standalone(&job, o, &r, err, sizeof err);
-  int status = rc ? (rc == TSR_ENODEVICE ? 4 : rc == TSR_EDATA ? TSR_EXIT_DATA : 1)
+  /* a model or job the trainer refuses is a usage error, 2, as the chief
+   * says for the same job */
+  bool refused = rc == TSR_EUNSUPPORTED || rc == TSR_ECONFIG ||
+                 rc == TSR_ESHAPE;
+  int status = rc ? (rc == TSR_ENODEVICE ? 4 : rc == TSR_EDATA ? TSR_EXIT_DATA
+                     : refused ? 2 : 1)
                   : 0;
   if (rc) tsr_error("%s", err);
   if (tr) {
