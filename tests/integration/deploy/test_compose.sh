@@ -411,7 +411,9 @@ else
       got=$(sed -n 's/.*restored the checkpoint of step \([0-9]*\).*/\1/p' "$WORK/stack-kills.log" | head -n 1)
       check "stack kills: the PS restored step ${got:-none}, the newest checkpoint ($PS_AT) or later" \
         test "${got:-0}" -ge "$PS_AT"
-      check "stack kills: worker0 came back" grep -q "chief worker:0 (.*) is back" "$WORK/stack-kills.log"
+      check "stack kills: the chief lost worker0 and took it back" awk '
+        /INFO  chief lost worker:0 /{lost = 1}
+        lost && /INFO  chief worker:0 \(.*\) ready /{ok = 1} END {exit !ok}' "$WORK/stack-kills.log"
       check "stack kills: the chief resumed from the newest checkpoint ($CH_AT) or later" \
         test "$(json_get "$V/summary.json" resumed_from_step)" -ge "$CH_AT"
     fi

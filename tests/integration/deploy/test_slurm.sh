@@ -19,7 +19,7 @@ if [ -z "${TSR_SLURM_FAKE:-}" ] && [ "$(id -u)" = 0 ] &&
    command -v sbatch >/dev/null && command -v slurmctld >/dev/null &&
    command -v slurmd >/dev/null && command -v munged >/dev/null &&
    unshare -n -m -u true 2>/dev/null; then
-  echo "real Slurm: $(sbatch --version)"
+  echo "real Slurm: slurm-wlm $(dpkg-query -W -f='${Version}' slurm-wlm 2>/dev/null)"
   exec unshare -n -m -u bash "$here/test_slurm_real.sh"
 fi
 echo "no Slurm here (or not root, or TSR_SLURM_FAKE set): a fake srun and scancel"

@@ -168,7 +168,10 @@ done
 got=$(sed -n 's/.*restored the checkpoint of step \([0-9]*\).*/\1/p' "$O" | head -n 1)
 check "ps kill: restored step ${got:-none}, the newest checkpoint ($PS_AT) or later" \
   test "${got:-0}" -ge "$PS_AT"
-check "worker kill: the chief took worker:0 back" grep -q "INFO  chief worker:0 (.*) is back" "$O"
+back() { # the chief lost worker:0, then had it ready again
+  awk '/INFO  chief lost worker:0 /{lost = 1} lost && /INFO  chief worker:0 \(.*\) ready /{ok = 1} END {exit !ok}' "$1"
+}
+check "worker kill: the chief lost worker:0 and took it back" back "$O"
 check "chief kill: resumed from step $(summary "$C" resumed_from_step), the newest checkpoint ($CH_AT) or later" \
   test "$(summary "$C" resumed_from_step)" -ge "$CH_AT"
 clean_end "$C" "kills"
