@@ -392,7 +392,9 @@ else
         child=$(pgrep -P "${pid:-0}" | head -n 1)
         [ -n "$child" ] && kill -9 "$child"
       fi
-      check "$1 at checkpoint $AT: the task is gone" bash -c "[ -n '$c' ] && ! docker ps -q --no-trunc | grep -q '^$c'"
+      # (kill -9: the container ends when its init sees the process go)
+      check "$1 at checkpoint $AT: the task's container ends" \
+        wait_for 30 bash -c "[ -n '$c' ] && ! docker ps -q --no-trunc | grep -q '^$c'"
     }
     if ! s_deploy; then cat "$WORK/stack-deploy.log"; bad "stack kills: deploy"
     else
