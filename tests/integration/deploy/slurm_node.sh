@@ -114,22 +114,5 @@ slurm_down() {
     kill -0 "$p" 2>/dev/null && kill -KILL "$p" 2>/dev/null
   done
   SLURM_PIDS=()
-
-# slurm_ns NODE DIR: inside a fresh network, mount and UTS namespace
-# (unshare -n -m -u): loopback up, the host named NODE, /etc/hosts (a copy
-# in DIR bound over it) giving NODE and localhost as 127.0.0.1 and ::1,
-# and a veth pair holding 192.0.2.1 (a documentation address nothing is
-# sent to) because Slurm's daemons resolve their listening address with
-# AI_ADDRCONFIG, which finds nothing where only loopback has an address.
-slurm_ns() {
-  local node=$1 d=$2
-  ip link set lo up &&
-    hostname "$node" &&
-    ip link add tsrslurm0 type veth peer name tsrslurm1 &&
-    ip addr add 192.0.2.1/32 dev tsrslurm0 &&
-    ip link set tsrslurm0 up && ip link set tsrslurm1 up &&
-    printf '127.0.0.1 localhost %s\n::1 localhost %s\n' "$node" "$node" >"$d/hosts" &&
-    mount --bind "$d/hosts" /etc/hosts
-}
   return 0
 }
