@@ -83,12 +83,20 @@ tsr_dk_net_state() {
   return 0
 }
 
+# True when AFTER is BEFORE as far as an engine of ours could have changed
+# it: the same sysctls and iptables, and no Docker bridge that was not
+# there (another engine on the machine may remove its own meanwhile).
+tsr_dk_net_same() { # before-state after-state
+  [ "$(grep -v '^link ' <<<"$1")" = "$(grep -v '^link ' <<<"$2")" ] &&
+    [ -z "$(comm -13 <(grep '^link ' <<<"$1" | sort) <(grep '^link ' <<<"$2" | sort))" ]
+}
+
 # Puts back what an engine changed (sysctls and FORWARD policies); says
 # what it found. Returns 1 when anything had changed.
 tsr_dk_net_restore() { # before-state
   local before=$1 after changed=0 line k v
   after=$(tsr_dk_net_state)
-  [ "$before" = "$after" ] && return 0
+  tsr_dk_net_same "$before" "$after" && return 0
   tsr_dk_say "the host's networking changed while the engine ran:"
   diff <(echo "$before") <(echo "$after") | sed 's/^/[docker]   /' >&2
   while IFS= read -r line; do

@@ -433,7 +433,7 @@ exec 9>&-
 engine_stopped=1
 tsr_docker_stop
 check "the engine stopped; the host's networking is as it was" \
-  test "$(tsr_dk_net_state)" = "$net_before"
+  tsr_dk_net_same "$net_before" "$(tsr_dk_net_state)"
 
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]
