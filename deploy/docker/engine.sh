@@ -83,12 +83,25 @@ tsr_dk_net_state() {
   return 0
 }
 
-# True when AFTER is BEFORE as far as an engine of ours could have changed
-# it: the same sysctls and iptables, and no Docker bridge that was not
-# there (another engine on the machine may remove its own meanwhile).
+# True when AFTER is BEFORE in what any engine could change for the whole
+# machine: the sysctls and iptables. Bridges come and go with every engine
+# of the machine; an engine's own are checked when it stops
+# (tsr_dk_own_links).
 tsr_dk_net_same() { # before-state after-state
-  [ "$(grep -v '^link ' <<<"$1")" = "$(grep -v '^link ' <<<"$2")" ] &&
-    [ -z "$(comm -13 <(grep '^link ' <<<"$1" | sort) <(grep '^link ' <<<"$2" | sort))" ]
+  [ "$(grep -v '^link ' <<<"$1")" = "$(grep -v '^link ' <<<"$2")" ]
+}
+
+# The host links of the engine at DOCKER_HOST's networks: br-<id> of each
+# bridge network, docker_gwbridge, docker0 (one per line).
+tsr_dk_own_links() {
+  docker network ls --no-trunc --filter driver=bridge --format '{{.ID}} {{.Name}}' 2>/dev/null |
+    while read -r id name; do
+      case "$name" in
+        docker_gwbridge) echo docker_gwbridge ;;
+        bridge) echo docker0 ;;
+        *) echo "br-${id:0:12}" ;;
+      esac
+    done
 }
 
 # Puts back what an engine changed (sysctls and FORWARD policies); says
@@ -190,13 +203,15 @@ tsr_docker_start() {
 }
 
 # Stops the dockerd this shell started (by its pid) and its containerd;
-# checks the host's networking against what it was. Returns 1 when the
-# networking had changed (after putting it back) or the engine would not
-# stop.
+# checks the host's networking against what it was and that none of its
+# networks' bridges is left. Returns 1 when the networking had changed
+# (after putting it back), a bridge of its own is left, or the engine would
+# not stop.
 tsr_docker_stop() {
-  local pid=$TSR_DK_STARTED_PID rc=0 cpid
+  local pid=$TSR_DK_STARTED_PID rc=0 cpid own l
   [ -n "$pid" ] || return 0
   cpid=$(cat "$TSR_DK_EXEC/containerd/containerd.pid" 2>/dev/null || true)
+  own=$(tsr_dk_own_links)
   # (by its pid, and only while that pid is still a dockerd)
   if kill -0 "$pid" 2>/dev/null && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q '^dockerd '; then
     kill -TERM "$pid"
@@ -223,6 +238,12 @@ tsr_docker_stop() {
     rm -rf "$TSR_DK_EXEC"
   fi
   tsr_dk_net_restore "$TSR_DK_NET_BEFORE" || rc=1
+  for l in $own; do
+    if ip link show "$l" >/dev/null 2>&1; then
+      tsr_dk_say "the engine left its bridge $l behind"
+      rc=1
+    fi
+  done
   tsr_dk_say "stopped dockerd pid $pid"
   TSR_DK_STARTED_PID=""
   TSR_DK_EXEC=""
