@@ -27,6 +27,7 @@
 #include "common/err.h"
 #include "common/log.h"
 #include "common/rpc/rpc.h"
+#include "tests/unit/coll/coll_util.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -46,30 +47,6 @@
 #define MAXN 3
 #define ROUNDS 5
 #define WRITE_CHUNK ((size_t)1 << 20)
-
-static int read_all(int fd, void *p, size_t n) {
-  uint8_t *b = p;
-  while (n) {
-    ssize_t r = read(fd, b, n);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return -1;
-    b += r;
-    n -= (size_t)r;
-  }
-  return 0;
-}
-
-static int write_all(int fd, const void *p, size_t n) {
-  const uint8_t *b = p;
-  while (n) {
-    ssize_t w = write(fd, b, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return -1;
-    b += w;
-    n -= (size_t)w;
-  }
-  return 0;
-}
 
 /* ---- one rank ------------------------------------------------------------ */
 
@@ -94,7 +71,7 @@ static void *writer(void *a) {
   wr_arg *w = a;
   for (size_t off = 0; off < w->n; off += WRITE_CHUNK) {
     size_t k = w->n - off < WRITE_CHUNK ? w->n - off : WRITE_CHUNK;
-    if (write_all(w->fd, w->p + off, k)) break;
+    if (cu_write_all(w->fd, w->p + off, k)) break;
   }
   return NULL;
 }
@@ -103,8 +80,8 @@ static void *writer(void *a) {
 static void raw_barrier(rank_t *r) {
   uint8_t t = 1;
   for (int i = 0; i < 2; i++) {
-    write_all(r->to_right, &t, 1);
-    read_all(r->from_left, &t, 1);
+    cu_write_all(r->to_right, &t, 1);
+    cu_read_all(r->from_left, &t, 1);
   }
 }
 
@@ -117,7 +94,7 @@ static double raw_shift(rank_t *r, size_t bytes) {
   pthread_create(&th, NULL, writer, &w);
   for (size_t off = 0; off < bytes; off += WRITE_CHUNK) {
     size_t k = bytes - off < WRITE_CHUNK ? bytes - off : WRITE_CHUNK;
-    if (read_all(r->from_left, r->sink, k)) break;
+    if (cu_read_all(r->from_left, r->sink, k)) break;
   }
   pthread_join(th, NULL);
   return (double)(tsr_now_ns() - t0) / 1e9;
@@ -218,9 +195,9 @@ static int rank_main(int rank, const plan_t *p, int up, int down) {
     return 2;
   snprintf(h.addr, sizeof h.addr, "127.0.0.1:%d", tsr_rpc_server_port(r.srv));
   if ((r.raw_l = listen_raw(&h.raw_port)) < 0) return 3;
-  if (write_all(up, &h, sizeof h)) return 4;
+  if (cu_write_all(up, &h, sizeof h)) return 4;
   hello_t all[MAXN];
-  if (read_all(down, all, sizeof(hello_t) * (size_t)p->n)) return 5;
+  if (cu_read_all(down, all, sizeof(hello_t) * (size_t)p->n)) return 5;
   /* raw ring: connect right, accept left */
   if ((r.to_right = connect_raw(all[(rank + 1) % p->n].raw_port)) < 0)
     return 6;
@@ -252,7 +229,7 @@ static int rank_main(int rank, const plan_t *p, int up, int down) {
       if (p->raw) cell[0] = raw_shift(&r, p->sizes[s]);
       if ((cell[1] = coll_time(&r, p->sizes[s])) < 0) return 11;
     }
-  if (write_all(up, t, sizeof(double) * (size_t)p->nsizes *
+  if (cu_write_all(up, t, sizeof(double) * (size_t)p->nsizes *
                            (size_t)p->rounds * 2))
     return 12;
   /* the process ends here: the kernel closes what is open */
@@ -281,14 +258,14 @@ static int run_plan(const plan_t *p, double *t) {
   hello_t all[MAXN];
   int rc = 0;
   for (int i = 0; i < p->n; i++)
-    if (read_all(up[i], &all[i], sizeof all[i])) rc = -1;
+    if (cu_read_all(up[i], &all[i], sizeof all[i])) rc = -1;
   for (int i = 0; i < p->n && !rc; i++)
-    if (write_all(down[i], all, sizeof(hello_t) * (size_t)p->n)) rc = -1;
+    if (cu_write_all(down[i], all, sizeof(hello_t) * (size_t)p->n)) rc = -1;
   size_t cells = (size_t)p->nsizes * (size_t)p->rounds * 2;
   double *one = calloc(cells, sizeof(double));
   memset(t, 0, cells * sizeof(double));
   for (int i = 0; i < p->n; i++) {
-    if (!rc && read_all(up[i], one, cells * sizeof(double))) rc = -1;
+    if (!rc && cu_read_all(up[i], one, cells * sizeof(double))) rc = -1;
     for (size_t c = 0; !rc && c < cells; c++)
       if (one[c] > t[c]) t[c] = one[c];
   }
