@@ -1,7 +1,9 @@
 #!/bin/bash
 # Accuracy parity with Keras: each job trained seed by seed by Keras itself
-# (keras_reference.py, under $TSR_KERAS_PYTHON) and by Tessera's standalone
-# trainer on one thread, same files, model, optimizer, batch and epochs.
+# (keras_reference.py, under the Keras interpreter of tests/keras_python.sh:
+# $TSR_KERAS_PYTHON, else the build folder's Keras venv) and by Tessera's
+# standalone trainer on one thread, same files, model, optimizer, batch and
+# epochs.
 # Prints each seed's eval metric on both sides, the ranges, and
 #   RATIO keras_parity_<job> <tessera mean / keras mean> goal 0.99
 # for accuracy (keras mean / tessera mean for a loss such as mse, so higher
@@ -17,13 +19,14 @@ set -u
 WORKER=$1; shift
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../../.." && pwd)
-PY=${TSR_KERAS_PYTHON:-python3}
+. "$ROOT/tests/keras_python.sh"   # KPY, KPY_WHY
+PY=$KPY
 SEEDS=${SEEDS:-"1 2 3 4 5"}
 JOBS=("$@")
 [ ${#JOBS[@]} -gt 0 ] || JOBS=("$ROOT/deploy/jobs/digits_cnn_bn.json"
                               "$ROOT/deploy/jobs/diabetes_functional.json")
 "$PY" -c 'import tf_keras' 2>/dev/null || "$PY" -c 'import keras' 2>/dev/null \
-  || { echo "SKIP: no Keras in $PY (set TSR_KERAS_PYTHON)"; exit 77; }
+  || { echo "SKIP: no Keras in $PY${KPY_WHY:+: $KPY_WHY}"; exit 77; }
 TMP=$(mktemp -d); trap 'rm -rf "$TMP"' EXIT
 
 for job in "${JOBS[@]}"; do
