@@ -20,8 +20,6 @@
 #include "kernels/optim.h"
 #include "ps/wire/wire.h"
 
-size_t ps__dtype_size(int dt);
-const char *ps__dtype_name(int dt);
 
 bool ps__spec_equal(const ps_var_spec *a, const ps_var_spec *b);
 /* Every field of a spec, as a request or a file may carry it: names, shape

@@ -110,7 +110,7 @@ int tsr_layer__p_conv1d(lp *p) {
 
 int tsr_layer__p_pool1d(lp *p) {
   int rc;
-  int64_t ps, st;
+  int64_t ps = 0, st = 0; /* set by get_one before use; -O3 cannot see it */
   bool same = false, causal = false;
   if ((rc = tsr_layer__need_rank(p, 2, seq_shape)) ||
       (rc = get_one(p, "pool_size", 2, &ps)) ||
