@@ -92,9 +92,11 @@ static int off_start(void *data, wk_trainer *t, const tsr_model *m,
   if (r->file) tsr_info("weights from %s", r->file);
   if (r->o->predict_out) {
     r->rank = tsr_model_output_shape(m, r->row, 8);
+    char why[512];
     if ((rc = chief_npy_open(&r->npy, r->o->predict_out, r->row, r->rank,
-                             err, errlen)))
-      return rc == TSR_ENOMEM ? rc : TSR_ECONFIG;
+                             why, sizeof why)))
+      return tsr_errf(err, errlen, rc == TSR_ENOMEM ? rc : TSR_ECONFIG,
+                      "--out %s: %s", r->o->predict_out, why);
   }
   return 0;
 }
