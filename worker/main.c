@@ -145,16 +145,17 @@ static int sa_checkpoint(void *data, wk_trainer *t, const tsr_model *m,
   return rc;
 }
 
-/* The exit status of a failed standalone run: 4 no device, 3 the data's
- * fault, 2 a model, job or weights refused (as the chief says for the
- * same job), 1 anything else. */
-static int sa_status(int rc) {
-  if (!rc) return 0;
-  if (rc == TSR_ENODEVICE) return 4;
-  if (rc == TSR_EDATA) return TSR_EXIT_DATA;
-  if (rc == TSR_EUNSUPPORTED || rc == TSR_ECONFIG || rc == TSR_ESHAPE)
-    return 2;
-  return 1;
+/* The eval figures of a run as the summary lists them: the loss, then
+ * each metric; returns how many (none when the run failed). */
+static size_t eval_values(const wk_train_result *r, bool ok,
+                          chief_metric_value ev[9]) {
+  size_t ne = 0;
+  if (ok && r->has_eval) {
+    ev[ne++] = (chief_metric_value){"loss", r->eval_loss};
+    for (int k = 0; k < r->n_metrics && k < 8; k++)
+      ev[ne++] = (chief_metric_value){r->metric_names[k], r->metrics[k]};
+  }
+  return ne;
 }
 
 static int run_standalone(const char *job_path, char **ovr,
@@ -202,7 +203,7 @@ static int run_standalone(const char *job_path, char **ovr,
   wk_train_result r;
   double t0 = tsr_now_s();
   rc = wk_train_standalone(&job, o, &r, err, sizeof err);
-  int status = sa_status(rc);
+  int status = wk_standalone_status(rc);
   if (rc) tsr_error("%s", err);
   if (tr) {
     if (tsr_trace_write(tr, trace_path, err, sizeof err))
@@ -223,12 +224,7 @@ static int run_standalone(const char *job_path, char **ovr,
   }
   if (summary_json) {
     chief_metric_value ev[9];
-    size_t ne = 0;
-    if (!rc && r.has_eval) {
-      ev[ne++] = (chief_metric_value){"loss", r.eval_loss};
-      for (int k = 0; k < r.n_metrics && k < 8; k++)
-        ev[ne++] = (chief_metric_value){r.metric_names[k], r.metrics[k]};
-    }
+    size_t ne = eval_values(&r, rc == 0, ev);
     chief_summary s;
     memset(&s, 0, sizeof s);
     s.steps = rc ? 0 : r.steps;
@@ -307,16 +303,11 @@ static int run_evaluate(const char *job_path, char **ovr, wk_train_opts *o,
   wk_train_result r;
   double t0 = tsr_now_s();
   rc = wk_eval_standalone(&job, o, &eo, &r, err, sizeof err);
-  status = sa_status(rc);
+  status = wk_standalone_status(rc);
   if (rc) tsr_error("%s", err);
   if (summary_json) {
     chief_metric_value ev[9];
-    size_t ne = 0;
-    if (!rc) {
-      ev[ne++] = (chief_metric_value){"loss", r.eval_loss};
-      for (int k = 0; k < r.n_metrics && k < 8; k++)
-        ev[ne++] = (chief_metric_value){r.metric_names[k], r.metrics[k]};
-    }
+    size_t ne = eval_values(&r, rc == 0, ev);
     chief_summary s;
     memset(&s, 0, sizeof s);
     s.examples = rc ? 0 : r.eval_examples;

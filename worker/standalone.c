@@ -249,3 +249,12 @@ out:
   if (pin) kern_close(pin);
   return rc;
 }
+
+int wk_standalone_status(int rc) {
+  if (!rc) return 0;
+  if (rc == TSR_ENODEVICE) return 4;
+  if (rc == TSR_EDATA) return TSR_EXIT_DATA;
+  if (rc == TSR_EUNSUPPORTED || rc == TSR_ECONFIG || rc == TSR_ESHAPE)
+    return 2;
+  return 1;
+}

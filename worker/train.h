@@ -134,4 +134,10 @@ int wk_eval_standalone(const tsr_job *job, const wk_train_opts *o,
                        const wk_eval_opts *e, wk_train_result *r, char *err,
                        size_t errlen);
 
+/* The exit status of a standalone run (training or evaluation alone) that
+ * returned rc: 0; 4 no device; 3 the data's fault (TSR_EXIT_DATA); 2 a
+ * model, job or weights refused (as the chief says for the same job); 1
+ * anything else. */
+int wk_standalone_status(int rc);
+
 #endif

@@ -30,16 +30,6 @@ typedef struct {
   int rank;
 } off_run;
 
-/* The exit status of a failed run: as the standalone trainer's. */
-static int off_status(int rc) {
-  if (!rc) return 0;
-  if (rc == TSR_ENODEVICE) return 4;
-  if (rc == TSR_EDATA) return TSR_EXIT_DATA;
-  if (rc == TSR_EUNSUPPORTED || rc == TSR_ECONFIG || rc == TSR_ESHAPE)
-    return 2;
-  return 1;
-}
-
 static bool is_file(const char *path) {
   struct stat st;
   return stat(path, &st) == 0 && S_ISREG(st.st_mode);
@@ -179,7 +169,7 @@ int chief_offline_run(const chief_offline_opts *o) {
     }
   }
   chief_npy_abort(r.npy);
-  int status = off_status(rc);
+  int status = wk_standalone_status(rc);
   if (rc) tsr_error("%s", err);
   if (o->summary_json && off_summary(o, &res, rc == 0, tsr_now_s() - t0) &&
       !status)
