@@ -11,11 +11,11 @@
 #                              the same suite under ASan+UBSan in
 #                              build-asan/, and the fuzz targets with
 #                              fixed seeds and run counts; the checks
-#                              against Keras itself run with TensorFlow's
-#                              CPU wheel, tf_keras and Keras 3, which pip
-#                              installs once into BUILD_DIR/keras-venv
-#                              (deploy/keras-venv.sh; without the registry
-#                              they skip and say why)
+#                              against Keras itself run in the first suite
+#                              with TensorFlow's CPU wheel, tf_keras and
+#                              Keras 3, which pip installs once into
+#                              BUILD_DIR/keras-venv (deploy/keras-venv.sh;
+#                              without the registry they skip, saying why)
 #
 # Environment: BUILD_DIR (default build), JOBS (ninja -j, default nproc),
 # TSR_FUZZ_SCALE (multiplies the fixed fuzz run counts in `test`, default 1),
@@ -101,8 +101,10 @@ case "$mode" in
   test)
     export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
     export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
-    # Keras for the checks against Keras itself (keras_compare, the Keras
-    # part of the export tests), in both suites
+    # Keras for the checks against Keras itself (keras_compare,
+    # keras_evaluate, the Keras part of the export tests), in the main
+    # suite: under ASan they would check again the code the suite's own
+    # ASan tests cover, at about two minutes more
     if [ -n "${TSR_KERAS_PYTHON:-}" ]; then
       say "Keras checks with TSR_KERAS_PYTHON=$TSR_KERAS_PYTHON"
     elif "$here/keras-venv.sh" "$BUILD_DIR"; then
@@ -120,6 +122,8 @@ case "$mode" in
     say "building build-asan (ASan + UBSan)"
     ninja -C build-asan -j "$JOBS" >/dev/null
     say "test suite under ASan + UBSan (build-asan)"
+    TSR_KERAS_WHY="the checks against Keras run in the main suite ($BUILD_DIR), not under ASan" \
+    env -u TSR_KERAS_PYTHON \
     meson test -C build-asan --num-processes "$JOBS" --print-errorlogs \
       --timeout-multiplier 3 "$@"
     if [ -x tests/fuzz/run.sh ]; then

@@ -87,8 +87,8 @@ int wk_eval_standalone(const tsr_job *job, const wk_train_opts *o,
   if (split == WK_SPLIT_EVAL &&
       !(job->data && json_object_get(job->data, "eval")))
     return tsr_errf(err, errlen, TSR_ECONFIG,
-                    "%s: the job has no data.eval to evaluate on (name the "
-                    "training split instead, or add data.eval)",
+                    "%s: the job has no data.eval to evaluate on (--data "
+                    "train evaluates on the training data)",
                     job->path ? job->path : "job");
   tsr_job j = *job; /* the caller's, but for the data read once */
   if (!(j.data = read_once(job->data, split)))
