@@ -146,7 +146,9 @@ int chief_ckpt_list(const char *root, int64_t **steps, size_t *n, char *err,
 
 /* The same, only those chief_ckpt_verify finds intact: each one passed
  * over is logged (warn) with its step and why. What a restarted chief
- * resumes from, newest first. */
+ * resumes from, newest first. Step folders without a manifest (a save that
+ * never finished, a manifest lost) are logged and removed first: call it
+ * only where no save is running (a starting chief). */
 int chief_ckpt_list_intact(const char *root, int64_t **steps, size_t *n,
                            char *err, size_t errlen);
 

@@ -138,6 +138,17 @@ static void coord_exec(coord *co, const coord_action *a) {
       }
       break;
     case COORD_ACT_FAIL:
+      if (co->done_step > 0 && coord_sm_resumed_from(co->sm) <= 0 &&
+          coord__step(co) == 0) {
+        /* nothing restored or trained by this chief, and the job had
+         * finished before it started: the cluster has stopped after it */
+        co->finished_on_disk = true;
+        tsr_info("the job had finished: its last checkpoint (step %" PRId64
+                 ") is committed and intact, and the cluster is gone (%s); "
+                 "nothing is left to do", co->done_step, a->msg);
+        coord_stop(co, 0);
+        break;
+      }
       tsr_error("%s", a->msg);
       coord_stop(co, a->status);
       break;

@@ -110,6 +110,11 @@ struct coord {
   bool draining;
   bool stopped;            /* FAIL or FINISH executed */
   int exit_status;
+  int64_t done_step;       /* > 0: the newest checkpoint on disk, intact,
+                              is the job's last (a chief restarted after
+                              the job ended): a cluster that is gone ends
+                              the run well */
+  bool finished_on_disk;   /* so it did: the run ends at done_step */
   bool stop_requested;
   coord_psop psop;         /* the PS operation in progress */
   chief_ckpt_files ckpt_files; /* the checkpoint being saved: its id and

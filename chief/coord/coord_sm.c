@@ -186,9 +186,26 @@ static void sm_setup_ok(coord_sm *sm) {
   sm->tries = 0;
   if (sm->recovering) {
     int64_t step = sm__global(sm);
-    sm__note(sm, TSR_LOG_WARN, "no checkpoint to restore: the PS start "
-             "their shards from their initial values at step %" PRId64,
-             step);
+    int lost = 0;
+    while (lost < sm->c.n_ps - 1 && !sm->ps[lost].lost) lost++;
+    /* from step 0 the initial values are exact; later they are not what
+     * the shards had learned */
+    if (step > 0 && sm->c.ckpt) {
+      sm__fail(sm, 1, "%s was lost at step %" PRId64 " and no checkpoint "
+               "was ever committed: its shards would start again from their "
+               "initial values; the run stops", sm_ps_name(sm, lost), step);
+      return;
+    }
+    if (step > 0) {
+      sm->initial_restarts++;
+      sm__note(sm, TSR_LOG_WARN, "no checkpoint to restore (the job keeps "
+               "none): %s starts its shards from their initial values at "
+               "step %" PRId64 "; the run goes on and will exit 1",
+               sm_ps_name(sm, lost), step);
+    } else {
+      sm__note(sm, TSR_LOG_WARN, "no checkpoint to restore: the PS start "
+               "their shards from their initial values at step 0");
+    }
     for (int i = 0; i < sm->c.n_ps; i++) sm->ps[i].lost = false;
     sm->restarts_ps++;
     sm->recovering = false;
@@ -595,6 +612,9 @@ int64_t coord_sm_last_ckpt(const coord_sm *sm) {
 }
 int64_t coord_sm_resumed_from(const coord_sm *sm) { return sm->resumed_from; }
 int coord_sm_restarts_ps(const coord_sm *sm) { return sm->restarts_ps; }
+int coord_sm_initial_restarts(const coord_sm *sm) {
+  return sm->initial_restarts;
+}
 int coord_sm_restarts_worker(const coord_sm *sm) {
   return sm->restarts_worker;
 }

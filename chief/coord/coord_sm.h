@@ -251,6 +251,10 @@ int64_t coord_sm_total_steps(const coord_sm *sm);  /* 0: not known yet */
 int64_t coord_sm_last_ckpt(const coord_sm *sm);    /* -1: none */
 int64_t coord_sm_resumed_from(const coord_sm *sm); /* -1: a fresh run */
 int coord_sm_restarts_ps(const coord_sm *sm);
+/* Recoveries of a lost PS with no checkpoint to go back to after training
+ * had begun (a job without checkpoints goes on from the shards' initial
+ * values; the run's exit is then 1). */
+int coord_sm_initial_restarts(const coord_sm *sm);
 int coord_sm_restarts_worker(const coord_sm *sm);
 coord_wk_state coord_sm_wk_state(const coord_sm *sm, int w);
 const char *coord_sm_wk_error(const coord_sm *sm, int w);

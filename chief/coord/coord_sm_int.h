@@ -103,6 +103,9 @@ struct coord_sm {
   double t_gate;
 
   int restarts_ps, restarts_worker;
+  int initial_restarts;      /* a lost PS's shards started again from their
+                               initial values after training began (a job
+                               without checkpoints): the run exits 1 */
   int exit_status;
   char fail_msg[COORD_MSG_MAX];
   double t_train_start, t_train_end;
