@@ -55,14 +55,16 @@ if ! "$py" -m venv "$venv" >"$log" 2>&1; then
   fail "python3 -m venv failed (is python3-venv installed?): see $log"
 fi
 # --no-deps: the requirements file is the complete list (see its header);
-# binary wheels only: nothing is compiled here. A short timeout and one
-# retry, so that a machine without the registry gives up in seconds. The
-# wheels stay in BUILD_DIR/keras-wheels: a changed pin downloads only
-# what changed (pip's HTTP cache would depend on the registry's headers).
+# binary wheels only: nothing is compiled here. A short timeout and three
+# retries (pip backs off 0.25, 0.5, 1 s): a blip of the network does not
+# cost the Keras checks, a machine without the registry gives up in
+# seconds. The wheels stay in BUILD_DIR/keras-wheels: a changed pin
+# downloads only what changed (pip's HTTP cache would depend on the
+# registry's headers).
 pipq() { "$venv/bin/python" -m pip --no-input --disable-pip-version-check \
            --no-cache-dir "$@" >>"$log" 2>&1; }
 if ! pipq download --no-deps --only-binary=:all: --progress-bar off \
-       --retries 1 --timeout 30 --find-links "$build/keras-wheels" \
+       --retries 3 --timeout 30 --find-links "$build/keras-wheels" \
        -d "$build/keras-wheels" -r "$req"; then
   net=$(grep -oE "Failed to establish a new connection: [^')]*|Temporary failure in name resolution|Name or service not known|Network is unreachable|Read timed out" \
         "$log" | head -1)

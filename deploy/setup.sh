@@ -111,7 +111,8 @@ case "$mode" in
       TSR_KERAS_PYTHON=$(cd "$BUILD_DIR" && pwd)/keras-venv/bin/python
       export TSR_KERAS_PYTHON
     else
-      TSR_KERAS_WHY=$(head -1 "$BUILD_DIR/keras-venv.skip")
+      TSR_KERAS_WHY=$(head -1 "$BUILD_DIR/keras-venv.skip" 2>/dev/null ||
+                      echo "deploy/keras-venv.sh $BUILD_DIR failed")
       export TSR_KERAS_WHY
       say "the checks against Keras will skip: $TSR_KERAS_WHY"
     fi
