@@ -58,6 +58,15 @@ int chief_export_weights_h5(const char *out, const json_t *model,
 int chief_keras_weight_order(const json_t *model, const char *const *names,
                              size_t n, size_t *order, char *err,
                              size_t errlen);
+/* The variables as an .npz of float32 arrays named as the variables, in
+ * model.get_weights()'s order and with Keras's shapes (Attention's scale
+ * a scalar), so `model.set_weights([z[k] for k in z.files])` takes them;
+ * a model without a Keras layout (the built-in one) keeps the given order
+ * and shapes. Written atomically (artifacts/weights/npz.h). */
+int chief_export_npz(const char *out, const json_t *model,
+                     const chief_export_var *vars, size_t n, char *err,
+                     size_t errlen);
+
 /* {"mean": [...], "variance": [...], "scale": [...], "shift": [...]}:
  * apply as (x - mean) / sqrt(variance), which is x * scale + shift. A NULL
  * `input` writes nothing and returns 0. */
