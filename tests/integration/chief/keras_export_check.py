@@ -1,5 +1,6 @@
 """Reads back what `tessera ckpt export` wrote and checks it against
-Tessera's own evaluation (run by test_export_keras.sh).
+Tessera's own evaluation (run by test_export_keras*.sh; the sequence
+layers' forward pass and sub-layer paths are in keras_seq_ref.py).
 
     keras_export_check.py numpy OUT MODEL CSV LABEL LOSS WANT
     keras_export_check.py keras OUT MODEL CSV LABEL LOSS WANT
@@ -14,7 +15,9 @@ numpy (numpy and h5py only): a float64 forward pass of the model JSON
 written from Keras's layer definitions reproduces WANT from the npz and
 input_stats.json; the npz is in get_weights order (model.layers order);
 the .keras archive's config and model.weights.h5, the .weights.h5 and
-tf_keras's legacy .h5 hold the npz's arrays at Keras's paths.
+tf_keras's legacy .h5 hold the npz's arrays at Keras's paths (a
+sub-layer's below its layer, tf_keras's name of a MultiHeadAttention's
+too) and shapes (Attention's scale a scalar).
 
 keras: whichever of keras (Keras 3) and tf_keras imports: load_model on
 the .keras predicts on raw inputs what the numpy pass predicts, its
@@ -22,8 +25,8 @@ get_weights() is the npz in order, and the model JSON loaded with
 load_weights from the .weights.h5 and the .h5 predicts the same. Then
 Keras writes the weights itself into OUT/keras/ (Keras 3: k3.keras,
 k3.weights.h5, k3.npz from np.savez(*get_weights()); tf_keras: tfk.h5,
-tfk.weights.h5) for the shell to start Tessera from. Exits 77 when
-neither imports.
+tfk.weights.h5) for the shell to start Tessera from; tf_keras's part is
+skipped for a model JSON Keras 3 wrote. Exits 77 when neither imports.
 """
 import io
 import json
