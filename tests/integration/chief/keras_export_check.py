@@ -65,7 +65,9 @@ if model["class_name"] == "Sequential":
         count[base] = k + 1
         L["config"].setdefault("name", base if k == 0 else f"{base}_{k}")
 z = np.load(f"{out}/w.npz")
-st = json.load(open(f"{out}/input_stats.json"))
+# no input_stats.json: the job reads its inputs as they are (token ids)
+has_stats = os.path.exists(f"{out}/input_stats.json")
+st = json.load(open(f"{out}/input_stats.json")) if has_stats else {"scale": 1.0, "shift": 0.0}
 
 # ---- data: the eval split, raw and as training read it ---------------------
 head = open(csv).readline().strip().split(",")
@@ -180,10 +182,10 @@ def norm_axes(c, rank):
     return tuple(sorted(i % rank for i in a))
 
 
-def layer_fwd(cls, c, x, W, name, kw=None):
+def layer_fwd(cls, c, x, W, name, kw=None, mask=None):
     g = lambda k: W[f"{name}/{k}"]
     has = lambda k: f"{name}/{k}" in W
-    y = keras_seq_ref.forward(cls, c, x, W, name, kw or {}, act)
+    y = keras_seq_ref.forward(cls, c, x, W, name, kw or {}, act, mask)
     if y is not None:
         return y
     if cls == "Dense":
@@ -290,10 +292,13 @@ def inbound(L):
 def forward(W, xs):
     c = model["config"]
     if model["class_name"] == "Sequential":
-        x = xs[0]
+        x, mask = xs[0], None
         for L in c["layers"]:
             if L["class_name"] != "InputLayer":
-                x = layer_fwd(L["class_name"], L["config"], x, W, L["config"]["name"])
+                y = layer_fwd(L["class_name"], L["config"], x, W, L["config"]["name"],
+                              mask=mask)
+                mask = keras_seq_ref.out_mask(L["class_name"], L["config"], x, mask)
+                x = y
         return x
     vals = {n: x for n, x in zip(io_names(c["input_layers"]), xs)}
     todo = [L for L in c["layers"] if L["class_name"] != "InputLayer"]
@@ -377,7 +382,7 @@ if mode == "numpy":
     assert sorted(zf.namelist()) == ["config.json", "metadata.json", "model.weights.h5"]
     cfg = json.loads(zf.read("config.json"))
     classes = [L["class_name"] for L in cfg["config"]["layers"]]
-    assert classes.count("Normalization") == len(inputs_of(model)), classes
+    assert classes.count("Normalization") == (len(inputs_of(model)) if has_stats else 0), classes
     f3 = h5py.File(io.BytesIO(zf.read("model.weights.h5")), "r")
     fw = h5py.File(f"{out}/w.weights.h5", "r")
     fl = h5py.File(f"{out}/w.h5", "r")

@@ -3,7 +3,10 @@ definitions: a float64 forward pass of Conv1D, the 1-D poolings, LSTM,
 GRU (reset_after), Bidirectional, MultiHeadAttention, Attention and
 TimeDistributed(Dense), and where Keras keeps their variables (the
 sub-layer below the layer's saving path; tf_keras's own spelling of it).
-numpy only; no masks (the models the export test runs have none).
+numpy only. Masks as Keras applies them from an Embedding with
+mask_zero: an RNN carries its state over a masked step (a sequence it
+returns has zeros there when zero_output_for_mask, as a Bidirectional
+forces; the step before's output otherwise).
 """
 import numpy as np
 
@@ -37,28 +40,33 @@ def windows_1d(x, k, s):
     return w[:, ::s]  # [n, steps, c, k]
 
 
-def rnn(cls, x, K, U, b, ret_seq, backwards):
+def rnn(cls, x, K, U, b, ret_seq, backwards, mask=None, zero_out=False):
     """Keras's LSTM (gates i, f, c, o) or GRU (z, r, h; reset_after, bias
-    [input; recurrent]) over x [n, steps, f], from step 0 or the last."""
+    [input; recurrent]) over x [n, steps, f], from step 0 or the last;
+    mask [n, steps] (True: a real step) or None."""
     n, steps, _ = x.shape
     u = U.shape[0]
     h = np.zeros((n, u))
     c = np.zeros((n, u))
+    out = np.zeros((n, u))
     outs = []
     for t in (range(steps - 1, -1, -1) if backwards else range(steps)):
         if cls == "LSTM":
             z = x[:, t] @ K + h @ U + (0 if b is None else b)
             i, f, g, o = (z[:, j * u:(j + 1) * u] for j in range(4))
-            c = sig(f) * c + sig(i) * np.tanh(g)
-            h = sig(o) * np.tanh(c)
+            c2 = sig(f) * c + sig(i) * np.tanh(g)
+            h2 = sig(o) * np.tanh(c2)
         else:
             xz = x[:, t] @ K + (0 if b is None else b[0])
             hz = h @ U + (0 if b is None else b[1])
             z = sig(xz[:, :u] + hz[:, :u])
             r = sig(xz[:, u:2 * u] + hz[:, u:2 * u])
             hh = np.tanh(xz[:, 2 * u:] + r * hz[:, 2 * u:])
-            h = z * h + (1 - z) * hh
-        outs.append(h)
+            h2, c2 = z * h + (1 - z) * hh, c
+        m = np.ones((n, 1), bool) if mask is None else mask[:, t:t + 1]
+        h, c = np.where(m, h2, h), np.where(m, c2, c)
+        out = np.where(m, h2, 0 if zero_out else out)
+        outs.append(out)
     return np.stack(outs, axis=1) if ret_seq else h
 
 
@@ -81,12 +89,26 @@ def sublayers(W, name):
     return seen
 
 
-def forward(cls, c, x, W, name, kw, act):
+def out_mask(cls, c, x, mask):
+    """The mask a layer's output carries: an Embedding with mask_zero makes
+    one, an RNN that returns one step drops it, the rest pass it on."""
+    if cls == "Embedding":
+        return (x != 0) if c.get("mask_zero") else None
+    seq = c["layer"]["config"] if cls == "Bidirectional" else c
+    if cls in ("LSTM", "GRU", "Bidirectional") and not seq.get("return_sequences"):
+        return None
+    return mask
+
+
+def forward(cls, c, x, W, name, kw, act, mask=None):
     """The layer's output, or None when cls is not a sequence layer; x is
     the positional input (a list for Attention), kw the tensors passed by
-    keyword (a MultiHeadAttention's value and key)."""
+    keyword (a MultiHeadAttention's value and key), mask the input's (an
+    RNN's; the models here have no mask reaching attention)."""
     g = lambda k: W[f"{name}/{k}"]
     has = lambda k: f"{name}/{k}" in W
+    if cls == "Embedding":
+        return g("embeddings")[x.astype(int)]
     if cls == "Conv1D":
         k, s = one(c["kernel_size"]), one(c.get("strides", 1))
         x = pad_1d(x, k, s, c.get("padding", "valid"), 0.0)
@@ -106,13 +128,16 @@ def forward(cls, c, x, W, name, kw, act):
     if cls in ("LSTM", "GRU"):
         K, U, b = cell_weights(W, name)
         back = bool(c.get("go_backwards"))
-        return rnn(cls, x, K, U, b, bool(c.get("return_sequences")), back)
+        return rnn(cls, x, K, U, b, bool(c.get("return_sequences")), back, mask,
+                   bool(c.get("zero_output_for_mask")))
     if cls == "Bidirectional":
         inner = c["layer"]
         ret = bool(inner["config"].get("return_sequences"))
         fw, bw = sublayers(W, name)
-        f = rnn(inner["class_name"], x, *cell_weights(W, f"{name}/{fw}"), ret, False)
-        b = rnn(inner["class_name"], x, *cell_weights(W, f"{name}/{bw}"), ret, True)
+        f = rnn(inner["class_name"], x, *cell_weights(W, f"{name}/{fw}"), ret, False,
+                mask, ret)
+        b = rnn(inner["class_name"], x, *cell_weights(W, f"{name}/{bw}"), ret, True,
+                mask, ret)
         if ret:
             b = b[:, ::-1]
         mode = c.get("merge_mode", "concat")

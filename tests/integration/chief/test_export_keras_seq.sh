@@ -5,7 +5,9 @@
 # digits read as 8 rows of 8 pixels: export_seq_model.json as tf_keras
 # writes it (Bidirectional(LSTM), GRU, mha(query, value=...) by keyword)
 # and export_seq3_model.json as Keras 3 writes it (Bidirectional(GRU)
-# summed, LSTM, mha(query, value, key), value_dim 3).
+# summed, LSTM, mha(query, value, key), value_dim 3); and the text job
+# deploy/jobs/reuters_bilstm.json (Sequential: Embedding with mask_zero,
+# Bidirectional(LSTM), Dense) for 200 steps.
 #
 # Each trains on a local cluster with checkpoints; `tessera ckpt export`
 # writes the npz (+ input_stats.json), the .keras, the .weights.h5 and
@@ -41,13 +43,18 @@ fail() { echo "FAIL: $*"; exit 1; }
 eval_loss() { $PY -c "import json,sys; print(json.load(open(sys.argv[1]))['eval']['loss'])" "$1"; }
 # close A B TOL: |A - B| <= TOL * |B|
 close() { $PY -c "import sys; a,b,t=map(float,sys.argv[1:]); sys.exit(abs(a-b) > t*abs(b))" "$@"; }
-csv=$SRC/tests/data/digits.csv
 loss=sparse_categorical_crossentropy
 
-for kind in seq seq3; do
+for kind in seq seq3 reuters; do
   job=$SRC/tests/data/export_${kind}_job.json
   model=$SRC/tests/data/export_${kind}_model.json
-  timeout 300 "$BUILD/chief/tessera" local --job "$job" \
+  csv=$SRC/tests/data/digits.csv
+  steps=()
+  if [ $kind = reuters ]; then
+    job=$SRC/deploy/jobs/reuters_bilstm.json model=$SRC/deploy/models/reuters_bilstm.json
+    csv=$SRC/tests/data/reuters_tm.csv steps=(--steps 200)
+  fi
+  timeout 300 "$BUILD/chief/tessera" local --job "$job" "${steps[@]}" \
     --checkpoint-dir "$WORK/ck_$kind" --summary-json "$WORK/sum_$kind.json" \
     >"$WORK/log_$kind" 2>&1 || { tail -20 "$WORK/log_$kind"; fail "$kind: training"; }
   out=$WORK/out_$kind
