@@ -290,7 +290,10 @@ static json_t *keras_tensor(const ek_layer *el, const char *src,
  * (retargeted); a tf_keras call [[name, 0, 0, kwargs], ...] as the list
  * of its inputs, or, when a keyword argument is a tensor (tf_keras's
  * mha(query, value=v)), as a Keras 3 call with that tensor among the
- * kwargs: Keras 3 reads a tf_keras call's kwargs as they are. */
+ * kwargs (Keras 3 would pass a tf_keras call's kwargs on as written: a
+ * [name, 0, 0] list where the layer wants a tensor). The positional
+ * tensors then take MultiHeadAttention's recorded query_shape, else the
+ * layer's input shape. */
 static json_t *call_of(const ek_layer *el, const ek_plan *p,
                        char norm[][160], char *err, size_t errlen) {
   const json_t *node =

@@ -134,31 +134,23 @@ static int plan_sequential(const json_t *model, ek_plan *p, char *err,
 static int refs(const json_t *j, ek_layer *el, int depth, char *err,
                 size_t errlen);
 
-static int cmp_key(const void *a, const void *b) {
-  return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
-
+/* by key: each round takes the smallest key above the last one taken */
 static int kw_refs(const json_t *kw, ek_layer *el, int depth, char *err,
                    size_t errlen) {
-  if (!json_is_object(kw)) return 0;
-  const char *keys[16];
-  size_t nk = 0;
-  const char *k;
-  json_t *v;
-  json_object_foreach((json_t *)kw, k, v) {
-    if (!strcmp(k, "mask")) continue;
-    if (nk == 16)
-      return tsr_errf(err, errlen, TSR_ERANGE,
-                      "layer '%s': a call with more than 16 keyword "
-                      "arguments", el->name);
-    keys[nk++] = k;
-  }
-  qsort(keys, nk, sizeof *keys, cmp_key);
-  for (size_t i = 0; i < nk; i++) {
-    int rc = refs(json_object_get(kw, keys[i]), el, depth + 1, err, errlen);
+  const char *last = NULL;
+  for (;;) {
+    const char *next = NULL, *k;
+    json_t *v;
+    json_object_foreach((json_t *)kw, k, v) {
+      if (strcmp(k, "mask") && (!last || strcmp(k, last) > 0) &&
+          (!next || strcmp(k, next) < 0))
+        next = k;
+    }
+    if (!next) return 0;
+    int rc = refs(json_object_get(kw, next), el, depth + 1, err, errlen);
     if (rc) return rc;
+    last = next;
   }
-  return 0;
 }
 
 static int refs(const json_t *j, ek_layer *el, int depth, char *err,
