@@ -491,6 +491,7 @@ static void s_on_ready(tsr_rpc__conn *c) {
   sc->s->st.connections++;
   sc->s->st.connects++;
   if (c->local) sc->s->st.connects_local++;
+  if (c->local && !c->local_trusted) sc->s->st.local_untrusted++;
   if (!c->hs.mac) sc->s->st.connects_plain++;
   tsr_debug("rpc %s: accepted %s (%s)", sc->s->ctx->name, c->peer,
             c->peer_name);
@@ -689,15 +690,16 @@ int tsr_rpc_server_listen(tsr_rpc_server *s, const char *addr) {
   }
   tsr_info("rpc %s: listening on %s (port %d)", s->ctx->name, addr, s->port);
   if (tsr_rpc__local_wanted(s->ctx) && s->port) {
-    char name[128];
+    char name[128] = "?";
     s->local.data = s;
     s->local_open = 1;
     s->handles++;
     rc = tsr_rpc__local_listen(s->ctx, (struct sockaddr *)&ss, &s->local,
                                on_connection, name, sizeof name);
     if (rc) {
-      tsr_warn("rpc %s: no same-host socket beside %s (%s): peers on this "
-               "host use TCP", s->ctx->name, addr, uv_strerror(rc));
+      tsr_warn("rpc %s: no same-host socket beside %s (%s: %s): peers on "
+               "this host use TCP", s->ctx->name, addr, name,
+               uv_strerror(rc));
       s->local_open = 0;
       uv_close((uv_handle_t *)&s->local, handle_closed);
     } else {
