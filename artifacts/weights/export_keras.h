@@ -9,7 +9,12 @@
  * Layout (keras_int.h): each layer's variables in model.layers order
  * (Sequential: as listed; Functional: by depth from the output, as Keras
  * orders them), numbered per class for the saving paths
- * "layers/<path>/vars/<i>"; the legacy .h5 is "<name>/<name>/<var>:0".
+ * "layers/<path>/vars/<i>", a sub-layer's below it
+ * ("layers/bidirectional/forward_layer/cell/vars/0",
+ * "layers/multi_head_attention/query_dense/vars/0", linked under tf_keras's
+ * "_query_dense" too); the legacy .h5 is "<name>/<name>/<var>:0".
+ * Attention's scale is written as Keras's scalar and read as a scalar or
+ * as Tessera's [1].
  * Variables within a layer in Keras's order (BatchNormalization: gamma,
  * beta, moving_mean, moving_variance), which is Tessera's. The input
  * pipeline's affine map (the job's scale and normalize) becomes a

@@ -29,20 +29,7 @@
 # naming the dataset. Skipped (77) without numpy and h5py in
 # /usr/bin/python3.
 set -u
-BUILD=${TSR_BUILD_DIR:?TSR_BUILD_DIR not set}
-SRC=${TSR_SOURCE_DIR:?TSR_SOURCE_DIR not set}
-PY=/usr/bin/python3
-KPY=${TSR_KERAS_PYTHON:-python3}
-CHECK=$SRC/tests/integration/chief/keras_export_check.py
-$PY -c "import numpy, h5py" 2>/dev/null || { echo "no numpy/h5py: skipped"; exit 77; }
-WORK=$(mktemp -d /tmp/tsr_export_seq_XXXXXX)
-trap 'rm -rf "$WORK"' EXIT
-unset XDG_RUNTIME_DIR
-export TMPDIR=$WORK TESSERA_LOG=warn
-fail() { echo "FAIL: $*"; exit 1; }
-eval_loss() { $PY -c "import json,sys; print(json.load(open(sys.argv[1]))['eval']['loss'])" "$1"; }
-# close A B TOL: |A - B| <= TOL * |B|
-close() { $PY -c "import sys; a,b,t=map(float,sys.argv[1:]); sys.exit(abs(a-b) > t*abs(b))" "$@"; }
+. "$(dirname "$0")/export_keras_lib.sh"
 loss=sparse_categorical_crossentropy
 
 for kind in seq seq3 reuters; do
@@ -57,25 +44,10 @@ for kind in seq seq3 reuters; do
   timeout 300 "$BUILD/chief/tessera" local --job "$job" "${steps[@]}" \
     --checkpoint-dir "$WORK/ck_$kind" --summary-json "$WORK/sum_$kind.json" \
     >"$WORK/log_$kind" 2>&1 || { tail -20 "$WORK/log_$kind"; fail "$kind: training"; }
+  export_all $kind
+  check_all $kind "$model" "$csv" label $loss
   out=$WORK/out_$kind
-  mkdir -p "$out"
-  "$BUILD/chief/tessera" ckpt export "$WORK/ck_$kind" --npz "$out/w.npz" \
-    --keras "$out/m.keras" --weights-h5 "$out/w.weights.h5" >"$WORK/exp_$kind" 2>&1 &&
-    "$BUILD/chief/tessera" ckpt export "$WORK/ck_$kind" --weights-h5 "$out/w.h5" \
-    >>"$WORK/exp_$kind" 2>&1 || { cat "$WORK/exp_$kind"; fail "$kind: export"; }
   want=$(eval_loss "$WORK/sum_$kind.json")
-  $PY "$CHECK" numpy "$out" "$model" "$csv" label $loss "$want" ||
-    fail "$kind: the exported files do not reproduce Tessera's eval"
-  if command -v "$KPY" >/dev/null 2>&1; then
-    TF_CPP_MIN_LOG_LEVEL=3 "$KPY" "$CHECK" keras "$out" "$model" "$csv" label \
-      $loss "$want" >"$WORK/keras_$kind" 2>&1
-    rc=$?
-    grep -v "^[IW]0000\|oneDNN\|cuda\|absl\|UserWarning\|warnings.warn\|retracing\|^Expected\|^Received" \
-      "$WORK/keras_$kind" | tail -4
-    [ $rc = 0 ] || [ $rc = 77 ] || fail "$kind: Keras does not load the export as Tessera wrote it"
-  else
-    echo "no $KPY: the Keras part is skipped"
-  fi
 
   # initial_weights from each file, Tessera's and Keras's own: one step at
   # a learning rate of 1e-12 evaluates to the exported run's loss
@@ -91,6 +63,14 @@ for kind in seq seq3 reuters; do
       fail "$kind: from $(basename "$w") the eval loss is $got, the exported run's $want"
     n=$((n + 1))
   done
+  # the standalone trainer's weights.npz: the export's names, order and shapes
+  timeout 120 "$BUILD/worker/tessera-worker" --standalone --job "$job" \
+    --device cpu --steps 1 --checkpoint-dir "$WORK/sa_ck_$kind" >"$WORK/log_sa" 2>&1 ||
+    { tail -5 "$WORK/log_sa"; fail "$kind: standalone with --checkpoint-dir"; }
+  $PY -c "import numpy as np, sys; a, b = map(np.load, sys.argv[1:]); \
+sys.exit(a.files != b.files or any(a[k].shape != b[k].shape for k in a.files))" \
+    "$WORK/sa_ck_$kind/weights.npz" "$out/w.npz" ||
+    fail "$kind: the standalone trainer's weights.npz differs from the export in names, order or shapes"
   echo "$kind: initial_weights from $n files: eval loss $want, as the exported run"
 done
 

@@ -12,6 +12,7 @@
 #include "artifacts/weights/npz.h"
 #include "common/err.h"
 #include "../tmpdir.h"
+#include "keras_archive.h"
 
 #include <hdf5.h>
 #include <setjmp.h>
@@ -126,6 +127,32 @@ static void release(float **data) {
   for (size_t i = 0; i < NV; i++) free(data[i]);
 }
 
+/* Each test's folder, model (with the recorded shapes) and variables. */
+typedef struct {
+  char dir[256];
+  json_t *m;
+  float *data[NV];
+  chief_export_var ev[NV];
+} fixture;
+
+static int fx_setup(void **state) {
+  fixture *f = calloc(1, sizeof *f);
+  test_tmpdir(f->dir, sizeof f->dir);
+  f->m = model_with(MHA_SHAPES);
+  make(f->data, f->ev);
+  *state = f;
+  return 0;
+}
+
+static int fx_teardown(void **state) {
+  fixture *f = *state;
+  release(f->data);
+  json_decref(f->m);
+  test_rmtree(f->dir);
+  free(f);
+  return 0;
+}
+
 static size_t find(const char *name) {
   for (size_t i = 0; i < NV; i++)
     if (!strcmp(specs[i].name, name)) return i;
@@ -193,8 +220,7 @@ static int load_cmp(const char *path, const json_t *m, char *err,
 }
 
 static void test_order(void **state) {
-  (void)state;
-  json_t *m = model_with(MHA_SHAPES);
+  const json_t *m = ((fixture *)*state)->m;
   const char *names[NV];
   size_t order[NV];
   char err[512] = "";
@@ -204,17 +230,14 @@ static void test_order(void **state) {
     fail_msg("%s", err);
   for (size_t k = 0; k < NV; k++)
     assert_string_equal(names[order[k]], keras_order[k]);
-  json_decref(m);
 }
 
 static void test_weights_h5(void **state) {
-  (void)state;
-  char dir[256], p[512], err[512] = "";
-  test_tmpdir(dir, sizeof dir);
-  json_t *m = model_with(MHA_SHAPES);
-  float *data[NV];
-  chief_export_var ev[NV];
-  make(data, ev);
+  fixture *f = *state;
+  const char *dir = f->dir;
+  const json_t *m = f->m;
+  chief_export_var *ev = f->ev;
+  char p[512], err[512] = "";
   snprintf(p, sizeof p, "%s/w.weights.h5", dir);
   assert_int_equal(chief_export_weights_h5(p, m, ev, NV, err, sizeof err), 0);
   static const struct { const char *obj, *var; int rank; } at[] = {
@@ -270,21 +293,17 @@ static void test_weights_h5(void **state) {
   expect_at(p, "mha/mha/attention_output/kernel:0",
             "mha/attention_output/kernel", 3);
   if (load_cmp(p, m, err, sizeof err)) fail_msg("%s", err);
-  release(data);
-  json_decref(m);
-  test_rmtree(dir);
 }
 
 /* The npz in get_weights order with the scale a scalar; read back, and an
  * older npz with the scale as [1] still loads; [2] is refused. */
 static void test_npz(void **state) {
-  (void)state;
-  char dir[256], p[512], err[512] = "";
-  test_tmpdir(dir, sizeof dir);
-  json_t *m = model_with(MHA_SHAPES);
-  float *data[NV];
-  chief_export_var ev[NV];
-  make(data, ev);
+  fixture *f = *state;
+  const char *dir = f->dir;
+  const json_t *m = f->m;
+  float **data = f->data;
+  chief_export_var *ev = f->ev;
+  char p[512], err[512] = "";
   snprintf(p, sizeof p, "%s/w.npz", dir);
   assert_int_equal(chief_export_npz(p, m, ev, NV, err, sizeof err), 0);
   size_t len = 0;
@@ -328,59 +347,21 @@ static void test_npz(void **state) {
                                   "att/scale is 1 (Keras: a scalar)"));
     }
   }
-  release(data);
-  json_decref(m);
-  test_rmtree(dir);
-}
-
-/* config.json of the .keras (stored members, as the npz writer writes). */
-static json_t *keras_config(const char *path) {
-  size_t len = 0;
-  char *buf = test_slurp(path, &len);
-  assert_non_null(buf);
-  const uint8_t *b = (const uint8_t *)buf;
-  json_t *out = NULL;
-  for (size_t at = 0; at + 30 < len && !out;) {
-    assert_true(b[at] == 'P' && b[at + 1] == 'K');
-    size_t csz = b[at + 18] | b[at + 19] << 8 | (size_t)b[at + 20] << 16 |
-                 (size_t)b[at + 21] << 24;
-    size_t nl = b[at + 26] | b[at + 27] << 8, xl = b[at + 28] | b[at + 29] << 8;
-    if (nl == 11 && !memcmp(buf + at + 30, "config.json", 11)) {
-      json_error_t je;
-      out = json_loadb(buf + at + 30 + nl + xl, csz, 0, &je);
-    }
-    at += 30 + nl + xl + csz;
-  }
-  free(buf);
-  assert_non_null(out);
-  return out;
-}
-
-static const json_t *layer_named(const json_t *cfg, const char *name) {
-  const json_t *ls = json_object_get(json_object_get(cfg, "config"), "layers");
-  for (size_t i = 0; i < json_array_size(ls); i++)
-    if (!strcmp(json_string_value(json_object_get(json_array_get(ls, i),
-                                                  "name")), name))
-      return json_array_get(ls, i);
-  fail_msg("no layer %s", name);
-  return NULL;
 }
 
 /* tf_keras's mha(g, value=c) becomes Keras 3's call with the value among
  * its kwargs, shaped as tf_keras recorded; the arguments Keras 3 refuses
  * go; without the recorded shape the export says so. */
-static void test_keras_config(void **state) {
-  (void)state;
-  char dir[256], p[512], err[512] = "";
-  test_tmpdir(dir, sizeof dir);
-  json_t *m = model_with(MHA_SHAPES);
-  float *data[NV];
-  chief_export_var ev[NV];
-  make(data, ev);
+static void test_keras3_call(void **state) {
+  fixture *f = *state;
+  const char *dir = f->dir;
+  const json_t *m = f->m;
+  chief_export_var *ev = f->ev;
+  char p[512], err[512] = "";
   snprintf(p, sizeof p, "%s/m.keras", dir);
   assert_int_equal(chief_export_keras(p, m, NULL, ev, NV, err, sizeof err), 0);
-  json_t *cfg = keras_config(p);
-  const json_t *mha = layer_named(cfg, "mha");
+  json_t *cfg = test_keras_config(p);
+  const json_t *mha = test_keras_layer(cfg, "mha");
   const json_t *call = json_array_get(json_object_get(mha, "inbound_nodes"), 0);
   const json_t *q = json_array_get(json_object_get(call, "args"), 0);
   const json_t *v = json_object_get(json_object_get(call, "kwargs"), "value");
@@ -397,39 +378,34 @@ static void test_keras_config(void **state) {
   assert_null(json_object_get(mc, "query_shape"));
   assert_null(json_object_get(mc, "softmax_robust_masking"));
   const json_t *inner = json_object_get(
-      json_object_get(json_object_get(layer_named(cfg, "bi"), "config"),
+      json_object_get(json_object_get(test_keras_layer(cfg, "bi"), "config"),
                       "layer"), "config");
   assert_non_null(json_object_get(inner, "units"));
   assert_null(json_object_get(inner, "time_major"));
-  assert_null(json_object_get(json_object_get(layer_named(cfg, "g"), "config"),
+  assert_null(json_object_get(json_object_get(test_keras_layer(cfg, "g"), "config"),
                               "time_major"));
   /* Attention's list of inputs stays a plain call */
   const json_t *att = json_array_get(
-      json_object_get(layer_named(cfg, "att"), "inbound_nodes"), 0);
+      json_object_get(test_keras_layer(cfg, "att"), "inbound_nodes"), 0);
   assert_int_equal(json_array_size(att), 2);
   json_decref(cfg);
-  json_decref(m);
   /* no value_shape recorded: refused, naming the layer and the key */
-  m = model_with(", \"num_heads\": 1, \"key_dim\": 2");
-  assert_int_equal(chief_export_keras(p, m, NULL, ev, NV, err, sizeof err),
+  json_t *bare = model_with(", \"num_heads\": 1, \"key_dim\": 2");
+  assert_int_equal(chief_export_keras(p, bare, NULL, ev, NV, err, sizeof err),
                    TSR_ECONFIG);
   assert_non_null(strstr(err, "layer 'mha' (MultiHeadAttention): its value "
                               "argument's shape is not in the model"));
-  json_decref(m);
-  release(data);
-  test_rmtree(dir);
+  json_decref(bare);
 }
 
 /* A sub-layer variable Keras has no place for, and a scale of more than
  * one number, are refused naming the variable. */
 static void test_refusals(void **state) {
-  (void)state;
-  char dir[256], p[512], err[512] = "";
-  test_tmpdir(dir, sizeof dir);
-  json_t *m = model_with(MHA_SHAPES);
-  float *data[NV];
-  chief_export_var ev[NV];
-  make(data, ev);
+  fixture *f = *state;
+  const char *dir = f->dir;
+  const json_t *m = f->m;
+  chief_export_var *ev = f->ev;
+  char p[512], err[512] = "";
   snprintf(p, sizeof p, "%s/w.weights.h5", dir);
   size_t q = find("mha/query/bias");
   ev[q].name = "mha/gate/kernel";
@@ -446,18 +422,15 @@ static void test_refusals(void **state) {
                    TSR_ESHAPE);
   assert_non_null(strstr(err, "variable att/scale: an Attention's scale is "
                               "one number"));
-  release(data);
-  json_decref(m);
-  test_rmtree(dir);
 }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_order),
-      cmocka_unit_test(test_weights_h5),
-      cmocka_unit_test(test_npz),
-      cmocka_unit_test(test_keras_config),
-      cmocka_unit_test(test_refusals),
+      cmocka_unit_test_setup_teardown(test_order, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_weights_h5, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_npz, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_keras3_call, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_refusals, fx_setup, fx_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
