@@ -46,3 +46,14 @@ check_all() {
     echo "no $KPY: the Keras part is skipped"
   fi
 }
+
+# one_step_loss JOB FILE: the standalone trainer from the weights in FILE,
+# one step at a learning rate of 1e-12 (they do not move); prints the eval
+# loss, or the log's tail on stderr and returns 1
+one_step_loss() {
+  timeout 120 "$BUILD/worker/tessera-worker" --standalone --job "$1" \
+    --device cpu --steps 1 --set optimizer.learning_rate=1e-12 \
+    --set "initial_weights=$2" --summary-json "$WORK/sa.json" >"$WORK/log_sa" 2>&1 ||
+    { tail -5 "$WORK/log_sa" >&2; return 1; }
+  eval_loss "$WORK/sa.json"
+}

@@ -48,11 +48,7 @@ for kind in cnn functional; do
   first=
   for w in "$out"/w.weights.h5 "$out"/w.h5 "$out"/w.npz "$out"/m.keras "$out"/keras/*; do
     [ -f "$w" ] || continue
-    timeout 120 "$BUILD/worker/tessera-worker" --standalone --job "$job" \
-      --device cpu --steps 1 --set optimizer.learning_rate=1e-12 \
-      --set "initial_weights=$w" --summary-json "$WORK/sa.json" >"$WORK/log_sa" 2>&1 ||
-      { tail -5 "$WORK/log_sa"; fail "$kind: standalone from $(basename "$w")"; }
-    got=$(eval_loss "$WORK/sa.json")
+    got=$(one_step_loss "$job" "$w") || fail "$kind: standalone from $(basename "$w")"
     [ -n "$first" ] || first=$got
     [ "$got" = "$first" ] || fail "$kind: from $(basename "$w") the loss is $got, from the first file $first"
   done

@@ -62,18 +62,30 @@ static const char *const keras_order[NV] = {
     "bi/backward_lstm/lstm_cell/kernel",
     "bi/backward_lstm/lstm_cell/recurrent_kernel",
     "bi/backward_lstm/lstm_cell/bias",
-    "g/gru_cell/kernel", "g/gru_cell/recurrent_kernel", "g/gru_cell/bias",
-    "c/kernel", "c/bias",
-    "mha/query/kernel", "mha/query/bias", "mha/key/kernel", "mha/key/bias",
-    "mha/value/kernel", "mha/value/bias", "mha/attention_output/kernel",
-    "mha/attention_output/bias", "att/scale", "td/kernel", "td/bias"};
+    "g/gru_cell/kernel",
+    "g/gru_cell/recurrent_kernel",
+    "g/gru_cell/bias",
+    "c/kernel",
+    "c/bias",
+    "mha/query/kernel",
+    "mha/query/bias",
+    "mha/key/kernel",
+    "mha/key/bias",
+    "mha/value/kernel",
+    "mha/value/bias",
+    "mha/attention_output/kernel",
+    "mha/attention_output/bias",
+    "att/scale",
+    "td/kernel",
+    "td/bias"};
 
-#define LAYER(name, cls, cfg, in)                                          \
-  "{\"name\": \"" name "\", \"class_name\": \"" cls "\", \"config\": "     \
+#define LAYER(name, cls, cfg, in)                   \
+  "{\"name\": \"" name "\", \"class_name\": \"" cls \
+  "\", \"config\": "                                \
   "{\"name\": \"" name "\"" cfg "}, \"inbound_nodes\": " in "}"
-#define MHA_SHAPES                                                          \
-  ", \"num_heads\": 1, \"key_dim\": 2, \"query_shape\": [null, 4, 2], "     \
-  "\"value_shape\": [null, 4, 4], \"key_shape\": [null, 4, 4], "            \
+#define MHA_SHAPES                                                      \
+  ", \"num_heads\": 1, \"key_dim\": 2, \"query_shape\": [null, 4, 2], " \
+  "\"value_shape\": [null, 4, 4], \"key_shape\": [null, 4, 4], "        \
   "\"softmax_robust_masking\": false"
 static const char *model_tmpl =
     "{\"class_name\": \"Functional\", \"config\": {\"layers\": ["
@@ -187,7 +199,8 @@ static void expect_at(const char *path, const char *obj, const char *var,
                       int rank) {
   float first = -1;
   int got = h5_rank(path, obj, &first);
-  if (got != rank) fail_msg("%s: %s has rank %d, want %d", path, obj, got, rank);
+  if (got != rank)
+    fail_msg("%s: %s has rank %d, want %d", path, obj, got, rank);
   if (first != (float)(1000 * find(var)))
     fail_msg("%s: %s holds %g, not %s", path, obj, first, var);
 }
@@ -234,13 +247,14 @@ static void test_order(void **state) {
 
 static void test_weights_h5(void **state) {
   fixture *f = *state;
-  const char *dir = f->dir;
-  const json_t *m = f->m;
-  chief_export_var *ev = f->ev;
   char p[512], err[512] = "";
-  snprintf(p, sizeof p, "%s/w.weights.h5", dir);
-  assert_int_equal(chief_export_weights_h5(p, m, ev, NV, err, sizeof err), 0);
-  static const struct { const char *obj, *var; int rank; } at[] = {
+  snprintf(p, sizeof p, "%s/w.weights.h5", f->dir);
+  assert_int_equal(chief_export_weights_h5(p, f->m, f->ev, NV, err, sizeof err),
+                   0);
+  static const struct {
+    const char *obj, *var;
+    int rank;
+  } at[] = {
       {"layers/conv1d/vars/1", "c/bias", 1},
       {"layers/bidirectional/forward_layer/cell/vars/0",
        "bi/forward_lstm/lstm_cell/kernel", 2},
@@ -267,7 +281,7 @@ static void test_weights_h5(void **state) {
   assert_int_equal(h5_rank(p, "layers/bidirectional/vars/0", &first), -1);
   assert_int_equal(h5_rank(p, "layers/multi_head_attention/vars/0", &first),
                    -1);
-  if (load_cmp(p, m, err, sizeof err)) fail_msg("%s", err);
+  if (load_cmp(p, f->m, err, sizeof err)) fail_msg("%s", err);
   /* tf_keras's own .weights.h5 has only _query_dense, ... */
   static const char *const k3[] = {"query_dense", "key_dense", "value_dense",
                                    "output_dense"};
@@ -276,36 +290,35 @@ static void test_weights_h5(void **state) {
     snprintf(obj, sizeof obj, "layers/multi_head_attention/%s", k3[i]);
     h5_unlink(p, obj);
   }
-  if (load_cmp(p, m, err, sizeof err)) fail_msg("tf_keras's layout: %s", err);
+  if (load_cmp(p, f->m, err, sizeof err))
+    fail_msg("tf_keras's layout: %s", err);
   /* neither name: refused, naming both */
   h5_unlink(p, "layers/multi_head_attention/_key_dense");
-  assert_int_equal(load_cmp(p, m, err, sizeof err), TSR_ENOTFOUND);
-  assert_non_null(strstr(err, "w.weights.h5: no dataset "
-                              "layers/multi_head_attention/key_dense/vars/0 "
-                              "(nor tf_keras's layers/multi_head_attention/"
-                              "_key_dense/vars/0) for mha/key/kernel"));
+  assert_int_equal(load_cmp(p, f->m, err, sizeof err), TSR_ENOTFOUND);
+  assert_non_null(strstr(err,
+                         "w.weights.h5: no dataset "
+                         "layers/multi_head_attention/key_dense/vars/0 "
+                         "(nor tf_keras's layers/multi_head_attention/"
+                         "_key_dense/vars/0) for mha/key/kernel"));
   /* tf_keras's .h5: Tessera's names, the scale a scalar */
-  snprintf(p, sizeof p, "%s/w.h5", dir);
-  assert_int_equal(chief_export_weights_h5(p, m, ev, NV, err, sizeof err), 0);
+  snprintf(p, sizeof p, "%s/w.h5", f->dir);
+  assert_int_equal(chief_export_weights_h5(p, f->m, f->ev, NV, err, sizeof err),
+                   0);
   expect_at(p, "att/att/scale:0", "att/scale", 0);
   expect_at(p, "bi/bi/backward_lstm/lstm_cell/kernel:0",
             "bi/backward_lstm/lstm_cell/kernel", 2);
   expect_at(p, "mha/mha/attention_output/kernel:0",
             "mha/attention_output/kernel", 3);
-  if (load_cmp(p, m, err, sizeof err)) fail_msg("%s", err);
+  if (load_cmp(p, f->m, err, sizeof err)) fail_msg("%s", err);
 }
 
 /* The npz in get_weights order with the scale a scalar; read back, and an
  * older npz with the scale as [1] still loads; [2] is refused. */
 static void test_npz(void **state) {
   fixture *f = *state;
-  const char *dir = f->dir;
-  const json_t *m = f->m;
-  float **data = f->data;
-  chief_export_var *ev = f->ev;
   char p[512], err[512] = "";
-  snprintf(p, sizeof p, "%s/w.npz", dir);
-  assert_int_equal(chief_export_npz(p, m, ev, NV, err, sizeof err), 0);
+  snprintf(p, sizeof p, "%s/w.npz", f->dir);
+  assert_int_equal(chief_export_npz(p, f->m, f->ev, NV, err, sizeof err), 0);
   size_t len = 0;
   char *buf = test_slurp(p, &len);
   assert_non_null(buf);
@@ -324,27 +337,29 @@ static void test_npz(void **state) {
     }
   }
   free(buf);
-  if (load_cmp(p, m, err, sizeof err)) fail_msg("%s", err);
+  if (load_cmp(p, f->m, err, sizeof err)) fail_msg("%s", err);
   for (int wrong = 1; wrong <= 2; wrong++) {
     chief_npz *z;
-    snprintf(p, sizeof p, "%s/old%d.npz", dir, wrong);
+    snprintf(p, sizeof p, "%s/old%d.npz", f->dir, wrong);
     assert_int_equal(chief_npz_open(&z, p, err, sizeof err), 0);
     for (size_t i = 0; i < NV; i++) {
       int64_t dim = wrong; /* the scale as [1], then [2] */
       bool scale = !strcmp(specs[i].name, "att/scale");
-      float pair[2] = {data[i][0], data[i][0]};
-      assert_int_equal(chief_npz_add_f32(z, specs[i].name,
-                                         scale ? &dim : specs[i].shape,
-                                         specs[i].rank, scale ? pair : data[i],
-                                         err, sizeof err), 0);
+      float pair[2] = {f->data[i][0], f->data[i][0]};
+      assert_int_equal(
+          chief_npz_add_f32(z, specs[i].name, scale ? &dim : specs[i].shape,
+                            specs[i].rank, scale ? pair : f->data[i], err,
+                            sizeof err),
+          0);
     }
     assert_int_equal(chief_npz_close(z, err, sizeof err), 0);
-    int rc = load_cmp(p, m, err, sizeof err);
+    int rc = load_cmp(p, f->m, err, sizeof err);
     if (wrong == 1 && rc) fail_msg("[1]: %s", err);
     if (wrong == 2) {
       assert_int_equal(rc, TSR_ESHAPE);
-      assert_non_null(strstr(err, "att/scale.npy has shape 2, the model's "
-                                  "att/scale is 1 (Keras: a scalar)"));
+      assert_non_null(strstr(err,
+                             "att/scale.npy has shape 2, the model's "
+                             "att/scale is 1 (Keras: a scalar)"));
     }
   }
 }
@@ -354,12 +369,10 @@ static void test_npz(void **state) {
  * go; without the recorded shape the export says so. */
 static void test_keras3_call(void **state) {
   fixture *f = *state;
-  const char *dir = f->dir;
-  const json_t *m = f->m;
-  chief_export_var *ev = f->ev;
   char p[512], err[512] = "";
-  snprintf(p, sizeof p, "%s/m.keras", dir);
-  assert_int_equal(chief_export_keras(p, m, NULL, ev, NV, err, sizeof err), 0);
+  snprintf(p, sizeof p, "%s/m.keras", f->dir);
+  assert_int_equal(
+      chief_export_keras(p, f->m, NULL, f->ev, NV, err, sizeof err), 0);
   json_t *cfg = test_keras_config(p);
   const json_t *mha = test_keras_layer(cfg, "mha");
   const json_t *call = json_array_get(json_object_get(mha, "inbound_nodes"), 0);
@@ -367,23 +380,27 @@ static void test_keras3_call(void **state) {
   const json_t *v = json_object_get(json_object_get(call, "kwargs"), "value");
   assert_string_equal(json_string_value(json_object_get(q, "class_name")),
                       "__keras_tensor__");
-  const json_t *qc = json_object_get(q, "config"), *vc = json_object_get(v, "config");
+  const json_t *qc = json_object_get(q, "config"),
+               *vc = json_object_get(v, "config");
   assert_string_equal(json_string_value(json_array_get(
-                          json_object_get(qc, "keras_history"), 0)), "g");
+                          json_object_get(qc, "keras_history"), 0)),
+                      "g");
   assert_string_equal(json_string_value(json_array_get(
-                          json_object_get(vc, "keras_history"), 0)), "c");
-  assert_int_equal(json_integer_value(json_array_get(
-                       json_object_get(vc, "shape"), 2)), 4);
+                          json_object_get(vc, "keras_history"), 0)),
+                      "c");
+  assert_int_equal(
+      json_integer_value(json_array_get(json_object_get(vc, "shape"), 2)), 4);
   const json_t *mc = json_object_get(mha, "config");
   assert_null(json_object_get(mc, "query_shape"));
   assert_null(json_object_get(mc, "softmax_robust_masking"));
   const json_t *inner = json_object_get(
       json_object_get(json_object_get(test_keras_layer(cfg, "bi"), "config"),
-                      "layer"), "config");
+                      "layer"),
+      "config");
   assert_non_null(json_object_get(inner, "units"));
   assert_null(json_object_get(inner, "time_major"));
-  assert_null(json_object_get(json_object_get(test_keras_layer(cfg, "g"), "config"),
-                              "time_major"));
+  assert_null(json_object_get(
+      json_object_get(test_keras_layer(cfg, "g"), "config"), "time_major"));
   /* Attention's list of inputs stays a plain call */
   const json_t *att = json_array_get(
       json_object_get(test_keras_layer(cfg, "att"), "inbound_nodes"), 0);
@@ -391,10 +408,12 @@ static void test_keras3_call(void **state) {
   json_decref(cfg);
   /* no value_shape recorded: refused, naming the layer and the key */
   json_t *bare = model_with(", \"num_heads\": 1, \"key_dim\": 2");
-  assert_int_equal(chief_export_keras(p, bare, NULL, ev, NV, err, sizeof err),
-                   TSR_ECONFIG);
-  assert_non_null(strstr(err, "layer 'mha' (MultiHeadAttention): its value "
-                              "argument's shape is not in the model"));
+  assert_int_equal(
+      chief_export_keras(p, bare, NULL, f->ev, NV, err, sizeof err),
+      TSR_ECONFIG);
+  assert_non_null(strstr(err,
+                         "layer 'mha' (MultiHeadAttention): its value "
+                         "argument's shape is not in the model"));
   json_decref(bare);
 }
 
@@ -402,26 +421,25 @@ static void test_keras3_call(void **state) {
  * one number, are refused naming the variable. */
 static void test_refusals(void **state) {
   fixture *f = *state;
-  const char *dir = f->dir;
-  const json_t *m = f->m;
-  chief_export_var *ev = f->ev;
   char p[512], err[512] = "";
-  snprintf(p, sizeof p, "%s/w.weights.h5", dir);
+  snprintf(p, sizeof p, "%s/w.weights.h5", f->dir);
   size_t q = find("mha/query/bias");
-  ev[q].name = "mha/gate/kernel";
-  assert_int_equal(chief_export_weights_h5(p, m, ev, NV, err, sizeof err),
+  f->ev[q].name = "mha/gate/kernel";
+  assert_int_equal(chief_export_weights_h5(p, f->m, f->ev, NV, err, sizeof err),
                    TSR_EUNSUPPORTED);
-  assert_non_null(strstr(err, "variable mha/gate/kernel: a MultiHeadAttention "
-                              "has query, key, value and attention_output "
-                              "variables"));
-  ev[q].name = specs[q].name;
+  assert_non_null(strstr(err,
+                         "variable mha/gate/kernel: a MultiHeadAttention "
+                         "has query, key, value and attention_output "
+                         "variables"));
+  f->ev[q].name = specs[q].name;
   size_t s = find("att/scale");
   int64_t two = 2;
-  ev[s].shape = &two;
-  assert_int_equal(chief_export_weights_h5(p, m, ev, NV, err, sizeof err),
+  f->ev[s].shape = &two;
+  assert_int_equal(chief_export_weights_h5(p, f->m, f->ev, NV, err, sizeof err),
                    TSR_ESHAPE);
-  assert_non_null(strstr(err, "variable att/scale: an Attention's scale is "
-                              "one number"));
+  assert_non_null(strstr(err,
+                         "variable att/scale: an Attention's scale is "
+                         "one number"));
 }
 
 int main(void) {
