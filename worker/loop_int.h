@@ -86,6 +86,7 @@ struct wk_svc {
   uv_signal_t sig_term, sig_int;
   uv_async_t wake;           /* thread -> loop: done jobs, connects */
   uv_timer_t exit_timer;     /* shutdown after the answer is written */
+  struct tsr_idle *idle;     /* --idle-exit watcher, or NULL */
   bool closing;
   bool wake_closed;
   int exit_code;

@@ -19,6 +19,7 @@
 
 #include "common/daemon.h"
 #include "common/err.h"
+#include "common/idle.h"
 #include "common/log.h"
 
 #include <signal.h>
@@ -257,6 +258,8 @@ static void start_close(wk_svc *s, int code) {
   if (s->closing) return;
   s->closing = true;
   s->exit_code = code;
+  tsr_idle_close(s->idle);
+  s->idle = NULL;
   uv_close((uv_handle_t *)&s->sig_term, on_handle_closed);
   uv_close((uv_handle_t *)&s->sig_int, on_handle_closed);
   /* Queued jobs will never run. */
@@ -284,6 +287,8 @@ static void start_close(wk_svc *s, int code) {
   try_finish_close(s);
 }
 
+static void on_idle(void *data) { start_close(data, 0); }
+
 static void on_signal(uv_signal_t *h, int signum) {
   wk_svc *s = h->data;
   tsr_info("signal %d: shutting down", signum);
@@ -297,9 +302,11 @@ static void usage(FILE *f) {
           "usage: tessera-worker [--cluster FILE.json] [--task worker:N]\n"
           "                      [--token-file FILE] [--device auto|cpu|gpu]\n"
           "                      [--ps-deadline-ms MS] [--listen HOST:PORT]\n"
-          "                      [--frame-mac on|off]\n"
+          "                      [--frame-mac on|off] [--idle-exit DURATION]\n"
           "  The cluster comes from TF_CONFIG unless --cluster is given; the\n"
           "  token from TESSERA_TOKEN unless --token-file is given.\n"
+          "  --idle-exit DURATION (e.g. 10m): exit 0 when no chief has been\n"
+          "  connected for that long (its job failed for good or was deleted).\n"
           "  tessera-worker --standalone --job JOB.json trains in one process.\n");
 }
 
@@ -307,11 +314,6 @@ int wk_service_selected(int argc, char **argv) {
   for (int i = 1; i < argc; i++)
     if (strcmp(argv[i], "--standalone") == 0) return 0;
   return 1;
-}
-
-static bool is_loopback(const char *host) {
-  return strncmp(host, "127.", 4) == 0 || strcmp(host, "localhost") == 0 ||
-         strcmp(host, "::1") == 0;
 }
 
 static int register_all(wk_svc *s) {
@@ -338,6 +340,7 @@ typedef struct {
   tsr_daemon_flags d;
   const char *device, *listen;
   long deadline_ms;
+  double idle_secs;
 } wk_flags;
 
 static int parse_flags(int argc, char **argv, wk_flags *f) {
@@ -346,6 +349,7 @@ static int parse_flags(int argc, char **argv, wk_flags *f) {
       {"device", required_argument, 0, 'd'},
       {"ps-deadline-ms", required_argument, 0, 'p'},
       {"listen", required_argument, 0, 'l'},
+      {"idle-exit", required_argument, 0, 'i'},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   int ch;
@@ -355,6 +359,15 @@ static int parse_flags(int argc, char **argv, wk_flags *f) {
     switch (ch) {
       case 'd': f->device = optarg; break;
       case 'l': f->listen = optarg; break;
+      case 'i': {
+        char err[300];
+        if (tsr_idle_parse("--idle-exit", optarg, &f->idle_secs, err,
+                           sizeof err)) {
+          fprintf(stderr, "tessera-worker: %s\n", err);
+          return 2;
+        }
+        break;
+      }
       case 'p': {
         char *end;
         f->deadline_ms = strtol(optarg, &end, 10);
@@ -430,10 +443,8 @@ int wk_service_main(int argc, char **argv) {
   char listen_addr[300];
   if (f.listen)
     snprintf(listen_addr, sizeof listen_addr, "%s", f.listen);
-  else if (is_loopback(me->host))
-    snprintf(listen_addr, sizeof listen_addr, "%s", me->addr);
   else
-    snprintf(listen_addr, sizeof listen_addr, "0.0.0.0:%d", me->port);
+    tsr_task_listen_addr(me, listen_addr, sizeof listen_addr);
 
   int code = 1;
   pthread_mutex_init(&s->mu, NULL);
@@ -478,6 +489,18 @@ int wk_service_main(int argc, char **argv) {
     goto run;
   }
   tsr_info("listening on %s (%s)", listen_addr, me->addr);
+  if (f.idle_secs > 0) {
+    const tsr_task_addr *chief = tsr_cluster_chief(&s->cluster);
+    if (!chief || chief == me) {
+      tsr_error("--idle-exit: the cluster names no chief to wait for");
+      start_close(s, 2);
+    } else if ((rc = tsr_idle_start(&s->idle, s->rpc, chief->addr,
+                                    f.idle_secs, on_idle, s))) {
+      tsr_error("--idle-exit: cannot watch the chief at %s: %s", chief->addr,
+                tsr_strerror(rc));
+      start_close(s, 2);
+    }
+  }
 run:
   uv_run(&loop, UV_RUN_DEFAULT);
   code = s->exit_code;

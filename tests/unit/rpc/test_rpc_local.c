@@ -24,6 +24,7 @@
 #include "common/log.h"
 
 #include <grp.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -331,7 +332,18 @@ static void child_squatter(int in, int out) {
   for (;;) {
     struct pollfd p[2] = {{fd, POLLIN, 0}, {in, POLLIN, 0}};
     if (poll(p, 2, 20000) <= 0) break;
-    if (p[1].revents) break; /* told to stop */
+    if (p[1].revents) {
+      /* told to stop: the client's connection may still sit in the
+       * backlog (it came as the stop byte did, and poll saw both): count
+       * what the kernel holds before reporting */
+      fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+      int c;
+      while ((c = accept(fd, NULL, NULL)) >= 0) {
+        accepted++;
+        close(c);
+      }
+      break;
+    }
     int c = accept(fd, NULL, NULL);
     if (c >= 0) {
       accepted++;
