@@ -16,7 +16,6 @@
  */
 #include "artifacts/monitor/monitor.h"
 #include "artifacts/weights/export_keras.h"
-#include "artifacts/weights/npz.h"
 #include "common/cluster.h"
 #include "common/err.h"
 #include "common/fs.h"
@@ -115,29 +114,16 @@ static int sa_checkpoint(void *data, wk_trainer *t, const tsr_model *m,
   const tsr_var *vi;
   size_t nv;
   tsr_model_variables(m, &vi, &nv);
-  /* model.get_weights()'s order (a Functional model's layers by depth) */
-  const char **names = calloc(nv + 1, sizeof *names);
-  size_t *order = calloc(nv + 1, sizeof *order);
-  chief_npz *z = NULL;
-  int rc = names && order ? 0 : TSR_ENOMEM;
-  for (size_t v = 0; !rc && v < nv; v++) names[v] = vi[v].name;
-  if (!rc && chief_keras_weight_order(mon->job->model, names, nv, order, err,
-                                      sizeof err))
-    for (size_t v = 0; v < nv; v++) order[v] = v;
-  if (!rc) rc = chief_npz_open(&z, path, err, sizeof err);
-  for (size_t k = 0; !rc && k < nv; k++) {
-    size_t v = order[k];
-    rc = chief_npz_add_f32(z, vi[v].name, vi[v].shape, vi[v].rank,
-                           wk_trainer_var(t, (int)v), err, sizeof err);
-  }
-  free(names);
-  free(order);
-  if (rc == TSR_ENOMEM && !z) snprintf(err, sizeof err, "out of memory");
-  if (rc) {
-    if (z) chief_npz_abort(z);
-  } else {
-    rc = chief_npz_close(z, err, sizeof err);
-  }
+  /* model.get_weights()'s order and shapes (a Functional model's layers
+   * by depth) */
+  chief_export_var *ev = calloc(nv + 1, sizeof *ev);
+  int rc = ev ? 0 : TSR_ENOMEM;
+  if (rc) snprintf(err, sizeof err, "out of memory");
+  for (size_t v = 0; !rc && v < nv; v++)
+    ev[v] = (chief_export_var){vi[v].name, vi[v].rank, vi[v].shape,
+                               wk_trainer_var(t, (int)v)};
+  if (!rc) rc = chief_export_npz(path, mon->job->model, ev, nv, err, sizeof err);
+  free(ev);
   if (rc)
     tsr_error("checkpoint %s: %s", path, err);
   else
