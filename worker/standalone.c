@@ -25,36 +25,6 @@ static double now_s(void) {
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static int evaluate(const tsr_job *job, wk_trainer *t, const tsr_model *m,
-                    wk_train_result *r, char *err, size_t errlen) {
-  wk_input_opts io = {.worker_index = 0, .num_workers = 1,
-                      .batch_size = job->batch_size, .epochs = 1,
-                      .seed = job->seed};
-  wk_input *in = NULL;
-  char ierr[512];
-  int rc = wk_input_open(job, WK_SPLIT_EVAL, &io, &in, ierr, sizeof ierr);
-  if (rc) return tsr_errf(err, errlen, wk__data_code(rc),
-                          "evaluation data: %s", ierr);
-  wk_metrics *mt = NULL;
-  if ((rc = wk_metrics_open(m, &mt))) goto out;
-  const wk_batch *b;
-  while ((rc = wk_input_next(in, &b)) == 0)
-    if ((rc = wk_trainer_eval(t, b, mt, err, errlen))) goto out;
-  if (rc != TSR_EEOF) {
-    rc = tsr_errf(err, errlen, wk__data_code(rc),
-                  "evaluation data: %s", wk_input_error(in));
-    goto out;
-  }
-  rc = 0;
-  r->has_eval = true;
-  r->eval_examples = wk_metrics_count(mt);
-  wk_metrics_result(mt, &r->eval_loss, r->metrics);
-out:
-  wk_metrics_close(mt);
-  wk_input_close(in);
-  return rc;
-}
-
 int wk_train_standalone(const tsr_job *job, const wk_train_opts *o,
                         wk_train_result *r, char *err, size_t errlen) {
   memset(r, 0, sizeof *r);
@@ -234,7 +204,8 @@ int wk_train_standalone(const tsr_job *job, const wk_train_opts *o,
   }
   json_t *data = job->data;
   if (data && json_object_get(data, "eval") &&
-      (rc = evaluate(job, t, m, r, err, errlen)))
+      (rc = wk__eval_split(job, t, m, WK_SPLIT_EVAL, NULL, NULL, r, err,
+                           errlen)))
     goto out;
   if (o->on_scalar && r->has_eval) {
     o->on_scalar(o->hook_data, "eval/loss", steps, r->eval_loss);
@@ -277,4 +248,13 @@ out:
   wk_input_close(in);
   if (pin) kern_close(pin);
   return rc;
+}
+
+int wk_standalone_status(int rc) {
+  if (!rc) return 0;
+  if (rc == TSR_ENODEVICE) return 4;
+  if (rc == TSR_EDATA) return TSR_EXIT_DATA;
+  if (rc == TSR_EUNSUPPORTED || rc == TSR_ECONFIG || rc == TSR_ESHAPE)
+    return 2;
+  return 1;
 }

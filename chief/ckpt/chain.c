@@ -12,13 +12,17 @@
  * holds another checkpoint than the one named (written again since), a
  * chain longer than CHIEF_CKPT_CHAIN_MAX or one that does not go back in
  * steps: each an error naming the folder and the link, which makes the
- * checkpoint not intact (a restore falls back to an older one).
+ * checkpoint not intact (a restore falls back to an older one). A link
+ * whose files hold no part of a sparse variable of the increment: an
+ * error naming the variable and the link.
  */
 #include "chief/ckpt/ckpt.h"
+#include "chief/ckpt/ckpt_read.h"
 #include "common/err.h"
 
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 bool chief_ckpt_is_increment(const json_t *manifest) {
@@ -115,4 +119,67 @@ int chief_ckpt_verify_chain(const char *root, int64_t step,
     json_decref(m);
   }
   return rc;
+}
+
+void chief_ckpt_links_free(chief_ckpt_scanned *links, size_t n) {
+  for (size_t i = 0; links && i < n; i++)
+    chief_ckpt_vars_free(links[i].vars, links[i].n);
+  free(links);
+}
+
+int chief_ckpt_scan_links(const char *folder, int64_t step,
+                          const json_t *manifest, chief_ckpt_scanned **links,
+                          size_t *n, char *err, size_t errlen) {
+  *links = NULL;
+  *n = 0;
+  if (!chief_ckpt_is_increment(manifest)) return 0;
+  /* the folder it is in: the links are beside it */
+  char root[4096];
+  snprintf(root, sizeof root, "%s", folder);
+  char *slash = strrchr(root, '/');
+  if (slash && slash != root)
+    *slash = 0;
+  else
+    snprintf(root, sizeof root, "%s", slash ? "/" : ".");
+  chief_ckpt_link chain[CHIEF_CKPT_CHAIN_MAX];
+  size_t nl = 0;
+  int rc = chief_ckpt_chain(root, step, manifest, chain, &nl, err, errlen);
+  if (rc) return rc;
+  chief_ckpt_scanned *out = calloc(nl ? nl : 1, sizeof *out);
+  if (!out) return tsr_errf(err, errlen, TSR_ENOMEM, "out of memory");
+  size_t k = 0;
+  for (; !rc && k + 1 < nl; k++) {
+    char dir[4096];
+    if ((rc = chief_ckpt_dir(root, chain[k].step, dir, sizeof dir)))
+      tsr_errf(err, errlen, rc, "%s: checkpoint path too long", root);
+    else
+      rc = chief_ckpt_scan(dir, &out[k].vars, &out[k].n, err, errlen);
+  }
+  if (rc) {
+    chief_ckpt_links_free(out, k);
+    return rc;
+  }
+  *links = out;
+  *n = k;
+  return 0;
+}
+
+int chief_ckpt_load_chain(const chief_ckpt_var *v,
+                          const chief_ckpt_scanned *links, size_t n_links,
+                          float *out, uint8_t *present, char *err,
+                          size_t errlen) {
+  if (!v->sparse || n_links == 0)
+    return chief_ckpt_load_value(v, out, present, err, errlen);
+  for (size_t l = 0; l < n_links; l++) {
+    const chief_ckpt_var *bv = NULL;
+    for (size_t i = 0; i < links[l].n && !bv; i++)
+      if (!strcmp(links[l].vars[i].name, v->name)) bv = &links[l].vars[i];
+    if (!bv)
+      return tsr_errf(err, errlen, TSR_ENOTFOUND, "%s: no part in the "
+                      "checkpoint it builds on (link %zu)", v->name, l);
+    int rc = l ? chief_ckpt_overlay_value(bv, out, present, err, errlen)
+               : chief_ckpt_load_value(bv, out, present, err, errlen);
+    if (rc) return rc;
+  }
+  return chief_ckpt_overlay_value(v, out, present, err, errlen);
 }

@@ -11,6 +11,7 @@
 #ifndef TSR_CHIEF_CKPT_READ_H
 #define TSR_CHIEF_CKPT_READ_H
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -53,5 +54,32 @@ int chief_ckpt_load_value(const chief_ckpt_var *v, float *out,
  * replace those, and are marked present. */
 int chief_ckpt_overlay_value(const chief_ckpt_var *v, float *out,
                              uint8_t *present, char *err, size_t errlen);
+
+/* ---- an increment's chain (chain.c) ---------------------------------- */
+
+/* The variables of one checkpoint an increment builds on. */
+typedef struct {
+  chief_ckpt_var *vars;
+  size_t n;
+} chief_ckpt_scanned;
+
+/* Every checkpoint the one in `folder` (of `step`, its `manifest`) builds
+ * on, scanned, the whole one first; none for a whole checkpoint. Its
+ * links are the folders beside it. *links is owned by the caller (free
+ * with chief_ckpt_links_free); errors name the link that is missing,
+ * written again since or unreadable. */
+int chief_ckpt_scan_links(const char *folder, int64_t step,
+                          const json_t *manifest, chief_ckpt_scanned **links,
+                          size_t *n, char *err, size_t errlen);
+void chief_ckpt_links_free(chief_ckpt_scanned *links, size_t n);
+
+/* The value of v (a variable of the checkpoint itself) as a restore
+ * builds it: a sparse variable's rows from the whole checkpoint, then
+ * each link's over them, then its own; a dense one is whole in every
+ * checkpoint (its own). `present` as chief_ckpt_load_value's. */
+int chief_ckpt_load_chain(const chief_ckpt_var *v,
+                          const chief_ckpt_scanned *links, size_t n_links,
+                          float *out, uint8_t *present, char *err,
+                          size_t errlen);
 
 #endif

@@ -17,7 +17,6 @@
 #include "chief/ckpt/ckpt_read.h"
 #include "chief/cli/cli.h"
 #include "artifacts/weights/export_keras.h"
-#include "artifacts/weights/npz.h"
 #include "common/err.h"
 #include "kernels/init.h"
 
@@ -173,15 +172,11 @@ static void stats_path(const char *path, char *buf, size_t len) {
     snprintf(buf, len, "input_stats.json");
 }
 
-/* The checkpoints an increment builds on, scanned, whole first (none for a
- * whole checkpoint). */
-typedef struct {
-  chief_ckpt_var *vars;
-  size_t n;
-} scanned;
-
+/* `before`: the checkpoints an increment builds on, scanned, whole first
+ * (none for a whole checkpoint). */
 static int export_all(const export_to *to, json_t *man, chief_ckpt_var *vars,
-                      size_t n, const scanned *before, size_t n_before) {
+                      size_t n, const chief_ckpt_scanned *before,
+                      size_t n_before) {
   char err[1024];
   uint64_t seed = (uint64_t)json_integer_value(json_object_get(man, "seed"));
   json_t *mv = json_object_get(man, "variables");
@@ -225,23 +220,10 @@ static int export_all(const export_to *to, json_t *man, chief_ckpt_var *vars,
       rc = TSR_ENOMEM;
       snprintf(err, sizeof err, "%s: out of memory", v->name);
     }
-    /* an increment's rows over the checkpoints it builds on (dense
-     * variables are whole in every link: the newest) */
-    for (size_t l = 0; !rc && v->sparse && l < n_before; l++) {
-      const chief_ckpt_var *bv = find_var(before[l].vars, before[l].n, v->name);
-      if (!bv) {
-        rc = TSR_ENOTFOUND;
-        snprintf(err, sizeof err, "%s: no part in the checkpoint it builds "
-                 "on (link %zu)", v->name, l);
-        break;
-      }
-      rc = l ? chief_ckpt_overlay_value(bv, vals[i], present, err, sizeof err)
-             : chief_ckpt_load_value(bv, vals[i], present, err, sizeof err);
-    }
+    /* an increment's rows over the checkpoints it builds on */
     if (!rc)
-      rc = v->sparse && n_before
-               ? chief_ckpt_overlay_value(v, vals[i], present, err, sizeof err)
-               : chief_ckpt_load_value(v, vals[i], present, err, sizeof err);
+      rc = chief_ckpt_load_chain(v, before, n_before, vals[i], present, err,
+                                 sizeof err);
     if (!rc && v->sparse) fill_absent(v, mvars[i], seed, vals[i], present);
     free(present);
     ev[i] = (chief_export_var){v->name, v->rank, v->shape, vals[i]};
@@ -250,31 +232,9 @@ static int export_all(const export_to *to, json_t *man, chief_ckpt_var *vars,
   json_t *input = json_object_get(man, "input");
   char sp[4096];
   if (!rc && to->npz) {
-    /* model.get_weights()'s order, so set_weights takes the arrays as
-     * they come */
-    const char **names = calloc(total + 1, sizeof *names);
-    size_t *kord = calloc(total + 1, sizeof *kord);
-    if (!names || !kord) {
-      rc = TSR_ENOMEM;
-      snprintf(err, sizeof err, "out of memory");
-    }
-    for (size_t i = 0; !rc && i < total; i++) names[i] = ev[i].name;
-    if (!rc && chief_keras_weight_order(model, names, total, kord, err,
-                                        sizeof err))
-      for (size_t i = 0; i < total; i++) kord[i] = i; /* the manifest's */
-    chief_npz *z = NULL;
-    if (!rc) rc = chief_npz_open(&z, to->npz, err, sizeof err);
-    for (size_t k = 0; k < total && !rc; k++) {
-      const chief_export_var *e = &ev[kord[k]];
-      rc = chief_npz_add_f32(z, e->name, e->shape, e->rank, e->data, err,
-                             sizeof err);
-    }
-    free(names);
-    free(kord);
-    if (z) {
-      if (rc) chief_npz_abort(z);
-      else rc = chief_npz_close(z, err, sizeof err);
-    }
+    /* model.get_weights()'s order and shapes, so set_weights takes the
+     * arrays as they come */
+    rc = chief_export_npz(to->npz, model, ev, total, err, sizeof err);
     if (!rc) printf("wrote %zu arrays to %s\n", total, to->npz);
     stats_path(to->npz, sp, sizeof sp);
     if (!rc && input &&
@@ -391,30 +351,18 @@ int chief_cmd_ckpt(int argc, char **argv) {
     return 1;
   }
   export_to to = {npz, keras, h5};
-  scanned before[CHIEF_CKPT_CHAIN_MAX];
+  chief_ckpt_scanned *before = NULL;
   size_t n_before = 0;
   int rc = 0;
-  if (is_export && chief_ckpt_is_increment(man)) {
-    chief_ckpt_link links[CHIEF_CKPT_CHAIN_MAX];
-    size_t nl = 0;
-    rc = chief_ckpt_chain(root, step, man, links, &nl, err, sizeof err);
-    for (size_t l = 0; !rc && l + 1 < nl; l++) {
-      char dir[4096];
-      chief_ckpt_dir(root, links[l].step, dir, sizeof dir);
-      rc = chief_ckpt_scan(dir, &before[l].vars, &before[l].n, err,
-                           sizeof err);
-      if (!rc) n_before++;
-    }
-    if (rc) {
-      fprintf(stderr, "tessera ckpt export: %s\n", err);
-      rc = 1;
-    }
+  if (is_export && chief_ckpt_scan_links(folder, step, man, &before,
+                                         &n_before, err, sizeof err)) {
+    fprintf(stderr, "tessera ckpt export: %s\n", err);
+    rc = 1;
   }
   if (!rc)
     rc = is_inspect ? inspect(folder, step, man, json, vars, n)
                     : export_all(&to, man, vars, n, before, n_before);
-  for (size_t l = 0; l < n_before; l++)
-    chief_ckpt_vars_free(before[l].vars, before[l].n);
+  chief_ckpt_links_free(before, n_before);
   if (!rc && verify && !json)
     printf("\nverified: %zu file(s), every byte read, all intact\n",
            json_array_size(json_object_get(man, "files")));

@@ -320,6 +320,16 @@ void coord__scalars(coord *co, double now) {
     double net = w->pull_s + w->push_s, all = w->busy_s;
     snprintf(tag, sizeof tag, "worker/%d/network_wait_share", i);
     chief_metrics_scalar(co->metrics, tag, step, all > 0 ? net / all : 0, 0);
+    if (w->allreduce_steps > 0) {
+      /* dense "allreduce": the share of the worker's time blocked on the
+       * ring after its compute, and the bytes it all-reduces per step */
+      snprintf(tag, sizeof tag, "worker/%d/allreduce_wait_share", i);
+      chief_metrics_scalar(co->metrics, tag, step, w->allreduce_s / all, 0);
+      snprintf(tag, sizeof tag, "worker/%d/allreduce_bytes_per_step", i);
+      chief_metrics_scalar(co->metrics, tag, step,
+                           (double)w->allreduce_bytes /
+                               (double)w->allreduce_steps, 0);
+    }
   }
   chief_metrics_flush(co->metrics);
   co->t_last_scalar = now;

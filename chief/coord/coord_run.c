@@ -52,14 +52,21 @@ static int coord_load(coord *co, char *err, size_t errlen) {
              co->cluster.task_index);
     return TSR_ECONFIG;
   }
-  if ((rc = tsr_cluster_check_ps_training(&co->cluster, err, errlen)))
-    return rc;
   if (!co->o->job_path) {
     snprintf(err, errlen, "no job: pass --job JOB.json");
     return TSR_ECONFIG;
   }
   rc = tsr_job_load(co->o->job_path, co->o->overrides, &co->job, err, errlen);
   if (rc) return rc;
+  /* dense "allreduce" needs a PS only for sparse tables (coord_plan) */
+  if (!co->job.dense_allreduce &&
+      (rc = tsr_cluster_check_ps_training(&co->cluster, err, errlen)))
+    return rc;
+  if (co->cluster.n[TSR_TASK_WORKER] < 1) {
+    snprintf(err, errlen, "cluster.worker: training needs at least one "
+             "worker task");
+    return TSR_ECONFIG;
+  }
   if (!co->job.model) {
     snprintf(err, errlen, "%s: no \"model\"", co->o->job_path);
     return TSR_ECONFIG;
@@ -126,6 +133,52 @@ static int coord_initial_weights(coord *co, char *err, size_t errlen) {
   return rc;
 }
 
+/* Shards of the variables that live on the PS: every one, or with dense
+ * "allreduce" the sparse tables only (the dense ones are the workers'). */
+static int coord_place(coord *co, const int *slots, char *err,
+                       size_t errlen) {
+  int n_ps = co->cluster.n[TSR_TASK_PS];
+  size_t n = co->n_vars, na = n ? n : 1, k = 0;
+  if (!co->job.dense_allreduce)
+    return tsr_partition_plan(&co->job.partitioner, co->vars, slots, n, n_ps,
+                              &co->shards, &co->n_shards, err, errlen);
+  tsr_var *sv = calloc(na, sizeof *sv);
+  int *ss = calloc(na, sizeof *ss);
+  size_t *map = calloc(na, sizeof *map);
+  int rc = sv && ss && map ? 0 : TSR_ENOMEM;
+  for (size_t v = 0; !rc && v < n; v++) {
+    if (co->vars[v].kind != TSR_VAR_ROW_SPARSE) continue;
+    sv[k] = co->vars[v];
+    ss[k] = slots[v];
+    map[k++] = v;
+  }
+  if (!rc && k > 0 && n_ps < 1) {
+    rc = tsr_errf(err, errlen, TSR_ECONFIG, "cluster.ps: the model's %zu "
+                  "sparse table(s) (%s, ...) live on parameter servers even "
+                  "with dense \"allreduce\"; give the cluster at least one "
+                  "ps task", k, sv[0].name);
+  } else if (!rc && k > 0) {
+    rc = tsr_partition_plan(&co->job.partitioner, sv, ss, k, n_ps,
+                            &co->shards, &co->n_shards, err, errlen);
+    for (size_t i = 0; !rc && i < co->n_shards; i++)
+      co->shards[i].var = (int)map[co->shards[i].var];
+  } else if (!rc) {
+    co->shards = NULL;
+    co->n_shards = 0;
+    tsr_info("dense \"allreduce\" and no sparse table: every variable lives "
+             "on the workers, no PS is needed%s",
+             n_ps ? " (the cluster's PS stay idle)" : "");
+  }
+  if (!rc)
+    tsr_info("dense \"allreduce\": %zu dense variable(s) on each of the %d "
+             "worker(s), %zu sparse table(s) on %d PS", n - k,
+             co->cluster.n[TSR_TASK_WORKER], k, n_ps);
+  free(sv);
+  free(ss);
+  free(map);
+  return rc;
+}
+
 static int coord_plan(coord *co, char *err, size_t errlen) {
   tsr_model *m = NULL;
   int rc = tsr_model_from_job(&co->job, NULL, &m, err, errlen);
@@ -162,9 +215,7 @@ static int coord_plan(coord *co, char *err, size_t errlen) {
   char summary[2048];
   tsr_model_summary(m, summary, sizeof summary);
   tsr_info("model (%s):\n%s", co->job.model_source, summary);
-  rc = tsr_partition_plan(&co->job.partitioner, co->vars, slots, n,
-                          co->cluster.n[TSR_TASK_PS], &co->shards,
-                          &co->n_shards, err, errlen);
+  rc = coord_place(co, slots, err, errlen);
 out:
   free(slots);
   tsr_model_free(m);
@@ -209,6 +260,8 @@ static int coord_machine(coord *co) {
       /* sync: a worker that comes back JOINs every PS and is handed its
        * next sync step (ps/consist.c), so it takes part again */
       .sync_rejoin = true,
+      /* dense "allreduce": every step is a step of the whole ring */
+      .lockstep = co->job.dense_allreduce,
       /* a job that had finished: a cluster that is not there within
        * seconds has stopped after it */
       .wait_timeout_s = co->done_step > 0 && o->wait_timeout_s > 10
@@ -343,6 +396,8 @@ int chief_coord_run(const chief_coord_opts *o) {
   }
   randombytes_buf(&co->run_id, sizeof co->run_id);
   co->run_id >>= 1; /* keep it positive in JSON */
+  /* dense "allreduce": the ring's group, above any earlier chief's */
+  co->group_epoch = (uint64_t)(tsr_wall_s() * 1000.0);
   co->n_ps = co->cluster.n[TSR_TASK_PS];
   co->n_wk = co->cluster.n[TSR_TASK_WORKER];
   if ((co->done_step = coord_done_step(co)) > 0)
@@ -455,7 +510,8 @@ out_clients:
     chief_summary s;
     memset(&s, 0, sizeof s);
     s.steps = co->finished_on_disk ? co->done_step : coord__step(co);
-    s.steps_run = co->job.mode == TSR_MODE_SYNC && co->n_wk > 0
+    s.steps_run = (co->job.mode == TSR_MODE_SYNC ||
+                   co->job.dense_allreduce) && co->n_wk > 0
                       ? co->worker_steps_run / co->n_wk
                       : co->worker_steps_run;
     s.examples = co->examples;
@@ -510,6 +566,9 @@ out_loop:
   uv_run(&co->loop, UV_RUN_DEFAULT);
   if (uv_loop_close(&co->loop)) tsr_warn("event loop closed with handles open");
 out_free:
+  co->dense_live = false;
+  co->dense_sending = 0; /* the loop is over: no call holds it */
+  coord__dense_forget(co);
   chief_ckpt_files_free(&co->ckpt_files);
   free(co->ps);
   free(co->wk);

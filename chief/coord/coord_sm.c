@@ -21,8 +21,8 @@
 #include <string.h>
 
 static const char *const sm_phase_names[] = {
-    "connect", "setup",  "restore",  "train", "pause",  "save",
-    "recover", "final",  "shutdown", "done",  "failed"};
+    "connect", "setup", "restore",  "train", "pause",  "save",
+    "eval",    "recover", "final",  "shutdown", "done",  "failed"};
 
 /* ---- actions ------------------------------------------------------------ */
 
@@ -89,13 +89,21 @@ void sm__set_phase(coord_sm *sm, sm_phase p) {
   sm->t_note = 0;
 }
 
+bool sm__lockstep(const coord_sm *sm) {
+  return sm->c.mode == TSR_MODE_SYNC || sm->c.lockstep;
+}
+
+bool sm__nodrain(const coord_sm *sm) {
+  return sm->c.mode == TSR_MODE_ASYNC && !sm->c.lockstep;
+}
+
 int64_t sm__global(const coord_sm *sm) {
   int64_t done = chief_sched_done_steps(sm->sched);
-  return sm->c.mode == TSR_MODE_SYNC ? done / sm->c.n_wk : done;
+  return sm__lockstep(sm) ? done / sm->c.n_wk : done;
 }
 
 int64_t sm__wsteps(const coord_sm *sm, int64_t global) {
-  return sm->c.mode == TSR_MODE_SYNC ? global * sm->c.n_wk : global;
+  return sm__lockstep(sm) ? global * sm->c.n_wk : global;
 }
 
 bool sm__ps_lost(const coord_sm *sm) {
@@ -465,6 +473,7 @@ static void sm_pump(coord_sm *sm) {
       case SM_TRAIN: sm__pump_train(sm); break;
       case SM_DRAIN: sm__pump_drain(sm); break;
       case SM_SAVE: break; /* its answer moves it on */
+      case SM_EVAL: break; /* likewise */
       case SM_RECOVER: sm_pump_recover(sm); break;
       case SM_FINAL: sm_pump_final(sm); break;
       case SM_SHUTDOWN:
@@ -540,7 +549,8 @@ static void sm_defaults(coord_sm_config *c) {
 
 int coord_sm_new(coord_sm **out, const coord_sm_config *cfg) {
   *out = NULL;
-  if (cfg->n_ps < 1 || cfg->n_wk < 1 || cfg->batch_size < 1 ||
+  if ((cfg->n_ps < 1 && !cfg->lockstep) || cfg->n_ps < 0 || cfg->n_wk < 1 ||
+      cfg->batch_size < 1 ||
       cfg->steps_per_closure < 1 || cfg->steps < 0 ||
       (cfg->steps == 0 && cfg->epochs < 1))
     return TSR_EINVAL;
@@ -552,7 +562,7 @@ int coord_sm_new(coord_sm **out, const coord_sm_config *cfg) {
            cfg->job_path ? cfg->job_path : "the job");
   sm->c.job_path = sm->job_path;
   sm->c.ps_names = sm->c.wk_names = NULL;
-  sm->ps = calloc((size_t)cfg->n_ps, sizeof *sm->ps);
+  sm->ps = calloc((size_t)(cfg->n_ps ? cfg->n_ps : 1), sizeof *sm->ps);
   sm->wk = calloc((size_t)cfg->n_wk, sizeof *sm->wk);
   sm->total = cfg->steps;
   sm->sched = chief_sched_new(cfg->n_wk, sm__wsteps(sm, cfg->steps),
@@ -563,7 +573,10 @@ int coord_sm_new(coord_sm **out, const coord_sm_config *cfg) {
   }
   /* ssp and sync: every worker runs its own share of the steps, so none
    * waits at the end on a worker that has no closure left */
-  chief_sched_set_pinned(sm->sched, cfg->mode != TSR_MODE_ASYNC);
+  chief_sched_set_pinned(sm->sched,
+                         cfg->mode != TSR_MODE_ASYNC || cfg->lockstep);
+  /* dense "allreduce": each step of a worker needs one of every other */
+  if (cfg->lockstep) chief_sched_set_lockstep(sm->sched, true);
   chief_sched_pause(sm->sched, true);
   for (int i = 0; i < cfg->n_ps; i++) {
     if (cfg->ps_names && cfg->ps_names[i])

@@ -183,6 +183,13 @@ void sm__pump_drain(coord_sm *sm) {
       return;
     }
   }
+  if (sm->eval_due && sm->c.lockstep && !sm__eval_busy(sm)) {
+    sm__eval_start(sm);
+    if (sm__eval_busy(sm)) {
+      sm__set_phase(sm, SM_EVAL); /* until the worker answers */
+      return;
+    }
+  }
   if (sm->after_drain == SM_FINAL)
     sm__set_phase(sm, SM_FINAL);
   else
@@ -345,6 +352,7 @@ static void sm_eval_done(coord_sm *sm, const char *failed) {
   }
   sm->ev_stage = SM_EV_IDLE;
   sm->ev_op = 0;
+  if (sm->phase == SM_EVAL) sm__set_phase(sm, SM_DRAIN);
 }
 
 void sm__eval_abandon(coord_sm *sm) {
@@ -353,6 +361,7 @@ void sm__eval_abandon(coord_sm *sm) {
            "parameter server was lost", sm->ev_step);
   sm->ev_stage = SM_EV_IDLE; /* its snapshot went with the PS, or lapses */
   sm->ev_op = 0;
+  if (sm->phase == SM_EVAL) sm__set_phase(sm, SM_DRAIN);
 }
 
 void sm__on_eval(coord_sm *sm, const coord_event *ev) {

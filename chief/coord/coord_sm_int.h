@@ -16,6 +16,8 @@ typedef enum {
   SM_DRAIN,     /* paused: closures finish before a save or an eval */
   SM_SAVE,      /* paused (sync, ssp, the first and last checkpoint):
                    SAVE sent, until every PS holds its snapshot */
+  SM_EVAL,      /* paused (dense "allreduce"): an evaluation runs on a
+                   worker of the ring, until it answers */
   SM_RECOVER,   /* a PS lost, or a setup/restore try failed */
   SM_FINAL,
   SM_SHUTDOWN,  /* SHUTDOWN sent */
@@ -139,6 +141,14 @@ coord_action *sm__start_op(coord_sm *sm, sm_phase p, coord_act_kind k);
 /* Whether `ev` answers the operation of phase p now going on (false: a
  * stale answer); a PS the answer says was lost is marked so. */
 bool sm__op_answer(coord_sm *sm, const coord_event *ev, sm_phase p);
+/* sync, or dense "allreduce": every worker runs every global step */
+bool sm__lockstep(const coord_sm *sm);
+/* async with every variable on the PS: checkpoints and evaluations are
+ * taken while training goes on. Otherwise a checkpoint is taken at a step
+ * boundary; with dense "allreduce" an evaluation too, and the ring waits
+ * for it (the dense variables are the workers' own, changed by every
+ * step, and the evaluating worker is a member the ring needs). */
+bool sm__nodrain(const coord_sm *sm);
 int64_t sm__global(const coord_sm *sm);
 int64_t sm__wsteps(const coord_sm *sm, int64_t global);
 bool sm__ps_lost(const coord_sm *sm);

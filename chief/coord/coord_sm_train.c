@@ -393,7 +393,7 @@ static bool sm_total_known(coord_sm *sm) {
   if (known < sm->c.n_wk)
     sm__note(sm, TSR_LOG_WARN, "%d of %d workers reported their data size; "
              "an epoch is counted over those", known, sm->c.n_wk);
-  if (sm->c.mode == TSR_MODE_SYNC) per_epoch /= sm->c.n_wk;
+  if (sm__lockstep(sm)) per_epoch /= sm->c.n_wk;
   if (per_epoch < 1) per_epoch = 1;
   sm->total = per_epoch * sm->c.epochs;
   chief_sched_set_total(sm->sched, sm__wsteps(sm, sm->total));
@@ -478,18 +478,21 @@ void sm__pump_train(coord_sm *sm) {
   /* async: as often as the disk allows, at most every N steps (training
    * never waits); sync and ssp: every N steps, the pause waiting for the
    * checkpoint before when the disk is slower than that */
-  if (sm->c.ckpt && (sm->c.mode != TSR_MODE_ASYNC || !sm__ckpt_busy(sm)) &&
+  if (sm->c.ckpt && (!sm__nodrain(sm) || !sm__ckpt_busy(sm)) &&
       !sm->ckpt_due &&
       (step >= sm->next_ckpt ||
        (sm->c.ckpt_every_secs > 0 &&
         sm->now - sm->t_last_ckpt >= sm->c.ckpt_every_secs)))
     sm->ckpt_due = true;
-  /* async: taken while training goes on (sync, ssp: at a step boundary) */
-  if (sm->c.mode == TSR_MODE_ASYNC) sm__ckpt_background(sm);
+  /* async: taken while training goes on (sync, ssp, dense "allreduce":
+   * at a step boundary) */
+  if (sm__nodrain(sm)) sm__ckpt_background(sm);
   if (sm->c.has_eval && step >= sm->next_eval) sm->eval_due = true;
-  /* an evaluation reads a snapshot: training goes on */
-  if (sm->eval_due && !sm__eval_busy(sm)) sm__eval_start(sm);
-  if (sm->ckpt_due) {
+  /* an evaluation reads a snapshot: training goes on (dense "allreduce":
+   * the ring pauses for it) */
+  if (sm->eval_due && !sm__eval_busy(sm) && !sm->c.lockstep)
+    sm__eval_start(sm);
+  if (sm->ckpt_due || (sm->eval_due && sm->c.lockstep)) {
     sm__enter_drain(sm, SM_TRAIN);
     return;
   }
@@ -519,8 +522,10 @@ void sm__pump_train(coord_sm *sm) {
    * steps alone that the others then push too late; in ssp (and sync) a
    * worker still configuring counts as away, so the first ready one would
    * be handed its share and run the whole job (a slow link made that the
-   * rule, and left the slow worker gated on an idle clock) */
-  if (sm->c.mode != TSR_MODE_ASYNC && !sm->gate_open && coming > 0 &&
+   * rule, and left the slow worker gated on an idle clock); dense
+   * "allreduce" likewise: every step of the ring needs every worker */
+  if ((sm->c.mode != TSR_MODE_ASYNC || sm->c.lockstep) && !sm->gate_open &&
+      coming > 0 &&
       sm->now - sm->t_gate <= sm__grace(sm->c.op_timeout_s)) {
     sm_stalled(sm);
     return;
