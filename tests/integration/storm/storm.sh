@@ -25,12 +25,13 @@
 #
 # A process the storm did not kill that exits (a crash, an exit of its own)
 # gets a line in its log: `---- storm: NAME exited unkilled with status N`
-# (`(signal S, core dumped: FILE)` when a signal ended it). Each process runs
-# in a folder of its own under the run's folder with core dumps allowed
-# (`ulimit -c` of this script only; the machine's core_pattern decides where
-# a core goes: a plain name lands in that folder), and a failed run keeps its
-# cores. A run where a process the storm did not kill died of a signal
-# fails, whatever else it did.
+# (`(signal S, ...)` when a signal ended it, then the kernel's line for a
+# fault, with the instruction's address, where dmesg is readable). Each
+# process runs in a folder of its own under the run's folder with core
+# dumps allowed (`ulimit -c` of this script only; the machine's
+# core_pattern decides where a core goes: a plain name lands in that
+# folder), and a failed run keeps its cores. A run where a process the
+# storm did not kill died of a signal fails, whatever else it did.
 #
 # Each run has its own seed (printed); it decides the victims and the
 # moment, so a run is repeated with
@@ -144,6 +145,10 @@ reap() {
     fi
     [ -n "${t0:-}" ] && line+=" at $(secs "$t0" "$(now)") s"
     echo "$line" >>"$WORK/$k.log"
+    # the kernel's line for a fault (where the machine lets us read it):
+    # the faulting address and instruction, for addr2line
+    [ "$rc" -gt 128 ] && dmesg 2>/dev/null | grep -a "tessera-[a-z]*\[$pid\]: " |
+      tail -n 2 | sed 's/^/---- storm: kernel: /' >>"$WORK/$k.log"
   done
 }
 
