@@ -191,6 +191,9 @@ const char *kern_last_error(const kern_ctx *c) { return c->msg; }
 const kern__ops *kern__ctx_ops(const kern_ctx *c) { return c->ops; }
 void *kern__ctx_impl(const kern_ctx *c) { return c->impl; }
 bool kern_is_host(const kern_ctx *c) { return c->ops->host; }
+int kern_threads(const kern_ctx *c) {
+  return c->ops->threads ? c->ops->threads(c->impl) : 1;
+}
 int kern_device_index(const kern_ctx *c) { return c->device; }
 
 const char *kern_cpu_corename(void) {
