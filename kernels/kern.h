@@ -89,12 +89,15 @@ typedef enum { KERN_POOL_SUM = 0, KERN_POOL_MEAN } kern_pool;
 
 typedef struct kern_ctx kern_ctx;
 
+#define KERN_MAX_THREADS 256 /* kern_opts.cpu_threads */
+
 typedef struct {
   kern_device device;
   int gpu_index;        /* which visible GPU (0-based) */
   int cpu_threads;      /* CPU threads (the caller and cpu_threads - 1
                          * workers that sleep while idle); <= 0 means 1
-                         * (one per worker); at most 256 (TSR_EINVAL) */
+                         * (one per worker); at most KERN_MAX_THREADS
+                         * (TSR_EINVAL) */
   const char *module_path; /* CUDA module file; NULL: search (kern_module_path) */
   bool force_module;    /* load the module even when no /dev/nvidia* exists
                          * (tests of the fallback) */

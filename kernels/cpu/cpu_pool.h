@@ -25,6 +25,8 @@
 
 #include <stdint.h>
 
+#include "kernels/kern.h"
+
 typedef struct kern__pool kern__pool;
 
 /* Item i of a run, on thread tid (0 is the caller, 1..threads-1 the
@@ -32,7 +34,7 @@ typedef struct kern__pool kern__pool;
 typedef void (*kern__pool_fn)(void *arg, int64_t i, int tid);
 
 /* Most threads a context may have (kern_opts.cpu_threads). */
-#define KERN__POOL_MAX 256
+#define KERN__POOL_MAX KERN_MAX_THREADS
 
 int kern__pool_open(kern__pool **out, int threads);
 void kern__pool_close(kern__pool *p);
