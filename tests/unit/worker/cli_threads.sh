@@ -20,7 +20,7 @@ for bad in 0 -1 257 2x ""; do
     "$T/err" || { echo "--threads '$bad':"; cat "$T/err"; exit 1; }
 done
 for n in 1 3; do
-  timeout 120 "$W" --standalone --job "$JOB" --device cpu --threads $n \
+  TESSERA_LOG=info timeout 120 "$W" --standalone --job "$JOB" --device cpu --threads $n \
     --steps 20 --batch-size 256 >"$T/out$n" 2>"$T/err$n" ||
     { echo "--threads $n failed"; cat "$T/err$n"; exit 1; }
 done
