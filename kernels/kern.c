@@ -303,7 +303,8 @@ int kern_gemm(kern_ctx *c, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
 int kern_bias_act(kern_ctx *c, float *z, const float *bias, float *y,
                   int64_t n, int64_t d, kern_act act, float alpha) {
   if ((unsigned)act >= KERN_ACT__COUNT) return TSR_EINVAL;
-  if (y == z && act != KERN_ACT_LINEAR) return TSR_EINVAL;
+  if (y == z && act != KERN_ACT_LINEAR && act != KERN_ACT_RELU)
+    return TSR_EINVAL;
   if (n * d == 0) return 0;
   KERN__DO(c, "bias_act", c->ops->bias_act(c->impl, z, bias, y, n, d, act,
                                            alpha));

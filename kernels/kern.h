@@ -166,7 +166,8 @@ int kern_gemm(kern_ctx *ctx, bool ta, bool tb, int64_t m, int64_t n,
               float beta, float *C, kern_prec prec);
 
 /* z[n,d] += bias (bias may be NULL), then y = act(z); y may equal z only
- * for the linear activation. */
+ * for the linear activation and relu (whose gradient y tells as well as
+ * z: kern_act_grad may be given y for z). */
 int kern_bias_act(kern_ctx *ctx, float *z, const float *bias, float *y,
                   int64_t n, int64_t d, kern_act act, float alpha);
 /* dz = dy * act'(z) given z and y = act(z) (softmax: the row Jacobian). */

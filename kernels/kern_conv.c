@@ -48,11 +48,11 @@ const char *kern_conv_impl(const kern_ctx *ctx) {
 
 int kern_conv2d_fwd(kern_ctx *ctx, const kern_win *g, int64_t n, int64_t f,
                     const float *x, const float *w, const float *bias,
-                    float *y, kern_prec prec, float *ws) {
+                    bool relu, float *y, kern_prec prec, float *ws) {
   if (bad(g, n, f)) return TSR_EINVAL;
   if (n == 0) return 0;
   if (direct_ok(ctx, prec))
-    return NN(ctx)->conv_fwd(IMPL(ctx), g, n, f, x, w, bias, y);
+    return NN(ctx)->conv_fwd(IMPL(ctx), g, n, f, x, w, bias, relu, y);
   int64_t K = kern_win_patch(g), per = g->oh * g->ow;
   int64_t isz = g->h * g->w * g->c, cb = chunk(g);
   bool as_is = cols_are_x(g);
@@ -69,9 +69,10 @@ int kern_conv2d_fwd(kern_ctx *ctx, const kern_win *g, int64_t n, int64_t f,
                         0.0f, y + b0 * per * f, prec)))
       return rc;
   }
-  return bias ? kern_bias_act(ctx, y, bias, y, n * per, f, KERN_ACT_LINEAR,
-                              0.0f)
-              : 0;
+  return bias || relu ? kern_bias_act(ctx, y, bias, y, n * per, f,
+                                       relu ? KERN_ACT_RELU : KERN_ACT_LINEAR,
+                                       0.0f)
+                      : 0;
 }
 
 int kern_conv2d_bwd_data(kern_ctx *ctx, const kern_win *g, int64_t n,

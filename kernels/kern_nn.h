@@ -55,10 +55,11 @@ typedef enum { KERN_POOL2D_MAX = 0, KERN_POOL2D_AVG } kern_pool2d;
  * kern_conv2d_ws: floats of workspace for batches of up to n. */
 int64_t kern_conv2d_ws(kern_ctx *ctx, const kern_win *g, int64_t n,
                        int64_t f, kern_prec prec);
-/* y = conv(x, w) + bias (bias [f] may be NULL). */
+/* y = conv(x, w) + bias (bias [f] may be NULL), then max(y, 0) when
+ * relu (fused into the convolution where the backend can). */
 int kern_conv2d_fwd(kern_ctx *ctx, const kern_win *g, int64_t n, int64_t f,
                     const float *x, const float *w, const float *bias,
-                    float *y, kern_prec prec, float *ws);
+                    bool relu, float *y, kern_prec prec, float *ws);
 /* dx = beta * dx + the input gradient of dy [n, oh, ow, f]. */
 int kern_conv2d_bwd_data(kern_ctx *ctx, const kern_win *g, int64_t n,
                          int64_t f, const float *dy, const float *w,

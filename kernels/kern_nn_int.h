@@ -48,11 +48,10 @@ typedef struct kern__nn_ops {
   int (*l1l2_grad)(void *impl, const float *w, size_t n, float a1, float a2,
                    float *g);
   /* Direct fp32 convolutions (kern_conv2d_*); NULL where the backend has
-   * none, and TSR_EUNSUPPORTED for a geometry it cannot take: the front
-   * end then runs im2col and products. */
+   * none (the front end then runs im2col and products). */
   int (*conv_fwd)(void *impl, const kern_win *g, int64_t n, int64_t f,
                   const float *x, const float *w, const float *bias,
-                  float *y);
+                  bool relu, float *y);
   int (*conv_bwd_data)(void *impl, const kern_win *g, int64_t n, int64_t f,
                        const float *dy, const float *w, float beta,
                        float *dx);

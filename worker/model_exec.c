@@ -129,8 +129,10 @@ int wk_exec_open(const tsr_model *m, kern_ctx *ctx, int64_t maxb,
       if (!(e->y[k] = dalloc(e, sz))) goto nomem;
       e->own_y[k] = true;
     }
+    /* a Conv2D's relu is fused into the convolution: no z */
     bool with_z = (l->kind == WK_L_DENSE || l->kind == WK_L_CONV2D) &&
-                  l->act != KERN_ACT_LINEAR;
+                  l->act != KERN_ACT_LINEAR &&
+                  !(l->kind == WK_L_CONV2D && l->act == KERN_ACT_RELU);
     if (with_z) {
       if (!(e->z[k] = dalloc(e, sz))) goto nomem;
       e->own_z[k] = true;

@@ -62,9 +62,13 @@ static int conv_fwd(wk_exec *e, const wk_layer *l, int k) {
   int rc;
   const kern_win *g = &l->win;
   int64_t F = l->dim[l->rank - 1];
+  /* relu runs inside the convolution: z is y (model_exec.c), and relu's
+   * gradient reads it as well as z */
+  bool relu = l->act == KERN_ACT_RELU;
   CK(kern_conv2d_fwd(c, g, e->n, F, Y(e, l->in[0]), e->dp[l->var_w],
-                     l->var_b >= 0 ? e->dp[l->var_b] : NULL, e->z[k],
+                     l->var_b >= 0 ? e->dp[l->var_b] : NULL, relu, e->z[k],
                      e->prec, e->cols));
+  if (relu || l->act == KERN_ACT_LINEAR) return 0;
   return kern_bias_act(c, e->z[k], NULL, e->y[k], e->n * g->oh * g->ow, F,
                        l->act, l->alpha);
 }

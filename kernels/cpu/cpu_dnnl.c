@@ -36,6 +36,7 @@ typedef struct {
   int64_t h, w, c, kh, kw, sh, sw, pt, pl, oh, ow, f, mb;
   int64_t main_mb;  /* 0: a main entry; else the main entry's mb */
   int64_t bias;
+  int64_t relu;     /* forward: max(0, .) as a post-op */
 } prim_key;
 
 typedef struct {
@@ -193,6 +194,14 @@ static dnnl_status_t make_pd(struct kern__dnnl *d, const prim_key *k,
       (s = dnnl_primitive_attr_set_scratchpad_mode(attr,
                                                    dnnl_scratchpad_mode_user)))
     goto out;
+  if (k->relu) {
+    dnnl_post_ops_t po;
+    if ((s = dnnl_post_ops_create(&po))) goto out;
+    s = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f);
+    if (!s) s = dnnl_primitive_attr_set_post_ops(attr, po);
+    dnnl_post_ops_destroy(po);
+    if (s) goto out;
+  }
   if ((s = dnnl_convolution_forward_desc_init(
            &fd, dnnl_forward_training, dnnl_convolution_direct, &src,
            k->kind == D_FWD ? wmd : &wany, bias, &dst, strides, pl, pr)))
@@ -364,11 +373,11 @@ static int64_t item_mb(const kern_win *g, int64_t f, int64_t n) {
 
 /* The job's primitives for n examples, and the scratchpads they need. */
 static int prepare(kern__cpu *c, conv_job *j, const kern_win *g, int64_t n,
-                   int64_t f, bool bias) {
+                   int64_t f, bool bias, bool relu) {
   struct kern__dnnl *d = c->dnnl;
   one_thread();
   prim_key k = {j->kind, g->h, g->w, g->c, g->kh, g->kw, g->sh, g->sw,
-                 g->pt, g->pl, g->oh, g->ow, f, j->mb, 0, bias};
+                 g->pt, g->pl, g->oh, g->ow, f, j->mb, 0, bias, relu};
   dnnl_status_t s = entry(d, &k, NULL, &j->main);
   if (s == dnnl_out_of_memory && d->n_cache == CACHE_MAX) {
     drop_cache(d);
@@ -381,7 +390,7 @@ static int prepare(kern__cpu *c, conv_job *j, const kern_win *g, int64_t n,
     k.mb = n % j->mb;
     if (d->n_cache == CACHE_MAX) {
       drop_cache(d);
-      return prepare(c, j, g, n, f, bias);
+      return prepare(c, j, g, n, f, bias, relu);
     }
     if ((s = entry(d, &k, &j->main->wmd, &j->last)))
       return fail(c, s, j->kind, g, f, k.mb, "cannot make the primitive");
@@ -449,11 +458,11 @@ static int kernel_in(kern__cpu *c, conv_job *j, const kern_win *g,
 
 int kern__dnnl_conv_fwd(void *impl, const kern_win *g, int64_t n, int64_t f,
                         const float *x, const float *w, const float *bias,
-                        float *y) {
+                        bool relu, float *y) {
   kern__cpu *c = impl;
   conv_job j = {.kind = D_FWD, .mb = item_mb(g, f, n), .x = x, .y = y,
                 .bias = bias};
-  int rc = prepare(c, &j, g, n, f, bias != NULL);
+  int rc = prepare(c, &j, g, n, f, bias != NULL, relu);
   if (!rc) rc = kernel_in(c, &j, g, w);
   return rc ? rc : run(c, &j, g);
 }
@@ -464,7 +473,7 @@ int kern__dnnl_conv_bwd_data(void *impl, const kern_win *g, int64_t n,
   kern__cpu *c = impl;
   conv_job j = {.kind = D_BWD_DATA, .mb = item_mb(g, f, n), .dy = dy,
                 .dx = dx, .beta = beta};
-  int rc = prepare(c, &j, g, n, f, false);
+  int rc = prepare(c, &j, g, n, f, false, false);
   if (!rc) rc = kernel_in(c, &j, g, w);
   if (!rc && beta != 0.0f &&
       !(j.tmp = kern__cpu_scratch(c, 2, (size_t)(n * j.isz))))
@@ -499,7 +508,7 @@ int kern__dnnl_conv_bwd_filter(void *impl, const kern_win *g, int64_t n,
   if (cap < 1) cap = 1;
   while ((n + mb - 1) / mb > cap) mb *= 2;
   conv_job j = {.kind = D_BWD_W, .mb = mb, .x = x, .dy = dy};
-  int rc = prepare(c, &j, g, n, f, db != NULL);
+  int rc = prepare(c, &j, g, n, f, db != NULL, false);
   if (rc) return rc;
   int64_t parts = (n + mb - 1) / mb;
   j.wsz = (int64_t)(dnnl_memory_desc_get_size(&j.main->wmd) / sizeof(float));

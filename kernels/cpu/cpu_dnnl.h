@@ -26,7 +26,7 @@ void kern__dnnl_close(struct kern__dnnl *d);
 
 int kern__dnnl_conv_fwd(void *impl, const kern_win *g, int64_t n, int64_t f,
                         const float *x, const float *w, const float *bias,
-                        float *y);
+                        bool relu, float *y);
 int kern__dnnl_conv_bwd_data(void *impl, const kern_win *g, int64_t n,
                              int64_t f, const float *dy, const float *w,
                              float beta, float *dx);

@@ -1,8 +1,8 @@
 /* The CPU backend's convolutions (kern_conv2d_*: oneDNN where the build
  * has it) against the im2col path they replace, on odd shapes: batch 1,
  * strides that leave columns over, same/valid/causal padding, a 1-row
- * Conv1D, 1x1 kernels, without and with bias, input gradients written and
- * added to. Then its threads: every op that runs over the pool gives the
+ * Conv1D, 1x1 kernels, without and with bias, relu fused, input gradients
+ * written and added to. Then its threads: every op that runs over the pool gives the
  * same bits on 1 and 3 threads, and the pool's workers sleep between ops
  * (none is runnable while the context is idle). */
 #include <setjmp.h>
@@ -121,9 +121,22 @@ static void test_conv_vs_im2col(void **state) {
     char what[64];
     double tol = 2e-6 * (double)kern_win_patch(&g);
     snprintf(what, sizeof what, "shape %zu y", t);
-    assert_int_equal(kern_conv2d_fwd(c, &g, s->n, s->f, x, w, b, y,
+    assert_int_equal(kern_conv2d_fwd(c, &g, s->n, s->f, x, w, b, false, y,
                                      KERN_F32, ws), 0);
     near(what, y, yr, ny, tol);
+    /* relu fused: max(0, y), exactly 0 below */
+    float *yrelu = rnd(ny);
+    assert_int_equal(kern_conv2d_fwd(c, &g, s->n, s->f, x, w, b, true, yrelu,
+                                     KERN_F32, ws), 0);
+    for (int64_t i = 0; i < ny; i++)
+      if (yr[i] < -tol * (1 + fabs(yr[i]))) {
+        if (yrelu[i] != 0.0f)
+          fail_msg("shape %zu relu[%lld]: %.9g for %.9g", t, (long long)i,
+                   yrelu[i], yr[i]);
+      } else if (yr[i] > tol * (1 + fabs(yr[i]))) {
+        near("relu", yrelu + i, yr + i, 1, tol);
+      }
+    free(yrelu);
     /* the input gradient added to what is there (beta 1), then written */
     float *dx = fdup(dx0, nx);
     snprintf(what, sizeof what, "shape %zu dx (added)", t);
@@ -147,7 +160,7 @@ static void test_conv_vs_im2col(void **state) {
                                             NULL, KERN_F32, ws), 0);
     snprintf(what, sizeof what, "shape %zu dw (no bias)", t);
     near(what, dw2, dwr, nw, 2e-6 * (double)(s->n * g.oh * g.ow));
-    assert_int_equal(kern_conv2d_fwd(c, &g, s->n, s->f, x, w, NULL, y,
+    assert_int_equal(kern_conv2d_fwd(c, &g, s->n, s->f, x, w, NULL, false, y,
                                      KERN_F32, ws), 0);
     for (int64_t i = 0; i < ny; i++) yr[i] -= b[i % s->f];
     snprintf(what, sizeof what, "shape %zu y (no bias)", t);
@@ -171,14 +184,14 @@ static void test_conv_bf16(void **state) {
   assert_true(nws >= rows * kern_win_patch(&g));
   float *x = rnd(nx), *w = rnd(nw), *y = rnd(ny), *yr = rnd(ny);
   float *ws = rnd(nws), *cols = rnd(nws);
-  assert_int_equal(kern_conv2d_fwd(c, &g, s->n, s->f, x, w, NULL, y,
+  assert_int_equal(kern_conv2d_fwd(c, &g, s->n, s->f, x, w, NULL, false, y,
                                    KERN_BF16, ws), 0);
   assert_int_equal(kern_im2col(c, &g, s->n, x, cols), 0);
   assert_int_equal(kern_gemm(c, false, false, rows, s->f, kern_win_patch(&g),
                              1, cols, w, 0, yr, KERN_BF16), 0);
   assert_memory_equal(y, yr, (size_t)ny * sizeof *y);
   /* a workspace missing where one is needed */
-  assert_int_equal(kern_conv2d_fwd(c, &g, s->n, s->f, x, w, NULL, y,
+  assert_int_equal(kern_conv2d_fwd(c, &g, s->n, s->f, x, w, NULL, false, y,
                                    KERN_BF16, NULL), TSR_EINVAL);
   free(x); free(w); free(y); free(yr); free(ws); free(cols);
   kern_close(c);
@@ -219,7 +232,7 @@ static void test_threads_same_bits(void **state) {
   int64_t nws = kern_conv2d_ws(c[0], &g, s.n, s.f, KERN_F32);
   float *ws = nws ? rnd(nws) : NULL;
   for (int k = 0; k < 2; k++) {
-    assert_int_equal(kern_conv2d_fwd(c[k], &g, s.n, s.f, x, w, b, y[k],
+    assert_int_equal(kern_conv2d_fwd(c[k], &g, s.n, s.f, x, w, b, false, y[k],
                                      KERN_F32, ws), 0);
     assert_int_equal(kern_conv2d_bwd_data(c[k], &g, s.n, s.f, gr, w, 0,
                                           dx[k], KERN_F32, ws), 0);
@@ -313,7 +326,7 @@ static void test_idle_threads_sleep(void **state) {
   float *ws = rnd(kern_conv2d_ws(c, &g, s.n, s.f, KERN_F32) + 1);
   float *big = rnd(800 * 800), *out = rnd(800 * 800);
   for (int r = 0; r < 3; r++) {
-    assert_int_equal(kern_conv2d_fwd(c, &g, s.n, s.f, x, w, NULL, y,
+    assert_int_equal(kern_conv2d_fwd(c, &g, s.n, s.f, x, w, NULL, false, y,
                                      KERN_F32, ws), 0);
     assert_int_equal(kern_gemm(c, false, false, 800, 800, 800, 1, big, big, 0,
                                out, KERN_F32), 0);
