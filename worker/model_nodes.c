@@ -289,9 +289,15 @@ static int layer_bwd(wk_exec *e, const wk_layer *l, int k, bool fused_out) {
   const float *g = e->dy[k];
   const float *dz = g;
   if (!fused_out && l->act != KERN_ACT_LINEAR) {
-    CK(kern_act_grad(c, g, e->z[k], e->y[k], e->dz, rows_of(e, l),
+    /* a Conv2D's output gradient is read by nothing else after this: its
+     * activation's gradient overwrites it (an element-wise op), which
+     * spares a pass over a buffer of the layer's size */
+    float *out = l->kind == WK_L_CONV2D && l->act != KERN_ACT_SOFTMAX
+                     ? e->dy[k]
+                     : e->dz;
+    CK(kern_act_grad(c, g, e->z[k], e->y[k], out, rows_of(e, l),
                      l->dim[l->rank - 1], l->act, l->alpha));
-    dz = e->dz;
+    dz = out;
   }
   if (l->addend >= 0) { /* the wide logit's gradient is the logit's */
     CK(kern_copy(c, e->dy[l->addend], dz,

@@ -215,12 +215,64 @@ KERN__HOT static void pool_grad_range(void *a, int64_t b0, int64_t b1, int tid) 
   }
 }
 
+/* Windows that tile the image from its corner (stride = window, no
+ * padding, none past the edge), as Keras's default pools: each element is
+ * in one window at most, so the max pool's gradient is written once per
+ * element (the winner gets dy, the others 0) instead of zeroed and
+ * scattered into. */
+static bool tiles(const kern_win *g) {
+  return g->sh == g->kh && g->sw == g->kw && g->pt == 0 && g->pl == 0 &&
+         g->oh * g->kh <= g->h && g->ow * g->kw <= g->w;
+}
+
+KERN__HOT static void max_grad_tiled_range(void *a, int64_t b0, int64_t b1,
+                                           int tid) {
+  const win_job *j = a;
+  const kern_win *g = j->g;
+  int64_t C = g->c, img = g->h * g->w * C;
+  int64_t ch_rows = g->oh * g->kh, ch_cols = g->ow * g->kw;
+  bool add = j->beta != 0.0f;
+  for (int64_t b = b0; b < b1; b++) {
+    float *db = j->dx + b * img;
+    for (int64_t oy = 0; oy < g->oh; oy++)
+      for (int64_t ky = 0; ky < g->kh; ky++) {
+        int64_t iy = oy * g->kh + ky;
+        for (int64_t ox = 0; ox < g->ow; ox++) {
+          int64_t o = ((b * g->oh + oy) * g->ow + ox) * C;
+          const float *restrict dyo = j->dy + o;
+          const int32_t *restrict ao = j->carg + o;
+          for (int64_t kx = 0; kx < g->kw; kx++) {
+            int64_t base = (iy * g->w + ox * g->kw + kx) * C;
+            float *restrict d = db + base;
+            int32_t at = (int32_t)base;
+            if (add)
+              for (int64_t ch = 0; ch < C; ch++)
+                d[ch] += ao[ch] == at + (int32_t)ch ? dyo[ch] : 0.0f;
+            else
+              for (int64_t ch = 0; ch < C; ch++)
+                d[ch] = ao[ch] == at + (int32_t)ch ? dyo[ch] : 0.0f;
+          }
+        }
+        /* columns no window covers (valid padding's leftover) */
+        if (!add && ch_cols < g->w)
+          memset(db + (iy * g->w + ch_cols) * C, 0,
+                 (size_t)((g->w - ch_cols) * C) * sizeof *db);
+      }
+    if (!add && ch_rows < g->h)
+      memset(db + ch_rows * g->w * C, 0,
+             (size_t)((g->h - ch_rows) * g->w * C) * sizeof *db);
+  }
+}
+
 static int cpu_pool_grad(void *impl, const kern_win *g, int64_t n,
                          kern_pool2d kind, const float *dy,
                          const int32_t *arg, float beta, float *dx) {
   win_job j = {.g = g, .dy = dy, .dx = dx, .carg = arg, .kind = kind,
                .beta = beta};
-  kern__cpu_par(impl, n, ex_grain(g->h * g->w * g->c), pool_grad_range, &j);
+  kern__cpu_par(impl, n, ex_grain(g->h * g->w * g->c),
+                kind == KERN_POOL2D_MAX && tiles(g) ? max_grad_tiled_range
+                                                    : pool_grad_range,
+                &j);
   return 0;
 }
 

@@ -197,6 +197,50 @@ static void test_conv_bf16(void **state) {
   kern_close(c);
 }
 
+/* Max pooling's gradient where windows tile the image (written once per
+ * element, not zeroed and scattered into), with the rows and columns
+ * valid padding leaves over, and windows that overlap or are padded: all
+ * the scatter of dy at the winners, written (beta 0) or added (beta 1). */
+static void test_pool_grad(void **state) {
+  kern_ctx *c = cpu(2);
+  const struct { int64_t n, h, w, ch, k, s; bool same; } ps[] = {
+      {3, 26, 26, 32, 2, 2, false}, {2, 11, 11, 64, 2, 2, false},
+      {1, 9, 7, 5, 3, 3, false},    {2, 1, 13, 3, 1, 2, false},
+      {2, 7, 7, 4, 3, 2, false},    {2, 7, 6, 3, 2, 2, true}};
+  for (size_t t = 0; t < sizeof ps / sizeof *ps; t++) {
+    kern_win g;
+    assert_int_equal(kern_win_make(&g, ps[t].h, ps[t].w, ps[t].ch,
+                                   ps[t].k == 1 ? 1 : ps[t].k, ps[t].k,
+                                   ps[t].k == 1 ? 1 : ps[t].s, ps[t].s,
+                                   ps[t].same), 0);
+    int64_t img = g.h * g.w * g.c, nx = ps[t].n * img;
+    int64_t ny = ps[t].n * g.oh * g.ow * g.c;
+    float *x = rnd(nx), *y = rnd(ny), *dy = rnd(ny), *dx0 = rnd(nx);
+    int32_t *arg = malloc((size_t)ny * sizeof *arg);
+    assert_int_equal(kern_pool2d_fwd(c, &g, ps[t].n, KERN_POOL2D_MAX, x, y,
+                                     arg), 0);
+    for (int beta = 0; beta < 2; beta++) {
+      float *dx = fdup(dx0, nx), *ref = fdup(dx0, nx);
+      if (!beta) memset(ref, 0, (size_t)nx * sizeof *ref);
+      for (int64_t i = 0; i < ny; i++) {
+        int64_t b = i / (g.oh * g.ow * g.c);
+        assert_true(arg[i] >= 0 && arg[i] < img);
+        assert_true(x[b * img + arg[i]] == y[i]);
+        ref[b * img + arg[i]] += dy[i];
+      }
+      assert_int_equal(kern_pool2d_grad(c, &g, ps[t].n, KERN_POOL2D_MAX, dy,
+                                        arg, (float)beta, dx), 0);
+      char what[64];
+      snprintf(what, sizeof what, "pool %zu beta %d dx", t, beta);
+      near(what, dx, ref, nx, 1e-6);
+      free(dx);
+      free(ref);
+    }
+    free(x); free(y); free(dy); free(dx0); free(arg);
+  }
+  kern_close(c);
+}
+
 /* ---- threads ------------------------------------------------------------ */
 
 static void same_bits(const char *what, const float *a, const float *b,
@@ -382,6 +426,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_conv_vs_im2col),
       cmocka_unit_test(test_conv_bf16),
+      cmocka_unit_test(test_pool_grad),
       cmocka_unit_test(test_threads_same_bits),
       cmocka_unit_test(test_idle_threads_sleep),
       cmocka_unit_test(test_thread_limits),
