@@ -42,8 +42,8 @@ say() { printf '[setup] %s\n' "$*"; }
 # ---- Debian packages -------------------------------------------------------
 pkgs=(meson ninja-build pkg-config gcc g++ libc6-dev
       libuv1-dev libprotobuf-c-dev protobuf-c-compiler libmsgpack-dev
-      libcmocka-dev libopenblas-dev libjansson-dev libsodium-dev zlib1g-dev
-      libpng-dev libjpeg62-turbo-dev libhdf5-dev libssl-dev
+      libcmocka-dev libopenblas-dev libdnnl-dev libjansson-dev libsodium-dev
+      zlib1g-dev libpng-dev libjpeg62-turbo-dev libhdf5-dev libssl-dev
       dataset-fashion-mnist)
 if [ "$mode" = test ]; then
   # libFuzzer targets, network-namespace tests; the deployment tests: a

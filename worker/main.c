@@ -362,7 +362,17 @@ int main(int argc, char **argv) {
         }
         break;
       case O_GPUS: to.max_gpus = atoi(optarg); break;
-      case O_THREADS: to.cpu_threads = atoi(optarg); break;
+      case O_THREADS: {
+        char *end;
+        long v = strtol(optarg, &end, 10);
+        if (end == optarg || *end || v < 1 || v > KERN_MAX_THREADS) {
+          tsr_error("--threads %s: must be a whole number from 1 to %d",
+                    optarg, KERN_MAX_THREADS);
+          return 2;
+        }
+        to.cpu_threads = (int)v;
+        break;
+      }
       case O_SUMMARY: summary_json = optarg; break;
       case O_TRACE: trace_path = optarg; train_flag = "--trace"; break;
       case O_EVALUATE: evaluate = true; break;

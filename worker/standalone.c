@@ -89,11 +89,13 @@ int wk_train_standalone(const tsr_job *job, const wk_train_opts *o,
   char summ[2048];
   tsr_model_summary(m, summ, sizeof summ);
   if (!o->quiet)
-    tsr_info("standalone: %s on %s x%d, %s, batch %lld, %s\n%s",
+    tsr_info("standalone: %s on %s x%d, %d thread%s (convolutions: %s), "
+             "%s, batch %lld, %s\n%s",
              job->path ? job->path : "job", wk_trainer_backend(t),
-             wk_trainer_replicas(t), tsr_precision_name(job->precision),
-             (long long)job->batch_size, tsr_optim_name(job->optimizer.kind),
-             summ);
+             wk_trainer_replicas(t), wk_trainer_threads(t),
+             wk_trainer_threads(t) == 1 ? "" : "s", wk_trainer_conv_impl(t),
+             tsr_precision_name(job->precision), (long long)job->batch_size,
+             tsr_optim_name(job->optimizer.kind), summ);
   const wk_input_schema *sc = wk_input_get_schema(in);
   int64_t per_epoch = sc->n_examples > 0
                           ? (sc->n_examples + job->batch_size - 1) / job->batch_size
@@ -190,6 +192,7 @@ int wk_train_standalone(const tsr_job *job, const wk_train_opts *o,
     o->on_scalar(o->hook_data, "input/skipped_records", steps,
                  (double)r->skipped_records);
   r->replicas = wk_trainer_replicas(t);
+  r->threads = wk_trainer_threads(t);
   snprintf(r->backend, sizeof r->backend, "%s", wk_trainer_backend(t));
   r->n_metrics = tsr_model_num_metrics(m);
   for (int k = 0; k < r->n_metrics && k < 8; k++)
@@ -236,8 +239,9 @@ int wk_train_standalone(const tsr_job *job, const wk_train_opts *o,
       k += snprintf(line + k, sizeof line - (size_t)k,
                     ", best reachable auc %.4f", r->best_auc);
     snprintf(line + k, sizeof line - (size_t)k,
-             ", %.0f examples/s, %.2f s, %s x%d %s", r->examples_per_sec,
-             r->seconds, r->backend, r->replicas,
+             ", %.0f examples/s, %.2f s, %s x%d, %d thread%s, %s",
+             r->examples_per_sec, r->seconds, r->backend, r->replicas,
+             r->threads, r->threads == 1 ? "" : "s",
              tsr_precision_name(job->precision));
     printf("%s\n", line);
     fflush(stdout);

@@ -391,3 +391,7 @@ int wk_trainer_replicas(const wk_trainer *t) { return t->nrep; }
 const char *wk_trainer_backend(const wk_trainer *t) {
   return kern_backend_name(t->ctx[0]);
 }
+int wk_trainer_threads(const wk_trainer *t) { return kern_threads(t->ctx[0]); }
+const char *wk_trainer_conv_impl(const wk_trainer *t) {
+  return kern_conv_impl(t->ctx[0]);
+}

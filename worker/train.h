@@ -87,6 +87,10 @@ int64_t wk_trainer_steps(const wk_trainer *t);      /* applied steps */
 int64_t wk_trainer_skipped(const wk_trainer *t);    /* fp16 skipped steps */
 int wk_trainer_replicas(const wk_trainer *t);
 const char *wk_trainer_backend(const wk_trainer *t);
+/* CPU threads each replica's ops run on (1 on a GPU), and what computes
+ * its convolutions ("oneDNN 2.6.3", "im2col + OpenBLAS"). */
+int wk_trainer_threads(const wk_trainer *t);
+const char *wk_trainer_conv_impl(const wk_trainer *t);
 
 typedef struct {
   int64_t steps, skipped, examples;
@@ -100,6 +104,7 @@ typedef struct {
   double metrics[8];
   float loss_scale;
   int replicas;
+  int threads;            /* CPU threads per replica (1 on a GPU) */
   char backend[16];
   int64_t skipped_records;/* corrupt records skipped (skip_corrupt) */
   double best_auc;        /* synthetic_ctr: the hidden model's AUC on the
