@@ -3,7 +3,8 @@
  * only until every PS holds its snapshot; a checkpoint whose files a lost
  * PS never wrote is discarded and the run recovers from the one before;
  * the run ends only once its last checkpoint is committed; an evaluation
- * reads a snapshot and pauses nothing either. On the
+ * reads a snapshot and pauses nothing either; dense "allreduce" takes
+ * both at a step boundary. On the
  * simulated cluster of sim.h, which checks the invariants at every step. */
 #include "sim.h"
 
@@ -277,6 +278,65 @@ static void evaluation_does_not_pause(void **state) {
   }
 }
 
+/* Dense "allreduce" (lockstep), even with async sparse tables: the dense
+ * variables are the workers' own, changed by every step, so a checkpoint
+ * is taken drained, as sync's, and nothing goes out until every PS holds
+ * its snapshot (and the dense state is written); an evaluation still
+ * reads a snapshot, taken drained, and the ring waits for it (phase
+ * "eval") until the worker answers: the evaluating worker is a member
+ * every step needs. (Before, both went on while closures were out.) */
+static void lockstep_takes_them_at_a_boundary(void **state) {
+  (void)state;
+  coord_sm_config c = sim_ckpt_config(1, 2, TSR_MODE_ASYNC, 240, 40);
+  c.lockstep = true;
+  c.has_eval = true;
+  c.eval_every_steps = 30;
+  sim s;
+  sim_init(&s, &c, 0);
+  start(&s);
+  int saves = 0, evals = 0;
+  for (int r = 0; r < 100000 && !s.ended; r++) {
+    bool save = s.ck_active && s.ck_step > 0 && s.ck_kind == COORD_ACT_SAVE;
+    if (save || (s.ev_active && s.ev_kind == COORD_ACT_SNAPSHOT)) {
+      int64_t at = coord_sm_global_step(s.sm);
+      assert_int_equal(s.n_fl, 0); /* drained */
+      int dispatched = s.count[COORD_ACT_DISPATCH];
+      for (int k = 0; k < 10; k++) step_holding_ck(&s);
+      assert_int_equal(s.count[COORD_ACT_DISPATCH], dispatched);
+      assert_int_equal(coord_sm_global_step(s.sm), at);
+      if (save) {
+        assert_string_equal(coord_sm_phase(s.sm), "save");
+        sim_ck_answer(&s, 0, -1, false, NULL); /* snapshots held */
+        saves++;
+        continue;
+      }
+      sim_ev_answer(&s, 0, NULL); /* every PS holds it */
+      assert_int_equal(s.ev_kind, COORD_ACT_EVALUATE);
+      for (int k = 0; k < 10; k++) step_holding_ck(&s);
+      assert_int_equal(s.count[COORD_ACT_DISPATCH], dispatched);
+      /* the last one comes after training, in phase "final" */
+      const char *ph = coord_sm_phase(s.sm);
+      if (at < 240) assert_string_equal(ph, "eval");
+      else assert_true(!strcmp(ph, "eval") || !strcmp(ph, "final"));
+      sim_ev_answer(&s, 0, NULL);
+      assert_false(s.ev_active);
+      evals++;
+      continue;
+    }
+    if (s.ck_active)
+      sim_ck_answer(&s, 0, -1, false, NULL);
+    else if (s.ev_active)
+      sim_ev_answer(&s, 0, NULL);
+    else
+      step_holding_ck(&s);
+  }
+  assert_int_equal(s.status, 0);
+  assert_int_equal(coord_sm_global_step(s.sm), 240);
+  assert_true(saves >= 4);
+  assert_true(evals >= 4);
+  sim_free(&s);
+}
+
 int main(void) {
   tsr_log_set_level(TSR_LOG_ERROR);
   const struct CMUnitTest tests[] = {
@@ -286,6 +346,7 @@ int main(void) {
       cmocka_unit_test(run_ends_after_its_last_checkpoint),
       cmocka_unit_test(pruning_keeps_chains),
       cmocka_unit_test(evaluation_does_not_pause),
+      cmocka_unit_test(lockstep_takes_them_at_a_boundary),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
