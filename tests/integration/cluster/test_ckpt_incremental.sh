@@ -11,7 +11,8 @@
 #     on, nothing else, and each verifies (tessera ckpt inspect --verify
 #     reads the chain);
 #   - export of the last increment equals export of the same step from a
-#     run whose every checkpoint is whole;
+#     run whose every checkpoint is whole, and so do tessera evaluate's
+#     figures (evaluation from a checkpoint reads the chain);
 #   - the whole checkpoint the newest builds on damaged: verify names the
 #     file; a chief started again on the folder skips the checkpoints that
 #     need it (naming it) and resumes from the newest complete chain,
@@ -107,6 +108,23 @@ for k in a.files:
 print(len(a.files), "arrays equal")
 PY
 check "it equals the whole checkpoint of the same step" test $? = 0
+# evaluation from a checkpoint (the evaluator, tessera evaluate) reads the
+# increment over its chain too
+for k in 3 1; do
+  d="$WORK/ck$k"
+  [ "$k" = 1 ] && d="$WORK/ck1/ckpt-$(printf %012d "$NEWEST")"
+  "$TESSERA" evaluate --job "$WORK/job$k.json" --checkpoint "$d" \
+    --data train --summary-json "$WORK/e$k.json" >"$WORK/e$k.log" 2>&1
+  check "tessera evaluate of ck$k at step $NEWEST (exit 0)" test $? = 0
+done
+/usr/bin/python3 - "$WORK/e3.json" "$WORK/e1.json" <<'PY'
+import json, sys
+a, b = (json.load(open(p))["eval"] for p in sys.argv[1:3])
+assert a == b and "loss" in a, (a, b)
+print("evaluated", a)
+PY
+check "evaluating the increment gives the whole checkpoint's figures" \
+  test $? = 0
 
 # the whole checkpoint the newest builds on loses a file
 victim=$(ls "$WORK/ck3/ckpt-$(printf %012d "$BASE")/"embedding*part-0-of-*.tshard | head -n 1)
