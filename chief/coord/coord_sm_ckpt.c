@@ -10,15 +10,20 @@
  * id, whatever the phase. Async training never pauses for it: the
  * checkpoint of step s holds every update of the s steps counted when
  * SAVE went out, and possibly some of the closures then in flight (at
- * least once, as a closure run again after a lost worker). Sync and ssp
- * drain to a step boundary, SAVE, and resume as soon as every PS holds
- * its snapshot: their checkpoint of step s holds exactly s steps. The
+ * least once, as a closure run again after a lost worker). Sync, ssp
+ * and dense "allreduce" (its dense state is the workers', taken between
+ * closures) drain to a step boundary, SAVE, and resume as soon as every
+ * PS holds its snapshot: their checkpoint of step s holds exactly s
+ * steps. The
  * first checkpoint (step 0) and the last one are taken drained, and the
  * run ends only once the last one is committed.
  *
  * An evaluation never pauses training either: every PS takes a snapshot
  * of its shards (SNAPSHOT), one worker evaluates reading it (EVALUATE),
  * and the PS drop it (UNSNAPSHOT); it reports the step at its snapshot.
+ * With dense "allreduce" it is taken drained and the ring waits for it
+ * (SM_EVAL): the evaluating worker is a member every step needs, and
+ * its dense values must be those of the snapshot's step.
  *
  * Pruning keeps the newest ckpt_keep committed checkpoints and never the
  * newest one away. A checkpoint that fails anywhere (a PS save, its
