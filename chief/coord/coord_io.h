@@ -30,6 +30,24 @@
 
 typedef struct coord coord;
 
+/* A change of the workers that run closures (the machine's MEMBER): a
+ * worker joined (configured and ready) or left (lost: its connection
+ * closed, or was silent past --heartbeat-timeout, or a closure found it
+ * gone; or left out of the run). Whatever forms a group of the workers
+ * (the status service now; a ring among them) subscribes and re-forms on
+ * it. Called on the loop thread, in the order of the changes; a callback
+ * must not block. */
+typedef struct {
+  int worker;
+  bool up;
+  uint64_t epoch;        /* bumped by every change */
+  const char *why;       /* "ready", or why it left; valid for the call */
+  double at;             /* tsr_now_s() */
+} coord_member_ev;
+typedef void (*coord_member_cb)(coord *co, const coord_member_ev *ev,
+                                void *data);
+#define COORD_MAX_MEMBER_SUBS 4
+
 typedef struct {
   coord *co;
   int index;
@@ -54,6 +72,9 @@ typedef struct {
   double busy_s, input_s, pull_s, compute_s, push_s;
   int64_t skipped_seen;  /* its last skipped_records (a restart resets it) */
   char device[32];
+  /* as the status service heard it from the membership changes */
+  double left_at;        /* 0 while it runs closures (or never did) */
+  char left_why[128];
 } coord_wk;
 
 /* One PS operation over every PS (setup, restore, save, shutdown): its
@@ -145,9 +166,17 @@ struct coord {
   int64_t skipped_records;   /* corrupt input records, all workers */
   json_t *input_affine;      /* {"scale": [...], "shift": [...]} from the
                                 first worker configured, for the manifest */
+  struct {
+    coord_member_cb cb;
+    void *data;
+  } member_subs[COORD_MAX_MEMBER_SUBS];
+  int n_member_subs;
 };
 
 /* coord_io.c */
+/* Calls cb on every change of the workers that run closures, from now on;
+ * 0, or TSR_EBUSY past COORD_MAX_MEMBER_SUBS subscribers. */
+int coord__member_subscribe(coord *co, coord_member_cb cb, void *data);
 void coord__post(coord *co, const coord_event *ev);
 void coord__post_simple(coord *co, coord_ev_kind kind, int index,
                         const char *msg);

@@ -431,6 +431,7 @@ static void sm_pump(coord_sm *sm) {
     }
     sm__closure_deadlines(sm);
     if (sm->ended) return;
+    if (training) sm__note_waiting(sm);
     switch (sm->phase) {
       case SM_CONNECT: sm_pump_connect(sm); break;
       case SM_SETUP:
@@ -615,3 +616,64 @@ size_t coord_sm_ckpt_failures(const coord_sm *sm,
 double coord_sm_train_start(const coord_sm *sm) { return sm->t_train_start; }
 double coord_sm_train_end(const coord_sm *sm) { return sm->t_train_end; }
 const chief_sched *coord_sm_sched(const coord_sm *sm) { return sm->sched; }
+uint64_t coord_sm_members_epoch(const coord_sm *sm) {
+  return sm->members_epoch;
+}
+
+size_t coord_sm_waiting(const coord_sm *sm, char *buf, size_t len) {
+  if (!len) return 0;
+  buf[0] = 0;
+  double waited = sm->now - sm->t_phase;
+  char missing[COORD_MSG_MAX - 100];
+  int n = 0;
+  switch (sm->phase) {
+    case SM_CONNECT:
+      sm_missing(sm, missing, sizeof missing);
+      n = snprintf(buf, len, "%s to answer (%.0f s of %.0f s)", missing + 1,
+                   waited, sm->c.wait_timeout_s);
+      break;
+    case SM_SETUP:
+      n = snprintf(buf, len, "every PS to create the variables (%.0f s)",
+                   waited);
+      break;
+    case SM_RESTORE:
+      n = snprintf(buf, len, "every PS to restore the checkpoint of step %"
+                   PRId64 " (%.0f s)", sm->restore_step, waited);
+      break;
+    case SM_SAVE:
+      n = snprintf(buf, len, "every PS to save the checkpoint of step %"
+                   PRId64 " (%.0f s)", sm->save_step, waited);
+      break;
+    case SM_COMMIT:
+      n = snprintf(buf, len, "the manifest of step %" PRId64, sm->save_step);
+      break;
+    case SM_EVAL:
+      n = snprintf(buf, len, "%s to evaluate (%.0f s)",
+                   sm->wk[sm->eval_worker].name, waited);
+      break;
+    case SM_RECOVER: {
+      size_t off = 0;
+      missing[0] = 0;
+      for (int i = 0; i < sm->c.n_ps && off + 8 < sizeof missing; i++)
+        if (!sm->ps[i].connected)
+          off += (size_t)snprintf(missing + off, sizeof missing - off,
+                                  "%s%s", off ? ", " : "", sm->ps[i].name);
+      if (off)
+        n = snprintf(buf, len, "%s to come back (%.0f s of %.0f s)", missing,
+                     waited, sm->c.ps_timeout_s);
+      else if (sm->n_outs)
+        n = snprintf(buf, len, "%zu closure(s) of before the PS loss to end",
+                     sm->n_outs);
+      break;
+    }
+    case SM_SHUTDOWN:
+      n = snprintf(buf, len, "the answers to the shutdown");
+      break;
+    case SM_TRAIN:
+    case SM_DRAIN:
+    case SM_FINAL: return sm__waiting_train(sm, buf, len);
+    case SM_DONE:
+    case SM_FAILED: break;
+  }
+  return n < 0 ? 0 : (size_t)n < len ? (size_t)n : len - 1;
+}

@@ -23,9 +23,14 @@
  *             FINISH with status 0
  *
  * Failure modes, each with its decision:
- *   a worker is lost: its closures' steps go back to the pool; it is
- *     configured again when it comes back (sync: it sits the run out
- *     unless cfg.sync_rejoin);
+ *   a worker is lost (WK_LOST: its connection closed, or went silent past
+ *     the heartbeat timeout; or a closure failed because its connection
+ *     is gone): at once its closures' steps go back to the pool and run on
+ *     the workers that are up, nothing waits for their answers any more
+ *     (a pause for a checkpoint goes on without them), MEMBER says it left;
+ *     it is configured again when it comes back (sync: it sits the run out
+ *     unless cfg.sync_rejoin). The closure deadline is for a worker that
+ *     is connected but does not answer (alive and stuck);
  *   a closure fails: transient (a PS unreachable, a stale sync push) - its
  *     steps go back; the worker's own error - the same, and after
  *     max_closure_failures in a row the worker is left out; a data error
@@ -187,6 +192,12 @@ typedef enum {
   COORD_ACT_COUNT,         /* index, closure, stats: its steps counted */
   COORD_ACT_RELEASE,       /* index: ssp/sync, the worker leaves the PS
                               clocks (idle, lost or left out) */
+  COORD_ACT_MEMBER,        /* index, up, op, msg: the workers that run
+                              closures changed: worker `index` joined (up:
+                              configured and ready) or left (lost, or left
+                              out; msg says why); op is the membership's
+                              epoch, bumped by every change. What a group
+                              of workers (a ring) re-forms on */
   COORD_ACT_EVALUATE,      /* op, index (worker), step */
   COORD_ACT_NOTE,          /* level (log.h), msg */
   COORD_ACT_SHUTDOWN,      /* op: tell every worker and PS the job is done */
@@ -201,6 +212,7 @@ typedef struct {
   int64_t step;
   int64_t total;           /* COMMIT: global steps of the job, 0 unknown */
   bool resumed;
+  bool up;                 /* MEMBER */
   int level;
   int status;
   chief_closure closure;
@@ -261,5 +273,13 @@ size_t coord_sm_ckpt_failures(const coord_sm *sm,
 double coord_sm_train_start(const coord_sm *sm);
 double coord_sm_train_end(const coord_sm *sm);
 const chief_sched *coord_sm_sched(const coord_sm *sm);
+/* What the run waits for now, in words ("worker:0 closure 12 (sent 3 s
+ * ago) before the checkpoint of step 1040", "ps:1 to come back"), written
+ * to buf; "" (and 0) when it is not waiting on anyone. Returns the
+ * length. */
+size_t coord_sm_waiting(const coord_sm *sm, char *buf, size_t len);
+/* The epoch of the set of workers that run closures (see MEMBER); 0
+ * before the first joins. */
+uint64_t coord_sm_members_epoch(const coord_sm *sm);
 
 #endif

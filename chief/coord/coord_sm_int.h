@@ -37,6 +37,7 @@ typedef struct {
   bool ever_ready;
   bool answered;        /* has answered a configuration of this run */
   bool left;            /* ssp/sync: told the PS it no longer counts */
+  bool member;          /* MEMBER up given, no MEMBER down since */
   int restarts;
   int failures;         /* its own closure errors in a row */
   int64_t examples;     /* per epoch, -1 unknown */
@@ -52,6 +53,7 @@ typedef struct {
   uint64_t id;
   uint32_t gen;
   int worker;
+  double sent;
   double deadline;
 } sm_out;
 
@@ -101,6 +103,8 @@ struct coord_sm {
   double t_noworker;    /* since when no worker is ready (0: one is) */
   bool gate_open;       /* sync: a closure went out since the last rewind */
   double t_gate;
+  double t_wait_note;   /* last "waiting for" note of training or a pause */
+  uint64_t members_epoch;
 
   int restarts_ps, restarts_worker;
   int exit_status;
@@ -140,6 +144,12 @@ void sm__enter_train(coord_sm *sm);
 void sm__pump_train(coord_sm *sm);
 int sm__count(const coord_sm *sm, coord_wk_state st);
 int sm__ready_worker(coord_sm *sm);  /* for an evaluation; -1: none */
+/* What training or a pause waits for (closures out, no worker): the text
+ * of coord_sm_waiting; "" when nothing. */
+size_t sm__waiting_train(const coord_sm *sm, char *buf, size_t len);
+/* Says in a note, every 10 s while it lasts, what training or a pause has
+ * waited on for 5 s or more without a closure coming back. */
+void sm__note_waiting(coord_sm *sm);
 
 /* coord_sm_ckpt.c */
 void sm__ckpt_known(coord_sm *sm, const int64_t *steps, size_t n);

@@ -296,8 +296,16 @@ void coord__wk_dispatch(coord *co, const chief_closure *c) {
   req.steps = c->steps;
   req.first_step = c->first_step;
   req.trace = co->trace != NULL;
-  coord_wk_call *call = calloc(1, sizeof *call);
-  int rc = TSR_ENOMEM;
+  coord_wk_call *call = NULL;
+  int rc = TSR_ECLOSED;
+  /* a worker whose connection is gone gets nothing: the call would wait
+   * for a connection until the closure's deadline (or be written to the
+   * next process at that address before its configuration), and the
+   * machine learns at once that the worker is lost */
+  if (tsr_rpc_client_connected(w->cli)) {
+    rc = TSR_ENOMEM;
+    call = calloc(1, sizeof *call);
+  }
   if (call) {
     call->w = w;
     call->c = *c;

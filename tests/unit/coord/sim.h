@@ -8,7 +8,10 @@
  *   - a closure is counted at most once, only in the generation it was
  *     dispatched in, and the steps counted since the last REWIND plus its
  *     step are the machine's step count;
- *   - CONFIGURE / DISPATCH / EVALUATE go to a worker that is up;
+ *   - CONFIGURE / DISPATCH / EVALUATE go to a worker that is up, DISPATCH
+ *     only to a member (MEMBER up given, no MEMBER down since);
+ *   - MEMBER changes a worker's membership each time and bumps the epoch
+ *     by one;
  *   - FAIL carries a message and a non-zero status; nothing follows FAIL
  *     or FINISH.
  * A failed check names the seed (random tests) so the run can be redone.
@@ -75,6 +78,8 @@ typedef struct {
   int64_t restored;               /* a RESTORE answered well, not yet
                                      rewound to (-1: none) */
   bool last_rewind_resumed;
+  bool member[SIM_MAX];           /* as the MEMBER actions said */
+  uint64_t members_epoch;
 } sim;
 
 #define SIM_CHECK(s, cond, ...)                                      \
@@ -164,6 +169,19 @@ static inline void sim_apply(sim *s, const coord_action *a) {
     case COORD_ACT_PAUSE:
     case COORD_ACT_RELEASE:
       break;
+    case COORD_ACT_MEMBER:
+      SIM_CHECK(s, a->index >= 0 && a->index < s->cfg.n_wk,
+                "MEMBER of worker %d", a->index);
+      SIM_CHECK(s, s->member[a->index] != a->up, "MEMBER %s of worker %d "
+                "that already was", a->up ? "up" : "down", a->index);
+      SIM_CHECK(s, a->op == s->members_epoch + 1, "MEMBER epoch %" PRIu64
+                " after %" PRIu64, a->op, s->members_epoch);
+      SIM_CHECK(s, !a->up || s->wk_up[a->index], "MEMBER up of worker %d, "
+                "down", a->index);
+      SIM_CHECK(s, a->msg[0] != 0, "MEMBER without a reason");
+      s->member[a->index] = a->up;
+      s->members_epoch = a->op;
+      break;
     case COORD_ACT_DISCARD:
       SIM_CHECK(s, !sim_on_disk(s, a->step),
                 "DISCARD of the committed checkpoint of step %" PRId64,
@@ -188,6 +206,8 @@ static inline void sim_apply(sim *s, const coord_action *a) {
       SIM_CHECK(s, s->n_fl < SIM_FL, "too many closures in flight");
       SIM_CHECK(s, a->closure.steps > 0, "a closure of %" PRId64 " steps",
                 a->closure.steps);
+      SIM_CHECK(s, s->member[a->index], "DISPATCH to worker %d, no member",
+                a->index);
       if (s->first_dispatch_step < 0)
         s->first_dispatch_step = a->closure.first_step;
       s->fl[s->n_fl++] = (sim_fl){.c = a->closure, .at = s->now};
@@ -275,6 +295,8 @@ static inline void sim_restart_chief(sim *s) {
   s->base = 0;
   s->counted_steps = 0;
   s->n_counted = 0; /* its closure ids are its own */
+  memset(s->member, 0, sizeof s->member);
+  s->members_epoch = 0;
   s->restored = -1;
   s->ended = false;
   if (s->n_disk)
@@ -329,6 +351,18 @@ static inline void sim_wk_lost(sim *s, int w) {
                             .err_kind = COORD_ERR_LOST, .status = -1,
                             .msg = "connection closed"});
   }
+}
+
+/* The worker goes away and its closures are never answered (a closure
+ * sent to it after its connection broke, waiting for a connection that
+ * will not come back, answers only at its deadline). */
+static inline void sim_wk_vanish(sim *s, int w) {
+  sim_wk_lost(s, w);
+  for (int k = 0; k < s->n_fl;)
+    if (s->fl[k].c.worker == w)
+      s->fl[k] = s->fl[--s->n_fl];
+    else
+      k++;
 }
 
 /* Answers the PS / eval / shutdown operation out. */

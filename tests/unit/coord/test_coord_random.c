@@ -1,6 +1,6 @@
 /* The coordinator's state machine under seeded random interleavings:
  * answers in any order, closures that fail, PS and workers that come and
- * go, checkpoints that fail, chiefs that restart, time that passes. The
+ * go (a lost worker's closures failing, or never answered), checkpoints that fail, chiefs that restart, time that passes. The
  * injected failures stay within what a run must survive (a PS back before
  * --ps-timeout, fewer failed restores in a row than the tries), so every
  * run must end well: status 0 and exactly the job's steps, with sim.h's
@@ -187,7 +187,11 @@ static void one_event(rsim *x) {
   } else if (p < 86) {
     int w = (int)(rnd(&x->r) % (uint32_t)s->cfg.n_wk);
     if (s->wk_up[w]) {
-      DO(x, sim_wk_lost(s, w));
+      /* its closures fail with it, or are never answered at all */
+      if (rnd(&x->r) % 2)
+        DO(x, sim_wk_lost(s, w));
+      else
+        DO(x, sim_wk_vanish(s, w));
       x->other_streak[w] = 0;
     }
   } else if (p < 93) {

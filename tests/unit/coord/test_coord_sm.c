@@ -351,6 +351,135 @@ static void both_workers_die_at_once(void **state) {
   sim_free(&s);
 }
 
+/* A worker lost for good, its closures never answered: they run on the
+ * other worker at once, in every mode, and the run ends with the exact
+ * count long before the closure deadline (the pause for the next
+ * checkpoint waited for those closures until their deadline, ten minutes
+ * by default). Time here is the simulation's. */
+static void lost_worker_for_good(tsr_mode mode) {
+  coord_sm_config c = sim_ckpt_config(2, 2, mode, 300, 40);
+  c.closure_timeout_s = 1000;
+  c.has_eval = true;
+  sim s;
+  sim_init(&s, &c, 0);
+  start(&s);
+  sim_run_past_ckpt(&s, 40, 5);
+  assert_true(s.member[1]);
+  int before = s.count[COORD_ACT_DISPATCH];
+  double t0 = s.now;
+  sim_wk_vanish(&s, 1);
+  assert_false(s.member[1]);
+  assert_true(sim_noted(&s, "run now on worker:0"));
+  int64_t at = coord_sm_global_step(s.sm);
+  /* worker 1 stays away */
+  for (int r = 0; r < 100000 && !s.ended; r++) {
+    if (s.n_fl)
+      sim_closure_done(&s, 0, -1);
+    else if (s.op_active)
+      sim_answer(&s, 0, -1, false, NULL);
+    else
+      sim_tick(&s, 0.1);
+  }
+  assert_int_equal(s.status, 0);
+  assert_int_equal(coord_sm_global_step(s.sm), 300);
+  assert_true(s.count[COORD_ACT_DISPATCH] > before);
+  assert_true(sim_disk_newest(&s) == 300 && at < 300);
+  SIM_CHECK(&s, s.now - t0 < 10, "the run took %.1f s after the loss",
+            s.now - t0);
+  assert_false(sim_noted(&s, "no answer to closure"));
+  sim_free(&s);
+}
+
+static void lost_worker_async(void **state) {
+  (void)state;
+  lost_worker_for_good(TSR_MODE_ASYNC);
+}
+static void lost_worker_ssp(void **state) {
+  (void)state;
+  lost_worker_for_good(TSR_MODE_SSP);
+}
+static void lost_worker_sync(void **state) {
+  (void)state;
+  lost_worker_for_good(TSR_MODE_SYNC);
+}
+
+/* A closure that fails because its worker's connection is gone comes
+ * before the connection's own WK_LOST: nothing more is sent to that worker
+ * meanwhile (the closure sent then waited for a connection until its
+ * deadline), and it takes part again once it is back. */
+static void closure_lost_before_its_worker(void **state) {
+  (void)state;
+  coord_sm_config c = sim_config(1, 2, TSR_MODE_ASYNC, 200);
+  sim s;
+  sim_init(&s, &c, 0);
+  start(&s);
+  sim_ready(&s, 0);
+  sim_ready(&s, 1);
+  int k = 0, on1 = 0;
+  for (int i = 0; i < s.n_fl; i++) on1 += s.fl[i].c.worker == 1;
+  while (s.fl[k].c.worker != 1) k++;
+  /* (sim.h checks that no DISPATCH goes to a worker that is no member) */
+  sim_closure_fail(&s, k, COORD_ERR_LOST, "connection to 127.0.0.1:2 lost");
+  assert_false(s.member[1]);
+  int now1 = 0;
+  for (int i = 0; i < s.n_fl; i++) now1 += s.fl[i].c.worker == 1;
+  assert_int_equal(now1, on1 - 1);
+  assert_true(sim_noted(&s, "lost worker:1"));
+  uint64_t epoch = s.members_epoch;
+  sim_wk_vanish(&s, 1); /* its WK_LOST: no second note, no second MEMBER */
+  assert_int_equal(s.members_epoch, epoch);
+  sim_wk_up(&s, 1);
+  sim_ready(&s, 1);
+  assert_true(s.member[1]);
+  sim_run_calm(&s, 2000);
+  assert_int_equal(s.status, 0);
+  assert_int_equal(coord_sm_global_step(s.sm), 200);
+  sim_free(&s);
+}
+
+/* A worker that is connected but does not answer (alive and stuck): the
+ * pause before a checkpoint says what it waits for, in a note and in
+ * coord_sm_waiting, and the closure deadline ends the wait. */
+static void stuck_worker_is_named(void **state) {
+  (void)state;
+  coord_sm_config c = sim_ckpt_config(1, 2, TSR_MODE_ASYNC, 200, 40);
+  sim s;
+  sim_init(&s, &c, 0);
+  start(&s);
+  sim_run_past_ckpt(&s, 0, 1);
+  /* worker 1 answers nothing from now on */
+  for (int r = 0; r < 5000 && strcmp(coord_sm_phase(s.sm), "pause"); r++) {
+    int k = 0;
+    while (k < s.n_fl && s.fl[k].c.worker == 1) k++;
+    if (k < s.n_fl)
+      sim_closure_done(&s, k, -1);
+    else if (s.op_active)
+      sim_answer(&s, 0, -1, false, NULL);
+    else
+      sim_tick(&s, 0.1);
+  }
+  assert_string_equal(coord_sm_phase(s.sm), "pause");
+  for (int t = 0; t < 12; t++) sim_tick(&s, 1);
+  char w[COORD_MSG_MAX];
+  assert_true(coord_sm_waiting(s.sm, w, sizeof w) > 0);
+  assert_non_null(strstr(w, "worker:1 closure"));
+  assert_non_null(strstr(w, "before the checkpoint"));
+  assert_true(sim_noted(&s, "waiting for worker:1 closure"));
+  /* past the deadline its steps go back and the run ends (worker 1's
+   * later closures are answered again) */
+  sim_tick(&s, c.closure_timeout_s * 1.2 + 5);
+  assert_true(sim_noted(&s, "no answer to closure"));
+  for (int k = 0; k < s.n_fl;)
+    if (s.fl[k].c.worker == 1 && s.fl[k].at < s.now - 1)
+      sim_take(&s, k);
+    else
+      k++;
+  sim_run_calm(&s, 5000);
+  assert_int_equal(s.status, 0);
+  assert_int_equal(coord_sm_global_step(s.sm), 200);
+  sim_free(&s);
+}
+
 /* sync: a worker that comes back mid-run sits it out unless rejoining is
  * on; either way the count is exact. */
 static void sync_worker_back(bool rejoin) {
@@ -514,6 +643,11 @@ int main(void) {
       cmocka_unit_test(lost_ps_recovers),
       cmocka_unit_test(chief_and_worker_die_together),
       cmocka_unit_test(both_workers_die_at_once),
+      cmocka_unit_test(lost_worker_async),
+      cmocka_unit_test(lost_worker_ssp),
+      cmocka_unit_test(lost_worker_sync),
+      cmocka_unit_test(closure_lost_before_its_worker),
+      cmocka_unit_test(stuck_worker_is_named),
       cmocka_unit_test(sync_worker_back_sits_out),
       cmocka_unit_test(sync_worker_back_rejoins),
       cmocka_unit_test(ssp_start_waits_for_a_slow_worker),
