@@ -41,6 +41,28 @@ int tsr_optim_kind_parse(const char *name) {
   return -1;
 }
 
+/* An optimizer instance's name as Keras writes it in get_config(): tf_keras
+ * names it after its class ("AdamW", "RMSprop"), Keras 3 after the class in
+ * snake case with a counter for the second and later instances ("adam_w",
+ * "rm_sprop", "adam_1"). Case, underscores and that counter aside, it must
+ * spell one of the classes. */
+static int optim_kind_of_instance(const char *name) {
+  char k[32];
+  size_t n = strlen(name), o = 0;
+  /* the counter: "_" then digits at the end */
+  size_t end = n;
+  while (end > 0 && name[end - 1] >= '0' && name[end - 1] <= '9') end--;
+  if (end < n && end > 0 && name[end - 1] == '_') n = end - 1;
+  for (size_t i = 0; i < n; i++) {
+    if (name[i] == '_') continue;
+    if (o + 1 >= sizeof k) return -1;
+    k[o++] = name[i];
+  }
+  if (!o) return -1;
+  k[o] = 0;
+  return tsr_optim_kind_parse(k);
+}
+
 void tsr_optim_defaults(tsr_opt_kind kind, tsr_optim_spec *o) {
   memset(o, 0, sizeof *o);
   o->kind = kind;
@@ -111,8 +133,9 @@ int tsr_lr_schedule_parse(json_t *v, const char *where, tsr_lr_schedule *s,
   if (json_is_number(v)) {
     s->kind = TSR_LR_CONSTANT;
     s->initial = json_number_value(v);
-    if (!(s->initial > 0) || !isfinite(s->initial))
-      return tsr_errf(err, errlen, TSR_ECONFIG, "%s %g must be > 0", where,
+    /* 0 is allowed, as Keras allows it (a frozen run, a warmup's start) */
+    if (!(s->initial >= 0) || !isfinite(s->initial))
+      return tsr_errf(err, errlen, TSR_ECONFIG, "%s %g must be >= 0", where,
                       s->initial);
     return 0;
   }
@@ -218,9 +241,9 @@ int tsr_lr_schedule_parse(json_t *v, const char *where, tsr_lr_schedule *s,
   if (!json_object_get(cfg, "initial_learning_rate"))
     return tsr_errf(err, errlen, TSR_ECONFIG,
                     "%s.initial_learning_rate is required", w);
-  if (!(s->initial > 0))
+  if (!(s->initial >= 0))
     return tsr_errf(err, errlen, TSR_ECONFIG,
-                    "%s.initial_learning_rate %g must be > 0", w, s->initial);
+                    "%s.initial_learning_rate %g must be >= 0", w, s->initial);
   const char *dk =
       s->kind == TSR_LR_COSINE_RESTARTS ? "first_decay_steps" : "decay_steps";
   if ((rc = need_pos(s->decay_steps, where, dk, err, errlen))) return rc;
@@ -234,9 +257,9 @@ int tsr_lr_schedule_parse(json_t *v, const char *where, tsr_lr_schedule *s,
                     "%s: decay_rate, alpha (at most 1), warmup_steps, "
                     "end_learning_rate, m_mul and power must be >= 0, t_mul "
                     "> 0", w);
-  if (s->warmup && !(s->warmup_target > 0))
+  if (s->warmup && !(s->warmup_target >= 0))
     return tsr_errf(err, errlen, TSR_ECONFIG,
-                    "%s.warmup_target %g must be > 0", w, s->warmup_target);
+                    "%s.warmup_target %g must be >= 0", w, s->warmup_target);
   return 0;
 }
 
@@ -367,9 +390,19 @@ int tsr_optim_parse(json_t *v, tsr_optim_spec *out, char *err,
                     "\"name\", or Keras's serialized {\"class_name\", "
                     "\"config\"}");
   }
-  int kind = tsr_optim_kind_parse(name);
+  /* the class decides: a serialized form's class_name, or the instance
+   * name Keras derives from it */
+  int kind = cfg == v ? optim_kind_of_instance(name) : tsr_optim_kind_parse(name);
+  if (json_is_string(v) && kind < 0) kind = optim_kind_of_instance(name);
   /* the rule of non-trainable statistics is the PS's, not a job's */
   if (kind == TSR_OPT_MOVING_AVERAGE) kind = -1;
+  if (kind < 0 && cfg == v)
+    return tsr_errf(err, errlen, TSR_EUNSUPPORTED,
+                    "optimizer \"%s\": not the name of a supported "
+                    "optimizer class (supported: %s); an optimizer named "
+                    "otherwise needs its class: paste "
+                    "keras.optimizers.serialize(opt), which carries "
+                    "\"class_name\"", name, OPT_SUPPORTED);
   if (kind < 0)
     return tsr_errf(err, errlen, TSR_EUNSUPPORTED,
                     "optimizer \"%s\" is not supported (supported: %s)", name,
@@ -455,9 +488,9 @@ int tsr_optim_parse(json_t *v, tsr_optim_spec *out, char *err,
     s->decay_steps = 1;
     s->decay_rate = decay;
   }
-  if (!(out->learning_rate > 0))
+  if (!(out->learning_rate >= 0))
     return tsr_errf(err, errlen, TSR_ECONFIG,
-                    "optimizer.learning_rate %g must be > 0",
+                    "optimizer.learning_rate %g must be >= 0",
                     out->learning_rate);
   if (out->momentum < 0 || out->momentum >= 1)
     return tsr_errf(err, errlen, TSR_ECONFIG,
@@ -494,6 +527,12 @@ int tsr_optim_parse(json_t *v, tsr_optim_spec *out, char *err,
     return tsr_errf(err, errlen, TSR_ECONFIG,
                     "optimizer: only one of clipnorm, clipvalue and "
                     "global_clipnorm can be set (as in Keras)");
+  if (kind == TSR_OPT_FTRL && out->schedule.kind == TSR_LR_CONSTANT &&
+      out->learning_rate == 0)
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "optimizer.learning_rate 0 with ftrl: its update divides "
+                    "by the rate (a schedule may start at 0: those steps "
+                    "change nothing)");
   if (out->weight_decay > 0 && kind == TSR_OPT_FTRL)
     return tsr_errf(err, errlen, TSR_EUNSUPPORTED,
                     "optimizer.weight_decay is not supported with ftrl (use "

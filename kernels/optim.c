@@ -329,6 +329,10 @@ static int apply_chunk(const tsr_optim_spec *sp, int64_t step, double lr_d,
       return 0;
     }
     case TSR_OPT_FTRL: {
+      /* FTRL divides by the rate: a step where a schedule passes through
+       * 0 (a warmup's start) leaves the shard and its slots as they were,
+       * the limit every other rule reaches at rate 0, instead of NaN */
+      if (!(lr_d > 0)) return 0;
       double l2 = sp->l2 + sp->beta / (2.0 * lr_d);
       float l2x2 = (float)(2.0 * l2), shrink2 = (float)(2.0 * sp->l2_shrinkage);
       if (sp->learning_rate_power == -0.5)

@@ -2,7 +2,7 @@
  * so the binary (ps/main.c) and the tests host it the same way, several in
  * one process if they like (each with its own context and loop).
  *
- * Happy path: ps_server_new() registers every PS method (ps/client.h,
+ * Happy path: ps_server_new() registers every PS method (ps/wire/wire.h,
  * PS_M_*) on a fresh RPC server before anything listens, then
  * ps_server_listen() binds. Applies, checkpoint I/O and sparse gathers run
  * on libuv's thread pool, one writer per shard; everything else runs on
@@ -18,7 +18,7 @@
 #include <stddef.h>
 
 #include "common/rpc/rpc.h"
-#include "ps/client.h"
+#include "ps/wire/wire.h"
 
 typedef struct ps_server ps_server;
 

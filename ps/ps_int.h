@@ -17,7 +17,7 @@
 #include "common/rpc/rpc.h"
 #include "kernels/init.h"
 #include "kernels/optim.h"
-#include "ps/client.h"
+#include "ps/wire/wire.h"
 
 size_t ps__dtype_size(int dt);
 const char *ps__dtype_name(int dt);
@@ -30,8 +30,6 @@ bool ps__spec_equal(const ps_var_spec *a, const ps_var_spec *b);
  * ranges. TSR_EINVAL / TSR_ERANGE with err naming the variable, the field
  * and the value. */
 int ps__spec_validate(const ps_var_spec *s, char *err, size_t errlen);
-/* Elements per row: product of shape[1..rank). */
-int64_t ps__spec_width(const ps_var_spec *s);
 /* Whether a sparse id belongs to this shard; TSR_ERANGE when not (the
  * message names the id and the range). */
 int ps__spec_owns_id(const ps_var_spec *s, int64_t id);

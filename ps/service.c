@@ -228,8 +228,10 @@ static void ps__do_push(ps_server *s, ps_op *op) {
   ps_shard *sh = e->sh;
   size_t n =
       ps_var_spec_sparse(&e->spec) ? op->n_ids * (size_t)e->width : e->numel;
+  /* a push of no rows carries no payload at all: no offset from NULL */
   const uint8_t *gp =
-      op->payload + (ps_var_spec_sparse(&e->spec) ? op->n_ids * 8 : 0);
+      op->payload && ps_var_spec_sparse(&e->spec) ? op->payload + op->n_ids * 8
+                                                  : op->payload;
   const int64_t *ids = NULL;
   /* a push of no rows (a worker's step that touched none of this shard's
    * rows; sync counts it) has no payload and nothing to apply */
@@ -289,7 +291,7 @@ static void ps__do_gather(ps_server *s, ps_op *op) {
                                           ps__dtype_size(op->dtype)
                     : 0;
   size_t n = op->fused ? op->n_pull : op->n_ids;
-  const int64_t *ids = ps__ids(op, op->payload + skip, n);
+  const int64_t *ids = ps__ids(op, op->payload ? op->payload + skip : NULL, n);
   /* op->out_len: n rows of the shard's width, checked by the handler */
   op->out = ps__alloc(&s->mem, op->out_len);
   if (!ids || !op->out) {

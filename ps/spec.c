@@ -116,9 +116,9 @@ int ps__spec_validate(const ps_var_spec *s, char *err, size_t errlen) {
                     " must not be negative",
                     s->var.name, in->fan_in, in->fan_out);
   const tsr_optim_spec *o = &s->optim;
-  if (!sp_finite(o->learning_rate) || !(o->learning_rate > 0))
+  if (!sp_finite(o->learning_rate) || !(o->learning_rate >= 0))
     return tsr_errf(err, errlen, TSR_EINVAL,
-                    "%s: optimizer.learning_rate %g must be finite and > 0",
+                    "%s: optimizer.learning_rate %g must be finite and >= 0",
                     s->var.name, o->learning_rate);
   int rc;
   if ((rc = sp_hyper(s, "momentum", o->momentum, 0, 1, true, err, errlen)) ||

@@ -63,12 +63,6 @@ bool ps__spec_equal(const ps_var_spec *a, const ps_var_spec *b) {
   return memcmp(&a->optim, &b->optim, sizeof a->optim) == 0;
 }
 
-int64_t ps__spec_width(const ps_var_spec *s) {
-  int64_t w = 1;
-  for (int i = 1; i < s->var.rank; i++) w *= s->var.shape[i];
-  return w;
-}
-
 int ps__spec_owns_id(const ps_var_spec *s, int64_t id) {
   if (id < 0) return TSR_ERANGE;
   /* row0 + rows fits: ps__spec_validate checked it against dim0 */

@@ -24,7 +24,7 @@
 #include "common/job.h"
 #include "common/rpc/rpc.h"
 #include "kernels/kern.h"
-#include "ps/client.h"
+#include "ps/client/client.h"
 #include "worker/input.h"
 #include "worker/model_exec.h"
 #include "worker/wire.h"
@@ -97,7 +97,7 @@ struct wk_svc {
   kern_opts kopts;
   uint32_t ps_deadline_ms;
 
-  /* The PS client (ps/client.h, ps_kv): made, replaced (a configure for
+  /* The PS client (ps/client/client.h, ps_kv): made, replaced (a configure for
    * another layout) and closed on the loop; the thread submits and waits
    * through it. `kv` is under mu. */
   ps_kv *kv;

@@ -1,5 +1,5 @@
 /* A step's traffic with the parameter servers, one ticket per variable
- * (ps/client.h, ps_kv), so communication overlaps compute.
+ * (ps/client/client.h, ps_kv), so communication overlaps compute.
  *
  * Happy path, per step: the forward pass waits for each variable's pull
  * only when it first reads it (param_need hook, first layer first), the

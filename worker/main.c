@@ -5,14 +5,14 @@
  * overrides, so they are validated with the job file's own rules. The
  * standalone trainer has the chief's monitoring flags: --logdir (the job's
  * logdir: TensorBoard runs, metrics.jsonl, report.html, written with the
- * chief's monitor library), --summary-json, --checkpoint-dir (the weights
+ * artifacts library, as the chief writes them), --summary-json, --checkpoint-dir (the weights
  * as weights.npz, Keras names and order, every checkpoint.every_steps and
  * at the end) and --trace (every step's input wait and step as Chrome
  * trace events).
  */
-#include "chief/ckpt/export_keras.h"
-#include "chief/ckpt/npz.h"
-#include "chief/monitor/monitor.h"
+#include "artifacts/monitor/monitor.h"
+#include "artifacts/weights/export_keras.h"
+#include "artifacts/weights/npz.h"
 #include "common/cluster.h"
 #include "common/err.h"
 #include "common/fs.h"

@@ -6,7 +6,7 @@
  *
  * Everything else about the PS (splitting requests over shards, fan-out
  * to every PS, tickets, lost connections and the resets of ssp/sync) is
- * the client's (ps/client.h, ps_kv); the training thread submits and waits
+ * the client's (ps/client/client.h, ps_kv); the training thread submits and waits
  * through it directly (loop_xfer.c).
  * Failure modes: a client that cannot be made (out of memory, a bad
  * address) fails the configure with a message naming the PS; a connect

@@ -1,6 +1,5 @@
 /* Checkpoint folders, manifests and pruning; see ckpt.h. */
 #include "chief/ckpt/ckpt.h"
-#include "chief/monitor/monitor_int.h"
 #include "common/err.h"
 #include "common/fs.h"
 #include "common/grow.h"
@@ -76,7 +75,7 @@ static int ck_rm_tree(const char *dir) {
 }
 
 int chief_ckpt_check_writable(const char *root, char *err, size_t errlen) {
-  int rc = chief__mkdir_p(root, err, errlen);
+  int rc = tsr_mkdir_p(root, 0777, err, errlen);
   if (rc) return rc;
   char probe[CK_PATH], name[64];
   snprintf(name, sizeof name, ".write-probe.%d", (int)getpid());
@@ -118,7 +117,7 @@ int chief_ckpt_prepare(const char *root, int64_t step, char *err,
    * resume from an older checkpoint): its files give way to the new ones */
   struct stat st;
   if (stat(dir, &st) == 0) ck_rm_tree(dir);
-  return chief__mkdir_p(dir, err, errlen);
+  return tsr_mkdir_p(dir, 0777, err, errlen);
 }
 
 static int ck_list(const char *root, int64_t **steps, size_t *n, char *err,
@@ -138,7 +137,7 @@ int chief_ckpt_commit(const char *root, int64_t step, json_t *manifest,
     snprintf(err, errlen, "out of memory writing the manifest");
     return TSR_ENOMEM;
   }
-  int rc = chief__write_atomic(path, text, strlen(text), err, errlen);
+  int rc = tsr_write_atomic(path, text, strlen(text), err, errlen);
   free(text);
   if (rc) return rc;
   if ((rc = tsr_fsync_dir(dir, err, errlen))) return rc;
@@ -148,7 +147,7 @@ int chief_ckpt_commit(const char *root, int64_t step, json_t *manifest,
   int n = snprintf(hint, sizeof hint, "latest: " CK_PREFIX "%012" PRId64 "\n",
                    step);
   if (ck_join(path, sizeof path, root, "checkpoint") == 0)
-    chief__write_atomic(path, hint, (size_t)n, herr, sizeof herr);
+    tsr_write_atomic(path, hint, (size_t)n, herr, sizeof herr);
   return 0;
 }
 

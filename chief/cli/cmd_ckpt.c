@@ -13,8 +13,8 @@
 #include "chief/ckpt/ckpt.h"
 #include "chief/ckpt/ckpt_read.h"
 #include "chief/cli/cli.h"
-#include "chief/ckpt/export_keras.h"
-#include "chief/ckpt/npz.h"
+#include "artifacts/weights/export_keras.h"
+#include "artifacts/weights/npz.h"
 #include "common/err.h"
 #include "kernels/init.h"
 

@@ -3,7 +3,7 @@
  * wrote it, or while a run is still going. Exit 1 when the metrics cannot
  * be read or the page cannot be written (the message names the file). */
 #include "chief/cli/cli.h"
-#include "chief/monitor/monitor.h"
+#include "artifacts/monitor/monitor.h"
 
 #include <getopt.h>
 #include <stdio.h>

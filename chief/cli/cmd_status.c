@@ -14,7 +14,7 @@
 #include "common/log.h"
 #include "common/rpc/rpc.h"
 #include "ps.pb-c.h"
-#include "ps/client.h"
+#include "ps/client/client.h"
 #include "worker.pb-c.h"
 #include "worker/wire.h"
 

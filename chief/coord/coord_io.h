@@ -20,13 +20,13 @@
 #include "chief/ckpt/ckpt.h"
 #include "chief/coord/coord.h"
 #include "chief/coord/coord_sm.h"
-#include "chief/monitor/monitor.h"
+#include "artifacts/monitor/monitor.h"
 #include "common/cluster.h"
 #include "common/job.h"
 #include "common/partition.h"
 #include "common/var.h"
 #include "common/rpc/rpc.h"
-#include "ps/client.h"
+#include "ps/client/client.h"
 
 typedef struct coord coord;
 

@@ -6,7 +6,7 @@
  * summary. Errors before the loop starts are configuration errors (exit
  * 2) named with their key or file.
  */
-#include "chief/ckpt/export_keras.h"
+#include "artifacts/weights/export_keras.h"
 #include "chief/coord/coord_io.h"
 #include "common/clock.h"
 #include "common/err.h"

@@ -4,7 +4,7 @@
 #include "chief/eval/evaluator.h"
 #include "chief/ckpt/ckpt.h"
 #include "chief/ckpt/ckpt_read.h"
-#include "chief/monitor/monitor.h"
+#include "artifacts/monitor/monitor.h"
 #include "common/clock.h"
 #include "common/err.h"
 #include "common/log.h"

@@ -8,7 +8,7 @@
  * seeds of fuzz_job and fuzz_model and the Examples of fuzz_tfr_example
  * are kept by hand. */
 #include "common/crc32c.h"
-#include "ps/client_int.h"
+#include "ps/client/client_int.h"
 #include "ps/svc_int.h"
 #include "tests/fuzz/fuzz_ckpt_part.h"
 

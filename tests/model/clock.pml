@@ -296,7 +296,7 @@ end:
  * own; the PS are independent, so one atomic step per fan-out stands for
  * every order of the answers. A JOIN or TICK that fails on one PS still
  * runs on the others. A pull or push refused by one PS gives up the
- * worker's calls that another PS holds (ps/client_kv_loop.c: a lost
+ * worker's calls that another PS holds (ps/client/client_kv_loop.c: a lost
  * connection, or a call refused on its own, resets every connection):
  * nothing waits for a step that will not come now. The JOINs and the
  * TICKs that follow them are one step: the worker waits for nothing in

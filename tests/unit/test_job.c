@@ -89,7 +89,7 @@ static const bad_t bad[] = {
     {"{\"batch_size\": \"big\"}", "batch_size must be an integer"},
     {"{\"optimizer\": \"lion\"}", "optimizer \"lion\" is not supported"},
     {"{\"optimizer\": {\"name\": \"adam\", \"beta1\": 0.8}}", "optimizer.beta1: unknown key; did you mean \"beta_1\"?"},
-    {"{\"optimizer\": {\"name\": \"adam\", \"learning_rate\": 0}}", "learning_rate 0 must be > 0"},
+    {"{\"optimizer\": {\"name\": \"adam\", \"learning_rate\": -1}}", "learning_rate -1 must be >= 0"},
     {"{\"optimizer\": {\"name\": \"sgd\", \"momentum\": 1.5}}", "momentum 1.5"},
     {"{\"mode\": \"ssp\"}", "mode \"ssp\""},
     {"{\"mode\": \"semi\"}", "mode \"semi\""},

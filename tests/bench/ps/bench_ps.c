@@ -26,7 +26,7 @@
 #include "common/clock.h"
 #include "common/err.h"
 #include "kernels/optim.h"
-#include "ps/client.h"
+#include "ps/client/client.h"
 #include "ps/ps.h"
 #include "ps.pb-c.h"
 

@@ -26,7 +26,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "../../unit/chief/tmpdir.h"
+#include "../../unit/tmpdir.h"
 #include "common/cluster.h"
 
 static const char *tessera_bin, *fake_bin;

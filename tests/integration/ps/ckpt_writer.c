@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "ps/client/client.h"
 #include "ps/ps_int.h"
 
 int main(int argc, char **argv) {

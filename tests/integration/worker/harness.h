@@ -14,7 +14,7 @@
 #include "common/job.h"
 #include "common/partition.h"
 #include "common/rpc/rpc.h"
-#include "ps/client.h"
+#include "ps/client/client.h"
 #include "worker/model.h"
 #include "worker/wire.h"
 

@@ -5,7 +5,7 @@
 #include "chief/cli/local.h"
 #include "common/cluster.h"
 #include "common/err.h"
-#include "tmpdir.h"
+#include "../tmpdir.h"
 
 #include <setjmp.h>
 #include <stdarg.h>

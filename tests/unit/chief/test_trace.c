@@ -4,7 +4,7 @@
  * jansson parses back with every field Perfetto needs. */
 #include "common/err.h"
 #include "common/trace.h"
-#include "tmpdir.h"
+#include "../tmpdir.h"
 
 #include <jansson.h>
 #include <pthread.h>

@@ -10,7 +10,7 @@
 
 #include "common/clock.h"
 #include "common/err.h"
-#include "ps/client.h"
+#include "ps/client/client.h"
 #include "ps/ps.h"
 #include "kernels/optim.h"
 #include "ps.pb-c.h"

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 
 #include "common/optim_spec.h"
-#include "ps/client.h"
+#include "ps/client/client.h"
 
 /* Shard `shard` of `nsh` of [d0, d1] with initializer `init`, `seed` and
  * the defaults of optimizer `k`. */

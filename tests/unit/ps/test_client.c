@@ -9,7 +9,7 @@
 #include <cmocka.h>
 
 #include "../rpc/rpc_util.h"
-#include "ps/client.h"
+#include "ps/client/client.h"
 #include "common/partition.h"
 
 #include <stdio.h>

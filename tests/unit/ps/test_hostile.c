@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "ps_harness.h"
-#include "ps/client_int.h"
+#include "ps/client/client_int.h"
 #include "../rpc/tamper_proxy.h"
 
 static ps_var_spec mk(const char *name, int64_t d0, int64_t d1) {
