@@ -110,6 +110,9 @@ static void coord_exec(coord *co, const coord_action *a) {
       if (co->trace) co->trace_restore_us = tsr_trace_now_us();
       coord__ps_restore(co, a->op, a->step);
       break;
+    case COORD_ACT_RESTORE_PS:
+      coord__ps_restore_alone(co, a->op, a->index, a->step);
+      break;
     case COORD_ACT_REWIND:
       if (a->resumed) coord_resumed(co, a->step);
       if (co->metrics) chief_metrics_session_start(co->metrics, a->step);

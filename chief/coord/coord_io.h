@@ -58,6 +58,14 @@ typedef struct {
   int64_t vars_created;
   uint64_t bytes_in, bytes_out;
   double apply_ms;
+  /* RESTORE_PS: this PS alone set up again and restored */
+  uint64_t fix_op;       /* 0: none going on */
+  int64_t fix_step;
+  int fix_pending;       /* config and create answers still to come */
+  int64_t fix_t0_us;     /* --trace: when it began */
+  int fix_status;
+  bool fix_lost;
+  char fix_msg[COORD_MSG_MAX];
 } coord_ps;
 
 typedef struct {
@@ -195,6 +203,9 @@ json_t *coord__ckpt_manifest(coord *co, int64_t step);
 int coord__ps_open(coord *co);
 void coord__ps_setup(coord *co, uint64_t op);
 void coord__ps_restore(coord *co, uint64_t op, int64_t step);
+/* PS i alone: config holding its calls, its variables, its shards of the
+ * checkpoint of `step`; PS_RESTORED when done. */
+void coord__ps_restore_alone(coord *co, uint64_t op, int i, int64_t step);
 void coord__ps_save(coord *co, uint64_t op, int64_t step);
 void coord__ps_commit(coord *co, uint64_t op, int64_t step, int64_t total);
 void coord__ps_release(coord *co, int worker);

@@ -38,12 +38,19 @@
  *   a worker cannot be configured: data error - the run fails as above;
  *     another error - the worker is left out; the run fails when every
  *     worker is left out, with their errors;
- *   a PS is lost: PAUSE, forget the closures in flight, wait for it
- *     (ps_timeout_s), SETUP_PS, RESTORE the newest good committed
- *     checkpoint, REWIND to its step; a failed setup or restore is a try
- *     (one NOTE each, naming the PS and its reason); after restore_tries
- *     failed restores of one checkpoint the next older one is tried; when
- *     none is left the run fails with the last reason;
+ *   a PS is lost, async (with a committed checkpoint, and another PS
+ *     still up): training goes on, the other PS keep their values; when
+ *     it is back RESTORE_PS has it alone set up and restore its own shards
+ *     from the newest good checkpoint, holding every call meanwhile;
+ *     PS_RESTORED ends it; no REWIND. Checkpoints and evaluations wait
+ *     until it is done; restore_tries failed tries fall back to:
+ *   a PS is lost, sync and ssp (or async without the above): PAUSE,
+ *     forget the closures in flight, wait for it (ps_timeout_s), SETUP_PS,
+ *     RESTORE the newest good committed checkpoint, REWIND to its step; a
+ *     failed setup or restore is a try (one NOTE each, naming the PS and
+ *     its reason); after restore_tries failed restores of one checkpoint
+ *     the next older one is tried; when none is left the run fails with
+ *     the last reason;
  *   a checkpoint fails (a PS save, the manifest, disk full): NOTE, DISCARD
  *     its folder, remember it for the summary, go on training;
  *   nothing comes back: every waiting state has a deadline that leads to
@@ -140,6 +147,8 @@ typedef enum {
   COORD_EV_SETUP_DONE,     /* op, status, index (the PS that failed), lost,
                               msg */
   COORD_EV_RESTORE_DONE,   /* op, status, index, lost, msg */
+  COORD_EV_PS_RESTORED,    /* op, index, step, status, lost, msg: a
+                              RESTORE_PS ended */
   COORD_EV_SAVE_DONE,      /* op, status, index, lost, msg */
   COORD_EV_CKPT_COMMITTED, /* op, step */
   COORD_EV_CKPT_FAILED,    /* op, step, msg */
@@ -176,6 +185,10 @@ typedef struct {
 typedef enum {
   COORD_ACT_SETUP_PS = 0,  /* op: mode and variables on every PS */
   COORD_ACT_RESTORE,       /* op, step: every PS restores that checkpoint */
+  COORD_ACT_RESTORE_PS,    /* op, index, step: PS `index` alone is set up
+                              again (holding every pull and push) and
+                              restores its shards of that checkpoint;
+                              answered by PS_RESTORED */
   COORD_ACT_REWIND,        /* step, resumed: the run goes on from step,
                               the step every PS was restored to (resumed:
                               a restarted chief, else a PS recovery);

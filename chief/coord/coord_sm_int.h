@@ -1,7 +1,8 @@
 /* The machine's private state, shared by coord_sm.c (events, setup,
- * restore, recovery, the end), coord_sm_train.c (workers, closures,
- * training) and coord_sm_ckpt.c (drain, checkpoints, evaluation). Nothing
- * outside these three files includes it.
+ * restore, the end), coord_sm_train.c (workers, closures, training),
+ * coord_sm_ckpt.c (drain, checkpoints, evaluation) and coord_sm_recover.c
+ * (a lost PS: restored alone, or the global recovery). Nothing outside
+ * these files includes it.
  */
 #ifndef TSR_CHIEF_COORD_SM_INT_H
 #define TSR_CHIEF_COORD_SM_INT_H
@@ -26,10 +27,22 @@ typedef enum {
 
 enum { SM_START_FRESH = 0, SM_START_CHIEF, SM_START_PS };
 
+/* A PS restored alone (async), coord_sm_recover.c. */
+typedef enum {
+  SM_FIX_NONE = 0,
+  SM_FIX_WAIT,          /* lost: waiting for it to be connected again */
+  SM_FIX_RUN            /* RESTORE_PS sent (fix_op) */
+} sm_fix;
+
 typedef struct {
   bool connected;
   bool lost;            /* went away after the run started */
   char name[COORD_NAME_MAX];
+  sm_fix fix;
+  uint64_t fix_op;
+  double fix_lost_at;   /* when it was found lost (its ps_timeout_s) */
+  double fix_since;     /* RESTORE_PS sent at */
+  int fix_tries;        /* failed tries of restoring it alone */
 } sm_ps;
 
 typedef struct {
@@ -130,8 +143,21 @@ int64_t sm__global(const coord_sm *sm);
 int64_t sm__wsteps(const coord_sm *sm, int64_t global);
 bool sm__ps_lost(const coord_sm *sm);
 double sm__grace(double d);
-void sm__enter_recover(coord_sm *sm, bool from_training);
 void sm__enter_final(coord_sm *sm);
+bool sm__all_ps(const coord_sm *sm);      /* every PS connected */
+void sm__enter_setup(coord_sm *sm);       /* SETUP_PS on every PS */
+
+/* coord_sm_recover.c */
+void sm__enter_recover(coord_sm *sm, bool from_training);
+void sm__pump_recover(coord_sm *sm);
+/* A lost PS in training: restored alone when it can be (async); false
+ * when it cannot (the caller recovers globally). */
+bool sm__pump_alone(coord_sm *sm);
+void sm__on_ps_restored(coord_sm *sm, const coord_event *ev);
+/* A PS is being restored alone: checkpoints and evaluations wait. */
+bool sm__ps_fixing(const coord_sm *sm);
+/* "ps:1 to come back (...)": what the restores alone wait for. */
+size_t sm__waiting_alone(const coord_sm *sm, char *buf, size_t len);
 
 /* coord_sm_train.c */
 void sm__on_worker(coord_sm *sm, const coord_event *ev);

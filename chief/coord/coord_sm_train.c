@@ -511,6 +511,8 @@ size_t sm__waiting_train(const coord_sm *sm, char *buf, size_t len) {
   if (sm->phase != SM_TRAIN && sm->phase != SM_DRAIN && sm->phase != SM_FINAL)
     return 0;
   int n = 0;
+  size_t alone = sm__waiting_alone(sm, buf, len);
+  if (alone) return alone;
   if (sm__count(sm, COORD_WK_READY) == 0 &&
       sm__count(sm, COORD_WK_CONFIGURING) == 0 && !chief_sched_finished(
           sm->sched)) {
@@ -575,7 +577,8 @@ void sm__pump_train(coord_sm *sm) {
         sm->now - sm->t_last_ckpt >= sm->c.ckpt_every_secs)))
     sm->ckpt_due = true;
   if (sm->c.has_eval && step >= sm->next_eval) sm->eval_due = true;
-  if (sm->ckpt_due || sm->eval_due) {
+  /* both stay due while a PS is restored alone (they need every PS) */
+  if ((sm->ckpt_due || sm->eval_due) && !sm__ps_fixing(sm)) {
     sm__enter_drain(sm, SM_TRAIN);
     return;
   }
