@@ -105,7 +105,7 @@ static void coord_resumed(coord *co, int64_t step) {
 static void coord_exec(coord *co, const coord_action *a) {
   int32_t tpid = tsr_trace_pid(TSR_TASK_CHIEF, 0);
   switch (a->kind) {
-    case COORD_ACT_SETUP_PS: coord__ps_setup(co, a->op); break;
+    case COORD_ACT_SETUP_PS: coord__ps_setup(co, a->op, a->hold); break;
     case COORD_ACT_RESTORE:
       if (co->trace) co->trace_restore_us = tsr_trace_now_us();
       coord__ps_restore(co, a->op, a->step);

@@ -201,7 +201,8 @@ json_t *coord__ckpt_manifest(coord *co, int64_t step);
 
 /* coord_ps.c */
 int coord__ps_open(coord *co);
-void coord__ps_setup(coord *co, uint64_t op);
+/* hold: every PS holds its pulls and pushes until its restore. */
+void coord__ps_setup(coord *co, uint64_t op, bool hold);
 void coord__ps_restore(coord *co, uint64_t op, int64_t step);
 /* PS i alone: config holding its calls, its variables, its shards of the
  * checkpoint of `step`; PS_RESTORED when done. */

@@ -178,7 +178,7 @@ static ps_config coord_ps_cfg(coord *co, int i, char *buf, size_t len) {
                      .run_id = co->run_id};
 }
 
-void coord__ps_setup(coord *co, uint64_t op) {
+void coord__ps_setup(coord *co, uint64_t op, bool hold) {
   char buf[32];
   coord_psop_begin(co, op, COORD_EV_SETUP_DONE);
   for (int i = 0; i < co->n_ps; i++) {
@@ -191,6 +191,7 @@ void coord__ps_setup(coord *co, uint64_t op) {
     /* a new era on every PS: nothing from before (this chief's own run
      * before a restart, another run) is taken from here on */
     ps_config cfg = coord_ps_cfg(co, i, buf, sizeof buf);
+    cfg.hold_until_restore = hold;
     coord_ps_started(co, call, ps_client_configure(p->cli, &cfg,
                                                    coord_ps_on_result, call));
     ps_var_spec *specs;

@@ -128,7 +128,13 @@ bool sm__all_ps(const coord_sm *sm) {
 }
 
 void sm__enter_setup(coord_sm *sm) {
-  sm__start_op(sm, SM_SETUP, COORD_ACT_SETUP_PS);
+  coord_action *a = sm__start_op(sm, SM_SETUP, COORD_ACT_SETUP_PS);
+  /* async: closures from before may still run (their calls wait for a
+   * lost PS instead of failing); nothing of theirs may read the initial
+   * values before the restore swaps the checkpoint in */
+  if (a)
+    a->hold = sm->c.mode == TSR_MODE_ASYNC && sm->c.ckpt &&
+              sm__newest_good(sm) >= 0;
 }
 
 static void sm_pump_connect(coord_sm *sm) {

@@ -183,7 +183,10 @@ typedef struct {
 } coord_event;
 
 typedef enum {
-  COORD_ACT_SETUP_PS = 0,  /* op: mode and variables on every PS */
+  COORD_ACT_SETUP_PS = 0,  /* op, hold: mode and variables on every PS;
+                              hold: their pulls and pushes wait until the
+                              RESTORE that follows (async: a closure still
+                              running then reads the restored values) */
   COORD_ACT_RESTORE,       /* op, step: every PS restores that checkpoint */
   COORD_ACT_RESTORE_PS,    /* op, index, step: PS `index` alone is set up
                               again (holding every pull and push) and
@@ -226,6 +229,7 @@ typedef struct {
   int64_t total;           /* COMMIT: global steps of the job, 0 unknown */
   bool resumed;
   bool up;                 /* MEMBER */
+  bool hold;               /* SETUP_PS */
   int level;
   int status;
   chief_closure closure;

@@ -74,9 +74,13 @@ static void sm_away(const coord_sm *sm, char *buf, size_t len) {
 
 void sm__pump_recover(coord_sm *sm) {
   double waited = sm->now - sm->t_phase;
-  /* closures still out ran against the old state: let them end first */
+  /* closures still out ran against the old state: let them end first
+   * (ssp, sync: they fail once a PS is lost). Not in async: their calls
+   * to the lost PS wait for it, so they cannot end before it is back and
+   * restored; the setup holds their calls until the restore */
   double drain = sm->c.closure_timeout_s < 60 ? sm->c.closure_timeout_s : 60;
-  if (sm->n_outs > 0 && waited < drain) return;
+  if (sm->n_outs > 0 && waited < drain && sm->c.mode != TSR_MODE_ASYNC)
+    return;
   if (!sm__all_ps(sm)) {
     if (waited > sm->c.ps_timeout_s) {
       char missing[COORD_MSG_MAX - 100];

@@ -18,10 +18,12 @@
 #     first second after which the cluster's steps per second are back at
 #     90% of before; the floor of it is the restart itself (the kill to
 #     the new process serving, from its log) plus its restore (the trace's
-#     "ps:1 restored alone"); and the steps re-done on the PS that stayed
-#     up: the applies of their shards in the final checkpoint over the
-#     steps (each step applies each dense shard once; an embedding shard
-#     a step touched no row of applies nothing, so fewer is no re-do).
+#     "ps:1 restored alone", or "restore" when every PS restored); and the
+#     steps re-done on the PS that stayed up: the steps counted more than
+#     once (a rewind runs every step since the checkpoint again:
+#     steps_run - steps), or the applies of their shards in the final
+#     checkpoint over the steps (each step applies each dense shard once:
+#     a closure cut short and run again shows there), the larger.
 #
 # Ends with RATIO lines, higher better:
 #   lost_worker_stall_vs_normal  normal longest stand-still / the run's
@@ -178,12 +180,20 @@ if kp:
             break
 up = serving_again("ps", kp) if kp else None
 restore = span("ps", "ps:1 restored alone")
+if restore is None:
+    restore = span("ps", "restore")
 floor = (up - kp + restore) if up and restore is not None else nan
 ap, where = applies("ps"), ps_of("ps")
 kept = [v for v, p in where.items() if p != 1 and v in ap]
 redone = max((ap[v] - steps for v in kept), default=nan)
 if redone == redone and redone < 0:
     redone = 0
+try:
+    s_ps = json.load(open(os.path.join(work, "s_ps.json")))
+    r = s_ps["steps_run"] - s_ps["steps"]
+    redone = r if redone != redone else max(redone, r)
+except (OSError, ValueError, KeyError):
+    pass
 ck = [int(os.path.basename(d).split("-")[1]) for d in glob.glob(os.path.join(work, "ckpt_ps", "ckpt-*"))]
 since = nan
 if kp and ps:

@@ -87,6 +87,7 @@ typedef struct {
   int64_t alone_step[SIM_MAX];
   double alone_at[SIM_MAX];
   int alone_done;                 /* RESTORE_PS answered well */
+  bool setup_hold;                /* the last SETUP_PS held calls */
 } sim;
 
 #define SIM_CHECK(s, cond, ...)                                      \
@@ -150,6 +151,12 @@ static inline void sim_apply(sim *s, const coord_action *a) {
       if (a->kind == COORD_ACT_EVALUATE)
         SIM_CHECK(s, a->index >= 0 && s->wk_up[a->index],
                   "EVALUATE on worker %d that is down", a->index);
+      if (a->kind == COORD_ACT_SETUP_PS)
+        SIM_CHECK(s, !a->hold || (s->cfg.mode == TSR_MODE_ASYNC &&
+                                  coord_sm_last_ckpt(s->sm) >= 0),
+                  "SETUP_PS holding calls in mode %d, or without a "
+                  "checkpoint to restore", (int)s->cfg.mode);
+      if (a->kind == COORD_ACT_SETUP_PS) s->setup_hold = a->hold;
       if (a->kind == COORD_ACT_SAVE || a->kind == COORD_ACT_EVALUATE)
         for (int i = 0; i < s->cfg.n_ps; i++)
           SIM_CHECK(s, s->alone_op[i] == 0, "%s while ps %d is restored "

@@ -232,8 +232,19 @@ static void async_ps_recovered_globally(void **state) {
     start(&s);
     int64_t good = sim_run_past_ckpt(&s, 40, 10);
     if (run == 0) {
+      assert_true(s.n_fl > 0);
       sim_ps_lost(&s, 0);
       sim_ps_lost(&s, 1);
+      sim_tick(&s, 1);
+      sim_ps_up(&s, 0);
+      sim_ps_up(&s, 1);
+      /* the closures out wait for the lost PS themselves: the setup goes
+       * out without waiting for them, and holds their calls until the
+       * restore */
+      assert_true(s.n_fl > 0);
+      assert_true(s.op_active);
+      assert_int_equal(s.op_kind, COORD_ACT_SETUP_PS);
+      assert_true(s.setup_hold);
       sim_run_calm(&s, 3000);
       assert_int_equal(s.count[COORD_ACT_RESTORE_PS], 0);
     } else {
