@@ -17,6 +17,13 @@
 #ifndef TSR_JOB_H
 #define TSR_JOB_H
 
+/* Room for a metric's name, NUL included: the longest name a metric
+ * resolves to (sparse_top_k_categorical_accuracy, 33 bytes) with room to
+ * spare. Every output (TensorBoard tags, metrics.jsonl, the summary) keeps
+ * a name whole; a name that would not fit is refused where it is
+ * resolved, never cut. */
+#define TSR_METRIC_NAME_MAX 64
+
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>

@@ -123,6 +123,9 @@ static const struct {
     {"HeUniform", TSR_INIT_HE_UNIFORM, 0, 0},
     {"he_normal", TSR_INIT_HE_NORMAL, 0, 0},
     {"HeNormal", TSR_INIT_HE_NORMAL, 0, 0},
+    {"orthogonal", TSR_INIT_ORTHOGONAL, 1.0, 0},
+    {"Orthogonal", TSR_INIT_ORTHOGONAL, 1.0, 0},
+    {"unit_forget_bias", TSR_INIT_FORGET_BIAS, 0, 0},
 };
 #define TSR__N_INITS (sizeof tsr__init_names / sizeof tsr__init_names[0])
 

@@ -48,7 +48,11 @@ typedef enum {
   TSR_INIT_GLOROT_UNIFORM,  /* limit sqrt(6/(fan_in+fan_out)) */
   TSR_INIT_GLOROT_NORMAL,   /* truncated normal, stddev sqrt(2/(fan_in+fan_out))/.87962566 */
   TSR_INIT_HE_UNIFORM,      /* limit sqrt(6/fan_in) */
-  TSR_INIT_HE_NORMAL        /* truncated normal, stddev sqrt(2/fan_in)/.87962566 */
+  TSR_INIT_HE_NORMAL,       /* truncated normal, stddev sqrt(2/fan_in)/.87962566 */
+  TSR_INIT_ORTHOGONAL,      /* gain a times a [fan_in, fan_out] matrix with
+                             * orthonormal rows or columns (rank 2 only) */
+  TSR_INIT_FORGET_BIAS      /* LSTM unit_forget_bias: ones on [a, 2a)
+                             * (the forget gate of a units), zeros elsewhere */
 } tsr_init_kind;
 
 typedef struct {

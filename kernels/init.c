@@ -5,6 +5,7 @@
 #include "common/err.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 static uint64_t kern__mix(uint64_t z) {
@@ -48,9 +49,58 @@ static double kern__truncated(uint64_t seed, uint64_t key, uint64_t idx) {
   return 0.0;
 }
 
+/* Keras's Orthogonal: a normal [max, min] draw, its QR factor with the
+ * signs of R's diagonal taken out (modified Gram-Schmidt gives that R
+ * directly: a positive diagonal), transposed when the matrix is wide;
+ * elements [first, first+n) of gain times the [rows, cols] result. The
+ * whole matrix is built for any range (it depends on every draw); a matrix
+ * whose scratch cannot be allocated is left at zeros. */
+static void kern__orthogonal(const tsr_init_spec *s, uint64_t seed,
+                             uint64_t key, uint64_t first, float *out,
+                             size_t n) {
+  int64_t rows = s->fan_in > 0 ? s->fan_in : 1;
+  int64_t cols = s->fan_out > 0 ? s->fan_out : 1;
+  bool wide = rows < cols;
+  int64_t R = wide ? cols : rows, C = wide ? rows : cols; /* tall R x C */
+  double *q = malloc((size_t)(R * C) * sizeof *q);
+  memset(out, 0, n * sizeof *out);
+  if (!q) return;
+  for (int64_t i = 0; i < R * C; i++)
+    q[i] = kern__normal(seed, key, (uint64_t)i, 0); /* row-major [R, C] */
+  for (int64_t j = 0; j < C; j++) {
+    for (int64_t k = 0; k < j; k++) {
+      double d = 0;
+      for (int64_t i = 0; i < R; i++) d += q[i * C + j] * q[i * C + k];
+      for (int64_t i = 0; i < R; i++) q[i * C + j] -= d * q[i * C + k];
+    }
+    double nrm = 0;
+    for (int64_t i = 0; i < R; i++) nrm += q[i * C + j] * q[i * C + j];
+    nrm = sqrt(nrm);
+    for (int64_t i = 0; i < R; i++) q[i * C + j] = nrm > 0 ? q[i * C + j] / nrm : 0;
+  }
+  for (size_t t = 0; t < n; t++) {
+    uint64_t idx = first + t;
+    if (idx >= (uint64_t)(rows * cols)) break;
+    int64_t r = (int64_t)idx / cols, c = (int64_t)idx % cols;
+    double v = wide ? q[c * C + r] : q[r * C + c];
+    out[t] = (float)(s->a * v);
+  }
+  free(q);
+}
 
 void kern_init_fill(const tsr_init_spec *s, uint64_t seed, uint64_t key,
                     uint64_t first, float *out, size_t n) {
+  if (s->kind == TSR_INIT_ORTHOGONAL) {
+    kern__orthogonal(s, seed, key, first, out, n);
+    return;
+  }
+  if (s->kind == TSR_INIT_FORGET_BIAS) {
+    for (size_t i = 0; i < n; i++) {
+      double u = s->a, idx = (double)(first + i);
+      out[i] = idx >= u && idx < 2 * u ? 1.0f : 0.0f;
+    }
+    return;
+  }
   double fan_in = s->fan_in > 0 ? (double)s->fan_in : 1.0;
   double fan_out = s->fan_out > 0 ? (double)s->fan_out : 1.0;
   double lo = 0, hi = 0, mean = 0, sd = 0;
@@ -78,6 +128,9 @@ void kern_init_fill(const tsr_init_spec *s, uint64_t seed, uint64_t key,
     case TSR_INIT_HE_NORMAL:
       mode = 3; sd = sqrt(2.0 / fan_in) / 0.87962566103423978;
       break;
+    case TSR_INIT_ORTHOGONAL:
+    case TSR_INIT_FORGET_BIAS:
+      break; /* handled above */
   }
   for (size_t i = 0; i < n; i++) {
     uint64_t idx = first + i;

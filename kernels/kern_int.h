@@ -16,9 +16,10 @@
 extern "C" {
 #endif
 
-#define KERN__ABI 3
+#define KERN__ABI 4
 
 struct kern__nn_ops; /* kern_nn_int.h: convolution, pooling, normalization */
+struct kern__seq_ops; /* kern_seq_int.h: recurrent cells, attention */
 
 typedef struct kern__ops {
   const char *name;
@@ -64,6 +65,7 @@ typedef struct kern__ops {
   /* Why the last failing op of this context failed; "" when unknown. */
   const char *(*last_error)(void *impl);
   const struct kern__nn_ops *nn;
+  const struct kern__seq_ops *seq;
 } kern__ops;
 
 /* What the CUDA module exports under the symbol name below. */

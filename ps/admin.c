@@ -230,9 +230,17 @@ static void ps__on_create(tsr_rpc_incoming *call, void *data) {
     tsr_rpc_reply_error(call, TSR_ENOMEM, "out of memory");
     return;
   }
-  /* check every spec before creating any */
+  /* check every spec before creating any; initial values are read only
+   * from regular files under the checkpoint root */
   for (size_t i = 0; i < r->n_vars; i++) {
     int rc = ps__spec_from_proto(r->vars[i], &specs[i], err, sizeof err);
+    if (!rc && specs[i].init_path[0]) {
+      char what[TSR_VAR_NAME_MAX + 32];
+      snprintf(what, sizeof what, "create: %s: init_path",
+               specs[i].var.name);
+      rc = ps__root_file(s, what, specs[i].init_path,
+                         sizeof specs[i].init_path, err, sizeof err);
+    }
     ps_entry *e =
         rc ? NULL : ps__find(s, specs[i].var.name, specs[i].shard.shard);
     if (!rc && e && !ps__spec_equal(&e->spec, &specs[i])) {
@@ -368,12 +376,21 @@ static void ps__on_config(tsr_rpc_incoming *call, void *data) {
     tsr_rpc_reply_error(call, TSR_EINVAL, msg);
     return;
   }
-  if (r->checkpoint_root && r->checkpoint_root[0] &&
-      ps__root_set(s, r->checkpoint_root, false)) {
-    char msg[400];
-    snprintf(msg, sizeof msg, "config: checkpoint_root \"%.300s\" is not a "
-             "usable path", r->checkpoint_root);
-    tsr_rpc_reply_error(call, TSR_EINVAL, msg);
+  int rc = r->checkpoint_root && r->checkpoint_root[0]
+               ? ps__root_set(s, r->checkpoint_root, false)
+               : 0;
+  if (rc) {
+    char msg[900];
+    if (rc == TSR_EEXISTS)
+      snprintf(msg, sizeof msg, "config: checkpoint_root \"%.300s\": this "
+               "parameter server keeps %.300s, named by its first configure "
+               "(the root never moves; start it with --checkpoint-root to name "
+               "it)", r->checkpoint_root, s->ckpt_root);
+    else
+      snprintf(msg, sizeof msg, "config: checkpoint_root \"%.300s\" is not a "
+               "usable folder (\"/\" never is)", r->checkpoint_root);
+    tsr_rpc_reply_error(call, rc == TSR_EEXISTS ? TSR_EEXISTS : TSR_EINVAL,
+                        msg);
     return;
   }
   ps__cons_set_mode(&s->cons, mode, st);

@@ -115,6 +115,28 @@ static int ps__rows_answer(ps_server *s, tsr_rpc_incoming *call,
   return 0;
 }
 
+/* Charges `bytes` of answer buffers (gathered rows, a bfloat16 copy, ids
+ * copied for alignment) to the memory budget before any is built, so
+ * answers count against --memory-limit like shards do. TSR_EMEMLIMIT
+ * (answered, with the figures) when they do not fit. */
+static int ps__reserve_answer(ps_server *s, tsr_rpc_incoming *call,
+                              const ps_entry *e, size_t bytes) {
+  if (!bytes || ps__mem_reserve(&s->mem, bytes) == 0) return 0;
+  return ps__refuse(call, e, TSR_EMEMLIMIT,
+                    "its answer needs %zu bytes, over the memory limit (%zu "
+                    "of %zu bytes in use): ask for fewer rows at a time, or "
+                    "start the parameter server with a larger --memory-limit",
+                    bytes, atomic_load(&s->mem.used), s->mem.limit);
+}
+
+/* What a pull's answer holds besides the shard itself: the rows gathered
+ * and a copy of their ids (rows), or a bfloat16 copy (dense). */
+static size_t ps__answer_bytes(const ps_entry *e, bool rows, size_t out_len,
+                               uint64_t n_ids, int dtype) {
+  if (rows) return out_len + (size_t)n_ids * 8; /* both checked by caller */
+  return dtype == PS_DT_BF16 ? e->numel * sizeof(uint16_t) : 0;
+}
+
 static void ps__on_pull(tsr_rpc_incoming *call, void *data) {
   ps_server *s = data;
   Tessera__Ps__PullRequest *r = call->request;
@@ -155,8 +177,14 @@ static void ps__on_pull(tsr_rpc_incoming *call, void *data) {
                r->dtype);
     return;
   }
+  size_t hold = ps__answer_bytes(e, rows, out_len, r->n_ids, r->dtype);
+  if (ps__reserve_answer(s, call, e, hold)) return;
   ps_op *op = ps__new_op(s, call, e, rows ? PS_OP_PULL_ROWS : PS_OP_PULL);
-  if (!op) return;
+  if (!op) {
+    ps__mem_release(&s->mem, hold);
+    return;
+  }
+  op->reserved = hold;
   op->worker = r->worker;
   op->clock = r->clock;
   op->n_ids = r->n_ids;
@@ -237,8 +265,19 @@ static void ps__on_push(tsr_rpc_incoming *call, void *data) {
   if (fused && rows &&
       ps__rows_answer(s, call, e, "n_pull_ids", r->n_pull_ids, &out_len))
     return;
+  /* the ids of a row push may be copied for alignment; a fused push then
+   * answers like a pull */
+  size_t hold = (rows ? (size_t)r->n_ids * 8 : 0) +
+                (fused ? ps__answer_bytes(e, rows, out_len, r->n_pull_ids,
+                                          r->pull_dtype)
+                       : 0);
+  if (ps__reserve_answer(s, call, e, hold)) return;
   ps_op *op = ps__new_op(s, call, e, PS_OP_PUSH);
-  if (!op) return;
+  if (!op) {
+    ps__mem_release(&s->mem, hold);
+    return;
+  }
+  op->reserved = hold;
   op->worker = r->worker;
   op->step = r->step;
   op->dtype = r->dtype;

@@ -49,8 +49,9 @@ static void usage(FILE *f) {
           "  --memory-limit takes a byte count with an optional K, M, G or T\n"
           "  suffix (default: 80%% of the cgroup's memory limit when there\n"
           "  is one, as in a container, else of the machine's memory).\n"
-          "  --checkpoint-root: Save and Restore stay under DIR (default: the\n"
-          "  job's checkpoint folder, as the chief names it).\n"
+          "  --checkpoint-root: Save, Restore and initial values stay under\n"
+          "  DIR (default: the folder the first configure names; the root\n"
+          "  never moves after).\n"
           "  --frame-mac off (or TESSERA_FRAME_MAC=off) asks peers for frames\n"
           "  without a MAC, for a trusted network; used only where the peer\n"
           "  asks too.\n");

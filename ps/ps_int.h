@@ -13,14 +13,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/ckpt/shardfile.h"
 #include "common/job.h"
 #include "common/rpc/rpc.h"
 #include "kernels/init.h"
 #include "kernels/optim.h"
 #include "ps/wire/wire.h"
 
-size_t ps__dtype_size(int dt);
-const char *ps__dtype_name(int dt);
 
 bool ps__spec_equal(const ps_var_spec *a, const ps_var_spec *b);
 /* Every field of a spec, as a request or a file may carry it: names, shape
@@ -229,8 +228,13 @@ bool ps__cons_sync_ready(const ps_consist *c, int64_t step,
                          bool (*pushed)(void *ctx, int worker), void *ctx);
 
 /* ---- checkpoints (ckpt.c writes, ckpt_load.c reads) ---------------------- */
+/* The file format, its writer and its checks are common/ckpt/shardfile.h;
+ * what is here is the PS's side: which shard goes in a file, and which
+ * files a shard is rebuilt from. */
 
-#define PS_CKPT_ID_MAX 64   /* longest checkpoint id (bytes) */
+#define PS_CKPT_ID_MAX TSR_SHARDFILE_ID_MAX /* longest checkpoint id */
+_Static_assert(KERN_OPTIM_MAX_SLOTS <= TSR_SHARDFILE_MAX_SLOTS,
+               "a shard file holds every optimizer slot");
 
 /* Which checkpoint a file belongs to: the chief's id for it and its step. */
 typedef struct {
@@ -239,11 +243,7 @@ typedef struct {
 } ps_ckpt_ident;
 
 /* A file written, as the manifest lists it. */
-typedef struct {
-  char name[3 * TSR_VAR_NAME_MAX + 48]; /* inside the checkpoint folder */
-  uint64_t bytes;
-  uint32_t crc32c;                  /* of every byte of the file */
-} ps_ckpt_file;
+typedef tsr_shardfile_written ps_ckpt_file;
 
 /* Writes one shard to dir (temp file, fsync, rename, fsync dir), tagged
  * with `who` (may be NULL: no id, step 0). `out` (may be NULL) gets the
@@ -253,46 +253,15 @@ int ps__ckpt_save_shard(const ps_shard *s, const char *dir,
                         ps_ckpt_file *out, char *err, size_t errlen);
 /* Builds the contents of `spec`'s shard from the saved parts of its
  * variable in dir that hold its rows, whatever sharding they were saved
- * under. Every part read is checked whole (ckpt_load.c): sizes, both
- * CRCs, the variable, its shape and kind, its place in the saved layout
- * (so parts never overlap and none is missing), its ids, and that it
- * belongs to checkpoint `want` (want->id "": the parts must agree on one).
- * On success *out is a new shard to swap in; on any error nothing. */
+ * under. Every part read is checked whole (tsr_shardfile_open): sizes,
+ * both CRCs, the variable, its shape and kind, its place in the saved
+ * layout (so parts never overlap and none is missing), its ids, and that
+ * it belongs to checkpoint `want` (want->id "": the parts must agree on
+ * one). On success *out is a new shard to swap in; on any error nothing. */
 int ps__ckpt_load_shard(const ps_var_spec *spec, ps_mem *mem, const char *dir,
                         const ps_ckpt_ident *want, ps_shard **out, char *err,
                         size_t errlen);
-/* File name of a shard part (without the folder), and the variable name
- * as file names carry it (bytes outside [A-Za-z0-9._-] as %XX). */
+/* File name of a shard part (without the folder). */
 int ps__ckpt_file_name(const ps_var_spec *s, char *buf, size_t len);
-void ps__ckpt_enc_name(const char *name, char *out, size_t len);
-
-/* One part file, parsed and checked on its own (ps__ckpt_part_parse): the
- * header's fields and where the sections lie in `data`. */
-typedef struct {
-  char name[TSR_VAR_NAME_MAX];
-  char ckpt_id[PS_CKPT_ID_MAX + 1];
-  int64_t ckpt_step;
-  int rank;
-  int64_t shape[TSR_MAX_RANK];
-  bool sparse, bounded;
-  int32_t shard, num_shards;
-  int64_t row0, rows, width, n_rows, step;
-  uint64_t var_version;
-  char optimizer[16];
-  int nslots;
-  char slots[KERN_OPTIM_MAX_SLOTS][32];
-  const uint8_t *data;      /* the data sections (in the caller's buffer) */
-  uint64_t data_bytes;
-  uint64_t off_ids, off_value, off_slot[KERN_OPTIM_MAX_SLOTS];
-} ps_ckpt_part;
-
-/* Checks a whole part file held in b[0..size): magic, header CRC, every
- * header field (types, ranges, the width from the shape, the row range
- * from the saved layout), sizes computed with checked arithmetic against
- * the file's size, the data CRC, and each id of a sparse part (inside the
- * part's rows, or of the part's shard). `path` names it in errors. Pure:
- * no I/O, no allocation beyond msgpack's own. */
-int ps__ckpt_part_parse(const char *path, const uint8_t *b, size_t size,
-                        ps_ckpt_part *p, char *err, size_t errlen);
 
 #endif

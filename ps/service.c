@@ -45,6 +45,7 @@ void ps__entry_free(ps_entry *e, ps_mem *mem) {
   ps__shard_free(e->sh, mem);
   ps__free(mem, e->pushed);
   ps__free(mem, e->scratch);
+  ps__mem_release(mem, e->scratch_cap * sizeof(float));
   ps__free(mem, e);
 }
 
@@ -54,6 +55,7 @@ static void ps__op_free(ps_op *op) {
   ps_mem *m = &op->srv->mem;
   ps__free(m, op->out);
   ps__free(m, op->ids_copy);
+  ps__mem_release(m, op->reserved);
   /* a restored shard whose swap never ran (the server closed first) */
   ps__shard_free(op->loaded, m);
   ps__free(m, op);
@@ -247,13 +249,27 @@ static void ps__do_push(ps_server *s, ps_op *op) {
     finite = op->allow_nonfinite || ps__all_finite(g, n);
   } else {
     if (e->scratch_cap < n) {
+      /* the shard's only writer runs here: the buffer is its own */
       ps__free(&s->mem, e->scratch);
+      ps__mem_release(&s->mem, e->scratch_cap * sizeof(float));
+      e->scratch = NULL;
+      e->scratch_cap = 0;
+      if (ps__mem_reserve(&s->mem, n * sizeof(float))) {
+        op->rc = TSR_EMEMLIMIT;
+        snprintf(op->err, sizeof op->err, "%s shard %d: converting a "
+                 "gradient of %s needs %zu bytes, over the memory limit (%zu "
+                 "of %zu bytes in use)", e->spec.var.name,
+                 e->spec.shard.shard, ps__dtype_name(op->dtype),
+                 n * sizeof(float), atomic_load(&s->mem.used), s->mem.limit);
+        return;
+      }
       e->scratch = ps__calloc(&s->mem, n, sizeof(float));
-      e->scratch_cap = e->scratch ? n : 0;
       if (!e->scratch) {
+        ps__mem_release(&s->mem, n * sizeof(float));
         op->rc = TSR_ENOMEM;
         return;
       }
+      e->scratch_cap = n;
     }
     finite = ps__grad_to_f32(gp, op->dtype, n, e->scratch);
     g = e->scratch;

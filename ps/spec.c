@@ -92,7 +92,7 @@ int ps__spec_validate(const ps_var_spec *s, char *err, size_t errlen) {
                     "%s: rows of %" PRId64 " elements are too wide to hold",
                     s->var.name, width);
   const tsr_init_spec *in = &s->var.init;
-  if ((unsigned)in->kind > TSR_INIT_HE_NORMAL)
+  if ((unsigned)in->kind > TSR_INIT_FORGET_BIAS)
     return tsr_errf(err, errlen, TSR_EINVAL,
                     "%s: initializer kind %d is "
                     "unknown",

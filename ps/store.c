@@ -27,24 +27,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-size_t ps__dtype_size(int dt) {
-  switch (dt) {
-    case PS_DT_F32: return 4;
-    case PS_DT_BF16: return 2;
-    case PS_DT_F16: return 2;
-  }
-  return 0;
-}
-
-const char *ps__dtype_name(int dt) {
-  switch (dt) {
-    case PS_DT_F32: return "float32";
-    case PS_DT_BF16: return "bfloat16";
-    case PS_DT_F16: return "float16";
-  }
-  return "?";
-}
-
 bool ps__spec_equal(const ps_var_spec *a, const ps_var_spec *b) {
   const tsr_var *va = &a->var, *vb = &b->var;
   const tsr_shard *sa = &a->shard, *sb = &b->shard;
@@ -81,7 +63,10 @@ static int ps__init_fill(const ps_var_spec *spec, uint64_t first, float *out,
                    kern_init_var_key(spec->var.name), first, out, n);
     return 0;
   }
-  int fd = open(spec->init_path, O_RDONLY | O_CLOEXEC);
+  /* the real path of a regular file under the root (checked at create):
+   * a link put in its place since is not followed, a FIFO not waited on */
+  int fd = open(spec->init_path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW |
+                                     O_NONBLOCK);
   if (fd < 0) return -errno;
   size_t want = n * sizeof(float), got = 0;
   while (got < want) {

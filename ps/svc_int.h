@@ -86,6 +86,9 @@ struct ps_op {
   char err[384];
   float *out;               /* gathered rows */
   size_t out_len;
+  size_t reserved;          /* bytes of the memory budget this op holds for
+                               its answer (rows, a bfloat16 copy, ids
+                               copied for alignment); released when freed */
   int64_t *ids_copy;
   ps_shard *loaded;         /* swap */
   ps_ckpt_file file;        /* save: the file written */
@@ -109,7 +112,7 @@ struct ps_entry {
                                queues it again */
   int *pushed;
   int n_pushed, cap_pushed;
-  /* writer-only conversion buffer */
+  /* writer-only conversion buffer (charged to the memory budget) */
   float *scratch;
   size_t scratch_cap;
   /* mirrors for stats, updated on the loop after every write, so stats
@@ -202,14 +205,23 @@ void ps__admin_after(ps_server *s, ps_op *op);
 void ps__batch_finish(ps_server *s, ps_batch *b);
 
 /* ckroot.c */
-/* Sets the checkpoint root (normalized to an absolute path). A root given
- * at start (fixed) is kept when the chief names another at configure. */
+/* Sets the checkpoint root (normalized to an absolute path) when there is
+ * none yet. Once set it stays: the same root again is fine, another one is
+ * logged and ignored when the root was given at start (fixed; the chief's
+ * path for the folder may differ) and refused with TSR_EEXISTS when it
+ * came from a configure. TSR_EINVAL for "" or "/". */
 int ps__root_set(ps_server *s, const char *root, bool fixed);
 /* The path of a Save/Restore folder `dir` (relative to the root, or
  * absolute inside it) into out; refuses anything that is not under the
  * root (err names `what`, the path and the root). */
 int ps__root_resolve(const ps_server *s, const char *what, const char *dir,
                      char *out, size_t len, char *err, size_t errlen);
+/* A file a request names (Create's init_path), confined like a folder
+ * (ps__root_resolve) and then required to be a regular file; `path` (len
+ * bytes) is replaced by its real path. Refusals of a path outside the
+ * root never say whether it exists. */
+int ps__root_file(const ps_server *s, const char *what, char *path,
+                  size_t len, char *err, size_t errlen);
 
 /* spec.c */
 int ps__spec_from_proto(const Tessera__Ps__VarSpec *v, ps_var_spec *out,

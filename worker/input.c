@@ -590,6 +590,19 @@ void wk_input_close(wk_input *in) {
 
 /* ---- open -------------------------------------------------------------- */
 
+/* Adds row number `cnt` (its d dense features, scaled) to the sums of
+ * its differences from the first row (`shift`, set by row 0), which keep
+ * the variance accurate where the values are far from 0. */
+static void stats_add(const float *x, int64_t d, double scale, int64_t cnt,
+                      double *shift, double *sum, double *sq) {
+  for (int64_t j = 0; j < d; j++) {
+    double v = (double)x[j] * scale;
+    if (cnt == 0) shift[j] = v;
+    sum[j] += v - shift[j];
+    sq[j] += (v - shift[j]) * (v - shift[j]);
+  }
+}
+
 /* Mean and standard deviation of the scaled dense features over the
  * training rows (all workers' rows, so every worker uses the same). */
 static int train_stats(const tsr_job *job, wk_input *in, char *err,
@@ -620,7 +633,6 @@ static int train_stats(const tsr_job *job, wk_input *in, char *err,
     rc = rc ? rc : TSR_ENOMEM;
     goto out;
   }
-  /* shifted sums (shift = first row) keep the variance accurate */
   double *shift = calloc((size_t)(d ? d : 1), sizeof *shift);
   if (!shift) {
     rc = TSR_ENOMEM;
@@ -630,24 +642,11 @@ static int train_stats(const tsr_job *job, wk_input *in, char *err,
   if (s->rows) {
     for (int64_t i = 0; i < s->n_rows && !rc; i++) {
       if ((rc = s->ops->get(s, s->rows[i], &r, err, errlen))) break;
-      for (int64_t j = 0; j < d; j++) {
-        double v = (double)r.x[j] * ts.scale;
-        if (cnt == 0) shift[j] = v;
-        sum[j] += v - shift[j];
-        sq[j] += (v - shift[j]) * (v - shift[j]);
-      }
-      cnt++;
+      stats_add(r.x, d, ts.scale, cnt++, shift, sum, sq);
     }
   } else if (!(rc = s->ops->begin(s, err, errlen))) {
-    while (!(rc = s->ops->next(s, &r, err, errlen))) {
-      for (int64_t j = 0; j < d; j++) {
-        double v = (double)r.x[j] * ts.scale;
-        if (cnt == 0) shift[j] = v;
-        sum[j] += v - shift[j];
-        sq[j] += (v - shift[j]) * (v - shift[j]);
-      }
-      cnt++;
-    }
+    while (!(rc = s->ops->next(s, &r, err, errlen)))
+      stats_add(r.x, d, ts.scale, cnt++, shift, sum, sq);
     if (rc == TSR_EEOF) rc = 0;
   }
   if (!rc && cnt == 0)

@@ -150,8 +150,15 @@ int tsr_model__resolve_metrics(tsr_model *m, char *const *names, int n,
                     "metrics: at most %d", WK_MAX_METRICS);
   for (int i = 0; i < n; i++) {
     const char *full = names[i];
-    char s[64];
-    snprintf(s, sizeof s, "%s", full);
+    char s[TSR_METRIC_NAME_MAX];
+    size_t base = strcspn(full, "@");
+    /* a name is kept whole in every output: one that would not fit is
+     * refused (every supported one fits) */
+    if (base >= sizeof s)
+      return tsr_errf(err, errlen, TSR_EUNSUPPORTED,
+                      "metric '%s' is not supported (supported: %s)", full,
+                      METRICS_SUPPORTED);
+    snprintf(s, sizeof s, "%.*s", (int)base, full);
     char *at = strchr(s, '@');
     if (at) *at = 0;
     wk_metric *mt = &m->metrics[m->n_metrics];
@@ -195,7 +202,7 @@ int tsr_model__resolve_metrics(tsr_model *m, char *const *names, int n,
                       "metric %s: needs a single output (one "
                       "label per example); the model has %lld", full,
                       (long long)m->out_dim);
-    snprintf(m->metric_names[m->n_metrics], 32, "%s", s);
+    snprintf(m->metric_names[m->n_metrics], sizeof m->metric_names[0], "%s", s);
     m->n_metrics++;
   }
   return 0;

@@ -171,7 +171,12 @@ static int run_standalone(const char *job_path, char **ovr,
   wk_train_result r;
   double t0 = tsr_now_s();
   rc = wk_train_standalone(&job, o, &r, err, sizeof err);
-  int status = rc ? (rc == TSR_ENODEVICE ? 4 : rc == TSR_EDATA ? TSR_EXIT_DATA : 1)
+  /* a model or job the trainer refuses is a usage error, 2, as the chief
+   * says for the same job */
+  bool refused = rc == TSR_EUNSUPPORTED || rc == TSR_ECONFIG ||
+                 rc == TSR_ESHAPE;
+  int status = rc ? (rc == TSR_ENODEVICE ? 4 : rc == TSR_EDATA ? TSR_EXIT_DATA
+                     : refused ? 2 : 1)
                   : 0;
   if (rc) tsr_error("%s", err);
   if (tr) {

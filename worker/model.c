@@ -62,7 +62,8 @@ int tsr_model__parse_init(const json_t *j, const char *def, const char *where,
     return tsr_errf(err, errlen, TSR_EUNSUPPORTED,
                     "%s: initializer '%s' is not supported (supported: Zeros, "
                     "Ones, Constant, RandomUniform, RandomNormal, TruncatedNormal,"
-                    " GlorotUniform, GlorotNormal, HeUniform, HeNormal)",
+                    " GlorotUniform, GlorotNormal, HeUniform, HeNormal, "
+                    "Orthogonal)",
                     where, name ? name : "?");
   if (cfg && json_is_object(cfg)) {
     json_t *v;
@@ -77,6 +78,9 @@ int tsr_model__parse_init(const json_t *j, const char *def, const char *where,
         out->a = json_number_value(v);
       if ((v = json_object_get(cfg, "stddev")) && json_is_number(v))
         out->b = json_number_value(v);
+    } else if (out->kind == TSR_INIT_ORTHOGONAL) {
+      if ((v = json_object_get(cfg, "gain")) && json_is_number(v))
+        out->a = json_number_value(v);
     } else if (out->kind == TSR_INIT_CONSTANT) {
       if ((v = json_object_get(cfg, "value")) && json_is_number(v))
         out->a = json_number_value(v);

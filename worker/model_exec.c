@@ -54,8 +54,9 @@ static void ready_points(wk_exec *e) {
   for (int k = m->n_layers - 1; k >= 0; k--) {
     const wk_layer *l = &m->layers[k];
     if (!l->needs_grad) continue;
-    int vs[4] = {l->var_w, l->var_b, l->var_mm, l->var_mv};
-    for (int i = 0; i < 4; i++)
+    int vs[12];
+    int nvs = tsr_model__node_vars(l, vs);
+    for (int i = 0; i < nvs; i++)
       if (vs[i] >= 0 && m->vars[vs[i]].kind == TSR_VAR_DENSE)
         e->ready_at[vs[i]] = k;
   }
@@ -90,10 +91,14 @@ int wk_exec_open(const tsr_model *m, kern_ctx *ctx, int64_t maxb,
   e->maxb = maxb;
   e->prec = prec;
   e->lab_w = m->onehot_labels ? m->out_dim : 1;
-  int64_t maxw = 1;
+  int64_t maxw = 1, maxu = 1, scratch = 0, maskw = 0;
   for (int k = 0; k < m->n_layers; k++) {
     const wk_layer *l = &m->layers[k];
     if (l->size > maxw) maxw = l->size;
+    if (l->kind == WK_L_RNN && l->units > maxu) maxu = l->units;
+    int64_t sc = wk_exec__seq_scratch(m, l, maxb);
+    if (sc > scratch) scratch = sc;
+    if (l->mask_zero && l->dim[0] > maskw) maskw = l->dim[0];
     if (l->kind == WK_L_INPUT && !l->ids) e->x_float = true;
   }
   e->hlab = malloc((size_t)(maxb * e->lab_w) * sizeof(float));
@@ -115,6 +120,19 @@ int wk_exec_open(const tsr_model *m, kern_ctx *ctx, int64_t maxb,
   if (!(e->exl = dalloc(e, maxb)) || !(e->acc = dalloc(e, maxb * maxw)) ||
       !(e->dz = dalloc(e, maxb * maxw)))
     goto nomem;
+  if (scratch > 0 && !(e->seq_scratch = dalloc(e, scratch))) goto nomem;
+  if (maskw > 0 && !(e->hmask = malloc((size_t)(maxb * maskw) *
+                                       sizeof(float))))
+    goto nomem;
+  { /* zero initial states (and gradients) of recurrent nodes */
+    float *z = calloc((size_t)(maxb * maxu), sizeof *z);
+    if (!z || !(e->zeros = dalloc(e, maxb * maxu)) ||
+        kern_upload(ctx, e->zeros, z, (size_t)(maxb * maxu) * sizeof *z)) {
+      free(z);
+      goto nomem;
+    }
+    free(z);
+  }
   for (int k = 0; k < m->n_layers; k++) {
     const wk_layer *l = &m->layers[k];
     int64_t sz = maxb * l->size;
@@ -146,6 +164,10 @@ int wk_exec_open(const tsr_model *m, kern_ctx *ctx, int64_t maxb,
       if (!(e->st_a[k] = dalloc(e, c)) || !(e->st_b[k] = dalloc(e, c)))
         goto nomem;
     }
+    int64_t wsn = wk_exec__seq_ws(m, l, maxb);
+    if (wsn > 0 && !(e->ws[k] = dalloc(e, wsn))) goto nomem;
+    if (l->mask_zero && !(e->seqmask[k] = dalloc(e, maxb * l->dim[0])))
+      goto nomem;
     if (l->kind == WK_L_LAYERNORM) {
       int64_t rows = maxb * (l->size / l->norm_w);
       if (!(e->st_a[k] = dalloc(e, rows)) || !(e->st_b[k] = dalloc(e, rows)))
@@ -219,8 +241,13 @@ void wk_exec_close(wk_exec *e) {
   kern_free(c, e->acc);
   kern_free(c, e->dz);
   kern_free(c, e->cols);
+  kern_free(c, e->seq_scratch);
+  kern_free(c, e->zeros);
+  free(e->hmask);
   for (int k = 0; k < m->n_layers; k++) {
     if (m->layers[k].root != k) continue;
+    kern_free(c, e->ws[k]);
+    kern_free(c, e->seqmask[k]);
     if (e->own_y[k]) kern_free(c, e->y[k]);
     if (e->own_z[k]) kern_free(c, e->z[k]);
     kern_free(c, e->dy[k]);
@@ -458,6 +485,28 @@ static int build_plan(wk_exec *e, wk_splan *p, const wk_batch *b, int64_t lo,
   return 0;
 }
 
+/* The masks of Embedding(mask_zero) layers: 1 where the id is not 0. */
+static int seq_masks(wk_exec *e, const wk_batch *b, int64_t lo, int64_t hi) {
+  const tsr_model *m = e->m;
+  for (int k = 0; k < m->n_layers; k++) {
+    const wk_layer *l = &m->layers[k];
+    if (!l->mask_zero) continue;
+    const wk_layer *src = &m->layers[l->in[0]];
+    int64_t L = l->dim[0];
+    float *h = e->host ? e->seqmask[k] : e->hmask;
+    for (int64_t r = lo; r < hi; r++)
+      for (int64_t t = 0; t < L; t++)
+        h[(r - lo) * L + t] =
+            b->x[r * b->n_dense + src->x_off + t] != 0.0f ? 1.0f : 0.0f;
+    if (!e->host) {
+      int rc = kern_upload(e->ctx, e->seqmask[k], h,
+                           (size_t)((hi - lo) * L) * sizeof(float));
+      if (rc) return rc;
+    }
+  }
+  return 0;
+}
+
 int wk_exec_prepare(wk_exec *e, const wk_batch *b, int64_t lo, int64_t hi,
                     const wk_exec *global, char *err, size_t errlen) {
   const tsr_model *m = e->m;
@@ -517,6 +566,8 @@ int wk_exec_prepare(wk_exec *e, const wk_batch *b, int64_t lo, int64_t hi,
     memcpy(e->hlab, b->y + lo, (size_t)n * sizeof(float));
   }
   int rc;
+  if ((rc = seq_masks(e, b, lo, hi)))
+    return tsr_errf(err, errlen, rc, "upload of the sequence masks failed");
   for (int s = 0; s < e->n_sp; s++)
     if ((rc = build_plan(e, &e->sp[s], b, lo, hi, global, err, errlen)))
       return rc == TSR_ENOMEM ? tsr_errf(err, errlen, rc,

@@ -44,10 +44,21 @@ wk_layer *tsr_model__add_node(tsr_model *m, wk_layer_kind kind,
   l->n_in = n_in;
   l->root = m->n_layers;
   l->var_w = l->var_b = l->var_mm = l->var_mv = l->addend = -1;
+  l->mask_src = l->use_mask = l->use_mask2 = -1;
+  for (int i = 0; i < 8; i++) l->var_x[i] = -1;
   l->alpha = 1.0f;
   l->coef = 1.0f;
   m->n_layers++;
   return l;
+}
+
+int tsr_model__node_vars(const wk_layer *l, int out[12]) {
+  out[0] = l->var_w;
+  out[1] = l->var_b;
+  out[2] = l->var_mm;
+  out[3] = l->var_mv;
+  for (int i = 0; i < 8; i++) out[4 + i] = l->var_x[i];
+  return 12;
 }
 
 bool tsr_model__has_logits(const wk_layer *l) {
@@ -204,6 +215,8 @@ typedef struct {
   const json_t *L;
   const char *name;
   int node;              /* output node; -1 until parsed */
+  int mask_of;           /* a NotEqual(ids, 0) layer: the ids' node (it
+                          * stands for that input's Embedding mask) */
 } fl_entry;
 
 static int find_entry(const fl_entry *t, size_t n, const char *name) {
@@ -250,11 +263,93 @@ static bool is_ref(const json_t *r) {
          json_is_string(json_array_get(r, 0));
 }
 
-/* The inbound layer names of a layer's one call. */
-static int inbound(const json_t *L, const char *nm, const char **names,
-                   int *n, char *err, size_t errlen) {
+/* What a layer's one call reads: its tensors (positional, then the
+ * value= and key= of an attention call) and the layers named by its mask=
+ * argument (Keras 3 writes the mask of an Embedding(mask_zero) as a
+ * NotEqual layer it passes explicitly). */
+typedef struct {
+  const char *names[WK_MAX_IN];
+  int n;
+  const char *masks[WK_MAX_IN];
+  int n_masks;
+} wk_call;
+
+/* A call argument: tensors go to the call, flags that change nothing are
+ * accepted, anything else is refused with what is supported. */
+static int call_kwarg(wk_call *c, const char *cls, const char *nm,
+                      const char *k, const json_t *v, char *err,
+                      size_t errlen) {
+  int rc = 0;
+  if (!strcmp(k, "training") || json_is_null(v)) return 0;
+  if ((!strcmp(k, "return_attention_scores") ||
+       !strcmp(k, "use_causal_mask")) && json_is_false(v))
+    return 0;
+  if (!strcmp(k, "mask")) { /* one tensor, or a list (Attention's) */
+    bool list = json_is_array(v) && !is_ref(v);
+    size_t cnt = list ? json_array_size(v) : 1;
+    for (size_t i = 0; i < cnt; i++) {
+      const json_t *r = list ? json_array_get(v, i) : v;
+      if (json_is_null(r)) continue;
+      if (c->n_masks == WK_MAX_IN) return TSR_ERANGE;
+      if (!(c->masks[c->n_masks++] = ref_name(r, nm, err, errlen, &rc)))
+        return rc;
+    }
+    return 0;
+  }
+  if ((!strcmp(k, "value") || !strcmp(k, "key")) &&
+      !strcmp(cls, "MultiHeadAttention") && is_ref(v)) {
+    /* value first, then key: the order the layer reads them in */
+    if (c->n >= WK_MAX_IN) return TSR_ERANGE;
+    const char *r = ref_name(v, nm, err, errlen, &rc);
+    if (!r) return rc;
+    if (!strcmp(k, "value") && c->n == 2) { /* key came first */
+      c->names[2] = c->names[1];
+      c->names[1] = r;
+      c->n = 3;
+    } else {
+      c->names[c->n++] = r;
+    }
+    return 0;
+  }
+  char val[64];
+  if (json_is_boolean(v)) snprintf(val, sizeof val, "=%s",
+                                   json_is_true(v) ? "true" : "false");
+  else val[0] = 0;
+  return tsr_errf(err, errlen, TSR_EUNSUPPORTED,
+                  "layer '%s' (%s): the call argument %s%s is not supported "
+                  "(supported: the input tensors%s, mask from an "
+                  "Embedding(mask_zero=True), training)", nm, cls, k, val,
+                  !strcmp(cls, "MultiHeadAttention")
+                      ? ", value=, key=, use_causal_mask=False, "
+                        "return_attention_scores=False"
+                      : !strcmp(cls, "Attention")
+                            ? ", use_causal_mask=False, "
+                              "return_attention_scores=False"
+                            : "");
+}
+
+static int call_kwargs(wk_call *c, const char *cls, const char *nm,
+                       const json_t *kw, char *err, size_t errlen) {
+  const char *k;
+  json_t *v;
+  int rc;
+  json_object_foreach((json_t *)kw, k, v) {
+    if ((rc = call_kwarg(c, cls, nm, k, v, err, errlen))) {
+      if (rc == TSR_ERANGE)
+        return tsr_errf(err, errlen, TSR_ERANGE,
+                        "layer '%s': more than %d inputs", nm, WK_MAX_IN);
+      return rc;
+    }
+  }
+  return 0;
+}
+
+/* The inbound tensors of a layer's one call. */
+static int inbound(const json_t *L, const char *nm, wk_call *c, char *err,
+                   size_t errlen) {
   const json_t *ib = json_object_get(L, "inbound_nodes");
-  *n = 0;
+  const char *cls = json_string_value(json_object_get(L, "class_name"));
+  memset(c, 0, sizeof *c);
   if (!json_is_array(ib) || json_array_size(ib) == 0)
     return tsr_errf(err, errlen, TSR_ECONFIG,
                     "layer '%s' is not connected (no inbound_nodes)",
@@ -265,16 +360,9 @@ static int inbound(const json_t *L, const char *nm, const char **names,
                     "layers are not supported)", nm, json_array_size(ib));
   const json_t *call = json_array_get(ib, 0);
   const json_t *refs = call;
+  const json_t *kw3 = NULL;
   if (json_is_object(call)) { /* Keras 3 {"args": [...], "kwargs": {...}} */
-    const json_t *kw = json_object_get(call, "kwargs");
-    const char *k;
-    json_t *v;
-    json_object_foreach((json_t *)kw, k, v) {
-      if (!json_is_null(v))
-        return tsr_errf(err, errlen, TSR_EUNSUPPORTED,
-                        "layer '%s': the call argument %s is "
-                        "not supported", nm, k);
-    }
+    kw3 = json_object_get(call, "kwargs");
     refs = json_object_get(call, "args");
     /* merge layers take one list of tensors */
     if (json_is_array(refs) && json_array_size(refs) == 1 &&
@@ -288,23 +376,24 @@ static int inbound(const json_t *L, const char *nm, const char **names,
   if (json_array_size(refs) > WK_MAX_IN)
     return tsr_errf(err, errlen, TSR_ERANGE,
                     "layer '%s': more than %d inputs", nm, WK_MAX_IN);
+  int rc = 0;
   for (size_t i = 0; i < json_array_size(refs); i++) {
     const json_t *r = json_array_get(refs, i);
-    int rc = 0;
-    /* Keras 2: [name, node, tensor, kwargs] with kwargs {} or nulls */
-    if (json_is_array(r) && json_array_size(r) >= 4) {
-      const char *k;
-      json_t *v;
-      json_object_foreach(json_array_get(r, 3), k, v) {
-        if (!json_is_null(v))
-          return tsr_errf(err, errlen, TSR_EUNSUPPORTED,
-                          "layer '%s': the call argument %s "
-                          "is not supported", nm, k);
-      }
-    }
-    if (!(names[i] = ref_name(r, nm, err, errlen, &rc))) return rc;
-    (*n)++;
+    if (cls && !strcmp(cls, "NotEqual") && !is_ref(r))
+      continue; /* its constant, checked by not_equal() */
+    if (!(c->names[c->n] = ref_name(r, nm, err, errlen, &rc))) return rc;
+    c->n++;
   }
+  /* Keras 2: [name, node, tensor, kwargs] */
+  for (size_t i = 0; i < json_array_size(refs); i++) {
+    const json_t *r = json_array_get(refs, i);
+    if (json_is_array(r) && json_array_size(r) >= 4 &&
+        (rc = call_kwargs(c, cls ? cls : "?", nm, json_array_get(r, 3), err,
+                          errlen)))
+      return rc;
+  }
+  if (kw3 && (rc = call_kwargs(c, cls ? cls : "?", nm, kw3, err, errlen)))
+    return rc;
   return 0;
 }
 
@@ -388,6 +477,52 @@ static int place_inputs(tsr_model *m, const int *inputs, int n,
   return 0;
 }
 
+/* Keras 3 writes how masks combine as op layers: LogicalOr / LogicalAnd
+ * of masks (merges), which for one Embedding's mask is that mask. */
+static bool mask_op(const char *cls) {
+  return !strcmp(cls, "LogicalOr") || !strcmp(cls, "LogicalAnd");
+}
+
+/* Keras 3's NotEqual(ids, 0): the mask of an Embedding(mask_zero=True),
+ * written out because the model passes it explicitly. */
+static int not_equal(const json_t *L, const char *nm, int n, char *err,
+                     size_t errlen) {
+  const json_t *call = json_array_get(json_object_get(L, "inbound_nodes"), 0);
+  const json_t *args = json_object_get(call, "args");
+  const json_t *z = json_array_get(args, 1);
+  if (n != 1 || json_array_size(args) != 2 || !json_is_number(z) ||
+      json_number_value(z) != 0)
+    return tsr_errf(err, errlen, TSR_EUNSUPPORTED,
+                    "layer '%s' (NotEqual): only the mask of an "
+                    "Embedding(mask_zero=True), NotEqual(ids, 0), is "
+                    "supported", nm);
+  return 0;
+}
+
+/* A mask= given explicitly must be the one the layer's input carries: the
+ * mask of the Embedding(mask_zero=True) reading those ids. */
+static int explicit_masks(const tsr_model *m, const fl_entry *t, size_t nl,
+                          const wk_call *c, const int *in, const char *nm,
+                          const char *cls, char *err, size_t errlen) {
+  for (int i = 0; i < c->n_masks; i++) {
+    int e = find_entry(t, nl, c->masks[i]);
+    bool ok = false;
+    for (int k = 0; k < c->n && !ok; k++) {
+      int src = m->layers[in[k]].mask_src;
+      ok = e >= 0 && src >= 0 &&
+           (t[e].mask_of >= 0 ? m->layers[src].in[0] == t[e].mask_of
+                              : t[e].node == src);
+    }
+    if (!ok)
+      return tsr_errf(err, errlen, TSR_EUNSUPPORTED,
+                      "layer '%s' (%s): the call argument mask='%s' is not "
+                      "the mask of its input (supported: the mask of an "
+                      "Embedding(mask_zero=True) that its input carries)",
+                      nm, cls, c->masks[i]);
+  }
+  return 0;
+}
+
 int tsr_model__parse_functional(tsr_model *m, const json_t *root,
                                const wk_input_schema *sc, char *err,
                                size_t errlen) {
@@ -405,7 +540,7 @@ int tsr_model__parse_functional(tsr_model *m, const json_t *root,
   int rc = 0;
   for (size_t i = 0; i < nl && !rc; i++) {
     t[i].L = json_array_get(layers, i);
-    t[i].node = -1;
+    t[i].node = t[i].mask_of = -1;
     const json_t *lc = json_object_get(t[i].L, "config");
     t[i].name = json_string_value(json_object_get(t[i].L, "name"));
     if (!t[i].name) t[i].name = json_string_value(json_object_get(lc, "name"));
@@ -441,24 +576,55 @@ int tsr_model__parse_functional(tsr_model *m, const json_t *root,
         done++;
         continue;
       }
-      const char *names[WK_MAX_IN];
-      int n, in[WK_MAX_IN];
-      if ((rc = inbound(t[i].L, t[i].name, names, &n, err, errlen))) break;
+      wk_call call;
+      int in[WK_MAX_IN];
+      if ((rc = inbound(t[i].L, t[i].name, &call, err, errlen))) break;
       bool ready = true;
-      for (int k = 0; k < n && !rc; k++) {
-        int e = find_entry(t, nl, names[k]);
+      for (int k = 0; k < call.n + call.n_masks && !rc; k++) {
+        bool is_mask = k >= call.n;
+        const char *nk = is_mask ? call.masks[k - call.n] : call.names[k];
+        int e = find_entry(t, nl, nk);
         if (e < 0)
           rc = tsr_errf(err, errlen, TSR_ECONFIG,
                         "layer '%s' reads layer '%s', which the "
-                        "model does not have", t[i].name, names[k]);
+                        "model does not have", t[i].name, nk);
         else if (t[e].node < 0)
           ready = false;
-        else
+        else if (!is_mask && t[e].mask_of >= 0 && !mask_op(cls))
+          rc = tsr_errf(err, errlen, TSR_EUNSUPPORTED,
+                        "layer '%s' reads the mask '%s' as a tensor (masks "
+                        "are supported only as the mask= of a call)",
+                        t[i].name, nk);
+        else if (!is_mask)
           in[k] = t[e].node;
       }
       if (rc || !ready) continue;
-      if ((rc = tsr_model__parse_layer(m, cls, lc, t[i].name, in, n,
-                                      &t[i].node, err, errlen)))
+      if (!strcmp(cls, "NotEqual")) {
+        if ((rc = not_equal(t[i].L, t[i].name, call.n, err, errlen))) break;
+        t[i].node = t[i].mask_of = in[0];
+        done++;
+        continue;
+      }
+      if (mask_op(cls)) { /* Keras 3's merge of the masks of merged inputs */
+        int of = -1;
+        for (int k = 0; k < call.n && !rc; k++) {
+          int e = find_entry(t, nl, call.names[k]);
+          if (t[e].mask_of < 0 || (of >= 0 && t[e].mask_of != of))
+            rc = tsr_errf(err, errlen, TSR_EUNSUPPORTED,
+                          "layer '%s' (%s): only the mask of one "
+                          "Embedding(mask_zero=True) is supported here",
+                          t[i].name, cls);
+          of = t[e].mask_of;
+        }
+        if (rc) break;
+        t[i].node = t[i].mask_of = of;
+        done++;
+        continue;
+      }
+      if ((rc = tsr_model__parse_layer(m, cls, lc, t[i].name, in, call.n,
+                                      &t[i].node, err, errlen)) ||
+          (rc = explicit_masks(m, t, nl, &call, in, t[i].name, cls, err,
+                               errlen)))
         break;
       done++;
     }
@@ -524,7 +690,10 @@ int tsr_model__finish_graph(tsr_model *m, char *err, size_t errlen) {
   for (int k = 0; k < m->n_layers; k++) {
     wk_layer *l = &m->layers[k];
     l->root = l->kind == WK_L_RESHAPE ? m->layers[l->in[0]].root : k;
-    bool g = l->var_w >= 0 || l->var_b >= 0 || l->kind == WK_L_EMBED;
+    int vs[12];
+    int nvs = tsr_model__node_vars(l, vs);
+    bool g = l->kind == WK_L_EMBED;
+    for (int i = 0; i < nvs; i++) g |= vs[i] >= 0;
     for (int i = 0; i < l->n_in; i++) {
       g |= m->layers[l->in[i]].needs_grad;
       if (l->kind == WK_L_EMBED) used_ids[l->in[i]] = true;

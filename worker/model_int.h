@@ -34,8 +34,15 @@ typedef enum {
   WK_L_BATCHNORM,
   WK_L_LAYERNORM,
   WK_L_ADD,        /* Add, Subtract, Average */
-  WK_L_CONCAT
+  WK_L_CONCAT,
+  WK_L_MUL,        /* Multiply (and Bidirectional's merge_mode mul) */
+  WK_L_RNN,        /* LSTM or GRU, one direction (a Bidirectional is two
+                    * and a merge) */
+  WK_L_MHA,        /* MultiHeadAttention over the last axis */
+  WK_L_ATTN        /* Attention (dot-product) */
 } wk_layer_kind;
+
+typedef enum { WK_CELL_LSTM = 0, WK_CELL_GRU } wk_cell;
 
 typedef struct {
   wk_layer_kind kind;
@@ -66,6 +73,24 @@ typedef struct {
   float coef;            /* Add: the scale of every input (Average: 1/k);
                           * Subtract: -1 for the second */
   bool needs_grad;       /* a trainable variable lies upstream (or here) */
+  /* sequences: masks of Embedding(mask_zero) ids */
+  int mask_src;          /* the EMBED node whose mask this output carries
+                          * (-1: none) */
+  bool mask_zero;        /* EMBED: id 0 is padding (a mask of its own) */
+  int use_mask;          /* RNN, GPOOL, MHA (query), ATTN (query): the EMBED
+                          * node whose mask it applies (-1: none) */
+  int use_mask2;         /* MHA, ATTN: the value's (keys') mask */
+  wk_cell cell;          /* RNN */
+  int64_t units;         /* RNN; MHA: the output's last axis */
+  bool reverse;          /* RNN: reads the sequence from its end */
+  bool ret_seq;          /* RNN: every step's output, else the last */
+  bool rev_out;          /* RNN: the outputs in reading order (Keras's
+                          * go_backwards), else aligned with the input */
+  bool zero_masked;      /* RNN: masked steps output zeros (else the
+                          * carried state) */
+  int64_t heads, key_dim, value_dim; /* MHA */
+  int var_x[8];          /* more variables: RNN recurrent_kernel; MHA
+                          * query, key, value, output kernels and biases */
 } wk_layer;
 
 /* One embedding lookup writing into an EMBED node's output. */
@@ -121,7 +146,7 @@ struct tsr_model {
   bool logit_out;        /* the output is a logit (from_logits losses) */
   int n_metrics;
   wk_metric metrics[WK_MAX_METRICS];
-  char metric_names[WK_MAX_METRICS][32];
+  char metric_names[WK_MAX_METRICS][TSR_METRIC_NAME_MAX];
 };
 
 /* ---- building (model.c, model_layers.c, model_graph.c) ------------------ */
@@ -219,6 +244,13 @@ struct wk_exec {
   int32_t *arg[WK_MAX_LAYERS];         /* MaxPooling2D winners */
   float *st_a[WK_MAX_LAYERS], *st_b[WK_MAX_LAYERS]; /* BN mean/var, LN
                                                      * mean/rstd */
+  float *ws[WK_MAX_LAYERS];            /* RNN, MHA, ATTN: what the forward
+                                        * keeps for the backward */
+  float *seqmask[WK_MAX_LAYERS];       /* EMBED with mask_zero: [n, L] */
+  float *hmask;                        /* host staging of those masks */
+  float *seq_scratch;                  /* backward scratch of sequence
+                                        * nodes (the largest one's) */
+  float *zeros;                        /* zeros: initial states */
   bool dy_set[WK_MAX_LAYERS];          /* written this backward pass */
   float *acc;              /* a gradient to add where one is already */
   float *dz;               /* activation gradients */
@@ -245,6 +277,19 @@ struct wk_exec {
  * finished there (k may be a WK_READY_* point). */
 int wk_exec__need(wk_exec *e, const wk_run_opts *o, int v);
 void wk_exec__done(wk_exec *e, const wk_run_opts *o, int k);
+
+/* model_nodes_seq.c: the sequence nodes (RNN, MHA, ATTN, MUL, masked
+ * GlobalAveragePooling1D). Floats of a node's own workspace and of the
+ * backward scratch it needs, for batches of maxb; forward and backward. */
+int64_t wk_exec__seq_ws(const tsr_model *m, const wk_layer *l, int64_t maxb);
+int64_t wk_exec__seq_scratch(const tsr_model *m, const wk_layer *l,
+                             int64_t maxb);
+int wk_exec__seq_fwd(wk_exec *e, const wk_layer *l, int k,
+                     const wk_run_opts *o);
+int wk_exec__seq_bwd(wk_exec *e, const wk_layer *l, int k);
+/* Every variable of a node (var_w, var_b, the moving statistics, var_x),
+ * -1 where none; returns how many slots it filled (12). */
+int tsr_model__node_vars(const wk_layer *l, int out[12]);
 
 /* Examples per im2col chunk of a Conv2D node (bounds the cols buffer). */
 int64_t wk_exec__conv_chunk(const wk_exec *e, const wk_layer *l);

@@ -73,7 +73,7 @@ int tsr_layer__get_num(const lp *p, const char *key, double def, double *out) {
   return 0;
 }
 
-static int get_bool(const lp *p, const char *key, bool def, bool *out) {
+int tsr_layer__get_bool(const lp *p, const char *key, bool def, bool *out) {
   const json_t *v = json_object_get(p->cfg, key);
   if (!v || json_is_null(v)) {
     *out = def;
@@ -89,7 +89,7 @@ static int get_bool(const lp *p, const char *key, bool def, bool *out) {
 
 /* kernel_size, strides, pool_size: an integer or a pair; `def` when null
  * (def[0] < 1: required). */
-static int get_pair(const lp *p, const char *key, const int64_t *def,
+int tsr_layer__get_pair(const lp *p, const char *key, const int64_t *def,
                     int64_t out[2]) {
   const json_t *v = json_object_get(p->cfg, key);
   if (!v || json_is_null(v)) {
@@ -118,7 +118,7 @@ static int get_pair(const lp *p, const char *key, const int64_t *def,
   return 0;
 }
 
-static int get_padding(const lp *p, bool *same) {
+int tsr_layer__get_padding(const lp *p, bool *same) {
   const char *s = json_string_value(json_object_get(p->cfg, "padding"));
   if (!s || !strcasecmp(s, "valid")) *same = false;
   else if (!strcasecmp(s, "same")) *same = true;
@@ -129,7 +129,7 @@ static int get_padding(const lp *p, bool *same) {
   return 0;
 }
 
-static int channels_last(const lp *p) {
+int tsr_layer__channels_last(const lp *p) {
   const char *s = json_string_value(json_object_get(p->cfg, "data_format"));
   if (s && strcmp(s, "channels_last"))
     return tsr_errf(p->err, p->errlen, TSR_EUNSUPPORTED,
@@ -170,7 +170,7 @@ static int get_reg(const lp *p, const char *key, float *l1, float *l2) {
   return 0;
 }
 
-static int set_reg(lp *p, int var, const char *key) {
+int tsr_layer__set_reg(lp *p, int var, const char *key) {
   if (var < 0) return 0;
   tsr_var *v = &p->m->vars[var];
   int rc = get_reg(p, key, &v->l1, &v->l2);
@@ -179,7 +179,7 @@ static int set_reg(lp *p, int var, const char *key) {
 }
 
 /* A variable of the layer; its index or a negative code. */
-static int var(lp *p, const char *vname, int rank, const int64_t *shape,
+int tsr_layer__var(lp *p, const char *vname, int rank, const int64_t *shape,
                const char *init_key, const char *init_def) {
   tsr_init_spec is;
   char where[128];
@@ -187,14 +187,20 @@ static int var(lp *p, const char *vname, int rank, const int64_t *shape,
   int rc = tsr_model__parse_init(json_object_get(p->cfg, init_key), init_def,
                                 where, &is, p->err, p->errlen);
   if (rc) return rc;
-  rc = tsr_model__add_var(p->m, p->nm, vname, rank, shape, &is, TSR_VAR_DENSE);
+  if (is.kind == TSR_INIT_ORTHOGONAL && rank != 2)
+    return tsr_errf(p->err, p->errlen, TSR_EUNSUPPORTED,
+                    "layer '%s' (%s): %s Orthogonal on a rank-%d variable is "
+                    "not supported (rank 2 only)", p->nm, p->cls, init_key,
+                    rank);
+  rc = tsr_model__add_var(p->m, p->vprefix ? p->vprefix : p->nm, vname, rank,
+                         shape, &is, TSR_VAR_DENSE);
   if (rc == TSR_ERANGE)
     snprintf(p->err, p->errlen, "layer '%s': %s: a dim is < 1 or the size "
              "is too large", p->nm, vname);
   return rc;
 }
 
-static int need_rank(const lp *p, int rank, const char *what) {
+int tsr_layer__need_rank(const lp *p, int rank, const char *what) {
   if (tsr_layer__in0(p)->rank == rank) return 0;
   char s[96];
   tsr_layer__shape_text(tsr_layer__in0(p), s, sizeof s);
@@ -206,28 +212,28 @@ static int need_rank(const lp *p, int rank, const char *what) {
 /* What Dense and Conv2D share: the activation, use_bias, a kernel of
  * shape kshape[krank] and a bias of `units`, with their initializers and
  * regularizers. */
-static int act_kernel_bias(lp *p, wk_layer *l, int krank,
+int tsr_layer__act_kernel_bias(lp *p, wk_layer *l, int krank,
                            const int64_t *kshape, const int64_t *units) {
   int rc;
   if ((rc = tsr_model__parse_act(json_object_get(p->cfg, "activation"), p->nm,
                                 &l->act, &l->alpha, p->err, p->errlen)) ||
-      (rc = get_bool(p, "use_bias", true, &l->use_bias)))
+      (rc = tsr_layer__get_bool(p, "use_bias", true, &l->use_bias)))
     return rc;
-  if ((l->var_w = var(p, "kernel", krank, kshape, "kernel_initializer",
+  if ((l->var_w = tsr_layer__var(p, "kernel", krank, kshape, "kernel_initializer",
                       "glorot_uniform")) < 0)
     return l->var_w;
   if (l->use_bias &&
-      (l->var_b = var(p, "bias", 1, units, "bias_initializer", "zeros")) < 0)
+      (l->var_b = tsr_layer__var(p, "bias", 1, units, "bias_initializer", "zeros")) < 0)
     return l->var_b;
-  if ((rc = set_reg(p, l->var_w, "kernel_regularizer")) ||
-      (rc = set_reg(p, l->var_b, "bias_regularizer")))
+  if ((rc = tsr_layer__set_reg(p, l->var_w, "kernel_regularizer")) ||
+      (rc = tsr_layer__set_reg(p, l->var_b, "bias_regularizer")))
     return rc;
   return 0;
 }
 
 /* The output window of a Conv2D kernel or a pooling window (`what`) over
  * the layer's image input. */
-static int window(lp *p, const char *what, const int64_t *ks,
+int tsr_layer__window(lp *p, const char *what, const int64_t *ks,
                   const int64_t *st, bool same, kern_win *g) {
   const wk_layer *x = tsr_layer__in0(p);
   if (kern_win_make(g, x->dim[0], x->dim[1], x->dim[2], ks[0], ks[1], st[0],
@@ -242,7 +248,7 @@ static int window(lp *p, const char *what, const int64_t *ks,
 
 /* ---- parsers ---------------------------------------------------------- */
 
-static int p_dense(lp *p) {
+int tsr_layer__p_dense(lp *p) {
   int64_t units;
   int rc;
   if ((rc = tsr_layer__get_int(p, "units", 0, 1, &units))) return rc;
@@ -257,20 +263,20 @@ static int p_dense(lp *p) {
   l->dim[l->rank - 1] = units;
   l->size = l->size / fan_in * units;
   int64_t ks[2] = {fan_in, units};
-  return act_kernel_bias(p, l, 2, ks, &units);
+  return tsr_layer__act_kernel_bias(p, l, 2, ks, &units);
 }
 
 static int p_conv2d(lp *p) {
   int rc;
   int64_t filters, ks[2], st[2], one[2] = {1, 1}, dil[2], groups;
   bool same = false; /* set by get_padding; gcc -O3 cannot tell */
-  if ((rc = need_rank(p, 3, "an image (batch, rows, cols, channels)")) ||
+  if ((rc = tsr_layer__need_rank(p, 3, "an image (batch, rows, cols, channels)")) ||
       (rc = tsr_layer__get_int(p, "filters", 0, 1, &filters)) ||
-      (rc = get_pair(p, "kernel_size", NULL, ks)) ||
-      (rc = get_pair(p, "strides", one, st)) ||
-      (rc = get_pair(p, "dilation_rate", one, dil)) ||
+      (rc = tsr_layer__get_pair(p, "kernel_size", NULL, ks)) ||
+      (rc = tsr_layer__get_pair(p, "strides", one, st)) ||
+      (rc = tsr_layer__get_pair(p, "dilation_rate", one, dil)) ||
       (rc = tsr_layer__get_int(p, "groups", 1, 1, &groups)) ||
-      (rc = get_padding(p, &same)) || (rc = channels_last(p)))
+      (rc = tsr_layer__get_padding(p, &same)) || (rc = tsr_layer__channels_last(p)))
     return rc;
   if (filters < 1)
     return tsr_errf(p->err, p->errlen, TSR_ECONFIG,
@@ -286,7 +292,7 @@ static int p_conv2d(lp *p) {
                     "layer '%s': groups %lld is not supported "
                     "(only 1)", p->nm, (long long)groups);
   kern_win g;
-  if ((rc = window(p, "kernel", ks, st, same, &g))) return rc;
+  if ((rc = tsr_layer__window(p, "kernel", ks, st, same, &g))) return rc;
   wk_layer *l = tsr_layer__node(p, WK_L_CONV2D);
   if (!l) return TSR_ERANGE;
   l->win = g;
@@ -296,20 +302,20 @@ static int p_conv2d(lp *p) {
   l->dim[2] = filters;
   l->size = g.oh * g.ow * filters;
   int64_t kshape[4] = {ks[0], ks[1], g.c, filters};
-  return act_kernel_bias(p, l, 4, kshape, &filters);
+  return tsr_layer__act_kernel_bias(p, l, 4, kshape, &filters);
 }
 
 static int p_pool2d(lp *p) {
   int rc;
   int64_t ps[2], st[2], two[2] = {2, 2};
   bool same = false; /* set by get_padding; gcc -O3 cannot tell */
-  if ((rc = need_rank(p, 3, "an image (batch, rows, cols, channels)")) ||
-      (rc = get_pair(p, "pool_size", two, ps)) ||
-      (rc = get_pair(p, "strides", ps, st)) || (rc = get_padding(p, &same)) ||
-      (rc = channels_last(p)))
+  if ((rc = tsr_layer__need_rank(p, 3, "an image (batch, rows, cols, channels)")) ||
+      (rc = tsr_layer__get_pair(p, "pool_size", two, ps)) ||
+      (rc = tsr_layer__get_pair(p, "strides", ps, st)) || (rc = tsr_layer__get_padding(p, &same)) ||
+      (rc = tsr_layer__channels_last(p)))
     return rc;
   kern_win g;
-  if ((rc = window(p, "pool", ps, st, same, &g))) return rc;
+  if ((rc = tsr_layer__window(p, "pool", ps, st, same, &g))) return rc;
   wk_layer *l = tsr_layer__node(p, WK_L_POOL2D);
   if (!l) return TSR_ERANGE;
   l->win = g;
@@ -326,9 +332,9 @@ static int p_gpool(lp *p) {
   int rc;
   bool keep = false; /* set by get_bool; gcc -O3 cannot tell */
   bool two = strstr(p->cls, "2D") != NULL;
-  if ((rc = need_rank(p, two ? 3 : 2, two ? "an image (batch, rows, cols, "
+  if ((rc = tsr_layer__need_rank(p, two ? 3 : 2, two ? "an image (batch, rows, cols, "
                       "channels)" : "a sequence (batch, steps, features)")) ||
-      (rc = channels_last(p)) || (rc = get_bool(p, "keepdims", false, &keep)))
+      (rc = tsr_layer__channels_last(p)) || (rc = tsr_layer__get_bool(p, "keepdims", false, &keep)))
     return rc;
   wk_layer *l = tsr_layer__node(p, WK_L_GPOOL);
   if (!l) return TSR_ERANGE;
@@ -345,7 +351,7 @@ static int p_gpool(lp *p) {
 }
 
 static int p_flatten(lp *p) {
-  int rc = channels_last(p);
+  int rc = tsr_layer__channels_last(p);
   if (rc) return rc;
   wk_layer *l = tsr_layer__node(p, WK_L_RESHAPE);
   if (!l) return TSR_ERANGE;
@@ -461,10 +467,10 @@ int tsr_layer__no_opts(const lp *p, const char *const *keys) {
  * shape[rank]. */
 static int gamma_beta(lp *p, wk_layer *l, bool scale, bool center, int rank,
                       const int64_t *shape) {
-  if (scale && (l->var_w = var(p, "gamma", rank, shape, "gamma_initializer",
+  if (scale && (l->var_w = tsr_layer__var(p, "gamma", rank, shape, "gamma_initializer",
                                "ones")) < 0)
     return l->var_w;
-  if (center && (l->var_b = var(p, "beta", rank, shape, "beta_initializer",
+  if (center && (l->var_b = tsr_layer__var(p, "beta", rank, shape, "beta_initializer",
                                 "zeros")) < 0)
     return l->var_b;
   return 0;
@@ -474,8 +480,8 @@ static int gamma_beta(lp *p, wk_layer *l, bool scale, bool center, int rank,
 static int norm_regs(lp *p, wk_layer *l, bool center) {
   int rc;
   l->use_bias = center;
-  if ((rc = set_reg(p, l->var_w, "gamma_regularizer")) ||
-      (rc = set_reg(p, l->var_b, "beta_regularizer")))
+  if ((rc = tsr_layer__set_reg(p, l->var_w, "gamma_regularizer")) ||
+      (rc = tsr_layer__set_reg(p, l->var_b, "beta_regularizer")))
     return rc;
   return 0;
 }
@@ -489,8 +495,8 @@ static int p_batchnorm(lp *p) {
   if ((rc = tsr_layer__no_opts(p, no)) || (rc = norm_axes(p, &first, &cnt)) ||
       (rc = tsr_layer__get_num(p, "momentum", 0.99, &mom)) ||
       (rc = tsr_layer__get_num(p, "epsilon", 1e-3, &eps)) ||
-      (rc = get_bool(p, "center", true, &center)) ||
-      (rc = get_bool(p, "scale", true, &scale)))
+      (rc = tsr_layer__get_bool(p, "center", true, &center)) ||
+      (rc = tsr_layer__get_bool(p, "scale", true, &scale)))
     return rc;
   if (cnt != 1)
     return tsr_errf(p->err, p->errlen, TSR_EUNSUPPORTED,
@@ -506,10 +512,10 @@ static int p_batchnorm(lp *p) {
   l->eps = (float)eps;
   int64_t c = l->dim[l->rank - 1];
   if ((rc = gamma_beta(p, l, scale, center, 1, &c))) return rc;
-  if ((l->var_mm = var(p, "moving_mean", 1, &c, "moving_mean_initializer",
+  if ((l->var_mm = tsr_layer__var(p, "moving_mean", 1, &c, "moving_mean_initializer",
                        "zeros")) < 0)
     return l->var_mm;
-  if ((l->var_mv = var(p, "moving_variance", 1, &c,
+  if ((l->var_mv = tsr_layer__var(p, "moving_variance", 1, &c,
                        "moving_variance_initializer", "ones")) < 0)
     return l->var_mv;
   for (int k = 0; k < 2; k++) {
@@ -527,8 +533,8 @@ static int p_layernorm(lp *p) {
   bool center = true, scale = true; /* set by get_bool; gcc -O3 cannot tell */
   if ((rc = tsr_layer__no_opts(p, no)) || (rc = norm_axes(p, &first, &cnt)) ||
       (rc = tsr_layer__get_num(p, "epsilon", 1e-3, &eps)) ||
-      (rc = get_bool(p, "center", true, &center)) ||
-      (rc = get_bool(p, "scale", true, &scale)))
+      (rc = tsr_layer__get_bool(p, "center", true, &center)) ||
+      (rc = tsr_layer__get_bool(p, "scale", true, &scale)))
     return rc;
   if (!(eps > 0))
     return tsr_errf(p->err, p->errlen, TSR_ECONFIG,
@@ -600,6 +606,11 @@ static int p_embedding(lp *p) {
   e->pool = KERN_POOL_SUM;
   e->per_id = true;
   e->node = *p->out;
+  bool mz = false;
+  if ((rc = tsr_layer__get_bool(p, "mask_zero", false, &mz))) return rc;
+  l = &p->m->layers[*p->out];
+  l->mask_zero = mz;
+  l->mask_src = mz ? *p->out : -1;
   return 0;
 }
 
@@ -612,7 +623,7 @@ typedef struct {
 } wk_layer_entry;
 
 static const wk_layer_entry layer_table[] = {
-    {"Dense", p_dense, false},
+    {"Dense", tsr_layer__p_dense, false},
     {"Conv2D", p_conv2d, false},
     {"MaxPooling2D", p_pool2d, false},
     {"AveragePooling2D", p_pool2d, false},
@@ -633,6 +644,17 @@ static const wk_layer_entry layer_table[] = {
     {"Subtract", tsr_layer__p_merge, true},
     {"Average", tsr_layer__p_merge, true},
     {"Concatenate", tsr_layer__p_concat, true},
+    {"Conv1D", tsr_layer__p_conv1d, false},
+    {"MaxPooling1D", tsr_layer__p_pool1d, false},
+    {"AveragePooling1D", tsr_layer__p_pool1d, false},
+    {"GlobalMaxPooling1D", tsr_layer__p_gmaxpool, false},
+    {"GlobalMaxPooling2D", tsr_layer__p_gmaxpool, false},
+    {"LSTM", tsr_layer__p_rnn, false},
+    {"GRU", tsr_layer__p_rnn, false},
+    {"Bidirectional", tsr_layer__p_bidir, false},
+    {"TimeDistributed", tsr_layer__p_timedist, false},
+    {"MultiHeadAttention", tsr_layer__p_mha, true},
+    {"Attention", tsr_layer__p_attention, true},
 };
 #define N_LAYERS (sizeof layer_table / sizeof layer_table[0])
 
@@ -655,11 +677,6 @@ static int common_opts(const lp *p) {
                       "layer '%s' (%s): %s is not supported "
                       "(it must be null)", p->nm, p->cls, keys[i]);
   }
-  const json_t *mz = json_object_get(p->cfg, "mask_zero");
-  if (mz && json_is_true(mz))
-    return tsr_errf(p->err, p->errlen, TSR_EUNSUPPORTED,
-                    "layer '%s': mask_zero=true is not "
-                    "supported", p->nm);
   const json_t *tr = json_object_get(p->cfg, "trainable");
   if (tr && json_is_false(tr))
     return tsr_errf(p->err, p->errlen, TSR_EUNSUPPORTED,
@@ -688,9 +705,10 @@ int tsr_model__parse_layer(tsr_model *m, const char *cls, const json_t *cfg,
     return tsr_errf(err, errlen, TSR_ESHAPE,
                     "layer '%s' (%s) takes one input, it is given %d",
                     name, cls, n_in);
-  lp p = {m, cls, cfg, name, in, n_in, out, err, errlen};
+  lp p = {m, cls, cfg, name, in, n_in, out, err, errlen, NULL};
   int rc = common_opts(&p);
   if (rc) return rc;
   *out = in[0];
-  return e->parse(&p);
+  if ((rc = e->parse(&p))) return rc;
+  return tsr_layer__mask_rule(&p, *out);
 }

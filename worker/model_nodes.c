@@ -18,6 +18,7 @@
 #include "worker/model_int.h"
 
 #include "common/err.h"
+#include "kernels/kern_seq.h"
 
 #include <string.h>
 
@@ -62,8 +63,8 @@ static int conv_fwd(wk_exec *e, const wk_layer *l, int k) {
   const kern_win *g = &l->win;
   const float *x = Y(e, l->in[0]);
   const float *W = e->dp[l->var_w];
-  int64_t K = kern_win_patch(g), F = l->dim[2], isz = g->h * g->w * g->c;
-  int64_t cb = wk_exec__conv_chunk(e, l);
+  int64_t K = kern_win_patch(g), F = l->dim[l->rank - 1];
+  int64_t isz = g->h * g->w * g->c, cb = wk_exec__conv_chunk(e, l);
   bool direct = wk_exec__conv_direct(l);
   for (int64_t b0 = 0; b0 < e->n; b0 += cb) {
     int64_t cnt = e->n - b0 < cb ? e->n - b0 : cb;
@@ -149,10 +150,9 @@ int wk_exec__forward(wk_exec *e, const wk_run_opts *o) {
     const wk_layer *l = &m->layers[k];
     const float *x = l->n_in ? Y(e, l->in[0]) : NULL;
     /* overlap: this node's variables have arrived */
-    CK(wk_exec__need(e, o, l->var_w));
-    CK(wk_exec__need(e, o, l->var_b));
-    CK(wk_exec__need(e, o, l->var_mm));
-    CK(wk_exec__need(e, o, l->var_mv));
+    int vs[12];
+    int nvs = tsr_model__node_vars(l, vs);
+    for (int i = 0; i < nvs; i++) CK(wk_exec__need(e, o, vs[i]));
     switch (l->kind) {
       case WK_L_INPUT:
         if (e->own_y[k])
@@ -195,10 +195,20 @@ int wk_exec__forward(wk_exec *e, const wk_run_opts *o) {
         break;
       case WK_L_GPOOL: {
         int64_t ch = l->dim[l->rank - 1];
-        CK(kern_mean_mid(c, x, n, m->layers[l->in[0]].size / ch, ch,
-                         e->y[k]));
+        if (l->use_mask >= 0)
+          CK(kern_masked_mean(c, n, m->layers[l->in[0]].size / ch, ch, x,
+                              e->seqmask[l->use_mask], e->y[k]));
+        else
+          CK(kern_mean_mid(c, x, n, m->layers[l->in[0]].size / ch, ch,
+                           e->y[k]));
         break;
       }
+      case WK_L_RNN:
+      case WK_L_MHA:
+      case WK_L_ATTN:
+      case WK_L_MUL:
+        CK(wk_exec__seq_fwd(e, l, k, o));
+        break;
       case WK_L_BATCHNORM:
         CK(bn_fwd(e, l, k, o));
         break;
@@ -268,8 +278,8 @@ static int conv_bwd(wk_exec *e, const wk_layer *l, const float *dz) {
   int rc;
   const kern_win *g = &l->win;
   const float *x = Y(e, l->in[0]);
-  int64_t K = kern_win_patch(g), F = l->dim[2], isz = g->h * g->w * g->c;
-  int64_t cb = wk_exec__conv_chunk(e, l), per = g->oh * g->ow;
+  int64_t K = kern_win_patch(g), F = l->dim[l->rank - 1];
+  int64_t isz = g->h * g->w * g->c, cb = wk_exec__conv_chunk(e, l), per = g->oh * g->ow;
   bool direct = wk_exec__conv_direct(l);
   bool want = wants(e, l->in[0]);
   float beta = 0;
@@ -405,9 +415,20 @@ int wk_exec__backward(wk_exec *e, const wk_run_opts *o) {
         if (!wants(e, in)) break;
         int64_t ch = l->dim[l->rank - 1];
         d = din_of(e, in, &beta);
-        CK(kern_mean_mid_grad(c, g, n, m->layers[in].size / ch, ch, beta, d));
+        if (l->use_mask >= 0)
+          CK(kern_masked_mean_grad(c, n, m->layers[in].size / ch, ch, g,
+                                   e->seqmask[l->use_mask], beta, d));
+        else
+          CK(kern_mean_mid_grad(c, g, n, m->layers[in].size / ch, ch, beta,
+                                d));
         break;
       }
+      case WK_L_RNN:
+      case WK_L_MHA:
+      case WK_L_ATTN:
+      case WK_L_MUL:
+        CK(wk_exec__seq_bwd(e, l, k));
+        break;
       case WK_L_BATCHNORM: {
         bool w = wants(e, in);
         d = w ? din_of(e, in, &beta) : NULL;

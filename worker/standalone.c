@@ -223,7 +223,8 @@ int wk_train_standalone(const tsr_job *job, const wk_train_opts *o,
   snprintf(r->backend, sizeof r->backend, "%s", wk_trainer_backend(t));
   r->n_metrics = tsr_model_num_metrics(m);
   for (int k = 0; k < r->n_metrics && k < 8; k++)
-    snprintf(r->metric_names[k], 32, "%s", tsr_model_metric_name(m, k));
+    snprintf(r->metric_names[k], sizeof r->metric_names[k], "%s",
+             tsr_model_metric_name(m, k));
   if (o->on_scalar && sum_n)
     o->on_scalar(o->hook_data, "loss", steps, sum_loss / (double)sum_n);
   if (o->on_checkpoint && (rc = o->on_checkpoint(o->hook_data, t, m, steps))) {
@@ -238,7 +239,7 @@ int wk_train_standalone(const tsr_job *job, const wk_train_opts *o,
   if (o->on_scalar && r->has_eval) {
     o->on_scalar(o->hook_data, "eval/loss", steps, r->eval_loss);
     for (int k = 0; k < r->n_metrics; k++) {
-      char tag[64];
+      char tag[TSR_METRIC_NAME_MAX + 16];
       snprintf(tag, sizeof tag, "eval/%s", r->metric_names[k]);
       o->on_scalar(o->hook_data, tag, steps, r->metrics[k]);
     }

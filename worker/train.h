@@ -82,7 +82,7 @@ typedef struct {
   double eval_loss;
   int64_t eval_examples;
   int n_metrics;
-  char metric_names[8][32];
+  char metric_names[8][TSR_METRIC_NAME_MAX];
   double metrics[8];
   float loss_scale;
   int replicas;

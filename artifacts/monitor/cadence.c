@@ -69,7 +69,7 @@ int chief_train_acc_flush(chief_train_acc *a, chief_metrics *m,
   int rc = 0;
   for (int k = 0; k < a->count; k++) {
     if (!(a->n[k] > 0)) continue;
-    char tag[64];
+    char tag[TSR_METRIC_NAME_MAX + 16];
     snprintf(tag, sizeof tag, "train/%s", a->names[k]);
     int r = chief_metrics_scalar(m, tag, step, a->sum[k] / a->n[k], 0);
     if (r && !rc) rc = r;
@@ -109,13 +109,13 @@ int chief_metrics_job_info(chief_metrics *m, const tsr_job *job) {
                         tsr_lr_schedule_name(o->schedule.kind), NULL, NULL,
                         NULL, mode, job->loss ? job->loss : "mse",
                         tsr_precision_name(job->precision), NULL, NULL};
-  char mtags[CHIEF_TRAIN_MAX + 2][48];
+  char mtags[CHIEF_TRAIN_MAX + 2][TSR_METRIC_NAME_MAX + 32];
   const char *mt[CHIEF_TRAIN_MAX + 2];
   int nm = 0;
   snprintf(mtags[nm++], sizeof mtags[0], "train/epoch_loss");
   snprintf(mtags[nm++], sizeof mtags[0], "validation/epoch_loss");
   for (int i = 0; i < job->n_metrics && nm < CHIEF_TRAIN_MAX + 2; i++) {
-    char name[32];
+    char name[TSR_METRIC_NAME_MAX];
     snprintf(name, sizeof name, "%s", job->metrics[i]);
     char *at = strchr(name, '@');
     if (at) *at = 0;

@@ -207,7 +207,7 @@ bool chief_summary_due(chief_summary_policy *p, int64_t step,
 /* Training metrics the workers report per closure, averaged over the
  * examples between two points. Zero-initialise it. */
 typedef struct {
-  char names[CHIEF_TRAIN_MAX][32];
+  char names[CHIEF_TRAIN_MAX][TSR_METRIC_NAME_MAX];
   double sum[CHIEF_TRAIN_MAX], n[CHIEF_TRAIN_MAX];
   int count;
 } chief_train_acc;

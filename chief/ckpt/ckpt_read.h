@@ -1,13 +1,12 @@
-/* Reading a checkpoint's shard files without a parameter server, for
- * `tessera ckpt inspect` and `tessera ckpt export`. The file format is
- * ps/ckpt.c's (magic "TSRSHARD", u32 header length, msgpack header, u32
- * CRC32C of the header, then the data sections); this reader is written
- * from that description alone, so it also checks that the format is what
- * the documentation says.
+/* A checkpoint's variables gathered from its shard files without a
+ * parameter server, for `tessera ckpt inspect` and `tessera ckpt export`.
+ * Each file is read and checked whole by the shard file library
+ * (common/ckpt/shardfile.h), the one the PS restores with.
  *
- * Failure modes: a file that is truncated, has a bad magic or a bad CRC
- * (header or data), or parts that do not cover a dense variable's rows:
- * each an error naming the file.
+ * Failure modes: a file the library refuses (truncated, a bad magic or
+ * CRC, a header out of range), parts of one variable that disagree on
+ * its shape, kind or sharding, parts that do not cover a dense variable's
+ * rows, a sparse id outside the variable: each an error naming the file.
  */
 #ifndef TSR_CHIEF_CKPT_READ_H
 #define TSR_CHIEF_CKPT_READ_H

@@ -4,8 +4,8 @@
  * Happy path: the chief starts a checkpoint with a fresh id; each PS's
  * save answer adds its files (name, size, CRC32C of all bytes); once every
  * PS answered, chief_ckpt_commit_verified reads each file whole, checks
- * its size, CRC and the part's own checks (ps/ckpt_file.h), finds no
- * shard file nobody reported, writes the list into the manifest and
+ * its size, CRC and the part's own checks (common/ckpt/shardfile.h),
+ * finds no shard file nobody reported, writes the list into the manifest and
  * commits. chief_ckpt_verify runs the same checks on a committed folder.
  * Failure modes: a PS that did not report, a file missing or unreadable
  * (no shared folder: the message says so), of another size or CRC, a part
@@ -13,11 +13,11 @@
  * variable missing, an unlisted shard file: each named with its file.
  */
 #include "chief/ckpt/ckpt.h"
+#include "common/ckpt/shardfile.h"
 #include "common/crc32c.h"
 #include "common/err.h"
 #include "common/grow.h"
 #include "common/log.h"
-#include "ps/ckpt_file.h"
 #include "ps.pb-c.h"
 
 #include <dirent.h>
@@ -80,32 +80,6 @@ int chief_ckpt_files_add(chief_ckpt_files *f, int ps,
   return 0;
 }
 
-/* Size and CRC32C of every byte of a file. */
-static int vf_file_crc(const char *path, uint64_t *bytes, uint32_t *crc) {
-  FILE *fp = fopen(path, "rb");
-  if (!fp) return -errno;
-  static const size_t B = 1 << 20;
-  uint8_t *buf = malloc(B);
-  if (!buf) {
-    fclose(fp);
-    return TSR_ENOMEM;
-  }
-  uint64_t n = 0;
-  uint32_t c = 0;
-  size_t r;
-  while ((r = fread(buf, 1, B, fp)) > 0) {
-    c = tsr_crc32c(c, buf, r);
-    n += r;
-  }
-  int bad = ferror(fp);
-  free(buf);
-  fclose(fp);
-  if (bad) return TSR_EIO;
-  *bytes = n;
-  *crc = c;
-  return 0;
-}
-
 /* One variable's parts, as found. */
 typedef struct {
   char name[256];
@@ -125,7 +99,7 @@ static void vf_vars_free(vf_vars *vs) {
 
 /* Notes part `info` of its variable; refuses mixed shardings and a part
  * seen twice. */
-static int vf_note(vf_vars *vs, const ps_ckpt_file_info *info,
+static int vf_note(vf_vars *vs, const tsr_shardfile_hdr *info,
                    const char *file, char *why, size_t whylen) {
   vf_var *v = NULL;
   for (size_t i = 0; i < vs->n; i++)
@@ -162,31 +136,38 @@ static int vf_check_file(const char *folder, const char *name, uint64_t bytes,
   if (n < 0 || (size_t)n >= sizeof path)
     return tsr_errf(why, whylen, TSR_ERANGE, "%s/%s: path too long", folder,
                     name);
-  uint64_t got = 0;
-  uint32_t c = 0;
-  int rc = vf_file_crc(path, &got, &c);
+  /* mapped only when it is a regular file: a link or a FIFO is damage */
+  tsr_shardfile sf;
+  int rc = tsr_shardfile_map(&sf, path, why, whylen);
   if (rc == -ENOENT)
     return tsr_errf(why, whylen, TSR_ENOTFOUND, "%s is missing (a PS on "
                     "another host without a folder shared with the chief? "
                     "share it, or set checkpoint.storage to \"per_ps\")",
                     path);
-  if (rc)
-    return tsr_errf(why, whylen, rc, "%s: cannot read: %s", path,
-                    tsr_strerror(rc));
-  if (got != bytes)
-    return tsr_errf(why, whylen, TSR_ECORRUPT, "%s: %" PRIu64 " bytes, "
-                    "written %" PRIu64, path, got, bytes);
-  if (c != crc)
-    return tsr_errf(why, whylen, TSR_ECORRUPT, "%s: CRC32C %08x, written "
-                    "%08x (damaged)", path, c, crc);
-  ps_ckpt_file_info info;
-  if ((rc = ps_ckpt_file_check(path, &info, why, whylen))) return rc;
-  if (strcmp(info.ckpt_id, id) || info.ckpt_step != step)
-    return tsr_errf(why, whylen, TSR_ESTALE, "%s: belongs to checkpoint "
-                    "\"%s\" of step %" PRId64 ", the manifest's is \"%s\" of "
-                    "step %" PRId64, path, info.ckpt_id, info.ckpt_step, id,
-                    step);
-  return vf_note(vs, &info, path, why, whylen);
+  if (rc) return rc;
+  uint32_t c = tsr_crc32c(0, sf.map, sf.size);
+  char canon[TSR_SHARDFILE_NAME_MAX] = "";
+  const tsr_shardfile_hdr *h = &sf.p.h;
+  if (sf.size != bytes)
+    rc = tsr_errf(why, whylen, TSR_ECORRUPT, "%s: %zu bytes, written %"
+                  PRIu64, path, sf.size, bytes);
+  else if (c != crc)
+    rc = tsr_errf(why, whylen, TSR_ECORRUPT, "%s: CRC32C %08x, written "
+                  "%08x (damaged)", path, c, crc);
+  else
+    rc = tsr_shardfile_parse(path, sf.map, sf.size, &sf.p, why, whylen);
+  if (!rc && (tsr_shardfile_name(h->name, h->shard, h->num_shards, canon,
+                                 sizeof canon) || strcmp(canon, name)))
+    rc = tsr_errf(why, whylen, TSR_EFORMAT, "%s holds part %d of %d of %s, "
+                  "whose file is named %s", path, h->shard, h->num_shards,
+                  h->name, canon);
+  if (!rc && (strcmp(h->ckpt_id, id) || h->ckpt_step != step))
+    rc = tsr_errf(why, whylen, TSR_ESTALE, "%s: belongs to checkpoint \"%s\" "
+                  "of step %" PRId64 ", the manifest's is \"%s\" of step %"
+                  PRId64, path, h->ckpt_id, h->ckpt_step, id, step);
+  if (!rc) rc = vf_note(vs, h, path, why, whylen);
+  tsr_shardfile_close(&sf);
+  return rc;
 }
 
 /* Shard files in the folder that are not in `names`. */

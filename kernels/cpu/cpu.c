@@ -14,6 +14,7 @@
 #include "kernels/kern_math.h"
 #include "kernels/kern_plan.h"
 #include "kernels/kern_nn_int.h"
+#include "kernels/kern_seq_int.h"
 #include "common/err.h"
 
 #include <cblas.h>
@@ -241,4 +242,5 @@ const kern__ops kern__cpu_ops = {
     .allreduce = cpu_allreduce,
     .last_error = cpu_last_error,
     .nn = &kern__cpu_nn_ops,
+    .seq = &kern__cpu_seq_ops,
 };

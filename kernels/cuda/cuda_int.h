@@ -81,5 +81,7 @@ int kc__mul(kc_ctx *c, float *x, const float *m, size_t n);
 
 /* nn.cu: kern_nn.h's ops */
 extern "C" const struct kern__nn_ops kc__nn_ops;
+/* seq.cu: kern_seq.h's ops */
+extern "C" const struct kern__seq_ops kc__seq_ops;
 
 #endif

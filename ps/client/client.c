@@ -64,6 +64,72 @@ void ps_client_set_deadline(ps_client *c, uint32_t ms) { c->deadline_ms = ms; }
 void ps_client_set_era(ps_client *c, uint64_t era) { c->era = era; }
 tsr_rpc_client *ps_client_rpc(ps_client *c) { return c->rpc; }
 
+/* The answer meta of each method (NULL: its answer carries nothing the
+ * caller reads). */
+static const ProtobufCMessageDescriptor *ps__answer_type(uint32_t method) {
+  switch (method) {
+    case PS_M_PULL:
+    case PS_M_PULL_ROWS:
+    case PS_M_PUSH:
+    case PS_M_PUSH_ROWS:
+    case PS_M_PUSH_PULL:
+      /* PullResponse and PushResponse share their fields */
+      return &tessera__ps__pull_response__descriptor;
+    case PS_M_CREATE: return &tessera__ps__create_response__descriptor;
+    case PS_M_CLOCK: return &tessera__ps__clock_response__descriptor;
+    case PS_M_SAVE: return &tessera__ps__save_response__descriptor;
+    case PS_M_RESTORE: return &tessera__ps__restore_response__descriptor;
+    case PS_M_CONFIG: return &tessera__ps__config_response__descriptor;
+    case PS_M_STATS: return &tessera__ps__stats_response__descriptor;
+    default: return NULL;
+  }
+}
+
+/* The decoded answer `any` of `method` into res. */
+static void ps__answer_fill(ps_result *res, uint32_t method,
+                            const ProtobufCMessage *any,
+                            const tsr_rpc_result *r) {
+  switch (method) {
+    case PS_M_CREATE: {
+      const Tessera__Ps__CreateResponse *m = (const void *)any;
+      for (size_t i = 0; i < m->n_created; i++) res->count += m->created[i];
+      break;
+    }
+    case PS_M_CLOCK: {
+      const Tessera__Ps__ClockResponse *m = (const void *)any;
+      res->min_clock = m->min_clock;
+      res->count = m->active;
+      res->clock = m->clock;
+      res->era = m->era;
+      break;
+    }
+    case PS_M_SAVE: {
+      const Tessera__Ps__SaveResponse *m = (const void *)any;
+      res->count = m->shards;
+      res->nbytes = m->bytes;
+      res->save = m;
+      break;
+    }
+    case PS_M_RESTORE: {
+      const Tessera__Ps__RestoreResponse *m = (const void *)any;
+      res->count = m->shards;
+      res->era = m->era;
+      break;
+    }
+    case PS_M_CONFIG:
+      res->era = ((const Tessera__Ps__ConfigResponse *)(const void *)any)->era;
+      break;
+    case PS_M_STATS: res->stats = any; break;
+    default: { /* pulls and pushes */
+      const Tessera__Ps__PullResponse *m = (const void *)any;
+      res->version = m->version;
+      res->step = m->step;
+      res->nbytes = r->payload_len;
+      break;
+    }
+  }
+}
+
 static void ps__done(const tsr_rpc_result *r, void *data) {
   ps__pending *p = data;
   ps_result res;
@@ -71,101 +137,27 @@ static void ps__done(const tsr_rpc_result *r, void *data) {
   res.status = r->status;
   res.message = r->message ? r->message : "";
   res.min_clock = -1;
-  if (r->status == 0) {
-    ProtobufCAllocator *a = NULL;
-    bool decoded = true; /* an answer meta that does not decode fails */
-    switch (p->method) {
-      case PS_M_PULL:
-      case PS_M_PULL_ROWS:
-      case PS_M_PUSH:
-      case PS_M_PUSH_ROWS:
-      case PS_M_PUSH_PULL: {
-        /* PullResponse and PushResponse share their fields */
-        Tessera__Ps__PullResponse *m =
-            tessera__ps__pull_response__unpack(a, r->meta_len, r->meta);
-        if ((decoded = m != NULL)) {
-          res.version = m->version;
-          res.step = m->step;
-          res.nbytes = r->payload_len;
-          tessera__ps__pull_response__free_unpacked(m, a);
-        }
-        break;
-      }
-      case PS_M_CREATE: {
-        Tessera__Ps__CreateResponse *m =
-            tessera__ps__create_response__unpack(a, r->meta_len, r->meta);
-        if ((decoded = m != NULL)) {
-          for (size_t i = 0; i < m->n_created; i++) res.count += m->created[i];
-          tessera__ps__create_response__free_unpacked(m, a);
-        }
-        break;
-      }
-      case PS_M_CLOCK: {
-        Tessera__Ps__ClockResponse *m =
-            tessera__ps__clock_response__unpack(a, r->meta_len, r->meta);
-        if ((decoded = m != NULL)) {
-          res.min_clock = m->min_clock;
-          res.count = m->active;
-          res.clock = m->clock;
-          res.era = m->era;
-          tessera__ps__clock_response__free_unpacked(m, a);
-        }
-        break;
-      }
-      case PS_M_SAVE: {
-        Tessera__Ps__SaveResponse *m =
-            tessera__ps__save_response__unpack(a, r->meta_len, r->meta);
-        if (!(decoded = m != NULL)) break;
-        res.count = m->shards;
-        res.nbytes = m->bytes;
-        res.save = m;
-        p->cb(&res, p->data);
-        tessera__ps__save_response__free_unpacked(m, a);
-        free(p);
-        return;
-      }
-      case PS_M_RESTORE: {
-        Tessera__Ps__RestoreResponse *m =
-            tessera__ps__restore_response__unpack(a, r->meta_len, r->meta);
-        if ((decoded = m != NULL)) {
-          res.count = m->shards;
-          res.era = m->era;
-          tessera__ps__restore_response__free_unpacked(m, a);
-        }
-        break;
-      }
-      case PS_M_CONFIG: {
-        Tessera__Ps__ConfigResponse *m =
-            tessera__ps__config_response__unpack(a, r->meta_len, r->meta);
-        if (m) {
-          res.era = m->era;
-          tessera__ps__config_response__free_unpacked(m, a);
-        }
-        break;
-      }
-      case PS_M_STATS: {
-        Tessera__Ps__StatsResponse *m =
-            tessera__ps__stats_response__unpack(a, r->meta_len, r->meta);
-        res.stats = m;
-        res.payload = r->payload;
-        res.payload_len = r->payload_len;
-        if (!m) {
-          res.status = TSR_EPROTO;
-          res.message = "stats answer does not decode";
-        }
-        p->cb(&res, p->data);
-        if (m) tessera__ps__stats_response__free_unpacked(m, a);
-        free(p);
-        return;
-      }
-      default: break;
-    }
-    if (!decoded) {
+  const ProtobufCMessageDescriptor *type = ps__answer_type(p->method);
+  ProtobufCMessage *any = NULL;
+  if (r->status == 0 && type) {
+    any = protobuf_c_message_unpack(type, NULL, r->meta_len, r->meta);
+    if (any) {
+      ps__answer_fill(&res, p->method, any, r);
+    } else if (p->method == PS_M_STATS) {
+      res.status = TSR_EPROTO;
+      res.message = "stats answer does not decode";
+    } else if (p->method != PS_M_CONFIG) { /* a config without its era
+                                              still took effect */
       res.status = TSR_EPROTO;
       res.message = "the PS's answer meta does not decode";
     }
+    if (p->method == PS_M_STATS) {
+      res.payload = r->payload;
+      res.payload_len = r->payload_len;
+    }
   }
   p->cb(&res, p->data);
+  if (any) protobuf_c_message_free_unpacked(any, NULL);
   free(p);
 }
 
@@ -384,10 +376,7 @@ int ps_client_leave(ps_client *c, int worker, uint64_t run, uint64_t closure,
 
 int ps_client_config(ps_client *c, const char *mode, bool allow_nonfinite,
                      ps_client_cb cb, void *data) {
-  Tessera__Ps__ConfigRequest m = TESSERA__PS__CONFIG_REQUEST__INIT;
-  m.mode = (char *)(mode ? mode : "async");
-  m.allow_nonfinite = allow_nonfinite;
-  return ps__call(c, PS_M_CONFIG, &m.base, NULL, 0, NULL, 0, cb, data);
+  return ps_client_config_run(c, mode, allow_nonfinite, -1, 0, cb, data);
 }
 
 int ps_client_config_trace(ps_client *c, const char *mode,
@@ -420,9 +409,7 @@ int ps_client_configure(ps_client *c, const ps_config *cfg, ps_client_cb cb,
 
 int ps_client_save(ps_client *c, const char *dir, ps_client_cb cb,
                    void *data) {
-  Tessera__Ps__SaveRequest m = TESSERA__PS__SAVE_REQUEST__INIT;
-  m.dir = (char *)dir;
-  return ps__call(c, PS_M_SAVE, &m.base, NULL, 0, NULL, 0, cb, data);
+  return ps_client_save_ckpt(c, dir, NULL, 0, false, cb, data);
 }
 
 int ps_client_save_ckpt(ps_client *c, const char *dir, const char *id,
@@ -452,10 +439,7 @@ int ps_client_restore(ps_client *c, const char *dir, ps_client_cb cb,
 
 int ps_client_restore_step(ps_client *c, const char *dir, int64_t step,
                            ps_client_cb cb, void *data) {
-  Tessera__Ps__RestoreRequest m = TESSERA__PS__RESTORE_REQUEST__INIT;
-  m.dir = (char *)dir;
-  m.step = step;
-  return ps__call(c, PS_M_RESTORE, &m.base, NULL, 0, NULL, 0, cb, data);
+  return ps_client_restore_ckpt(c, dir, NULL, step, cb, data);
 }
 
 int ps_client_stats(ps_client *c, ps_client_cb cb, void *data) {

@@ -67,11 +67,8 @@ typedef struct kv_buf {
 typedef struct {
   uint64_t id;             /* the ticket; 0: free */
   int pending;             /* calls not completed */
-  int rc;
-  char err[512];
-  int64_t max_step, min_step, min_clock;
-  int64_t submit_us, done_us;
-  uint64_t bytes_out, bytes_in;
+  ps_kv_result res;        /* what ps_kv_wait reports, built up by the
+                              calls' completions */
   kv_call *calls;
   int n_calls;
   kv_buf *buf;             /* bf16 staging, back to the pool at wait */
@@ -132,11 +129,6 @@ struct ps_kv {
   bool cancelled;
 };
 
-
-/* Bytes per value of a wire dtype. */
-static inline size_t ps__kv_dsize(ps_dtype d) {
-  return d == PS_DT_F32 ? 4 : 2;
-}
 
 /* Frees a layout's n variables (client_kv.c). */
 void ps__kv_free_vars(kv_var *v, int n);

@@ -297,10 +297,10 @@ static void slot_init(ps_kv *kv, kv_slot *s, uint32_t idx) {
   memset(s, 0, sizeof *s);
   kv->seq++;
   s->id = (kv->seq << KV_SLOT_BITS) | idx;
-  s->max_step = -1;
-  s->min_step = INT64_MAX;
-  s->min_clock = -1;
-  s->submit_us = tsr_trace_now_us();
+  s->res.max_step = -1;
+  s->res.min_step = INT64_MAX;
+  s->res.min_clock = -1;
+  s->res.submit_us = tsr_trace_now_us();
   kv->open++;
 }
 
@@ -359,20 +359,20 @@ int ps_kv_submit(ps_kv *kv, const ps_kv_request *q, ps_ticket *ticket) {
         c->grad = d;
         at += c->grad_floats;
       }
-      c->grad_bytes = c->grad_floats * ps__kv_dsize(wire);
-      s->bytes_out += c->grad_bytes;
+      c->grad_bytes = c->grad_floats * ps__dtype_size(wire);
+      s->res.bytes_out += c->grad_bytes;
     }
-    s->bytes_out += (c->n_ids + c->n_pull) * sizeof(int64_t);
+    s->res.bytes_out += (c->n_ids + c->n_pull) * sizeof(int64_t);
   }
   pthread_mutex_lock(&kv->mu);
   if (n == 0) {
-    s->done_us = tsr_trace_now_us();
+    s->res.done_us = tsr_trace_now_us();
   } else if (kv->cancelled) {
     /* closed meanwhile: fail them here, the loop will not issue them */
     s->pending = 0;
-    s->rc = TSR_ESHUTDOWN;
-    snprintf(s->err, sizeof s->err, "the PS client is closing");
-    s->done_us = tsr_trace_now_us();
+    s->res.rc = TSR_ESHUTDOWN;
+    snprintf(s->res.err, sizeof s->res.err, "the PS client is closing");
+    s->res.done_us = tsr_trace_now_us();
   } else {
     queue_calls(kv, calls, n);
     uv_async_send(&kv->async); /* under mu: close cannot race it */
@@ -439,7 +439,7 @@ static int kv_clock(ps_kv *kv, ps_clock_op op, int64_t clock, uint64_t run,
   s->pending = n;
   *ticket = s->id;
   if (n == 0) {
-    s->done_us = tsr_trace_now_us();
+    s->res.done_us = tsr_trace_now_us();
   } else {
     queue_calls(kv, calls, n);
     uv_async_send(&kv->async);
@@ -479,18 +479,8 @@ int ps_kv_wait(ps_kv *kv, ps_ticket t, ps_kv_result *res) {
     return TSR_EINVAL;
   }
   while (s->pending > 0) pthread_cond_wait(&kv->cv, &kv->mu);
-  int rc = s->rc;
-  if (res) {
-    res->rc = s->rc;
-    snprintf(res->err, sizeof res->err, "%s", s->err);
-    res->max_step = s->max_step;
-    res->min_step = s->min_step;
-    res->min_clock = s->min_clock;
-    res->submit_us = s->submit_us;
-    res->done_us = s->done_us;
-    res->bytes_out = s->bytes_out;
-    res->bytes_in = s->bytes_in;
-  }
+  int rc = s->res.rc;
+  if (res) *res = s->res;
   kv_call *calls = s->calls;
   if (s->buf) {
     s->buf->next = kv->pool;

@@ -140,31 +140,32 @@ static void finish(ps_kv *kv, kv_call *c, int status, const char *msg,
     status = TSR_ECLOSED; /* a reset gave it up */
     msg = kv->lost;
   }
-  if (status < 0 && s->rc == 0) {
-    s->rc = status;
+  if (status < 0 && s->res.rc == 0) {
+    s->res.rc = status;
     const char *addr = ps_kv_addr(kv, c->ps);
     const char *why = msg && *msg ? msg : tsr_strerror(status);
+    char *err = s->res.err;
+    size_t errlen = sizeof s->res.err;
     if (status == TSR_ECLOSED && msg == kv->lost)
-      snprintf(s->err, sizeof s->err, "%s", kv->lost);
+      snprintf(err, errlen, "%s", kv->lost);
     else if (c->kind == KV_CLOCK)
-      snprintf(s->err, sizeof s->err, "ps:%d (%s): clock: %s", c->ps, addr,
-               why);
+      snprintf(err, errlen, "ps:%d (%s): clock: %s", c->ps, addr, why);
     else
-      snprintf(s->err, sizeof s->err, "ps:%d (%s): %s %s shard %d: %s", c->ps,
-               addr, kind_name(c->kind),
+      snprintf(err, errlen, "ps:%d (%s): %s %s shard %d: %s", c->ps, addr,
+               kind_name(c->kind),
                c->var >= 0 && c->var < kv->n_vars ? kv->vars[c->var].name
                                                   : "?",
                c->shard, why);
   }
   if (status == 0) {
-    if (step > s->max_step) s->max_step = step;
-    if (step >= 0 && step < s->min_step) s->min_step = step;
-    if (c->kind == KV_CLOCK && min_clock > s->min_clock)
-      s->min_clock = min_clock;
-    s->bytes_in += bytes_in;
+    if (step > s->res.max_step) s->res.max_step = step;
+    if (step >= 0 && step < s->res.min_step) s->res.min_step = step;
+    if (c->kind == KV_CLOCK && min_clock > s->res.min_clock)
+      s->res.min_clock = min_clock;
+    s->res.bytes_in += bytes_in;
   }
   if (--s->pending == 0) {
-    s->done_us = tsr_trace_now_us();
+    s->res.done_us = tsr_trace_now_us();
     pthread_cond_broadcast(&kv->cv);
   }
   pthread_mutex_unlock(&kv->mu);
@@ -196,7 +197,7 @@ static int issue(ps_kv *kv, kv_call *c, int worker) {
   ps_client *pc = c->ps >= 0 && c->ps < kv->n_ps ? kv->cl[c->ps] : NULL;
   if (!pc) return TSR_EUNAVAIL;
   const char *name = c->var >= 0 ? kv->vars[c->var].name : NULL;
-  size_t pb = c->dst_floats * ps__kv_dsize(c->wire);
+  size_t pb = c->dst_floats * ps__dtype_size(c->wire);
   ps_client_set_era(pc, c->flags & PS_KV_NO_ERA ? 0 : kv->era[c->ps]);
   switch (c->kind) {
     case KV_PULL:

@@ -40,6 +40,26 @@ enum {
 /* Wire dtypes of gradients (values are always float32 on the PS). */
 typedef enum { PS_DT_F32 = 0, PS_DT_BF16 = 1, PS_DT_F16 = 2 } ps_dtype;
 
+/* Bytes per value of a wire dtype (`dt` as it came off the wire: 0 for
+ * one that is no ps_dtype), and its name for messages. */
+static inline size_t ps__dtype_size(int dt) {
+  switch (dt) {
+    case PS_DT_F32: return 4;
+    case PS_DT_BF16: return 2;
+    case PS_DT_F16: return 2;
+  }
+  return 0;
+}
+
+static inline const char *ps__dtype_name(int dt) {
+  switch (dt) {
+    case PS_DT_F32: return "float32";
+    case PS_DT_BF16: return "bfloat16";
+    case PS_DT_F16: return "float16";
+  }
+  return "?";
+}
+
 /* One shard of one variable as a create sends it: the variable itself
  * (common/var.h), the shard's rows, and what only the PS needs beyond
  * them. Enough to build the shard, and to tell whether a second create

@@ -1,14 +1,15 @@
 /* libFuzzer target: the shard file readers.
  *
  * The input is a whole shard checkpoint file. It is checked in memory by
- * the PS's parser (ps__ckpt_part_parse); when that accepts it, a shard of
- * the variable it describes is restored from it through the full restore
- * path (the folder listing, the part's place in the layout, every row
- * copied), both as one shard and re-cut in two. The chief's own reader
- * (tessera ckpt inspect/export: chief_ckpt_scan, chief_ckpt_load_value)
- * reads the same file. Nothing may crash, read outside the file or leak,
+ * the shard file library (tsr_shardfile_parse); when that accepts it, a
+ * shard of the variable it describes is restored from it through the PS's
+ * full restore path (the folder listing, the part's place in the layout,
+ * every row copied), both as one shard and re-cut in two. The chief's
+ * reader (tessera ckpt inspect/export: chief_ckpt_scan,
+ * chief_ckpt_load_value) reads the same file. Nothing may crash, read outside the file or leak,
  * whatever the header claims (sizes, counts, ranges, ids). */
 #include "chief/ckpt/ckpt_read.h"
+#include "common/ckpt/shardfile.h"
 #include "common/log.h"
 #include "ps/ps_int.h"
 
@@ -20,7 +21,7 @@
 
 static char g_dir[64];
 
-static void fz_restore(const ps_ckpt_part *p, const char *dir, int shard,
+static void fz_restore(const tsr_shardfile_hdr *p, const char *dir, int shard,
                        int num_shards) {
   ps_var_spec s;
   memset(&s, 0, sizeof s);
@@ -58,15 +59,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
              (int)getpid());
     mkdir(g_dir, 0755);
   }
-  ps_ckpt_part p;
+  tsr_shardfile_part part;
+  const tsr_shardfile_hdr *p = &part.h;
   char err[512];
-  int ok = ps__ckpt_part_parse("input", data, size, &p, err, sizeof err) == 0;
+  int ok =
+      tsr_shardfile_parse("input", data, size, &part, err, sizeof err) == 0;
   /* the file under its own name, alone in the folder */
   char path[600], enc[800];
   if (ok) {
-    ps__ckpt_enc_name(p.name, enc, sizeof enc);
+    tsr_shardfile_enc_name(p->name, enc, sizeof enc);
     snprintf(path, sizeof path, "%s/%s.part-%d-of-%d.tshard", g_dir, enc,
-             p.shard, p.num_shards);
+             p->shard, p->num_shards);
   } else {
     snprintf(path, sizeof path, "%s/x.part-0-of-1.tshard", g_dir);
   }
@@ -74,9 +77,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (!f) return 0;
   fwrite(data, 1, size, f);
   fclose(f);
-  if (ok && p.num_shards == 1) {
-    fz_restore(&p, g_dir, 0, 1);
-    fz_restore(&p, g_dir, 1, 2);
+  if (ok && p->num_shards == 1) {
+    fz_restore(p, g_dir, 0, 1);
+    fz_restore(p, g_dir, 1, 2);
   }
   chief_ckpt_var *vars;
   size_t n;

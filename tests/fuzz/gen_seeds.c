@@ -6,7 +6,8 @@
  *   fuzz_manifest/    the manifest of fuzz_manifest's own checkpoint
  * Usage: fuzz_seeds SOURCE_DIR. Run again when a format changes; the JSON
  * seeds of fuzz_job and fuzz_model and the Examples of fuzz_tfr_example
- * are kept by hand. */
+ * are kept by hand, the crafted regress-* shard files are made from these
+ * seeds by craft_shards.py. */
 #include "common/crc32c.h"
 #include "ps/client/client_int.h"
 #include "ps/svc_int.h"

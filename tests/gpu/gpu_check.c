@@ -43,6 +43,7 @@
 
 static int failures;
 int gpu_check_nn(kern_ctx *cpu, kern_ctx *gpu); /* gpu_check_nn.c */
+int gpu_check_seq(kern_ctx *cpu, kern_ctx *gpu); /* gpu_check_seq.c */
 static uint64_t rs = 0x9E3779B97F4A7C15ull;
 static float frand(float lo, float hi) {
   rs ^= rs << 13;
@@ -555,6 +556,41 @@ static const char *res_json =
     "], \"input_layers\": [[\"img\", 0, 0]], \"output_layers\": "
     "[[\"out\", 0, 0]]}}";
 
+/* Conv1D, Bidirectional GRU, self-attention, Attention, TimeDistributed
+ * and an LSTM over a (12, 36) sequence, as tf_keras writes it. The
+ * attention has no biases: the key's bias has a gradient of exactly zero
+ * in exact arithmetic (the softmax ignores a constant per row), so its
+ * rounding noise has no scale to be judged against. */
+static const char *seq_json =
+    "{\"class_name\": \"Functional\", \"config\": {\"layers\": ["
+    "{\"class_name\": \"InputLayer\", \"name\": \"x\", \"config\": "
+    "{\"batch_input_shape\": [null, 12, 36], \"name\": \"x\"}, "
+    "\"inbound_nodes\": []},"
+    "{\"class_name\": \"Conv1D\", \"name\": \"c\", \"config\": {\"name\": "
+    "\"c\", \"filters\": 16, \"kernel_size\": [3], \"padding\": \"same\", "
+    "\"activation\": \"relu\"}, \"inbound_nodes\": [[[\"x\", 0, 0, {}]]]},"
+    "{\"class_name\": \"Bidirectional\", \"name\": \"b\", \"config\": "
+    "{\"name\": \"b\", \"layer\": {\"class_name\": \"GRU\", \"config\": "
+    "{\"name\": \"gru\", \"units\": 8, \"return_sequences\": true}}}, "
+    "\"inbound_nodes\": [[[\"c\", 0, 0, {}]]]},"
+    "{\"class_name\": \"MultiHeadAttention\", \"name\": \"m\", \"config\": "
+    "{\"name\": \"m\", \"num_heads\": 2, \"key_dim\": 4, \"use_bias\": false}, "
+    "\"inbound_nodes\": "
+    "[[[\"b\", 0, 0, {\"value\": [\"b\", 0, 0]}]]]},"
+    "{\"class_name\": \"Attention\", \"name\": \"a\", \"config\": {\"name\": "
+    "\"a\", \"use_scale\": true}, \"inbound_nodes\": [[[\"m\", 0, 0, {}], "
+    "[\"b\", 0, 0, {}]]]},"
+    "{\"class_name\": \"TimeDistributed\", \"name\": \"t\", \"config\": "
+    "{\"name\": \"t\", \"layer\": {\"class_name\": \"Dense\", \"config\": "
+    "{\"name\": \"d\", \"units\": 8, \"activation\": \"tanh\"}}}, "
+    "\"inbound_nodes\": [[[\"a\", 0, 0, {}]]]},"
+    "{\"class_name\": \"LSTM\", \"name\": \"l\", \"config\": {\"name\": "
+    "\"l\", \"units\": 8}, \"inbound_nodes\": [[[\"t\", 0, 0, {}]]]},"
+    "{\"class_name\": \"Dense\", \"name\": \"out\", \"config\": {\"name\": "
+    "\"out\", \"units\": 10, \"activation\": \"softmax\"}, "
+    "\"inbound_nodes\": [[[\"l\", 0, 0, {}]]]}], "
+    "\"input_layers\": [[\"x\", 0, 0]], \"output_layers\": [[\"out\", 0, 0]]}}";
+
 static void check_steps(void) {
   const int w[] = {784, 256, 128, 10};
   wk_batch b = mk_batch(256, 784, 0, 0, 10);
@@ -572,6 +608,8 @@ static void check_steps(void) {
     step_compare("cnn+bn", cnn_json, "sparse_categorical_crossentropy", &im,
                  (kern_prec)p);
   step_compare("residual+layernorm", res_json,
+               "sparse_categorical_crossentropy", &im, KERN_F32);
+  step_compare("conv1d+bigru+attention+lstm", seq_json,
                "sparse_categorical_crossentropy", &im, KERN_F32);
   free_batch(&b);
   free_batch(&c);
@@ -726,6 +764,7 @@ int main(int argc, char **argv) {
     check_losses();
     check_embed_misc();
     failures += gpu_check_nn(cpu, gpu);
+    failures += gpu_check_seq(cpu, gpu);
     check_steps();
     check_replicas(ngpu);
   }

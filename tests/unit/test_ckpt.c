@@ -1,6 +1,9 @@
 /* Checkpoint folders: a manifest commits a checkpoint, an unfinished one
  * is never the latest, pruning keeps the newest K, an unwritable root is
- * found before training. */
+ * found before training; a part file with values training cannot leave
+ * (valid CRCs, listed in the manifest) makes its checkpoint damaged, so a
+ * restart falls back to the one before; `tessera ckpt`'s reader refuses a
+ * part under a name that is not its own. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,6 +16,8 @@
 #include <unistd.h>
 
 #include "chief/ckpt/ckpt.h"
+#include "chief/ckpt/ckpt_read.h"
+#include "common/ckpt/shardfile.h"
 #include "common/err.h"
 
 static char root[64];
@@ -139,11 +144,93 @@ static void unwritable_root_is_found_early(void **state) {
   assert_non_null(strstr(err, under) ? err : strstr(err, "plainfile"));
 }
 
+/* "w" [2, 2], one part, SGD: its four values as given. */
+typedef struct {
+  float v[4];
+} w_vals;
+
+static void w_emit(void *ctx, tsr_shardfile_writer *w) {
+  tsr_shardfile_put(w, ((w_vals *)ctx)->v, sizeof(float) * 4);
+}
+
+/* Commits checkpoint `step` holding "w" with `vals`, its manifest listing
+ * the file as written. */
+static void commit_w(int64_t step, const float *vals) {
+  char err[512], dir[256], id[32];
+  assert_int_equal(chief_ckpt_prepare(root, step, err, sizeof err), 0);
+  chief_ckpt_dir(root, step, dir, sizeof dir);
+  snprintf(id, sizeof id, "id-%lld", (long long)step);
+  tsr_shardfile_hdr h;
+  memset(&h, 0, sizeof h);
+  snprintf(h.ckpt_id, sizeof h.ckpt_id, "%s", id);
+  h.ckpt_step = step;
+  snprintf(h.name, sizeof h.name, "w");
+  h.rank = 2;
+  h.shape[0] = h.shape[1] = 2;
+  h.num_shards = 1;
+  h.rows = h.n_rows = h.width = 2;
+  snprintf(h.optimizer, sizeof h.optimizer, "sgd");
+  w_vals wv;
+  memcpy(wv.v, vals, sizeof wv.v);
+  tsr_shardfile_written out;
+  assert_int_equal(tsr_shardfile_write(dir, &h, "test", w_emit, &wv, false,
+                                       &out, err, sizeof err), 0);
+  json_t *man = json_pack("{s:s, s:s, s:[{s:s, s:I, s:I, s:i}]}",
+                          "checkpoint_id", id, "storage", "shared", "files",
+                          "name", out.name, "bytes", (json_int_t)out.bytes,
+                          "crc32c", (json_int_t)out.crc32c, "ps", 0);
+  assert_int_equal(chief_ckpt_commit(root, step, man, err, sizeof err), 0);
+  json_decref(man);
+}
+
+static void crafted_values_fall_back(void **state) {
+  (void)state;
+  const float ok[4] = {0.5f, -1, 2, 3};
+  float bad[4] = {0.5f, -1, 2, 3};
+  bad[2] = __builtin_nanf("");
+  commit_w(10, ok);
+  commit_w(20, bad);
+  char err[512], dir[256];
+  int64_t step;
+  json_t *m;
+  assert_int_equal(chief_ckpt_latest_intact(root, INT64_MAX, &step, &m, err,
+                                            sizeof err), 0);
+  assert_int_equal(step, 10);
+  json_decref(m);
+  chief_ckpt_dir(root, 20, dir, sizeof dir);
+  assert_int_equal(chief_ckpt_latest(root, &step, &m, err, sizeof err), 0);
+  assert_int_equal(step, 20);
+  assert_int_equal(chief_ckpt_verify(dir, m, err, sizeof err), TSR_EFORMAT);
+  assert_non_null(strstr(err, "w.part-0-of-1.tshard"));
+  assert_non_null(strstr(err, "NaN"));
+  json_decref(m);
+}
+
+static void alias_refused_by_reader(void **state) {
+  (void)state;
+  const float ok[4] = {0.5f, -1, 2, 3};
+  commit_w(10, ok);
+  char err[512], dir[256], a[300], b[300], cmd[700];
+  chief_ckpt_dir(root, 10, dir, sizeof dir);
+  snprintf(a, sizeof a, "%s/w.part-0-of-1.tshard", dir);
+  snprintf(b, sizeof b, "%s/w.part-00-of-1.tshard", dir);
+  snprintf(cmd, sizeof cmd, "cp '%s' '%s'", a, b);
+  assert_int_equal(system(cmd), 0);
+  chief_ckpt_var *vars = NULL;
+  size_t n = 0;
+  assert_int_equal(chief_ckpt_scan(dir, &vars, &n, err, sizeof err),
+                   TSR_EFORMAT);
+  assert_non_null(strstr(err, "w.part-00-of-1.tshard"));
+  assert_null(vars);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(commit_latest_and_prune, setup, teardown),
       cmocka_unit_test_setup_teardown(corrupt_manifest_is_skipped, setup, teardown),
       cmocka_unit_test_setup_teardown(unwritable_root_is_found_early, setup, teardown),
+      cmocka_unit_test_setup_teardown(crafted_values_fall_back, setup, teardown),
+      cmocka_unit_test_setup_teardown(alias_refused_by_reader, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

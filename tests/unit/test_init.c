@@ -93,7 +93,8 @@ static void constants_and_names(void **state) {
   for (int i = 0; i < 5; i++) assert_true(v[i] == 1.0f);
   assert_int_equal(tsr_init_parse("uniform", &s), 0);
   assert_true(s.a == -0.05 && s.b == 0.05);
-  assert_int_equal(tsr_init_parse("orthogonal", &s), TSR_EINVAL);
+  assert_int_equal(tsr_init_parse("identity", &s), TSR_EINVAL);
+  assert_int_equal(tsr_init_parse("Orthogonal", &s), 0);
   assert_true(kern_init_var_key("a") != kern_init_var_key("b"));
 }
 

@@ -124,7 +124,8 @@ static void names(void **state) {
   assert_int_equal(s.kind, TSR_INIT_HE_NORMAL);
   assert_string_equal(tsr_init_name(TSR_INIT_TRUNCATED_NORMAL),
                       "truncated_normal");
-  assert_int_equal(tsr_init_parse("orthogonal", &s), TSR_EINVAL);
+  assert_int_equal(tsr_init_parse("identity", &s), TSR_EINVAL);
+  assert_int_equal(tsr_init_parse("Orthogonal", &s), 0);
   assert_int_equal(tsr_init_parse(NULL, &s), TSR_EINVAL);
 }
 

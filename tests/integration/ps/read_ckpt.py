@@ -1,5 +1,5 @@
 """Reads the shard files written by ckpt_writer with msgpack + numpy only,
-as the layout in ps/ckpt.c and ps/README.md describes, checks both CRCs
+as common/ckpt/FORMAT.md describes the layout, checks both CRCs
 (CRC32C, computed here) and every value. Exit 77 (skipped) when msgpack or
 numpy is not installed."""
 import os

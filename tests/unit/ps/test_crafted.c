@@ -13,6 +13,7 @@
 #include <cmocka.h>
 #include <dirent.h>
 #include <msgpack.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -48,10 +49,60 @@ typedef struct {
   const char *str;
 } edit;
 
-/* Rewrites a shard file: the header with `edits` applied, the data cut to
+/* One change of the sections table: field `field` of section `idx` set
+ * (an unsigned integer, or a string when str is not NULL), section `idx`
+ * listed twice, or left out. */
+typedef enum { SEC_NONE, SEC_SET, SEC_DUP, SEC_DROP } sec_op;
+typedef struct {
+  sec_op op;
+  uint32_t idx;
+  const char *field;
+  uint64_t num;
+  const char *str;
+} sec_edit;
+
+static bool key_is(const msgpack_object *k, const char *name) {
+  return k->type == MSGPACK_OBJECT_STR && k->via.str.size == strlen(name) &&
+         !memcmp(k->via.str.ptr, name, k->via.str.size);
+}
+
+static void pack_str(msgpack_packer *pk, const char *s) {
+  msgpack_pack_str(pk, strlen(s));
+  msgpack_pack_str_body(pk, s, strlen(s));
+}
+
+static void pack_sections(msgpack_packer *pk, const msgpack_object *v,
+                          const sec_edit *se) {
+  uint32_t n = v->via.array.size;
+  msgpack_pack_array(pk, n + (se->op == SEC_DUP) - (se->op == SEC_DROP));
+  for (uint32_t i = 0; i < n; i++) {
+    const msgpack_object *m = &v->via.array.ptr[i];
+    if (se->op == SEC_DROP && i == se->idx) continue;
+    if (se->op != SEC_SET || i != se->idx) {
+      msgpack_pack_object(pk, *m);
+      continue;
+    }
+    msgpack_pack_map(pk, m->via.map.size);
+    for (uint32_t j = 0; j < m->via.map.size; j++) {
+      const msgpack_object_kv *kv = &m->via.map.ptr[j];
+      msgpack_pack_object(pk, kv->key);
+      if (!key_is(&kv->key, se->field))
+        msgpack_pack_object(pk, kv->val);
+      else if (se->str)
+        pack_str(pk, se->str);
+      else
+        msgpack_pack_uint64(pk, se->num);
+    }
+  }
+  if (se->op == SEC_DUP) msgpack_pack_object(pk, v->via.array.ptr[se->idx]);
+}
+
+/* Rewrites a shard file: the header with `edits` and `se` applied (and
+ * key `dup_key`, when not NULL, listed a second time), the data cut to
  * `data_len` bytes (SIZE_MAX: as it is), both CRCs right again. */
-static void rewrite(const char *path, const edit *edits, int n_edits,
-                    size_t data_len) {
+static void rewrite_ex(const char *path, const edit *edits, int n_edits,
+                       size_t data_len, const sec_edit *se,
+                       const char *dup_key) {
   size_t len;
   uint8_t *b = slurp(path, &len);
   uint32_t hlen;
@@ -68,28 +119,35 @@ static void rewrite(const char *path, const edit *edits, int n_edits,
   msgpack_packer pk;
   msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
   const msgpack_object *m = &up.data;
-  msgpack_pack_map(&pk, m->via.map.size);
+  msgpack_pack_map(&pk, m->via.map.size + (dup_key ? 1 : 0));
+  const msgpack_object_kv *dup = NULL;
   for (uint32_t i = 0; i < m->via.map.size; i++) {
     const msgpack_object_kv *kv = &m->via.map.ptr[i];
     msgpack_pack_object(&pk, kv->key);
+    if (dup_key && key_is(&kv->key, dup_key)) dup = kv;
     const edit *e = NULL;
     for (int k = 0; k < n_edits; k++)
-      if (kv->key.via.str.size == strlen(edits[k].key) &&
-          !memcmp(kv->key.via.str.ptr, edits[k].key, kv->key.via.str.size))
-        e = &edits[k];
-    if (!e && kv->key.via.str.size == 11 &&
-        !memcmp(kv->key.via.str.ptr, "data_crc32c", 11)) {
+      if (key_is(&kv->key, edits[k].key)) e = &edits[k];
+    if (!e && key_is(&kv->key, "data_crc32c")) {
       msgpack_pack_uint32(&pk, tsr_crc32c(0, data, dlen));
+      continue;
+    }
+    if (!e && se && se->op != SEC_NONE && key_is(&kv->key, "sections")) {
+      pack_sections(&pk, &kv->val, se);
       continue;
     }
     if (!e) {
       msgpack_pack_object(&pk, kv->val);
     } else if (e->str) {
-      msgpack_pack_str(&pk, strlen(e->str));
-      msgpack_pack_str_body(&pk, e->str, strlen(e->str));
+      pack_str(&pk, e->str);
     } else {
       msgpack_pack_int64(&pk, e->num);
     }
+  }
+  if (dup_key) {
+    assert_non_null(dup);
+    msgpack_pack_object(&pk, dup->key);
+    msgpack_pack_object(&pk, dup->val);
   }
   FILE *f = fopen(path, "wb");
   assert_non_null(f);
@@ -103,6 +161,28 @@ static void rewrite(const char *path, const edit *edits, int n_edits,
   msgpack_sbuffer_destroy(&sb);
   msgpack_unpacked_destroy(&up);
   free(b);
+}
+
+static void rewrite(const char *path, const edit *edits, int n_edits,
+                    size_t data_len) {
+  rewrite_ex(path, edits, n_edits, data_len, NULL, NULL);
+}
+
+/* Overwrites `n` bytes at `off` of a file's data, then sets its data CRC
+ * right again. */
+static void poke(const char *path, size_t off, const void *p, size_t n) {
+  size_t len;
+  uint8_t *b = slurp(path, &len);
+  uint32_t hlen;
+  memcpy(&hlen, b + 8, 4);
+  assert_true(16 + hlen + off + n <= len);
+  memcpy(b + 16 + hlen + off, p, n);
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  assert_int_equal(fwrite(b, 1, len, f), len);
+  fclose(f);
+  free(b);
+  rewrite(path, NULL, 0, SIZE_MAX);
 }
 
 static ps_var_spec spec_of(const char *name, int64_t d0, int64_t d1, int shard,
@@ -298,6 +378,173 @@ static void other_variable_and_old_format(void **state) {
   rmtree(g_dir);
 }
 
+/* The whole variable restored from dir; its first value. */
+static float restored_first(const char *dir, const char *name, int64_t d0,
+                            int64_t d1, tsr_opt_kind k) {
+  ps_mem mem = {0, 0, NULL};
+  char err[512] = "";
+  ps_var_spec whole = spec_of(name, d0, d1, 0, 1, k, false);
+  ps_shard *r = NULL;
+  int rc = ps__ckpt_load_shard(&whole, &mem, dir, &g_who, &r, err, sizeof err);
+  if (rc) fail_msg("restore: %s", err);
+  float v = r->w[0];
+  ps__shard_free(r, &mem);
+  return v;
+}
+
+/* The same part under names that are not its own (leading zeros, a sign,
+ * a space): never read. Alone, they are no part; beside the real file,
+ * its values stay. */
+static void alias_names(void **state) {
+  fresh_dir();
+  save_parts(g_dir, "w", 9, 4, 1, TSR_OPT_SGD, false, &g_who);
+  char p[512], keep[600];
+  part_path(p, sizeof p, g_dir, "w", 0, 1);
+  float real = restored_first(g_dir, "w", 9, 4, TSR_OPT_SGD), seven = 7.0f;
+  snprintf(keep, sizeof keep, "%s.keep", p);
+  static const char *const alias[] = {"w.part-00-of-1.tshard",
+                                      "w.part-0-of-01.tshard",
+                                      "w.part-+0-of-1.tshard",
+                                      "w.part- 0-of-1.tshard"};
+  size_t len;
+  uint8_t *b = slurp(p, &len);
+  assert_int_equal(rename(p, keep), 0);
+  for (size_t i = 0; i < sizeof alias / sizeof alias[0]; i++) {
+    char a[600];
+    snprintf(a, sizeof a, "%s/%s", g_dir, alias[i]);
+    FILE *f = fopen(a, "wb");
+    assert_int_equal(fwrite(b, 1, len, f), len);
+    fclose(f);
+    poke(a, 0, &seven, 4); /* other values, valid CRCs */
+    refused(g_dir, "w", 9, 4, TSR_OPT_SGD, false, &g_who, TSR_ENOTFOUND,
+            "no saved parts of w");
+    char moved[700];
+    snprintf(moved, sizeof moved, "%s.%zu", keep, i);
+    assert_int_equal(rename(a, moved), 0);
+  }
+  /* every alias beside the real file */
+  assert_int_equal(rename(keep, p), 0);
+  for (size_t i = 0; i < sizeof alias / sizeof alias[0]; i++) {
+    char a[600], moved[700];
+    snprintf(a, sizeof a, "%s/%s", g_dir, alias[i]);
+    snprintf(moved, sizeof moved, "%s.keep.%zu", p, i);
+    assert_int_equal(rename(moved, a), 0);
+  }
+  assert_true(restored_first(g_dir, "w", 9, 4, TSR_OPT_SGD) == real);
+  free(b);
+  rmtree(g_dir);
+}
+
+static void on_alarm(int sig) {
+  (void)sig;
+  static const char m[] = "restore blocked on a FIFO\n";
+  if (write(2, m, sizeof m - 1) < 0) _exit(2);
+  _exit(1);
+}
+
+/* A part that is a symbolic link (to a real part elsewhere) or a FIFO:
+ * refused at once, by name. */
+static void not_regular_files(void **state) {
+  fresh_dir();
+  char real[300], p[512], target[600];
+  snprintf(real, sizeof real, "%s/elsewhere", g_dir);
+  assert_int_equal(mkdir(real, 0755), 0);
+  save_parts(real, "w", 9, 4, 1, TSR_OPT_SGD, false, &g_who);
+  part_path(p, sizeof p, g_dir, "w", 0, 1);
+  part_path(target, sizeof target, real, "w", 0, 1);
+  assert_int_equal(symlink(target, p), 0);
+  refused(g_dir, "w", 9, 4, TSR_OPT_SGD, false, &g_who, TSR_EFORMAT,
+          "symbolic link");
+  assert_int_equal(unlink(p), 0);
+  assert_int_equal(mkfifo(p, 0600), 0);
+  signal(SIGALRM, on_alarm);
+  alarm(20);
+  refused(g_dir, "w", 9, 4, TSR_OPT_SGD, false, &g_who, TSR_EFORMAT,
+          "FIFO");
+  alarm(0);
+  signal(SIGALRM, SIG_DFL);
+  rmtree(g_dir);
+}
+
+/* The sections table against the header: each change refused naming the
+ * section, where a reader following FORMAT.md would have read other
+ * arrays than the restore. */
+static void sections_table(void **state) {
+  static const struct {
+    sec_edit se;
+    const char *dup_key;
+    const char *text;
+  } cases[] = {
+      {{SEC_SET, 0, "nbytes", (uint64_t)1 << 63, NULL}, NULL, "\"value\""},
+      {{SEC_SET, 0, "dtype", 0, "<f8"}, NULL, "dtype \"<f8\""},
+      {{SEC_SET, 1, "offset", (uint64_t)1 << 40, NULL}, NULL, "\"slot/m\""},
+      {{SEC_SET, 2, "offset", 0, NULL}, NULL, "\"slot/v\""},
+      {{SEC_SET, 1, "name", 0, "value"}, NULL, "\"value\""},
+      {{SEC_SET, 2, "name", 0, "slot/x"}, NULL, "\"slot/x\""},
+      {{SEC_DUP, 0, NULL, 0, NULL}, NULL, "4 sections"},
+      {{SEC_DROP, 2, NULL, 0, NULL}, NULL, "2 sections"},
+      {{SEC_NONE, 0, NULL, 0, NULL}, "sections", "key sections twice"},
+      {{SEC_NONE, 0, NULL, 0, NULL}, "n_rows", "key n_rows twice"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    fresh_dir();
+    save_parts(g_dir, "w", 9, 4, 1, TSR_OPT_ADAM, false, &g_who);
+    char p[512];
+    part_path(p, sizeof p, g_dir, "w", 0, 1);
+    rewrite_ex(p, NULL, 0, SIZE_MAX, &cases[i].se, cases[i].dup_key);
+    refused(g_dir, "w", 9, 4, TSR_OPT_ADAM, false, &g_who, TSR_EFORMAT,
+            cases[i].text);
+    rmtree(g_dir);
+  }
+}
+
+/* Values training cannot leave: NaN or Inf weights and slots, negative
+ * second moments and accumulators, ids past a bounded table. */
+static void impossible_values(void **state) {
+  const float nan = __builtin_nanf(""), inf = __builtin_inff(), neg = -0.5f;
+  const size_t sec = 9 * 4 * 4; /* one [9, 4] float32 section */
+  static const struct {
+    tsr_opt_kind k;
+    size_t off_secs, off_elems;
+    int which;
+    const char *text;
+  } dense[] = {
+      {TSR_OPT_SGD, 0, 5, 0, "\"value\""},          /* NaN weight */
+      {TSR_OPT_SGD, 0, 35, 1, "\"value\""},         /* Inf weight */
+      {TSR_OPT_ADAM, 1, 3, 1, "\"slot/m\""},        /* Inf first moment */
+      {TSR_OPT_ADAM, 2, 0, 2, "\"slot/v\""},        /* negative v */
+      {TSR_OPT_RMSPROP, 1, 7, 2, "\"slot/velocity\""},
+      {TSR_OPT_ADAGRAD, 1, 1, 2, "\"slot/accumulator\""},
+  };
+  for (size_t i = 0; i < sizeof dense / sizeof dense[0]; i++) {
+    fresh_dir();
+    save_parts(g_dir, "w", 9, 4, 1, dense[i].k, false, &g_who);
+    char p[512];
+    part_path(p, sizeof p, g_dir, "w", 0, 1);
+    const float *x = dense[i].which == 0 ? &nan
+                     : dense[i].which == 1 ? &inf : &neg;
+    poke(p, dense[i].off_secs * sec + dense[i].off_elems * 4, x, 4);
+    refused(g_dir, "w", 9, 4, dense[i].k, false, &g_who, TSR_EFORMAT,
+            dense[i].text);
+    rmtree(g_dir);
+  }
+  /* sparse Adagrad, bounded [16, 2], one part: rows 0 and 1 saved (ids,
+   * then values, then accumulators) */
+  fresh_dir();
+  save_parts(g_dir, "e", 16, 2, 1, TSR_OPT_ADAGRAD, true, &g_who);
+  char p[512];
+  part_path(p, sizeof p, g_dir, "e", 0, 1);
+  poke(p, 16 + 16 + 4, &neg, 4);
+  refused(g_dir, "e", 16, 2, TSR_OPT_ADAGRAD, true, &g_who, TSR_EFORMAT,
+          "\"slot/accumulator\"");
+  save_parts(g_dir, "e", 16, 2, 1, TSR_OPT_ADAGRAD, true, &g_who);
+  int64_t past = 16;
+  poke(p, 8, &past, 8);
+  refused(g_dir, "e", 16, 2, TSR_OPT_ADAGRAD, true, &g_who, TSR_EFORMAT,
+          "row id 16");
+  rmtree(g_dir);
+}
+
 /* Through the service: a restore from a folder with a crafted part fails
  * whole and every shard keeps its values. */
 static void service_keeps_values(void **state) {
@@ -350,6 +597,10 @@ int main(void) {
       cmocka_unit_test(part_from_another_checkpoint),
       cmocka_unit_test(sparse_ids),
       cmocka_unit_test(other_variable_and_old_format),
+      cmocka_unit_test(alias_names),
+      cmocka_unit_test(not_regular_files),
+      cmocka_unit_test(sections_table),
+      cmocka_unit_test(impossible_values),
       cmocka_unit_test(service_keeps_values),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

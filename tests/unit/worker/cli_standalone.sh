@@ -89,6 +89,20 @@ EOF2
   grep -q '"tag": "input/skipped_records"' "$T/c_logs/metrics.jsonl" ||
     { echo "no input/skipped_records scalar"; exit 1; }
 fi
+# A metric's name is kept whole everywhere it is written (the longest one
+# Keras has was cut to 31 characters): the summary line and JSON,
+# metrics.jsonl, the validation run's TensorBoard tag.
+M=sparse_top_k_categorical_accuracy
+timeout 120 "$W" --standalone --job "$SRC/tests/data/digits_job.json" \
+  --device cpu --epochs 1 --set "metrics=[\"accuracy\", \"$M\"]" \
+  --logdir "$T/m_logs" --summary-json "$T/m_sum.json" >"$T/out" 2>"$T/err" ||
+  { echo "digits standalone failed"; cat "$T/err"; exit 1; }
+grep -q ", $M 0\.[0-9]" "$T/out" || { echo "summary line:"; cat "$T/out"; exit 1; }
+grep -q "\"$M\": " "$T/m_sum.json" || { echo "summary:"; cat "$T/m_sum.json"; exit 1; }
+grep -q "\"tag\": \"eval/$M\"" "$T/m_logs/metrics.jsonl" ||
+  { echo "no eval/$M in metrics.jsonl"; exit 1; }
+grep -aq "epoch_$M" "$T"/m_logs/validation/events.out.tfevents.* ||
+  { echo "no epoch_$M in the validation run"; exit 1; }
 # The synthetic CTR data knows its best AUC: the summary line shows it.
 timeout 120 "$W" --standalone --job "$SRC/deploy/jobs/ctr_wide_deep.json" \
   --device cpu --steps 3 --set 'data.train.n=2000' \

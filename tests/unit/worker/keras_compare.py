@@ -40,6 +40,18 @@ def check(what, a, b, tol):
         fails += 1
 
 
+def wname(w, model=None):
+    """tf_keras: "dense/kernel:0"; Keras 3: path "dense/kernel" (newer
+    Keras 3 prefixes the model's name, which its to_json() never names)."""
+    nm = getattr(w, "path", None) or w.name.split(":")[0]
+    if model is not None and nm.startswith(model.name + "/"):
+        nm = nm[len(model.name) + 1:]
+    return nm
+
+
+K = keras  # the Keras whose models run() is given
+
+
 def run(name, model, x, y, fwd):
     rng = np.random.default_rng(abs(hash(name)) % 2**32)
     with tempfile.TemporaryDirectory() as d:
@@ -54,7 +66,7 @@ def run(name, model, x, y, fwd):
             fails_add()
             return
         ours = [(l.split()[0], int(l.split()[1])) for l in out.stdout.splitlines()]
-        kw = {w.name.split(":")[0]: w for w in model.weights}
+        kw = {wname(w, model): w for w in model.weights}
         # Keras 2 prefixes nothing; check every name maps
         vals = []
         for nm, numel in ours:
@@ -87,26 +99,43 @@ def run(name, model, x, y, fwd):
             fails_add()
             return
         res = np.fromfile(os.path.join(d, "out.f32"), np.float32)
+        ref = os.environ.get("TSR_KERAS_WRITE_REF")
+        if ref and name in REF_CASES:
+            ref = os.path.join(ref, REF_CASES[name])
+            os.makedirs(ref, exist_ok=True)
+            for f in ("model.json", "w.f32", "x.f32", "y.f32"):
+                with open(os.path.join(d, f), "rb") as a, \
+                        open(os.path.join(ref, f), "wb") as b:
+                    b.write(a.read())
     od = model.output_shape[-1]
     ev, tr = res[:n * od], res[n * od:2 * n * od]
     loss, grads = res[2 * n * od], res[2 * n * od + 1:]
-    check(f"{name}: inference outputs", ev, model(x, training=False).numpy(), 1e-5)
+    check(f"{name}: inference outputs", ev, np.asarray(model(x, training=False)), 1e-5)
     before = {w.name: w.numpy().copy() for w in model.weights}
     with tf.GradientTape() as tape:
         out = model(x, training=True)
-        kl = keras.losses.SparseCategoricalCrossentropy()(y, out)
+        kl = K.losses.SparseCategoricalCrossentropy()(y, out)
         if model.losses:
             kl = kl + tf.add_n(model.losses)
     g = tape.gradient(kl, model.trainable_weights)
-    check(f"{name}: training-mode outputs", tr, out.numpy(), 1e-5)
+    check(f"{name}: training-mode outputs", tr, np.asarray(out), 1e-5)
     check(f"{name}: training loss (with regularization)", [loss], [kl.numpy()], 1e-5)
-    gi = {w.name.split(":")[0]: gg for w, gg in zip(model.trainable_weights, g)}
+    gi = {wname(w, model): gg for w, gg in zip(model.trainable_weights, g)}
+    if ref and name in REF_CASES:  # Keras's figures, in keras_fwd's layout
+        parts = [model(x, training=False).numpy().ravel(), out.numpy().ravel(),
+                 np.array([kl.numpy()])]
+        parts += [tf.convert_to_tensor(gi[nm]).numpy().ravel() for nm, _ in ours]
+        np.concatenate(parts).astype(np.float32).tofile(
+            os.path.join(ref, "expect.f32"))
+        with open(os.path.join(ref, "n"), "w") as f:
+            f.write(f"{n}\n")
     off = 0
     for nm, numel in ours:
         mine = grads[off:off + numel]
         off += numel
         if nm in gi:
-            check(f"{name}: d loss / d {nm}", mine, gi[nm].numpy(), 2e-4)
+            check(f"{name}: d loss / d {nm}", mine,
+                  tf.convert_to_tensor(gi[nm]).numpy(), 2e-4)
             continue
         # a moving statistic: Keras updated it in the training call above
         w = kw[nm]
@@ -133,6 +162,102 @@ def run(name, model, x, y, fwd):
 def fails_add():
     global fails
     fails += 1
+
+
+# The cases whose Keras figures are committed under tests/data/keras_seq
+# (TSR_KERAS_WRITE_REF=DIR writes them), so the suite checks them without
+# TensorFlow (keras_fwd --check).
+REF_CASES = {"conv1d+pool1d": "conv1d", "lstm+gru masked": "lstm_gru",
+             "bidirectional masked": "bidir", "bidirectional gru mul": "bidir_mul",
+             "multi-head self-attention masked": "mha",
+             "cross attention": "cross_attention"}
+
+
+def ids(rng, n, steps, vocab, pad=True):
+    """Token ids with padding (0) at the end of each row (at least one
+    real token), as a tokenizer writes them."""
+    x = rng.integers(1, vocab, (n, steps))
+    if pad:
+        for i in range(n):
+            x[i, rng.integers(1, steps + 1):] = 0
+    return x.astype(np.float32)
+
+
+def seq_cases(fwd, rng, n, y, keras=keras, tag=""):
+    """Conv1D, pooling, LSTM, GRU, Bidirectional, MultiHeadAttention,
+    Attention and TimeDistributed, with Embedding(mask_zero) masks; with
+    tag "keras3 " the same models as Keras 3 writes them."""
+    global K
+    K = keras
+    L = keras.layers
+
+    def run_(name, *a):
+        run(tag + name, *a)
+
+    m = keras.Sequential([
+        keras.Input((10, 3)),
+        L.Conv1D(4, 3, padding="same", activation="relu"),
+        L.MaxPooling1D(2),
+        L.Conv1D(3, 2, padding="causal", strides=2,
+                 kernel_regularizer=keras.regularizers.L2(0.01)),
+        L.AveragePooling1D(2, padding="same"),
+        L.Conv1D(4, 1),
+        L.GlobalMaxPooling1D(),
+        L.Dense(5, activation="softmax"),
+    ])
+    run_("conv1d+pool1d", m, rng.normal(size=(n, 10, 3)).astype(np.float32), y, fwd)
+
+    m = keras.Sequential([
+        keras.Input((7,)),
+        L.Embedding(12, 4, mask_zero=True),
+        L.LSTM(5, return_sequences=True),
+        L.Dropout(0.0),
+        L.GRU(3),
+        L.Dense(5, activation="softmax"),
+    ])
+    run_("lstm+gru masked", m, ids(rng, n, 7, 12), y, fwd)
+
+    m = keras.Sequential([
+        keras.Input((6,)),
+        L.Embedding(10, 4, mask_zero=True),
+        L.Bidirectional(L.LSTM(3, return_sequences=True)),
+        L.Bidirectional(L.GRU(2, return_sequences=True), merge_mode="sum"),
+        L.LSTM(3, go_backwards=True, return_sequences=True),
+        L.GlobalAveragePooling1D(),
+        L.Dense(5, activation="softmax"),
+    ])
+    run_("bidirectional masked", m, ids(rng, n, 6, 10), y, fwd)
+
+    m = keras.Sequential([
+        keras.Input((5, 3)),
+        L.Bidirectional(L.GRU(2), merge_mode="mul"),
+        L.Dense(5, activation="softmax"),
+    ])
+    run_("bidirectional gru mul", m, rng.normal(size=(n, 5, 3)).astype(np.float32), y, fwd)
+
+    t = keras.Input((6,), name="tokens")
+    e = L.Embedding(11, 8, mask_zero=True)(t)
+    a = L.MultiHeadAttention(2, 3)(e, e)
+    a = L.Add()([e, a])
+    a = L.LayerNormalization()(a)
+    a = L.TimeDistributed(L.Dense(4, activation="relu"))(a)
+    a = L.GlobalAveragePooling1D()(a)
+    out = L.Dense(5, activation="softmax")(a)
+    run_("multi-head self-attention masked", keras.Model(t, out),
+        ids(rng, n, 6, 11), y, fwd)
+
+    q = keras.Input((4, 6), name="q")
+    v = keras.Input((3, 5), name="v")
+    kk = keras.Input((3, 6), name="k")
+    a = L.MultiHeadAttention(3, 2, value_dim=4, output_shape=7)(q, v, kk)
+    b = L.Attention(use_scale=True)([q, v, kk])
+    c = L.Attention()([q, L.Dense(6)(v)])
+    f = L.Concatenate()([L.Flatten()(a), L.Flatten()(b), L.Flatten()(c)])
+    out = L.Dense(5, activation="softmax")(f)
+    xs = [rng.normal(size=(n, 4, 6)).astype(np.float32),
+          rng.normal(size=(n, 3, 5)).astype(np.float32),
+          rng.normal(size=(n, 3, 6)).astype(np.float32)]
+    run_("cross attention", keras.Model([q, v, kk], out), xs, y, fwd)
 
 
 def main():
@@ -195,6 +320,16 @@ def main():
           rng.normal(size=(n, 5, 5, 1)).astype(np.float32)]
     run("functional", m, xs, y, fwd)
 
+    seq_cases(fwd, rng, n, y)
+    try:
+        import keras as keras3
+        ok3 = keras3.__version__.startswith("3")
+    except Exception:  # noqa: BLE001 - no Keras 3: its cases are skipped
+        ok3 = False
+    if ok3:
+        seq_cases(fwd, rng, n, y, keras3, "keras3 ")
+    else:
+        print("keras_compare: Keras 3 is not importable, its cases skipped")
     print(f"keras_compare: {fails} failure(s)")
     return 1 if fails else 0
 

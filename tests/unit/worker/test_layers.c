@@ -733,9 +733,10 @@ static void test_refusals(void **state) {
           mse, TSR_ESHAPE, "layer 'cat' (Concatenate on axis 2): inputs of "
           "shapes (batch, 2, 3) and (batch, 4, 5)", NULL);
   refused(func(IN("a", "2") ", " LAY("Dense", "d", ", 'units': 1",
-                                     "['a', 0, 0, {'training': true}]"),
+                                     "['a', 0, 0, {'scale': 2}]"),
                "['a', 0, 0]", "d"),
-          mse, TSR_EUNSUPPORTED, "call argument training", NULL);
+          mse, TSR_EUNSUPPORTED, "layer 'd' (Dense): the call argument scale",
+          "supported: the input tensors");
   refused(func("{'class_name': 'InputLayer', 'name': 'a', 'config': {'name':"
                " 'a', 'batch_input_shape': [null, 2], 'sparse': true}, "
                "'inbound_nodes': []}, " LAY("Dense", "d", ", 'units': 1",

@@ -497,9 +497,9 @@ static void expect_build_error(const char *json, const char *loss,
 }
 
 static void test_bad_models(void **state) {
-  expect_build_error(seq_json("{\"class_name\": \"LSTM\", \"config\": "
-                              "{\"name\": \"lstm\", \"units\": 3}}", 4),
-                     "mse", NULL, TSR_EUNSUPPORTED, "LSTM",
+  expect_build_error(seq_json("{\"class_name\": \"SimpleRNN\", \"config\": "
+                              "{\"name\": \"rnn\", \"units\": 3}}", 4),
+                     "mse", NULL, TSR_EUNSUPPORTED, "SimpleRNN",
                      "supported: InputLayer, Dense, Conv2D");
   expect_build_error(seq_json("{\"class_name\": \"Dense\", \"config\": "
                               "{\"name\": \"dense\", \"units\": 1, "

@@ -135,11 +135,11 @@ static void test_bad_jobs(void **state) {
                "{\"class_name\": \"Sequential\", \"config\": {\"layers\": ["
                "{\"class_name\": \"InputLayer\", \"config\": "
                "{\"batch_input_shape\": [null, 2]}}, {\"class_name\": "
-               "\"LSTM\", \"config\": {\"units\": 4}}]}}",
+               "\"SimpleRNN\", \"config\": {\"units\": 4}}]}}",
                err, sizeof err);
   print_message("unsupported layer: %s\n", err);
   assert_int_equal(rc, TSR_EUNSUPPORTED);
-  assert_non_null(strstr(err, "LSTM"));
+  assert_non_null(strstr(err, "SimpleRNN"));
   assert_non_null(strstr(err, "supported: "));
   rc = bad_job(csv_ok, "y",
                "{\"class_name\": \"Sequential\", \"config\": {\"layers\": ["

@@ -1,0 +1,22 @@
+/* Internals of the shard file library shared by its files: the header as
+ * msgpack, both ways (shardfile_hdr.c). */
+#ifndef TSR_SHARDFILE_INT_H
+#define TSR_SHARDFILE_INT_H
+
+#include <msgpack.h>
+
+#include "common/ckpt/shardfile.h"
+
+/* Packs the header map of `h` with its sections, `data_bytes` and
+ * `data_crc` into sb (initialised by the caller). TSR_ERANGE / TSR_EINVAL
+ * from tsr_shardfile_layout. */
+int tsr_shardfile__hdr_pack(const tsr_shardfile_hdr *h, const char *written_by,
+                            uint32_t data_crc, msgpack_sbuffer *sb);
+
+/* Reads and checks the header map `m` of the file `path` into h;
+ * *data_bytes and *data_crc get those keys. */
+int tsr_shardfile__hdr_unpack(const msgpack_object *m, const char *path,
+                              tsr_shardfile_hdr *h, uint64_t *data_bytes,
+                              uint32_t *data_crc, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,241 @@
+/* Reading a shard file: one part checked whole (FORMAT.md).
+ *
+ * Happy path: the file is mapped, its magic, header CRC and header
+ * (shardfile_hdr.c) checked, its size against the sections the header
+ * implies, then its data CRC and the ids of a sparse part.
+ * Failure modes, each refused with a message naming the file: shorter or
+ * longer than its header says, a bad magic or CRC (header or data), a
+ * header field of the wrong type or out of range, sizes whose products
+ * overflow (a huge n_rows does not wrap to a small size), ids outside the
+ * part's rows or of another shard. Every check comes before the caller
+ * reads a byte of data.
+ */
+#include "common/ckpt/shardfile_int.h"
+#include "common/crc32c.h"
+#include "common/err.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <float.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Each id of a sparse part belongs to the part. */
+static int sf_ids(const tsr_shardfile_part *p, const char *path, char *err,
+                  size_t errlen) {
+  const tsr_shardfile_hdr *h = &p->h;
+  for (int64_t r = 0; h->sparse && r < h->n_rows; r++) {
+    int64_t id;
+    memcpy(&id, p->data + p->off_ids + (size_t)r * 8, 8);
+    bool in = h->bounded ? id >= h->row0 && id - h->row0 < h->rows
+                         : id >= 0 && id % h->num_shards == h->shard;
+    if (!in)
+      return tsr_errf(err, errlen, TSR_EFORMAT, "%s: row id %" PRId64 " (row %"
+                      PRId64 ") does not belong to part %d of %d", path, id, r,
+                      h->shard, h->num_shards);
+  }
+  return 0;
+}
+
+/* Slots that hold a sum of squares or a maximum of magnitudes: Adagrad's
+ * and FTRL's accumulator, Adam's (AdamW's, Nadam's) v, Adamax's u,
+ * RMSprop's velocity. Training never makes them negative. */
+static bool sf_nonneg_slot(const char *name) {
+  static const char *const names[] = {"accumulator", "v", "u", "velocity"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    if (!strcmp(name, names[i])) return true;
+  return false;
+}
+
+/* One float32 section: every value finite (and >= 0 when `nonneg`). A
+ * quick pass first; the first bad value is found only for the message. */
+static int sf_floats(const uint8_t *b, uint64_t n, int64_t width, bool nonneg,
+                     const char *sec, const char *path, char *err,
+                     size_t errlen) {
+  int bad = 0;
+  for (uint64_t i = 0; i < n; i++) {
+    float x;
+    memcpy(&x, b + i * 4, 4);
+    bad |= (fabsf(x) <= FLT_MAX ? 0 : 1) | (nonneg && !(x >= 0.0f) ? 1 : 0);
+  }
+  if (!bad) return 0;
+  for (uint64_t i = 0; i < n; i++) {
+    float x;
+    memcpy(&x, b + i * 4, 4);
+    if (fabsf(x) <= FLT_MAX && (!nonneg || x >= 0.0f)) continue;
+    const char *what = isnan(x) ? "NaN" : isinf(x) ? "an infinity"
+                                                    : "a negative value";
+    return tsr_errf(err, errlen, TSR_EFORMAT, "%s: section \"%s\" holds %s "
+                    "(%g, row %" PRIu64 ", element %" PRIu64 "), which "
+                    "training never leaves there", path, sec, what, (double)x,
+                    i / (uint64_t)width, i % (uint64_t)width);
+  }
+  return 0;
+}
+
+/* Values training can leave: finite weights and slots, no negative sum
+ * of squares. */
+static int sf_values(const tsr_shardfile_part *p, const char *path, char *err,
+                     size_t errlen) {
+  const tsr_shardfile_hdr *h = &p->h;
+  uint64_t n = (uint64_t)h->n_rows * (uint64_t)h->width; /* layout-checked */
+  int rc = sf_floats(p->data + p->off_value, n, h->width, false, "value",
+                     path, err, errlen);
+  for (int k = 0; !rc && k < h->nslots; k++) {
+    char sec[8 + TSR_SHARDFILE_SLOT_MAX];
+    snprintf(sec, sizeof sec, "slot/%s", h->slots[k]);
+    rc = sf_floats(p->data + p->off_slot[k], n, h->width,
+                   sf_nonneg_slot(h->slots[k]), sec, path, err, errlen);
+  }
+  return rc;
+}
+
+/* The sections' offsets (from the header alone) and the file's size. */
+static int sf_sections(tsr_shardfile_part *p, const char *path,
+                       uint64_t data_bytes, size_t size, uint64_t base,
+                       char *err, size_t errlen) {
+  const tsr_shardfile_hdr *h = &p->h;
+  tsr_shardfile_section secs[TSR_SHARDFILE_MAX_SECTIONS];
+  int nsec;
+  uint64_t want;
+  if (tsr_shardfile_layout(h, secs, &nsec, &want))
+    return tsr_errf(err, errlen, TSR_EFORMAT, "%s: %" PRId64 " rows of width %"
+                    PRId64 " with %d slot(s) overflow a size", path, h->n_rows,
+                    h->width, h->nslots);
+  if (data_bytes != want)
+    return tsr_errf(err, errlen, TSR_EFORMAT, "%s: data_bytes %" PRIu64 " does "
+                    "not match the header's rows and slots (%" PRIu64 ")", path,
+                    data_bytes, want);
+  if (want > size || base + want != size)
+    return tsr_errf(err, errlen, TSR_ECORRUPT, "%s: truncated or padded: %zu "
+                    "bytes, the header says %" PRIu64, path, size,
+                    want > size ? want : base + want);
+  int k = 0;
+  if (h->sparse) p->off_ids = secs[k++].offset;
+  p->off_value = secs[k++].offset;
+  for (int s = 0; s < h->nslots; s++) p->off_slot[s] = secs[k++].offset;
+  p->data_bytes = want;
+  return 0;
+}
+
+int tsr_shardfile_parse(const char *path, const uint8_t *b, size_t size,
+                        tsr_shardfile_part *p, char *err, size_t errlen) {
+  memset(p, 0, sizeof *p);
+  if (size < 16)
+    return tsr_errf(err, errlen, TSR_ECORRUPT, "%s: truncated (%zu bytes, no "
+                    "header)", path, size);
+  if (memcmp(b, TSR_SHARDFILE_MAGIC, 8))
+    return tsr_errf(err, errlen, TSR_EFORMAT, "%s: not a tessera shard file "
+                    "(bad magic)", path);
+  uint32_t hlen, hcrc;
+  memcpy(&hlen, b + 8, 4);
+  if ((uint64_t)hlen + 16 > size)
+    return tsr_errf(err, errlen, TSR_ECORRUPT, "%s: truncated (header of %u "
+                    "bytes, file of %zu)", path, hlen, size);
+  memcpy(&hcrc, b + 12 + hlen, 4);
+  if (tsr_crc32c(0, b + 12, hlen) != hcrc)
+    return tsr_errf(err, errlen, TSR_ECORRUPT, "%s: header CRC32C mismatch",
+                    path);
+  msgpack_unpacked up;
+  msgpack_unpacked_init(&up);
+  int rc = 0;
+  uint64_t data_bytes;
+  uint32_t crc;
+  if (msgpack_unpack_next(&up, (const char *)b + 12, hlen, NULL) !=
+      MSGPACK_UNPACK_SUCCESS) {
+    rc = tsr_errf(err, errlen, TSR_EFORMAT, "%s: header is not msgpack", path);
+    goto out;
+  }
+  if ((rc = tsr_shardfile__hdr_unpack(&up.data, path, &p->h, &data_bytes,
+                                      &crc, err, errlen)) ||
+      (rc = sf_sections(p, path, data_bytes, size, 16 + (uint64_t)hlen, err,
+                        errlen)))
+    goto out;
+  p->data = b + 16 + hlen;
+  if (tsr_crc32c(0, p->data, p->data_bytes) != crc) {
+    rc = tsr_errf(err, errlen, TSR_ECORRUPT, "%s: data CRC32C mismatch (file "
+                  "damaged)", path);
+    goto out;
+  }
+  if (!(rc = sf_ids(p, path, err, errlen)))
+    rc = sf_values(p, path, err, errlen);
+out:
+  msgpack_unpacked_destroy(&up);
+  return rc;
+}
+
+/* ---- files ----------------------------------------------------------------*/
+
+void tsr_shardfile_close(tsr_shardfile *f) {
+  if (f->map) munmap(f->map, f->size);
+  f->map = NULL;
+}
+
+static const char *sf_kind(mode_t m) {
+  if (S_ISFIFO(m)) return "a FIFO";
+  if (S_ISCHR(m)) return "a character device";
+  if (S_ISBLK(m)) return "a block device";
+  if (S_ISSOCK(m)) return "a socket";
+  if (S_ISDIR(m)) return "a folder";
+  return "not a plain file";
+}
+
+int tsr_shardfile_map(tsr_shardfile *f, const char *path, char *err,
+                      size_t errlen) {
+  memset(f, 0, sizeof *f);
+  int n = snprintf(f->path, sizeof f->path, "%s", path);
+  if (n < 0 || (size_t)n >= sizeof f->path)
+    return tsr_errf(err, errlen, TSR_ERANGE, "%.200s...: path too long",
+                    path);
+  /* O_NOFOLLOW: a link is not followed out of the folder; O_NONBLOCK: the
+   * open of a FIFO does not wait for a writer (it is refused below) */
+  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0 && errno == ELOOP)
+    return tsr_errf(err, errlen, TSR_EFORMAT, "%s: a symbolic link: shard "
+                    "files are read only as regular files", path);
+  if (fd < 0)
+    return tsr_errf(err, errlen, -errno, "%s: cannot open: %s", path,
+                    strerror(errno));
+  struct stat st;
+  if (fstat(fd, &st)) {
+    int e = errno;
+    close(fd);
+    return tsr_errf(err, errlen, -e, "%s: cannot stat: %s", path,
+                    strerror(e));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    close(fd);
+    return tsr_errf(err, errlen, TSR_EFORMAT, "%s: %s, not a regular file: "
+                    "shard files are read only as regular files", path,
+                    sf_kind(st.st_mode));
+  }
+  f->size = (size_t)st.st_size;
+  if (f->size < 16) {
+    close(fd);
+    return tsr_errf(err, errlen, TSR_ECORRUPT, "%s: truncated (%zu bytes, no "
+                    "header)", path, f->size);
+  }
+  f->map = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
+  int e = errno;
+  close(fd);
+  if (f->map == MAP_FAILED) {
+    f->map = NULL;
+    return tsr_errf(err, errlen, -e, "%s: mmap failed: %s", path,
+                    strerror(e));
+  }
+  return 0;
+}
+
+int tsr_shardfile_open(tsr_shardfile *f, const char *path, char *err,
+                       size_t errlen) {
+  int rc = tsr_shardfile_map(f, path, err, errlen);
+  if (!rc) rc = tsr_shardfile_parse(f->path, f->map, f->size, &f->p, err,
+                                    errlen);
+  if (rc) tsr_shardfile_close(f);
+  return rc;
+}
