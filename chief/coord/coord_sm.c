@@ -589,7 +589,8 @@ size_t coord_sm_waiting(const coord_sm *sm, char *buf, size_t len) {
   switch (sm->phase) {
     case SM_CONNECT:
       sm_missing(sm, missing, sizeof missing);
-      n = snprintf(buf, len, "%s to answer (%.0f s of %.0f s)", missing + 1,
+      n = snprintf(buf, len, "%s to answer (%.0f s of %.0f s)",
+                   missing[0] ? missing + 1 : "every PS and worker",
                    waited, sm->c.wait_timeout_s);
       break;
     case SM_SETUP:

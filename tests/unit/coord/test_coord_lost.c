@@ -287,6 +287,42 @@ static void ps_away_for_good(void **state) {
   sim_free(&s);
 }
 
+/* coord_sm_waiting (what `tessera status` shows) names what each wait
+ * waits for: the processes still missing at the start, a PS lost in sync
+ * (paused until it is back), the setup and the restore that follow. */
+static void waiting_is_named(void **state) {
+  (void)state;
+  coord_sm_config c = sim_ckpt_config(2, 2, TSR_MODE_SYNC, 200, 40);
+  sim s;
+  sim_init(&s, &c, 0);
+  char w[COORD_MSG_MAX];
+  sim_ps_up(&s, 0);
+  sim_ps_up(&s, 1);
+  sim_wk_up(&s, 0);
+  sim_tick(&s, 2);
+  assert_true(coord_sm_waiting(s.sm, w, sizeof w) > 0);
+  assert_non_null(strstr(w, "worker:1 to answer"));
+  assert_null(strstr(w, "ps:"));
+  sim_wk_up(&s, 1);
+  assert_true(coord_sm_waiting(s.sm, w, sizeof w) > 0);
+  assert_non_null(strstr(w, "every PS to create the variables"));
+  sim_answer(&s, 0, -1, false, NULL); /* SETUP_PS */
+  sim_run_past_ckpt(&s, 40, 5);
+  sim_ps_lost(&s, 1);
+  while (s.n_fl) sim_closure_fail(&s, 0, COORD_ERR_TRANSIENT, "ps:1 gone");
+  sim_tick(&s, 3);
+  assert_true(coord_sm_waiting(s.sm, w, sizeof w) > 0);
+  assert_non_null(strstr(w, "ps:1 to come back"));
+  sim_ps_up(&s, 1);
+  sim_answer(&s, 0, -1, false, NULL); /* SETUP_PS */
+  assert_true(coord_sm_waiting(s.sm, w, sizeof w) > 0);
+  assert_non_null(strstr(w, "to restore the checkpoint of step"));
+  sim_run_calm(&s, 3000);
+  assert_int_equal(s.status, 0);
+  assert_int_equal(coord_sm_waiting(s.sm, w, sizeof w), 0);
+  sim_free(&s);
+}
+
 int main(void) {
   tsr_log_set_level(TSR_LOG_ERROR);
   const struct CMUnitTest tests[] = {
@@ -299,6 +335,7 @@ int main(void) {
       cmocka_unit_test(ps_lost_during_a_save),
       cmocka_unit_test(async_ps_recovered_globally),
       cmocka_unit_test(ps_away_for_good),
+      cmocka_unit_test(waiting_is_named),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
