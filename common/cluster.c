@@ -7,6 +7,7 @@
 #include "common/err.h"
 #include "common/job.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>
@@ -419,6 +420,18 @@ bool tsr_cluster_is_chief(const tsr_cluster *c) {
 const tsr_task_addr *tsr_cluster_chief(const tsr_cluster *c) {
   if (c->n[TSR_TASK_CHIEF] > 0) return &c->jobs[TSR_TASK_CHIEF][0];
   return tsr_cluster_find(c, TSR_TASK_WORKER, 0);
+}
+
+void tsr_task_listen_addr(const tsr_task_addr *a, char *out, size_t cap) {
+  unsigned char buf[16];
+  if (inet_pton(AF_INET, a->host, buf) == 1)
+    snprintf(out, cap, "%s:%d", a->host, a->port);
+  else if (inet_pton(AF_INET6, a->host, buf) == 1)
+    snprintf(out, cap, "[%s]:%d", a->host, a->port);
+  else if (strcmp(a->host, "localhost") == 0)
+    snprintf(out, cap, "127.0.0.1:%d", a->port);
+  else
+    snprintf(out, cap, "[::]:%d", a->port);
 }
 
 char *tsr_cluster_to_json(const tsr_cluster *c) {

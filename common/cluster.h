@@ -103,6 +103,14 @@ bool tsr_cluster_is_chief(const tsr_cluster *c);
 /* The chief's address: chief 0, or worker 0 when there is no chief job. */
 const tsr_task_addr *tsr_cluster_chief(const tsr_cluster *c);
 
+/* The address a task listens on: its own host when that is an IP literal
+ * (a test's 127.0.0.1, an interface chosen on purpose), 127.0.0.1 for
+ * "localhost", else (a name: a node, a pod, a container, a Swarm service
+ * whose name may resolve to a virtual IP no interface holds) every
+ * address, IPv6 and IPv4 alike: "[::]:port" (the RPC listens on 0.0.0.0
+ * instead where the kernel has no IPv6). */
+void tsr_task_listen_addr(const tsr_task_addr *a, char *out, size_t cap);
+
 /* Splits "host:port" / "[v6]:port" into `a`. */
 int tsr_addr_parse(const char *s, tsr_task_addr *a, char *err, size_t errlen);
 

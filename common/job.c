@@ -235,6 +235,7 @@ void tsr_job_init(tsr_job *job) {
   tsr_partitioner_default(&job->partitioner);
   job->precision = TSR_PREC_FP32;
   job->checkpoint_keep = 3;
+  job->allreduce_bucket_bytes = (int64_t)4 << 20;
 }
 
 void tsr_job_free(tsr_job *job) {

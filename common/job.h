@@ -64,6 +64,10 @@ typedef struct {
   bool prefetch_params;     /* async: each step computes with the values
                                pulled during the step before (default
                                false) */
+  bool dense_allreduce;     /* dense "allreduce": dense variables on every
+                               worker, gradients all-reduced; sparse ones
+                               on the PS (default "ps": all on the PS) */
+  int64_t allreduce_bucket_bytes; /* gradient buckets; default 4 MiB */
   uint64_t seed;       /* default 0 */
   char *checkpoint_dir;     /* NULL: no checkpoints */
   int64_t checkpoint_every_steps; /* 0: only at the end */

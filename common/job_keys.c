@@ -47,6 +47,8 @@ static int jk_prefetch_params(tsr_job *, json_t *, const char *,
                               size_t);
 static int jk_wire_precision(tsr_job *, json_t *, const char *, const char *,
                              const tsr__jk_row *, char *, size_t);
+static int jk_dense(tsr_job *, json_t *, const char *, const char *,
+                    const tsr__jk_row *, char *, size_t);
 static int jk_checkpoint(tsr_job *, json_t *, const char *, const char *,
                          const tsr__jk_row *, char *, size_t);
 static int jk_checkpoint_storage(tsr_job *, json_t *, const char *,
@@ -340,6 +342,30 @@ static int jk_prefetch_params(tsr_job *job, json_t *v, const char *where,
                     "prefetch_params needs mode \"async\" (it computes "
                     "each step with the values pulled during the one "
                     "before: one more step of staleness)");
+  return 0;
+}
+
+/* After prefetch_params (the rows' order): dense values are never pulled
+ * when they live on the workers. */
+static int jk_dense(tsr_job *job, json_t *v, const char *where,
+                    const char *base_dir, const tsr__jk_row *row, char *err,
+                    size_t errlen) {
+  const char *p = json_is_string(v) ? json_string_value(v) : NULL;
+  if (p && strcmp(p, "ps") == 0) {
+    job->dense_allreduce = false;
+  } else if (p && strcmp(p, "allreduce") == 0) {
+    job->dense_allreduce = true;
+  } else {
+    char *d = json_dumps(v, JSON_ENCODE_ANY);
+    int rc = tsr_errf(err, errlen, TSR_ECONFIG,
+                      "dense %s is not \"ps\" or \"allreduce\"", d ? d : "?");
+    free(d);
+    return rc;
+  }
+  if (job->dense_allreduce && job->prefetch_params)
+    return tsr_errf(err, errlen, TSR_ECONFIG,
+                    "prefetch_params with dense \"allreduce\": dense values "
+                    "live on the workers and are never pulled");
   return 0;
 }
 

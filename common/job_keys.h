@@ -61,6 +61,15 @@
   X(prefetch_params, FN(jk_prefetch_params, "boolean"), "`false`",            \
     "async only: each step computes with the values pulled while the step "  \
     "before computed (no wait for the pull, one more step of staleness)")    \
+  X(dense, FN(jk_dense, "string"), "`\"ps\"`",                                \
+    "where dense variables live: `\"ps\"` on the parameter servers; "        \
+    "`\"allreduce\"` on every worker, kept equal by a ring all-reduce of "   \
+    "their gradients (sparse tables stay on the PS); see "                    \
+    "[Hybrid training](#hybrid-training-all-reduce-and-parameter-servers)")   \
+  X(allreduce_bucket_bytes, INT(allreduce_bucket_bytes, 4096, 1 << 30),       \
+    "4194304", "`dense` `\"allreduce\"`: gradients are all-reduced in "      \
+    "buckets of about this many bytes, each as soon as the backward pass "   \
+    "has produced it")                                                        \
   X(partitioner, FN(jk_partitioner, "object"), "min_size",                    \
     "how variables are cut into shards; see [Partitioning](#partitioning)")   \
   X(placement, FN(jk_placement, "string"), "`\"balanced\"`",                  \

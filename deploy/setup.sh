@@ -42,11 +42,13 @@ pkgs=(meson ninja-build pkg-config gcc g++ libc6-dev
 if [ "$mode" = test ]; then
   # libFuzzer targets, network-namespace tests; the deployment tests: a
   # Docker engine and compose, debootstrap for a local debian:12 base,
-  # a virtual environment for the Kubernetes validators; the
-  # model checker and the stress gate's CPU load
+  # a virtual environment for the Kubernetes validators, Slurm and munge
+  # for a one-node Slurm of deploy_slurm's own; the model checker and the
+  # stress gate's CPU load
   pkgs+=(clang libclang-rt-14-dev iproute2 iptables procps python3 python3-numpy
         python3-msgpack python3-h5py spin stress-ng
-        docker-compose docker.io debootstrap python3-venv python3-yaml)
+        docker-compose docker.io debootstrap python3-venv python3-yaml
+        slurm-wlm munge)
 fi
 
 missing=()

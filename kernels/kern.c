@@ -38,6 +38,7 @@ struct kern_ctx {
 static pthread_once_t kern__auto_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t kern__mod_lock = PTHREAD_MUTEX_INITIALIZER;
 static const kern__module *kern__mod;
+static void *kern__mod_handle; /* for the module's other symbols */
 
 int kern_module_path(char *buf, size_t len) {
   const char *env = getenv("TESSERA_MODULE_DIR");
@@ -99,6 +100,7 @@ static int kern__load(const kern_opts *o, int *count, char *why, size_t len) {
       goto out;
     }
     kern__mod = m;
+    kern__mod_handle = h;
   }
   if (why && len) why[0] = 0;
   rc = kern__mod->device_count(count, why, len);
@@ -188,6 +190,13 @@ void kern_close(kern_ctx *ctx) {
 
 const char *kern_backend_name(const kern_ctx *c) { return c->ops->name; }
 const char *kern_last_error(const kern_ctx *c) { return c->msg; }
+void *kern__module_sym(const char *name) {
+  pthread_mutex_lock(&kern__mod_lock);
+  void *p = kern__mod_handle ? dlsym(kern__mod_handle, name) : NULL;
+  pthread_mutex_unlock(&kern__mod_lock);
+  return p;
+}
+
 const kern__ops *kern__ctx_ops(const kern_ctx *c) { return c->ops; }
 void *kern__ctx_impl(const kern_ctx *c) { return c->impl; }
 bool kern_is_host(const kern_ctx *c) { return c->ops->host; }

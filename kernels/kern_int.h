@@ -83,6 +83,9 @@ extern const kern__ops kern__cpu_ops;
 
 /* A context's backend and its state, for the ops of kern_nn.c. */
 const kern__ops *kern__ctx_ops(const kern_ctx *ctx);
+/* Another symbol of the loaded CUDA module (NULL: none loaded, or it has
+ * no such symbol). */
+void *kern__module_sym(const char *name);
 void *kern__ctx_impl(const kern_ctx *ctx);
 
 #ifdef __cplusplus

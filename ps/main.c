@@ -9,17 +9,19 @@
  * Failure modes: a bad cluster spec, a missing token, an address that
  * cannot be bound, a bad flag: one line naming the problem, exit 2. Told
  * to leave (a signal, a shutdown without job_done) while it holds a job
- * that is not done: exit 1, so a supervisor starts it again.
+ * that is not done: exit 1, so a supervisor starts it again. With
+ * --idle-exit DURATION, no chief connected for that long: exit 0 (common/
+ * idle.h).
  */
 #include "common/cluster.h"
 #include "common/daemon.h"
 #include "common/err.h"
+#include "common/idle.h"
 #include "common/log.h"
 #include "common/memlimit.h"
 #include "common/rpc/rpc.h"
 #include "ps/ps.h"
 
-#include <arpa/inet.h>
 #include <getopt.h>
 #include <signal.h>
 #include <inttypes.h>
@@ -33,6 +35,8 @@ typedef struct {
   tsr_rpc_ctx *ctx;
   ps_server *srv;
   uv_signal_t sigterm, sigint;
+  tsr_idle *idle;  /* --idle-exit, or NULL */
+  int idle_left;   /* left because no chief was seen: exit 0 */
   int closing;
   int exit_code;
 } ps_main;
@@ -43,7 +47,7 @@ static void usage(FILE *f) {
           "                  [--token-file FILE] [--memory-limit BYTES]\n"
           "                  [--listen HOST:PORT] [--mode async|ssp:S|sync]\n"
           "                  [--allow-nonfinite] [--checkpoint-root DIR]\n"
-          "                  [--frame-mac on|off]\n"
+          "                  [--frame-mac on|off] [--idle-exit DURATION]\n"
           "  The cluster comes from TF_CONFIG unless --cluster is given; the\n"
           "  token from TESSERA_TOKEN unless --token-file is given.\n"
           "  --memory-limit takes a byte count with an optional K, M, G or T\n"
@@ -54,7 +58,10 @@ static void usage(FILE *f) {
           "  never moves after).\n"
           "  --frame-mac off (or TESSERA_FRAME_MAC=off) asks peers for frames\n"
           "  without a MAC, for a trusted network; used only where the peer\n"
-          "  asks too.\n");
+          "  asks too.\n"
+          "  --idle-exit DURATION (e.g. 10m): exit 0 when no chief has been\n"
+          "  connected for that long (its job failed for good or was\n"
+          "  deleted), instead of waiting for it for ever.\n");
 }
 
 static int parse_bytes(const char *s, size_t *out) {
@@ -84,13 +91,15 @@ static void closed_all(void *data) {
 static void begin_close(ps_main *m) {
   if (m->closing) return;
   m->closing = 1;
-  if (m->exit_code == 0 && !ps_server_job_finished(m->srv)) {
+  if (m->exit_code == 0 && !m->idle_left && !ps_server_job_finished(m->srv)) {
     tsr_warn("leaving while the job is not done: exit status 1 (a "
              "supervisor starts this PS again)");
     m->exit_code = 1;
   }
   uv_close((uv_handle_t *)&m->sigterm, NULL);
   uv_close((uv_handle_t *)&m->sigint, NULL);
+  tsr_idle_close(m->idle);
+  m->idle = NULL;
   ps_server_close(m->srv, closed_all, m);
 }
 
@@ -102,23 +111,17 @@ static void on_signal(uv_signal_t *h, int signum) {
 
 static void on_shutdown(ps_server *s, void *data) { begin_close(data); }
 
-/* Binds the cluster's own host when it is an address of this machine's
- * kind (an IP literal or localhost), else every interface, as TF does. */
-static void listen_addr(const tsr_task_addr *a, char *out, size_t len) {
-  unsigned char buf[16];
-  if (inet_pton(AF_INET, a->host, buf) == 1)
-    snprintf(out, len, "%s:%d", a->host, a->port);
-  else if (inet_pton(AF_INET6, a->host, buf) == 1)
-    snprintf(out, len, "[%s]:%d", a->host, a->port);
-  else if (strcmp(a->host, "localhost") == 0)
-    snprintf(out, len, "127.0.0.1:%d", a->port);
-  else
-    snprintf(out, len, "0.0.0.0:%d", a->port);
+static void on_idle(void *data) {
+  ps_main *m = data;
+  m->idle_left = 1;
+  begin_close(m);
 }
 
 int main(int argc, char **argv) {
   tsr_daemon_flags df = {0};
   const char *listen = NULL, *mode = NULL, *ckpt_root = NULL;
+  double idle_secs = 0;
+  char perr[300];
   size_t mem_limit = 0;
   int allow_nonfinite = 0;
   static const struct option opts[] = {
@@ -128,6 +131,7 @@ int main(int argc, char **argv) {
       {"mode", required_argument, 0, 'M'},
       {"allow-nonfinite", no_argument, 0, 'n'},
       {"checkpoint-root", required_argument, 0, 'r'},
+      {"idle-exit", required_argument, 0, 'i'},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   int ch;
@@ -139,6 +143,13 @@ int main(int argc, char **argv) {
       case 'M': mode = optarg; break;
       case 'n': allow_nonfinite = 1; break;
       case 'r': ckpt_root = optarg; break;
+      case 'i':
+        if (tsr_idle_parse("--idle-exit", optarg, &idle_secs, perr,
+                           sizeof perr)) {
+          tsr_error("%s", perr);
+          return 2;
+        }
+        break;
       case 'm':
         if (parse_bytes(optarg, &mem_limit) || mem_limit == 0) {
           tsr_error("--memory-limit \"%s\" is not a byte count (e.g. 8G)",
@@ -179,7 +190,15 @@ int main(int argc, char **argv) {
   if (listen)
     snprintf(addr, sizeof addr, "%s", listen);
   else
-    listen_addr(me, addr, sizeof addr);
+    tsr_task_listen_addr(me, addr, sizeof addr);
+  char chief[sizeof me->addr] = "";
+  const tsr_task_addr *ca = tsr_cluster_chief(&d.cluster);
+  if (idle_secs > 0 && !ca) {
+    tsr_error("--idle-exit: the cluster names no chief to wait for");
+    tsr_daemon_free(&d);
+    return 2;
+  }
+  if (ca) snprintf(chief, sizeof chief, "%s", ca->addr);
 
   ps_main m;
   memset(&m, 0, sizeof m);
@@ -224,6 +243,13 @@ int main(int argc, char **argv) {
   } else {
     tsr_info("serving on %s (memory limit %zu bytes: %s)", addr, mem_limit,
              mem_src);
+    if (idle_secs > 0 &&
+        (rc = tsr_idle_start(&m.idle, m.ctx, chief, idle_secs, on_idle, &m))) {
+      tsr_error("--idle-exit: cannot watch the chief at %s: %s", chief,
+                tsr_strerror(rc));
+      m.exit_code = 2;
+      begin_close(&m);
+    }
   }
   uv_run(&m.loop, UV_RUN_DEFAULT);
   if ((rc = tsr_rpc_ctx_free(m.ctx)))

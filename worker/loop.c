@@ -23,6 +23,7 @@
 #include "common/clock.h"
 #include "common/err.h"
 #include "common/log.h"
+#include "common/memlimit.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +31,7 @@
 
 void wk__run_free(wk_run *r) {
   if (!r) return;
+  wk__hy_free(r); /* before the buffers: dense gradients are its own */
   if (r->ex) wk_exec_close(r->ex);
   /* the input's batches may be pinned memory of the compute context */
   if (r->in) wk_input_close(r->in);
@@ -83,6 +85,9 @@ void wk__job_free(wk_job *j) {
   free(j->hptr);
   free(j->htag);
   free(j->trace);
+  free(j->dvars);
+  free(j->dvp);
+  free(j->dslot_names);
   free(j);
 }
 
@@ -134,6 +139,14 @@ static int check_layout(wk_run *r, const Tessera__Worker__ConfigureRequest *q,
                         (long long)next);
       next = s->row0 + s->rows;
     }
+    /* dense "allreduce": dense variables live on the workers */
+    bool here = r->hybrid && vi->kind == TSR_VAR_DENSE;
+    if (here && count > 0)
+      return tsr_errf(err, errlen, TSR_ECONFIG,
+                      "layout: %s has shards on the PS but the job keeps dense "
+                      "variables on the workers (dense \"allreduce\")",
+                      vi->name);
+    if (here) continue;
     if (count == 0)
       return tsr_errf(err, errlen, TSR_ECONFIG,
                       "layout: the model's variable %s (%zu) has no shard in the "
@@ -177,6 +190,7 @@ static int alloc_buffers(wk_run *r, char *err, size_t errlen) {
   for (size_t v = 0; v < nv; v++) {
     const tsr_var *vi = &r->vars[v];
     if (vi->kind == TSR_VAR_ROW_SPARSE) continue; /* grown per batch */
+    if (r->hybrid) continue; /* hybrid.c: values here, gradients bucketed */
     r->param[v] = calloc((size_t)vi->numel, sizeof(float));
     r->grad[v] = calloc((size_t)vi->numel, sizeof(float));
     if (two) { /* prefetch_params: a second set, the steps alternate */
@@ -256,15 +270,12 @@ static int do_configure(wk_svc *s, wk_job *j) {
       rc = tsr_errf(err, errlen, TSR_ENOMEM, "out of memory");
       goto out;
     }
-  if (r->n_ps < 1) {
-    rc = tsr_errf(err, errlen, TSR_ECONFIG, "configure: no PS address given");
-    goto out;
-  }
 
   const char *base = q->job_dir && q->job_dir[0] ? q->job_dir : NULL;
   if ((rc = tsr_job_parse(q->job_json, "the chief's job", base, NULL, &r->job,
                           err, errlen)))
     goto out;
+  r->hybrid = r->job.dense_allreduce;
 
   /* The input repeats: the chief counts steps (and epochs from the
    * examples per epoch answered below), and closures that run again after
@@ -307,6 +318,23 @@ static int do_configure(wk_svc *s, wk_job *j) {
     goto out;
   }
   if ((rc = check_layout(r, q, err, errlen))) goto out;
+  size_t n_sparse = 0;
+  for (size_t v = 0; v < r->n_vars; v++)
+    n_sparse += r->vars[v].kind == TSR_VAR_ROW_SPARSE;
+  if (r->n_ps < 1 && (!r->hybrid || n_sparse > 0)) {
+    rc = tsr_errf(err, errlen, TSR_ECONFIG, "configure: no PS address given");
+    goto out;
+  }
+  if (r->hybrid) {
+    /* the dense variables must fit, before anything is allocated */
+    uint64_t avail;
+    tsr_mem_source src;
+    char desc[300];
+    tsr_mem_available("", 0, &avail, &src, desc, sizeof desc);
+    if ((rc = wk__hy_check_memory(r, avail, desc, err, errlen))) goto out;
+    /* no table on a PS: no clock protocol either */
+    if (n_sparse == 0) r->job.mode = TSR_MODE_ASYNC;
+  }
   kern_prec prec = r->job.precision == TSR_PREC_BF16   ? KERN_BF16
                    : r->job.precision == TSR_PREC_FP16 ? KERN_F16
                                                        : KERN_F32;
@@ -328,6 +356,9 @@ static int do_configure(wk_svc *s, wk_job *j) {
       (rc = wk__clock_join(s, r, 0, tsr_now_ms() + s->ps_deadline_ms, err,
                            errlen)))
     goto out;
+  /* dense "allreduce": the dense values and the ring, last (the other
+   * workers are configured meanwhile) */
+  if (r->hybrid && (rc = wk__hy_configure(s, r, q, err, errlen))) goto out;
 
   if (strcmp(kern_backend_name(r->kc), "cpu") == 0)
     snprintf(r->device, sizeof r->device, "cpu");
@@ -398,6 +429,8 @@ static void run_job(wk_svc *s, wk_job *j) {
     case WK_JOB_CONFIGURE: j->rc = do_configure(s, j); break;
     case WK_JOB_RUN: j->rc = wk__run_closure(s, s->run, j); break;
     case WK_JOB_EVAL: j->rc = wk__run_eval(s, s->run, j); break;
+    case WK_JOB_DENSE: j->rc = wk__hy_get(s->run, j); break;
+    case WK_JOB_DENSE_SET: j->rc = wk__hy_set(s->run, j); break;
   }
   if (j->rc < 0 && j->err[0] == '\0')
     snprintf(j->err, sizeof j->err, "%s", tsr_strerror(j->rc));

@@ -22,6 +22,7 @@
 #include "common/histo.h"
 #include "common/list.h"
 #include "common/job.h"
+#include "common/coll/coll.h"
 #include "common/rpc/rpc.h"
 #include "kernels/kern.h"
 #include "ps/client/client.h"
@@ -47,7 +48,13 @@ void wk__pin_free(void *ctx, void *p);
 
 /* ---- jobs: requests handed from the loop to the training thread -------- */
 
-typedef enum { WK_JOB_CONFIGURE = 0, WK_JOB_RUN, WK_JOB_EVAL } wk_job_kind;
+typedef enum {
+  WK_JOB_CONFIGURE = 0,
+  WK_JOB_RUN,
+  WK_JOB_EVAL,
+  WK_JOB_DENSE,
+  WK_JOB_DENSE_SET
+} wk_job_kind;
 
 typedef struct wk_job {
   tsr_list node;           /* in the service's jobs or done */
@@ -59,13 +66,18 @@ typedef struct wk_job {
     Tessera__Worker__ConfigureResponse cfg;
     Tessera__Worker__RunResponse run;
     Tessera__Worker__EvalResponse eval;
+    Tessera__Worker__DenseResponse dense;
+    Tessera__Worker__DenseSetResponse dense_set;
   } out;
+  Tessera__Worker__DenseVar *dvars, **dvp;  /* dense: the answer's list */
+  char **dslot_names;
   char *strs[2];           /* strings the answer points at (freed after) */
   float *affine;           /* configure: input scale then shift */
   int64_t *cols;           /* configure: the model inputs' first columns
                             * (their names in `names`) */
-  uint8_t *trace;          /* run with trace: the steps' phases, packed
-                              (common/trace.h), sent as the payload */
+  uint8_t *trace;          /* the answer's payload: a run with trace, the
+                              steps' phases, packed (common/trace.h);
+                              dense, the values */
   size_t trace_len;
   char **names;            /* eval / run metric names (copies) */
   int n_names;
@@ -83,9 +95,13 @@ struct wk_svc {
   uv_loop_t *loop;
   tsr_rpc_ctx *rpc;
   tsr_rpc_server *srv;
+  tsr_coll *coll;            /* the ring of dense "allreduce" (freed once
+                                the server and the thread are done) */
+  bool coll_closed;
   uv_signal_t sig_term, sig_int;
   uv_async_t wake;           /* thread -> loop: done jobs, connects */
   uv_timer_t exit_timer;     /* shutdown after the answer is written */
+  struct tsr_idle *idle;     /* --idle-exit watcher, or NULL */
   bool closing;
   bool wake_closed;
   int exit_code;

@@ -6,6 +6,8 @@
 #ifndef TSR_WK_LOOP_RUN_H
 #define TSR_WK_LOOP_RUN_H
 
+#include "common/coll/coll.h"
+#include "common/optim_spec.h"
 #include "common/trace.h"
 #include "worker/loop_int.h"
 
@@ -83,6 +85,26 @@ struct wk_run {
   uint64_t losses;           /* PS connections lost when the closure began */
   int64_t steps;             /* steps run since configured */
   int64_t examples;
+
+  /* dense "allreduce" (hybrid.c): the dense variables live here, their
+   * gradients in the buckets of `fuse` (grad[v] points into it) */
+  bool hybrid;
+  int *kv_var;               /* model variable -> the PS client's (-1: not
+                                on the PS); NULL: the same index */
+  tsr_coll *coll;            /* the service's */
+  tsr_coll_fuse *fuse;
+  int *dense_ix;             /* model variable -> tensor of fuse (-1) */
+  int *dense_var;            /* tensor of fuse -> model variable */
+  tsr_optim_spec *vopt;      /* per variable */
+  int *nslots;
+  float ***slots;            /* per dense variable, its optimizer slots */
+  int64_t dense_step;        /* optimizer applies so far (Adam's t) */
+  int group_size;
+  uint64_t group_epoch;      /* the ring's, as the chief named it */
+  struct kern_nccl *nccl;    /* GPU workers: the buckets go through NCCL
+                                (staged in gpu_buf) instead of the ring */
+  float *gpu_buf;
+  double hy_wait_s;          /* blocked on the ring, since configure */
 };
 
 /* loop_xfer.c: the step's traffic, per variable, through r->kv.
@@ -121,6 +143,43 @@ int wk__xfer_clock_submit(wk_run *r, ps_clock_op op, int64_t clock,
                           ps_ticket *t);
 /* Waits for one ticket, folding its figures into r->xs. */
 int wk__xfer_wait(wk_run *r, ps_ticket *t, bool push, const char *what);
+
+/* hybrid.c: dense "allreduce". */
+/* Bytes the dense variables take on a worker (values, gradients, slots). */
+uint64_t wk__hy_dense_bytes(const wk_run *r, const tsr_optim_spec *opt);
+/* TSR_EMEMLIMIT naming the bytes when they pass `avail` (`where` says
+ * whose limit). */
+int wk__hy_check_memory(const wk_run *r, uint64_t avail, const char *where,
+                        char *err, size_t errlen);
+/* Values (the seed's or initial_weights'), slots, buckets, the ring. */
+int wk__hy_configure(wk_svc *s, wk_run *r,
+                     const Tessera__Worker__ConfigureRequest *q, char *err,
+                     size_t errlen);
+void wk__hy_free(wk_run *r);
+/* A step begins: no gradient final yet. */
+void wk__hy_start(wk_run *r);
+/* Dense variable v's gradient is final (the grad_ready hook). */
+void wk__hy_ready(wk_run *r, int v);
+/* After the compute: every bucket waited for in order; `apply`: the
+ * optimizer on each bucket's variables with the mean gradient as it
+ * arrives; else the gradients are only made the mean (clipping comes
+ * first, then wk__hy_apply(r, 1)). Bytes, buckets and the wait into o.
+ * A failure lands in r->xs. */
+int wk__hy_reduce(wk_run *r, bool apply, Tessera__Worker__RunResponse *o);
+void wk__hy_apply(wk_run *r, float scale);
+/* The DENSE job: the dense values (and slots) into j->trace, the list
+ * into j->out.dense. */
+int wk__hy_get(wk_run *r, wk_job *j);
+/* The DENSE_SET job: values, slots and applies from the request's payload,
+ * all checked against the model first. */
+int wk__hy_set(wk_run *r, wk_job *j);
+/* A closure in another ring than this worker's (a worker lost or joining):
+ * the ring re-forms, then the dense state of the closure's state_root
+ * goes to every member by broadcast. Failures into err. */
+int wk__hy_ring(wk_run *r, const Tessera__Worker__RunRequest *q, char *err,
+                size_t errlen);
+/* The step failed: abort the ring with `why`, wait for what was posted. */
+void wk__hy_fail(wk_run *r, int code, const char *why);
 
 /* ssp and sync, at configure (closure 0) and at the start of closure
  * `closure` (clock.c): JOIN every PS, continue from the largest clock

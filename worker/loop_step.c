@@ -314,6 +314,11 @@ int wk__run_closure(wk_svc *s, wk_run *r, wk_job *j) {
    * the current ones. Nothing is pushed yet, so a PS that is reconnecting
    * (just restarted) is given a few seconds before the closure fails. */
   uint64_t retry_end = tsr_now_ms() + 3000;
+  /* dense "allreduce": a new ring (a worker lost or joining) first */
+  if (r->hybrid && (rc = wk__hy_ring(r, q, err, errlen))) {
+    swap_ids(r);
+    goto out;
+  }
   if (r->job.mode != TSR_MODE_ASYNC &&
       (rc = wk__clock_join(s, r, q->closure_id, retry_end, err, errlen))) {
     swap_ids(r);
@@ -343,16 +348,25 @@ int wk__run_closure(wk_svc *s, wk_run *r, wk_job *j) {
     r->early_pull = !r->prefetch && !r->defer_push &&
                     r->job.mode == TSR_MODE_ASYNC && i + 1 < q->steps;
     wk_run_result res;
+    if (r->hybrid) wk__hy_start(r);
     rc = compute(r, k, b,
                  r->job.seed ^ (uint64_t)(q->first_step + i) *
                                    0x9E3779B97F4A7C15ull,
                  o, &res);
     r->early_pull = false;
     WK_TRACE("compute");
+    if (r->hybrid && !rc) {
+      /* dense "allreduce": each bucket's mean gradient applied as it
+       * arrives; with clipping only made the mean, clipped below */
+      rc = wk__hy_reduce(r, !r->defer_push, o);
+      WK_TRACE("all-reduce");
+      if (rc) goto xfail;
+    }
     if (r->defer_push && !rc) {
       /* clipnorm / global_clipnorm: the whole gradient first, then the
        * pushes, last variable first */
       if (!(rc = clip_grads(r, k))) rc = wk__xfer_push_all(r, k, r->clock);
+      if (!rc && r->hybrid) wk__hy_apply(r, 1.0f);
       if (rc && r->xs.rc) goto xfail;
     }
     if (rc) {
@@ -442,6 +456,9 @@ xfail:
   if (r->job.mode == TSR_MODE_SYNC && r->xs.pushed) r->clock++;
   tsr_errf(err, errlen, rc, "%s", r->xs.err[0] ? r->xs.err : tsr_strerror(rc));
 out:
+  /* dense "allreduce": the other workers would wait on this one's next
+   * bucket; they fail now with its reason */
+  if (rc && r->hybrid) wk__hy_fail(r, rc, err);
   wk__xfer_drain(r); /* no call may still use the buffers */
   r->xs.tr = NULL;
   wk_metrics_close(tm);

@@ -50,6 +50,16 @@ static bool sparse_var(const wk_run *r, int v) {
   return r->vars[v].kind == TSR_VAR_ROW_SPARSE;
 }
 
+/* Whether v lives on the PS (dense "allreduce": the dense ones do not). */
+static bool on_ps(const wk_run *r, int v) {
+  return !r->hybrid || sparse_var(r, v);
+}
+
+/* v's index in the PS client's layout. */
+static int kv_index(const wk_run *r, int v) {
+  return r->kv_var ? r->kv_var[v] : v;
+}
+
 /* The ticket slot of variable v for set k: row-sparse variables have one
  * set of buffers, so one slot. */
 static int slot(const wk_run *r, int v, int k) {
@@ -67,15 +77,21 @@ static void note_fail(wk_run *r, int rc, const char *msg) {
 int wk__xfer_configure(wk_svc *s, wk_run *r, char *err, size_t errlen) {
   ps_kv_var *vars = calloc(r->n_vars ? r->n_vars : 1, sizeof *vars);
   r->xf = calloc(r->n_vars ? r->n_vars : 1, sizeof *r->xf);
-  int rc = vars && r->xf ? 0 : TSR_ENOMEM;
+  if (r->hybrid) r->kv_var = calloc(r->n_vars ? r->n_vars : 1, sizeof(int));
+  int rc = vars && r->xf && (!r->hybrid || r->kv_var) ? 0 : TSR_ENOMEM;
   if (rc) {
     snprintf(err, errlen, "out of memory for the PS layout");
     goto out;
   }
-  for (size_t v = 0; v < r->n_vars; v++)
-    vars[v] = (ps_kv_var){.var = &r->vars[v],
-                          .n_shards = r->var_first[v + 1] - r->var_first[v],
-                          .shards = r->shards + r->var_first[v]};
+  /* the variables on the PS, in model order */
+  int nk = 0;
+  for (size_t v = 0; v < r->n_vars; v++) {
+    if (r->kv_var) r->kv_var[v] = on_ps(r, (int)v) ? nk : -1;
+    if (!on_ps(r, (int)v)) continue;
+    vars[nk++] = (ps_kv_var){.var = &r->vars[v],
+                             .n_shards = r->var_first[v + 1] - r->var_first[v],
+                             .shards = r->shards + r->var_first[v]};
+  }
   r->wire = r->job.wire_precision == TSR_PREC_BF16 ? PS_DT_BF16 : PS_DT_F32;
   r->prefetch = r->job.prefetch_params && r->job.mode == TSR_MODE_ASYNC;
   r->defer_push = r->job.optimizer.clipnorm > 0 ||
@@ -86,7 +102,7 @@ int wk__xfer_configure(wk_svc *s, wk_run *r, char *err, size_t errlen) {
                     .wire = r->wire,
                     .deadline_ms = s->ps_deadline_ms,
                     .vars = vars,
-                    .n_vars = (int)r->n_vars};
+                    .n_vars = nk};
   char kerr[WK_ERR_MAX];
   if ((rc = ps_kv_configure(r->kv, &c, kerr, sizeof kerr)))
     snprintf(err, errlen, "PS client: %s", kerr);
@@ -149,7 +165,8 @@ static unsigned check_flags(const wk_run *r) {
 /* Submits the pull of variable v into set k for the step `clock`. */
 static int pull_var(wk_run *r, int v, int k, int64_t clock) {
   bool sp = sparse_var(r, v);
-  ps_kv_item it = {.var = v, .dst = wk__set_param(r, k)[v]};
+  if (!on_ps(r, v)) return 0; /* its values are here */
+  ps_kv_item it = {.var = kv_index(r, v), .dst = wk__set_param(r, k)[v]};
   if (sp) {
     if (r->n_nxt[v] == 0) return 0; /* no row to fetch */
     it.dst = r->param[v];
@@ -244,7 +261,8 @@ static int hook_need(void *arg, int v) {
 }
 
 static void push_var(wk_run *r, int v, int k) {
-  ps_kv_item it = {.var = v, .grad = wk__set_grad(r, k)[v]};
+  if (!on_ps(r, v)) return; /* all-reduced instead (hybrid.c) */
+  ps_kv_item it = {.var = kv_index(r, v), .grad = wk__set_grad(r, k)[v]};
   if (sparse_var(r, v)) {
     it.grad = r->grad[v];
     it.ids = r->ids_cur[v];
@@ -272,6 +290,10 @@ static void push_var(wk_run *r, int v, int k) {
  * arrives. */
 static void hook_ready(void *arg, int v) {
   wk_run *r = arg;
+  if (!on_ps(r, v)) { /* dense "allreduce": its bucket */
+    wk__hy_ready(r, v);
+    return;
+  }
   if (r->defer_push) return;
   push_var(r, v, r->hook_set);
   if (r->early_pull && !sparse_var(r, v) && !r->xs.rc &&

@@ -72,8 +72,9 @@ int wk__ps_connect(wk_svc *s, char *const *addrs, int n, char *err,
     return TSR_ESHUTDOWN;
   }
   wk__ps_close_all(s);
-  if (n == 0) return 0;
-  s->ps_addrs = calloc((size_t)n, sizeof *s->ps_addrs);
+  /* n == 0: a client with no PS (dense "allreduce" without sparse
+   * tables), so the thread's calls still have one to go through */
+  s->ps_addrs = calloc((size_t)(n ? n : 1), sizeof *s->ps_addrs);
   if (!s->ps_addrs) {
     snprintf(err, errlen, "out of memory for %d PS addresses", n);
     return TSR_ENOMEM;
@@ -89,7 +90,7 @@ int wk__ps_connect(wk_svc *s, char *const *addrs, int n, char *err,
   int rc = ps_kv_new(&kv, s->rpc, addrs, n);
   if (rc < 0) {
     snprintf(err, errlen, "cannot make a client for the %d PS (%s%s): %s", n,
-             addrs[0], n > 1 ? ", ..." : "", tsr_strerror(rc));
+             n ? addrs[0] : "", n > 1 ? ", ..." : "", tsr_strerror(rc));
     wk__ps_close_all(s);
     return rc;
   }

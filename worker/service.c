@@ -19,6 +19,7 @@
 
 #include "common/daemon.h"
 #include "common/err.h"
+#include "common/idle.h"
 #include "common/log.h"
 
 #include <signal.h>
@@ -49,16 +50,16 @@ static void payload_sent(int status, void *data) {
   free(data);
 }
 
-/* A closure's answer with its trace events as the payload; the buffer
- * leaves the job and is freed once written. */
-static void reply_with_payload(wk_job *j) {
-  size_t len = protobuf_c_message_get_packed_size(&j->out.run.base);
+/* An answer with the job's payload (a closure's trace events, the dense
+ * values); the buffer leaves the job and is freed once written. */
+static void reply_with_payload(wk_job *j, const ProtobufCMessage *m) {
+  size_t len = protobuf_c_message_get_packed_size(m);
   uint8_t *buf = malloc(len ? len : 1);
   if (!buf) {
     tsr_rpc_reply_error(j->call, TSR_ENOMEM, "worker: out of memory");
     return;
   }
-  protobuf_c_message_pack(&j->out.run.base, buf);
+  protobuf_c_message_pack(m, buf);
   uv_buf_t b = uv_buf_init((char *)j->trace, (unsigned)j->trace_len);
   int rc = tsr_rpc_reply(j->call, buf, len, &b, 1, payload_sent, j->trace);
   free(buf);
@@ -75,7 +76,9 @@ static void answer_job(wk_svc *s, wk_job *j) {
     tsr_warn("%s failed: %s",
              j->kind == WK_JOB_CONFIGURE ? "configure"
              : j->kind == WK_JOB_RUN     ? "closure"
-                                         : "eval",
+             : j->kind == WK_JOB_EVAL    ? "eval"
+             : j->kind == WK_JOB_DENSE   ? "dense state"
+                                         : "taking a dense state",
              j->err);
     tsr_rpc_reply_error(j->call, j->rc, j->err);
     return;
@@ -94,12 +97,14 @@ static void answer_job(wk_svc *s, wk_job *j) {
     }
     case WK_JOB_RUN:
       if (j->trace_len) {
-        reply_with_payload(j);
+        reply_with_payload(j, &j->out.run.base);
         break;
       }
       reply_msg(j->call, &j->out.run.base);
       break;
     case WK_JOB_EVAL: reply_msg(j->call, &j->out.eval.base); break;
+    case WK_JOB_DENSE: reply_with_payload(j, &j->out.dense.base); break;
+    case WK_JOB_DENSE_SET: reply_msg(j->call, &j->out.dense_set.base); break;
   }
 }
 
@@ -185,6 +190,14 @@ static void h_eval(tsr_rpc_incoming *call, void *data) {
   enqueue(data, call, WK_JOB_EVAL);
 }
 
+static void h_dense(tsr_rpc_incoming *call, void *data) {
+  enqueue(data, call, WK_JOB_DENSE);
+}
+
+static void h_dense_set(tsr_rpc_incoming *call, void *data) {
+  enqueue(data, call, WK_JOB_DENSE_SET);
+}
+
 static void h_status(tsr_rpc_incoming *call, void *data) {
   wk_svc *s = data;
   Tessera__Worker__StatusResponse r = TESSERA__WORKER__STATUS_RESPONSE__INIT;
@@ -201,6 +214,13 @@ static void h_status(tsr_rpc_incoming *call, void *data) {
   r.state = state;
   r.device = device;
   r.last_error = last;
+  if (s->coll) { /* the ring's own figures (loop thread) */
+    tsr_coll_stats cs;
+    tsr_coll_get_stats(s->coll, &cs);
+    r.allreduce_bytes = cs.allreduce_floats * sizeof(float);
+    r.allreduce_s = (double)cs.op_ns / 1e9;
+    r.allreduce_ops = cs.ops;
+  }
   reply_msg(call, &r.base);
 }
 
@@ -237,6 +257,12 @@ static void on_server_closed(void *data) {
   try_finish_close(s);
 }
 
+static void on_coll_closed(void *data) {
+  wk_svc *s = data;
+  s->coll_closed = true;
+  try_finish_close(s);
+}
+
 static void try_finish_close(wk_svc *s) {
   if (s->wake_closed) return;
   if (s->thread_started) {
@@ -248,6 +274,10 @@ static void try_finish_close(wk_svc *s) {
     pthread_join(s->thread, NULL);
     s->thread_started = false;
   }
+  /* the collective's methods stay on the server until it has closed */
+  if (s->coll && (!s->coll_closed || s->srv)) return;
+  tsr_coll_free(s->coll);
+  s->coll = NULL;
   wk__ps_close_all(s);
   s->wake_closed = true;
   uv_close((uv_handle_t *)&s->wake, on_handle_closed);
@@ -257,6 +287,8 @@ static void start_close(wk_svc *s, int code) {
   if (s->closing) return;
   s->closing = true;
   s->exit_code = code;
+  tsr_idle_close(s->idle);
+  s->idle = NULL;
   uv_close((uv_handle_t *)&s->sig_term, on_handle_closed);
   uv_close((uv_handle_t *)&s->sig_int, on_handle_closed);
   /* Queued jobs will never run. */
@@ -280,9 +312,12 @@ static void start_close(wk_svc *s, int code) {
   }
   s->closing_ps = true;
   wk__ps_cancel(s); /* calls in flight fail: the thread moves on */
+  if (s->coll) tsr_coll_close(s->coll, on_coll_closed, s); /* the ring too */
   if (s->srv) tsr_rpc_server_close(s->srv, on_server_closed, s);
   try_finish_close(s);
 }
+
+static void on_idle(void *data) { start_close(data, 0); }
 
 static void on_signal(uv_signal_t *h, int signum) {
   wk_svc *s = h->data;
@@ -297,9 +332,11 @@ static void usage(FILE *f) {
           "usage: tessera-worker [--cluster FILE.json] [--task worker:N]\n"
           "                      [--token-file FILE] [--device auto|cpu|gpu]\n"
           "                      [--ps-deadline-ms MS] [--listen HOST:PORT]\n"
-          "                      [--frame-mac on|off]\n"
+          "                      [--frame-mac on|off] [--idle-exit DURATION]\n"
           "  The cluster comes from TF_CONFIG unless --cluster is given; the\n"
           "  token from TESSERA_TOKEN unless --token-file is given.\n"
+          "  --idle-exit DURATION (e.g. 10m): exit 0 when no chief has been\n"
+          "  connected for that long (its job failed for good or was deleted).\n"
           "  tessera-worker --standalone --job JOB.json trains in one process.\n");
 }
 
@@ -307,11 +344,6 @@ int wk_service_selected(int argc, char **argv) {
   for (int i = 1; i < argc; i++)
     if (strcmp(argv[i], "--standalone") == 0) return 0;
   return 1;
-}
-
-static bool is_loopback(const char *host) {
-  return strncmp(host, "127.", 4) == 0 || strcmp(host, "localhost") == 0 ||
-         strcmp(host, "::1") == 0;
 }
 
 static int register_all(wk_svc *s) {
@@ -326,6 +358,10 @@ static int register_all(wk_svc *s) {
        &tessera__worker__status_request__descriptor, NULL, NULL},
       {WK_M_SHUTDOWN, "shutdown", h_shutdown, s,
        &tessera__worker__shutdown_request__descriptor, NULL, NULL},
+      {WK_M_DENSE, "dense", h_dense, s,
+       &tessera__worker__dense_request__descriptor, NULL, NULL},
+      {WK_M_DENSE_SET, "dense_set", h_dense_set, s,
+       &tessera__worker__dense_set_request__descriptor, NULL, NULL},
   };
   for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
     int rc = tsr_rpc_server_register_method(s->srv, &ms[i]);
@@ -338,6 +374,7 @@ typedef struct {
   tsr_daemon_flags d;
   const char *device, *listen;
   long deadline_ms;
+  double idle_secs;
 } wk_flags;
 
 static int parse_flags(int argc, char **argv, wk_flags *f) {
@@ -346,6 +383,7 @@ static int parse_flags(int argc, char **argv, wk_flags *f) {
       {"device", required_argument, 0, 'd'},
       {"ps-deadline-ms", required_argument, 0, 'p'},
       {"listen", required_argument, 0, 'l'},
+      {"idle-exit", required_argument, 0, 'i'},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   int ch;
@@ -355,6 +393,15 @@ static int parse_flags(int argc, char **argv, wk_flags *f) {
     switch (ch) {
       case 'd': f->device = optarg; break;
       case 'l': f->listen = optarg; break;
+      case 'i': {
+        char err[300];
+        if (tsr_idle_parse("--idle-exit", optarg, &f->idle_secs, err,
+                           sizeof err)) {
+          fprintf(stderr, "tessera-worker: %s\n", err);
+          return 2;
+        }
+        break;
+      }
       case 'p': {
         char *end;
         f->deadline_ms = strtol(optarg, &end, 10);
@@ -430,10 +477,8 @@ int wk_service_main(int argc, char **argv) {
   char listen_addr[300];
   if (f.listen)
     snprintf(listen_addr, sizeof listen_addr, "%s", f.listen);
-  else if (is_loopback(me->host))
-    snprintf(listen_addr, sizeof listen_addr, "%s", me->addr);
   else
-    snprintf(listen_addr, sizeof listen_addr, "0.0.0.0:%d", me->port);
+    tsr_task_listen_addr(me, listen_addr, sizeof listen_addr);
 
   int code = 1;
   pthread_mutex_init(&s->mu, NULL);
@@ -471,7 +516,12 @@ int wk_service_main(int argc, char **argv) {
     goto run;
   }
   s->thread_started = true;
-  if ((rc = tsr_rpc_server_new(&s->srv, s->rpc)) || (rc = register_all(s))) {
+  /* the ring among the workers (dense "allreduce"): its operations wait
+   * as long as a PS call would */
+  tsr_coll_opts co = {.op_timeout_ms = s->ps_deadline_ms,
+                      .configure_timeout_ms = s->ps_deadline_ms};
+  if ((rc = tsr_rpc_server_new(&s->srv, s->rpc)) || (rc = register_all(s)) ||
+      (rc = tsr_coll_new(&s->coll, s->rpc, s->srv, &co))) {
     tsr_error("cannot make the RPC server: %s", tsr_strerror(rc));
     start_close(s, 1);
     goto run;
@@ -482,6 +532,18 @@ int wk_service_main(int argc, char **argv) {
     goto run;
   }
   tsr_info("listening on %s (%s)", listen_addr, me->addr);
+  if (f.idle_secs > 0) {
+    const tsr_task_addr *chief = tsr_cluster_chief(&s->cluster);
+    if (!chief || chief == me) {
+      tsr_error("--idle-exit: the cluster names no chief to wait for");
+      start_close(s, 2);
+    } else if ((rc = tsr_idle_start(&s->idle, s->rpc, chief->addr,
+                                    f.idle_secs, on_idle, s))) {
+      tsr_error("--idle-exit: cannot watch the chief at %s: %s", chief->addr,
+                tsr_strerror(rc));
+      start_close(s, 2);
+    }
+  }
 run:
   uv_run(&loop, UV_RUN_DEFAULT);
   code = s->exit_code;

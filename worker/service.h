@@ -19,8 +19,10 @@
  * the process exit status. Flags: --cluster FILE, --task worker:N,
  * --token-file FILE, --device auto|cpu|gpu, --ps-deadline-ms MS (deadline
  * of every PS call; sync-mode pulls wait for the slowest worker within
- * it), --listen HOST:PORT (default: the task's address, or 0.0.0.0 on its
- * port when the host is not a loopback address). */
+ * it), --listen HOST:PORT (default: tsr_task_listen_addr of the task's
+ * address: an IP literal itself, a name every address, IPv6 and IPv4),
+ * --idle-exit DURATION (leave, status 0, when no chief has answered for
+ * that long). */
 int wk_service_main(int argc, char **argv);
 
 /* True unless argv asks for the standalone trainer (--standalone), so

@@ -12,6 +12,13 @@
  *   WK_M_STATUS     StatusRequest -> StatusResponse
  *   WK_M_SHUTDOWN   ShutdownRequest -> ShutdownResponse (then the process
  *                   exits 0)
+ *   WK_M_DENSE      DenseRequest -> DenseResponse + payload: dense
+ *                   "allreduce", the dense variables this worker holds
+ *                   (values, optimizer slots, applies), between closures
+ *   WK_M_DENSE_SET  DenseSetRequest + payload -> DenseSetResponse: the
+ *                   same taken in (a checkpoint restored); a list or a
+ *                   payload that does not match the model is TSR_ESHAPE
+ *                   naming the variable, and nothing changes
  * Errors travel as RPC error frames: a data file missing on this worker is
  * TSR_EIO with the path, a model the worker cannot build TSR_ECONFIG, a PS
  * that cannot be reached TSR_EUNAVAIL naming the PS.
@@ -26,7 +33,9 @@ enum {
   WK_M_RUN = 202,
   WK_M_EVAL = 203,
   WK_M_STATUS = 204,
-  WK_M_SHUTDOWN = 205
+  WK_M_SHUTDOWN = 205,
+  WK_M_DENSE = 206,
+  WK_M_DENSE_SET = 207
 };
 
 #endif

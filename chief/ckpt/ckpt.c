@@ -163,8 +163,34 @@ int chief_ckpt_remove(const char *root, int64_t step, char *err,
 static int ck_load_manifest(const char *dir, json_t **out, char *err,
                             size_t errlen);
 
+/* Step folders without a manifest: a save that never finished, or a
+ * manifest lost since. Nothing can resume from them; a starting chief (no
+ * save of its own is running) says so and removes them, or they would
+ * stay for good when no later checkpoint passes them. */
+static void ck_remove_unfinished(const char *root) {
+  int64_t *all;
+  size_t n;
+  char err[512];
+  if (ck_list(root, &all, &n, err, sizeof err, 0)) return;
+  for (size_t i = 0; i < n; i++) {
+    char dir[CK_PATH];
+    if (chief_ckpt_dir(root, all[i], dir, sizeof dir) || ck_has_manifest(dir))
+      continue;
+    int rc = ck_rm_tree(dir);
+    if (rc)
+      tsr_warn("%s has no manifest (a save that did not finish, or a "
+               "manifest lost): not a checkpoint; removing it failed: %s",
+               dir, tsr_strerror(rc));
+    else
+      tsr_warn("%s has no manifest (a save that did not finish, or a "
+               "manifest lost): not a checkpoint; removed", dir);
+  }
+  free(all);
+}
+
 int chief_ckpt_list_intact(const char *root, int64_t **steps, size_t *n,
                            char *err, size_t errlen) {
+  ck_remove_unfinished(root);
   int rc = chief_ckpt_list(root, steps, n, err, errlen);
   if (rc) return rc;
   size_t k = 0;

@@ -72,7 +72,8 @@ typedef struct {
   char name[800];       /* file name inside the checkpoint folder */
   uint64_t bytes;
   uint32_t crc32c;      /* of the whole file */
-  int ps;               /* the PS that wrote it */
+  int ps;               /* the PS that wrote it; -1: the chief (dense
+                           "allreduce": the workers' dense variables) */
 } chief_ckpt_file;
 
 /* The files of the checkpoint being written. Zero-initialise; free with
@@ -94,6 +95,11 @@ void chief_ckpt_files_free(chief_ckpt_files *f);
  * answer is of another checkpoint or names a file outside the folder. */
 int chief_ckpt_files_add(chief_ckpt_files *f, int ps,
                          const void *save_response, char *err, size_t errlen);
+/* Adds a file the chief wrote itself into the folder (ps -1 in the
+ * list); TSR_EINVAL for a name that is no shard file's. */
+int chief_ckpt_files_add_own(chief_ckpt_files *f, const char *name,
+                             uint64_t bytes, uint32_t crc32c, char *err,
+                             size_t errlen);
 
 /* The commit point, verified: every one of the `n_ps` PS reported its
  * files; with per_ps false the chief reads each listed file whole (size
@@ -146,7 +152,9 @@ int chief_ckpt_list(const char *root, int64_t **steps, size_t *n, char *err,
 
 /* The same, only those chief_ckpt_verify finds intact: each one passed
  * over is logged (warn) with its step and why. What a restarted chief
- * resumes from, newest first. */
+ * resumes from, newest first. Step folders without a manifest (a save that
+ * never finished, a manifest lost) are logged and removed first: call it
+ * only where no save is running (a starting chief). */
 int chief_ckpt_list_intact(const char *root, int64_t **steps, size_t *n,
                            char *err, size_t errlen);
 

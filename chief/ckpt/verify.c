@@ -52,6 +52,21 @@ static bool vf_name_ok(const char *n) {
          !strchr(n, '/') && n[0] != '.' && !strcmp(n + L - 7, ".tshard");
 }
 
+int chief_ckpt_files_add_own(chief_ckpt_files *f, const char *name,
+                             uint64_t bytes, uint32_t crc32c, char *err,
+                             size_t errlen) {
+  if (!vf_name_ok(name))
+    return tsr_errf(err, errlen, TSR_EINVAL, "a file named \"%.100s\"", name);
+  if (tsr_grow(&f->files, &f->cap, f->n, sizeof *f->files, 64))
+    return tsr_errf(err, errlen, TSR_ENOMEM, "out of memory");
+  chief_ckpt_file *o = &f->files[f->n++];
+  snprintf(o->name, sizeof o->name, "%s", name);
+  o->bytes = bytes;
+  o->crc32c = crc32c;
+  o->ps = -1;
+  return 0;
+}
+
 int chief_ckpt_files_add(chief_ckpt_files *f, int ps,
                          const void *save_response, char *err,
                          size_t errlen) {

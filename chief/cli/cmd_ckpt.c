@@ -7,8 +7,9 @@
  * loads it into the Keras model. Rows of an embedding table that training
  * never touched were never created on the PS; export gives them their
  * initial values (the same deterministic ones the PS would have made).
- * `inspect --verify` checks the checkpoint as a restore would
- * (chief_ckpt_verify) and exits 1 naming the damage.
+ * `inspect` checks the checkpoint as a restore would (chief_ckpt_verify:
+ * every byte of every listed file) and exits 1 naming the damage, with or
+ * without --verify (which also prints that all is intact).
  */
 #include "chief/ckpt/ckpt.h"
 #include "chief/ckpt/ckpt_read.h"
@@ -42,9 +43,10 @@ static void usage(FILE *f) {
              "  as a Normalization layer after each input.\n"
              "PATH: a checkpoint folder (the newest committed checkpoint in "
              "it) or one ckpt-<step> folder.\n"
-             "--verify reads every byte of every file the manifest lists "
+             "inspect reads every byte of every file the manifest lists "
              "(sizes, CRCs, each part's own checks, every part present, no "
-             "file unlisted) and exits 1 on any damage.\n");
+             "file unlisted) and exits 1 on any damage; --verify also says "
+             "when all is intact.\n");
 }
 
 /* Manifest order first (the model's), then anything else found. */
@@ -327,7 +329,9 @@ int chief_cmd_ckpt(int argc, char **argv) {
     fprintf(stderr, "tessera ckpt %s: %s\n", verb, err);
     return 1;
   }
-  if (verify) {
+  /* a damaged checkpoint is never shown (or exported) as if it were
+   * whole */
+  if (verify || is_inspect) {
     char why[1024];
     if (chief_ckpt_verify(folder, man, why, sizeof why)) {
       fprintf(stderr, "tessera ckpt %s: %s is damaged: %s\n", verb, folder,

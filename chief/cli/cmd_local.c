@@ -26,7 +26,8 @@ static void usage(FILE *f) {
           "                     [--grace-ms MS] [--eval-drain-ms MS]\n"
           "                     [--host IPV4] [CHIEF ARGS...]\n"
           "\n"
-          "Starts tessera-ps x N (default 2), tessera-worker x N (default 2)\n"
+          "Starts tessera-ps x N (default 2; 0 for a job with dense\n"
+          "\"allreduce\" and no sparse table), tessera-worker x N (default 2)\n"
           "and tessera-chief on free loopback ports with a fresh cluster\n"
           "token (--evaluator adds TF_CONFIG's evaluator task, which\n"
           "evaluates each new checkpoint and finishes after the chief, at\n"
@@ -124,7 +125,7 @@ int chief_cmd_local(int argc, char **argv) {
     long x = 0;
     switch (k) {
       case 0:
-        if (parse_int("--ps", v, 1, 1000, &x)) goto done;
+        if (parse_int("--ps", v, 0, 1000, &x)) goto done;
         o.n_ps = (int)x;
         break;
       case 1:

@@ -28,9 +28,14 @@ static void usage(FILE *f) {
           "                         [--max-shards K] [--num-shards K]\n"
           "                         [--placement balanced|round_robin]\n"
           "                         [--slots N] [--job JOB.json] [--json]\n"
+          "                         [--workers N]\n"
           "With --job and no --var, the job's model gives the variables and\n"
           "its optimizer the slot count (--slots: copies of each variable the\n"
           "optimizer keeps, counted in the per-PS bytes; default 0).\n"
+          "A job with dense \"allreduce\" keeps its dense variables on every\n"
+          "worker (listed with their bytes per worker: values, gradients and\n"
+          "slots; --workers N, default the cluster's) and places only its\n"
+          "sparse tables on the PS.\n"
           "dtype: float32 (default), float16, bfloat16, float64, int64, int32,\n"
           "       int8, uint8\n"
           "Defaults: MinSize(min_shard_bytes=256 KiB, max_shards=number of "
@@ -98,6 +103,82 @@ static long long parse_ll(const char *flag, const char *s, int *bad) {
   return v;
 }
 
+/* dense "allreduce": moves the dense variables (and their slot counts)
+ * out of vars into *wv, keeping the sparse tables; 0 or TSR_ENOMEM. */
+static int split_hybrid(tsr_var *vars, int *slots, size_t *n, tsr_var **wv,
+                        int **ws, size_t *nw) {
+  *wv = calloc(*n ? *n : 1, sizeof **wv);
+  *ws = calloc(*n ? *n : 1, sizeof **ws);
+  if (!*wv || !*ws) return TSR_ENOMEM;
+  size_t k = 0;
+  *nw = 0;
+  for (size_t i = 0; i < *n; i++) {
+    if (vars[i].kind == TSR_VAR_ROW_SPARSE) {
+      vars[k] = vars[i];
+      slots[k++] = slots[i];
+    } else {
+      (*wv)[*nw] = vars[i];
+      (*ws)[(*nw)++] = slots[i];
+    }
+  }
+  *n = k;
+  return 0;
+}
+
+/* The variables every worker holds (dense "allreduce"): values, gradient
+ * and optimizer slots per worker; into root (JSON) or as a table. */
+static void print_workers(const tsr_var *wv, const int *ws, size_t nw,
+                          long long n_wk, bool json, json_t *root) {
+  int64_t total = 0;
+  json_t *arr = json ? json_array() : NULL;
+  if (!json)
+    printf("\non each of %lld workers (dense \"allreduce\": gradients "
+           "all-reduced among the workers)\n%-24s %18s %14s\n", n_wk,
+           "VARIABLE", "SHAPE", "BYTES");
+  for (size_t i = 0; i < nw; i++) {
+    const tsr_var *v = &wv[i];
+    int64_t b = v->numel * (int64_t)tsr_dtype_size(v->dtype) * (2 + ws[i]);
+    total += b;
+    char shape[64];
+    size_t o = 0;
+    shape[0] = 0;
+    for (int d = 0; d < v->rank && o + 24 < sizeof shape; d++)
+      o += (size_t)snprintf(shape + o, sizeof shape - o, "%s%lld", d ? "x" : "",
+                            (long long)v->shape[d]);
+    if (json) {
+      json_t *e = json_object();
+      json_object_set_new(e, "variable", json_string(v->name));
+      json_object_set_new(e, "shape", json_string(shape));
+      json_object_set_new(e, "bytes_per_worker", json_integer(b));
+      json_array_append_new(arr, e);
+    } else {
+      printf("%-24s %18s %14lld\n", v->name, shape, (long long)b);
+    }
+  }
+  if (json) {
+    json_t *w = json_object();
+    json_object_set_new(w, "dense", json_string("allreduce"));
+    json_object_set_new(w, "num_workers", json_integer(n_wk));
+    json_object_set_new(w, "variables", arr);
+    json_object_set_new(w, "bytes_per_worker", json_integer(total));
+    if (root) {
+      json_object_set_new(root, "workers", w);
+    } else {
+      json_t *r = json_object();
+      json_object_set_new(r, "num_ps", json_integer(0));
+      json_object_set_new(r, "shards", json_array());
+      json_object_set_new(r, "workers", w);
+      char *s = json_dumps(r, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+      printf("%s\n", s);
+      free(s);
+      json_decref(r);
+    }
+  } else {
+    printf("%-24s %18s %14lld   (values, gradients and optimizer slots)\n",
+           "per worker", "", (long long)total);
+  }
+}
+
 int chief_cmd_partition(int argc, char **argv) {
   static const struct option opts[] = {
       {"var", required_argument, 0, 'v'},
@@ -112,6 +193,7 @@ int chief_cmd_partition(int argc, char **argv) {
       {"json", no_argument, 0, 'j'},
       {"placement", required_argument, 0, 'L'},
       {"slots", required_argument, 0, 's'},
+      {"workers", required_argument, 0, 'w'},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   tsr_var *vars = calloc(MAX_VARS, sizeof *vars);
@@ -119,7 +201,11 @@ int chief_cmd_partition(int argc, char **argv) {
   for (int i = 0; var_slots && i < MAX_VARS; i++) var_slots[i] = -1;
   int rc = 2;
   size_t n_vars = 0;
-  long long n_ps = -1;
+  long long n_ps = -1, n_wk = -1;
+  bool hybrid = false;      /* dense "allreduce": dense ones on the workers */
+  tsr_var *wvars = NULL;    /* those, with their slots */
+  int *wslots = NULL;
+  size_t n_wvars = 0;
   const char *kind = NULL, *job_path = NULL, *cluster_file = NULL,
              *placement = NULL;
   long long slots = -1;
@@ -155,6 +241,7 @@ int chief_cmd_partition(int argc, char **argv) {
       case 'j': json = true; break;
       case 'L': placement = optarg; break;
       case 's': slots = parse_ll("--slots", optarg, &bad); break;
+      case 'w': n_wk = parse_ll("--workers", optarg, &bad); break;
       case 'h': usage(stdout); rc = 0; goto out;
       default: usage(stderr); goto out;
     }
@@ -175,6 +262,7 @@ int chief_cmd_partition(int argc, char **argv) {
       goto out;
     }
     part = job.partitioner;
+    hybrid = job.dense_allreduce;
     bool slots_given = slots >= 0;
     if (slots < 0) slots = kern_optim_num_slots(&job.optimizer);
     if (n_vars == 0 && job.model) {
@@ -240,18 +328,29 @@ int chief_cmd_partition(int argc, char **argv) {
     fprintf(stderr, "tessera partition: %s\n", err);
     goto out;
   }
-  if (n_ps < 0) {
+  if (hybrid &&
+      split_hybrid(vars, var_slots, &n_vars, &wvars, &wslots, &n_wvars))
+    goto out;
+  if (n_ps < 0 || n_wk < 0) {
     tsr_cluster c;
     if (cluster_file || getenv("TF_CONFIG")) {
       if (tsr_cluster_load(cluster_file, NULL, &c, err, sizeof err)) {
         fprintf(stderr, "tessera partition: %s\n", err);
         goto out;
       }
-      n_ps = c.n[TSR_TASK_PS];
+      if (n_ps < 0) n_ps = c.n[TSR_TASK_PS];
+      if (n_wk < 0) n_wk = c.n[TSR_TASK_WORKER];
       tsr_cluster_free(&c);
     } else {
-      n_ps = 1;
+      if (n_ps < 0) n_ps = 1;
+      if (n_wk < 0) n_wk = 1;
     }
+  }
+  if (hybrid && n_vars == 0) {
+    /* every variable on the workers: no PS to place anything on */
+    print_workers(wvars, wslots, n_wvars, n_wk, json, NULL);
+    rc = 0;
+    goto out;
   }
   if (n_ps <= 0) {
     fprintf(stderr, "tessera partition: --ps %lld must be > 0\n", n_ps);
@@ -299,6 +398,7 @@ int chief_cmd_partition(int argc, char **argv) {
       json_array_append_new(tot, json_integer(per_ps[i]));
     json_object_set_new(root, "ps_bytes", tot);
     json_object_set_new(root, "max_over_mean", json_real(balance));
+    if (hybrid) print_workers(wvars, wslots, n_wvars, n_wk, json, root);
     char *s = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     printf("%s\n", s);
     free(s);
@@ -324,6 +424,7 @@ int chief_cmd_partition(int argc, char **argv) {
     for (long long i = 0; i < n_ps; i++)
       printf("%-6lld %14lld\n", i, (long long)per_ps[i]);
     printf("max/mean %.3f\n", balance);
+    if (hybrid) print_workers(wvars, wslots, n_wvars, n_wk, json, NULL);
   }
   free(per_ps);
   rc = 0;
@@ -331,5 +432,7 @@ out:
   free(shards);
   free(vars);
   free(var_slots);
+  free(wvars);
+  free(wslots);
   return rc;
 }

@@ -4,7 +4,8 @@
  * deadline is shown as down with the reason. Uses the cluster spec and the
  * token as every process does (TF_CONFIG or --cluster; TESSERA_TOKEN or
  * --token-file). Exit status: 0 when every process answered, 1 otherwise,
- * 2 for a bad spec or token.
+ * 2 for a bad spec or token. --probe asks one process only (a container's
+ * liveness and readiness probe), by its role and address or its task.
  */
 #include "chief.pb-c.h"
 #include "chief/cli/cli.h"
@@ -110,9 +111,17 @@ static void st_on_worker(const tsr_rpc_result *r, void *data) {
   Tessera__Worker__StatusResponse *s = (Tessera__Worker__StatusResponse *)
       st_answer(t, r, &tessera__worker__status_response__descriptor);
   if (!s) return;
-  snprintf(t->line, sizeof t->line, "%-8s %" PRId64 " steps, %.0f ex/s, %s%s%s",
-           s->state, s->steps, s->examples_per_sec,
-           s->device && *s->device ? s->device : "-",
+  /* dense "allreduce": what went through the ring */
+  char ar[96] = "";
+  if (s->allreduce_ops > 0) {
+    char b[32];
+    st_fmt_bytes((double)s->allreduce_bytes, b, sizeof b);
+    snprintf(ar, sizeof ar, ", all-reduce %s in %" PRIu64 " buckets, %.2f s",
+             b, s->allreduce_ops, s->allreduce_s);
+  }
+  snprintf(t->line, sizeof t->line,
+           "%-8s %" PRId64 " steps, %.0f ex/s, %s%s%s%s", s->state, s->steps,
+           s->examples_per_sec, s->device && *s->device ? s->device : "-", ar,
            s->last_error && *s->last_error ? ", last error: " : "",
            s->last_error ? s->last_error : "");
   tessera__worker__status_response__free_unpacked(s, NULL);
@@ -146,13 +155,111 @@ static void st_on_ps(const ps_result *r, void *data) {
 
 static void st_closed(void *data) { (void)data; }
 
+/* Sends the task its status call (a PS: its statistics). */
+static void st_ask(st_task *t, tsr_rpc_ctx *ctx) {
+  snprintf(t->line, sizeof t->line, "down     no answer");
+  int rc;
+  if (t->type == TSR_TASK_PS) {
+    rc = ps_client_new(&t->ps, ctx, t->addr);
+    if (!rc) rc = ps_client_stats(t->ps, st_on_ps, t);
+  } else {
+    rc = tsr_rpc_client_new(&t->cli, ctx, t->addr);
+    if (!rc) {
+      uint8_t meta[1];
+      tsr_rpc_request req;
+      memset(&req, 0, sizeof req);
+      req.method = t->type == TSR_TASK_CHIEF ? CHIEF_M_STATUS : WK_M_STATUS;
+      req.meta = meta;
+      req.meta_len = 0;
+      rc = tsr_rpc_call(t->cli, &req,
+                        t->type == TSR_TASK_CHIEF ? st_on_chief : st_on_worker,
+                        t);
+    }
+  }
+  if (rc)
+    snprintf(t->line, sizeof t->line, "down     %s", tsr_strerror(rc));
+  else
+    (*t->pending)++;
+}
+
+/* --probe ROLE@HOST:PORT (the process at that address, e.g. a container's
+ * own ps@localhost:2222) or --probe TYPE:INDEX (the cluster's task): one
+ * task; its address from the spec or the text. 0 and the task's line, or
+ * -1 with a message. */
+static int st_probe_task(const char *spec, const tsr_cluster *c, st_task *t,
+                         char *addr, size_t cap, char *err, size_t errlen) {
+  const char *at = strchr(spec, '@');
+  char role[16];
+  size_t rl = at ? (size_t)(at - spec) : strcspn(spec, ":");
+  if (rl == 0 || rl >= sizeof role) goto bad;
+  memcpy(role, spec, rl);
+  role[rl] = 0;
+  tsr_task_type ty = tsr_task_type_parse(role);
+  if (ty != TSR_TASK_CHIEF && ty != TSR_TASK_PS && ty != TSR_TASK_WORKER)
+    goto bad;
+  t->type = ty;
+  if (at) {
+    tsr_task_addr a;
+    if (tsr_addr_parse(at + 1, &a, err, errlen)) return -1;
+    snprintf(addr, cap, "%s", at + 1);
+    t->index = -1;
+  } else {
+    char *end;
+    long i = spec[rl] == ':' ? strtol(spec + rl + 1, &end, 10) : -1;
+    const tsr_task_addr *a =
+        i >= 0 && !*end ? tsr_cluster_find(c, ty, (int)i) : NULL;
+    if (!a) {
+      snprintf(err, errlen, "--probe %s: no such task in the cluster", spec);
+      return -1;
+    }
+    snprintf(addr, cap, "%s", a->addr);
+    t->index = (int)i;
+  }
+  t->addr = addr;
+  return 0;
+bad:
+  snprintf(err, errlen, "--probe %s: expected ROLE@HOST:PORT or ROLE:INDEX "
+           "(ROLE chief, ps or worker)", spec);
+  return -1;
+}
+
+/* One task, one line; exit status 0 when it answered. */
+static int st_probe(const char *spec, const char *file, tsr_rpc_ctx *ctx,
+                    uv_loop_t *loop) {
+  char err[TSR_ERRBUF], addr[TSR_RPC_ADDR_MAX + 272];
+  tsr_cluster c;
+  tsr_cluster_init(&c);
+  if (!strchr(spec, '@') && tsr_cluster_load(file, NULL, &c, err, sizeof err)) {
+    fprintf(stderr, "tessera status: %s\n", err);
+    return 2;
+  }
+  int pending = 0;
+  st_task t;
+  memset(&t, 0, sizeof t);
+  t.pending = &pending;
+  if (st_probe_task(spec, &c, &t, addr, sizeof addr, err, sizeof err)) {
+    fprintf(stderr, "tessera status: %s\n", err);
+    tsr_cluster_free(&c);
+    return 2;
+  }
+  st_ask(&t, ctx);
+  while (pending > 0 && uv_run(loop, UV_RUN_ONCE)) {
+  }
+  printf("%s %s %s\n", spec, t.addr, t.line);
+  if (t.cli) tsr_rpc_client_close(t.cli, st_closed, NULL);
+  if (t.ps) ps_client_close(t.ps, st_closed, NULL);
+  tsr_cluster_free(&c);
+  return t.ok ? 0 : 1;
+}
+
 int chief_cmd_status(int argc, char **argv) {
-  const char *file = NULL, *token_file = NULL;
+  const char *file = NULL, *token_file = NULL, *probe = NULL;
   double timeout_s = 3;
   static const struct option opts[] = {
       {"cluster", required_argument, 0, 'c'},
       {"token-file", required_argument, 0, 'T'},
       {"timeout", required_argument, 0, 't'},
+      {"probe", required_argument, 0, 'p'},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   optind = 1;
@@ -162,16 +269,28 @@ int chief_cmd_status(int argc, char **argv) {
       case 'c': file = optarg; break;
       case 'T': token_file = optarg; break;
       case 't': timeout_s = atof(optarg); break;
+      case 'p': probe = optarg; break;
       case 'h':
         printf("usage: tessera status [--cluster FILE.json] [--token-file F] "
-               "[--timeout S]\n");
+               "[--timeout S]\n"
+               "       tessera status --probe ROLE@HOST:PORT|ROLE:INDEX "
+               "[--token-file F] [--timeout S]\n"
+               "  --probe asks one process (a liveness or readiness probe: "
+               "ps@localhost:2222);\n"
+               "  exit 0 when it answers within the timeout, 1 otherwise\n");
         return 0;
       default: return 2;
     }
   }
+  if (!(timeout_s > 0 && timeout_s <= 3600)) {
+    fprintf(stderr, "tessera status: --timeout: expected seconds in "
+            "(0, 3600]\n");
+    return 2;
+  }
   char err[TSR_ERRBUF];
   tsr_cluster c;
-  if (tsr_cluster_load(file, NULL, &c, err, sizeof err)) {
+  tsr_cluster_init(&c);
+  if (!probe && tsr_cluster_load(file, NULL, &c, err, sizeof err)) {
     fprintf(stderr, "tessera status: %s\n", err);
     return 2;
   }
@@ -203,6 +322,14 @@ int chief_cmd_status(int argc, char **argv) {
     tsr_cluster_free(&c);
     return 2;
   }
+  if (probe) {
+    int prc = st_probe(probe, file, ctx, &loop);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    tsr_rpc_ctx_free(ctx);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    uv_loop_close(&loop);
+    return prc;
+  }
   int total = 0;
   for (int t = 0; t < TSR_TASK__COUNT; t++) total += c.n[t];
   st_task *tasks = calloc((size_t)total, sizeof *tasks);
@@ -227,34 +354,13 @@ int chief_cmd_status(int argc, char **argv) {
         t->views = views;
         t->n_views = n_wk;
       }
-      snprintf(t->line, sizeof t->line, "down     no answer");
-      int rc = 0;
-      if (ty == TSR_TASK_PS) {
-        rc = ps_client_new(&t->ps, ctx, t->addr);
-        if (!rc) rc = ps_client_stats(t->ps, st_on_ps, t);
-      } else if (ty == TSR_TASK_EVALUATOR) {
+      if (ty == TSR_TASK_EVALUATOR) {
         snprintf(t->line, sizeof t->line, "-        (evaluators answer no "
                  "status)");
         t->done = true;
         continue;
-      } else {
-        rc = tsr_rpc_client_new(&t->cli, ctx, t->addr);
-        if (!rc) {
-          uint8_t meta[1];
-          tsr_rpc_request req;
-          memset(&req, 0, sizeof req);
-          req.method = ty == TSR_TASK_CHIEF ? CHIEF_M_STATUS : WK_M_STATUS;
-          req.meta = meta;
-          req.meta_len = 0;
-          rc = tsr_rpc_call(t->cli, &req,
-                            ty == TSR_TASK_CHIEF ? st_on_chief : st_on_worker,
-                            t);
-        }
       }
-      if (rc)
-        snprintf(t->line, sizeof t->line, "down     %s", tsr_strerror(rc));
-      else
-        pending++;
+      st_ask(t, ctx);
     }
   }
   while (pending > 0 && uv_run(&loop, UV_RUN_ONCE)) {

@@ -663,11 +663,13 @@ static int prepare(sup *s, char *err, size_t errlen) {
              o->n_evaluators);
     return TSR_EINVAL;
   }
-  if (o->n_ps < 1 || o->n_workers < 1 || o->n_ps > 1000 ||
+  /* --ps 0: a job with dense "allreduce" and no sparse table needs none
+   * (the chief refuses it for any other job, naming cluster.ps) */
+  if (o->n_ps < 0 || o->n_workers < 1 || o->n_ps > 1000 ||
       o->n_workers > 1000) {
     snprintf(err, errlen,
-             "--ps %d --workers %d: each must be between 1 and 1000", o->n_ps,
-             o->n_workers);
+             "--ps %d --workers %d: --ps between 0 and 1000, --workers "
+             "between 1 and 1000", o->n_ps, o->n_workers);
     return TSR_EINVAL;
   }
   if (o->max_restarts < 0) {

@@ -157,6 +157,17 @@ static void coord_exec(coord *co, const coord_action *a) {
       }
       break;
     case COORD_ACT_FAIL:
+      if (co->done_step > 0 && coord_sm_resumed_from(co->sm) <= 0 &&
+          coord__step(co) == 0) {
+        /* nothing restored or trained by this chief, and the job had
+         * finished before it started: the cluster has stopped after it */
+        co->finished_on_disk = true;
+        tsr_info("the job had finished: its last checkpoint (step %" PRId64
+                 ") is committed and intact, and the cluster is gone (%s); "
+                 "nothing is left to do", co->done_step, a->msg);
+        coord_stop(co, 0);
+        break;
+      }
       tsr_error("%s", a->msg);
       coord_stop(co, a->status);
       break;
@@ -302,6 +313,16 @@ void coord__scalars(coord *co, double now) {
     double net = w->pull_s + w->push_s, all = w->busy_s;
     snprintf(tag, sizeof tag, "worker/%d/network_wait_share", i);
     chief_metrics_scalar(co->metrics, tag, step, all > 0 ? net / all : 0, 0);
+    if (w->allreduce_steps > 0) {
+      /* dense "allreduce": the share of the worker's time blocked on the
+       * ring after its compute, and the bytes it all-reduces per step */
+      snprintf(tag, sizeof tag, "worker/%d/allreduce_wait_share", i);
+      chief_metrics_scalar(co->metrics, tag, step, w->allreduce_s / all, 0);
+      snprintf(tag, sizeof tag, "worker/%d/allreduce_bytes_per_step", i);
+      chief_metrics_scalar(co->metrics, tag, step,
+                           (double)w->allreduce_bytes /
+                               (double)w->allreduce_steps, 0);
+    }
   }
   chief_metrics_flush(co->metrics);
   co->t_last_scalar = now;

@@ -78,11 +78,17 @@ typedef struct {
                             every closure up to it is over) */
   int64_t steps, examples;
   double busy_s, input_s, pull_s, compute_s, push_s;
+  double allreduce_s;        /* dense "allreduce": blocked on the ring */
+  uint64_t allreduce_bytes;
+  int64_t allreduce_steps;   /* steps those figures are of */
   int64_t skipped_seen;  /* its last skipped_records (a restart resets it) */
   char device[32];
   /* as the status service heard it from the membership changes */
   double left_at;        /* 0 while it runs closures (or never did) */
   char left_why[128];
+  /* dense "allreduce" (coord_ring.c) */
+  bool in_ring;          /* a member of the current ring */
+  bool has_state;        /* holds the ring's trained dense state */
 } coord_wk;
 
 /* One PS operation over every PS (setup, restore, save, shutdown): its
@@ -139,6 +145,11 @@ struct coord {
   bool draining;
   bool stopped;            /* FAIL or FINISH executed */
   int exit_status;
+  int64_t done_step;       /* > 0: the newest checkpoint on disk, intact,
+                              is the job's last (a chief restarted after
+                              the job ended): a cluster that is gone ends
+                              the run well */
+  bool finished_on_disk;   /* so it did: the run ends at done_step */
   bool stop_requested;
   coord_psop psop;         /* the PS operation in progress */
   chief_ckpt_files ckpt_files; /* the checkpoint being saved: its id and
@@ -146,6 +157,18 @@ struct coord {
   int shutdown_pending;    /* SHUTDOWN: calls not answered yet */
   uint64_t shutdown_op;
   uint64_t run_id;
+  uint64_t group_epoch;      /* dense "allreduce": the workers' ring */
+  /* dense "allreduce": a checkpoint's dense state restored and not yet
+   * trained past (coord_dense.c) */
+  float *dense_state;
+  size_t dense_floats;
+  int64_t dense_step;
+  bool dense_live;           /* workers configured now take it */
+  bool dense_trained;        /* a closure went out: the workers' state is
+                                past the initial one */
+  bool ring_dirty;           /* a ring member lost or failed: re-form */
+  bool ring_started;         /* a closure went out in some ring */
+  int dense_sending;         /* DENSE_SET calls using dense_state */
 
   double t_start;
   int64_t worker_steps_run;  /* steps of every counted closure */
@@ -213,6 +236,42 @@ void coord__ps_release(coord *co, int worker);
 void coord__ps_stats(coord *co);
 void coord__ps_shutdown(coord *co);
 void coord__ps_close(coord *co);
+/* One more call in the PS operation in progress; its answer. */
+void coord__psop_add(coord *co);
+void coord__psop_answer(coord *co, uint64_t op, const char *what, int status,
+                        const char *message);
+
+/* coord_dense.c: dense "allreduce", the dense variables in checkpoints */
+/* Part of a SAVE: a ready worker's dense state into the folder. */
+void coord__dense_save(coord *co, uint64_t op, int64_t step);
+/* Part of a RESTORE: the checkpoint's dense state read, and sent to every
+ * ready worker (later ones get it with their configure, until training
+ * goes on). */
+void coord__dense_restore(coord *co, uint64_t op, int64_t step);
+/* A worker answered its configure: with a restored dense state pending,
+ * it takes that first, then `ready` is posted (or a failure). */
+void coord__dense_ready(coord *co, int w, const coord_event *ready);
+/* Training went on: the restored state is behind it (freed once no call
+ * uses it). */
+void coord__dense_forget(coord *co);
+/* Every worker that held the dense state was lost: the newest committed
+ * checkpoint's goes to the ready ones (ahead of their next closure, on
+ * the same connection), or they keep the initial values when there is
+ * none; said in the log either way. */
+void coord__dense_from_ckpt(coord *co);
+
+/* coord_ring.c: dense "allreduce", the ring each closure runs in */
+/* The ring for a closure to worker w, into req (a new epoch when the
+ * ready workers changed or a member failed since the last one). */
+struct Tessera__Worker__RunRequest;
+int coord__ring_for(coord *co, int w, struct Tessera__Worker__RunRequest *req,
+                    char ***strs);
+void coord__ring_free(char **strs);
+/* A worker lost, configured again, a closure failed or done. */
+void coord__ring_lost(coord *co, int w);
+void coord__ring_configured(coord *co, int w);
+void coord__ring_failed(coord *co, int w, uint64_t epoch);
+void coord__ring_done(coord *co, int w);
 
 /* coord_status.c */
 int coord__status_open(coord *co);
@@ -226,6 +285,11 @@ void coord__wk_count(coord *co, const coord_action *a);
 void coord__wk_eval(coord *co, uint64_t op, int w, int64_t step);
 void coord__wk_shutdown(coord *co);
 void coord__wk_close(coord *co);
+/* Packs msg (its meta copied by the RPC layer) and calls worker w with an
+ * optional payload that must stay valid until cb. */
+int coord__wk_send(coord *co, int w, uint32_t method,
+                   const ProtobufCMessage *msg, const uv_buf_t *payload,
+                   uint32_t deadline_ms, tsr_rpc_call_cb cb, void *data);
 /* The machine's reading of a failed call to a worker. */
 coord_err_kind coord__wk_err_kind(const coord_wk *w, const tsr_rpc_result *r);
 

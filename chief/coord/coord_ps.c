@@ -42,7 +42,8 @@ static void coord_ps_on_state(tsr_rpc_client *c, int connected, int status,
 }
 
 int coord__ps_open(coord *co) {
-  co->ps = calloc((size_t)co->n_ps, sizeof *co->ps);
+  /* none: dense "allreduce" without sparse tables */
+  co->ps = calloc((size_t)(co->n_ps ? co->n_ps : 1), sizeof *co->ps);
   if (!co->ps) return TSR_ENOMEM;
   for (int i = 0; i < co->n_ps; i++) {
     coord_ps *p = &co->ps[i];
@@ -98,6 +99,13 @@ static void coord_psop_result(coord *co, uint64_t op, coord_ps *p,
     o->lost = true;
   }
   coord_psop_end(co, op);
+}
+
+void coord__psop_add(coord *co) { co->psop.pending++; }
+
+void coord__psop_answer(coord *co, uint64_t op, const char *what, int status,
+                        const char *message) {
+  coord_psop_result(co, op, NULL, what, status, message);
 }
 
 static void coord_ps_on_result(const ps_result *r, void *data) {
@@ -283,6 +291,13 @@ static void coord_ps_dir_call(coord *co, uint64_t op, int64_t step,
                                            coord_ps_on_result, call);
     coord_ps_started(co, call, rc);
   }
+  /* dense "allreduce": the dense variables, from a worker, written here */
+  if (co->job.dense_allreduce) {
+    if (save)
+      coord__dense_save(co, op, step);
+    else
+      coord__dense_restore(co, op, step);
+  }
   coord_psop_end(co, op);
 }
 
@@ -450,6 +465,8 @@ void coord__ps_commit(coord *co, uint64_t op, int64_t step, int64_t total) {
   json_object_set_new(m, "examples", json_integer(co->examples));
   if (total > 0) json_object_set_new(m, "total_steps", json_integer(total));
   json_object_set_new(m, "num_ps", json_integer(co->n_ps));
+  if (co->job.dense_allreduce)
+    json_object_set_new(m, "dense", json_string("allreduce"));
   json_object_set_new(m, "seed", json_integer((json_int_t)co->job.seed));
   json_object_set_new(m, "model_digest", json_string(co->model_digest));
   if (co->job.model) json_object_set(m, "model", co->job.model);
@@ -471,6 +488,8 @@ void coord__ps_commit(coord *co, uint64_t op, int64_t step, int64_t total) {
     int ns = 0;
     for (size_t k = 0; k < co->n_shards; k++)
       if ((size_t)co->shards[k].var == v) ns = co->shards[k].num_shards;
+    /* dense "allreduce": one part, the chief's, from a worker */
+    if (co->job.dense_allreduce && co->vars[v].kind == TSR_VAR_DENSE) ns = 1;
     json_object_set_new(o, "num_shards", json_integer(ns));
     json_t *init = json_object();
     json_object_set_new(init, "name",

@@ -52,14 +52,21 @@ static int coord_load(coord *co, char *err, size_t errlen) {
              co->cluster.task_index);
     return TSR_ECONFIG;
   }
-  if ((rc = tsr_cluster_check_ps_training(&co->cluster, err, errlen)))
-    return rc;
   if (!co->o->job_path) {
     snprintf(err, errlen, "no job: pass --job JOB.json");
     return TSR_ECONFIG;
   }
   rc = tsr_job_load(co->o->job_path, co->o->overrides, &co->job, err, errlen);
   if (rc) return rc;
+  /* dense "allreduce" needs a PS only for sparse tables (coord_plan) */
+  if (!co->job.dense_allreduce &&
+      (rc = tsr_cluster_check_ps_training(&co->cluster, err, errlen)))
+    return rc;
+  if (co->cluster.n[TSR_TASK_WORKER] < 1) {
+    snprintf(err, errlen, "cluster.worker: training needs at least one "
+             "worker task");
+    return TSR_ECONFIG;
+  }
   if (!co->job.model) {
     snprintf(err, errlen, "%s: no \"model\"", co->o->job_path);
     return TSR_ECONFIG;
@@ -126,6 +133,52 @@ static int coord_initial_weights(coord *co, char *err, size_t errlen) {
   return rc;
 }
 
+/* Shards of the variables that live on the PS: every one, or with dense
+ * "allreduce" the sparse tables only (the dense ones are the workers'). */
+static int coord_place(coord *co, const int *slots, char *err,
+                       size_t errlen) {
+  int n_ps = co->cluster.n[TSR_TASK_PS];
+  size_t n = co->n_vars, na = n ? n : 1, k = 0;
+  if (!co->job.dense_allreduce)
+    return tsr_partition_plan(&co->job.partitioner, co->vars, slots, n, n_ps,
+                              &co->shards, &co->n_shards, err, errlen);
+  tsr_var *sv = calloc(na, sizeof *sv);
+  int *ss = calloc(na, sizeof *ss);
+  size_t *map = calloc(na, sizeof *map);
+  int rc = sv && ss && map ? 0 : TSR_ENOMEM;
+  for (size_t v = 0; !rc && v < n; v++) {
+    if (co->vars[v].kind != TSR_VAR_ROW_SPARSE) continue;
+    sv[k] = co->vars[v];
+    ss[k] = slots[v];
+    map[k++] = v;
+  }
+  if (!rc && k > 0 && n_ps < 1) {
+    rc = tsr_errf(err, errlen, TSR_ECONFIG, "cluster.ps: the model's %zu "
+                  "sparse table(s) (%s, ...) live on parameter servers even "
+                  "with dense \"allreduce\"; give the cluster at least one "
+                  "ps task", k, sv[0].name);
+  } else if (!rc && k > 0) {
+    rc = tsr_partition_plan(&co->job.partitioner, sv, ss, k, n_ps,
+                            &co->shards, &co->n_shards, err, errlen);
+    for (size_t i = 0; !rc && i < co->n_shards; i++)
+      co->shards[i].var = (int)map[co->shards[i].var];
+  } else if (!rc) {
+    co->shards = NULL;
+    co->n_shards = 0;
+    tsr_info("dense \"allreduce\" and no sparse table: every variable lives "
+             "on the workers, no PS is needed%s",
+             n_ps ? " (the cluster's PS stay idle)" : "");
+  }
+  if (!rc)
+    tsr_info("dense \"allreduce\": %zu dense variable(s) on each of the %d "
+             "worker(s), %zu sparse table(s) on %d PS", n - k,
+             co->cluster.n[TSR_TASK_WORKER], k, n_ps);
+  free(sv);
+  free(ss);
+  free(map);
+  return rc;
+}
+
 static int coord_plan(coord *co, char *err, size_t errlen) {
   tsr_model *m = NULL;
   int rc = tsr_model_from_job(&co->job, NULL, &m, err, errlen);
@@ -162,9 +215,7 @@ static int coord_plan(coord *co, char *err, size_t errlen) {
   char summary[2048];
   tsr_model_summary(m, summary, sizeof summary);
   tsr_info("model (%s):\n%s", co->job.model_source, summary);
-  rc = tsr_partition_plan(&co->job.partitioner, co->vars, slots, n,
-                          co->cluster.n[TSR_TASK_PS], &co->shards,
-                          &co->n_shards, err, errlen);
+  rc = coord_place(co, slots, err, errlen);
 out:
   free(slots);
   tsr_model_free(m);
@@ -209,7 +260,13 @@ static int coord_machine(coord *co) {
       /* sync: a worker that comes back JOINs every PS and is handed its
        * next sync step (ps/consist.c), so it takes part again */
       .sync_rejoin = true,
-      .wait_timeout_s = o->wait_timeout_s,
+      /* dense "allreduce": every step is a step of the whole ring */
+      .lockstep = co->job.dense_allreduce,
+      /* a job that had finished: a cluster that is not there within
+       * seconds has stopped after it */
+      .wait_timeout_s = co->done_step > 0 && o->wait_timeout_s > 10
+                            ? 10
+                            : o->wait_timeout_s,
       .ps_timeout_s = o->ps_timeout_s,
       .closure_timeout_s = o->closure_timeout_s,
   };
@@ -218,6 +275,42 @@ out:
   free(ps_names);
   free(wk_names);
   return rc;
+}
+
+/* A chief started after its job had finished (killed once it had told
+ * the cluster to stop): the newest committed checkpoint says it is the
+ * job's last (its step is its manifest's total_steps) and is intact. Its
+ * step, or 0. */
+static int64_t coord_done_step(const coord *co) {
+  if (!co->job.checkpoint_dir) return 0;
+  char err[512];
+  int64_t step;
+  json_t *m = NULL;
+  if (chief_ckpt_latest(co->job.checkpoint_dir, &step, &m, err, sizeof err))
+    return 0;
+  json_t *t = json_object_get(m, "total_steps");
+  bool last = json_is_integer(t) && json_integer_value(t) > 0 &&
+              step >= json_integer_value(t);
+  json_decref(m);
+  if (!last) return 0;
+  int64_t intact;
+  m = NULL;
+  if (chief_ckpt_latest_intact(co->job.checkpoint_dir, INT64_MAX, &intact,
+                               &m, err, sizeof err) || intact != step)
+    step = 0;
+  json_decref(m);
+  return step;
+}
+
+/* Whether `path` holds a summary of more steps than `steps` (a finished
+ * run's, which a later chief that got less far must not replace). */
+static bool coord_summary_has_more(const char *path, int64_t steps) {
+  json_error_t je;
+  json_t *old = json_load_file(path, 0, &je);
+  json_t *st = json_object_get(old, "steps");
+  bool more = json_is_integer(st) && json_integer_value(st) > steps;
+  json_decref(old);
+  return more;
 }
 
 /* A restarted chief: the committed checkpoints on disk that are intact
@@ -289,8 +382,13 @@ int chief_coord_run(const chief_coord_opts *o) {
   }
   randombytes_buf(&co->run_id, sizeof co->run_id);
   co->run_id >>= 1; /* keep it positive in JSON */
+  /* dense "allreduce": the ring's group, above any earlier chief's */
+  co->group_epoch = (uint64_t)(tsr_wall_s() * 1000.0);
   co->n_ps = co->cluster.n[TSR_TASK_PS];
   co->n_wk = co->cluster.n[TSR_TASK_WORKER];
+  if ((co->done_step = coord_done_step(co)) > 0)
+    tsr_info("the checkpoint of step %" PRId64 " is the job's last: the job "
+             "has finished unless the cluster says otherwise", co->done_step);
   if ((rc = coord_machine(co))) {
     tsr_error("%s: %s", co->job.path, tsr_strerror(rc));
     goto out_free;
@@ -379,11 +477,30 @@ out_clients:
       free(rp);
     }
   }
+  /* a run that lost a PS and went on from initial values, or that asked
+   * for checkpoints and committed none, did not end well */
+  char bad_end[512] = "";
+  if (status == 0 && !co->finished_on_disk && co->sm) {
+    if (coord_sm_initial_restarts(co->sm) > 0)
+      snprintf(bad_end, sizeof bad_end, "a lost PS started its shards again "
+               "from their initial values %d time(s) (the job keeps no "
+               "checkpoint): what they had learned was lost",
+               coord_sm_initial_restarts(co->sm));
+    else if (co->job.checkpoint_dir && coord_sm_last_ckpt(co->sm) < 0)
+      snprintf(bad_end, sizeof bad_end, "no checkpoint was committed under "
+               "%s although the job asked for checkpoints (every save "
+               "failed)", co->job.checkpoint_dir);
+    if (bad_end[0]) {
+      tsr_error("%s", bad_end);
+      status = 1;
+    }
+  }
   {
     chief_summary s;
     memset(&s, 0, sizeof s);
-    s.steps = coord__step(co);
-    s.steps_run = co->job.mode == TSR_MODE_SYNC && co->n_wk > 0
+    s.steps = co->finished_on_disk ? co->done_step : coord__step(co);
+    s.steps_run = (co->job.mode == TSR_MODE_SYNC ||
+                   co->job.dense_allreduce) && co->n_wk > 0
                       ? co->worker_steps_run / co->n_wk
                       : co->worker_steps_run;
     s.examples = co->examples;
@@ -399,19 +516,23 @@ out_clients:
     s.restarts_worker = coord_sm_restarts_worker(co->sm);
     s.restarts_ps = coord_sm_restarts_ps(co->sm);
     s.skipped_records = co->skipped_records;
-    int64_t resumed = coord_sm_resumed_from(co->sm);
+    int64_t resumed = co->finished_on_disk ? co->done_step
+                                           : coord_sm_resumed_from(co->sm);
     s.restarts_chief = resumed > 0 ? 1 : 0;
     s.resumed_from_step = resumed;
     s.logdir = co->job.logdir;
     s.checkpoint_dir = co->job.checkpoint_dir;
     s.exit_status = status;
-    s.error = status ? coord_sm_fail_msg(co->sm) : NULL;
+    s.error = bad_end[0] ? bad_end : status ? coord_sm_fail_msg(co->sm) : NULL;
     int64_t *fsteps;
     const char **freasons;
     coord_summary_ckpts(co, &s, &fsteps, &freasons);
     if (status == 0) chief_summary_print(stdout, &s);
-    if (o->summary_json &&
-        chief_summary_write_json(o->summary_json, &s, err, sizeof err))
+    if (o->summary_json && coord_summary_has_more(o->summary_json, s.steps))
+      tsr_warn("--summary-json: %s is kept: it reports more steps than the "
+               "%" PRId64 " this run reached", o->summary_json, s.steps);
+    else if (o->summary_json &&
+             chief_summary_write_json(o->summary_json, &s, err, sizeof err))
       tsr_warn("--summary-json: %s", err);
     free(fsteps);
     free(freasons);
@@ -434,6 +555,9 @@ out_loop:
   uv_run(&co->loop, UV_RUN_DEFAULT);
   if (uv_loop_close(&co->loop)) tsr_warn("event loop closed with handles open");
 out_free:
+  co->dense_live = false;
+  co->dense_sending = 0; /* the loop is over: no call holds it */
+  coord__dense_forget(co);
   chief_ckpt_files_free(&co->ckpt_files);
   free(co->ps);
   free(co->wk);

@@ -89,13 +89,17 @@ void sm__set_phase(coord_sm *sm, sm_phase p) {
   sm->t_note = 0;
 }
 
+bool sm__lockstep(const coord_sm *sm) {
+  return sm->c.mode == TSR_MODE_SYNC || sm->c.lockstep;
+}
+
 int64_t sm__global(const coord_sm *sm) {
   int64_t done = chief_sched_done_steps(sm->sched);
-  return sm->c.mode == TSR_MODE_SYNC ? done / sm->c.n_wk : done;
+  return sm__lockstep(sm) ? done / sm->c.n_wk : done;
 }
 
 int64_t sm__wsteps(const coord_sm *sm, int64_t global) {
-  return sm->c.mode == TSR_MODE_SYNC ? global * sm->c.n_wk : global;
+  return sm__lockstep(sm) ? global * sm->c.n_wk : global;
 }
 
 bool sm__ps_lost(const coord_sm *sm) {
@@ -192,9 +196,26 @@ static void sm_setup_ok(coord_sm *sm) {
   sm->tries = 0;
   if (sm->recovering) {
     int64_t step = sm__global(sm);
-    sm__note(sm, TSR_LOG_WARN, "no checkpoint to restore: the PS start "
-             "their shards from their initial values at step %" PRId64,
-             step);
+    int lost = 0;
+    while (lost < sm->c.n_ps - 1 && !sm->ps[lost].lost) lost++;
+    /* from step 0 the initial values are exact; later they are not what
+     * the shards had learned */
+    if (step > 0 && sm->c.ckpt) {
+      sm__fail(sm, 1, "%s was lost at step %" PRId64 " and no checkpoint "
+               "was ever committed: its shards would start again from their "
+               "initial values; the run stops", sm_ps_name(sm, lost), step);
+      return;
+    }
+    if (step > 0) {
+      sm->initial_restarts++;
+      sm__note(sm, TSR_LOG_WARN, "no checkpoint to restore (the job keeps "
+               "none): %s starts its shards from their initial values at "
+               "step %" PRId64 "; the run goes on and will exit 1",
+               sm_ps_name(sm, lost), step);
+    } else {
+      sm__note(sm, TSR_LOG_WARN, "no checkpoint to restore: the PS start "
+               "their shards from their initial values at step 0");
+    }
     for (int i = 0; i < sm->c.n_ps; i++) sm->ps[i].lost = false;
     sm->restarts_ps++;
     sm->recovering = false;
@@ -478,7 +499,8 @@ static void sm_defaults(coord_sm_config *c) {
 
 int coord_sm_new(coord_sm **out, const coord_sm_config *cfg) {
   *out = NULL;
-  if (cfg->n_ps < 1 || cfg->n_wk < 1 || cfg->batch_size < 1 ||
+  if ((cfg->n_ps < 1 && !cfg->lockstep) || cfg->n_ps < 0 || cfg->n_wk < 1 ||
+      cfg->batch_size < 1 ||
       cfg->steps_per_closure < 1 || cfg->steps < 0 ||
       (cfg->steps == 0 && cfg->epochs < 1))
     return TSR_EINVAL;
@@ -490,7 +512,7 @@ int coord_sm_new(coord_sm **out, const coord_sm_config *cfg) {
            cfg->job_path ? cfg->job_path : "the job");
   sm->c.job_path = sm->job_path;
   sm->c.ps_names = sm->c.wk_names = NULL;
-  sm->ps = calloc((size_t)cfg->n_ps, sizeof *sm->ps);
+  sm->ps = calloc((size_t)(cfg->n_ps ? cfg->n_ps : 1), sizeof *sm->ps);
   sm->wk = calloc((size_t)cfg->n_wk, sizeof *sm->wk);
   sm->total = cfg->steps;
   sm->sched = chief_sched_new(cfg->n_wk, sm__wsteps(sm, cfg->steps),
@@ -501,7 +523,10 @@ int coord_sm_new(coord_sm **out, const coord_sm_config *cfg) {
   }
   /* ssp and sync: every worker runs its own share of the steps, so none
    * waits at the end on a worker that has no closure left */
-  chief_sched_set_pinned(sm->sched, cfg->mode != TSR_MODE_ASYNC);
+  chief_sched_set_pinned(sm->sched,
+                         cfg->mode != TSR_MODE_ASYNC || cfg->lockstep);
+  /* dense "allreduce": each step of a worker needs one of every other */
+  if (cfg->lockstep) chief_sched_set_lockstep(sm->sched, true);
   chief_sched_pause(sm->sched, true);
   for (int i = 0; i < cfg->n_ps; i++) {
     if (cfg->ps_names && cfg->ps_names[i])
@@ -556,6 +581,9 @@ int64_t coord_sm_last_ckpt(const coord_sm *sm) {
 }
 int64_t coord_sm_resumed_from(const coord_sm *sm) { return sm->resumed_from; }
 int coord_sm_restarts_ps(const coord_sm *sm) { return sm->restarts_ps; }
+int coord_sm_initial_restarts(const coord_sm *sm) {
+  return sm->initial_restarts;
+}
 int coord_sm_restarts_worker(const coord_sm *sm) {
   return sm->restarts_worker;
 }

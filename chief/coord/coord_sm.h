@@ -108,6 +108,9 @@ typedef struct {
   int64_t eval_every_steps;  /* 0: only at the end */
   bool keep_cluster;         /* no SHUTDOWN at the end */
   bool sync_rejoin;          /* sync: a worker that comes back takes part */
+  bool lockstep;             /* the workers step together whatever the
+                                mode (dense "allreduce": one global step
+                                is a step of every worker, as in sync) */
   /* deadlines (seconds); 0 takes the default in brackets */
   double wait_timeout_s;     /* the cluster, a worker to come back [300] */
   double ps_timeout_s;       /* a lost PS to come back [600] */
@@ -134,6 +137,8 @@ typedef struct {
   double wall_s, input_s, pull_s, compute_s, push_s;
   uint64_t max_staleness;
   double latency_s;
+  double allreduce_s;        /* dense "allreduce": waited on the ring */
+  uint64_t allreduce_bytes;  /* gradient bytes all-reduced */
 } coord_closure_stats;
 
 typedef enum {
@@ -245,8 +250,10 @@ typedef struct {
 void coord_actions_init(coord_actions *as);
 void coord_actions_free(coord_actions *as);
 
-/* cfg is copied. 0, TSR_EINVAL (no PS, no worker, steps and epochs both
- * 0, a batch or closure size below 1) or TSR_ENOMEM. */
+/* cfg is copied. 0, TSR_EINVAL (no worker, no PS unless lockstep,
+ * steps and epochs both 0, a batch or closure size below 1) or
+ * TSR_ENOMEM. With no PS (dense "allreduce" without sparse tables) the
+ * PS operations still come and their answers complete them at once. */
 int coord_sm_new(coord_sm **out, const coord_sm_config *cfg);
 void coord_sm_free(coord_sm *sm);
 
@@ -280,6 +287,10 @@ int64_t coord_sm_total_steps(const coord_sm *sm);  /* 0: not known yet */
 int64_t coord_sm_last_ckpt(const coord_sm *sm);    /* -1: none */
 int64_t coord_sm_resumed_from(const coord_sm *sm); /* -1: a fresh run */
 int coord_sm_restarts_ps(const coord_sm *sm);
+/* Recoveries of a lost PS with no checkpoint to go back to after training
+ * had begun (a job without checkpoints goes on from the shards' initial
+ * values; the run's exit is then 1). */
+int coord_sm_initial_restarts(const coord_sm *sm);
 int coord_sm_restarts_worker(const coord_sm *sm);
 coord_wk_state coord_sm_wk_state(const coord_sm *sm, int w);
 const char *coord_sm_wk_error(const coord_sm *sm, int w);

@@ -120,6 +120,9 @@ struct coord_sm {
   uint64_t members_epoch;
 
   int restarts_ps, restarts_worker;
+  int initial_restarts;      /* a lost PS's shards started again from their
+                               initial values after training began (a job
+                               without checkpoints): the run exits 1 */
   int exit_status;
   char fail_msg[COORD_MSG_MAX];
   double t_train_start, t_train_end;
@@ -139,6 +142,8 @@ coord_action *sm__start_op(coord_sm *sm, sm_phase p, coord_act_kind k);
 /* Whether `ev` answers the operation of phase p now going on (false: a
  * stale answer); a PS the answer says was lost is marked so. */
 bool sm__op_answer(coord_sm *sm, const coord_event *ev, sm_phase p);
+/* sync, or dense "allreduce": every worker runs every global step */
+bool sm__lockstep(const coord_sm *sm);
 int64_t sm__global(const coord_sm *sm);
 int64_t sm__wsteps(const coord_sm *sm, int64_t global);
 bool sm__ps_lost(const coord_sm *sm);

@@ -452,7 +452,7 @@ static bool sm_total_known(coord_sm *sm) {
   if (known < sm->c.n_wk)
     sm__note(sm, TSR_LOG_WARN, "%d of %d workers reported their data size; "
              "an epoch is counted over those", known, sm->c.n_wk);
-  if (sm->c.mode == TSR_MODE_SYNC) per_epoch /= sm->c.n_wk;
+  if (sm__lockstep(sm)) per_epoch /= sm->c.n_wk;
   if (per_epoch < 1) per_epoch = 1;
   sm->total = per_epoch * sm->c.epochs;
   chief_sched_set_total(sm->sched, sm__wsteps(sm, sm->total));
@@ -608,8 +608,10 @@ void sm__pump_train(coord_sm *sm) {
    * steps alone that the others then push too late; in ssp (and sync) a
    * worker still configuring counts as away, so the first ready one would
    * be handed its share and run the whole job (a slow link made that the
-   * rule, and left the slow worker gated on an idle clock) */
-  if (sm->c.mode != TSR_MODE_ASYNC && !sm->gate_open && coming > 0 &&
+   * rule, and left the slow worker gated on an idle clock); dense
+   * "allreduce" likewise: every step of the ring needs every worker */
+  if ((sm->c.mode != TSR_MODE_ASYNC || sm->c.lockstep) && !sm->gate_open &&
+      coming > 0 &&
       sm->now - sm->t_gate <= sm__grace(sm->c.op_timeout_s)) {
     sm_stalled(sm);
     return;

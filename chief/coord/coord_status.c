@@ -124,10 +124,14 @@ int coord__status_open(coord *co) {
   if (rc) return rc;
   rc = tsr_rpc_server_register(co->status, CHIEF_M_STATUS, coord_on_status,
                                co);
-  if (rc == 0) rc = tsr_rpc_server_listen(co->status, me->addr);
+  /* a name may resolve to an address no interface holds (a Swarm
+   * service's virtual IP): listen as the PS and workers do */
+  char addr[300];
+  tsr_task_listen_addr(me, addr, sizeof addr);
+  if (rc == 0) rc = tsr_rpc_server_listen(co->status, addr);
   if (rc) {
     /* Training does not need it: say so and go on. */
-    tsr_warn("status service not started on %s: %s", me->addr,
+    tsr_warn("status service not started on %s: %s", addr,
              tsr_strerror(rc));
     tsr_rpc_server_close(co->status, NULL, NULL);
     co->status = NULL;

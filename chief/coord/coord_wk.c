@@ -29,12 +29,15 @@ typedef struct {
   chief_closure c;
   uint64_t op;
   int64_t step;
+  uint64_t epoch;        /* dense "allreduce": the closure's ring */
 } coord_wk_call;
 
 static void coord_wk_on_state(tsr_rpc_client *c, int connected, int status,
                               void *data) {
   coord_wk *w = data;
   (void)c;
+  if (!connected && w->co->job.dense_allreduce)
+    coord__ring_lost(w->co, w->index);
   if (connected)
     coord__post_simple(w->co, COORD_EV_WK_UP, w->index, NULL);
   else
@@ -76,11 +79,9 @@ coord_err_kind coord__wk_err_kind(const coord_wk *w, const tsr_rpc_result *r) {
   return COORD_ERR_OTHER;
 }
 
-/* Packs a protobuf-c message and sends it; the meta is copied by the RPC
- * layer, so the buffer is freed here. */
-static int coord_wk_send(coord_wk *w, uint32_t method,
-                         const ProtobufCMessage *msg, uint32_t deadline_ms,
-                         tsr_rpc_call_cb cb, coord_wk_call *call) {
+int coord__wk_send(coord *co, int w, uint32_t method,
+                   const ProtobufCMessage *msg, const uv_buf_t *payload,
+                   uint32_t deadline_ms, tsr_rpc_call_cb cb, void *data) {
   size_t len = protobuf_c_message_get_packed_size(msg);
   uint8_t *buf = malloc(len ? len : 1);
   if (!buf) return TSR_ENOMEM;
@@ -90,9 +91,20 @@ static int coord_wk_send(coord_wk *w, uint32_t method,
   req.method = method;
   req.meta = buf;
   req.meta_len = len;
+  req.payload = payload;
+  req.npayload = payload ? 1 : 0;
   req.deadline_ms = deadline_ms;
-  int rc = tsr_rpc_call(w->cli, &req, cb, call);
+  int rc = tsr_rpc_call(co->wk[w].cli, &req, cb, data);
   free(buf);
+  return rc;
+}
+
+/* A call of the machine's: counted in the worker's calls in flight. */
+static int coord_wk_send(coord_wk *w, uint32_t method,
+                         const ProtobufCMessage *msg, uint32_t deadline_ms,
+                         tsr_rpc_call_cb cb, coord_wk_call *call) {
+  int rc = coord__wk_send(w->co, w->index, method, msg, NULL, deadline_ms, cb,
+                          call);
   if (rc == 0) w->inflight++;
   return rc;
 }
@@ -171,7 +183,13 @@ static void coord_wk_on_configure(const tsr_rpc_result *r, void *data) {
   tessera__worker__configure_response__free_unpacked(resp, NULL);
   tsr_info("worker:%d (%s) ready on %s, %" PRId64 " examples per epoch",
            w->index, w->addr->addr, w->device, ev.examples);
-  coord__post(co, &ev);
+  /* dense "allreduce": a restored checkpoint's dense state first */
+  if (co->job.dense_allreduce) {
+    coord__ring_configured(co, w->index);
+    coord__dense_ready(co, w->index, &ev);
+  }
+  else
+    coord__post(co, &ev);
 }
 
 void coord__wk_configure(coord *co, int i) {
@@ -185,14 +203,43 @@ void coord__wk_configure(coord *co, int i) {
   req.job_json = co->job_json;
   req.job_dir = co->job_dir;
   req.model_digest = co->model_digest;
-  char **addrs = calloc((size_t)co->n_ps, sizeof *addrs);
+  char **addrs = calloc((size_t)(co->n_ps ? co->n_ps : 1), sizeof *addrs);
+  /* dense "allreduce": the ring of every worker, in index order */
+  char **gaddrs = NULL, **gnames = NULL, **inits = NULL;
+  char (*gname)[32] = NULL;
+  if (co->job.dense_allreduce) {
+    gaddrs = calloc((size_t)co->n_wk, sizeof *gaddrs);
+    gnames = calloc((size_t)co->n_wk, sizeof *gnames);
+    gname = calloc((size_t)co->n_wk, sizeof *gname);
+    inits = calloc(co->n_vars ? co->n_vars : 1, sizeof *inits);
+    if (gaddrs && gnames && gname && inits) {
+      for (int k = 0; k < co->n_wk; k++) {
+        gaddrs[k] = (char *)co->cluster.jobs[TSR_TASK_WORKER][k].addr;
+        snprintf(gname[k], sizeof gname[k], "worker:%d", k);
+        gnames[k] = gname[k];
+      }
+      for (size_t v = 0; v < co->n_vars; v++) inits[v] = co->var_init_path[v];
+      /* the first ring is every worker; one configured after closures
+       * went out joins the ring its first closure names */
+      if (!co->ring_started) {
+        req.n_group_addrs = req.n_group_names = (size_t)co->n_wk;
+        req.group_addrs = gaddrs;
+        req.group_names = gnames;
+        req.group_rank = (uint32_t)i;
+        req.group_epoch = co->group_epoch;
+      }
+      req.n_init_paths = co->n_vars;
+      req.init_paths = inits;
+    }
+  }
   Tessera__Worker__Shard *sh = calloc(co->n_shards ? co->n_shards : 1,
                                       sizeof *sh);
   Tessera__Worker__Shard **shp = calloc(co->n_shards ? co->n_shards : 1,
                                         sizeof *shp);
   coord_wk_call *call = calloc(1, sizeof *call);
   int rc = TSR_ENOMEM;
-  if (addrs && sh && shp && call) {
+  if (addrs && sh && shp && call &&
+      (!co->job.dense_allreduce || (gaddrs && gnames && gname && inits))) {
     for (int p = 0; p < co->n_ps; p++)
       addrs[p] = (char *)co->cluster.jobs[TSR_TASK_PS][p].addr;
     req.n_ps_addrs = (size_t)co->n_ps;
@@ -216,6 +263,10 @@ void coord__wk_configure(coord *co, int i) {
   free(addrs);
   free(sh);
   free(shp);
+  free(gaddrs);
+  free(gnames);
+  free(gname);
+  free(inits);
   if (rc) {
     free(call);
     coord_event ev = {.kind = COORD_EV_WK_CONFIG_FAILED, .index = i,
@@ -232,7 +283,14 @@ static void coord_wk_on_run(const tsr_rpc_result *r, void *data) {
   coord_wk *w = call->w;
   coord *co = w->co;
   chief_closure c = call->c;
+  uint64_t epoch = call->epoch;
   free(call);
+  if (co->job.dense_allreduce) {
+    if (r->status)
+      coord__ring_failed(co, w->index, epoch);
+    else
+      coord__ring_done(co, w->index);
+  }
   w->inflight--;
   coord_event ev = {.index = w->index, .closure_id = c.id,
                     .generation = c.generation};
@@ -278,6 +336,8 @@ static void coord_wk_on_run(const tsr_rpc_result *r, void *data) {
       .wall_s = resp->wall_s, .input_s = resp->input_wait_s,
       .pull_s = resp->pull_s, .compute_s = resp->compute_s,
       .push_s = resp->push_s, .max_staleness = resp->max_staleness,
+      .allreduce_s = resp->allreduce_s,
+      .allreduce_bytes = resp->allreduce_bytes,
       .latency_s = (double)r->latency_ns / 1e9};
   tessera__worker__run_response__free_unpacked(resp, NULL);
   coord__post(co, &ev);
@@ -289,6 +349,10 @@ static void coord_wk_on_run(const tsr_rpc_result *r, void *data) {
 
 void coord__wk_dispatch(coord *co, const chief_closure *c) {
   coord_wk *w = &co->wk[c->worker];
+  if (co->job.dense_allreduce) { /* trained past */
+    coord__dense_forget(co);
+    co->dense_trained = true;
+  }
   w->last_closure = c->id; /* a LEAVE says every closure up to it is over */
   Tessera__Worker__RunRequest req = TESSERA__WORKER__RUN_REQUEST__INIT;
   req.closure_id = c->id;
@@ -296,23 +360,26 @@ void coord__wk_dispatch(coord *co, const chief_closure *c) {
   req.steps = c->steps;
   req.first_step = c->first_step;
   req.trace = co->trace != NULL;
-  coord_wk_call *call = NULL;
-  int rc = TSR_ECLOSED;
   /* a worker whose connection is gone gets nothing: the call would wait
    * for a connection until the closure's deadline (or be written to the
    * next process at that address before its configuration), and the
    * machine learns at once that the worker is lost */
-  if (tsr_rpc_client_connected(w->cli)) {
-    rc = TSR_ENOMEM;
-    call = calloc(1, sizeof *call);
-  }
-  if (call) {
+  bool up = tsr_rpc_client_connected(w->cli);
+  coord_wk_call *call = up ? calloc(1, sizeof *call) : NULL;
+  char **ring = NULL;
+  int rc = !up ? TSR_ECLOSED : call ? 0 : TSR_ENOMEM;
+  /* dense "allreduce": the ring the closure runs in */
+  if (!rc && co->job.dense_allreduce)
+    rc = coord__ring_for(co, w->index, &req, &ring);
+  if (!rc) {
     call->w = w;
     call->c = *c;
+    call->epoch = req.group_epoch;
     rc = coord_wk_send(w, WK_M_RUN, &req.base,
                        (uint32_t)(co->o->closure_timeout_s * 1000),
                        coord_wk_on_run, call);
   }
+  coord__ring_free(ring);
   if (rc) {
     free(call);
     coord_event ev = {.kind = COORD_EV_CLOSURE_FAILED, .index = w->index,
@@ -335,6 +402,9 @@ void coord__wk_count(coord *co, const coord_action *a) {
   w->pull_s += s->pull_s;
   w->compute_s += s->compute_s;
   w->push_s += s->push_s;
+  w->allreduce_s += s->allreduce_s;
+  w->allreduce_bytes += s->allreduce_bytes;
+  w->allreduce_steps += a->closure.steps;
   co->examples += s->examples;
   if (s->max_staleness > co->max_staleness)
     co->max_staleness = s->max_staleness;

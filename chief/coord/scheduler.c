@@ -23,6 +23,8 @@ struct chief_sched {
   bool *up;
   int *load;
   bool pinned;
+  bool lockstep;  /* pinned, and every worker up runs as many steps */
+  bool level_due; /* lockstep: dealt again once no closure is out */
   int64_t *wpool; /* pinned: each worker's own steps (sum == pool) */
   int64_t *given; /* pinned: steps handed to each worker and not given back */
   int rr; /* next worker to consider */
@@ -66,10 +68,43 @@ void chief_sched_free(chief_sched *s) {
   free(s);
 }
 
+/* Lockstep: the pool dealt in equal shares (rounded up) over the workers
+ * that are up. Only with no closure out: one out may belong to the ring
+ * before the change (chief__change). */
+static void chief__level(chief_sched *s) {
+  int up = 0;
+  for (int w = 0; w < s->n_workers; w++) up += s->up[w];
+  if (up == 0) return;
+  /* the steps still to run, not the pool: an earlier rounding up is not
+   * rounded again */
+  int64_t left = s->total - s->done;
+  if (left < 0) left = 0;
+  int64_t share = left / up + (left % up != 0);
+  s->pool = 0;
+  for (int w = 0; w < s->n_workers; w++) {
+    s->wpool[w] = s->up[w] ? share : 0;
+    s->pool += s->wpool[w];
+    s->given[w] = 0;
+  }
+  s->level_due = false;
+}
+
+/* Lockstep: the workers up changed or steps came back. The closures out
+ * finish (or fail) first, then the rest is dealt again: a new ring starts
+ * with every member's share equal. */
+static void chief__change(chief_sched *s) {
+  s->level_due = true;
+  if (chief_sched_inflight(s, -1) == 0) chief__level(s);
+}
+
 /* Pinned: deals the pool evenly over the workers again. */
 static void chief__split(chief_sched *s) {
   if (!s->pinned) return;
   memset(s->given, 0, (size_t)s->n_workers * sizeof *s->given);
+  if (s->lockstep) {
+    chief__level(s);
+    return;
+  }
   int64_t base = s->pool / s->n_workers, extra = s->pool % s->n_workers;
   for (int w = 0; w < s->n_workers; w++) s->wpool[w] = base + (w < extra);
 }
@@ -89,6 +124,12 @@ void chief_sched_set_pinned(chief_sched *s, bool pinned) {
   chief__split(s);
 }
 
+void chief_sched_set_lockstep(chief_sched *s, bool lockstep) {
+  s->lockstep = lockstep;
+  if (lockstep) s->pinned = true;
+  chief__split(s);
+}
+
 static chief__slot *chief__find(chief_sched *s, uint64_t id, uint32_t gen) {
   for (int i = 0; i < s->n_slots; i++)
     if (s->slots[i].used && s->slots[i].c.id == id &&
@@ -103,7 +144,10 @@ static void chief__release(chief_sched *s, chief__slot *slot) {
 }
 
 void chief_sched_worker_up(chief_sched *s, int w) {
-  if (w >= 0 && w < s->n_workers) s->up[w] = true;
+  if (w < 0 || w >= s->n_workers) return;
+  bool was = s->up[w];
+  s->up[w] = true;
+  if (s->lockstep && !was) chief__change(s);
 }
 
 int chief_sched_worker_down(chief_sched *s, int w) {
@@ -119,6 +163,7 @@ int chief_sched_worker_down(chief_sched *s, int w) {
       n++;
     }
   }
+  if (s->lockstep) chief__change(s);
   return n;
 }
 
@@ -146,6 +191,7 @@ static int64_t chief__given_max(const chief_sched *s) {
 }
 
 bool chief_sched_next(chief_sched *s, chief_closure *out) {
+  if (s->lockstep && s->level_due) return false; /* draining: see above */
   if (s->pool <= 0) return false;
   if (s->paused && !s->pinned) return false;
   int64_t cap = s->paused ? chief__given_max(s) : INT64_MAX;
@@ -195,9 +241,12 @@ bool chief_sched_done(chief_sched *s, uint64_t id, uint32_t gen,
   if (!sl) return false;
   if (steps_done < 0) steps_done = 0;
   if (steps_done > sl->c.steps) steps_done = sl->c.steps;
+  int64_t back = sl->c.steps - steps_done;
   s->done += steps_done;
-  chief__give_back(s, sl, sl->c.steps - steps_done);
+  if (s->lockstep && s->done > s->total) s->done = s->total; /* rounding */
+  chief__give_back(s, sl, back);
   chief__release(s, sl);
+  if (s->lockstep && (back > 0 || s->level_due)) chief__change(s);
   return true;
 }
 
@@ -207,6 +256,7 @@ bool chief_sched_failed(chief_sched *s, uint64_t id, uint32_t gen) {
   chief__give_back(s, sl, sl->c.steps);
   s->retries++;
   chief__release(s, sl);
+  if (s->lockstep) chief__change(s);
   return true;
 }
 

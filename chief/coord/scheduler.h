@@ -43,6 +43,16 @@ void chief_sched_free(chief_sched *s);
  * down has its share run by the others. */
 void chief_sched_set_pinned(chief_sched *s, bool pinned);
 
+/* Lockstep pools (a ring of workers, dense "allreduce"): every worker that
+ * is up runs the same number of steps, since each of its steps needs a
+ * step of every other one. Whenever the workers that are up change or a
+ * closure's steps come back, no closure goes out until those out have
+ * ended, then the steps left are dealt again evenly over the workers that
+ * are up, each share rounded up so all are equal (the fewer than n extra
+ * steps that adds run at least once, as a retried closure's do; the done
+ * count stops at the total). Pinned too. */
+void chief_sched_set_lockstep(chief_sched *s, bool lockstep);
+
 /* A worker came up (configured and ready) or went down. Down gives the
  * steps of its closures back to the pool and returns how many closures
  * that was. */

@@ -399,7 +399,10 @@ static int c_on_frame(tsr_rpc__rx *rx, const tsr_rpc__hdr *h,
   cconn *cc = rx->owner;
   tsr_rpc_client *cl = cc->cl;
   if (cc->closing_msg) {
-    tsr_warn("rpc %s: %s", cl->ctx->name, cc->server_msg);
+    /* the server closes for a bad frame (what a relay that changes
+     * frames causes): one line per interval, not one per connection */
+    tsr_rpc__log_bad_frame(cl->ctx, cl->addr, "%s", cc->server_msg);
+    cc->c.quiet_down = 1;
     tsr_rpc__conn_close(&cc->c, TSR_ECLOSED, cc->server_msg);
     return TSR_ECLOSED;
   }
@@ -450,7 +453,7 @@ static void c_on_down(tsr_rpc__conn *c, int status, const char *msg) {
   snprintf(cl->last_err, sizeof cl->last_err, "%s", msg);
   char m[400];
   snprintf(m, sizeof m, "connection to %s lost: %s", cl->addr, msg);
-  if (cc->was_ready && !cl->closing)
+  if (cc->was_ready && !cl->closing && !c->quiet_down)
     tsr_warn("rpc %s: %s", cl->ctx->name, m);
   /* every call written on this connection fails now */
   tsr_list_foreach_safe(n, next, &cl->calls) {
@@ -539,7 +542,8 @@ static void on_resolved(uv_getaddrinfo_t *req, int status,
   /* a peer in this network namespace: its Unix socket, else TCP */
   char lname[128];
   int lfd = tsr_rpc__local_connect(cl->ctx, tsr_rpc__pick_addr(res)->ai_addr,
-                                   lname, sizeof lname);
+                                   lname, sizeof lname,
+                                   &cl->st.local_untrusted);
   cconn *cc = tsr_rpc__calloc(cl->ctx, sizeof *cc);
   if (cc) cc->c.local = lfd >= 0;
   if (!cc || tsr_rpc__conn_init(&cc->c, cl->ctx, TSR_RPC__CLIENT,

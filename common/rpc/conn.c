@@ -15,7 +15,10 @@
  * what hangs on the connection (once, with a message naming the peer), the
  * handles close, and on_freed runs from the last close callback. Refused
  * peers are logged at most once per address per interval, with a count of
- * the rest (ratelog.c). Refusals and protocol errors are written to the
+ * the rest (ratelog.c); so are connections closed for a bad frame (one
+ * that fails its integrity check or does not parse: a relay that changes
+ * every frame costs one line per interval, not one per connection).
+ * Refusals and protocol errors are written to the
  * peer first (close after flush, bounded by a one-second guard). Handles
  * are freed only in their close callbacks.
  */
@@ -327,8 +330,9 @@ static void hs_done(tsr_rpc__conn *c, const uint8_t *rest, size_t n) {
     tsr_rpc__mac_init(&c->txmac, c->hs.key_tx);
     tsr_rpc__rx_mac_on(&c->rx, c->hs.key_rx);
   } else {
-    tsr_debug("rpc %s: %s %s: plain frames (both ends asked)", c->ctx->name,
-              who(c), c->peer);
+    tsr_debug("rpc %s: %s %s: plain frames (both ends asked%s)",
+              c->ctx->name, who(c), c->peer,
+              c->local_trusted ? ", the kernel vouching for the peer" : "");
   }
   sodium_memzero(c->hs.key_tx, sizeof c->hs.key_tx);
   sodium_memzero(c->hs.key_rx, sizeof c->hs.key_rx);
@@ -397,7 +401,8 @@ static void conn_rx_error(tsr_rpc__conn *c, int rc) {
   char msg[300];
   snprintf(msg, sizeof msg, "%s %s: %s", who(c), c->peer,
            c->rx.msg[0] ? c->rx.msg : tsr_strerror(rc));
-  tsr_warn("rpc %s: closing connection: %s", c->ctx->name, msg);
+  tsr_rpc__log_bad_frame(c->ctx, c->peer, "closing connection: %s", msg);
+  c->quiet_down = 1;
   if (c->role == TSR_RPC__SERVER)
     tsr_rpc__conn_send_err(c, c->rx.err_id, c->rx.h.method, rc,
                            c->rx.msg[0] ? c->rx.msg : tsr_strerror(rc), NULL,
@@ -520,9 +525,12 @@ int tsr_rpc__conn_init(tsr_rpc__conn *c, tsr_rpc_ctx *ctx, int role,
 
 int tsr_rpc__conn_start(tsr_rpc__conn *c) {
   if (c->local) {
-    /* a client keeps the address it was given */
-    if (c->role == TSR_RPC__SERVER)
-      tsr_rpc__local_peer(&c->sock.pipe, c->peer, sizeof c->peer);
+    /* the kernel says who the other end is (a client keeps the address
+     * it was given as the peer's name, and vetted the listener before it
+     * connected: this is the same answer) */
+    c->local_trusted = tsr_rpc__local_vet(
+        c->ctx, &c->sock.pipe, c->role == TSR_RPC__SERVER ? c->peer : NULL,
+        sizeof c->peer);
   } else {
     struct sockaddr_storage ss;
     int len = sizeof ss;
@@ -534,9 +542,12 @@ int tsr_rpc__conn_start(tsr_rpc__conn *c) {
   }
   uint8_t out[TSR_RPC__HS_OUT_MAX];
   size_t out_len;
+  /* plain frames are asked for on a trusted network (plain_frames), or
+   * over a same-host socket whose other end the kernel vouches for; they
+   * are used only when both ends ask */
   tsr_rpc__hs_init(&c->hs, c->role, c->ctx->token, c->ctx->o.token_len,
-                   c->ctx->name, c->ctx->o.plain_frames || c->local, out,
-                   &out_len);
+                   c->ctx->name, c->ctx->o.plain_frames || c->local_trusted,
+                   out, &out_len);
   int rc = 0;
   if (out_len) rc = send_bytes(c, out, out_len);
   if (!rc) rc = uv_read_start(&c->sock.stream, alloc_cb, read_cb);

@@ -209,6 +209,11 @@ int tsr_rpc_ctx_new(tsr_rpc_ctx **out, uv_loop_t *loop,
   ctx->o.token = ctx->token;
   ctx->o.name = ctx->name;
   ctx->o.allocator = NULL;
+  if (tsr_rpc__local_init(ctx)) {
+    sodium_memzero(ctx->token, sizeof ctx->token);
+    ual.free(ual.ctx, ctx);
+    return TSR_ECONFIG;
+  }
   *out = ctx;
   return 0;
 }
@@ -418,23 +423,44 @@ int tsr_rpc_frame_mac_setting(const char *flag, int *plain, char *err,
                   where, v);
 }
 
-void tsr_rpc__log_refused(tsr_rpc_ctx *ctx, const char *peer,
-                          const char *fmt, ...) {
+/* One line about a peer, rate limited per address in `rl`: "rpc NAME:
+ * PREFIX TEXT", then the count of the lines not logged for that address
+ * since its last one, as "(and N more WHAT of HOST ...)". */
+static void log_limited(tsr_rpc_ctx *ctx, tsr_rpc__ratelog *rl,
+                        const char *peer, const char *prefix,
+                        const char *what, const char *fmt, va_list ap) {
   uint64_t suppressed = 0;
   char host[TSR_RPC_ADDR_MAX];
-  if (!tsr_rpc__ratelog_note(&ctx->refused, peer, tsr_now_ns(),
+  if (!tsr_rpc__ratelog_note(rl, peer, tsr_now_ns(),
                              (uint64_t)ctx->o.refuse_log_ms * 1000000ull,
                              &suppressed, host, sizeof host))
     return;
-  char why[400];
+  char text[400];
+  vsnprintf(text, sizeof text, fmt, ap);
+  if (suppressed)
+    tsr_warn("rpc %s: %s%s (and %llu more %s %s in the %u ms before, not "
+             "logged)", ctx->name, prefix, text,
+             (unsigned long long)suppressed, what, host,
+             ctx->o.refuse_log_ms);
+  else
+    tsr_warn("rpc %s: %s%s", ctx->name, prefix, text);
+}
+
+void tsr_rpc__log_refused(tsr_rpc_ctx *ctx, const char *peer,
+                          const char *fmt, ...) {
+  char prefix[TSR_RPC_ADDR_MAX + 20];
+  snprintf(prefix, sizeof prefix, "refused peer %s: ", peer);
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(why, sizeof why, fmt, ap);
+  log_limited(ctx, &ctx->refused, peer, prefix, "refusals of", fmt, ap);
   va_end(ap);
-  if (suppressed)
-    tsr_warn("rpc %s: refused peer %s: %s (and %llu more refusals of %s in "
-             "the %u ms before, not logged)", ctx->name, peer, why,
-             (unsigned long long)suppressed, host, ctx->o.refuse_log_ms);
-  else
-    tsr_warn("rpc %s: refused peer %s: %s", ctx->name, peer, why);
+}
+
+void tsr_rpc__log_bad_frame(tsr_rpc_ctx *ctx, const char *peer,
+                            const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  log_limited(ctx, &ctx->bad_frames, peer, "", "bad frames from",
+              fmt, ap);
+  va_end(ap);
 }

@@ -1,11 +1,14 @@
-/* Log lines about refused peers, one per address per interval.
+/* Log lines about misbehaving peers (refused handshakes, frames that fail
+ * their integrity check, same-host sockets held by another uid), one per
+ * key per interval: the peer's address, or a socket's name.
  *
- * Happy path: a refusal of a peer from an address not seen within the
- * interval is logged at once; further refusals of that address within the
- * interval are only counted, and the next line logged for it says how many
- * were suppressed. A client that reconnects in a loop with a wrong token
- * thus costs one line per interval, not one per attempt.
- * Failure modes: none; with more addresses than slots the one whose window
+ * Happy path: an event for a key not seen within the interval is logged
+ * at once; further events of that key within the interval are only
+ * counted, and the next line logged for it says how many were
+ * suppressed. A client that reconnects in a loop with a wrong token, or
+ * through a relay that changes every frame, thus costs one line per
+ * interval, not one per attempt.
+ * Failure modes: none; with more keys than slots the one whose window
  * is oldest gives its slot up (its count is then lost, never its first
  * line). Pure: the caller passes the time; tested on its own.
  */
@@ -34,10 +37,18 @@ int tsr_rpc__ratelog_note(tsr_rpc__ratelog *rl, const char *peer,
   char h[TSR_RPC_ADDR_MAX];
   rl_host(peer, h, sizeof h);
   snprintf(host, hostlen, "%s", h);
+  return tsr_rpc__ratelog_note_key(rl, h, now_ns, interval_ns, suppressed);
+}
+
+int tsr_rpc__ratelog_note_key(tsr_rpc__ratelog *rl, const char *key,
+                              uint64_t now_ns, uint64_t interval_ns,
+                              uint64_t *suppressed) {
+  char h[TSR_RPC__RATELOG_KEY];
+  snprintf(h, sizeof h, "%s", key);
   tsr_rpc__ratelog_slot *s = NULL, *oldest = &rl->slot[0];
   for (int i = 0; i < TSR_RPC__RATELOG_SLOTS; i++) {
     tsr_rpc__ratelog_slot *t = &rl->slot[i];
-    if (t->used && !strcmp(t->host, h)) {
+    if (t->used && !strcmp(t->key, h)) {
       s = t;
       break;
     }
@@ -52,7 +63,7 @@ int tsr_rpc__ratelog_note(tsr_rpc__ratelog *rl, const char *peer,
     s = oldest;
     memset(s, 0, sizeof *s);
     s->used = 1;
-    snprintf(s->host, sizeof s->host, "%s", h);
+    snprintf(s->key, sizeof s->key, "%s", h);
   }
   *suppressed = s->suppressed;
   s->suppressed = 0;

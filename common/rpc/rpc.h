@@ -17,10 +17,14 @@
  * connection (logged), so nothing a relay without the token touched is
  * ever handed to a handler or a caller. Both ends may agree to plain
  * frames on a trusted network (opts.plain_frames on both). A connection
- * over the same-host Unix socket (local.c) always has plain frames: the
- * handshake has proven the token both ways, and no relay sits between
- * the two ends of a socket the kernel joined, so a MAC would only cost
- * both ends a pass over every byte. Payload bytes are never copied: the sender passes them
+ * over the same-host Unix socket (local.c) has plain frames when each end
+ * has asked the kernel who the other is (SO_PEERCRED) and found this
+ * process's own uid or one named in TESSERA_RPC_PEER_UIDS: then no
+ * stranger can be in between, and a MAC would only cost both ends a pass
+ * over every byte. A socket name held by another uid (any local user may
+ * bind an abstract name first and relay) is not used by a client, and a
+ * peer of another uid gets the MAC. Payload bytes are never copied: the
+ * sender passes them
  * as its own uv_buf_t array (written with one gathered uv_write), the
  * receiver reads them straight into their destination (a buffer named by
  * the caller for a response, or one chosen by the method's payload
@@ -121,9 +125,12 @@ typedef struct tsr_rpc_opts {
                                    TSR_EUNAVAIL instead of waiting for the
                                    connection until its deadline */
   const tsr_rpc_allocator *allocator; /* NULL: malloc/free; copied */
-  uint32_t refuse_log_ms;       /* refused peers: at most one log line per
-                                   address per this many ms (with a count
-                                   of those suppressed); default 10000 */
+  uint32_t refuse_log_ms;       /* refused peers, connections closed for
+                                   bad frames, same-host sockets of
+                                   untrusted uids: at most one log line per
+                                   address (or name) per this many ms, with
+                                   a count of those suppressed; default
+                                   10000 */
   int plain_frames;             /* non-zero: ask peers for frames without a
                                    MAC (a trusted network). Frames carry a
                                    MAC unless both ends ask; default 0 */
@@ -136,8 +143,9 @@ typedef struct tsr_rpc_opts {
  * named after the address it bound (an abstract name, so it lives in the
  * network namespace: the processes that reach the same listener over TCP
  * through loopback or one of this host's addresses); a client whose peer
- * has such a socket uses it, any other peer TCP. The handshake and the
- * frames are the same on both. TCP: TCP only, at this end. */
+ * has such a socket, held by a process of this uid or one named in
+ * TESSERA_RPC_PEER_UIDS, uses it, any other peer TCP. The handshake and
+ * the frames are the same on both. TCP: TCP only, at this end. */
 enum { TSR_RPC_TRANSPORT_AUTO = 0, TSR_RPC_TRANSPORT_TCP = 1 };
 
 typedef struct tsr_rpc_ctx tsr_rpc_ctx;
@@ -204,7 +212,8 @@ typedef struct tsr_rpc_incoming {
                                   (16-byte aligned) */
   size_t payload_len;
   const char *peer;            /* "ip:port" of the caller ("unix:pid N"
-                                  over the same-host socket) */
+                                  over the same-host socket, "unix:pid N
+                                  uid U" from an untrusted uid) */
   const char *peer_name;       /* the name the caller announced */
   uint64_t recv_ns;            /* tsr_now_ns() when the frame was complete */
   void *user;                  /* free for the handler */
@@ -390,7 +399,13 @@ typedef struct tsr_rpc_stats {
   uint64_t connects;        /* handshakes that succeeded */
   uint64_t connects_local;  /* of which over the same-host Unix socket */
   uint64_t connects_plain;  /* of which with frames without a MAC (both
-                               ends asked, or the same-host socket) */
+                               ends asked: plain_frames, or a same-host
+                               socket whose other end the kernel showed
+                               to run as a trusted uid) */
+  uint64_t local_untrusted; /* same-host sockets whose other end runs as
+                               an untrusted uid: client: names not used
+                               (TCP instead), server: connections served
+                               with a MAC on every frame */
   uint64_t refused;         /* handshakes refused (token, version, magic,
                                timeout) */
   uint32_t connections;     /* open now */

@@ -256,32 +256,38 @@ void tsr_rpc__rx_divert(tsr_rpc__rx *rx);
 /* Non-zero while a payload is landing in an owner's destination. */
 int tsr_rpc__rx_in_payload(const tsr_rpc__rx *rx);
 
-/* ---- refused-peer log lines (ratelog.c) -------------------------------- */
+/* ---- rate-limited log lines about peers (ratelog.c) --------------------- */
 
 #define TSR_RPC__RATELOG_SLOTS 64
+#define TSR_RPC__RATELOG_KEY 112    /* a peer's address or a socket's name */
 
 typedef struct tsr_rpc__ratelog_slot {
   int used;
-  char host[TSR_RPC_ADDR_MAX];
+  char key[TSR_RPC__RATELOG_KEY];
   uint64_t since_ns;          /* when its last line was logged */
-  uint64_t suppressed;        /* refusals not logged since */
+  uint64_t suppressed;        /* events not logged since */
 } tsr_rpc__ratelog_slot;
 
 typedef struct tsr_rpc__ratelog {
   tsr_rpc__ratelog_slot slot[TSR_RPC__RATELOG_SLOTS];
 } tsr_rpc__ratelog;
 
-/* A refusal of `peer` ("ip:port") at now_ns: 1 when a line is due (then
- * *suppressed says how many refusals of that address went unlogged since
+/* An event about `peer` ("ip:port") at now_ns: 1 when a line is due (then
+ * *suppressed says how many events of that address went unlogged since
  * its last line), 0 when it is only counted. `host` gets the address
- * without the port. */
+ * without the port, which is the key. */
 int tsr_rpc__ratelog_note(tsr_rpc__ratelog *rl, const char *peer,
                           uint64_t now_ns, uint64_t interval_ns,
                           uint64_t *suppressed, char *host, size_t hostlen);
+/* The same for a key taken as it is (a socket's name, a uid). */
+int tsr_rpc__ratelog_note_key(tsr_rpc__ratelog *rl, const char *key,
+                              uint64_t now_ns, uint64_t interval_ns,
+                              uint64_t *suppressed);
 
 /* ---- context (ctx.c) --------------------------------------------------- */
 
 #define TSR_RPC__POOL_CLASSES 31 /* 4 KiB << 0 .. 30 */
+#define TSR_RPC__PEER_UIDS_MAX 16
 
 struct tsr_rpc_ctx {
   uv_loop_t *loop;
@@ -296,6 +302,13 @@ struct tsr_rpc_ctx {
   uint64_t pool_held;
   unsigned users;             /* servers + clients not yet freed */
   tsr_rpc__ratelog refused;   /* log lines about refused peers */
+  tsr_rpc__ratelog bad_frames; /* ... about connections closed for bad
+                                 frames */
+  tsr_rpc__ratelog local_log; /* ... about same-host sockets and peers of
+                                 untrusted uids */
+  unsigned self_uid;          /* geteuid() */
+  unsigned peer_uids[TSR_RPC__PEER_UIDS_MAX]; /* TESSERA_RPC_PEER_UIDS */
+  unsigned npeer_uids;
 };
 
 /* Logs a refused peer (rate limited per address, opts.refuse_log_ms):
@@ -303,6 +316,14 @@ struct tsr_rpc_ctx {
  * its last line)". Loop thread only. */
 void tsr_rpc__log_refused(tsr_rpc_ctx *ctx, const char *peer,
                           const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Logs a connection closed for a bad frame (one that fails its integrity
+ * check or does not parse: what a relay that changes frames causes),
+ * rate limited alike per peer address ("ip:port", or a client's
+ * "host:port" of its server): "rpc NAME: TEXT (and N more bad frames from
+ * HOST ...)". */
+void tsr_rpc__log_bad_frame(tsr_rpc_ctx *ctx, const char *peer,
+                            const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 void *tsr_rpc__alloc(tsr_rpc_ctx *ctx, size_t n);
@@ -386,6 +407,10 @@ struct tsr_rpc__conn {
   tsr_rpc__sock sock;
   int local;                  /* sock is the Unix socket (set before
                                  conn_init, which keeps it) */
+  int local_trusted;          /* local, and the kernel says the other end
+                                 runs as a trusted uid (local_vet) */
+  int quiet_down;             /* the reason it goes down was logged, rate
+                                 limited: the owner adds no line */
   uv_timer_t timer;
   uv_check_t check;           /* reports writes that went out at once */
   tsr_list done;              /* such writes, oldest first */
@@ -446,6 +471,12 @@ void tsr_rpc__conn_resume(tsr_rpc__conn *c);
 
 /* ---- the same-host transport (local.c) ---------------------------------- */
 
+/* Reads who may share plain frames over the same-host socket: this
+ * process's euid, and the uids in TESSERA_RPC_PEER_UIDS. 0, or
+ * TSR_ECONFIG (logged, naming the variable and its value). */
+int tsr_rpc__local_init(tsr_rpc_ctx *ctx);
+/* Non-zero when a same-host peer running as `uid` is trusted. */
+int tsr_rpc__local_uid_ok(const tsr_rpc_ctx *ctx, unsigned uid);
 /* Non-zero unless the context is TCP only. */
 int tsr_rpc__local_wanted(const tsr_rpc_ctx *ctx);
 /* Initialises `pipe` (the caller closes it in every case) and listens on
@@ -456,12 +487,17 @@ int tsr_rpc__local_listen(tsr_rpc_ctx *ctx, const struct sockaddr *bound,
                           uv_pipe_t *pipe, uv_connection_cb cb, char *name,
                           size_t namecap);
 /* A connected non-blocking Unix socket to the server behind `peer` when
- * one listens in this network namespace (its name to `name`), else -1:
- * use TCP. */
-int tsr_rpc__local_connect(const tsr_rpc_ctx *ctx,
-                           const struct sockaddr *peer, char *name,
-                           size_t namecap);
-/* "unix:pid N" of the process at the other end of a Unix socket. */
-void tsr_rpc__local_peer(uv_pipe_t *pipe, char *out, size_t cap);
+ * one listens in this network namespace as a trusted uid (its name to
+ * `name`), else -1: use TCP. Every name held by an untrusted uid is
+ * logged and counted in *untrusted. */
+int tsr_rpc__local_connect(tsr_rpc_ctx *ctx, const struct sockaddr *peer,
+                           char *name, size_t namecap, uint64_t *untrusted);
+/* Asks the kernel who is at the other end of a connected same-host
+ * socket: non-zero when its uid is trusted (this end may ask for plain
+ * frames). With `peer` (a server's accepted connection) it also names
+ * the peer, "unix:pid N" (" uid U" added when untrusted), and logs an
+ * untrusted one (rate limited per uid). */
+int tsr_rpc__local_vet(tsr_rpc_ctx *ctx, uv_pipe_t *pipe, char *peer,
+                       size_t cap);
 
 #endif /* TSR_RPC_INT_H */

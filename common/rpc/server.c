@@ -26,7 +26,12 @@
 #include "common/err.h"
 #include "common/log.h"
 
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdbool.h>
 #include <stdio.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 typedef struct method_ent {
   tsr_rpc_method m;
@@ -491,6 +496,7 @@ static void s_on_ready(tsr_rpc__conn *c) {
   sc->s->st.connections++;
   sc->s->st.connects++;
   if (c->local) sc->s->st.connects_local++;
+  if (c->local && !c->local_trusted) sc->s->st.local_untrusted++;
   if (!c->hs.mac) sc->s->st.connects_plain++;
   tsr_debug("rpc %s: accepted %s (%s)", sc->s->ctx->name, c->peer,
             c->peer_name);
@@ -645,6 +651,20 @@ int tsr_rpc_server_register(tsr_rpc_server *s, uint32_t method,
   return tsr_rpc_server_register_method(s, &m);
 }
 
+static bool is_any6(const struct sockaddr *sa) {
+  return sa->sa_family == AF_INET6 &&
+         !memcmp(&((const struct sockaddr_in6 *)sa)->sin6_addr, &in6addr_any,
+                 sizeof in6addr_any);
+}
+
+/* False when the kernel was built or booted without IPv6. */
+static bool have_ipv6(void) {
+  int fd = socket(AF_INET6, SOCK_STREAM, 0);
+  if (fd < 0) return errno != EAFNOSUPPORT;
+  close(fd);
+  return true;
+}
+
 int tsr_rpc_server_listen(tsr_rpc_server *s, const char *addr) {
   char host[256], port[16], err[300];
   if (!s || s->listening || s->closing) return TSR_EINVAL;
@@ -670,8 +690,18 @@ int tsr_rpc_server_listen(tsr_rpc_server *s, const char *addr) {
   s->listener.data = s;
   s->handles++;
   s->listening = 1; /* from here the listener handle must be closed */
-  rc = uv_tcp_bind(&s->listener, tsr_rpc__pick_addr(gai.addrinfo)->ai_addr,
-                   0);
+  const struct sockaddr *sa = tsr_rpc__pick_addr(gai.addrinfo)->ai_addr;
+  struct sockaddr_in any4;
+  if (is_any6(sa) && !have_ipv6()) {
+    /* "[::]" (every address) where the kernel has no IPv6 */
+    uv_ip4_addr("0.0.0.0", ntohs(((const struct sockaddr_in6 *)sa)->sin6_port),
+                &any4);
+    sa = (const struct sockaddr *)&any4;
+    tsr_info("rpc %s: no IPv6 here: listening on 0.0.0.0 for %s",
+             s->ctx->name, addr);
+  }
+  /* flags 0: an IPv6 wildcard takes IPv4 peers too (dual stack) */
+  rc = uv_tcp_bind(&s->listener, sa, 0);
   uv_freeaddrinfo(gai.addrinfo);
   if (!rc) rc = uv_listen((uv_stream_t *)&s->listener, 511, on_connection);
   if (rc) {
@@ -689,15 +719,16 @@ int tsr_rpc_server_listen(tsr_rpc_server *s, const char *addr) {
   }
   tsr_info("rpc %s: listening on %s (port %d)", s->ctx->name, addr, s->port);
   if (tsr_rpc__local_wanted(s->ctx) && s->port) {
-    char name[128];
+    char name[128] = "?";
     s->local.data = s;
     s->local_open = 1;
     s->handles++;
     rc = tsr_rpc__local_listen(s->ctx, (struct sockaddr *)&ss, &s->local,
                                on_connection, name, sizeof name);
     if (rc) {
-      tsr_warn("rpc %s: no same-host socket beside %s (%s): peers on this "
-               "host use TCP", s->ctx->name, addr, uv_strerror(rc));
+      tsr_warn("rpc %s: no same-host socket beside %s (%s: %s): peers on "
+               "this host use TCP", s->ctx->name, addr, name,
+               uv_strerror(rc));
       s->local_open = 0;
       uv_close((uv_handle_t *)&s->local, handle_closed);
     } else {

@@ -67,7 +67,7 @@ tsr_dk_answers() {
 
 # The host's networking settings that an engine could change: bridge
 # netfilter, forwarding, every iptables table, and the bridges Docker
-# names (docker0, br-<id>). Veth pairs of other tests come and go, so
+# names (docker0, docker_gwbridge, br-<id>). Veth pairs of other tests come and go, so
 # other links are not compared.
 tsr_dk_net_state() {
   local k
@@ -79,8 +79,29 @@ tsr_dk_net_state() {
   { iptables-save 2>/dev/null; ip6tables-save 2>/dev/null; } |
     sed -e '/^#/d' -e 's/\[[0-9]*:[0-9]*\]//g'
   ip -o link show 2>/dev/null | awk -F': ' '{print $2}' |
-    sed 's/@.*//' | grep -E '^(docker0|br-[0-9a-f]{12})$' | sed 's/^/link /'
+    sed 's/@.*//' | grep -E '^(docker0|docker_gwbridge|br-[0-9a-f]{12})$' | sed 's/^/link /'
   return 0
+}
+
+# True when AFTER is BEFORE in what any engine could change for the whole
+# machine: the sysctls and iptables. Bridges come and go with every engine
+# of the machine; an engine's own are checked when it stops
+# (tsr_dk_own_links).
+tsr_dk_net_same() { # before-state after-state
+  [ "$(grep -v '^link ' <<<"$1")" = "$(grep -v '^link ' <<<"$2")" ]
+}
+
+# The host links of the engine at DOCKER_HOST's networks: br-<id> of each
+# bridge network, docker_gwbridge, docker0 (one per line).
+tsr_dk_own_links() {
+  docker network ls --no-trunc --filter driver=bridge --format '{{.ID}} {{.Name}}' 2>/dev/null |
+    while read -r id name; do
+      case "$name" in
+        docker_gwbridge) echo docker_gwbridge ;;
+        bridge) echo docker0 ;;
+        *) echo "br-${id:0:12}" ;;
+      esac
+    done
 }
 
 # Puts back what an engine changed (sysctls and FORWARD policies); says
@@ -88,7 +109,7 @@ tsr_dk_net_state() {
 tsr_dk_net_restore() { # before-state
   local before=$1 after changed=0 line k v
   after=$(tsr_dk_net_state)
-  [ "$before" = "$after" ] && return 0
+  tsr_dk_net_same "$before" "$after" && return 0
   tsr_dk_say "the host's networking changed while the engine ran:"
   diff <(echo "$before") <(echo "$after") | sed 's/^/[docker]   /' >&2
   while IFS= read -r line; do
@@ -182,13 +203,15 @@ tsr_docker_start() {
 }
 
 # Stops the dockerd this shell started (by its pid) and its containerd;
-# checks the host's networking against what it was. Returns 1 when the
-# networking had changed (after putting it back) or the engine would not
-# stop.
+# checks the host's networking against what it was and that none of its
+# networks' bridges is left. Returns 1 when the networking had changed
+# (after putting it back), a bridge of its own is left, or the engine would
+# not stop.
 tsr_docker_stop() {
-  local pid=$TSR_DK_STARTED_PID rc=0 cpid
+  local pid=$TSR_DK_STARTED_PID rc=0 cpid own l
   [ -n "$pid" ] || return 0
   cpid=$(cat "$TSR_DK_EXEC/containerd/containerd.pid" 2>/dev/null || true)
+  own=$(tsr_dk_own_links)
   # (by its pid, and only while that pid is still a dockerd)
   if kill -0 "$pid" 2>/dev/null && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q '^dockerd '; then
     kill -TERM "$pid"
@@ -215,6 +238,12 @@ tsr_docker_stop() {
     rm -rf "$TSR_DK_EXEC"
   fi
   tsr_dk_net_restore "$TSR_DK_NET_BEFORE" || rc=1
+  for l in $own; do
+    if ip link show "$l" >/dev/null 2>&1; then
+      tsr_dk_say "the engine left its bridge $l behind"
+      rc=1
+    fi
+  done
   tsr_dk_say "stopped dockerd pid $pid"
   TSR_DK_STARTED_PID=""
   TSR_DK_EXEC=""

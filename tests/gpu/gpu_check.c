@@ -44,6 +44,10 @@
 static int failures;
 int gpu_check_nn(kern_ctx *cpu, kern_ctx *gpu); /* gpu_check_nn.c */
 int gpu_check_seq(kern_ctx *cpu, kern_ctx *gpu); /* gpu_check_seq.c */
+/* gpu_check_nccl.c: NCCL among processes (this program is a rank with
+ * --nccl-rank R ID) */
+int gpu_check_nccl(kern_ctx *gpu, int ngpu, const char *self);
+int gpu_check_nccl_rank(int rank, const char *idhex);
 static uint64_t rs = 0x9E3779B97F4A7C15ull;
 static float frand(float lo, float hi) {
   rs ^= rs << 13;
@@ -744,6 +748,8 @@ static void bench(const char *name, const int *w, int nl, int64_t n,
 
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
+  if (argc == 4 && !strcmp(argv[1], "--nccl-rank"))
+    return gpu_check_nccl_rank(atoi(argv[2]), argv[3]);
   bool bench_only = argc > 1 && !strcmp(argv[1], "--bench-only");
   bool no_bench = argc > 1 && !strcmp(argv[1], "--no-bench");
   char err[512];
@@ -767,6 +773,7 @@ int main(int argc, char **argv) {
     failures += gpu_check_seq(cpu, gpu);
     check_steps();
     check_replicas(ngpu);
+    failures += gpu_check_nccl(gpu, ngpu, "/proc/self/exe");
   }
   if (!no_bench) {
     const int small[] = {784, 1024, 1024, 10};

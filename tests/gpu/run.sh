@@ -9,7 +9,9 @@
 #   3. gpu_check: every GPU kernel and a full training step (MLP, wide_deep,
 #      a CNN with BatchNormalization, a Functional residual block;
 #      fp32, bf16, fp16) against the CPU backend, NCCL replicas when there
-#      are several GPUs, then the GPU benchmark (MLP 784-1024-1024-10 at
+#      are several GPUs, NCCL among processes (kernels/kern_nccl.h, what
+#      dense "allreduce" uses on GPU workers: a communicator of one rank,
+#      two rank processes with two GPUs), then the GPU benchmark (MLP 784-1024-1024-10 at
 #      batch 256, and 8192-wide layers at batch 4096 in bf16, each against
 #      its own products through cuBLAS in the same run)
 #   4. the CPU benchmark of the same step, and standalone training on the

@@ -191,6 +191,48 @@ static void pinned_pause_levels_workers(void **state) {
   chief_sched_free(s);
 }
 
+/* Lockstep (a ring of workers): after a worker goes, nothing goes out until
+ * the closures out have ended, then the rest is dealt in equal shares;
+ * every member of the new ring is handed as many steps, an odd remainder
+ * rounded up (run once more) while the count stops at the total. */
+static void lockstep_equal_shares(void **state) {
+  (void)state;
+  chief_sched *s = chief_sched_new(3, 301, 10, 2);
+  chief_sched_set_lockstep(s, true);
+  for (int w = 0; w < 3; w++) chief_sched_worker_up(s, w);
+  chief_closure c[6];
+  int64_t handed[3] = {0};
+  for (int i = 0; i < 6; i++) {
+    assert_true(chief_sched_next(s, &c[i]));
+    handed[c[i].worker] += c[i].steps;
+  }
+  assert_int_equal(handed[0], handed[1]);
+  assert_int_equal(handed[1], handed[2]);
+  chief_sched_worker_down(s, 2);
+  chief_closure x;
+  /* draining: the survivors' closures of the old ring end first */
+  assert_false(chief_sched_next(s, &x));
+  int64_t done = 0;
+  for (int i = 0; i < 6; i++)
+    if (c[i].worker != 2) {
+      assert_true(chief_sched_done(s, c[i].id, c[i].generation, c[i].steps));
+      done += c[i].steps;
+      if (done < 40) assert_false(chief_sched_next(s, &x));
+    }
+  int64_t now[3] = {0};
+  while (chief_sched_next(s, &x)) {
+    now[x.worker] += x.steps;
+    chief_sched_done(s, x.id, x.generation, x.steps);
+  }
+  /* 301 - 40 = 261 over two: 131 each (one more than the total) */
+  assert_int_equal(now[0], 131);
+  assert_int_equal(now[1], 131);
+  assert_int_equal(now[2], 0);
+  assert_true(chief_sched_finished(s));
+  assert_int_equal(chief_sched_done_steps(s), 301);
+  chief_sched_free(s);
+}
+
 /* Random failures, deaths, returns and rewinds: the count ends exact. */
 static void exact_count_under_random_failures(void **state) {
   (void)state;
@@ -199,7 +241,8 @@ static void exact_count_under_random_failures(void **state) {
     int nw = 1 + rand() % 4;
     int64_t total = 1 + rand() % 500;
     chief_sched *s = chief_sched_new(nw, total, 1 + rand() % 20, 2);
-    chief_sched_set_pinned(s, trial % 2 == 1);
+    chief_sched_set_pinned(s, trial % 3 == 1);
+    if (trial % 3 == 2) chief_sched_set_lockstep(s, true);
     chief_closure fl[64];
     int nfl = 0;
     for (int w = 0; w < nw; w++) chief_sched_worker_up(s, w);
@@ -226,8 +269,9 @@ static void exact_count_under_random_failures(void **state) {
       }
       if (nfl == 0) /* make sure someone can work */
         chief_sched_worker_up(s, rand() % nw);
+      /* lockstep rounds shares up: fewer than nw extra steps out */
       assert_true(chief_sched_done_steps(s) + chief_sched_inflight_steps(s) <=
-                  total);
+                  total + (trial % 3 == 2 ? nw * 2 * 20 : 0));
     }
     assert_true(chief_sched_finished(s));
     assert_int_equal(chief_sched_done_steps(s), total);
@@ -244,6 +288,7 @@ int main(void) {
       cmocka_unit_test(pause_and_short_closures),
       cmocka_unit_test(pinned_shares),
       cmocka_unit_test(pinned_pause_levels_workers),
+      cmocka_unit_test(lockstep_equal_shares),
       cmocka_unit_test(exact_count_under_random_failures),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -18,84 +18,33 @@
 # processes share the cores the standalone run has to itself, so the 1w
 # ratios measure the cost of the distribution, not a speed-up.
 . "$TSR_SOURCE_DIR/tests/integration/cluster/lib.sh"
+. "$TSR_SOURCE_DIR/tests/bench/cluster/bench_lib.sh"
 STEPS=${BENCH_STEPS:-800}
 JOB="$TSR_SOURCE_DIR/deploy/jobs/fashion_mnist.json"
 VARIANTS=${BENCH_VARIANTS:-1}
 
-# The CPU seconds (user + sys) of this shell's children so far: `times`
-# runs in this shell (a command substitution would be a new one, without
-# children), into a file.
-cpu_of_children() { # file
-  times >"$1"
-  sed -n 2p "$1" | awk '{
-    split($1, u, "m"); split($2, s, "m");
-    printf "%.3f", u[1] * 60 + u[2] + s[1] * 60 + s[2] }'
-}
-
-standalone() { # job steps batch -> "examples/s cpu_s examples"
-  (
-    out=$("$WK_BIN" --standalone --job "$1" --device cpu --steps "$2" \
-          2>/dev/null | sed -n 's/^final:.* \([0-9.]*\) examples\/s.*/\1/p')
-    cpu_of_children "$WORK/times_sa" >"$WORK/cpu_sa"
-    echo "$out $(cat "$WORK/cpu_sa") $(($2 * $3))"
-  )
-}
-
-run_cluster() { # job steps nps nwk tag [chief args] -> "ex/s share cpu_s ex"
-  local job=$1 steps=$2 nps=$3 nwk=$4 tag=$5
-  shift 5
-  cluster "$nps" "$nwk"
-  start_all
-  start_chief --job "$job" --steps "$steps" --set eval_every_steps=0 \
-    --logdir "$WORK/logs_$tag" --summary-json "$WORK/s_$tag.json" "$@"
-  wait_chief 600
-  for k in "${!PIDS[@]}"; do kill -9 "${PIDS[$k]}" 2>/dev/null; unset "PIDS[$k]"; done
-  wait 2>/dev/null
-  local cpu
-  cpu_of_children "$WORK/times_$tag" >"$WORK/cpu_$tag"
-  cpu=$(cat "$WORK/cpu_$tag")
-  /usr/bin/python3 - "$WORK/s_$tag.json" "$WORK/logs_$tag/metrics.jsonl" "$cpu" <<'PY'
-import json, sys
-s = json.load(open(sys.argv[1]))
-net = {}
-for line in open(sys.argv[2]):
-    r = json.loads(line)
-    if r.get("tag", "").endswith("network_wait_share"):
-        net[r["tag"]] = r["value"]
-share = sum(net.values()) / len(net) if net else float("nan")
-print(f'{s["examples_per_sec"]:.1f} {share:.3f} {sys.argv[3]} {s["examples"]}')
-PY
-}
-
-# CPU microseconds per training example: the difference of a run and a
-# run of a quarter of its steps, so loading the data, starting up and the
-# final evaluation (the same in both) cancel out.
-per() { # examples cpu_s short_examples short_cpu_s
-  /usr/bin/python3 -c "import sys; e, c, e0, c0 = map(float, sys.argv[1:5]); \
-print(f'{1e6 * (c - c0) / (e - e0):.1f}' if e > e0 else 'nan')" "$@"
-}
 
 CTR="$TSR_SOURCE_DIR/deploy/jobs/ctr_wide_deep.json"
 CSTEPS=${BENCH_CTR_STEPS:-400}
 Q=$((STEPS / 4)) CQ=$((CSTEPS / 4))
 read -r sa sacpu saex <<<"$(standalone "$JOB" "$STEPS" 128)"
 read -r _ sacpu0 saex0 <<<"$(standalone "$JOB" "$Q" 128)"
-read -r c1 n1 c1cpu c1ex <<<"$(run_cluster "$JOB" "$STEPS" 1 1 f1)"
-read -r _ _ c1cpu0 c1ex0 <<<"$(run_cluster "$JOB" "$Q" 1 1 f1q)"
-read -r c2 n2 c2cpu c2ex <<<"$(run_cluster "$JOB" "$STEPS" 2 2 f2)"
-read -r _ _ c2cpu0 c2ex0 <<<"$(run_cluster "$JOB" "$Q" 2 2 f2q)"
+read -r c1 n1 c1cpu c1ex _ <<<"$(run_cluster "$JOB" "$STEPS" 1 1 f1)"
+read -r _ _ c1cpu0 c1ex0 _ <<<"$(run_cluster "$JOB" "$Q" 1 1 f1q)"
+read -r c2 n2 c2cpu c2ex _ <<<"$(run_cluster "$JOB" "$STEPS" 2 2 f2)"
+read -r _ _ c2cpu0 c2ex0 _ <<<"$(run_cluster "$JOB" "$Q" 2 2 f2q)"
 read -r ca cacpu caex <<<"$(standalone "$CTR" "$CSTEPS" 256)"
 read -r _ cacpu0 caex0 <<<"$(standalone "$CTR" "$CQ" 256)"
-read -r r1 m1 r1cpu r1ex <<<"$(run_cluster "$CTR" "$CSTEPS" 1 1 c1)"
-read -r _ _ r1cpu0 r1ex0 <<<"$(run_cluster "$CTR" "$CQ" 1 1 c1q)"
-read -r r2 m2 r2cpu r2ex <<<"$(run_cluster "$CTR" "$CSTEPS" 2 2 c2)"
-read -r _ _ r2cpu0 r2ex0 <<<"$(run_cluster "$CTR" "$CQ" 2 2 c2q)"
+read -r r1 m1 r1cpu r1ex _ <<<"$(run_cluster "$CTR" "$CSTEPS" 1 1 c1)"
+read -r _ _ r1cpu0 r1ex0 _ <<<"$(run_cluster "$CTR" "$CQ" 1 1 c1q)"
+read -r r2 m2 r2cpu r2ex _ <<<"$(run_cluster "$CTR" "$CSTEPS" 2 2 c2)"
+read -r _ _ r2cpu0 r2ex0 _ <<<"$(run_cluster "$CTR" "$CQ" 2 2 c2q)"
 if [ "$VARIANTS" = 1 ]; then
-  read -r b2 nb2 b2cpu b2ex <<<"$(run_cluster "$JOB" "$STEPS" 2 2 fb \
+  read -r b2 nb2 b2cpu b2ex _ <<<"$(run_cluster "$JOB" "$STEPS" 2 2 fb \
     --set wire_precision=bf16)"
-  read -r p2 np2 p2cpu p2ex <<<"$(run_cluster "$JOB" "$STEPS" 2 2 fp \
+  read -r p2 np2 p2cpu p2ex _ <<<"$(run_cluster "$JOB" "$STEPS" 2 2 fp \
     --set prefetch_params=true)"
-  read -r t2 nt2 t2cpu t2ex <<<"$(export TESSERA_RPC_TRANSPORT=tcp
+  read -r t2 nt2 t2cpu t2ex _ <<<"$(export TESSERA_RPC_TRANSPORT=tcp
     run_cluster "$JOB" "$STEPS" 2 2 ft)"
 fi
 psa=$(per "$saex" "$sacpu" "$saex0" "$sacpu0")

@@ -537,7 +537,8 @@ static void test_missing_binary(void **state) {
   snprintf(want, sizeof want, "%s/tessera-", empty);
   assert_non_null(strstr(out, want));
   free(out);
-  const char *bad[] = {"--bin-dir", f.bindir, "--ps", "0", NULL};
+  /* --ps 0 is a hybrid job's; a negative count is refused */
+  const char *bad[] = {"--bin-dir", f.bindir, "--ps", "-1", NULL};
   pid = launch(&f, bad);
   st = wait_exit(pid, 30);
   assert_int_equal(WEXITSTATUS(st), 2);

@@ -4,14 +4,19 @@
 #  1. a run of 1200 steps commits checkpoints (about every 400 steps: at the
 #     first closure boundary past each); `tessera ckpt inspect
 #     --verify` finds them intact;
+#  1b. a chief started again after the job ended (the cluster gone, the
+#     final checkpoint committed) exits 0 at once with the full step count,
+#     and a chief that fails never writes a summary of fewer steps over it;
 #  2. one byte of a shard file of the newest checkpoint flipped: inspect
-#     --verify exits 1 naming the file; the next run (to 1600 steps)
-#     resumes from the previous checkpoint, saying it skipped the newest
-#     and why, and ends with the exact step count;
+#     (with --verify or without) exits 1 naming the file; the next run
+#     (to 1600 steps) resumes from the previous checkpoint, saying it
+#     skipped the newest and why, and ends with the exact step count;
 #  3. a shard file copied into the newest checkpoint from an older one
-#     (valid CRCs): skipped the same way ("another checkpoint");
+#     (valid CRCs): plain inspect exits 1 naming it; skipped the same way
+#     ("another checkpoint");
 #  4. a checkpoint whose files the chief cannot see (a PS writing to a
-#     folder of its own, the job saying "shared") is never committed.
+#     folder of its own, the job saying "shared") is never committed, and
+#     the run, which asked for checkpoints and has none, exits 1 saying so.
 . "$(dirname "$0")/lib.sh"
 
 write_diabetes_job "$WORK/job.json" ', "steps": 1200, "steps_per_closure": 20,
@@ -44,6 +49,28 @@ check "inspect --verify: intact, exit 0" test "$rc" = 0
 check "inspect --verify: says so" grep -q "all intact" <<<"$out"
 mv "$WORK/chief.log" "$WORK/chief1.log.txt"
 
+# ---- 1b. a chief started again once the job had finished -----------------------
+# (as one killed right after it told the cluster to stop: the cluster is
+# gone, the final checkpoint committed)
+rm -f "$WORK/s1b.json"
+start_chief --job "$WORK/job.json" --summary-json "$WORK/s1b.json"
+wait_chief 40
+check "restart after the end: exits 0" test "$CHIEF_RC" = 0
+check "restart after the end: says the job had finished" \
+  grep -q "the job had finished: its last checkpoint (step 1200)" "$WORK/chief.log"
+check "restart after the end: its summary has the 1200 steps" \
+  test "$(json_get "$WORK/s1b.json" steps)" = 1200
+# a chief that fails (no cluster, no checkpoint of its own) never writes
+# a summary of fewer steps over a finished run's
+mkdir -p "$WORK/empty"
+start_chief --job "$WORK/job.json" --checkpoint-dir "$WORK/empty" \
+  --wait-timeout 1 --summary-json "$WORK/s1.json"
+wait_chief 40
+check "a failed chief: exits 1" test "$CHIEF_RC" = 1
+check "a failed chief: the finished run's summary is kept" \
+  test "$(json_get "$WORK/s1.json" steps)" = 1200
+mv "$WORK/chief.log" "$WORK/chief1b.log.txt"
+
 # ---- 2. one byte of the newest checkpoint flipped ------------------------------
 prev=$(steps_of "$WORK/ckpt" | sed -n 2p)
 newest="$WORK/ckpt/ckpt-000000001200"
@@ -58,6 +85,9 @@ PY
 out=$("$TESSERA" ckpt inspect --verify "$newest" 2>&1); rc=$?
 check "inspect --verify: damage found, exit 1" test "$rc" = 1
 check "inspect --verify: names the file" grep -q "$(basename "$victim")" <<<"$out"
+out=$("$TESSERA" ckpt inspect "$newest" 2>&1); rc=$?
+check "plain inspect: damage found, exit 1" test "$rc" = 1
+check "plain inspect: names the file" grep -q "$(basename "$victim")" <<<"$out"
 run "$WORK/s2.json" --steps 1600
 check "run 2: chief exits 0" test "$CHIEF_RC" = 0
 check "run 2: skipped the damaged checkpoint, saying why" \
@@ -76,6 +106,9 @@ older="$WORK/ckpt/ckpt-$(printf %012d "$prev")"
 # layout, goes into 1600's folder
 f=$(basename "$(ls "$newest"/dense%2Fbias.part-*.tshard | head -n 1)")
 cp "$older/$f" "$newest/$f"
+out=$("$TESSERA" ckpt inspect "$newest" 2>&1); rc=$?
+check "plain inspect: a stranger's file, exit 1" test "$rc" = 1
+check "plain inspect: names it" grep -q "$f" <<<"$out"
 run "$WORK/s3.json" --steps 2000
 check "run 3: chief exits 0" test "$CHIEF_RC" = 0
 check "run 3: skipped the checkpoint with a stranger's file" \
@@ -100,6 +133,10 @@ start_chief --job "$WORK/job4.json" --summary-json "$WORK/s4.json"
 wait_chief 240
 check "run 4: training itself completes" test "$(json_get "$WORK/s4.json" steps)" = 400
 check "run 4: no checkpoint committed" test "$(ckpt_step "$WORK/ckpt")" = -1
+check "run 4: a run that asked for checkpoints and committed none exits 1" \
+  test "$CHIEF_RC" = 1
+check "run 4: the summary says so" \
+  grep -q "no checkpoint was committed" "$WORK/s4.json"
 check "run 4: the chief says which file it cannot see" \
   grep -q "checkpoint of step .* failed: .*is missing (a PS on another host" "$WORK/chief.log"
 finish

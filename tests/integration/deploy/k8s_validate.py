@@ -9,10 +9,20 @@ Every document of every file given:
     and type, the required ones, the documented enums), with each replica's
     pod template checked against the API's PodTemplateSpec, strict;
   - then the rules Tessera's deployment keeps: a pinned image pulled only
-    when absent, requests and a memory limit on every container, pods as
-    uid 10001 with fsGroup 10001, no pod restarted after a clean exit, the
-    chief as a batch Job (never a StatefulSet or Deployment), and one
-    ReadWriteMany volume at /data shared by the chief and every PS.
+    when absent, and the file saying how to load or push it; requests and a
+    memory limit on every container, one CPU for a worker and a PS (the
+    threads they compute on); pods as uid 10001 with fsGroup 10001 and the
+    "restricted" Pod Security Standard (non-root, no privilege escalation,
+    every capability dropped, a seccomp profile, no host namespaces, ports
+    or paths); liveness and readiness probes that ask the container's own
+    process for its status (tessera status --probe ROLE@localhost:PORT); no
+    pod restarted after a clean exit; the chief as a batch Job (never a
+    StatefulSet or Deployment) and every Job bounded in time
+    (activeDeadlineSeconds); PS and workers that leave when no chief is
+    seen (--idle-exit); one ReadWriteMany volume at /data, of a named
+    storage class, shared by the chief and every PS, each PS's
+    --checkpoint-root the chief's checkpoint folder; a headless Service
+    asking for both IP families.
 
 Prints one ok/FAIL line per check and "N passed, N failed"; exits 1 on any
 failure. --expect-fail: exits 0 only when something fails (for the
@@ -168,6 +178,10 @@ def pod_templates(doc):
         yield "%s/%s" % (kind.lower(), name), None, tmpl, spec
 
 
+def res_of(c):
+    return c.get("resources", {})
+
+
 def role_of(container, role):
     if role:
         return role
@@ -196,8 +210,80 @@ def ps_bytes(v):
     return float(m.group(1)) * 1024 ** " KMGT".index(m.group(2).upper() or " ")
 
 
-def check_rules(docs, fname, rep):
+def cpu_cores(q):
+    """a Kubernetes CPU quantity ("1", "500m", "1.5") in cores, or None"""
+    m = re.fullmatch(r"([0-9.]+)(m?)", str(q))
+    return float(m.group(1)) / (1000 if m.group(2) else 1) if m else None
+
+
+def arg_after(args, flag):
+    return args[args.index(flag) + 1] if flag in args and args.index(flag) + 1 < len(args) else None
+
+
+DURATION = re.compile(r"[0-9.]+[smh]?")
+
+
+def check_restricted(where, pod, rep):
+    """the "restricted" Pod Security Standard (Kubernetes 1.30)"""
+    sc = pod.get("securityContext", {})
+    rep.check(not any(pod.get(k) for k in ("hostNetwork", "hostPID", "hostIPC")),
+              "%s: restricted: no host namespaces" % where)
+    rep.check(not any("hostPath" in v for v in pod.get("volumes", [])),
+              "%s: restricted: no hostPath volume" % where)
+    for c in pod.get("initContainers", []) + pod.get("containers", []):
+        cw = "%s container %s" % (where, c.get("name"))
+        csc = c.get("securityContext", {})
+        non_root = csc.get("runAsNonRoot", sc.get("runAsNonRoot")) is True
+        uid = csc.get("runAsUser", sc.get("runAsUser"))
+        rep.check(non_root and uid != 0, "%s: restricted: runAsNonRoot, uid %s" % (cw, uid))
+        seccomp = csc.get("seccompProfile", sc.get("seccompProfile", {})).get("type")
+        rep.check(seccomp in ("RuntimeDefault", "Localhost"),
+                  "%s: restricted: seccompProfile RuntimeDefault or Localhost (%s)" % (cw, seccomp))
+        rep.check(csc.get("allowPrivilegeEscalation") is False and not csc.get("privileged"),
+                  "%s: restricted: allowPrivilegeEscalation false, not privileged" % cw)
+        caps = csc.get("capabilities", {})
+        rep.check("ALL" in caps.get("drop", []) and
+                  set(caps.get("add", [])) <= {"NET_BIND_SERVICE"},
+                  "%s: restricted: capabilities drop ALL (add %s)" % (cw, caps.get("add", [])))
+        rep.check(not any(p.get("hostPort") for p in c.get("ports", [])),
+                  "%s: restricted: no hostPort" % cw)
+
+
+def check_probes(cw, c, r, rep):
+    ports = [p.get("containerPort") for p in c.get("ports", [])]
+    want = "%s@localhost:%s" % (r, ports[0] if ports else "?")
+    for kind in ("livenessProbe", "readinessProbe"):
+        cmd = c.get(kind, {}).get("exec", {}).get("command", [])
+        ok = (cmd[:3] == ["tessera", "status", "--probe"] and arg_after(cmd, "--probe") == want
+              and arg_after(cmd, "--token-file") is not None)
+        rep.check(ok, "%s: %s asks the process for its status (tessera status --probe %s): %s" %
+                  (cw, kind, want, " ".join(cmd) or "none"))
+
+
+def check_rules(docs, fname, rep, text=""):
+    base = os.path.basename(fname)
+    rep.check("kind load docker-image" in text and "docker push" in text,
+              "%s: says how to load the image into the nodes or push it" % base)
     pvcs = {d["metadata"]["name"]: d for d in docs if d.get("kind") == "PersistentVolumeClaim"}
+    for name, d in pvcs.items():
+        sc = d.get("spec", {}).get("storageClassName")
+        rep.check(bool(sc), "%s: claim %s names a storage class (%s)" % (base, name, sc))
+    for d in docs:
+        if d.get("kind") == "Service" and d.get("spec", {}).get("clusterIP") == "None":
+            pol = d["spec"].get("ipFamilyPolicy")
+            rep.check(pol in ("PreferDualStack", "RequireDualStack"),
+                      "%s: Service %s asks for both IP families (%s)" %
+                      (base, d["metadata"]["name"], pol))
+        if d.get("kind") == "Job":
+            ad = d.get("spec", {}).get("activeDeadlineSeconds")
+            rep.check(isinstance(ad, int) and ad > 0, "%s: Job %s ends at activeDeadlineSeconds (%s)" %
+                      (base, d["metadata"]["name"], ad))
+        if d.get("kind") == "TFJob":
+            ad = d.get("spec", {}).get("runPolicy", {}).get("activeDeadlineSeconds")
+            rep.check(isinstance(ad, int) and ad > 0, "%s: TFJob %s ends at activeDeadlineSeconds (%s)" %
+                      (base, d["metadata"]["name"], ad))
+    chief_ckpt = set()
+    ps_roots = []
     data_claims = {}  # role -> claim mounted at /data
     for doc in docs:
         kind = doc.get("kind")
@@ -210,10 +296,23 @@ def check_rules(docs, fname, rep):
             rp = owner.get("restartPolicy", pod.get("restartPolicy"))
             rep.check(kind != "StatefulSet" and kind != "Deployment" and rp in ("OnFailure", "Never"),
                       "%s: a finished pod is not started again (%s, restartPolicy %s)" % (where, kind, rp))
+            check_restricted(where, pod, rep)
             vols = {v["name"]: v for v in pod.get("volumes", [])}
             for c in pod.get("containers", []):
                 r = role_of(c, role)
                 cw = "%s container %s" % (where, c.get("name"))
+                args = c.get("command", []) + c.get("args", [])
+                if r:
+                    check_probes(cw, c, r, rep)
+                if r in ("ps", "worker"):
+                    cpu = cpu_cores(res_of(c).get("requests", {}).get("cpu", ""))
+                    rep.check(cpu == 1, "%s: requests 1 CPU, the thread it computes on (%s)" %
+                              (cw, res_of(c).get("requests", {}).get("cpu")))
+                    ie = arg_after(args, "--idle-exit")
+                    rep.check(ie is not None and DURATION.fullmatch(ie) is not None,
+                              "%s: leaves when no chief is seen (--idle-exit %s)" % (cw, ie))
+                if r == "ps":
+                    ps_roots.append((cw, arg_after(args, "--checkpoint-root")))
                 img = c.get("image", "")
                 rep.check(re.fullmatch(r"[^:@]+(:[\w][\w.-]*|@sha256:[0-9a-f]+)", img) is not None
                           and not img.endswith(":latest"),
@@ -239,6 +338,7 @@ def check_rules(docs, fname, rep):
                     args = c.get("command", []) + c.get("args", [])
                     ck = args[args.index("--checkpoint-dir") + 1] if "--checkpoint-dir" in args else ""
                     rep.check(ck.startswith("/data/"), "%s: checkpoints under /data (%s)" % (cw, ck))
+                    chief_ckpt.add(ck)
                 if r in ("chief", "ps"):
                     claim = None
                     for m in c.get("volumeMounts", []):
@@ -247,6 +347,10 @@ def check_rules(docs, fname, rep):
                             claim = v["persistentVolumeClaim"]["claimName"]
                     rep.check(claim is not None, "%s: /data is a persistent volume claim" % cw)
                     data_claims.setdefault(claim, set()).add(r)
+    for cw, root in ps_roots:
+        rep.check(root is not None and root in chief_ckpt,
+                  "%s: --checkpoint-root %s, the chief's checkpoint folder (%s)" %
+                  (cw, root, ", ".join(sorted(chief_ckpt))))
     shared = [c for c, roles in data_claims.items() if c and roles == {"chief", "ps"}]
     rep.check(len(data_claims) == 1 and len(shared) == 1,
               "%s: the chief and every PS share one /data claim (%s)" %
@@ -266,7 +370,8 @@ def main():
     rep = Report()
     tfv = tfjob_validator(a.k8s_version)
     for fname in a.files:
-        docs = [d for d in yaml.safe_load_all(open(fname)) if d]
+        text = open(fname).read()
+        docs = [d for d in yaml.safe_load_all(text) if d]
         for d in docs:
             what = "%s %s/%s" % (os.path.basename(fname), d.get("kind"),
                                  d.get("metadata", {}).get("name"))
@@ -284,7 +389,7 @@ def main():
                     rep.check(False, "%s: %s: %s" % (what, ".".join(map(str, e.path)), e.message))
                 except kubernetes_validate.SchemaNotFoundError as e:
                     rep.check(False, "%s: %s" % (what, e.message))
-        check_rules(docs, fname, rep)
+        check_rules(docs, fname, rep, text)
     print("%d passed, %d failed" % (rep.passed, rep.failed))
     if a.expect_fail:
         return 0 if rep.failed else 1

@@ -1,5 +1,10 @@
 #!/usr/bin/env bash
-# deploy/docker-compose.yml for real, on a Docker engine of this machine:
+# deploy/docker-compose.yml for real, on a Docker engine of this machine,
+# under docker-compose and as a Docker Swarm stack. Its images take 18
+# minutes to build on a machine that has none (26 for the whole test), 10
+# after a source change: more than the suite's budget, so it runs when
+# asked (TSR_DOCKER_TESTS=1 meson test -C build deploy_compose) and is
+# skipped (77) otherwise.
 #  - the engine: one that answers, or a private dockerd that
 #    deploy/docker/engine.sh starts (and stops by its pid at the end); no
 #    engine can start at all: exit 77 (skipped), never a pass;
@@ -14,17 +19,34 @@
 #    3760 steps with test accuracy >= 0.86 (the bound of the main-job test,
 #    under the spread of honest runs); the volume holds periodic
 #    checkpoints, the final one, the TensorBoard event file and no dotfiles;
-#    every other service exits 0; TensorBoard (its profile) serves the run's
+#    every other service exits 0; each PS's container has its 2 GiB limit
+#    (deploy.resources) and its shards stay under /data/checkpoints;
+#    TensorBoard (deploy/docker-compose.tensorboard.yml) serves the run's
 #    scalars on 127.0.0.1 only; meanwhile network namespaces joined by a
 #    bridge (as the netns tests build them) still talk;
 #  - crashes, each on a fresh run, each ending with the exact step count:
 #    kill -9 of a worker's process, of a PS's and of the chief's (the
 #    restart policy brings each back), and `docker kill` of a PS followed by
-#    `docker-compose up -d` of it;
+#    `docker-compose up -d` of it (Docker does not restart a killed
+#    container: the operator's step the README gives);
+#  - the same file as a Swarm stack, when the engine can make a swarm of
+#    its own (one it does not belong to already; else said and left out):
+#    `docker stack deploy` trains to the same accuracy, every task ends
+#    Complete; then a run with kill -9 of a PS's process, `docker kill` of
+#    a worker's container and kill -9 of the chief's process, each once a
+#    newer checkpoint is committed: the swarm replaces each task, exact
+#    step count, the PS restored and the chief resumed from the newest
+#    checkpoint; the swarm is left and its gateway bridge removed;
 #  - after the engine stops, the host's bridge netfilter, forwarding and
-#    iptables settings are as they were.
+#    iptables settings, and Docker's bridges, are as they were.
 # Prints the time each part took (TIME lines).
 set -u
+if [ -z "${TSR_DOCKER_TESTS:-}" ]; then
+  echo "SKIP: deploy_compose builds images (18 minutes from nothing) and runs"
+  echo "      the compose cluster and a Swarm stack for 10 minutes more: run it with"
+  echo "      TSR_DOCKER_TESTS=1 meson test -C build deploy_compose"
+  exit 77
+fi
 SRC=${TSR_SOURCE_DIR:?TSR_SOURCE_DIR not set}
 BUILD=${TSR_BUILD_DIR:?TSR_BUILD_DIR not set}
 export TSR_DOCKER_CACHE=${TSR_DOCKER_CACHE:-$BUILD/docker}
@@ -34,6 +56,7 @@ export DOCKER_BUILDKIT=0
 unset TESSERA_LOG   # the containers' level comes from the compose file
 
 FILE="$SRC/deploy/docker-compose.yml"
+TBFILE="$SRC/deploy/docker-compose.tensorboard.yml"
 P="tsrcompose$$"
 WORK=$(mktemp -d /tmp/tsr_compose_XXXXXX)
 JOB_STEPS=3760   # deploy/jobs/fashion_mnist.json: 8 epochs of 2 x 235 steps
@@ -46,7 +69,8 @@ check() { # description, command...
   if "$@"; then ok "$what"; else bad "$what"; fi
 }
 C() { docker-compose -p "$P" -f "$FILE" "$@"; }
-cid() { C ps -q "$1" 2>/dev/null | head -n 1; }
+CT() { docker-compose -p "$P" -f "$FILE" -f "$TBFILE" "$@"; }   # with TensorBoard
+cid() { CT ps -q "$1" 2>/dev/null | head -n 1; }
 insp() { docker inspect -f "$2" "$(cid "$1")" 2>/dev/null; }
 vol() { docker volume inspect -f '{{.Mountpoint}}' "${P}_data" 2>/dev/null; }
 json_get() { # file key.path
@@ -88,7 +112,7 @@ kill_proc() {
   child=$(pgrep -P "$pid" | head -n 1)
   [ -n "$child" ] && kill -9 "$child"
 }
-down() { C down -v --remove-orphans -t 5 >/dev/null 2>&1; }
+down() { CT down -v --remove-orphans -t 5 >/dev/null 2>&1; }
 save_logs() { C logs --no-color >"$WORK/$1.log" 2>&1; }
 
 engine_stopped=0
@@ -206,6 +230,12 @@ for d in "$V"/checkpoints/ckpt-*; do
 done
 check "periodic checkpoints before the final one ($ck)" test "$n" -ge 2
 check "TensorBoard event file in the volume" bash -c "ls '$V'/logs/events.out.tfevents.* >/dev/null"
+for s in ps0 ps1; do
+  check "$s: its container's memory limit is 2 GiB (deploy.resources)" \
+    test "$(insp $s '{{.HostConfig.Memory}}')" = 2147483648
+done
+check "each PS keeps its checkpoints under /data/checkpoints (--checkpoint-root)" \
+  test "$(grep -c 'checkpoint root: /data/checkpoints (--checkpoint-root)' "$WORK/main.log")" -ge 2
 check "each PS keeps its shards within its --memory-limit (1600 MiB)" \
   test "$(grep -c 'serving on .*(memory limit 1677721600 bytes[:)]' "$WORK/main.log")" -ge 2
 check "no dotfiles in the volume (no home in it)" test -z "$(ls -A "$V" | grep '^\.')"
@@ -213,7 +243,7 @@ check "the volume is 10001's" test "$(stat -c %u "$V")" = 10001
 
 port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 t=$SECONDS
-TESSERA_TENSORBOARD_PORT=$port C --profile tensorboard up -d --no-deps tensorboard >"$WORK/tb-up.log" 2>&1
+TESSERA_TENSORBOARD_PORT=$port CT up -d --no-deps tensorboard >"$WORK/tb-up.log" 2>&1
 tags() { # some run (".", "train", ...) has a loss curve ("loss", "epoch_loss")
   /usr/bin/python3 -c 'import json, sys, urllib.request
 t = json.load(urllib.request.urlopen("http://127.0.0.1:%s/data/plugin/scalars/tags" % sys.argv[1], timeout=5))
@@ -222,7 +252,7 @@ sys.exit(0 if any(k == "loss" or k.endswith("_loss") for run in t.values() for k
 check "TensorBoard serves the run's loss on 127.0.0.1:$port" wait_for 120 tags
 check "TensorBoard is published on 127.0.0.1 only" \
   test "$(docker port "$(cid tensorboard)" 6006 | tr '\n' ' ')" = "127.0.0.1:$port "
-C logs --no-color tensorboard >"$WORK/tensorboard.log" 2>&1
+CT logs --no-color tensorboard >"$WORK/tensorboard.log" 2>&1
 echo "TIME tensorboard $((SECONDS - t)) s"
 down
 
@@ -273,11 +303,139 @@ crash "ps docker kill" ps_docker_kill
 check "docker kill + up -d: one recovery" test "$(json_get "$CRASH_SUMMARY" restarts.ps)" -ge 1
 down
 
+# ---- the same file as a Swarm stack ------------------------------------------------------------
+# S_* : the stack's services, tasks and volume
+S=tsrstack$$
+SV=${S}_data
+swarm_made=0
+svol() { docker volume inspect -f '{{.Mountpoint}}' "$SV" 2>/dev/null; }
+s_ckpt() { # newest committed checkpoint in the stack's volume, or -1
+  local d best=-1 s
+  for d in "$(svol)"/checkpoints/ckpt-*; do
+    [ -f "$d/manifest.json" ] || continue
+    s=$((10#${d##*ckpt-}))
+    [ "$s" -gt "$best" ] && best=$s
+  done
+  echo "$best"
+}
+# the running container of a service's task
+s_cid() { docker ps -q --filter "label=com.docker.swarm.service.name=${S}_$1" | head -n 1; }
+# every task of the service, newest first: "State ExitCode"
+s_states() {
+  docker service ps --no-trunc --format '{{.CurrentState}}' "${S}_$1" 2>/dev/null | awk '{print $1}' | tr '\n' ' '
+}
+chief_done() { case "$(s_states chief)" in Complete*) return 0 ;; esac; return 1; }
+s_logs() { # FILE: every service's log
+  local sv
+  for sv in chief ps0 ps1 worker0 worker1; do docker service logs --raw "${S}_$sv" 2>&1; done >"$WORK/$1.log"
+}
+s_gone() { [ -z "$(docker ps -aq --filter "label=com.docker.stack.namespace=$S")" ]; }
+s_down() {
+  docker stack rm "$S" >/dev/null 2>&1
+  wait_for 60 s_gone
+  docker volume rm "$SV" >/dev/null 2>&1
+}
+s_deploy() {
+  TESSERA_TOKEN_FILE=$WORK/token docker stack deploy -c "$FILE" "$S" >"$WORK/stack-deploy.log" 2>&1
+}
+swarm_leave() {
+  [ "$swarm_made" = 1 ] || return 0
+  s_down
+  docker swarm leave --force >/dev/null 2>&1
+  # the swarm's gateway bridge stays behind the swarm
+  docker network rm docker_gwbridge >/dev/null 2>&1
+  swarm_made=0
+}
+state=$(docker info --format '{{.Swarm.LocalNodeState}}' 2>/dev/null)
+t=$SECONDS
+exec 9>/run/lock/tessera-swarm.lock
+if [ "$state" != inactive ]; then
+  echo "NOTE: the engine is in a swarm already ($state): the stack runs are left out"
+elif ! flock -w 600 9; then
+  bad "the swarm lock (/run/lock/tessera-swarm.lock) within 600 s"
+elif ! docker swarm init --advertise-addr 127.0.0.1 --listen-addr 127.0.0.1:2377 \
+       >"$WORK/swarm-init.log" 2>&1; then
+  echo "NOTE: this engine makes no swarm ($(tail -n 1 "$WORK/swarm-init.log")): the stack runs are left out"
+else
+  swarm_made=1
+  trap 'swarm_leave; cleanup' EXIT
+  if ! s_deploy; then cat "$WORK/stack-deploy.log"; bad "docker stack deploy, the file as it is"
+  else
+    ok "docker stack deploy takes the file as it is"
+    check "stack: the chief's task completes" wait_for 600 chief_done
+    s_logs stack
+    V=$(svol)
+    echo "TIME stack train $((SECONDS - t)) s"
+    for sv in chief ps0 ps1 worker0 worker1; do
+      check "stack $sv: its one task ends Complete ($(s_states $sv))" test "$(s_states $sv)" = "Complete "
+    done
+    check "stack: exact step count ($JOB_STEPS)" test "$(json_get "$V/summary.json" steps)" = $JOB_STEPS
+    acc=$(json_get "$V/summary.json" eval.accuracy)
+    check "stack: test accuracy ${acc:-none} >= 0.86" ge "${acc:-0}" 0.86
+    check "stack: each PS at its 2 GiB and 1600 MiB limits" \
+      test "$(grep -c 'serving on .*(memory limit 1677721600 bytes[:)]' "$WORK/stack.log")" -ge 2
+    s_down
+
+    # killed tasks, each once a checkpoint newer than the last kill is committed
+    t=$SECONDS
+    LAST=0
+    s_newer() { [ "$(s_ckpt)" -gt "$LAST" ]; }
+    s_kill() { # WHAT SERVICE HOW (-9: the process; docker: docker kill of the container)
+      if ! wait_for 300 s_newer; then bad "$1: a checkpoint past step $LAST"; return; fi
+      AT=$(s_ckpt); LAST=$AT
+      local c pid child
+      c=$(s_cid "$2")
+      if [ "$3" = docker ]; then
+        docker kill "$c" >/dev/null 2>&1
+      else
+        pid=$(docker inspect -f '{{.State.Pid}}' "$c" 2>/dev/null)
+        child=$(pgrep -P "${pid:-0}" | head -n 1)
+        [ -n "$child" ] && kill -9 "$child"
+      fi
+      # (kill -9: the container ends when its init sees the process go)
+      check "$1 at checkpoint $AT: the task's container ends" \
+        wait_for 30 bash -c "[ -n '$c' ] && ! docker ps -q --no-trunc | grep -q '^$c'"
+    }
+    if ! s_deploy; then cat "$WORK/stack-deploy.log"; bad "stack kills: deploy"
+    else
+      s_kill "stack ps1 kill -9" ps1 -9; PS_AT=$AT
+      s_kill "stack worker0 docker kill" worker0 docker
+      s_kill "stack chief kill -9" chief -9; CH_AT=$AT
+      check "stack kills: the chief's last task completes" wait_for 600 chief_done
+      s_logs stack-kills
+      V=$(svol)
+      echo "TIME stack kills $((SECONDS - t)) s"
+      check "stack kills: exact step count ($JOB_STEPS)" test "$(json_get "$V/summary.json" steps)" = $JOB_STEPS
+      for sv in ps1 worker0 chief; do
+        check "stack kills: the swarm started $sv again ($(s_states $sv))" \
+          bash -c "[[ '$(s_states $sv)' =~ ^Complete\ Failed ]]"
+      done
+      got=$(sed -n 's/.*restored the checkpoint of step \([0-9]*\).*/\1/p' "$WORK/stack-kills.log" | head -n 1)
+      check "stack kills: the PS restored step ${got:-none}, the newest checkpoint ($PS_AT) or later" \
+        test "${got:-0}" -ge "$PS_AT"
+      check "stack kills: the chief lost worker0 and took it back" awk '
+        /INFO  chief lost worker:0 /{lost = 1}
+        lost && /INFO  chief worker:0 \(.*\) ready /{ok = 1} END {exit !ok}' "$WORK/stack-kills.log"
+      check "stack kills: the chief resumed from the newest checkpoint ($CH_AT) or later" \
+        test "$(json_get "$V/summary.json" resumed_from_step)" -ge "$CH_AT"
+    fi
+  fi
+  swarm_leave
+  check "the swarm is left, its gateway bridge removed" \
+    bash -c "[ \"\$(docker info --format '{{.Swarm.LocalNodeState}}')\" = inactive ] &&
+             ! ip link show docker_gwbridge >/dev/null 2>&1"
+  trap cleanup EXIT
+fi
+flock -u 9 2>/dev/null
+exec 9>&-
+
 # ---- the host's networking ------------------------------------------------------------------
 engine_stopped=1
-tsr_docker_stop
-check "the engine stopped; the host's networking is as it was" \
-  test "$(tsr_dk_net_state)" = "$net_before"
+if [ -n "$TSR_DK_STARTED_PID" ]; then
+  check "the engine stopped, leaving none of its bridges" tsr_docker_stop
+fi
+check "the host's sysctls and iptables are as they were" \
+  tsr_dk_net_same "$net_before" "$(tsr_dk_net_state)"
 
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]

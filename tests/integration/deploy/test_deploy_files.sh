@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # The deployment files, checked without a Docker engine or a scheduler
 # (deploy_compose, deploy_k8s and deploy_slurm run them):
-#  - the compose file validates with docker-compose; every TF_CONFIG in it
+#  - the compose file validates with docker-compose, and with `docker stack
+#    config` where the Docker CLI has it; it holds only keys a swarm takes
+#    (no mem_limit, profiles or bridge driver; restarts and memory under
+#    deploy; DNS round robin, no virtual IPs); every TF_CONFIG in it
 #    resolves with tessera's own reading and names itself; restarts are
-#    bounded; TensorBoard is a profile on a pinned image, bound to
-#    127.0.0.1; the chief checkpoints periodically;
+#    bounded; TensorBoard is a file of its own on a pinned image, bound to
+#    127.0.0.1; the chief checkpoints periodically and each PS keeps its
+#    shards under the chief's checkpoint folder (--checkpoint-root);
 #  - the Dockerfiles hide no error (no `|| true`, no 2>/dev/null, `set -e`
 #    in every chained RUN), run as uid 10001 with no home; the CUDA one uses
 #    Ubuntu 24.04's package names, leaves NCCL to its base, has g++ and the
@@ -12,7 +16,8 @@
 #  - the token file: token.sh makes one uid 10001 can read and refuses one
 #    it cannot; a process that cannot read its token says which uid it runs
 #    as;
-#  - the Slurm script parses and each rank gets its role.
+#  - the Slurm script parses, asks for no fixed node count, checkpoints by
+#    time and passes --checkpoint-root; each rank gets its role.
 set -u
 T=$TSR_BUILD_DIR/chief/tessera
 D=$TSR_SOURCE_DIR/deploy
@@ -28,10 +33,11 @@ trap 'rm -rf "$W"' EXIT
 echo token >"$W/token"
 if command -v docker-compose >/dev/null; then
   if out=$(TESSERA_TOKEN_FILE=$W/token docker-compose -f "$D/docker-compose.yml" \
-           --profile tensorboard config 2>&1); then
+           -f "$D/docker-compose.tensorboard.yml" config 2>/dev/null); then
     ok "docker-compose config validates"
   else
-    bad "docker-compose config: $out"
+    bad "docker-compose config: $(TESSERA_TOKEN_FILE=$W/token docker-compose -f "$D/docker-compose.yml" \
+           -f "$D/docker-compose.tensorboard.yml" config 2>&1 | tail -n 3)"
   fi
 else
   bad "docker-compose is not installed (deploy/setup.sh test installs it)"; out=""
@@ -59,15 +65,14 @@ done
 check "compose: no service restarts unless-stopped or always" \
   bash -c "! grep -Eq 'restart: *(always|unless-stopped)' '$D/docker-compose.yml'"
 tb_img=$(svc tensorboard image)
-profiles=$(/usr/bin/python3 -c 'import sys, yaml
-print(" ".join(yaml.safe_load(sys.stdin)["services"]["tensorboard"].get("profiles", [])))' <<<"$out" 2>&1)
-check "compose tensorboard: in the tensorboard profile ($profiles)" test "$profiles" = tensorboard
+check "compose tensorboard: a file of its own, not in the stack file" \
+  bash -c "! grep -q '^  tensorboard:' '$D/docker-compose.yml' && grep -q '^  tensorboard:' '$D/docker-compose.tensorboard.yml'"
 check "compose tensorboard: a pinned image of its own ($tb_img)" \
   bash -c "[[ '$tb_img' =~ ^tessera-tensorboard:[0-9] ]]"
 check "compose tensorboard: published on 127.0.0.1 only" \
-  bash -c "grep -A6 '^  tensorboard:' '$D/docker-compose.yml' >/dev/null &&
-           grep -q '\"127.0.0.1:\${TESSERA_TENSORBOARD_PORT:-6006}:6006\"' '$D/docker-compose.yml' &&
-           ! grep -Eq '^ *- *\"?[0-9]+:[0-9]+' '$D/docker-compose.yml'"
+  bash -c "grep -q '\"127.0.0.1:\${TESSERA_TENSORBOARD_PORT:-6006}:6006\"' '$D/docker-compose.tensorboard.yml' &&
+           ! grep -Eq '^ *- *\"?[0-9]+:[0-9]+' '$D/docker-compose.tensorboard.yml' &&
+           ! grep -q 'ports:' '$D/docker-compose.yml'"
 check "compose chief: periodic checkpoints into the volume" \
   bash -c "grep -q 'checkpoint.every_steps=' '$D/docker-compose.yml' &&
            grep -q '/data/checkpoints' '$D/docker-compose.yml'"
@@ -77,8 +82,8 @@ for s in ps0 ps1; do
 svc = yaml.safe_load(sys.stdin)["services"][sys.argv[1]]
 cmd = svc.get("command", [])
 ml = cmd[cmd.index("--memory-limit") + 1] if "--memory-limit" in cmd else ""
-print(ml, svc.get("mem_limit", ""))' $s <<<"$out" 2>&1)
-  check "compose $s: --memory-limit within 85% of the container's mem_limit ($ml)" \
+print(ml, svc.get("deploy", {}).get("resources", {}).get("limits", {}).get("memory", ""))' $s <<<"$out" 2>&1)
+  check "compose $s: --memory-limit within 85% of the container's deploy.resources limit ($ml)" \
     /usr/bin/python3 -c 'import re, sys
 def b(v):
     m = re.fullmatch(r"([0-9.]+)([kKmMgGtT]?)(i?[bB]?)", v)
@@ -86,6 +91,40 @@ def b(v):
 ps, lim = (sys.argv[1].split() + ["", ""])[:2]
 sys.exit(0 if 0 < b(ps) <= 0.85 * b(lim) else 1)' "$ml"
 done
+# a swarm takes the same file
+check "compose: no key a swarm refuses (mem_limit, profiles, a bridge driver)" \
+  bash -c "! grep -Eq '^ *(mem_limit|profiles):|driver: *bridge' '$D/docker-compose.yml'"
+sw=$(/usr/bin/python3 -c 'import sys, yaml
+f = yaml.safe_load(open(sys.argv[1]))
+ck = None
+for n, s in f["services"].items():
+    d = s.get("deploy", {})
+    rp = d.get("restart_policy", {})
+    if d.get("endpoint_mode") != "dnsrr":
+        print("%s: endpoint_mode %s" % (n, d.get("endpoint_mode")))
+    if rp.get("condition") != "on-failure" or not rp.get("max_attempts"):
+        print("%s: restart_policy %s" % (n, rp))
+    c = s.get("command", [])
+    if "--checkpoint-dir" in c:
+        ck = c[c.index("--checkpoint-dir") + 1]
+for n, s in f["services"].items():
+    c = s.get("command", [])
+    if c and c[0] == "tessera-ps":
+        r = c[c.index("--checkpoint-root") + 1] if "--checkpoint-root" in c else None
+        if r != ck:
+            print("%s: --checkpoint-root %s, the chief checkpoints in %s" % (n, r, ck))' "$D/docker-compose.yml" 2>&1)
+check "compose: every service by DNS round robin with bounded swarm restarts; each PS's --checkpoint-root the chief's folder${sw:+ ($sw)}" \
+  test -z "$sw"
+if docker stack config --help >/dev/null 2>&1; then
+  if so=$(TESSERA_TOKEN_FILE=$W/token DOCKER_HOST=unix://$W/none.sock \
+          docker stack config -c "$D/docker-compose.yml" 2>&1 >/dev/null); then
+    ok "docker stack config takes the compose file"
+  else
+    bad "docker stack config: $so"
+  fi
+else
+  echo "note: this Docker CLI has no 'stack config' (the stack itself runs in deploy_compose)"
+fi
 check "compose: every Tessera service runs the pinned image" \
   test "$(grep -c 'image: ${TESSERA_IMAGE:-tessera:[0-9]' "$D/docker-compose.yml")" = 1
 
@@ -145,6 +184,11 @@ done
 [ "$roles" = "chief:0 ps:0 ps:1 worker:0 worker:1 " ] && ok "Slurm ranks get their roles ($roles)" || bad "Slurm roles: $roles"
 grep -q 'TESSERA_SLURM_JOBS' "$D/slurm/tessera.sbatch" && bash -n "$D/slurm/tessera.sbatch" \
   && ok "sbatch script parses" || bad "sbatch script"
+check "sbatch script: the node count comes from the allocation (no #SBATCH --nodes)" \
+  bash -c "! grep -Eq '^#SBATCH +(--nodes|-N)' '$D/slurm/tessera.sbatch'"
+check "sbatch script: checkpoints by time, the PS's --checkpoint-root" \
+  bash -c "grep -q 'checkpoint.every_secs=\$TESSERA_CHECKPOINT_SECS' '$D/slurm/tessera.sbatch' &&
+           grep -q 'tessera-ps .*--checkpoint-root \"\$run/checkpoints\"' '$D/slurm/tessera.sbatch'"
 for f in "$D"/docker/*.sh; do
   check "$(basename "$f") parses" bash -n "$f"
 done

@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
-# deploy/slurm/tessera.sbatch run as sbatch would run it, with a fake srun
-# and scancel (fake_slurm/) that start the step's tasks on this machine:
+# deploy/slurm/tessera.sbatch under Slurm. Where Slurm is installed
+# (`deploy/setup.sh test` installs slurm-wlm and munge) and this runs as
+# root, through a real one-node Slurm of the test's own:
+# test_slurm_real.sh. Elsewhere (or with TSR_SLURM_FAKE=1), as sbatch would
+# run it, with a fake srun and scancel (fake_slurm/) that start the step's
+# tasks on this machine:
 #  1. two jobs at once on the same "node": ports from the job ids do not
 #     collide; both train to the exact step count with checkpoints in their
 #     run folders; srun got --cpus-per-task and --kill-on-bad-exit; the
@@ -10,7 +14,16 @@
 #  3. a chief that fails (a bad job file) cancels the step: the script ends
 #     with an error instead of waiting for the time limit, no PS or worker
 #     is left, the token is removed.
-. "$(dirname "$0")/../cluster/lib.sh"
+here=$(dirname "$0")
+if [ -z "${TSR_SLURM_FAKE:-}" ] && [ "$(id -u)" = 0 ] &&
+   command -v sbatch >/dev/null && command -v slurmctld >/dev/null &&
+   command -v slurmd >/dev/null && command -v munged >/dev/null &&
+   unshare -n -m -u true 2>/dev/null; then
+  echo "real Slurm: slurm-wlm $(dpkg-query -W -f='${Version}' slurm-wlm 2>/dev/null)"
+  exec unshare -n -m -u bash "$here/test_slurm_real.sh"
+fi
+echo "no Slurm here (or not root, or TSR_SLURM_FAKE set): a fake srun and scancel"
+. "$here/../cluster/lib.sh"
 FAKE=$SRC/tests/integration/deploy/fake_slurm
 SB=$SRC/deploy/slurm/tessera.sbatch
 export FAKE_SLURM_DIR=$WORK/slurm
@@ -23,7 +36,7 @@ sbatch_run() {
   local id=$1 log=$2 job=$3; shift 3
   mkdir -p "$WORK/submit$id"
   (cd "$WORK/submit$id" && exec env -u TF_CONFIG -u TESSERA_TOKEN \
-    PATH="$FAKE:$BUILD/ps:$BUILD/worker:$BUILD/chief:$PATH" \
+    PATH="$FAKE:$PATH" TESSERA_BIN_DIR="$BUILD" \
     SLURM_JOB_ID="$id" SLURM_SUBMIT_DIR="$WORK/submit$id" SLURM_NTASKS=5 \
     SLURM_JOB_NODELIST=localhost SLURM_TASKS_PER_NODE=5 SLURM_CPUS_PER_TASK=2 \
     TESSERA_LOG=info "$@" bash "$SB" "$job" >"$log" 2>&1) &
@@ -72,7 +85,7 @@ for id in $A $B; do
   check "job $id: exact step count" test "$(json_get "$R/summary.json" steps 2>/dev/null)" = $STEPS
   check "job $id: final checkpoint in the run folder" test "$(ckpt_of $id)" = $STEPS
   check "job $id: the chief listened on port $base (from the job id)" \
-    grep -q "listening on localhost:$base " "$WORK/sbatch$id.log"
+    grep -q "listening on 127.0.0.1:$base " "$WORK/sbatch$id.log"
   check "job $id: srun got --cpus-per-task=2 and --kill-on-bad-exit=0" \
     bash -c "grep -qx -- --cpus-per-task=2 '$FAKE_SLURM_DIR/srun-$id.args' &&
              grep -qx -- --kill-on-bad-exit=0 '$FAKE_SLURM_DIR/srun-$id.args'"
@@ -102,9 +115,10 @@ D=4245
 echo '{"model": "nothing.json", "stepz": 1}' >"$WORK/bad.json"
 sbatch_run $D "$WORK/sbatch$D.log" "$WORK/bad.json"; PD=$SB_PID
 sb_wait $PD 120
-check "chief fails: the sbatch script fails ($SB_RC)" test "$SB_RC" != 0 -a "$SB_RC" != 124
+check "chief fails: the sbatch script fails with the chief's status, 2 ($SB_RC)" test "$SB_RC" = 2
 check "chief fails: the step is cancelled" grep -qx "$D.0" "$FAKE_SLURM_DIR/scancel.log"
 check "chief fails: it says why" grep -q "the chief failed (status 2); cancelling step $D.0" "$WORK/sbatch$D.log"
+check "chief fails: nothing is started again" bash -c "! grep -q 'starting it again' '$WORK/sbatch$D.log'"
 check "chief fails: no PS or worker left" test "$(step_procs $D)" = 0
 check "chief fails: the token file is removed" test ! -e "$WORK/submit$D/tessera-$D/token"
 finish

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Kill storms: for each mode (async, ssp:2, sync) a local cluster of real
+# Kill storms: for each mode (async, ssp:2, sync, and hybrid: dense
+# "allreduce", the dense variables on the workers' ring, the PS holding no
+# table of this job) a local cluster of real
 # processes (1 chief, 2 PS, 2 workers, from TF_CONFIG) trains the diabetes
 # job (deploy/jobs/diabetes.json) with periodic checkpoints. A normal run
 # (no kill) measures the normal run time T and the exact step count, again
@@ -30,7 +32,7 @@
 #   --runs N        storm runs per mode (5)
 #   --seed S        base seed (run i of a mode has seed S + i); default
 #                   $TSR_STORM_SEED, else a fresh one (printed)
-#   --modes LIST    comma-separated (async,ssp:2,sync)
+#   --modes LIST    comma-separated (async,ssp:2,sync,hybrid)
 #   --victims LIST  always kill these, e.g. chief+worker1 (default: random)
 #   --epochs E      job epochs (default $TSR_STORM_EPOCHS, else the job's)
 #   --hang-factor F a run with no new checkpoint for F T is a hang (4; T
@@ -53,7 +55,7 @@ export TSR_SOURCE_DIR TSR_BUILD_DIR
 
 RUNS=5
 SEED=${TSR_STORM_SEED:-}
-MODES=async,ssp:2,sync
+MODES=async,ssp:2,sync,hybrid
 VICTIMS=
 EPOCHS=${TSR_STORM_EPOCHS:-}
 KEEP=${TSR_STORM_KEEP:-}
@@ -125,7 +127,9 @@ moving() {
 
 # chief_args MODE: the chief's arguments for one run (the work folder WORK)
 chief_args() {
-  CARGS=(--job "$JOB" ${EPOCHS:+--epochs "$EPOCHS"} --set "mode=$1"
+  local m=(--set "mode=$1")
+  [ "$1" = hybrid ] && m=(--set mode=async --set 'dense="allreduce"')
+  CARGS=(--job "$JOB" ${EPOCHS:+--epochs "$EPOCHS"} "${m[@]}"
          --set steps_per_closure=20 --checkpoint-dir "$WORK/ckpt"
          --set checkpoint.every_steps=$CKPT_EVERY --set checkpoint.keep=3
          --summary-json "$WORK/summary.json")
@@ -269,7 +273,7 @@ normal_run() {
 }
 ANY_BAD=0
 for mode in "${mode_list[@]}"; do
-  case $mode in async|sync|ssp:[0-9]*) ;; *) echo "storm.sh: unknown mode '$mode'" >&2; exit 2 ;; esac
+  case $mode in async|sync|hybrid|ssp:[0-9]*) ;; *) echo "storm.sh: unknown mode '$mode'" >&2; exit 2 ;; esac
   tag=${mode/:/}
   # ---- the normal run: T and the step count ----
   CKPT_EVERY=200 EXPECT= T= TMIN=

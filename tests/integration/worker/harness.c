@@ -216,11 +216,23 @@ int h_load_job(h_cluster *c, const char *path, const char *const *overrides,
   tsr_partitioner p = c->job.partitioner;
   if (parts > 0) p = (tsr_partitioner){.kind = TSR_PART_FIXED,
                                        .num_shards = parts};
-  if ((rc = tsr_partition_plan(&p, c->vars, NULL, c->n_vars, c->n_ps, &c->shards,
+  /* dense "allreduce": the sparse tables only, indices mapped back */
+  tsr_var sv[64];
+  size_t map[64], k = 0;
+  for (size_t v = 0; v < c->n_vars && v < 64; v++)
+    if (!c->job.dense_allreduce || c->vars[v].kind == TSR_VAR_ROW_SPARSE) {
+      sv[k] = c->vars[v];
+      map[k++] = v;
+    }
+  c->group_epoch = 1;
+  if (k == 0) return 0;
+  if ((rc = tsr_partition_plan(&p, sv, NULL, k, c->n_ps, &c->shards,
                                &c->n_shards, err, sizeof err))) {
     fprintf(stderr, "partition: %s\n", err);
     return rc;
   }
+  for (size_t i = 0; i < c->n_shards; i++)
+    c->shards[i].var = (int)map[c->shards[i].var];
   return 0;
 }
 
@@ -316,6 +328,8 @@ static void on_call(const tsr_rpc_result *r, void *data) {
     if (res->meta && r->meta_len) memcpy(res->meta, r->meta, r->meta_len);
     res->meta_len = r->meta_len;
     res->payload_len = r->payload_len;
+    if (r->payload_len && (res->payload = malloc(r->payload_len)))
+      memcpy(res->payload, r->payload, r->payload_len);
     size_t max = r->payload_len / TSR_TRACE_WIRE_SIZE, n = 0;
     tsr_trace_event *ev = max ? malloc(max * sizeof *ev) : NULL;
     if (ev && tsr_trace_unpack(r->payload, r->payload_len, ev, max, &n) == 0)
@@ -347,11 +361,19 @@ int h_call(h_cluster *c, int w, uint32_t method, const ProtobufCMessage *req,
 
 void h_result_free(h_result *res) {
   free(res->meta);
+  free(res->payload);
   res->meta = NULL;
+  res->payload = NULL;
 }
 
 int h_configure(h_cluster *c, int w, uint64_t run_id, uint32_t version,
                 const char *job_text, h_result *res) {
+  int rc = h_configure_start(c, w, run_id, version, job_text, res);
+  return rc ? rc : h_wait(c, res, 30000);
+}
+
+int h_configure_start(h_cluster *c, int w, uint64_t run_id, uint32_t version,
+                      const char *job_text, h_result *res) {
   Tessera__Worker__ConfigureRequest q =
       TESSERA__WORKER__CONFIGURE_REQUEST__INIT;
   Tessera__Worker__Shard sh[64], *shp[64];
@@ -380,5 +402,43 @@ int h_configure(h_cluster *c, int w, uint64_t run_id, uint32_t version,
   q.n_shards = c->n_shards - c->drop_shards;
   q.shards = shp;
   q.model_digest = "test";
-  return h_call(c, w, WK_M_CONFIGURE, &q.base, res, 30000);
+  char *gaddrs[H_MAX_PROCS], *gnames[H_MAX_PROCS], names[H_MAX_PROCS][16];
+  if (c->job.dense_allreduce) {
+    for (int i = 0; i < c->n_workers; i++) {
+      gaddrs[i] = c->wk_addr[i];
+      snprintf(names[i], sizeof names[i], "worker:%d", i);
+      gnames[i] = names[i];
+    }
+    q.n_group_addrs = q.n_group_names = (size_t)c->n_workers;
+    q.group_addrs = gaddrs;
+    q.group_names = gnames;
+    q.group_rank = (uint32_t)w;
+    q.group_epoch = c->group_epoch;
+  }
+  return h_call_start(c, w, WK_M_CONFIGURE, &q.base, res);
+}
+
+int h_dense(h_cluster *c, int w, float **out, size_t *n, int64_t *step) {
+  Tessera__Worker__DenseRequest q = TESSERA__WORKER__DENSE_REQUEST__INIT;
+  h_result r;
+  *out = NULL;
+  int rc = h_call(c, w, WK_M_DENSE, &q.base, &r, 30000);
+  if (rc) {
+    fprintf(stderr, "dense state of worker %d: %s\n", w, r.msg);
+    h_result_free(&r);
+    return rc;
+  }
+  Tessera__Worker__DenseResponse *d =
+      tessera__worker__dense_response__unpack(NULL, r.meta_len, r.meta);
+  if (!d) {
+    h_result_free(&r);
+    return TSR_EPROTO;
+  }
+  *step = d->step;
+  tessera__worker__dense_response__free_unpacked(d, NULL);
+  *out = (float *)(void *)r.payload;
+  *n = r.payload_len / sizeof(float);
+  r.payload = NULL;
+  h_result_free(&r);
+  return 0;
 }

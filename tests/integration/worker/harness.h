@@ -43,6 +43,8 @@ typedef struct {
   tsr_shard *shards;
   size_t n_shards;
   size_t drop_shards;       /* h_configure leaves out the last ones */
+  uint64_t group_epoch;     /* dense "allreduce": the ring h_configure
+                               names (every worker, in index order) */
 } h_cluster;
 
 /* A finished call. */
@@ -53,7 +55,8 @@ typedef struct {
   uint8_t *meta;            /* response meta (malloc'd) */
   size_t meta_len;
   int64_t step;             /* ps: shard step */
-  size_t payload_len;       /* response payload bytes (not kept) */
+  size_t payload_len;       /* response payload bytes */
+  uint8_t *payload;         /* a copy of them (malloc'd) */
   size_t trace_events;      /* of them, trace events that decode */
 } h_result;
 
@@ -83,7 +86,8 @@ int h_kill(pid_t pid, int sig, int timeout_ms);
 
 /* Loads a job file, builds the model (schema from the training input of
  * worker 0 of 1) and plans its shards over the PS with `parts` shards per
- * variable (0: the job's partitioner). */
+ * variable (0: the job's partitioner); with dense "allreduce" the sparse
+ * variables only, as the chief places them. */
 int h_load_job(h_cluster *c, const char *path, const char *const *overrides,
                int parts);
 /* Creates every shard on its PS and sets the PS mode. */
@@ -99,12 +103,21 @@ int h_call_start(h_cluster *c, int w, uint32_t method,
 int h_wait(h_cluster *c, h_result *res, int timeout_ms);
 void h_result_free(h_result *res);
 
-/* Configure request for worker w (format version and job as given). */
+/* Configure request for worker w (format version and job as given); with
+ * dense "allreduce" it names the ring of every worker, group_epoch. */
 int h_configure(h_cluster *c, int w, uint64_t run_id, uint32_t version,
                 const char *job_text, h_result *res);
+/* The same, returning at once (h_wait): ring members configure together. */
+int h_configure_start(h_cluster *c, int w, uint64_t run_id, uint32_t version,
+                      const char *job_text, h_result *res);
 
 /* Pulls the whole value of variable v from the PS into out (numel). */
 int h_pull_var(h_cluster *c, int v, float *out, int64_t *step);
+
+/* dense "allreduce": worker w's dense values (model order of the dense
+ * variables, each numel floats) into a malloc'd *out, and its optimizer
+ * applies. */
+int h_dense(h_cluster *c, int w, float **out, size_t *n, int64_t *step);
 
 /* Runs the driver loop for about ms milliseconds. */
 void h_spin(h_cluster *c, int ms);

@@ -72,6 +72,34 @@ static Tessera__Worker__StatusResponse *status_of(h_cluster *c, int w) {
   return s;
 }
 
+/* The standalone trainer on the global batch (nw x batch_size), the job's
+ * seed and data order, `steps` steps: the reference of sync and hybrid
+ * runs. The caller closes *in and *t. */
+static int reference(h_cluster *c, int nw, int steps, wk_input **in,
+                     wk_trainer **t) {
+  char err[1024];
+  wk_input_opts io = {.worker_index = 0, .num_workers = 1,
+                      .batch_size = nw * c->job.batch_size,
+                      .epochs = -1, .seed = c->job.seed};
+  wk_train_opts to = {.device = KERN_DEVICE_CPU, .quiet = true};
+  H_CHECK(wk_input_open(&c->job, WK_SPLIT_TRAIN, &io, in, err, sizeof err) ==
+              0,
+          "%s", err);
+  H_CHECK(wk_trainer_open(c->model, &c->job.optimizer, c->job.seed,
+                          c->job.precision, &to, nw * c->job.batch_size, t,
+                          err, sizeof err) == 0,
+          "%s", err);
+  for (int s = 0; s < steps; s++) {
+    const wk_batch *b;
+    double loss;
+    bool applied;
+    H_CHECK(wk_input_next(*in, &b) == 0, "reference input");
+    H_CHECK(wk_trainer_step(*t, b, &loss, &applied, err, sizeof err) == 0,
+            "%s", err);
+  }
+  return 0;
+}
+
 /* ---- train ----------------------------------------------------------------- */
 
 static int test_train(const char *mode) {
@@ -216,27 +244,9 @@ static int test_sync(const char *path, const char *const *ovr, int closures,
     }
   }
   /* The reference: one process, the global batch, same seed and order. */
-  char err[1024];
   wk_input *in = NULL;
-  wk_input_opts io = {.worker_index = 0, .num_workers = 1,
-                      .batch_size = nw * c.job.batch_size,
-                      .epochs = -1, .seed = c.job.seed};
   wk_trainer *t = NULL;
-  wk_train_opts to = {.device = KERN_DEVICE_CPU, .quiet = true};
-  H_CHECK(wk_input_open(&c.job, WK_SPLIT_TRAIN, &io, &in, err, sizeof err) == 0,
-          "%s", err);
-  H_CHECK(wk_trainer_open(c.model, &c.job.optimizer, c.job.seed,
-                          c.job.precision, &to, nw * c.job.batch_size, &t, err,
-                          sizeof err) == 0,
-          "%s", err);
-  for (int s = 0; s < closures * steps; s++) {
-    const wk_batch *b;
-    double loss;
-    bool applied;
-    H_CHECK(wk_input_next(in, &b) == 0, "reference input");
-    H_CHECK(wk_trainer_step(t, b, &loss, &applied, err, sizeof err) == 0,
-            "%s", err);
-  }
+  H_CHECK(reference(&c, nw, closures * steps, &in, &t) == 0, "reference");
   double worst = 0, moved = 0;
   for (size_t v = 0; v < c.n_vars; v++) {
     size_t n = (size_t)c.vars[v].numel;
@@ -298,6 +308,178 @@ static int test_sync(const char *path, const char *const *ovr, int closures,
           "value", moved);
   wk_trainer_close(t);
   wk_input_close(in);
+  H_CHECK(h_stop(&c) == 0, "clean stop");
+  return 0;
+}
+
+/* ---- hybrid ------------------------------------------------------------------ */
+
+/* dense "allreduce": nw workers in a ring (sparse tables on nps PS, the
+ * job's mode) run `closures` closures of `steps` steps; then every
+ * worker's dense values are bitwise the same, and they (and the PS's
+ * tables) equal the standalone trainer's on the global batch (nw x
+ * batch_size: what sync mode's summed gradients give) to 1e-5 relative;
+ * the optimizer counted every step once. */
+static int test_hybrid(const char *path, const char *const *ovr, int closures,
+                       int steps, int nw, int nps) {
+  h_cluster c;
+  int rc = h_start(&c, nps, nw, "async");
+  H_CHECK(rc == 0, "start");
+  H_CHECK(h_load_job(&c, path, ovr, nps) == 0, "job");
+  H_CHECK(c.job.dense_allreduce, "the job is not dense \"allreduce\"");
+  const char *mode = c.job.mode == TSR_MODE_SYNC ? "sync" : "async";
+  if (nps) H_CHECK(h_create_vars(&c, mode) == 0, "create");
+  h_result r[H_MAX_PROCS];
+  for (int w = 0; w < nw; w++)
+    H_CHECK(h_configure_start(&c, w, 31, WK_FORMAT_VERSION, c.job_text,
+                              &r[w]) == 0, "configure");
+  for (int w = 0; w < nw; w++) {
+    rc = h_wait(&c, &r[w], 30000);
+    H_CHECK(rc == 0, "configure worker %d: %s", w, r[w].msg);
+    h_result_free(&r[w]);
+  }
+  for (int k = 0; k < closures; k++) {
+    for (int w = 0; w < nw; w++)
+      H_CHECK(run_closure(&c, w, (uint64_t)(k * nw + w + 2), steps,
+                          &r[w]) == 0, "run");
+    for (int w = 0; w < nw; w++) {
+      rc = h_wait(&c, &r[w], 60000);
+      H_CHECK(rc == 0, "hybrid closure %d worker %d: %s", k, w, r[w].msg);
+      Tessera__Worker__RunResponse *o =
+          tessera__worker__run_response__unpack(NULL, r[w].meta_len,
+                                                r[w].meta);
+      /* a ring of one posts nothing */
+      H_CHECK(o && o->steps_done == steps &&
+                  (nw == 1 ? o->allreduce_ops == 0
+                           : o->allreduce_ops >= (uint64_t)steps &&
+                                 o->allreduce_bytes > 0),
+              "closure answer: %lld steps, %llu buckets all-reduced",
+              o ? (long long)o->steps_done : -1LL,
+              o ? (unsigned long long)o->allreduce_ops : 0ULL);
+      tessera__worker__run_response__free_unpacked(o, NULL);
+      h_result_free(&r[w]);
+    }
+  }
+  /* the reference: one process, the global batch, same seed and order */
+  wk_input *in = NULL;
+  wk_trainer *t = NULL;
+  H_CHECK(reference(&c, nw, closures * steps, &in, &t) == 0, "reference");
+  float *dense[H_MAX_PROCS];
+  size_t nd[H_MAX_PROCS];
+  for (int w = 0; w < nw; w++) {
+    int64_t step = -1;
+    H_CHECK(h_dense(&c, w, &dense[w], &nd[w], &step) == 0, "dense state");
+    H_CHECK(step == closures * steps, "worker %d applied %lld steps, want %d",
+            w, (long long)step, closures * steps);
+    H_CHECK(nd[w] == nd[0] &&
+                memcmp(dense[w], dense[0], nd[0] * sizeof(float)) == 0,
+            "worker %d's dense values differ from worker 0's", w);
+  }
+  double moved = 0;
+  size_t off = 0;
+  for (size_t v = 0; v < c.n_vars; v++) {
+    size_t n = (size_t)c.vars[v].numel;
+    bool sparse = c.vars[v].kind == TSR_VAR_ROW_SPARSE;
+    float *val = sparse ? calloc(n, sizeof(float)) : dense[0] + off;
+    if (sparse) {
+      H_CHECK(val && h_pull_var(&c, (int)v, val, NULL) == 0, "pull");
+    } else {
+      H_CHECK(off + n <= nd[0], "dense state too short");
+      off += n;
+    }
+    const float *ref = wk_trainer_var(t, (int)v);
+    float *init = calloc(n, sizeof(float));
+    H_CHECK(init, "memory");
+    tsr_model_init_var(c.model, (int)v, c.job.seed, 0, init, n);
+    double maxref = 0, maxdiff = 0;
+    for (size_t i = 0; i < n; i++) {
+      if (fabs(ref[i] - init[i]) > moved) moved = fabs(ref[i] - init[i]);
+      if (fabs(ref[i]) > maxref) maxref = fabs(ref[i]);
+      if (fabs(val[i] - ref[i]) > maxdiff) maxdiff = fabs(val[i] - ref[i]);
+    }
+    free(init);
+    if (sparse) free(val);
+    double rel = maxdiff / (maxref > 0 ? maxref : 1);
+    fprintf(stderr, "hybrid %d worker(s): %s (%s) max |diff| %.3g, relative "
+            "%.3g\n", nw, c.vars[v].name, sparse ? "PS" : "workers", maxdiff,
+            rel);
+    H_CHECK(rel <= 1e-5, "%s differs from the standalone trainer by %.3g "
+            "relative", c.vars[v].name, rel);
+  }
+  H_CHECK(off == nd[0], "dense state has %zu floats, the model %zu", nd[0],
+          off);
+  for (int w = 0; w < nw; w++) free(dense[w]);
+  H_CHECK(moved > 1e-3, "no parameter moved more than %g from its initial "
+          "value", moved);
+  /* status: what went through the ring */
+  Tessera__Worker__StatusResponse *st = status_of(&c, 0);
+  H_CHECK(st && (nw == 1 ? st->allreduce_ops == 0
+                         : st->allreduce_ops >= (uint64_t)(closures * steps) &&
+                               st->allreduce_bytes > 0 &&
+                               st->allreduce_s > 0),
+          "status: %llu buckets, %llu bytes all-reduced",
+          st ? (unsigned long long)st->allreduce_ops : 0ULL,
+          st ? (unsigned long long)st->allreduce_bytes : 0ULL);
+  tessera__worker__status_response__free_unpacked(st, NULL);
+  /* evaluation: the dense values here, the tables' rows from the PS */
+  double loss;
+  int64_t ex;
+  H_CHECK(eval_loss(&c, nw - 1, &loss, &ex) == 0 && isfinite(loss) && ex > 0,
+          "eval");
+  wk_trainer_close(t);
+  wk_input_close(in);
+  H_CHECK(h_stop(&c) == 0, "clean stop");
+  return 0;
+}
+
+/* dense "allreduce" refused at configure: a ring neighbour that cannot be
+ * reached (the message names both workers and their addresses), dense
+ * variables larger than the worker's memory (named with the bytes); the
+ * worker keeps serving and configures for a job that fits. */
+static int test_hybrid_errors(void) {
+  h_cluster c;
+  h_set_ps_deadline(1000); /* the ring's configure gives up after this */
+  int rc = h_start(&c, 0, 2, "async");
+  H_CHECK(rc == 0, "start");
+  const char *ovr[] = {"dense=\"allreduce\"", NULL};
+  H_CHECK(h_load_job(&c, job_path, ovr, 0) == 0, "job");
+  H_CHECK(h_kill(c.wk_pid[1], SIGKILL, 5000) >= 0, "kill worker 1");
+  c.wk_pid[1] = 0;
+  h_result r;
+  rc = h_configure(&c, 0, 41, WK_FORMAT_VERSION, c.job_text, &r);
+  fprintf(stderr, "hybrid_errors: unreachable neighbour: %s: %s\n",
+          tsr_err_name(rc), r.msg);
+  H_CHECK(rc != 0 && strstr(r.msg, "worker:0") && strstr(r.msg, "worker:1") &&
+              strstr(r.msg, "cannot reach") && strstr(r.msg, c.wk_addr[1]),
+          "the message names the pair: %s", r.msg);
+  h_result_free(&r);
+  /* 1.2 x 10^12 floats, 16 bytes each with Adam's slots: far past any
+   * worker's memory */
+  const char *big[] = {
+      "dense=\"allreduce\"",
+      "model={\"class_name\": \"Sequential\", \"config\": {\"layers\": ["
+      "{\"class_name\": \"InputLayer\", \"config\": {\"batch_input_shape\": "
+      "[null, 10]}}, {\"class_name\": \"Dense\", \"config\": {\"units\": "
+      "100000000000}}, {\"class_name\": \"Dense\", \"config\": "
+      "{\"units\": 1}}]}}",
+      NULL};
+  tsr_job_free(&c.job);
+  tsr_job_init(&c.job);
+  free(c.job_text);
+  tsr_model_free(c.model);
+  free(c.shards);
+  c.shards = NULL;
+  c.n_shards = 0;
+  H_CHECK(h_load_job(&c, job_path, big, 0) == 0, "big job");
+  c.n_workers = 1; /* a ring of worker 0 alone */
+  rc = h_configure(&c, 0, 42, WK_FORMAT_VERSION, c.job_text, &r);
+  fprintf(stderr, "hybrid_errors: too large: %s: %s\n", tsr_err_name(rc),
+          r.msg);
+  H_CHECK(rc == TSR_EMEMLIMIT && strstr(r.msg, "19200000000016 bytes") &&
+              strstr(r.msg, "dense \"ps\""),
+          "refused naming the bytes: %s", r.msg);
+  h_result_free(&r);
+  c.n_workers = 2;
   H_CHECK(h_stop(&c) == 0, "clean stop");
   return 0;
 }
@@ -529,6 +711,35 @@ int main(int argc, char **argv) {
     const char *ovr[] = {"batch_size=16", "mode=\"sync\"", NULL};
     return test_sync(ctr, ovr, 2, 6, 2);
   }
+  if (strcmp(argv[1], "hybrid") == 0) {
+    /* dense "allreduce", no PS at all: one worker equals the standalone
+     * trainer, two equal it on the global batch (sync mode's sum); the
+     * digits classifier (softmax, 10 classes) with one worker */
+    const char *ovr[] = {"data.train.shuffle_buffer=0", "batch_size=16",
+                         "dense=\"allreduce\"", NULL};
+    if (test_hybrid(job_path, ovr, 2, 11, 1, 0)) return 1;
+    /* SGD with momentum: the step is proportional to the gradient, so a
+     * sum where the mean belongs shows (Adam would hide it) */
+    const char *sgd[] = {"data.train.shuffle_buffer=0", "batch_size=16",
+                         "dense=\"allreduce\"",
+                         "optimizer={\"name\": \"sgd\", \"learning_rate\": "
+                         "0.001, \"momentum\": 0.9}", NULL};
+    if (test_hybrid(job_path, sgd, 2, 11, 2, 0)) return 1;
+    char digits[1024];
+    snprintf(digits, sizeof digits, "%s/tests/data/digits_job.json", src);
+    return test_hybrid(digits, ovr, 2, 8, 1, 0);
+  }
+  if (strcmp(argv[1], "hybrid_sparse") == 0) {
+    /* wide-and-deep: the embedding tables on 2 PS (sync), the dense
+     * layers on 2 workers' ring */
+    char ctr[1024];
+    snprintf(ctr, sizeof ctr, "%s/tests/integration/worker/ctr_job.json",
+             src);
+    const char *ovr[] = {"batch_size=16", "mode=\"sync\"",
+                         "dense=\"allreduce\"", NULL};
+    return test_hybrid(ctr, ovr, 2, 6, 2, 2);
+  }
+  if (strcmp(argv[1], "hybrid_errors") == 0) return test_hybrid_errors();
   if (strcmp(argv[1], "errors") == 0) return test_errors();
   if (strcmp(argv[1], "synckill") == 0) return test_synckill();
   if (strcmp(argv[1], "syncback") == 0) return test_syncback();

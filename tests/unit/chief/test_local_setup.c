@@ -159,9 +159,15 @@ static void test_bad_options(void **state) {
   assert_int_equal(o.n_evaluators, 0);
   chief_local_result res;
   char err[512] = "";
-  o.n_ps = 0;
+  /* no PS is a hybrid job's way; fewer is no cluster */
+  o.n_ps = -1;
   assert_int_equal(chief_local_run(&o, &res, err, sizeof err), TSR_EINVAL);
-  assert_non_null(strstr(err, "--ps 0"));
+  assert_non_null(strstr(err, "--ps -1"));
+  o.n_ps = 1;
+  o.n_workers = 0;
+  assert_int_equal(chief_local_run(&o, &res, err, sizeof err), TSR_EINVAL);
+  assert_non_null(strstr(err, "--workers 0"));
+  o.n_workers = 2;
   o.n_ps = 1;
   o.n_evaluators = 2;
   assert_int_equal(chief_local_run(&o, &res, err, sizeof err), TSR_EINVAL);

@@ -4,9 +4,11 @@
  * injected failures stay within what a run must survive (a PS back before
  * --ps-timeout, fewer failed restores in a row than the tries), so every
  * run must end well: status 0 and exactly the job's steps, with sim.h's
- * invariants checked at every step. A second pass stops answering at a
- * random moment and lets only time pass: every run must still end (well,
- * or failed with a message). Thousands of runs per mode; a failing run
+ * invariants checked at every step; the one exception is a job with
+ * checkpoints that loses a PS after training began and before any
+ * checkpoint was committed (all failed): that run must fail, saying so.
+ * A second pass stops answering at a random moment and lets only time
+ * pass: every run must still end (well, or failed with a message). Thousands of runs per mode; a failing run
  * prints its seed (SIM_SEED=N reruns only it, SIM_VERBOSE=1 shows its
  * notes). */
 #include "sim.h"
@@ -243,7 +245,7 @@ static void one_event(rsim *x) {
 /* What the runs went through (SIM_STATS=1 prints it). */
 static struct {
   int runs, restores, discards, chief_restarts, ps_recoveries, left,
-      worker_restarts, epochs, timers_failed, alone;
+      worker_restarts, epochs, timers_failed, no_ckpt_failed, alone;
 } stats;
 
 static coord_sm_config random_config(rng *r, tsr_mode mode) {
@@ -304,7 +306,15 @@ static void one_run(unsigned seed, tsr_mode mode, bool timers_only) {
     }
   SIM_CHECK(s, s->ended, "not done after the calm phase (phase %s)",
             coord_sm_phase(s->sm));
+  if (s->status != 0 && c.ckpt && coord_sm_last_ckpt(s->sm) < 0 &&
+      strstr(s->fail, "no checkpoint was ever committed")) {
+    stats.no_ckpt_failed++;
+    sim_free(s);
+    return;
+  }
   SIM_CHECK(s, s->status == 0, "failed: %s", s->fail);
+  SIM_CHECK(s, coord_sm_initial_restarts(s->sm) == 0 || !c.ckpt,
+            "a job with checkpoints went on from initial values");
   int64_t total = coord_sm_total_steps(s->sm);
   SIM_CHECK(s, total > 0, "no total");
   SIM_CHECK(s, coord_sm_global_step(s->sm) == total,
@@ -329,11 +339,12 @@ static void runs(tsr_mode mode, bool timers_only, unsigned first) {
   if (getenv("SIM_STATS"))
     fprintf(stderr, "%d runs (%d epochs-based): with a restore %d, a "
             "failed checkpoint %d, a chief restart %d, a PS recovery %d (a "
-            "PS restored alone %d), a worker back %d, a worker left out %d; "
-            "timers only, failed %d\n",
+            "PS restored alone %d), a worker back %d, a worker left out %d, "
+            "a PS lost before any checkpoint %d; timers only, failed %d\n",
             stats.runs, stats.epochs, stats.restores, stats.discards,
             stats.chief_restarts, stats.ps_recoveries, stats.alone,
-            stats.worker_restarts, stats.left, stats.timers_failed);
+            stats.worker_restarts, stats.left, stats.no_ckpt_failed,
+            stats.timers_failed);
 }
 
 static void async_runs(void **state) {

@@ -303,6 +303,62 @@ static void lost_ps_recovers(void **state) {
   sim_free(&s);
 }
 
+/* Trains to `step` with every closure and op answered well. */
+static void run_to(sim *s, int64_t step) {
+  while (coord_sm_global_step(s->sm) < step && !s->ended) sim_step(s);
+}
+
+/* A PS lost, back, and set up again. */
+static void lose_ps(sim *s, int i) {
+  sim_ps_lost(s, i);
+  while (s->n_fl) sim_closure_fail(s, 0, COORD_ERR_TRANSIENT, "ps gone");
+  sim_tick(s, 1);
+  sim_ps_up(s, i);
+  assert_int_equal(s->op_kind, COORD_ACT_SETUP_PS);
+  sim_answer(s, 0, -1, false, NULL);
+}
+
+/* A job with checkpoints whose first one failed (a full disk) loses a PS
+ * after training began: its shards would start again from their initial
+ * values, so the run fails naming it (it went on and exited 0). */
+static void lost_ps_before_any_ckpt_fails(void **state) {
+  (void)state;
+  coord_sm_config c = sim_ckpt_config(2, 2, TSR_MODE_ASYNC, 100, 50);
+  sim s;
+  sim_init(&s, &c, 0);
+  start(&s);
+  assert_int_equal(s.op_kind, COORD_ACT_SAVE);
+  sim_answer(&s, 0, -1, false, NULL);
+  assert_int_equal(s.op_kind, COORD_ACT_COMMIT);
+  sim_answer(&s, TSR_EIO, -1, false, "no space left on device");
+  run_to(&s, 20);
+  lose_ps(&s, 1);
+  assert_true(s.ended);
+  assert_int_equal(s.status, 1);
+  assert_non_null(strstr(s.fail, "ps:1 was lost at step"));
+  assert_non_null(strstr(s.fail, "no checkpoint was ever committed"));
+  sim_free(&s);
+}
+
+/* A job without checkpoints goes on from the initial values, saying it
+ * will exit 1 (the I/O side turns the count into the exit status). */
+static void lost_ps_without_ckpts_goes_on(void **state) {
+  (void)state;
+  coord_sm_config c = sim_config(2, 2, TSR_MODE_ASYNC, 100);
+  sim s;
+  sim_init(&s, &c, 0);
+  start(&s);
+  run_to(&s, 30);
+  lose_ps(&s, 1);
+  assert_false(s.ended);
+  assert_true(sim_noted(&s, "the run goes on and will exit 1"));
+  sim_run_calm(&s, 2000);
+  assert_int_equal(s.status, 0);
+  assert_int_equal(coord_sm_global_step(s.sm), 100);
+  assert_int_equal(coord_sm_initial_restarts(s.sm), 1);
+  sim_free(&s);
+}
+
 /* The chief and a worker die together (sync): the new chief resumes from
  * the checkpoint, the worker comes back, the count is exact. */
 static void chief_and_worker_die_together(void **state) {
@@ -512,6 +568,8 @@ int main(void) {
       cmocka_unit_test(epochs_job_with_a_silent_worker_fails),
       cmocka_unit_test(full_disk_is_named),
       cmocka_unit_test(lost_ps_recovers),
+      cmocka_unit_test(lost_ps_before_any_ckpt_fails),
+      cmocka_unit_test(lost_ps_without_ckpts_goes_on),
       cmocka_unit_test(chief_and_worker_die_together),
       cmocka_unit_test(both_workers_die_at_once),
       cmocka_unit_test(sync_worker_back_sits_out),

@@ -32,6 +32,7 @@ COMPONENTS = {
     "proto.rpc": (["rpc.pb-c.h"], [], []),
     "proto.event": (["event.pb-c.h", "hparams.pb-c.h"], [], []),
     "proto.ps": (["ps.pb-c.h"], [], []),
+    "proto.coll": (["coll.pb-c.h"], [], []),
     "proto.roles": (["worker.pb-c.h", "chief.pb-c.h", "example.pb-c.h"],
                     [], []),
     # the one library all the metas are compiled into: anyone links it
@@ -48,6 +49,10 @@ COMPONENTS = {
     # what the PS server and its client both speak
     "ps.wire": (["ps/wire/"], ["libtsr_ps_wire.a"],
                 ["config", "common", "kernels", "proto.ps"]),
+    # the collectives (ring all-reduce, broadcast, barrier, gradient
+    # buckets) among a group of processes over the RPC: knows no role
+    "coll": (["common/coll/"], ["libtsr_coll.a"],
+             ["config", "common", "proto.coll"]),
     # the shard file format (reader, writer, validation; FORMAT.md beside
     # it) that the PS writes and reads, the chief verifies and `tessera
     # ckpt` reads
@@ -77,7 +82,7 @@ COMPONENTS = {
     "worker": (["worker/"], ["libtsr_worker.a"],
                ["config", "common", "kernels", "artifacts", "ps.wire",
                 "ps.client", "worker.wire", "worker.model", "worker.exec",
-                "proto.rpc", "proto.ps", "proto.roles"]),
+                "coll", "proto.rpc", "proto.ps", "proto.roles"]),
     # the chief's RPC method numbers (`tessera status` calls the chief)
     "chief.wire": (["chief/wire.h"], [], []),
     # the evaluator sidecar runs the model, so it may use the worker's
@@ -101,6 +106,9 @@ LINK_ALSO = {
     # TF_CONFIG's evaluator task runs in tessera-chief (chief/eval/) and
     # runs the model with the worker's executor
     ("chief", "worker"): "the evaluator sidecar runs the model",
+    # ... and the worker library has the workers' ring (dense "allreduce")
+    ("chief", "coll"): "the worker library it links for the evaluator "
+                       "holds the workers' ring",
 }
 
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')

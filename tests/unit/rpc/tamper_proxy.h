@@ -4,7 +4,8 @@
  * can change one frame of one direction: flip a byte, drop it, send it
  * twice, or swap it with the next. It serves one connection at a time on
  * its own thread (blocking sockets and poll) and tampers once; later
- * connections (the client reconnecting) pass untouched. */
+ * connections (the client reconnecting) pass untouched, unless `every`
+ * asks it to change every frame that counts, on every connection. */
 #ifndef TSR_TEST_TAMPER_PROXY_H
 #define TSR_TEST_TAMPER_PROXY_H
 
@@ -45,6 +46,7 @@ typedef struct tamper_proxy {
   size_t min_payload;  /* only frames with at least this much payload
                           count (0: every frame, pings included) */
   int plain;           /* frames without a tag */
+  int every;           /* TP_FLIP every frame that counts, always */
   size_t tag;
   atomic_int done;     /* the tampering happened */
   atomic_int conns;    /* connections relayed */
@@ -78,8 +80,8 @@ static inline int tp_forward(tamper_proxy *t, tp_dir *d, int which, int out) {
     uint8_t *f = d->buf + pos;
     pos += flen;
     int counts = pay >= t->min_payload;
-    int hit = counts && which == t->dir && !atomic_load(&t->done) &&
-              t->mode != TP_PASS && d->frames == t->at;
+    int hit = counts && which == t->dir && t->mode != TP_PASS &&
+              (t->every || (!atomic_load(&t->done) && d->frames == t->at));
     if (counts) d->frames++;
     if (d->held) { /* swap: this frame first, then the one held back */
       int rc = tp_write_all(out, f, flen) ||
@@ -180,7 +182,8 @@ static inline void *tp_main(void *arg) {
 }
 
 /* Starts a proxy to 127.0.0.1:target_port doing what t's fields say
- * (mode, dir, at, flip_off, min_payload, plain; the rest zero); t->port is
+ * (mode, dir, at, flip_off, min_payload, plain, every; the rest zero);
+ * t->port is
  * where to connect. */
 static inline int tp_start(tamper_proxy *t, int target_port) {
   t->target_port = target_port;

@@ -323,6 +323,16 @@ static void ratelog_pure(void **s) {
   assert_int_equal(sup, 99);
   assert_int_equal(tsr_rpc__ratelog_note(&rl, "10.0.0.1:7", 1001, iv, &sup,
                                          host, sizeof host), 0);
+  /* keys taken whole: two socket names of one address are two keys */
+  assert_int_equal(tsr_rpc__ratelog_note_key(&rl, "@tessera-rpc/10.0.0.1:5",
+                                             1500, iv, &sup), 1);
+  assert_int_equal(tsr_rpc__ratelog_note_key(&rl, "@tessera-rpc/10.0.0.1:6",
+                                             1500, iv, &sup), 1);
+  assert_int_equal(tsr_rpc__ratelog_note_key(&rl, "@tessera-rpc/10.0.0.1:6",
+                                             1501, iv, &sup), 0);
+  assert_int_equal(tsr_rpc__ratelog_note_key(&rl, "@tessera-rpc/10.0.0.1:6",
+                                             2600, iv, &sup), 1);
+  assert_int_equal(sup, 1);
   /* more addresses than slots: each still gets its first line */
   for (int i = 0; i < 3 * TSR_RPC__RATELOG_SLOTS; i++) {
     char peer[32];
@@ -432,6 +442,76 @@ static void refused_local_peers_rate_limited(void **s) {
   refused_rate_limited(TSR_RPC_TRANSPORT_AUTO, "unix:", "unix");
 }
 
+/* A relay that changes every request frame on every connection: each
+ * connection dies at its first call, the client reconnects at once, and
+ * both ends log one line per peer per interval (400 ms here), the next
+ * with the count of the rest, instead of a line (or two) per connection. */
+static void bad_frames_rate_limited(void **st) {
+  env e;
+  env_tamper(&e, TP_FLIP, TP_C2S, 0, -17 - 100, PLEN);
+  e.tp.every = 1;
+  assert_int_equal(uv_loop_init(&e.loop), 0);
+  tsr_rpc_opts o;
+  ru_opts(&o, "srv");
+  o.refuse_log_ms = 400;
+  assert_int_equal(tsr_rpc_ctx_new(&e.sctx, &e.loop, &o), 0);
+  ru_opts(&o, "cli");
+  o.refuse_log_ms = 400;
+  o.backoff_min_ms = 1;
+  o.backoff_max_ms = 2;
+  assert_int_equal(tsr_rpc_ctx_new(&e.cctx, &e.loop, &o), 0);
+  assert_int_equal(tsr_rpc_server_new(&e.srv, e.sctx), 0);
+  assert_int_equal(tsr_rpc_server_register(e.srv, M_ECHO, h_echo, &e.seen),
+                   0);
+  assert_int_equal(tsr_rpc_server_listen(e.srv, "127.0.0.1:0"), 0);
+  assert_int_equal(tp_start(&e.tp, tsr_rpc_server_port(e.srv)), 0);
+  char addr[64], path[] = "/tmp/tsr-badframes-XXXXXX";
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", e.tp.port);
+  int lf = mkstemp(path);
+  assert_true(lf >= 0);
+  fflush(stderr);
+  int saved = dup(2);
+  dup2(lf, 2);
+  uint64_t t0 = tsr_now_ms();
+  assert_int_equal(tsr_rpc_client_new(&e.cli, e.cctx, addr), 0);
+  /* calls until 40 connections died and the first interval is well past
+   * (so a line with a count is due) */
+  int failed = 0, ok = 0;
+  while ((failed < 40 || tsr_now_ms() - t0 < 1000) &&
+         tsr_now_ms() - t0 < 30000) {
+    res r;
+    call(&e, &r);
+    if (r.status == 0) ok++; else failed++;
+  }
+  env_down(&e);
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  close(lf);
+  uint64_t elapsed = tsr_now_ms() - t0;
+  int srv_lines = count_lines(path, "rpc srv:");
+  int cli_lines = count_lines(path, "rpc cli:");
+  int counted = count_lines(path, "more bad frames from 127.0.0.1 ");
+  int warn = count_lines(path, " WARN ");
+  unlink(path);
+  print_message("%d calls failed (%d ok) over %d connections in %llu ms: "
+                "%d server lines, %d client lines, %d with a count, %d "
+                "warnings\n", failed, ok, atomic_load(&e.tp.conns),
+                (unsigned long long)elapsed, srv_lines, cli_lines, counted,
+                warn);
+  /* nothing changed went through */
+  assert_int_equal(ok, 0);
+  assert_int_equal(e.seen.altered, 0);
+  assert_true(failed >= 40);
+  /* each end: one line per started interval of 400 ms */
+  uint64_t most = elapsed / 400 + 1;
+  assert_true(srv_lines >= 1 && (uint64_t)srv_lines <= most);
+  assert_true(cli_lines >= 1 && (uint64_t)cli_lines <= most);
+  assert_true(counted >= 1);
+  /* and no other line per connection */
+  assert_true((uint64_t)warn <= 2 * most);
+}
+
 int main(void) {
   for (int i = 0; i < PLEN; i++) g_pat[i] = (uint8_t)(i * 7 + 1);
   const struct CMUnitTest tests[] = {
@@ -452,6 +532,7 @@ int main(void) {
       cmocka_unit_test(ratelog_pure),
       cmocka_unit_test(refused_peers_rate_limited),
       cmocka_unit_test(refused_local_peers_rate_limited),
+      cmocka_unit_test(bad_frames_rate_limited),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

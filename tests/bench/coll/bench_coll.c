@@ -1,0 +1,398 @@
+/* bench_coll: ring all-reduce (common/coll) against raw TCP between the
+ * same processes, in the same run.
+ *
+ * For N = 2 and 3 the bench forks N rank processes on 127.0.0.1. Each
+ * opens a raw TCP ring (a blocking socket to its right neighbour, one
+ * from its left) beside its RPC server and collective. Baseline: the
+ * ring's link bandwidth with every link busy at once, as an all-reduce
+ * keeps them: every rank writes B bytes to its right (a writer thread,
+ * 1 MiB writes) while it reads B bytes from its left; link bandwidth =
+ * B / time of the slowest rank. Ours: an all-reduce of S bytes of
+ * float32; bus bandwidth = S / time * 2(N-1)/N (the bytes each link
+ * carries; NCCL's busbw), time of the slowest rank. Each round alternates
+ * the two, after a ring barrier; best of ROUNDS. The RPC takes the same
+ * path every call takes (the same-host Unix socket, no frame MAC there:
+ * rpc.h); a second table runs it over TCP with frame MACs
+ * (TESSERA_RPC_TRANSPORT=tcp), the way ranks on two hosts talk.
+ *
+ * Also printed: all-reduce bus bandwidth by size from 64 KiB to 64 MiB on
+ * 2 ranks, the curve that sets the gradient bucket size (the smallest
+ * size whose bus bandwidth is near the large-size figure), and the
+ * segment size's effect at 64 MiB.
+ *
+ * Lines `RATIO allreduce_busbw_<S>_vs_tcp[_<N>w] value goal 0.8`; the
+ * unsuffixed ones are the smaller of the 2- and 3-rank figures. */
+#include "common/clock.h"
+#include "common/coll/coll.h"
+#include "common/err.h"
+#include "common/log.h"
+#include "common/rpc/rpc.h"
+#include "tests/unit/coll/coll_util.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define TOKEN "bench-coll-token"
+#define MAXN 3
+#define ROUNDS 5
+#define WRITE_CHUNK ((size_t)1 << 20)
+
+/* ---- one rank ------------------------------------------------------------ */
+
+typedef struct {
+  uv_loop_t loop;
+  tsr_rpc_ctx *ctx;
+  tsr_rpc_server *srv;
+  tsr_coll *coll;
+  int rank, n;
+  int raw_l;            /* raw listener */
+  int to_right, from_left;
+  uint8_t *src, *sink;  /* raw buffers */
+} rank_t;
+
+typedef struct {
+  int fd;
+  const uint8_t *p;
+  size_t n;
+} wr_arg;
+
+static void *writer(void *a) {
+  wr_arg *w = a;
+  for (size_t off = 0; off < w->n; off += WRITE_CHUNK) {
+    size_t k = w->n - off < WRITE_CHUNK ? w->n - off : WRITE_CHUNK;
+    if (cu_write_all(w->fd, w->p + off, k)) break;
+  }
+  return NULL;
+}
+
+/* A token around the raw ring: every rank has reached this point. */
+static void raw_barrier(rank_t *r) {
+  uint8_t t = 1;
+  for (int i = 0; i < 2; i++) {
+    cu_write_all(r->to_right, &t, 1);
+    cu_read_all(r->from_left, &t, 1);
+  }
+}
+
+/* B bytes to the right while B bytes arrive from the left; seconds. */
+static double raw_shift(rank_t *r, size_t bytes) {
+  raw_barrier(r);
+  uint64_t t0 = tsr_now_ns();
+  wr_arg w = {r->to_right, r->src, bytes};
+  pthread_t th;
+  pthread_create(&th, NULL, writer, &w);
+  for (size_t off = 0; off < bytes; off += WRITE_CHUNK) {
+    size_t k = bytes - off < WRITE_CHUNK ? bytes - off : WRITE_CHUNK;
+    if (cu_read_all(r->from_left, r->sink, k)) break;
+  }
+  pthread_join(th, NULL);
+  return (double)(tsr_now_ns() - t0) / 1e9;
+}
+
+static void on_done(int status, const char *msg, void *data) {
+  int *d = data;
+  *d = status ? status : 1;
+  if (status) fprintf(stderr, "bench_coll: %s\n", msg);
+}
+
+static int run_op(rank_t *r, int (*post)(rank_t *, int *), int *flag) {
+  *flag = 0;
+  if (post(r, flag)) return -1;
+  while (!*flag) uv_run(&r->loop, UV_RUN_ONCE);
+  return *flag == 1 ? 0 : -1;
+}
+
+static float *g_buf;
+static size_t g_count;
+
+static int post_barrier(rank_t *r, int *flag) {
+  return tsr_coll_barrier(r->coll, on_done, flag);
+}
+static int post_allreduce(rank_t *r, int *flag) {
+  return tsr_coll_allreduce(r->coll, g_buf, g_count, on_done, flag);
+}
+
+/* One all-reduce of `bytes`; seconds. */
+static double coll_time(rank_t *r, size_t bytes) {
+  int flag;
+  if (run_op(r, post_barrier, &flag)) return -1;
+  g_count = bytes / sizeof(float);
+  uint64_t t0 = tsr_now_ns();
+  if (run_op(r, post_allreduce, &flag)) return -1;
+  return (double)(tsr_now_ns() - t0) / 1e9;
+}
+
+static int listen_raw(int *port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (bind(fd, (struct sockaddr *)&a, sizeof a) || listen(fd, 4)) return -1;
+  socklen_t l = sizeof a;
+  getsockname(fd, (struct sockaddr *)&a, &l);
+  *port = ntohs(a.sin_port);
+  return fd;
+}
+
+static int connect_raw(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, (struct sockaddr *)&a, sizeof a)) return -1;
+  return fd;
+}
+
+/* What a rank is asked to measure. */
+typedef struct {
+  int n;
+  uint32_t segment_bytes;
+  int nsizes;
+  size_t sizes[8];
+  bool raw;            /* the baseline too */
+  int rounds;
+} plan_t;
+
+typedef struct {
+  char addr[64];
+  int raw_port;
+} hello_t;
+
+/* Runs in the child: returns per (size, round) [raw, coll] seconds. */
+static int rank_main(int rank, const plan_t *p, int up, int down) {
+  alarm(600);
+  signal(SIGPIPE, SIG_IGN);
+  rank_t r;
+  memset(&r, 0, sizeof r);
+  r.rank = rank;
+  r.n = p->n;
+  uv_loop_init(&r.loop);
+  char name[32];
+  snprintf(name, sizeof name, "worker:%d", rank);
+  tsr_rpc_opts ro;
+  memset(&ro, 0, sizeof ro);
+  ro.name = name;
+  ro.token = TOKEN;
+  ro.token_len = strlen(TOKEN);
+  tsr_coll_opts co;
+  memset(&co, 0, sizeof co);
+  co.segment_bytes = p->segment_bytes;
+  hello_t h;
+  memset(&h, 0, sizeof h);
+  if (tsr_rpc_ctx_new(&r.ctx, &r.loop, &ro) ||
+      tsr_rpc_server_new(&r.srv, r.ctx) ||
+      tsr_coll_new(&r.coll, r.ctx, r.srv, &co) ||
+      tsr_rpc_server_listen(r.srv, "127.0.0.1:0"))
+    return 2;
+  snprintf(h.addr, sizeof h.addr, "127.0.0.1:%d", tsr_rpc_server_port(r.srv));
+  if ((r.raw_l = listen_raw(&h.raw_port)) < 0) return 3;
+  if (cu_write_all(up, &h, sizeof h)) return 4;
+  hello_t all[MAXN];
+  if (cu_read_all(down, all, sizeof(hello_t) * (size_t)p->n)) return 5;
+  /* raw ring: connect right, accept left */
+  if ((r.to_right = connect_raw(all[(rank + 1) % p->n].raw_port)) < 0)
+    return 6;
+  if ((r.from_left = accept(r.raw_l, NULL, NULL)) < 0) return 7;
+  const char *addrs[MAXN];
+  for (int i = 0; i < p->n; i++) addrs[i] = all[i].addr;
+  tsr_coll_group g = {1, rank, p->n, addrs, NULL, 0};
+  int flag = 0;
+  if (tsr_coll_configure(r.coll, &g, on_done, &flag)) return 8;
+  while (!flag) uv_run(&r.loop, UV_RUN_ONCE);
+  if (flag != 1) return 9;
+  size_t maxb = 0;
+  for (int i = 0; i < p->nsizes; i++)
+    if (p->sizes[i] > maxb) maxb = p->sizes[i];
+  g_buf = malloc(maxb);
+  r.src = malloc(maxb);
+  r.sink = malloc(WRITE_CHUNK);
+  memset(g_buf, 0, maxb);
+  memset(r.src, 1, maxb);
+  memset(r.sink, 0, WRITE_CHUNK);
+  /* warm-up: connections, pools, pages */
+  if (coll_time(&r, maxb) < 0) return 10;
+  if (p->raw) raw_shift(&r, maxb);
+  double *t = calloc((size_t)p->nsizes * (size_t)p->rounds * 2,
+                     sizeof(double));
+  for (int s = 0; s < p->nsizes; s++)
+    for (int k = 0; k < p->rounds; k++) {
+      double *cell = t + ((size_t)s * (size_t)p->rounds + (size_t)k) * 2;
+      if (p->raw) cell[0] = raw_shift(&r, p->sizes[s]);
+      if ((cell[1] = coll_time(&r, p->sizes[s])) < 0) return 11;
+    }
+  if (cu_write_all(up, t, sizeof(double) * (size_t)p->nsizes *
+                           (size_t)p->rounds * 2))
+    return 12;
+  /* the process ends here: the kernel closes what is open */
+  return 0;
+}
+
+/* Forks p->n ranks, returns per (size, round) the slowest rank's [raw,
+ * coll] seconds in t. */
+static int run_plan(const plan_t *p, double *t) {
+  pid_t pid[MAXN];
+  int up[MAXN], down[MAXN];
+  for (int i = 0; i < p->n; i++) {
+    int a[2], b[2];
+    if (pipe(a) || pipe(b)) return -1;
+    fflush(stdout);
+    if ((pid[i] = fork()) == 0) {
+      close(a[0]);
+      close(b[1]);
+      _exit(rank_main(i, p, a[1], b[0]));
+    }
+    close(a[1]);
+    close(b[0]);
+    up[i] = a[0];
+    down[i] = b[1];
+  }
+  hello_t all[MAXN];
+  int rc = 0;
+  for (int i = 0; i < p->n; i++)
+    if (cu_read_all(up[i], &all[i], sizeof all[i])) rc = -1;
+  for (int i = 0; i < p->n && !rc; i++)
+    if (cu_write_all(down[i], all, sizeof(hello_t) * (size_t)p->n)) rc = -1;
+  size_t cells = (size_t)p->nsizes * (size_t)p->rounds * 2;
+  double *one = calloc(cells, sizeof(double));
+  memset(t, 0, cells * sizeof(double));
+  for (int i = 0; i < p->n; i++) {
+    if (!rc && cu_read_all(up[i], one, cells * sizeof(double))) rc = -1;
+    for (size_t c = 0; !rc && c < cells; c++)
+      if (one[c] > t[c]) t[c] = one[c];
+  }
+  free(one);
+  for (int i = 0; i < p->n; i++) {
+    int st;
+    if (rc) kill(pid[i], SIGKILL);
+    waitpid(pid[i], &st, 0);
+    if (!WIFEXITED(st) || WEXITSTATUS(st)) {
+      fprintf(stderr, "bench_coll: rank %d exited %d\n", i,
+              WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st));
+      rc = -1;
+    }
+    close(up[i]);
+    close(down[i]);
+  }
+  return rc;
+}
+
+static double best(const double *t, int rounds, int size, int which) {
+  double b = 0;
+  for (int k = 0; k < rounds; k++) {
+    double v = t[((size_t)size * (size_t)rounds + (size_t)k) * 2 + (size_t)which];
+    if (v > 0 && (b == 0 || v < b)) b = v;
+  }
+  return b;
+}
+
+static const char *mib(size_t b, char *buf, size_t len) {
+  if (b >= ((size_t)1 << 20))
+    snprintf(buf, len, "%zuMiB", b >> 20);
+  else
+    snprintf(buf, len, "%zuKiB", b >> 10);
+  return buf;
+}
+
+int main(int argc, char **argv) {
+  (void)argc;
+  (void)argv;
+  signal(SIGPIPE, SIG_IGN);
+  tsr_log_set_level(TSR_LOG_WARN);
+  const char *tr = getenv("TESSERA_RPC_TRANSPORT");
+  printf("bench_coll: ring all-reduce vs raw TCP ring, %ld CPUs, transport "
+         "%s\n", sysconf(_SC_NPROCESSORS_ONLN), tr && *tr ? tr : "auto");
+  double worst[2] = {0, 0};
+  bool have[2] = {false, false};
+  for (int pass = 0; pass < 2; pass++) {
+    if (pass == 1) setenv("TESSERA_RPC_TRANSPORT", "tcp", 1);
+    printf("\n%s\n", pass ? "RPC over TCP with frame MACs (ranks on two "
+                            "hosts)" : "RPC as on one host (same-host socket)");
+    printf("%-6s %-7s %12s %12s %12s %7s\n", "ranks", "size", "raw GB/s",
+           "busbw GB/s", "algbw GB/s", "ratio");
+    for (int n = 2; n <= 3; n++) {
+      plan_t p;
+      memset(&p, 0, sizeof p);
+      p.n = n;
+      p.nsizes = 2;
+      p.sizes[0] = (size_t)4 << 20;
+      p.sizes[1] = (size_t)64 << 20;
+      p.raw = true;
+      p.rounds = ROUNDS;
+      double t[2 * ROUNDS * 2];
+      if (run_plan(&p, t)) return 1;
+      for (int s = 0; s < 2; s++) {
+        double raw = (double)p.sizes[s] / best(t, ROUNDS, s, 0) / 1e9;
+        double alg = (double)p.sizes[s] / best(t, ROUNDS, s, 1) / 1e9;
+        double bus = alg * 2.0 * (n - 1) / n;
+        double ratio = bus / raw;
+        char b[16];
+        printf("%-6d %-7s %12.3f %12.3f %12.3f %7.2f\n", n,
+               mib(p.sizes[s], b, sizeof b), raw, bus, alg, ratio);
+        if (pass == 0) {
+          printf("RATIO allreduce_busbw_%s_vs_tcp_%dw %.2f goal 0.8\n",
+                 mib(p.sizes[s], b, sizeof b), n, ratio);
+          if (!have[s] || ratio < worst[s]) worst[s] = ratio;
+          have[s] = true;
+        } else {
+          printf("RATIO allreduce_busbw_%s_vs_tcp_%dw_tcpmac %.2f goal "
+                 "0.8\n", mib(p.sizes[s], b, sizeof b), n, ratio);
+        }
+      }
+    }
+  }
+  unsetenv("TESSERA_RPC_TRANSPORT");
+  if (tr) setenv("TESSERA_RPC_TRANSPORT", tr, 1);
+
+  /* the bucket-size curve, 2 ranks */
+  printf("\nall-reduce bus bandwidth by size (2 ranks, best of %d)\n",
+         ROUNDS);
+  plan_t c;
+  memset(&c, 0, sizeof c);
+  c.n = 2;
+  c.rounds = ROUNDS;
+  size_t curve[] = {64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20,
+                    64 << 20};
+  c.nsizes = 6;
+  for (int i = 0; i < 6; i++) c.sizes[i] = curve[i];
+  double tc[6 * ROUNDS * 2];
+  if (run_plan(&c, tc)) return 1;
+  printf("%-8s %10s %12s\n", "size", "time ms", "busbw GB/s");
+  for (int s = 0; s < 6; s++) {
+    double sec = best(tc, ROUNDS, s, 1);
+    char b[16];
+    printf("%-8s %10.3f %12.3f\n", mib(curve[s], b, sizeof b), sec * 1e3,
+           (double)curve[s] / sec / 1e9);
+  }
+
+  /* segment size at 64 MiB, 3 ranks */
+  printf("\nsegment size at 64MiB (3 ranks, best of 3)\n");
+  printf("%-8s %12s\n", "segment", "busbw GB/s");
+  uint32_t segs[] = {64 << 10, 256 << 10, 512 << 10, 2 << 20, 8 << 20};
+  for (int i = 0; i < 5; i++) {
+    plan_t q;
+    memset(&q, 0, sizeof q);
+    q.n = 3;
+    q.rounds = 3;
+    q.nsizes = 1;
+    q.sizes[0] = (size_t)64 << 20;
+    q.segment_bytes = segs[i];
+    double tq[1 * 3 * 2];
+    if (run_plan(&q, tq)) return 1;
+    char b[16];
+    printf("%-8s %12.3f\n", mib(segs[i], b, sizeof b),
+           (double)q.sizes[0] / best(tq, 3, 0, 1) / 1e9 * 4.0 / 3.0);
+  }
+  printf("\n");
+  printf("RATIO allreduce_busbw_4MiB_vs_tcp %.2f goal 0.8\n", worst[0]);
+  printf("RATIO allreduce_busbw_64MiB_vs_tcp %.2f goal 0.8\n", worst[1]);
+  return 0;
+}
