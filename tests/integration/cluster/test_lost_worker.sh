@@ -22,6 +22,8 @@ run() {
     \"mode\": \"$mode\", \"checkpoint\": {\"dir\": \"ckpt\", \"every_steps\": 1000}"
   cluster 2 2
   : >"$WORK/worker0.log"; : >"$WORK/worker1.log"; : >"$WORK/chief.log"
+  # the chief keeps a summary of more steps (the run before's)
+  rm -f "$WORK/s.json"
   start_all
   local hb=()
   [ "$how" = stop ] && hb=(--heartbeat-timeout 3)
