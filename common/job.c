@@ -280,6 +280,18 @@ int tsr_job_parse(const char *text, const char *source, const char *base_dir,
   }
   job->raw = root;
   emsg[0] = 0;
+  json_t *ep = json_object_get(root, "epochs");
+  if (json_is_integer(ep) && json_integer_value(ep) == 0) {
+    /* Keras's fit(epochs=0) trains nothing and returns; a job that says
+     * so most likely wants its weights evaluated, which has commands */
+    rc = TSR_ECONFIG;
+    snprintf(emsg, sizeof emsg,
+             "epochs = 0 is out of range [1, %d]: it trains nothing; to "
+             "evaluate weights without training, run `tessera evaluate --job "
+             "JOB (--checkpoint DIR | --weights FILE)` or `tessera-worker "
+             "--standalone --evaluate`", 1 << 30);
+    goto efail;
+  }
   if ((rc = tsr__jk_read(job, root, "", tsr__job_keys, tsr__job_nkeys,
                          base_dir, emsg, sizeof emsg)))
     goto efail;

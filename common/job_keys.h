@@ -50,8 +50,9 @@
   X(batch_size, INT(batch_size, 1, 1 << 24), "32", "per worker step")         \
   X(steps, INT(steps, 0, INT64_MAX / 2), "0 (train `epochs`)",                \
     "global steps to train")                                                  \
-  X(epochs, INT(epochs, 0, 1 << 30), "1 (when `steps` is 0)",                 \
-    "passes over the training data")                                          \
+  X(epochs, INT(epochs, 1, 1 << 30), "1 (when `steps` is 0)",                 \
+    "passes over the training data (0, which trains nothing, is refused: "    \
+    "`tessera evaluate` evaluates weights without training)")                 \
   X(steps_per_closure, INT(steps_per_closure, 1, 1 << 30), "10",              \
     "steps a worker runs per scheduled closure (at most two in flight per "   \
     "worker)")                                                                \

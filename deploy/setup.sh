@@ -10,10 +10,16 @@
 #   deploy/setup.sh test       ... then run every test: the suite in build/,
 #                              the same suite under ASan+UBSan in
 #                              build-asan/, and the fuzz targets with
-#                              fixed seeds and run counts
+#                              fixed seeds and run counts; the checks
+#                              against Keras itself run in the first suite
+#                              with TensorFlow's CPU wheel, tf_keras and
+#                              Keras 3, which pip installs once into
+#                              BUILD_DIR/keras-venv (deploy/keras-venv.sh;
+#                              without the registry they skip, saying why)
 #
 # Environment: BUILD_DIR (default build), JOBS (ninja -j, default nproc),
-# TSR_FUZZ_SCALE (multiplies the fixed fuzz run counts in `test`, default 1).
+# TSR_FUZZ_SCALE (multiplies the fixed fuzz run counts in `test`, default 1),
+# TSR_KERAS_PYTHON (an interpreter with Keras to use instead of the venv).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -23,7 +29,7 @@ cd "$root"
 mode=${1:-build}
 case "$mode" in
   build|main|test) ;;
-  -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+  -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
   *) echo "setup.sh: unknown mode '$mode' (build, main, test)" >&2; exit 2 ;;
 esac
 shift || true
@@ -36,8 +42,8 @@ say() { printf '[setup] %s\n' "$*"; }
 # ---- Debian packages -------------------------------------------------------
 pkgs=(meson ninja-build pkg-config gcc g++ libc6-dev
       libuv1-dev libprotobuf-c-dev protobuf-c-compiler libmsgpack-dev
-      libcmocka-dev libopenblas-dev libjansson-dev libsodium-dev zlib1g-dev
-      libpng-dev libjpeg62-turbo-dev libhdf5-dev libssl-dev
+      libcmocka-dev libopenblas-dev libdnnl-dev libjansson-dev libsodium-dev
+      zlib1g-dev libpng-dev libjpeg62-turbo-dev libhdf5-dev libssl-dev
       dataset-fashion-mnist)
 if [ "$mode" = test ]; then
   # libFuzzer targets, network-namespace tests; the deployment tests: a
@@ -97,6 +103,21 @@ case "$mode" in
   test)
     export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
     export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
+    # Keras for the checks against Keras itself (keras_compare,
+    # keras_evaluate, the Keras part of the export tests), in the main
+    # suite: under ASan they would check again the code the suite's own
+    # ASan tests cover, at about two minutes more
+    if [ -n "${TSR_KERAS_PYTHON:-}" ]; then
+      say "Keras checks with TSR_KERAS_PYTHON=$TSR_KERAS_PYTHON"
+    elif "$here/keras-venv.sh" "$BUILD_DIR"; then
+      TSR_KERAS_PYTHON=$(cd "$BUILD_DIR" && pwd)/keras-venv/bin/python
+      export TSR_KERAS_PYTHON
+    else
+      TSR_KERAS_WHY=$(head -1 "$BUILD_DIR/keras-venv.skip" 2>/dev/null ||
+                      echo "deploy/keras-venv.sh $BUILD_DIR failed")
+      export TSR_KERAS_WHY
+      say "the checks against Keras will skip: $TSR_KERAS_WHY"
+    fi
     say "test suite ($BUILD_DIR)"
     meson test -C "$BUILD_DIR" --num-processes "$JOBS" --print-errorlogs "$@"
     configure build-asan -Db_sanitize=address,undefined -Db_lundef=false \
@@ -104,6 +125,8 @@ case "$mode" in
     say "building build-asan (ASan + UBSan)"
     ninja -C build-asan -j "$JOBS" >/dev/null
     say "test suite under ASan + UBSan (build-asan)"
+    TSR_KERAS_WHY="the checks against Keras run in the main suite ($BUILD_DIR), not under ASan" \
+    env -u TSR_KERAS_PYTHON \
     meson test -C build-asan --num-processes "$JOBS" --print-errorlogs \
       --timeout-multiplier 3 "$@"
     if [ -x tests/fuzz/run.sh ]; then

@@ -200,6 +200,9 @@ void *kern__module_sym(const char *name) {
 const kern__ops *kern__ctx_ops(const kern_ctx *c) { return c->ops; }
 void *kern__ctx_impl(const kern_ctx *c) { return c->impl; }
 bool kern_is_host(const kern_ctx *c) { return c->ops->host; }
+int kern_threads(const kern_ctx *c) {
+  return c->ops->threads ? c->ops->threads(c->impl) : 1;
+}
 int kern_device_index(const kern_ctx *c) { return c->device; }
 
 const char *kern_cpu_corename(void) {
@@ -309,7 +312,8 @@ int kern_gemm(kern_ctx *c, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
 int kern_bias_act(kern_ctx *c, float *z, const float *bias, float *y,
                   int64_t n, int64_t d, kern_act act, float alpha) {
   if ((unsigned)act >= KERN_ACT__COUNT) return TSR_EINVAL;
-  if (y == z && act != KERN_ACT_LINEAR) return TSR_EINVAL;
+  if (y == z && act != KERN_ACT_LINEAR && act != KERN_ACT_RELU)
+    return TSR_EINVAL;
   if (n * d == 0) return 0;
   KERN__DO(c, "bias_act", c->ops->bias_act(c->impl, z, bias, y, n, d, act,
                                            alpha));

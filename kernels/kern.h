@@ -89,10 +89,15 @@ typedef enum { KERN_POOL_SUM = 0, KERN_POOL_MEAN } kern_pool;
 
 typedef struct kern_ctx kern_ctx;
 
+#define KERN_MAX_THREADS 256 /* kern_opts.cpu_threads */
+
 typedef struct {
   kern_device device;
   int gpu_index;        /* which visible GPU (0-based) */
-  int cpu_threads;      /* OpenBLAS threads; <= 0 means 1 (one per worker) */
+  int cpu_threads;      /* CPU threads (the caller and cpu_threads - 1
+                         * workers that sleep while idle); <= 0 means 1
+                         * (one per worker); at most KERN_MAX_THREADS
+                         * (TSR_EINVAL) */
   const char *module_path; /* CUDA module file; NULL: search (kern_module_path) */
   bool force_module;    /* load the module even when no /dev/nvidia* exists
                          * (tests of the fallback) */
@@ -117,6 +122,12 @@ int kern_gpu_count(const kern_opts *opts, int *count, char *why, size_t len);
 int kern_module_path(char *buf, size_t len);
 
 const char *kern_backend_name(const kern_ctx *ctx); /* "cpu" / "cuda" */
+/* CPU threads the context's ops run on (kern_opts.cpu_threads as the CPU
+ * backend started them); 1 on a GPU. */
+int kern_threads(const kern_ctx *ctx);
+/* What computes the CPU backend's convolutions: "oneDNN 2.6.3" or
+ * "im2col + OpenBLAS" (the build without oneDNN, and the GPU module). */
+const char *kern_conv_impl(const kern_ctx *ctx);
 bool kern_is_host(const kern_ctx *ctx);
 int kern_device_index(const kern_ctx *ctx);
 /* Why the last op of this context that failed did ("gemm on cuda:
@@ -155,7 +166,8 @@ int kern_gemm(kern_ctx *ctx, bool ta, bool tb, int64_t m, int64_t n,
               float beta, float *C, kern_prec prec);
 
 /* z[n,d] += bias (bias may be NULL), then y = act(z); y may equal z only
- * for the linear activation. */
+ * for the linear activation and relu (whose gradient y tells as well as
+ * z: kern_act_grad may be given y for z). */
 int kern_bias_act(kern_ctx *ctx, float *z, const float *bias, float *y,
                   int64_t n, int64_t d, kern_act act, float alpha);
 /* dz = dy * act'(z) given z and y = act(z) (softmax: the row Jacobian). */

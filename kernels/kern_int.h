@@ -16,7 +16,7 @@
 extern "C" {
 #endif
 
-#define KERN__ABI 4
+#define KERN__ABI 5
 
 struct kern__nn_ops; /* kern_nn_int.h: convolution, pooling, normalization */
 struct kern__seq_ops; /* kern_seq_int.h: recurrent cells, attention */
@@ -66,6 +66,8 @@ typedef struct kern__ops {
   const char *(*last_error)(void *impl);
   const struct kern__nn_ops *nn;
   const struct kern__seq_ops *seq;
+  /* CPU threads the context computes with; NULL: one */
+  int (*threads)(void *impl);
 } kern__ops;
 
 /* What the CUDA module exports under the symbol name below. */

@@ -1,5 +1,6 @@
 /* Ops of image and normalized models, beside kern.h's dense ones:
- * convolution by im2col (the products go through kern_gemm), 2-D pooling,
+ * convolution (direct where the backend has it, im2col and kern_gemm
+ * otherwise), 2-D pooling,
  * global average pooling, batch and layer normalization, strided column
  * copies (Concatenate, inputs cut from the batch's columns) and the l1/l2
  * regularizer gradient. Same context, same device pointers, same stream
@@ -43,6 +44,31 @@ int kern_win_make(kern_win *g, int64_t h, int64_t w, int64_t c, int64_t kh,
 int64_t kern_win_patch(const kern_win *g);
 
 typedef enum { KERN_POOL2D_MAX = 0, KERN_POOL2D_AVG } kern_pool2d;
+
+/* Convolution of x [n, h, w, c] with a Keras kernel w [kh, kw, c, f] (a
+ * Conv1D is the 1-row image), y [n, oh, ow, f]. The CPU backend built with
+ * oneDNN runs its direct kernels for fp32 (kern_conv_impl() names them);
+ * otherwise, and for bf16/fp16 products, these are im2col and kern_gemm
+ * over chunks of examples in the caller's workspace `ws` of
+ * kern_conv2d_ws() floats (NULL when that is 0; the 1x1, stride 1 kernel
+ * needs none). Results agree with the im2col path to float rounding.
+ * kern_conv2d_ws: floats of workspace for batches of up to n. */
+int64_t kern_conv2d_ws(kern_ctx *ctx, const kern_win *g, int64_t n,
+                       int64_t f, kern_prec prec);
+/* y = conv(x, w) + bias (bias [f] may be NULL), then max(y, 0) when
+ * relu (fused into the convolution where the backend can). */
+int kern_conv2d_fwd(kern_ctx *ctx, const kern_win *g, int64_t n, int64_t f,
+                    const float *x, const float *w, const float *bias,
+                    bool relu, float *y, kern_prec prec, float *ws);
+/* dx = beta * dx + the input gradient of dy [n, oh, ow, f]. */
+int kern_conv2d_bwd_data(kern_ctx *ctx, const kern_win *g, int64_t n,
+                         int64_t f, const float *dy, const float *w,
+                         float beta, float *dx, kern_prec prec, float *ws);
+/* dw [kh, kw, c, f] and db [f] (may be NULL) written: the kernel's and the
+ * bias's gradients summed over the batch. */
+int kern_conv2d_bwd_filter(kern_ctx *ctx, const kern_win *g, int64_t n,
+                           int64_t f, const float *x, const float *dy,
+                           float *dw, float *db, kern_prec prec, float *ws);
 
 /* cols[n*oh*ow, kh*kw*c]: row (b, oy, ox) holds the window at that output
  * in (ky, kx, ci) order, zeros where it covers padding; so a Keras Conv2D

@@ -47,6 +47,18 @@ typedef struct kern__nn_ops {
                    float *dst, int64_t dst_stride, int64_t dst_off);
   int (*l1l2_grad)(void *impl, const float *w, size_t n, float a1, float a2,
                    float *g);
+  /* Direct fp32 convolutions (kern_conv2d_*); NULL where the backend has
+   * none (the front end then runs im2col and products). */
+  int (*conv_fwd)(void *impl, const kern_win *g, int64_t n, int64_t f,
+                  const float *x, const float *w, const float *bias,
+                  bool relu, float *y);
+  int (*conv_bwd_data)(void *impl, const kern_win *g, int64_t n, int64_t f,
+                       const float *dy, const float *w, float beta,
+                       float *dx);
+  int (*conv_bwd_filter)(void *impl, const kern_win *g, int64_t n,
+                         int64_t f, const float *x, const float *dy,
+                         float *dw, float *db);
+  const char *(*conv_name)(void *impl);
 } kern__nn_ops;
 
 extern const kern__nn_ops kern__cpu_nn_ops;

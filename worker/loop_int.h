@@ -28,6 +28,7 @@
 #include "ps/client/client.h"
 #include "worker/input.h"
 #include "worker/model_exec.h"
+#include "worker/train.h"
 #include "worker/wire.h"
 
 #include "worker.pb-c.h"
@@ -45,6 +46,13 @@ void *wk__pin_alloc(void *ctx, size_t bytes);
  * stops the run on it), except running out of memory or being stopped. */
 int wk__data_code(int rc);
 void wk__pin_free(void *ctx, void *p);
+
+/* One pass of the standalone trainer's over a split of the job's data
+ * (worker/evaluate.c): every batch forward into fresh metrics and on_out
+ * (may be NULL); fills r's eval figures. Data errors are TSR_EDATA. */
+int wk__eval_split(const tsr_job *job, wk_trainer *t, const tsr_model *m,
+                   wk_split split, wk_output_fn on_out, void *out_data,
+                   wk_train_result *r, char *err, size_t errlen);
 
 /* ---- jobs: requests handed from the loop to the training thread -------- */
 

@@ -9,10 +9,13 @@
  * as weights.npz, Keras names and order, every checkpoint.every_steps and
  * at the end) and --trace (every step's input wait and step as Chrome
  * trace events).
+ * --standalone --evaluate evaluates weights without training (train.h's
+ * wk_eval_standalone): --weights F (.npz, .keras, .weights.h5, .h5) or
+ * --checkpoint DIR (the weights.npz the standalone trainer's
+ * --checkpoint-dir writes; a cluster's checkpoint is `tessera evaluate`'s).
  */
 #include "artifacts/monitor/monitor.h"
 #include "artifacts/weights/export_keras.h"
-#include "artifacts/weights/npz.h"
 #include "common/cluster.h"
 #include "common/err.h"
 #include "common/fs.h"
@@ -39,29 +42,39 @@ static void usage(FILE *f) {
       "              [--logdir DIR] [--summary-json PATH]\n"
       "              [--checkpoint-dir DIR] [--trace FILE]\n"
       "              [--set KEY=VALUE ...]\n"
+      "       tessera-worker --standalone --evaluate --job JOB.json\n"
+      "              (--weights F.npz|F.keras|F.weights.h5|F.h5 | --checkpoint DIR)\n"
+      "              [--data eval|train] [--summary-json PATH] [--device ...]\n"
+      "              [--threads N] [--set KEY=VALUE ...]\n"
       "  The cluster comes from TF_CONFIG unless --cluster is given.\n"
-      "  --standalone trains the job in this process, without a PS.\n");
+      "  --standalone trains the job in this process, without a PS.\n"
+      "  --evaluate gives the job's metrics for the weights on its eval data\n"
+      "  (or --data train) without training; DIR holds the weights.npz that\n"
+      "  --checkpoint-dir writes.\n");
 }
 
 enum { O_STANDALONE = 1, O_JOB, O_DEVICE, O_PREC,
        O_STEPS, O_EPOCHS, O_BATCH, O_SEED, O_GPUS, O_THREADS, O_SET,
-       O_LOGDIR, O_SUMMARY, O_CKPT, O_TRACE };
+       O_LOGDIR, O_SUMMARY, O_CKPT, O_TRACE, O_EVALUATE, O_WEIGHTS,
+       O_CHECKPOINT, O_DATA };
 
 typedef struct {
   chief_metrics *metrics;
   const char *ckpt_dir;
   const tsr_job *job;
+  const char *weights;    /* --evaluate: the weights (relative to here) */
 } sa_mon;
 
-/* initial_weights (relative to the job file) into the trainer's values. */
+/* The weights to evaluate, else initial_weights (relative to the job
+ * file), into the trainer's values. */
 static int sa_start(void *data, wk_trainer *t, const tsr_model *m, char *err,
                     size_t errlen) {
   sa_mon *mon = data;
-  const char *w = mon->job->initial_weights;
+  const char *w = mon->weights ? mon->weights : mon->job->initial_weights;
   if (!w) return 0;
   char path[4096];
   const char *slash = mon->job->path ? strrchr(mon->job->path, '/') : NULL;
-  if (w[0] != '/' && slash)
+  if (w[0] != '/' && slash && !mon->weights)
     snprintf(path, sizeof path, "%.*s/%s", (int)(slash - mon->job->path),
              mon->job->path, w);
   else
@@ -76,7 +89,12 @@ static int sa_start(void *data, wk_trainer *t, const tsr_model *m, char *err,
                                wk_trainer_var(t, (int)v)};
   int rc = chief_weights_load(path, mon->job->model, iv, nv, err, errlen);
   free(iv);
-  if (!rc) tsr_info("initial weights from %s", path);
+  if (!rc)
+    tsr_info("%s from %s", mon->weights ? "weights" : "initial weights",
+             path);
+  /* weights that are not there or do not fit the model: the command
+   * line's (or the job's) fault */
+  if (rc && rc != TSR_ENOMEM) rc = TSR_ECONFIG;
   return rc;
 }
 
@@ -96,34 +114,34 @@ static int sa_checkpoint(void *data, wk_trainer *t, const tsr_model *m,
   const tsr_var *vi;
   size_t nv;
   tsr_model_variables(m, &vi, &nv);
-  /* model.get_weights()'s order (a Functional model's layers by depth) */
-  const char **names = calloc(nv + 1, sizeof *names);
-  size_t *order = calloc(nv + 1, sizeof *order);
-  chief_npz *z = NULL;
-  int rc = names && order ? 0 : TSR_ENOMEM;
-  for (size_t v = 0; !rc && v < nv; v++) names[v] = vi[v].name;
-  if (!rc && chief_keras_weight_order(mon->job->model, names, nv, order, err,
-                                      sizeof err))
-    for (size_t v = 0; v < nv; v++) order[v] = v;
-  if (!rc) rc = chief_npz_open(&z, path, err, sizeof err);
-  for (size_t k = 0; !rc && k < nv; k++) {
-    size_t v = order[k];
-    rc = chief_npz_add_f32(z, vi[v].name, vi[v].shape, vi[v].rank,
-                           wk_trainer_var(t, (int)v), err, sizeof err);
-  }
-  free(names);
-  free(order);
-  if (rc == TSR_ENOMEM && !z) snprintf(err, sizeof err, "out of memory");
-  if (rc) {
-    if (z) chief_npz_abort(z);
-  } else {
-    rc = chief_npz_close(z, err, sizeof err);
-  }
+  /* model.get_weights()'s order and shapes (a Functional model's layers
+   * by depth) */
+  chief_export_var *ev = calloc(nv + 1, sizeof *ev);
+  int rc = ev ? 0 : TSR_ENOMEM;
+  if (rc) snprintf(err, sizeof err, "out of memory");
+  for (size_t v = 0; !rc && v < nv; v++)
+    ev[v] = (chief_export_var){vi[v].name, vi[v].rank, vi[v].shape,
+                               wk_trainer_var(t, (int)v)};
+  if (!rc) rc = chief_export_npz(path, mon->job->model, ev, nv, err, sizeof err);
+  free(ev);
   if (rc)
     tsr_error("checkpoint %s: %s", path, err);
   else
     tsr_info("step %lld: weights written to %s", (long long)step, path);
   return rc;
+}
+
+/* The eval figures of a run as the summary lists them: the loss, then
+ * each metric; returns how many (none when the run failed). */
+static size_t eval_values(const wk_train_result *r, bool ok,
+                          chief_metric_value ev[9]) {
+  size_t ne = 0;
+  if (ok && r->has_eval) {
+    ev[ne++] = (chief_metric_value){"loss", r->eval_loss};
+    for (int k = 0; k < r->n_metrics && k < 8; k++)
+      ev[ne++] = (chief_metric_value){r->metric_names[k], r->metrics[k]};
+  }
+  return ne;
 }
 
 static int run_standalone(const char *job_path, char **ovr,
@@ -137,7 +155,7 @@ static int run_standalone(const char *job_path, char **ovr,
     tsr_error("%s", err);
     return 2;
   }
-  sa_mon mon = {NULL, job.checkpoint_dir, &job};
+  sa_mon mon = {NULL, job.checkpoint_dir, &job, NULL};
   if (job.logdir) {
     if (chief_metrics_open(&mon.metrics, job.logdir, NULL, err, sizeof err)) {
       tsr_error("--logdir: %s", err);
@@ -171,13 +189,7 @@ static int run_standalone(const char *job_path, char **ovr,
   wk_train_result r;
   double t0 = tsr_now_s();
   rc = wk_train_standalone(&job, o, &r, err, sizeof err);
-  /* a model or job the trainer refuses is a usage error, 2, as the chief
-   * says for the same job */
-  bool refused = rc == TSR_EUNSUPPORTED || rc == TSR_ECONFIG ||
-                 rc == TSR_ESHAPE;
-  int status = rc ? (rc == TSR_ENODEVICE ? 4 : rc == TSR_EDATA ? TSR_EXIT_DATA
-                     : refused ? 2 : 1)
-                  : 0;
+  int status = wk_standalone_status(rc);
   if (rc) tsr_error("%s", err);
   if (tr) {
     if (tsr_trace_write(tr, trace_path, err, sizeof err))
@@ -198,12 +210,7 @@ static int run_standalone(const char *job_path, char **ovr,
   }
   if (summary_json) {
     chief_metric_value ev[9];
-    size_t ne = 0;
-    if (!rc && r.has_eval) {
-      ev[ne++] = (chief_metric_value){"loss", r.eval_loss};
-      for (int k = 0; k < r.n_metrics && k < 8; k++)
-        ev[ne++] = (chief_metric_value){r.metric_names[k], r.metrics[k]};
-    }
+    size_t ne = eval_values(&r, rc == 0, ev);
     chief_summary s;
     memset(&s, 0, sizeof s);
     s.steps = rc ? 0 : r.steps;
@@ -217,6 +224,83 @@ static int run_standalone(const char *job_path, char **ovr,
     s.skipped_records = rc ? 0 : r.skipped_records;
     s.logdir = job.logdir;
     s.checkpoint_dir = job.checkpoint_dir;
+    if (chief_summary_write_json(summary_json, &s, err, sizeof err)) {
+      tsr_error("--summary-json: %s", err);
+      if (!status) status = 1;
+    }
+  }
+  tsr_job_free(&job);
+  return status;
+}
+
+static bool is_file(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* --evaluate: the weights of --weights, or the weights.npz of the
+ * standalone trainer's checkpoint folder; a cluster's checkpoint folder
+ * (manifest.json and shard files) is `tessera evaluate`'s. */
+static int eval_weights(const char *weights, const char *ckpt, char *path,
+                        size_t len) {
+  if (weights) {
+    snprintf(path, len, "%s", weights);
+    return 0;
+  }
+  snprintf(path, len, "%s/weights.npz", ckpt);
+  if (is_file(path)) return 0;
+  char probe[4096];
+  struct stat st;
+  if (stat(ckpt, &st) != 0) {
+    tsr_error("--checkpoint %s: %s", ckpt, strerror(errno));
+    return 2;
+  }
+  snprintf(probe, sizeof probe, "%s/%s", ckpt, "checkpoint");
+  bool cluster = is_file(probe);
+  snprintf(probe, sizeof probe, "%s/%s", ckpt, "manifest.json");
+  cluster = cluster || is_file(probe);
+  if (cluster)
+    tsr_error("--checkpoint %s: a cluster's checkpoint (manifest and shard "
+              "files); evaluate it with `tessera evaluate --job JOB "
+              "--checkpoint %s`", ckpt, ckpt);
+  else
+    tsr_error("--checkpoint %s: no weights.npz in it (the folder "
+              "`tessera-worker --standalone --checkpoint-dir` writes)", ckpt);
+  return 2;
+}
+
+static int run_evaluate(const char *job_path, char **ovr, wk_train_opts *o,
+                        const char *weights, const char *ckpt,
+                        wk_split split, const char *summary_json) {
+  char path[4096], err[1024];
+  int status = eval_weights(weights, ckpt, path, sizeof path);
+  if (status) return status;
+  tsr_job job;
+  int rc = tsr_job_load(job_path, (const char *const *)ovr, &job, err,
+                        sizeof err);
+  if (rc) {
+    tsr_error("%s", err);
+    return 2;
+  }
+  sa_mon mon = {NULL, NULL, &job, path};
+  o->on_start = sa_start;
+  o->hook_data = &mon;
+  wk_eval_opts eo = {.split = split};
+  wk_train_result r;
+  double t0 = tsr_now_s();
+  rc = wk_eval_standalone(&job, o, &eo, &r, err, sizeof err);
+  status = wk_standalone_status(rc);
+  if (rc) tsr_error("%s", err);
+  if (summary_json) {
+    chief_metric_value ev[9];
+    size_t ne = eval_values(&r, rc == 0, ev);
+    chief_summary s;
+    memset(&s, 0, sizeof s);
+    s.examples = rc ? 0 : r.eval_examples;
+    s.seconds = tsr_now_s() - t0;
+    s.eval = ne ? ev : NULL;
+    s.n_eval = ne;
+    s.resumed_from_step = -1;
     if (chief_summary_write_json(summary_json, &s, err, sizeof err)) {
       tsr_error("--summary-json: %s", err);
       if (!status) status = 1;
@@ -248,6 +332,10 @@ int main(int argc, char **argv) {
       {"summary-json", required_argument, 0, O_SUMMARY},
       {"checkpoint-dir", required_argument, 0, O_CKPT},
       {"trace", required_argument, 0, O_TRACE},
+      {"evaluate", no_argument, 0, O_EVALUATE},
+      {"weights", required_argument, 0, O_WEIGHTS},
+      {"checkpoint", required_argument, 0, O_CHECKPOINT},
+      {"data", required_argument, 0, O_DATA},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   static const char *const keys[] = {
@@ -255,6 +343,9 @@ int main(int argc, char **argv) {
       [O_BATCH] = "batch_size", [O_SEED] = "seed", [O_LOGDIR] = "logdir",
       [O_CKPT] = "checkpoint.dir"};
   const char *summary_json = NULL, *trace_path = NULL;
+  const char *weights = NULL, *ckpt = NULL, *data = NULL;
+  const char *train_flag = NULL; /* a flag of training, for --evaluate */
+  bool evaluate = false;
   int ch;
   tsr_log_init("worker");
   while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -271,16 +362,32 @@ int main(int argc, char **argv) {
         }
         break;
       case O_GPUS: to.max_gpus = atoi(optarg); break;
-      case O_THREADS: to.cpu_threads = atoi(optarg); break;
+      case O_THREADS: {
+        char *end;
+        long v = strtol(optarg, &end, 10);
+        if (end == optarg || *end || v < 1 || v > KERN_MAX_THREADS) {
+          tsr_error("--threads %s: must be a whole number from 1 to %d",
+                    optarg, KERN_MAX_THREADS);
+          return 2;
+        }
+        to.cpu_threads = (int)v;
+        break;
+      }
       case O_SUMMARY: summary_json = optarg; break;
-      case O_TRACE: trace_path = optarg; break;
+      case O_TRACE: trace_path = optarg; train_flag = "--trace"; break;
+      case O_EVALUATE: evaluate = true; break;
+      case O_WEIGHTS: weights = optarg; break;
+      case O_CHECKPOINT: ckpt = optarg; break;
+      case O_DATA: data = optarg; break;
       case O_PREC: case O_STEPS: case O_EPOCHS: case O_BATCH: case O_SEED:
       case O_LOGDIR: case O_CKPT: case O_SET: {
-        if (novr == 63) {
+        if (novr == 62) { /* room for --evaluate's own */
           tsr_error("too many overrides");
           return 2;
         }
         char buf[512];
+        if (ch == O_LOGDIR) train_flag = "--logdir";
+        if (ch == O_CKPT) train_flag = "--checkpoint-dir";
         if (ch == O_SET) snprintf(buf, sizeof buf, "%s", optarg);
         else if (ch == O_LOGDIR || ch == O_CKPT)
           snprintf(buf, sizeof buf, "%s=\"%s\"", keys[ch], optarg);
@@ -294,10 +401,33 @@ int main(int argc, char **argv) {
   }
   ovr[novr] = NULL;
   /* every command line without --standalone went to the service above */
-  int ret;
+  int ret = 2;
+  const char *eval_flag = weights ? "--weights" : ckpt ? "--checkpoint"
+                          : data ? "--data" : NULL;
   if (!job_path) {
     tsr_error("--standalone needs --job JOB.json");
-    ret = 2;
+  } else if (!evaluate && eval_flag) {
+    tsr_error("%s: only with --evaluate (training starts from weights with "
+              "--set initial_weights=FILE)", eval_flag);
+  } else if (evaluate && !weights == !ckpt) {
+    tsr_error("--evaluate needs the weights to evaluate: --weights "
+              "F.npz|F.keras|F.weights.h5|F.h5 or --checkpoint DIR (one of "
+              "them)");
+  } else if (evaluate && train_flag) {
+    tsr_error("%s: not with --evaluate (evaluation alone writes nothing but "
+              "--summary-json)", train_flag);
+  } else if (evaluate && data && strcmp(data, "eval") &&
+             strcmp(data, "train")) {
+    tsr_error("--data %s: must be eval (the job's data.eval) or train "
+              "(data.train)", data);
+  } else if (evaluate) {
+    /* the job's epochs do not matter here; one that says 0 (refused for
+     * training, with a pointer here) is evaluated as it is */
+    if ((ovr[novr] = strdup("epochs=1"))) ovr[++novr] = NULL;
+    ret = run_evaluate(job_path, ovr, &to, weights, ckpt,
+                       data && !strcmp(data, "train") ? WK_SPLIT_TRAIN
+                                                      : WK_SPLIT_EVAL,
+                       summary_json);
   } else {
     ret = run_standalone(job_path, ovr, &to, summary_json, trace_path);
   }

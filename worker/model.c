@@ -262,6 +262,17 @@ int tsr_model_inputs(const tsr_model *m, const char **names, int64_t *first,
   return n;
 }
 int64_t tsr_model_output_dim(const tsr_model *m) { return m->out_dim; }
+int tsr_model_output_shape(const tsr_model *m, int64_t *dims, int max) {
+  const wk_layer *out = &m->layers[m->n_layers - 1];
+  int64_t prod = 1;
+  for (int d = 0; d < out->rank; d++) prod *= out->dim[d];
+  if (out->rank < 1 || prod != m->out_dim) { /* as the loss sees it */
+    if (max > 0) dims[0] = m->out_dim;
+    return 1;
+  }
+  for (int d = 0; d < out->rank && d < max; d++) dims[d] = out->dim[d];
+  return out->rank;
+}
 int64_t tsr_model_num_classes(const tsr_model *m) {
   return m->loss >= KERN_LOSS_CCE_LOGITS ? m->out_dim : 0;
 }

@@ -77,6 +77,10 @@ int64_t tsr_model_input_dense(const tsr_model *m); /* dense features read */
 int tsr_model_inputs(const tsr_model *m, const char **names, int64_t *first,
                     int max);
 int64_t tsr_model_output_dim(const tsr_model *m);  /* units of the output */
+/* The output's shape after the batch axis, as Keras's predict returns it
+ * ((units,) after a Dense; its product is tsr_model_output_dim): fills up
+ * to max axes, returns the rank. */
+int tsr_model_output_shape(const tsr_model *m, int64_t *dims, int max);
 /* Classes a label must fall in ([0, n)) for a categorical loss; 0 when
  * labels are not class indices (regression, binary). */
 int64_t tsr_model_num_classes(const tsr_model *m);

@@ -27,21 +27,6 @@ static float *dalloc(wk_exec *e, int64_t n) {
   return kern_alloc(e->ctx, (size_t)(n > 0 ? n : 1) * sizeof(float));
 }
 
-bool wk_exec__conv_direct(const wk_layer *l) {
-  const kern_win *g = &l->win;
-  return g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 &&
-         g->pt == 0 && g->pl == 0;
-}
-
-#define WK_COLS_MAX (4 << 20) /* floats of im2col rows per chunk */
-
-int64_t wk_exec__conv_chunk(const wk_exec *e, const wk_layer *l) {
-  int64_t per = l->win.oh * l->win.ow * kern_win_patch(&l->win);
-  int64_t k = per > 0 ? WK_COLS_MAX / per : e->maxb;
-  if (k < 1) k = 1;
-  return k < e->maxb ? k : e->maxb;
-}
-
 /* Where each variable's gradient is final in a backward pass: the last
  * node (lowest index) whose backward writes it; row-sparse tables after
  * the scatters; regularized variables after the regularizers add theirs.
@@ -144,8 +129,10 @@ int wk_exec_open(const tsr_model *m, kern_ctx *ctx, int64_t maxb,
       if (!(e->y[k] = dalloc(e, sz))) goto nomem;
       e->own_y[k] = true;
     }
+    /* a Conv2D's relu is fused into the convolution: no z */
     bool with_z = (l->kind == WK_L_DENSE || l->kind == WK_L_CONV2D) &&
-                  l->act != KERN_ACT_LINEAR;
+                  l->act != KERN_ACT_LINEAR &&
+                  !(l->kind == WK_L_CONV2D && l->act == KERN_ACT_RELU);
     if (with_z) {
       if (!(e->z[k] = dalloc(e, sz))) goto nomem;
       e->own_z[k] = true;
@@ -173,9 +160,9 @@ int wk_exec_open(const tsr_model *m, kern_ctx *ctx, int64_t maxb,
       if (!(e->st_a[k] = dalloc(e, rows)) || !(e->st_b[k] = dalloc(e, rows)))
         goto nomem;
     }
-    if (l->kind == WK_L_CONV2D && !wk_exec__conv_direct(l)) {
-      int64_t need = wk_exec__conv_chunk(e, l) * l->win.oh * l->win.ow *
-                     kern_win_patch(&l->win);
+    if (l->kind == WK_L_CONV2D) {
+      int64_t need = kern_conv2d_ws(e->ctx, &l->win, maxb,
+                                    l->dim[l->rank - 1], e->prec);
       if (need > e->cols_n) e->cols_n = need;
     }
   }

@@ -254,7 +254,7 @@ struct wk_exec {
   bool dy_set[WK_MAX_LAYERS];          /* written this backward pass */
   float *acc;              /* a gradient to add where one is already */
   float *dz;               /* activation gradients */
-  float *cols;             /* im2col rows of one chunk of examples */
+  float *cols;             /* convolution workspace (kern_conv2d_ws) */
   int64_t cols_n;          /* floats in cols */
   /* parameters and gradients on the device */
   float **dp, **dg;
@@ -291,10 +291,6 @@ int wk_exec__seq_bwd(wk_exec *e, const wk_layer *l, int k);
  * -1 where none; returns how many slots it filled (12). */
 int tsr_model__node_vars(const wk_layer *l, int out[12]);
 
-/* Examples per im2col chunk of a Conv2D node (bounds the cols buffer). */
-int64_t wk_exec__conv_chunk(const wk_exec *e, const wk_layer *l);
-/* True when a Conv2D reads its input as is (1x1 kernel, stride 1). */
-bool wk_exec__conv_direct(const wk_layer *l);
 int wk_exec__forward(wk_exec *e, const wk_run_opts *o);
 int wk_exec__backward(wk_exec *e, const wk_run_opts *o);
 

@@ -61,23 +61,16 @@ static int conv_fwd(wk_exec *e, const wk_layer *l, int k) {
   kern_ctx *c = e->ctx;
   int rc;
   const kern_win *g = &l->win;
-  const float *x = Y(e, l->in[0]);
-  const float *W = e->dp[l->var_w];
-  int64_t K = kern_win_patch(g), F = l->dim[l->rank - 1];
-  int64_t isz = g->h * g->w * g->c, cb = wk_exec__conv_chunk(e, l);
-  bool direct = wk_exec__conv_direct(l);
-  for (int64_t b0 = 0; b0 < e->n; b0 += cb) {
-    int64_t cnt = e->n - b0 < cb ? e->n - b0 : cb;
-    const float *cols = x + b0 * isz;
-    if (!direct) {
-      CK(kern_im2col(c, g, cnt, x + b0 * isz, e->cols));
-      cols = e->cols;
-    }
-    CK(kern_gemm(c, false, false, cnt * g->oh * g->ow, F, K, 1.0f, cols, W,
-                 0.0f, e->z[k] + b0 * l->size, e->prec));
-  }
-  return kern_bias_act(c, e->z[k], l->var_b >= 0 ? e->dp[l->var_b] : NULL,
-                       e->y[k], e->n * g->oh * g->ow, F, l->act, l->alpha);
+  int64_t F = l->dim[l->rank - 1];
+  /* relu runs inside the convolution: z is y (model_exec.c), and relu's
+   * gradient reads it as well as z */
+  bool relu = l->act == KERN_ACT_RELU;
+  CK(kern_conv2d_fwd(c, g, e->n, F, Y(e, l->in[0]), e->dp[l->var_w],
+                     l->var_b >= 0 ? e->dp[l->var_b] : NULL, relu, e->z[k],
+                     e->prec, e->cols));
+  if (relu || l->act == KERN_ACT_LINEAR) return 0;
+  return kern_bias_act(c, e->z[k], NULL, e->y[k], e->n * g->oh * g->ow, F,
+                       l->act, l->alpha);
 }
 
 static int add_fwd(wk_exec *e, const wk_layer *l, int k) {
@@ -277,36 +270,16 @@ static int conv_bwd(wk_exec *e, const wk_layer *l, const float *dz) {
   kern_ctx *c = e->ctx;
   int rc;
   const kern_win *g = &l->win;
-  const float *x = Y(e, l->in[0]);
-  int64_t K = kern_win_patch(g), F = l->dim[l->rank - 1];
-  int64_t isz = g->h * g->w * g->c, cb = wk_exec__conv_chunk(e, l), per = g->oh * g->ow;
-  bool direct = wk_exec__conv_direct(l);
-  bool want = wants(e, l->in[0]);
-  float beta = 0;
-  float *din = want ? din_of(e, l->in[0], &beta) : NULL;
-  for (int64_t b0 = 0; b0 < e->n; b0 += cb) {
-    int64_t cnt = e->n - b0 < cb ? e->n - b0 : cb;
-    const float *cols = x + b0 * isz;
-    const float *dzc = dz + b0 * l->size;
-    if (!direct) {
-      CK(kern_im2col(c, g, cnt, x + b0 * isz, e->cols));
-      cols = e->cols;
-    }
-    CK(kern_gemm(c, true, false, K, F, cnt * per, 1.0f, cols, dzc,
-                 b0 ? 1.0f : 0.0f, e->dg[l->var_w], e->prec));
-    if (!want) continue;
-    if (direct) {
-      CK(kern_gemm(c, false, true, cnt * per, K, F, 1.0f, dzc,
-                   e->dp[l->var_w], beta, din + b0 * isz, e->prec));
-    } else {
-      CK(kern_gemm(c, false, true, cnt * per, K, F, 1.0f, dzc,
-                   e->dp[l->var_w], 0.0f, e->cols, e->prec));
-      CK(kern_col2im(c, g, cnt, e->cols, beta, din + b0 * isz));
-    }
-  }
-  if (l->var_b >= 0)
-    CK(kern_col_sum(c, dz, e->n * per, F, 0.0f, e->dg[l->var_b]));
-  return 0;
+  int64_t F = l->dim[l->rank - 1];
+  CK(kern_conv2d_bwd_filter(c, g, e->n, F, Y(e, l->in[0]), dz,
+                            e->dg[l->var_w],
+                            l->var_b >= 0 ? e->dg[l->var_b] : NULL, e->prec,
+                            e->cols));
+  if (!wants(e, l->in[0])) return 0;
+  float beta;
+  float *din = din_of(e, l->in[0], &beta);
+  return kern_conv2d_bwd_data(c, g, e->n, F, dz, e->dp[l->var_w], beta, din,
+                              e->prec, e->cols);
 }
 
 /* Dense and Conv2D: the gradient of z (the output's, for a fused loss). */
@@ -316,9 +289,15 @@ static int layer_bwd(wk_exec *e, const wk_layer *l, int k, bool fused_out) {
   const float *g = e->dy[k];
   const float *dz = g;
   if (!fused_out && l->act != KERN_ACT_LINEAR) {
-    CK(kern_act_grad(c, g, e->z[k], e->y[k], e->dz, rows_of(e, l),
+    /* a Conv2D's output gradient is read by nothing else after this: its
+     * activation's gradient overwrites it (an element-wise op), which
+     * spares a pass over a buffer of the layer's size */
+    float *out = l->kind == WK_L_CONV2D && l->act != KERN_ACT_SOFTMAX
+                     ? e->dy[k]
+                     : e->dz;
+    CK(kern_act_grad(c, g, e->z[k], e->y[k], out, rows_of(e, l),
                      l->dim[l->rank - 1], l->act, l->alpha));
-    dz = e->dz;
+    dz = out;
   }
   if (l->addend >= 0) { /* the wide logit's gradient is the logit's */
     CK(kern_copy(c, e->dy[l->addend], dz,

@@ -25,36 +25,6 @@ static double now_s(void) {
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static int evaluate(const tsr_job *job, wk_trainer *t, const tsr_model *m,
-                    wk_train_result *r, char *err, size_t errlen) {
-  wk_input_opts io = {.worker_index = 0, .num_workers = 1,
-                      .batch_size = job->batch_size, .epochs = 1,
-                      .seed = job->seed};
-  wk_input *in = NULL;
-  char ierr[512];
-  int rc = wk_input_open(job, WK_SPLIT_EVAL, &io, &in, ierr, sizeof ierr);
-  if (rc) return tsr_errf(err, errlen, wk__data_code(rc),
-                          "evaluation data: %s", ierr);
-  wk_metrics *mt = NULL;
-  if ((rc = wk_metrics_open(m, &mt))) goto out;
-  const wk_batch *b;
-  while ((rc = wk_input_next(in, &b)) == 0)
-    if ((rc = wk_trainer_eval(t, b, mt, err, errlen))) goto out;
-  if (rc != TSR_EEOF) {
-    rc = tsr_errf(err, errlen, wk__data_code(rc),
-                  "evaluation data: %s", wk_input_error(in));
-    goto out;
-  }
-  rc = 0;
-  r->has_eval = true;
-  r->eval_examples = wk_metrics_count(mt);
-  wk_metrics_result(mt, &r->eval_loss, r->metrics);
-out:
-  wk_metrics_close(mt);
-  wk_input_close(in);
-  return rc;
-}
-
 int wk_train_standalone(const tsr_job *job, const wk_train_opts *o,
                         wk_train_result *r, char *err, size_t errlen) {
   memset(r, 0, sizeof *r);
@@ -119,11 +89,13 @@ int wk_train_standalone(const tsr_job *job, const wk_train_opts *o,
   char summ[2048];
   tsr_model_summary(m, summ, sizeof summ);
   if (!o->quiet)
-    tsr_info("standalone: %s on %s x%d, %s, batch %lld, %s\n%s",
+    tsr_info("standalone: %s on %s x%d, %d thread%s (convolutions: %s), "
+             "%s, batch %lld, %s\n%s",
              job->path ? job->path : "job", wk_trainer_backend(t),
-             wk_trainer_replicas(t), tsr_precision_name(job->precision),
-             (long long)job->batch_size, tsr_optim_name(job->optimizer.kind),
-             summ);
+             wk_trainer_replicas(t), wk_trainer_threads(t),
+             wk_trainer_threads(t) == 1 ? "" : "s", wk_trainer_conv_impl(t),
+             tsr_precision_name(job->precision), (long long)job->batch_size,
+             tsr_optim_name(job->optimizer.kind), summ);
   const wk_input_schema *sc = wk_input_get_schema(in);
   int64_t per_epoch = sc->n_examples > 0
                           ? (sc->n_examples + job->batch_size - 1) / job->batch_size
@@ -220,6 +192,7 @@ int wk_train_standalone(const tsr_job *job, const wk_train_opts *o,
     o->on_scalar(o->hook_data, "input/skipped_records", steps,
                  (double)r->skipped_records);
   r->replicas = wk_trainer_replicas(t);
+  r->threads = wk_trainer_threads(t);
   snprintf(r->backend, sizeof r->backend, "%s", wk_trainer_backend(t));
   r->n_metrics = tsr_model_num_metrics(m);
   for (int k = 0; k < r->n_metrics && k < 8; k++)
@@ -234,7 +207,8 @@ int wk_train_standalone(const tsr_job *job, const wk_train_opts *o,
   }
   json_t *data = job->data;
   if (data && json_object_get(data, "eval") &&
-      (rc = evaluate(job, t, m, r, err, errlen)))
+      (rc = wk__eval_split(job, t, m, WK_SPLIT_EVAL, NULL, NULL, r, err,
+                           errlen)))
     goto out;
   if (o->on_scalar && r->has_eval) {
     o->on_scalar(o->hook_data, "eval/loss", steps, r->eval_loss);
@@ -265,8 +239,9 @@ int wk_train_standalone(const tsr_job *job, const wk_train_opts *o,
       k += snprintf(line + k, sizeof line - (size_t)k,
                     ", best reachable auc %.4f", r->best_auc);
     snprintf(line + k, sizeof line - (size_t)k,
-             ", %.0f examples/s, %.2f s, %s x%d %s", r->examples_per_sec,
-             r->seconds, r->backend, r->replicas,
+             ", %.0f examples/s, %.2f s, %s x%d, %d thread%s, %s",
+             r->examples_per_sec, r->seconds, r->backend, r->replicas,
+             r->threads, r->threads == 1 ? "" : "s",
              tsr_precision_name(job->precision));
     printf("%s\n", line);
     fflush(stdout);
@@ -277,4 +252,13 @@ out:
   wk_input_close(in);
   if (pin) kern_close(pin);
   return rc;
+}
+
+int wk_standalone_status(int rc) {
+  if (!rc) return 0;
+  if (rc == TSR_ENODEVICE) return 4;
+  if (rc == TSR_EDATA) return TSR_EXIT_DATA;
+  if (rc == TSR_EUNSUPPORTED || rc == TSR_ECONFIG || rc == TSR_ESHAPE)
+    return 2;
+  return 1;
 }

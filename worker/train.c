@@ -350,6 +350,12 @@ int wk_trainer_step(wk_trainer *t, const wk_batch *b, double *loss,
 
 int wk_trainer_eval(wk_trainer *t, const wk_batch *b, wk_metrics *mt,
                     char *err, size_t errlen) {
+  return wk_trainer_predict(t, b, mt, NULL, NULL, err, errlen);
+}
+
+int wk_trainer_predict(wk_trainer *t, const wk_batch *b, wk_metrics *mt,
+                       wk_output_fn on_out, void *out_data, char *err,
+                       size_t errlen) {
   const tsr_model *m = t->m;
   int64_t n = b->n, per = (n + t->nrep - 1) / t->nrep;
   /* evaluate in replica-sized chunks on replica 0 (no gradients) */
@@ -367,10 +373,13 @@ int wk_trainer_eval(wk_trainer *t, const wk_batch *b, wk_metrics *mt,
                       "evaluation on %s: %s", kern_backend_name(t->ctx[0]),
                       *kern_last_error(t->ctx[0]) ? kern_last_error(t->ctx[0])
                                                   : tsr_strerror(rc));
-    if ((rc = wk_metrics_add(mt, res.pred, res.labels, res.n, res.loss_sum)))
+    if (mt && (rc = wk_metrics_add(mt, res.pred, res.labels, res.n,
+                                   res.loss_sum)))
       return tsr_errf(err, errlen, rc, "out of memory for metrics");
+    if (on_out &&
+        (rc = on_out(out_data, res.pred, res.n, m->out_dim, err, errlen)))
+      return rc;
   }
-  (void)m;
   return 0;
 }
 
@@ -381,4 +390,8 @@ int64_t wk_trainer_skipped(const wk_trainer *t) { return t->skipped; }
 int wk_trainer_replicas(const wk_trainer *t) { return t->nrep; }
 const char *wk_trainer_backend(const wk_trainer *t) {
   return kern_backend_name(t->ctx[0]);
+}
+int wk_trainer_threads(const wk_trainer *t) { return kern_threads(t->ctx[0]); }
+const char *wk_trainer_conv_impl(const wk_trainer *t) {
+  return kern_conv_impl(t->ctx[0]);
 }

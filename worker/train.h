@@ -22,6 +22,7 @@
 
 #include "common/job.h"
 #include "common/trace.h"
+#include "worker/input.h"
 #include "worker/metrics.h"
 #include "worker/model.h"
 
@@ -62,9 +63,22 @@ void wk_trainer_close(wk_trainer *t);
  * *applied is false when fp16 loss scaling skipped the step. */
 int wk_trainer_step(wk_trainer *t, const wk_batch *b, double *loss,
                     bool *applied, char *err, size_t errlen);
-/* Forward only (no dropout); adds the outputs to mt. */
+/* Forward only (no dropout); adds the outputs to mt. Inference mode:
+ * BatchNormalization reads its moving statistics and updates nothing, so
+ * no variable changes. */
 int wk_trainer_eval(wk_trainer *t, const wk_batch *b, wk_metrics *mt,
                     char *err, size_t errlen);
+/* Receives a batch's outputs, in the batch's order: pred [n, dim], the
+ * last layer's values as Keras's predict returns them (probabilities
+ * after a softmax), valid during the call. A negative return stops the
+ * run with that code and `err`. */
+typedef int (*wk_output_fn)(void *data, const float *pred, int64_t n,
+                            int64_t dim, char *err, size_t errlen);
+/* wk_trainer_eval that also hands the outputs to on_out (either of mt and
+ * on_out may be NULL). */
+int wk_trainer_predict(wk_trainer *t, const wk_batch *b, wk_metrics *mt,
+                       wk_output_fn on_out, void *out_data, char *err,
+                       size_t errlen);
 
 /* Host value of variable v (full table), owned by the trainer. */
 float *wk_trainer_var(wk_trainer *t, int v);
@@ -73,6 +87,10 @@ int64_t wk_trainer_steps(const wk_trainer *t);      /* applied steps */
 int64_t wk_trainer_skipped(const wk_trainer *t);    /* fp16 skipped steps */
 int wk_trainer_replicas(const wk_trainer *t);
 const char *wk_trainer_backend(const wk_trainer *t);
+/* CPU threads each replica's ops run on (1 on a GPU), and what computes
+ * its convolutions ("oneDNN 2.6.3", "im2col + OpenBLAS"). */
+int wk_trainer_threads(const wk_trainer *t);
+const char *wk_trainer_conv_impl(const wk_trainer *t);
 
 typedef struct {
   int64_t steps, skipped, examples;
@@ -86,6 +104,7 @@ typedef struct {
   double metrics[8];
   float loss_scale;
   int replicas;
+  int threads;            /* CPU threads per replica (1 on a GPU) */
   char backend[16];
   int64_t skipped_records;/* corrupt records skipped (skip_corrupt) */
   double best_auc;        /* synthetic_ctr: the hidden model's AUC on the
@@ -96,5 +115,34 @@ typedef struct {
  * data.eval when the job has one, and a summary line on stdout. */
 int wk_train_standalone(const tsr_job *job, const wk_train_opts *o,
                         wk_train_result *r, char *err, size_t errlen);
+
+/* Evaluation alone (`tessera evaluate`, `tessera predict`,
+ * `tessera-worker --standalone --evaluate`): the job's model with the
+ * weights o->on_start puts into the trainer (required: there is nothing
+ * to evaluate without them) runs over one split of the job's data, read
+ * once in file order with every example (no shuffle, no dropped
+ * remainder, as Keras's evaluate and predict read theirs), in inference
+ * mode and without an optimizer step, so the weights (BatchNormalization's
+ * moving statistics included) stay as loaded; nothing is written but what
+ * on_output writes. The training split's statistics normalize the inputs,
+ * as in training. r gets the eval figures (has_eval, eval_loss,
+ * eval_examples, the metrics), seconds, backend and replicas; a summary
+ * line goes to stdout unless o->quiet. Errors: the data's (TSR_EDATA,
+ * naming the file), the model's and the weights' (on_start's code). */
+typedef struct {
+  wk_split split;         /* WK_SPLIT_EVAL (data.eval) or WK_SPLIT_TRAIN */
+  wk_output_fn on_output; /* every batch's outputs (NULL: none) */
+  void *output_data;
+} wk_eval_opts;
+
+int wk_eval_standalone(const tsr_job *job, const wk_train_opts *o,
+                       const wk_eval_opts *e, wk_train_result *r, char *err,
+                       size_t errlen);
+
+/* The exit status of a standalone run (training or evaluation alone) that
+ * returned rc: 0; 4 no device; 3 the data's fault (TSR_EXIT_DATA); 2 a
+ * model, job or weights refused (as the chief says for the same job); 1
+ * anything else. */
+int wk_standalone_status(int rc);
 
 #endif

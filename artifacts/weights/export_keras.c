@@ -59,19 +59,42 @@ int chief_export_weights_h5(const char *out, const json_t *model,
 int chief_keras_weight_order(const json_t *model, const char *const *names,
                              size_t n, size_t *order, char *err,
                              size_t errlen) {
-  for (size_t i = 0; i < n; i++) order[i] = i;
-  if (json_object_get(model, "builtin")) return 0;
   chief_export_var *ev = calloc(n ? n : 1, sizeof *ev);
-  ek_plan *p = calloc(1, sizeof *p);
-  int rc = ev && p ? 0 : TSR_ENOMEM;
-  for (size_t i = 0; !rc && i < n; i++)
+  if (!ev) return TSR_ENOMEM;
+  for (size_t i = 0; i < n; i++)
     ev[i] = (chief_export_var){names[i], 0, NULL, NULL};
-  if (!rc) rc = chief__keras_plan(model, ev, n, p, err, errlen);
-  for (size_t i = 0; !rc && i < n; i++)
-    order[i] = (size_t)(p->order[i] - ev);
-  if (p) chief__keras_plan_free(p);
-  free(p);
+  int rc = chief__keras_order(model, ev, n, order, NULL, err, errlen);
   free(ev);
+  return rc;
+}
+
+int chief_export_npz(const char *out, const json_t *model,
+                     const chief_export_var *vars, size_t n, char *err,
+                     size_t errlen) {
+  size_t *order = calloc(n ? n : 1, sizeof *order);
+  int *krank = calloc(n ? n : 1, sizeof *krank);
+  int rc = order && krank ? 0 : TSR_ENOMEM;
+  if (rc) snprintf(err, errlen, "out of memory");
+  /* a model Keras cannot lay out keeps the given order and shapes */
+  if (!rc && chief__keras_order(model, vars, n, order, krank, err, errlen))
+    for (size_t i = 0; i < n; i++) {
+      order[i] = i;
+      krank[i] = -1;
+    }
+  chief_npz *z = NULL;
+  if (!rc) rc = chief_npz_open(&z, out, err, errlen);
+  for (size_t k = 0; !rc && k < n; k++) {
+    const chief_export_var *v = &vars[order[k]];
+    bool scalar = krank[order[k]] == 0;
+    rc = chief_npz_add_f32(z, v->name, scalar ? NULL : v->shape,
+                           scalar ? 0 : v->rank, v->data, err, errlen);
+  }
+  if (z) {
+    if (rc) chief_npz_abort(z);
+    else rc = chief_npz_close(z, err, errlen);
+  }
+  free(order);
+  free(krank);
   return rc;
 }
 

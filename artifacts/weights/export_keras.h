@@ -9,7 +9,12 @@
  * Layout (keras_int.h): each layer's variables in model.layers order
  * (Sequential: as listed; Functional: by depth from the output, as Keras
  * orders them), numbered per class for the saving paths
- * "layers/<path>/vars/<i>"; the legacy .h5 is "<name>/<name>/<var>:0".
+ * "layers/<path>/vars/<i>", a sub-layer's below it
+ * ("layers/bidirectional/forward_layer/cell/vars/0",
+ * "layers/multi_head_attention/query_dense/vars/0", linked under tf_keras's
+ * "_query_dense" too); the legacy .h5 is "<name>/<name>/<var>:0".
+ * Attention's scale is written as Keras's scalar and read as a scalar or
+ * as Tessera's [1].
  * Variables within a layer in Keras's order (BatchNormalization: gamma,
  * beta, moving_mean, moving_variance), which is Tessera's. The input
  * pipeline's affine map (the job's scale and normalize) becomes a
@@ -58,6 +63,15 @@ int chief_export_weights_h5(const char *out, const json_t *model,
 int chief_keras_weight_order(const json_t *model, const char *const *names,
                              size_t n, size_t *order, char *err,
                              size_t errlen);
+/* The variables as an .npz of float32 arrays named as the variables, in
+ * model.get_weights()'s order and with Keras's shapes (Attention's scale
+ * a scalar), so `model.set_weights([z[k] for k in z.files])` takes them;
+ * a model without a Keras layout (the built-in one) keeps the given order
+ * and shapes. Written atomically (artifacts/weights/npz.h). */
+int chief_export_npz(const char *out, const json_t *model,
+                     const chief_export_var *vars, size_t n, char *err,
+                     size_t errlen);
+
 /* {"mean": [...], "variance": [...], "scale": [...], "shift": [...]}:
  * apply as (x - mean) / sqrt(variance), which is x * scale + shift. A NULL
  * `input` writes nothing and returns 0. */

@@ -59,22 +59,41 @@ int chief__input_moments(const json_t *input, int64_t first, int64_t n,
 
 /* ---- layers ------------------------------------------------------------ */
 
-static json_t *keras3_layer(const ek_layer *el) {
-  json_t *L = json_deep_copy(el->obj);
+/* One layer object (a model's, or one a wrapper holds) as Keras 3 takes
+ * it: without the shape keys its inputs carry and the arguments only
+ * tf_keras has (an RNN's time_major, a MultiHeadAttention's query_shape,
+ * key_shape, value_shape and softmax_robust_masking (false: Tessera
+ * refuses true), which Keras 3 refuses), the layers a
+ * Bidirectional or TimeDistributed holds likewise. */
+static void keras3_obj(json_t *L, int depth) {
+  const char *cls = json_string_value(json_object_get(L, "class_name"));
   json_t *c = json_object_get(L, "config");
+  if (!cls || !json_is_object(c)) return;
   static const char *const drop[] = {"batch_input_shape", "batch_shape",
-                                     "input_shape", NULL};
+                                     "input_shape", "time_major",
+                                     "query_shape", "key_shape",
+                                     "value_shape", "softmax_robust_masking",
+                                     NULL};
   for (int i = 0; drop[i]; i++) json_object_del(c, drop[i]);
-  if (!strcmp(el->cls, "Embedding")) json_object_del(c, "input_length");
+  if (!strcmp(cls, "Embedding")) json_object_del(c, "input_length");
   else json_object_del(c, "input_dim");
   json_t *ax = json_object_get(c, "axis");
-  if (!strcmp(el->cls, "BatchNormalization") && json_is_array(ax) &&
+  if (!strcmp(cls, "BatchNormalization") && json_is_array(ax) &&
       json_array_size(ax) == 1)
     json_object_set(c, "axis", json_array_get(ax, 0));
   if (!json_object_get(L, "module"))
     json_object_set_new(L, "module", json_string("keras.layers"));
   if (!json_object_get(L, "registered_name"))
     json_object_set_new(L, "registered_name", json_null());
+  static const char *const held[] = {"layer", "backward_layer", NULL};
+  for (int i = 0; depth < 4 && held[i]; i++)
+    if (json_is_object(json_object_get(c, held[i])))
+      keras3_obj(json_object_get(c, held[i]), depth + 1);
+}
+
+static json_t *keras3_layer(const ek_layer *el) {
+  json_t *L = json_deep_copy(el->obj);
+  keras3_obj(L, 0);
   json_object_del(L, "build_config");
   json_object_del(L, "inbound_nodes");
   return L;
@@ -200,6 +219,136 @@ static json_t *ref(const char *name) {
   return json_pack("[sii{}]", name, 0, 0);
 }
 
+/* ---- a Functional layer's call ------------------------------------------*/
+
+/* The input a call reads in its place: an input's Normalization. */
+static const char *reads(const ek_plan *p, char norm[][160], const char *src) {
+  for (int i = 0; i < p->n_inputs; i++)
+    if (norm[i][0] && !strcmp(src, p->inputs[i])) return norm[i];
+  return src;
+}
+
+/* A Keras 3 call ({"args", "kwargs"} with __keras_tensor__ objects) with
+ * each tensor reading its source's replacement; the mask argument goes
+ * (Keras derives it from the Embedding as Tessera does). */
+static void retarget(json_t *j, const ek_plan *p, char norm[][160],
+                     int depth) {
+  if (depth > 16) return;
+  if (json_is_array(j)) {
+    for (size_t i = 0; i < json_array_size(j); i++)
+      retarget(json_array_get(j, i), p, norm, depth + 1);
+    return;
+  }
+  if (!json_is_object(j)) return;
+  const char *cn = json_string_value(json_object_get(j, "class_name"));
+  if (cn && !strcmp(cn, "__keras_tensor__")) {
+    json_t *h = json_object_get(json_object_get(j, "config"), "keras_history");
+    const char *src = json_string_value(json_array_get(h, 0));
+    if (src && reads(p, norm, src) != src)
+      json_array_set_new(h, 0, json_string(reads(p, norm, src)));
+    return;
+  }
+  json_object_del(json_object_get(j, "kwargs"), "mask");
+  const char *k;
+  json_t *v;
+  json_object_foreach(j, k, v) retarget(v, p, norm, depth + 1);
+}
+
+static bool legacy_ref(const json_t *j) {
+  return json_is_array(j) && json_array_size(j) >= 3 &&
+         json_is_string(json_array_get(j, 0)) &&
+         json_is_integer(json_array_get(j, 1));
+}
+
+/* A tensor of a tf_keras keyword argument as Keras 3 writes it: the shape
+ * is the one tf_keras recorded for that argument ("<kw>_shape", a
+ * MultiHeadAttention's query_shape/value_shape/key_shape), else the
+ * layer's input shape. */
+static json_t *keras_tensor(const ek_layer *el, const char *src,
+                            const char *kw, char *err, size_t errlen) {
+  const json_t *c = json_object_get(el->obj, "config");
+  char key[64];
+  snprintf(key, sizeof key, "%s_shape", kw);
+  const json_t *shape = json_object_get(c, key);
+  if (!json_is_array(shape) && !strcmp(kw, "query"))
+    shape = json_object_get(json_object_get(el->obj, "build_config"),
+                            "input_shape");
+  if (!json_is_array(shape) || json_array_size(shape) < 2 ||
+      json_is_array(json_array_get(shape, 0))) {
+    tsr_errf(err, errlen, TSR_ECONFIG,
+             "layer '%s' (%s): its %s argument's shape is not in the model "
+             "(tf_keras records it as config.%s)", el->name, el->cls, kw,
+             key);
+    return NULL;
+  }
+  return json_pack("{ss s{sO ss s[sii]}}", "class_name", "__keras_tensor__",
+                   "config", "shape", shape, "dtype", "float32",
+                   "keras_history", src, 0, 0);
+}
+
+/* The call of one layer in the Keras 3 config: a Keras 3 call as it was
+ * (retargeted); a tf_keras call [[name, 0, 0, kwargs], ...] as the list
+ * of its inputs, or, when a keyword argument is a tensor (tf_keras's
+ * mha(query, value=v)), as a Keras 3 call with that tensor among the
+ * kwargs (Keras 3 would pass a tf_keras call's kwargs on as written: a
+ * [name, 0, 0] list where the layer wants a tensor). The positional
+ * tensors then take MultiHeadAttention's recorded query_shape, else the
+ * layer's input shape. */
+static json_t *call_of(const ek_layer *el, const ek_plan *p,
+                       char norm[][160], char *err, size_t errlen) {
+  const json_t *node =
+      json_array_get(json_object_get(el->obj, "inbound_nodes"), 0);
+  if (json_is_object(node)) {
+    json_t *c = json_deep_copy(node);
+    retarget(c, p, norm, 0);
+    return c;
+  }
+  json_t *call = json_array(), *kwargs = json_object();
+  bool tensors = false;
+  for (size_t j = 0; j < json_array_size(node); j++) {
+    const json_t *r = json_array_get(node, j);
+    if (!legacy_ref(r)) continue;
+    json_array_append_new(
+        call, ref(reads(p, norm, json_string_value(json_array_get(r, 0)))));
+    const char *k;
+    json_t *v;
+    json_object_foreach(json_array_get(r, 3), k, v) {
+      if (!legacy_ref(v)) continue;
+      json_t *t = keras_tensor(
+          el, reads(p, norm, json_string_value(json_array_get(v, 0))), k,
+          err, errlen);
+      if (!t) {
+        json_decref(call);
+        json_decref(kwargs);
+        return NULL;
+      }
+      json_object_set_new(kwargs, k, t);
+      tensors = true;
+    }
+  }
+  if (!tensors) {
+    json_decref(kwargs);
+    return call;
+  }
+  /* the positional tensors: one, or a list of several */
+  json_t *args = json_array();
+  for (size_t j = 0; j < json_array_size(call); j++) {
+    json_t *r = json_array_get(call, j);
+    json_t *t = keras_tensor(el, json_string_value(json_array_get(r, 0)),
+                             "query", err, errlen);
+    if (!t) {
+      json_decref(args);
+      json_decref(call);
+      json_decref(kwargs);
+      return NULL;
+    }
+    json_array_append_new(args, t);
+  }
+  json_decref(call);
+  if (json_array_size(args) > 1) args = json_pack("[o]", args);
+  return json_pack("{soso}", "args", args, "kwargs", kwargs);
+}
+
 static json_t *sequential(const json_t *model, const json_t *input,
                           const ek_plan *p, char *err, size_t errlen) {
   if (p->n_inputs < 1) {
@@ -265,15 +414,14 @@ static json_t *functional(const json_t *model, const json_t *input,
   for (int k = 0; k < p->n; k++) {
     const ek_layer *el = &p->l[k];
     if (el->input) continue;
+    json_t *call = call_of(el, p, norm, err, errlen);
+    if (!call) {
+      json_decref(layers);
+      json_decref(ins);
+      return NULL;
+    }
     json_t *L = keras3_layer(el);
     json_object_set_new(L, "name", json_string(el->name));
-    json_t *call = json_array();
-    for (int j = 0; j < el->n_in; j++) {
-      const char *src = el->in[j];
-      for (int i = 0; i < p->n_inputs; i++)
-        if (norm[i][0] && !strcmp(src, p->inputs[i])) src = norm[i];
-      json_array_append_new(call, ref(src));
-    }
     json_object_set_new(L, "inbound_nodes", json_pack("[o]", call));
     json_array_append_new(layers, L);
   }

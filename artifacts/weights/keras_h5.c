@@ -26,13 +26,16 @@
 
 /* ---- writing ------------------------------------------------------------ */
 
-static int put_dataset(hid_t g, const char *dn, const chief_export_var *v) {
+/* v's data at dn, with Keras's rank krank (0: a scalar; -1: v's own). */
+static int put_dataset(hid_t g, const char *dn, const chief_export_var *v,
+                       int krank) {
   hsize_t dims[8];
   int rank = v->rank < 8 ? v->rank : 8;
   for (int d = 0; d < rank; d++) dims[d] = (hsize_t)v->shape[d];
   hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
   H5Pset_create_intermediate_group(lcpl, 1);
-  hid_t sp = H5Screate_simple(rank, dims, NULL);
+  hid_t sp = krank == 0 ? H5Screate(H5S_SCALAR)
+                        : H5Screate_simple(rank, dims, NULL);
   hid_t ds = sp < 0 ? -1
                     : H5Dcreate2(g, dn, H5T_IEEE_F32LE, sp, lcpl, H5P_DEFAULT,
                                  H5P_DEFAULT);
@@ -86,6 +89,18 @@ static int put_string(hid_t obj, const char *name, const char *s) {
   return rc;
 }
 
+/* layers/<path>[/<sub>]/vars[/<idx>] */
+static void saving_path(char *buf, size_t len, const char *root,
+                        const ek_layer *el, const char *sub, int idx) {
+  int n = snprintf(buf, len, "%s/%s%s%s/vars", root, el->path,
+                   sub[0] ? "/" : "", sub);
+  if (idx >= 0 && n > 0 && (size_t)n < len)
+    snprintf(buf + n, len - (size_t)n, "/%d", idx);
+}
+
+/* Each variable at layers/<path>/<sub>/vars/<idx>; a sub-layer that
+ * tf_keras names otherwise ("_query_dense") is linked under that name
+ * too, so both Keras 3's and tf_keras's load_weights find it. */
 static int write_saving(hid_t f, const ek_plan *p, char *gp, size_t gl) {
   hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
   H5Pset_create_intermediate_group(lcpl, 1);
@@ -96,19 +111,18 @@ static int write_saving(hid_t f, const ek_plan *p, char *gp, size_t gl) {
   snprintf(gp, gl, "vars");
   for (int i = 0; !rc && i < p->n; i++) {
     const ek_layer *el = &p->l[i];
-    if (!el->count) continue;
-    snprintf(gp, gl, "layers/%s/vars", el->path);
-    if ((g = H5Gcreate2(f, gp, lcpl, H5P_DEFAULT, H5P_DEFAULT)) < 0) {
-      rc = TSR_EIO;
-      break;
-    }
     for (int k = 0; !rc && k < el->count; k++) {
-      char dn[16];
-      snprintf(dn, sizeof dn, "%d", k);
-      rc = put_dataset(g, dn, p->order[el->first + k]);
-      if (rc) snprintf(gp, gl, "layers/%s/vars/%d", el->path, k);
+      const ek_where *w = &p->where[el->first + k];
+      saving_path(gp, gl, "layers", el, w->sub, w->idx);
+      rc = put_dataset(f, gp, p->order[el->first + k], w->krank);
+      if (rc || !w->tfk_sub || w->idx) continue;
+      char src[300], dst[300];
+      snprintf(src, sizeof src, "layers/%s/%s", el->path, w->sub);
+      snprintf(dst, sizeof dst, "layers/%s/%s", el->path, w->tfk_sub);
+      snprintf(gp, gl, "%s", dst);
+      if (H5Lcreate_hard(f, src, f, dst, lcpl, H5P_DEFAULT) < 0)
+        rc = TSR_EIO;
     }
-    H5Gclose(g);
   }
   H5Pclose(lcpl);
   return rc;
@@ -141,7 +155,8 @@ static int write_legacy(hid_t f, const ek_plan *p, char *gp, size_t gl) {
     }
     rc = put_strings(g, "weight_names", wn, (size_t)el->count);
     for (int k = 0; !rc && k < el->count; k++) {
-      rc = put_dataset(g, wn[k], p->order[el->first + k]);
+      rc = put_dataset(g, wn[k], p->order[el->first + k],
+                       p->where[el->first + k].krank);
       if (rc) snprintf(gp, gl, "%s/%s", el->name, wn[k]);
     }
     H5Gclose(g);
@@ -172,33 +187,37 @@ int chief__h5_write(const char *path, ek_h5_layout layout, const ek_plan *p,
 
 /* ---- reading ------------------------------------------------------------ */
 
+/* dp's data into v, when its shape is v's (or a scalar where Keras keeps
+ * one, krank 0); found: whether dp exists (NULL: its absence is an
+ * error). */
 static int get_dataset(hid_t at, const char *dp, const char *shown,
-                       const chief_export_var *v, char *err, size_t errlen) {
+                       const chief_export_var *v, int krank, bool *found,
+                       char *err, size_t errlen) {
   hid_t ds = H5Lexists(at, dp, H5P_DEFAULT) > 0 &&
                      H5Oexists_by_name(at, dp, H5P_DEFAULT) > 0
                  ? H5Dopen2(at, dp, H5P_DEFAULT)
                  : -1;
+  if (found) *found = ds >= 0;
   if (ds < 0)
-    return tsr_errf(err, errlen, TSR_ENOTFOUND, "%s: no dataset %s for %s", shown, dp,
-                v->name);
+    return found ? 0
+                 : tsr_errf(err, errlen, TSR_ENOTFOUND,
+                            "%s: no dataset %s for %s", shown, dp, v->name);
   hid_t sp = H5Dget_space(ds);
   hsize_t dims[8];
+  int64_t d64[8];
   int rank = H5Sget_simple_extent_ndims(sp);
-  bool same = rank == v->rank && rank <= 8;
-  if (same) H5Sget_simple_extent_dims(sp, dims, NULL);
-  for (int d = 0; same && d < rank; d++)
-    same = (int64_t)dims[d] == v->shape[d];
+  bool fits = rank >= 0 && rank <= 8;
+  if (fits) H5Sget_simple_extent_dims(sp, dims, NULL);
+  for (int d = 0; fits && d < rank; d++) d64[d] = (int64_t)dims[d];
+  fits = fits && chief__keras_shape_fits(v, krank, rank, d64);
   int rc = 0;
-  if (!same) {
-    char a[96] = "", b[96] = "";
-    for (int d = 0; rank <= 8 && d < rank; d++)
-      snprintf(a + strlen(a), sizeof a - strlen(a), "%s%llu", d ? "x" : "",
-               (unsigned long long)dims[d]);
-    for (int d = 0; d < v->rank; d++)
-      snprintf(b + strlen(b), sizeof b - strlen(b), "%s%lld", d ? "x" : "",
-               (long long)v->shape[d]);
-    rc = tsr_errf(err, errlen, TSR_ESHAPE, "%s: %s has shape %s, the model's %s is %s", shown,
-              dp, same ? "?" : a, v->name, b);
+  if (!fits) {
+    char a[96] = "?", b[96];
+    if (rank >= 0 && rank <= 8) chief__shape_text(rank, d64, a, sizeof a);
+    chief__shape_text(v->rank, v->shape, b, sizeof b);
+    rc = tsr_errf(err, errlen, TSR_ESHAPE,
+                  "%s: %s has shape %s, the model's %s is %s%s", shown, dp, a,
+                  v->name, b, krank == 0 ? " (Keras: a scalar)" : "");
   } else if (H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT,
                      (void *)v->data) < 0) {
     rc = tsr_errf(err, errlen, TSR_EFORMAT, "%s: cannot read %s", shown, dp);
@@ -302,8 +321,8 @@ static int read_legacy(hid_t root, const char *shown, const ek_plan *p,
                     "layer %s (the same place in order) has %d", shown,
                     names[i], nw, el->name, el->count);
         for (int k = 0; !rc && k < el->count; k++)
-          rc = get_dataset(g, wn[k], shown, p->order[el->first + k], err,
-                           errlen);
+          rc = get_dataset(g, wn[k], shown, p->order[el->first + k],
+                           p->where[el->first + k].krank, NULL, err, errlen);
       }
     }
     free(wn);
@@ -332,9 +351,21 @@ int chief__h5_read(const char *path, const char *shown, const ek_plan *p,
   for (int i = 0; root && !rc && i < p->n; i++) {
     const ek_layer *el = &p->l[i];
     for (int k = 0; !rc && k < el->count; k++) {
-      char dp[300];
-      snprintf(dp, sizeof dp, "%s/%s/vars/%d", root, el->path, k);
-      rc = get_dataset(f, dp, shown, p->order[el->first + k], err, errlen);
+      const ek_where *w = &p->where[el->first + k];
+      const chief_export_var *v = p->order[el->first + k];
+      char dp[300], alt[300] = "";
+      bool found = false;
+      saving_path(dp, sizeof dp, root, el, w->sub, w->idx);
+      rc = get_dataset(f, dp, shown, v, w->krank, &found, err, errlen);
+      if (!rc && !found && w->tfk_sub) { /* tf_keras's .weights.h5 */
+        saving_path(alt, sizeof alt, root, el, w->tfk_sub, w->idx);
+        rc = get_dataset(f, alt, shown, v, w->krank, &found, err, errlen);
+      }
+      if (!rc && !found)
+        rc = tsr_errf(err, errlen, TSR_ENOTFOUND,
+                      "%s: no dataset %s%s%s%s for %s", shown, dp,
+                      alt[0] ? " (nor tf_keras's " : "", alt,
+                      alt[0] ? ")" : "", v->name);
     }
   }
   if (!root) {

@@ -132,9 +132,11 @@ static int zip_read(const char *path, const uint8_t *z, size_t zl,
   return 0;
 }
 
-/* .npy into floats when its shape is `shape`. */
+/* .npy into floats when its shape is v's (or a scalar where Keras keeps
+ * one, krank 0). */
 static int npy_take(const char *path, const ki_member *m,
-                    const chief_import_var *v, char *err, size_t errlen) {
+                    const chief_import_var *v, int krank, char *err,
+                    size_t errlen) {
   const uint8_t *p = m->data;
   if (m->len < 10 || memcmp(p, "\x93NUMPY", 6))
     return tsr_errf(err, errlen, TSR_EFORMAT, "%s: %s is not an .npy", path,
@@ -167,22 +169,16 @@ static int npy_take(const char *path, const ki_member *m,
     while (*q == ',' || *q == ' ') q++;
   }
   int64_t numel = 1;
-  bool same = rank == v->rank;
-  for (int i = 0; i < rank; i++) {
-    numel *= dims[i];
-    same = same && dims[i] == v->shape[i];
-  }
-  if (!same) {
-    char a[96] = "", b[96] = "";
-    for (int i = 0; i < rank; i++)
-      snprintf(a + strlen(a), sizeof a - strlen(a), "%s%lld", i ? "x" : "",
-               (long long)dims[i]);
-    for (int i = 0; i < v->rank; i++)
-      snprintf(b + strlen(b), sizeof b - strlen(b), "%s%lld", i ? "x" : "",
-               (long long)v->shape[i]);
+  for (int i = 0; i < rank; i++) numel *= dims[i];
+  chief_export_var ev = {v->name, v->rank, v->shape, NULL};
+  if (!chief__keras_shape_fits(&ev, krank, rank, dims)) {
+    char a[96], b[96];
+    chief__shape_text(rank, dims, a, sizeof a);
+    chief__shape_text(v->rank, v->shape, b, sizeof b);
     return tsr_errf(err, errlen, TSR_ESHAPE,
-                   "%s: %s has shape %s, the model's %s is %s", path, m->name,
-                   a, v->name, b);
+                   "%s: %s has shape %s, the model's %s is %s%s", path,
+                   m->name, a, v->name, b,
+                   krank == 0 ? " (Keras: a scalar)" : "");
   }
   size_t es = f8 ? 8 : 4;
   if (h0 + hl + (size_t)numel * es > m->len)
@@ -209,18 +205,25 @@ static int from_npz(const char *path, const uint8_t *z, size_t zl,
   /* arr_<k> is the k-th of get_weights */
   size_t *order = calloc(n ? n : 1, sizeof *order),
          *pos = calloc(n ? n : 1, sizeof *pos);
-  const char **names = calloc(n ? n : 1, sizeof *names);
-  int rc = order && pos && names ? 0 : TSR_ENOMEM;
-  for (size_t v = 0; !rc && v < n; v++) names[v] = vars[v].name;
+  int *krank = calloc(n ? n : 1, sizeof *krank);
+  chief_export_var *ev = calloc(n ? n : 1, sizeof *ev);
+  int rc = order && pos && krank && ev ? 0 : TSR_ENOMEM;
+  for (size_t v = 0; !rc && v < n; v++)
+    ev[v] = (chief_export_var){vars[v].name, vars[v].rank, vars[v].shape,
+                               vars[v].data};
   /* a model without a Keras layout (the built-in one) keeps its order */
-  if (!rc && chief_keras_weight_order(model, names, n, order, err, errlen))
-    for (size_t k = 0; k < n; k++) order[k] = k;
+  if (!rc && chief__keras_order(model, ev, n, order, krank, err, errlen))
+    for (size_t k = 0; k < n; k++) {
+      order[k] = k;
+      krank[k] = -1;
+    }
   for (size_t k = 0; !rc && k < n; k++) pos[order[k]] = k;
   free(order);
-  free(names);
+  free(ev);
   if (!rc) rc = zip_read(path, z, zl, &m, &nm, err, errlen);
   if (rc) {
     free(pos);
+    free(krank);
     return rc;
   }
   for (size_t v = 0; v < n && !rc; v++) {
@@ -237,10 +240,11 @@ static int from_npz(const char *path, const uint8_t *z, size_t zl,
                    "%s: no array for %s (named %s, or arr_%zu in "
                    "get_weights order)", path, vars[v].name, want, pos[v]);
     else
-      rc = npy_take(path, hit, &vars[v], err, errlen);
+      rc = npy_take(path, hit, &vars[v], krank[v], err, errlen);
   }
   members_free(m, nm);
   free(pos);
+  free(krank);
   return rc;
 }
 

@@ -12,6 +12,14 @@
  * gamma, beta, moving_mean, moving_variance), which is the order Tessera
  * creates them in. model.get_weights() is the concatenation in the same
  * layer order.
+ *
+ * A layer made of sub-layers keeps their variables below its path, each
+ * sub-layer numbering its own from 0 (ek_where): an LSTM's or GRU's in
+ * "cell", a Bidirectional's in "forward_layer/cell" and
+ * "backward_layer/cell", a MultiHeadAttention's in "query_dense",
+ * "key_dense", "value_dense" and "output_dense" (tf_keras's .weights.h5:
+ * "_query_dense", ...), a TimeDistributed's in "layer". Attention's
+ * scale is a scalar in Keras, [1] in Tessera.
  */
 #ifndef TSR_CHIEF_KERAS_INT_H
 #define TSR_CHIEF_KERAS_INT_H
@@ -39,11 +47,22 @@ typedef struct {
   int first, count;       /* its variables: order[first .. first+count) */
 } ek_layer;
 
+/* Where Keras keeps one variable of a layer: layers/<path>/<sub>/vars/<idx>
+ * (sub "" for the layer's own variables), tf_keras's spelling of sub where
+ * its .weights.h5 differs, and the rank Keras gives it. */
+typedef struct {
+  char sub[32];
+  const char *tfk_sub; /* NULL: the same as sub */
+  int idx;
+  int krank;           /* -1: the variable's own rank; 0: a scalar */
+} ek_where;
+
 typedef struct {
   bool functional;
   ek_layer l[EK_MAX_LAYERS];  /* in Keras's model.layers order */
   int n;
   const chief_export_var **order; /* every variable, get_weights order */
+  ek_where *where;                /* where[k]: order[k]'s place in Keras */
   size_t n_order;
   /* Sequential: the input's batch shape (from its InputLayer or the first
    * layer's batch_input_shape); Functional: per input */
@@ -55,11 +74,29 @@ typedef struct {
 
 /* Each layer's saving path and its variables (by name prefix "<layer
  * name>/", in the given order, which must be Keras's within a layer).
- * Fills p->order (the caller frees it with chief__keras_plan_free). A
- * built-in model and a variable that belongs to no layer are errors. */
+ * Fills p->order and p->where (the caller frees them with
+ * chief__keras_plan_free). A built-in model, a variable that belongs to
+ * no layer and a sub-layer variable Keras does not have (a
+ * MultiHeadAttention's "mha/gate/kernel") are errors. Variables given
+ * without shapes (shape NULL) are placed by name alone. */
 int chief__keras_plan(const json_t *model, const chief_export_var *vars,
                       size_t n, ek_plan *p, char *err, size_t errlen);
 void chief__keras_plan_free(ek_plan *p);
+
+/* Keras's get_weights order (order[k]: the index in vars of the k-th) and
+ * each variable's rank as Keras stores it (krank[i] for vars[i]: -1 its
+ * own, 0 a scalar; may be NULL). The built-in model keeps the given order
+ * and ranks. */
+int chief__keras_order(const json_t *model, const chief_export_var *vars,
+                       size_t n, size_t *order, int *krank, char *err,
+                       size_t errlen);
+
+/* Whether a stored array of `rank` dims `dims` fits variable v placed with
+ * Keras rank `krank`: v's own shape, or a scalar where krank is 0. */
+bool chief__keras_shape_fits(const chief_export_var *v, int krank, int rank,
+                             const int64_t *dims);
+/* "3x3x1x8" (or "a scalar") into buf. */
+void chief__shape_text(int rank, const int64_t *dims, char *buf, size_t len);
 
 /* Keras's naming.to_snake_case ("BatchNormalization" ->
  * "batch_normalization", "Conv2D" -> "conv2d", "ReLU" -> "re_lu"). */

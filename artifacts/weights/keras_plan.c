@@ -125,8 +125,34 @@ static int plan_sequential(const json_t *model, ek_plan *p, char *err,
 
 /* ---- Functional ----------------------------------------------------------*/
 
-/* The layer names a call reads, in order: Keras 2 [name, node, tensor,
- * {...}] lists, Keras 3 {"args": [...]} with __keras_tensor__ objects. */
+/* The layer names a call reads, in the order Keras flattens a call's
+ * arguments: Keras 2 [name, node, tensor, {kwargs}] lists, Keras 3
+ * {"args": [...], "kwargs": {...}} with __keras_tensor__ objects; the
+ * tensors among the keyword arguments (tf_keras's value= of a
+ * MultiHeadAttention) after the positional ones, by key. A mask is left
+ * out: Tessera and Keras derive it from the Embedding. */
+static int refs(const json_t *j, ek_layer *el, int depth, char *err,
+                size_t errlen);
+
+/* by key: each round takes the smallest key above the last one taken */
+static int kw_refs(const json_t *kw, ek_layer *el, int depth, char *err,
+                   size_t errlen) {
+  const char *last = NULL;
+  for (;;) {
+    const char *next = NULL, *k;
+    json_t *v;
+    json_object_foreach((json_t *)kw, k, v) {
+      if (strcmp(k, "mask") && (!last || strcmp(k, last) > 0) &&
+          (!next || strcmp(k, next) < 0))
+        next = k;
+    }
+    if (!next) return 0;
+    int rc = refs(json_object_get(kw, next), el, depth + 1, err, errlen);
+    if (rc) return rc;
+    last = next;
+  }
+}
+
 static int refs(const json_t *j, ek_layer *el, int depth, char *err,
                 size_t errlen) {
   if (depth > 8) return 0;
@@ -138,7 +164,9 @@ static int refs(const json_t *j, ek_layer *el, int depth, char *err,
       return refs(h, el, depth + 1, err, errlen);
     }
     const json_t *args = json_object_get(j, "args");
-    return args ? refs(args, el, depth + 1, err, errlen) : 0;
+    int rc = args ? refs(args, el, depth + 1, err, errlen) : 0;
+    return rc ? rc
+              : kw_refs(json_object_get(j, "kwargs"), el, depth, err, errlen);
   }
   if (!json_is_array(j)) return 0;
   if (json_array_size(j) >= 3 && json_is_string(json_array_get(j, 0)) &&
@@ -147,7 +175,7 @@ static int refs(const json_t *j, ek_layer *el, int depth, char *err,
       return tsr_errf(err, errlen, TSR_ERANGE, "layer '%s': more than %d inputs", el->name,
                   EK_MAX_IN);
     el->in[el->n_in++] = json_string_value(json_array_get(j, 0));
-    return 0;
+    return kw_refs(json_array_get(j, 3), el, depth, err, errlen);
   }
   for (size_t i = 0; i < json_array_size(j); i++) {
     int rc = refs(json_array_get(j, i), el, depth + 1, err, errlen);
@@ -308,9 +336,86 @@ static int plan_functional(const json_t *model, ek_plan *p, ek_scratch *s,
   return rc;
 }
 
+/* ---- variables inside a layer ------------------------------------------*/
+
+/* A MultiHeadAttention's dense sub-layers: Tessera's variable prefix,
+ * Keras 3's attribute, tf_keras's. */
+static const char *const mha_subs[][3] = {
+    {"query", "query_dense", "_query_dense"},
+    {"key", "key_dense", "_key_dense"},
+    {"value", "value_dense", "_value_dense"},
+    {"attention_output", "output_dense", "_output_dense"},
+};
+
+static bool is_cls(const ek_layer *el, const char *c) {
+  return !strcmp(el->cls, c);
+}
+
+/* Each of el's variables' place (keras_int.h): its sub-layer by the name
+ * after "<layer>/", numbered within that sub-layer in order. */
+static int place_vars(ek_plan *p, const ek_layer *el, char *err,
+                      size_t errlen) {
+  size_t pl = strlen(el->name) + 1;
+  const char *fwd = NULL; /* a Bidirectional's first (forward) layer */
+  size_t fwd_len = 0;
+  for (int k = 0; k < el->count; k++) {
+    const chief_export_var *v = p->order[el->first + k];
+    ek_where *w = &p->where[el->first + k];
+    const char *rest = v->name + pl;
+    const char *slash = strchr(rest, '/');
+    size_t cl = slash ? (size_t)(slash - rest) : strlen(rest);
+    const char *sub = "";
+    w->krank = -1;
+    if (is_cls(el, "LSTM") || is_cls(el, "GRU")) {
+      sub = "cell";
+    } else if (is_cls(el, "Bidirectional")) {
+      if (!slash)
+        return tsr_errf(err, errlen, TSR_ECONFIG,
+                        "variable %s: a Bidirectional's variables are "
+                        "<layer>/<forward or backward layer>/<cell>/<name>",
+                        v->name);
+      if (!fwd) {
+        fwd = rest;
+        fwd_len = cl;
+      }
+      sub = cl == fwd_len && !strncmp(rest, fwd, cl) ? "forward_layer/cell"
+                                                      : "backward_layer/cell";
+    } else if (is_cls(el, "MultiHeadAttention")) {
+      size_t s;
+      for (s = 0; s < sizeof mha_subs / sizeof *mha_subs; s++)
+        if (strlen(mha_subs[s][0]) == cl && !strncmp(rest, mha_subs[s][0], cl))
+          break;
+      if (s == sizeof mha_subs / sizeof *mha_subs || !slash)
+        return tsr_errf(err, errlen, TSR_EUNSUPPORTED,
+                        "variable %s: a MultiHeadAttention has query, key, "
+                        "value and attention_output variables, Keras has no "
+                        "place for this one", v->name);
+      sub = mha_subs[s][1];
+      w->tfk_sub = mha_subs[s][2];
+    } else if (is_cls(el, "TimeDistributed")) {
+      sub = "layer";
+    } else if (is_cls(el, "Attention") && !strcmp(rest, "scale")) {
+      int64_t nv = 1;
+      for (int d = 0; v->shape && d < v->rank; d++) nv *= v->shape[d];
+      if (nv != 1)
+        return tsr_errf(err, errlen, TSR_ESHAPE,
+                        "variable %s: an Attention's scale is one number "
+                        "(Keras keeps a scalar)", v->name);
+      w->krank = 0;
+    }
+    snprintf(w->sub, sizeof w->sub, "%s", sub);
+    w->idx = 0;
+    for (int j = 0; j < k; j++)
+      w->idx += !strcmp(p->where[el->first + j].sub, w->sub);
+  }
+  return 0;
+}
+
 void chief__keras_plan_free(ek_plan *p) {
   free(p->order);
+  free(p->where);
   p->order = NULL;
+  p->where = NULL;
 }
 
 int chief__keras_plan(const json_t *model, const chief_export_var *vars,
@@ -337,7 +442,8 @@ int chief__keras_plan(const json_t *model, const chief_export_var *vars,
   ek_namer nr = {0};
   for (int i = 0; !rc && i < p->n; i++)
     name_path(&nr, p->l[i].cls, p->l[i].path, sizeof p->l[i].path);
-  if (!rc && !(p->order = calloc(n ? n : 1, sizeof *p->order)))
+  if (!rc && (!(p->order = calloc(n ? n : 1, sizeof *p->order)) ||
+              !(p->where = calloc(n ? n : 1, sizeof *p->where))))
     rc = TSR_ENOMEM;
   for (int i = 0; !rc && i < p->n; i++) {
     ek_layer *el = &p->l[i];
@@ -354,6 +460,7 @@ int chief__keras_plan(const json_t *model, const chief_export_var *vars,
       p->order[p->n_order++] = &vars[v];
       el->count++;
     }
+    if (!rc) rc = place_vars(p, el, err, errlen);
   }
   for (size_t v = 0; !rc && p->n_order != n && v < n; v++) {
     bool used = false;
@@ -365,4 +472,42 @@ int chief__keras_plan(const json_t *model, const chief_export_var *vars,
   if (rc) chief__keras_plan_free(p);
   free(s);
   return rc;
+}
+
+int chief__keras_order(const json_t *model, const chief_export_var *vars,
+                       size_t n, size_t *order, int *krank, char *err,
+                       size_t errlen) {
+  for (size_t i = 0; i < n; i++) {
+    order[i] = i;
+    if (krank) krank[i] = -1;
+  }
+  if (json_object_get(model, "builtin")) return 0;
+  ek_plan *p = calloc(1, sizeof *p);
+  if (!p) return TSR_ENOMEM;
+  int rc = chief__keras_plan(model, vars, n, p, err, errlen);
+  for (size_t k = 0; !rc && k < n; k++) {
+    order[k] = (size_t)(p->order[k] - vars);
+    if (krank) krank[order[k]] = p->where[k].krank;
+  }
+  chief__keras_plan_free(p);
+  free(p);
+  return rc;
+}
+
+bool chief__keras_shape_fits(const chief_export_var *v, int krank, int rank,
+                             const int64_t *dims) {
+  if (krank == 0 && rank == 0) return true;
+  if (rank != v->rank) return false;
+  for (int d = 0; d < rank; d++)
+    if (dims[d] != v->shape[d]) return false;
+  return true;
+}
+
+void chief__shape_text(int rank, const int64_t *dims, char *buf,
+                       size_t len) {
+  buf[0] = 0;
+  if (rank == 0) snprintf(buf, len, "a scalar");
+  for (int d = 0; d < rank; d++)
+    snprintf(buf + strlen(buf), len - strlen(buf), "%s%lld", d ? "x" : "",
+             (long long)dims[d]);
 }

@@ -35,4 +35,22 @@ void chief_npz_abort(chief_npz *z);
 size_t chief_npy_header(char *buf, size_t cap, const int64_t *shape,
                         int rank);
 
+/* A float32 .npy file written as its rows come (npy.c), for outputs whose
+ * count is known only at the end (`tessera predict`): each row has the
+ * shape `row` (rank < 8), the file the shape [rows, row...]. The header
+ * is written last, into room kept for any row count; the file goes to a
+ * temp name beside PATH and is renamed over it by chief_npy_close, so a
+ * failed run leaves PATH as it was. */
+typedef struct chief_npy chief_npy;
+
+int chief_npy_open(chief_npy **out, const char *path, const int64_t *row,
+                   int rank, char *err, size_t errlen);
+/* Appends n rows (n * the row's elements floats). */
+int chief_npy_append(chief_npy *w, const float *rows, int64_t n, char *err,
+                     size_t errlen);
+/* Writes the header and commits the file; frees w. */
+int chief_npy_close(chief_npy *w, char *err, size_t errlen);
+/* Frees without writing (removes the temp file). */
+void chief_npy_abort(chief_npy *w);
+
 #endif

@@ -10,5 +10,7 @@ int chief_cmd_ckpt(int argc, char **argv);
 int chief_cmd_status(int argc, char **argv);
 int chief_cmd_local(int argc, char **argv);
 int chief_cmd_report(int argc, char **argv);
+int chief_cmd_evaluate(int argc, char **argv);
+int chief_cmd_predict(int argc, char **argv);
 
 #endif

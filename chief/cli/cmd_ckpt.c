@@ -15,7 +15,6 @@
 #include "chief/ckpt/ckpt_read.h"
 #include "chief/cli/cli.h"
 #include "artifacts/weights/export_keras.h"
-#include "artifacts/weights/npz.h"
 #include "common/err.h"
 #include "kernels/init.h"
 
@@ -216,31 +215,9 @@ static int export_all(const export_to *to, json_t *man, chief_ckpt_var *vars,
   json_t *input = json_object_get(man, "input");
   char sp[4096];
   if (!rc && to->npz) {
-    /* model.get_weights()'s order, so set_weights takes the arrays as
-     * they come */
-    const char **names = calloc(total + 1, sizeof *names);
-    size_t *kord = calloc(total + 1, sizeof *kord);
-    if (!names || !kord) {
-      rc = TSR_ENOMEM;
-      snprintf(err, sizeof err, "out of memory");
-    }
-    for (size_t i = 0; !rc && i < total; i++) names[i] = ev[i].name;
-    if (!rc && chief_keras_weight_order(model, names, total, kord, err,
-                                        sizeof err))
-      for (size_t i = 0; i < total; i++) kord[i] = i; /* the manifest's */
-    chief_npz *z = NULL;
-    if (!rc) rc = chief_npz_open(&z, to->npz, err, sizeof err);
-    for (size_t k = 0; k < total && !rc; k++) {
-      const chief_export_var *e = &ev[kord[k]];
-      rc = chief_npz_add_f32(z, e->name, e->shape, e->rank, e->data, err,
-                             sizeof err);
-    }
-    free(names);
-    free(kord);
-    if (z) {
-      if (rc) chief_npz_abort(z);
-      else rc = chief_npz_close(z, err, sizeof err);
-    }
+    /* model.get_weights()'s order and shapes, so set_weights takes the
+     * arrays as they come */
+    rc = chief_export_npz(to->npz, model, ev, total, err, sizeof err);
     if (!rc) printf("wrote %zu arrays to %s\n", total, to->npz);
     stats_path(to->npz, sp, sizeof sp);
     if (!rc && input &&

@@ -26,6 +26,10 @@ static const tsr_cmd cmds[] = {
      "start a whole cluster (ps, workers, chief) on this machine"},
     {"report", chief_cmd_report,
      "write LOGDIR/report.html from LOGDIR/metrics.jsonl"},
+    {"evaluate", chief_cmd_evaluate,
+     "a job's metrics for a checkpoint or Keras weights, without training"},
+    {"predict", chief_cmd_predict,
+     "a job's model outputs for a checkpoint or Keras weights, as .npy"},
 };
 
 static void usage(FILE *f) {

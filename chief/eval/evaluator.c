@@ -2,8 +2,8 @@
  * committed checkpoint, load it into a trainer's host variables, run the
  * eval split through the model, record the figures, sleep. */
 #include "chief/eval/evaluator.h"
+#include "chief/eval/eval_int.h"
 #include "chief/ckpt/ckpt.h"
-#include "chief/ckpt/ckpt_read.h"
 #include "artifacts/monitor/monitor.h"
 #include "common/clock.h"
 #include "common/err.h"
@@ -24,56 +24,6 @@ static volatile sig_atomic_t ev_stop;
 static void ev_on_signal(int sig) {
   (void)sig;
   ev_stop = 1;
-}
-
-/* Copies every variable of the checkpoint folder into the trainer; rows a
- * sparse table never stored keep the trainer's initial values, which are
- * the ones the PS would have created. */
-static int ev_load(wk_trainer *tr, const tsr_model *m, const char *folder,
-                   char *err, size_t errlen) {
-  chief_ckpt_var *vars;
-  size_t n;
-  int rc = chief_ckpt_scan(folder, &vars, &n, err, errlen);
-  if (rc) return rc;
-  const tsr_var *vi;
-  size_t nv;
-  tsr_model_variables(m, &vi, &nv);
-  for (size_t v = 0; v < nv && !rc; v++) {
-    const chief_ckpt_var *cv = NULL;
-    for (size_t k = 0; k < n; k++)
-      if (strcmp(vars[k].name, vi[v].name) == 0) cv = &vars[k];
-    if (!cv) {
-      rc = TSR_ENOTFOUND;
-      snprintf(err, errlen, "%s: no variable %s", folder, vi[v].name);
-      break;
-    }
-    if (cv->shape[0] != vi[v].shape[0] || cv->width != vi[v].row_dim) {
-      rc = TSR_ESHAPE;
-      snprintf(err, errlen, "%s: %s is [%lld, %lld] there, [%lld, %lld] in "
-               "the model", folder, vi[v].name, (long long)cv->shape[0],
-               (long long)cv->width, (long long)vi[v].shape[0],
-               (long long)vi[v].row_dim);
-      break;
-    }
-    float *dst = wk_trainer_var(tr, (int)v);
-    uint8_t *present = malloc((size_t)cv->shape[0] + 1);
-    float *tmp = malloc((size_t)(cv->shape[0] * cv->width) * sizeof *tmp + 1);
-    if (!present || !tmp) {
-      free(present);
-      free(tmp);
-      rc = TSR_ENOMEM;
-      break;
-    }
-    rc = chief_ckpt_load_value(cv, tmp, present, err, errlen);
-    for (int64_t r = 0; !rc && r < cv->shape[0]; r++)
-      if (present[r])
-        memcpy(dst + r * cv->width, tmp + r * cv->width,
-               (size_t)cv->width * sizeof *dst);
-    free(present);
-    free(tmp);
-  }
-  chief_ckpt_vars_free(vars, n);
-  return rc;
 }
 
 static int ev_evaluate(const tsr_job *job, wk_trainer *tr, wk_metrics *mt,
@@ -185,7 +135,7 @@ int chief_evaluator_run(const chief_coord_opts *o, const chief_eval_opts *e) {
       last = step;
       t_new = tsr_now_s();
       err[0] = 0;
-      rc = ev_load(tr, m, folder, err, sizeof err);
+      rc = chief_eval__load_ckpt(tr, m, folder, err, sizeof err);
       if (!rc) rc = ev_evaluate(&job, tr, mt, &io, err, sizeof err);
       if (rc) {
         tsr_warn("checkpoint of step %" PRId64 " not evaluated: %s", step,

@@ -1,9 +1,12 @@
-/* CPU backend of kern_nn.h: im2col/col2im with one memcpy per run of valid
- * window columns, pooling, global average pooling, batch and layer
- * normalization with float64 sums, strided column copies and the l1/l2
- * gradient. Plain loops over contiguous channels that gcc vectorizes (-O3
- * -fno-math-errno). Failure modes: out of memory for the per-channel
- * float64 sums (TSR_ENOMEM); nothing else fails.
+/* CPU backend of kern_nn.h's image ops: im2col/col2im with one memcpy per
+ * run of valid window columns, pooling, global average pooling, strided
+ * column copies and the l1/l2 gradient; the normalizations are in
+ * cpu_norm.c, direct convolutions in cpu_dnnl.c. Plain loops over
+ * contiguous channels that gcc vectorizes (-O3 -fno-math-errno; restrict
+ * where an int32 and a float array are written together, since the build
+ * has -fno-strict-aliasing). Every op over a batch runs over the context's
+ * pool in ranges of whole examples, each of which touches only its own
+ * examples. Nothing here fails.
  */
 #include "kernels/cpu/cpu_int.h"
 #include "kernels/kern_math.h"
@@ -15,15 +18,38 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int cpu_im2col(void *impl, const kern_win *g, int64_t n,
-                      const float *x, float *cols) {
-  (void)impl;
+#ifdef KERN_HAVE_DNNL
+#include "kernels/cpu/cpu_dnnl.h"
+#endif
+
+#define NN_GRAIN (1 << 15) /* floats an example range should touch */
+
+/* Examples per range for ops that touch `per` floats an example. */
+static int64_t ex_grain(int64_t per) {
+  return per >= NN_GRAIN ? 1 : NN_GRAIN / (per > 0 ? per : 1);
+}
+
+typedef struct {
+  const kern_win *g;
+  const float *x;       /* im2col: the images; col2im: the columns */
+  float *y;             /* im2col: the columns; col2im: the images */
+  const float *dy;
+  float *dx;
+  int32_t *arg;
+  const int32_t *carg;
+  kern_pool2d kind;
+  float beta;
+} win_job;
+
+static void im2col_range(void *a, int64_t b0, int64_t b1, int tid) {
+  const win_job *j = a;
+  const kern_win *g = j->g;
   int64_t K = kern_win_patch(g), C = g->c;
-  for (int64_t b = 0; b < n; b++) {
-    const float *xb = x + b * g->h * g->w * C;
+  for (int64_t b = b0; b < b1; b++) {
+    const float *xb = j->x + b * g->h * g->w * C;
     for (int64_t oy = 0; oy < g->oh; oy++)
       for (int64_t ox = 0; ox < g->ow; ox++) {
-        float *row = cols + ((b * g->oh + oy) * g->ow + ox) * K;
+        float *row = j->y + ((b * g->oh + oy) * g->ow + ox) * K;
         int64_t x0 = ox * g->sw - g->pl;
         /* the window's columns that fall inside the image: [k0, k1) */
         int64_t k0 = x0 < 0 ? -x0 : 0;
@@ -45,19 +71,27 @@ static int cpu_im2col(void *impl, const kern_win *g, int64_t n,
         }
       }
   }
+}
+
+static int cpu_im2col(void *impl, const kern_win *g, int64_t n,
+                      const float *x, float *cols) {
+  win_job j = {.g = g, .x = x, .y = cols};
+  kern__cpu_par(impl, n, ex_grain(g->oh * g->ow * kern_win_patch(g)),
+                im2col_range, &j);
   return 0;
 }
 
-static int cpu_col2im(void *impl, const kern_win *g, int64_t n,
-                      const float *cols, float beta, float *dx) {
-  (void)impl;
+KERN__HOT static void col2im_range(void *a, int64_t b0, int64_t b1, int tid) {
+  const win_job *j = a;
+  const kern_win *g = j->g;
   int64_t K = kern_win_patch(g), C = g->c, img = g->h * g->w * C;
-  if (beta == 0.0f) memset(dx, 0, (size_t)(n * img) * sizeof *dx);
-  for (int64_t b = 0; b < n; b++) {
-    float *db = dx + b * img;
+  if (j->beta == 0.0f)
+    memset(j->y + b0 * img, 0, (size_t)((b1 - b0) * img) * sizeof(float));
+  for (int64_t b = b0; b < b1; b++) {
+    float *db = j->y + b * img;
     for (int64_t oy = 0; oy < g->oh; oy++)
       for (int64_t ox = 0; ox < g->ow; ox++) {
-        const float *row = cols + ((b * g->oh + oy) * g->ow + ox) * K;
+        const float *row = j->x + ((b * g->oh + oy) * g->ow + ox) * K;
         int64_t x0 = ox * g->sw - g->pl;
         int64_t k0 = x0 < 0 ? -x0 : 0;
         int64_t k1 = x0 + g->kw > g->w ? g->w - x0 : g->kw;
@@ -71,267 +105,225 @@ static int cpu_col2im(void *impl, const kern_win *g, int64_t n,
         }
       }
   }
+}
+
+static int cpu_col2im(void *impl, const kern_win *g, int64_t n,
+                      const float *cols, float beta, float *dx) {
+  win_job j = {.g = g, .x = cols, .y = dx, .beta = beta};
+  kern__cpu_par(impl, n, ex_grain(g->oh * g->ow * kern_win_patch(g)),
+                col2im_range, &j);
   return 0;
 }
 
-/* Channels innermost: every window position updates a contiguous run of
- * channels (vectorized); the first maximum in row-major window order wins,
- * as in TF. */
+/* One output position of a max pool over C channels: the first maximum in
+ * row-major window order wins, as in TF. */
+static inline void max_at(const float *restrict xb, int64_t C, int64_t w,
+                   int64_t ya, int64_t yb, int64_t xa, int64_t xe,
+                   float *restrict yo, int32_t *restrict ao) {
+  int64_t first = (ya * w + xa) * C;
+  memcpy(yo, xb + first, (size_t)C * sizeof *yo);
+  if (ao)
+    for (int64_t ch = 0; ch < C; ch++) ao[ch] = (int32_t)(first + ch);
+  for (int64_t iy = ya; iy < yb; iy++)
+    for (int64_t ix = iy == ya ? xa + 1 : xa; ix < xe; ix++) {
+      int64_t base = (iy * w + ix) * C;
+      const float *restrict xr = xb + base;
+      if (ao) {
+        for (int64_t ch = 0; ch < C; ch++) {
+          bool gt = xr[ch] > yo[ch];
+          yo[ch] = gt ? xr[ch] : yo[ch];
+          ao[ch] = gt ? (int32_t)(base + ch) : ao[ch];
+        }
+      } else {
+        for (int64_t ch = 0; ch < C; ch++)
+          yo[ch] = xr[ch] > yo[ch] ? xr[ch] : yo[ch];
+      }
+    }
+}
+
+static inline void avg_at(const float *restrict xb, int64_t C, int64_t w,
+                   int64_t ya, int64_t yb, int64_t xa, int64_t xe,
+                   float *restrict yo) {
+  memset(yo, 0, (size_t)C * sizeof *yo);
+  for (int64_t iy = ya; iy < yb; iy++)
+    for (int64_t ix = xa; ix < xe; ix++) {
+      const float *restrict xr = xb + (iy * w + ix) * C;
+      for (int64_t ch = 0; ch < C; ch++) yo[ch] += xr[ch];
+    }
+  float inv = 1.0f / (float)((yb - ya) * (xe - xa));
+  for (int64_t ch = 0; ch < C; ch++) yo[ch] *= inv;
+}
+
+KERN__HOT static void pool_fwd_range(void *a, int64_t b0, int64_t b1, int tid) {
+  const win_job *j = a;
+  const kern_win *g = j->g;
+  int64_t C = g->c, img = g->h * g->w * C;
+  for (int64_t b = b0; b < b1; b++) {
+    const float *xb = j->x + b * img;
+    for (int64_t oy = 0; oy < g->oh; oy++) {
+      int64_t ya, yb;
+      kern_math_window(oy, g->sh, g->pt, g->kh, g->h, &ya, &yb);
+      for (int64_t ox = 0; ox < g->ow; ox++) {
+        int64_t o = ((b * g->oh + oy) * g->ow + ox) * C;
+        int64_t xa, xe;
+        kern_math_window(ox, g->sw, g->pl, g->kw, g->w, &xa, &xe);
+        if (j->kind == KERN_POOL2D_AVG)
+          avg_at(xb, C, g->w, ya, yb, xa, xe, j->y + o);
+        else
+          max_at(xb, C, g->w, ya, yb, xa, xe, j->y + o,
+                 j->arg ? j->arg + o : NULL);
+      }
+    }
+  }
+}
+
 static int cpu_pool_fwd(void *impl, const kern_win *g, int64_t n,
                         kern_pool2d kind, const float *x, float *y,
                         int32_t *arg) {
-  (void)impl;
+  win_job j = {.g = g, .x = x, .y = y, .arg = arg, .kind = kind};
+  kern__cpu_par(impl, n, ex_grain(g->h * g->w * g->c), pool_fwd_range, &j);
+  return 0;
+}
+
+KERN__HOT static void pool_grad_range(void *a, int64_t b0, int64_t b1, int tid) {
+  const win_job *j = a;
+  const kern_win *g = j->g;
   int64_t C = g->c, img = g->h * g->w * C;
-  for (int64_t b = 0; b < n; b++) {
-    const float *xb = x + b * img;
+  if (j->beta == 0.0f)
+    memset(j->dx + b0 * img, 0, (size_t)((b1 - b0) * img) * sizeof(float));
+  for (int64_t b = b0; b < b1; b++) {
+    float *db = j->dx + b * img;
     for (int64_t oy = 0; oy < g->oh; oy++)
       for (int64_t ox = 0; ox < g->ow; ox++) {
         int64_t o = ((b * g->oh + oy) * g->ow + ox) * C;
+        const float *dyo = j->dy + o;
+        if (j->kind == KERN_POOL2D_MAX) {
+          const int32_t *ao = j->carg + o;
+          for (int64_t ch = 0; ch < C; ch++) db[ao[ch]] += dyo[ch];
+          continue;
+        }
         int64_t ya, yb, xa, xe;
         kern_math_window(oy, g->sh, g->pt, g->kh, g->h, &ya, &yb);
         kern_math_window(ox, g->sw, g->pl, g->kw, g->w, &xa, &xe);
-        float *yo = y + o;
-        int32_t *ao = arg ? arg + o : NULL;
-        int64_t first = (ya * g->w + xa) * C;
-        memcpy(yo, xb + first, (size_t)C * sizeof *yo);
-        if (ao)
-          for (int64_t ch = 0; ch < C; ch++) ao[ch] = (int32_t)(first + ch);
+        float inv = 1.0f / (float)((yb - ya) * (xe - xa));
         for (int64_t iy = ya; iy < yb; iy++)
           for (int64_t ix = xa; ix < xe; ix++) {
-            int64_t base = (iy * g->w + ix) * C;
-            if (base == first) continue;
-            const float *xr = xb + base;
-            if (kind == KERN_POOL2D_AVG) {
-              for (int64_t ch = 0; ch < C; ch++) yo[ch] += xr[ch];
-            } else if (ao) {
-              for (int64_t ch = 0; ch < C; ch++) {
-                bool gt = xr[ch] > yo[ch];
-                yo[ch] = gt ? xr[ch] : yo[ch];
-                ao[ch] = gt ? (int32_t)(base + ch) : ao[ch];
-              }
-            } else {
-              for (int64_t ch = 0; ch < C; ch++)
-                yo[ch] = xr[ch] > yo[ch] ? xr[ch] : yo[ch];
-            }
+            float *d = db + (iy * g->w + ix) * C;
+            for (int64_t ch = 0; ch < C; ch++) d[ch] += dyo[ch] * inv;
           }
-        if (kind == KERN_POOL2D_AVG) {
-          float inv = 1.0f / (float)((yb - ya) * (xe - xa));
-          for (int64_t ch = 0; ch < C; ch++) yo[ch] *= inv;
-        }
       }
   }
-  return 0;
+}
+
+/* Windows that tile the image from its corner (stride = window, no
+ * padding, none past the edge), as Keras's default pools: each element is
+ * in one window at most, so the max pool's gradient is written once per
+ * element (the winner gets dy, the others 0) instead of zeroed and
+ * scattered into. */
+static bool tiles(const kern_win *g) {
+  return g->sh == g->kh && g->sw == g->kw && g->pt == 0 && g->pl == 0 &&
+         g->oh * g->kh <= g->h && g->ow * g->kw <= g->w;
+}
+
+KERN__HOT static void max_grad_tiled_range(void *a, int64_t b0, int64_t b1,
+                                           int tid) {
+  const win_job *j = a;
+  const kern_win *g = j->g;
+  int64_t C = g->c, img = g->h * g->w * C;
+  int64_t ch_rows = g->oh * g->kh, ch_cols = g->ow * g->kw;
+  bool add = j->beta != 0.0f;
+  for (int64_t b = b0; b < b1; b++) {
+    float *db = j->dx + b * img;
+    for (int64_t oy = 0; oy < g->oh; oy++)
+      for (int64_t ky = 0; ky < g->kh; ky++) {
+        int64_t iy = oy * g->kh + ky;
+        for (int64_t ox = 0; ox < g->ow; ox++) {
+          int64_t o = ((b * g->oh + oy) * g->ow + ox) * C;
+          const float *restrict dyo = j->dy + o;
+          const int32_t *restrict ao = j->carg + o;
+          for (int64_t kx = 0; kx < g->kw; kx++) {
+            int64_t base = (iy * g->w + ox * g->kw + kx) * C;
+            float *restrict d = db + base;
+            int32_t at = (int32_t)base;
+            if (add)
+              for (int64_t ch = 0; ch < C; ch++)
+                d[ch] += ao[ch] == at + (int32_t)ch ? dyo[ch] : 0.0f;
+            else
+              for (int64_t ch = 0; ch < C; ch++)
+                d[ch] = ao[ch] == at + (int32_t)ch ? dyo[ch] : 0.0f;
+          }
+        }
+        /* columns no window covers (valid padding's leftover) */
+        if (!add && ch_cols < g->w)
+          memset(db + (iy * g->w + ch_cols) * C, 0,
+                 (size_t)((g->w - ch_cols) * C) * sizeof *db);
+      }
+    if (!add && ch_rows < g->h)
+      memset(db + ch_rows * g->w * C, 0,
+             (size_t)((g->h - ch_rows) * g->w * C) * sizeof *db);
+  }
 }
 
 static int cpu_pool_grad(void *impl, const kern_win *g, int64_t n,
                          kern_pool2d kind, const float *dy,
                          const int32_t *arg, float beta, float *dx) {
-  (void)impl;
-  int64_t C = g->c, img = g->h * g->w * C;
-  if (beta == 0.0f) memset(dx, 0, (size_t)(n * img) * sizeof *dx);
-  for (int64_t b = 0; b < n; b++) {
-    float *db = dx + b * img;
-    for (int64_t oy = 0; oy < g->oh; oy++)
-      for (int64_t ox = 0; ox < g->ow; ox++) {
-        int64_t o = ((b * g->oh + oy) * g->ow + ox) * C;
-        if (kind == KERN_POOL2D_MAX) {
-          for (int64_t ch = 0; ch < C; ch++) db[arg[o + ch]] += dy[o + ch];
-          continue;
-        }
-        int64_t ya, yb, xa, xb2;
-        kern_math_window(oy, g->sh, g->pt, g->kh, g->h, &ya, &yb);
-        kern_math_window(ox, g->sw, g->pl, g->kw, g->w, &xa, &xb2);
-        float inv = 1.0f / (float)((yb - ya) * (xb2 - xa));
-        for (int64_t iy = ya; iy < yb; iy++)
-          for (int64_t ix = xa; ix < xb2; ix++) {
-            float *d = db + (iy * g->w + ix) * C;
-            for (int64_t ch = 0; ch < C; ch++) d[ch] += dy[o + ch] * inv;
-          }
-      }
-  }
+  win_job j = {.g = g, .dy = dy, .dx = dx, .carg = arg, .kind = kind,
+               .beta = beta};
+  kern__cpu_par(impl, n, ex_grain(g->h * g->w * g->c),
+                kind == KERN_POOL2D_MAX && tiles(g) ? max_grad_tiled_range
+                                                    : pool_grad_range,
+                &j);
   return 0;
 }
 
-static int cpu_mean_mid(void *impl, const float *x, int64_t n, int64_t p,
-                        int64_t c, float *y) {
-  (void)impl;
+typedef struct {
+  const float *x;
+  float *y;
+  int64_t p, c;
+  float beta;
+} mid_job;
+
+KERN__HOT static void mean_mid_range(void *a, int64_t b0, int64_t b1, int tid) {
+  const mid_job *j = a;
+  int64_t p = j->p, c = j->c;
   float inv = 1.0f / (float)p;
-  for (int64_t b = 0; b < n; b++) {
-    float *yb = y + b * c;
+  for (int64_t b = b0; b < b1; b++) {
+    float *yb = j->y + b * c;
     memset(yb, 0, (size_t)c * sizeof *yb);
     for (int64_t i = 0; i < p; i++) {
-      const float *r = x + (b * p + i) * c;
+      const float *r = j->x + (b * p + i) * c;
       for (int64_t ch = 0; ch < c; ch++) yb[ch] += r[ch];
     }
     for (int64_t ch = 0; ch < c; ch++) yb[ch] *= inv;
   }
+}
+
+static int cpu_mean_mid(void *impl, const float *x, int64_t n, int64_t p,
+                        int64_t c, float *y) {
+  mid_job j = {.x = x, .y = y, .p = p, .c = c};
+  kern__cpu_par(impl, n, ex_grain(p * c), mean_mid_range, &j);
   return 0;
 }
 
-static int cpu_mean_mid_grad(void *impl, const float *dy, int64_t n,
-                             int64_t p, int64_t c, float beta, float *dx) {
-  (void)impl;
+KERN__HOT static void mean_mid_grad_range(void *a, int64_t b0, int64_t b1, int tid) {
+  const mid_job *j = a;
+  int64_t p = j->p, c = j->c;
   float inv = 1.0f / (float)p;
-  for (int64_t b = 0; b < n; b++)
+  for (int64_t b = b0; b < b1; b++)
     for (int64_t i = 0; i < p; i++) {
-      float *r = dx + (b * p + i) * c;
-      const float *d = dy + b * c;
-      if (beta == 0.0f)
+      float *r = j->y + (b * p + i) * c;
+      const float *d = j->x + b * c;
+      if (j->beta == 0.0f)
         for (int64_t ch = 0; ch < c; ch++) r[ch] = d[ch] * inv;
       else
         for (int64_t ch = 0; ch < c; ch++) r[ch] += d[ch] * inv;
     }
-  return 0;
 }
 
-static int cpu_moments(void *impl, const float *x, int64_t rows, int64_t c,
-                       float *mean, float *var) {
-  (void)impl;
-  double *s = calloc((size_t)c * 2, sizeof *s);
-  if (!s) return TSR_ENOMEM;
-  double *q = s + c;
-  for (int64_t r = 0; r < rows; r++) {
-    const float *xr = x + r * c;
-    for (int64_t ch = 0; ch < c; ch++) s[ch] += xr[ch];
-  }
-  for (int64_t ch = 0; ch < c; ch++) s[ch] /= (double)rows;
-  for (int64_t r = 0; r < rows; r++) {
-    const float *xr = x + r * c;
-    for (int64_t ch = 0; ch < c; ch++) {
-      double d = xr[ch] - s[ch];
-      q[ch] += d * d;
-    }
-  }
-  for (int64_t ch = 0; ch < c; ch++) {
-    mean[ch] = (float)s[ch];
-    var[ch] = (float)(q[ch] / (double)rows);
-  }
-  free(s);
-  return 0;
-}
-
-static int cpu_bn_apply(void *impl, const float *x, int64_t rows, int64_t c,
-                        const float *mean, const float *var, float eps,
-                        const float *gamma, const float *beta, float *y) {
-  (void)impl;
-  float *sc = malloc((size_t)c * sizeof *sc);
-  if (!sc) return TSR_ENOMEM;
-  for (int64_t ch = 0; ch < c; ch++)
-    sc[ch] = kern_math_norm_scale(gamma ? gamma[ch] : 1.0f, var[ch], eps);
-  for (int64_t r = 0; r < rows; r++) {
-    const float *xr = x + r * c;
-    float *yr = y + r * c;
-    for (int64_t ch = 0; ch < c; ch++)
-      yr[ch] = kern_math_norm_apply(xr[ch], mean[ch], sc[ch],
-                                    beta ? beta[ch] : 0.0f);
-  }
-  free(sc);
-  return 0;
-}
-
-static int cpu_bn_grad(void *impl, const float *dy, const float *x,
-                       int64_t rows, int64_t c, const float *mean,
-                       const float *var, float eps, const float *gamma,
-                       float beta_dx, float *dx, float *dgamma,
-                       float *dbeta) {
-  (void)impl;
-  double *s = calloc((size_t)c * 2, sizeof *s);
-  float *inv = malloc((size_t)c * 3 * sizeof *inv);
-  if (!s || !inv) {
-    free(s);
-    free(inv);
-    return TSR_ENOMEM;
-  }
-  double *sx = s + c;
-  float *a = inv + c, *bb = inv + 2 * c;
-  for (int64_t ch = 0; ch < c; ch++)
-    inv[ch] = kern_math_norm_scale(1.0f, var[ch], eps);
-  for (int64_t r = 0; r < rows; r++) {
-    const float *xr = x + r * c, *dr = dy + r * c;
-    for (int64_t ch = 0; ch < c; ch++) {
-      s[ch] += dr[ch];
-      sx[ch] += (double)dr[ch] * ((xr[ch] - mean[ch]) * inv[ch]);
-    }
-  }
-  for (int64_t ch = 0; ch < c; ch++) {
-    if (dgamma) dgamma[ch] = (float)sx[ch];
-    if (dbeta) dbeta[ch] = (float)s[ch];
-    a[ch] = (float)(s[ch] / (double)rows);   /* mean(dy) */
-    bb[ch] = (float)(sx[ch] / (double)rows); /* mean(dy * xh) */
-  }
-  if (dx)
-    for (int64_t r = 0; r < rows; r++) {
-      const float *xr = x + r * c, *dr = dy + r * c;
-      float *o = dx + r * c;
-      for (int64_t ch = 0; ch < c; ch++) {
-        float xh = (xr[ch] - mean[ch]) * inv[ch];
-        float v = kern_math_norm_dx(dr[ch], xh, a[ch], bb[ch],
-                                    (gamma ? gamma[ch] : 1.0f) * inv[ch]);
-        o[ch] = beta_dx == 0.0f ? v : o[ch] + v;
-      }
-    }
-  free(s);
-  free(inv);
-  return 0;
-}
-
-static int cpu_ln_fwd(void *impl, const float *x, int64_t rows, int64_t d,
-                      float eps, const float *gamma, const float *beta,
-                      float *y, float *mean, float *rstd) {
-  (void)impl;
-  for (int64_t r = 0; r < rows; r++) {
-    const float *xr = x + r * d;
-    float *yr = y + r * d;
-    double s = 0, q = 0;
-    for (int64_t j = 0; j < d; j++) s += xr[j];
-    double mu = s / (double)d;
-    for (int64_t j = 0; j < d; j++) {
-      double t = xr[j] - mu;
-      q += t * t;
-    }
-    float m = (float)mu, rs = (float)(1.0 / sqrt(q / (double)d + eps));
-    if (mean) mean[r] = m;
-    if (rstd) rstd[r] = rs;
-    for (int64_t j = 0; j < d; j++)
-      yr[j] = kern_math_norm_apply(xr[j], m, rs * (gamma ? gamma[j] : 1.0f),
-                                   beta ? beta[j] : 0.0f);
-  }
-  return 0;
-}
-
-static int cpu_ln_grad(void *impl, const float *dy, const float *x,
-                       int64_t rows, int64_t d, const float *mean,
-                       const float *rstd, const float *gamma, float beta_dx,
-                       float *dx, float *dgamma, float *dbeta) {
-  (void)impl;
-  double *acc = calloc((size_t)d * 2, sizeof *acc);
-  if (!acc) return TSR_ENOMEM;
-  for (int64_t r = 0; r < rows; r++) {
-    const float *xr = x + r * d, *dr = dy + r * d;
-    float *o = dx ? dx + r * d : NULL;
-    double sg = 0, sgx = 0;
-    for (int64_t j = 0; j < d; j++) {
-      float xh = (xr[j] - mean[r]) * rstd[r];
-      float gj = dr[j] * (gamma ? gamma[j] : 1.0f);
-      sg += gj;
-      sgx += (double)gj * xh;
-      acc[j] += (double)dr[j] * xh;
-      acc[d + j] += dr[j];
-    }
-    if (!o) continue;
-    float mg = (float)(sg / (double)d), mgx = (float)(sgx / (double)d);
-    for (int64_t j = 0; j < d; j++) {
-      float xh = (xr[j] - mean[r]) * rstd[r];
-      float gj = dr[j] * (gamma ? gamma[j] : 1.0f);
-      float v = kern_math_norm_dx(gj, xh, mg, mgx, rstd[r]);
-      o[j] = beta_dx == 0.0f ? v : o[j] + v;
-    }
-  }
-  for (int64_t j = 0; j < d; j++) {
-    if (dgamma) dgamma[j] = (float)acc[j];
-    if (dbeta) dbeta[j] = (float)acc[d + j];
-  }
-  free(acc);
+static int cpu_mean_mid_grad(void *impl, const float *dy, int64_t n,
+                             int64_t p, int64_t c, float beta, float *dx) {
+  mid_job j = {.x = dy, .y = dx, .p = p, .c = c, .beta = beta};
+  kern__cpu_par(impl, n, ex_grain(p * c), mean_mid_grad_range, &j);
   return 0;
 }
 
@@ -364,11 +356,17 @@ const kern__nn_ops kern__cpu_nn_ops = {
     .pool_grad = cpu_pool_grad,
     .mean_mid = cpu_mean_mid,
     .mean_mid_grad = cpu_mean_mid_grad,
-    .moments = cpu_moments,
-    .bn_apply = cpu_bn_apply,
-    .bn_grad = cpu_bn_grad,
-    .ln_fwd = cpu_ln_fwd,
-    .ln_grad = cpu_ln_grad,
+    .moments = kern__cpu_moments,
+    .bn_apply = kern__cpu_bn_apply,
+    .bn_grad = kern__cpu_bn_grad,
+    .ln_fwd = kern__cpu_ln_fwd,
+    .ln_grad = kern__cpu_ln_grad,
     .copy_cols = cpu_copy_cols,
     .l1l2_grad = cpu_l1l2_grad,
+#ifdef KERN_HAVE_DNNL
+    .conv_fwd = kern__dnnl_conv_fwd,
+    .conv_bwd_data = kern__dnnl_conv_bwd_data,
+    .conv_bwd_filter = kern__dnnl_conv_bwd_filter,
+    .conv_name = kern__dnnl_name,
+#endif
 };

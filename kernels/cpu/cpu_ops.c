@@ -3,7 +3,8 @@
  * the CUDA kernels; this file only loops. Each activation has its own loop
  * (the switch sits outside), so gcc vectorizes the simple ones. A sparse
  * label that is not an integer in [0, d) is TSR_ERANGE, with the row named
- * in the backend's last error; nothing else fails.
+ * in the backend's last error; nothing else fails. Activations run over
+ * the context's pool, in ranges of whole rows.
  */
 #include "kernels/cpu/cpu_int.h"
 #include "kernels/kern_math.h"
@@ -14,8 +15,8 @@
 
 #define EACH(N) for (size_t i = 0; i < (N); i++)
 
-int kern__cpu_bias_act(void *impl, float *z, const float *bias, float *y,
-                       int64_t n, int64_t d, kern_act act, float alpha) {
+KERN__HOT static int bias_act_rows(float *z, const float *bias, float *y, int64_t n,
+                         int64_t d, kern_act act, float alpha) {
   if (bias)
     for (int64_t i = 0; i < n; i++) {
       float *zi = z + i * d;
@@ -50,9 +51,9 @@ int kern__cpu_bias_act(void *impl, float *z, const float *bias, float *y,
   return 0;
 }
 
-int kern__cpu_act_grad(void *impl, const float *dy, const float *z,
-                       const float *y, float *dz, int64_t n, int64_t d,
-                       kern_act act, float alpha) {
+KERN__HOT static int act_grad_rows(const float *dy, const float *z, const float *y,
+                         float *dz, int64_t n, int64_t d, kern_act act,
+                         float alpha) {
   size_t N = (size_t)(n * d);
   switch (act) {
     case KERN_ACT_LINEAR:
@@ -95,6 +96,53 @@ int kern__cpu_act_grad(void *impl, const float *dy, const float *z,
     default:
       return TSR_EINVAL;
   }
+  return 0;
+}
+
+/* Both over the pool in ranges of rows (a softmax row stays whole). */
+#define ACT_GRAIN (1 << 15) /* elements per range */
+typedef struct {
+  float *z, *y, *dz;
+  const float *bias, *dy, *cz, *cy;
+  int64_t d;
+  kern_act act;
+  float alpha;
+} act_job;
+
+static void bias_act_range(void *a, int64_t r0, int64_t r1, int tid) {
+  const act_job *j = a;
+  int64_t o = r0 * j->d;
+  bias_act_rows(j->z + o, j->bias, j->y + o, r1 - r0, j->d, j->act,
+                j->alpha);
+}
+
+static int64_t act_rows_grain(int64_t d) {
+  return d >= ACT_GRAIN ? 1 : ACT_GRAIN / d;
+}
+
+int kern__cpu_bias_act(void *impl, float *z, const float *bias, float *y,
+                       int64_t n, int64_t d, kern_act act, float alpha) {
+  if ((unsigned)act >= KERN_ACT__COUNT) return TSR_EINVAL;
+  act_job j = {.z = z, .y = y, .bias = bias, .d = d, .act = act,
+               .alpha = alpha};
+  kern__cpu_par(impl, n, act_rows_grain(d), bias_act_range, &j);
+  return 0;
+}
+
+static void act_grad_range(void *a, int64_t r0, int64_t r1, int tid) {
+  const act_job *j = a;
+  int64_t o = r0 * j->d;
+  act_grad_rows(j->dy + o, j->cz ? j->cz + o : NULL, j->cy ? j->cy + o : NULL,
+                j->dz + o, r1 - r0, j->d, j->act, j->alpha);
+}
+
+int kern__cpu_act_grad(void *impl, const float *dy, const float *z,
+                       const float *y, float *dz, int64_t n, int64_t d,
+                       kern_act act, float alpha) {
+  if ((unsigned)act >= KERN_ACT__COUNT) return TSR_EINVAL;
+  act_job j = {.dz = dz, .dy = dy, .cz = z, .cy = y, .d = d, .act = act,
+               .alpha = alpha};
+  kern__cpu_par(impl, n, act_rows_grain(d), act_grad_range, &j);
   return 0;
 }
 

@@ -414,7 +414,8 @@ static const kern__ops kc_ops = {
     kc_host_free, kc_upload, kc_download, kc_copy, kc_sync, kc_gemm,
     kc_bias_act, kc_act_grad, kc_col_sum, kc_loss, kc_gather, kc_scatter,
     kc_round, kc_all_finite, kc_scale, kc_axpy, kc_dropout, kc_mul,
-    kc_allreduce, kc_last_error, &kc__nn_ops, &kc__seq_ops};
+    kc_allreduce, kc_last_error, &kc__nn_ops, &kc__seq_ops,
+    NULL /* threads: one host thread drives the device */};
 
 extern "C" __attribute__((visibility("default")))
 const kern__module kern_cuda_module_v1 = {KERN__ABI, &kc_ops, kc_device_count};

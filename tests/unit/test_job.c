@@ -107,6 +107,12 @@ static const bad_t bad[] = {
     {"{\"data\": [1]}", "data must be an object"},
     {"[]", "must be a JSON object"},
     {"{\"seed\": -4}", "seed must be"},
+    {"{\"epochs\": 0}", "epochs = 0 is out of range [1, 1073741824]: it "
+                         "trains nothing; to evaluate weights without "
+                         "training, run `tessera evaluate --job"},
+    {"{\"steps\": 5, \"epochs\": 0}", "epochs = 0 is out of range"},
+    {"{\"epochs\": -2}", "epochs = -2 is out of range"},
+    {"{\"epochs\": 1.5}", "epochs must be an integer"},
 };
 
 static void bad_jobs_name_the_key(void **state) {
@@ -123,6 +129,23 @@ static void bad_jobs_name_the_key(void **state) {
     }
     assert_non_null(strstr(err, "job.json"));
   }
+}
+
+/* an override can give a job that says epochs 0 a length, and take it
+ * away from one that has one */
+static void epochs_zero_and_overrides(void **state) {
+  (void)state;
+  tsr_job j;
+  char err[512];
+  const char *ov[] = {"epochs=2", NULL};
+  assert_int_equal(tsr_job_parse("{\"epochs\": 0}", "job", NULL, ov, &j,
+                                 err, sizeof err), 0);
+  assert_int_equal(j.epochs, 2);
+  tsr_job_free(&j);
+  const char *ov0[] = {"epochs=0", NULL};
+  assert_int_equal(tsr_job_parse("{\"epochs\": 3}", "job", NULL, ov0, &j,
+                                 err, sizeof err), TSR_ECONFIG);
+  assert_non_null(strstr(err, "tessera-worker --standalone --evaluate"));
 }
 
 static void overrides_replace_single_keys(void **state) {
@@ -273,6 +296,7 @@ int main(void) {
       cmocka_unit_test(defaults_are_keras),
       cmocka_unit_test(full_job_reads_every_key),
       cmocka_unit_test(bad_jobs_name_the_key),
+      cmocka_unit_test(epochs_zero_and_overrides),
       cmocka_unit_test(overrides_replace_single_keys),
       cmocka_unit_test(overrides_inside_short_forms),
       cmocka_unit_test(overrides_errors),

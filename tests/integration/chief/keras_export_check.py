@@ -1,5 +1,6 @@
 """Reads back what `tessera ckpt export` wrote and checks it against
-Tessera's own evaluation (run by test_export_keras.sh).
+Tessera's own evaluation (run by test_export_keras*.sh; the sequence
+layers' forward pass and sub-layer paths are in keras_seq_ref.py).
 
     keras_export_check.py numpy OUT MODEL CSV LABEL LOSS WANT
     keras_export_check.py keras OUT MODEL CSV LABEL LOSS WANT
@@ -14,7 +15,9 @@ numpy (numpy and h5py only): a float64 forward pass of the model JSON
 written from Keras's layer definitions reproduces WANT from the npz and
 input_stats.json; the npz is in get_weights order (model.layers order);
 the .keras archive's config and model.weights.h5, the .weights.h5 and
-tf_keras's legacy .h5 hold the npz's arrays at Keras's paths.
+tf_keras's legacy .h5 hold the npz's arrays at Keras's paths (a
+sub-layer's below its layer, tf_keras's name of a MultiHeadAttention's
+too) and shapes (Attention's scale a scalar).
 
 keras: whichever of keras (Keras 3) and tf_keras imports: load_model on
 the .keras predicts on raw inputs what the numpy pass predicts, its
@@ -22,8 +25,8 @@ get_weights() is the npz in order, and the model JSON loaded with
 load_weights from the .weights.h5 and the .h5 predicts the same. Then
 Keras writes the weights itself into OUT/keras/ (Keras 3: k3.keras,
 k3.weights.h5, k3.npz from np.savez(*get_weights()); tf_keras: tfk.h5,
-tfk.weights.h5) for the shell to start Tessera from. Exits 77 when
-neither imports.
+tfk.weights.h5) for the shell to start Tessera from; tf_keras's part is
+skipped for a model JSON Keras 3 wrote. Exits 77 when neither imports.
 """
 import io
 import json
@@ -37,6 +40,9 @@ try:
 except ImportError:
     print(f"no numpy in {sys.executable}: the Keras part is skipped")
     sys.exit(77)
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import keras_seq_ref  # noqa: E402  (the sequence layers)
 
 mode, out, model_path, csv, label, loss, want = sys.argv[1:8]
 want = float(want)
@@ -59,7 +65,9 @@ if model["class_name"] == "Sequential":
         count[base] = k + 1
         L["config"].setdefault("name", base if k == 0 else f"{base}_{k}")
 z = np.load(f"{out}/w.npz")
-st = json.load(open(f"{out}/input_stats.json"))
+# no input_stats.json: the job reads its inputs as they are (token ids)
+has_stats = os.path.exists(f"{out}/input_stats.json")
+st = json.load(open(f"{out}/input_stats.json")) if has_stats else {"scale": 1.0, "shift": 0.0}
 
 # ---- data: the eval split, raw and as training read it ---------------------
 head = open(csv).readline().strip().split(",")
@@ -84,6 +92,12 @@ def feed(arrays):
     return arrays[0] if len(arrays) == 1 else arrays
 
 
+def io_names(v):
+    """input_layers / output_layers: [[name, 0, 0], ...], or Keras 3's
+    [name, 0, 0] for one."""
+    return [v[0]] if isinstance(v[0], str) else [r[0] for r in v]
+
+
 def inputs_of(m):
     """(name, shape) of each model input, in the model's input order."""
     c = m["config"]
@@ -93,7 +107,7 @@ def inputs_of(m):
             if s:
                 return [(L["config"].get("name", "input"), s[1:])]
     by = {L["name"]: L for L in c["layers"]}
-    return [(n, batch_shape(by[n]["config"])[1:]) for n, _, _ in c["input_layers"]]
+    return [(n, batch_shape(by[n]["config"])[1:]) for n in io_names(c["input_layers"])]
 
 
 def split_inputs(x, cols):
@@ -168,9 +182,12 @@ def norm_axes(c, rank):
     return tuple(sorted(i % rank for i in a))
 
 
-def layer_fwd(cls, c, x, W, name):
+def layer_fwd(cls, c, x, W, name, kw=None, mask=None):
     g = lambda k: W[f"{name}/{k}"]
     has = lambda k: f"{name}/{k}" in W
+    y = keras_seq_ref.forward(cls, c, x, W, name, kw or {}, act, mask)
+    if y is not None:
+        return y
     if cls == "Dense":
         h = x @ g("kernel") + (g("bias") if has("bias") else 0)
         return act(c.get("activation"), h)
@@ -231,44 +248,69 @@ def layer_fwd(cls, c, x, W, name):
     raise NotImplementedError(f"layer class {cls}")
 
 
-def inbound(L):
-    """The layer names a Functional layer reads (Keras 2 and 3 forms)."""
-    names = []
+def call_refs(L):
+    """(positional layer names, {keyword: layer name}) of a Functional
+    layer's call, Keras 2 and 3 forms (tf_keras passes a
+    MultiHeadAttention's value by keyword); a mask argument left out."""
+    pos, kwargs, kw = [], {}, {}
 
-    def walk(j):
+    def names(j, out):
         if isinstance(j, dict):
             if j.get("class_name") == "__keras_tensor__":
-                names.append(j["config"]["keras_history"][0])
-            elif "args" in j:
-                walk(j["args"])
+                out.append(j["config"]["keras_history"][0])
         elif isinstance(j, list):
             if len(j) >= 3 and isinstance(j[0], str) and isinstance(j[1], int):
-                names.append(j[0])
+                out.append(j[0])
             else:
                 for e in j:
-                    walk(e)
+                    names(e, out)
 
-    walk(L["inbound_nodes"][0])
-    return names
+    node = L["inbound_nodes"][0]
+    if isinstance(node, dict):
+        names(node.get("args", []), pos)
+        kwargs = node.get("kwargs", {})
+    else:
+        for r in node:
+            pos.append(r[0])
+            kwargs.update(r[3] if len(r) > 3 else {})
+    for k in sorted(kwargs):
+        got = []
+        if k != "mask":
+            names(kwargs[k], got)
+        if got:
+            kw[k] = got[0]
+    return pos, kw
+
+
+def inbound(L):
+    """The layer names a Functional layer reads, as Keras flattens a call:
+    the positional ones, then the keyword ones by key."""
+    pos, kw = call_refs(L)
+    return pos + [kw[k] for k in sorted(kw)]
 
 
 def forward(W, xs):
     c = model["config"]
     if model["class_name"] == "Sequential":
-        x = xs[0]
+        x, mask = xs[0], None
         for L in c["layers"]:
             if L["class_name"] != "InputLayer":
-                x = layer_fwd(L["class_name"], L["config"], x, W, L["config"]["name"])
+                y = layer_fwd(L["class_name"], L["config"], x, W, L["config"]["name"],
+                              mask=mask)
+                mask = keras_seq_ref.out_mask(L["class_name"], L["config"], x, mask)
+                x = y
         return x
-    vals = {n: x for (n, _, _), x in zip(c["input_layers"], xs)}
+    vals = {n: x for n, x in zip(io_names(c["input_layers"]), xs)}
     todo = [L for L in c["layers"] if L["class_name"] != "InputLayer"]
     while todo:
         L = next(L for L in todo if all(n in vals for n in inbound(L)))
         todo.remove(L)
-        ins = [vals[n] for n in inbound(L)]
+        pos, kw = call_refs(L)
+        ins = [vals[n] for n in pos]
         vals[L["name"]] = layer_fwd(L["class_name"], L["config"],
-                                    ins if len(ins) > 1 else ins[0], W, L["name"])
-    return vals[c["output_layers"][0][0]]
+                                    ins if len(ins) > 1 else ins[0], W, L["name"],
+                                    {k: vals[n] for k, n in kw.items()})
+    return vals[io_names(c["output_layers"])[0]]
 
 
 def loss_of(p):
@@ -296,7 +338,7 @@ def keras_layer_order():
         done.add(n)
         post.append(n)
 
-    walk(c["output_layers"][0][0])
+    walk(io_names(c["output_layers"])[0])
     depth = {}
     for n in reversed(post):
         depth.setdefault(n, 0)
@@ -308,15 +350,21 @@ def keras_layer_order():
 
 
 def expected_layout():
-    """[(layer name, saving path, [npz keys])] in model.layers order."""
+    """[(layer name, saving path, [npz keys], [(key, Keras 3 sub-path,
+    tf_keras's, index, scalar)])] in model.layers order."""
     seen, rows = {}, []
     for name, cls in keras_layer_order():
         base = snake(cls)
         k = seen.get(base, -1) + 1
         seen[base] = k
         keys = [f for f in z.files if f.startswith(name + "/")]
-        rows.append((name, base if k == 0 else f"{base}_{k}", keys))
+        rows.append((name, base if k == 0 else f"{base}_{k}", keys,
+                     keras_seq_ref.placed(cls, name, keys)))
     return rows
+
+
+def vars_path(path, sub, i):
+    return f"layers/{path}/{sub}/vars/{i}" if sub else f"layers/{path}/vars/{i}"
 
 
 xs = split_inputs(scaled, columns())
@@ -328,26 +376,31 @@ if mode == "numpy":
     got = loss_of(pred)
     assert abs(got - want) <= 1e-4 * abs(want), f"numpy eval loss {got} != Tessera's {want}"
     layout = expected_layout()
-    order = [k for _, _, keys in layout for k in keys]
+    order = [k for _, _, keys, _ in layout for k in keys]
     assert z.files == order, f"npz not in get_weights order: {z.files} != {order}"
     zf = zipfile.ZipFile(f"{out}/m.keras")
     assert sorted(zf.namelist()) == ["config.json", "metadata.json", "model.weights.h5"]
     cfg = json.loads(zf.read("config.json"))
     classes = [L["class_name"] for L in cfg["config"]["layers"]]
-    assert classes.count("Normalization") == len(inputs_of(model)), classes
+    assert classes.count("Normalization") == (len(inputs_of(model)) if has_stats else 0), classes
     f3 = h5py.File(io.BytesIO(zf.read("model.weights.h5")), "r")
     fw = h5py.File(f"{out}/w.weights.h5", "r")
     fl = h5py.File(f"{out}/w.h5", "r")
     names = [n.decode() if isinstance(n, bytes) else n for n in fl.attrs["layer_names"]]
-    assert names == [n for n, _, _ in layout], (names, layout)
-    for name, path, keys in layout:
+    assert names == [n for n, _, _, _ in layout], (names, layout)
+    n_vars = 0
+    for name, path, keys, places in layout:
         wn = [n.decode() if isinstance(n, bytes) else n
               for n in fl[name].attrs["weight_names"]] if len(fl[name].attrs["weight_names"]) else []
         assert wn == [k + ":0" for k in keys], (name, wn, keys)
-        for i, k in enumerate(keys):
+        for k, sub, alt, i, scalar in places:
+            assert z[k].shape == () if scalar else z[k].ndim > 0, (k, z[k].shape)
             for f in (f3, fw):
-                assert np.array_equal(f[f"layers/{path}/vars/{i}"][()], z[k]), (path, i, k)
-            assert np.array_equal(fl[f"{name}/{k}:0"][()], z[k]), k
+                for p in {vars_path(path, sub, i), vars_path(path, alt, i)}:
+                    assert np.array_equal(f[p][()], z[k]) and f[p].shape == z[k].shape, (p, k)
+            assert np.array_equal(fl[f"{name}/{k}:0"][()], z[k]) and fl[f"{name}/{k}:0"].shape == z[k].shape, k
+            n_vars += 1
+    assert n_vars == len(z.files), (n_vars, z.files)
     print(f"numpy: eval loss {got:.6f} from the npz and input_stats.json (Tessera's "
           f"{want:.6f}); npz in get_weights order; .keras, .weights.h5 and .h5 hold "
           f"it at Keras's paths ({len(layout)} layers)")
@@ -385,7 +438,13 @@ try:
     import tf_keras
 except Exception:
     tf_keras = None
-if tf_keras is not None:
+# tf_keras reads only its own JSON (Keras 3's dtype policies and
+# __keras_tensor__ calls are beyond it)
+raw_json = open(model_path).read()
+if tf_keras is not None and ("DTypePolicy" in raw_json or "__keras_tensor__" in raw_json):
+    checked.append("tf_keras: the model is Keras 3's JSON, which model_from_json "
+                   "cannot read; its part is skipped")
+elif tf_keras is not None:
     for wf in ("w.weights.h5", "w.h5"):
         m = tf_keras.models.model_from_json(json.dumps(model))
         m.load_weights(f"{out}/{wf}")

@@ -6,8 +6,9 @@
 # the exported normalization reproduce the eval loss Tessera reported on
 # the same rows, and every file holds the npz's arrays at Keras's paths;
 # the .keras config is InputLayer, Normalization, Dense, Dense. When keras
-# or tf_keras imports in $TSR_KERAS_PYTHON (else python3), load_model and
-# load_weights predict the same; else that part is skipped. The exports
+# or tf_keras imports in the Keras interpreter (tests/keras_python.sh: the
+# build folder's Keras venv), load_model and load_weights predict the
+# same; else that part is skipped, saying why. The exports
 # start training again (initial_weights), on a cluster and standalone;
 # weights of another model and the built-in wide_deep are refused with a
 # message. The CNN and Functional models: test_export_keras_layers.sh.
@@ -16,7 +17,7 @@ set -u
 BUILD=${TSR_BUILD_DIR:?TSR_BUILD_DIR not set}
 SRC=${TSR_SOURCE_DIR:?TSR_SOURCE_DIR not set}
 PY=/usr/bin/python3
-KPY=${TSR_KERAS_PYTHON:-python3}
+. "$SRC/tests/keras_python.sh"   # KPY, KPY_WHY
 $PY -c "import numpy, h5py" 2>/dev/null || { echo "no numpy/h5py: skipped"; exit 77; }
 WORK=$(mktemp -d /tmp/tsr_export_XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
@@ -91,6 +92,7 @@ if command -v "$KPY" >/dev/null 2>&1; then
   grep -v "^[IW]0000\|oneDNN\|cuda\|absl\|UserWarning\|warnings.warn\|retracing" \
     "$WORK/keras" | tail -4
   [ $rc = 0 ] || [ $rc = 77 ] || { echo "Keras does not load the export"; exit 1; }
+  [ $rc != 77 ] || [ -z "$KPY_WHY" ] || echo "the Keras part is skipped: $KPY_WHY"
 else
   echo "no $KPY: the Keras part is skipped"
 fi

@@ -25,20 +25,7 @@
 # npz (and Keras's own files) gives one and the same loss.
 # Skipped (77) without numpy and h5py in /usr/bin/python3.
 set -u
-BUILD=${TSR_BUILD_DIR:?TSR_BUILD_DIR not set}
-SRC=${TSR_SOURCE_DIR:?TSR_SOURCE_DIR not set}
-PY=/usr/bin/python3
-KPY=${TSR_KERAS_PYTHON:-python3}
-CHECK=$SRC/tests/integration/chief/keras_export_check.py
-$PY -c "import numpy, h5py" 2>/dev/null || { echo "no numpy/h5py: skipped"; exit 77; }
-WORK=$(mktemp -d /tmp/tsr_export_layers_XXXXXX)
-trap 'rm -rf "$WORK"' EXIT
-unset XDG_RUNTIME_DIR
-export TMPDIR=$WORK TESSERA_LOG=warn
-fail() { echo "FAIL: $*"; exit 1; }
-eval_loss() { $PY -c "import json,sys; print(json.load(open(sys.argv[1]))['eval']['loss'])" "$1"; }
-# close A B TOL: |A - B| <= TOL * |B|
-close() { $PY -c "import sys; a,b,t=map(float,sys.argv[1:]); sys.exit(abs(a-b) > t*abs(b))" "$@"; }
+. "$(dirname "$0")/export_keras_lib.sh"
 
 for kind in cnn functional; do
   job=$SRC/tests/data/export_${kind}_job.json
@@ -50,26 +37,10 @@ for kind in cnn functional; do
   timeout 300 "$BUILD/chief/tessera" local --job "$job" \
     --checkpoint-dir "$WORK/ck_$kind" --summary-json "$WORK/sum_$kind.json" \
     >"$WORK/log_$kind" 2>&1 || { tail -20 "$WORK/log_$kind"; fail "$kind: training"; }
+  export_all $kind
+  check_all $kind "$SRC/tests/data/export_${kind}_model.json" "$csv" $label $loss
   out=$WORK/out_$kind
-  mkdir -p "$out"
-  "$BUILD/chief/tessera" ckpt export "$WORK/ck_$kind" --npz "$out/w.npz" \
-    --keras "$out/m.keras" --weights-h5 "$out/w.weights.h5" >"$WORK/exp_$kind" 2>&1 &&
-    "$BUILD/chief/tessera" ckpt export "$WORK/ck_$kind" --weights-h5 "$out/w.h5" \
-    >>"$WORK/exp_$kind" 2>&1 || { cat "$WORK/exp_$kind"; fail "$kind: export"; }
   want=$(eval_loss "$WORK/sum_$kind.json")
-  model=$SRC/tests/data/export_${kind}_model.json
-  $PY "$CHECK" numpy "$out" "$model" "$csv" $label $loss "$want" ||
-    fail "$kind: the exported files do not reproduce Tessera's eval"
-  if command -v "$KPY" >/dev/null 2>&1; then
-    TF_CPP_MIN_LOG_LEVEL=3 "$KPY" "$CHECK" keras "$out" "$model" "$csv" $label \
-      $loss "$want" >"$WORK/keras_$kind" 2>&1
-    rc=$?
-    grep -v "^[IW]0000\|oneDNN\|cuda\|absl\|UserWarning\|warnings.warn\|retracing\|^Expected\|^Received" \
-      "$WORK/keras_$kind" | tail -4
-    [ $rc = 0 ] || [ $rc = 77 ] || fail "$kind: Keras does not load the export as Tessera wrote it"
-  else
-    echo "no $KPY: the Keras part is skipped"
-  fi
 
   # initial_weights: the standalone trainer from each file of these
   # weights: one step at a learning rate of 1e-12 gives one loss, which
@@ -77,11 +48,7 @@ for kind in cnn functional; do
   first=
   for w in "$out"/w.weights.h5 "$out"/w.h5 "$out"/w.npz "$out"/m.keras "$out"/keras/*; do
     [ -f "$w" ] || continue
-    timeout 120 "$BUILD/worker/tessera-worker" --standalone --job "$job" \
-      --device cpu --steps 1 --set optimizer.learning_rate=1e-12 \
-      --set "initial_weights=$w" --summary-json "$WORK/sa.json" >"$WORK/log_sa" 2>&1 ||
-      { tail -5 "$WORK/log_sa"; fail "$kind: standalone from $(basename "$w")"; }
-    got=$(eval_loss "$WORK/sa.json")
+    got=$(one_step_loss "$job" "$w") || fail "$kind: standalone from $(basename "$w")"
     [ -n "$first" ] || first=$got
     [ "$got" = "$first" ] || fail "$kind: from $(basename "$w") the loss is $got, from the first file $first"
   done

@@ -20,6 +20,11 @@ PASSES=0
 
 cleanup() {
   for k in "${!PIDS[@]}"; do kill -9 "${PIDS[$k]}" 2>/dev/null; done
+  # a process whose PIDS entry a later start replaced (a check that failed
+  # left it running) is still this shell's child: kill it too, or the wait
+  # below waits for it until the suite's timeout
+  local j
+  for j in $(jobs -p); do kill -9 "$j" 2>/dev/null; done
   wait 2>/dev/null
   if [ "$FAILS" != 0 ] || [ -n "${KEEP_WORK:-}" ]; then
     echo "logs kept in $WORK"

@@ -25,6 +25,16 @@
 # and is not a pass (a kill late in the run can miss). The table gives per mode the runs, passes, hangs,
 # failures, misses, T and the passes' seconds over T (mean, max).
 #
+# A process the storm did not kill that exits (a crash, an exit of its own)
+# gets a line in its log: `---- storm: NAME exited unkilled with status N`
+# (`(signal S, ...)` when a signal ended it, then the kernel's line for a
+# fault, with the instruction's address, where dmesg is readable). Each
+# process runs in a folder of its own under the run's folder with core
+# dumps allowed (`ulimit -c` of this script only; the machine's
+# core_pattern decides where a core goes: a plain name lands in that
+# folder), and a failed run keeps its cores. A run where a process the
+# storm did not kill died of a signal fails, whatever else it did.
+#
 # Each run has its own seed (printed); it decides the victims and the
 # moment, so a run is repeated with
 #   storm.sh --modes MODE --seed SEED --runs 1
@@ -50,6 +60,9 @@ esac
 # run by hand from the repository: the sources here, the build in build/
 TSR_SOURCE_DIR=${TSR_SOURCE_DIR:-$(cd "$(dirname "$0")/../../.." && pwd)}
 TSR_BUILD_DIR=${TSR_BUILD_DIR:-$TSR_SOURCE_DIR/build}
+# absolute: every process starts in a folder of its own
+TSR_SOURCE_DIR=$(cd "$TSR_SOURCE_DIR" && pwd)
+TSR_BUILD_DIR=$(cd "$TSR_BUILD_DIR" && pwd)
 export TSR_SOURCE_DIR TSR_BUILD_DIR
 . "$(dirname "$0")/../cluster/lib.sh"
 
@@ -96,8 +109,54 @@ for ((a = 0; a < 5; a++)); do
   for ((b = a + 1; b < 5; b++)); do SETS+=("${ALL[$a]}+${ALL[$b]}"); done
 done
 
+# cores, where the machine's core_pattern puts them beside the process
+ulimit -c unlimited 2>/dev/null || ulimit -c "$(ulimit -Hc)" 2>/dev/null
+# signame N: SIGSEGV for 11
+signame() { local n; n=$(kill -l "$1" 2>/dev/null) && echo "SIG$n" || echo "$1"; }
+
+# start NAME: starts process NAME (chief, ps0, worker1, ...) again or for
+# the first time, in the folder $WORK/proc-NAME (its cores land there)
+start() {
+  local v=$1 here=$PWD
+  mkdir -p "$WORK/proc-$v"
+  cd "$WORK/proc-$v" || return
+  case $v in
+    chief) start_chief "${CARGS[@]}" ;;
+    ps*) start_ps "${v#ps}" ;;
+    worker*) start_worker "${v#worker}" ;;
+  esac
+  cd "$here" || return
+}
+
+# reap: every process in PIDS that exited without the storm killing it is
+# noted in its log with its status, and in DIED (the ones a signal ended);
+# the chief's status goes to CHIEF_RC
+reap() {
+  local k pid rc line core
+  for k in "${!PIDS[@]}"; do
+    pid=${PIDS[$k]}
+    kill -0 "$pid" 2>/dev/null && continue
+    wait "$pid" 2>/dev/null; rc=$?
+    unset "PIDS[$k]"
+    [ "$k" = chief ] && CHIEF_RC=$rc
+    line="---- storm: $k exited unkilled with status $rc"
+    if [ "$rc" -gt 128 ]; then
+      core=$(ls -t "$WORK/proc-$k"/core* 2>/dev/null | head -n 1)
+      line+=" (signal $((rc - 128)), $(signame $((rc - 128)))${core:+, core dumped: kept as $k.${core##*/} with the logs of a failed run})"
+      DIED+=("$k by $(signame $((rc - 128)))")
+    fi
+    [ -n "${t0:-}" ] && line+=" at $(secs "$t0" "$(now)") s"
+    echo "$line" >>"$WORK/$k.log"
+    # the kernel's line for a fault (where the machine lets us read it):
+    # the faulting address and instruction, for addr2line
+    [ "$rc" -gt 128 ] && dmesg 2>/dev/null | grep -a "tessera-[a-z]*\[$pid\]: " |
+      tail -n 2 | sed 's/^/---- storm: kernel: /' >>"$WORK/$k.log"
+  done
+}
+
 stop_cluster() {
   local k
+  reap
   for k in "${!PIDS[@]}"; do kill -9 "${PIDS[$k]}" 2>/dev/null; unset "PIDS[$k]"; done
   wait 2>/dev/null
 }
@@ -118,7 +177,8 @@ secs() { /usr/bin/python3 -c "import sys; print('%.1f' % (float(sys.argv[2]) - f
 # still for BOUND s: a hang.
 moving() {
   local ck t
-  kill -0 "$CHIEF_PID" 2>/dev/null || return 1
+  reap
+  [ -n "${PIDS[chief]:-}" ] || return 1
   ck=$(ckpt_step "$WORK/ckpt") t=$(now_us)
   if [ "$ck" -gt "$W_CK" ]; then W_CK=$ck W_T=$t; fi
   if [ $((t - W_T)) -ge $((BOUND * 1000000)) ]; then STALLED=1; return 1; fi
@@ -172,8 +232,8 @@ one_run() {
   cluster 2 2
   chief_args "$mode"
   t0=$(now)
-  start_all
-  start_chief "${CARGS[@]}"
+  DIED=() CHIEF_RC=
+  for v in ps0 ps1 worker0 worker1 chief; do start "$v"; done
   W_CK=-1 W_T=$(now_us) STALLED=0
   if [ -n "${KILL_AT:-}" ]; then
     # the moment is one of progress, not of time (this machine's speed
@@ -190,7 +250,8 @@ one_run() {
       "$((KILL_AT / CKPT_EVERY))" "$(now)" "$t_ck0" "$TMIN" "$KILL_FRAC")
     sleep "$KILL_DELAY"
     KILLED_AT=$(secs "$t0" "$(now)")
-    if ! kill -0 "$CHIEF_PID" 2>/dev/null; then
+    reap
+    if [ -z "${PIDS[chief]:-}" ]; then
       NOTE="the run ended before the kill"
     else
       IFS=+ read -r -a vs <<<"$VICT"
@@ -198,11 +259,7 @@ one_run() {
       for v in "${vs[@]}"; do wait "${PIDS[$v]}" 2>/dev/null; done
       for v in "${vs[@]}"; do
         echo "---- storm: killed $v (-9) at $(secs "$t0" "$(now)") s, started again" >>"$WORK/$v.log"
-        case $v in
-          chief) start_chief "${CARGS[@]}" ;;
-          ps*) start_ps "${v#ps}" ;;
-          worker*) start_worker "${v#worker}" ;;
-        esac
+        start "$v"
       done
       killed=1
     fi
@@ -213,12 +270,13 @@ one_run() {
     OUTCOME=hang
     WHY="no new checkpoint for $BOUND s (newest: step $W_CK), last progress line: $(grep -ao 'step [0-9]*/[0-9]*' "$WORK/chief.log" | tail -n 1)"
     stop_cluster
+    [ ${#DIED[@]} -gt 0 ] && WHY+="; died unkilled: ${DIED[*]}"
     return
   fi
-  wait "$CHIEF_PID"; CHIEF_RC=$?
-  unset 'PIDS[chief]'
   stop_cluster
-  if ! verify "${EXPECT:-}"; then OUTCOME=fail
+  if [ ${#DIED[@]} -gt 0 ]; then
+    OUTCOME=fail WHY="died unkilled: ${DIED[*]} (see the ---- storm: lines)"
+  elif ! verify "${EXPECT:-}"; then OUTCOME=fail
   elif [ -n "${KILL_AT:-}" ] && [ $killed = 0 ]; then OUTCOME=missed
   else OUTCOME=pass; fi
 }
@@ -226,6 +284,12 @@ one_run() {
 keep_logs() { # name
   mkdir -p "$KEEP/$1"
   cp "$WORK"/*.log "$WORK"/summary.json "$WORK"/inspect.txt "$KEEP/$1/" 2>/dev/null
+  local c
+  for c in "$WORK"/proc-*/core*; do
+    [ -f "$c" ] || continue
+    c=${c#"$WORK"/proc-}
+    cp "$WORK/proc-$c" "$KEEP/$1/${c%%/*}.${c##*/}"
+  done
   ls "$WORK/ckpt" >"$KEEP/$1/ckpt_folders.txt" 2>/dev/null
 }
 

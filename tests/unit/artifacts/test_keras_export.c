@@ -8,6 +8,7 @@
 #include "artifacts/weights/npz.h"
 #include "common/err.h"
 #include "../tmpdir.h"
+#include "keras_archive.h"
 
 #include <hdf5.h>
 #include <setjmp.h>
@@ -297,42 +298,6 @@ static void test_npz_keras_order(void **state) {
 
 /* ---- the .keras config --------------------------------------------------*/
 
-/* config.json of an archive the npz writer stored (not deflated). */
-static json_t *keras_config(const char *path) {
-  size_t len = 0;
-  char *buf = test_slurp(path, &len);
-  assert_non_null(buf);
-  const uint8_t *b = (const uint8_t *)buf;
-  json_t *out = NULL;
-  for (size_t at = 0; at + 30 < len && !out;) {
-    assert_true(b[at] == 'P' && b[at + 1] == 'K');
-    size_t csz = b[at + 18] | b[at + 19] << 8 | (size_t)b[at + 20] << 16 |
-                 (size_t)b[at + 21] << 24;
-    size_t nl = b[at + 26] | b[at + 27] << 8, xl = b[at + 28] | b[at + 29] << 8;
-    if (nl == 11 && !memcmp(buf + at + 30, "config.json", 11)) {
-      json_error_t je;
-      out = json_loadb(buf + at + 30 + nl + xl, csz, 0, &je);
-    }
-    at += 30 + nl + xl + csz;
-  }
-  free(buf);
-  assert_non_null(out);
-  return out;
-}
-
-static const json_t *layer_named(const json_t *cfg, const char *name) {
-  const json_t *ls = json_object_get(json_object_get(cfg, "config"),
-                                     "layers");
-  for (size_t i = 0; i < json_array_size(ls); i++) {
-    const json_t *l = json_array_get(ls, i);
-    const char *n = json_string_value(
-        json_object_get(json_object_get(l, "config"), "name"));
-    if (n && !strcmp(n, name)) return l;
-  }
-  fail_msg("no layer %s in the config", name);
-  return NULL;
-}
-
 /* Two inputs placed by name away from their order: each Normalization
  * takes its own columns; the readers of the inputs read the
  * Normalizations. */
@@ -368,10 +333,10 @@ static void test_keras_functional_inputs(void **state) {
   snprintf(p, sizeof p, "%s/m.keras", dir);
   assert_int_equal(chief_export_keras(p, m, input, ev, 2, err, sizeof err),
                    0);
-  json_t *cfg = keras_config(p);
-  const json_t *ns = json_object_get(layer_named(cfg, "s1_normalization"),
+  json_t *cfg = test_keras_config(p);
+  const json_t *ns = json_object_get(test_keras_layer(cfg, "s1_normalization"),
                                      "config");
-  const json_t *na = json_object_get(layer_named(cfg, "age_normalization"),
+  const json_t *na = json_object_get(test_keras_layer(cfg, "age_normalization"),
                                      "config");
   /* s1 reads columns 2..4: mean -1/4, -1/8, -1/16; variance 1/16, ... */
   assert_int_equal(json_array_size(json_object_get(ns, "mean")), 3);
@@ -382,7 +347,7 @@ static void test_keras_functional_inputs(void **state) {
   assert_true(json_number_value(json_array_get(json_object_get(na, "mean"),
                                                1)) == -0.5);
   /* cat reads the Normalizations, in its order */
-  char *ib = json_dumps(json_object_get(layer_named(cfg, "cat"),
+  char *ib = json_dumps(json_object_get(test_keras_layer(cfg, "cat"),
                                         "inbound_nodes"), JSON_COMPACT);
   assert_string_equal(ib, "[[[\"age_normalization\",0,0,{}],"
                           "[\"s1_normalization\",0,0,{}]]]");
@@ -400,7 +365,7 @@ static void test_keras_functional_inputs(void **state) {
   t[0].shape[0] = 4;
   to_export(t, 2, ev);
   assert_int_equal(chief_export_keras(p, mi, uni, ev, 2, err, sizeof err), 0);
-  cfg = keras_config(p);
+  cfg = test_keras_config(p);
   const json_t *n = json_object_get(
       json_array_get(json_object_get(json_object_get(cfg, "config"),
                                      "layers"), 1), "config");
@@ -411,7 +376,7 @@ static void test_keras_functional_inputs(void **state) {
   json_decref(cfg);
   json_t *per = parse("{\"scale\": [2, 4, 1, 4], \"shift\": [0, 0, 0, 0]}");
   assert_int_equal(chief_export_keras(p, mi, per, ev, 2, err, sizeof err), 0);
-  cfg = keras_config(p);
+  cfg = test_keras_config(p);
   n = json_object_get(json_array_get(json_object_get(json_object_get(
                                          cfg, "config"), "layers"), 1),
                       "config");

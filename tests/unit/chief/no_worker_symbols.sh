@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The coordinator links no worker library: no object of the coordinator's
-# library, of the model description it takes its variables from, nor of
-# the `tessera` front door defines or calls a wk_ symbol. The evaluator's
-# library, which runs the model, must show some (so an nm that lists
-# nothing cannot pass this test).
+# library, nor of the model description it takes its variables from,
+# defines or calls a wk_ symbol. The evaluator's library, which runs the
+# model (for the evaluator sidecar, `tessera evaluate` and `tessera
+# predict`), must show some (so an nm that lists nothing cannot pass this
+# test).
 #   no_worker_symbols.sh NM EVAL_LIB -- FILE...
 set -u
 nm_bin=$1 eval_lib=$2

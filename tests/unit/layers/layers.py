@@ -103,9 +103,11 @@ COMPONENTS = {
 # Programs may link more than their sources include: (program's component,
 # library's component): why.
 LINK_ALSO = {
-    # TF_CONFIG's evaluator task runs in tessera-chief (chief/eval/) and
-    # runs the model with the worker's executor
-    ("chief", "worker"): "the evaluator sidecar runs the model",
+    # TF_CONFIG's evaluator task runs in tessera-chief (chief/eval/), and
+    # `tessera evaluate` / `tessera predict` in tessera (chief/eval/
+    # offline.c): both run the model with the worker's executor
+    ("chief", "worker"): "the evaluator sidecar and tessera evaluate run "
+                         "the model",
     # ... and the worker library has the workers' ring (dense "allreduce")
     ("chief", "coll"): "the worker library it links for the evaluator "
                        "holds the workers' ring",
