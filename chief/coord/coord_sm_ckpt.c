@@ -360,10 +360,14 @@ static void sm_eval_done(coord_sm *sm, const char *failed) {
   if (sm->phase == SM_EVAL) sm__set_phase(sm, SM_DRAIN);
 }
 
-void sm__eval_abandon(coord_sm *sm) {
+void sm__eval_abandon(coord_sm *sm, bool drop) {
   if (!sm__eval_busy(sm)) return;
   sm__note(sm, TSR_LOG_WARN, "evaluation at step %" PRId64 " abandoned: a "
            "parameter server was lost", sm->ev_step);
+  if (drop) { /* asked of every PS: the one lost holds none now */
+    coord_action *a = sm__emit(sm, COORD_ACT_UNSNAPSHOT);
+    if (a) a->op = sm->ev_op;
+  }
   sm->ev_stage = SM_EV_IDLE; /* its snapshot went with the PS, or lapses */
   sm->ev_op = 0;
   if (sm->phase == SM_EVAL) sm__set_phase(sm, SM_DRAIN);

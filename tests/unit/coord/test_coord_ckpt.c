@@ -1,7 +1,7 @@
 /* The coordinator's checkpoints that do not stop training: async runs on
  * while a checkpoint is snapshotted, written and committed; sync pauses
- * only until every PS holds its snapshot; a checkpoint whose files a lost
- * PS never wrote is discarded and the run recovers from the one before;
+ * only until every PS holds its snapshot; a checkpoint or an evaluation
+ * whose snapshot a lost PS held ends there, the PS restored alone;
  * the run ends only once its last checkpoint is committed; an evaluation
  * reads a snapshot and pauses nothing either; dense "allreduce" takes
  * both at a step boundary. On the
@@ -108,40 +108,97 @@ static void sync_resumes_once_snapshotted(void **state) {
   sim_free(&s);
 }
 
-/* A PS lost while its files are being written: that checkpoint is
- * discarded and named, the recovery restores the one before, a late
- * answer to the lost checkpoint changes nothing, the run ends exact. */
+/* Async, a PS lost while a checkpoint's snapshots are taken or its
+ * files written: the PS is restored alone (no global recovery), but the
+ * checkpoint read its snapshot, which went with it, so it is discarded
+ * and named at once; a late answer to it (a call sent again to the
+ * restarted PS answers well) takes it no further; the lost PS restores
+ * the checkpoint before alone, the next checkpoint is taken as usual
+ * once it has, and the run ends exact. */
 static void lost_ps_discards_the_checkpoint_being_written(void **state) {
   (void)state;
-  coord_sm_config c = sim_ckpt_config(2, 2, TSR_MODE_ASYNC, 300, 60);
-  sim s;
-  sim_init(&s, &c, 0);
-  start(&s);
-  run_to_stage(&s, COORD_ACT_SAVE_WAIT);
-  int64_t lost_step = s.ck_step, good = sim_disk_newest(&s);
-  uint64_t late_op = s.ck_op;
-  sim_ps_lost(&s, 1);
-  assert_int_equal(s.count[COORD_ACT_DISCARD], 1);
-  const coord_ckpt_failure *f;
-  assert_int_equal(coord_sm_ckpt_failures(s.sm, &f), 1);
-  assert_int_equal(f[0].step, lost_step);
-  assert_non_null(strstr(f[0].reason, "lost"));
-  /* the answer the I/O side still gives for it */
-  sim_ev(&s, (coord_event){.kind = COORD_EV_SAVE_WRITTEN, .op = late_op,
-                           .status = -1, .index = 1, .lost = true,
-                           .msg = "connection closed"});
-  s.ck_active = false;
-  while (s.n_fl) sim_closure_fail(&s, 0, COORD_ERR_LOST, "ps:1 gone");
-  sim_ps_up(&s, 1);
-  assert_int_equal(s.op_kind, COORD_ACT_SETUP_PS);
-  sim_answer(&s, 0, -1, false, NULL);
-  assert_int_equal(s.op_kind, COORD_ACT_RESTORE);
-  assert_int_equal(s.last_restore, good);
-  for (int r = 0; r < 20000 && !s.ended; r++) sim_step(&s);
-  assert_int_equal(s.status, 0);
-  assert_int_equal(coord_sm_global_step(s.sm), 300);
-  assert_int_equal(coord_sm_ckpt_failures(s.sm, &f), 1);
-  sim_free(&s);
+  coord_act_kind stages[2] = {COORD_ACT_SAVE, COORD_ACT_SAVE_WAIT};
+  for (int k = 0; k < 2; k++) {
+    coord_sm_config c = sim_ckpt_config(2, 2, TSR_MODE_ASYNC, 300, 60);
+    sim s;
+    sim_init(&s, &c, (unsigned)k);
+    start(&s);
+    run_to_stage(&s, stages[k]);
+    int64_t lost_step = s.ck_step, good = sim_disk_newest(&s);
+    int restores = s.count[COORD_ACT_RESTORE];
+    sim_ps_lost(&s, 1);
+    assert_int_equal(s.count[COORD_ACT_DISCARD], 1);
+    const coord_ckpt_failure *f;
+    assert_int_equal(coord_sm_ckpt_failures(s.sm, &f), 1);
+    assert_int_equal(f[0].step, lost_step);
+    assert_non_null(strstr(f[0].reason, "lost"));
+    sim_ck_answer(&s, 0, -1, false, NULL); /* late, and well */
+    assert_false(s.ck_active);
+    for (int r = 0; r < 20; r++) step_holding_ck(&s); /* training goes on */
+    assert_false(s.ck_active);
+    sim_ps_up(&s, 1);
+    assert_true(s.alone_op[1] != 0);
+    assert_int_equal(s.alone_step[1], good);
+    sim_alone_answer(&s, 1, 0, false, NULL);
+    for (int r = 0; r < 20000 && !s.ended; r++) sim_step(&s);
+    assert_int_equal(s.status, 0);
+    assert_int_equal(coord_sm_global_step(s.sm), 300);
+    assert_int_equal(s.count[COORD_ACT_RESTORE], restores);
+    assert_int_equal(coord_sm_ckpt_failures(s.sm, &f), 1);
+    assert_true(sim_disk_newest(&s) > lost_step);
+    sim_free(&s);
+  }
+}
+
+/* Async, a PS lost while an evaluation's snapshot is taken or read: the
+ * PS is restored alone and the evaluation ends there (its snapshot went
+ * with the PS: the others are told to drop theirs; a late answer, well,
+ * takes it no further: no EVALUATE of it); the next one is taken once
+ * the PS is restored, and the run ends exact. */
+static void lost_ps_ends_the_evaluation(void **state) {
+  (void)state;
+  for (int k = 0; k < 2; k++) {
+    coord_sm_config c = sim_ckpt_config(2, 2, TSR_MODE_ASYNC, 300, 50);
+    c.has_eval = true;
+    c.eval_every_steps = 60;
+    sim s;
+    sim_init(&s, &c, (unsigned)k);
+    start(&s);
+    for (int r = 0; r < 10000 && !s.ev_active; r++)
+      if (s.ck_active)
+        sim_ck_through(&s);
+      else
+        step_holding_ck(&s);
+    assert_true(s.ev_active);
+    sim_ck_through(&s); /* a checkpoint to restore the PS from */
+    if (k == 1) {
+      sim_ev_answer(&s, 0, NULL); /* every PS holds it */
+      assert_int_equal(s.ev_kind, COORD_ACT_EVALUATE);
+    }
+    int un = s.count[COORD_ACT_UNSNAPSHOT];
+    int evals = s.count[COORD_ACT_EVALUATE];
+    sim_ps_lost(&s, 1);
+    assert_int_equal(s.count[COORD_ACT_UNSNAPSHOT], un + 1);
+    assert_true(sim_noted(&s, "abandoned"));
+    sim_ev_answer(&s, 0, NULL); /* late, and well */
+    assert_int_equal(s.count[COORD_ACT_EVALUATE], evals);
+    for (int r = 0; r < 20; r++) step_holding_ck(&s);
+    assert_false(s.ev_active);
+    sim_ps_up(&s, 1);
+    assert_true(s.alone_op[1] != 0);
+    sim_alone_answer(&s, 1, 0, false, NULL);
+    for (int r = 0; r < 10000 && !s.ev_active; r++)
+      if (s.ck_active)
+        sim_ck_through(&s);
+      else
+        step_holding_ck(&s);
+    assert_int_equal(s.ev_kind, COORD_ACT_SNAPSHOT);
+    for (int r = 0; r < 20000 && !s.ended; r++) sim_step(&s);
+    assert_int_equal(s.status, 0);
+    assert_int_equal(coord_sm_global_step(s.sm), 300);
+    assert_true(s.count[COORD_ACT_EVALUATE] > evals);
+    sim_free(&s);
+  }
 }
 
 /* The last checkpoint: the run shuts the cluster down only once it is
@@ -211,7 +268,7 @@ static void pruning_keeps_chains(void **state) {
   int at = sim_disk_at(&s, newest);
   assert_int_equal(s.disk_links[at], 3);
   sim_ps_lost(&s, 0);
-  while (s.n_fl) sim_closure_fail(&s, 0, COORD_ERR_LOST, "ps:0 gone");
+  while (s.n_fl) sim_closure_fail(&s, 0, COORD_ERR_TRANSIENT, "ps:0 gone");
   sim_ps_up(&s, 0);
   for (int t = 0; t < c.restore_tries; t++) {
     assert_int_equal(s.op_kind, COORD_ACT_SETUP_PS);
@@ -343,6 +400,7 @@ int main(void) {
       cmocka_unit_test(async_trains_through_a_checkpoint),
       cmocka_unit_test(sync_resumes_once_snapshotted),
       cmocka_unit_test(lost_ps_discards_the_checkpoint_being_written),
+      cmocka_unit_test(lost_ps_ends_the_evaluation),
       cmocka_unit_test(run_ends_after_its_last_checkpoint),
       cmocka_unit_test(pruning_keeps_chains),
       cmocka_unit_test(evaluation_does_not_pause),

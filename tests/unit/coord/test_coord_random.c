@@ -1,6 +1,6 @@
 /* The coordinator's state machine under seeded random interleavings:
  * answers in any order, closures that fail, PS and workers that come and
- * go, checkpoints that fail, chiefs that restart, time that passes. The
+ * go (a lost worker's closures failing, or never answered), checkpoints that fail, chiefs that restart, time that passes. The
  * injected failures stay within what a run must survive (a PS back before
  * --ps-timeout, fewer failed restores in a row than the tries), so every
  * run must end well: status 0 and exactly the job's steps, with sim.h's
@@ -37,6 +37,7 @@ typedef struct {
   int cycle_failures;         /* setup/restore failures since training */
   int chief_restarts;
   int last_counts;
+  int alone_failures[SIM_MAX]; /* a PS's failed restores alone in a row */
 } rsim;
 
 static bool any_ps_down(const rsim *x) {
@@ -147,6 +148,19 @@ static void answer_ck(rsim *x) {
   }
 }
 
+/* A PS's restore alone: well, or (once in a while, fewer times in a row
+ * than the tries) with the PS's own error. */
+static void answer_alone(rsim *x, int i) {
+  sim *s = &x->s;
+  if (rnd(&x->r) % 100 < 10 && x->alone_failures[i] < 1) {
+    x->alone_failures[i]++;
+    sim_alone_answer(s, i, -5, false, "restore: cannot read a shard");
+    return;
+  }
+  x->alone_failures[i] = 0;
+  sim_alone_answer(s, i, 0, false, NULL);
+}
+
 /* Whatever has waited too long for the run to survive it is answered or
  * brought back before time moves on. */
 static void keep_within_limits(rsim *x) {
@@ -160,6 +174,15 @@ static void keep_within_limits(rsim *x) {
     if (!s->ps_up[i] && s->now - x->ps_down_at[i] > ps_limit)
       DO(x, sim_ps_up(s, i));
   if (!s->ended && workers_up(x) == 0) DO(x, sim_wk_up(s, 0));
+  /* and one that runs closures (sync: a worker back mid-run sits it out,
+   * so the one down comes back) */
+  bool runs = false;
+  for (int w = 0; w < s->cfg.n_wk; w++) runs |= s->wk_up[w] && s->member[w];
+  for (int w = 0; w < s->cfg.n_wk && !runs && !s->ended; w++)
+    if (!s->wk_up[w]) {
+      DO(x, sim_wk_up(s, w));
+      break;
+    }
   for (int k = 0; k < s->n_fl && !s->ended;)
     if (s->now - s->fl[k].at > s->cfg.closure_timeout_s / 2)
       answer_closure(x, k);
@@ -171,6 +194,9 @@ static void keep_within_limits(rsim *x) {
     answer_ck(x);
   if (s->ev_active && !s->ended && s->now - x->ev_at > s->cfg.op_timeout_s / 2)
     answer_ev(x);
+  for (int i = 0; i < s->cfg.n_ps && !s->ended; i++)
+    if (s->alone_op[i] && s->now - s->alone_at[i] > s->cfg.op_timeout_s / 2)
+      answer_alone(x, i);
   for (int w = 0; w < s->cfg.n_wk && !s->ended; w++)
     if (s->cfg_pending[w]) DO(x, sim_ready(s, w));
 }
@@ -194,9 +220,14 @@ static void one_event(rsim *x) {
         DO(x, sim_ready(s, w));
       break;
     }
-  } else if (p < 56 && (s->op_active || s->ck_active || s->ev_active)) {
-    uint32_t q = rnd(&x->r) % 3;
-    if (s->op_active && (q == 0 || (!s->ck_active && !s->ev_active)))
+  } else if (p < 56 && (s->op_active || s->ck_active || s->ev_active ||
+                         sim_alone_out(s) >= 0)) {
+    uint32_t q = rnd(&x->r) % 4;
+    int a = sim_alone_out(s);
+    if (a >= 0 && (q == 3 || (!s->op_active && !s->ck_active &&
+                              !s->ev_active)))
+      answer_alone(x, a);
+    else if (s->op_active && (q == 0 || (!s->ck_active && !s->ev_active)))
       answer_op(x);
     else if (s->ck_active && (q == 1 || !s->ev_active))
       answer_ck(x);
@@ -223,7 +254,11 @@ static void one_event(rsim *x) {
   } else if (p < 86) {
     int w = (int)(rnd(&x->r) % (uint32_t)s->cfg.n_wk);
     if (s->wk_up[w]) {
-      DO(x, sim_wk_lost(s, w));
+      /* its closures fail with it, or are never answered at all */
+      if (rnd(&x->r) % 2)
+        DO(x, sim_wk_lost(s, w));
+      else
+        DO(x, sim_wk_vanish(s, w));
       x->other_streak[w] = 0;
     }
   } else if (p < 93) {
@@ -254,7 +289,7 @@ static void one_event(rsim *x) {
 /* What the runs went through (SIM_STATS=1 prints it). */
 static struct {
   int runs, restores, discards, chief_restarts, ps_recoveries, left,
-      worker_restarts, epochs, timers_failed, no_ckpt_failed;
+      worker_restarts, epochs, timers_failed, no_ckpt_failed, alone;
 } stats;
 
 static coord_sm_config random_config(rng *r, tsr_mode mode) {
@@ -309,6 +344,7 @@ static void one_run(unsigned seed, tsr_mode mode, bool timers_only) {
   stats.discards += s->count[COORD_ACT_DISCARD] > 0;
   stats.chief_restarts += x.chief_restarts > 0;
   stats.ps_recoveries += coord_sm_restarts_ps(s->sm) > 0;
+  stats.alone += s->alone_done > 0;
   stats.worker_restarts += coord_sm_restarts_worker(s->sm) > 0;
   for (int w = 0; w < c.n_wk; w++)
     if (coord_sm_wk_state(s->sm, w) == COORD_WK_LEFT) {
@@ -349,12 +385,13 @@ static void runs(tsr_mode mode, bool timers_only, unsigned first) {
   for (unsigned i = 0; i < n; i++) one_run(first + i, mode, timers_only);
   if (getenv("SIM_STATS"))
     fprintf(stderr, "%d runs (%d epochs-based): with a restore %d, a "
-            "failed checkpoint %d, a chief restart %d, a PS recovery %d, a "
-            "worker back %d, a worker left out %d, a PS lost before any "
-            "checkpoint %d; timers only, failed %d\n",
+            "failed checkpoint %d, a chief restart %d, a PS recovery %d (a "
+            "PS restored alone %d), a worker back %d, a worker left out %d, "
+            "a PS lost before any checkpoint %d; timers only, failed %d\n",
             stats.runs, stats.epochs, stats.restores, stats.discards,
-            stats.chief_restarts, stats.ps_recoveries, stats.worker_restarts,
-            stats.left, stats.no_ckpt_failed, stats.timers_failed);
+            stats.chief_restarts, stats.ps_recoveries, stats.alone,
+            stats.worker_restarts, stats.left, stats.no_ckpt_failed,
+            stats.timers_failed);
 }
 
 static void async_runs(void **state) {
