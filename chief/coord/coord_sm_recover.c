@@ -194,6 +194,26 @@ void sm__on_ps_restored(coord_sm *sm, const coord_event *ev) {
            sm__global(sm));
 }
 
+/* A PS was lost: a checkpoint or an evaluation going on read its
+ * snapshot, which went with it. It ends here (nothing committed) and is
+ * due again: taken once every PS is whole (the run's last ones too). */
+static void sm_alone_end_ops(coord_sm *sm) {
+  bool ck = sm__ckpt_busy(sm), ev = sm__eval_busy(sm);
+  sm__ckpt_abandon(sm);
+  sm__eval_abandon(sm, true);
+  bool final = sm->phase == SM_FINAL ||
+               ((sm->phase == SM_DRAIN || sm->phase == SM_SAVE ||
+                 sm->phase == SM_EVAL) && sm->after_drain == SM_FINAL);
+  if (ck && !sm__ckpt_busy(sm)) {
+    if (final) sm->final_ckpt_done = false;
+    else sm->ckpt_due = true;
+  }
+  if (ev && !sm__eval_busy(sm)) {
+    if (final) sm->final_eval_done = false;
+    else sm->eval_due = true;
+  }
+}
+
 /* Every event while a PS is lost in training: newly lost PS start
  * waiting, PS that are back are restored, deadlines. False when the PS
  * cannot be restored alone (the caller recovers globally). */
@@ -214,11 +234,7 @@ bool sm__pump_alone(coord_sm *sm) {
                  "it is back and has restored its shards from the checkpoint "
                  "of step %" PRId64 " (checkpoints and evaluations wait too)",
                  p->name, step);
-        /* a checkpoint or an evaluation going on read its snapshot, which
-         * went with it: it ends here (nothing committed), and the next
-         * one is taken once every PS is whole */
-        sm__ckpt_abandon(sm);
-        sm__eval_abandon(sm, true);
+        sm_alone_end_ops(sm);
         /* it may be connected again already */
         __attribute__((fallthrough));
       case SM_FIX_WAIT:
