@@ -48,6 +48,15 @@ int wk__line_metrics(char *line, size_t cap, int k, const wk_train_result *r) {
   return k;
 }
 
+void wk__line_print(char *line, size_t cap, int k, const wk_train_result *r,
+                    const char *more) {
+  if (k < (int)cap)
+    snprintf(line + k, cap - (size_t)k, ", %.0f examples/s, %.2f s, %s x%d%s",
+             r->examples_per_sec, r->seconds, r->backend, r->replicas, more);
+  printf("%s\n", line);
+  fflush(stdout);
+}
+
 int wk__eval_split(const tsr_job *job, wk_trainer *t, const tsr_model *m,
                    wk_split split, wk_output_fn on_out, void *out_data,
                    wk_train_result *r, char *err, size_t errlen) {
@@ -159,12 +168,7 @@ int wk_eval_standalone(const tsr_job *job, const wk_train_opts *o,
                      (long long)r->eval_examples,
                      split == WK_SPLIT_EVAL ? "data.eval" : "data.train");
     k = wk__line_metrics(line, sizeof line, k, r);
-    if (k < (int)sizeof line)
-      snprintf(line + k, sizeof line - (size_t)k,
-               ", %.0f examples/s, %.2f s, %s x%d", r->examples_per_sec,
-               r->seconds, r->backend, r->replicas);
-    printf("%s\n", line);
-    fflush(stdout);
+    wk__line_print(line, sizeof line, k, r, "");
   }
 out:
   wk_trainer_close(t);

@@ -68,6 +68,11 @@ void wk__result_names(wk_train_result *r, const wk_trainer *t,
  * (appending stops once the line is full). */
 int wk__line_metrics(char *line, size_t cap, int k, const wk_train_result *r);
 
+/* Ends the summary line line[0..cap) (k characters written) with r's speed,
+ * time and backend, then `more` (may be ""), and prints it on stdout. */
+void wk__line_print(char *line, size_t cap, int k, const wk_train_result *r,
+                    const char *more);
+
 /* ---- jobs: requests handed from the loop to the training thread -------- */
 
 typedef enum {

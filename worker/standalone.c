@@ -222,13 +222,10 @@ int wk_train_standalone(const tsr_job *job, const wk_train_opts *o,
     if (r->best_auc == r->best_auc && k < (int)sizeof line)
       k += snprintf(line + k, sizeof line - (size_t)k,
                     ", best reachable auc %.4f", r->best_auc);
-    snprintf(line + k, sizeof line - (size_t)k,
-             ", %.0f examples/s, %.2f s, %s x%d, %d thread%s, %s",
-             r->examples_per_sec, r->seconds, r->backend, r->replicas,
-             r->threads, r->threads == 1 ? "" : "s",
-             tsr_precision_name(job->precision));
-    printf("%s\n", line);
-    fflush(stdout);
+    char more[64];
+    snprintf(more, sizeof more, ", %d thread%s, %s", r->threads,
+             r->threads == 1 ? "" : "s", tsr_precision_name(job->precision));
+    wk__line_print(line, sizeof line, k, r, more);
   }
 out:
   wk_trainer_close(t);
