@@ -348,10 +348,7 @@ int main(int argc, char **argv) {
       case O_STANDALONE: break; /* how main() got here */
       case O_JOB: job_path = optarg; break;
       case O_DEVICE:
-        if (!strcmp(optarg, "auto")) to.device = KERN_DEVICE_AUTO;
-        else if (!strcmp(optarg, "cpu")) to.device = KERN_DEVICE_CPU;
-        else if (!strcmp(optarg, "gpu")) to.device = KERN_DEVICE_GPU;
-        else {
+        if (kern_device_parse(optarg, &to.device)) {
           tsr_error("--device %s: must be auto, cpu or gpu", optarg);
           return 2;
         }
