@@ -397,6 +397,7 @@ static void ps__on_config(tsr_rpc_incoming *call, void *data) {
   /* a new era: whatever ran before (another chief's run, this chief
    * before it restarted) is refused from here on */
   ps__reset(s, r->run_id, 0);
+  s->await_restore = r->hold_until_restore;
   s->allow_nonfinite = r->allow_nonfinite || s->opts.allow_nonfinite;
   if (r->trace && !s->trace && tsr_trace_create(&s->trace, 0) == 0) {
     s->trace_pid = r->trace_pid;
@@ -534,6 +535,7 @@ static void ps__restore_swap_all(ps_server *s, ps_batch *b) {
     ps__enqueue(s, op, false);
   }
   b->ents[0] = NULL; /* phase 2 started */
+  ps__restored(s);
   ps__batch_done(s, b);
 }
 
@@ -577,6 +579,7 @@ static void ps__on_restore(tsr_rpc_incoming *call, void *data) {
   }
   if (n == 0) {
     ps__reset(s, s->cons.run, b->who.step);
+    ps__restored(s);
     ps__batch_done(s, b);
     return;
   }

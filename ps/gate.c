@@ -31,6 +31,9 @@
 static int ps__gate(ps_server *s, ps_op *op) {
   ps_entry *e = op->e;
   ps_consist *c = &s->cons;
+  /* restarted alone and not restored yet: its shards hold initial values,
+   * which no worker may read (nor push into: the restore would drop it) */
+  if (s->await_restore) return 0;
   if (c->mode != PS_MODE_ASYNC && !ps__cons_era_ok(c, op->era)) {
     snprintf(op->err, sizeof op->err,
              "%s shard %d: the parameter server was reset (a restore or a "
@@ -284,6 +287,12 @@ void ps__reset(ps_server *s, uint64_t run, int64_t step) {
   }
   ps__wake(s); /* held calls of the old era are refused */
   ps__sync_check(s);
+}
+
+void ps__restored(ps_server *s) {
+  if (!s->await_restore) return;
+  s->await_restore = false;
+  ps__wake(s);
 }
 
 void ps__timer_cb(uv_timer_t *t) {

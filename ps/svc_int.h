@@ -134,6 +134,8 @@ struct ps_server {
   size_t max_answer;        /* largest payload an answer may carry (the
                                context's max_payload_bytes) */
   ps_consist cons;
+  bool await_restore;       /* config said a restore follows: pulls and
+                               pushes wait in the gate until it swapped in */
   ps_entry **ents;
   int n_ents, cap_ents;
   ps_op *waiting;
@@ -182,6 +184,9 @@ void ps__sync_check(ps_server *s);
 /* A new consistency era at `step` (config, restore): members forgotten,
  * every sync shard at `step`, held calls of the old era refused. */
 void ps__reset(ps_server *s, uint64_t run, int64_t step);
+/* A restore swapped its shards in (queued, so every call let through now
+ * comes after them): the pulls and pushes held for it go on. */
+void ps__restored(ps_server *s);
 /* Sync: the step a joining worker owes next, over every shard. */
 int64_t ps__sync_next(ps_server *s, int worker);
 /* The furthest shard's applied steps (sync), for stats. */

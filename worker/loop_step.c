@@ -207,9 +207,12 @@ static int next_batch(wk_run *r, const wk_batch **b, double *wait_s,
   return take_ids(r, err, errlen);
 }
 
-/* A PS connection lost since the closure began: the shards may not be
- * the ones this closure computed against. */
+/* ssp, sync: a PS connection lost since the closure began: the shards may
+ * not be the ones this closure computed against (the chief rewinds every
+ * PS). async: the lost PS restores its own shards and its calls wait for
+ * it (the PS client's wait_lost): the closure goes on. */
 static int check_losses(wk_run *r, char *err, size_t errlen) {
+  if (r->job.mode == TSR_MODE_ASYNC) return 0;
   char msg[WK_ERR_MAX];
   if (ps_kv_losses(r->kv, msg, sizeof msg) == r->losses) return 0;
   return tsr_errf(err, errlen, TSR_ECLOSED, "%s during the closure: stopping (the "

@@ -19,8 +19,11 @@
  * second set of buffers at the start of this step, while it computes:
  * steps alternate between the two sets, each with its own tickets
  * (row-sparse variables keep one set).
- * Every request carries the closure's count of lost connections, so a PS
- * that went away and came back mid-closure fails the calls at issue.
+ * ssp and sync: every request carries the closure's count of lost
+ * connections, so a PS that went away and came back mid-closure fails the
+ * calls at issue. async: the calls to a PS that went away wait for it to
+ * be back and restored (the PS client sends them again), the others go
+ * on.
  * Failure modes: a refused submission or a failed ticket records the
  * first failure (rc, err naming the PS, variable and shard) in r->xs; a
  * hook that fails stops the compute with that code. Every ticket is
@@ -95,6 +98,7 @@ int wk__xfer_configure(wk_svc *s, wk_run *r, char *err, size_t errlen) {
                   r->job.optimizer.global_clipnorm > 0;
   ps_kv_config c = {.worker = r->worker_index,
                     .hold = r->job.mode != TSR_MODE_ASYNC,
+                    .wait_lost = r->job.mode == TSR_MODE_ASYNC,
                     .wire = r->wire,
                     .deadline_ms = s->ps_deadline_ms,
                     .vars = vars,
@@ -149,7 +153,14 @@ int wk__xfer_wait(wk_run *r, ps_ticket *t, bool push, const char *what) {
   return 0;
 }
 
-static unsigned check_flags(void) { return PS_KV_CHECK_LOSSES; }
+/* ssp, sync: a call after a PS connection was lost fails (the PS may be
+ * back without the shards this closure computed against, and the chief
+ * rewinds every PS). async: a lost PS is restored alone from the
+ * checkpoint while the others keep theirs, and its calls wait for it
+ * (wait_lost), so the closure goes on. */
+static unsigned check_flags(const wk_run *r) {
+  return r->job.mode == TSR_MODE_ASYNC ? 0u : PS_KV_CHECK_LOSSES;
+}
 
 /* Submits the pull of variable v into set k for the step `clock`. */
 static int pull_var(wk_run *r, int v, int k, int64_t clock) {
@@ -164,7 +175,7 @@ static int pull_var(wk_run *r, int v, int k, int64_t clock) {
   }
   ps_kv_request q = {.kind = PS_KV_PULL, .items = &it, .n_items = 1,
                      .clock = clock,
-                     .flags = check_flags() |
+                     .flags = check_flags(r) |
                               (r->plain_reads ? PS_KV_NO_ERA : 0u),
                      .losses = r->losses};
   ps_ticket *t = &r->xf[v].pull[slot(r, v, k)];
@@ -258,7 +269,7 @@ static void push_var(wk_run *r, int v, int k) {
     it.n_ids = (size_t)r->n_cur[v];
   }
   ps_kv_request q = {.kind = PS_KV_PUSH, .items = &it, .n_items = 1,
-                     .step = r->hook_step, .flags = check_flags(),
+                     .step = r->hook_step, .flags = check_flags(r),
                      .losses = r->losses};
   int rc = ps_kv_submit(r->kv, &q, &r->xf[v].push[slot(r, v, k)]);
   if (!rc) r->xs.pushed = true;
@@ -308,7 +319,7 @@ void wk__xfer_hooks(wk_run *r, wk_run_opts *ro, int k, int64_t step) {
 
 int wk__xfer_clock_submit(wk_run *r, ps_clock_op op, int64_t clock,
                           ps_ticket *t) {
-  int rc = ps_kv_clock(r->kv, op, clock, check_flags(), r->losses, t);
+  int rc = ps_kv_clock(r->kv, op, clock, check_flags(r), r->losses, t);
   if (rc) {
     char msg[WK_ERR_MAX];
     snprintf(msg, sizeof msg, "clock: the PS client refused it: %s",
@@ -321,7 +332,7 @@ int wk__xfer_clock_submit(wk_run *r, ps_clock_op op, int64_t clock,
 int wk__xfer_clock(wk_run *r, ps_clock_op op, int64_t clock, bool check,
                    int64_t *min_clock) {
   ps_ticket t;
-  int rc = ps_kv_clock(r->kv, op, clock, check ? check_flags() : 0,
+  int rc = ps_kv_clock(r->kv, op, clock, check ? check_flags(r) : 0,
                        r->losses, &t);
   if (rc) {
     note_fail(r, rc, "clock: the PS client refused it");

@@ -480,11 +480,15 @@ int wk_service_main(int argc, char **argv) {
   uv_loop_init(&loop);
   s->loop = &loop;
   /* fail_fast: a call to a PS known to be down fails at once, so a
-   * closure fails promptly and the chief can start the PS recovery;
-   * reconnects are retried at least every second. */
+   * closure fails promptly and the chief can start the PS recovery (ssp,
+   * sync; in async the PS client sends it again until the PS is back and
+   * restored: ps_kv's wait_lost); reconnects are retried at least every
+   * 250 ms, so the calls waiting for a PS started again go on within a
+   * quarter second of it (with 1 s they waited half a second on average;
+   * a refused connect costs next to nothing). */
   tsr_rpc_opts ro = {.name = s->role, .token = d.token,
                      .token_len = d.token_len, .fail_fast = 1,
-                     .backoff_max_ms = 1000, .plain_frames = d.plain_frames};
+                     .backoff_max_ms = 250, .plain_frames = d.plain_frames};
   rc = tsr_rpc_ctx_new(&s->rpc, &loop, &ro);
   tsr_daemon_free(&d); /* the context keeps its copy of the token */
   if (rc) {

@@ -27,6 +27,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* What the chief said of one worker: since when and why it no longer runs
+ * closures (lost, or left out). */
+typedef struct {
+  double left_s_ago;
+  char why[160];
+} st_view;
+
 typedef struct {
   tsr_task_type type;
   int index;
@@ -34,8 +41,10 @@ typedef struct {
   tsr_rpc_client *cli;
   ps_client *ps;
   bool done, ok;
-  char line[512];
+  char line[768];
   int *pending;
+  st_view *views; /* the chief's task: one per worker index */
+  int n_views;
 } st_task;
 
 static void st_fmt_bytes(double b, char *buf, size_t len) {
@@ -76,10 +85,24 @@ static void st_on_chief(const tsr_rpc_result *r, void *data) {
   char ck[32] = "none";
   if (s->last_checkpoint_step >= 0)
     snprintf(ck, sizeof ck, "%" PRId64, s->last_checkpoint_step);
-  snprintf(t->line, sizeof t->line,
-           "%-8s step %" PRId64 "/%" PRId64 ", %.0f ex/s, loss %.4g, last "
-           "checkpoint %s, up %.0f s", s->phase, s->step, s->total_steps,
-           s->examples_per_sec, s->loss, ck, s->uptime_s);
+  int n = snprintf(t->line, sizeof t->line,
+                   "%-8s step %" PRId64 "/%" PRId64 ", %.0f ex/s, loss %.4g, "
+                   "last checkpoint %s, up %.0f s", s->phase, s->step,
+                   s->total_steps, s->examples_per_sec, s->loss, ck,
+                   s->uptime_s);
+  if (s->waiting && s->waiting[0] && n > 0 && (size_t)n < sizeof t->line)
+    snprintf(t->line + n, sizeof t->line - (size_t)n, "; waiting for %s",
+             s->waiting);
+  for (size_t i = 0; i < s->n_workers && t->views; i++) {
+    const Tessera__Chief__TaskStatus *w = s->workers[i];
+    int idx;
+    if (!w->task || sscanf(w->task, "worker:%d", &idx) != 1 || idx < 0 ||
+        idx >= t->n_views || w->left_s_ago <= 0)
+      continue;
+    t->views[idx].left_s_ago = w->left_s_ago;
+    snprintf(t->views[idx].why, sizeof t->views[idx].why, "%s",
+             w->left_why ? w->left_why : "");
+  }
   tessera__chief__status_response__free_unpacked(s, NULL);
 }
 
@@ -310,6 +333,12 @@ int chief_cmd_status(int argc, char **argv) {
   int total = 0;
   for (int t = 0; t < TSR_TASK__COUNT; t++) total += c.n[t];
   st_task *tasks = calloc((size_t)total, sizeof *tasks);
+  int n_wk = c.n[TSR_TASK_WORKER];
+  st_view *views = calloc(n_wk > 0 ? (size_t)n_wk : 1, sizeof *views);
+  if (!views) {
+    free(tasks);
+    tasks = NULL;
+  }
   int pending = 0, k = 0;
   static const tsr_task_type order[] = {TSR_TASK_CHIEF, TSR_TASK_PS,
                                         TSR_TASK_WORKER, TSR_TASK_EVALUATOR};
@@ -321,6 +350,10 @@ int chief_cmd_status(int argc, char **argv) {
       t->index = c.jobs[ty][i].index;
       t->addr = c.jobs[ty][i].addr;
       t->pending = &pending;
+      if (ty == TSR_TASK_CHIEF) {
+        t->views = views;
+        t->n_views = n_wk;
+      }
       if (ty == TSR_TASK_EVALUATOR) {
         snprintf(t->line, sizeof t->line, "-        (evaluators answer no "
                  "status)");
@@ -338,7 +371,13 @@ int chief_cmd_status(int argc, char **argv) {
     char name[32];
     snprintf(name, sizeof name, "%s:%d", tsr_task_type_name(tasks[i].type),
              tasks[i].index);
-    printf("%-10s %-24s %s\n", name, tasks[i].addr, tasks[i].line);
+    printf("%-10s %-24s %s", name, tasks[i].addr, tasks[i].line);
+    /* the chief's word on a worker that no longer runs closures */
+    if (tasks[i].type == TSR_TASK_WORKER && tasks[i].index >= 0 &&
+        tasks[i].index < n_wk && views[tasks[i].index].left_s_ago > 0)
+      printf(" (chief: no closures for it since %.1f s ago: %s)",
+             views[tasks[i].index].left_s_ago, views[tasks[i].index].why);
+    printf("\n");
     if (!tasks[i].ok && tasks[i].type != TSR_TASK_EVALUATOR) down++;
     if (tasks[i].cli) tsr_rpc_client_close(tasks[i].cli, st_closed, NULL);
     if (tasks[i].ps) ps_client_close(tasks[i].ps, st_closed, NULL);
@@ -348,6 +387,7 @@ int chief_cmd_status(int argc, char **argv) {
   uv_run(&loop, UV_RUN_DEFAULT);
   uv_loop_close(&loop);
   free(tasks);
+  free(views);
   tsr_cluster_free(&c);
   return down ? 1 : 0;
 }

@@ -51,6 +51,21 @@ int64_t coord__step(const coord *co) {
 
 /* ---- actions ------------------------------------------------------------ */
 
+int coord__member_subscribe(coord *co, coord_member_cb cb, void *data) {
+  if (co->n_member_subs >= COORD_MAX_MEMBER_SUBS) return TSR_EBUSY;
+  co->member_subs[co->n_member_subs].cb = cb;
+  co->member_subs[co->n_member_subs].data = data;
+  co->n_member_subs++;
+  return 0;
+}
+
+static void coord_member(coord *co, const coord_action *a) {
+  coord_member_ev ev = {.worker = a->index, .up = a->up, .epoch = a->op,
+                        .why = a->msg, .at = tsr_now_s()};
+  for (int i = 0; i < co->n_member_subs; i++)
+    co->member_subs[i].cb(co, &ev, co->member_subs[i].data);
+}
+
 static void coord_stop(coord *co, int status) {
   co->stopped = true;
   co->exit_status = status;
@@ -90,10 +105,13 @@ static void coord_resumed(coord *co, int64_t step) {
 static void coord_exec(coord *co, const coord_action *a) {
   int32_t tpid = tsr_trace_pid(TSR_TASK_CHIEF, 0);
   switch (a->kind) {
-    case COORD_ACT_SETUP_PS: coord__ps_setup(co, a->op); break;
+    case COORD_ACT_SETUP_PS: coord__ps_setup(co, a->op, a->hold); break;
     case COORD_ACT_RESTORE:
       if (co->trace) co->trace_restore_us = tsr_trace_now_us();
       coord__ps_restore(co, a->op, a->step);
+      break;
+    case COORD_ACT_RESTORE_PS:
+      coord__ps_restore_alone(co, a->op, a->index, a->step);
       break;
     case COORD_ACT_REWIND:
       if (a->resumed) coord_resumed(co, a->step);
@@ -122,6 +140,7 @@ static void coord_exec(coord *co, const coord_action *a) {
     case COORD_ACT_DISPATCH: coord__wk_dispatch(co, &a->closure); break;
     case COORD_ACT_COUNT: coord__wk_count(co, a); break;
     case COORD_ACT_RELEASE: coord__ps_release(co, a->index); break;
+    case COORD_ACT_MEMBER: coord_member(co, a); break;
     case COORD_ACT_EVALUATE:
       if (co->trace) co->trace_eval_us = tsr_trace_now_us();
       coord__wk_eval(co, a->op, a->index, a->step);

@@ -30,6 +30,24 @@
 
 typedef struct coord coord;
 
+/* A change of the workers that run closures (the machine's MEMBER): a
+ * worker joined (configured and ready) or left (lost: its connection
+ * closed, or was silent past --heartbeat-timeout, or a closure found it
+ * gone; or left out of the run). Whatever forms a group of the workers
+ * (the status service now; a ring among them) subscribes and re-forms on
+ * it. Called on the loop thread, in the order of the changes; a callback
+ * must not block. */
+typedef struct {
+  int worker;
+  bool up;
+  uint64_t epoch;        /* bumped by every change */
+  const char *why;       /* "ready", or why it left; valid for the call */
+  double at;             /* tsr_now_s() */
+} coord_member_ev;
+typedef void (*coord_member_cb)(coord *co, const coord_member_ev *ev,
+                                void *data);
+#define COORD_MAX_MEMBER_SUBS 4
+
 typedef struct {
   coord *co;
   int index;
@@ -40,6 +58,14 @@ typedef struct {
   int64_t vars_created;
   uint64_t bytes_in, bytes_out;
   double apply_ms;
+  /* RESTORE_PS: this PS alone set up again and restored */
+  uint64_t fix_op;       /* 0: none going on */
+  int64_t fix_step;
+  int fix_pending;       /* config and create answers still to come */
+  int64_t fix_t0_us;     /* --trace: when it began */
+  int fix_status;
+  bool fix_lost;
+  char fix_msg[COORD_MSG_MAX];
 } coord_ps;
 
 typedef struct {
@@ -57,6 +83,9 @@ typedef struct {
   int64_t allreduce_steps;   /* steps those figures are of */
   int64_t skipped_seen;  /* its last skipped_records (a restart resets it) */
   char device[32];
+  /* as the status service heard it from the membership changes */
+  double left_at;        /* 0 while it runs closures (or never did) */
+  char left_why[128];
   /* dense "allreduce" (coord_ring.c) */
   bool in_ring;          /* a member of the current ring */
   bool has_state;        /* holds the ring's trained dense state */
@@ -168,9 +197,17 @@ struct coord {
   int64_t skipped_records;   /* corrupt input records, all workers */
   json_t *input_affine;      /* {"scale": [...], "shift": [...]} from the
                                 first worker configured, for the manifest */
+  struct {
+    coord_member_cb cb;
+    void *data;
+  } member_subs[COORD_MAX_MEMBER_SUBS];
+  int n_member_subs;
 };
 
 /* coord_io.c */
+/* Calls cb on every change of the workers that run closures, from now on;
+ * 0, or TSR_EBUSY past COORD_MAX_MEMBER_SUBS subscribers. */
+int coord__member_subscribe(coord *co, coord_member_cb cb, void *data);
 void coord__post(coord *co, const coord_event *ev);
 void coord__post_simple(coord *co, coord_ev_kind kind, int index,
                         const char *msg);
@@ -187,8 +224,12 @@ json_t *coord__ckpt_manifest(coord *co, int64_t step);
 
 /* coord_ps.c */
 int coord__ps_open(coord *co);
-void coord__ps_setup(coord *co, uint64_t op);
+/* hold: every PS holds its pulls and pushes until its restore. */
+void coord__ps_setup(coord *co, uint64_t op, bool hold);
 void coord__ps_restore(coord *co, uint64_t op, int64_t step);
+/* PS i alone: config holding its calls, its variables, its shards of the
+ * checkpoint of `step`; PS_RESTORED when done. */
+void coord__ps_restore_alone(coord *co, uint64_t op, int i, int64_t step);
 void coord__ps_save(coord *co, uint64_t op, int64_t step);
 void coord__ps_commit(coord *co, uint64_t op, int64_t step, int64_t total);
 void coord__ps_release(coord *co, int worker);

@@ -176,9 +176,18 @@ static int coord_ps_specs(coord *co, int i, ps_var_spec **out, size_t *n_out) {
   return 0;
 }
 
-void coord__ps_setup(coord *co, uint64_t op) {
+/* PS i's configuration (mode points into buf). */
+static ps_config coord_ps_cfg(coord *co, int i, char *buf, size_t len) {
+  return (ps_config){.mode = coord_mode_text(co, buf, len),
+                     .allow_nonfinite = false,
+                     .trace_pid = co->trace ? tsr_trace_pid(TSR_TASK_PS, i)
+                                            : -1,
+                     .checkpoint_root = co->job.checkpoint_dir,
+                     .run_id = co->run_id};
+}
+
+void coord__ps_setup(coord *co, uint64_t op, bool hold) {
   char buf[32];
-  const char *mode = coord_mode_text(co, buf, sizeof buf);
   coord_psop_begin(co, op, COORD_EV_SETUP_DONE);
   for (int i = 0; i < co->n_ps; i++) {
     coord_ps *p = &co->ps[i];
@@ -187,13 +196,10 @@ void coord__ps_setup(coord *co, uint64_t op) {
       coord_psop_result(co, op, p, "config", TSR_ENOMEM, "out of memory");
       break;
     }
-    int32_t tpid = co->trace ? tsr_trace_pid(TSR_TASK_PS, i) : -1;
     /* a new era on every PS: nothing from before (this chief's own run
      * before a restart, another run) is taken from here on */
-    ps_config cfg = {.mode = mode, .allow_nonfinite = false,
-                     .trace_pid = tpid,
-                     .checkpoint_root = co->job.checkpoint_dir,
-                     .run_id = co->run_id};
+    ps_config cfg = coord_ps_cfg(co, i, buf, sizeof buf);
+    cfg.hold_until_restore = hold;
     coord_ps_started(co, call, ps_client_configure(p->cli, &cfg,
                                                    coord_ps_on_result, call));
     ps_var_spec *specs;
@@ -234,31 +240,41 @@ static void coord_ps_on_save(const ps_result *r, void *data) {
   free(call);
 }
 
+/* The checkpoint of `step` as a PS names it: its folder relative to the
+ * checkpoint root each PS was configured with, and (with id) the id its
+ * manifest commits, so a restore takes only files of that checkpoint ("":
+ * no readable manifest). TSR_ERANGE for a path too long. */
+static int coord_ckpt_ref(coord *co, int64_t step, char *name, size_t nlen,
+                          char *id, size_t idlen) {
+  char dir[4096];
+  if (chief_ckpt_name(step, name, nlen) ||
+      chief_ckpt_dir(co->job.checkpoint_dir, step, dir, sizeof dir))
+    return TSR_ERANGE;
+  if (!id) return 0;
+  id[0] = 0;
+  int64_t st;
+  json_t *m = NULL;
+  char err[512];
+  if (chief_ckpt_read(dir, &st, &m, NULL, 0, err, sizeof err) == 0) {
+    const char *s = json_string_value(json_object_get(m, "checkpoint_id"));
+    snprintf(id, idlen, "%s", s ? s : "");
+    json_decref(m);
+  }
+  return 0;
+}
+
 static void coord_ps_dir_call(coord *co, uint64_t op, int64_t step,
                               bool save) {
-  /* named relative to the checkpoint root each PS was configured with */
-  char name[64], dir[4096], id[CHIEF_CKPT_ID_MAX + 1] = "";
+  char name[64], id[CHIEF_CKPT_ID_MAX + 1] = "";
   coord_psop_begin(co, op, save ? COORD_EV_SAVE_DONE : COORD_EV_RESTORE_DONE);
-  if (chief_ckpt_name(step, name, sizeof name) ||
-      chief_ckpt_dir(co->job.checkpoint_dir, step, dir, sizeof dir)) {
+  if (coord_ckpt_ref(co, step, name, sizeof name, save ? NULL : id,
+                     sizeof id)) {
     coord_psop_result(co, op, NULL, save ? "save" : "restore", TSR_ERANGE,
                       "checkpoint path too long");
     coord_psop_end(co, op);
     return;
   }
-  if (save) {
-    chief_ckpt_files_start(&co->ckpt_files, step);
-  } else {
-    /* the files must be of the checkpoint the manifest commits */
-    int64_t st;
-    json_t *m = NULL;
-    char err[512];
-    if (chief_ckpt_read(dir, &st, &m, NULL, 0, err, sizeof err) == 0) {
-      const char *s = json_string_value(json_object_get(m, "checkpoint_id"));
-      snprintf(id, sizeof id, "%s", s ? s : "");
-      json_decref(m);
-    }
-  }
+  if (save) chief_ckpt_files_start(&co->ckpt_files, step);
   for (int i = 0; i < co->n_ps; i++) {
     coord_ps *p = &co->ps[i];
     const char *what = save ? "save" : "restore";
@@ -309,6 +325,135 @@ void coord__ps_restore(coord *co, uint64_t op, int64_t step) {
     json_decref(m);
   }
   coord_ps_dir_call(co, op, step, false);
+}
+
+/* ---- one PS restored alone ------------------------------------------------ */
+
+static void coord_alone_fail(coord_ps *p, const char *what, int status,
+                             const char *message) {
+  if (p->fix_status) return;
+  p->fix_status = status;
+  p->fix_lost = coord_conn_error(status);
+  snprintf(p->fix_msg, sizeof p->fix_msg, "%s: %s: %s", p->addr->addr, what,
+           message && message[0] ? message : tsr_strerror(status));
+}
+
+static void coord_alone_done(coord_ps *p, uint64_t op) {
+  if (p->fix_op != op) return;
+  coord *co = p->co;
+  coord_event ev = {.kind = COORD_EV_PS_RESTORED, .op = op,
+                    .index = p->index, .step = p->fix_step,
+                    .status = p->fix_status, .lost = p->fix_lost,
+                    .msg = p->fix_status ? p->fix_msg : NULL};
+  p->fix_op = 0;
+  if (co->trace) {
+    char name[64];
+    snprintf(name, sizeof name, "ps:%d restored alone", p->index);
+    tsr_trace_end(co->trace, tsr_trace_pid(TSR_TASK_CHIEF, 0), 0, "chief",
+                  name, p->fix_t0_us);
+  }
+  coord__post(co, &ev);
+}
+
+static void coord_alone_on_restore(const ps_result *r, void *data) {
+  coord_ps_call *call = data;
+  coord_ps *p = call->ps;
+  uint64_t op = call->op;
+  free(call);
+  if (p->fix_op != op) return; /* a later try, or given up */
+  if (r->status) coord_alone_fail(p, "restore", r->status, r->message);
+  coord_alone_done(p, op);
+}
+
+static void coord_alone_restore(coord_ps *p, uint64_t op) {
+  char name[64], id[CHIEF_CKPT_ID_MAX + 1];
+  int rc = coord_ckpt_ref(p->co, p->fix_step, name, sizeof name, id,
+                          sizeof id);
+  coord_ps_call *call = NULL;
+  if (!rc) {
+    call = coord_ps_call_new(p, op, "restore");
+    rc = call ? ps_client_restore_ckpt(p->cli, name, id, p->fix_step,
+                                       coord_alone_on_restore, call)
+              : TSR_ENOMEM;
+  }
+  if (rc) {
+    free(call);
+    coord_alone_fail(p, "restore", rc, rc == TSR_ERANGE
+                                           ? "checkpoint path too long"
+                                           : tsr_strerror(rc));
+    coord_alone_done(p, op);
+  }
+}
+
+/* The config and the create answered: the restore, unless one failed. */
+static void coord_alone_setup_end(coord_ps *p, uint64_t op) {
+  if (p->fix_op != op || --p->fix_pending > 0) return;
+  if (p->fix_status)
+    coord_alone_done(p, op);
+  else
+    coord_alone_restore(p, op);
+}
+
+static void coord_alone_on_setup(const ps_result *r, void *data) {
+  coord_ps_call *call = data;
+  coord_ps *p = call->ps;
+  uint64_t op = call->op;
+  const char *what = call->what;
+  free(call->specs);
+  free(call);
+  if (p->fix_op != op) return;
+  if (r->status) coord_alone_fail(p, what, r->status, r->message);
+  coord_alone_setup_end(p, op);
+}
+
+static void coord_alone_send(coord_ps *p, uint64_t op, coord_ps_call *call,
+                             int rc) {
+  if (rc == 0) {
+    p->fix_pending++;
+    return;
+  }
+  coord_alone_fail(p, call ? call->what : "setup", rc, tsr_strerror(rc));
+  if (call) free(call->specs);
+  free(call);
+  (void)op;
+}
+
+/* Like the setup of every PS, for PS i only: a config that starts its new
+ * era holding every pull and push (its variables would serve their
+ * initial values until the restore swaps its shards in), its variables,
+ * then its shards of the checkpoint. The other PS are not touched. */
+void coord__ps_restore_alone(coord *co, uint64_t op, int i, int64_t step) {
+  coord_ps *p = &co->ps[i];
+  char buf[32];
+  p->fix_op = op;
+  p->fix_step = step;
+  p->fix_status = 0;
+  p->fix_lost = false;
+  p->fix_msg[0] = 0;
+  p->fix_pending = 1; /* held until both calls are started */
+  p->fix_t0_us = co->trace ? tsr_trace_now_us() : 0;
+  ps_config cfg = coord_ps_cfg(co, i, buf, sizeof buf);
+  cfg.hold_until_restore = true;
+  coord_ps_call *call = coord_ps_call_new(p, op, "config");
+  coord_alone_send(p, op, call, call ? ps_client_configure(p->cli, &cfg,
+                                                           coord_alone_on_setup,
+                                                           call)
+                                     : TSR_ENOMEM);
+  ps_var_spec *specs = NULL;
+  size_t n = 0;
+  int rc = coord_ps_specs(co, i, &specs, &n);
+  if (rc) {
+    coord_alone_fail(p, "create", rc, "variable spec");
+  } else if (n > 0) {
+    call = coord_ps_call_new(p, op, "create");
+    if (call) call->specs = specs;
+    else free(specs);
+    coord_alone_send(p, op, call, call ? ps_client_create(p->cli, specs, n,
+                                                          coord_alone_on_setup,
+                                                          call)
+                                       : TSR_ENOMEM);
+  }
+  coord_alone_setup_end(p, op);
 }
 
 /* The manifest, the commit point (chief/ckpt/ckpt.h). total_steps (when

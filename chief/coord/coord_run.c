@@ -403,6 +403,9 @@ int chief_coord_run(const chief_coord_opts *o) {
   ro.default_deadline_ms = 60000;
   ro.idle_timeout_ms = (uint32_t)(o->heartbeat_timeout_s * 1000);
   ro.heartbeat_ms = ro.idle_timeout_ms / 4 ? ro.idle_timeout_ms / 4 : 1;
+  /* a PS or worker started again is seen within a second (the default
+   * backoff let a restarted PS wait up to 5 s for its restore) */
+  ro.backoff_max_ms = 1000;
   ro.plain_frames = o->plain_frames;
   if (tsr_rpc_ctx_new(&co->rpc, &co->loop, &ro)) goto out_loop;
   if (co->job.logdir && coord_abs(co->job_dir, &co->job.logdir)) goto out_rpc;

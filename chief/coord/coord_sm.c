@@ -125,23 +125,29 @@ static void sm_missing(const coord_sm *sm, char *buf, size_t len) {
       off += (size_t)snprintf(buf + off, len - off, " %s", sm->wk[i].name);
 }
 
-static bool sm_all_ps(const coord_sm *sm) {
+bool sm__all_ps(const coord_sm *sm) {
   for (int i = 0; i < sm->c.n_ps; i++)
     if (!sm->ps[i].connected) return false;
   return true;
 }
 
-static void sm_enter_setup(coord_sm *sm) {
-  sm__start_op(sm, SM_SETUP, COORD_ACT_SETUP_PS);
+void sm__enter_setup(coord_sm *sm) {
+  coord_action *a = sm__start_op(sm, SM_SETUP, COORD_ACT_SETUP_PS);
+  /* async: closures from before may still run (their calls wait for a
+   * lost PS instead of failing); nothing of theirs may read the initial
+   * values before the restore swaps the checkpoint in */
+  if (a)
+    a->hold = sm->c.mode == TSR_MODE_ASYNC && sm->c.ckpt &&
+              sm__newest_good(sm) >= 0;
 }
 
 static void sm_pump_connect(coord_sm *sm) {
   int up = sm->c.n_wk - sm__count(sm, COORD_WK_DOWN);
-  bool ps_ok = sm_all_ps(sm);
+  bool ps_ok = sm__all_ps(sm);
   if (ps_ok && up == sm->c.n_wk) {
     sm__note(sm, TSR_LOG_INFO, "cluster ready: %d ps, %d worker(s)",
              sm->c.n_ps, sm->c.n_wk);
-    sm_enter_setup(sm);
+    sm__enter_setup(sm);
     return;
   }
   double waited = sm->now - sm->t_phase;
@@ -151,7 +157,7 @@ static void sm_pump_connect(coord_sm *sm) {
       sm__note(sm, TSR_LOG_WARN, "starting with %d of %d workers after "
                "%.0f s; the others get work when they come up", up,
                sm->c.n_wk, waited);
-      sm_enter_setup(sm);
+      sm__enter_setup(sm);
       return;
     }
     sm_missing(sm, missing, sizeof missing);
@@ -337,58 +343,6 @@ static void sm_on_ps(coord_sm *sm, const coord_event *ev) {
   }
 }
 
-void sm__enter_recover(coord_sm *sm, bool from_training) {
-  if (from_training) {
-    if (sm->phase == SM_RECOVER) return;
-    for (int i = 0; i < sm->c.n_ps; i++)
-      if (sm->ps[i].lost)
-        sm__note(sm, TSR_LOG_INFO, "%s was lost: training paused until it "
-                 "is back", sm->ps[i].name);
-    sm->recovering = true;
-    sm->tries = 0;
-    coord_action *a = sm__emit(sm, COORD_ACT_PAUSE);
-    if (a) a->index = 1;
-  }
-  chief_sched_pause(sm->sched, true);
-  /* forget the closures in flight: they ran against a PS that is gone */
-  chief_sched_rewind(sm->sched, chief_sched_done_steps(sm->sched));
-  sm->ckpt_due = sm->eval_due = false;
-  sm->final_ckpt_done = sm->final_eval_done = false;
-  sm->t_phase = sm->now;
-  sm->t_note = 0;
-  sm->phase = SM_RECOVER;
-}
-
-static void sm_pump_recover(coord_sm *sm) {
-  double waited = sm->now - sm->t_phase;
-  /* closures still out ran against the old state: let them end first */
-  double drain = sm->c.closure_timeout_s < 60 ? sm->c.closure_timeout_s : 60;
-  if (sm->n_outs > 0 && waited < drain) return;
-  if (!sm_all_ps(sm)) {
-    if (waited > sm->c.ps_timeout_s) {
-      char missing[COORD_MSG_MAX - 100];
-      size_t off = 0;
-      missing[0] = 0;
-      for (int i = 0; i < sm->c.n_ps && off + 8 < sizeof missing; i++)
-        if (!sm->ps[i].connected)
-          off += (size_t)snprintf(missing + off, sizeof missing - off, " %s",
-                                  sm->ps[i].name);
-      sm__fail(sm, 1, "a lost parameter server did not come back within "
-               "%.0f s:%s", sm->c.ps_timeout_s, missing);
-      return;
-    }
-    if (sm->now - sm->t_note >= 5.0) {
-      sm->t_note = sm->now;
-      for (int i = 0; i < sm->c.n_ps; i++)
-        if (!sm->ps[i].connected)
-          sm__note(sm, TSR_LOG_INFO, "waiting for %s to come back (%.0f s "
-                   "of %.0f s)", sm->ps[i].name, waited, sm->c.ps_timeout_s);
-    }
-    return;
-  }
-  sm_enter_setup(sm);
-}
-
 /* ---- the end ------------------------------------------------------------ */
 
 void sm__enter_final(coord_sm *sm) {
@@ -406,6 +360,8 @@ static void sm_finish(coord_sm *sm) {
 }
 
 static void sm_pump_final(coord_sm *sm) {
+  /* the last checkpoint and evaluation need every PS whole */
+  if (sm__ps_fixing(sm)) return;
   if (!sm->final_ckpt_done) {
     sm->final_ckpt_done = true;
     if (sm->c.ckpt && sm__newest_good(sm) != sm__global(sm)) {
@@ -446,12 +402,16 @@ static void sm_pump(coord_sm *sm) {
     sm_phase before = sm->phase;
     bool training = sm->phase == SM_TRAIN || sm->phase == SM_DRAIN ||
                     sm->phase == SM_FINAL;
-    if (training && sm__ps_lost(sm)) {
+    /* async: a lost PS is restored alone while training goes on; else
+     * (or when that cannot be) every PS goes back to the checkpoint */
+    if (sm__ps_lost(sm) && !sm__pump_alone(sm) && training) {
       sm__enter_recover(sm, true);
       continue;
     }
+    if (sm->ended) return;
     sm__closure_deadlines(sm);
     if (sm->ended) return;
+    if (training) sm__note_waiting(sm);
     switch (sm->phase) {
       case SM_CONNECT: sm_pump_connect(sm); break;
       case SM_SETUP:
@@ -467,7 +427,7 @@ static void sm_pump(coord_sm *sm) {
       case SM_SAVE:
       case SM_COMMIT:
       case SM_EVAL: sm__ckpt_deadlines(sm); break;
-      case SM_RECOVER: sm_pump_recover(sm); break;
+      case SM_RECOVER: sm__pump_recover(sm); break;
       case SM_FINAL: sm_pump_final(sm); break;
       case SM_SHUTDOWN:
         if (sm->now - sm->t_phase > sm->c.shutdown_timeout_s) sm_finish(sm);
@@ -498,6 +458,7 @@ int coord_sm_step(coord_sm *sm, const coord_event *ev, coord_actions *out) {
     case COORD_EV_PS_LOST:
     case COORD_EV_SETUP_DONE:
     case COORD_EV_RESTORE_DONE: sm_on_ps(sm, ev); break;
+    case COORD_EV_PS_RESTORED: sm__on_ps_restored(sm, ev); break;
     case COORD_EV_SAVE_DONE:
     case COORD_EV_CKPT_COMMITTED:
     case COORD_EV_CKPT_FAILED: sm__on_ckpt(sm, ev); break;
@@ -643,3 +604,65 @@ size_t coord_sm_ckpt_failures(const coord_sm *sm,
 double coord_sm_train_start(const coord_sm *sm) { return sm->t_train_start; }
 double coord_sm_train_end(const coord_sm *sm) { return sm->t_train_end; }
 const chief_sched *coord_sm_sched(const coord_sm *sm) { return sm->sched; }
+uint64_t coord_sm_members_epoch(const coord_sm *sm) {
+  return sm->members_epoch;
+}
+
+size_t coord_sm_waiting(const coord_sm *sm, char *buf, size_t len) {
+  if (!len) return 0;
+  buf[0] = 0;
+  double waited = sm->now - sm->t_phase;
+  char missing[COORD_MSG_MAX - 100];
+  int n = 0;
+  switch (sm->phase) {
+    case SM_CONNECT:
+      sm_missing(sm, missing, sizeof missing);
+      n = snprintf(buf, len, "%s to answer (%.0f s of %.0f s)",
+                   missing[0] ? missing + 1 : "every PS and worker",
+                   waited, sm->c.wait_timeout_s);
+      break;
+    case SM_SETUP:
+      n = snprintf(buf, len, "every PS to create the variables (%.0f s)",
+                   waited);
+      break;
+    case SM_RESTORE:
+      n = snprintf(buf, len, "every PS to restore the checkpoint of step %"
+                   PRId64 " (%.0f s)", sm->restore_step, waited);
+      break;
+    case SM_SAVE:
+      n = snprintf(buf, len, "every PS to save the checkpoint of step %"
+                   PRId64 " (%.0f s)", sm->save_step, waited);
+      break;
+    case SM_COMMIT:
+      n = snprintf(buf, len, "the manifest of step %" PRId64, sm->save_step);
+      break;
+    case SM_EVAL:
+      n = snprintf(buf, len, "%s to evaluate (%.0f s)",
+                   sm->wk[sm->eval_worker].name, waited);
+      break;
+    case SM_RECOVER: {
+      size_t off = 0;
+      missing[0] = 0;
+      for (int i = 0; i < sm->c.n_ps && off + 8 < sizeof missing; i++)
+        if (!sm->ps[i].connected)
+          off += (size_t)snprintf(missing + off, sizeof missing - off,
+                                  "%s%s", off ? ", " : "", sm->ps[i].name);
+      if (off)
+        n = snprintf(buf, len, "%s to come back (%.0f s of %.0f s)", missing,
+                     waited, sm->c.ps_timeout_s);
+      else if (sm->n_outs)
+        n = snprintf(buf, len, "%zu closure(s) of before the PS loss to end",
+                     sm->n_outs);
+      break;
+    }
+    case SM_SHUTDOWN:
+      n = snprintf(buf, len, "the answers to the shutdown");
+      break;
+    case SM_TRAIN:
+    case SM_DRAIN:
+    case SM_FINAL: return sm__waiting_train(sm, buf, len);
+    case SM_DONE:
+    case SM_FAILED: break;
+  }
+  return n < 0 ? 0 : (size_t)n < len ? (size_t)n : len - 1;
+}

@@ -23,9 +23,14 @@
  *             FINISH with status 0
  *
  * Failure modes, each with its decision:
- *   a worker is lost: its closures' steps go back to the pool; it is
- *     configured again when it comes back (sync: it sits the run out
- *     unless cfg.sync_rejoin);
+ *   a worker is lost (WK_LOST: its connection closed, or went silent past
+ *     the heartbeat timeout; or a closure failed because its connection
+ *     is gone): at once its closures' steps go back to the pool and run on
+ *     the workers that are up, nothing waits for their answers any more
+ *     (a pause for a checkpoint goes on without them), MEMBER says it left;
+ *     it is configured again when it comes back (sync: it sits the run out
+ *     unless cfg.sync_rejoin). The closure deadline is for a worker that
+ *     is connected but does not answer (alive and stuck);
  *   a closure fails: transient (a PS unreachable, a stale sync push) - its
  *     steps go back; the worker's own error - the same, and after
  *     max_closure_failures in a row the worker is left out; a data error
@@ -33,12 +38,19 @@
  *   a worker cannot be configured: data error - the run fails as above;
  *     another error - the worker is left out; the run fails when every
  *     worker is left out, with their errors;
- *   a PS is lost: PAUSE, forget the closures in flight, wait for it
- *     (ps_timeout_s), SETUP_PS, RESTORE the newest good committed
- *     checkpoint, REWIND to its step; a failed setup or restore is a try
- *     (one NOTE each, naming the PS and its reason); after restore_tries
- *     failed restores of one checkpoint the next older one is tried; when
- *     none is left the run fails with the last reason;
+ *   a PS is lost, async (with a committed checkpoint, and another PS
+ *     still up): training goes on, the other PS keep their values; when
+ *     it is back RESTORE_PS has it alone set up and restore its own shards
+ *     from the newest good checkpoint, holding every call meanwhile;
+ *     PS_RESTORED ends it; no REWIND. Checkpoints and evaluations wait
+ *     until it is done; restore_tries failed tries fall back to:
+ *   a PS is lost, sync and ssp (or async without the above): PAUSE,
+ *     forget the closures in flight, wait for it (ps_timeout_s), SETUP_PS,
+ *     RESTORE the newest good committed checkpoint, REWIND to its step; a
+ *     failed setup or restore is a try (one NOTE each, naming the PS and
+ *     its reason); after restore_tries failed restores of one checkpoint
+ *     the next older one is tried; when none is left the run fails with
+ *     the last reason;
  *   a checkpoint fails (a PS save, the manifest, disk full): NOTE, DISCARD
  *     its folder, remember it for the summary, go on training;
  *   nothing comes back: every waiting state has a deadline that leads to
@@ -140,6 +152,8 @@ typedef enum {
   COORD_EV_SETUP_DONE,     /* op, status, index (the PS that failed), lost,
                               msg */
   COORD_EV_RESTORE_DONE,   /* op, status, index, lost, msg */
+  COORD_EV_PS_RESTORED,    /* op, index, step, status, lost, msg: a
+                              RESTORE_PS ended */
   COORD_EV_SAVE_DONE,      /* op, status, index, lost, msg */
   COORD_EV_CKPT_COMMITTED, /* op, step */
   COORD_EV_CKPT_FAILED,    /* op, step, msg */
@@ -174,8 +188,15 @@ typedef struct {
 } coord_event;
 
 typedef enum {
-  COORD_ACT_SETUP_PS = 0,  /* op: mode and variables on every PS */
+  COORD_ACT_SETUP_PS = 0,  /* op, hold: mode and variables on every PS;
+                              hold: their pulls and pushes wait until the
+                              RESTORE that follows (async: a closure still
+                              running then reads the restored values) */
   COORD_ACT_RESTORE,       /* op, step: every PS restores that checkpoint */
+  COORD_ACT_RESTORE_PS,    /* op, index, step: PS `index` alone is set up
+                              again (holding every pull and push) and
+                              restores its shards of that checkpoint;
+                              answered by PS_RESTORED */
   COORD_ACT_REWIND,        /* step, resumed: the run goes on from step,
                               the step every PS was restored to (resumed:
                               a restarted chief, else a PS recovery);
@@ -192,6 +213,12 @@ typedef enum {
   COORD_ACT_COUNT,         /* index, closure, stats: its steps counted */
   COORD_ACT_RELEASE,       /* index: ssp/sync, the worker leaves the PS
                               clocks (idle, lost or left out) */
+  COORD_ACT_MEMBER,        /* index, up, op, msg: the workers that run
+                              closures changed: worker `index` joined (up:
+                              configured and ready) or left (lost, or left
+                              out; msg says why); op is the membership's
+                              epoch, bumped by every change. What a group
+                              of workers (a ring) re-forms on */
   COORD_ACT_EVALUATE,      /* op, index (worker), step */
   COORD_ACT_NOTE,          /* level (log.h), msg */
   COORD_ACT_SHUTDOWN,      /* op: tell every worker and PS the job is done */
@@ -206,6 +233,8 @@ typedef struct {
   int64_t step;
   int64_t total;           /* COMMIT: global steps of the job, 0 unknown */
   bool resumed;
+  bool up;                 /* MEMBER */
+  bool hold;               /* SETUP_PS */
   int level;
   int status;
   chief_closure closure;
@@ -272,5 +301,13 @@ size_t coord_sm_ckpt_failures(const coord_sm *sm,
 double coord_sm_train_start(const coord_sm *sm);
 double coord_sm_train_end(const coord_sm *sm);
 const chief_sched *coord_sm_sched(const coord_sm *sm);
+/* What the run waits for now, in words ("worker:0 closure 12 (sent 3 s
+ * ago) before the checkpoint of step 1040", "ps:1 to come back"), written
+ * to buf; "" (and 0) when it is not waiting on anyone. Returns the
+ * length. */
+size_t coord_sm_waiting(const coord_sm *sm, char *buf, size_t len);
+/* The epoch of the set of workers that run closures (see MEMBER); 0
+ * before the first joins. */
+uint64_t coord_sm_members_epoch(const coord_sm *sm);
 
 #endif

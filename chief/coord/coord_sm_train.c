@@ -66,25 +66,78 @@ static void sm_release_all(coord_sm *sm) {
   }
 }
 
+/* The set of workers that run closures changed: MEMBER, once per change. */
+static void sm_member(coord_sm *sm, int w, bool up, const char *why) {
+  sm_wk *k = &sm->wk[w];
+  if (k->member == up) return;
+  k->member = up;
+  sm->members_epoch++;
+  coord_action *a = sm__emit(sm, COORD_ACT_MEMBER);
+  if (!a) return;
+  a->index = w;
+  a->up = up;
+  a->op = sm->members_epoch;
+  snprintf(a->msg, sizeof a->msg, "%s", why ? why : "");
+}
+
+/* Nothing waits for worker w's closures any more: their steps went back
+ * to the pool with it (chief_sched_worker_down), and an answer that still
+ * comes finds them forgotten and is not counted. Else a pause waited for
+ * them until their deadline (a closure sent to a worker already gone,
+ * never written, is answered only then). */
+static void sm_outs_drop(coord_sm *sm, int w) {
+  for (size_t i = 0; i < sm->n_outs;)
+    if (sm->outs[i].worker == w)
+      sm->outs[i] = sm->outs[--sm->n_outs];
+    else
+      i++;
+}
+
+/* "worker:0, worker:2": the workers that are ready, other than `but`;
+ * "none" when there is none. */
+static void sm_ready_names(const coord_sm *sm, int but, char *buf,
+                           size_t len) {
+  size_t off = 0;
+  buf[0] = 0;
+  for (int w = 0; w < sm->c.n_wk && off + 8 < len; w++)
+    if (w != but && sm->wk[w].st == COORD_WK_READY)
+      off += (size_t)snprintf(buf + off, len - off, "%s%s", off ? ", " : "",
+                              sm->wk[w].name);
+  if (!off) snprintf(buf, len, "none");
+}
+
 static void sm_worker_down(coord_sm *sm, int w, const char *why) {
   sm_wk *k = &sm->wk[w];
+  bool was = k->st == COORD_WK_READY || k->st == COORD_WK_CONFIGURING;
   int back = chief_sched_worker_down(sm->sched, w);
+  sm_outs_drop(sm, w);
   bool running = sm->phase < SM_SHUTDOWN;
   if (running) sm_release(sm, w);
-  if (running && (k->st == COORD_WK_READY || k->st == COORD_WK_CONFIGURING))
-    sm__note(sm, TSR_LOG_INFO, "lost %s: %s; %d closure(s) go back to the "
-             "queue", k->name, why, back);
   k->st = COORD_WK_DOWN;
   k->unanswered_at = 0;
+  if (running && was) {
+    char others[COORD_MSG_MAX / 2];
+    sm_ready_names(sm, w, others, sizeof others);
+    if (strcmp(others, "none") != 0)
+      sm__note(sm, TSR_LOG_INFO, "lost %s: %s; %d closure(s) go back to the "
+               "queue and run now on %s", k->name, why, back, others);
+    else
+      sm__note(sm, TSR_LOG_WARN, "lost %s: %s; %d closure(s) go back to the "
+               "queue; no other worker is ready: training waits for one "
+               "(%.0f s)", k->name, why, back, sm->c.wait_timeout_s);
+  }
+  sm_member(sm, w, false, why);
 }
 
 static void sm_leave_out(coord_sm *sm, int w, const char *why) {
   sm_wk *k = &sm->wk[w];
   chief_sched_worker_down(sm->sched, w);
+  sm_outs_drop(sm, w);
   k->st = COORD_WK_LEFT;
   k->answered = true;
   sm_release(sm, w);
   sm__note(sm, TSR_LOG_WARN, "%s %s", k->name, why);
+  sm_member(sm, w, false, why);
 }
 
 void sm__on_worker(coord_sm *sm, const coord_event *ev) {
@@ -130,6 +183,7 @@ void sm__on_worker(coord_sm *sm, const coord_event *ev) {
       k->failures = 0; /* a worker configured again starts afresh */
       chief_sched_worker_up(sm->sched, w);
       sm->t_progress = sm->now;
+      sm_member(sm, w, true, "ready");
       break;
     case COORD_EV_WK_CONFIG_FAILED:
       if (k->st != COORD_WK_CONFIGURING) break;
@@ -183,7 +237,7 @@ static void sm_out_add(coord_sm *sm, const chief_closure *c) {
   }
   sm->outs[sm->n_outs++] = (sm_out){
       .id = c->id, .gen = c->generation, .worker = c->worker,
-      .deadline = sm->now + sm__grace(sm->c.closure_timeout_s)};
+      .sent = sm->now, .deadline = sm->now + sm__grace(sm->c.closure_timeout_s)};
 }
 
 /* A worker's own failure (not a connection, not a PS): counted. */
@@ -239,9 +293,14 @@ void sm__on_closure(coord_sm *sm, const coord_event *ev) {
   if (!known) return; /* given up on at its deadline */
   chief_sched_failed(sm->sched, ev->closure_id, ev->generation);
   snprintf(k->last_error, sizeof k->last_error, "%s", msg);
-  /* a lost connection: WK_LOST takes the worker down (this answer may
-   * come after it is back on a new one) */
-  if (ev->err_kind == COORD_ERR_LOST) return;
+  /* its connection is gone. WK_LOST follows, but nothing more may go to
+   * it meanwhile: a closure sent now waits for a connection that may never
+   * come back. (An answer of a worker already taken down is not known: its
+   * closures were forgotten with it.) */
+  if (ev->err_kind == COORD_ERR_LOST) {
+    if (k->st == COORD_WK_READY) sm_worker_down(sm, w, msg);
+    return;
+  }
   if (ev->generation != chief_sched_generation(sm->sched)) return;
   sm__note(sm, TSR_LOG_WARN, "%s failed closure %" PRIu64 " (its steps go "
            "back to the queue): %s", k->name, ev->closure_id, msg);
@@ -435,15 +494,52 @@ static void sm_apply_resume(coord_sm *sm) {
   sm->pending_why = SM_START_FRESH;
 }
 
-/* "worker:0 closure 12, ...": what training waits for. */
+/* "worker:0 closure 12 (sent 3 s ago), ...": the closures out. */
 static void sm_outs_text(const coord_sm *sm, char *buf, size_t len) {
   size_t off = 0;
   buf[0] = 0;
-  for (size_t i = 0; i < sm->n_outs && off + 40 < len; i++)
-    off += (size_t)snprintf(buf + off, len - off, "%s%s closure %" PRIu64,
-                            off ? ", " : "", sm->wk[sm->outs[i].worker].name,
-                            sm->outs[i].id);
+  for (size_t i = 0; i < sm->n_outs && off + 48 < len; i++)
+    off += (size_t)snprintf(buf + off, len - off, "%s%s closure %" PRIu64
+                            " (sent %.0f s ago)", off ? ", " : "",
+                            sm->wk[sm->outs[i].worker].name, sm->outs[i].id,
+                            sm->now - sm->outs[i].sent);
   if (!off) snprintf(buf, len, "none");
+}
+
+size_t sm__waiting_train(const coord_sm *sm, char *buf, size_t len) {
+  buf[0] = 0;
+  if (sm->phase != SM_TRAIN && sm->phase != SM_DRAIN && sm->phase != SM_FINAL)
+    return 0;
+  int n = 0;
+  size_t alone = sm__waiting_alone(sm, buf, len);
+  if (alone) return alone;
+  if (sm__count(sm, COORD_WK_READY) == 0 &&
+      sm__count(sm, COORD_WK_CONFIGURING) == 0 && !chief_sched_finished(
+          sm->sched)) {
+    n = snprintf(buf, len, "a worker to be ready (none is; %.0f s of %.0f "
+                 "s)", sm->t_noworker > 0 ? sm->now - sm->t_noworker : 0.0,
+                 sm->c.wait_timeout_s);
+  } else if (sm->n_outs > 0 && sm->now - sm->t_progress >= 2.0) {
+    char outs[COORD_MSG_MAX - 96];
+    sm_outs_text(sm, outs, sizeof outs);
+    if (sm->phase == SM_DRAIN)
+      n = snprintf(buf, len, "%s, before the %s at step %" PRId64, outs,
+                   sm->ckpt_due ? "checkpoint" : "evaluation", sm__global(sm));
+    else
+      n = snprintf(buf, len, "%s", outs);
+  }
+  return n < 0 ? 0 : (size_t)n < len ? (size_t)n : len - 1;
+}
+
+void sm__note_waiting(coord_sm *sm) {
+  if (sm->n_outs == 0 || sm->now - sm->t_progress < 5.0 ||
+      sm->now - sm->t_wait_note < 10.0)
+    return;
+  char what[COORD_MSG_MAX - 64];
+  if (!sm__waiting_train(sm, what, sizeof what)) return;
+  sm->t_wait_note = sm->now;
+  sm__note(sm, TSR_LOG_INFO, "no closure came back for %.0f s; waiting for "
+           "%s", sm->now - sm->t_progress, what);
 }
 
 static bool sm_stalled(coord_sm *sm) {
@@ -481,7 +577,8 @@ void sm__pump_train(coord_sm *sm) {
         sm->now - sm->t_last_ckpt >= sm->c.ckpt_every_secs)))
     sm->ckpt_due = true;
   if (sm->c.has_eval && step >= sm->next_eval) sm->eval_due = true;
-  if (sm->ckpt_due || sm->eval_due) {
+  /* both stay due while a PS is restored alone (they need every PS) */
+  if ((sm->ckpt_due || sm->eval_due) && !sm__ps_fixing(sm)) {
     sm__enter_drain(sm, SM_TRAIN);
     return;
   }

@@ -2,7 +2,10 @@
  * from the cluster spec and answers CHIEF_M_STATUS with what it knows of
  * the run and of every worker and PS, for `tessera status`. When the chief
  * runs as worker 0 (a cluster without a chief job), that address belongs to
- * the worker process and no status service is started. */
+ * the worker process and no status service is started. The service hears
+ * the membership changes (coord__member_subscribe), so it tells since when
+ * and why a worker no longer runs closures, and it asks the machine what
+ * the run waits for. */
 #include "chief.pb-c.h"
 #include "chief/coord/coord_io.h"
 #include "chief/wire.h"
@@ -18,8 +21,20 @@
 static const char *const coord__wstate_names[] = {
     "down", "connected", "configuring", "ready", "failed"};
 
+/* The membership changes, as `tessera status` shows them per worker. */
+static void coord_status_member(coord *co, const coord_member_ev *ev,
+                                void *data) {
+  (void)data;
+  coord_wk *w = &co->wk[ev->worker];
+  w->left_at = ev->up ? 0 : ev->at;
+  snprintf(w->left_why, sizeof w->left_why, "%s", ev->up ? "" : ev->why);
+}
+
 static void coord_on_status(tsr_rpc_incoming *call, void *data) {
   coord *co = data;
+  char waiting[COORD_MSG_MAX];
+  coord_sm_waiting(co->sm, waiting, sizeof waiting);
+  double now = tsr_now_s();
   Tessera__Chief__StatusResponse r = TESSERA__CHIEF__STATUS_RESPONSE__INIT;
   r.phase = (char *)coord_sm_phase(co->sm);
   r.run_id = co->run_id;
@@ -31,7 +46,8 @@ static void coord_on_status(tsr_rpc_incoming *call, void *data) {
   r.loss = coord__recent_loss(co);
   r.last_checkpoint_step = coord_sm_last_ckpt(co->sm);
   r.job = co->job.path ? co->job.path : (char *)"";
-  r.uptime_s = tsr_now_s() - co->t_start;
+  r.uptime_s = now - co->t_start;
+  r.waiting = waiting;
   Tessera__Chief__TaskStatus *ts =
       calloc((size_t)(co->n_wk + co->n_ps), sizeof *ts);
   Tessera__Chief__TaskStatus **wp = calloc((size_t)co->n_wk + 1, sizeof *wp);
@@ -58,6 +74,8 @@ static void coord_on_status(tsr_rpc_incoming *call, void *data) {
     t->device = w->device;
     t->last_error = (char *)coord_sm_wk_error(co->sm, i);
     t->restarts = coord_sm_wk_restarts(co->sm, i);
+    t->left_s_ago = w->left_at > 0 ? now - w->left_at : 0;
+    t->left_why = w->left_why;
     wp[i] = t;
   }
   for (int i = 0; i < co->n_ps; i++) {
@@ -96,11 +114,13 @@ static void coord_on_status(tsr_rpc_incoming *call, void *data) {
 }
 
 int coord__status_open(coord *co) {
+  int rc = coord__member_subscribe(co, coord_status_member, NULL);
+  if (rc) return rc;
   if (co->cluster.task_type != TSR_TASK_CHIEF) return 0;
   const tsr_task_addr *me =
       tsr_cluster_find(&co->cluster, TSR_TASK_CHIEF, co->cluster.task_index);
   if (!me) return 0;
-  int rc = tsr_rpc_server_new(&co->status, co->rpc);
+  rc = tsr_rpc_server_new(&co->status, co->rpc);
   if (rc) return rc;
   rc = tsr_rpc_server_register(co->status, CHIEF_M_STATUS, coord_on_status,
                                co);

@@ -360,9 +360,14 @@ void coord__wk_dispatch(coord *co, const chief_closure *c) {
   req.steps = c->steps;
   req.first_step = c->first_step;
   req.trace = co->trace != NULL;
-  coord_wk_call *call = calloc(1, sizeof *call);
+  /* a worker whose connection is gone gets nothing: the call would wait
+   * for a connection until the closure's deadline (or be written to the
+   * next process at that address before its configuration), and the
+   * machine learns at once that the worker is lost */
+  bool up = tsr_rpc_client_connected(w->cli);
+  coord_wk_call *call = up ? calloc(1, sizeof *call) : NULL;
   char **ring = NULL;
-  int rc = call ? 0 : TSR_ENOMEM;
+  int rc = !up ? TSR_ECLOSED : call ? 0 : TSR_ENOMEM;
   /* dense "allreduce": the ring the closure runs in */
   if (!rc && co->job.dense_allreduce)
     rc = coord__ring_for(co, w->index, &req, &ring);

@@ -403,6 +403,7 @@ int ps_client_configure(ps_client *c, const ps_config *cfg, ps_client_cb cb,
   m.trace_pid = cfg->trace_pid;
   if (cfg->checkpoint_root) m.checkpoint_root = (char *)cfg->checkpoint_root;
   m.run_id = cfg->run_id;
+  m.hold_until_restore = cfg->hold_until_restore;
   return ps__call(c, PS_M_CONFIG, &m.base, NULL, 0, NULL, 0, cb, data);
 }
 

@@ -177,6 +177,10 @@ typedef struct {
                                    unless started with its own root */
   uint64_t run_id;              /* the chief's run: JOINs of another run
                                    are refused (0: any) */
+  bool hold_until_restore;      /* pulls and pushes wait at the PS until a
+                                   restore has swapped its shards in (a PS
+                                   restarted alone, restored while the
+                                   others train on) */
 } ps_config;
 int ps_client_configure(ps_client *c, const ps_config *cfg, ps_client_cb cb,
                         void *data);
@@ -253,7 +257,12 @@ int ps_client_shutdown(ps_client *c, bool job_done, ps_client_cb cb,
  * naming the lost PS) instead of waiting for a step that may never come.
  * A pull or push that fails on its own (refused by its PS, or not sent)
  * does the same, and counts as a loss: calls in flight are given up
- * naming that failure, calls checking losses fail at issue.
+ * naming that failure, calls checking losses fail at issue. With
+ * `wait_lost` (async) a call to a PS that went away waits for it instead:
+ * only the calls to that PS wait, and a closure goes on once the PS is
+ * back and restored (a push in flight when it died is sent again to the
+ * restored PS; one whose answer alone was lost, to a PS that did not
+ * restart, is applied twice: at least once, as a closure run again).
  */
 typedef struct ps_kv ps_kv;
 
@@ -279,6 +288,11 @@ typedef struct {
 typedef struct {
   int worker;          /* the worker's id on the PS; -1 for readers */
   bool hold;           /* ssp/sync: reset every connection on a loss */
+  bool wait_lost;      /* async (not with hold): a pull or push to a PS
+                          that went away (its connection dropped, or it is
+                          back without its variables yet) is sent again
+                          every 100 ms until the call's deadline from its
+                          first sending; the PS holds it until restored */
   ps_dtype wire;       /* PS_DT_F32 (default) or PS_DT_BF16 */
   uint32_t deadline_ms;/* of every call (0: the context's default) */
   const ps_kv_var *vars;
@@ -381,6 +395,8 @@ bool ps_kv_done(ps_kv *kv, ps_ticket ticket);
 
 /* Connection losses so far, and the last one's text (msg may be NULL). */
 uint64_t ps_kv_losses(ps_kv *kv, char *msg, size_t msglen);
+/* wait_lost: calls sent again to a PS that went away, so far. */
+uint64_t ps_kv_resent(ps_kv *kv);
 
 /* Fails every call not yet completed with TSR_ESHUTDOWN and every later
  * submission at once; waiters wake. The struct stays valid. Loop thread. */

@@ -55,6 +55,7 @@ typedef struct kv_call {
   unsigned flags;
   uint64_t losses;
   uint32_t gen;            /* connection generation it was issued on */
+  uint64_t first_ms;       /* first issued at (tsr_now_ms; 0: not yet) */
 } kv_call;
 
 typedef struct kv_buf {
@@ -93,6 +94,8 @@ struct ps_kv {
   char **addrs;
   ps_client **cl;
   uint64_t *era;           /* per PS: the era its last JOIN answered */
+  uint64_t *ps_lost;       /* per PS: its connection losses */
+  uv_timer_t retry;        /* wait_lost: sends r_head's calls again */
   uint32_t gen;            /* bumped by every reset */
   bool reset_wanted;
   int open_handles;        /* clients and the async handle still open */
@@ -105,11 +108,14 @@ struct ps_kv {
   /* under mu */
   int worker;
   bool hold;
+  bool wait_lost;
   ps_dtype wire;
   uint32_t deadline_ms;
   kv_var *vars;
   int n_vars;
   kv_call *q_head, *q_tail;
+  kv_call *r_head, *r_tail; /* wait_lost: to send again at the timer */
+  uint64_t resent;          /* calls sent again, for the tests */
   kv_slot slots[KV_SLOTS];
   uint32_t cursor;         /* next slot to try */
   uint64_t seq;

@@ -111,6 +111,7 @@ int ps_kv_configure(ps_kv *kv, const ps_kv_config *cfg, char *err,
   kv->n_vars = cfg->n_vars;
   kv->worker = cfg->worker;
   kv->hold = cfg->hold;
+  kv->wait_lost = cfg->wait_lost && !cfg->hold;
   kv->wire = cfg->wire;
   kv->deadline_ms = cfg->deadline_ms;
   pthread_mutex_unlock(&kv->mu);
@@ -506,6 +507,13 @@ uint64_t ps_kv_losses(ps_kv *kv, char *msg, size_t msglen) {
   pthread_mutex_lock(&kv->mu);
   uint64_t n = kv->losses;
   if (msg && msglen) snprintf(msg, msglen, "%s", kv->loss_msg);
+  pthread_mutex_unlock(&kv->mu);
+  return n;
+}
+
+uint64_t ps_kv_resent(ps_kv *kv) {
+  pthread_mutex_lock(&kv->mu);
+  uint64_t n = kv->resent;
   pthread_mutex_unlock(&kv->mu);
   return n;
 }

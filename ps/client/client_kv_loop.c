@@ -15,12 +15,18 @@
  * connection (on the next loop wake, never from inside a client callback);
  * calls failed by that reset report TSR_ECLOSED naming the lost PS. Calls
  * of a request that asked to check losses fail at issue once any
- * connection was lost since the count it gave. Cancel and close fail the
- * queued calls with TSR_ESHUTDOWN; the calls in flight fail through their
- * clients' close, and the client is freed once every handle has closed.
+ * connection was lost since the count it gave. With wait_lost (async) a
+ * call that failed because its PS went away (the connection dropped, no
+ * connection, or a PS started again without its variables yet) goes on
+ * the retry list and is issued again by the retry timer, until its
+ * deadline counted from its first issue; only then does it complete with
+ * its failure. Cancel and close fail the queued and retried calls with
+ * TSR_ESHUTDOWN; the calls in flight fail through their clients' close,
+ * and the client is freed once every handle has closed.
  */
 #include "ps/client/client_int.h"
 
+#include "common/clock.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "common/trace.h"
@@ -45,6 +51,8 @@ static const char *kind_name(kv_kind k) {
 
 
 /* ---- completions (loop thread) ------------------------------------------ */
+
+static void on_retry(uv_timer_t *t);
 
 /* With hold (ssp, sync): a call that failed on its own (the PS refused
  * it, or it could not be sent; not given up by a reset or a cancel). The
@@ -87,6 +95,39 @@ static void give_up_held(ps_kv *kv, const kv_call *c, int status,
   }
   pthread_mutex_unlock(&kv->mu);
   if (reset) uv_async_send(&kv->async);
+}
+
+/* wait_lost: whether `c`, failed with `status`, waits for its PS (true:
+ * it is on the retry list, no longer in flight, and the timer runs). A
+ * connection that dropped or is not up (TSR_ECLOSED, TSR_EUNAVAIL), or a
+ * PS that has lost its connection before and does not know the variable
+ * (started again, not set up yet: TSR_ENOTFOUND); clocks never (ssp and
+ * sync have no wait_lost). Loop thread. */
+static bool retry_later(ps_kv *kv, kv_call *c, int status) {
+  bool gone = status == TSR_ECLOSED || status == TSR_EUNAVAIL ||
+              (status == TSR_ENOTFOUND && c->ps >= 0 && c->ps < kv->n_ps &&
+               kv->ps_lost[c->ps] > 0);
+  if (!gone || c->kind == KV_CLOCK || kv->closing) return false;
+  uint64_t now = tsr_now_ms();
+  pthread_mutex_lock(&kv->mu);
+  uint64_t limit = kv->deadline_ms ? kv->deadline_ms : 30000;
+  bool go = kv->wait_lost && !kv->cancelled && c->first_ms &&
+            now < c->first_ms + limit;
+  if (go) {
+    kv->inflight--;
+    kv->inflight_data--;
+    c->next = NULL;
+    if (kv->r_tail)
+      kv->r_tail->next = c;
+    else
+      kv->r_head = c;
+    kv->r_tail = c;
+    kv->resent++;
+  }
+  pthread_mutex_unlock(&kv->mu);
+  if (go && !uv_is_active((uv_handle_t *)&kv->retry))
+    uv_timer_start(&kv->retry, on_retry, 100, 0);
+  return go;
 }
 
 static void finish(ps_kv *kv, kv_call *c, int status, const char *msg,
@@ -145,6 +186,7 @@ static void on_result(const ps_result *r, void *data) {
     clock = r->clock;
     if (r->status == 0) c->kv->era[c->ps] = r->era; /* loop thread */
   }
+  if (r->status < 0 && retry_later(c->kv, c, r->status)) return;
   if (r->status < 0) give_up_held(c->kv, c, r->status, r->message);
   finish(c->kv, c, r->status, r->message, r->step, clock, r->nbytes);
 }
@@ -245,7 +287,9 @@ static void on_async(uv_async_t *h) {
       finish(kv, c, TSR_ECLOSED, msg, -1, -1, 0);
       continue;
     }
+    if (!c->first_ms) c->first_ms = tsr_now_ms();
     int rc = issue(kv, c, worker);
+    if (rc < 0 && retry_later(kv, c, rc)) continue;
     if (rc < 0) {
       const char *why = rc == TSR_EUNAVAIL ? "not reachable (connection "
                                              "down, reconnecting)"
@@ -256,6 +300,26 @@ static void on_async(uv_async_t *h) {
   }
 }
 
+/* The retry timer: the calls waiting for their PS go out again (the RPC
+ * client holds them until its connection is up, within their deadline). */
+static void on_retry(uv_timer_t *t) {
+  ps_kv *kv = t->data;
+  pthread_mutex_lock(&kv->mu);
+  kv_call *list = kv->r_head;
+  kv->r_head = kv->r_tail = NULL;
+  if (list) {
+    kv_call *last = list;
+    while (last->next) last = last->next;
+    if (kv->q_tail)
+      kv->q_tail->next = list;
+    else
+      kv->q_head = list;
+    kv->q_tail = last;
+  }
+  pthread_mutex_unlock(&kv->mu);
+  if (list) on_async(&kv->async);
+}
+
 static void on_state(tsr_rpc_client *rc, int connected, int status,
                      void *data) {
   ps_kv *kv = data;
@@ -263,6 +327,7 @@ static void on_state(tsr_rpc_client *rc, int connected, int status,
   int i = 0;
   while (i < kv->n_ps && (!kv->cl[i] || ps_client_rpc(kv->cl[i]) != rc)) i++;
   if (i == kv->n_ps) return;
+  kv->ps_lost[i]++;
   pthread_mutex_lock(&kv->mu);
   kv->losses++;
   snprintf(kv->loss_msg, sizeof kv->loss_msg,
@@ -294,7 +359,8 @@ int ps_kv_new(ps_kv **out, tsr_rpc_ctx *ctx, char *const *addrs, int n) {
   kv->addrs = calloc((size_t)(n ? n : 1), sizeof *kv->addrs);
   kv->cl = calloc((size_t)(n ? n : 1), sizeof *kv->cl);
   kv->era = calloc((size_t)(n ? n : 1), sizeof *kv->era);
-  int rc = kv->addrs && kv->cl && kv->era ? 0 : TSR_ENOMEM;
+  kv->ps_lost = calloc((size_t)(n ? n : 1), sizeof *kv->ps_lost);
+  int rc = kv->addrs && kv->cl && kv->era && kv->ps_lost ? 0 : TSR_ENOMEM;
   if (!rc && (rc = pthread_mutex_init(&kv->mu, NULL))) rc = TSR_ENOMEM;
   bool mu = !rc;
   if (!rc && pthread_cond_init(&kv->cv, NULL)) rc = TSR_ENOMEM;
@@ -306,11 +372,14 @@ int ps_kv_new(ps_kv **out, tsr_rpc_ctx *ctx, char *const *addrs, int n) {
     free(kv->addrs);
     free(kv->cl);
     free(kv->era);
+    free(kv->ps_lost);
     free(kv);
     return rc;
   }
   kv->async.data = kv;
-  kv->open_handles = 1;
+  uv_timer_init(tsr_rpc_ctx_loop(ctx), &kv->retry);
+  kv->retry.data = kv;
+  kv->open_handles = 2;
   kv->n_ps = n;
   for (int i = 0; i < n && !rc; i++) {
     if (!(kv->addrs[i] = strdup(addrs[i]))) {
@@ -334,6 +403,7 @@ static void kv_free(ps_kv *kv) {
   free(kv->addrs);
   free(kv->cl);
   free(kv->era);
+  free(kv->ps_lost);
   for (uint32_t i = 0; i < KV_SLOTS; i++) {
     free(kv->slots[i].calls);
     if (kv->slots[i].buf) {
@@ -375,7 +445,13 @@ void ps_kv_cancel(ps_kv *kv) {
   kv->cancelled = true;
   kv_call *list = kv->q_head;
   kv->q_head = kv->q_tail = NULL;
+  if (kv->r_head) { /* waiting to be sent again: as if queued */
+    kv->r_tail->next = list;
+    list = kv->r_head;
+    kv->r_head = kv->r_tail = NULL;
+  }
   pthread_mutex_unlock(&kv->mu);
+  uv_timer_stop(&kv->retry);
   while (list) { /* queued, never issued */
     kv_call *c = list;
     list = c->next;
@@ -399,5 +475,6 @@ void ps_kv_close(ps_kv *kv, tsr_rpc_close_cb cb, void *data) {
   kv->closing = true;
   kv->close_cb = cb;
   kv->close_data = data;
+  uv_close((uv_handle_t *)&kv->retry, on_async_closed);
   uv_close((uv_handle_t *)&kv->async, on_async_closed);
 }

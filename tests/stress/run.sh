@@ -22,9 +22,10 @@
 # (and in the line of a failed run).
 set -u
 
-DEFAULT_TESTS=(cluster_failures netns_cluster cluster_chief_errors
-               cluster_disk_full chief_local chief_local_cluster rpc_procs
-               worker_errors worker_synckill worker_syncback cluster_hybrid
+DEFAULT_TESTS=(cluster_failures cluster_lost_worker cluster_lost_ps
+               netns_cluster cluster_chief_errors cluster_disk_full
+               chief_local chief_local_cluster rpc_procs worker_errors
+               worker_synckill worker_syncback cluster_hybrid
                worker_hybrid_errors storm)
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)

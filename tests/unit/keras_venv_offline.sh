@@ -4,7 +4,8 @@
 # a port nothing listens on (127.0.0.1:9) exits 1, leaves no venv (so no
 # later run mistakes a half-made one for a complete one) and writes pip's
 # reason to BUILD_DIR/keras-venv.skip; keras_compare.sh then exits 77 and
-# quotes it. Skipped (77) without python3's venv module.
+# quotes it (whatever reason the calling suite gives its own skips, as
+# deploy/setup.sh does for the ASan run). Skipped (77) without python3's venv module.
 set -u
 SRC=${TSR_SOURCE_DIR:?TSR_SOURCE_DIR not set}
 /usr/bin/python3 -c "import venv, ensurepip" 2>/dev/null ||
@@ -21,7 +22,7 @@ cat "$WORK/out"
 grep -q "the package registry is unreachable" "$WORK/b/keras-venv.skip" ||
   fail "no reason in keras-venv.skip: $(cat "$WORK/b/keras-venv.skip" 2>&1)"
 [ ! -e "$WORK/b/keras-venv" ] || fail "a half-made venv was left"
-env -u TSR_KERAS_PYTHON TSR_KERAS_VENV="$WORK/b/keras-venv" \
+env -u TSR_KERAS_PYTHON -u TSR_KERAS_WHY TSR_KERAS_VENV="$WORK/b/keras-venv" \
   sh "$SRC/tests/unit/worker/keras_compare.sh" \
   "$SRC/tests/unit/worker/keras_compare.py" /bin/false >"$WORK/kc" 2>&1
 rc=$?

@@ -46,7 +46,11 @@
 #   --victims LIST  always kill these, e.g. chief+worker1 (default: random)
 #   --epochs E      job epochs (default $TSR_STORM_EPOCHS, else the job's)
 #   --hang-factor F a run with no new checkpoint for F T is a hang (4; T
-#                   the larger of the last two normal runs)
+#                   the larger of the last two normal runs), and never
+#                   for less than HANG_FLOOR s (20): the chief's own waits
+#                   (a chief started again after its job had finished
+#                   waits up to 10 s for a cluster that may have stopped)
+#                   are not hangs, however short the normal run
 #   --normal-every K a normal run again before every K-th storm run, T
 #                   from it (5): the machine's load moves
 #   --keep DIR      keep the failed runs' logs under DIR (default
@@ -73,6 +77,7 @@ VICTIMS=
 EPOCHS=${TSR_STORM_EPOCHS:-}
 KEEP=${TSR_STORM_KEEP:-}
 HANG_FACTOR=4
+HANG_FLOOR=20
 NORMAL_EVERY=5
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -315,7 +320,7 @@ kind() {
 }
 # normal_run MODE TAG K: the K-th run without a kill; sets T (its seconds),
 # EXPECT (its steps; later ones must give the same), BOUND (HANG_FACTOR
-# times the larger of the last two T) and CKPT_EVERY (a tenth of the run)
+# times the larger of the last two T, at least HANG_FLOOR) and CKPT_EVERY (a tenth of the run)
 normal_run() {
   local t_prev=$T
   KILL_AT= ; NOTE= ; BOUND=600
@@ -331,7 +336,7 @@ normal_run() {
   TMIN=$(/usr/bin/python3 -c "import sys; print(min(float(x) for x in sys.argv[1:] if x))" "$T" "${TMIN:-}")
   EXPECT=$STEPS_DONE
   CKPT_EVERY=$(( EXPECT / 10 > 20 ? EXPECT / 10 : 20 ))
-  BOUND=$(/usr/bin/python3 -c "import math,sys; print(math.ceil(int(sys.argv[1]) * max(float(x) for x in sys.argv[2:] if x)))" "$HANG_FACTOR" "$T" "$t_prev")
+  BOUND=$(/usr/bin/python3 -c "import math,sys; print(max(int(sys.argv[2]), math.ceil(int(sys.argv[1]) * max(float(x) for x in sys.argv[3:] if x))))" "$HANG_FACTOR" "$HANG_FLOOR" "$T" "$t_prev")
   echo "storm: $1 normal run $3: $EXPECT steps in $T s (loss $LOSS); a hang: no new checkpoint for $BOUND s"
   rm -rf "$WORK"
 }

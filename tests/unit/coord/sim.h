@@ -8,7 +8,13 @@
  *   - a closure is counted at most once, only in the generation it was
  *     dispatched in, and the steps counted since the last REWIND plus its
  *     step are the machine's step count;
- *   - CONFIGURE / DISPATCH / EVALUATE go to a worker that is up;
+ *   - CONFIGURE / DISPATCH / EVALUATE go to a worker that is up, DISPATCH
+ *     only to a member (MEMBER up given, no MEMBER down since);
+ *   - MEMBER changes a worker's membership each time and bumps the epoch
+ *     by one;
+ *   - RESTORE_PS (a PS restored alone) only in async, of a committed
+ *     checkpoint, to a PS that is up (a later one replaces one the
+ *     machine gave up on); no SAVE or EVALUATE while one is out;
  *   - FAIL carries a message and a non-zero status; nothing follows FAIL
  *     or FINISH.
  * A failed check names the seed (random tests) so the run can be redone.
@@ -75,6 +81,13 @@ typedef struct {
   int64_t restored;               /* a RESTORE answered well, not yet
                                      rewound to (-1: none) */
   bool last_rewind_resumed;
+  bool member[SIM_MAX];           /* as the MEMBER actions said */
+  uint64_t members_epoch;
+  uint64_t alone_op[SIM_MAX];     /* RESTORE_PS out per PS (0: none) */
+  int64_t alone_step[SIM_MAX];
+  double alone_at[SIM_MAX];
+  int alone_done;                 /* RESTORE_PS answered well */
+  bool setup_hold;                /* the last SETUP_PS held calls */
 } sim;
 
 #define SIM_CHECK(s, cond, ...)                                      \
@@ -138,6 +151,17 @@ static inline void sim_apply(sim *s, const coord_action *a) {
       if (a->kind == COORD_ACT_EVALUATE)
         SIM_CHECK(s, a->index >= 0 && s->wk_up[a->index],
                   "EVALUATE on worker %d that is down", a->index);
+      if (a->kind == COORD_ACT_SETUP_PS)
+        SIM_CHECK(s, !a->hold || (s->cfg.mode == TSR_MODE_ASYNC &&
+                                  coord_sm_last_ckpt(s->sm) >= 0),
+                  "SETUP_PS holding calls in mode %d, or without a "
+                  "checkpoint to restore", (int)s->cfg.mode);
+      if (a->kind == COORD_ACT_SETUP_PS) s->setup_hold = a->hold;
+      if (a->kind == COORD_ACT_SAVE || a->kind == COORD_ACT_EVALUATE)
+        for (int i = 0; i < s->cfg.n_ps; i++)
+          SIM_CHECK(s, s->alone_op[i] == 0, "%s while ps %d is restored "
+                    "alone", a->kind == COORD_ACT_SAVE ? "SAVE" : "EVALUATE",
+                    i);
       s->op_active = true;
       s->op_kind = a->kind;
       s->op = a->op;
@@ -164,6 +188,32 @@ static inline void sim_apply(sim *s, const coord_action *a) {
     case COORD_ACT_PAUSE:
     case COORD_ACT_RELEASE:
       break;
+    case COORD_ACT_RESTORE_PS:
+      SIM_CHECK(s, s->cfg.mode == TSR_MODE_ASYNC, "RESTORE_PS in mode %d",
+                (int)s->cfg.mode);
+      SIM_CHECK(s, a->index >= 0 && a->index < s->cfg.n_ps,
+                "RESTORE_PS of ps %d", a->index);
+      SIM_CHECK(s, s->ps_up[a->index], "RESTORE_PS of ps %d, down",
+                a->index);
+      SIM_CHECK(s, sim_on_disk(s, a->step), "RESTORE_PS of step %" PRId64
+                ", not a committed checkpoint", a->step);
+      s->alone_op[a->index] = a->op;
+      s->alone_at[a->index] = s->now;
+      s->alone_step[a->index] = a->step;
+      break;
+    case COORD_ACT_MEMBER:
+      SIM_CHECK(s, a->index >= 0 && a->index < s->cfg.n_wk,
+                "MEMBER of worker %d", a->index);
+      SIM_CHECK(s, s->member[a->index] != a->up, "MEMBER %s of worker %d "
+                "that already was", a->up ? "up" : "down", a->index);
+      SIM_CHECK(s, a->op == s->members_epoch + 1, "MEMBER epoch %" PRIu64
+                " after %" PRIu64, a->op, s->members_epoch);
+      SIM_CHECK(s, !a->up || s->wk_up[a->index], "MEMBER up of worker %d, "
+                "down", a->index);
+      SIM_CHECK(s, a->msg[0] != 0, "MEMBER without a reason");
+      s->member[a->index] = a->up;
+      s->members_epoch = a->op;
+      break;
     case COORD_ACT_DISCARD:
       SIM_CHECK(s, !sim_on_disk(s, a->step),
                 "DISCARD of the committed checkpoint of step %" PRId64,
@@ -188,6 +238,8 @@ static inline void sim_apply(sim *s, const coord_action *a) {
       SIM_CHECK(s, s->n_fl < SIM_FL, "too many closures in flight");
       SIM_CHECK(s, a->closure.steps > 0, "a closure of %" PRId64 " steps",
                 a->closure.steps);
+      SIM_CHECK(s, s->member[a->index], "DISPATCH to worker %d, no member",
+                a->index);
       if (s->first_dispatch_step < 0)
         s->first_dispatch_step = a->closure.first_step;
       s->fl[s->n_fl++] = (sim_fl){.c = a->closure, .at = s->now};
@@ -275,6 +327,9 @@ static inline void sim_restart_chief(sim *s) {
   s->base = 0;
   s->counted_steps = 0;
   s->n_counted = 0; /* its closure ids are its own */
+  memset(s->alone_op, 0, sizeof s->alone_op);
+  memset(s->member, 0, sizeof s->member);
+  s->members_epoch = 0;
   s->restored = -1;
   s->ended = false;
   if (s->n_disk)
@@ -309,10 +364,16 @@ static inline void sim_all_up(sim *s) {
   for (int w = 0; w < s->cfg.n_wk; w++) sim_wk_up(s, w);
 }
 
+static inline void sim_alone_answer(sim *s, int i, int status, bool lost,
+                                    const char *msg);
+
+/* The PS goes away; a restore alone out to it fails with it. */
 static inline void sim_ps_lost(sim *s, int i) {
   s->ps_up[i] = false;
   sim_ev(s, (coord_event){.kind = COORD_EV_PS_LOST, .index = i,
                           .msg = "connection closed"});
+  if (s->alone_op[i] && !s->ended)
+    sim_alone_answer(s, i, -1, true, "restore: connection closed");
 }
 
 /* The worker goes away: its configuration and closures fail with it. */
@@ -329,6 +390,36 @@ static inline void sim_wk_lost(sim *s, int w) {
                             .err_kind = COORD_ERR_LOST, .status = -1,
                             .msg = "connection closed"});
   }
+}
+
+/* The worker goes away and its closures are never answered (a closure
+ * sent to it after its connection broke, waiting for a connection that
+ * will not come back, answers only at its deadline). */
+static inline void sim_wk_vanish(sim *s, int w) {
+  sim_wk_lost(s, w);
+  for (int k = 0; k < s->n_fl;)
+    if (s->fl[k].c.worker == w)
+      s->fl[k] = s->fl[--s->n_fl];
+    else
+      k++;
+}
+
+/* Answers PS i's restore alone: well, with its own error, or lost. */
+static inline void sim_alone_answer(sim *s, int i, int status, bool lost,
+                                    const char *msg) {
+  assert_true(s->alone_op[i] != 0);
+  uint64_t op = s->alone_op[i];
+  s->alone_op[i] = 0;
+  if (!status) s->alone_done++;
+  sim_ev(s, (coord_event){.kind = COORD_EV_PS_RESTORED, .op = op, .index = i,
+                          .step = s->alone_step[i], .status = status,
+                          .lost = lost, .msg = msg});
+}
+
+static inline int sim_alone_out(const sim *s) {
+  for (int i = 0; i < s->cfg.n_ps; i++)
+    if (s->alone_op[i]) return i;
+  return -1;
 }
 
 /* Answers the PS / eval / shutdown operation out. */
@@ -409,6 +500,11 @@ static inline void sim_step(sim *s) {
     sim_answer(s, 0, -1, false, NULL);
     return;
   }
+  int a = sim_alone_out(s);
+  if (a >= 0) {
+    sim_alone_answer(s, a, 0, false, NULL);
+    return;
+  }
   if (s->n_fl) {
     sim_closure_done(s, 0, -1);
     return;
@@ -437,6 +533,8 @@ static inline void sim_run_calm(sim *s, int max) {
       sim_answer(s, 0, -1, false, NULL);
       any = true;
     }
+    for (int a; !s->ended && (a = sim_alone_out(s)) >= 0; any = true)
+      sim_alone_answer(s, a, 0, false, NULL);
     if (!any && !s->ended) sim_tick(s, 0.5);
   }
 }

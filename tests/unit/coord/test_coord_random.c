@@ -1,6 +1,6 @@
 /* The coordinator's state machine under seeded random interleavings:
  * answers in any order, closures that fail, PS and workers that come and
- * go, checkpoints that fail, chiefs that restart, time that passes. The
+ * go (a lost worker's closures failing, or never answered), checkpoints that fail, chiefs that restart, time that passes. The
  * injected failures stay within what a run must survive (a PS back before
  * --ps-timeout, fewer failed restores in a row than the tries), so every
  * run must end well: status 0 and exactly the job's steps, with sim.h's
@@ -35,6 +35,7 @@ typedef struct {
   int cycle_failures;         /* setup/restore failures since training */
   int chief_restarts;
   int last_counts;
+  int alone_failures[SIM_MAX]; /* a PS's failed restores alone in a row */
 } rsim;
 
 static bool any_ps_down(const rsim *x) {
@@ -123,6 +124,19 @@ static void answer_op(rsim *x) {
   }
 }
 
+/* A PS's restore alone: well, or (once in a while, fewer times in a row
+ * than the tries) with the PS's own error. */
+static void answer_alone(rsim *x, int i) {
+  sim *s = &x->s;
+  if (rnd(&x->r) % 100 < 10 && x->alone_failures[i] < 1) {
+    x->alone_failures[i]++;
+    sim_alone_answer(s, i, -5, false, "restore: cannot read a shard");
+    return;
+  }
+  x->alone_failures[i] = 0;
+  sim_alone_answer(s, i, 0, false, NULL);
+}
+
 /* Whatever has waited too long for the run to survive it is answered or
  * brought back before time moves on. */
 static void keep_within_limits(rsim *x) {
@@ -143,6 +157,9 @@ static void keep_within_limits(rsim *x) {
       k++;
   if (s->op_active && !s->ended && s->now - x->op_at > s->cfg.op_timeout_s / 2)
     answer_op(x);
+  for (int i = 0; i < s->cfg.n_ps && !s->ended; i++)
+    if (s->alone_op[i] && s->now - s->alone_at[i] > s->cfg.op_timeout_s / 2)
+      answer_alone(x, i);
   for (int w = 0; w < s->cfg.n_wk && !s->ended; w++)
     if (s->cfg_pending[w]) DO(x, sim_ready(s, w));
 }
@@ -166,8 +183,12 @@ static void one_event(rsim *x) {
         DO(x, sim_ready(s, w));
       break;
     }
-  } else if (p < 56 && s->op_active) {
-    answer_op(x);
+  } else if (p < 56 && (s->op_active || sim_alone_out(s) >= 0)) {
+    int a = sim_alone_out(s);
+    if (a >= 0 && (!s->op_active || rnd(&x->r) % 2))
+      answer_alone(x, a);
+    else
+      answer_op(x);
   } else if (p < 72) {
     keep_within_limits(x);
     if (!s->ended) DO(x, sim_tick(s, 0.1 + 3 * rnd_unit(&x->r)));
@@ -189,7 +210,11 @@ static void one_event(rsim *x) {
   } else if (p < 86) {
     int w = (int)(rnd(&x->r) % (uint32_t)s->cfg.n_wk);
     if (s->wk_up[w]) {
-      DO(x, sim_wk_lost(s, w));
+      /* its closures fail with it, or are never answered at all */
+      if (rnd(&x->r) % 2)
+        DO(x, sim_wk_lost(s, w));
+      else
+        DO(x, sim_wk_vanish(s, w));
       x->other_streak[w] = 0;
     }
   } else if (p < 93) {
@@ -220,7 +245,7 @@ static void one_event(rsim *x) {
 /* What the runs went through (SIM_STATS=1 prints it). */
 static struct {
   int runs, restores, discards, chief_restarts, ps_recoveries, left,
-      worker_restarts, epochs, timers_failed, no_ckpt_failed;
+      worker_restarts, epochs, timers_failed, no_ckpt_failed, alone;
 } stats;
 
 static coord_sm_config random_config(rng *r, tsr_mode mode) {
@@ -272,6 +297,7 @@ static void one_run(unsigned seed, tsr_mode mode, bool timers_only) {
   stats.discards += s->count[COORD_ACT_DISCARD] > 0;
   stats.chief_restarts += x.chief_restarts > 0;
   stats.ps_recoveries += coord_sm_restarts_ps(s->sm) > 0;
+  stats.alone += s->alone_done > 0;
   stats.worker_restarts += coord_sm_restarts_worker(s->sm) > 0;
   for (int w = 0; w < c.n_wk; w++)
     if (coord_sm_wk_state(s->sm, w) == COORD_WK_LEFT) {
@@ -312,12 +338,13 @@ static void runs(tsr_mode mode, bool timers_only, unsigned first) {
   for (unsigned i = 0; i < n; i++) one_run(first + i, mode, timers_only);
   if (getenv("SIM_STATS"))
     fprintf(stderr, "%d runs (%d epochs-based): with a restore %d, a "
-            "failed checkpoint %d, a chief restart %d, a PS recovery %d, a "
-            "worker back %d, a worker left out %d, a PS lost before any "
-            "checkpoint %d; timers only, failed %d\n",
+            "failed checkpoint %d, a chief restart %d, a PS recovery %d (a "
+            "PS restored alone %d), a worker back %d, a worker left out %d, "
+            "a PS lost before any checkpoint %d; timers only, failed %d\n",
             stats.runs, stats.epochs, stats.restores, stats.discards,
-            stats.chief_restarts, stats.ps_recoveries, stats.worker_restarts,
-            stats.left, stats.no_ckpt_failed, stats.timers_failed);
+            stats.chief_restarts, stats.ps_recoveries, stats.alone,
+            stats.worker_restarts, stats.left, stats.no_ckpt_failed,
+            stats.timers_failed);
 }
 
 static void async_runs(void **state) {

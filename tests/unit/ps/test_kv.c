@@ -7,8 +7,9 @@
  * float32; bad requests are refused before anything is sent; failures
  * name the PS, the variable and the shard; a request that checks losses
  * fails at issue after a lost connection; in hold mode a lost PS gives up
- * the calls held on the others; cancel fails what is in flight; the open
- * ticket limit is enforced.
+ * the calls held on the others; in wait_lost mode (async) calls to a PS
+ * that went away wait until it is back and restored; cancel fails what is
+ * in flight; the open ticket limit is enforced.
  *
  * Set-up (servers, variables, the client) runs on this thread before the
  * loop thread starts; from then on only the loop thread touches the loop,
@@ -24,6 +25,8 @@
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "ps_harness.h"
 
@@ -92,9 +95,8 @@ static void on_loop(fx *f, void (*fn)(void *), void *arg) {
   assert_true(f->job_done);
 }
 
-static void create(fx *f, int ps, const char *name, int rank,
-                   const int64_t *shape, int shard, int nshards,
-                   bool sparse) {
+static ps_var_spec spec_of(const char *name, int rank, const int64_t *shape,
+                           int shard, int nshards, bool sparse) {
   tsr_optim_spec o;
   tsr_optim_defaults(TSR_OPT_SGD, &o);
   o.learning_rate = 1.0; /* value = -(sum of gradients) */
@@ -103,18 +105,25 @@ static void create(fx *f, int ps, const char *name, int rank,
                                     "zeros", 1, &o), 0);
   s.var.kind = sparse ? TSR_VAR_ROW_SPARSE : TSR_VAR_DENSE;
   s.bounded = true;
+  return s;
+}
+
+static void create(fx *f, int ps, const char *name, int rank,
+                   const int64_t *shape, int shard, int nshards,
+                   bool sparse) {
+  ps_var_spec s = spec_of(name, rank, shape, shard, nshards, sparse);
   h_res r;
   H_CALL(&f->e, r, ps_client_create(ps_kv_client(f->kv, ps), &s, 1, h_cb,
                                     &r));
   assert_int_equal(r.status, 0);
 }
 
-/* Two PS (mode as given, NULL: async), the variables, a client with the
- * layout, then the loop thread. */
-static void fx_up(fx *f, const char *mode, bool hold, ps_dtype wire) {
+/* Two PS (their options), the variables, a client with the layout
+ * (wait_lost as given), then the loop thread. */
+static void fx_up_with(fx *f, const ps_server_opts *so, bool hold,
+                       ps_dtype wire, bool wait_lost) {
   memset(f, 0, sizeof *f);
-  ps_server_opts so = {.mode = mode};
-  h_up(&f->e, NPS, &so);
+  h_up(&f->e, NPS, so);
   char a0[64], a1[64];
   snprintf(a0, sizeof a0, "127.0.0.1:%d", ps_server_port(f->e.srv[0]));
   snprintf(a1, sizeof a1, "127.0.0.1:%d", ps_server_port(f->e.srv[1]));
@@ -126,14 +135,21 @@ static void fx_up(fx *f, const char *mode, bool hold, ps_dtype wire) {
   create(f, 1, "b", 1, b, 0, 1, false);
   create(f, 1, "e", 2, e, 0, 2, true);
   create(f, 0, "e", 2, e, 1, 2, true);
-  ps_kv_config c = {.worker = 0, .hold = hold, .wire = wire,
-                    .deadline_ms = 10000, .vars = kvars, .n_vars = 3};
+  ps_kv_config c = {.worker = 0, .hold = hold, .wait_lost = wait_lost,
+                    .wire = wire, .deadline_ms = 10000, .vars = kvars,
+                    .n_vars = 3};
   char err[256];
   assert_int_equal(ps_kv_configure(f->kv, &c, err, sizeof err), 0);
   assert_int_equal(uv_async_init(&f->e.loop, &f->job, run_job), 0);
   assert_int_equal(uv_async_init(&f->e.loop, &f->wake, nothing), 0);
   f->job.data = f;
   assert_int_equal(pthread_create(&f->loop_thread, NULL, loop_main, f), 0);
+}
+
+/* Two PS in `mode` (NULL: async). */
+static void fx_up(fx *f, const char *mode, bool hold, ps_dtype wire) {
+  ps_server_opts so = {.mode = mode};
+  fx_up_with(f, &so, hold, wire, false);
 }
 
 static void close_kv(void *arg) {
@@ -559,6 +575,145 @@ static void era_refused(void **state) {
   fx_down(&f);
 }
 
+/* ---- a PS that goes away and comes back (async, wait_lost) ---------------- */
+
+typedef struct {
+  fx *f;
+  int port;
+  const char *root;
+  int done, want;    /* answers so far (atomic), and expected */
+  int status;
+  char msg[256];
+} ps1_ref;
+
+static void ps1_cb(const ps_result *r, void *data) {
+  ps1_ref *x = data;
+  if (r->status && !x->status) {
+    x->status = r->status;
+    snprintf(x->msg, sizeof x->msg, "%s", r->message);
+  }
+  __atomic_add_fetch(&x->done, 1, __ATOMIC_RELEASE);
+}
+
+static void ps1_wait(ps1_ref *x) {
+  uint64_t end = tsr_now_ms() + 20000;
+  while (__atomic_load_n(&x->done, __ATOMIC_ACQUIRE) < x->want &&
+         tsr_now_ms() < end)
+    tsr_sleep_ms(2);
+  assert_int_equal(__atomic_load_n(&x->done, __ATOMIC_ACQUIRE), x->want);
+  if (x->status) fail_msg("ps:1: %s", x->msg);
+}
+
+static void ps1_save(void *arg) {
+  ps1_ref *x = arg;
+  assert_int_equal(ps_client_save_ckpt(ps_kv_client(x->f->kv, 1), "c1", "t-1",
+                                       1, false, ps1_cb, x), 0);
+}
+
+/* ps:1 started again on its address: empty, as a restarted process. */
+static void ps1_start(void *arg) {
+  ps1_ref *x = arg;
+  ps_server_opts so = {.checkpoint_root = x->root};
+  char addr[64];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", x->port);
+  assert_int_equal(ps_server_new(&x->f->e.srv[1], x->f->e.ctx, &so), 0);
+  assert_int_equal(ps_server_listen(x->f->e.srv[1], addr), 0);
+}
+
+/* What the chief sends a PS restored alone: a config holding every call
+ * until the restore, then its variables. */
+static ps_var_spec ps1_specs[2];
+static void ps1_setup(void *arg) {
+  ps1_ref *x = arg;
+  ps_client *c = ps_kv_client(x->f->kv, 1);
+  ps_config cfg = {.mode = "async", .trace_pid = -1,
+                   .hold_until_restore = true};
+  int64_t w[2] = {6, 4}, b[1] = {4};
+  ps1_specs[0] = spec_of("w", 2, w, 1, 2, false);
+  ps1_specs[1] = spec_of("b", 1, b, 0, 1, false);
+  assert_int_equal(ps_client_configure(c, &cfg, ps1_cb, x), 0);
+  assert_int_equal(ps_client_create(c, ps1_specs, 2, ps1_cb, x), 0);
+}
+
+static void ps1_restore(void *arg) {
+  ps1_ref *x = arg;
+  assert_int_equal(ps_client_restore_ckpt(ps_kv_client(x->f->kv, 1), "c1",
+                                          "t-1", 1, ps1_cb, x), 0);
+}
+
+/* async: ps:1 saves, learns more, goes away. Pulls from it (and from a
+ * variable over both PS) wait: while it is gone, while it is back without
+ * its variables, and while it holds them for its restore (a pull then
+ * would read the initial zeros); after the restore they answer the saved
+ * values. The closure would have gone on: nothing failed. */
+static void lost_ps_waited_for(void **state) {
+  (void)state;
+  char root[256], c1[300];
+  const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+  snprintf(root, sizeof root, "%s/tsr-kv-lost-XXXXXX", base);
+  assert_non_null(mkdtemp(root));
+  snprintf(c1, sizeof c1, "%s/c1", root);
+  assert_int_equal(mkdir(c1, 0700), 0);
+  ps_server_opts so = {.checkpoint_root = root};
+  fx f;
+  fx_up_with(&f, &so, false, PS_DT_F32, true);
+  ps1_ref x = {.f = &f, .port = ps_server_port(f.e.srv[1]), .root = root};
+  float g[4] = {1, 2, 3, 4}, one[4] = {1, 1, 1, 1}, b[4], w[24];
+  ps_kv_item pb = {.var = 1, .grad = g}, qb = {.var = 1, .dst = b},
+             qw = {.var = 0, .dst = w};
+  ps_ticket t, tw;
+  assert_int_equal(ps_kv_push(f.kv, &pb, 1, 0, &t), 0);
+  wait_ok(&f, t);
+  x.want = 1;
+  on_loop(&f, ps1_save, &x);
+  ps1_wait(&x);
+  pb.grad = one; /* learned after the checkpoint: lost with ps:1 */
+  assert_int_equal(ps_kv_push(f.kv, &pb, 1, 1, &t), 0);
+  wait_ok(&f, t);
+  uint64_t before = ps_kv_losses(f.kv, NULL, 0);
+  srv_ref s = {&f, 1};
+  on_loop(&f, close_server, &s);
+  wait_losses(&f, before + 1);
+  assert_int_equal(ps_kv_pull(f.kv, &qb, 1, 0, &t), 0);
+  assert_int_equal(ps_kv_pull(f.kv, &qw, 1, 0, &tw), 0);
+  tsr_sleep_ms(300); /* gone */
+  assert_false(ps_kv_done(f.kv, t));
+  assert_false(ps_kv_done(f.kv, tw));
+  on_loop(&f, ps1_start, &x);
+  tsr_sleep_ms(400); /* back, without its variables */
+  assert_false(ps_kv_done(f.kv, t));
+  x.done = 0;
+  x.want = 2;
+  on_loop(&f, ps1_setup, &x);
+  ps1_wait(&x);
+  tsr_sleep_ms(400); /* its variables, holding for the restore */
+  assert_false(ps_kv_done(f.kv, t));
+  assert_false(ps_kv_done(f.kv, tw));
+  x.done = 0;
+  x.want = 1;
+  on_loop(&f, ps1_restore, &x);
+  ps1_wait(&x);
+  wait_ok(&f, t);
+  wait_ok(&f, tw);
+  for (int i = 0; i < 4; i++) assert_true(b[i] == -g[i]);
+  assert_true(ps_kv_resent(f.kv) > 0);
+  /* and it learns again */
+  assert_int_equal(ps_kv_push(f.kv, &pb, 1, 2, &t), 0);
+  wait_ok(&f, t);
+  assert_int_equal(ps_kv_pull(f.kv, &qb, 1, 0, &t), 0);
+  wait_ok(&f, t);
+  for (int i = 0; i < 4; i++) assert_true(b[i] == -g[i] - 1);
+  fx_down(&f);
+  char p[400];
+  const char *files[] = {"w.part-1-of-2.tshard", "b.part-0-of-1.tshard"};
+  for (int i = 0; i < 2; i++) {
+    snprintf(p, sizeof p, "%s/%s", c1, files[i]);
+    unlink(p);
+  }
+  rmdir(c1);
+  rmdir(root);
+}
+
 static void cancel_kv(void *arg) { ps_kv_cancel(arg); }
 
 static void cancel_fails(void **state) {
@@ -590,6 +745,7 @@ int main(void) {
       cmocka_unit_test(losses_checked),
       cmocka_unit_test(hold_reset),
       cmocka_unit_test(era_refused),
+      cmocka_unit_test(lost_ps_waited_for),
       cmocka_unit_test(cancel_fails),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
