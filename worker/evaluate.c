@@ -24,12 +24,43 @@ static const char *split_name(wk_split s) {
   return s == WK_SPLIT_EVAL ? "evaluation data" : "training data";
 }
 
-int wk__eval_split(const tsr_job *job, wk_trainer *t, const tsr_model *m,
-                   wk_split split, wk_output_fn on_out, void *out_data,
-                   wk_train_result *r, char *err, size_t errlen) {
+wk_input_opts wk__input_once(const tsr_job *job) {
   wk_input_opts io = {.worker_index = 0, .num_workers = 1,
                       .batch_size = job->batch_size, .epochs = 1,
                       .seed = job->seed};
+  return io;
+}
+
+void wk__result_names(wk_train_result *r, const wk_trainer *t,
+                      const tsr_model *m) {
+  r->replicas = wk_trainer_replicas(t);
+  snprintf(r->backend, sizeof r->backend, "%s", wk_trainer_backend(t));
+  r->n_metrics = tsr_model_num_metrics(m);
+  for (int k = 0; k < r->n_metrics && k < 8; k++)
+    snprintf(r->metric_names[k], sizeof r->metric_names[k], "%s",
+             tsr_model_metric_name(m, k));
+}
+
+int wk__line_metrics(char *line, size_t cap, int k, const wk_train_result *r) {
+  for (int i = 0; i < r->n_metrics && k < (int)cap; i++)
+    k += snprintf(line + k, cap - (size_t)k, ", %s %.4f", r->metric_names[i],
+                  r->metrics[i]);
+  return k;
+}
+
+void wk__line_print(char *line, size_t cap, int k, const wk_train_result *r,
+                    const char *more) {
+  if (k < (int)cap)
+    snprintf(line + k, cap - (size_t)k, ", %.0f examples/s, %.2f s, %s x%d%s",
+             r->examples_per_sec, r->seconds, r->backend, r->replicas, more);
+  printf("%s\n", line);
+  fflush(stdout);
+}
+
+int wk__eval_split(const tsr_job *job, wk_trainer *t, const tsr_model *m,
+                   wk_split split, wk_output_fn on_out, void *out_data,
+                   wk_train_result *r, char *err, size_t errlen) {
+  wk_input_opts io = wk__input_once(job);
   wk_input *in = NULL;
   char ierr[512];
   int rc = wk_input_open(job, split, &io, &in, ierr, sizeof ierr);
@@ -93,9 +124,7 @@ int wk_eval_standalone(const tsr_job *job, const wk_train_opts *o,
   tsr_job j = *job; /* the caller's, but for the data read once */
   if (!(j.data = read_once(job->data, split)))
     return tsr_errf(err, errlen, TSR_ENOMEM, "out of memory");
-  wk_input_opts io = {.worker_index = 0, .num_workers = 1,
-                      .batch_size = job->batch_size, .epochs = 1,
-                      .seed = job->seed};
+  wk_input_opts io = wk__input_once(job);
   wk_input *in = NULL;
   tsr_model *m = NULL;
   wk_trainer *t = NULL;
@@ -130,12 +159,7 @@ int wk_eval_standalone(const tsr_job *job, const wk_train_opts *o,
   r->examples = r->eval_examples;
   r->examples_per_sec = r->seconds > 0 ? (double)r->examples / r->seconds
                                        : 0;
-  r->replicas = wk_trainer_replicas(t);
-  snprintf(r->backend, sizeof r->backend, "%s", wk_trainer_backend(t));
-  r->n_metrics = tsr_model_num_metrics(m);
-  for (int k = 0; k < r->n_metrics && k < 8; k++)
-    snprintf(r->metric_names[k], sizeof r->metric_names[k], "%s",
-             tsr_model_metric_name(m, k));
+  wk__result_names(r, t, m);
   r->best_auc = NAN;
   if (!o->quiet) {
     char line[1024];
@@ -143,15 +167,8 @@ int wk_eval_standalone(const tsr_job *job, const wk_train_opts *o,
                      "examples (%s)", r->eval_loss,
                      (long long)r->eval_examples,
                      split == WK_SPLIT_EVAL ? "data.eval" : "data.train");
-    for (int i = 0; i < r->n_metrics && k < (int)sizeof line; i++)
-      k += snprintf(line + k, sizeof line - (size_t)k, ", %s %.4f",
-                    r->metric_names[i], r->metrics[i]);
-    if (k < (int)sizeof line)
-      snprintf(line + k, sizeof line - (size_t)k,
-               ", %.0f examples/s, %.2f s, %s x%d", r->examples_per_sec,
-               r->seconds, r->backend, r->replicas);
-    printf("%s\n", line);
-    fflush(stdout);
+    k = wk__line_metrics(line, sizeof line, k, r);
+    wk__line_print(line, sizeof line, k, r, "");
   }
 out:
   wk_trainer_close(t);

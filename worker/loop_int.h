@@ -54,6 +54,25 @@ int wk__eval_split(const tsr_job *job, wk_trainer *t, const tsr_model *m,
                    wk_split split, wk_output_fn on_out, void *out_data,
                    wk_train_result *r, char *err, size_t errlen);
 
+/* Input options of one pass over a split in file order as worker 0 of 1,
+ * in the job's batches (evaluation, and checking the eval data). */
+wk_input_opts wk__input_once(const tsr_job *job);
+
+/* The figures of r that name rather than measure (worker/evaluate.c): the
+ * replicas and backend of t, the model's metric names. */
+void wk__result_names(wk_train_result *r, const wk_trainer *t,
+                      const tsr_model *m);
+
+/* Appends ", NAME VALUE" for each of r's metrics to the summary line
+ * line[0..cap) whose first k characters are written; returns the new k
+ * (appending stops once the line is full). */
+int wk__line_metrics(char *line, size_t cap, int k, const wk_train_result *r);
+
+/* Ends the summary line line[0..cap) (k characters written) with r's speed,
+ * time and backend, then `more` (may be ""), and prints it on stdout. */
+void wk__line_print(char *line, size_t cap, int k, const wk_train_result *r,
+                    const char *more);
+
 /* ---- jobs: requests handed from the loop to the training thread -------- */
 
 typedef enum {

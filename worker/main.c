@@ -131,17 +131,30 @@ static int sa_checkpoint(void *data, wk_trainer *t, const tsr_model *m,
   return rc;
 }
 
-/* The eval figures of a run as the summary lists them: the loss, then
- * each metric; returns how many (none when the run failed). */
-static size_t eval_values(const wk_train_result *r, bool ok,
-                          chief_metric_value ev[9]) {
+/* Writes the --summary-json of a run begun at t0: s as the caller filled
+ * it, with the seconds and the eval figures (the loss, then each metric;
+ * none when the run failed). Returns the exit status: `status`, or 1 when
+ * the summary cannot be written and the run had succeeded. */
+static int write_summary(const char *path, chief_summary *s,
+                         const wk_train_result *r, bool ok, double t0,
+                         int status) {
+  chief_metric_value ev[9];
   size_t ne = 0;
   if (ok && r->has_eval) {
     ev[ne++] = (chief_metric_value){"loss", r->eval_loss};
     for (int k = 0; k < r->n_metrics && k < 8; k++)
       ev[ne++] = (chief_metric_value){r->metric_names[k], r->metrics[k]};
   }
-  return ne;
+  s->seconds = tsr_now_s() - t0;
+  s->eval = ne ? ev : NULL;
+  s->n_eval = ne;
+  s->resumed_from_step = -1;
+  char err[1024];
+  if (chief_summary_write_json(path, s, err, sizeof err)) {
+    tsr_error("--summary-json: %s", err);
+    if (!status) status = 1;
+  }
+  return status;
 }
 
 static int run_standalone(const char *job_path, char **ovr,
@@ -209,25 +222,16 @@ static int run_standalone(const char *job_path, char **ovr,
       tsr_warn("TensorBoard files under %s: a write failed", job.logdir);
   }
   if (summary_json) {
-    chief_metric_value ev[9];
-    size_t ne = eval_values(&r, rc == 0, ev);
     chief_summary s;
     memset(&s, 0, sizeof s);
     s.steps = rc ? 0 : r.steps;
     s.examples = rc ? 0 : r.examples;
-    s.seconds = tsr_now_s() - t0;
     s.has_loss = !rc;
     s.final_loss = r.train_loss;
-    s.eval = ne ? ev : NULL;
-    s.n_eval = ne;
-    s.resumed_from_step = -1;
     s.skipped_records = rc ? 0 : r.skipped_records;
     s.logdir = job.logdir;
     s.checkpoint_dir = job.checkpoint_dir;
-    if (chief_summary_write_json(summary_json, &s, err, sizeof err)) {
-      tsr_error("--summary-json: %s", err);
-      if (!status) status = 1;
-    }
+    status = write_summary(summary_json, &s, &r, rc == 0, t0, status);
   }
   tsr_job_free(&job);
   return status;
@@ -292,19 +296,10 @@ static int run_evaluate(const char *job_path, char **ovr, wk_train_opts *o,
   status = wk_standalone_status(rc);
   if (rc) tsr_error("%s", err);
   if (summary_json) {
-    chief_metric_value ev[9];
-    size_t ne = eval_values(&r, rc == 0, ev);
     chief_summary s;
     memset(&s, 0, sizeof s);
     s.examples = rc ? 0 : r.eval_examples;
-    s.seconds = tsr_now_s() - t0;
-    s.eval = ne ? ev : NULL;
-    s.n_eval = ne;
-    s.resumed_from_step = -1;
-    if (chief_summary_write_json(summary_json, &s, err, sizeof err)) {
-      tsr_error("--summary-json: %s", err);
-      if (!status) status = 1;
-    }
+    status = write_summary(summary_json, &s, &r, rc == 0, t0, status);
   }
   tsr_job_free(&job);
   return status;
@@ -353,10 +348,7 @@ int main(int argc, char **argv) {
       case O_STANDALONE: break; /* how main() got here */
       case O_JOB: job_path = optarg; break;
       case O_DEVICE:
-        if (!strcmp(optarg, "auto")) to.device = KERN_DEVICE_AUTO;
-        else if (!strcmp(optarg, "cpu")) to.device = KERN_DEVICE_CPU;
-        else if (!strcmp(optarg, "gpu")) to.device = KERN_DEVICE_GPU;
-        else {
+        if (kern_device_parse(optarg, &to.device)) {
           tsr_error("--device %s: must be auto, cpu or gpu", optarg);
           return 2;
         }

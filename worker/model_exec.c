@@ -81,7 +81,8 @@ int wk_exec_open(const tsr_model *m, kern_ctx *ctx, int64_t maxb,
     const wk_layer *l = &m->layers[k];
     if (l->size > maxw) maxw = l->size;
     if (l->kind == WK_L_RNN && l->units > maxu) maxu = l->units;
-    int64_t sc = wk_exec__seq_scratch(m, l, maxb);
+    int64_t wsn, sc;
+    wk_exec__seq_sizes(m, l, maxb, &wsn, &sc);
     if (sc > scratch) scratch = sc;
     if (l->mask_zero && l->dim[0] > maskw) maskw = l->dim[0];
     if (l->kind == WK_L_INPUT && !l->ids) e->x_float = true;
@@ -151,7 +152,8 @@ int wk_exec_open(const tsr_model *m, kern_ctx *ctx, int64_t maxb,
       if (!(e->st_a[k] = dalloc(e, c)) || !(e->st_b[k] = dalloc(e, c)))
         goto nomem;
     }
-    int64_t wsn = wk_exec__seq_ws(m, l, maxb);
+    int64_t wsn, sc;
+    wk_exec__seq_sizes(m, l, maxb, &wsn, &sc);
     if (wsn > 0 && !(e->ws[k] = dalloc(e, wsn))) goto nomem;
     if (l->mask_zero && !(e->seqmask[k] = dalloc(e, maxb * l->dim[0])))
       goto nomem;

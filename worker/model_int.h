@@ -279,11 +279,11 @@ int wk_exec__need(wk_exec *e, const wk_run_opts *o, int v);
 void wk_exec__done(wk_exec *e, const wk_run_opts *o, int k);
 
 /* model_nodes_seq.c: the sequence nodes (RNN, MHA, ATTN, MUL, masked
- * GlobalAveragePooling1D). Floats of a node's own workspace and of the
- * backward scratch it needs, for batches of maxb; forward and backward. */
-int64_t wk_exec__seq_ws(const tsr_model *m, const wk_layer *l, int64_t maxb);
-int64_t wk_exec__seq_scratch(const tsr_model *m, const wk_layer *l,
-                             int64_t maxb);
+ * GlobalAveragePooling1D). Floats of a node's own workspace (*ws) and of
+ * the backward scratch it needs (*scratch), for batches of maxb, both 0 for
+ * a node that is not a sequence node; forward and backward. */
+void wk_exec__seq_sizes(const tsr_model *m, const wk_layer *l, int64_t maxb,
+                        int64_t *ws, int64_t *scratch);
 int wk_exec__seq_fwd(wk_exec *e, const wk_layer *l, int k,
                      const wk_run_opts *o);
 int wk_exec__seq_bwd(wk_exec *e, const wk_layer *l, int k);

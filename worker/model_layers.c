@@ -246,6 +246,22 @@ int tsr_layer__window(lp *p, const char *what, const int64_t *ks,
   return 0;
 }
 
+int tsr_layer__pool_node(lp *p, const kern_win *g, kern_pool2d pool,
+                         int rank) {
+  wk_layer *l = tsr_layer__node(p, WK_L_POOL2D);
+  if (!l) return TSR_ERANGE;
+  const int64_t out[3] = {g->oh, g->ow, g->c};
+  l->win = *g;
+  l->pool = pool;
+  l->rank = rank;
+  l->size = 1;
+  for (int i = 0; i < rank; i++) {
+    l->dim[i] = out[3 - rank + i];
+    l->size *= l->dim[i];
+  }
+  return 0;
+}
+
 /* ---- parsers ---------------------------------------------------------- */
 
 int tsr_layer__p_dense(lp *p) {
@@ -316,16 +332,8 @@ static int p_pool2d(lp *p) {
     return rc;
   kern_win g;
   if ((rc = tsr_layer__window(p, "pool", ps, st, same, &g))) return rc;
-  wk_layer *l = tsr_layer__node(p, WK_L_POOL2D);
-  if (!l) return TSR_ERANGE;
-  l->win = g;
-  l->pool = strstr(p->cls, "Max") ? KERN_POOL2D_MAX : KERN_POOL2D_AVG;
-  l->rank = 3;
-  l->dim[0] = g.oh;
-  l->dim[1] = g.ow;
-  l->dim[2] = g.c;
-  l->size = g.oh * g.ow * g.c;
-  return 0;
+  return tsr_layer__pool_node(
+      p, &g, strstr(p->cls, "Max") ? KERN_POOL2D_MAX : KERN_POOL2D_AVG, 3);
 }
 
 static int p_gpool(lp *p) {

@@ -52,6 +52,10 @@ int tsr_layer__need_rank(const lp *p, int rank, const char *what);
 /* the output window of a kernel or pool over the layer's image input */
 int tsr_layer__window(lp *p, const char *what, const int64_t *ks,
                       const int64_t *st, bool same, kern_win *g);
+/* appends a pooling node over window g; its output is the last `rank` (1
+ * to 3) of (g->oh, g->ow, g->c): an image, a sequence, or channels */
+int tsr_layer__pool_node(lp *p, const kern_win *g, kern_pool2d pool,
+                         int rank);
 int tsr_layer__p_dense(lp *p);
 /* activation, use_bias, a kernel of kshape[krank] and a bias of units */
 int tsr_layer__act_kernel_bias(lp *p, wk_layer *l, int krank,

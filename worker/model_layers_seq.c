@@ -125,15 +125,8 @@ int tsr_layer__p_pool1d(lp *p) {
                     "layer '%s' (%s): a pool of %lld does not fit %lld steps "
                     "with padding 'valid'", p->nm, p->cls, (long long)ps,
                     (long long)x->dim[0]);
-  wk_layer *l = tsr_layer__node(p, WK_L_POOL2D);
-  if (!l) return TSR_ERANGE;
-  l->win = g;
-  l->pool = strstr(p->cls, "Max") ? KERN_POOL2D_MAX : KERN_POOL2D_AVG;
-  l->rank = 2;
-  l->dim[0] = g.ow;
-  l->dim[1] = g.c;
-  l->size = g.ow * g.c;
-  return 0;
+  return tsr_layer__pool_node(
+      p, &g, strstr(p->cls, "Max") ? KERN_POOL2D_MAX : KERN_POOL2D_AVG, 2);
 }
 
 int tsr_layer__p_gmaxpool(lp *p) {
@@ -150,15 +143,8 @@ int tsr_layer__p_gmaxpool(lp *p) {
   int64_t c = x->dim[x->rank - 1];
   kern_win g;
   if (kern_win_make(&g, h, w, c, h, w, h, w, false)) return TSR_ESHAPE;
-  wk_layer *l = tsr_layer__node(p, WK_L_POOL2D);
-  if (!l) return TSR_ERANGE;
-  l->win = g;
-  l->pool = KERN_POOL2D_MAX;
-  l->rank = keep ? x->rank : 1;
-  for (int i = 0; i < l->rank - 1; i++) l->dim[i] = 1;
-  l->dim[l->rank - 1] = c;
-  l->size = c;
-  return 0;
+  /* the window is the whole input: every output axis but the channels is 1 */
+  return tsr_layer__pool_node(p, &g, KERN_POOL2D_MAX, keep ? x->rank : 1);
 }
 
 /* ---- LSTM, GRU, Bidirectional ------------------------------------------ */

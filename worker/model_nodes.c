@@ -307,6 +307,26 @@ static int layer_bwd(wk_exec *e, const wk_layer *l, int k, bool fused_out) {
   return l->kind == WK_L_DENSE ? dense_bwd(e, l, dz) : conv_bwd(e, l, dz);
 }
 
+/* A normalization node's backward pass: gamma, the input's gradient (when
+ * the input wants one) and the gradients of gamma and beta, the same for
+ * BatchNormalization (over the last axis, statistics per channel) and
+ * LayerNormalization (over norm_w, statistics per row). */
+static int norm_bwd(wk_exec *e, const wk_layer *l, int k, int in,
+                    const float *g) {
+  float beta = 0.0f;
+  float *d = wants(e, in) ? din_of(e, in, &beta) : NULL;
+  const float *gamma = l->var_w >= 0 ? e->dp[l->var_w] : NULL;
+  float *dgamma = l->var_w >= 0 ? e->dg[l->var_w] : NULL;
+  float *dbeta = l->var_b >= 0 ? e->dg[l->var_b] : NULL;
+  if (l->kind == WK_L_BATCHNORM)
+    return kern_bn_grad(e->ctx, g, Y(e, in), rows_of(e, l),
+                        l->dim[l->rank - 1], e->st_a[k], e->st_b[k], l->eps,
+                        gamma, beta, d, dgamma, dbeta);
+  return kern_ln_grad(e->ctx, g, Y(e, in), e->n * (l->size / l->norm_w),
+                      l->norm_w, e->st_a[k], e->st_b[k], gamma, beta, d,
+                      dgamma, dbeta);
+}
+
 static int scatters(wk_exec *e) {
   const tsr_model *m = e->m;
   kern_ctx *c = e->ctx;
@@ -408,28 +428,10 @@ int wk_exec__backward(wk_exec *e, const wk_run_opts *o) {
       case WK_L_MUL:
         CK(wk_exec__seq_bwd(e, l, k));
         break;
-      case WK_L_BATCHNORM: {
-        bool w = wants(e, in);
-        d = w ? din_of(e, in, &beta) : NULL;
-        CK(kern_bn_grad(c, g, Y(e, in), rows_of(e, l), l->dim[l->rank - 1],
-                        e->st_a[k], e->st_b[k], l->eps,
-                        l->var_w >= 0 ? e->dp[l->var_w] : NULL,
-                        w ? beta : 0.0f, d,
-                        l->var_w >= 0 ? e->dg[l->var_w] : NULL,
-                        l->var_b >= 0 ? e->dg[l->var_b] : NULL));
+      case WK_L_BATCHNORM:
+      case WK_L_LAYERNORM:
+        CK(norm_bwd(e, l, k, in, g));
         break;
-      }
-      case WK_L_LAYERNORM: {
-        bool w = wants(e, in);
-        d = w ? din_of(e, in, &beta) : NULL;
-        CK(kern_ln_grad(c, g, Y(e, in), n * (l->size / l->norm_w), l->norm_w,
-                        e->st_a[k], e->st_b[k],
-                        l->var_w >= 0 ? e->dp[l->var_w] : NULL,
-                        w ? beta : 0.0f, d,
-                        l->var_w >= 0 ? e->dg[l->var_w] : NULL,
-                        l->var_b >= 0 ? e->dg[l->var_b] : NULL));
-        break;
-      }
       case WK_L_ADD: {
         bool avg = l->coef != 1.0f && l->coef != -1.0f;
         for (int i = 0; i < l->n_in; i++) {

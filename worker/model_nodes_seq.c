@@ -390,29 +390,17 @@ static int att_bwd(wk_exec *e, const wk_layer *l, int k) {
 
 /* ---- the entry points ---------------------------------------------------*/
 
-int64_t wk_exec__seq_ws(const tsr_model *m, const wk_layer *l, int64_t B) {
-  int64_t ws = 0, sc = 0;
+void wk_exec__seq_sizes(const tsr_model *m, const wk_layer *l, int64_t B,
+                        int64_t *ws, int64_t *scratch) {
+  *ws = 0;
+  *scratch = 0;
   if (l->kind == WK_L_RNN) {
     rnn_mem r;
-    rnn_lay(m, l, B, NULL, NULL, &r, &ws, &sc);
+    rnn_lay(m, l, B, NULL, NULL, &r, ws, scratch);
   } else if (l->kind == WK_L_MHA || l->kind == WK_L_ATTN) {
     att_mem a;
-    att_lay(m, l, B, NULL, NULL, &a, &ws, &sc);
+    att_lay(m, l, B, NULL, NULL, &a, ws, scratch);
   }
-  return ws;
-}
-
-int64_t wk_exec__seq_scratch(const tsr_model *m, const wk_layer *l,
-                             int64_t B) {
-  int64_t ws = 0, sc = 0;
-  if (l->kind == WK_L_RNN) {
-    rnn_mem r;
-    rnn_lay(m, l, B, NULL, NULL, &r, &ws, &sc);
-  } else if (l->kind == WK_L_MHA || l->kind == WK_L_ATTN) {
-    att_mem a;
-    att_lay(m, l, B, NULL, NULL, &a, &ws, &sc);
-  }
-  return sc;
 }
 
 int wk_exec__seq_fwd(wk_exec *e, const wk_layer *l, int k,

@@ -432,16 +432,10 @@ static int setup(wk_svc *s, tsr_daemon *d, const wk_flags *f, char *err,
   snprintf(s->role, sizeof s->role, "%s", d->task);
   s->kopts.device = KERN_DEVICE_AUTO;
   s->kopts.cpu_threads = 1;
-  if (f->device) {
-    if (strcmp(f->device, "cpu") == 0)
-      s->kopts.device = KERN_DEVICE_CPU;
-    else if (strcmp(f->device, "gpu") == 0)
-      s->kopts.device = KERN_DEVICE_GPU;
-    else if (strcmp(f->device, "auto") != 0) {
-      snprintf(err, errlen, "--device %s: expected auto, cpu or gpu",
-               f->device);
-      return TSR_ECONFIG;
-    }
+  if (f->device && kern_device_parse(f->device, &s->kopts.device)) {
+    snprintf(err, errlen, "--device %s: expected auto, cpu or gpu",
+             f->device);
+    return TSR_ECONFIG;
   }
   s->ps_deadline_ms = (uint32_t)(f->deadline_ms > 0 ? f->deadline_ms : 60000);
   return 0;

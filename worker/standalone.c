@@ -17,13 +17,6 @@
 
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 int wk_train_standalone(const tsr_job *job, const wk_train_opts *o,
                         wk_train_result *r, char *err, size_t errlen) {
@@ -67,9 +60,7 @@ int wk_train_standalone(const tsr_job *job, const wk_train_opts *o,
     goto out;
   }
   if (job->data && json_object_get(job->data, "eval")) {
-    wk_input_opts eo = {.worker_index = 0, .num_workers = 1,
-                        .batch_size = job->batch_size, .epochs = 1,
-                        .seed = job->seed};
+    wk_input_opts eo = wk__input_once(job);
     wk_input *ein = NULL;
     rc = wk_input_open(job, WK_SPLIT_EVAL, &eo, &ein, ierr, sizeof ierr);
     if (!rc)
@@ -113,7 +104,7 @@ int wk_train_standalone(const tsr_job *job, const wk_train_opts *o,
   if (!o->quiet && sc->best_auc == sc->best_auc)
     tsr_info("the synthetic data's hidden model reaches AUC %.4f on it (the "
              "best any model can)", sc->best_auc);
-  double t0 = now_s(), win_loss = 0, ep_loss = 0;
+  double t0 = tsr_now_s(), win_loss = 0, ep_loss = 0;
   int64_t win_n = 0, ep_n = 0, cur_epoch = 0, steps = 0;
   const wk_batch *b;
   while (job->steps <= 0 || steps < job->steps) {
@@ -168,7 +159,7 @@ int wk_train_standalone(const tsr_job *job, const wk_train_opts *o,
     ep_loss += loss * (double)b->n;
     ep_n += b->n;
     if (!o->quiet && steps % every == 0) {
-      double el = now_s() - t0;
+      double el = tsr_now_s() - t0;
       char ls[48] = "";
       if (job->precision == TSR_PREC_FP16)
         snprintf(ls, sizeof ls, ", loss scale %g", wk_trainer_loss_scale(t));
@@ -181,7 +172,7 @@ int wk_train_standalone(const tsr_job *job, const wk_train_opts *o,
     }
   }
   rc = 0;
-  r->seconds = now_s() - t0;
+  r->seconds = tsr_now_s() - t0;
   r->steps = wk_trainer_steps(t);
   r->skipped = wk_trainer_skipped(t);
   r->examples_per_sec = r->seconds > 0 ? (double)r->examples / r->seconds : 0;
@@ -191,13 +182,8 @@ int wk_train_standalone(const tsr_job *job, const wk_train_opts *o,
   if (o->on_scalar && r->skipped_records > 0)
     o->on_scalar(o->hook_data, "input/skipped_records", steps,
                  (double)r->skipped_records);
-  r->replicas = wk_trainer_replicas(t);
   r->threads = wk_trainer_threads(t);
-  snprintf(r->backend, sizeof r->backend, "%s", wk_trainer_backend(t));
-  r->n_metrics = tsr_model_num_metrics(m);
-  for (int k = 0; k < r->n_metrics && k < 8; k++)
-    snprintf(r->metric_names[k], sizeof r->metric_names[k], "%s",
-             tsr_model_metric_name(m, k));
+  wk__result_names(r, t, m);
   if (o->on_scalar && sum_n)
     o->on_scalar(o->hook_data, "loss", steps, sum_loss / (double)sum_n);
   if (o->on_checkpoint && (rc = o->on_checkpoint(o->hook_data, t, m, steps))) {
@@ -227,9 +213,7 @@ int wk_train_standalone(const tsr_job *job, const wk_train_opts *o,
       k += snprintf(line + k, sizeof line - (size_t)k,
                     ", eval loss %.6g on %lld examples", r->eval_loss,
                     (long long)r->eval_examples);
-      for (int i = 0; i < r->n_metrics; i++)
-        k += snprintf(line + k, sizeof line - (size_t)k, ", %s %.4f",
-                      r->metric_names[i], r->metrics[i]);
+      k = wk__line_metrics(line, sizeof line, k, r);
     }
     if (r->skipped_records > 0 && k < (int)sizeof line)
       k += snprintf(line + k, sizeof line - (size_t)k,
@@ -238,13 +222,10 @@ int wk_train_standalone(const tsr_job *job, const wk_train_opts *o,
     if (r->best_auc == r->best_auc && k < (int)sizeof line)
       k += snprintf(line + k, sizeof line - (size_t)k,
                     ", best reachable auc %.4f", r->best_auc);
-    snprintf(line + k, sizeof line - (size_t)k,
-             ", %.0f examples/s, %.2f s, %s x%d, %d thread%s, %s",
-             r->examples_per_sec, r->seconds, r->backend, r->replicas,
-             r->threads, r->threads == 1 ? "" : "s",
-             tsr_precision_name(job->precision));
-    printf("%s\n", line);
-    fflush(stdout);
+    char more[64];
+    snprintf(more, sizeof more, ", %d thread%s, %s", r->threads,
+             r->threads == 1 ? "" : "s", tsr_precision_name(job->precision));
+    wk__line_print(line, sizeof line, k, r, more);
   }
 out:
   wk_trainer_close(t);

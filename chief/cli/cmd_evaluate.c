@@ -66,10 +66,7 @@ static int run(int argc, char **argv, bool predict) {
       case O_OUT: o.predict_out = optarg; break;
       case O_SUMMARY: o.summary_json = optarg; break;
       case O_DEVICE:
-        if (!strcmp(optarg, "auto")) o.device = KERN_DEVICE_AUTO;
-        else if (!strcmp(optarg, "cpu")) o.device = KERN_DEVICE_CPU;
-        else if (!strcmp(optarg, "gpu")) o.device = KERN_DEVICE_GPU;
-        else {
+        if (kern_device_parse(optarg, &o.device)) {
           fprintf(stderr, "%s: --device %s: must be auto, cpu or gpu\n",
                   name, optarg);
           goto out;

@@ -370,6 +370,17 @@ static int sf_section(const msgpack_object *m, uint32_t i,
   return 0;
 }
 
+int tsr_shardfile__layout_read(const tsr_shardfile_hdr *h, const char *path,
+                               tsr_shardfile_section *secs, int *nsec,
+                               uint64_t *data_bytes, char *err,
+                               size_t errlen) {
+  if (tsr_shardfile_layout(h, secs, nsec, data_bytes))
+    return tsr_errf(err, errlen, TSR_EFORMAT, "%s: %" PRId64 " rows of width %"
+                    PRId64 " with %d slot(s) overflow a size", path, h->n_rows,
+                    h->width, h->nslots);
+  return 0;
+}
+
 /* The sections list is exactly what the header's other keys imply, so a
  * reader following FORMAT.md reads the arrays a restore reads. */
 static int sf_sections_list(const msgpack_object *h,
@@ -378,10 +389,9 @@ static int sf_sections_list(const msgpack_object *h,
   tsr_shardfile_section secs[TSR_SHARDFILE_MAX_SECTIONS];
   int nsec;
   uint64_t bytes;
-  if (tsr_shardfile_layout(p, secs, &nsec, &bytes))
-    return tsr_errf(err, errlen, TSR_EFORMAT, "%s: %" PRId64 " rows of width %"
-                    PRId64 " with %d slot(s) overflow a size", path, p->n_rows,
-                    p->width, p->nslots);
+  int rc = tsr_shardfile__layout_read(p, path, secs, &nsec, &bytes, err,
+                                      errlen);
+  if (rc) return rc;
   const msgpack_object *o = sf_get(h, "sections");
   if (!o || o->type != MSGPACK_OBJECT_ARRAY)
     return tsr_errf(err, errlen, TSR_EFORMAT, "%s: header key sections is "
@@ -391,11 +401,10 @@ static int sf_sections_list(const msgpack_object *h,
                     "sections; a %s part with %d slot(s) holds %d", path,
                     o->via.array.size, p->sparse ? "sparse" : "dense",
                     p->nslots, nsec);
-  for (int i = 0; i < nsec; i++) {
-    int rc = sf_section(&o->via.array.ptr[i], (uint32_t)i, &secs[i], path,
-                        err, errlen);
-    if (rc) return rc;
-  }
+  for (int i = 0; i < nsec; i++)
+    if ((rc = sf_section(&o->via.array.ptr[i], (uint32_t)i, &secs[i], path,
+                         err, errlen)))
+      return rc;
   return 0;
 }
 

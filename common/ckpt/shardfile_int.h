@@ -7,6 +7,12 @@
 
 #include "common/ckpt/shardfile.h"
 
+/* tsr_shardfile_layout of a header read from `path`: counts whose sizes
+ * overflow are TSR_EFORMAT naming the file, the rows, width and slots. */
+int tsr_shardfile__layout_read(const tsr_shardfile_hdr *h, const char *path,
+                               tsr_shardfile_section *secs, int *nsec,
+                               uint64_t *data_bytes, char *err, size_t errlen);
+
 /* Packs the header map of `h` with its sections, `data_bytes` and
  * `data_crc` into sb (initialised by the caller); its length does not
  * depend on data_crc. TSR_ERANGE / TSR_EINVAL

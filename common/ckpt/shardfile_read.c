@@ -103,10 +103,9 @@ static int sf_sections(tsr_shardfile_part *p, const char *path,
   tsr_shardfile_section secs[TSR_SHARDFILE_MAX_SECTIONS];
   int nsec;
   uint64_t want;
-  if (tsr_shardfile_layout(h, secs, &nsec, &want))
-    return tsr_errf(err, errlen, TSR_EFORMAT, "%s: %" PRId64 " rows of width %"
-                    PRId64 " with %d slot(s) overflow a size", path, h->n_rows,
-                    h->width, h->nslots);
+  int rc = tsr_shardfile__layout_read(h, path, secs, &nsec, &want, err,
+                                      errlen);
+  if (rc) return rc;
   if (data_bytes != want)
     return tsr_errf(err, errlen, TSR_EFORMAT, "%s: data_bytes %" PRIu64 " does "
                     "not match the header's rows and slots (%" PRIu64 ")", path,

@@ -71,6 +71,16 @@ static void on_wake(uv_async_t *h) {
   tsr_coll__deliver(c);
 }
 
+/* Marks the group broken with `code` (c->cause already written) and fails
+ * every pending operation with that cause. */
+static void fail_ops(tsr_coll *c, int code) {
+  c->broken = true;
+  c->broken_code = code;
+  tsr_list_foreach_safe(it, tmp, &c->ops)
+      tsr_coll__op_fail(tsr_list_entry(it, coll_op, node), code, "%s",
+                        c->cause);
+}
+
 /* Ends a configure: its callback, on the next turn of the loop. */
 static void cfg_finish(tsr_coll *c, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -87,12 +97,8 @@ static void cfg_finish(tsr_coll *c, int status, const char *fmt, ...) {
     c->configured = true;
     tsr_coll__pump(c);
   } else if (!c->broken) {
-    c->broken = true;
-    c->broken_code = status;
     snprintf(c->cause, sizeof c->cause, "%s", c->cfg_msg);
-    tsr_list_foreach_safe(it, tmp, &c->ops)
-        tsr_coll__op_fail(tsr_list_entry(it, coll_op, node), status, "%s",
-                          c->cause);
+    fail_ops(c, status);
   }
   tsr_coll__wake(c);
 }
@@ -106,8 +112,6 @@ static void on_abort_sent(const tsr_rpc_result *r, void *data) {
 
 void tsr_coll__break(tsr_coll *c, int code, bool tell, const char *fmt, ...) {
   if (c->broken || c->closing) return;
-  c->broken = true;
-  c->broken_code = code;
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(c->cause, sizeof c->cause, fmt, ap);
@@ -117,9 +121,7 @@ void tsr_coll__break(tsr_coll *c, int code, bool tell, const char *fmt, ...) {
           "collective group %llu (rank %d of %d) broken: %s",
           (unsigned long long)c->epoch, c->rank, c->nranks, c->cause);
   snprintf(c->st.cause, sizeof c->st.cause, "%s", c->cause);
-  tsr_list_foreach_safe(it, tmp, &c->ops)
-      tsr_coll__op_fail(tsr_list_entry(it, coll_op, node), code, "%s",
-                        c->cause);
+  fail_ops(c, code);
   tsr_coll__early_drop(c);
   if (c->configuring)
     cfg_finish(c, code, "%s", c->cause);

@@ -260,10 +260,19 @@ one_run() {
       NOTE="the run ended before the kill"
     else
       IFS=+ read -r -a vs <<<"$VICT"
-      for v in "${vs[@]}"; do kill -9 "${PIDS[$v]}" 2>/dev/null; done
-      for v in "${vs[@]}"; do wait "${PIDS[$v]}" 2>/dev/null; done
+      # a victim reap found gone (a PS or worker that the chief's end of
+      # the job let exit, say) has no pid left to kill: it is only
+      # started again, as a killed one is
       for v in "${vs[@]}"; do
-        echo "---- storm: killed $v (-9) at $(secs "$t0" "$(now)") s, started again" >>"$WORK/$v.log"
+        [ -n "${PIDS[$v]:-}" ] && kill -9 "${PIDS[$v]}" 2>/dev/null
+      done
+      for v in "${vs[@]}"; do
+        if [ -n "${PIDS[$v]:-}" ]; then
+          wait "${PIDS[$v]}" 2>/dev/null
+          echo "---- storm: killed $v (-9) at $(secs "$t0" "$(now)") s, started again" >>"$WORK/$v.log"
+        else
+          echo "---- storm: $v had exited before its kill at $(secs "$t0" "$(now)") s, started again" >>"$WORK/$v.log"
+        fi
         start "$v"
       done
       killed=1
