@@ -23,6 +23,7 @@
 set -u
 
 DEFAULT_TESTS=(cluster_failures cluster_lost_worker cluster_lost_ps
+               cluster_lost_ps_chain
                netns_cluster cluster_chief_errors cluster_disk_full
                chief_local chief_local_cluster rpc_procs worker_errors
                worker_synckill worker_syncback cluster_hybrid
