@@ -301,10 +301,10 @@ def forward(W, xs):
                 x = y
         return x
     vals = {n: x for n, x in zip(io_names(c["input_layers"]), xs)}
-    todo = [L for L in c["layers"] if L["class_name"] != "InputLayer"]
-    while todo:
-        L = next(L for L in todo if all(n in vals for n in inbound(L)))
-        todo.remove(L)
+    pending = [L for L in c["layers"] if L["class_name"] != "InputLayer"]
+    while pending:
+        L = next(L for L in pending if all(n in vals for n in inbound(L)))
+        pending.remove(L)
         pos, kw = call_refs(L)
         ins = [vals[n] for n in pos]
         vals[L["name"]] = layer_fwd(L["class_name"], L["config"],

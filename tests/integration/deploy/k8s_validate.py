@@ -106,7 +106,7 @@ def k8s_ref(defs, v1name):
 def model_schema(models, defs, cls, out):
     if cls in out:
         return {"$ref": "#/$defs/" + cls}
-    out[cls] = None  # placeholder against cycles
+    out[cls] = None  # a sentinel: a class met again while its schema is built (a cycle)
     types, amap, required, enums = models[cls]
     props = {}
     for attr, t in types.items():
