@@ -165,7 +165,18 @@ static void h_configure(tsr_rpc_incoming *call, void *data) {
   pthread_mutex_lock(&s->mu);
   bool same = s->cfg_run_id != 0 && s->cfg_run_id == q->run_id &&
               s->run_id == q->run_id;
+  uint64_t cur = s->run_id;
   pthread_mutex_unlock(&s->mu);
+  if (!same && cur && cur != q->run_id && s->coll) {
+    /* a new chief's run: the old run's ring is over. A closure of it may
+     * be waiting on a member that will never post its part (that member
+     * took this configure first); break the ring on every member now, or
+     * this configure would queue behind that wait (the ring's timeout) */
+    char why[128];
+    snprintf(why, sizeof why, "run %llu is over: the chief configures run "
+             "%llu", (unsigned long long)cur, (unsigned long long)q->run_id);
+    tsr_coll_abort(s->coll, TSR_ECANCELED, why);
+  }
   if (same) {
     Tessera__Worker__ConfigureResponse r =
         TESSERA__WORKER__CONFIGURE_RESPONSE__INIT;

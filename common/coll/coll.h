@@ -134,7 +134,9 @@ typedef void (*tsr_coll_cb)(int status, const char *message, void *data);
  * another member list or size, TSR_ESTALE when it is in a newer group.
  * With one rank it completes at once (later, on the loop). A negative
  * return (TSR_EINVAL: rank, size, epoch not above the last one, an
- * address too long; TSR_ENOMEM; TSR_ESHUTDOWN) means `cb` never runs. */
+ * address too long; TSR_ENOMEM; TSR_ESHUTDOWN) means `cb` never runs.
+ * The epoch of a group whose configure failed here may be given again
+ * (a retry); one that formed may not. */
 int tsr_coll_configure(tsr_coll *c, const tsr_coll_group *g, tsr_coll_cb cb,
                        void *data);
 

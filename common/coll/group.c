@@ -479,9 +479,13 @@ int tsr_coll_new(tsr_coll **out, tsr_rpc_ctx *ctx, tsr_rpc_server *srv,
 int tsr_coll_configure(tsr_coll *c, const tsr_coll_group *g, tsr_coll_cb cb,
                        void *data) {
   if (c->closing) return TSR_ESHUTDOWN;
+  /* the epoch only grows; the group whose configure failed here may be
+   * configured again (a chief that retries it) */
+  bool again = g && g->epoch == c->epoch && c->epoch && !c->configuring &&
+               !c->configured;
   if (!g || !cb || !g->addrs || g->nranks < 1 ||
       g->nranks > TSR_COLL_MAX_RANKS || g->rank < 0 ||
-      g->rank >= g->nranks || g->epoch <= c->epoch)
+      g->rank >= g->nranks || (g->epoch <= c->epoch && !again))
     return TSR_EINVAL;
   int n = g->nranks;
   for (int i = 0; i < n; i++)

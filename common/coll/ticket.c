@@ -180,6 +180,14 @@ void tsr_coll__subs_run(tsr_coll *c) {
       continue;
     default:
       rc = tsr_coll_configure(c, &s->g, on_ticket, s);
+      if (rc == TSR_EINVAL && s->g.epoch <= c->epoch) {
+        char m[160];
+        snprintf(m, sizeof m, "group %llu is not newer than group %llu, "
+                 "which this rank is in", (unsigned long long)s->g.epoch,
+                 (unsigned long long)c->epoch);
+        on_ticket(rc, m, s);
+        continue;
+      }
       break;
     }
     if (rc) on_ticket(rc, tsr_strerror(rc), s);

@@ -806,6 +806,20 @@ static void test_configure_errors(void **state) {
   assert_true(cu_run(&loop, &rr[1], 1, 20000));
   assert_int_equal(rr[1].status, TSR_ETIMEOUT);
   assert_non_null(strstr(rr[1].msg, "did not join group 9"));
+  /* a group whose configure failed here may be configured again (a chief
+   * that retries it), and forms once both ranks are in it */
+  memset(rr, 0, sizeof rr);
+  tsr_coll_group g9r0 = {9, 0, 2, a1, NULL, 0};
+  assert_int_equal(tsr_coll_configure(g.r[1].coll, &g9, cu_rec_cb, &rr[1]),
+                   0);
+  assert_int_equal(tsr_coll_configure(g.r[0].coll, &g9r0, cu_rec_cb, &rr[0]),
+                   0);
+  assert_true(cu_run(&loop, rr, 2, 20000));
+  assert_int_equal(rr[0].status, 0);
+  assert_int_equal(rr[1].status, 0);
+  /* a group that formed is not configured again */
+  assert_int_equal(tsr_coll_configure(g.r[1].coll, &g9, cu_rec_cb, &rr[1]),
+                   TSR_EINVAL);
   assert_int_equal(cu_end(&g), 0);
   close(dead_fd);
 }
