@@ -82,6 +82,46 @@ json_t *coord__ckpt_manifest(coord *co, int64_t step) {
   return m;
 }
 
+void coord__outcome_put(const coord *co, json_t *m) {
+  double loss = coord__recent_loss(co);
+  if (isfinite(loss)) json_object_set_new(m, "loss", json_real(loss));
+  if (!co->n_eval) return;
+  json_t *ev = json_object();
+  for (size_t i = 0; i < co->n_eval; i++)
+    if (isfinite(co->eval_vals[i].value))
+      json_object_set_new(ev, co->eval_vals[i].name,
+                          json_real(co->eval_vals[i].value));
+  json_object_set_new(m, "eval", ev);
+  json_object_set_new(m, "eval_step", json_integer(co->eval_step));
+}
+
+void coord__outcome_take(coord *co) {
+  co->disk_loss = NAN;
+  json_t *m = coord__ckpt_manifest(co, co->done_step);
+  if (!m) return;
+  json_t *ex = json_object_get(m, "examples");
+  if (json_is_integer(ex)) co->examples = json_integer_value(ex);
+  json_t *loss = json_object_get(m, "loss");
+  if (json_is_number(loss)) co->disk_loss = json_number_value(loss);
+  json_t *ev = json_object_get(m, "eval");
+  json_t *es = json_object_get(m, "eval_step");
+  if (!json_is_integer(es) || json_integer_value(es) != co->done_step)
+    ev = NULL; /* an earlier evaluation's figures are not the run's last */
+  const char *k;
+  json_t *v;
+  size_t n = 0;
+  json_object_foreach(ev, k, v) {
+    if (n >= sizeof co->eval_vals / sizeof co->eval_vals[0]) break;
+    if (!json_is_number(v)) continue;
+    snprintf(co->eval_names[n], sizeof co->eval_names[n], "%s", k);
+    co->eval_vals[n].name = co->eval_names[n];
+    co->eval_vals[n].value = json_number_value(v);
+    n++;
+  }
+  co->n_eval = n;
+  json_decref(m);
+}
+
 /* A restarted chief: the examples seen up to the restored checkpoint. */
 static void coord_resumed(coord *co, int64_t step) {
   json_t *m = coord__ckpt_manifest(co, step);
@@ -152,6 +192,7 @@ static void coord_exec(coord *co, const coord_action *a) {
         /* nothing restored or trained by this chief, and the job had
          * finished before it started: the cluster has stopped after it */
         co->finished_on_disk = true;
+        coord__outcome_take(co);
         tsr_info("the job had finished: its last checkpoint (step %" PRId64
                  ") is committed and intact, and the cluster is gone (%s); "
                  "nothing is left to do", co->done_step, a->msg);

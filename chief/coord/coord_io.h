@@ -152,6 +152,8 @@ struct coord {
                               the job ended): a cluster that is gone ends
                               the run well */
   bool finished_on_disk;   /* so it did: the run ends at done_step */
+  double disk_loss;        /* then: the loss its final checkpoint holds
+                              (NaN when none) */
   bool stop_requested;
   coord_psop psop;         /* the PS operation in progress */
   coord_psop ckop;         /* the checkpoint's (it runs beside the others:
@@ -203,6 +205,7 @@ struct coord {
   chief_metric_value eval_vals[16];
   char eval_names[16][64];
   size_t n_eval;
+  int64_t eval_step;       /* the step it evaluated */
   /* monitoring */
   chief_metrics *metrics;
   chief_progress *progress;
@@ -240,6 +243,15 @@ int64_t coord__step(const coord *co);        /* the global step */
 /* The manifest of the checkpoint of `step` (the caller decrefs it), or
  * NULL when it cannot be read. */
 json_t *coord__ckpt_manifest(coord *co, int64_t step);
+/* The run's outcome so far into a manifest being written: "loss" (the
+ * recent training loss, when finite) and "eval" (the last evaluation's
+ * values by name) with "eval_step" (the step it evaluated). */
+void coord__outcome_put(const coord *co, json_t *m);
+/* A chief that finds its job finished on disk: the examples, loss and
+ * evaluation (when of that step) of the checkpoint of done_step, for its
+ * summary (left as they are when the manifest cannot be read or lacks
+ * them). */
+void coord__outcome_take(coord *co);
 
 /* coord_ps.c */
 int coord__ps_open(coord *co);

@@ -303,12 +303,17 @@ static int64_t coord_done_step(const coord *co) {
 }
 
 /* Whether `path` holds a summary of more steps than `steps` (a finished
- * run's, which a later chief that got less far must not replace). */
-static bool coord_summary_has_more(const char *path, int64_t steps) {
+ * run's, which a later chief that got less far must not replace), or,
+ * with `or_as_many` (a chief that found the job finished and ran no step),
+ * of as many: the run's own summary says more than that chief knows. */
+static bool coord_summary_has_more(const char *path, int64_t steps,
+                                   bool or_as_many) {
   json_error_t je;
   json_t *old = json_load_file(path, 0, &je);
   json_t *st = json_object_get(old, "steps");
-  bool more = json_is_integer(st) && json_integer_value(st) > steps;
+  bool more = json_is_integer(st) &&
+              (json_integer_value(st) > steps ||
+               (or_as_many && json_integer_value(st) == steps));
   json_decref(old);
   return more;
 }
@@ -523,6 +528,7 @@ out_clients:
     double t0 = coord_sm_train_start(co->sm), t1 = coord_sm_train_end(co->sm);
     s.seconds = t1 > 0 && t0 > 0 ? t1 - t0 : tsr_now_s() - co->t_start;
     double last_loss = coord__recent_loss(co);
+    if (isnan(last_loss) && co->finished_on_disk) last_loss = co->disk_loss;
     s.has_loss = !isnan(last_loss);
     s.final_loss = last_loss;
     s.eval = co->eval_vals;
@@ -542,10 +548,16 @@ out_clients:
     const char **freasons;
     coord_summary_ckpts(co, &s, &fsteps, &freasons);
     if (status == 0) chief_summary_print(stdout, &s);
-    if (o->summary_json && coord_summary_has_more(o->summary_json, s.steps))
-      tsr_warn("--summary-json: %s is kept: it reports more steps than the "
-               "%" PRId64 " this run reached", o->summary_json, s.steps);
-    else if (o->summary_json &&
+    if (o->summary_json && coord_summary_has_more(o->summary_json, s.steps,
+                                                  co->finished_on_disk)) {
+      if (co->finished_on_disk)
+        tsr_info("--summary-json: %s is kept: it is the finished run's own, "
+                 "of its %" PRId64 " steps", o->summary_json, s.steps);
+      else
+        tsr_warn("--summary-json: %s is kept: it reports more steps than "
+                 "the %" PRId64 " this run reached", o->summary_json,
+                 s.steps);
+    } else if (o->summary_json &&
              chief_summary_write_json(o->summary_json, &s, err, sizeof err))
       tsr_warn("--summary-json: %s", err);
     free(fsteps);

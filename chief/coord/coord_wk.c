@@ -455,6 +455,7 @@ static void coord_wk_on_eval(const tsr_rpc_result *r, void *data) {
   co->eval_vals[0].name = co->eval_names[0];
   co->eval_vals[0].value = resp->loss;
   co->n_eval = 1;
+  co->eval_step = step;
   if (co->metrics)
     chief_metrics_scalar(co->metrics, "eval/loss", step, resp->loss, 0);
   size_t nm = resp->n_metric_names < resp->n_metric_values

@@ -5,8 +5,10 @@
 #     first closure boundary past each); `tessera ckpt inspect
 #     --verify` finds them intact;
 #  1b. a chief started again after the job ended (the cluster gone, the
-#     final checkpoint committed) exits 0 at once with the full step count,
-#     and a chief that fails never writes a summary of fewer steps over it;
+#     final checkpoint committed) exits 0 at once with the full step count
+#     and the run's final loss, eval and examples (from the final
+#     checkpoint), keeps the run's own summary where one is, and a chief
+#     that fails never writes a summary of fewer steps over it;
 #  2. one byte of a shard file of the newest checkpoint flipped: inspect
 #     (with --verify or without) exits 1 naming the file; the next run
 #     (to 1600 steps) resumes from the previous checkpoint, saying it
@@ -60,6 +62,24 @@ check "restart after the end: says the job had finished" \
   grep -q "the job had finished: its last checkpoint (step 1200)" "$WORK/chief.log"
 check "restart after the end: its summary has the 1200 steps" \
   test "$(json_get "$WORK/s1b.json" steps)" = 1200
+# the final checkpoint holds the run's loss and evaluation: the summary of
+# the chief that found the job finished reports the finished run's
+check "restart after the end: the final loss of the run" \
+  test "$(json_get "$WORK/s1b.json" final_loss)" = "$(json_get "$WORK/s1.json" final_loss)"
+check "restart after the end: the eval loss of the run" \
+  test "$(json_get "$WORK/s1b.json" eval.loss)" = "$(json_get "$WORK/s1.json" eval.loss)"
+check "restart after the end: the examples of the run" \
+  test "$(json_get "$WORK/s1b.json" examples)" = "$(json_get "$WORK/s1.json" examples)"
+# (as one killed after writing its summary): the run's own summary, with
+# the steps this chief ran, is kept
+cp "$WORK/s1.json" "$WORK/s1c.json"
+start_chief --job "$WORK/job.json" --summary-json "$WORK/s1c.json"
+wait_chief 40
+check "restart after the end over the run's summary: exits 0" test "$CHIEF_RC" = 0
+check "restart after the end over the run's summary: it is kept" \
+  cmp -s "$WORK/s1.json" "$WORK/s1c.json"
+check "restart after the end over the run's summary: says so" \
+  grep -q "is kept: it is the finished run's own" "$WORK/chief.log"
 # a chief that fails (no cluster, no checkpoint of its own) never writes
 # a summary of fewer steps over a finished run's
 mkdir -p "$WORK/empty"
