@@ -82,19 +82,12 @@ int tsr_shardfile_write_rows(const char *dir, const tsr_shardfile_hdr *h,
                              tsr_shardfile_written *out, char *err,
                              size_t errlen) {
   char fname[TSR_SHARDFILE_NAME_MAX], path[TSR_PATH_MAX];
-  int rc = tsr_shardfile_name(h->name, h->shard, h->num_shards, fname,
-                              sizeof fname);
-  if (rc) return tsr_errf(err, errlen, rc, "%s: name too long", h->name);
-  if (snprintf(path, sizeof path, "%s/%s", dir, fname) >= (int)sizeof path)
-    return tsr_errf(err, errlen, TSR_ERANGE, "%s/%s: path too long", dir,
-                    fname);
   tsr_shardfile_section lay[TSR_SHARDFILE_MAX_SECTIONS];
   int nlay;
   uint64_t data_bytes;
-  if ((rc = tsr_shardfile_layout(h, lay, &nlay, &data_bytes)))
-    return tsr_errf(err, errlen, rc, "%s: %" PRId64 " rows of width %" PRId64
-                    " with %d slot(s) do not fit a file", path, h->n_rows,
-                    h->width, h->nslots);
+  int rc = tsr_shardfile__target(dir, h, fname, path, lay, &nlay,
+                                 &data_bytes, err, errlen);
+  if (rc) return rc;
   msgpack_sbuffer sb;
   msgpack_sbuffer_init(&sb);
   if ((rc = tsr_shardfile__hdr_pack(h, written_by, 0, &sb))) {

@@ -93,25 +93,36 @@ int tsr_shardfile__verify(const char *path, uint64_t bytes, uint32_t crc,
   return 0;
 }
 
+int tsr_shardfile__target(const char *dir, const tsr_shardfile_hdr *h,
+                          char fname[TSR_SHARDFILE_NAME_MAX],
+                          char path[TSR_PATH_MAX],
+                          tsr_shardfile_section *secs, int *nsec,
+                          uint64_t *data_bytes, char *err, size_t errlen) {
+  int rc = tsr_shardfile_name(h->name, h->shard, h->num_shards, fname,
+                              TSR_SHARDFILE_NAME_MAX);
+  if (rc) return tsr_errf(err, errlen, rc, "%s: name too long", h->name);
+  if (snprintf(path, TSR_PATH_MAX, "%s/%s", dir, fname) >= TSR_PATH_MAX)
+    return tsr_errf(err, errlen, TSR_ERANGE, "%s/%s: path too long", dir,
+                    fname);
+  if ((rc = tsr_shardfile_layout(h, secs, nsec, data_bytes)))
+    return tsr_errf(err, errlen, rc, "%s: %" PRId64 " rows of width %" PRId64
+                    " with %d slot(s) do not fit a file", path, h->n_rows,
+                    h->width, h->nslots);
+  return 0;
+}
+
 int tsr_shardfile_write(const char *dir, const tsr_shardfile_hdr *h,
                         const char *written_by,
                         void (*emit)(void *ctx, tsr_shardfile_writer *w),
                         void *ctx, bool verify, tsr_shardfile_written *out,
                         char *err, size_t errlen) {
   char fname[TSR_SHARDFILE_NAME_MAX], path[TSR_PATH_MAX];
-  int rc = tsr_shardfile_name(h->name, h->shard, h->num_shards, fname,
-                              sizeof fname);
-  if (rc) return tsr_errf(err, errlen, rc, "%s: name too long", h->name);
-  if (snprintf(path, sizeof path, "%s/%s", dir, fname) >= (int)sizeof path)
-    return tsr_errf(err, errlen, TSR_ERANGE, "%s/%s: path too long", dir,
-                    fname);
   tsr_shardfile_section secs[TSR_SHARDFILE_MAX_SECTIONS];
   int nsec;
   uint64_t data_bytes;
-  if ((rc = tsr_shardfile_layout(h, secs, &nsec, &data_bytes)))
-    return tsr_errf(err, errlen, rc, "%s: %" PRId64 " rows of width %" PRId64
-                    " with %d slot(s) do not fit a file", path, h->n_rows,
-                    h->width, h->nslots);
+  int rc = tsr_shardfile__target(dir, h, fname, path, secs, &nsec,
+                                 &data_bytes, err, errlen);
+  if (rc) return rc;
 
   /* the data CRC goes in the header, so compute it first */
   tsr_shardfile_writer w = {0};
