@@ -389,26 +389,27 @@ static void bad_writers(void **state) {
 static void target_paths(void **state) {
   (void)state;
   tsr_shardfile_hdr h = dense_hdr();
-  char fname[TSR_SHARDFILE_NAME_MAX], path[TSR_PATH_MAX], want[TSR_PATH_MAX];
-  char err[2 * TSR_PATH_MAX] = "";
-  tsr_shardfile_section secs[TSR_SHARDFILE_MAX_SECTIONS];
+  tsr_shardfile__dest d;
+  char want[TSR_PATH_MAX], err[2 * TSR_PATH_MAX] = "";
   tsr_shardfile_section lay[TSR_SHARDFILE_MAX_SECTIONS];
-  int nsec = 0, nlay = 0;
-  uint64_t bytes = 0, lbytes = 0;
-  assert_int_equal(tsr_shardfile__target(g_dir, &h, fname, path, secs, &nsec,
-                                         &bytes, err, sizeof err), 0);
-  snprintf(want, sizeof want, "%s/%s", g_dir, fname);
-  assert_string_equal(path, want);
-  assert_int_equal(tsr_shardfile_layout(&h, lay, &nlay, &lbytes), 0);
-  assert_int_equal(nsec, nlay);
-  assert_true(bytes == lbytes);
+  int nlay = 0;
+  uint64_t bytes = 0;
+  assert_int_equal(tsr_shardfile__dest_of(g_dir, &h, &d, err, sizeof err), 0);
+  snprintf(want, sizeof want, "%s/%s", g_dir, d.fname);
+  assert_string_equal(d.path, want);
+  assert_int_equal(tsr_shardfile_layout(&h, lay, &nlay, &bytes), 0);
+  assert_int_equal(d.nsec, nlay);
+  assert_true(d.data_bytes == bytes);
+  for (int k = 0; k < nlay; k++) {
+    assert_string_equal(d.secs[k].name, lay[k].name);
+    assert_true(d.secs[k].offset == lay[k].offset);
+    assert_true(d.secs[k].nbytes == lay[k].nbytes);
+  }
   char *dir = malloc(TSR_PATH_MAX);
   assert_non_null(dir);
-  memset(dir, 'd', TSR_PATH_MAX - 1);
-  dir[TSR_PATH_MAX - 1] = 0;
+  memset(dir, 'd', TSR_PATH_MAX - 8);
   dir[TSR_PATH_MAX - 8] = 0;
-  assert_int_equal(tsr_shardfile__target(dir, &h, fname, path, secs, &nsec,
-                                         &bytes, err, sizeof err),
+  assert_int_equal(tsr_shardfile__dest_of(dir, &h, &d, err, sizeof err),
                    TSR_ERANGE);
   assert_non_null(strstr(err, "path too long"));
   float val[6] = {0}, mom[6] = {0};
