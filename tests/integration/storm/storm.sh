@@ -41,7 +41,11 @@
 # Options:
 #   --runs N        storm runs per mode (5)
 #   --seed S        base seed (run i of a mode has seed S + i); default
-#                   $TSR_STORM_SEED, else a fresh one (printed)
+#                   $TSR_STORM_SEED, else --default-seed, else a fresh one
+#                   (printed)
+#   --default-seed S the seed when neither of those gives one: the suite's,
+#                   so that every CI run kills the same victims at the same
+#                   points (the stress gate sets $TSR_STORM_SEED afresh)
 #   --modes LIST    comma-separated (async,ssp:2,sync,hybrid)
 #   --victims LIST  always kill these, e.g. chief+worker1 (default: random)
 #   --epochs E      job epochs (default $TSR_STORM_EPOCHS, else the job's)
@@ -72,6 +76,7 @@ export TSR_SOURCE_DIR TSR_BUILD_DIR
 
 RUNS=5
 SEED=${TSR_STORM_SEED:-}
+DEFAULT_SEED=
 MODES=async,ssp:2,sync,hybrid
 VICTIMS=
 EPOCHS=${TSR_STORM_EPOCHS:-}
@@ -83,6 +88,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --runs) RUNS=$2; shift 2 ;;
     --seed) SEED=$2; shift 2 ;;
+    --default-seed) DEFAULT_SEED=$2; shift 2 ;;
     --modes) MODES=$2; shift 2 ;;
     --victims) VICTIMS=$2; shift 2 ;;
     --epochs) EPOCHS=$2; shift 2 ;;
@@ -97,6 +103,7 @@ for v in RUNS EPOCHS HANG_FACTOR NORMAL_EVERY; do
     echo "storm.sh: --${v,,} '${!v}' is not a whole number" >&2; exit 2
   fi
 done
+[ -z "$SEED" ] && SEED=$DEFAULT_SEED
 [ -z "$SEED" ] && SEED=$(( $(od -An -tu2 -N2 /dev/urandom) * 1000 ))
 if ! [[ $SEED =~ ^[0-9]+$ ]]; then
   echo "storm.sh: --seed '$SEED' is not a whole number" >&2; exit 2
