@@ -21,9 +21,10 @@ typedef struct tsr__jk_row tsr__jk_row;
 
 /* Reads `v` (present, maybe null) into `job`; `where` is the key's path
  * ("checkpoint"); `base_dir` resolves relative paths (may be NULL). */
-typedef int (*tsr__jk_fn)(tsr_job *job, json_t *v, const char *where,
-                          const char *base_dir, const tsr__jk_row *row,
-                          char *err, size_t errlen);
+typedef int tsr__jk_reader(tsr_job *job, json_t *v, const char *where,
+                           const char *base_dir, const tsr__jk_row *row,
+                           char *err, size_t errlen);
+typedef tsr__jk_reader *tsr__jk_fn;
 
 /* One row of TSR_JOB_KEYS (job_keys.h). */
 struct tsr__jk_row {

@@ -22,40 +22,10 @@
 
 /* ---- the rows ------------------------------------------------------------*/
 
-static int jk_model(tsr_job *, json_t *, const char *, const char *,
-                    const tsr__jk_row *, char *, size_t);
-static int jk_loss(tsr_job *, json_t *, const char *, const char *,
-                   const tsr__jk_row *, char *, size_t);
-static int jk_metrics(tsr_job *, json_t *, const char *, const char *,
-                      const tsr__jk_row *, char *, size_t);
-static int jk_optimizer(tsr_job *, json_t *, const char *, const char *,
-                        const tsr__jk_row *, char *, size_t);
-static int jk_data(tsr_job *, json_t *, const char *, const char *,
-                   const tsr__jk_row *, char *, size_t);
-static int jk_mode(tsr_job *, json_t *, const char *, const char *,
-                   const tsr__jk_row *, char *, size_t);
-static int jk_partitioner(tsr_job *, json_t *, const char *, const char *,
-                          const tsr__jk_row *, char *, size_t);
-static int jk_placement(tsr_job *, json_t *, const char *, const char *,
-                        const tsr__jk_row *, char *, size_t);
-static int jk_precision(tsr_job *, json_t *, const char *, const char *,
-                        const tsr__jk_row *, char *, size_t);
-static int jk_seed(tsr_job *, json_t *, const char *, const char *,
-                   const tsr__jk_row *, char *, size_t);
-static int jk_prefetch_params(tsr_job *, json_t *, const char *,
-                              const char *, const tsr__jk_row *, char *,
-                              size_t);
-static int jk_wire_precision(tsr_job *, json_t *, const char *, const char *,
-                             const tsr__jk_row *, char *, size_t);
-static int jk_sparse_rows(tsr_job *, json_t *, const char *, const char *,
-                          const tsr__jk_row *, char *, size_t);
-static int jk_dense(tsr_job *, json_t *, const char *, const char *,
-                    const tsr__jk_row *, char *, size_t);
-static int jk_checkpoint(tsr_job *, json_t *, const char *, const char *,
-                         const tsr__jk_row *, char *, size_t);
-static int jk_checkpoint_storage(tsr_job *, json_t *, const char *,
-                                 const char *, const tsr__jk_row *, char *,
-                                 size_t);
+static tsr__jk_reader jk_model, jk_loss, jk_metrics, jk_optimizer, jk_data,
+    jk_mode, jk_partitioner, jk_placement, jk_precision, jk_seed,
+    jk_prefetch_params, jk_wire_precision, jk_sparse_rows, jk_dense,
+    jk_checkpoint, jk_checkpoint_storage;
 
 #define JK_MEMBER(m) .off = offsetof(tsr_job, m), .size = sizeof(((tsr_job *)0)->m)
 #define JK_INT(m, l, h) .kind = TSR__JK_INT, JK_MEMBER(m), .lo = (l), .hi = (h)

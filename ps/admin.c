@@ -417,6 +417,19 @@ int ps__ckpt_request(ps_server *s, tsr_rpc_incoming *call, const char *what,
   return rc;
 }
 
+ps_batch *ps__ckpt_batch(ps_server *s, tsr_rpc_incoming *call, size_t n,
+                         const char *path, const char *id, int64_t step) {
+  ps_batch *b = ps__batch_new(s, call, n);
+  if (!b) {
+    tsr_rpc_reply_error(call, TSR_ENOMEM, "out of memory");
+    return NULL;
+  }
+  snprintf(b->dir, sizeof b->dir, "%s", path);
+  snprintf(b->who.id, sizeof b->who.id, "%s", id);
+  b->who.step = step;
+  return b;
+}
+
 typedef struct {
   ps_server *s;
   ps_batch *b;
@@ -527,14 +540,8 @@ static void ps__on_restore(tsr_rpc_incoming *call, void *data) {
                             r->step, path, sizeof path);
   if (rc) return;
   size_t n = r->n_shards ? r->n_shards : (size_t)s->n_ents;
-  ps_batch *b = ps__batch_new(s, call, n);
-  if (!b) {
-    tsr_rpc_reply_error(call, TSR_ENOMEM, "out of memory");
-    return;
-  }
-  snprintf(b->dir, sizeof b->dir, "%s", path);
-  snprintf(b->who.id, sizeof b->who.id, "%s", r->checkpoint_id);
-  b->who.step = r->step;
+  ps_batch *b = ps__ckpt_batch(s, call, n, path, r->checkpoint_id, r->step);
+  if (!b) return;
   if (r->n_chain && ps__restore_chain(s, call, r, b)) {
     ps__batch_free(s, b);
     return;

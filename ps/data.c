@@ -62,23 +62,6 @@ static void ps__refuse_kind(tsr_rpc_incoming *call, const ps_entry *e,
   tsr_rpc_reply_error(call, TSR_EINVAL, msg);
 }
 
-static ps_op *ps__new_op(ps_server *s, tsr_rpc_incoming *call, ps_entry *e,
-                         ps_op_kind k) {
-  ps_op *op = ps__calloc(&s->mem, 1, sizeof *op);
-  if (!op) {
-    tsr_rpc_reply_error(call, TSR_ENOMEM, "out of memory");
-    return NULL;
-  }
-  op->srv = s;
-  op->call = call;
-  op->e = e;
-  op->kind = k;
-  op->method = (int)call->method;
-  op->payload = call->payload;
-  op->payload_len = call->payload_len;
-  return op;
-}
-
 /* Fields every pull and push carries: the worker (-1: a reader that is
  * no worker) and a step or clock. 0, or the call is answered with an
  * error naming the field and its value. */
@@ -127,6 +110,28 @@ static int ps__reserve_answer(ps_server *s, tsr_rpc_incoming *call,
                     "of %zu bytes in use): ask for fewer rows at a time, or "
                     "start the parameter server with a larger --memory-limit",
                     bytes, atomic_load(&s->mem.used), s->mem.limit);
+}
+
+/* An op for the call, with `hold` bytes of memory reserved for its
+ * answer (ps__reserve_answer); NULL with the call answered. */
+static ps_op *ps__new_op(ps_server *s, tsr_rpc_incoming *call, ps_entry *e,
+                         ps_op_kind k, size_t hold) {
+  if (ps__reserve_answer(s, call, e, hold)) return NULL;
+  ps_op *op = ps__calloc(&s->mem, 1, sizeof *op);
+  if (!op) {
+    ps__mem_release(&s->mem, hold);
+    tsr_rpc_reply_error(call, TSR_ENOMEM, "out of memory");
+    return NULL;
+  }
+  op->srv = s;
+  op->call = call;
+  op->e = e;
+  op->kind = k;
+  op->method = (int)call->method;
+  op->payload = call->payload;
+  op->payload_len = call->payload_len;
+  op->reserved = hold;
+  return op;
 }
 
 /* What a pull's answer holds besides the shard itself: the rows gathered
@@ -178,13 +183,9 @@ static void ps__on_pull(tsr_rpc_incoming *call, void *data) {
     return;
   }
   size_t hold = ps__answer_bytes(e, rows, out_len, r->n_ids, r->dtype);
-  if (ps__reserve_answer(s, call, e, hold)) return;
-  ps_op *op = ps__new_op(s, call, e, rows ? PS_OP_PULL_ROWS : PS_OP_PULL);
-  if (!op) {
-    ps__mem_release(&s->mem, hold);
-    return;
-  }
-  op->reserved = hold;
+  ps_op *op = ps__new_op(s, call, e, rows ? PS_OP_PULL_ROWS : PS_OP_PULL,
+                         hold);
+  if (!op) return;
   op->worker = r->worker;
   op->clock = r->clock;
   op->n_ids = r->n_ids;
@@ -272,13 +273,8 @@ static void ps__on_push(tsr_rpc_incoming *call, void *data) {
                 (fused ? ps__answer_bytes(e, rows, out_len, r->n_pull_ids,
                                           r->pull_dtype)
                        : 0);
-  if (ps__reserve_answer(s, call, e, hold)) return;
-  ps_op *op = ps__new_op(s, call, e, PS_OP_PUSH);
-  if (!op) {
-    ps__mem_release(&s->mem, hold);
-    return;
-  }
-  op->reserved = hold;
+  ps_op *op = ps__new_op(s, call, e, PS_OP_PUSH, hold);
+  if (!op) return;
   op->worker = r->worker;
   op->step = r->step;
   op->dtype = r->dtype;

@@ -100,19 +100,14 @@ void ps__on_save(tsr_rpc_incoming *call, void *data) {
     return;
   }
   size_t n = (size_t)s->n_ents;
-  ps_batch *b = ps__batch_new(s, call, n);
-  if (b && (!(b->files = ps__calloc(&s->mem, n, sizeof *b->files)) ||
-            !(b->snaps = ps__calloc(&s->mem, n, sizeof *b->snaps)))) {
+  ps_batch *b = ps__ckpt_batch(s, call, n, path, r->checkpoint_id, r->step);
+  if (!b) return;
+  if (!(b->files = ps__calloc(&s->mem, n, sizeof *b->files)) ||
+      !(b->snaps = ps__calloc(&s->mem, n, sizeof *b->snaps))) {
     ps__batch_free(s, b);
-    b = NULL;
-  }
-  if (!b) {
     tsr_rpc_reply_error(call, TSR_ENOMEM, "out of memory");
     return;
   }
-  snprintf(b->dir, sizeof b->dir, "%s", path);
-  snprintf(b->who.id, sizeof b->who.id, "%s", r->checkpoint_id);
-  b->who.step = r->step;
   b->verify = r->verify;
   b->background = r->background;
   if (r->since_id && strlen(r->since_id) > PS_CKPT_ID_MAX) {

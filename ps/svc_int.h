@@ -232,6 +232,11 @@ int ps__ckpt_request(ps_server *s, tsr_rpc_incoming *call, const char *what,
                      const char *dir, const char *id, int64_t step,
                      char *path, size_t pathlen);
 ps_batch *ps__batch_new(ps_server *s, tsr_rpc_incoming *call, size_t n);
+/* A batch of n shards for the save or restore of checkpoint (id, step)
+ * in `path` (ps__ckpt_request's); NULL with the call answered when out of
+ * memory. */
+ps_batch *ps__ckpt_batch(ps_server *s, tsr_rpc_incoming *call, size_t n,
+                         const char *path, const char *id, int64_t step);
 void ps__batch_free(ps_server *s, ps_batch *b);
 ps_op *ps__batch_op(ps_server *s, ps_batch *b, ps_entry *e, ps_op_kind k);
 int ps__register_admin(ps_server *s);

@@ -292,18 +292,35 @@ int tsr_layer__p_rnn(lp *p) {
   return rnn_node(p, p->in[0], p->nm, vpre, back, back, zero, p->out);
 }
 
-int tsr_layer__p_bidir(lp *p) {
+/* The layer a wrapper (Bidirectional, TimeDistributed) holds in
+ * config.layer: its class, one of `ok` (NULL-terminated), and config. */
+static int wrapped(const lp *p, const char *wrapper, const char *const *ok,
+                   const char **icls, const json_t **icfg) {
   const json_t *inner = json_object_get(p->cfg, "layer");
-  const char *icls = json_string_value(json_object_get(inner, "class_name"));
-  const json_t *icfg = json_object_get(inner, "config");
-  if (!icls || !json_is_object(icfg))
+  *icls = json_string_value(json_object_get(inner, "class_name"));
+  *icfg = json_object_get(inner, "config");
+  if (!*icls || !json_is_object(*icfg))
     return tsr_errf(p->err, p->errlen, TSR_ECONFIG,
-                    "layer '%s' (Bidirectional): config.layer needs "
-                    "class_name and config", p->nm);
-  if (strcmp(icls, "LSTM") && strcmp(icls, "GRU"))
-    return tsr_errf(p->err, p->errlen, TSR_EUNSUPPORTED,
-                    "layer '%s' (Bidirectional): wrapping a %s is not "
-                    "supported (supported: LSTM, GRU)", p->nm, icls);
+                    "layer '%s' (%s): config.layer needs class_name and "
+                    "config", p->nm, wrapper);
+  char list[64] = "";
+  size_t off = 0;
+  for (int i = 0; ok[i]; i++) {
+    if (!strcmp(*icls, ok[i])) return 0;
+    off += (size_t)snprintf(list + off, sizeof list - off, "%s%s",
+                            i ? ", " : "", ok[i]);
+  }
+  return tsr_errf(p->err, p->errlen, TSR_EUNSUPPORTED,
+                  "layer '%s' (%s): wrapping a %s is not supported "
+                  "(supported: %s)", p->nm, wrapper, *icls, list);
+}
+
+int tsr_layer__p_bidir(lp *p) {
+  static const char *const cells[] = {"LSTM", "GRU", NULL};
+  const char *icls;
+  const json_t *icfg;
+  int rc = wrapped(p, "Bidirectional", cells, &icls, &icfg);
+  if (rc) return rc;
   const char *mm = json_string_value(json_object_get(p->cfg, "merge_mode"));
   if (!json_object_get(p->cfg, "merge_mode")) mm = "concat";
   if (!mm || (strcmp(mm, "concat") && strcmp(mm, "sum") &&
@@ -341,7 +358,6 @@ int tsr_layer__p_bidir(lp *p) {
   q.cls = icls;
   q.cfg = icfg;
   bool back = false, ret = false;
-  int rc;
   if ((rc = tsr_layer__get_bool(&q, "go_backwards", false, &back)) ||
       (rc = tsr_layer__get_bool(&q, "return_sequences", false, &ret)))
     return rc;
@@ -379,17 +395,11 @@ int tsr_layer__p_bidir(lp *p) {
 }
 
 int tsr_layer__p_timedist(lp *p) {
-  const json_t *inner = json_object_get(p->cfg, "layer");
-  const char *icls = json_string_value(json_object_get(inner, "class_name"));
-  const json_t *icfg = json_object_get(inner, "config");
-  if (!icls || !json_is_object(icfg))
-    return tsr_errf(p->err, p->errlen, TSR_ECONFIG,
-                    "layer '%s' (TimeDistributed): config.layer needs "
-                    "class_name and config", p->nm);
-  if (strcmp(icls, "Dense"))
-    return tsr_errf(p->err, p->errlen, TSR_EUNSUPPORTED,
-                    "layer '%s' (TimeDistributed): wrapping a %s is not "
-                    "supported (supported: Dense)", p->nm, icls);
+  static const char *const dense_only[] = {"Dense", NULL};
+  const char *icls;
+  const json_t *icfg;
+  int rc = wrapped(p, "TimeDistributed", dense_only, &icls, &icfg);
+  if (rc) return rc;
   if (tsr_layer__in0(p)->rank < 2)
     return tsr_layer__need_rank(p, 2, seq_shape);
   const char *iname = json_string_value(json_object_get(icfg, "name"));

@@ -133,14 +133,8 @@ int chief_ckpt_scan_links(const char *folder, int64_t step,
   *links = NULL;
   *n = 0;
   if (!chief_ckpt_is_increment(manifest)) return 0;
-  /* the folder it is in: the links are beside it */
   char root[4096];
-  snprintf(root, sizeof root, "%s", folder);
-  char *slash = strrchr(root, '/');
-  if (slash && slash != root)
-    *slash = 0;
-  else
-    snprintf(root, sizeof root, "%s", slash ? "/" : ".");
+  chief_ckpt_root_of(folder, root, sizeof root);
   chief_ckpt_link chain[CHIEF_CKPT_CHAIN_MAX];
   size_t nl = 0;
   int rc = chief_ckpt_chain(root, step, manifest, chain, &nl, err, errlen);

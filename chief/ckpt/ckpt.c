@@ -35,6 +35,15 @@ int chief_ckpt_dir(const char *root, int64_t step, char *buf, size_t len) {
   return n < 0 || (size_t)n >= len ? TSR_ERANGE : 0;
 }
 
+void chief_ckpt_root_of(const char *folder, char *buf, size_t len) {
+  snprintf(buf, len, "%s", folder);
+  char *slash = strrchr(buf, '/');
+  if (slash && slash != buf)
+    *slash = 0;
+  else
+    snprintf(buf, len, "%s", slash ? "/" : ".");
+}
+
 static int ck_is_step_dir(const char *name, int64_t *step) {
   size_t pl = strlen(CK_PREFIX);
   if (strncmp(name, CK_PREFIX, pl) != 0) return 0;

@@ -166,6 +166,11 @@ int chief_ckpt_verify_chain(const char *root, int64_t step,
 /* "ckpt-<step, 12 digits>": a checkpoint folder's name under the root. */
 int chief_ckpt_name(int64_t step, char *buf, size_t len);
 
+/* The root a checkpoint folder is in (its parent: "/" for "/ckpt-...",
+ * "." for a bare name) into buf, cut to len; an increment's links are
+ * beside it there. */
+void chief_ckpt_root_of(const char *folder, char *buf, size_t len);
+
 /* Reads one checkpoint folder's manifest (`path` is the folder or ROOT: the
  * newest then). */
 int chief_ckpt_read(const char *path, int64_t *step, json_t **manifest,

@@ -323,14 +323,8 @@ int chief_cmd_ckpt(int argc, char **argv) {
     fprintf(stderr, "tessera ckpt %s: %s\n", verb, err);
     return 1;
   }
-  /* the folder it is in: an increment's links are beside it */
   char root[4096];
-  snprintf(root, sizeof root, "%s", folder);
-  char *slash = strrchr(root, '/');
-  if (slash && slash != root)
-    *slash = 0;
-  else
-    snprintf(root, sizeof root, "%s", slash ? "/" : ".");
+  chief_ckpt_root_of(folder, root, sizeof root);
   /* a damaged checkpoint is never shown (or exported) as if it were
    * whole */
   if (verify || is_inspect) {

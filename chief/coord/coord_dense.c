@@ -50,6 +50,16 @@ static int dn_slots(const coord *co, size_t v) {
   return kern_optim_num_slots(&co->var_optim[v]);
 }
 
+#define DN_DIR_MAX 4096
+
+/* The folder of the checkpoint of `step` into dir[DN_DIR_MAX]. */
+static int dn_dir(const coord *co, int64_t step, char *dir, char *err,
+                  size_t errlen) {
+  if (chief_ckpt_dir(co->job.checkpoint_dir, step, dir, DN_DIR_MAX))
+    return tsr_errf(err, errlen, TSR_ERANGE, "checkpoint path too long");
+  return 0;
+}
+
 static int dn_send(coord *co, int w, uint32_t method,
                    const ProtobufCMessage *m, const uv_buf_t *payload,
                    tsr_rpc_call_cb cb, dn_call *call) {
@@ -125,11 +135,8 @@ static void dn_on_state(const tsr_rpc_result *r, void *data) {
     rc = tsr_errf(err, sizeof err, TSR_EPROTO, "its answer does not decode");
     goto out;
   }
-  char dir[4096];
-  if (chief_ckpt_dir(co->job.checkpoint_dir, call->step, dir, sizeof dir)) {
-    rc = tsr_errf(err, sizeof err, TSR_ERANGE, "checkpoint path too long");
-    goto out;
-  }
+  char dir[DN_DIR_MAX];
+  if ((rc = dn_dir(co, call->step, dir, err, sizeof err))) goto out;
   /* the worker's list is the model's dense variables, in order */
   const float *p = r->payload;
   size_t k = 0, used = 0;
@@ -163,11 +170,8 @@ out:
 /* Before any closure of a fresh run the dense state is the initial one:
  * the same function of (seed, name, element) every process uses, or the
  * job's initial_weights, with fresh slots. Written from here. */
-static int dn_save_initial(coord *co, int64_t step, char *err,
+static int dn_save_initial(coord *co, const char *dir, char *err,
                            size_t errlen) {
-  char dir[4096];
-  if (chief_ckpt_dir(co->job.checkpoint_dir, step, dir, sizeof dir))
-    return tsr_errf(err, errlen, TSR_ERANGE, "checkpoint path too long");
   int rc = 0;
   for (size_t v = 0; v < co->n_vars && !rc; v++) {
     if (!dn_dense(co, v)) continue;
@@ -200,11 +204,8 @@ static int dn_save_initial(coord *co, int64_t step, char *err,
 }
 
 /* The restored state (not trained past yet), written back. */
-static int dn_save_restored(coord *co, int64_t step, char *err,
+static int dn_save_restored(coord *co, const char *dir, char *err,
                             size_t errlen) {
-  char dir[4096];
-  if (chief_ckpt_dir(co->job.checkpoint_dir, step, dir, sizeof dir))
-    return tsr_errf(err, errlen, TSR_ERANGE, "checkpoint path too long");
   size_t at = 0;
   int rc = 0;
   for (size_t v = 0; v < co->n_vars && !rc; v++) {
@@ -220,8 +221,11 @@ void coord__dense_save(coord *co, uint64_t op, int64_t step) {
   coord__psop_add(co, op);
   char err[COORD_MSG_MAX];
   if (co->dense_live || !co->dense_trained) {
-    int rc = co->dense_live ? dn_save_restored(co, step, err, sizeof err)
-                            : dn_save_initial(co, step, err, sizeof err);
+    char dir[DN_DIR_MAX];
+    int rc = dn_dir(co, step, dir, err, sizeof err);
+    if (!rc)
+      rc = co->dense_live ? dn_save_restored(co, dir, err, sizeof err)
+                          : dn_save_initial(co, dir, err, sizeof err);
     coord__psop_answer(co, op, "dense state", rc, rc ? err : NULL);
     return;
   }
@@ -254,9 +258,9 @@ void coord__dense_save(coord *co, uint64_t op, int64_t step) {
  * buffer in DenseSetRequest's order. */
 static int dn_read(coord *co, int64_t step, float **out, size_t *floats,
                    int64_t *applies, char *err, size_t errlen) {
-  char dir[4096];
-  if (chief_ckpt_dir(co->job.checkpoint_dir, step, dir, sizeof dir))
-    return tsr_errf(err, errlen, TSR_ERANGE, "checkpoint path too long");
+  char dir[DN_DIR_MAX];
+  int rc = dn_dir(co, step, dir, err, errlen);
+  if (rc) return rc;
   size_t total = 0;
   for (size_t v = 0; v < co->n_vars; v++)
     if (dn_dense(co, v))
@@ -266,7 +270,6 @@ static int dn_read(coord *co, int64_t step, float **out, size_t *floats,
                             "floats of dense state", total);
   size_t at = 0;
   int64_t st = -1;
-  int rc = 0;
   for (size_t v = 0; v < co->n_vars && !rc; v++) {
     if (!dn_dense(co, v)) continue;
     const tsr_var *vi = &co->vars[v];

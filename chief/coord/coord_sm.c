@@ -118,12 +118,18 @@ double sm__grace(double d) { return d + d / 10 + 5; }
 
 /* ---- connect ------------------------------------------------------------ */
 
-static void sm_missing(const coord_sm *sm, char *buf, size_t len) {
+size_t sm__ps_away(const coord_sm *sm, char *buf, size_t len) {
   size_t off = 0;
   buf[0] = 0;
   for (int i = 0; i < sm->c.n_ps && off + 8 < len; i++)
     if (!sm->ps[i].connected)
       off += (size_t)snprintf(buf + off, len - off, " %s", sm->ps[i].name);
+  return off;
+}
+
+/* The PS not connected, then the workers down. */
+static void sm_missing(const coord_sm *sm, char *buf, size_t len) {
+  size_t off = sm__ps_away(sm, buf, len);
   for (int i = 0; i < sm->c.n_wk && off + 8 < len; i++)
     if (sm->wk[i].st == COORD_WK_DOWN)
       off += (size_t)snprintf(buf + off, len - off, " %s", sm->wk[i].name);

@@ -278,24 +278,27 @@ static void sm_ck_ps_failed(coord_sm *sm, const coord_event *ev) {
   sm_ckpt_failed(sm, why);
 }
 
+/* An answer to `stage` (sm_ck_answer) that reports success; a PS's failure
+ * fails the checkpoint. */
+static bool sm_ck_ok(coord_sm *sm, const coord_event *ev, int stage) {
+  if (!sm_ck_answer(sm, ev, stage)) return false;
+  if (ev->status) {
+    sm_ck_ps_failed(sm, ev);
+    return false;
+  }
+  return true;
+}
+
 void sm__on_ckpt(coord_sm *sm, const coord_event *ev) {
   switch (ev->kind) {
     case COORD_EV_SAVE_DONE:
-      if (!sm_ck_answer(sm, ev, SM_CK_SNAP)) return;
-      if (ev->status) {
-        sm_ck_ps_failed(sm, ev);
-        return;
-      }
+      if (!sm_ck_ok(sm, ev, SM_CK_SNAP)) return;
       /* every PS holds its snapshot: a paused run goes on */
       sm_ck_next(sm, SM_CK_WRITE, COORD_ACT_SAVE_WAIT);
       if (sm->phase == SM_SAVE) sm__set_phase(sm, SM_DRAIN);
       return;
     case COORD_EV_SAVE_WRITTEN:
-      if (!sm_ck_answer(sm, ev, SM_CK_WRITE)) return;
-      if (ev->status) {
-        sm_ck_ps_failed(sm, ev);
-        return;
-      }
+      if (!sm_ck_ok(sm, ev, SM_CK_WRITE)) return;
       sm_ck_next(sm, SM_CK_COMMIT, COORD_ACT_COMMIT);
       return;
     case COORD_EV_CKPT_COMMITTED:

@@ -172,6 +172,9 @@ bool sm__ps_lost(const coord_sm *sm);
 double sm__grace(double d);
 void sm__enter_final(coord_sm *sm);
 bool sm__all_ps(const coord_sm *sm);      /* every PS connected */
+/* " ps:0 (addr) ps:1 (addr)": the PS not connected, into buf (cut to
+ * len); the length written. */
+size_t sm__ps_away(const coord_sm *sm, char *buf, size_t len);
 void sm__enter_setup(coord_sm *sm);       /* SETUP_PS on every PS */
 
 /* coord_sm_recover.c */

@@ -65,15 +65,6 @@ void sm__enter_recover(coord_sm *sm, bool from_training) {
   sm->phase = SM_RECOVER;
 }
 
-/* " ps:0 (addr) ps:1 (addr)": the PS not connected. */
-static void sm_away(const coord_sm *sm, char *buf, size_t len) {
-  size_t off = 0;
-  buf[0] = 0;
-  for (int i = 0; i < sm->c.n_ps && off + 8 < len; i++)
-    if (!sm->ps[i].connected)
-      off += (size_t)snprintf(buf + off, len - off, " %s", sm->ps[i].name);
-}
-
 void sm__pump_recover(coord_sm *sm) {
   double waited = sm->now - sm->t_phase;
   /* closures still out ran against the old state: let them end first
@@ -86,7 +77,7 @@ void sm__pump_recover(coord_sm *sm) {
   if (!sm__all_ps(sm)) {
     if (waited > sm->c.ps_timeout_s) {
       char missing[COORD_MSG_MAX - 100];
-      sm_away(sm, missing, sizeof missing);
+      sm__ps_away(sm, missing, sizeof missing);
       sm__fail(sm, 1, "a lost parameter server did not come back within "
                "%.0f s:%s", sm->c.ps_timeout_s, missing);
       return;

@@ -82,21 +82,11 @@ coord_err_kind coord__wk_err_kind(const coord_wk *w, const tsr_rpc_result *r) {
 int coord__wk_send(coord *co, int w, uint32_t method,
                    const ProtobufCMessage *msg, const uv_buf_t *payload,
                    uint32_t deadline_ms, tsr_rpc_call_cb cb, void *data) {
-  size_t len = protobuf_c_message_get_packed_size(msg);
-  uint8_t *buf = malloc(len ? len : 1);
-  if (!buf) return TSR_ENOMEM;
-  protobuf_c_message_pack(msg, buf);
-  tsr_rpc_request req;
-  memset(&req, 0, sizeof req);
-  req.method = method;
-  req.meta = buf;
-  req.meta_len = len;
-  req.payload = payload;
-  req.npayload = payload ? 1 : 0;
-  req.deadline_ms = deadline_ms;
-  int rc = tsr_rpc_call(co->wk[w].cli, &req, cb, data);
-  free(buf);
-  return rc;
+  tsr_rpc_request req = {.method = method,
+                         .payload = payload,
+                         .npayload = payload ? 1 : 0,
+                         .deadline_ms = deadline_ms};
+  return tsr_rpc_call_msg(co->wk[w].cli, &req, msg, cb, data);
 }
 
 /* A call of the machine's: counted in the worker's calls in flight. */

@@ -6,6 +6,7 @@
 #include <msgpack.h>
 
 #include "common/ckpt/shardfile.h"
+#include "common/fs.h"
 
 /* tsr_shardfile_layout of a header read from `path`: counts whose sizes
  * overflow are TSR_EFORMAT naming the file, the rows, width and slots. */
@@ -19,6 +20,21 @@ int tsr_shardfile__layout_read(const tsr_shardfile_hdr *h, const char *path,
  * from tsr_shardfile_layout. */
 int tsr_shardfile__hdr_pack(const tsr_shardfile_hdr *h, const char *written_by,
                             uint32_t data_crc, msgpack_sbuffer *sb);
+
+/* Where a part is written and how it is laid out. */
+typedef struct {
+  char fname[TSR_SHARDFILE_NAME_MAX]; /* tsr_shardfile_name */
+  char path[TSR_PATH_MAX];            /* <dir>/<fname> */
+  tsr_shardfile_section secs[TSR_SHARDFILE_MAX_SECTIONS];
+  int nsec;
+  uint64_t data_bytes;                /* tsr_shardfile_layout's */
+} tsr_shardfile__dest;
+
+/* The file name, path and layout of the part `h` written in `dir` into d.
+ * A name or path too long is TSR_ERANGE; counts that do not fit a file are
+ * tsr_shardfile_layout's code; each names the part or the file. */
+int tsr_shardfile__dest_of(const char *dir, const tsr_shardfile_hdr *h,
+                           tsr_shardfile__dest *d, char *err, size_t errlen);
 
 /* Reads a written file back: its size and the CRC32C of every byte. */
 int tsr_shardfile__verify(const char *path, uint64_t bytes, uint32_t crc,

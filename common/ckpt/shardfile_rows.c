@@ -81,25 +81,14 @@ int tsr_shardfile_write_rows(const char *dir, const tsr_shardfile_hdr *h,
                              void *ctx, bool verify,
                              tsr_shardfile_written *out, char *err,
                              size_t errlen) {
-  char fname[TSR_SHARDFILE_NAME_MAX], path[TSR_PATH_MAX];
-  int rc = tsr_shardfile_name(h->name, h->shard, h->num_shards, fname,
-                              sizeof fname);
-  if (rc) return tsr_errf(err, errlen, rc, "%s: name too long", h->name);
-  if (snprintf(path, sizeof path, "%s/%s", dir, fname) >= (int)sizeof path)
-    return tsr_errf(err, errlen, TSR_ERANGE, "%s/%s: path too long", dir,
-                    fname);
-  tsr_shardfile_section lay[TSR_SHARDFILE_MAX_SECTIONS];
-  int nlay;
-  uint64_t data_bytes;
-  if ((rc = tsr_shardfile_layout(h, lay, &nlay, &data_bytes)))
-    return tsr_errf(err, errlen, rc, "%s: %" PRId64 " rows of width %" PRId64
-                    " with %d slot(s) do not fit a file", path, h->n_rows,
-                    h->width, h->nslots);
+  tsr_shardfile__dest d;
+  int rc = tsr_shardfile__dest_of(dir, h, &d, err, errlen);
+  if (rc) return rc;
   msgpack_sbuffer sb;
   msgpack_sbuffer_init(&sb);
   if ((rc = tsr_shardfile__hdr_pack(h, written_by, 0, &sb))) {
     msgpack_sbuffer_destroy(&sb);
-    return tsr_errf(err, errlen, rc, "%s: header out of range", path);
+    return tsr_errf(err, errlen, rc, "%s: header out of range", d.path);
   }
   size_t hlen = sb.size;
   uint64_t base = 16 + (uint64_t)hlen;
@@ -114,19 +103,19 @@ int tsr_shardfile_write_rows(const char *dir, const tsr_shardfile_hdr *h,
   float *recs = malloc(B * S * sizeof(float));
   int64_t *ids = malloc(B * sizeof(int64_t));
   bool bufs = recs && ids;
-  for (int k = 0; k < nlay && bufs; k++) {
-    sec[k].off = base + lay[k].offset;
-    sec[k].len = lay[k].nbytes;
+  for (int k = 0; k < d.nsec && bufs; k++) {
+    sec[k].off = base + d.secs[k].offset;
+    sec[k].len = d.secs[k].nbytes;
     bufs = (sec[k].buf = malloc(SR_STAGE)) != NULL;
   }
   tsr_atomic_file af;
   bool open = false;
   if (!bufs) {
     rc = tsr_errf(err, errlen, TSR_ENOMEM, "%s: out of memory for the write "
-                  "buffers", path);
+                  "buffers", d.path);
     goto out;
   }
-  if ((rc = tsr_atomic_open(&af, path, err, errlen))) goto out;
+  if ((rc = tsr_atomic_open(&af, d.path, err, errlen))) goto out;
   open = true;
   int fd = fileno(af.f);
   uint64_t n_rows = (uint64_t)h->n_rows;
@@ -136,24 +125,24 @@ int tsr_shardfile_write_rows(const char *dir, const tsr_shardfile_hdr *h,
       goto out; /* the caller's message */
     if (ids_at >= 0) rc = sr_put(fd, &sec[ids_at], ids, n * sizeof(int64_t));
     for (size_t i = 0; i < n && !rc; i++)
-      for (int k = first_f; k < nlay && !rc; k++)
+      for (int k = first_f; k < d.nsec && !rc; k++)
         rc = sr_put(fd, &sec[k], recs + i * S + (size_t)(k - first_f) * W,
                     W * sizeof(float));
   }
-  for (int k = 0; k < nlay && !rc; k++) rc = sr_flush(fd, &sec[k]);
+  for (int k = 0; k < d.nsec && !rc; k++) rc = sr_flush(fd, &sec[k]);
   if (rc) {
     tsr_errf(err, errlen, rc, "%s: write failed: %s", af.tmp,
              tsr_strerror(rc));
     goto out;
   }
-  uint32_t dcrc = nlay ? sec[0].crc : 0;
-  for (int k = 1; k < nlay; k++)
+  uint32_t dcrc = d.nsec ? sec[0].crc : 0;
+  for (int k = 1; k < d.nsec; k++)
     dcrc = tsr_crc32c_combine(dcrc, sec[k].crc, sec[k].len);
   msgpack_sbuffer_clear(&sb);
   if ((rc = tsr_shardfile__hdr_pack(h, written_by, dcrc, &sb)) ||
       sb.size != hlen) { /* cannot change: data_crc32c is fixed-width */
     rc = tsr_errf(err, errlen, rc ? rc : TSR_EINVAL, "%s: header out of "
-                  "range", path);
+                  "range", d.path);
     goto out;
   }
   uint8_t head[12];
@@ -163,7 +152,7 @@ int tsr_shardfile_write_rows(const char *dir, const tsr_shardfile_hdr *h,
   uint32_t fcrc = tsr_crc32c(0, head, 12);
   fcrc = tsr_crc32c(fcrc, sb.data, sb.size);
   fcrc = tsr_crc32c(fcrc, &hcrc, 4);
-  fcrc = tsr_crc32c_combine(fcrc, dcrc, data_bytes);
+  fcrc = tsr_crc32c_combine(fcrc, dcrc, d.data_bytes);
   if ((rc = sr_pwrite(fd, head, 12, 0)) ||
       (rc = sr_pwrite(fd, sb.data, sb.size, 12)) ||
       (rc = sr_pwrite(fd, &hcrc, 4, 12 + hlen))) {
@@ -174,18 +163,18 @@ int tsr_shardfile_write_rows(const char *dir, const tsr_shardfile_hdr *h,
   open = false;
   /* flush (nothing is staged in the stream), fsync, rename, fsync dir */
   if ((rc = tsr_atomic_commit(&af, err, errlen))) goto out;
-  uint64_t bytes = base + data_bytes;
-  if (verify && (rc = tsr_shardfile__verify(path, bytes, fcrc, err, errlen)))
+  uint64_t bytes = base + d.data_bytes;
+  if (verify && (rc = tsr_shardfile__verify(d.path, bytes, fcrc, err, errlen)))
     goto out;
   if (out) {
-    snprintf(out->name, sizeof out->name, "%s", fname);
+    snprintf(out->name, sizeof out->name, "%s", d.fname);
     out->bytes = bytes;
     out->crc32c = fcrc;
   }
 out:
   if (open) tsr_atomic_abort(&af);
   msgpack_sbuffer_destroy(&sb);
-  for (int k = 0; k < nlay; k++) free(sec[k].buf);
+  for (int k = 0; k < d.nsec; k++) free(sec[k].buf);
   free(recs);
   free(ids);
   return rc;

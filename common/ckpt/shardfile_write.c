@@ -93,25 +93,30 @@ int tsr_shardfile__verify(const char *path, uint64_t bytes, uint32_t crc,
   return 0;
 }
 
+int tsr_shardfile__dest_of(const char *dir, const tsr_shardfile_hdr *h,
+                           tsr_shardfile__dest *d, char *err, size_t errlen) {
+  int rc = tsr_shardfile_name(h->name, h->shard, h->num_shards, d->fname,
+                              sizeof d->fname);
+  if (rc) return tsr_errf(err, errlen, rc, "%s: name too long", h->name);
+  if (snprintf(d->path, sizeof d->path, "%s/%s", dir, d->fname) >=
+      (int)sizeof d->path)
+    return tsr_errf(err, errlen, TSR_ERANGE, "%s/%s: path too long", dir,
+                    d->fname);
+  if ((rc = tsr_shardfile_layout(h, d->secs, &d->nsec, &d->data_bytes)))
+    return tsr_errf(err, errlen, rc, "%s: %" PRId64 " rows of width %" PRId64
+                    " with %d slot(s) do not fit a file", d->path, h->n_rows,
+                    h->width, h->nslots);
+  return 0;
+}
+
 int tsr_shardfile_write(const char *dir, const tsr_shardfile_hdr *h,
                         const char *written_by,
                         void (*emit)(void *ctx, tsr_shardfile_writer *w),
                         void *ctx, bool verify, tsr_shardfile_written *out,
                         char *err, size_t errlen) {
-  char fname[TSR_SHARDFILE_NAME_MAX], path[TSR_PATH_MAX];
-  int rc = tsr_shardfile_name(h->name, h->shard, h->num_shards, fname,
-                              sizeof fname);
-  if (rc) return tsr_errf(err, errlen, rc, "%s: name too long", h->name);
-  if (snprintf(path, sizeof path, "%s/%s", dir, fname) >= (int)sizeof path)
-    return tsr_errf(err, errlen, TSR_ERANGE, "%s/%s: path too long", dir,
-                    fname);
-  tsr_shardfile_section secs[TSR_SHARDFILE_MAX_SECTIONS];
-  int nsec;
-  uint64_t data_bytes;
-  if ((rc = tsr_shardfile_layout(h, secs, &nsec, &data_bytes)))
-    return tsr_errf(err, errlen, rc, "%s: %" PRId64 " rows of width %" PRId64
-                    " with %d slot(s) do not fit a file", path, h->n_rows,
-                    h->width, h->nslots);
+  tsr_shardfile__dest d;
+  int rc = tsr_shardfile__dest_of(dir, h, &d, err, errlen);
+  if (rc) return rc;
 
   /* the data CRC goes in the header, so compute it first */
   tsr_shardfile_writer w = {0};
@@ -119,10 +124,10 @@ int tsr_shardfile_write(const char *dir, const tsr_shardfile_hdr *h,
   sf_flush(&w);
   uint32_t dcrc = w.crc;
   uint64_t put = w.put;
-  if (w.err || put != data_bytes) {
+  if (w.err || put != d.data_bytes) {
     rc = w.err ? w.err : TSR_EINVAL;
     free(w.buf);
-    return tsr_errf(err, errlen, rc, "%s: %s", path, w.err
+    return tsr_errf(err, errlen, rc, "%s: %s", d.path, w.err
                     ? tsr_strerror(w.err) : "the data is not the size its "
                     "header says");
   }
@@ -132,10 +137,10 @@ int tsr_shardfile_write(const char *dir, const tsr_shardfile_hdr *h,
   if ((rc = tsr_shardfile__hdr_pack(h, written_by, dcrc, &sb))) {
     msgpack_sbuffer_destroy(&sb);
     free(w.buf);
-    return tsr_errf(err, errlen, rc, "%s: header out of range", path);
+    return tsr_errf(err, errlen, rc, "%s: header out of range", d.path);
   }
   tsr_atomic_file af;
-  if ((rc = tsr_atomic_open(&af, path, err, errlen))) {
+  if ((rc = tsr_atomic_open(&af, d.path, err, errlen))) {
     msgpack_sbuffer_destroy(&sb);
     free(w.buf);
     return rc;
@@ -163,10 +168,10 @@ int tsr_shardfile_write(const char *dir, const tsr_shardfile_hdr *h,
   /* flush, fsync, rename over the file, fsync the folder */
   if ((rc = tsr_atomic_commit(&af, err, errlen))) return rc;
   if (verify &&
-      (rc = tsr_shardfile__verify(path, w.bytes, w.file_crc, err, errlen)))
+      (rc = tsr_shardfile__verify(d.path, w.bytes, w.file_crc, err, errlen)))
     return rc;
   if (out) {
-    snprintf(out->name, sizeof out->name, "%s", fname);
+    snprintf(out->name, sizeof out->name, "%s", d.fname);
     out->bytes = w.bytes;
     out->crc32c = w.file_crc;
   }

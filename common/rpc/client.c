@@ -317,6 +317,22 @@ int tsr_rpc_call(tsr_rpc_client *cl, const tsr_rpc_request *req,
   return rc;
 }
 
+int tsr_rpc_call_msg(tsr_rpc_client *cl, const tsr_rpc_request *req,
+                     const ProtobufCMessage *msg, tsr_rpc_call_cb cb,
+                     void *data) {
+  uint8_t small[512];
+  size_t len = protobuf_c_message_get_packed_size(msg);
+  uint8_t *buf = len <= sizeof small ? small : malloc(len);
+  if (!buf) return TSR_ENOMEM;
+  protobuf_c_message_pack(msg, buf);
+  tsr_rpc_request r = *req;
+  r.meta = buf; /* copied by tsr_rpc_call */
+  r.meta_len = len;
+  int rc = tsr_rpc_call(cl, &r, cb, data);
+  if (buf != small) free(buf);
+  return rc;
+}
+
 /* ---- answers ----------------------------------------------------------- */
 
 static int c_on_head(tsr_rpc__rx *rx, const tsr_rpc__hdr *h,

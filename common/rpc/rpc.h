@@ -380,6 +380,11 @@ typedef struct tsr_rpc_request {
  * TSR_ESHUTDOWN (closing), TSR_EINVAL, TSR_ENOMEM. Loop thread only. */
 int tsr_rpc_call(tsr_rpc_client *c, const tsr_rpc_request *req,
                  tsr_rpc_call_cb cb, void *data);
+/* tsr_rpc_call with `msg` packed as the meta (req->meta and meta_len are
+ * not read); TSR_ENOMEM when the packed message finds no memory. */
+int tsr_rpc_call_msg(tsr_rpc_client *c, const tsr_rpc_request *req,
+                     const ProtobufCMessage *msg, tsr_rpc_call_cb cb,
+                     void *data);
 /* Fails every call not yet completed with TSR_ESHUTDOWN, closes the
  * connection and every handle; `cb` runs once all are closed, then the
  * client is freed. */

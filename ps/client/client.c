@@ -170,30 +170,17 @@ static int ps__call(ps_client *c, uint32_t method, const ProtobufCMessage *m,
                     size_t resp_len, ps_client_cb cb, void *data) {
   if (!cb) return TSR_EINVAL;
   ps__pending *p = malloc(sizeof *p);
-  size_t mlen = protobuf_c_message_get_packed_size(m);
-  uint8_t small[512];
-  uint8_t *meta = mlen <= sizeof small ? small : malloc(mlen);
-  if (!p || !meta) {
-    free(p);
-    if (meta != small) free(meta);
-    return TSR_ENOMEM;
-  }
-  protobuf_c_message_pack(m, meta);
+  if (!p) return TSR_ENOMEM;
   p->cb = cb;
   p->data = data;
   p->method = method;
-  tsr_rpc_request req;
-  memset(&req, 0, sizeof req);
-  req.method = method;
-  req.meta = meta;
-  req.meta_len = mlen;
-  req.payload = bufs;
-  req.npayload = nbufs;
-  req.resp_buf = resp;
-  req.resp_len = resp_len;
-  req.deadline_ms = c->deadline_ms;
-  int rc = tsr_rpc_call(c->rpc, &req, ps__done, p);
-  if (meta != small) free(meta);
+  tsr_rpc_request req = {.method = method,
+                         .payload = bufs,
+                         .npayload = nbufs,
+                         .resp_buf = resp,
+                         .resp_len = resp_len,
+                         .deadline_ms = c->deadline_ms};
+  int rc = tsr_rpc_call_msg(c->rpc, &req, m, ps__done, p);
   if (rc) free(p);
   return rc;
 }

@@ -265,8 +265,24 @@ static void unfinished_folder_logged_and_removed(void **state) {
   assert_non_null(strstr(text, "ckpt-000000000020 has no manifest"));
 }
 
+/* The root of a checkpoint folder: its parent, "/" at the top, "." for a
+ * bare name. */
+static void root_of_folders(void **state) {
+  (void)state;
+  char b[64];
+  chief_ckpt_root_of("/runs/a/ckpt-000000000010", b, sizeof b);
+  assert_string_equal(b, "/runs/a");
+  chief_ckpt_root_of("rel/ckpt-000000000010", b, sizeof b);
+  assert_string_equal(b, "rel");
+  chief_ckpt_root_of("/ckpt-000000000010", b, sizeof b);
+  assert_string_equal(b, "/");
+  chief_ckpt_root_of("ckpt-000000000010", b, sizeof b);
+  assert_string_equal(b, ".");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(root_of_folders),
       cmocka_unit_test_setup_teardown(commit_latest_and_prune, setup, teardown),
       cmocka_unit_test_setup_teardown(corrupt_manifest_is_skipped, setup, teardown),
       cmocka_unit_test_setup_teardown(unwritable_root_is_found_early, setup, teardown),

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "common/ckpt/shardfile.h"
+#include "common/ckpt/shardfile_int.h"
 #include "common/err.h"
 
 static char g_dir[64];
@@ -382,6 +383,52 @@ static void bad_writers(void **state) {
   assert_int_equal(count_files(g_dir), 0);
 }
 
+/* Both writers find the file and its layout alike: "<dir>/<name>", the
+ * sections tsr_shardfile_layout gives; a folder that makes the path too
+ * long is refused naming it, by each writer, with nothing written. */
+static void target_paths(void **state) {
+  (void)state;
+  tsr_shardfile_hdr h = dense_hdr();
+  tsr_shardfile__dest d;
+  char want[TSR_PATH_MAX], err[2 * TSR_PATH_MAX] = "";
+  tsr_shardfile_section lay[TSR_SHARDFILE_MAX_SECTIONS];
+  int nlay = 0;
+  uint64_t bytes = 0;
+  assert_int_equal(tsr_shardfile__dest_of(g_dir, &h, &d, err, sizeof err), 0);
+  snprintf(want, sizeof want, "%s/%s", g_dir, d.fname);
+  assert_string_equal(d.path, want);
+  assert_int_equal(tsr_shardfile_layout(&h, lay, &nlay, &bytes), 0);
+  assert_int_equal(d.nsec, nlay);
+  assert_true(d.data_bytes == bytes);
+  for (int k = 0; k < nlay; k++) {
+    assert_string_equal(d.secs[k].name, lay[k].name);
+    assert_true(d.secs[k].offset == lay[k].offset);
+    assert_true(d.secs[k].nbytes == lay[k].nbytes);
+  }
+  char *dir = malloc(TSR_PATH_MAX);
+  assert_non_null(dir);
+  memset(dir, 'd', TSR_PATH_MAX - 8);
+  dir[TSR_PATH_MAX - 8] = 0;
+  assert_int_equal(tsr_shardfile__dest_of(dir, &h, &d, err, sizeof err),
+                   TSR_ERANGE);
+  assert_non_null(strstr(err, "path too long"));
+  float val[6] = {0}, mom[6] = {0};
+  src s = {{val, mom}, {sizeof val, sizeof mom}, 0, 0, 0};
+  err[0] = 0;
+  assert_int_equal(tsr_shardfile_write(dir, &h, NULL, emit, &s, false, NULL,
+                                       err, sizeof err), TSR_ERANGE);
+  assert_non_null(strstr(err, "path too long"));
+  rows_src rs = {(size_t)h.width, 0, 0};
+  err[0] = 0;
+  assert_int_equal(tsr_shardfile_write_rows(dir, &h, "test", rows_fn, &rs,
+                                            false, NULL, err, sizeof err),
+                   TSR_ERANGE);
+  assert_non_null(strstr(err, "path too long"));
+  assert_int_equal(rs.blocks, 0);
+  free(dir);
+  assert_int_equal(count_files(g_dir), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(dense_round_trip, setup, teardown),
@@ -391,6 +438,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(bad_writers, setup, teardown),
       cmocka_unit_test_setup_teardown(not_regular, setup, teardown),
       cmocka_unit_test_setup_teardown(slots_twice, setup, teardown),
+      cmocka_unit_test_setup_teardown(target_paths, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

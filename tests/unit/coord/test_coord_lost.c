@@ -292,6 +292,25 @@ static void ps_away_for_good(void **state) {
   sim_free(&s);
 }
 
+/* A cluster that never comes up whole fails after wait_timeout_s naming
+ * the PS not connected and the workers down, not the ones that are up. */
+static void never_ready_names_missing(void **state) {
+  (void)state;
+  coord_sm_config c = sim_ckpt_config(2, 2, TSR_MODE_ASYNC, 100, 40);
+  sim s;
+  sim_init(&s, &c, 0);
+  sim_ps_up(&s, 0);
+  for (int r = 0; r < 100000 && !s.ended; r++) sim_tick(&s, 1);
+  assert_true(s.ended);
+  assert_int_equal(s.status, 1);
+  assert_non_null(strstr(s.fail, "cluster not ready after"));
+  assert_non_null(strstr(s.fail, "missing: ps:1"));
+  assert_null(strstr(s.fail, "ps:0"));
+  assert_non_null(strstr(s.fail, "worker:0"));
+  assert_non_null(strstr(s.fail, "worker:1"));
+  sim_free(&s);
+}
+
 /* coord_sm_waiting (what `tessera status` shows) names what each wait
  * waits for: the processes still missing at the start, a PS lost in sync
  * (paused until it is back), the setup and the restore that follow. */
@@ -331,6 +350,7 @@ static void waiting_is_named(void **state) {
 int main(void) {
   tsr_log_set_level(TSR_LOG_ERROR);
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(never_ready_names_missing),
       cmocka_unit_test(lost_worker_async),
       cmocka_unit_test(lost_worker_ssp),
       cmocka_unit_test(lost_worker_sync),

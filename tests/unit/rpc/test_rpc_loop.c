@@ -380,6 +380,30 @@ static void test_typed_meta(void **state) {
   env_down(&e);
 }
 
+/* A message packed by tsr_rpc_call_msg arrives as the meta, small or
+ * larger than the stack buffer; req->meta is not read. */
+static void test_call_msg(void **state) {
+  env e;
+  env_up(&e, NULL, NULL);
+  static char big[3000];
+  memset(big, 'x', sizeof big - 1);
+  const char *texts[] = {"packed", big};
+  for (int i = 0; i < 2; i++) {
+    Tessera__Rpc__RpcError m = TESSERA__RPC__RPC_ERROR__INIT;
+    m.message = (char *)texts[i];
+    tsr_rpc_request q = {.method = M_TYPED, .meta = "junk", .meta_len = 4};
+    res r;
+    memset(&r, 0, sizeof r);
+    assert_int_equal(tsr_rpc_call_msg(e.cli, &q, &m.base, on_res, &r), 0);
+    assert_true(ru_run_until(&e.loop, &r.done, 10000));
+    assert_int_equal(r.status, 0);
+    assert_int_equal(r.meta_len, strlen(texts[i]));
+    if (r.meta_len < sizeof r.meta)
+      assert_memory_equal(r.meta, texts[i], r.meta_len);
+  }
+  env_down(&e);
+}
+
 static void test_deadline(void **state) {
   env e;
   env_up(&e, NULL, NULL);
@@ -961,6 +985,7 @@ int main(void) {
       cmocka_unit_test(test_echo),          cmocka_unit_test(test_many_sizes),
       cmocka_unit_test(test_localhost),
       cmocka_unit_test(test_remote_error),  cmocka_unit_test(test_typed_meta),
+      cmocka_unit_test(test_call_msg),
       cmocka_unit_test(test_deadline),      cmocka_unit_test(test_resp_buf),
       cmocka_unit_test(test_deadline_race),
       cmocka_unit_test(test_sink),          cmocka_unit_test(test_busy),

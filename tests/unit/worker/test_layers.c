@@ -677,6 +677,21 @@ static void test_refusals(void **state) {
   refused(seq("4", "{'class_name': 'LayerNormalization', 'config': "
               "{'name': 'ln', 'rms_scaling': true}}"),
           mse, TSR_EUNSUPPORTED, "rms_scaling", NULL);
+  /* a wrapper's layer: present, and one it can wrap */
+  refused(seq("5, 3", "{'class_name': 'Bidirectional', 'config': "
+              "{'name': 'bi', 'layer': {'class_name': 'LSTM'}}}"),
+          mse, TSR_ECONFIG, "layer 'bi' (Bidirectional)",
+          "config.layer needs class_name and config");
+  refused(seq("5, 3", "{'class_name': 'Bidirectional', 'config': "
+              "{'name': 'bi', 'layer': {'class_name': 'SimpleRNN', "
+              "'config': {'units': 2}}}}"),
+          mse, TSR_EUNSUPPORTED, "wrapping a SimpleRNN is not supported",
+          "(supported: LSTM, GRU)");
+  refused(seq("5, 3", "{'class_name': 'TimeDistributed', 'config': "
+              "{'name': 'td', 'layer': {'class_name': 'Conv1D', "
+              "'config': {'filters': 2}}}}"),
+          mse, TSR_EUNSUPPORTED, "layer 'td' (TimeDistributed): wrapping a "
+          "Conv1D", "(supported: Dense)");
   refused(seq("4", "{'class_name': 'Dense', 'config': {'name': 'd', "
               "'units': 1, 'kernel_regularizer': {'class_name': "
               "'OrthogonalRegularizer', 'config': {}}}}"),
