@@ -523,6 +523,7 @@ out_clients:
                       ? co->worker_steps_run / co->n_wk
                       : co->worker_steps_run;
     s.examples = co->examples;
+    s.examples_run = co->examples_run;
     /* training time, from the first closure to the last step: setup,
      * the final checkpoint and evaluation are not in the rate */
     double t0 = coord_sm_train_start(co->sm), t1 = coord_sm_train_end(co->sm);
