@@ -132,9 +132,13 @@ static int sr_put(sr_out *o, sr_sec *c, const void *p, size_t n) {
   return 0;
 }
 
-/* The O_DIRECT descriptor on the temp file; -1 where it is refused. */
+/* The O_DIRECT descriptor on the temp file; -1 where it is refused, or
+ * where a page is larger than SR_ALIGN (a buffered head's page would
+ * then cover blocks written direct). */
 static int sr_open_direct(const char *tmp) {
 #ifdef O_DIRECT
+  long pg = sysconf(_SC_PAGESIZE);
+  if (pg <= 0 || (unsigned long)pg > SR_ALIGN) return -1;
   return open(tmp, O_WRONLY | O_DIRECT | O_CLOEXEC);
 #else
   (void)tmp;
