@@ -229,3 +229,27 @@ engine_end() {
   echo "$pass passed, $fail failed"
   [ "$fail" = 0 ]
 }
+
+# engine_begin TEST: the engine that answers, or one started here; none
+# can: exit 77, saying so. NET_BEFORE: the host's networking before it
+engine_begin() {
+  local t=$SECONDS
+  NET_BEFORE=$(tsr_dk_net_state)
+  if ! tsr_docker_start; then
+    echo "SKIP: no Docker engine answers and none can start on this machine" \
+         "(see the lines above); $1 did not run"
+    exit 77
+  fi
+  echo "TIME engine $((SECONDS - t)) s"
+}
+
+# work_end: WORK's logs shown when a check failed (or KEEP_WORK is set),
+# else WORK removed
+work_end() {
+  if [ "$fail" != 0 ] || [ -n "${KEEP_WORK:-}" ]; then
+    echo "logs kept in $WORK"
+    for f in "$WORK"/*.log; do [ -f "$f" ] && { echo "---- $f"; tail -n 30 "$f"; }; done
+  else
+    rm -rf "$WORK"
+  fi
+}

@@ -97,25 +97,13 @@ cleanup() {
     docker image rm -f "tsr-ctx-probe:$$" >/dev/null 2>&1
     tsr_docker_stop
   fi
-  if [ "$fail" != 0 ] || [ -n "${KEEP_WORK:-}" ]; then
-    echo "logs kept in $WORK"
-    for f in "$WORK"/*.log; do [ -f "$f" ] && { echo "---- $f"; tail -n 30 "$f"; }; done
-  else
-    rm -rf "$WORK"
-  fi
+  work_end
 }
 trap cleanup EXIT
 trap 'exit 1' INT TERM
 
 # ---- the engine ---------------------------------------------------------------
-net_before=$(tsr_dk_net_state)
-t=$SECONDS
-if ! tsr_docker_start; then
-  echo "SKIP: no Docker engine answers and none can start on this machine" \
-       "(see the lines above); deploy_compose did not run"
-  exit 77
-fi
-echo "TIME engine $((SECONDS - t)) s"
+engine_begin deploy_compose
 
 # ---- the images -----------------------------------------------------------------
 t=$SECONDS
@@ -289,4 +277,4 @@ case $? in
 esac
 
 # ---- the host's networking ------------------------------------------------------------------
-engine_end "$net_before"
+engine_end "$NET_BEFORE"

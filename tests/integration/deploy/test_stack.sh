@@ -61,25 +61,13 @@ cleanup() {
     img_back
     tsr_docker_stop
   fi
-  if [ "$fail" != 0 ] || [ -n "${KEEP_WORK:-}" ]; then
-    echo "logs kept in $WORK"
-    for f in "$WORK"/*.log; do [ -f "$f" ] && { echo "---- $f"; tail -n 30 "$f"; }; done
-  else
-    rm -rf "$WORK"
-  fi
+  work_end
 }
 trap cleanup EXIT
 trap 'exit 1' INT TERM
 
 # ---- the engine ---------------------------------------------------------------
-net_before=$(tsr_dk_net_state)
-t=$SECONDS
-if ! tsr_docker_start; then
-  echo "SKIP: no Docker engine answers and none can start on this machine" \
-       "(see the lines above); deploy_stack did not run"
-  exit 77
-fi
-echo "TIME engine $((SECONDS - t)) s"
+engine_begin deploy_stack
 
 # ---- the image ------------------------------------------------------------------
 # make_root DIR: the image's files, as deploy/Dockerfile's runtime stage
@@ -149,4 +137,4 @@ esac
 
 # ---- the host's networking ------------------------------------------------------------
 img_back
-engine_end "$net_before"
+engine_end "$NET_BEFORE"
