@@ -7,17 +7,23 @@
 # folder holding the token file `token`) and JOB_STEPS (the job's exact
 # step count) set.
 #
-#   stack_swarm        the engine makes a swarm of its own on 127.0.0.1,
-#                      one engine at a time (/run/lock/tessera-swarm.lock):
+#   engine_begin TEST  the engine that answers or one started here; none:
+#                      exit 77 (skipped), saying so
+#   stack_swarm IMAGE  the engine makes a swarm of its own on 127.0.0.1,
+#                      one engine at a time (/run/lock/tessera-swarm.lock),
+#                      and a container of IMAGE joins an overlay network:
 #                      0 made; 77 the environment cannot (already in a
 #                      swarm it did not make here, `swarm init` refused,
 #                      an overlay network refused), STACK_WHY says why;
 #                      1 the lock did not come
 #   stack_runs         `docker stack deploy -c FILE` as it is: every task
 #                      Complete, exact steps, accuracy; then a run with
-#                      three killed tasks (see below)
+#                      three killed tasks (s_kill)
 #   stack_leave        the stack removed, the swarm left, its gateway
-#                      bridge removed (also on exit once stack_swarm made it)
+#                      bridge removed (the caller's exit trap calls it too)
+#   engine_end         the engine stopped when started here, the host's
+#                      networking as before; prints the count, the status
+#   work_end           WORK kept and its logs shown on a failure, else removed
 set -u
 pass=0
 fail=0

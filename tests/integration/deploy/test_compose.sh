@@ -29,8 +29,10 @@
 #    restart policy brings each back), and `docker kill` of a PS followed by
 #    `docker-compose up -d` of it (Docker does not restart a killed
 #    container: the operator's step the README gives);
-#  - the same file as a Swarm stack, when the engine can make a swarm of
-#    its own (one it does not belong to already; else said and left out):
+#  - the same file as a Swarm stack (stack.sh, which deploy_stack runs in
+#    the suite on an image of the build's binaries), when the engine can
+#    make a swarm of its own (one it does not belong to already; else said
+#    and left out):
 #    `docker stack deploy` trains to the same accuracy, every task ends
 #    Complete; then a run with kill -9 of a PS's process, `docker kill` of
 #    a worker's container and kill -9 of the chief's process, each once a
