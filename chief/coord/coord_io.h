@@ -192,6 +192,7 @@ struct coord {
 
   double t_start;
   int64_t worker_steps_run;  /* steps of every counted closure */
+  int64_t examples_run;      /* their examples: this process's own */
   int64_t examples;
   double loss_sum;
   int64_t loss_n;
