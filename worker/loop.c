@@ -151,20 +151,14 @@ static int check_layout(wk_run *r, const Tessera__Worker__ConfigureRequest *q,
 
 static int alloc_buffers(wk_run *r, char *err, size_t errlen) {
   size_t nv = r->n_vars;
-  r->param = calloc(nv, sizeof *r->param);
-  r->grad = calloc(nv, sizeof *r->grad);
-  r->ids_cur = calloc(nv, sizeof *r->ids_cur);
-  r->ids_nxt = calloc(nv, sizeof *r->ids_nxt);
-  r->n_cur = calloc(nv, sizeof *r->n_cur);
-  r->n_nxt = calloc(nv, sizeof *r->n_nxt);
-  r->cap_rows = calloc(nv, sizeof *r->cap_rows);
   bool two = r->job.prefetch_params && r->job.mode == TSR_MODE_ASYNC;
-  if (two) {
-    r->param1 = calloc(nv, sizeof *r->param1);
-    r->grad1 = calloc(nv, sizeof *r->grad1);
-  }
-  if (!r->param || !r->grad || !r->ids_cur || !r->ids_nxt || !r->n_cur ||
-      !r->n_nxt || !r->cap_rows || (two && (!r->param1 || !r->grad1)))
+  /* the last two only with prefetch_params: a second set */
+  const tsr_array per_var[] = {
+      TSR_ARRAY(r->param), TSR_ARRAY(r->grad), TSR_ARRAY(r->ids_cur),
+      TSR_ARRAY(r->ids_nxt), TSR_ARRAY(r->n_cur), TSR_ARRAY(r->n_nxt),
+      TSR_ARRAY(r->cap_rows), TSR_ARRAY(r->param1), TSR_ARRAY(r->grad1)};
+  size_t n_arrays = sizeof per_var / sizeof per_var[0] - (two ? 0 : 2);
+  if (tsr_calloc_each(per_var, n_arrays, nv))
     return tsr_errf(err, errlen, TSR_ENOMEM, "out of memory for buffers");
   for (size_t v = 0; v < nv; v++) {
     const tsr_var *vi = &r->vars[v];
