@@ -3,7 +3,7 @@
 # checkpoint gets the rows of the whole checkpoint the increment builds
 # on, not only the increment's: 2 PS, 1 worker, a wide-and-deep model
 # whose embeddings (a million ids, each example's ids mostly new) are
-# row-sparse, adagrad, a checkpoint every 1000 steps, a whole one every 4.
+# row-sparse, adagrad, a checkpoint every 1000 steps, a whole one every 3.
 # The PS holding sparse parts is killed with -9 once the newest checkpoint
 # is an increment over a whole one past step 0, and started again. Then,
 # between the chain it restored (R: the whole one and its increments) and
@@ -16,8 +16,14 @@
 #     since, are among them (what the test is about).
 . "$(dirname "$0")/lib.sh"
 
-STEPS=12000
-FULL_EVERY=4
+# A checkpoint is due 1000 steps after the last one began; while one is
+# written training goes on, so under load they come as far apart as the
+# writes take (5,600 steps were seen). The kill comes at the first
+# increment over a whole checkpoint past step 0 (the fifth checkpoint at
+# the earliest), and the whole one after R needs up to FULL_EVERY - 1
+# more: the run is long enough for both however far apart they come.
+STEPS=30000
+FULL_EVERY=3
 cat >"$WORK/job.json" <<JSON
 {
   "model": {"builtin": "wide_deep", "dense_features": 4, "sparse_features": 2,
