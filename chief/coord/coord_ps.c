@@ -135,6 +135,15 @@ coord_ps_call *coord__ps_call_new(coord_ps *p, uint64_t op,
   return c;
 }
 
+/* A call to PS p for every-PS operation `op`, or NULL when out of memory
+ * after counting that as p's answer (the caller sends no more). */
+static coord_ps_call *coord_ps_call_or_fail(coord *co, coord_ps *p,
+                                            uint64_t op, const char *what) {
+  coord_ps_call *call = coord__ps_call_new(p, op, what);
+  if (!call) coord_psop_result(co, op, p, what, TSR_ENOMEM, "out of memory");
+  return call;
+}
+
 /* One call of the operation: started (its answer ends it) or failed at
  * once. */
 static void coord_ps_started(coord *co, coord_ps_call *call, int rc) {
@@ -203,11 +212,8 @@ void coord__ps_setup(coord *co, uint64_t op, bool hold) {
     /* a restore alone still going on is given up: its answers find no
      * operation, and its restore is not sent after this setup */
     p->fix_op = 0;
-    coord_ps_call *call = coord__ps_call_new(p, op, "config");
-    if (!call) {
-      coord_psop_result(co, op, p, "config", TSR_ENOMEM, "out of memory");
-      break;
-    }
+    coord_ps_call *call = coord_ps_call_or_fail(co, p, op, "config");
+    if (!call) break;
     /* a new era on every PS: nothing from before (this chief's own run
      * before a restart, another run) is taken from here on */
     ps_config cfg = coord__ps_cfg(co, i, buf, sizeof buf);
@@ -342,11 +348,8 @@ static void coord_ps_dir_call(coord *co, uint64_t op, int64_t step,
   for (int i = 0; i < co->n_ps; i++) {
     coord_ps *p = &co->ps[i];
     const char *what = save ? "save" : "restore";
-    coord_ps_call *call = coord__ps_call_new(p, op, what);
-    if (!call) {
-      coord_psop_result(co, op, p, what, TSR_ENOMEM, "out of memory");
-      break;
-    }
+    coord_ps_call *call = coord_ps_call_or_fail(co, p, op, what);
+    if (!call) break;
     /* a save is answered once snapshotted: its files come with SAVE_WAIT */
     int rc = save ? ps_client_save_since(p->cli, name, co->ckpt_files.id,
                                          step, co->job.checkpoint_per_ps,
@@ -413,11 +416,8 @@ void coord__ps_save_wait(coord *co, uint64_t op, int64_t step) {
   coord_psop_begin(co, &co->ckop, op, COORD_EV_SAVE_WRITTEN);
   for (int i = 0; i < co->n_ps; i++) {
     coord_ps *p = &co->ps[i];
-    coord_ps_call *call = coord__ps_call_new(p, op, "save");
-    if (!call) {
-      coord_psop_result(co, op, p, "save", TSR_ENOMEM, "out of memory");
-      break;
-    }
+    coord_ps_call *call = coord_ps_call_or_fail(co, p, op, "save");
+    if (!call) break;
     /* answered once the files are written: a deadline for the writing
      * (gigabytes at the disk's pace), not for one call */
     ps_client_set_deadline(p->cli, coord__ckpt_write_ms(co));
@@ -588,11 +588,8 @@ void coord__ps_snapshot(coord *co, uint64_t op) {
   coord_psop_begin(co, &co->evop, op, COORD_EV_SNAPSHOT_DONE);
   for (int i = 0; i < co->n_ps; i++) {
     coord_ps *p = &co->ps[i];
-    coord_ps_call *call = coord__ps_call_new(p, op, "snapshot");
-    if (!call) {
-      coord_psop_result(co, op, p, "snapshot", TSR_ENOMEM, "out of memory");
-      break;
-    }
+    coord_ps_call *call = coord_ps_call_or_fail(co, p, op, "snapshot");
+    if (!call) break;
     coord_ps_started(co, call, ps_client_snapshot(p->cli, op, false,
                                                   coord_snapshot_ttl_s(co),
                                                   coord_ps_on_result, call));
