@@ -297,7 +297,11 @@ typedef struct {
   int64_t steps;
   int64_t steps_run;     /* trained by this process (a resumed run: not
                             the restored ones); -1 unknown */
-  int64_t examples;
+  int64_t examples;      /* since step 0 (a resumed run: the restored
+                            ones too) */
+  int64_t examples_run;  /* trained by this process: what the rate counts
+                            when the run resumed (resumed_from_step >= 0);
+                            a run that did not resume counts examples */
   double seconds;
   bool has_loss;
   double final_loss;

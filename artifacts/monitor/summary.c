@@ -12,14 +12,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Examples per second of this process's training: a resumed run's rate
+ * counts only the examples it trained itself (the restored ones took no
+ * time of its); NaN where there is nothing to divide (no time, or a run
+ * that found its job finished and trained nothing). */
+static double rate(const chief_summary *s) {
+  int64_t ex = s->resumed_from_step >= 0 ? s->examples_run : s->examples;
+  return s->seconds > 0 && ex > 0 ? (double)ex / s->seconds : NAN;
+}
+
 void chief_summary_print(FILE *out, const chief_summary *s) {
   char d[32];
   chief_format_duration(s->seconds, d, sizeof d);
   fprintf(out, "training done: %lld steps, %lld examples in %s",
           (long long)s->steps, (long long)s->examples, d);
   if (s->seconds >= 60) fprintf(out, " (%.1f s)", s->seconds);
-  if (s->seconds > 0)
-    fprintf(out, ", %.1f examples/s", (double)s->examples / s->seconds);
+  if (!isnan(rate(s))) fprintf(out, ", %.1f examples/s", rate(s));
   fputc('\n', out);
   if (s->has_loss) fprintf(out, "  final loss      %.6g\n", s->final_loss);
   for (size_t i = 0; i < s->n_eval; i++)
@@ -74,9 +82,9 @@ int chief_summary_write_json(const char *path, const chief_summary *s,
     json_object_set_new(o, "steps_run", json_integer(s->steps_run));
   json_object_set_new(o, "examples", json_integer(s->examples));
   json_object_set_new(o, "seconds", num(s->seconds));
-  json_object_set_new(o, "examples_per_sec",
-                      s->seconds > 0 ? num((double)s->examples / s->seconds)
-                                     : json_null());
+  if (s->resumed_from_step >= 0)
+    json_object_set_new(o, "examples_run", json_integer(s->examples_run));
+  json_object_set_new(o, "examples_per_sec", num(rate(s)));
   json_object_set_new(o, "final_loss",
                       s->has_loss ? num(s->final_loss) : json_null());
   for (size_t i = 0; i < s->n_eval; i++)

@@ -400,6 +400,8 @@ void coord__ps_save(coord *co, uint64_t op, int64_t step) {
   }
   q->op = op;
   q->step = step;
+  co->save_step = step;
+  co->save_examples = co->examples;
   coord__fs_prepare(co, step, coord_ps_folder_made, q);
 }
 
@@ -499,7 +501,9 @@ void coord__ps_commit(coord *co, uint64_t op, int64_t step, int64_t total) {
   json_t *m = json_object();
   json_object_set_new(m, "run_id", json_integer((json_int_t)co->run_id));
   json_object_set_new(m, "wall_time", json_real(tsr_wall_s()));
-  json_object_set_new(m, "examples", json_integer(co->examples));
+  json_object_set_new(m, "examples", json_integer(step == co->save_step
+                                                       ? co->save_examples
+                                                       : co->examples));
   coord__outcome_put(co, m);
   if (total > 0) json_object_set_new(m, "total_steps", json_integer(total));
   json_object_set_new(m, "num_ps", json_integer(co->n_ps));

@@ -280,26 +280,23 @@ out:
 /* A chief started after its job had finished (killed once it had told
  * the cluster to stop): the newest committed checkpoint says it is the
  * job's last (its step is its manifest's total_steps) and is intact. Its
- * step, or 0. */
+ * step, or 0. Quiet: a damaged one is said once, by the list of intact
+ * checkpoints the restart posts (coord_post_checkpoints). */
 static int64_t coord_done_step(const coord *co) {
-  if (!co->job.checkpoint_dir) return 0;
-  char err[512];
+  const char *root = co->job.checkpoint_dir;
+  if (!root) return 0;
+  char err[512], dir[4096];
   int64_t step;
   json_t *m = NULL;
-  if (chief_ckpt_latest(co->job.checkpoint_dir, &step, &m, err, sizeof err))
-    return 0;
+  if (chief_ckpt_latest(root, &step, &m, err, sizeof err)) return 0;
   json_t *t = json_object_get(m, "total_steps");
-  bool last = json_is_integer(t) && json_integer_value(t) > 0 &&
-              step >= json_integer_value(t);
+  bool done = json_is_integer(t) && json_integer_value(t) > 0 &&
+              step >= json_integer_value(t) &&
+              chief_ckpt_dir(root, step, dir, sizeof dir) == 0 &&
+              chief_ckpt_verify(dir, m, err, sizeof err) == 0 &&
+              chief_ckpt_verify_chain(root, step, m, err, sizeof err) == 0;
   json_decref(m);
-  if (!last) return 0;
-  int64_t intact;
-  m = NULL;
-  if (chief_ckpt_latest_intact(co->job.checkpoint_dir, INT64_MAX, &intact,
-                               &m, err, sizeof err) || intact != step)
-    step = 0;
-  json_decref(m);
-  return step;
+  return done ? step : 0;
 }
 
 /* Whether `path` holds a summary of more steps than `steps` (a finished
@@ -388,6 +385,7 @@ int chief_coord_run(const chief_coord_opts *o) {
   if (!co) return 1;
   co->o = o;
   co->exit_status = 1;
+  co->save_step = -1;
   tsr_job_init(&co->job);
   tsr_cluster_init(&co->cluster);
   coord_actions_init(&co->acts);
@@ -523,6 +521,7 @@ out_clients:
                       ? co->worker_steps_run / co->n_wk
                       : co->worker_steps_run;
     s.examples = co->examples;
+    s.examples_run = co->examples_run;
     /* training time, from the first closure to the last step: setup,
      * the final checkpoint and evaluation are not in the rate */
     double t0 = coord_sm_train_start(co->sm), t1 = coord_sm_train_end(co->sm);

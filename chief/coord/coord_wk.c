@@ -396,6 +396,7 @@ void coord__wk_count(coord *co, const coord_action *a) {
   w->allreduce_bytes += s->allreduce_bytes;
   w->allreduce_steps += a->closure.steps;
   co->examples += s->examples;
+  co->examples_run += s->examples;
   if (s->max_staleness > co->max_staleness)
     co->max_staleness = s->max_staleness;
   if (a->closure.steps > 0 && isfinite(s->loss_sum)) {

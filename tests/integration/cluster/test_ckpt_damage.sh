@@ -12,7 +12,7 @@
 #  2. one byte of a shard file of the newest checkpoint flipped: inspect
 #     (with --verify or without) exits 1 naming the file; the next run
 #     (to 1600 steps) resumes from the previous checkpoint, saying it
-#     skipped the newest and why, and ends with the exact step count;
+#     skipped the newest and why (once), and ends with the exact step count;
 #  3. a shard file copied into the newest checkpoint from an older one
 #     (valid CRCs): plain inspect exits 1 naming it; skipped the same way
 #     ("another checkpoint");
@@ -112,6 +112,8 @@ run "$WORK/s2.json" --steps 1600
 check "run 2: chief exits 0" test "$CHIEF_RC" = 0
 check "run 2: skipped the damaged checkpoint, saying why" \
   grep -q "checkpoint of step 1200 skipped.*CRC32C" "$WORK/chief.log"
+check "run 2: says it once" \
+  test "$(grep -c "checkpoint of step 1200 skipped" "$WORK/chief.log")" = 1
 check "run 2: resumed from the previous one (step $prev)" \
   test "$(json_get "$WORK/s2.json" resumed_from_step)" = "$prev"
 check "run 2: exact step count" test "$(json_get "$WORK/s2.json" steps)" = 1600

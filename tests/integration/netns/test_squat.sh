@@ -71,6 +71,7 @@ run() {
 
 # squat MODE: the squatter, as another uid, on the cluster's names
 squat() {
+  : >"$WORK/squat-$1.log" # there before the first poll of it
   on setpriv --reuid=$SQUAT_UID --regid=$SQUAT_UID --clear-groups \
     /usr/bin/python3 - "$1" "$IP:$PC" "$IP:$PP" "$IP:$PW" \
     <"$SRC/tests/integration/netns/squatter.py" >"$WORK/squat-$1.log" 2>&1 &

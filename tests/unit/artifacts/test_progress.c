@@ -171,7 +171,10 @@ static void test_durations(void **state) {
 
 static void test_summary(void **state) {
   chief_metric_value ev[2] = {{"accuracy", 0.8725}, {"loss", NAN}};
-  chief_summary s = {.steps = 5000, .examples = 160000, .seconds = 80,
+  /* resumed at step 1200: the rate counts the 121600 examples this
+   * process trained, not the 38400 restored */
+  chief_summary s = {.steps = 5000, .examples = 160000,
+                     .examples_run = 121600, .seconds = 80,
                      .has_loss = true, .final_loss = 0.3125, .eval = ev,
                      .n_eval = 2, .restarts_worker = 1, .restarts_ps = 2,
                      .resumed_from_step = 1200, .logdir = "/tmp/logs"};
@@ -180,7 +183,7 @@ static void test_summary(void **state) {
   chief_summary_print(c.f, &s);
   fflush(c.f);
   assert_non_null(strstr(c.buf, "5000 steps, 160000 examples in 1m20s "
-                              "(80.0 s), 2000.0 examples/s\n"));
+                              "(80.0 s), 1520.0 examples/s\n"));
   assert_non_null(strstr(c.buf, "final loss      0.3125"));
   assert_non_null(strstr(c.buf, "eval accuracy   0.8725"));
   assert_non_null(strstr(c.buf, "1 worker, 2 ps"));
@@ -197,6 +200,15 @@ static void test_summary(void **state) {
   assert_null(strstr(c.buf, "final loss"));
   assert_null(strstr(c.buf, "resumed"));
   cap_close(&c);
+  /* a chief that found its job finished on disk trained nothing: no rate
+   * (not every example since step 0 over its few seconds) */
+  chief_summary done = {.steps = 6000, .examples = 192000, .seconds = 2,
+                        .resumed_from_step = 6000};
+  cap_open(&c);
+  chief_summary_print(c.f, &done);
+  fflush(c.f);
+  assert_non_null(strstr(c.buf, "6000 steps, 192000 examples in 2.0s\n"));
+  cap_close(&c);
 
   char dir[256], path[300], err[512];
   test_tmpdir(dir, sizeof dir);
@@ -209,7 +221,9 @@ static void test_summary(void **state) {
   assert_int_equal(json_integer_value(json_object_get(o, "examples")), 160000);
   assert_true(json_real_value(json_object_get(o, "seconds")) == 80);
   assert_true(json_real_value(json_object_get(o, "final_loss")) == 0.3125);
-  assert_true(json_real_value(json_object_get(o, "examples_per_sec")) == 2000);
+  assert_true(json_real_value(json_object_get(o, "examples_per_sec")) == 1520);
+  assert_int_equal(json_integer_value(json_object_get(o, "examples_run")),
+                   121600);
   json_t *e = json_object_get(o, "eval");
   assert_true(json_real_value(json_object_get(e, "accuracy")) == 0.8725);
   assert_true(json_is_null(json_object_get(e, "loss")));
