@@ -348,6 +348,12 @@ static void coord_ps_dir_call(coord *co, uint64_t op, int64_t step,
   for (int i = 0; i < co->n_ps; i++) {
     coord_ps *p = &co->ps[i];
     const char *what = save ? "save" : "restore";
+    if (save && !p->connected) {
+      /* a call waits for the connection, and a save must reach only the
+       * process that holds the shards now, never one started after it */
+      coord_psop_result(co, op, p, what, TSR_EUNAVAIL, "not connected");
+      continue;
+    }
     coord_ps_call *call = coord_ps_call_or_fail(co, p, op, what);
     if (!call) break;
     /* a save is answered once snapshotted: its files come with SAVE_WAIT */
@@ -384,6 +390,13 @@ static void coord_ps_folder_made(coord *co, int rc, const char *err,
     coord_event ev = {.kind = COORD_EV_SAVE_DONE, .op = op, .status = rc,
                       .index = -1, .msg = err};
     coord__post(co, &ev);
+    return;
+  }
+  /* a PS lost while the folder was made ended this checkpoint: nobody
+   * waits for its save, which must not reach that PS started again */
+  if (!coord_sm_save_wanted(co->sm, op)) {
+    tsr_info("checkpoint of step %" PRId64 ": ended (a PS was lost) while "
+             "its folder was made; no PS is asked to save it", step);
     return;
   }
   coord_ps_dir_call(co, op, step, true);
