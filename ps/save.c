@@ -25,8 +25,7 @@
  *
  * A test hook (ps_server_opts.test_save_gate): while that file exists the
  * writing waits before each shard, so a test can hold a save in progress
- * without depending on how fast the disk is; the step of each save it
- * holds goes on a line of <gate>.held.
+ * without depending on how fast the disk is.
  */
 #include "ps/svc_int.h"
 #include "common/err.h"
@@ -224,21 +223,9 @@ static void save_unsnap_all(ps_server *s, ps_batch *b) {
 
 /* ---- writing ------------------------------------------------------------ */
 
-/* The test hook: the step of a save whose writing the gate holds goes on
- * a line of <gate>.held. */
-static void save_gate_held(const char *gate, int64_t step) {
-  char held[PS_PATH_MAX + 8];
-  if (snprintf(held, sizeof held, "%s.held", gate) >= (int)sizeof held) return;
-  FILE *f = fopen(held, "a");
-  if (!f) return;
-  fprintf(f, "%" PRId64 "\n", step);
-  fclose(f);
-}
-
 static void save_work(uv_work_t *w) {
   ps_batch *b = w->data;
   const char *gate = b->gate[0] ? b->gate : NULL;
-  if (gate && access(gate, F_OK) == 0) save_gate_held(gate, b->who.step);
   for (size_t i = 0; i < b->n; i++) {
     while (gate && access(gate, F_OK) == 0) usleep(20000);
     ps_snap *v = b->snaps[i];

@@ -5,14 +5,14 @@
 # committed, the chief's making of checkpoint folders is held at a gate
 # (its test hook TESSERA_TEST_FOLDER_GATE); ps:1 is killed with -9, which
 # ends the checkpoint whose folder is held, and started again with its own
-# writing held at a gate (TESSERA_TEST_SAVE_GATE, which lists the steps of
-# the saves it holds). Once ps:1 has restored alone, the folder gate opens:
-#   - the chief says the ended checkpoint is asked of no PS, and ps:1 holds
-#     no save of it (a save of it there, which nobody waits for, stayed
-#     "being written" and every later checkpoint failed on it: "one save
-#     at a time");
+# writing held at a gate (TESSERA_TEST_SAVE_GATE). Once ps:1 has restored alone, the folder gate opens:
+#   - the chief says the ended checkpoint is asked of no PS (a save of it
+#     reached ps:1, which held it "being written" with nobody waiting, and
+#     every later checkpoint failed on it: "one save at a time");
 #   - the run ends with the exact step count and its final checkpoint, and
 #     no checkpoint failed but the ended one.
+# (The checkpoint taken again at the same step once ps:1 is back is a save
+# of that step too, so the steps ps:1 held cannot tell the two apart.)
 . "$(dirname "$0")/lib.sh"
 
 STEPS=20000
@@ -46,8 +46,6 @@ rm -f "$FGATE"
 unasked() { grep -q "checkpoint of step $N: ended .* no PS is asked" "$WORK/chief.log"; }
 check "the chief asks no PS for the ended checkpoint of step $N" \
   wait_for 60 unasked
-check "ps:1 holds no save of it" \
-  bash -c "! grep -qx '$N' '$SGATE.held' 2>/dev/null"
 rm -f "$SGATE"
 wait_chief 240
 check "the chief exits 0" test "$CHIEF_RC" = 0
