@@ -21,22 +21,31 @@ int tsr_err_is_own(int code) {
   return code > TSR__ERR_FIRST && code < TSR__ERR_LAST;
 }
 
+/* A code's text from one of the tables above: `ok` for 0, `unknown` for
+ * a positive code not ours, libuv's text (uv_text, into buf) for the
+ * rest. uv_strerror() and uv_err_name() leak a string for codes they do
+ * not know; their _r forms write into the caller's buffer instead. */
+static const char *err_text(int code, const char *const *table,
+                            const char *ok, const char *unknown,
+                            char *(*uv_text)(int, char *, size_t), char *buf,
+                            size_t len) {
+  if (code == 0) return ok;
+  if (tsr_err_is_own(code)) return table[code - TSR__ERR_FIRST - 1];
+  if (code > 0) return unknown;
+  return uv_text(code, buf, len);
+}
+
+/* Each with a per-thread buffer of its own: a caller may hold both. */
 const char *tsr_strerror(int code) {
-  if (code == 0) return "success";
-  if (tsr_err_is_own(code)) return tsr__err_msgs[code - TSR__ERR_FIRST - 1];
-  if (code > 0) return "unknown positive code";
-  /* uv_strerror() leaks a string for codes it does not know; the _r form
-   * writes into a per-thread buffer instead. */
   static _Thread_local char buf[80];
-  return uv_strerror_r(code, buf, sizeof buf);
+  return err_text(code, tsr__err_msgs, "success", "unknown positive code",
+                  uv_strerror_r, buf, sizeof buf);
 }
 
 const char *tsr_err_name(int code) {
-  if (code == 0) return "OK";
-  if (tsr_err_is_own(code)) return tsr__err_names[code - TSR__ERR_FIRST - 1];
-  if (code > 0) return "UNKNOWN";
   static _Thread_local char buf[48];
-  return uv_err_name_r(code, buf, sizeof buf);
+  return err_text(code, tsr__err_names, "OK", "UNKNOWN", uv_err_name_r, buf,
+                  sizeof buf);
 }
 
 int tsr_verrf(char *err, size_t errlen, int code, const char *fmt,

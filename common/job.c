@@ -5,6 +5,7 @@
 #include "common/job_int.h"
 #include "common/conf.h"
 #include "common/err.h"
+#include "common/mem.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -240,16 +241,11 @@ void tsr_job_init(tsr_job *job) {
 }
 
 void tsr_job_free(tsr_job *job) {
-  free(job->path);
-  json_decref(job->model);
-  free(job->model_source);
-  free(job->loss);
   for (int i = 0; i < job->n_metrics; i++) free(job->metrics[i]);
-  free(job->metrics);
+  TSR_FREE_ALL(job->path, job->model_source, job->loss, job->metrics,
+               job->checkpoint_dir, job->logdir, job->initial_weights);
+  json_decref(job->model);
   json_decref(job->data);
-  free(job->checkpoint_dir);
-  free(job->logdir);
-  free(job->initial_weights);
   json_decref(job->raw);
   tsr_job_init(job);
 }

@@ -317,17 +317,22 @@ static int jk_prefetch_params(tsr_job *job, json_t *v, const char *where,
   return 0;
 }
 
+/* A value that is one of two names: *is_second says which. -1 for
+ * anything else (*is_second untouched). */
+static int jk_either(json_t *v, const char *first, const char *second,
+                     bool *is_second) {
+  const char *s = json_is_string(v) ? json_string_value(v) : NULL;
+  if (!s || (strcmp(s, first) && strcmp(s, second))) return -1;
+  *is_second = !strcmp(s, second);
+  return 0;
+}
+
 /* After prefetch_params (the rows' order): dense values are never pulled
  * when they live on the workers. */
 static int jk_dense(tsr_job *job, json_t *v, const char *where,
                     const char *base_dir, const tsr__jk_row *row, char *err,
                     size_t errlen) {
-  const char *p = json_is_string(v) ? json_string_value(v) : NULL;
-  if (p && strcmp(p, "ps") == 0) {
-    job->dense_allreduce = false;
-  } else if (p && strcmp(p, "allreduce") == 0) {
-    job->dense_allreduce = true;
-  } else {
+  if (jk_either(v, "ps", "allreduce", &job->dense_allreduce)) {
     char *d = json_dumps(v, JSON_ENCODE_ANY);
     int rc = tsr_errf(err, errlen, TSR_ECONFIG,
                       "dense %s is not \"ps\" or \"allreduce\"", d ? d : "?");
@@ -354,12 +359,10 @@ static int jk_wire_precision(tsr_job *job, json_t *v, const char *where,
 static int jk_sparse_rows(tsr_job *job, json_t *v, const char *where,
                           const char *base_dir, const tsr__jk_row *row,
                           char *err, size_t errlen) {
-  const char *s = json_is_string(v) ? json_string_value(v) : NULL;
-  if (!s || (strcmp(s, "on_touch") && strcmp(s, "materialized")))
+  if (jk_either(v, "on_touch", "materialized", &job->sparse_materialized))
     return tsr_errf(err, errlen, TSR_ECONFIG,
                     "sparse_rows must be \"on_touch\" (rows held once "
                     "pushed) or \"materialized\" (every row from the start)");
-  job->sparse_materialized = !strcmp(s, "materialized");
   return 0;
 }
 
@@ -392,12 +395,10 @@ static int jk_checkpoint(tsr_job *job, json_t *v, const char *where,
 static int jk_checkpoint_storage(tsr_job *job, json_t *v, const char *where,
                                  const char *base_dir, const tsr__jk_row *row,
                                  char *err, size_t errlen) {
-  const char *s = json_is_string(v) ? json_string_value(v) : NULL;
-  if (!s || (strcmp(s, "shared") && strcmp(s, "per_ps")))
+  if (jk_either(v, "shared", "per_ps", &job->checkpoint_per_ps))
     return tsr_errf(err, errlen, TSR_ECONFIG,
                     "checkpoint.storage must be \"shared\" (one folder "
                     "every process sees) or \"per_ps\" (each PS its own)");
-  job->checkpoint_per_ps = !strcmp(s, "per_ps");
   return 0;
 }
 

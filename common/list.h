@@ -92,4 +92,23 @@ static inline tsr_list *tsr_list_prev(const tsr_list *head,
   return node->prev == head ? NULL : node->prev;
 }
 
+/* A singly-linked FIFO held as a (head, tail) pair of element pointers,
+ * the elements linked through their `next` member (NULL at the end):
+ * appends the chain first..last (last->next already NULL) at the tail. */
+#define tsr_fifo_append_chain(head, tail, first, last) \
+  do {                                                 \
+    if (tail)                                          \
+      (tail)->next = (first);                          \
+    else                                               \
+      (head) = (first);                                \
+    (tail) = (last);                                   \
+  } while (0)
+
+/* Appends one element (its `next` set to NULL) at the tail. */
+#define tsr_fifo_append(head, tail, node)                   \
+  do {                                                      \
+    (node)->next = NULL;                                    \
+    tsr_fifo_append_chain(head, tail, node, node);          \
+  } while (0)
+
 #endif /* TSR_LIST_H */

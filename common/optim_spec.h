@@ -61,6 +61,14 @@ typedef struct {
   double values[TSR_LR_MAX_BOUNDARIES + 1];
 } tsr_lr_schedule;
 
+/* X(member) for each scalar member of tsr_lr_schedule but its kind; the
+ * wire's LrSchedule (proto/ps.proto) names them alike, so a copy either
+ * way is one X per member. */
+#define TSR_LR_SCHEDULE_SCALARS(X)                                        \
+  X(initial) X(decay_steps) X(decay_rate) X(staircase) X(alpha) X(warmup) \
+  X(warmup_target) X(warmup_steps) X(t_mul) X(m_mul) X(end_lr) X(power)  \
+  X(cycle)
+
 /* Keras names and defaults (tf.keras.optimizers, Keras 2/3). The struct is
  * compared with memcmp (PS create idempotency): always start from
  * tsr_optim_defaults(), which zeroes it. */

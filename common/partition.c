@@ -19,37 +19,37 @@ void tsr_partitioner_default(tsr_partitioner *p) {
 
 int tsr_partitioner_check(const tsr_partitioner *p, char *err,
                           size_t errlen) {
+  /* each kind's own size or count must be > 0; max_shards caps the
+   * shards of the two size kinds, 0 meaning each kind's default */
+  const char *key, *zero_cap = NULL;
+  int64_t val;
   switch (p->kind) {
     case TSR_PART_FIXED:
-      if (p->num_shards <= 0)
-        return tsr_errf(err, errlen, TSR_EINVAL,
-                        "partitioner.num_shards %lld must be > 0",
-                        (long long)p->num_shards);
-      return 0;
+      key = "num_shards";
+      val = p->num_shards;
+      break;
     case TSR_PART_MIN_SIZE:
-      if (p->min_shard_bytes <= 0)
-        return tsr_errf(err, errlen, TSR_EINVAL,
-                        "partitioner.min_shard_bytes %lld must be > 0",
-                        (long long)p->min_shard_bytes);
-      if (p->max_shards < 0)
-        return tsr_errf(err, errlen, TSR_EINVAL,
-                        "partitioner.max_shards %lld must be > 0 "
-                        "(or 0 for one shard per PS at most)",
-                        (long long)p->max_shards);
-      return 0;
+      key = "min_shard_bytes";
+      val = p->min_shard_bytes;
+      zero_cap = "one shard per PS at most";
+      break;
     case TSR_PART_MAX_SIZE:
-      if (p->max_shard_bytes <= 0)
-        return tsr_errf(err, errlen, TSR_EINVAL,
-                        "partitioner.max_shard_bytes %lld must be > 0",
-                        (long long)p->max_shard_bytes);
-      if (p->max_shards < 0)
-        return tsr_errf(err, errlen, TSR_EINVAL,
-                        "partitioner.max_shards %lld must be > 0 (or 0 for "
-                        "no cap)", (long long)p->max_shards);
-      return 0;
+      key = "max_shard_bytes";
+      val = p->max_shard_bytes;
+      zero_cap = "no cap";
+      break;
+    default:
+      return tsr_errf(err, errlen, TSR_EINVAL, "unknown partitioner kind %d",
+                      (int)p->kind);
   }
-  return tsr_errf(err, errlen, TSR_EINVAL, "unknown partitioner kind %d",
-                  (int)p->kind);
+  if (val <= 0)
+    return tsr_errf(err, errlen, TSR_EINVAL, "partitioner.%s %lld must be > 0",
+                    key, (long long)val);
+  if (zero_cap && p->max_shards < 0)
+    return tsr_errf(err, errlen, TSR_EINVAL,
+                    "partitioner.max_shards %lld must be > 0 (or 0 for %s)",
+                    (long long)p->max_shards, zero_cap);
+  return 0;
 }
 
 int tsr_partition_count(const tsr_partitioner *p, const tsr_var *v,

@@ -74,6 +74,22 @@ ps_op *ps__batch_op(ps_server *s, ps_batch *b, ps_entry *e, ps_op_kind k) {
   return op;
 }
 
+void ps__batch_each_entry(ps_server *s, ps_batch *b, ps_op_kind k,
+                          uint64_t snapshot, const char *what) {
+  for (int i = 0; i < s->n_ents; i++) {
+    b->ents[i] = s->ents[i];
+    ps_op *op = ps__batch_op(s, b, s->ents[i], k);
+    if (!op) {
+      b->rc = TSR_ENOMEM;
+      snprintf(b->err, sizeof b->err, "%s: out of memory", what);
+      break;
+    }
+    op->idx = (size_t)i;
+    op->snapshot = snapshot;
+    ps__enqueue(s, op, false);
+  }
+}
+
 static void ps__remove_entry(ps_server *s, ps_entry *e) {
   for (int i = 0; i < s->n_ents; i++)
     if (s->ents[i] == e) {

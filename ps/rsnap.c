@@ -99,17 +99,7 @@ void ps__on_snapshot(tsr_rpc_incoming *call, void *data) {
   uint32_t ttl = r->ttl_s ? r->ttl_s : RS_TTL_DEFAULT_S;
   s->rsnap_id = r->id;
   s->rsnap_until = uv_now(s->loop) + (uint64_t)ttl * 1000;
-  for (int i = 0; i < s->n_ents; i++) {
-    b->ents[i] = s->ents[i];
-    ps_op *op = ps__batch_op(s, b, s->ents[i], PS_OP_RSNAP);
-    if (!op) {
-      b->rc = TSR_ENOMEM;
-      snprintf(b->err, sizeof b->err, "snapshot: out of memory");
-      break;
-    }
-    op->snapshot = r->id;
-    ps__enqueue(s, op, false);
-  }
+  ps__batch_each_entry(s, b, PS_OP_RSNAP, r->id, "snapshot");
   ps__batch_done(s, b);
 }
 

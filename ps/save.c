@@ -123,17 +123,7 @@ void ps__on_save(tsr_rpc_incoming *call, void *data) {
   snprintf(b->since, sizeof b->since, "%s", r->since_id ? r->since_id : "");
   if (s->save) save_forget(s, s->save); /* the last one's result goes */
   s->save = b;
-  for (size_t i = 0; i < n; i++) {
-    b->ents[i] = s->ents[i];
-    ps_op *op = ps__batch_op(s, b, s->ents[i], PS_OP_SNAP);
-    if (!op) {
-      b->rc = TSR_ENOMEM;
-      snprintf(b->err, sizeof b->err, "save: out of memory");
-      break;
-    }
-    op->idx = i;
-    ps__enqueue(s, op, false);
-  }
+  ps__batch_each_entry(s, b, PS_OP_SNAP, 0, "save");
   ps__batch_done(s, b);
 }
 

@@ -21,6 +21,7 @@
 #include "ps/svc_int.h"
 #include "common/clock.h"
 #include "common/err.h"
+#include "common/list.h"
 #include "common/log.h"
 #include "common/size.h"
 #include "common/trace.h"
@@ -512,12 +513,7 @@ static void ps__start(ps_server *s, ps_op *op) {
   op->work.data = op;
   s->works++;
   if (ps__runs_inline(op)) {
-    op->next = NULL;
-    if (s->inl_tail)
-      s->inl_tail->next = op;
-    else
-      s->inl_head = op;
-    s->inl_tail = op;
+    tsr_fifo_append(s->inl_head, s->inl_tail, op);
     uv_idle_start(&s->idle, ps__idle_cb);
     return;
   }

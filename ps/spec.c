@@ -172,19 +172,9 @@ static int sp_schedule(const Tessera__Ps__LrSchedule *p, const char *var,
     return tsr_errf(err, errlen, TSR_EINVAL, "%s: unknown learning-rate "
                     "schedule \"%s\"", var, p->kind);
   s->kind = (tsr_lr_kind)kind;
-  s->initial = p->initial;
-  s->decay_steps = p->decay_steps;
-  s->decay_rate = p->decay_rate;
-  s->staircase = p->staircase;
-  s->alpha = p->alpha;
-  s->warmup = p->warmup;
-  s->warmup_target = p->warmup_target;
-  s->warmup_steps = p->warmup_steps;
-  s->t_mul = p->t_mul;
-  s->m_mul = p->m_mul;
-  s->end_lr = p->end_lr;
-  s->power = p->power;
-  s->cycle = p->cycle;
+#define SP_FROM_WIRE(m) s->m = p->m;
+  TSR_LR_SCHEDULE_SCALARS(SP_FROM_WIRE)
+#undef SP_FROM_WIRE
   if (s->kind == TSR_LR_PIECEWISE) {
     if (p->n_boundaries > TSR_LR_MAX_BOUNDARIES ||
         p->n_values != p->n_boundaries + 1)

@@ -239,6 +239,13 @@ ps_batch *ps__ckpt_batch(ps_server *s, tsr_rpc_incoming *call, size_t n,
                          const char *path, const char *id, int64_t step);
 void ps__batch_free(ps_server *s, ps_batch *b);
 ps_op *ps__batch_op(ps_server *s, ps_batch *b, ps_entry *e, ps_op_kind k);
+/* One op of kind k for each of the server's entries, in their order
+ * (b->ents holds them), each with its place in the batch (idx) and
+ * `snapshot`, queued behind what its entry has queued. Out of memory
+ * stops there, b->rc and b->err ("WHAT: out of memory") saying so; b
+ * needs room for n_ents entries. */
+void ps__batch_each_entry(ps_server *s, ps_batch *b, ps_op_kind k,
+                          uint64_t snapshot, const char *what);
 int ps__register_admin(ps_server *s);
 void ps__admin_work(ps_server *s, ps_op *op);
 void ps__admin_after(ps_server *s, ps_op *op);

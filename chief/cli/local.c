@@ -1,5 +1,6 @@
-/* `tessera local`'s supervisor: starts the children, relays their output,
- * restarts the ones that fail, and stops everything at the end.
+/* `tessera local`'s supervisor: starts the children, relays their output
+ * (local_relay.c), restarts the ones that fail, and stops everything at
+ * the end.
  *
  * Happy path: ports, token and binaries are resolved first (nothing is
  * started if any is missing); each child is forked with its stdout and
@@ -16,7 +17,7 @@
  * left down after max_restarts, with a message, and the chief decides
  * whether the run can go on.
  */
-#include "chief/cli/local.h"
+#include "chief/cli/local_int.h"
 #include "common/clock.h"
 #include "common/err.h"
 #include "common/log.h"
@@ -38,227 +39,10 @@
 
 extern char **environ;
 
-#define LINE_MAX_RELAY 65536
 #define DRAIN_MS 500
 #define BACKOFF_RESET_MS 10000
 
-typedef struct sup sup;
-typedef struct proc proc;
-
-typedef struct {
-  uv_pipe_t pipe;
-  proc *p;
-  bool is_err;
-  char *line;
-  size_t len;
-  bool after_cr;  /* the text held in `line` began with '\r' */
-  bool drawn;     /* this stream's last output was an in-place line */
-} stream;
-
-struct proc {
-  sup *s;
-  chief_local_role role;
-  int index;
-  char name[32];
-  char exe[PATH_MAX];
-  char *tf_config;
-  pid_t pid;            /* 0 when not running */
-  int restarts;
-  uint64_t backoff_ms;
-  uint64_t started_ms;
-  bool restart_pending;
-  bool gave_up;
-  uv_timer_t timer;
-};
-
-struct sup {
-  const chief_local_opts *o;
-  chief_local_result *res;
-  uv_loop_t loop;
-  uv_signal_t sig_chld, sig_int, sig_term;
-  uv_timer_t grace, drain, eval_limit;
-  proc *procs;
-  int n_procs;
-  int open_streams;
-  bool stopping, killed, done, closing;
-  bool eval_drain;      /* the chief ended well: the evaluator finishes */
-  bool relay_tty;       /* out_fd is a terminal: '\r' lines redraw in place */
-  bool err_tty;         /* err_fd is a terminal (clears a shown bar) */
-  int chief_columns;    /* terminal width left after the prefix; 0 unknown */
-  bool bar_shown;
-  int name_width;
-  char token[80];
-  char rundir[4096];    /* cluster.json and token for `tessera status` */
-  char **envp_base;     /* environ minus the variables set per child */
-  int n_envp_base;
-  char rbuf[65536];
-};
-
-/* ---- output relay ------------------------------------------------------ */
-static void write_all(int fd, const char *p, size_t n) {
-  while (n > 0) {
-    ssize_t w = write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return; /* a closed terminal: drop the output */
-    p += w;
-    n -= (size_t)w;
-  }
-}
-
-/* One prefixed line in one write(). `inplace`: a progress line that ended
- * in '\r', drawn over the previous one on a terminal. */
-static void emit_line(stream *st, const char *text, size_t n, bool inplace) {
-  sup *s = st->p->s;
-  int fd = st->is_err ? s->o->err_fd : s->o->out_fd;
-  char stackbuf[1024];
-  size_t need = n + (size_t)s->name_width + 16;
-  char *buf = need <= sizeof stackbuf ? stackbuf : malloc(need);
-  if (!buf) return;
-  size_t k = 0;
-  bool tty = st->is_err ? s->err_tty : s->relay_tty;
-  if (tty && s->bar_shown) {
-    memcpy(buf, "\r\033[K", 4);
-    k = 4;
-  }
-  k += (size_t)sprintf(buf + k, "%-*s | ", s->name_width, st->p->name);
-  memcpy(buf + k, text, n);
-  k += n;
-  if (inplace && tty) {
-    s->bar_shown = true;
-  } else {
-    buf[k++] = '\n';
-    if (tty) s->bar_shown = false;
-  }
-  write_all(fd, buf, k);
-  if (buf != stackbuf) free(buf);
-}
-
-/* Lines end at '\n'. A '\r' (not part of "\r\n") starts a line that is
- * redrawn in place, like the chief's progress bar: on a terminal it is
- * shown as soon as it arrives and stays until the next line; elsewhere it
- * becomes an ordinary line. */
-static void relay_bytes(stream *st, const char *p, size_t n) {
-  sup *s = st->p->s;
-  bool tty = st->is_err ? s->err_tty : s->relay_tty;
-  for (size_t i = 0; i < n; i++) {
-    char c = p[i];
-    if (c == '\n') {
-      if (tty && st->drawn && st->len == 0 && s->bar_shown) {
-        /* The in-place line is on screen already: just end it. */
-        write_all(st->is_err ? s->o->err_fd : s->o->out_fd, "\n", 1);
-        s->bar_shown = false;
-      } else {
-        emit_line(st, st->line, st->len, false);
-      }
-      st->len = 0;
-      st->after_cr = st->drawn = false;
-      continue;
-    }
-    if (c == '\r') {
-      if (i + 1 < n && p[i + 1] == '\n') continue;
-      if (st->len > 0) {
-        emit_line(st, st->line, st->len, true);
-        st->drawn = true;
-      }
-      st->len = 0;
-      st->after_cr = true;
-      continue;
-    }
-    if (!st->line) {
-      st->line = malloc(LINE_MAX_RELAY);
-      if (!st->line) return;
-    }
-    st->line[st->len++] = c;
-    if (st->len == LINE_MAX_RELAY) {
-      emit_line(st, st->line, st->len, false);
-      st->len = 0;
-    }
-  }
-  if (tty && st->after_cr && st->len > 0) {
-    emit_line(st, st->line, st->len, true);
-    st->len = 0;
-    st->drawn = true;
-    /* What follows without a new '\r' (a log line) is a line of its own:
-     * it replaces the bar rather than being drawn in place piecemeal. */
-    st->after_cr = false;
-  }
-}
-
-static void check_done(sup *s);
-
-static void on_stream_closed(uv_handle_t *h) {
-  stream *st = h->data;
-  sup *s = st->p->s;
-  free(st->line);
-  free(st);
-  s->open_streams--;
-  check_done(s);
-}
-
-static void close_stream(stream *st) {
-  if (uv_is_closing((uv_handle_t *)&st->pipe)) return;
-  if (st->len > 0) emit_line(st, st->line, st->len, false);
-  st->len = 0;
-  uv_close((uv_handle_t *)&st->pipe, on_stream_closed);
-}
-
-static void on_alloc(uv_handle_t *h, size_t sz, uv_buf_t *buf) {
-  stream *st = h->data;
-  (void)sz;
-  /* One loop thread, and each read is relayed before the next: one buffer
-   * serves every pipe. */
-  *buf = uv_buf_init(st->p->s->rbuf, sizeof st->p->s->rbuf);
-}
-
-static void on_read(uv_stream_t *h, ssize_t n, const uv_buf_t *buf) {
-  stream *st = h->data;
-  if (n > 0) {
-    relay_bytes(st, buf->base, (size_t)n);
-  } else if (n < 0) {
-    close_stream(st);
-  }
-}
-
-static void close_stray_stream(uv_handle_t *h, void *arg) {
-  (void)arg;
-  if (h->type == UV_NAMED_PIPE && !uv_is_closing(h))
-    close_stream((stream *)h->data);
-}
-
-/* The launcher's own log lines go to stderr directly: end a progress line
- * shown on the terminal first, so they do not run into it. */
-static void end_bar(sup *s) {
-  if (s->bar_shown) {
-    write_all(s->o->out_fd, "\n", 1);
-    s->bar_shown = false;
-  }
-}
-#define SLOG(s, lvl, ...)                                  \
-  do {                                                     \
-    if (TSR_LOG_ENABLED(lvl)) {                            \
-      end_bar(s);                                          \
-      tsr_log(lvl, __VA_ARGS__);                           \
-    }                                                      \
-  } while (0)
-
 /* ---- starting and stopping children ----------------------------------- */
-static int open_stream(sup *s, proc *p, int fd, bool is_err) {
-  stream *st = calloc(1, sizeof *st);
-  if (!st) return TSR_ENOMEM;
-  st->p = p;
-  st->is_err = is_err;
-  uv_pipe_init(&s->loop, &st->pipe, 0);
-  st->pipe.data = st;
-  s->open_streams++;
-  int rc = uv_pipe_open(&st->pipe, fd);
-  if (!rc) rc = uv_read_start((uv_stream_t *)&st->pipe, on_alloc, on_read);
-  if (rc) {
-    close(fd);
-    uv_close((uv_handle_t *)&st->pipe, on_stream_closed);
-  }
-  return rc;
-}
-
 static void exit_name(int status, char *buf, size_t len) {
   if (WIFEXITED(status))
     snprintf(buf, len, "exited with status %d", WEXITSTATUS(status));
@@ -343,8 +127,8 @@ static int start_proc(proc *p) {
   close(errp[1]);
   p->pid = pid;
   p->started_ms = tsr_now_ms();
-  open_stream(s, p, out[0], false);
-  open_stream(s, p, errp[0], true);
+  chief_local__open_stream(s, p, out[0], false);
+  chief_local__open_stream(s, p, errp[0], true);
   SLOG(s, TSR_LOG_INFO, "%s started (pid %ld)", p->name, (long)pid);
   free(argv);
   free(envp);
@@ -415,7 +199,7 @@ static void stop_all(sup *s, const char *why) {
   }
   signal_all(s, SIGTERM);
   uv_timer_start(&s->grace, on_grace, s->o->grace_ms, 0);
-  check_done(s);
+  chief_local__check_done(s);
 }
 
 static void on_restart_timer(uv_timer_t *t) {
@@ -455,7 +239,7 @@ static void on_exit_status(sup *s, proc *p, int status) {
   if (s->stopping) {
     SLOG(s, TSR_LOG_INFO, "%s %s", p->name, how);
     if (p->role == CHIEF_LOCAL_CHIEF) s->res->chief_status = code;
-    check_done(s);
+    chief_local__check_done(s);
     return;
   }
   bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
@@ -478,7 +262,7 @@ static void on_exit_status(sup *s, proc *p, int status) {
       stop_all(s, "the chief has ended");
     } else {
       SLOG(s, TSR_LOG_INFO, "%s %s; not restarted", p->name, how);
-      check_done(s);
+      chief_local__check_done(s);
     }
     return;
   }
@@ -493,7 +277,7 @@ static void on_exit_status(sup *s, proc *p, int status) {
       s->res->chief_status = code;
       stop_all(s, "the chief failed too often");
     }
-    check_done(s);
+    chief_local__check_done(s);
     return;
   }
   if (ran >= BACKOFF_RESET_MS) p->backoff_ms = s->o->backoff_ms;
@@ -552,10 +336,10 @@ static void on_drain(uv_timer_t *t) {
   SLOG(s, TSR_LOG_WARN,
        "output pipes still open after every process ended (a "
        "process they started may hold them): closing them");
-  uv_walk(&s->loop, close_stray_stream, NULL);
+  uv_walk(&s->loop, chief_local__close_stray_stream, NULL);
 }
 
-static void check_done(sup *s) {
+void chief_local__check_done(sup *s) {
   if (s->closing) return;
   bool any = false;
   for (int i = 0; i < s->n_procs; i++)

@@ -16,6 +16,7 @@
  */
 #include "chief/coord/coord_io.h"
 #include "common/err.h"
+#include "common/list.h"
 #include "common/log.h"
 
 #include <inttypes.h>
@@ -94,11 +95,7 @@ static void coord_fs_next(coord *co) {
 
 static void coord_fs_push(coord *co, coord_fs_job *j) {
   j->co = co;
-  if (co->fs_tail)
-    co->fs_tail->next = j;
-  else
-    co->fs_head = j;
-  co->fs_tail = j;
+  tsr_fifo_append(co->fs_head, co->fs_tail, j);
   coord_fs_next(co);
 }
 

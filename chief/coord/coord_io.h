@@ -1,7 +1,8 @@
 /* The coordinator's I/O side, shared by coord_run.c (setup and teardown),
  * coord_io.c (the event queue, the actions, the timer and signals,
- * monitoring), coord_ps.c (the parameter servers), coord_wk.c (the
- * workers) and coord_status.c (the status service). Private to them.
+ * monitoring), coord_ps.c (the parameter servers), coord_ps_alone.c (one
+ * PS restored alone), coord_wk.c (the workers) and coord_status.c (the
+ * status service). Private to them.
  *
  * Every decision is the machine's (coord_sm.h). This side owns the loop,
  * the RPC clients, the files and the monitoring: it turns connection
@@ -265,10 +266,6 @@ int coord__ps_open(coord *co);
 /* hold: every PS holds its pulls and pushes until its restore. */
 void coord__ps_setup(coord *co, uint64_t op, bool hold);
 void coord__ps_restore(coord *co, uint64_t op, int64_t step);
-/* PS i alone: config holding its calls, its variables, its shards of the
- * checkpoint of `step` (with the checkpoints it builds on, as
- * coord__restore_plan reads them); PS_RESTORED when done. */
-void coord__ps_restore_alone(coord *co, uint64_t op, int i, int64_t step);
 /* SAVE: every PS snapshots (SAVE_DONE); SAVE_WAIT: every PS has written
  * its files (SAVE_WRITTEN); COMMIT: the files checked and the manifest
  * written off the loop (the checks read every byte), then
@@ -312,6 +309,28 @@ void coord__ps_close(coord *co);
 void coord__psop_add(coord *co, uint64_t op);
 void coord__psop_answer(coord *co, uint64_t op, const char *what, int status,
                         const char *message);
+/* A call to one PS for operation `op`: `what` names it in messages; a
+ * create's specs are kept until its answer (both freed with it). */
+typedef struct {
+  coord_ps *ps;
+  uint64_t op;
+  ps_var_spec *specs;
+  const char *what;
+} coord_ps_call;
+/* NULL when out of memory. */
+coord_ps_call *coord__ps_call_new(coord_ps *p, uint64_t op, const char *what);
+/* Whether a call's status says the PS went away (not its own answer). */
+bool coord__conn_error(int status);
+/* The specs of the shards placed on PS i (n may be 0; *out the caller's). */
+int coord__ps_specs(coord *co, int i, ps_var_spec **out, size_t *n_out);
+/* PS i's configuration (mode points into buf). */
+ps_config coord__ps_cfg(coord *co, int i, char *buf, size_t len);
+
+/* coord_ps_alone.c */
+/* PS i alone: config holding its calls, its variables, its shards of the
+ * checkpoint of `step` (with the checkpoints it builds on, as
+ * coord__restore_plan reads them); PS_RESTORED when done. */
+void coord__ps_restore_alone(coord *co, uint64_t op, int i, int64_t step);
 
 /* coord_dense.c: dense "allreduce", the dense variables in checkpoints */
 /* Part of a SAVE: a ready worker's dense state into the folder. */

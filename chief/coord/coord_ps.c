@@ -22,13 +22,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct {
-  coord_ps *ps;
-  uint64_t op;
-  ps_var_spec *specs; /* create: kept until the answer */
-  const char *what;
-} coord_ps_call;
-
 static void coord_ps_on_state(tsr_rpc_client *c, int connected, int status,
                               void *data) {
   coord_ps *p = data;
@@ -63,7 +56,7 @@ int coord__ps_open(coord *co) {
 
 /* ---- gathered operations ------------------------------------------------ */
 
-static bool coord_conn_error(int status) {
+bool coord__conn_error(int status) {
   return status == TSR_ECLOSED || status == TSR_EUNAVAIL ||
          status == TSR_ETIMEOUT || status == TSR_ESHUTDOWN;
 }
@@ -104,10 +97,10 @@ static void coord_psop_result(coord *co, uint64_t op, coord_ps *p,
   if (status && !o->status) {
     o->status = status;
     o->failed_ps = p ? p->index : -1;
-    o->lost = coord_conn_error(status);
+    o->lost = coord__conn_error(status);
     snprintf(o->msg, sizeof o->msg, "%s: %s", what,
              message && message[0] ? message : tsr_strerror(status));
-  } else if (status && coord_conn_error(status)) {
+  } else if (status && coord__conn_error(status)) {
     o->lost = true;
   }
   coord_psop_end(co, op);
@@ -131,8 +124,8 @@ static void coord_ps_on_result(const ps_result *r, void *data) {
   free(call);
 }
 
-static coord_ps_call *coord_ps_call_new(coord_ps *p, uint64_t op,
-                                        const char *what) {
+coord_ps_call *coord__ps_call_new(coord_ps *p, uint64_t op,
+                                  const char *what) {
   coord_ps_call *c = calloc(1, sizeof *c);
   if (c) {
     c->ps = p;
@@ -140,6 +133,15 @@ static coord_ps_call *coord_ps_call_new(coord_ps *p, uint64_t op,
     c->what = what;
   }
   return c;
+}
+
+/* A call to PS p for every-PS operation `op`, or NULL when out of memory
+ * after counting that as p's answer (the caller sends no more). */
+static coord_ps_call *coord_ps_call_or_fail(coord *co, coord_ps *p,
+                                            uint64_t op, const char *what) {
+  coord_ps_call *call = coord__ps_call_new(p, op, what);
+  if (!call) coord_psop_result(co, op, p, what, TSR_ENOMEM, "out of memory");
+  return call;
 }
 
 /* One call of the operation: started (its answer ends it) or failed at
@@ -163,8 +165,7 @@ static const char *coord_mode_text(const coord *co, char *buf, size_t len) {
   }
 }
 
-/* The specs of the shards placed on PS i (n may be 0). */
-static int coord_ps_specs(coord *co, int i, ps_var_spec **out, size_t *n_out) {
+int coord__ps_specs(coord *co, int i, ps_var_spec **out, size_t *n_out) {
   size_t n = 0;
   *out = NULL;
   *n_out = 0;
@@ -194,8 +195,7 @@ static int coord_ps_specs(coord *co, int i, ps_var_spec **out, size_t *n_out) {
   return 0;
 }
 
-/* PS i's configuration (mode points into buf). */
-static ps_config coord_ps_cfg(coord *co, int i, char *buf, size_t len) {
+ps_config coord__ps_cfg(coord *co, int i, char *buf, size_t len) {
   return (ps_config){.mode = coord_mode_text(co, buf, len),
                      .allow_nonfinite = false,
                      .trace_pid = co->trace ? tsr_trace_pid(TSR_TASK_PS, i)
@@ -212,26 +212,23 @@ void coord__ps_setup(coord *co, uint64_t op, bool hold) {
     /* a restore alone still going on is given up: its answers find no
      * operation, and its restore is not sent after this setup */
     p->fix_op = 0;
-    coord_ps_call *call = coord_ps_call_new(p, op, "config");
-    if (!call) {
-      coord_psop_result(co, op, p, "config", TSR_ENOMEM, "out of memory");
-      break;
-    }
+    coord_ps_call *call = coord_ps_call_or_fail(co, p, op, "config");
+    if (!call) break;
     /* a new era on every PS: nothing from before (this chief's own run
      * before a restart, another run) is taken from here on */
-    ps_config cfg = coord_ps_cfg(co, i, buf, sizeof buf);
+    ps_config cfg = coord__ps_cfg(co, i, buf, sizeof buf);
     cfg.hold_until_restore = hold;
     coord_ps_started(co, call, ps_client_configure(p->cli, &cfg,
                                                    coord_ps_on_result, call));
     ps_var_spec *specs;
     size_t n;
-    int rc = coord_ps_specs(co, i, &specs, &n);
+    int rc = coord__ps_specs(co, i, &specs, &n);
     if (rc) {
       coord_psop_result(co, op, p, "create", rc, "variable spec");
       break;
     }
     if (n == 0) continue;
-    call = coord_ps_call_new(p, op, "create");
+    call = coord__ps_call_new(p, op, "create");
     if (!call) {
       free(specs);
       coord_psop_result(co, op, p, "create", TSR_ENOMEM, "out of memory");
@@ -357,11 +354,8 @@ static void coord_ps_dir_call(coord *co, uint64_t op, int64_t step,
       coord_psop_result(co, op, p, what, TSR_EUNAVAIL, "not connected");
       continue;
     }
-    coord_ps_call *call = coord_ps_call_new(p, op, what);
-    if (!call) {
-      coord_psop_result(co, op, p, what, TSR_ENOMEM, "out of memory");
-      break;
-    }
+    coord_ps_call *call = coord_ps_call_or_fail(co, p, op, what);
+    if (!call) break;
     /* a save is answered once snapshotted: its files come with SAVE_WAIT */
     int rc = save ? ps_client_save_since(p->cli, name, co->ckpt_files.id,
                                          step, co->job.checkpoint_per_ps,
@@ -437,11 +431,8 @@ void coord__ps_save_wait(coord *co, uint64_t op, int64_t step) {
   coord_psop_begin(co, &co->ckop, op, COORD_EV_SAVE_WRITTEN);
   for (int i = 0; i < co->n_ps; i++) {
     coord_ps *p = &co->ps[i];
-    coord_ps_call *call = coord_ps_call_new(p, op, "save");
-    if (!call) {
-      coord_psop_result(co, op, p, "save", TSR_ENOMEM, "out of memory");
-      break;
-    }
+    coord_ps_call *call = coord_ps_call_or_fail(co, p, op, "save");
+    if (!call) break;
     /* answered once the files are written: a deadline for the writing
      * (gigabytes at the disk's pace), not for one call */
     ps_client_set_deadline(p->cli, coord__ckpt_write_ms(co));
@@ -464,135 +455,6 @@ void coord__ps_restore(coord *co, uint64_t op, int64_t step) {
     json_decref(m);
   }
   coord_ps_dir_call(co, op, step, false);
-}
-
-/* ---- one PS restored alone ------------------------------------------------ */
-
-static void coord_alone_fail(coord_ps *p, const char *what, int status,
-                             const char *message) {
-  if (p->fix_status) return;
-  p->fix_status = status;
-  p->fix_lost = coord_conn_error(status);
-  snprintf(p->fix_msg, sizeof p->fix_msg, "%s: %s: %s", p->addr->addr, what,
-           message && message[0] ? message : tsr_strerror(status));
-}
-
-static void coord_alone_done(coord_ps *p, uint64_t op) {
-  if (p->fix_op != op) return;
-  coord *co = p->co;
-  coord_event ev = {.kind = COORD_EV_PS_RESTORED, .op = op,
-                    .index = p->index, .step = p->fix_step,
-                    .status = p->fix_status, .lost = p->fix_lost,
-                    .msg = p->fix_status ? p->fix_msg : NULL};
-  p->fix_op = 0;
-  if (co->trace) {
-    char name[64];
-    snprintf(name, sizeof name, "ps:%d restored alone", p->index);
-    tsr_trace_end(co->trace, tsr_trace_pid(TSR_TASK_CHIEF, 0), 0, "chief",
-                  name, p->fix_t0_us);
-  }
-  coord__post(co, &ev);
-}
-
-static void coord_alone_on_restore(const ps_result *r, void *data) {
-  coord_ps_call *call = data;
-  coord_ps *p = call->ps;
-  uint64_t op = call->op;
-  free(call);
-  if (p->fix_op != op) return; /* a later try, or given up */
-  if (r->status) coord_alone_fail(p, "restore", r->status, r->message);
-  coord_alone_done(p, op);
-}
-
-/* Its shards of the checkpoint as every PS would restore them: an
- * increment with the checkpoints it builds on, the whole one first. */
-static void coord_alone_restore(coord_ps *p, uint64_t op) {
-  char err[512];
-  coord_restore_plan pl;
-  coord_ps_call *call = NULL;
-  int rc = coord__restore_plan(p->co, p->fix_step, &pl, err, sizeof err);
-  if (!rc) {
-    call = coord_ps_call_new(p, op, "restore");
-    rc = call ? coord__restore_call(p, &pl, coord_alone_on_restore, call)
-              : TSR_ENOMEM;
-    snprintf(err, sizeof err, "%s", tsr_strerror(rc));
-  }
-  if (rc) {
-    free(call);
-    coord_alone_fail(p, "restore", rc, err);
-    coord_alone_done(p, op);
-  }
-}
-
-/* The config and the create answered: the restore, unless one failed. */
-static void coord_alone_setup_end(coord_ps *p, uint64_t op) {
-  if (p->fix_op != op || --p->fix_pending > 0) return;
-  if (p->fix_status)
-    coord_alone_done(p, op);
-  else
-    coord_alone_restore(p, op);
-}
-
-static void coord_alone_on_setup(const ps_result *r, void *data) {
-  coord_ps_call *call = data;
-  coord_ps *p = call->ps;
-  uint64_t op = call->op;
-  const char *what = call->what;
-  free(call->specs);
-  free(call);
-  if (p->fix_op != op) return;
-  if (r->status) coord_alone_fail(p, what, r->status, r->message);
-  coord_alone_setup_end(p, op);
-}
-
-static void coord_alone_send(coord_ps *p, uint64_t op, coord_ps_call *call,
-                             int rc) {
-  if (rc == 0) {
-    p->fix_pending++;
-    return;
-  }
-  coord_alone_fail(p, call ? call->what : "setup", rc, tsr_strerror(rc));
-  if (call) free(call->specs);
-  free(call);
-  (void)op;
-}
-
-/* Like the setup of every PS, for PS i only: a config that starts its new
- * era holding every pull and push (its variables would serve their
- * initial values until the restore swaps its shards in), its variables,
- * then its shards of the checkpoint. The other PS are not touched. */
-void coord__ps_restore_alone(coord *co, uint64_t op, int i, int64_t step) {
-  coord_ps *p = &co->ps[i];
-  char buf[32];
-  p->fix_op = op;
-  p->fix_step = step;
-  p->fix_status = 0;
-  p->fix_lost = false;
-  p->fix_msg[0] = 0;
-  p->fix_pending = 1; /* held until both calls are started */
-  p->fix_t0_us = co->trace ? tsr_trace_now_us() : 0;
-  ps_config cfg = coord_ps_cfg(co, i, buf, sizeof buf);
-  cfg.hold_until_restore = true;
-  coord_ps_call *call = coord_ps_call_new(p, op, "config");
-  coord_alone_send(p, op, call, call ? ps_client_configure(p->cli, &cfg,
-                                                           coord_alone_on_setup,
-                                                           call)
-                                     : TSR_ENOMEM);
-  ps_var_spec *specs = NULL;
-  size_t n = 0;
-  int rc = coord_ps_specs(co, i, &specs, &n);
-  if (rc) {
-    coord_alone_fail(p, "create", rc, "variable spec");
-  } else if (n > 0) {
-    call = coord_ps_call_new(p, op, "create");
-    if (call) call->specs = specs;
-    else free(specs);
-    coord_alone_send(p, op, call, call ? ps_client_create(p->cli, specs, n,
-                                                          coord_alone_on_setup,
-                                                          call)
-                                       : TSR_ENOMEM);
-  }
-  coord_alone_setup_end(p, op);
 }
 
 /* The commit's checks read every file whole (a materialized billion-
@@ -743,11 +605,8 @@ void coord__ps_snapshot(coord *co, uint64_t op) {
   coord_psop_begin(co, &co->evop, op, COORD_EV_SNAPSHOT_DONE);
   for (int i = 0; i < co->n_ps; i++) {
     coord_ps *p = &co->ps[i];
-    coord_ps_call *call = coord_ps_call_new(p, op, "snapshot");
-    if (!call) {
-      coord_psop_result(co, op, p, "snapshot", TSR_ENOMEM, "out of memory");
-      break;
-    }
+    coord_ps_call *call = coord_ps_call_or_fail(co, p, op, "snapshot");
+    if (!call) break;
     coord_ps_started(co, call, ps_client_snapshot(p->cli, op, false,
                                                   coord_snapshot_ttl_s(co),
                                                   coord_ps_on_result, call));

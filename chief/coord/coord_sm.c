@@ -13,6 +13,7 @@
 #include "common/err.h"
 #include "common/grow.h"
 #include "common/log.h"
+#include "common/mem.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
@@ -573,11 +574,7 @@ int coord_sm_new(coord_sm **out, const coord_sm_config *cfg) {
 void coord_sm_free(coord_sm *sm) {
   if (!sm) return;
   chief_sched_free(sm->sched);
-  free(sm->ps);
-  free(sm->wk);
-  free(sm->outs);
-  free(sm->fails);
-  free(sm);
+  TSR_FREE_ALL(sm->ps, sm->wk, sm->outs, sm->fails, sm);
 }
 
 /* ---- queries ------------------------------------------------------------ */

@@ -2,6 +2,7 @@
  * array (at most n_workers * max_inflight entries); lookups are linear,
  * which at that size beats any index. */
 #include "chief/coord/scheduler.h"
+#include "common/mem.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -60,12 +61,7 @@ chief_sched *chief_sched_new(int n_workers, int64_t total_steps,
 
 void chief_sched_free(chief_sched *s) {
   if (!s) return;
-  free(s->up);
-  free(s->load);
-  free(s->wpool);
-  free(s->given);
-  free(s->slots);
-  free(s);
+  TSR_FREE_ALL(s->up, s->load, s->wpool, s->given, s->slots, s);
 }
 
 /* Lockstep: the pool dealt in equal shares (rounded up) over the workers

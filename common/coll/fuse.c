@@ -41,18 +41,8 @@ struct tsr_coll_fuse {
 
 void tsr_coll_fuse_free(tsr_coll_fuse *f) {
   if (!f) return;
-  free(f->off);
-  free(f->bucket);
-  free(f->members);
-  free(f->first);
-  free(f->bfloats);
-  free(f->boff);
-  free(f->buf);
-  free(f->ready);
-  free(f->left);
-  free(f->t);
-  free(f->waited);
-  free(f);
+  TSR_FREE_ALL(f->off, f->bucket, f->members, f->first, f->bfloats, f->boff,
+               f->buf, f->ready, f->left, f->t, f->waited, f);
 }
 
 int tsr_coll_fuse_new(tsr_coll_fuse **out, const size_t *counts,

@@ -21,6 +21,7 @@
 #include "ps/client/client_int.h"
 
 #include "common/err.h"
+#include "common/list.h"
 #include "common/trace.h"
 
 #include <pthread.h>
@@ -283,14 +284,8 @@ static kv_buf *take_buf(ps_kv *kv, size_t floats) {
 }
 
 static void queue_calls(ps_kv *kv, kv_call *calls, int n) {
-  for (int i = 0; i < n; i++) {
-    calls[i].next = NULL;
-    if (kv->q_tail)
-      kv->q_tail->next = &calls[i];
-    else
-      kv->q_head = &calls[i];
-    kv->q_tail = &calls[i];
-  }
+  for (int i = 0; i < n; i++)
+    tsr_fifo_append(kv->q_head, kv->q_tail, &calls[i]);
 }
 
 static void slot_init(ps_kv *kv, kv_slot *s, uint32_t idx) {

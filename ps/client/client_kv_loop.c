@@ -28,6 +28,7 @@
 
 #include "common/clock.h"
 #include "common/err.h"
+#include "common/list.h"
 #include "common/log.h"
 #include "common/trace.h"
 
@@ -116,12 +117,7 @@ static bool retry_later(ps_kv *kv, kv_call *c, int status) {
   if (go) {
     kv->inflight--;
     kv->inflight_data--;
-    c->next = NULL;
-    if (kv->r_tail)
-      kv->r_tail->next = c;
-    else
-      kv->r_head = c;
-    kv->r_tail = c;
+    tsr_fifo_append(kv->r_head, kv->r_tail, c);
     kv->resent++;
   }
   pthread_mutex_unlock(&kv->mu);
@@ -311,11 +307,7 @@ static void on_retry(uv_timer_t *t) {
   if (list) {
     kv_call *last = list;
     while (last->next) last = last->next;
-    if (kv->q_tail)
-      kv->q_tail->next = list;
-    else
-      kv->q_head = list;
-    kv->q_tail = last;
+    tsr_fifo_append_chain(kv->q_head, kv->q_tail, list, last);
   }
   pthread_mutex_unlock(&kv->mu);
   if (list) on_async(&kv->async);

@@ -72,19 +72,9 @@ static void sp_schedule_to_proto(const tsr_lr_schedule *s,
                                  Tessera__Ps__LrSchedule *p) {
   tessera__ps__lr_schedule__init(p);
   p->kind = (char *)tsr_lr_schedule_name(s->kind);
-  p->initial = s->initial;
-  p->decay_steps = s->decay_steps;
-  p->decay_rate = s->decay_rate;
-  p->staircase = s->staircase;
-  p->alpha = s->alpha;
-  p->warmup = s->warmup;
-  p->warmup_target = s->warmup_target;
-  p->warmup_steps = s->warmup_steps;
-  p->t_mul = s->t_mul;
-  p->m_mul = s->m_mul;
-  p->end_lr = s->end_lr;
-  p->power = s->power;
-  p->cycle = s->cycle;
+#define SP_TO_WIRE(m) p->m = s->m;
+  TSR_LR_SCHEDULE_SCALARS(SP_TO_WIRE)
+#undef SP_TO_WIRE
   if (s->kind == TSR_LR_PIECEWISE) {
     p->n_boundaries = (size_t)s->n_boundaries;
     p->boundaries = (double *)s->boundaries;

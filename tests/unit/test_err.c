@@ -35,6 +35,10 @@ static void libuv_codes_pass_through(void **state) {
   assert_string_equal(tsr_strerror(UV_ECONNREFUSED),
                       uv_strerror(UV_ECONNREFUSED));
   assert_string_equal(tsr_strerror(0), "success");
+  assert_string_equal(tsr_err_name(0), "OK");
+  /* positive codes are nobody's */
+  assert_string_equal(tsr_strerror(7), "unknown positive code");
+  assert_string_equal(tsr_err_name(7), "UNKNOWN");
   /* An unknown negative code still yields text (and does not leak). */
   assert_non_null(tsr_strerror(-123456));
   assert_non_null(tsr_err_name(-123456));

@@ -263,6 +263,45 @@ static void precision_names(void **state) {
   }
 }
 
+/* dense, sparse_rows and checkpoint.storage: each of a key's two names
+ * sets its flag one way, anything else is refused naming the key. */
+static void two_name_keys(void **state) {
+  (void)state;
+  static const struct {
+    const char *text;
+    int flag; /* -1: refused */
+    const char *msg;
+  } cases[] = {
+      {"{\"dense\": \"ps\"}", 0, NULL},
+      {"{\"dense\": \"allreduce\"}", 1, NULL},
+      {"{\"dense\": 3}", -1, "dense 3 is not \"ps\" or \"allreduce\""},
+      {"{\"sparse_rows\": \"on_touch\"}", 0, NULL},
+      {"{\"sparse_rows\": \"materialized\"}", 1, NULL},
+      {"{\"sparse_rows\": \"all\"}", -1, "sparse_rows must be"},
+      {"{\"checkpoint\": {\"storage\": \"shared\"}}", 0, NULL},
+      {"{\"checkpoint\": {\"storage\": \"per_ps\"}}", 1, NULL},
+      {"{\"checkpoint\": {\"storage\": \"per-ps\"}}", -1,
+       "checkpoint.storage must be"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    tsr_job j;
+    char err[512] = "";
+    int rc = tsr_job_parse(cases[i].text, "job", NULL, NULL, &j, err,
+                           sizeof err);
+    if (cases[i].flag < 0) {
+      assert_int_equal(rc, TSR_ECONFIG);
+      assert_non_null(strstr(err, cases[i].msg));
+      continue;
+    }
+    assert_int_equal(rc, 0);
+    bool flag = i < 3 ? j.dense_allreduce
+                : i < 6 ? j.sparse_materialized
+                        : j.checkpoint_per_ps;
+    assert_int_equal(flag, cases[i].flag);
+    tsr_job_free(&j);
+  }
+}
+
 /* Folders named in a job resolve against the job file's folder. */
 static void paths_resolve_from_the_job_folder(void **state) {
   (void)state;
@@ -303,6 +342,7 @@ int main(void) {
       cmocka_unit_test(model_path_is_relative_to_job),
       cmocka_unit_test(paths_resolve_from_the_job_folder),
       cmocka_unit_test(precision_names),
+      cmocka_unit_test(two_name_keys),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -218,6 +218,22 @@ static void bad_arguments(void **state) {
   assert_int_equal(tsr_partition_count(&p, &ok, &n, err, sizeof err),
                    TSR_EINVAL);
   assert_non_null(strstr(err, "max_shard_bytes 0"));
+  /* max_shards 0 means each size kind's own default, said in the message */
+  p.max_shard_bytes = 1024;
+  p.max_shards = -2;
+  assert_int_equal(tsr_partitioner_check(&p, err, sizeof err), TSR_EINVAL);
+  assert_string_equal(err, "partitioner.max_shards -2 must be > 0 (or 0 for "
+                           "no cap)");
+  p.kind = TSR_PART_MIN_SIZE;
+  assert_int_equal(tsr_partitioner_check(&p, err, sizeof err), TSR_EINVAL);
+  assert_string_equal(err, "partitioner.max_shards -2 must be > 0 (or 0 for "
+                           "one shard per PS at most)");
+  p.kind = TSR_PART_FIXED; /* the size kinds' cap is not a fixed one's */
+  p.num_shards = 2;
+  assert_int_equal(tsr_partitioner_check(&p, err, sizeof err), 0);
+  p.kind = (tsr_part_kind)7;
+  assert_int_equal(tsr_partitioner_check(&p, err, sizeof err), TSR_EINVAL);
+  assert_string_equal(err, "unknown partitioner kind 7");
   tsr_var huge = mkv("h", 3, INT64_MAX / 2, 4, 4, 4);
   tsr_partitioner_default(&p);
   assert_int_equal(tsr_partition_count(&p, &huge, &n, err, sizeof err),

@@ -17,6 +17,7 @@
 
 #include "ps_harness.h"
 #include "ps/client/client_int.h"
+#include "ps/svc_int.h"
 #include "../rpc/tamper_proxy.h"
 
 static ps_var_spec mk(const char *name, int64_t d0, int64_t d1) {
@@ -177,6 +178,35 @@ static void create_refuses_what_overflows(void **state) {
   assert_int_equal(r.mem_used, 16 * 4 * 4 * 3);
   still_serving(&e);
   assert_int_equal(h_down(&e), 0);
+}
+
+/* A learning-rate schedule crosses the wire whole: every member, each
+ * set to a value of its own, is read back by the PS as the client sent it. */
+static void schedule_crosses_the_wire_whole(void **state) {
+  (void)state;
+  ps_var_spec v = mk("s", 8, 4), back;
+  tsr_lr_schedule *s = &v.optim.schedule;
+  *s = (tsr_lr_schedule){.kind = TSR_LR_COSINE_RESTARTS, .initial = 0.5,
+                         .decay_steps = 100, .decay_rate = 0.25,
+                         .staircase = true, .alpha = 0.125, .warmup = true,
+                         .warmup_target = 0.75, .warmup_steps = 7,
+                         .t_mul = 3, .m_mul = 0.875, .end_lr = 0.0625,
+                         .power = 1.5, .cycle = true};
+  Tessera__Ps__VarSpec vs;
+  Tessera__Ps__Initializer in;
+  Tessera__Ps__Optimizer op;
+  Tessera__Ps__LrSchedule sc;
+  int64_t shape[TSR_MAX_RANK];
+  ps__client_spec_to_proto(&v, &vs, &in, &op, &sc, shape);
+  char err[256];
+  assert_int_equal(ps__spec_from_proto(&vs, &back, err, sizeof err), 0);
+  const tsr_lr_schedule *b = &back.optim.schedule;
+  assert_int_equal(b->kind, s->kind);
+  assert_true(b->initial == 0.5 && b->decay_steps == 100 &&
+              b->decay_rate == 0.25 && b->staircase && b->alpha == 0.125);
+  assert_true(b->warmup && b->warmup_target == 0.75 && b->warmup_steps == 7);
+  assert_true(b->t_mul == 3 && b->m_mul == 0.875 && b->end_lr == 0.0625 &&
+              b->power == 1.5 && b->cycle);
 }
 
 /* A variable's name is at most TSR_VAR_NAME_MAX - 1 bytes on the PS as in
@@ -476,6 +506,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(create_refuses_what_overflows),
       cmocka_unit_test(create_refuses_long_names),
+      cmocka_unit_test(schedule_crosses_the_wire_whole),
       cmocka_unit_test(data_calls_refuse_bad_fields),
       cmocka_unit_test(admin_calls_refuse_bad_fields),
       cmocka_unit_test(paths_stay_under_the_root),
