@@ -157,6 +157,7 @@ int main(int argc, char **argv) {
   o.token = d.token;
   o.token_len = d.token_len;
   o.plain_frames = d.plain_frames;
+  o.test_folder_gate = getenv("TESSERA_TEST_FOLDER_GATE");
   rc = chief_coord_run(&o);
 out:
   tsr_daemon_free(&d);

@@ -8,7 +8,9 @@
  * restored, maps and checks each of those whole (tsr_shardfile_open),
  * checks that they belong together (one checkpoint id and step, one
  * sharding, one variable) and copies their rows into a new shard built
- * aside; the caller swaps it in.
+ * aside; the caller swaps it in. The check and the copy release the
+ * file's pages behind them (tsr_shardfile_drop): a restoring PS holds
+ * its shards and a few MiB of each file, not the files whole.
  * Failure modes, each refused with a message naming the file: any a part
  * file's own checks find (size, CRCs, header, layout, ids), a part whose
  * name says another place than its header, a row id twice, a part of
@@ -101,6 +103,22 @@ static int cl_seen_set(ps_mem *mem, cl_seen *m, size_t r, bool *was) {
   return 0;
 }
 
+/* Rows of a sparse part copied between releases of the pages behind them:
+ * the part's map holds only about this many rows' pages resident. */
+#define CL_DROP_ROWS 65536
+
+/* Releases rows [r0, r1) of each section of a sparse part (the pages
+ * wholly inside them) from the map. */
+static void cl_drop_rows(const cl_file *f, int nslots, size_t W, int64_t r0,
+                         int64_t r1) {
+  const tsr_shardfile_part *d = &f->f.p;
+  size_t a = (size_t)r0, n = (size_t)(r1 - r0);
+  tsr_shardfile_drop(&f->f, d->data + d->off_ids + a * 8, n * 8);
+  tsr_shardfile_drop(&f->f, d->data + d->off_value + a * W * 4, n * W * 4);
+  for (int k = 0; k < nslots; k++)
+    tsr_shardfile_drop(&f->f, d->data + d->off_slot[k] + a * W * 4, n * W * 4);
+}
+
 static int cl_copy_rows(ps_shard *s, ps_mem *mem, const cl_file *f,
                         int64_t *covered, cl_seen *seen, char *err,
                         size_t errlen) {
@@ -117,12 +135,20 @@ static int cl_copy_rows(ps_shard *s, ps_mem *mem, const cl_file *f,
     size_t src = (size_t)(lo - p->row0) * W * 4,
            dst = (size_t)(lo - s->spec.shard.row0) * W;
     memcpy(s->w + dst, d->data + d->off_value + src, cnt);
-    for (int k = 0; k < s->nslots; k++)
+    tsr_shardfile_drop(&f->f, d->data + d->off_value + src, cnt);
+    for (int k = 0; k < s->nslots; k++) {
       memcpy(s->slots[k] + dst, d->data + d->off_slot[k] + src, cnt);
+      tsr_shardfile_drop(&f->f, d->data + d->off_slot[k] + src, cnt);
+    }
     *covered += hi - lo;
     return 0;
   }
+  int64_t done = 0;
   for (int64_t r = 0; r < p->n_rows; r++) {
+    if (r - done >= CL_DROP_ROWS) {
+      cl_drop_rows(f, s->nslots, W, done, r);
+      done = r;
+    }
     int64_t id;
     memcpy(&id, d->data + d->off_ids + (size_t)r * 8, 8);
     if (ps__spec_owns_id(&s->spec, id)) continue;
@@ -148,6 +174,7 @@ static int cl_copy_rows(ps_shard *s, ps_mem *mem, const cl_file *f,
     for (int k = 0; k < s->nslots; k++)
       memcpy(rec + (size_t)(k + 1) * W, d->data + d->off_slot[k] + so, W * 4);
   }
+  cl_drop_rows(f, s->nslots, W, done, p->n_rows);
   return 0;
 }
 

@@ -274,8 +274,10 @@ void ps__snap_touch_dense(ps_shard *s);
 void ps__snap_select(ps_snap *v, uint64_t *sel, size_t words, size_t bytes);
 /* The reader (any thread): rows [r0, r0+n) as records of
  * width * (1 + nslots) floats (value, then each slot), and their ids
- * (sparse; ids may be NULL). Fails (err names the shard) when the view was
- * lost for want of memory. */
+ * (sparse; ids may be NULL). A sparse view's rows are read once each, in
+ * order: the writers keep no row below the last one read, and a row read
+ * again is refused (TSR_EINVAL). Fails (err names the shard) when the view
+ * was lost for want of memory. */
 int ps__snap_read(ps_snap *v, size_t r0, size_t n, float *recs, int64_t *ids,
                   char *err, size_t errlen);
 /* The reader is done: writers keep nothing more, the kept rows go. */

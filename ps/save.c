@@ -33,6 +33,9 @@
 #include "common/log.h"
 
 #include <inttypes.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -250,6 +253,13 @@ static void save_work(uv_work_t *w) {
     }
     ps__snap_release(v); /* its writers keep nothing more */
   }
+  /* the rows kept while it was written are freed: their pages go back to
+   * the system rather than stay resident in the allocator's arenas (the
+   * pool threads' applies allocated them; nothing else would reuse them
+   * before the next checkpoint) */
+#ifdef __GLIBC__
+  malloc_trim(0);
+#endif
 }
 
 /* The writing is over (status: the pool's own failure to run it). */

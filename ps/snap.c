@@ -25,10 +25,23 @@
  * changes a row (a bit test when the row is already kept or the view is
  * done); a dense writer calls ps__snap_touch_dense, which copies the
  * whole shard on its first apply. The reader copies rows out with
- * ps__snap_read under the view's lock, so it never sees half a row; it
- * says it is done with ps__snap_release, and from then on the writers
- * keep nothing. ps__snap_drop detaches the view (again with nobody
- * writing).
+ * ps__snap_read, in row order, once each; it says it is done with
+ * ps__snap_release, and from then on the writers keep nothing.
+ * ps__snap_drop detaches the view (again with nobody writing).
+ *
+ * What is kept, and who waits. A row the reader has copied out already
+ * (below its published place, `upto`) is not kept: the writer changes it
+ * at once. An increment's view keeps only the rows it selected. So a
+ * checkpoint keeps the rows changed ahead of its reader, not every row
+ * changed while it is written. The reader copies the table's records
+ * without the lock, then, under the lock, copies the kept record over
+ * each row of the piece a writer kept meanwhile, and publishes its new
+ * place: a writer that kept a row before that lock is seen there; one
+ * that comes after changes the row only after the reader's copy (the
+ * lock orders them), or finds it below `upto`. Writers wait on the lock
+ * only for that scan of a piece's bits, not for its copy; the records
+ * kept are freed (and the allocator's free pages returned) when the
+ * reader releases the view.
  * Failure modes: a kept row or a dense copy that does not fit the memory
  * budget: the view is lost (the writer goes on, nothing waits) and the
  * reader's next read fails with TSR_EMEMLIMIT naming the shard and the
@@ -51,6 +64,8 @@ struct ps_snap {
   ps_mem *mem;
   _Atomic int released;   /* the reader is done, or the view is lost */
   _Atomic int let_go;     /* the reader will not touch it again */
+  _Atomic size_t upto;    /* rows below it are copied out by the reader:
+                             writers keep none of them */
   int err;                /* why it was lost (0: it was not) */
   size_t err_bytes;       /* the reservation that failed */
   ps_snap_info info;
@@ -332,8 +347,10 @@ static float *snap_side_new(ps_snap *v, size_t r) {
 
 static void snap_keep_row(ps_snap *v, const ps_shard *s, size_t r) {
   if (r >= v->n_all || (v->kept[r >> 6] >> (r & 63) & 1) ||
+      r < atomic_load_explicit(&v->upto, memory_order_acquire) ||
       atomic_load_explicit(&v->released, memory_order_acquire))
     return;
+  if (v->sel && !(v->sel[r >> 6] >> (r & 63) & 1)) return; /* not in it */
   uv_mutex_lock(&v->mu);
   if (!atomic_load(&v->released)) {
     float *dst = snap_side_new(v, r);
@@ -451,10 +468,6 @@ static int snap_read_locked(ps_snap *v, size_t r0, size_t n, float *recs,
     goto out;
   }
   if (v->sel) { /* an increment: the selected rows, in order */
-    if (r0 < v->cur_k) {
-      v->cur_k = 0;
-      v->cur_r = snap_sel_next(v, 0);
-    }
     while (v->cur_k < r0 && v->cur_r != SIZE_MAX) {
       v->cur_r = snap_sel_next(v, v->cur_r + 1);
       v->cur_k++;
@@ -479,53 +492,71 @@ static int snap_read_locked(ps_snap *v, size_t r0, size_t n, float *recs,
     }
     goto out;
   }
-  /* a kept row may be changing (its writer no longer takes the lock):
-   * only the rows not kept are copied from the table */
-  size_t per = (size_t)1 << v->shift;
-  for (size_t i = 0; i < n;) {
-    size_t r = r0 + i;
-    size_t k = r >> v->shift, at = r & (per - 1);
-    size_t run = per - at < n - i ? per - at : n - i;
-    if (ids) {
-      if (v->direct)
-        for (size_t j = 0; j < run; j++) ids[i + j] = v->row0 + (int64_t)(r + j);
-      else
-        memcpy(ids + i, v->idc[k] + at, run * sizeof(int64_t));
-    }
-    for (size_t j = 0; j < run;) {
-      size_t q = r + j;
-      if (v->kept[q >> 6] >> (q & 63) & 1) {
-        const float *old = snap_side_find(v, q);
-        if (old) memcpy(recs + (i + j) * S, old, S * sizeof(float));
-        j++;
-        continue;
-      }
-      size_t e = j + 1;
-      while (e < run && !(v->kept[(r + e) >> 6] >> ((r + e) & 63) & 1)) e++;
-      memcpy(recs + (i + j) * S, v->chunks[k] + (at + j) * S,
-             (e - j) * S * sizeof(float));
-      j = e;
-    }
-    i += run;
+  /* the table's records are copied already (snap_copy_live); the rows
+   * kept since are copied over them */
+  for (size_t i = 0; i < n; i++) {
+    size_t q = r0 + i;
+    if (!(v->kept[q >> 6] >> (q & 63) & 1)) continue;
+    const float *old = snap_side_find(v, q);
+    if (old) memcpy(recs + i * S, old, S * sizeof(float));
   }
 out:
   return rc;
 }
 
+/* Rows [r, r+n) of a whole sparse view as the table holds them now, and
+ * their ids; without the lock (rows kept meanwhile are copied over them
+ * under it). */
+static void snap_copy_live(const ps_snap *v, size_t r, size_t n, float *recs,
+                           int64_t *ids) {
+  size_t S = v->stride, per = per_of(v);
+  for (size_t i = 0; i < n;) {
+    size_t q = r + i, k = q >> v->shift, at = q & (per - 1);
+    size_t run = per - at < n - i ? per - at : n - i;
+    if (ids) {
+      if (v->direct)
+        for (size_t j = 0; j < run; j++) ids[i + j] = v->row0 + (int64_t)(q + j);
+      else
+        memcpy(ids + i, v->idc[k] + at, run * sizeof(int64_t));
+    }
+    memcpy(recs + i * S, v->chunks[k] + at * S, run * S * sizeof(float));
+    i += run;
+  }
+}
+
 int ps__snap_read(ps_snap *v, size_t r0, size_t n, float *recs, int64_t *ids,
                   char *err, size_t errlen) {
-  /* the lock is held a piece at a time: a writer touching a row it has
-   * not kept yet waits for at most one piece (an increment's rows are
-   * scattered: a few hundred of them; contiguous ones: 32 KiB) */
+  /* a piece at a time: the lock is held for a piece's kept rows (an
+   * increment's rows are scattered: a few hundred of them; contiguous
+   * ones: 32 KiB), and the place published after each */
+  bool whole = v->info.sparse && !v->sel;
   size_t S = v->stride;
   size_t P = v->sel ? 256 : (32u << 10) / (S * sizeof(float));
   if (P < 1) P = 1;
+  if (v->info.sparse && !atomic_load(&v->released) &&
+      r0 < (v->sel ? v->cur_k : atomic_load(&v->upto)))
+    return tsr_errf(err, errlen, TSR_EINVAL, "%s shard %d: snapshot row %zu "
+                    "read again: its rows are read once each, in order "
+                    "(those read are let change)", v->info.spec.var.name,
+                    v->info.spec.shard.shard, r0);
   int rc = 0;
   for (size_t i = 0; i < n && !rc; i += P) {
     size_t k = n - i < P ? n - i : P;
+    if (whole) {
+      if (r0 + i + k > v->n_all)
+        return tsr_errf(err, errlen, TSR_ERANGE, "%s shard %d: rows [%zu, "
+                        "%zu) are past the snapshot's %zu", v->info.spec.var.name,
+                        v->info.spec.shard.shard, r0 + i, r0 + i + k, v->n_all);
+      snap_copy_live(v, r0 + i, k, recs + i * S, ids ? ids + i : NULL);
+    }
     uv_mutex_lock(&v->mu);
     rc = snap_read_locked(v, r0 + i, k, recs + i * S, ids ? ids + i : NULL,
                           err, errlen);
+    if (!rc && v->info.sparse) /* the rows read are let change */
+      atomic_store_explicit(&v->upto, v->sel ? (v->cur_r == SIZE_MAX
+                                                    ? v->n_all : v->cur_r)
+                                             : r0 + i + k,
+                            memory_order_release);
     uv_mutex_unlock(&v->mu);
   }
   return rc;

@@ -29,6 +29,7 @@
 #include "common/clock.h"
 #include "common/err.h"
 #include "common/log.h"
+#include "common/mem.h"
 #include "common/memlimit.h"
 #include "kernels/kern_nccl.h"
 #include "kernels/optim.h"
@@ -83,12 +84,8 @@ void wk__hy_free(wk_run *r) {
       free(r->slots[v][k]);
     if (r->slots) free(r->slots[v]);
   }
-  free(r->slots);
-  free(r->vopt);
-  free(r->nslots);
-  free(r->dense_ix);
-  free(r->dense_var);
-  free(r->kv_var);
+  TSR_FREE_ALL(r->slots, r->vopt, r->nslots, r->dense_ix, r->dense_var,
+               r->kv_var);
   tsr_coll_fuse_free(r->fuse);
   r->slots = NULL;
   r->fuse = NULL;

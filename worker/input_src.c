@@ -12,6 +12,7 @@
 #include "worker/input_int.h"
 
 #include "common/err.h"
+#include "common/mem.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -154,10 +155,7 @@ int wk_read__slurp(const char *path, uint8_t **buf, size_t *len, char *err,
 
 void wk_table__free(wk_table *t) {
   if (!t) return;
-  free(t->x);
-  free(t->xu8);
-  free(t->y);
-  free(t->file_start);
+  TSR_FREE_ALL(t->x, t->xu8, t->y, t->file_start);
   for (int64_t j = 0; t->names && j < t->d; j++) free(t->names[j]);
   free(t->names);
   memset(t, 0, sizeof *t);

@@ -23,6 +23,7 @@
 #include "common/clock.h"
 #include "common/err.h"
 #include "common/log.h"
+#include "common/mem.h"
 #include "common/memlimit.h"
 
 #include <stdio.h>
@@ -47,20 +48,10 @@ void wk__run_free(wk_run *r) {
     if (r->ids_cur) free(r->ids_cur[v]);
     if (r->ids_nxt) free(r->ids_nxt[v]);
   }
-  free(r->param);
-  free(r->grad);
-  free(r->param1);
-  free(r->grad1);
-  free(r->xf);
-  free(r->ids_cur);
-  free(r->ids_nxt);
-  free(r->n_cur);
-  free(r->n_nxt);
-  free(r->cap_rows);
-  free(r->shards);
-  free(r->var_first);
   for (int i = 0; i < r->n_ps; i++) free(r->ps_addrs[i]);
-  free(r->ps_addrs);
+  TSR_FREE_ALL(r->param, r->grad, r->param1, r->grad1, r->xf, r->ids_cur,
+               r->ids_nxt, r->n_cur, r->n_nxt, r->cap_rows, r->shards,
+               r->var_first, r->ps_addrs);
   tsr_job_free(&r->job);
   free(r);
 }
@@ -73,22 +64,10 @@ void wk__pin_free(void *ctx, void *p) { kern_host_free(ctx, p); }
 
 void wk__job_free(wk_job *j) {
   if (!j) return;
-  free(j->strs[0]);
-  free(j->strs[1]);
   for (int i = 0; i < j->n_names; i++) free(j->names[i]);
-  free(j->names);
-  free(j->values);
-  free(j->histo);
-  free(j->affine);
-  free(j->cols);
-  free(j->hmsg);
-  free(j->hptr);
-  free(j->htag);
-  free(j->trace);
-  free(j->dvars);
-  free(j->dvp);
-  free(j->dslot_names);
-  free(j);
+  TSR_FREE_ALL(j->strs[0], j->strs[1], j->names, j->values, j->histo,
+               j->affine, j->cols, j->hmsg, j->hptr, j->htag, j->trace,
+               j->dvars, j->dvp, j->dslot_names, j);
 }
 
 /* Shards arrive in any order; sort by (var, row0) so each variable's
@@ -172,20 +151,14 @@ static int check_layout(wk_run *r, const Tessera__Worker__ConfigureRequest *q,
 
 static int alloc_buffers(wk_run *r, char *err, size_t errlen) {
   size_t nv = r->n_vars;
-  r->param = calloc(nv, sizeof *r->param);
-  r->grad = calloc(nv, sizeof *r->grad);
-  r->ids_cur = calloc(nv, sizeof *r->ids_cur);
-  r->ids_nxt = calloc(nv, sizeof *r->ids_nxt);
-  r->n_cur = calloc(nv, sizeof *r->n_cur);
-  r->n_nxt = calloc(nv, sizeof *r->n_nxt);
-  r->cap_rows = calloc(nv, sizeof *r->cap_rows);
   bool two = r->job.prefetch_params && r->job.mode == TSR_MODE_ASYNC;
-  if (two) {
-    r->param1 = calloc(nv, sizeof *r->param1);
-    r->grad1 = calloc(nv, sizeof *r->grad1);
-  }
-  if (!r->param || !r->grad || !r->ids_cur || !r->ids_nxt || !r->n_cur ||
-      !r->n_nxt || !r->cap_rows || (two && (!r->param1 || !r->grad1)))
+  /* the last two only with prefetch_params: a second set */
+  const tsr_array per_var[] = {
+      TSR_ARRAY(r->param), TSR_ARRAY(r->grad), TSR_ARRAY(r->ids_cur),
+      TSR_ARRAY(r->ids_nxt), TSR_ARRAY(r->n_cur), TSR_ARRAY(r->n_nxt),
+      TSR_ARRAY(r->cap_rows), TSR_ARRAY(r->param1), TSR_ARRAY(r->grad1)};
+  size_t n_arrays = sizeof per_var / sizeof per_var[0] - (two ? 0 : 2);
+  if (tsr_calloc_each(per_var, n_arrays, nv))
     return tsr_errf(err, errlen, TSR_ENOMEM, "out of memory for buffers");
   for (size_t v = 0; v < nv; v++) {
     const tsr_var *vi = &r->vars[v];

@@ -15,6 +15,7 @@
 #include "worker/model_int.h"
 
 #include "common/err.h"
+#include "common/mem.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -253,19 +254,10 @@ void wk_exec_close(wk_exec *e) {
   for (int s = 0; s < e->n_sp; s++) {
     wk_splan *p = &e->sp[s];
     splan_free_dev(e, p);
-    free(p->uniq);
-    free(p->idx);
-    free(p->bag_off);
-    free(p->occ_off);
-    free(p->occ_bag);
-    free(p->occ_w);
+    TSR_FREE_ALL(p->uniq, p->idx, p->bag_off, p->occ_off, p->occ_bag,
+                 p->occ_w);
   }
-  free(e->dp);
-  free(e->dg);
-  free(e->dcap);
-  free(e->ready_at);
-  free(e->readied);
-  free(e);
+  TSR_FREE_ALL(e->dp, e->dg, e->dcap, e->ready_at, e->readied, e);
 }
 
 static int grow(void **p, int64_t *cap, int64_t need, size_t elem) {

@@ -36,6 +36,12 @@ void tsr_layer__same_shape(wk_layer *l, const wk_layer *src) {
   l->size = src->size;
 }
 
+wk_layer *tsr_layer__node_same(lp *p, wk_layer_kind kind) {
+  wk_layer *l = tsr_layer__node(p, kind);
+  if (l) tsr_layer__same_shape(l, tsr_layer__in0(p));
+  return l;
+}
+
 void tsr_layer__shape_text(const wk_layer *l, char *buf, size_t len) {
   size_t o = (size_t)snprintf(buf, len, "(batch");
   for (int i = 0; i < l->rank && o < len; i++)
@@ -45,45 +51,41 @@ void tsr_layer__shape_text(const wk_layer *l, char *buf, size_t len) {
 
 /* ---- config values -------------------------------------------------------*/
 
+/* The value of `key` in the layer's config; NULL when it is absent or
+ * null, where the getters give their default. */
+static const json_t *cfg_get(const lp *p, const char *key) {
+  const json_t *v = json_object_get(p->cfg, key);
+  return json_is_null(v) ? NULL : v;
+}
+
+/* A value of the wrong type: "layer 'N': KEY must be WANT". */
+static int cfg_bad(const lp *p, const char *key, const char *want) {
+  return tsr_errf(p->err, p->errlen, TSR_ECONFIG, "layer '%s': %s must be %s",
+                  p->nm, key, want);
+}
+
 int tsr_layer__get_int(const lp *p, const char *key, int64_t def, int64_t lo,
                    int64_t *out) {
-  const json_t *v = json_object_get(p->cfg, key);
-  if (!v || json_is_null(v)) {
-    *out = def;
-    return 0;
-  }
-  if (!json_is_integer(v) || json_integer_value(v) < lo)
+  const json_t *v = cfg_get(p, key);
+  if (v && (!json_is_integer(v) || json_integer_value(v) < lo))
     return tsr_errf(p->err, p->errlen, TSR_ECONFIG,
                     "layer '%s': %s must be an integer >= %lld",
                     p->nm, key, (long long)lo);
-  *out = json_integer_value(v);
+  *out = v ? json_integer_value(v) : def;
   return 0;
 }
 
 int tsr_layer__get_num(const lp *p, const char *key, double def, double *out) {
-  const json_t *v = json_object_get(p->cfg, key);
-  if (!v || json_is_null(v)) {
-    *out = def;
-    return 0;
-  }
-  if (!json_is_number(v))
-    return tsr_errf(p->err, p->errlen, TSR_ECONFIG,
-                    "layer '%s': %s must be a number", p->nm, key);
-  *out = json_number_value(v);
+  const json_t *v = cfg_get(p, key);
+  if (v && !json_is_number(v)) return cfg_bad(p, key, "a number");
+  *out = v ? json_number_value(v) : def;
   return 0;
 }
 
 int tsr_layer__get_bool(const lp *p, const char *key, bool def, bool *out) {
-  const json_t *v = json_object_get(p->cfg, key);
-  if (!v || json_is_null(v)) {
-    *out = def;
-    return 0;
-  }
-  if (!json_is_boolean(v))
-    return tsr_errf(p->err, p->errlen, TSR_ECONFIG,
-                    "layer '%s': %s must be true or false", p->nm,
-                    key);
-  *out = json_is_true(v);
+  const json_t *v = cfg_get(p, key);
+  if (v && !json_is_boolean(v)) return cfg_bad(p, key, "true or false");
+  *out = v ? json_is_true(v) : def;
   return 0;
 }
 
@@ -91,8 +93,8 @@ int tsr_layer__get_bool(const lp *p, const char *key, bool def, bool *out) {
  * (def[0] < 1: required). */
 int tsr_layer__get_pair(const lp *p, const char *key, const int64_t *def,
                     int64_t out[2]) {
-  const json_t *v = json_object_get(p->cfg, key);
-  if (!v || json_is_null(v)) {
+  const json_t *v = cfg_get(p, key);
+  if (!v) {
     if (!def || def[0] < 1)
       return tsr_errf(p->err, p->errlen, TSR_ECONFIG,
                       "layer '%s': %s is required", p->nm, key);
@@ -142,8 +144,8 @@ int tsr_layer__channels_last(const lp *p) {
  * "L2" | "L1L2", "config": {"l1": a, "l2": b}}. */
 static int get_reg(const lp *p, const char *key, float *l1, float *l2) {
   *l1 = *l2 = 0;
-  const json_t *v = json_object_get(p->cfg, key);
-  if (!v || json_is_null(v)) return 0;
+  const json_t *v = cfg_get(p, key);
+  if (!v) return 0;
   const char *c = json_is_string(v) ? json_string_value(v)
                   : json_string_value(json_object_get(v, "class_name"));
   const json_t *cfg = json_is_object(v) ? json_object_get(v, "config") : NULL;
@@ -272,9 +274,8 @@ int tsr_layer__p_dense(lp *p) {
     return tsr_errf(p->err, p->errlen, TSR_ECONFIG,
                     "layer '%s': units must be a positive integer",
                     p->nm);
-  wk_layer *l = tsr_layer__node(p, WK_L_DENSE);
+  wk_layer *l = tsr_layer__node_same(p, WK_L_DENSE);
   if (!l) return TSR_ERANGE;
-  tsr_layer__same_shape(l, tsr_layer__in0(p));
   int64_t fan_in = l->dim[l->rank - 1];
   l->dim[l->rank - 1] = units;
   l->size = l->size / fan_in * units;
@@ -514,9 +515,8 @@ static int p_batchnorm(lp *p) {
     return tsr_errf(p->err, p->errlen, TSR_ECONFIG,
                     "layer '%s': momentum must be in [0, 1) and "
                     "epsilon > 0 (momentum %g, epsilon %g)", p->nm, mom, eps);
-  wk_layer *l = tsr_layer__node(p, WK_L_BATCHNORM);
+  wk_layer *l = tsr_layer__node_same(p, WK_L_BATCHNORM);
   if (!l) return TSR_ERANGE;
-  tsr_layer__same_shape(l, tsr_layer__in0(p));
   l->eps = (float)eps;
   int64_t c = l->dim[l->rank - 1];
   if ((rc = gamma_beta(p, l, scale, center, 1, &c))) return rc;
@@ -547,9 +547,8 @@ static int p_layernorm(lp *p) {
   if (!(eps > 0))
     return tsr_errf(p->err, p->errlen, TSR_ECONFIG,
                     "layer '%s': epsilon must be > 0", p->nm);
-  wk_layer *l = tsr_layer__node(p, WK_L_LAYERNORM);
+  wk_layer *l = tsr_layer__node_same(p, WK_L_LAYERNORM);
   if (!l) return TSR_ERANGE;
-  tsr_layer__same_shape(l, tsr_layer__in0(p));
   l->eps = (float)eps;
   int64_t shape[WK_MAX_DIMS];
   l->norm_w = 1;

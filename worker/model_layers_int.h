@@ -26,6 +26,9 @@ const wk_layer *tsr_layer__in0(const lp *p);
 /* appends this layer's node (its inputs, name, class); NULL when full */
 wk_layer *tsr_layer__node(lp *p, wk_layer_kind kind);
 void tsr_layer__same_shape(wk_layer *l, const wk_layer *src);
+/* tsr_layer__node with the first input's shape (a layer that keeps it,
+ * or starts from it); NULL when full */
+wk_layer *tsr_layer__node_same(lp *p, wk_layer_kind kind);
 /* "(batch, 4, 4, 2)" */
 void tsr_layer__shape_text(const wk_layer *l, char *buf, size_t len);
 /* config values: `def` when absent or null; errors name the layer, key */

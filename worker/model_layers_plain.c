@@ -15,15 +15,9 @@
 #include <stdio.h>
 #include <string.h>
 
-static wk_layer *act_node(lp *p) {
-  wk_layer *l = tsr_layer__node(p, WK_L_ACTIVATION);
-  if (l) tsr_layer__same_shape(l, tsr_layer__in0(p));
-  return l;
-}
-
 /* An activation layer applying `act` with parameter `alpha`. */
 static int act_layer(lp *p, kern_act act, double alpha) {
-  wk_layer *l = act_node(p);
+  wk_layer *l = tsr_layer__node_same(p, WK_L_ACTIVATION);
   if (!l) return TSR_ERANGE;
   l->act = act;
   l->alpha = (float)alpha;
@@ -31,7 +25,7 @@ static int act_layer(lp *p, kern_act act, double alpha) {
 }
 
 int tsr_layer__p_activation(lp *p) {
-  wk_layer *l = act_node(p);
+  wk_layer *l = tsr_layer__node_same(p, WK_L_ACTIVATION);
   if (!l) return TSR_ERANGE;
   return tsr_model__parse_act(json_object_get(p->cfg, "activation"), p->nm,
                              &l->act, &l->alpha, p->err, p->errlen);
@@ -86,7 +80,7 @@ int tsr_layer__p_softmax(lp *p) {
     return tsr_errf(p->err, p->errlen, TSR_EUNSUPPORTED,
                     "layer '%s': Softmax over axis %lld is "
                     "not supported (only the last, -1)", p->nm, (long long)ax);
-  wk_layer *l = act_node(p);
+  wk_layer *l = tsr_layer__node_same(p, WK_L_ACTIVATION);
   if (!l) return TSR_ERANGE;
   l->act = KERN_ACT_SOFTMAX;
   return 0;
@@ -100,9 +94,8 @@ int tsr_layer__p_dropout(lp *p) {
   if (!(r >= 0 && r < 1))
     return tsr_errf(p->err, p->errlen, TSR_ECONFIG,
                     "layer '%s': rate must be in [0, 1)", p->nm);
-  wk_layer *l = tsr_layer__node(p, WK_L_DROPOUT);
+  wk_layer *l = tsr_layer__node_same(p, WK_L_DROPOUT);
   if (!l) return TSR_ERANGE;
-  tsr_layer__same_shape(l, tsr_layer__in0(p));
   l->rate = (float)r;
   return 0;
 }

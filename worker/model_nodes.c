@@ -37,22 +37,29 @@ static int64_t rows_of(const wk_exec *e, const wk_layer *l) {
   return e->n * (l->size / l->dim[l->rank - 1]);
 }
 
+/* Where sparse plan `p`'s rows sit in its embedding node's output (the
+ * gather writes there, the scatter reads the gradient from there): a
+ * per-id embedding owns its node, [ids, dim]; a pooled one writes `dim`
+ * columns of each row at its offset (0 when the plan is wide). */
+static const wk_embed *emb_place(const wk_exec *e, const wk_splan *p,
+                                 int64_t *stride, int64_t *off) {
+  const wk_embed *em = &e->m->emb[p->first_emb];
+  *stride = em->per_id ? p->dim : e->m->layers[em->node].size;
+  *off = em->per_id || p->wide ? 0 : em->out_off;
+  return em;
+}
+
 static int gathers(wk_exec *e, const wk_run_opts *o) {
-  const tsr_model *m = e->m;
-  kern_ctx *c = e->ctx;
   int rc;
   for (int s = 0; s < e->n_sp; s++) {
-    wk_splan *p = &e->sp[s];
-    const wk_embed *em = &m->emb[p->first_emb];
+    const wk_splan *p = &e->sp[s];
+    int64_t stride, off;
+    const wk_embed *em = emb_place(e, p, &stride, &off);
     CK(wk_exec__need(e, o, p->var));
-    float *out = e->y[em->node];
-    if (em->per_id)
-      CK(kern_embed_gather(c, e->dp[p->var], p->dim, p->d_idx, p->d_bag_off,
-                           p->n_bags, KERN_POOL_SUM, out, p->dim, 0));
-    else
-      CK(kern_embed_gather(c, e->dp[p->var], p->dim, p->d_idx, p->d_bag_off,
-                           e->n, em->pool, out, m->layers[em->node].size,
-                           p->wide ? 0 : em->out_off));
+    CK(kern_embed_gather(e->ctx, e->dp[p->var], p->dim, p->d_idx,
+                         p->d_bag_off, em->per_id ? p->n_bags : e->n,
+                         em->per_id ? KERN_POOL_SUM : em->pool,
+                         e->y[em->node], stride, off));
   }
   return 0;
 }
@@ -328,22 +335,14 @@ static int norm_bwd(wk_exec *e, const wk_layer *l, int k, int in,
 }
 
 static int scatters(wk_exec *e) {
-  const tsr_model *m = e->m;
-  kern_ctx *c = e->ctx;
   int rc;
   for (int s = 0; s < e->n_sp; s++) {
-    wk_splan *p = &e->sp[s];
-    const wk_embed *em = &m->emb[p->first_emb];
-    const float *d = e->dy[em->node];
-    if (em->per_id)
-      CK(kern_embed_scatter(c, d, p->dim, 0, p->dim, p->d_occ_off,
-                            p->d_occ_bag, p->d_occ_w, p->n_uniq,
-                            e->dg[p->var]));
-    else
-      CK(kern_embed_scatter(c, d, m->layers[em->node].size,
-                            p->wide ? 0 : em->out_off, p->dim, p->d_occ_off,
-                            p->d_occ_bag, p->d_occ_w, p->n_uniq,
-                            e->dg[p->var]));
+    const wk_splan *p = &e->sp[s];
+    int64_t stride, off;
+    const wk_embed *em = emb_place(e, p, &stride, &off);
+    CK(kern_embed_scatter(e->ctx, e->dy[em->node], stride, off, p->dim,
+                          p->d_occ_off, p->d_occ_bag, p->d_occ_w, p->n_uniq,
+                          e->dg[p->var]));
   }
   return 0;
 }

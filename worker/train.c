@@ -15,6 +15,7 @@
 #include "common/clock.h"
 #include "common/err.h"
 #include "common/log.h"
+#include "common/mem.h"
 #include "kernels/optim.h"
 
 #include <math.h>
@@ -149,14 +150,7 @@ void wk_trainer_close(wk_trainer *t) {
       free(t->slots[v][s]);
     free(t->slots[v]);
   }
-  free(t->vopt);
-  free(t->nslots);
-  free(t->w);
-  free(t->slots);
-  free(t->p);
-  free(t->g);
-  free(t->pcap);
-  free(t);
+  TSR_FREE_ALL(t->vopt, t->nslots, t->w, t->slots, t->p, t->g, t->pcap, t);
 }
 
 /* Copies the rows the batch touches into the staging buffers. */

@@ -37,6 +37,10 @@ typedef struct {
   bool keep_cluster;             /* do not shut PS and workers down */
   double heartbeat_timeout_s;    /* a silent peer is lost after this; 10 */
   const char *trace_path;        /* --trace: Chrome trace-event JSON */
+  const char *test_folder_gate;  /* tests only (TESSERA_TEST_FOLDER_GATE):
+                                    while this file exists, making a
+                                    checkpoint's folder waits, having made
+                                    the file <gate>.held */
 } chief_coord_opts;
 
 void chief_coord_opts_init(chief_coord_opts *o);

@@ -11,6 +11,8 @@
  * teardown runs the loop until no request is left).
  * Failure modes: a folder that cannot be made goes to the callback with
  * its error; a removal that fails is logged, naming the folder.
+ * A test hook (TESSERA_TEST_FOLDER_GATE) holds the making of folders, so
+ * a test can lose a PS while a checkpoint's folder is being made.
  */
 #include "chief/coord/coord_io.h"
 #include "common/err.h"
@@ -20,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 struct coord_fs_job {
   coord_fs_job *next;
@@ -36,9 +39,21 @@ struct coord_fs_job {
 
 static void coord_fs_next(coord *co);
 
+/* The test hook (chief_coord_opts.test_folder_gate): says it holds a
+ * folder (<gate>.held), then waits while the gate exists. */
+static void coord_fs_gate(const char *gate) {
+  char held[4096];
+  if (snprintf(held, sizeof held, "%s.held", gate) >= (int)sizeof held) return;
+  FILE *f = access(gate, F_OK) == 0 ? fopen(held, "w") : NULL;
+  if (f) fclose(f);
+  while (access(gate, F_OK) == 0) usleep(20000);
+}
+
 static void coord_fs_work(uv_work_t *w) {
   coord_fs_job *j = w->data;
   const char *root = j->co->job.checkpoint_dir;
+  if (j->make && j->co->o->test_folder_gate)
+    coord_fs_gate(j->co->o->test_folder_gate);
   j->rc = j->make ? chief_ckpt_prepare(root, j->step, j->err, sizeof j->err)
                   : chief_ckpt_remove(root, j->step, j->err, sizeof j->err);
 }

@@ -194,6 +194,12 @@ struct coord {
   int64_t worker_steps_run;  /* steps of every counted closure */
   int64_t examples_run;      /* their examples: this process's own */
   int64_t examples;
+  /* the examples when the checkpoint of step `save_step` was asked for:
+   * its manifest's (training goes on while the files are written, so the
+   * count at the commit is past the checkpoint's step); save_step -1:
+   * none asked yet */
+  int64_t save_step;
+  int64_t save_examples;
   double loss_sum;
   int64_t loss_n;
   /* the last closures' losses, for the progress bar and the summary's

@@ -351,6 +351,12 @@ static void coord_ps_dir_call(coord *co, uint64_t op, int64_t step,
   for (int i = 0; i < co->n_ps; i++) {
     coord_ps *p = &co->ps[i];
     const char *what = save ? "save" : "restore";
+    if (save && !p->connected) {
+      /* a call waits for the connection, and a save must reach only the
+       * process that holds the shards now, never one started after it */
+      coord_psop_result(co, op, p, what, TSR_EUNAVAIL, "not connected");
+      continue;
+    }
     coord_ps_call *call = coord_ps_call_new(p, op, what);
     if (!call) {
       coord_psop_result(co, op, p, what, TSR_ENOMEM, "out of memory");
@@ -392,6 +398,13 @@ static void coord_ps_folder_made(coord *co, int rc, const char *err,
     coord__post(co, &ev);
     return;
   }
+  /* a PS lost while the folder was made ended this checkpoint: nobody
+   * waits for its save, which must not reach that PS started again */
+  if (!coord_sm_save_wanted(co->sm, op)) {
+    tsr_info("checkpoint of step %" PRId64 ": ended (a PS was lost) while "
+             "its folder was made; no PS is asked to save it", step);
+    return;
+  }
   coord_ps_dir_call(co, op, step, true);
 }
 
@@ -406,6 +419,8 @@ void coord__ps_save(coord *co, uint64_t op, int64_t step) {
   }
   q->op = op;
   q->step = step;
+  co->save_step = step;
+  co->save_examples = co->examples;
   coord__fs_prepare(co, step, coord_ps_folder_made, q);
 }
 
@@ -637,7 +652,9 @@ void coord__ps_commit(coord *co, uint64_t op, int64_t step, int64_t total) {
   json_t *m = json_object();
   json_object_set_new(m, "run_id", json_integer((json_int_t)co->run_id));
   json_object_set_new(m, "wall_time", json_real(tsr_wall_s()));
-  json_object_set_new(m, "examples", json_integer(co->examples));
+  json_object_set_new(m, "examples", json_integer(step == co->save_step
+                                                       ? co->save_examples
+                                                       : co->examples));
   coord__outcome_put(co, m);
   if (total > 0) json_object_set_new(m, "total_steps", json_integer(total));
   json_object_set_new(m, "num_ps", json_integer(co->n_ps));

@@ -385,6 +385,7 @@ int chief_coord_run(const chief_coord_opts *o) {
   if (!co) return 1;
   co->o = o;
   co->exit_status = 1;
+  co->save_step = -1;
   tsr_job_init(&co->job);
   tsr_cluster_init(&co->cluster);
   coord_actions_init(&co->acts);

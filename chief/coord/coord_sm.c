@@ -597,6 +597,9 @@ int64_t coord_sm_last_ckpt(const coord_sm *sm) {
   return sm__newest_committed(sm);
 }
 int64_t coord_sm_resumed_from(const coord_sm *sm) { return sm->resumed_from; }
+bool coord_sm_save_wanted(const coord_sm *sm, uint64_t op) {
+  return sm->ck_stage == SM_CK_SNAP && sm->ck_op == op;
+}
 int coord_sm_restarts_ps(const coord_sm *sm) { return sm->restarts_ps; }
 int coord_sm_initial_restarts(const coord_sm *sm) {
   return sm->initial_restarts;

@@ -310,6 +310,10 @@ int64_t coord_sm_global_step(const coord_sm *sm);
 int64_t coord_sm_total_steps(const coord_sm *sm);  /* 0: not known yet */
 int64_t coord_sm_last_ckpt(const coord_sm *sm);    /* -1: none */
 int64_t coord_sm_resumed_from(const coord_sm *sm); /* -1: a fresh run */
+/* Whether SAVE `op` is still the checkpoint being taken: its folder is
+ * made off the loop, and a PS lost meanwhile ends it; its calls must then
+ * not go out (a PS started again would take a save nobody waits for). */
+bool coord_sm_save_wanted(const coord_sm *sm, uint64_t op);
 int coord_sm_restarts_ps(const coord_sm *sm);
 /* Recoveries of a lost PS with no checkpoint to go back to after training
  * had begun (a job without checkpoints goes on from the shards' initial

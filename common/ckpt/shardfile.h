@@ -121,6 +121,13 @@ int tsr_shardfile_map(tsr_shardfile *f, const char *path, char *err,
 int tsr_shardfile_open(tsr_shardfile *f, const char *path, char *err,
                        size_t errlen);
 void tsr_shardfile_close(tsr_shardfile *f);
+/* Releases the pages of f's map inside [p, p+n) (the whole pages) from the
+ * process's resident memory; touched again, they are read again from the
+ * file (the page cache). For a reader done with a range: a restore copying
+ * a 2 GB part need not hold it resident. Outside the map: nothing. A file
+ * tsr_shardfile_open checked is released already; only what the caller
+ * touches after is resident again. */
+void tsr_shardfile_drop(const tsr_shardfile *f, const void *p, size_t n);
 
 /* ---- names ------------------------------------------------------------ */
 

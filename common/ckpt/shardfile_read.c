@@ -9,6 +9,16 @@
  * overflow (a huge n_rows does not wrap to a small size), ids outside the
  * part's rows or of another shard. Every check comes before the caller
  * reads a byte of data.
+ *
+ * Resident memory. A mapped file's pages that a pass has touched count
+ * in the reader's resident memory until they are unmapped: checking and
+ * then restoring a 2 GB shard held the whole file resident beside the
+ * shard built from it. A file opened with tsr_shardfile_open is checked
+ * a piece at a time (SF_DROP bytes) and each piece's pages are released
+ * behind the check (MADV_DONTNEED: they stay in the page cache, and a
+ * later touch maps them again); the caller copying out of the map
+ * releases behind itself with tsr_shardfile_drop. tsr_shardfile_parse on
+ * a caller's buffer releases nothing.
  */
 #include "common/ckpt/shardfile_int.h"
 #include "common/crc32c.h"
@@ -25,11 +35,39 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#define SF_DROP (8u << 20) /* bytes checked between releases */
+
+/* Releases the whole pages inside [p, p+n) of a mapping. */
+static void sf_drop(const void *p, size_t n) {
+  uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+  uintptr_t a = ((uintptr_t)p + pg - 1) / pg * pg,
+            e = ((uintptr_t)p + n) / pg * pg;
+  if (e > a) madvise((void *)a, e - a, MADV_DONTNEED);
+}
+
+/* Releases [from, to) of b when `drop` (a mapped file); returns `to`. */
+static uint64_t sf_behind(bool drop, const uint8_t *b, uint64_t from,
+                          uint64_t to) {
+  if (drop && to > from) sf_drop(b + from, (size_t)(to - from));
+  return to;
+}
+
+void tsr_shardfile_drop(const tsr_shardfile *f, const void *p, size_t n) {
+  const uint8_t *m = f->map, *q = p;
+  if (!m || n == 0 || q < m || q > m + f->size || n > (size_t)(m + f->size - q))
+    return; /* not inside the map */
+  sf_drop(p, n);
+}
+
 /* Each id of a sparse part belongs to the part. */
-static int sf_ids(const tsr_shardfile_part *p, const char *path, char *err,
-                  size_t errlen) {
+static int sf_ids(const tsr_shardfile_part *p, bool drop, const char *path,
+                  char *err, size_t errlen) {
   const tsr_shardfile_hdr *h = &p->h;
+  const uint8_t *b = p->data + p->off_ids;
+  uint64_t done = 0;
   for (int64_t r = 0; h->sparse && r < h->n_rows; r++) {
+    if ((uint64_t)r * 8 - done >= SF_DROP)
+      done = sf_behind(drop, b, done, (uint64_t)r * 8);
     int64_t id;
     memcpy(&id, p->data + p->off_ids + (size_t)r * 8, 8);
     bool in = h->bounded ? id >= h->row0 && id - h->row0 < h->rows
@@ -39,6 +77,7 @@ static int sf_ids(const tsr_shardfile_part *p, const char *path, char *err,
                       PRId64 ") does not belong to part %d of %d", path, id, r,
                       h->shard, h->num_shards);
   }
+  if (h->sparse) sf_behind(drop, b, done, (uint64_t)h->n_rows * 8);
   return 0;
 }
 
@@ -55,14 +94,17 @@ static bool sf_nonneg_slot(const char *name) {
 /* One float32 section: every value finite (and >= 0 when `nonneg`). A
  * quick pass first; the first bad value is found only for the message. */
 static int sf_floats(const uint8_t *b, uint64_t n, int64_t width, bool nonneg,
-                     const char *sec, const char *path, char *err,
+                     bool drop, const char *sec, const char *path, char *err,
                      size_t errlen) {
   int bad = 0;
+  uint64_t done = 0;
   for (uint64_t i = 0; i < n; i++) {
     float x;
     memcpy(&x, b + i * 4, 4);
     bad |= (fabsf(x) <= FLT_MAX ? 0 : 1) | (nonneg && !(x >= 0.0f) ? 1 : 0);
+    if (i * 4 - done >= SF_DROP) done = sf_behind(drop, b, done, i * 4);
   }
+  sf_behind(drop, b, done, n * 4);
   if (!bad) return 0;
   for (uint64_t i = 0; i < n; i++) {
     float x;
@@ -80,17 +122,17 @@ static int sf_floats(const uint8_t *b, uint64_t n, int64_t width, bool nonneg,
 
 /* Values training can leave: finite weights and slots, no negative sum
  * of squares. */
-static int sf_values(const tsr_shardfile_part *p, const char *path, char *err,
-                     size_t errlen) {
+static int sf_values(const tsr_shardfile_part *p, bool drop, const char *path,
+                     char *err, size_t errlen) {
   const tsr_shardfile_hdr *h = &p->h;
   uint64_t n = (uint64_t)h->n_rows * (uint64_t)h->width; /* layout-checked */
-  int rc = sf_floats(p->data + p->off_value, n, h->width, false, "value",
-                     path, err, errlen);
+  int rc = sf_floats(p->data + p->off_value, n, h->width, false, drop,
+                     "value", path, err, errlen);
   for (int k = 0; !rc && k < h->nslots; k++) {
     char sec[8 + TSR_SHARDFILE_SLOT_MAX];
     snprintf(sec, sizeof sec, "slot/%s", h->slots[k]);
     rc = sf_floats(p->data + p->off_slot[k], n, h->width,
-                   sf_nonneg_slot(h->slots[k]), sec, path, err, errlen);
+                   sf_nonneg_slot(h->slots[k]), drop, sec, path, err, errlen);
   }
   return rc;
 }
@@ -122,8 +164,21 @@ static int sf_sections(tsr_shardfile_part *p, const char *path,
   return 0;
 }
 
-int tsr_shardfile_parse(const char *path, const uint8_t *b, size_t size,
-                        tsr_shardfile_part *p, char *err, size_t errlen) {
+/* The data's CRC32C, a piece at a time. */
+static uint32_t sf_data_crc(const uint8_t *d, uint64_t n, bool drop) {
+  uint32_t c = 0;
+  for (uint64_t at = 0; at < n; at += SF_DROP) {
+    size_t k = n - at < SF_DROP ? (size_t)(n - at) : SF_DROP;
+    c = tsr_crc32c(c, d + at, k);
+    sf_behind(drop, d, at, at + k);
+  }
+  return c;
+}
+
+/* tsr_shardfile_parse; `drop`: b is a mapped file, released behind. */
+static int sf_parse(const char *path, const uint8_t *b, size_t size,
+                    tsr_shardfile_part *p, bool drop, char *err,
+                    size_t errlen) {
   memset(p, 0, sizeof *p);
   if (size < 16)
     return tsr_errf(err, errlen, TSR_ECORRUPT, "%s: truncated (%zu bytes, no "
@@ -156,16 +211,21 @@ int tsr_shardfile_parse(const char *path, const uint8_t *b, size_t size,
                         errlen)))
     goto out;
   p->data = b + 16 + hlen;
-  if (tsr_crc32c(0, p->data, p->data_bytes) != crc) {
+  if (sf_data_crc(p->data, p->data_bytes, drop) != crc) {
     rc = tsr_errf(err, errlen, TSR_ECORRUPT, "%s: data CRC32C mismatch (file "
                   "damaged)", path);
     goto out;
   }
-  if (!(rc = sf_ids(p, path, err, errlen)))
-    rc = sf_values(p, path, err, errlen);
+  if (!(rc = sf_ids(p, drop, path, err, errlen)))
+    rc = sf_values(p, drop, path, err, errlen);
 out:
   msgpack_unpacked_destroy(&up);
   return rc;
+}
+
+int tsr_shardfile_parse(const char *path, const uint8_t *b, size_t size,
+                        tsr_shardfile_part *p, char *err, size_t errlen) {
+  return sf_parse(path, b, size, p, false, err, errlen);
 }
 
 /* ---- files ----------------------------------------------------------------*/
@@ -233,8 +293,7 @@ int tsr_shardfile_map(tsr_shardfile *f, const char *path, char *err,
 int tsr_shardfile_open(tsr_shardfile *f, const char *path, char *err,
                        size_t errlen) {
   int rc = tsr_shardfile_map(f, path, err, errlen);
-  if (!rc) rc = tsr_shardfile_parse(f->path, f->map, f->size, &f->p, err,
-                                    errlen);
+  if (!rc) rc = sf_parse(f->path, f->map, f->size, &f->p, true, err, errlen);
   if (rc) tsr_shardfile_close(f);
   return rc;
 }

@@ -12,6 +12,7 @@
  */
 #include "common/coll/coll.h"
 #include "common/err.h"
+#include "common/mem.h"
 
 #include <stdbool.h>
 #include <stdio.h>
@@ -64,20 +65,17 @@ int tsr_coll_fuse_new(tsr_coll_fuse **out, const size_t *counts,
   if (!f) return TSR_ENOMEM;
   size_t na = n ? (size_t)n : 1;
   f->n = n;
-  f->off = calloc(na, sizeof *f->off);
-  f->bucket = calloc(na, sizeof *f->bucket);
-  f->members = calloc(na, sizeof *f->members);
+  const tsr_array per_tensor[] = {
+      TSR_ARRAY(f->off), TSR_ARRAY(f->bucket), TSR_ARRAY(f->members),
+      TSR_ARRAY(f->bfloats), TSR_ARRAY(f->boff), TSR_ARRAY(f->ready),
+      TSR_ARRAY(f->left), TSR_ARRAY(f->t), TSR_ARRAY(f->waited)};
+  int rc = tsr_calloc_each(per_tensor,
+                           sizeof per_tensor / sizeof per_tensor[0], na);
   f->first = calloc(na + 1, sizeof *f->first);
-  f->bfloats = calloc(na, sizeof *f->bfloats);
-  f->boff = calloc(na, sizeof *f->boff);
-  f->ready = calloc(na, sizeof *f->ready);
-  f->left = calloc(na, sizeof *f->left);
-  f->t = calloc(na, sizeof *f->t);
-  f->waited = calloc(na, sizeof *f->waited);
-  int rc = TSR_ENOMEM;
-  if (!f->off || !f->bucket || !f->members || !f->first || !f->bfloats ||
-      !f->boff || !f->ready || !f->left || !f->t || !f->waited)
+  if (rc || !f->first) {
+    rc = TSR_ENOMEM;
     goto fail;
+  }
   /* the order must name every tensor once */
   rc = TSR_EINVAL;
   for (int i = 0; i < n; i++) f->bucket[i] = -1;

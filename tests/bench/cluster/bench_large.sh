@@ -66,7 +66,8 @@ PY
 "$TESSERA" partition --job "$JOB" --ps 4 --json >"$WORK/partition.json"
 
 # run_local TAG ARGS...: tessera local with 4 PS and 2 workers; samples
-# every PS's resident memory every 0.5 s into $WORK/rss_TAG (time, pid, kB)
+# every PS's resident memory every 0.5 s into $WORK/rss_TAG (time, pid,
+# kB, of them kB of mapped files)
 run_local() {
   local tag=$1
   shift
@@ -80,7 +81,8 @@ run_local() {
     local now
     now=$(date +%s.%N)
     for p in $(pgrep -P "$lp" -x tessera-ps); do
-      r=$(awk '/VmRSS/ {print $2}' "/proc/$p/status" 2>/dev/null)
+      r=$(awk '/VmRSS/ {r = $2} /RssFile/ {f = $2}
+               END {if (r != "") print r, f}' "/proc/$p/status" 2>/dev/null)
       [ -n "$r" ] && echo "$now $p $r" >>"$WORK/rss_$tag"
     done
     sleep 0.5
@@ -159,7 +161,7 @@ part = json.load(open(os.path.join(work, "partition.json")))
 raw = part["ps_bytes"]
 rss = {}
 for line in open(os.path.join(work, "rss_train")):
-    t, pid, kb = line.split()
+    t, pid, kb = line.split()[:3]
     rss.setdefault(pid, []).append((float(t) * 1e6, int(kb) * 1024))
 busy = [(e["ts"], e["ts"] + e["dur"]) for e in spans]
 peaks, quiet = [], []
@@ -180,6 +182,12 @@ if len(spans) == len(steps_ck):
     write_rate = max(rates) / 1e9 if rates else float("nan")
 incs = [(st, b) for st, b in ((st, sizes[st]) for st in steps_ck)
         if b < 0.9 * full]
+# the restore: each PS's peak resident memory, and the mapped files' part
+rrss, rfile = {}, {}
+for line in open(os.path.join(work, "rss_restore")):
+    t, pid, kb, fkb = (line.split() + ["0"])[:4]
+    rrss[pid] = max(rrss.get(pid, 0), int(kb) * 1024)
+    rfile[pid] = max(rfile.get(pid, 0), int(fkb) * 1024)
 rs = named(trace("restore"), "restore")
 rs_s = max(e["dur"] for e in rs) / 1e6 if rs else float("nan")
 print()
@@ -202,6 +210,9 @@ for sp in spans:
     print(f"{'  written in (s)':52s} {sp['dur'] / 1e6:14.1f}")
 print(f"{'full checkpoint write (GB/s)':52s} {write_rate:14.3f}")
 print(f"{'checkpoint restore (s)':52s} {rs_s:14.2f}")
+if rrss:
+    print(f"{'restore: worst PS peak resident (MB), of it files':52s} {max(rrss.values()) / 1e6:9.1f} {max(rfile.values()) / 1e6:6.1f}")
+    print(f"{'restore: peak RSS / raw floats, worst PS':52s} {max(rrss.values()) / per_ps_raw:14.3f}")
 print(f"{'disk sequential write, dd fdatasync (GB/s)':52s} {disk:14.3f}")
 print(f"RATIO large_bytes_per_param_overhead {per_ps_raw / max(peaks):.3f} goal 0.87")
 print(f"RATIO large_train_during_ckpt_vs_without {rate_in / rate_out:.2f} goal 0.8")

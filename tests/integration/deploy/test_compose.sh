@@ -29,8 +29,10 @@
 #    restart policy brings each back), and `docker kill` of a PS followed by
 #    `docker-compose up -d` of it (Docker does not restart a killed
 #    container: the operator's step the README gives);
-#  - the same file as a Swarm stack, when the engine can make a swarm of
-#    its own (one it does not belong to already; else said and left out):
+#  - the same file as a Swarm stack (stack.sh, which deploy_stack runs in
+#    the suite on an image of the build's binaries), when the engine can
+#    make a swarm of its own (one it does not belong to already; else said
+#    and left out):
 #    `docker stack deploy` trains to the same accuracy, every task ends
 #    Complete; then a run with kill -9 of a PS's process, `docker kill` of
 #    a worker's container and kill -9 of the chief's process, each once a
@@ -60,35 +62,13 @@ TBFILE="$SRC/deploy/docker-compose.tensorboard.yml"
 P="tsrcompose$$"
 WORK=$(mktemp -d /tmp/tsr_compose_XXXXXX)
 JOB_STEPS=3760   # deploy/jobs/fashion_mnist.json: 8 epochs of 2 x 235 steps
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
-check() { # description, command...
-  local what=$1; shift
-  if "$@"; then ok "$what"; else bad "$what"; fi
-}
+. "$SRC/tests/integration/deploy/stack.sh"
 C() { docker-compose -p "$P" -f "$FILE" "$@"; }
 CT() { docker-compose -p "$P" -f "$FILE" -f "$TBFILE" "$@"; }   # with TensorBoard
 cid() { CT ps -q "$1" 2>/dev/null | head -n 1; }
 insp() { docker inspect -f "$2" "$(cid "$1")" 2>/dev/null; }
 vol() { docker volume inspect -f '{{.Mountpoint}}' "${P}_data" 2>/dev/null; }
-json_get() { # file key.path
-  /usr/bin/python3 -c 'import json,sys
-v=json.load(open(sys.argv[1]))
-for p in sys.argv[2].split("."): v=v[p]
-print(v)' "$1" "$2" 2>/dev/null
-}
-ge() { /usr/bin/python3 -c "import sys; sys.exit(0 if float('$1') >= float('$2') else 1)" 2>/dev/null; }
-ckpt_step() { # newest committed checkpoint in the volume, or -1
-  local d best=-1 s
-  for d in "$(vol)"/checkpoints/ckpt-*; do
-    [ -f "$d/manifest.json" ] || continue
-    s=$((10#${d##*ckpt-}))
-    [ "$s" -gt "$best" ] && best=$s
-  done
-  echo "$best"
-}
+ckpt_step() { vol_ckpt "$(vol)"; }   # newest committed checkpoint in the volume, or -1
 past_ckpt() { [ "$(ckpt_step)" -gt 0 ]; }
 # wait_exited SERVICE SECONDS: until the container has stopped for good
 # (exited, not restarting); prints "exit-code restart-count"
@@ -100,10 +80,6 @@ wait_exited() {
     [ $SECONDS -ge $deadline ] && { echo "timeout ${st:-none}"; return 1; }
     sleep 0.5
   done
-}
-wait_for() { # SECONDS COMMAND...
-  local deadline=$((SECONDS + $1)); shift
-  until "$@"; do [ $SECONDS -ge $deadline ] && return 1; sleep 0.2; done
 }
 # kill -9 of the service's Tessera process (the child of docker-init)
 kill_proc() {
@@ -123,25 +99,13 @@ cleanup() {
     docker image rm -f "tsr-ctx-probe:$$" >/dev/null 2>&1
     tsr_docker_stop
   fi
-  if [ "$fail" != 0 ] || [ -n "${KEEP_WORK:-}" ]; then
-    echo "logs kept in $WORK"
-    for f in "$WORK"/*.log; do [ -f "$f" ] && { echo "---- $f"; tail -n 30 "$f"; }; done
-  else
-    rm -rf "$WORK"
-  fi
+  work_end
 }
 trap cleanup EXIT
 trap 'exit 1' INT TERM
 
 # ---- the engine ---------------------------------------------------------------
-net_before=$(tsr_dk_net_state)
-t=$SECONDS
-if ! tsr_docker_start; then
-  echo "SKIP: no Docker engine answers and none can start on this machine" \
-       "(see the lines above); deploy_compose did not run"
-  exit 77
-fi
-echo "TIME engine $((SECONDS - t)) s"
+engine_begin deploy_compose
 
 # ---- the images -----------------------------------------------------------------
 t=$SECONDS
@@ -304,138 +268,15 @@ check "docker kill + up -d: one recovery" test "$(json_get "$CRASH_SUMMARY" rest
 down
 
 # ---- the same file as a Swarm stack ------------------------------------------------------------
-# S_* : the stack's services, tasks and volume
-S=tsrstack$$
-SV=${S}_data
-swarm_made=0
-svol() { docker volume inspect -f '{{.Mountpoint}}' "$SV" 2>/dev/null; }
-s_ckpt() { # newest committed checkpoint in the stack's volume, or -1
-  local d best=-1 s
-  for d in "$(svol)"/checkpoints/ckpt-*; do
-    [ -f "$d/manifest.json" ] || continue
-    s=$((10#${d##*ckpt-}))
-    [ "$s" -gt "$best" ] && best=$s
-  done
-  echo "$best"
-}
-# the running container of a service's task
-s_cid() { docker ps -q --filter "label=com.docker.swarm.service.name=${S}_$1" | head -n 1; }
-# every task of the service, newest first: "State ExitCode"
-s_states() {
-  docker service ps --no-trunc --format '{{.CurrentState}}' "${S}_$1" 2>/dev/null | awk '{print $1}' | tr '\n' ' '
-}
-chief_done() { case "$(s_states chief)" in Complete*) return 0 ;; esac; return 1; }
-s_logs() { # FILE: every service's log
-  local sv
-  for sv in chief ps0 ps1 worker0 worker1; do docker service logs --raw "${S}_$sv" 2>&1; done >"$WORK/$1.log"
-}
-s_gone() { [ -z "$(docker ps -aq --filter "label=com.docker.stack.namespace=$S")" ]; }
-s_down() {
-  docker stack rm "$S" >/dev/null 2>&1
-  wait_for 60 s_gone
-  docker volume rm "$SV" >/dev/null 2>&1
-}
-s_deploy() {
-  TESSERA_TOKEN_FILE=$WORK/token docker stack deploy -c "$FILE" "$S" >"$WORK/stack-deploy.log" 2>&1
-}
-swarm_leave() {
-  [ "$swarm_made" = 1 ] || return 0
-  s_down
-  docker swarm leave --force >/dev/null 2>&1
-  # the swarm's gateway bridge stays behind the swarm
-  docker network rm docker_gwbridge >/dev/null 2>&1
-  swarm_made=0
-}
-state=$(docker info --format '{{.Swarm.LocalNodeState}}' 2>/dev/null)
-t=$SECONDS
-exec 9>/run/lock/tessera-swarm.lock
-if [ "$state" != inactive ]; then
-  echo "NOTE: the engine is in a swarm already ($state): the stack runs are left out"
-elif ! flock -w 600 9; then
-  bad "the swarm lock (/run/lock/tessera-swarm.lock) within 600 s"
-elif ! docker swarm init --advertise-addr 127.0.0.1 --listen-addr 127.0.0.1:2377 \
-       >"$WORK/swarm-init.log" 2>&1; then
-  echo "NOTE: this engine makes no swarm ($(tail -n 1 "$WORK/swarm-init.log")): the stack runs are left out"
-else
-  swarm_made=1
-  trap 'swarm_leave; cleanup' EXIT
-  if ! s_deploy; then cat "$WORK/stack-deploy.log"; bad "docker stack deploy, the file as it is"
-  else
-    ok "docker stack deploy takes the file as it is"
-    check "stack: the chief's task completes" wait_for 600 chief_done
-    s_logs stack
-    V=$(svol)
-    echo "TIME stack train $((SECONDS - t)) s"
-    for sv in chief ps0 ps1 worker0 worker1; do
-      check "stack $sv: its one task ends Complete ($(s_states $sv))" test "$(s_states $sv)" = "Complete "
-    done
-    check "stack: exact step count ($JOB_STEPS)" test "$(json_get "$V/summary.json" steps)" = $JOB_STEPS
-    acc=$(json_get "$V/summary.json" eval.accuracy)
-    check "stack: test accuracy ${acc:-none} >= 0.86" ge "${acc:-0}" 0.86
-    check "stack: each PS at its 2 GiB and 1600 MiB limits" \
-      test "$(grep -c 'serving on .*(memory limit 1677721600 bytes[:)]' "$WORK/stack.log")" -ge 2
-    s_down
-
-    # killed tasks, each once a checkpoint newer than the last kill is committed
-    t=$SECONDS
-    LAST=0
-    s_newer() { [ "$(s_ckpt)" -gt "$LAST" ]; }
-    s_kill() { # WHAT SERVICE HOW (-9: the process; docker: docker kill of the container)
-      if ! wait_for 300 s_newer; then bad "$1: a checkpoint past step $LAST"; return; fi
-      AT=$(s_ckpt); LAST=$AT
-      local c pid child
-      c=$(s_cid "$2")
-      if [ "$3" = docker ]; then
-        docker kill "$c" >/dev/null 2>&1
-      else
-        pid=$(docker inspect -f '{{.State.Pid}}' "$c" 2>/dev/null)
-        child=$(pgrep -P "${pid:-0}" | head -n 1)
-        [ -n "$child" ] && kill -9 "$child"
-      fi
-      # (kill -9: the container ends when its init sees the process go)
-      check "$1 at checkpoint $AT: the task's container ends" \
-        wait_for 30 bash -c "[ -n '$c' ] && ! docker ps -q --no-trunc | grep -q '^$c'"
-    }
-    if ! s_deploy; then cat "$WORK/stack-deploy.log"; bad "stack kills: deploy"
-    else
-      s_kill "stack ps1 kill -9" ps1 -9; PS_AT=$AT
-      s_kill "stack worker0 docker kill" worker0 docker
-      s_kill "stack chief kill -9" chief -9; CH_AT=$AT
-      check "stack kills: the chief's last task completes" wait_for 600 chief_done
-      s_logs stack-kills
-      V=$(svol)
-      echo "TIME stack kills $((SECONDS - t)) s"
-      check "stack kills: exact step count ($JOB_STEPS)" test "$(json_get "$V/summary.json" steps)" = $JOB_STEPS
-      for sv in ps1 worker0 chief; do
-        check "stack kills: the swarm started $sv again ($(s_states $sv))" \
-          bash -c "[[ '$(s_states $sv)' =~ ^Complete\ Failed ]]"
-      done
-      got=$(sed -n 's/.*restored the checkpoint of step \([0-9]*\).*/\1/p' "$WORK/stack-kills.log" | head -n 1)
-      check "stack kills: the PS restored step ${got:-none}, the newest checkpoint ($PS_AT) or later" \
-        test "${got:-0}" -ge "$PS_AT"
-      check "stack kills: the chief lost worker0 and took it back" awk '
-        /INFO  chief lost worker:0 /{lost = 1}
-        lost && /INFO  chief worker:0 \(.*\) ready /{ok = 1} END {exit !ok}' "$WORK/stack-kills.log"
-      check "stack kills: the chief resumed from the newest checkpoint ($CH_AT) or later" \
-        test "$(json_get "$V/summary.json" resumed_from_step)" -ge "$CH_AT"
-    fi
-  fi
-  swarm_leave
-  check "the swarm is left, its gateway bridge removed" \
-    bash -c "[ \"\$(docker info --format '{{.Swarm.LocalNodeState}}')\" = inactive ] &&
-             ! ip link show docker_gwbridge >/dev/null 2>&1"
-  trap cleanup EXIT
-fi
-flock -u 9 2>/dev/null
-exec 9>&-
+# when the engine can make a swarm of its own: else said and left out
+stack_swarm "$img"
+case $? in
+  0) trap 'stack_leave; cleanup' EXIT
+     stack_runs
+     stack_leave
+     trap cleanup EXIT ;;
+  77) echo "NOTE: $STACK_WHY: the stack runs are left out" ;;
+esac
 
 # ---- the host's networking ------------------------------------------------------------------
-engine_stopped=1
-if [ -n "$TSR_DK_STARTED_PID" ]; then
-  check "the engine stopped, leaving none of its bridges" tsr_docker_stop
-fi
-check "the host's sysctls and iptables are as they were" \
-  tsr_dk_net_same "$net_before" "$(tsr_dk_net_state)"
-
-echo "$pass passed, $fail failed"
-[ "$fail" = 0 ]
+engine_end "$NET_BEFORE"

@@ -418,6 +418,42 @@ int h_configure_start(h_cluster *c, int w, uint64_t run_id, uint32_t version,
   return h_call_start(c, w, WK_M_CONFIGURE, &q.base, res);
 }
 
+int h_configure_all(h_cluster *c, uint64_t run_id, int timeout_ms) {
+  h_result r[H_MAX_PROCS];
+  for (int w = 0; w < c->n_workers; w++)
+    H_CHECK(h_configure_start(c, w, run_id, WK_FORMAT_VERSION, c->job_text,
+                              &r[w]) == 0, "configure worker %d", w);
+  for (int w = 0; w < c->n_workers; w++) {
+    int rc = h_wait(c, &r[w], timeout_ms);
+    H_CHECK(rc == 0, "configure worker %d for run %llu: %s: %s", w,
+            (unsigned long long)run_id, tsr_err_name(rc), r[w].msg);
+    h_result_free(&r[w]);
+  }
+  return 0;
+}
+
+int h_run_start(h_cluster *c, int w, uint64_t id, int64_t steps, bool trace,
+                h_result *res) {
+  Tessera__Worker__RunRequest q = TESSERA__WORKER__RUN_REQUEST__INIT;
+  q.closure_id = id;
+  q.steps = steps;
+  q.trace = trace;
+  return h_call_start(c, w, WK_M_RUN, &q.base, res);
+}
+
+const char *h_main_start(int argc, char **argv, const char *usage,
+                         char *job_path, size_t len) {
+  const char *src = getenv("TSR_SOURCE_DIR");
+  if (argc != 2 || !src) {
+    fprintf(stderr, "usage: %s (TSR_SOURCE_DIR, TSR_BUILD_DIR set)\n",
+            usage);
+    return NULL;
+  }
+  snprintf(job_path, len, "%s/tests/data/diabetes_job.json", src);
+  signal(SIGPIPE, SIG_IGN);
+  return src;
+}
+
 int h_dense(h_cluster *c, int w, float **out, size_t *n, int64_t *step) {
   Tessera__Worker__DenseRequest q = TESSERA__WORKER__DENSE_REQUEST__INIT;
   h_result r;

@@ -111,6 +111,23 @@ int h_configure(h_cluster *c, int w, uint64_t run_id, uint32_t version,
 int h_configure_start(h_cluster *c, int w, uint64_t run_id, uint32_t version,
                       const char *job_text, h_result *res);
 
+/* Configures every worker for run_id at once (the ring's members wait
+ * for each other) and waits up to timeout_ms for each; 0 when all did. */
+int h_configure_all(h_cluster *c, uint64_t run_id, int timeout_ms);
+
+/* Starts closure `id` of `steps` steps on worker w (h_wait waits for it);
+ * with `trace` the answer carries the closure's step phases. */
+int h_run_start(h_cluster *c, int w, uint64_t id, int64_t steps, bool trace,
+                h_result *res);
+
+/* The start of a test program's main: one test name in argv[1] and
+ * TSR_SOURCE_DIR set (else "usage: USAGE (TSR_SOURCE_DIR, TSR_BUILD_DIR
+ * set)" and NULL); SIGPIPE ignored (a worker that goes away gives EPIPE);
+ * the path of tests/data/diabetes_job.json in job_path. Returns the
+ * source folder. */
+const char *h_main_start(int argc, char **argv, const char *usage,
+                         char *job_path, size_t len);
+
 /* Pulls the whole value of variable v from the PS into out (numel). */
 int h_pull_var(h_cluster *c, int v, float *out, int64_t *step);
 

@@ -34,13 +34,10 @@
 
 static char job_path[1024];
 
+/* closure 1 answers with its step phases */
 static int run_closure(h_cluster *c, int w, uint64_t id, int64_t steps,
                        h_result *res) {
-  Tessera__Worker__RunRequest q = TESSERA__WORKER__RUN_REQUEST__INIT;
-  q.closure_id = id;
-  q.steps = steps;
-  q.trace = id == 1; /* one closure answers with its step phases */
-  return h_call_start(c, w, WK_M_RUN, &q.base, res);
+  return h_run_start(c, w, id, steps, id == 1, res);
 }
 
 static int eval_loss(h_cluster *c, int w, double *loss, int64_t *n) {
@@ -329,15 +326,8 @@ static int test_hybrid(const char *path, const char *const *ovr, int closures,
   H_CHECK(c.job.dense_allreduce, "the job is not dense \"allreduce\"");
   const char *mode = c.job.mode == TSR_MODE_SYNC ? "sync" : "async";
   if (nps) H_CHECK(h_create_vars(&c, mode) == 0, "create");
+  if (h_configure_all(&c, 31, 30000)) return 1;
   h_result r[H_MAX_PROCS];
-  for (int w = 0; w < nw; w++)
-    H_CHECK(h_configure_start(&c, w, 31, WK_FORMAT_VERSION, c.job_text,
-                              &r[w]) == 0, "configure");
-  for (int w = 0; w < nw; w++) {
-    rc = h_wait(&c, &r[w], 30000);
-    H_CHECK(rc == 0, "configure worker %d: %s", w, r[w].msg);
-    h_result_free(&r[w]);
-  }
   for (int k = 0; k < closures; k++) {
     for (int w = 0; w < nw; w++)
       H_CHECK(run_closure(&c, w, (uint64_t)(k * nw + w + 2), steps,
@@ -656,14 +646,13 @@ static int test_syncback(void) {
 }
 
 int main(int argc, char **argv) {
-  const char *src = getenv("TSR_SOURCE_DIR");
-  if (argc != 2 || !src) {
-    fprintf(stderr, "usage: test_worker train|ssp|sync|sync_optim|sync_clip|sparse|errors|synckill|syncback (TSR_SOURCE_DIR, "
-                    "TSR_BUILD_DIR set)\n");
-    return 2;
-  }
-  snprintf(job_path, sizeof job_path, "%s/tests/data/diabetes_job.json", src);
-  signal(SIGPIPE, SIG_IGN);
+  const char *src =
+      h_main_start(argc, argv,
+                   "test_worker train|ssp|sync|sync_optim|sync_clip|sparse|"
+                   "errors|synckill|syncback|hybrid|hybrid_sparse|"
+                   "hybrid_errors",
+                   job_path, sizeof job_path);
+  if (!src) return 2;
   if (strcmp(argv[1], "train") == 0) return test_train("async");
   if (strcmp(argv[1], "ssp") == 0) return test_train("ssp:1");
   if (strcmp(argv[1], "sync") == 0) {

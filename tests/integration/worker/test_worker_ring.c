@@ -13,32 +13,9 @@
 
 #include "common/err.h"
 
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int run_closure(h_cluster *c, int w, uint64_t id, int64_t steps,
-                       h_result *res) {
-  Tessera__Worker__RunRequest q = TESSERA__WORKER__RUN_REQUEST__INIT;
-  q.closure_id = id;
-  q.steps = steps;
-  return h_call_start(c, w, WK_M_RUN, &q.base, res);
-}
-
-static int configure_both(h_cluster *c, uint64_t run_id, int timeout_ms) {
-  h_result r[2];
-  for (int w = 0; w < 2; w++)
-    H_CHECK(h_configure_start(c, w, run_id, WK_FORMAT_VERSION, c->job_text,
-                              &r[w]) == 0, "configure worker %d", w);
-  for (int w = 0; w < 2; w++) {
-    int rc = h_wait(c, &r[w], timeout_ms);
-    H_CHECK(rc == 0, "configure worker %d for run %llu: %s: %s", w,
-            (unsigned long long)run_id, tsr_err_name(rc), r[w].msg);
-    h_result_free(&r[w]);
-  }
-  return 0;
-}
 
 static int test_newrun(const char *job_path) {
   h_cluster c;
@@ -46,17 +23,17 @@ static int test_newrun(const char *job_path) {
   const char *ovr[] = {"data.train.shuffle_buffer=0", "batch_size=16",
                        "dense=\"allreduce\"", NULL};
   H_CHECK(h_load_job(&c, job_path, ovr, 0) == 0, "job");
-  if (configure_both(&c, 61, 30000)) return 1;
+  if (h_configure_all(&c, 61, 30000)) return 1;
   /* the old chief's last closure reaches worker 1 only */
   h_result lone;
-  H_CHECK(run_closure(&c, 1, 2, 5, &lone) == 0, "closure on worker 1");
+  H_CHECK(h_run_start(&c, 1, 2, 5, false, &lone) == 0, "closure on worker 1");
   h_spin(&c, 500);
   H_CHECK(!lone.done, "worker 1's closure ended without worker 0: %s",
           lone.msg);
   /* a new chief: run 62. Worker 1's configure must not wait behind the
    * old closure for the ring's stall bound (60 s in a cluster). */
   c.group_epoch++;
-  if (configure_both(&c, 62, 15000)) return 1;
+  if (h_configure_all(&c, 62, 15000)) return 1;
   int rc = h_wait(&c, &lone, 5000);
   fprintf(stderr, "newrun: the old run's closure: %s: %s\n",
           tsr_err_name(rc), lone.msg);
@@ -67,7 +44,7 @@ static int test_newrun(const char *job_path) {
   /* the new run's ring works */
   h_result r[2];
   for (int w = 0; w < 2; w++)
-    H_CHECK(run_closure(&c, w, 3 + (uint64_t)w, 4, &r[w]) == 0, "run");
+    H_CHECK(h_run_start(&c, w, 3 + (uint64_t)w, 4, false, &r[w]) == 0, "run");
   for (int w = 0; w < 2; w++) {
     rc = h_wait(&c, &r[w], 60000);
     H_CHECK(rc == 0, "run 62 closure on worker %d: %s", w, r[w].msg);
@@ -86,15 +63,10 @@ static int test_newrun(const char *job_path) {
 }
 
 int main(int argc, char **argv) {
-  const char *src = getenv("TSR_SOURCE_DIR");
-  if (argc != 2 || !src) {
-    fprintf(stderr, "usage: test_worker_ring newrun (TSR_SOURCE_DIR, "
-                    "TSR_BUILD_DIR set)\n");
-    return 2;
-  }
   char job_path[1024];
-  snprintf(job_path, sizeof job_path, "%s/tests/data/diabetes_job.json", src);
-  signal(SIGPIPE, SIG_IGN);
+  if (!h_main_start(argc, argv, "test_worker_ring newrun", job_path,
+                    sizeof job_path))
+    return 2;
   if (strcmp(argv[1], "newrun") == 0) return test_newrun(job_path);
   fprintf(stderr, "unknown test %s\n", argv[1]);
   return 2;

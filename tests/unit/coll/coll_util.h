@@ -56,6 +56,15 @@ static inline int cu_run(uv_loop_t *loop, cu_rec *recs, int n,
   return all;
 }
 
+/* Small segments, so that modest sizes span many of them; the rest as
+ * the defaults. */
+static inline tsr_coll_opts cu_small_opts(void) {
+  tsr_coll_opts o;
+  memset(&o, 0, sizeof o);
+  o.segment_bytes = 4096;
+  return o;
+}
+
 /* One rank's endpoint. */
 typedef struct {
   tsr_rpc_ctx *ctx;

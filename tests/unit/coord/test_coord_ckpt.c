@@ -157,6 +157,48 @@ static void lost_ps_discards_the_checkpoint_being_written(void **state) {
   }
 }
 
+/* Dense "allreduce" (lockstep) over async tables, a PS lost while the
+ * run's last checkpoint is snapshotted or written, the evaluation after
+ * it on or off: the PS is restored alone and that checkpoint is taken
+ * again; the run never ends on the one before. */
+static void lockstep_last_checkpoint_taken_again(void **state) {
+  (void)state;
+  coord_act_kind stages[2] = {COORD_ACT_SAVE, COORD_ACT_SAVE_WAIT};
+  for (int k = 0; k < 8; k++) {
+    coord_sm_config c = sim_ckpt_config(2, 2, TSR_MODE_ASYNC, 240, 70);
+    c.lockstep = true;
+    c.has_eval = k & 2;
+    sim s;
+    sim_init(&s, &c, (unsigned)k);
+    start(&s);
+    for (int r = 0; r < 100000 && !s.ended; r++) {
+      if (s.ck_active && s.ck_step == 240 && s.ck_kind == stages[k % 2])
+        break;
+      if (s.ck_active)
+        sim_ck_answer(&s, 0, -1, false, NULL);
+      else if (s.ev_active)
+        sim_ev_answer(&s, 0, NULL);
+      else
+        step_holding_ck(&s);
+    }
+    assert_true(s.ck_active && s.ck_step == 240);
+    int64_t good = sim_disk_newest(&s);
+    sim_ps_lost(&s, 1);
+    if (k & 4) sim_wk_lost(&s, 0); /* a worker with it */
+    sim_ck_answer(&s, 0, -1, false, NULL); /* late, and well */
+    sim_ps_up(&s, 1);
+    assert_true(s.alone_op[1] != 0);
+    assert_int_equal(s.alone_step[1], good);
+    sim_alone_answer(&s, 1, 0, false, NULL);
+    if (k & 4) sim_wk_up(&s, 0);
+    for (int r = 0; r < 20000 && !s.ended; r++) sim_step(&s);
+    assert_int_equal(s.status, 0);
+    assert_int_equal(coord_sm_global_step(s.sm), 240);
+    assert_int_equal(sim_disk_newest(&s), 240);
+    sim_free(&s);
+  }
+}
+
 /* Async, a PS lost while an evaluation's snapshot is taken or read: the
  * PS is restored alone and the evaluation ends there (its snapshot went
  * with the PS: the others are told to drop theirs; a late answer, well,
@@ -407,6 +449,7 @@ int main(void) {
       cmocka_unit_test(async_trains_through_a_checkpoint),
       cmocka_unit_test(sync_resumes_once_snapshotted),
       cmocka_unit_test(lost_ps_discards_the_checkpoint_being_written),
+      cmocka_unit_test(lockstep_last_checkpoint_taken_again),
       cmocka_unit_test(lost_ps_ends_the_evaluation),
       cmocka_unit_test(run_ends_after_its_last_checkpoint),
       cmocka_unit_test(pruning_keeps_chains),

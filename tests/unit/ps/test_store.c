@@ -357,17 +357,33 @@ static void materialized_refused_before_allocating(void **state) {
   assert_non_null(strstr(err, "materialized"));
 }
 
-/* Reads the whole of a snapshot: n rows of records (and ids). */
-static void snap_all(ps_snap *v, float *recs, int64_t *ids) {
+/* Reads rows [from, to) of a snapshot into recs (and ids), indexed from
+ * row 0. */
+static void snap_rows(ps_snap *v, size_t from, size_t to, float *recs,
+                      int64_t *ids) {
   const ps_snap_info *in = ps__snap_info(v);
   char err[256];
   /* in odd-sized blocks, as a writer might */
-  for (size_t r = 0; r < in->n_rows; r += 7) {
-    size_t n = in->n_rows - r < 7 ? in->n_rows - r : 7;
+  for (size_t r = from; r < to; r += 7) {
+    size_t n = to - r < 7 ? to - r : 7;
     size_t S = (size_t)in->width * (size_t)(1 + in->nslots);
     assert_int_equal(ps__snap_read(v, r, n, recs + r * S, ids ? ids + r : NULL,
                                    err, sizeof err), 0);
   }
+}
+
+/* Reads the whole of a snapshot: n rows of records (and ids). */
+static void snap_all(ps_snap *v, float *recs, int64_t *ids) {
+  snap_rows(v, 0, ps__snap_info(v)->n_rows, recs, ids);
+}
+
+/* What a snapshot of s taken now reads (nothing applies meanwhile). */
+static void snap_now(ps_shard *s, ps_mem *mem, float *recs, int64_t *ids) {
+  ps_snap *v;
+  char err[256];
+  assert_int_equal(ps__snap_take(s, mem, &v, err, sizeof err), 0);
+  snap_all(v, recs, ids);
+  ps__snap_free(v);
 }
 
 /* A snapshot attached to a shard reads the shard as it was when taken,
@@ -400,7 +416,9 @@ static void snapshot_while_applying(void **state) {
     assert_int_equal(n, kind == 1 ? 10 : 40);
     float *before = calloc(n * S, 4), *after = calloc(n * S, 4);
     int64_t *ib = calloc(n, 8), *ia = calloc(n, 8);
-    snap_all(v, before, kind ? ib : NULL);
+    snap_now(s, &mem, before, kind ? ib : NULL);
+    /* the reader is a quarter of the way when the applies come */
+    snap_rows(v, 0, n / 4, after, kind ? ia : NULL);
     size_t used0 = atomic_load(&mem.used);
     for (int round = 0; round < 3; round++) {
       if (kind == 0)
@@ -410,7 +428,7 @@ static void snapshot_while_applying(void **state) {
                                               sizeof err), 0);
     }
     assert_true(atomic_load(&mem.used) > used0); /* the kept rows */
-    snap_all(v, after, kind ? ia : NULL);
+    snap_rows(v, n / 4, n, after, kind ? ia : NULL);
     assert_memory_equal(before, after, n * S * 4);
     if (kind) assert_memory_equal(ib, ia, n * 8);
     if (kind == 2)
@@ -440,6 +458,74 @@ static void snapshot_while_applying(void **state) {
     free(after);
     free(ib);
     free(ia);
+  }
+  assert_int_equal(atomic_load(&mem.used), 0);
+}
+
+/* A checkpoint's snapshot keeps only the rows its reader has not copied
+ * out yet, and of an increment only the rows selected; a row read twice
+ * is refused (it may have changed since). */
+static void snapshot_keeps_rows_ahead(void **state) {
+  (void)state;
+  ps_mem mem = {0, 0, NULL};
+  char err[256];
+  ps_var_spec sp = sparse_spec(true, 40, 0, 1);
+  sp.materialized = true;
+  for (int inc = 0; inc < 2; inc++) {
+    ps_shard *s;
+    assert_int_equal(ps__shard_new(&sp, &mem, &s, err, sizeof err), 0);
+    float g[2 * 4];
+    for (int i = 0; i < 8; i++) g[i] = 0.5f;
+    int64_t first[2] = {0, 39}; /* what an apply allocates once is made */
+    assert_int_equal(ps__shard_apply_rows(s, &mem, first, 2, g, 1.0f, err,
+                                          sizeof err), 0);
+    ps_snap *v;
+    assert_int_equal(ps__snap_take(s, &mem, &v, err, sizeof err), 0);
+    size_t n = 40;
+    if (inc) { /* rows 5, 30 and 35 */
+      uint64_t *sel = ps__calloc(&mem, 1, sizeof *sel);
+      assert_int_equal(ps__mem_reserve(&mem, sizeof *sel), 0);
+      sel[0] = (1ull << 5) | (1ull << 30) | (1ull << 35);
+      ps__snap_select(v, sel, 1, sizeof *sel);
+      n = 3;
+    }
+    assert_int_equal(ps__snap_attach(s, v, err, sizeof err), 0);
+    size_t S = 8;
+    float *want = calloc(40 * S, 4), *got = calloc(40 * S, 4);
+    snap_now(s, &mem, want, NULL);
+    /* the reader is past row 19 (of an increment: past row 5) */
+    snap_rows(v, 0, inc ? 1 : 20, got, NULL);
+    size_t used0 = atomic_load(&mem.used);
+    int64_t behind[2] = {3, 19}, unsel[2] = {21, 25}, ahead[2] = {30, 35};
+    assert_int_equal(ps__shard_apply_rows(s, &mem, behind, 2, g, 1.0f, err,
+                                          sizeof err), 0);
+    assert_int_equal(atomic_load(&mem.used), used0); /* nothing kept */
+    if (inc) { /* ahead, but not in the increment */
+      assert_int_equal(ps__shard_apply_rows(s, &mem, unsel, 2, g, 1.0f, err,
+                                            sizeof err), 0);
+      assert_int_equal(atomic_load(&mem.used), used0);
+    }
+    assert_int_equal(ps__shard_apply_rows(s, &mem, ahead, 2, g, 1.0f, err,
+                                          sizeof err), 0);
+    assert_true(atomic_load(&mem.used) > used0); /* kept */
+    /* the rest reads as at the snapshot */
+    snap_rows(v, inc ? 1 : 20, n, got, NULL);
+    if (inc) {
+      assert_memory_equal(got, want + 5 * S, S * 4);
+      assert_memory_equal(got + S, want + 30 * S, S * 4);
+      assert_memory_equal(got + 2 * S, want + 35 * S, S * 4);
+    } else {
+      assert_memory_equal(got, want, 40 * S * 4);
+    }
+    /* read again: refused */
+    assert_int_equal(ps__snap_read(v, 0, 1, got, NULL, err, sizeof err),
+                     TSR_EINVAL);
+    assert_non_null(strstr(err, "read again"));
+    ps__snap_release(v);
+    ps__snap_drop(s);
+    ps__shard_free(s, &mem);
+    free(want);
+    free(got);
   }
   assert_int_equal(atomic_load(&mem.used), 0);
 }
@@ -555,6 +641,7 @@ int main(void) {
       cmocka_unit_test(materialized_equals_on_touch),
       cmocka_unit_test(materialized_refused_before_allocating),
       cmocka_unit_test(snapshot_while_applying),
+      cmocka_unit_test(snapshot_keeps_rows_ahead),
       cmocka_unit_test(snapshot_lost_without_room),
       cmocka_unit_test(sync_sum_is_mean),
       cmocka_unit_test(bad_specs),
