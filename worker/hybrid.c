@@ -9,12 +9,15 @@
  * place in the fusion buffer of the gradient buckets (common/coll, fuse):
  * the backward pass writes each gradient there. A step: as the backward
  * pass makes a dense gradient final, its bucket is marked; a complete
- * bucket goes onto the ring at once (while the backward pass goes on);
- * after the compute each bucket is waited for in order and the optimizer
+ * bucket goes onto the ring at once (while the backward pass goes on).
+ * The ring runs on while the training thread takes the next batch and
+ * sends its sparse rows' pulls (a sync ring waits for its slowest member:
+ * its wait then overlaps the round trips to the PS instead of adding to
+ * them); then each bucket is waited for in order and the optimizer
  * (kernels/optim.c, the PS's own update rules) applied to its variables
  * with scale 1/N: the mean of the workers' gradients, as sync mode's PS
  * applies it. With clipnorm or global_clipnorm the whole mean gradient
- * comes first, is clipped, then applied.
+ * comes first, right after the compute, is clipped, then applied.
  * Failure modes: dense variables that do not fit this worker's memory are
  * refused at configure with the bytes; a ring that cannot form fails the
  * configure naming the pair of workers (the collective's message); a step
@@ -283,6 +286,17 @@ void wk__hy_ready(wk_run *r, int v) {
     snprintf(r->xs.err, sizeof r->xs.err, "all-reduce of %s's gradient "
              "bucket: %s", r->vars[v].name, tsr_strerror(rc));
   }
+}
+
+int wk__hy_post(wk_run *r) {
+  if (r->nccl || alone(r)) return 0;
+  int rc = tsr_coll_fuse_flush(r->fuse);
+  if (rc && !r->xs.rc) {
+    r->xs.rc = rc;
+    snprintf(r->xs.err, sizeof r->xs.err, "all-reduce of the gradient "
+             "buckets: %s", tsr_strerror(rc));
+  }
+  return rc;
 }
 
 /* The optimizer on dense variable v with the (summed) gradient times

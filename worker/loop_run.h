@@ -162,6 +162,10 @@ void wk__hy_free(wk_run *r);
 void wk__hy_start(wk_run *r);
 /* Dense variable v's gradient is final (the grad_ready hook). */
 void wk__hy_ready(wk_run *r, int v);
+/* After the compute: the buckets not on the ring yet (their last
+ * gradient was never marked final) go out; the ring runs on while the
+ * training thread prepares the next step. A failure lands in r->xs. */
+int wk__hy_post(wk_run *r);
 /* After the compute: every bucket waited for in order; `apply`: the
  * optimizer on each bucket's variables with the mean gradient as it
  * arrives; else the gradients are only made the mean (clipping comes

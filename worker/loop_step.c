@@ -7,9 +7,11 @@
  * compute, the forward pass waiting for each variable only as it reaches
  * it and the backward pass pushing each gradient as soon as it is final
  * (loop_xfer.c); take and prepare the next batch; pull the next step's
- * values in model order; wait for this step's pushes. The closure's last
- * step pushes only. With prefetch_params (async) the next step's dense
- * values are pulled at the start of a step into the other set of buffers.
+ * values in model order (dense "allreduce": then wait for the ring and
+ * apply the dense gradients, hybrid.c); wait for this step's pushes. The
+ * closure's last step pushes only. With prefetch_params (async) the next
+ * step's dense values are pulled at the start of a step into the other
+ * set of buffers.
  * Consistency is the PS's job: in ssp and sync a closure first joins
  * every PS (clock.c) and continues from the clock they answer; pulls carry
  * this worker's clock (ssp: steps it finished, which each push also tells
@@ -356,11 +358,14 @@ int wk__run_closure(wk_svc *s, wk_run *r, wk_job *j) {
                  o, &res);
     r->early_pull = false;
     WK_TRACE("compute");
+    /* dense "allreduce": every bucket is on the ring now; with clipping
+     * the whole mean gradient is waited for here and clipped below, else
+     * the ring runs on while the next batch is prepared and its rows'
+     * pulls go out, and is waited for after them */
+    bool late_reduce = r->hybrid && !r->defer_push;
     if (r->hybrid && !rc) {
-      /* dense "allreduce": each bucket's mean gradient applied as it
-       * arrives; with clipping only made the mean, clipped below */
-      rc = wk__hy_reduce(r, !r->defer_push, o);
-      WK_TRACE("all-reduce");
+      rc = late_reduce ? wk__hy_post(r) : wk__hy_reduce(r, false, o);
+      if (!late_reduce) WK_TRACE("all-reduce");
       if (rc) goto xfail;
     }
     if (r->defer_push && !rc) {
@@ -398,12 +403,19 @@ int wk__run_closure(wk_svc *s, wk_run *r, wk_job *j) {
      * reaches each variable, the last step's here. */
     if (more && (rc = wk__xfer_pull(r, nk, r->clock + 1, !r->prefetch, true)))
       goto xfail;
+    if (late_reduce) {
+      /* each bucket's mean gradient applied as it arrives, before the
+       * next forward pass reads the dense values */
+      if (more) WK_TRACE("pull");
+      if ((rc = wk__hy_reduce(r, true, o))) goto xfail;
+      WK_TRACE("all-reduce");
+    }
     if (!more) {
       double wp0 = r->xs.wait_push_s;
       rc = wk__xfer_wait_pushes(r, k, true, true);
       o->push_s += r->xs.wait_push_s - wp0;
     }
-    WK_TRACE(more ? "pull" : "push");
+    if (!late_reduce || !more) WK_TRACE(more ? "pull" : "push");
     if (rc) goto xfail;
     if (r->xs.max_step >= 0 && r->job.mode == TSR_MODE_ASYNC &&
         r->xs.max_step > pulled_step + 1) {
