@@ -251,7 +251,9 @@ static void rows_writer_same_bytes(void **state) {
       on_shm = true;
     }
     /* 200000 rows of 3: the sections pass the 1 MiB staging several
-     * times and the rows come in several blocks */
+     * times and the rows come in several blocks; dense, 600001 rows:
+     * its sections (7.2 MB) go direct, the sparse ones (2.4 MB) are
+     * under SR_DIRECT_MIN and go buffered whole */
     tsr_shardfile_hdr h = sparse ? sparse_hdr() : dense_hdr();
     h.shape[0] = 600001;
     h.shape[1] = 3;
