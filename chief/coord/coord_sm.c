@@ -373,13 +373,17 @@ static void sm_finish(coord_sm *sm) {
 static void sm_pump_final(coord_sm *sm) {
   /* the last checkpoint and evaluation need every PS whole */
   if (sm__ps_fixing(sm)) return;
-  if (!sm->final_ckpt_done) {
+  /* the last checkpoint; or one still due, left by a pause that a lost PS
+   * ended (the one before was still committing, say): the run must not
+   * end on the checkpoint before */
+  if (!sm->final_ckpt_done || sm->ckpt_due) {
     sm->final_ckpt_done = true;
     if (sm->c.ckpt && sm__newest_good(sm) != sm__global(sm)) {
       sm->ckpt_due = true;
       sm__enter_drain(sm, SM_FINAL);
       return;
     }
+    sm->ckpt_due = false;
   }
   if (!sm->final_eval_done && sm->c.has_eval) {
     if (sm__ready_worker(sm) < 0) {

@@ -199,6 +199,85 @@ static void lockstep_last_checkpoint_taken_again(void **state) {
   }
 }
 
+/* Dense "allreduce" over async tables, the checkpoint before the last
+ * still written when training ends (the last one waits for it), a PS
+ * lost at each point from there to the last one's files: the PS is
+ * restored alone and the last checkpoint is taken again. */
+static void lockstep_last_checkpoint_after_a_slow_one(void **state) {
+  (void)state;
+  coord_act_kind holds[2] = {COORD_ACT_SAVE_WAIT, COORD_ACT_COMMIT};
+  for (int k = 0; k < 48; k++) {
+    int where = (k / 8) % 6; /* 0, 1: the one before held; 2..5: stages */
+    coord_sm_config c = sim_ckpt_config(2, 2, TSR_MODE_ASYNC, 240, 70);
+    c.lockstep = true;
+    c.has_eval = k & 2;
+    sim s;
+    sim_init(&s, &c, (unsigned)k);
+    start(&s);
+    for (int r = 0; r < 100000 && !s.ended; r++) {
+      if (s.ck_active && s.ck_step >= 150 && s.ck_step < 240 &&
+          s.ck_kind == holds[k % 2])
+        break;
+      if (s.ck_active)
+        sim_ck_answer(&s, 0, -1, false, NULL);
+      else if (s.ev_active)
+        sim_ev_answer(&s, 0, NULL);
+      else
+        step_holding_ck(&s);
+    }
+    if (!s.ck_active || s.ck_step < 150 || s.ck_step >= 240)
+      fail_msg("case %d: no checkpoint held before the last (%d %lld)", k,
+               s.ck_active, (long long)s.ck_step);
+    /* training runs to its end meanwhile */
+    for (int r = 0; r < 100000 && !s.ended &&
+                    coord_sm_global_step(s.sm) < 240; r++) {
+      if (s.ev_active)
+        sim_ev_answer(&s, 0, NULL);
+      else
+        step_holding_ck(&s);
+    }
+    for (int r = 0; r < 50; r++) step_holding_ck(&s);
+    assert_int_equal(coord_sm_global_step(s.sm), 240);
+    if (where >= 2) { /* the one before done: the last one to a stage */
+      coord_act_kind at[4] = {COORD_ACT_SAVE, COORD_ACT_SAVE_WAIT,
+                              COORD_ACT_SAVE, COORD_ACT_SAVE_WAIT};
+      for (int r = 0; r < 1000 && !s.ended; r++) {
+        if (s.ck_active && s.ck_step == 240 && s.ck_kind == at[where - 2])
+          break;
+        if (s.ck_active)
+          sim_ck_answer(&s, 0, -1, false, NULL);
+        else if (s.ev_active)
+          sim_ev_answer(&s, 0, NULL);
+        else
+          step_holding_ck(&s);
+      }
+      assert_true(s.ck_active && s.ck_step == 240);
+    }
+    sim_ps_lost(&s, 1);
+    if (k & 4) sim_wk_lost(&s, 0); /* a worker with it */
+    /* odd points: the stage out answers late, and well */
+    if (s.ck_active && (where & 1)) sim_ck_answer(&s, 0, -1, false, NULL);
+    /* a commit is the chief's own: it ends, well */
+    if (s.ck_active && s.ck_kind == COORD_ACT_COMMIT)
+      sim_ck_answer(&s, 0, -1, false, NULL);
+    int64_t good = sim_disk_newest(&s);
+    sim_ps_up(&s, 1);
+    assert_true(s.alone_op[1] != 0);
+    if (s.alone_step[1] != good)
+      fail_msg("case %d (where %d): restored from %lld, not %lld", k, where,
+               (long long)s.alone_step[1], (long long)good);
+    sim_alone_answer(&s, 1, 0, false, NULL);
+    if (k & 4) sim_wk_up(&s, 0);
+    for (int r = 0; r < 20000 && !s.ended; r++) sim_step(&s);
+    assert_int_equal(s.status, 0);
+    assert_int_equal(coord_sm_global_step(s.sm), 240);
+    if (sim_disk_newest(&s) != 240)
+      fail_msg("case %d (where %d): newest checkpoint %lld, not 240", k,
+               where, (long long)sim_disk_newest(&s));
+    sim_free(&s);
+  }
+}
+
 /* Async, a PS lost while an evaluation's snapshot is taken or read: the
  * PS is restored alone and the evaluation ends there (its snapshot went
  * with the PS: the others are told to drop theirs; a late answer, well,
@@ -450,6 +529,7 @@ int main(void) {
       cmocka_unit_test(sync_resumes_once_snapshotted),
       cmocka_unit_test(lost_ps_discards_the_checkpoint_being_written),
       cmocka_unit_test(lockstep_last_checkpoint_taken_again),
+      cmocka_unit_test(lockstep_last_checkpoint_after_a_slow_one),
       cmocka_unit_test(lost_ps_ends_the_evaluation),
       cmocka_unit_test(run_ends_after_its_last_checkpoint),
       cmocka_unit_test(pruning_keeps_chains),
