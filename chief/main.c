@@ -5,12 +5,14 @@
  */
 #include "chief/coord/coord.h"
 #include "chief/eval/evaluator.h"
+#include "common/arg.h"
 #include "common/cluster.h"
 #include "common/daemon.h"
+#include "common/err.h"
 #include "common/log.h"
 #include "tsr_config.h"
 
-#include <getopt.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,7 +20,8 @@
 
 #define MAX_OVERRIDES 64
 
-static void usage(FILE *f) {
+static void usage(FILE *f, const void *data) {
+  (void)data;
   fprintf(f,
       "usage: tessera-chief --job JOB.json [options]\n"
       TSR_DAEMON_USAGE
@@ -42,14 +45,40 @@ static void usage(FILE *f) {
       "  --version, --help\n");
 }
 
-static int add_override(const char **ov, int *n, const char *kv) {
-  if (*n >= MAX_OVERRIDES - 1) {
-    fprintf(stderr, "tessera-chief: more than %d overrides\n",
-            MAX_OVERRIDES - 1);
-    return -1;
+/* The job-key overrides of the command line, in its order: --set KEY=VALUE
+ * as given, the flags that name a key as KEY=VALUE (owned). */
+typedef struct {
+  const char *ov[MAX_OVERRIDES];
+  char *owned[MAX_OVERRIDES];
+  int n_ov, n_owned;
+} chief_overrides;
+
+static int add_override(void *data, const char *flag, const char *value,
+                        char *err, size_t errlen) {
+  static const char *const keys[][2] = {{"--steps", "steps"},
+                                        {"--epochs", "epochs"},
+                                        {"--logdir", "logdir"},
+                                        {"--checkpoint-dir", "checkpoint.dir"}};
+  chief_overrides *c = data;
+  if (c->n_ov >= MAX_OVERRIDES - 1) {
+    snprintf(err, errlen, "more than %d overrides", MAX_OVERRIDES - 1);
+    return TSR_EINVAL;
   }
-  ov[(*n)++] = kv;
-  ov[*n] = NULL;
+  const char *kv = value;
+  for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+    if (strcmp(flag, keys[k][0])) continue;
+    size_t n = strlen(keys[k][1]) + strlen(value) + 2;
+    char *own = malloc(n);
+    if (!own) {
+      snprintf(err, errlen, "%s: out of memory", flag);
+      return TSR_ENOMEM;
+    }
+    snprintf(own, n, "%s=%s", keys[k][1], value);
+    c->owned[c->n_owned++] = own;
+    kv = own;
+  }
+  c->ov[c->n_ov++] = kv;
+  c->ov[c->n_ov] = NULL;
   return 0;
 }
 
@@ -60,79 +89,39 @@ int main(int argc, char **argv) {
   tsr_daemon d;
   tsr_cluster_init(&d.cluster);
   d.token_len = 0;
-  const char *ov[MAX_OVERRIDES] = {NULL};
-  char *owned[MAX_OVERRIDES];
-  int n_ov = 0, n_owned = 0;
-  static const struct option opts[] = {
-      {"job", required_argument, 0, 'J'},
-      TSR_DAEMON_OPTIONS,
-      {"steps", required_argument, 0, 's'},
-      {"epochs", required_argument, 0, 'e'},
-      {"logdir", required_argument, 0, 'l'},
-      {"checkpoint-dir", required_argument, 0, 'k'},
-      {"set", required_argument, 0, 'S'},
-      {"summary-json", required_argument, 0, 'j'},
-      {"wait-timeout", required_argument, 0, 'w'},
-      {"ps-timeout", required_argument, 0, 'p'},
-      {"closure-timeout", required_argument, 0, 'C'},
-      {"keep-cluster", no_argument, 0, 'K'},
-      {"heartbeat-timeout", required_argument, 0, 'H'},
-      {"trace", required_argument, 0, 'R'},
-      {"eval-poll", required_argument, 0, 'P'},
-      {"eval-idle-timeout", required_argument, 0, 'I'},
-      {"version", no_argument, 0, 'V'},
-      {"help", no_argument, 0, 'h'},
-      {0, 0, 0, 0}};
+  chief_overrides ov = {.n_ov = 0};
   chief_eval_opts eo = {2.0, 600.0};
-  int ch, rc = 2;
-  while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-    const char *key = NULL;
-    if (tsr_daemon_flag(&df, ch, optarg)) continue;
-    switch (ch) {
-      case 'J': o.job_path = optarg; break;
-      case 's': key = "steps"; break;
-      case 'e': key = "epochs"; break;
-      case 'l': key = "logdir"; break;
-      case 'k': key = "checkpoint.dir"; break;
-      case 'S':
-        if (add_override(ov, &n_ov, optarg)) goto out;
-        break;
-      case 'j': o.summary_json = optarg; break;
-      case 'w': o.wait_timeout_s = atof(optarg); break;
-      case 'p': o.ps_timeout_s = atof(optarg); break;
-      case 'C': o.closure_timeout_s = atof(optarg); break;
-      case 'K': o.keep_cluster = true; break;
-      case 'H': o.heartbeat_timeout_s = atof(optarg); break;
-      case 'R': o.trace_path = optarg; break;
-      case 'P': eo.poll_s = atof(optarg); break;
-      case 'I': eo.idle_timeout_s = atof(optarg); break;
-      case 'V': printf("tessera-chief %s\n", TSR_VERSION); rc = 0; goto out;
-      case 'h': usage(stdout); rc = 0; goto out;
-      default: usage(stderr); goto out;
-    }
-    if (key) {
-      size_t n = strlen(key) + strlen(optarg) + 2;
-      char *kv = malloc(n);
-      if (!kv || n_owned >= MAX_OVERRIDES) {
-        free(kv);
-        goto out;
-      }
-      snprintf(kv, n, "%s=%s", key, optarg);
-      owned[n_owned++] = kv;
-      if (add_override(ov, &n_ov, kv)) goto out;
-    }
-  }
-  if (optind < argc) {
-    fprintf(stderr, "tessera-chief: unexpected argument \"%s\"\n",
-            argv[optind]);
+  bool version = false;
+  const tsr_arg opts[] = {
+      TSR_ARG_STR("job", &o.job_path),
+      TSR_DAEMON_ARGS(&df),
+      TSR_ARG_CALL("steps", add_override, &ov),
+      TSR_ARG_CALL("epochs", add_override, &ov),
+      TSR_ARG_CALL("logdir", add_override, &ov),
+      TSR_ARG_CALL("checkpoint-dir", add_override, &ov),
+      TSR_ARG_CALL("set", add_override, &ov),
+      TSR_ARG_STR("summary-json", &o.summary_json),
+      TSR_ARG_NUM_ABOVE("wait-timeout", &o.wait_timeout_s, 0, INFINITY),
+      TSR_ARG_NUM_ABOVE("ps-timeout", &o.ps_timeout_s, 0, INFINITY),
+      TSR_ARG_NUM_ABOVE("closure-timeout", &o.closure_timeout_s, 0, INFINITY),
+      TSR_ARG_FLAG("keep-cluster", &o.keep_cluster),
+      TSR_ARG_NUM("heartbeat-timeout", &o.heartbeat_timeout_s, 0.2, INFINITY),
+      TSR_ARG_STR("trace", &o.trace_path),
+      TSR_ARG_NUM_ABOVE("eval-poll", &eo.poll_s, 0, INFINITY),
+      TSR_ARG_NUM_ABOVE("eval-idle-timeout", &eo.idle_timeout_s, 0, INFINITY),
+      TSR_ARG_FLAG("version", &version),
+      TSR_ARG_END};
+  static const tsr_arg_cmd cmd = {.name = "tessera-chief", .usage = usage};
+  int rc = tsr_arg_parse(&cmd, opts, argc, argv, NULL);
+  if (rc) {
+    rc = tsr_arg_status(rc);
     goto out;
   }
-  if (o.wait_timeout_s <= 0 || o.ps_timeout_s <= 0 ||
-      o.closure_timeout_s <= 0 || o.heartbeat_timeout_s < 0.2 || eo.poll_s <= 0 || eo.idle_timeout_s <= 0) {
-    fprintf(stderr, "tessera-chief: timeouts must be > 0 seconds\n");
+  if (version) {
+    printf("tessera-chief %s\n", TSR_VERSION);
     goto out;
   }
-  o.overrides = ov;
+  o.overrides = ov.ov;
   tsr_log_init("chief");
   /* the chief (or worker 0 of a cluster without one, which the
    * coordinator checks), or the evaluator: the checkpoint sidecar, which
@@ -161,6 +150,6 @@ int main(int argc, char **argv) {
   rc = chief_coord_run(&o);
 out:
   tsr_daemon_free(&d);
-  for (int i = 0; i < n_owned; i++) free(owned[i]);
+  for (int i = 0; i < ov.n_owned; i++) free(ov.owned[i]);
   return rc;
 }

@@ -11,16 +11,6 @@
 #include <stdio.h>
 #include <string.h>
 
-int tsr_daemon_flag(tsr_daemon_flags *f, int opt, const char *arg) {
-  switch (opt) {
-    case TSR_DAEMON_OPT_CLUSTER: f->cluster_file = arg; return 1;
-    case TSR_DAEMON_OPT_TASK: f->task = arg; return 1;
-    case TSR_DAEMON_OPT_TOKEN_FILE: f->token_file = arg; return 1;
-    case TSR_DAEMON_OPT_FRAME_MAC: f->frame_mac = arg; return 1;
-    default: return 0;
-  }
-}
-
 /* "ps or worker" from a bit set. */
 static void type_list(unsigned bits, char *out, size_t len) {
   size_t o = 0;

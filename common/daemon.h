@@ -3,10 +3,9 @@
  * cluster, the cluster itself, the cluster token, the log's task name and
  * SIGPIPE.
  *
- * Happy path: put TSR_DAEMON_OPTIONS in the getopt_long table and hand
- * every option to tsr_daemon_flag() before the program's own; then
- * tsr_daemon_start() resolves the cluster (--cluster/--task over TF_CONFIG
- * or Slurm, as tsr_cluster_load), checks that this task is one the program
+ * Happy path: put TSR_DAEMON_ARGS in the program's option table
+ * (common/arg.h); then tsr_daemon_start() resolves the cluster
+ * (--cluster/--task over TF_CONFIG or Slurm, as tsr_cluster_load), checks that this task is one the program
  * runs, names the log's task, reads the token (--token-file or
  * TESSERA_TOKEN), settles the frame MAC (--frame-mac over
  * TESSERA_FRAME_MAC, on by default; a warning when off) and ignores
@@ -22,26 +21,20 @@
 #ifndef TSR_DAEMON_H
 #define TSR_DAEMON_H
 
-#include <getopt.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "common/cluster.h"
+#include "common/arg.h"
 #include "common/rpc/rpc.h"
 
-/* getopt_long values of the shared flags, above any short option. */
-enum {
-  TSR_DAEMON_OPT_CLUSTER = 0x1000,
-  TSR_DAEMON_OPT_TASK,
-  TSR_DAEMON_OPT_TOKEN_FILE,
-  TSR_DAEMON_OPT_FRAME_MAC
-};
-
-#define TSR_DAEMON_OPTIONS                                          \
-  {"cluster", required_argument, 0, TSR_DAEMON_OPT_CLUSTER},        \
-  {"task", required_argument, 0, TSR_DAEMON_OPT_TASK},              \
-  {"token-file", required_argument, 0, TSR_DAEMON_OPT_TOKEN_FILE},  \
-  {"frame-mac", required_argument, 0, TSR_DAEMON_OPT_FRAME_MAC}
+/* The shared flags' entries of a tsr_arg table (common/arg.h), filling
+ * the tsr_daemon_flags at `f`. */
+#define TSR_DAEMON_ARGS(f)                          \
+  TSR_ARG_STR("cluster", &(f)->cluster_file),       \
+  TSR_ARG_STR("task", &(f)->task),                  \
+  TSR_ARG_STR("token-file", &(f)->token_file),      \
+  TSR_ARG_STR("frame-mac", &(f)->frame_mac)
 
 /* Their lines of a usage text. */
 #define TSR_DAEMON_USAGE                                                  \
@@ -58,10 +51,6 @@ typedef struct {
   const char *token_file;   /* NULL: TESSERA_TOKEN */
   const char *frame_mac;    /* "on"/"off"; NULL: TESSERA_FRAME_MAC, on */
 } tsr_daemon_flags;
-
-/* Stores `arg` when `opt` is one of the shared flags and returns 1; else
- * returns 0 (the program's own option). */
-int tsr_daemon_flag(tsr_daemon_flags *f, int opt, const char *arg);
 
 #define TSR_TASK_BIT(type) (1u << (type))
 

@@ -47,6 +47,11 @@ int tsr_idle_parse(const char *flag, const char *text, double *secs,
   return 0;
 }
 
+int tsr_idle_arg(void *secs, const char *flag, const char *value, char *err,
+                 size_t errlen) {
+  return tsr_idle_parse(flag, value, secs, err, errlen);
+}
+
 static void idle_free(tsr_idle *w) {
   if (--w->open == 0) free(w);
 }

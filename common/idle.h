@@ -28,6 +28,10 @@
  * otherwise. */
 int tsr_idle_parse(const char *flag, const char *text, double *secs,
                    char *err, size_t errlen);
+/* The same as an option table's reader (common/arg.h), `secs` a double *:
+ * TSR_ARG_CALL("idle-exit", tsr_idle_arg, &secs). */
+int tsr_idle_arg(void *secs, const char *flag, const char *value, char *err,
+                 size_t errlen);
 
 typedef struct tsr_idle tsr_idle;
 typedef void (*tsr_idle_cb)(void *data);

@@ -205,20 +205,9 @@ int kern_threads(const kern_ctx *c) {
 }
 int kern_device_index(const kern_ctx *c) { return c->device; }
 
-int kern_device_parse(const char *name, kern_device *out) {
-  static const struct {
-    const char *name;
-    kern_device d;
-  } names[] = {{"auto", KERN_DEVICE_AUTO},
-               {"cpu", KERN_DEVICE_CPU},
-               {"gpu", KERN_DEVICE_GPU}};
-  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-    if (!strcmp(name, names[i].name)) {
-      *out = names[i].d;
-      return 0;
-    }
-  return TSR_ECONFIG;
-}
+const char *const kern_device_names[] = {
+    [KERN_DEVICE_AUTO] = "auto", [KERN_DEVICE_CPU] = "cpu",
+    [KERN_DEVICE_GPU] = "gpu", [KERN_DEVICE_GPU + 1] = NULL};
 
 const char *kern_cpu_corename(void) {
   const char *s = openblas_get_corename();

@@ -130,9 +130,9 @@ int kern_threads(const kern_ctx *ctx);
 const char *kern_conv_impl(const kern_ctx *ctx);
 bool kern_is_host(const kern_ctx *ctx);
 int kern_device_index(const kern_ctx *ctx);
-/* The device a command line names: "auto", "cpu" or "gpu"; TSR_ECONFIG
- * for any other name (the caller says which flag it came from). */
-int kern_device_parse(const char *name, kern_device *out);
+/* The names a command line gives the devices, indexed by kern_device
+ * ("auto", "cpu", "gpu"), NULL-terminated: a TSR_ARG_CHOICE's list. */
+extern const char *const kern_device_names[];
 /* Why the last op of this context that failed did ("gemm on cuda:
  * cublasGemmEx (bf16, 512 x 256 x 784): CUBLAS_STATUS_EXECUTION_FAILED
  * (...)"); "" after an op that succeeded. Owned by the context, valid until

@@ -13,6 +13,7 @@
  * --idle-exit DURATION, no chief connected for that long: exit 0 (common/
  * idle.h).
  */
+#include "common/arg.h"
 #include "common/cluster.h"
 #include "common/daemon.h"
 #include "common/err.h"
@@ -22,7 +23,6 @@
 #include "common/rpc/rpc.h"
 #include "ps/ps.h"
 
-#include <getopt.h>
 #include <signal.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -41,7 +41,8 @@ typedef struct {
   int exit_code;
 } ps_main;
 
-static void usage(FILE *f) {
+static void usage(FILE *f, const void *data) {
+  (void)data;
   fprintf(f,
           "usage: tessera-ps [--cluster FILE.json] [--task ps:INDEX]\n"
           "                  [--token-file FILE] [--memory-limit BYTES]\n"
@@ -64,10 +65,14 @@ static void usage(FILE *f) {
           "  deleted), instead of waiting for it for ever.\n");
 }
 
-static int parse_bytes(const char *s, size_t *out) {
+/* --memory-limit: a byte count above 0, with an optional K, M, G or T
+ * (and i, B) after it. */
+static int parse_bytes(void *data, const char *flag, const char *s,
+                       char *err, size_t errlen) {
+  size_t *out = data;
   char *end;
   double v = strtod(s, &end);
-  if (end == s || v < 0) return TSR_EINVAL;
+  if (end == s || v < 0) goto bad;
   double mul = 1;
   switch (*end) {
     case 'k': case 'K': mul = 1024.0; end++; break;
@@ -78,9 +83,12 @@ static int parse_bytes(const char *s, size_t *out) {
   }
   if (*end == 'i' || *end == 'B') end++;
   if (*end == 'B') end++;
-  if (*end) return TSR_EINVAL;
+  if (*end || (size_t)(v * mul) == 0) goto bad;
   *out = (size_t)(v * mul);
   return 0;
+bad:
+  snprintf(err, errlen, "%s \"%s\" is not a byte count (e.g. 8G)", flag, s);
+  return TSR_EINVAL;
 }
 
 static void closed_all(void *data) {
@@ -121,51 +129,22 @@ int main(int argc, char **argv) {
   tsr_daemon_flags df = {0};
   const char *listen = NULL, *mode = NULL, *ckpt_root = NULL;
   double idle_secs = 0;
-  char perr[300];
   size_t mem_limit = 0;
   int allow_nonfinite = 0;
-  static const struct option opts[] = {
-      TSR_DAEMON_OPTIONS,
-      {"memory-limit", required_argument, 0, 'm'},
-      {"listen", required_argument, 0, 'l'},
-      {"mode", required_argument, 0, 'M'},
-      {"allow-nonfinite", no_argument, 0, 'n'},
-      {"checkpoint-root", required_argument, 0, 'r'},
-      {"idle-exit", required_argument, 0, 'i'},
-      {"help", no_argument, 0, 'h'},
-      {0, 0, 0, 0}};
-  int ch;
+  const tsr_arg opts[] = {
+      TSR_DAEMON_ARGS(&df),
+      TSR_ARG_CALL("memory-limit", parse_bytes, &mem_limit),
+      TSR_ARG_STR("listen", &listen),
+      TSR_ARG_STR("mode", &mode),
+      TSR_ARG_FLAG("allow-nonfinite", &allow_nonfinite),
+      TSR_ARG_STR("checkpoint-root", &ckpt_root),
+      TSR_ARG_CALL("idle-exit", tsr_idle_arg, &idle_secs),
+      TSR_ARG_END};
+  static const tsr_arg_cmd cmd = {.name = "tessera-ps", .log = true,
+                                  .usage = usage};
   tsr_log_init("ps");
-  while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-    if (tsr_daemon_flag(&df, ch, optarg)) continue;
-    switch (ch) {
-      case 'l': listen = optarg; break;
-      case 'M': mode = optarg; break;
-      case 'n': allow_nonfinite = 1; break;
-      case 'r': ckpt_root = optarg; break;
-      case 'i':
-        if (tsr_idle_parse("--idle-exit", optarg, &idle_secs, perr,
-                           sizeof perr)) {
-          tsr_error("%s", perr);
-          return 2;
-        }
-        break;
-      case 'm':
-        if (parse_bytes(optarg, &mem_limit) || mem_limit == 0) {
-          tsr_error("--memory-limit \"%s\" is not a byte count (e.g. 8G)",
-                    optarg);
-          return 2;
-        }
-        break;
-      case 'h': usage(stdout); return 0;
-      default: usage(stderr); return 2;
-    }
-  }
-  if (optind < argc) {
-    tsr_error("unexpected argument \"%s\"", argv[optind]);
-    usage(stderr);
-    return 2;
-  }
+  int rc = tsr_arg_parse(&cmd, opts, argc, argv, NULL);
+  if (rc) return tsr_arg_status(rc);
   char mem_src[600] = "--memory-limit";
   if (!mem_limit) {
     uint64_t avail;
@@ -202,7 +181,7 @@ int main(int argc, char **argv) {
 
   ps_main m;
   memset(&m, 0, sizeof m);
-  int rc = uv_loop_init(&m.loop);
+  rc = uv_loop_init(&m.loop);
   if (rc) {
     tsr_error("uv_loop_init: %s", uv_strerror(rc));
     tsr_daemon_free(&d);

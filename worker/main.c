@@ -16,6 +16,7 @@
  */
 #include "artifacts/monitor/monitor.h"
 #include "artifacts/weights/export_keras.h"
+#include "common/arg.h"
 #include "common/cluster.h"
 #include "common/err.h"
 #include "common/fs.h"
@@ -27,13 +28,13 @@
 #include "common/clock.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static void usage(FILE *f) {
+static void usage(FILE *f, const void *data) {
+  (void)data;
   fprintf(f,
       "usage: tessera-worker [--cluster FILE.json] [--task TYPE:INDEX]\n"
       "       tessera-worker --standalone --job JOB.json [--device auto|cpu|gpu]\n"
@@ -53,10 +54,44 @@ static void usage(FILE *f) {
       "  --checkpoint-dir writes.\n");
 }
 
-enum { O_STANDALONE = 1, O_JOB, O_DEVICE, O_PREC,
-       O_STEPS, O_EPOCHS, O_BATCH, O_SEED, O_GPUS, O_THREADS, O_SET,
-       O_LOGDIR, O_SUMMARY, O_CKPT, O_TRACE, O_EVALUATE, O_WEIGHTS,
-       O_CHECKPOINT, O_DATA };
+/* The flags that change the job, as job overrides in the command line's
+ * order (room is left for --evaluate's own), and the last of them that
+ * only training takes. */
+typedef struct {
+  char *ovr[64];
+  int novr;
+  const char *train_flag;
+} sa_overrides;
+
+static int add_override(void *data, const char *flag, const char *value,
+                        char *err, size_t errlen) {
+  /* each flag's key, and how its value is written ("%s=%s") */
+  static const struct {
+    const char *flag, *fmt, *key;
+    bool training;
+  } keys[] = {{"--precision", "%s=%s", "precision", false},
+              {"--steps", "%s=%s", "steps", false},
+              {"--epochs", "%s=%s", "epochs", false},
+              {"--batch-size", "%s=%s", "batch_size", false},
+              {"--seed", "%s=%s", "seed", false},
+              {"--logdir", "%s=\"%s\"", "logdir", true},
+              {"--checkpoint-dir", "%s=\"%s\"", "checkpoint.dir", true},
+              {"--set", "%s%s", "", false}};
+  sa_overrides *o = data;
+  if (o->novr == 62) {
+    snprintf(err, errlen, "too many overrides");
+    return TSR_EINVAL;
+  }
+  size_t k = 0;
+  while (k + 1 < sizeof keys / sizeof keys[0] && strcmp(keys[k].flag, flag))
+    k++;
+  char buf[512];
+  snprintf(buf, sizeof buf, keys[k].fmt, keys[k].key, value);
+  if (keys[k].training) o->train_flag = keys[k].flag;
+  o->ovr[o->novr++] = strdup(buf);
+  o->ovr[o->novr] = NULL;
+  return 0;
+}
 
 typedef struct {
   chief_metrics *metrics;
@@ -309,91 +344,45 @@ int main(int argc, char **argv) {
   if (wk_service_selected(argc, argv)) return wk_service_main(argc, argv);
   const char *job_path = NULL;
   wk_train_opts to = {.device = KERN_DEVICE_AUTO};
-  char *ovr[64];
-  int novr = 0;
-  static const struct option opts[] = {
-      {"standalone", no_argument, 0, O_STANDALONE},
-      {"job", required_argument, 0, O_JOB},
-      {"device", required_argument, 0, O_DEVICE},
-      {"precision", required_argument, 0, O_PREC},
-      {"steps", required_argument, 0, O_STEPS},
-      {"epochs", required_argument, 0, O_EPOCHS},
-      {"batch-size", required_argument, 0, O_BATCH},
-      {"seed", required_argument, 0, O_SEED},
-      {"gpus", required_argument, 0, O_GPUS},
-      {"threads", required_argument, 0, O_THREADS},
-      {"set", required_argument, 0, O_SET},
-      {"logdir", required_argument, 0, O_LOGDIR},
-      {"summary-json", required_argument, 0, O_SUMMARY},
-      {"checkpoint-dir", required_argument, 0, O_CKPT},
-      {"trace", required_argument, 0, O_TRACE},
-      {"evaluate", no_argument, 0, O_EVALUATE},
-      {"weights", required_argument, 0, O_WEIGHTS},
-      {"checkpoint", required_argument, 0, O_CHECKPOINT},
-      {"data", required_argument, 0, O_DATA},
-      {"help", no_argument, 0, 'h'},
-      {0, 0, 0, 0}};
-  static const char *const keys[] = {
-      [O_PREC] = "precision", [O_STEPS] = "steps", [O_EPOCHS] = "epochs",
-      [O_BATCH] = "batch_size", [O_SEED] = "seed", [O_LOGDIR] = "logdir",
-      [O_CKPT] = "checkpoint.dir"};
+  sa_overrides ov = {.novr = 0};
   const char *summary_json = NULL, *trace_path = NULL;
   const char *weights = NULL, *ckpt = NULL, *data = NULL;
-  const char *train_flag = NULL; /* a flag of training, for --evaluate */
-  bool evaluate = false;
-  int ch;
+  bool evaluate = false, standalone = false;
+  const tsr_arg opts[] = {
+      TSR_ARG_FLAG("standalone", &standalone), /* how main() got here */
+      TSR_ARG_STR("job", &job_path),
+      TSR_ARG_CHOICE("device", &to.device, kern_device_names),
+      TSR_ARG_CALL("precision", add_override, &ov),
+      TSR_ARG_CALL("steps", add_override, &ov),
+      TSR_ARG_CALL("epochs", add_override, &ov),
+      TSR_ARG_CALL("batch-size", add_override, &ov),
+      TSR_ARG_CALL("seed", add_override, &ov),
+      TSR_ARG_INT("gpus", &to.max_gpus, 0, 1024),
+      TSR_ARG_INT("threads", &to.cpu_threads, 1, KERN_MAX_THREADS),
+      TSR_ARG_CALL("set", add_override, &ov),
+      TSR_ARG_CALL("logdir", add_override, &ov),
+      TSR_ARG_STR("summary-json", &summary_json),
+      TSR_ARG_CALL("checkpoint-dir", add_override, &ov),
+      TSR_ARG_STR("trace", &trace_path),
+      TSR_ARG_FLAG("evaluate", &evaluate),
+      TSR_ARG_STR("weights", &weights),
+      TSR_ARG_STR("checkpoint", &ckpt),
+      TSR_ARG_STR("data", &data),
+      TSR_ARG_END};
+  static const tsr_arg_cmd cmd = {.name = "tessera-worker", .log = true,
+                                  .usage = usage};
   tsr_log_init("worker");
-  while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-    switch (ch) {
-      case O_STANDALONE: break; /* how main() got here */
-      case O_JOB: job_path = optarg; break;
-      case O_DEVICE:
-        if (kern_device_parse(optarg, &to.device)) {
-          tsr_error("--device %s: must be auto, cpu or gpu", optarg);
-          return 2;
-        }
-        break;
-      case O_GPUS: to.max_gpus = atoi(optarg); break;
-      case O_THREADS: {
-        char *end;
-        long v = strtol(optarg, &end, 10);
-        if (end == optarg || *end || v < 1 || v > KERN_MAX_THREADS) {
-          tsr_error("--threads %s: must be a whole number from 1 to %d",
-                    optarg, KERN_MAX_THREADS);
-          return 2;
-        }
-        to.cpu_threads = (int)v;
-        break;
-      }
-      case O_SUMMARY: summary_json = optarg; break;
-      case O_TRACE: trace_path = optarg; train_flag = "--trace"; break;
-      case O_EVALUATE: evaluate = true; break;
-      case O_WEIGHTS: weights = optarg; break;
-      case O_CHECKPOINT: ckpt = optarg; break;
-      case O_DATA: data = optarg; break;
-      case O_PREC: case O_STEPS: case O_EPOCHS: case O_BATCH: case O_SEED:
-      case O_LOGDIR: case O_CKPT: case O_SET: {
-        if (novr == 62) { /* room for --evaluate's own */
-          tsr_error("too many overrides");
-          return 2;
-        }
-        char buf[512];
-        if (ch == O_LOGDIR) train_flag = "--logdir";
-        if (ch == O_CKPT) train_flag = "--checkpoint-dir";
-        if (ch == O_SET) snprintf(buf, sizeof buf, "%s", optarg);
-        else if (ch == O_LOGDIR || ch == O_CKPT)
-          snprintf(buf, sizeof buf, "%s=\"%s\"", keys[ch], optarg);
-        else snprintf(buf, sizeof buf, "%s=%s", keys[ch], optarg);
-        ovr[novr++] = strdup(buf);
-        break;
-      }
-      case 'h': usage(stdout); return 0;
-      default: usage(stderr); return 2;
-    }
-  }
+  int ret = tsr_arg_parse(&cmd, opts, argc, argv, NULL);
+  char **ovr = ov.ovr;
+  int novr = ov.novr;
   ovr[novr] = NULL;
+  const char *train_flag = trace_path ? "--trace" : ov.train_flag;
+  if (ret) {
+    ret = tsr_arg_status(ret);
+    goto out;
+  }
   /* every command line without --standalone went to the service above */
-  int ret = 2;
+  ret = 2;
   const char *eval_flag = weights ? "--weights" : ckpt ? "--checkpoint"
                           : data ? "--data" : NULL;
   if (!job_path) {
@@ -423,6 +412,7 @@ int main(int argc, char **argv) {
   } else {
     ret = run_standalone(job_path, ovr, &to, summary_json, trace_path);
   }
+out:
   for (int i = 0; i < novr; i++) free(ovr[i]);
   return ret;
 }

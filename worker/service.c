@@ -17,13 +17,13 @@
 #include "worker/service.h"
 #include "worker/loop_int.h"
 
+#include "common/arg.h"
 #include "common/daemon.h"
 #include "common/err.h"
 #include "common/idle.h"
 #include "common/log.h"
 
 #include <signal.h>
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -338,7 +338,8 @@ static void on_signal(uv_signal_t *h, int signum) {
 
 /* ---- main --------------------------------------------------------------- */
 
-static void usage(FILE *f) {
+static void usage(FILE *f, const void *data) {
+  (void)data;
   fprintf(f,
           "usage: tessera-worker [--cluster FILE.json] [--task worker:N]\n"
           "                      [--token-file FILE] [--device auto|cpu|gpu]\n"
@@ -383,79 +384,40 @@ static int register_all(wk_svc *s) {
 
 typedef struct {
   tsr_daemon_flags d;
-  const char *device, *listen;
+  const char *listen;
+  kern_device device;
   long deadline_ms;
   double idle_secs;
 } wk_flags;
 
+/* 0, or the exit status: 0 after --help, 2 after a bad flag. */
 static int parse_flags(int argc, char **argv, wk_flags *f) {
-  static const struct option opts[] = {
-      TSR_DAEMON_OPTIONS,
-      {"device", required_argument, 0, 'd'},
-      {"ps-deadline-ms", required_argument, 0, 'p'},
-      {"listen", required_argument, 0, 'l'},
-      {"idle-exit", required_argument, 0, 'i'},
-      {"help", no_argument, 0, 'h'},
-      {0, 0, 0, 0}};
-  int ch;
-  optind = 1;
-  while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-    if (tsr_daemon_flag(&f->d, ch, optarg)) continue;
-    switch (ch) {
-      case 'd': f->device = optarg; break;
-      case 'l': f->listen = optarg; break;
-      case 'i': {
-        char err[300];
-        if (tsr_idle_parse("--idle-exit", optarg, &f->idle_secs, err,
-                           sizeof err)) {
-          fprintf(stderr, "tessera-worker: %s\n", err);
-          return 2;
-        }
-        break;
-      }
-      case 'p': {
-        char *end;
-        f->deadline_ms = strtol(optarg, &end, 10);
-        if (*end || f->deadline_ms < 1 || f->deadline_ms > 86400000) {
-          fprintf(stderr, "tessera-worker: --ps-deadline-ms %s: expected "
-                          "milliseconds in 1..86400000\n", optarg);
-          return 2;
-        }
-        break;
-      }
-      case 'h': usage(stdout); return 1;
-      default: usage(stderr); return 2;
-    }
-  }
-  if (optind < argc) {
-    fprintf(stderr, "tessera-worker: unexpected argument %s\n", argv[optind]);
-    return 2;
-  }
-  return 0;
+  const tsr_arg opts[] = {
+      TSR_DAEMON_ARGS(&f->d),
+      TSR_ARG_CHOICE("device", &f->device, kern_device_names),
+      TSR_ARG_INT("ps-deadline-ms", &f->deadline_ms, 1, 86400000),
+      TSR_ARG_STR("listen", &f->listen),
+      TSR_ARG_CALL("idle-exit", tsr_idle_arg, &f->idle_secs),
+      TSR_ARG_END};
+  static const tsr_arg_cmd cmd = {.name = "tessera-worker", .usage = usage};
+  return tsr_arg_parse(&cmd, opts, argc, argv, NULL);
 }
 
 /* The daemon's cluster moves into the service. */
-static int setup(wk_svc *s, tsr_daemon *d, const wk_flags *f, char *err,
-                 size_t errlen) {
+static void setup(wk_svc *s, tsr_daemon *d, const wk_flags *f) {
   s->cluster = d->cluster;
   tsr_cluster_init(&d->cluster);
   s->task_index = s->cluster.task_index;
   snprintf(s->role, sizeof s->role, "%s", d->task);
-  s->kopts.device = KERN_DEVICE_AUTO;
+  s->kopts.device = f->device;
   s->kopts.cpu_threads = 1;
-  if (f->device && kern_device_parse(f->device, &s->kopts.device)) {
-    snprintf(err, errlen, "--device %s: expected auto, cpu or gpu",
-             f->device);
-    return TSR_ECONFIG;
-  }
-  s->ps_deadline_ms = (uint32_t)(f->deadline_ms > 0 ? f->deadline_ms : 60000);
-  return 0;
+  s->ps_deadline_ms = (uint32_t)f->deadline_ms;
 }
 
 int wk_service_main(int argc, char **argv) {
-  wk_flags f = {0};
+  wk_flags f = {.device = KERN_DEVICE_AUTO, .deadline_ms = 60000};
   int rc = parse_flags(argc, argv, &f);
-  if (rc) return rc == 1 ? 0 : rc;
+  if (rc) return tsr_arg_status(rc);
   tsr_log_init("worker");
   char err[WK_ERR_MAX];
   wk_svc *s = calloc(1, sizeof *s);
@@ -469,14 +431,14 @@ int wk_service_main(int argc, char **argv) {
       "tessera-worker", TSR_TASK_BIT(TSR_TASK_WORKER),
       TSR_TASK_BIT(TSR_TASK_WORKER), NULL};
   tsr_daemon d;
-  if ((rc = tsr_daemon_start(&d, &spec, &f.d, err, sizeof err)) ||
-      (rc = setup(s, &d, &f, err, sizeof err))) {
+  if ((rc = tsr_daemon_start(&d, &spec, &f.d, err, sizeof err))) {
     tsr_error("%s", err);
     tsr_daemon_free(&d);
     tsr_cluster_free(&s->cluster);
     free(s);
     return 2;
   }
+  setup(s, &d, &f);
   const tsr_task_addr *me =
       tsr_cluster_find(&s->cluster, TSR_TASK_WORKER, s->task_index);
   char listen_addr[300];

@@ -17,17 +17,18 @@
 #include "chief/ckpt/ckpt_read.h"
 #include "chief/cli/cli.h"
 #include "artifacts/weights/export_keras.h"
+#include "common/arg.h"
 #include "common/err.h"
 #include "kernels/init.h"
 
-#include <getopt.h>
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static void usage(FILE *f) {
+static void usage(FILE *f, const void *data) {
+  (void)data;
   fprintf(f, "usage: tessera ckpt inspect PATH [--json] [--verify]\n"
              "       tessera ckpt export PATH [--npz OUT.npz] [--keras "
              "OUT.keras]\n"
@@ -272,7 +273,7 @@ out:
 
 int chief_cmd_ckpt(int argc, char **argv) {
   if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-    usage(argc < 2 ? stderr : stdout);
+    usage(argc < 2 ? stderr : stdout, NULL);
     return argc < 2 ? 2 : 0;
   }
   const char *verb = argv[1];
@@ -282,34 +283,24 @@ int chief_cmd_ckpt(int argc, char **argv) {
             verb);
     return 2;
   }
-  static const struct option opts[] = {{"json", no_argument, 0, 'j'},
-                                       {"verify", no_argument, 0, 'v'},
-                                       {"npz", required_argument, 0, 'n'},
-                                       {"keras", required_argument, 0, 'k'},
-                                       {"weights-h5", required_argument, 0,
-                                        'w'},
-                                       {"help", no_argument, 0, 'h'},
-                                       {0, 0, 0, 0}};
   bool json = false, verify = false;
   const char *npz = NULL, *keras = NULL, *h5 = NULL;
-  optind = 1;
-  int ch;
-  while ((ch = getopt_long(argc - 1, argv + 1, "h", opts, NULL)) != -1) {
-    switch (ch) {
-      case 'j': json = true; break;
-      case 'v': verify = true; break;
-      case 'n': npz = optarg; break;
-      case 'k': keras = optarg; break;
-      case 'w': h5 = optarg; break;
-      case 'h': usage(stdout); return 0;
-      default: usage(stderr); return 2;
-    }
-  }
-  if (optind >= argc - 1) {
+  const tsr_arg opts[] = {TSR_ARG_FLAG("json", &json),
+                          TSR_ARG_FLAG("verify", &verify),
+                          TSR_ARG_STR("npz", &npz),
+                          TSR_ARG_STR("keras", &keras),
+                          TSR_ARG_STR("weights-h5", &h5), TSR_ARG_END};
+  const tsr_arg_cmd cmd = {
+      .name = is_inspect ? "tessera ckpt inspect" : "tessera ckpt export",
+      .usage = usage};
+  int n_args;
+  int rc = tsr_arg_parse(&cmd, opts, argc - 1, argv + 1, &n_args);
+  if (rc) return tsr_arg_status(rc);
+  if (n_args < 1) {
     fprintf(stderr, "tessera ckpt %s: no PATH given\n", verb);
     return 2;
   }
-  const char *path = argv[1 + optind];
+  const char *path = argv[2];
   if (is_export && !npz && !keras && !h5) {
     fprintf(stderr, "tessera ckpt export: give --npz OUT.npz, --keras "
             "OUT.keras or --weights-h5 OUT.weights.h5\n");
@@ -347,7 +338,6 @@ int chief_cmd_ckpt(int argc, char **argv) {
   export_to to = {npz, keras, h5};
   chief_ckpt_scanned *before = NULL;
   size_t n_before = 0;
-  int rc = 0;
   if (is_export && chief_ckpt_scan_links(folder, step, man, &before,
                                          &n_before, err, sizeof err)) {
     fprintf(stderr, "tessera ckpt export: %s\n", err);

@@ -2,39 +2,32 @@
  * --cluster FILE, --task TYPE:INDEX) and prints it, or prints the error and
  * exits 2. */
 #include "chief/cli/cli.h"
+#include "common/arg.h"
 #include "common/cluster.h"
 
-#include <getopt.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 
+static void usage(FILE *f, const void *data) {
+  (void)data;
+  fprintf(f, "usage: tessera cluster [--cluster FILE.json] [--task "
+             "TYPE:INDEX] [--json | --task-only]\n"
+             "  --task-only prints this task as TYPE:INDEX (for launch "
+             "scripts)\n");
+}
+
 int chief_cmd_cluster(int argc, char **argv) {
   const char *file = NULL, *task = NULL;
   bool json = false, task_only = false;
-  static const struct option opts[] = {{"cluster", required_argument, 0, 'c'},
-                                       {"task", required_argument, 0, 't'},
-                                       {"json", no_argument, 0, 'j'},
-                                       {"task-only", no_argument, 0, 'o'},
-                                       {"help", no_argument, 0, 'h'},
-                                       {0, 0, 0, 0}};
-  int ch;
-  optind = 1;
-  while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-    switch (ch) {
-      case 'c': file = optarg; break;
-      case 't': task = optarg; break;
-      case 'j': json = true; break;
-      case 'o': task_only = true; break;
-      case 'h':
-        printf("usage: tessera cluster [--cluster FILE.json] [--task "
-               "TYPE:INDEX] [--json | --task-only]\n"
-               "  --task-only prints this task as TYPE:INDEX (for launch "
-               "scripts)\n");
-        return 0;
-      default: return 2;
-    }
-  }
+  const tsr_arg opts[] = {TSR_ARG_STR("cluster", &file),
+                          TSR_ARG_STR("task", &task),
+                          TSR_ARG_FLAG("json", &json),
+                          TSR_ARG_FLAG("task-only", &task_only),
+                          TSR_ARG_END};
+  static const tsr_arg_cmd cmd = {.name = "tessera cluster", .usage = usage};
+  int rc = tsr_arg_parse(&cmd, opts, argc, argv, NULL);
+  if (rc) return tsr_arg_status(rc);
   tsr_cluster c;
   char err[TSR_ERRBUF];
   if (tsr_cluster_load(file, task, &c, err, sizeof err)) {

@@ -7,17 +7,29 @@
  * with a line naming the flag or file; the data's errors exit 3. */
 #include "chief/cli/cli.h"
 #include "chief/eval/offline.h"
+#include "common/arg.h"
 #include "common/log.h"
 
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-enum { O_JOB = 1, O_CKPT, O_WEIGHTS, O_DATA, O_OUT, O_SUMMARY, O_DEVICE,
-       O_THREADS, O_SET };
+/* The --set KEY=VALUE overrides, in their order. */
+typedef struct {
+  const char **ovr;
+  int n;
+} ev_overrides;
 
-static void usage(FILE *f, bool predict) {
+static int add_set(void *data, const char *flag, const char *value,
+                   char *err, size_t errlen) {
+  (void)flag, (void)err, (void)errlen;
+  ev_overrides *o = data;
+  o->ovr[o->n++] = value;
+  return 0;
+}
+
+static void usage(FILE *f, const void *data) {
+  bool predict = *(const bool *)data;
   fprintf(f,
       "usage: tessera %s --job JOB.json (--checkpoint DIR | --weights FILE)\n"
       "              %s[--data eval|train] [--device auto|cpu|gpu]\n"
@@ -40,56 +52,24 @@ static int run(int argc, char **argv, bool predict) {
   const char *name = predict ? "tessera predict" : "tessera evaluate";
   chief_offline_opts o = {.device = KERN_DEVICE_AUTO};
   const char *data = NULL;
-  char **ovr = calloc((size_t)argc + 1, sizeof *ovr);
-  int novr = 0, status = 2;
-  if (!ovr) return 1;
-  static const struct option opts[] = {
-      {"job", required_argument, 0, O_JOB},
-      {"checkpoint", required_argument, 0, O_CKPT},
-      {"weights", required_argument, 0, O_WEIGHTS},
-      {"data", required_argument, 0, O_DATA},
-      {"out", required_argument, 0, O_OUT},
-      {"summary-json", required_argument, 0, O_SUMMARY},
-      {"device", required_argument, 0, O_DEVICE},
-      {"threads", required_argument, 0, O_THREADS},
-      {"set", required_argument, 0, O_SET},
-      {"help", no_argument, 0, 'h'},
-      {0, 0, 0, 0}};
-  int ch;
-  optind = 1;
-  while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-    switch (ch) {
-      case O_JOB: o.job_path = optarg; break;
-      case O_CKPT: o.checkpoint = optarg; break;
-      case O_WEIGHTS: o.weights = optarg; break;
-      case O_DATA: data = optarg; break;
-      case O_OUT: o.predict_out = optarg; break;
-      case O_SUMMARY: o.summary_json = optarg; break;
-      case O_DEVICE:
-        if (kern_device_parse(optarg, &o.device)) {
-          fprintf(stderr, "%s: --device %s: must be auto, cpu or gpu\n",
-                  name, optarg);
-          goto out;
-        }
-        break;
-      case O_THREADS: {
-        char *end;
-        long t = strtol(optarg, &end, 10);
-        if (*end || t < 1 || t > 1024) {
-          fprintf(stderr, "%s: --threads %s: must be an integer 1..1024\n",
-                  name, optarg);
-          goto out;
-        }
-        o.threads = (int)t;
-        break;
-      }
-      case O_SET: ovr[novr++] = optarg; break;
-      case 'h': usage(stdout, predict); status = 0; goto out;
-      default: usage(stderr, predict); goto out;
-    }
-  }
-  if (optind < argc) {
-    fprintf(stderr, "%s: unexpected argument \"%s\"\n", name, argv[optind]);
+  ev_overrides ov = {calloc((size_t)argc + 1, sizeof(const char *)), 0};
+  int status = 2;
+  if (!ov.ovr) return 1;
+  const tsr_arg opts[] = {
+      TSR_ARG_STR("job", &o.job_path),
+      TSR_ARG_STR("checkpoint", &o.checkpoint),
+      TSR_ARG_STR("weights", &o.weights),
+      TSR_ARG_STR("data", &data),
+      TSR_ARG_STR("out", &o.predict_out),
+      TSR_ARG_STR("summary-json", &o.summary_json),
+      TSR_ARG_CHOICE("device", &o.device, kern_device_names),
+      TSR_ARG_INT("threads", &o.threads, 1, 1024),
+      TSR_ARG_CALL("set", add_set, &ov),
+      TSR_ARG_END};
+  const tsr_arg_cmd cmd = {.name = name, .usage = usage, .data = &predict};
+  int rc = tsr_arg_parse(&cmd, opts, argc, argv, NULL);
+  if (rc) {
+    status = tsr_arg_status(rc);
   } else if (!o.job_path) {
     fprintf(stderr, "%s: --job JOB.json is required\n", name);
   } else if (!o.checkpoint == !o.weights) {
@@ -110,11 +90,10 @@ static int run(int argc, char **argv, bool predict) {
   } else {
     tsr_log_init(predict ? "predict" : "evaluate");
     o.train_split = data && !strcmp(data, "train");
-    o.overrides = (const char *const *)ovr;
+    o.overrides = ov.ovr;
     status = chief_offline_run(&o);
   }
-out:
-  free(ovr);
+  free(ov.ovr);
   return status;
 }
 

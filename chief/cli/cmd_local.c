@@ -8,17 +8,18 @@
  */
 #include "chief/cli/cli.h"
 #include "chief/cli/local.h"
+#include "common/arg.h"
 #include "common/err.h"
 #include "common/log.h"
 
-#include <errno.h>
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static void usage(FILE *f) {
+static void usage(FILE *f, const void *data) {
+  (void)data;
   fprintf(f,
           "usage: tessera local [--ps N] [--workers N] [--evaluator]\n"
           "                     [--bin-dir DIR]\n"
@@ -39,22 +40,6 @@ static void usage(FILE *f) {
           "Other arguments (--job JOB.json, --steps N, ...) and everything\n"
           "after -- go to tessera-chief. The binaries are looked up in\n"
           "--bin-dir, $TESSERA_BIN_DIR, next to tessera, then $PATH.\n");
-}
-
-static int parse_int(const char *opt, const char *v, long lo, long hi,
-                     long *out) {
-  char *end;
-  errno = 0;
-  long x = strtol(v, &end, 10);
-  if (errno || end == v || *end || x < lo || x > hi) {
-    fprintf(stderr,
-            "tessera local: %s \"%s\" is not an integer between %ld and "
-            "%ld\n",
-            opt, v, lo, hi);
-    return -1;
-  }
-  *out = x;
-  return 0;
 }
 
 /* The logdir the chief will use, for the message; NULL when none. */
@@ -80,79 +65,24 @@ int chief_cmd_local(int argc, char **argv) {
   tsr_log_set_task("local");
   chief_local_opts o;
   chief_local_opts_init(&o);
-  char **chief_args = calloc((size_t)argc + 1, sizeof *chief_args);
-  if (!chief_args) return 1;
-  int n_chief = 0, rc = 2;
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (!strcmp(a, "--")) {
-      while (++i < argc) chief_args[n_chief++] = argv[i];
-      break;
-    }
-    if (!strcmp(a, "--evaluator")) {
-      o.n_evaluators = 1;
-      continue;
-    }
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-      usage(stdout);
-      rc = 0;
-      goto done;
-    }
-    static const char *const with_value[] = {
-        "--ps", "--workers", "--bin-dir", "--max-restarts",
-        "--restart-backoff-ms", "--grace-ms", "--host", "--eval-drain-ms"};
-    int k = -1;
-    const char *v = NULL;
-    for (int j = 0; j < (int)(sizeof with_value / sizeof *with_value); j++) {
-      size_t l = strlen(with_value[j]);
-      if (!strncmp(a, with_value[j], l) && (a[l] == '\0' || a[l] == '=')) {
-        k = j;
-        v = a[l] == '=' ? a + l + 1 : NULL;
-        break;
-      }
-    }
-    if (k < 0) {
-      chief_args[n_chief++] = argv[i];
-      continue;
-    }
-    if (!v) {
-      if (i + 1 >= argc) {
-        fprintf(stderr, "tessera local: %s needs a value\n", a);
-        goto done;
-      }
-      v = argv[++i];
-    }
-    long x = 0;
-    switch (k) {
-      case 0:
-        if (parse_int("--ps", v, 0, 1000, &x)) goto done;
-        o.n_ps = (int)x;
-        break;
-      case 1:
-        if (parse_int("--workers", v, 1, 1000, &x)) goto done;
-        o.n_workers = (int)x;
-        break;
-      case 2: o.bin_dir = v; break;
-      case 3:
-        if (parse_int("--max-restarts", v, 0, 1000000, &x)) goto done;
-        o.max_restarts = (int)x;
-        break;
-      case 4:
-        if (parse_int("--restart-backoff-ms", v, 1, 3600000, &x)) goto done;
-        o.backoff_ms = (uint64_t)x;
-        if (o.backoff_max_ms < o.backoff_ms) o.backoff_max_ms = o.backoff_ms;
-        break;
-      case 5:
-        if (parse_int("--grace-ms", v, 0, 3600000, &x)) goto done;
-        o.grace_ms = (uint64_t)x;
-        break;
-      case 6: o.host = v; break;
-      case 7:
-        if (parse_int("--eval-drain-ms", v, 0, 86400000, &x)) goto done;
-        o.eval_drain_ms = (uint64_t)x;
-        break;
-    }
-  }
+  const tsr_arg opts[] = {
+      TSR_ARG_INT("ps", &o.n_ps, 0, 1000),
+      TSR_ARG_INT("workers", &o.n_workers, 1, 1000),
+      TSR_ARG_FLAG("evaluator", &o.n_evaluators),
+      TSR_ARG_STR("bin-dir", &o.bin_dir),
+      TSR_ARG_INT("max-restarts", &o.max_restarts, 0, 1000000),
+      TSR_ARG_INT("restart-backoff-ms", &o.backoff_ms, 1, 3600000),
+      TSR_ARG_INT("grace-ms", &o.grace_ms, 0, 3600000),
+      TSR_ARG_STR("host", &o.host),
+      TSR_ARG_INT("eval-drain-ms", &o.eval_drain_ms, 0, 86400000),
+      TSR_ARG_END};
+  /* everything else is tessera-chief's */
+  static const tsr_arg_cmd cmd = {.name = "tessera local", .pass = true,
+                                  .usage = usage};
+  int n_chief, rc = tsr_arg_parse(&cmd, opts, argc, argv, &n_chief);
+  if (rc) return tsr_arg_status(rc);
+  if (o.backoff_max_ms < o.backoff_ms) o.backoff_max_ms = o.backoff_ms;
+  char **chief_args = argv + 1;
   o.chief_args = chief_args;
   o.n_chief_args = n_chief;
 
@@ -183,7 +113,5 @@ int chief_cmd_local(int argc, char **argv) {
              res.interrupted ? " (interrupted)" : "");
   }
   free(logdir);
-done:
-  free(chief_args);
   return rc;
 }

@@ -4,6 +4,7 @@
  * With each PS's bytes (values and optimizer slots) it prints the memory
  * each PS will need resident (ps_memory). */
 #include "chief/cli/cli.h"
+#include "common/arg.h"
 #include "common/cluster.h"
 #include "common/err.h"
 #include "common/job.h"
@@ -12,8 +13,8 @@
 #include "worker/model.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <jansson.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,7 +22,8 @@
 
 #define MAX_VARS 4096
 
-static void usage(FILE *f) {
+static void usage(FILE *f, const void *data) {
+  (void)data;
   fprintf(f,
           "usage: tessera partition --var NAME=D0xD1[:dtype] [--var ...]\n"
           "                         [--ps N | --cluster FILE | TF_CONFIG]\n"
@@ -45,12 +47,12 @@ static void usage(FILE *f) {
 }
 
 /* NAME=D0xD1x...[:dtype]; a bare "NAME=" or "NAME=scalar" is rank 0. */
-static int parse_var(const char *arg, tsr_var *v) {
+static int parse_var(const char *arg, tsr_var *v, char *err,
+                     size_t errlen) {
   char *namebuf = v->name;
   const char *eq = strchr(arg, '=');
   if (!eq || eq == arg || (size_t)(eq - arg) >= sizeof v->name) {
-    fprintf(stderr, "tessera partition: --var \"%s\": expected "
-                    "NAME=D0xD1[:dtype]\n", arg);
+    snprintf(err, errlen, "--var \"%s\": expected NAME=D0xD1[:dtype]", arg);
     return TSR_EINVAL;
   }
   memcpy(namebuf, arg, (size_t)(eq - arg));
@@ -60,10 +62,9 @@ static int parse_var(const char *arg, tsr_var *v) {
   const char *p = eq + 1;
   const char *colon = strchr(p, ':');
   if (colon && tsr_dtype_parse(colon + 1, &v->dtype)) {
-    fprintf(stderr, "tessera partition: --var %s: dtype \"%s\" is not one of "
-                    "float32, float16, bfloat16, float64, int64, int32, int8, "
-                    "uint8\n",
-            namebuf, colon + 1);
+    snprintf(err, errlen, "--var %s: dtype \"%s\" is not one of "
+             "float32, float16, bfloat16, float64, int64, int32, int8, uint8",
+             namebuf, colon + 1);
     return TSR_EINVAL;
   }
   if (*p == 0 || *p == ':' || strncmp(p, "scalar", 6) == 0) return 0;
@@ -72,25 +73,44 @@ static int parse_var(const char *arg, tsr_var *v) {
     errno = 0;
     long long d = strtoll(p, &end, 10);
     if (end == p || errno) {
-      fprintf(stderr, "tessera partition: --var %s: dimension \"%.20s\" is "
-                      "not an integer\n", namebuf, p);
+      snprintf(err, errlen, "--var %s: dimension \"%.20s\" is not an "
+               "integer", namebuf, p);
       return TSR_EINVAL;
     }
     if (v->rank == TSR_MAX_RANK) {
-      fprintf(stderr, "tessera partition: --var %s: more than %d "
-                      "dimensions\n", namebuf, TSR_MAX_RANK);
+      snprintf(err, errlen, "--var %s: more than %d dimensions", namebuf,
+               TSR_MAX_RANK);
       return TSR_EINVAL;
     }
     v->shape[v->rank++] = d;
     p = end;
     if (*p == 'x' || *p == ',') p++;
     else if (*p && *p != ':') {
-      fprintf(stderr, "tessera partition: --var %s: unexpected \"%c\" in "
-                      "shape\n", namebuf, *p);
+      snprintf(err, errlen, "--var %s: unexpected \"%c\" in shape",
+               namebuf, *p);
       return TSR_EINVAL;
     }
   }
   return 0;
+}
+
+/* --var: one more variable (MAX_VARS at most). */
+typedef struct {
+  tsr_var *vars;
+  size_t n;
+} pt_vars;
+
+static int add_var(void *data, const char *flag, const char *value,
+                   char *err, size_t errlen) {
+  (void)flag;
+  pt_vars *pv = data;
+  if (pv->n == MAX_VARS) {
+    snprintf(err, errlen, "more than %d variables", MAX_VARS);
+    return TSR_EINVAL;
+  }
+  int rc = parse_var(value, &pv->vars[pv->n], err, errlen);
+  if (!rc) pv->n++;
+  return rc;
 }
 
 /* What a serving PS holds beside its shards: code, libraries, RPC
@@ -138,18 +158,6 @@ static void print_wrapped(const char *text, size_t width) {
     p += n;
     while (*p == ' ') p++;
   }
-}
-
-static long long parse_ll(const char *flag, const char *s, int *bad) {
-  char *end;
-  errno = 0;
-  long long v = strtoll(s, &end, 10);
-  if (!*s || *end || errno) {
-    fprintf(stderr, "tessera partition: %s \"%s\" is not an integer\n", flag,
-            s);
-    *bad = 1;
-  }
-  return v;
 }
 
 /* dense "allreduce": moves the dense variables (and their slot counts)
@@ -229,78 +237,53 @@ static void print_workers(const tsr_var *wv, const int *ws, size_t nw,
 }
 
 int chief_cmd_partition(int argc, char **argv) {
-  static const struct option opts[] = {
-      {"var", required_argument, 0, 'v'},
-      {"ps", required_argument, 0, 'p'},
-      {"partitioner", required_argument, 0, 'P'},
-      {"min-shard-bytes", required_argument, 0, 'm'},
-      {"max-shard-bytes", required_argument, 0, 'M'},
-      {"max-shards", required_argument, 0, 'k'},
-      {"num-shards", required_argument, 0, 'n'},
-      {"job", required_argument, 0, 'J'},
-      {"cluster", required_argument, 0, 'c'},
-      {"json", no_argument, 0, 'j'},
-      {"placement", required_argument, 0, 'L'},
-      {"slots", required_argument, 0, 's'},
-      {"workers", required_argument, 0, 'w'},
-      {"help", no_argument, 0, 'h'},
-      {0, 0, 0, 0}};
   tsr_var *vars = calloc(MAX_VARS, sizeof *vars);
   int *var_slots = malloc(MAX_VARS * sizeof *var_slots); /* -1: --slots */
   for (int i = 0; var_slots && i < MAX_VARS; i++) var_slots[i] = -1;
   int rc = 2;
-  size_t n_vars = 0;
-  long long n_ps = -1, n_wk = -1;
+  pt_vars pv = {vars, 0};
+  long long n_ps = -1, n_wk = -1; /* -1: from the cluster */
   bool hybrid = false;      /* dense "allreduce": dense ones on the workers */
   tsr_var *wvars = NULL;    /* those, with their slots */
   int *wslots = NULL;
   size_t n_wvars = 0;
   const char *kind = NULL, *job_path = NULL, *cluster_file = NULL,
              *placement = NULL;
-  long long slots = -1;
-  long long min_b = -1, max_b = -1, max_s = -1, num_s = -1;
+  long long slots = -1; /* -1: the optimizer's */
+  long long min_b = 0, max_b = 0, max_s = 0, num_s = 0;
   bool json = false, have_min = false, have_max = false, have_maxs = false,
        have_num = false, materialized = false;
-  int bad = 0;
   tsr_shard *shards = NULL;
   size_t n_shards = 0;
   if (!vars || !var_slots) goto out;
-  optind = 1;
-  int ch;
-  while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-    switch (ch) {
-      case 'v':
-        if (n_vars == MAX_VARS) {
-          fprintf(stderr, "tessera partition: more than %d variables\n",
-                  MAX_VARS);
-          goto out;
-        }
-        if (parse_var(optarg, &vars[n_vars]))
-          goto out;
-        n_vars++;
-        break;
-      case 'p': n_ps = parse_ll("--ps", optarg, &bad); break;
-      case 'P': kind = optarg; break;
-      case 'm': min_b = parse_ll("--min-shard-bytes", optarg, &bad); have_min = true; break;
-      case 'M': max_b = parse_ll("--max-shard-bytes", optarg, &bad); have_max = true; break;
-      case 'k': max_s = parse_ll("--max-shards", optarg, &bad); have_maxs = true; break;
-      case 'n': num_s = parse_ll("--num-shards", optarg, &bad); have_num = true; break;
-      case 'J': job_path = optarg; break;
-      case 'c': cluster_file = optarg; break;
-      case 'j': json = true; break;
-      case 'L': placement = optarg; break;
-      case 's': slots = parse_ll("--slots", optarg, &bad); break;
-      case 'w': n_wk = parse_ll("--workers", optarg, &bad); break;
-      case 'h': usage(stdout); rc = 0; goto out;
-      default: usage(stderr); goto out;
-    }
-  }
-  if (bad) goto out;
-  if (optind < argc) {
-    fprintf(stderr, "tessera partition: unexpected argument \"%s\"\n",
-            argv[optind]);
+  const tsr_arg opts[] = {
+      TSR_ARG_CALL("var", add_var, &pv),
+      TSR_ARG_INT("ps", &n_ps, 1, INT_MAX),
+      TSR_ARG_STR("partitioner", &kind),
+      /* any number: the partitioner's own check names a bad one */
+      TSR_ARG_INT_SEEN("min-shard-bytes", &min_b, LLONG_MIN, LLONG_MAX,
+                       &have_min),
+      TSR_ARG_INT_SEEN("max-shard-bytes", &max_b, LLONG_MIN, LLONG_MAX,
+                       &have_max),
+      TSR_ARG_INT_SEEN("max-shards", &max_s, LLONG_MIN, LLONG_MAX,
+                       &have_maxs),
+      TSR_ARG_INT_SEEN("num-shards", &num_s, LLONG_MIN, LLONG_MAX,
+                       &have_num),
+      TSR_ARG_STR("job", &job_path),
+      TSR_ARG_STR("cluster", &cluster_file),
+      TSR_ARG_FLAG("json", &json),
+      TSR_ARG_STR("placement", &placement),
+      TSR_ARG_INT("slots", &slots, 0, 16),
+      TSR_ARG_INT("workers", &n_wk, 1, INT_MAX),
+      TSR_ARG_END};
+  static const tsr_arg_cmd cmd = {.name = "tessera partition",
+                                  .usage = usage};
+  int prc = tsr_arg_parse(&cmd, opts, argc, argv, NULL);
+  if (prc) {
+    rc = tsr_arg_status(prc);
     goto out;
   }
+  size_t n_vars = pv.n;
   char err[TSR_ERRBUF];
   tsr_partitioner part;
   tsr_partitioner_default(&part);
@@ -354,10 +337,6 @@ int chief_cmd_partition(int argc, char **argv) {
   if (placement &&
       tsr_placement_parse(placement, &part.placement, err, sizeof err)) {
     fprintf(stderr, "tessera partition: --%s\n", err);
-    goto out;
-  }
-  if (slots > 16) {
-    fprintf(stderr, "tessera partition: --slots %lld must be 0..16\n", slots);
     goto out;
   }
   for (size_t i = 0; i < n_vars; i++)

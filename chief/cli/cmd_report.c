@@ -4,38 +4,33 @@
  * be read or the page cannot be written (the message names the file). */
 #include "chief/cli/cli.h"
 #include "artifacts/monitor/monitor.h"
+#include "common/arg.h"
 
-#include <getopt.h>
 #include <stdio.h>
+
+static void usage(FILE *f, const void *data) {
+  (void)data;
+  fprintf(f, "usage: tessera report LOGDIR [--title T] [--subtitle S]\n"
+             "  writes LOGDIR/report.html from LOGDIR/metrics.jsonl\n");
+}
 
 int chief_cmd_report(int argc, char **argv) {
   chief_report_opts o = {0};
-  static const struct option opts[] = {{"title", required_argument, 0, 't'},
-                                       {"subtitle", required_argument, 0, 's'},
-                                       {"help", no_argument, 0, 'h'},
-                                       {0, 0, 0, 0}};
-  int ch;
-  optind = 1;
-  while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-    switch (ch) {
-      case 't': o.title = optarg; break;
-      case 's': o.subtitle = optarg; break;
-      case 'h':
-        printf("usage: tessera report LOGDIR [--title T] [--subtitle S]\n"
-               "  writes LOGDIR/report.html from LOGDIR/metrics.jsonl\n");
-        return 0;
-      default: return 2;
-    }
-  }
-  if (optind + 1 != argc) {
+  const tsr_arg opts[] = {TSR_ARG_STR("title", &o.title),
+                          TSR_ARG_STR("subtitle", &o.subtitle), TSR_ARG_END};
+  static const tsr_arg_cmd cmd = {.name = "tessera report", .usage = usage};
+  int n_args;
+  int rc = tsr_arg_parse(&cmd, opts, argc, argv, &n_args);
+  if (rc) return tsr_arg_status(rc);
+  if (n_args != 1) {
     fprintf(stderr, "usage: tessera report LOGDIR [--title T]\n");
     return 2;
   }
   char err[1024];
-  if (chief_report_from_logdir(argv[optind], &o, err, sizeof err)) {
+  if (chief_report_from_logdir(argv[1], &o, err, sizeof err)) {
     fprintf(stderr, "tessera report: %s\n", err);
     return 1;
   }
-  printf("%s/%s\n", argv[optind], CHIEF_REPORT_HTML);
+  printf("%s/%s\n", argv[1], CHIEF_REPORT_HTML);
   return 0;
 }

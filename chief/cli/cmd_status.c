@@ -10,6 +10,7 @@
 #include "chief.pb-c.h"
 #include "chief/cli/cli.h"
 #include "chief/wire.h"
+#include "common/arg.h"
 #include "common/cluster.h"
 #include "common/err.h"
 #include "common/log.h"
@@ -19,7 +20,6 @@
 #include "worker.pb-c.h"
 #include "worker/wire.h"
 
-#include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdbool.h>
@@ -252,41 +252,27 @@ static int st_probe(const char *spec, const char *file, tsr_rpc_ctx *ctx,
   return t.ok ? 0 : 1;
 }
 
+static void usage(FILE *f, const void *data) {
+  (void)data;
+  fprintf(f, "usage: tessera status [--cluster FILE.json] [--token-file F] "
+             "[--timeout S]\n"
+             "       tessera status --probe ROLE@HOST:PORT|ROLE:INDEX "
+             "[--token-file F] [--timeout S]\n"
+             "  --probe asks one process (a liveness or readiness probe: "
+             "ps@localhost:2222);\n"
+             "  exit 0 when it answers within the timeout, 1 otherwise\n");
+}
+
 int chief_cmd_status(int argc, char **argv) {
   const char *file = NULL, *token_file = NULL, *probe = NULL;
   double timeout_s = 3;
-  static const struct option opts[] = {
-      {"cluster", required_argument, 0, 'c'},
-      {"token-file", required_argument, 0, 'T'},
-      {"timeout", required_argument, 0, 't'},
-      {"probe", required_argument, 0, 'p'},
-      {"help", no_argument, 0, 'h'},
-      {0, 0, 0, 0}};
-  optind = 1;
-  int ch;
-  while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-    switch (ch) {
-      case 'c': file = optarg; break;
-      case 'T': token_file = optarg; break;
-      case 't': timeout_s = atof(optarg); break;
-      case 'p': probe = optarg; break;
-      case 'h':
-        printf("usage: tessera status [--cluster FILE.json] [--token-file F] "
-               "[--timeout S]\n"
-               "       tessera status --probe ROLE@HOST:PORT|ROLE:INDEX "
-               "[--token-file F] [--timeout S]\n"
-               "  --probe asks one process (a liveness or readiness probe: "
-               "ps@localhost:2222);\n"
-               "  exit 0 when it answers within the timeout, 1 otherwise\n");
-        return 0;
-      default: return 2;
-    }
-  }
-  if (!(timeout_s > 0 && timeout_s <= 3600)) {
-    fprintf(stderr, "tessera status: --timeout: expected seconds in "
-            "(0, 3600]\n");
-    return 2;
-  }
+  const tsr_arg opts[] = {
+      TSR_ARG_STR("cluster", &file), TSR_ARG_STR("token-file", &token_file),
+      TSR_ARG_NUM_ABOVE("timeout", &timeout_s, 0, 3600),
+      TSR_ARG_STR("probe", &probe), TSR_ARG_END};
+  static const tsr_arg_cmd cmd = {.name = "tessera status", .usage = usage};
+  int rc = tsr_arg_parse(&cmd, opts, argc, argv, NULL);
+  if (rc) return tsr_arg_status(rc);
   char err[TSR_ERRBUF];
   tsr_cluster c;
   tsr_cluster_init(&c);

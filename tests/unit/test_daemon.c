@@ -42,15 +42,19 @@ static int setup(void **state) {
 static void flags_are_taken_others_left(void **state) {
   (void)state;
   tsr_daemon_flags f = {0};
-  assert_int_equal(tsr_daemon_flag(&f, TSR_DAEMON_OPT_CLUSTER, "c.json"), 1);
-  assert_int_equal(tsr_daemon_flag(&f, TSR_DAEMON_OPT_TASK, "ps:1"), 1);
-  assert_int_equal(tsr_daemon_flag(&f, TSR_DAEMON_OPT_TOKEN_FILE, "t"), 1);
-  assert_int_equal(tsr_daemon_flag(&f, TSR_DAEMON_OPT_FRAME_MAC, "off"), 1);
-  assert_int_equal(tsr_daemon_flag(&f, 'l', "x"), 0);
+  const char *listen = NULL;
+  const tsr_arg opts[] = {TSR_DAEMON_ARGS(&f), TSR_ARG_STR("listen", &listen),
+                          TSR_ARG_END};
+  char *argv[] = {"tessera-ps", "--cluster", "c.json", "--task=ps:1",
+                  "--token-file", "t", "--frame-mac", "off", "--listen",
+                  "x", NULL};
+  static const tsr_arg_cmd cmd = {.name = "tessera-ps"};
+  assert_int_equal(tsr_arg_parse(&cmd, opts, 10, argv, NULL), 0);
   assert_string_equal(f.frame_mac, "off");
   assert_string_equal(f.cluster_file, "c.json");
   assert_string_equal(f.task, "ps:1");
   assert_string_equal(f.token_file, "t");
+  assert_string_equal(listen, "x");
 }
 
 static void starts_a_ps(void **state) {
