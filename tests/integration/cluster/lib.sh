@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Helpers for the cluster integration tests: a real cluster of tessera-ps,
-# tessera-worker and tessera-chief processes on 127.0.0.1 with free ports,
-# each started from TF_CONFIG exactly as a Kubeflow TFJob sets it (the
-# whole cluster, and this task's type and index). Every wait has a deadline;
-# every process is killed on exit.
+# tessera-worker and tessera-chief processes on 127.0.0.1 with ports claimed
+# for the test (free_ports), each started from TF_CONFIG exactly as a
+# Kubeflow TFJob sets it (the whole cluster, and this task's type and
+# index). Every wait has a deadline; every process is killed on exit.
 set -u
 BUILD=${TSR_BUILD_DIR:?TSR_BUILD_DIR not set}
 SRC=${TSR_SOURCE_DIR:?TSR_SOURCE_DIR not set}
