@@ -168,6 +168,7 @@ static int tp_lock(const char *dir, char *err, size_t errlen) {
   char path[4200];
   snprintf(path, sizeof path, "%s/.lock", dir);
   int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  if (fd >= 0) fchmod(fd, 0666); /* past the umask: every user locks it */
   if (fd < 0 || flock(fd, LOCK_EX) != 0) {
     int e = errno;
     snprintf(err, errlen, "cannot lock %s: %s", path, strerror(e));
