@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Helpers for the cluster integration tests: a real cluster of tessera-ps,
-# tessera-worker and tessera-chief processes on 127.0.0.1 with free ports,
-# each started from TF_CONFIG exactly as a Kubeflow TFJob sets it (the
-# whole cluster, and this task's type and index). Every wait has a deadline;
-# every process is killed on exit.
+# tessera-worker and tessera-chief processes on 127.0.0.1 with ports claimed
+# for the test (free_ports), each started from TF_CONFIG exactly as a
+# Kubeflow TFJob sets it (the whole cluster, and this task's type and
+# index). Every wait has a deadline; every process is killed on exit.
 set -u
 BUILD=${TSR_BUILD_DIR:?TSR_BUILD_DIR not set}
 SRC=${TSR_SOURCE_DIR:?TSR_SOURCE_DIR not set}
@@ -11,6 +11,7 @@ PS_BIN=$BUILD/ps/tessera-ps
 WK_BIN=$BUILD/worker/tessera-worker
 CH_BIN=$BUILD/chief/tessera-chief
 TESSERA=$BUILD/chief/tessera
+PORTS_BIN=$BUILD/tests/ports/tsr-test-ports
 WORK=$(mktemp -d /tmp/tsr_cluster_XXXXXX)
 export TESSERA_TOKEN=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
 export TESSERA_LOG=${TESSERA_LOG_LEVEL:-info}
@@ -26,6 +27,8 @@ cleanup() {
   local j
   for j in $(jobs -p); do kill -9 "$j" 2>/dev/null; done
   wait 2>/dev/null
+  # every process of this test is gone: its ports may go to others now
+  "$PORTS_BIN" release $$
   if [ "$FAILS" != 0 ] || [ -n "${KEEP_WORK:-}" ]; then
     echo "logs kept in $WORK"
     for f in "$WORK"/*.log; do echo "---- $f"; tail -n 25 "$f"; done
@@ -35,21 +38,20 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# free_ports N: N distinct ports that were free a moment ago
-free_ports() {
-  /usr/bin/python3 - "$1" <<'PY'
-import socket, sys
-socks = []
-for _ in range(int(sys.argv[1])):
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); socks.append(s)
-print(" ".join(str(s.getsockname()[1]) for s in socks))
-PY
-}
+# free_ports N: N distinct ports claimed for this test until its cleanup
+# (tests/ports/ports.h): from a block below the kernel's ephemeral range,
+# and handed to no other test while this one lives, even while the process
+# of this test that had one is down (a PS killed and started again on its
+# port). On failure, a line on stderr and status 1.
+free_ports() { "$PORTS_BIN" claim "$1" $$; }
 
 # cluster NPS NWK [evaluator]: sets CLUSTER (the TF_CONFIG cluster JSON)
 cluster() {
-  local nps=$1 nwk=$2
-  read -r -a P <<<"$(free_ports $((2 + nps + nwk)))"
+  local nps=$1 nwk=$2 got
+  if ! got=$(free_ports $((2 + nps + nwk))); then
+    FAILS=$((FAILS + 1)); echo "FAIL cannot claim ports for the cluster"; exit 1
+  fi
+  read -r -a P <<<"$got"
   local ps="" wk="" ev="" i
   for ((i = 0; i < nps; i++)); do ps+="${ps:+,}\"127.0.0.1:${P[$((1 + i))]}\""; done
   for ((i = 0; i < nwk; i++)); do wk+="${wk:+,}\"127.0.0.1:${P[$((1 + nps + i))]}\""; done

@@ -51,6 +51,7 @@ if [ -z "${TSR_DOCKER_TESTS:-}" ]; then
 fi
 SRC=${TSR_SOURCE_DIR:?TSR_SOURCE_DIR not set}
 BUILD=${TSR_BUILD_DIR:?TSR_BUILD_DIR not set}
+PORTS_BIN=$BUILD/tests/ports/tsr-test-ports
 export TSR_DOCKER_CACHE=${TSR_DOCKER_CACHE:-$BUILD/docker}
 . "$SRC/deploy/docker/engine.sh"
 . "$SRC/tests/integration/netns/netns.sh"
@@ -95,6 +96,7 @@ engine_stopped=0
 cleanup() {
   down
   net_down
+  "$PORTS_BIN" release $$
   if [ "$engine_stopped" = 0 ]; then
     docker image rm -f "tsr-ctx-probe:$$" >/dev/null 2>&1
     tsr_docker_stop
@@ -205,7 +207,8 @@ check "each PS keeps its shards within its --memory-limit (1600 MiB)" \
 check "no dotfiles in the volume (no home in it)" test -z "$(ls -A "$V" | grep '^\.')"
 check "the volume is 10001's" test "$(stat -c %u "$V")" = 10001
 
-port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+# claimed until the cleanup (tests/ports/ports.h): docker binds it later
+port=$("$PORTS_BIN" claim 1 $$)
 t=$SECONDS
 TESSERA_TENSORBOARD_PORT=$port CT up -d --no-deps tensorboard >"$WORK/tb-up.log" 2>&1
 tags() { # some run (".", "train", ...) has a loss curve ("loss", "epoch_loss")

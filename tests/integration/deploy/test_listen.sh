@@ -109,11 +109,7 @@ kill "$DP"; wait "$DP" 2>/dev/null
 ip addr del 127.0.0.1/8 dev lo
 hosts "::1 localhost tsr-chief tsr-ps tsr-worker"
 check "the namespace has no IPv4 address" test -z "$(ip -4 -o addr show)"
-read -r p1 p2 p3 <<<"$(/usr/bin/python3 -c '
-import socket
-s = [socket.socket(socket.AF_INET6) for _ in range(3)]
-for x in s: x.bind(("::1", 0))
-print(" ".join(str(x.getsockname()[1]) for x in s))')"
+read -r p1 p2 p3 <<<"$(free_ports 3)"
 CLUSTER="{\"chief\":[\"tsr-chief:$p1\"],\"ps\":[\"tsr-ps:$p2\"],\"worker\":[\"tsr-worker:$p3\"]}"
 NPS=1 NWK=1
 : >"$WORK/ps0.log"; : >"$WORK/worker0.log"; : >"$WORK/chief.log"

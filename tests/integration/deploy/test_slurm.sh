@@ -67,12 +67,22 @@ kill_steps() { # every task this test's fake srun started
   done
 }
 trap 'kill_steps; cleanup' EXIT
+# job_id: a job id whose 16 ports (the script's rule: 20000 + 16 * (id mod
+# 2000) on) are claimed for this test (tests/ports/ports.h), so another
+# test's process cannot hold one, nor take it while a task is started
+# again
+job_id() {
+  local run
+  run=$("$PORTS_BIN" claim-run 16 $$) || return 1
+  echo $((4000 + (${run%% *} - 20000) / 16))
+}
 
 write_diabetes_job "$WORK/job.json" ", \"steps\": $STEPS, \"steps_per_closure\": 20,
   \"checkpoint\": {\"every_steps\": 1000}"
 
 # ---- 1. two jobs on one node -------------------------------------------------------
-A=4242 B=4243
+A=$(job_id) || exit 1
+B=$(job_id) || exit 1
 sbatch_run $A "$WORK/sbatch$A.log" "$WORK/job.json"; PA=$SB_PID
 sbatch_run $B "$WORK/sbatch$B.log" "$WORK/job.json"; PB=$SB_PID
 sb_wait $PA 300; RA=$SB_RC
@@ -94,7 +104,7 @@ for id in $A $B; do
 done
 
 # ---- 2. a PS killed mid-run -------------------------------------------------------------
-C=4244
+C=$(job_id) || exit 1
 sbatch_run $C "$WORK/sbatch$C.log" "$WORK/job.json"; PC=$SB_PID
 past() { [ "$(ckpt_of $C)" -gt 0 ]; }
 check "ps kill: a checkpoint past step 0" wait_for 120 past
@@ -111,7 +121,7 @@ check "ps kill: exact step count" test "$(json_get "$R/summary.json" steps 2>/de
 check "ps kill: the token file is removed" test ! -e "$R/token"
 
 # ---- 3. the chief fails ---------------------------------------------------------------------
-D=4245
+D=$(job_id) || exit 1
 echo '{"model": "nothing.json", "stepz": 1}' >"$WORK/bad.json"
 sbatch_run $D "$WORK/sbatch$D.log" "$WORK/bad.json"; PD=$SB_PID
 sb_wait $PD 120

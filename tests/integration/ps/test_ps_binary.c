@@ -1,5 +1,5 @@
-/* The real tessera-ps binary: started from a cluster file on a free
- * 127.0.0.1 port with a token in TESSERA_TOKEN, it serves create, push,
+/* The real tessera-ps binary: started from a cluster file on a
+ * 127.0.0.1 port claimed for the test (tests/ports/ports.h) with a token in TESSERA_TOKEN, it serves create, push,
  * pull, stats and save through ps_client; the shutdown method makes it
  * exit 0, and so does SIGTERM; a bad task or a missing token exits 2 with
  * a line naming the problem; a client with the wrong token is refused.
@@ -10,33 +10,16 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
-#include <arpa/inet.h>
 #include <math.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "../../unit/ps/ps_harness.h"
 #include "kernels/init.h"
+#include "ports.h"
 
 static const char *TOKEN = "integration-token-ps";
-
-static int free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a;
-  memset(&a, 0, sizeof a);
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  if (bind(fd, (struct sockaddr *)&a, sizeof a) ||
-      getsockname(fd, (struct sockaddr *)&a, &len))
-    abort();
-  int port = ntohs(a.sin_port);
-  close(fd);
-  return port;
-}
 
 static void binary(char *buf, size_t len) {
   const char *b = getenv("TSR_BUILD_DIR");
@@ -103,11 +86,11 @@ static void read_file(const char *path, char *buf, size_t len) {
   if (f) fclose(f);
 }
 
-/* A tessera-ps on a free port with its stderr in `errfile` (a template
- * "...XXXXXX", made a fresh file), and a client to it that presents
- * `token`. */
+/* A tessera-ps on a port claimed for this test (ports.h) with its stderr
+ * in `errfile` (a template "...XXXXXX", made a fresh file), and a client
+ * to it that presents `token`. */
 static pid_t ps_up(h_env *e, char *errfile, const char *token) {
-  int port = free_port();
+  int port = test_port();
   close(mkstemp(errfile));
   pid_t pid = start_ps(port, "ps", TOKEN, errfile);
   client_env(e, port, token);
@@ -217,7 +200,7 @@ static void bad_start_exits_two(void **state) {
   (void)state;
   char errfile[] = "/tmp/tsr-ps-itest-XXXXXX", text[4096];
   close(mkstemp(errfile));
-  int port = free_port();
+  int port = test_port();
   /* a worker task given to tessera-ps */
   pid_t pid = start_ps(port, "worker", TOKEN, errfile);
   assert_int_equal(wait_exit(pid, 10000), 2);
@@ -240,5 +223,8 @@ int main(void) {
       cmocka_unit_test(wrong_token_refused),
       cmocka_unit_test(bad_start_exits_two),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  int rc = cmocka_run_group_tests(tests, NULL, NULL);
+  char err[256];
+  test_ports_release((long)getpid(), NULL, 0, err, sizeof err);
+  return rc;
 }

@@ -1,4 +1,6 @@
-/* Two real processes on an ephemeral loopback port: this test (the client)
+/* Two real processes on a loopback port claimed for the test
+ * (tests/ports/ports.h, so it is still free when the server is started
+ * again on it after a kill): this test (the client)
  * and rpc_test_server (argv[1]). Many concurrent calls with payloads from
  * 0 B to 16 MiB plus one of 256 MiB arrive intact (CRC32C checked by the
  * server, echoes compared here); a deadline fires while the server sleeps;
@@ -15,6 +17,7 @@
 #include "../../unit/rpc/rpc_util.h"
 #include "common/crc32c.h"
 #include "common/log.h"
+#include "ports.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -28,7 +31,7 @@ static char log_path[64];
 static pid_t server_pid = -1;
 static int server_port;
 
-/* Starts the server (on `port`, 0 for any) and reads the port it prints. */
+/* Starts the server (on `port`) and reads the port it prints. */
 static int start_server(int port) {
   int pfd[2];
   if (pipe(pfd)) return -1;
@@ -93,7 +96,7 @@ static int setup(void **state) {
   snprintf(log_path, sizeof log_path, "/tmp/tsr_rpc_server_%d.log",
            (int)getpid());
   unlink(log_path);
-  assert_int_equal(start_server(0), 0);
+  assert_int_equal(start_server(test_port()), 0);
   return 0;
 }
 
@@ -106,6 +109,8 @@ static int teardown(void **state) {
     assert_int_equal(WEXITSTATUS(st), 0);
   }
   unlink(log_path);
+  char err[256];
+  test_ports_release((long)getpid(), NULL, 0, err, sizeof err);
   return 0;
 }
 

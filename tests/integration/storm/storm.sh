@@ -171,6 +171,9 @@ stop_cluster() {
   reap
   for k in "${!PIDS[@]}"; do kill -9 "${PIDS[$k]}" 2>/dev/null; unset "PIDS[$k]"; done
   wait 2>/dev/null
+  # the cluster is gone: its ports go back (lib.sh's cleanup, which would
+  # release them, is not this script's exit trap)
+  "$PORTS_BIN" release $$
 }
 storm_cleanup() {
   stop_cluster

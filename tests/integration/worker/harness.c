@@ -7,35 +7,19 @@
 #include "common/err.h"
 #include "common/trace.h"
 #include "kernels/init.h"
+#include "ports.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <libgen.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #define H_TOKEN "worker-integration-test-token"
-
-static int free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return -1;
-  struct sockaddr_in a = {.sin_family = AF_INET};
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  int port = -1;
-  if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-      getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-    port = ntohs(a.sin_port);
-  close(fd);
-  return port;
-}
 
 static char ps_deadline[16] = "5000";
 
@@ -89,13 +73,15 @@ int h_start_ps(h_cluster *c, int i, const char *ps_mode) {
   return c->ps_pid[i] > 0 ? 0 : TSR_EINVAL;
 }
 
-/* n tasks on free ports of 127.0.0.1: their ports, "host:port"
- * addresses, and the JSON list of the addresses (a cluster's job). */
+/* n tasks on ports of 127.0.0.1 claimed for this test's life (ports.h:
+ * free again for a PS started again on its port): their ports,
+ * "host:port" addresses, and the JSON list of the addresses (a cluster's
+ * job). */
 static void h_task_addrs(int n, int *port, char (*addr)[32], char *list,
                          size_t len) {
   list[0] = 0;
   for (int i = 0; i < n; i++) {
-    port[i] = free_port();
+    port[i] = test_port();
     snprintf(addr[i], sizeof addr[i], "127.0.0.1:%d", port[i]);
     size_t l = strlen(list);
     snprintf(list + l, len - l, "%s\"%s\"", i ? ", " : "", addr[i]);
@@ -183,6 +169,11 @@ int h_stop(h_cluster *c) {
   free(c->shards);
   free(c->job_text);
   tsr_job_free(&c->job);
+  /* every process is gone: the ports may go to other tests */
+  char err[256];
+  test_ports_release((long)getpid(), c->ps_port, c->n_ps, err, sizeof err);
+  test_ports_release((long)getpid(), c->wk_port, c->n_workers, err,
+                     sizeof err);
   return bad;
 }
 

@@ -1,8 +1,9 @@
 /* Test harness of the worker integration tests: a small cluster of real
- * tessera-ps and tessera-worker processes on 127.0.0.1 ephemeral ports,
- * and a driver that plays the chief (creates the variables on the PS,
- * configures the workers, runs closures) through blocking helpers that
- * run the driver's own loop until an answer or a deadline.
+ * tessera-ps and tessera-worker processes on 127.0.0.1 ports claimed for
+ * the test (tests/ports/ports.h), and a driver that plays the chief
+ * (creates the variables on the PS, configures the workers, runs closures)
+ * through blocking helpers that run the driver's own loop until an answer
+ * or a deadline.
  */
 #ifndef TSR_TEST_WK_HARNESS_H
 #define TSR_TEST_WK_HARNESS_H

@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "common/log.h"
+#include "ports.h"
 #include "rpc_util.h"
 #include "rpc.pb-c.h"
 
@@ -140,7 +141,8 @@ static void env_server(env *e, tsr_rpc_opts *so, int port) {
                    TSR_EINVAL);
 }
 
-static void env_up(env *e, tsr_rpc_opts *so, tsr_rpc_opts *co) {
+/* A server on `port` (0: any) and a client to it. */
+static void env_up_on(env *e, tsr_rpc_opts *so, tsr_rpc_opts *co, int port) {
   memset(e, 0, sizeof *e);
   assert_int_equal(uv_loop_init(&e->loop), 0);
   uv_timer_init(&e->loop, &e->sleeper);
@@ -151,11 +153,15 @@ static void env_up(env *e, tsr_rpc_opts *so, tsr_rpc_opts *co) {
   tsr_rpc_opts d1, d2;
   ru_opts(&d1, "server");
   ru_opts(&d2, "client");
-  env_server(e, so ? so : &d1, 0);
+  env_server(e, so ? so : &d1, port);
   assert_int_equal(tsr_rpc_ctx_new(&e->cctx, &e->loop, co ? co : &d2), 0);
   char addr[64];
   snprintf(addr, sizeof addr, "127.0.0.1:%d", e->port);
   assert_int_equal(tsr_rpc_client_new(&e->cli, e->cctx, addr), 0);
+}
+
+static void env_up(env *e, tsr_rpc_opts *so, tsr_rpc_opts *co) {
+  env_up_on(e, so, co, 0);
 }
 
 static void env_down(env *e) {
@@ -519,7 +525,9 @@ static void test_reconnect(void **state) {
   co.backoff_min_ms = 10;
   co.backoff_max_ms = 40;
   env e;
-  env_up(&e, NULL, &co);
+  /* a port claimed for this test (ports.h): still free when the server
+   * comes back on it, whatever other tests bind meanwhile */
+  env_up_on(&e, NULL, &co, test_port());
   state_ups = state_downs = 0;
   tsr_rpc_client_on_state(e.cli, on_state, NULL);
   res r;
@@ -560,6 +568,8 @@ static void test_reconnect(void **state) {
   tsr_rpc_client_stats(e.cli, &st);
   assert_true(st.connects >= 2);
   env_down(&e);
+  char err[256];
+  test_ports_release((long)getpid(), NULL, 0, err, sizeof err);
 }
 
 static void test_wrong_token(void **state) {
