@@ -165,10 +165,25 @@ static int tp_lock(const char *dir, char *err, size_t errlen) {
              strerror(e));
     return -e;
   }
+  /* another user may have made it, or a link in its place: trust only a
+   * real folder of ours, or root's with the sticky bit (like /tmp) */
+  struct stat st;
+  if (lstat(dir, &st) != 0 || !S_ISDIR(st.st_mode) ||
+      !(st.st_uid == geteuid() || (st.st_uid == 0 && (st.st_mode & S_ISVTX)))) {
+    snprintf(err, errlen, "the port claim folder %s is not a folder of this "
+             "user nor root's sticky one (set TSR_TEST_PORT_DIR to one)", dir);
+    return -EPERM;
+  }
   char path[4200];
   snprintf(path, sizeof path, "%s/.lock", dir);
-  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
-  if (fd >= 0) fchmod(fd, 0666); /* past the umask: every user locks it */
+  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666);
+  if (fd >= 0 && (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))) {
+    close(fd);
+    fd = -1;
+    errno = EPERM;
+  }
+  /* past the umask, so every user locks it; only on a file of ours */
+  if (fd >= 0 && st.st_uid == geteuid()) fchmod(fd, 0666);
   if (fd < 0 || flock(fd, LOCK_EX) != 0) {
     int e = errno;
     snprintf(err, errlen, "cannot lock %s: %s", path, strerror(e));
