@@ -183,4 +183,27 @@ check "TSR_TEST_PORTS=9-8: refused, 2, naming it" \
 check "release of another's port leaves it" \
   bash -c "p=\$('$PORTS_BIN' claim 1 $LIVE) && '$PORTS_BIN' release $$ \$p &&
     [ -e '$ALL_DIR/'\$p ] && '$PORTS_BIN' release $LIVE \$p && [ ! -e '$ALL_DIR/'\$p ]"
+# another local user's traps: a link in place of the lock, a folder of
+# theirs; the file the link names keeps its mode
+planted() {
+  local d v rc
+  d=$(mktemp -d) v=$(mktemp)
+  chmod 1777 "$d"; chmod 600 "$v"; ln -s "$v" "$d/.lock"
+  TSR_TEST_PORT_DIR=$d "$PORTS_BIN" claim 1 $$ >/dev/null 2>&1; rc=$?
+  [ "$rc" != 0 ] && [ "$(stat -c %a "$v")" = 600 ]; rc=$?
+  rm -rf "$d" "$v"
+  return $rc
+}
+check "a link planted as the lock: refused, its target untouched" planted
+if [ "$(id -u)" = 0 ] && id nobody >/dev/null 2>&1; then
+  theirs() {
+    local d rc
+    d=$(mktemp -d); chmod 1777 "$d"; chown nobody "$d"
+    bad_req 1 "is not a folder of this user nor root's sticky one" \
+      env TSR_TEST_PORT_DIR="$d" "$PORTS_BIN" claim 1 $$; rc=$?
+    rm -rf "$d"
+    return $rc
+  }
+  check "a claim folder another user made: refused, naming it" theirs
+fi
 finish
