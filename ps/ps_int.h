@@ -280,6 +280,18 @@ void ps__snap_select(ps_snap *v, uint64_t *sel, size_t words, size_t bytes);
  * was lost for want of memory. */
 int ps__snap_read(ps_snap *v, size_t r0, size_t n, float *recs, int64_t *ids,
                   char *err, size_t errlen);
+/* Where ps__snap_read_to puts rows: part k (the value, then each slot)
+ * of row i at sec[k] + i * step, its id at ids + i * 8 (ids NULL: none);
+ * any alignment (stored with memcpy). A checkpoint file's staged
+ * sections take the rows this way, with no copy of the records between. */
+typedef struct {
+  unsigned char *sec[1 + KERN_OPTIM_MAX_SLOTS];
+  size_t step;
+  unsigned char *ids;
+} ps_snap_dst;
+/* ps__snap_read into the places d names. */
+int ps__snap_read_to(ps_snap *v, size_t r0, size_t n, const ps_snap_dst *d,
+                     char *err, size_t errlen);
 /* The reader is done: writers keep nothing more, the kept rows go. */
 void ps__snap_release(ps_snap *v);
 /* Whether the reader has released it and will not touch it again (it
@@ -397,8 +409,8 @@ typedef tsr_shardfile_written ps_ckpt_file;
  * `out` (may be NULL) gets the file's name, size and CRC. `verify`: read
  * the file back and check it. */
 int ps__ckpt_save_snap(ps_snap *v, const char *dir, const ps_ckpt_ident *who,
-                       bool verify, ps_ckpt_file *out, char *err,
-                       size_t errlen);
+                       tsr_shardfile_stage *stage, bool verify,
+                       ps_ckpt_file *out, char *err, size_t errlen);
 /* The same for a shard nobody changes meanwhile (a snapshot of it is
  * taken and dropped around the write, outside any budget). */
 int ps__ckpt_save_shard(const ps_shard *s, const char *dir,

@@ -432,10 +432,36 @@ bool ps__snap_lost(ps_snap *v) {
 
 static size_t per_of(const ps_snap *v) { return (size_t)1 << v->shift; }
 
-/* ps__snap_read of a piece, under the lock. */
-static int snap_read_locked(ps_snap *v, size_t r0, size_t n, float *recs,
-                            int64_t *ids, char *err, size_t errlen) {
+/* d moved on by i rows. */
+static ps_snap_dst dst_at(const ps_snap_dst *d, int nsec, size_t i) {
+  ps_snap_dst o = *d;
+  for (int k = 0; k < nsec; k++) o.sec[k] += i * d->step;
+  if (o.ids) o.ids += i * sizeof(int64_t);
+  return o;
+}
+
+/* Record rec (value, then each slot) as row i of d: one copy of each
+ * part, straight to where it goes. */
+static inline void put_rec(const ps_snap_dst *d, int nsec, size_t W,
+                           size_t i, const float *rec) {
+  if (W == 16) { /* the usual embedding: a fixed size copies inline */
+    for (int k = 0; k < nsec; k++)
+      memcpy(d->sec[k] + i * d->step, rec + (size_t)k * 16, 64);
+    return;
+  }
+  for (int k = 0; k < nsec; k++)
+    memcpy(d->sec[k] + i * d->step, rec + (size_t)k * W, W * sizeof(float));
+}
+
+static inline void put_id(const ps_snap_dst *d, size_t i, int64_t id) {
+  if (d->ids) memcpy(d->ids + i * sizeof id, &id, sizeof id);
+}
+
+/* ps__snap_read_to of a piece, under the lock. */
+static int snap_read_locked(ps_snap *v, size_t r0, size_t n,
+                            const ps_snap_dst *d, char *err, size_t errlen) {
   size_t W = (size_t)v->info.width, S = v->stride;
+  int nsec = 1 + v->info.nslots;
   int rc = 0;
   if (v->err || atomic_load(&v->released)) {
     const ps_snap_info *in = &v->info;
@@ -453,17 +479,18 @@ static int snap_read_locked(ps_snap *v, size_t r0, size_t n, float *recs,
                     v->err ? "lost (out of memory)" : "already released");
     goto out;
   }
-  if (!v->info.sparse) {
-    const float *val = v->dense_copy ? v->dense_copy : v->w;
-    for (size_t i = 0; i < n; i++) {
-      size_t at = (r0 + i) * W;
-      float *rec = recs + i * S;
-      memcpy(rec, val + at, W * sizeof(float));
-      for (int k = 0; k < v->info.nslots; k++)
-        memcpy(rec + (size_t)(k + 1) * W,
-               v->dense_copy ? v->dense_copy + (size_t)(k + 1) * v->numel + at
-                             : v->slots[k] + at,
-               W * sizeof(float));
+  if (!v->info.sparse) { /* a part at a time: one copy each */
+    for (int k = 0; k < nsec; k++) {
+      const float *src = v->dense_copy
+                             ? v->dense_copy + (size_t)k * v->numel
+                             : k ? v->slots[k - 1] : v->w;
+      src += r0 * W;
+      if (d->step == W * sizeof(float)) {
+        memcpy(d->sec[k], src, n * W * sizeof(float));
+      } else {
+        for (size_t i = 0; i < n; i++)
+          memcpy(d->sec[k] + i * d->step, src + i * W, W * sizeof(float));
+      }
     }
     goto out;
   }
@@ -484,21 +511,27 @@ static int snap_read_locked(ps_snap *v, size_t r0, size_t n, float *recs,
       const float *src = v->kept[q >> 6] >> (q & 63) & 1
                              ? snap_side_find(v, q)
                              : v->chunks[k] + at * S;
-      if (src) memcpy(recs + i * S, src, S * sizeof(float));
-      if (ids)
-        ids[i] = v->direct ? v->row0 + (int64_t)q : v->idc[k][at];
+      if (src) put_rec(d, nsec, W, i, src);
+      put_id(d, i, v->direct ? v->row0 + (int64_t)q : v->idc[k][at]);
       v->cur_r = snap_sel_next(v, q + 1);
       v->cur_k++;
     }
     goto out;
   }
   /* the table's records are copied already (snap_copy_live); the rows
-   * kept since are copied over them */
-  for (size_t i = 0; i < n; i++) {
+   * kept since are copied over them, a word of the map at a time */
+  for (size_t i = 0; i < n;) {
     size_t q = r0 + i;
-    if (!(v->kept[q >> 6] >> (q & 63) & 1)) continue;
-    const float *old = snap_side_find(v, q);
-    if (old) memcpy(recs + i * S, old, S * sizeof(float));
+    uint64_t bits = v->kept[q >> 6] >> (q & 63);
+    size_t span = 64 - (q & 63) < n - i ? 64 - (q & 63) : n - i;
+    if (span < 64) bits &= ((uint64_t)1 << span) - 1;
+    while (bits) {
+      size_t j = (size_t)__builtin_ctzll(bits);
+      bits &= bits - 1;
+      const float *old = snap_side_find(v, q + j);
+      if (old) put_rec(d, nsec, W, i + j, old);
+    }
+    i += span;
   }
 out:
   return rc;
@@ -507,30 +540,35 @@ out:
 /* Rows [r, r+n) of a whole sparse view as the table holds them now, and
  * their ids; without the lock (rows kept meanwhile are copied over them
  * under it). */
-static void snap_copy_live(const ps_snap *v, size_t r, size_t n, float *recs,
-                           int64_t *ids) {
-  size_t S = v->stride, per = per_of(v);
+static void snap_copy_live(const ps_snap *v, size_t r, size_t n,
+                           const ps_snap_dst *d) {
+  size_t S = v->stride, W = (size_t)v->info.width, per = per_of(v);
+  int nsec = 1 + v->info.nslots;
   for (size_t i = 0; i < n;) {
     size_t q = r + i, k = q >> v->shift, at = q & (per - 1);
     size_t run = per - at < n - i ? per - at : n - i;
-    if (ids) {
+    if (d->ids) {
       if (v->direct)
-        for (size_t j = 0; j < run; j++) ids[i + j] = v->row0 + (int64_t)(q + j);
+        for (size_t j = 0; j < run; j++)
+          put_id(d, i + j, v->row0 + (int64_t)(q + j));
       else
-        memcpy(ids + i, v->idc[k] + at, run * sizeof(int64_t));
+        memcpy(d->ids + i * sizeof(int64_t), v->idc[k] + at,
+               run * sizeof(int64_t));
     }
-    memcpy(recs + i * S, v->chunks[k] + at * S, run * S * sizeof(float));
+    const float *src = v->chunks[k] + at * S;
+    for (size_t j = 0; j < run; j++) put_rec(d, nsec, W, i + j, src + j * S);
     i += run;
   }
 }
 
-int ps__snap_read(ps_snap *v, size_t r0, size_t n, float *recs, int64_t *ids,
-                  char *err, size_t errlen) {
+int ps__snap_read_to(ps_snap *v, size_t r0, size_t n, const ps_snap_dst *d,
+                     char *err, size_t errlen) {
   /* a piece at a time: the lock is held for a piece's kept rows (an
    * increment's rows are scattered: a few hundred of them; contiguous
    * ones: 32 KiB), and the place published after each */
   bool whole = v->info.sparse && !v->sel;
   size_t S = v->stride;
+  int nsec = 1 + v->info.nslots;
   size_t P = v->sel ? 256 : (32u << 10) / (S * sizeof(float));
   if (P < 1) P = 1;
   if (v->info.sparse && !atomic_load(&v->released) &&
@@ -542,16 +580,17 @@ int ps__snap_read(ps_snap *v, size_t r0, size_t n, float *recs, int64_t *ids,
   int rc = 0;
   for (size_t i = 0; i < n && !rc; i += P) {
     size_t k = n - i < P ? n - i : P;
+    ps_snap_dst at = dst_at(d, nsec, i);
     if (whole) {
       if (r0 + i + k > v->n_all)
         return tsr_errf(err, errlen, TSR_ERANGE, "%s shard %d: rows [%zu, "
-                        "%zu) are past the snapshot's %zu", v->info.spec.var.name,
-                        v->info.spec.shard.shard, r0 + i, r0 + i + k, v->n_all);
-      snap_copy_live(v, r0 + i, k, recs + i * S, ids ? ids + i : NULL);
+                        "%zu) are past the snapshot's %zu",
+                        v->info.spec.var.name, v->info.spec.shard.shard,
+                        r0 + i, r0 + i + k, v->n_all);
+      snap_copy_live(v, r0 + i, k, &at);
     }
     uv_mutex_lock(&v->mu);
-    rc = snap_read_locked(v, r0 + i, k, recs + i * S, ids ? ids + i : NULL,
-                          err, errlen);
+    rc = snap_read_locked(v, r0 + i, k, &at, err, errlen);
     if (!rc && v->info.sparse) /* the rows read are let change */
       atomic_store_explicit(&v->upto, v->sel ? (v->cur_r == SIZE_MAX
                                                     ? v->n_all : v->cur_r)
@@ -560,4 +599,16 @@ int ps__snap_read(ps_snap *v, size_t r0, size_t n, float *recs, int64_t *ids,
     uv_mutex_unlock(&v->mu);
   }
   return rc;
+}
+
+int ps__snap_read(ps_snap *v, size_t r0, size_t n, float *recs, int64_t *ids,
+                  char *err, size_t errlen) {
+  ps_snap_dst d;
+  memset(&d, 0, sizeof d);
+  size_t W = (size_t)v->info.width;
+  for (int k = 0; k <= v->info.nslots; k++)
+    d.sec[k] = (unsigned char *)(recs + (size_t)k * W);
+  d.step = v->stride * sizeof(float);
+  d.ids = (unsigned char *)ids;
+  return ps__snap_read_to(v, r0, n, &d, err, errlen);
 }
