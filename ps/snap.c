@@ -444,9 +444,16 @@ static ps_snap_dst dst_at(const ps_snap_dst *d, int nsec, size_t i) {
  * part, straight to where it goes. */
 static inline void put_rec(const ps_snap_dst *d, int nsec, size_t W,
                            size_t i, const float *rec) {
-  if (W == 16) { /* the usual embedding: a fixed size copies inline */
+  /* the usual widths (an embedding's 16, a wide weight's 1): a fixed
+   * size copies inline, a call per part costs as much as the copy */
+  if (W == 16) {
     for (int k = 0; k < nsec; k++)
       memcpy(d->sec[k] + i * d->step, rec + (size_t)k * 16, 64);
+    return;
+  }
+  if (W == 1) {
+    for (int k = 0; k < nsec; k++)
+      memcpy(d->sec[k] + i * d->step, rec + k, sizeof(float));
     return;
   }
   for (int k = 0; k < nsec; k++)

@@ -102,6 +102,17 @@ typedef struct {
 int tsr_shardfile_parse(const char *path, const uint8_t *b, size_t size,
                         tsr_shardfile_part *p, char *err, size_t errlen);
 
+/* Checks the part file at `path` for a reader that wants no data out of
+ * it (the chief's check of the files a checkpoint's PS report): a
+ * regular file of `bytes` bytes whose every byte has CRC32C `crc`, then
+ * every check of tsr_shardfile_parse, in that order of report. Reads the
+ * file once, a few MiB at a time, without mapping it and with direct I/O
+ * where the file system takes it. *h (may be NULL) gets its header.
+ * Errors name the file: missing (-ENOENT), not a regular file, another
+ * size or CRC ("damaged"), the part's own. */
+int tsr_shardfile_check(const char *path, uint64_t bytes, uint32_t crc,
+                        tsr_shardfile_hdr *h, char *err, size_t errlen);
+
 /* A part file mapped and checked (tsr_shardfile_parse). */
 typedef struct {
   char path[4096];

@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 #include <dirent.h>
+#include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -316,6 +317,97 @@ static void rows_writer_same_bytes(void **state) {
   assert_int_equal(count_files(g_dir), 0);
 }
 
+/* rows_fn's rows with value element `bad` (row-major) made NaN. */
+typedef struct {
+  rows_src rs;
+  uint64_t bad;
+} nan_src;
+
+static int nan_rows(void *ctx, uint64_t r0, size_t n, unsigned char *ids,
+                    unsigned char *const *secs, char *err, size_t errlen) {
+  nan_src *s = ctx;
+  int rc = rows_fn(&s->rs, r0, n, ids, secs, err, errlen);
+  uint64_t W = s->rs.width, row = s->bad / W;
+  if (!rc && row >= r0 && row < r0 + n) {
+    uint32_t x = 0x7fa5a5a5u; /* a NaN with no zero byte */
+    memcpy(secs[0] + ((row - r0) * W + s->bad % W) * sizeof x, &x, sizeof x);
+  }
+  return rc;
+}
+
+static void check_reads_once(void **state) {
+  (void)state;
+  /* 400000 rows of 3 with a slot: ids 3.2 MB, value and slot 4.8 MB
+   * each, read in pieces of 4 MiB; the id's length puts the value section
+   * at 1 past 4-byte alignment, so its element at 4 MiB lies across two
+   * pieces, three bytes in the first (the exponent's low bit among them) */
+  tsr_shardfile_hdr h = sparse_hdr();
+  h.shape[0] = 1200001;
+  h.shape[1] = 3;
+  h.width = 3;
+  h.rows = 1200001;
+  h.n_rows = 400000;
+  nan_src ns = {{3, 0, 0}, UINT64_MAX};
+  char err[512], err2[512], path[300];
+  tsr_shardfile_written o;
+  uint64_t vo = 0;
+  for (int L = 0; L < 8; L++) {
+    memset(h.ckpt_id, 'x', (size_t)L);
+    h.ckpt_id[L] = 0;
+    assert_int_equal(tsr_shardfile_write_rows(g_dir, &h, "test", nan_rows, &ns,
+                                              NULL, false, &o, err,
+                                              sizeof err), 0);
+    snprintf(path, sizeof path, "%s/%s", g_dir, o.name);
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    uint8_t head[12];
+    assert_int_equal(fread(head, 1, 12, f), 12);
+    fclose(f);
+    uint32_t hlen;
+    memcpy(&hlen, head + 8, 4);
+    vo = 16 + (uint64_t)hlen + 400000 * 8;
+    if (vo % 4 == 1) break;
+  }
+  assert_true(vo % 4 == 1);
+  /* intact: its header */
+  tsr_shardfile_hdr got;
+  assert_int_equal(tsr_shardfile_check(path, o.bytes, o.crc32c, &got, err,
+                                       sizeof err), 0);
+  assert_int_equal(got.n_rows, 400000);
+  assert_string_equal(got.ckpt_id, h.ckpt_id);
+  /* another size, another CRC */
+  assert_int_equal(tsr_shardfile_check(path, o.bytes + 1, o.crc32c, NULL, err,
+                                       sizeof err), TSR_ECORRUPT);
+  assert_non_null(strstr(err, "bytes, written"));
+  assert_int_equal(tsr_shardfile_check(path, o.bytes, o.crc32c ^ 1, NULL, err,
+                                       sizeof err), TSR_ECORRUPT);
+  assert_non_null(strstr(err, "(damaged)"));
+  /* a NaN across the pieces, its CRCs right: named as the map's check
+   * names it */
+  ns.bad = ((4u << 20) - vo) / 4;
+  assert_int_equal(tsr_shardfile_write_rows(g_dir, &h, "test", nan_rows, &ns,
+                                            NULL, false, &o, err, sizeof err),
+                   0);
+  assert_int_equal(tsr_shardfile_check(path, o.bytes, o.crc32c, NULL, err,
+                                       sizeof err), TSR_EFORMAT);
+  tsr_shardfile f;
+  assert_int_equal(tsr_shardfile_open(&f, path, err2, sizeof err2),
+                   TSR_EFORMAT);
+  assert_string_equal(err, err2);
+  assert_non_null(strstr(err, "\"value\" holds NaN"));
+  /* not a regular file; missing */
+  char link[300];
+  snprintf(link, sizeof link, "%s/link.tshard", g_dir);
+  assert_int_equal(symlink(path, link), 0);
+  assert_int_equal(tsr_shardfile_check(link, o.bytes, o.crc32c, NULL, err,
+                                       sizeof err), TSR_EFORMAT);
+  assert_non_null(strstr(err, "symbolic link"));
+  unlink(link);
+  unlink(path);
+  assert_int_equal(tsr_shardfile_check(path, o.bytes, o.crc32c, NULL, err,
+                                       sizeof err), -ENOENT);
+}
+
 /* The resident kB of the mapping that starts at p (/proc/self/smaps). */
 static long map_rss_kb(const void *p) {
   FILE *f = fopen("/proc/self/smaps", "r");
@@ -526,6 +618,7 @@ int main(void) {
       cmocka_unit_test(names),
       cmocka_unit_test_setup_teardown(rows_writer_same_bytes, setup, teardown),
       cmocka_unit_test_setup_teardown(reader_releases_pages, setup, teardown),
+      cmocka_unit_test_setup_teardown(check_reads_once, setup, teardown),
       cmocka_unit_test_setup_teardown(bad_writers, setup, teardown),
       cmocka_unit_test_setup_teardown(not_regular, setup, teardown),
       cmocka_unit_test_setup_teardown(slots_twice, setup, teardown),
