@@ -359,13 +359,26 @@ static int sf_run_check(sf_run *r, const tsr_shardfile_hdr *h, uint64_t p0,
     }
     return 0;
   }
-  int bad = 0;
-  for (uint64_t i = 0; i < n; i++) {
-    float x;
-    memcpy(&x, q + i * 4, 4);
-    bad |= (fabsf(x) <= FLT_MAX ? 0 : 1) | (r->nonneg && !(x >= 0.0f) ? 1 : 0);
+  /* the quick pass on the bits, two floats a word: an exponent of all
+   * ones (infinite, NaN) carries into the lane's top bit when its lowest
+   * bit is added; a sign bit on anything but -0 is negative */
+  const uint64_t EXP = 0x7f8000007f800000ull, ONE = 0x0080000000800000ull,
+                 TOP = 0x8000000080000000ull, MAG = 0x7fffffff7fffffffull;
+  uint64_t acc = 0, i = 0;
+  for (; i + 2 <= n; i += 2) {
+    uint64_t w;
+    memcpy(&w, q + i * 4, 8);
+    acc |= (w & EXP) + ONE;
+    if (r->nonneg) acc |= w & ((w & MAG) + MAG);
   }
-  for (uint64_t i = 0; bad && i < n; i++) {
+  for (; i < n; i++) {
+    uint32_t w;
+    memcpy(&w, q + i * 4, 4);
+    acc |= (uint64_t)((w & 0x7f800000u) + 0x00800000u);
+    if (r->nonneg) acc |= (uint64_t)(w & ((w & 0x7fffffffu) + 0x7fffffffu));
+  }
+  bool bad = (acc & TOP) != 0;
+  for (i = 0; bad && i < n; i++) {
     float x;
     memcpy(&x, q + i * 4, 4);
     if (fabsf(x) <= FLT_MAX && (!r->nonneg || x >= 0.0f)) continue;
@@ -434,13 +447,13 @@ int tsr_shardfile_check(const char *path, uint64_t bytes, uint32_t crc,
   /* the header first; its error is told only if the file is the one
    * written (a damaged file is named as damaged) */
   tsr_shardfile_part p;
-  uint32_t dcrc_want = 0, fcrc = 0, dcrc = 0;
+  uint32_t dcrc_want = 0, fcrc, hcrc = 0, dcrc = 0;
   char hmsg[512] = "", emsg[512] = "";
   int hrc = sf_read_header(fd, path, size, &p, &dcrc_want, hmsg, sizeof hmsg);
   int erc = 0;
   sf_run run[TSR_SHARDFILE_MAX_SECTIONS];
   int nrun = 0;
-  uint64_t d0 = size - (hrc ? 0 : p.data_bytes);
+  uint64_t d0 = size - (hrc ? 0 : p.data_bytes); /* the data's start */
   if (!hrc) {
     const tsr_shardfile_hdr *ph = &p.h;
     uint64_t width = (uint64_t)ph->width, n = (uint64_t)ph->n_rows;
@@ -487,10 +500,11 @@ int tsr_shardfile_check(const char *path, uint64_t bytes, uint32_t crc,
       goto out;
     }
     size_t k = (uint64_t)r < size - off ? (size_t)r : (size_t)(size - off);
-    fcrc = tsr_crc32c(fcrc, piece, k);
-    if (!hrc && off + k > d0) {
-      size_t from = off >= d0 ? 0 : (size_t)(d0 - off);
-      dcrc = tsr_crc32c(dcrc, piece + from, k - from);
+    /* the data once: the file's CRC is the header's joined with it */
+    size_t head = off >= d0 ? 0 : d0 - off < k ? (size_t)(d0 - off) : k;
+    hcrc = tsr_crc32c(hcrc, piece, head);
+    if (off + k > d0) {
+      dcrc = tsr_crc32c(dcrc, piece + head, k - head);
       for (int i = 0; i < nrun && !erc; i++)
         erc = sf_run_check(&run[i], &p.h, off, off + k, piece, path, emsg,
                            sizeof emsg);
@@ -498,6 +512,7 @@ int tsr_shardfile_check(const char *path, uint64_t bytes, uint32_t crc,
     memmove(piece - SF_CARRY, piece + k - SF_CARRY, SF_CARRY);
     off += k;
   }
+  fcrc = tsr_crc32c_combine(hcrc, dcrc, size - d0);
   if (fcrc != crc)
     rc = tsr_errf(err, errlen, TSR_ECORRUPT, "%s: CRC32C %08x, written "
                   "%08x (damaged)", path, fcrc, crc);

@@ -317,10 +317,12 @@ static void rows_writer_same_bytes(void **state) {
   assert_int_equal(count_files(g_dir), 0);
 }
 
-/* rows_fn's rows with value element `bad` (row-major) made NaN. */
+/* rows_fn's rows with value element `bad` (row-major) made NaN, or
+ * (`neg`) that element of the slot made negative. */
 typedef struct {
   rows_src rs;
   uint64_t bad;
+  bool neg;
 } nan_src;
 
 static int nan_rows(void *ctx, uint64_t r0, size_t n, unsigned char *ids,
@@ -329,8 +331,10 @@ static int nan_rows(void *ctx, uint64_t r0, size_t n, unsigned char *ids,
   int rc = rows_fn(&s->rs, r0, n, ids, secs, err, errlen);
   uint64_t W = s->rs.width, row = s->bad / W;
   if (!rc && row >= r0 && row < r0 + n) {
-    uint32_t x = 0x7fa5a5a5u; /* a NaN with no zero byte */
-    memcpy(secs[0] + ((row - r0) * W + s->bad % W) * sizeof x, &x, sizeof x);
+    uint32_t x = s->neg ? 0xbfa5a5a5u : 0x7fa5a5a5u; /* -1.29..., a NaN:
+                                                         no zero byte */
+    memcpy(secs[s->neg ? 1 : 0] + ((row - r0) * W + s->bad % W) * sizeof x,
+           &x, sizeof x);
   }
   return rc;
 }
@@ -347,7 +351,7 @@ static void check_reads_once(void **state) {
   h.width = 3;
   h.rows = 1200001;
   h.n_rows = 400000;
-  nan_src ns = {{3, 0, 0}, UINT64_MAX};
+  nan_src ns = {{3, 0, 0}, UINT64_MAX, false};
   char err[512], err2[512], path[300];
   tsr_shardfile_written o;
   uint64_t vo = 0;
@@ -395,6 +399,19 @@ static void check_reads_once(void **state) {
                    TSR_EFORMAT);
   assert_string_equal(err, err2);
   assert_non_null(strstr(err, "\"value\" holds NaN"));
+  /* a negative sum of squares */
+  ns.neg = true;
+  ns.bad = 1000001;
+  assert_int_equal(tsr_shardfile_write_rows(g_dir, &h, "test", nan_rows, &ns,
+                                            NULL, false, &o, err, sizeof err),
+                   0);
+  assert_int_equal(tsr_shardfile_check(path, o.bytes, o.crc32c, NULL, err,
+                                       sizeof err), TSR_EFORMAT);
+  assert_int_equal(tsr_shardfile_open(&f, path, err2, sizeof err2),
+                   TSR_EFORMAT);
+  assert_string_equal(err, err2);
+  assert_non_null(strstr(err, "\"slot/accumulator\" holds a negative value"));
+  assert_non_null(strstr(err, "row 333333, element 2"));
   /* not a regular file; missing */
   char link[300];
   snprintf(link, sizeof link, "%s/link.tshard", g_dir);
