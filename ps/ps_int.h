@@ -41,14 +41,51 @@ int ps__spec_owns_id(const ps_var_spec *s, int64_t id);
  * every allocation the service makes goes through ps__alloc and friends,
  * from the loop and from pool threads alike, so a test can fail each in
  * turn. */
+typedef struct ps_keep ps_keep;
 typedef struct {
   _Atomic size_t used;
   size_t limit;
   const tsr_rpc_allocator *al;
+  ps_keep *keep; /* blocks snapshots keep rows in (keep.c); NULL: none
+                    kept, each allocated and freed */
 } ps_mem;
 
+/* Charges bytes to the budget; TSR_EMEMLIMIT when they do not fit even
+ * after the blocks kept for snapshots (m->keep) are freed. */
 int ps__mem_reserve(ps_mem *m, size_t bytes);
 void ps__mem_release(ps_mem *m, size_t bytes);
+
+/* ---- blocks for the rows snapshots keep (keep.c) ------------------------ */
+
+#define PS_KEEP_CLASSES 16 /* block sizes kept; others are not */
+typedef struct ps_keep_class ps_keep_class;
+struct ps_keep {
+  uv_mutex_t mu;
+  bool ready;
+  struct ps_keep_class {
+    size_t bytes;
+    void **free;
+    size_t n_free, cap_free;
+    size_t out, peak;
+  } cls[PS_KEEP_CLASSES];
+  size_t kept_bytes;     /* held here, charged, handed to nobody */
+  _Atomic size_t fresh;  /* blocks allocated new (not from here) */
+};
+int ps__keep_init(ps_keep *k);
+/* Frees every block kept (their charge to m released). */
+void ps__keep_free(ps_keep *k, ps_mem *m);
+/* A block of `bytes` (charged to m's budget): one kept, or a new one;
+ * NULL with *rc TSR_EMEMLIMIT or TSR_ENOMEM. Thread-safe. */
+void *ps__keep_get(ps_mem *m, size_t bytes, int *rc);
+/* Gives a block from ps__keep_get back (NULL: nothing). */
+void ps__keep_put(ps_mem *m, void *p, size_t bytes);
+/* After a save: keeps per size as many blocks as were out at once since
+ * the last trim, frees the rest. */
+void ps__keep_trim(ps_mem *m);
+/* Frees every block kept (not those handed out); the bytes freed. */
+size_t ps__keep_drop_all(ps_mem *m);
+/* Blocks allocated new so far, bytes kept now (tests, logs). */
+void ps__keep_stats(ps_mem *m, size_t *fresh, size_t *kept_bytes);
 
 /* Allocations through m's hook (m may be NULL: malloc). A size of 0 gets
  * a 1-byte block; ps__calloc gives at least one zeroed element (n = 0

@@ -33,9 +33,6 @@
 #include "common/log.h"
 
 #include <inttypes.h>
-#ifdef __GLIBC__
-#include <malloc.h>
-#endif
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -254,13 +251,12 @@ static void save_work(uv_work_t *w) {
     }
     ps__snap_release(v); /* its writers keep nothing more */
   }
-  /* the rows kept while it was written are freed: their pages go back to
-   * the system rather than stay resident in the allocator's arenas (the
-   * pool threads' applies allocated them; nothing else would reuse them
-   * before the next checkpoint) */
-#ifdef __GLIBC__
-  malloc_trim(0);
-#endif
+  /* the blocks the rows were kept in stay for the next checkpoint, as
+   * many as were out at once (keep.c): fresh pages would cost a fault
+   * and a zeroing each again. (The allocator's free memory is no longer
+   * trimmed here: the kept rows are not in it, and what is, the answers'
+   * buffers, was faulted in again by the next pulls.) */
+  ps__keep_trim(&b->srv->mem);
   b->write_s = save_clock(CLOCK_MONOTONIC) - t0;
   b->write_cpu_s = save_clock(CLOCK_THREAD_CPUTIME_ID) - c0;
 }

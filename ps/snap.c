@@ -112,11 +112,19 @@ static bool snap_charge(ps_snap *v, size_t bytes) {
   return true;
 }
 
+/* Bytes of one block of kept records. */
+static size_t side_bytes(const ps_snap *v) {
+  return SNAP_SIDE_CHUNK * v->stride * sizeof(float);
+}
+
+/* The blocks of kept records and the index go back to the PS's blocks
+ * kept for the next view (keep.c); they stay charged there. */
 static void snap_free_side(ps_snap *v) {
-  for (size_t i = 0; i < v->n_side; i++) ps__free(v->mem, v->side[i]);
+  for (size_t i = 0; i < v->n_side; i++)
+    ps__keep_put(v->mem, v->side[i], side_bytes(v));
   ps__free(v->mem, v->side);
-  ps__free(v->mem, v->hkey);
-  ps__free(v->mem, v->hval);
+  ps__keep_put(v->mem, v->hkey, v->hcap * sizeof *v->hkey);
+  ps__keep_put(v->mem, v->hval, v->hcap * sizeof *v->hval);
   ps__free(v->mem, v->dense_copy);
   v->side = NULL;
   v->hkey = NULL;
@@ -270,18 +278,27 @@ static uint64_t snap_hash(uint64_t k) {
   return k ^ (k >> 29);
 }
 
+/* A block for the view: from those kept, or new and charged; NULL (the
+ * view's error set) when it does not fit. */
+static void *snap_block(ps_snap *v, size_t bytes) {
+  int rc;
+  void *p = ps__keep_get(v->mem, bytes, &rc);
+  if (!p) {
+    v->err = rc;
+    v->err_bytes = bytes;
+  }
+  return p;
+}
+
 static bool snap_hgrow(ps_snap *v) {
   size_t ncap = v->hcap ? v->hcap * 2 : 1024;
-  if (!snap_charge(v, (ncap - v->hcap) * (sizeof(uint64_t) + sizeof(uint32_t))))
-    return false;
-  uint64_t *k = ps__calloc(v->mem, ncap, sizeof *k);
-  uint32_t *val = ps__alloc(v->mem, ncap * sizeof *val);
-  if (!k || !val) {
-    ps__free(v->mem, k);
-    ps__free(v->mem, val);
-    v->err = TSR_ENOMEM;
+  uint64_t *k = snap_block(v, ncap * sizeof *k);
+  uint32_t *val = k ? snap_block(v, ncap * sizeof *val) : NULL;
+  if (!val) {
+    ps__keep_put(v->mem, k, ncap * sizeof *k);
     return false;
   }
+  memset(k, 0, ncap * sizeof *k);
   for (size_t i = 0; i < v->hcap; i++) {
     if (!v->hkey[i]) continue;
     size_t j = snap_hash(v->hkey[i]) & (ncap - 1);
@@ -289,8 +306,8 @@ static bool snap_hgrow(ps_snap *v) {
     k[j] = v->hkey[i];
     val[j] = v->hval[i];
   }
-  ps__free(v->mem, v->hkey);
-  ps__free(v->mem, v->hval);
+  ps__keep_put(v->mem, v->hkey, v->hcap * sizeof *v->hkey);
+  ps__keep_put(v->mem, v->hval, v->hcap * sizeof *v->hval);
   v->hkey = k;
   v->hval = val;
   v->hcap = ncap;
@@ -328,12 +345,7 @@ static float *snap_side_new(ps_snap *v, size_t r) {
       v->side = ns;
       v->side_cap = nc;
     }
-    size_t bytes = SNAP_SIDE_CHUNK * v->stride * sizeof(float);
-    if (!snap_charge(v, bytes)) return NULL;
-    if (!(v->side[v->n_side] = ps__alloc(v->mem, bytes))) {
-      v->err = TSR_ENOMEM;
-      return NULL;
-    }
+    if (!(v->side[v->n_side] = snap_block(v, side_bytes(v)))) return NULL;
     v->n_side++;
   }
   uint32_t i = (uint32_t)v->n_kept++;

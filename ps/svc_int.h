@@ -175,6 +175,9 @@ struct ps_server {
   bool job_done;            /* the chief's shutdown said the job is done */
   ps_batch *save;           /* the save being written, or the last
                                background one (its result for SaveWait) */
+  ps_keep keep;             /* blocks snapshots keep rows in, kept warm
+                               from one checkpoint to the next (keep.c);
+                               mem.keep points here */
   tsr_shardfile_stage *ckpt_stage; /* save.c: the files' write buffers,
                                kept warm from save to save (the writing
                                job alone uses them, one save at a time) */
