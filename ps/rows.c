@@ -26,7 +26,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #define PS__FREE UINT32_MAX /* a bucket's row when it is free */
 #define PS__HASH_SHIFT 10   /* PS_ROWS_PER_CHUNK */
@@ -110,25 +109,6 @@ size_t ps__rows_direct_bytes(size_t stride, size_t rows) {
   return recs + ptrs;
 }
 
-/* Asks for huge pages (2 MiB) under the whole ones inside a table's
- * chunk, before its first touch. Pushes land on random rows of tables
- * far larger than what the TLB maps in 4 KiB pages: with them every row
- * an apply or a pull touches costs a page walk besides its cache misses
- * (measured on a 512 MB table: a fifth of the apply's CPU). The system's
- * setting decides ("madvise" or "always" give them; "never" does not);
- * the bytes resident are the same, the chunk being held whole. */
-static void ps__rows_huge(void *p, size_t n) {
-#ifdef MADV_HUGEPAGE
-  const uintptr_t H = (uintptr_t)2 << 20;
-  uintptr_t a = ((uintptr_t)p + H - 1) & ~(H - 1),
-            e = ((uintptr_t)p + n) & ~(H - 1);
-  if (e > a) madvise((void *)a, e - a, MADV_HUGEPAGE);
-#else
-  (void)p;
-  (void)n;
-#endif
-}
-
 int ps__rows_init_direct(ps_rows *t, ps_mem *mem, size_t stride, int64_t row0,
                          size_t rows) {
   memset(t, 0, sizeof *t);
@@ -147,7 +127,6 @@ int ps__rows_init_direct(ps_rows *t, ps_mem *mem, size_t stride, int64_t row0,
   for (size_t k = 0; k < n; k++) {
     size_t in = k + 1 < n ? per : rows - k * per;
     if (!(t->chunks[k] = ps__alloc(mem, ps__chunk_bytes(t, in)))) goto nomem;
-    ps__rows_huge(t->chunks[k], ps__chunk_bytes(t, in));
     t->n_chunks++;
   }
   t->count = rows;
