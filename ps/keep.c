@@ -65,7 +65,8 @@ size_t ps__keep_drop_all(ps_mem *m) {
   if (!k || !k->ready) return 0;
   size_t freed = 0;
   uv_mutex_lock(&k->mu);
-  for (int i = 0; i < PS_KEEP_CLASSES; i++) freed += keep_shed(m, &k->cls[i], 0);
+  for (int i = 0; i < PS_KEEP_CLASSES; i++)
+    freed += keep_shed(m, &k->cls[i], 0);
   k->kept_bytes -= freed;
   uv_mutex_unlock(&k->mu);
   atomic_fetch_sub(&m->used, freed);

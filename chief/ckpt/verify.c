@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 void chief_ckpt_files_start(chief_ckpt_files *f, int64_t step) {
   uint8_t r[8];
@@ -226,6 +227,11 @@ int chief_ckpt_commit_verified(const char *root, int64_t step,
                     "%s", root);
   int rc = 0;
   if (!per_ps) {
+    struct timespec w0, c0, w1, c1;
+    clock_gettime(CLOCK_MONOTONIC, &w0);
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
+    uint64_t total = 0;
+    for (size_t i = 0; i < f->n; i++) total += f->files[i].bytes;
     vf_vars vs = {0};
     const char **names = calloc(f->n ? f->n : 1, sizeof *names);
     if (!names) return tsr_errf(err, errlen, TSR_ENOMEM, "out of memory");
@@ -244,6 +250,15 @@ int chief_ckpt_commit_verified(const char *root, int64_t step,
     free(names);
     vf_vars_free(&vs);
     if (rc) return rc;
+    clock_gettime(CLOCK_MONOTONIC, &w1);
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
+    /* what the check costs, beside the training it shares the CPU with */
+    tsr_info("checkpoint of step %" PRId64 ": %zu file(s), %.1f MB checked "
+             "in %.2f s, %.2f s of CPU", step, f->n, (double)total / 1e6,
+             (double)(w1.tv_sec - w0.tv_sec) +
+                 (double)(w1.tv_nsec - w0.tv_nsec) * 1e-9,
+             (double)(c1.tv_sec - c0.tv_sec) +
+                 (double)(c1.tv_nsec - c0.tv_nsec) * 1e-9);
   }
   json_t *files = json_array();
   for (size_t i = 0; i < f->n; i++) {
