@@ -57,7 +57,7 @@ void ps__mem_release(ps_mem *m, size_t bytes);
 
 /* ---- blocks for the rows snapshots keep (keep.c) ------------------------ */
 
-#define PS_KEEP_CLASSES 16 /* block sizes kept; others are not */
+#define PS_KEEP_CLASSES 32 /* block sizes kept; others are not */
 typedef struct ps_keep_class ps_keep_class;
 struct ps_keep {
   uv_mutex_t mu;
@@ -158,6 +158,8 @@ typedef struct ps_shard {
   float *slots[KERN_OPTIM_MAX_SLOTS];
   ps_rows rows;          /* sparse */
   ps_snap *snap;         /* a save's snapshot (snap.c), or NULL */
+  size_t snap_hcap;      /* the index of kept rows its last one needed:
+                            the next starts there, not at 1024 doubled */
   ps_snap *rsnap;        /* an evaluation's: read by pulls, or NULL */
   ps_dirty dirty;        /* sparse: rows changed since the saves (dirty.c) */
   uint64_t version;      /* bumped by every apply and restore */

@@ -93,6 +93,8 @@ struct ps_snap {
   uint64_t *hkey;
   uint32_t *hval;
   size_t hcap;
+  size_t hcap_first;      /* where the index starts (the shard's last) */
+  size_t hcap_peak;       /* the most it reached, kept for the shard */
   size_t charged;         /* bytes of the budget this view holds */
   /* an increment: only these rows, in order; the reader's place in them
    * (the cur_k-th selected row is row cur_r) */
@@ -151,6 +153,7 @@ int ps__snap_take(const ps_shard *s, ps_mem *mem, ps_snap **out, char *err,
   v->info.step = s->step;
   v->info.version = s->version;
   v->info.sparse = ps_var_spec_sparse(&s->spec);
+  v->hcap_first = s->snap_hcap > 1024 ? s->snap_hcap : 1024;
   size_t words = 0;
   if (v->info.sparse) {
     const ps_rows *t = &s->rows;
@@ -259,6 +262,7 @@ void ps__snap_drop(ps_shard *s) {
   ps_snap *v = s->snap;
   if (!v) return;
   s->snap = NULL;
+  if (!v->err) s->snap_hcap = v->hcap_peak; /* the next one starts there */
   ps__snap_free(v);
 }
 
@@ -291,7 +295,10 @@ static void *snap_block(ps_snap *v, size_t bytes) {
 }
 
 static bool snap_hgrow(ps_snap *v) {
-  size_t ncap = v->hcap ? v->hcap * 2 : 1024;
+  /* a checkpoint's view of a shard keeps about as many rows as the last
+   * one: starting at that size takes one block of the index from those
+   * kept (keep.c), not each size of a chain of doublings */
+  size_t ncap = v->hcap ? v->hcap * 2 : v->hcap_first;
   uint64_t *k = snap_block(v, ncap * sizeof *k);
   uint32_t *val = k ? snap_block(v, ncap * sizeof *val) : NULL;
   if (!val) {
@@ -311,6 +318,7 @@ static bool snap_hgrow(ps_snap *v) {
   v->hkey = k;
   v->hval = val;
   v->hcap = ncap;
+  if (ncap > v->hcap_peak) v->hcap_peak = ncap;
   return true;
 }
 
