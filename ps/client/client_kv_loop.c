@@ -103,12 +103,16 @@ static void give_up_held(ps_kv *kv, const kv_call *c, int status,
  * connection that dropped or is not up (TSR_ECLOSED, TSR_EUNAVAIL), or a
  * PS that has lost its connection before and does not know the variable
  * (started again, not set up yet: TSR_ENOTFOUND); clocks never (ssp and
- * sync have no wait_lost). Loop thread. */
+ * sync have no wait_lost), nor reads of an evaluation's snapshot: the
+ * snapshot went with the PS, and a call waiting for it to come back would
+ * hold the evaluation (and the worker's next job) until its deadline.
+ * Loop thread. */
 static bool retry_later(ps_kv *kv, kv_call *c, int status) {
   bool gone = status == TSR_ECLOSED || status == TSR_EUNAVAIL ||
               (status == TSR_ENOTFOUND && c->ps >= 0 && c->ps < kv->n_ps &&
                kv->ps_lost[c->ps] > 0);
-  if (!gone || c->kind == KV_CLOCK || kv->closing) return false;
+  if (!gone || c->kind == KV_CLOCK || c->snapshot || kv->closing)
+    return false;
   uint64_t now = tsr_now_ms();
   pthread_mutex_lock(&kv->mu);
   uint64_t limit = kv->deadline_ms ? kv->deadline_ms : 30000;

@@ -278,6 +278,69 @@ static void lockstep_last_checkpoint_after_a_slow_one(void **state) {
   }
 }
 
+/* Async, the run's last checkpoint and its last evaluation both out when
+ * a PS is lost (the storm's case): the PS is restored alone, both are
+ * taken again, and the run ends on them without waiting for anything. */
+static void async_last_checkpoint_and_evaluation_lost_ps(void **state) {
+  (void)state;
+  coord_act_kind stages[2] = {COORD_ACT_SAVE, COORD_ACT_SAVE_WAIT};
+  for (int k = 0; k < 8; k++) {
+    coord_sm_config c = sim_ckpt_config(2, 2, TSR_MODE_ASYNC, 300, 60);
+    c.has_eval = true;
+    c.eval_every_steps = 100;
+    sim s;
+    sim_init(&s, &c, (unsigned)k);
+    start(&s);
+    for (int r = 0; r < 100000 && !s.ended; r++) {
+      if (s.ck_active && s.ck_step == 300 && s.ck_kind == stages[k % 2])
+        break;
+      if (s.ck_active)
+        sim_ck_answer(&s, 0, -1, false, NULL);
+      else if (s.ev_active)
+        sim_ev_answer(&s, 0, NULL);
+      else
+        step_holding_ck(&s);
+    }
+    /* the last evaluation goes out beside it (its snapshot, or read) */
+    for (int r = 0; r < 20 && !s.ev_active; r++) sim_tick(&s, 0.1);
+    if (s.ev_active && (k & 2)) sim_ev_answer(&s, 0, NULL);
+    for (int r = 0; r < 20 && !s.ev_active; r++) sim_tick(&s, 0.1);
+    if (!(s.ck_active && s.ck_step == 300 &&
+          (s.ev_active || s.ck_kind == COORD_ACT_SAVE)))
+      fail_msg("case %d: the last checkpoint and evaluation are not both out "
+               "(%d %lld %d)", k, s.ck_active, (long long)s.ck_step,
+               s.ev_active);
+    int64_t good = sim_disk_newest(&s);
+    int evals = s.count[COORD_ACT_EVALUATE];
+    sim_ps_lost(&s, 1);
+    if (k & 4) { /* late answers, well */
+      if (s.ck_active) sim_ck_answer(&s, 0, -1, false, NULL);
+      if (s.ev_active) sim_ev_answer(&s, 0, NULL);
+    }
+    sim_ps_up(&s, 1);
+    assert_true(s.alone_op[1] != 0);
+    assert_int_equal(s.alone_step[1], good);
+    sim_alone_answer(&s, 1, 0, false, NULL);
+    double t0 = s.now;
+    for (int r = 0; r < 20000 && !s.ended; r++) sim_step(&s);
+    if (s.status || coord_sm_global_step(s.sm) != 300 ||
+        sim_disk_newest(&s) != 300) {
+      for (int i = s.n_notes > 64 ? s.n_notes - 64 : 0; i < s.n_notes; i++)
+        fprintf(stderr, "  %s\n", s.notes[i % 64]);
+      fail_msg("case %d: status %d, step %lld, newest checkpoint %lld, not "
+               "0, 300, 300", k, s.status,
+               (long long)coord_sm_global_step(s.sm),
+               (long long)sim_disk_newest(&s));
+    }
+    if (sim_noted(&s, "skipped"))
+      fail_msg("case %d: the last evaluation was skipped", k);
+    assert_true(s.count[COORD_ACT_EVALUATE] > evals);
+    if (s.now - t0 > 5)
+      fail_msg("case %d: the end waited %.1f s", k, s.now - t0);
+    sim_free(&s);
+  }
+}
+
 /* Async, a PS lost while an evaluation's snapshot is taken or read: the
  * PS is restored alone and the evaluation ends there (its snapshot went
  * with the PS: the others are told to drop theirs; a late answer, well,
@@ -530,6 +593,7 @@ int main(void) {
       cmocka_unit_test(lost_ps_discards_the_checkpoint_being_written),
       cmocka_unit_test(lockstep_last_checkpoint_taken_again),
       cmocka_unit_test(lockstep_last_checkpoint_after_a_slow_one),
+      cmocka_unit_test(async_last_checkpoint_and_evaluation_lost_ps),
       cmocka_unit_test(lost_ps_ends_the_evaluation),
       cmocka_unit_test(run_ends_after_its_last_checkpoint),
       cmocka_unit_test(pruning_keeps_chains),

@@ -642,6 +642,25 @@ static void ps1_restore(void *arg) {
                                           "t-1", 1, ps1_cb, x), 0);
 }
 
+/* An evaluation's read of snapshot 9 of `q`'s variable fails, naming
+ * `want`, without going on the retry list: a snapshot goes with its PS, so
+ * waiting for the PS cannot bring it back (it held the worker's
+ * evaluation, and the one after it, for the whole call deadline). */
+static void snapshot_read_fails_at_once(fx *f, const ps_kv_item *q,
+                                        int want_rc, const char *want) {
+  uint64_t resent = ps_kv_resent(f->kv);
+  ps_kv_request rq = {.kind = PS_KV_PULL, .items = q, .n_items = 1,
+                      .snapshot = 9};
+  ps_ticket t;
+  assert_int_equal(ps_kv_submit(f->kv, &rq, &t), 0);
+  ps_kv_result r;
+  int rc = ps_kv_wait(f->kv, t, &r);
+  if (rc == 0 || (want_rc && rc != want_rc) || !strstr(r.err, want))
+    fail_msg("snapshot read: %d \"%s\", not %d naming \"%s\"", rc, r.err,
+             want_rc, want);
+  assert_int_equal(ps_kv_resent(f->kv), resent);
+}
+
 /* async: ps:1 saves, learns more, goes away. Pulls from it (and from a
  * variable over both PS) wait: while it is gone, while it is back without
  * its variables, and while it holds them for its restore (a pull then
@@ -701,6 +720,8 @@ static void lost_ps_waited_for(void **state) {
   wait_ok(&f, tw);
   for (int i = 0; i < 4; i++) assert_true(b[i] == -g[i]);
   assert_true(ps_kv_resent(f.kv) > 0);
+  /* restored: a snapshot taken before it is not there */
+  snapshot_read_fails_at_once(&f, &qb, TSR_ENOTFOUND, "no snapshot 9");
   /* and it learns again */
   assert_int_equal(ps_kv_push(f.kv, &pb, 1, 2, &t), 0);
   wait_ok(&f, t);
