@@ -4,8 +4,9 @@
  * Happy path: a snapshot of the shard (snap.c) gives the header's fields
  * (its variable, its place in the layout, the optimizer and its slots,
  * its step and version as they were) and its rows, block by block, in
- * row order, to tsr_shardfile_write_rows: one pass, so a row is copied
- * out of the snapshot once, while the shard's writer goes on.
+ * row order, to tsr_shardfile_write_rows: one pass, each row copied once,
+ * out of the snapshot straight into the file's staged sections, while the
+ * shard's writer goes on.
  * Failure modes: those of the writer, each naming the file, and a
  * snapshot lost for want of memory (it names the shard and the limit).
  */
@@ -20,14 +21,21 @@ int ps__ckpt_file_name(const ps_var_spec *s, char *buf, size_t len) {
                             buf, len);
 }
 
-static int ck_rows(void *ctx, uint64_t r0, size_t n, int64_t *ids,
-                   float *recs, char *err, size_t errlen) {
-  return ps__snap_read(ctx, (size_t)r0, n, recs, ids, err, errlen);
+static int ck_rows(void *ctx, uint64_t r0, size_t n, unsigned char *ids,
+                   unsigned char *const *secs, char *err, size_t errlen) {
+  ps_snap *v = ctx;
+  const ps_snap_info *in = ps__snap_info(v);
+  ps_snap_dst d;
+  memset(&d, 0, sizeof d);
+  for (int k = 0; k <= in->nslots; k++) d.sec[k] = secs[k];
+  d.step = (size_t)in->width * sizeof(float);
+  d.ids = ids;
+  return ps__snap_read_to(v, (size_t)r0, n, &d, err, errlen);
 }
 
 int ps__ckpt_save_snap(ps_snap *v, const char *dir, const ps_ckpt_ident *who,
-                       bool verify, ps_ckpt_file *out, char *err,
-                       size_t errlen) {
+                       tsr_shardfile_stage *stage, bool verify,
+                       ps_ckpt_file *out, char *err, size_t errlen) {
   const ps_snap_info *in = ps__snap_info(v);
   const ps_var_spec *sp = &in->spec;
   tsr_shardfile_hdr h;
@@ -53,8 +61,8 @@ int ps__ckpt_save_snap(ps_snap *v, const char *dir, const ps_ckpt_ident *who,
   for (int k = 0; k < in->nslots; k++)
     snprintf(h.slots[k], sizeof h.slots[k], "%s",
              kern_optim_slot_name(&sp->optim, k));
-  return tsr_shardfile_write_rows(dir, &h, "tessera-ps", ck_rows, v, verify,
-                                  out, err, errlen);
+  return tsr_shardfile_write_rows(dir, &h, "tessera-ps", ck_rows, v, stage,
+                                  verify, out, err, errlen);
 }
 
 int ps__ckpt_save_shard(const ps_shard *s, const char *dir,
@@ -65,7 +73,7 @@ int ps__ckpt_save_shard(const ps_shard *s, const char *dir,
   ps_snap *v;
   int rc = ps__snap_take(s, &m, &v, err, errlen);
   if (rc) return rc;
-  rc = ps__ckpt_save_snap(v, dir, who, verify, out, err, errlen);
+  rc = ps__ckpt_save_snap(v, dir, who, NULL, verify, out, err, errlen);
   ps__snap_free(v);
   return rc;
 }

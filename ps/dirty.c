@@ -23,23 +23,22 @@
 #include <string.h>
 
 /* Grows d's current bitmap to hold row r (and the rows the table holds,
- * rounded up). */
+ * rounded up). Its memory is a block the PS keeps warm (keep.c): each
+ * save takes the bitmap as its mark and the next apply starts a new one,
+ * which would otherwise be fresh pages, faulted and zeroed, every time. */
 static int dirty_grow(ps_dirty *d, ps_mem *mem, size_t r, size_t rows) {
   size_t need = (r > rows ? r : rows) / 64 + 1;
   size_t words = d->words ? d->words : 64;
   while (words < need) words *= 2;
-  size_t add = (words - d->words) * sizeof(uint64_t);
-  if (ps__mem_reserve(mem, add)) return TSR_EMEMLIMIT;
-  uint64_t *b = ps__realloc(mem, d->bits, d->words * sizeof *b,
-                            words * sizeof *b);
-  if (!b) {
-    ps__mem_release(mem, add);
-    return TSR_ENOMEM;
-  }
+  int rc;
+  uint64_t *b = ps__keep_get(mem, words * sizeof *b, &rc);
+  if (!b) return rc;
+  if (d->words) memcpy(b, d->bits, d->words * sizeof *b);
   memset(b + d->words, 0, (words - d->words) * sizeof *b);
+  ps__keep_put(mem, d->bits, d->words * sizeof *b);
+  d->charged += (words - d->words) * sizeof(uint64_t);
   d->bits = b;
   d->words = words;
-  d->charged += add;
   return 0;
 }
 
@@ -55,8 +54,7 @@ void ps__dirty_note(ps_shard *s, ps_mem *mem, size_t r) {
 
 static void dirty_mark_free(ps_dirty *d, ps_mem *mem, ps_dirty_mark *m) {
   if (m->bits) {
-    ps__free(mem, m->bits);
-    ps__mem_release(mem, m->words * sizeof(uint64_t));
+    ps__keep_put(mem, m->bits, m->words * sizeof(uint64_t));
     d->charged -= m->words * sizeof(uint64_t);
   }
   m->bits = NULL;
@@ -134,8 +132,7 @@ void ps__dirty_restored(ps_shard *s, ps_mem *mem, const char *id) {
 void ps__dirty_free(ps_dirty *d, ps_mem *mem) {
   for (int i = 0; i < d->n_hist; i++) dirty_mark_free(d, mem, &d->hist[i]);
   if (d->bits) {
-    ps__free(mem, d->bits);
-    ps__mem_release(mem, d->words * sizeof(uint64_t));
+    ps__keep_put(mem, d->bits, d->words * sizeof(uint64_t));
     d->charged -= d->words * sizeof(uint64_t);
   }
   memset(d, 0, sizeof *d);

@@ -41,14 +41,51 @@ int ps__spec_owns_id(const ps_var_spec *s, int64_t id);
  * every allocation the service makes goes through ps__alloc and friends,
  * from the loop and from pool threads alike, so a test can fail each in
  * turn. */
+typedef struct ps_keep ps_keep;
 typedef struct {
   _Atomic size_t used;
   size_t limit;
   const tsr_rpc_allocator *al;
+  ps_keep *keep; /* blocks snapshots keep rows in (keep.c); NULL: none
+                    kept, each allocated and freed */
 } ps_mem;
 
+/* Charges bytes to the budget; TSR_EMEMLIMIT when they do not fit even
+ * after the blocks kept for snapshots (m->keep) are freed. */
 int ps__mem_reserve(ps_mem *m, size_t bytes);
 void ps__mem_release(ps_mem *m, size_t bytes);
+
+/* ---- blocks for the rows snapshots keep (keep.c) ------------------------ */
+
+#define PS_KEEP_CLASSES 32 /* block sizes kept; others are not */
+typedef struct ps_keep_class ps_keep_class;
+struct ps_keep {
+  uv_mutex_t mu;
+  bool ready;
+  struct ps_keep_class {
+    size_t bytes;
+    void **free;
+    size_t n_free, cap_free;
+    size_t out, peak;
+  } cls[PS_KEEP_CLASSES];
+  size_t kept_bytes;     /* held here, charged, handed to nobody */
+  _Atomic size_t fresh;  /* blocks allocated new (not from here) */
+};
+int ps__keep_init(ps_keep *k);
+/* Frees every block kept (their charge to m released). */
+void ps__keep_free(ps_keep *k, ps_mem *m);
+/* A block of `bytes` (charged to m's budget): one kept, or a new one;
+ * NULL with *rc TSR_EMEMLIMIT or TSR_ENOMEM. Thread-safe. */
+void *ps__keep_get(ps_mem *m, size_t bytes, int *rc);
+/* Gives a block from ps__keep_get back (NULL: nothing). */
+void ps__keep_put(ps_mem *m, void *p, size_t bytes);
+/* After a save: keeps per size as many blocks as were out at once since
+ * the last trim, frees the rest. */
+void ps__keep_trim(ps_mem *m);
+/* Frees every block kept (not those handed out); the bytes freed. */
+size_t ps__keep_drop_all(ps_mem *m);
+/* Blocks allocated new so far, bytes kept now (tests, logs). */
+void ps__keep_stats(ps_mem *m, size_t *fresh, size_t *kept_bytes);
 
 /* Allocations through m's hook (m may be NULL: malloc). A size of 0 gets
  * a 1-byte block; ps__calloc gives at least one zeroed element (n = 0
@@ -121,6 +158,8 @@ typedef struct ps_shard {
   float *slots[KERN_OPTIM_MAX_SLOTS];
   ps_rows rows;          /* sparse */
   ps_snap *snap;         /* a save's snapshot (snap.c), or NULL */
+  size_t snap_hcap;      /* the index of kept rows its last one needed:
+                            the next starts there, not at 1024 doubled */
   ps_snap *rsnap;        /* an evaluation's: read by pulls, or NULL */
   ps_dirty dirty;        /* sparse: rows changed since the saves (dirty.c) */
   uint64_t version;      /* bumped by every apply and restore */
@@ -280,6 +319,18 @@ void ps__snap_select(ps_snap *v, uint64_t *sel, size_t words, size_t bytes);
  * was lost for want of memory. */
 int ps__snap_read(ps_snap *v, size_t r0, size_t n, float *recs, int64_t *ids,
                   char *err, size_t errlen);
+/* Where ps__snap_read_to puts rows: part k (the value, then each slot)
+ * of row i at sec[k] + i * step, its id at ids + i * 8 (ids NULL: none);
+ * any alignment (stored with memcpy). A checkpoint file's staged
+ * sections take the rows this way, with no copy of the records between. */
+typedef struct {
+  unsigned char *sec[1 + KERN_OPTIM_MAX_SLOTS];
+  size_t step;
+  unsigned char *ids;
+} ps_snap_dst;
+/* ps__snap_read into the places d names. */
+int ps__snap_read_to(ps_snap *v, size_t r0, size_t n, const ps_snap_dst *d,
+                     char *err, size_t errlen);
 /* The reader is done: writers keep nothing more, the kept rows go. */
 void ps__snap_release(ps_snap *v);
 /* Whether the reader has released it and will not touch it again (it
@@ -397,8 +448,8 @@ typedef tsr_shardfile_written ps_ckpt_file;
  * `out` (may be NULL) gets the file's name, size and CRC. `verify`: read
  * the file back and check it. */
 int ps__ckpt_save_snap(ps_snap *v, const char *dir, const ps_ckpt_ident *who,
-                       bool verify, ps_ckpt_file *out, char *err,
-                       size_t errlen);
+                       tsr_shardfile_stage *stage, bool verify,
+                       ps_ckpt_file *out, char *err, size_t errlen);
 /* The same for a shard nobody changes meanwhile (a snapshot of it is
  * taken and dropped around the write, outside any budget). */
 int ps__ckpt_save_shard(const ps_shard *s, const char *dir,

@@ -33,9 +33,15 @@
 
 int ps__mem_reserve(ps_mem *m, size_t bytes) {
   size_t cur = atomic_load(&m->used);
+  bool dropped = false;
   for (;;) {
-    if (m->limit && (bytes > m->limit || cur > m->limit - bytes))
-      return TSR_EMEMLIMIT;
+    if (m->limit && (bytes > m->limit || cur > m->limit - bytes)) {
+      /* the blocks kept warm for the next snapshot give way first */
+      if (dropped || !ps__keep_drop_all(m)) return TSR_EMEMLIMIT;
+      dropped = true;
+      cur = atomic_load(&m->used);
+      continue;
+    }
     if (atomic_compare_exchange_weak(&m->used, &cur, cur + bytes)) return 0;
   }
 }

@@ -33,11 +33,9 @@
 #include "common/log.h"
 
 #include <inttypes.h>
-#ifdef __GLIBC__
-#include <malloc.h>
-#endif
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ---- answers ---------------------------------------------------------- */
@@ -223,8 +221,18 @@ static void save_unsnap_all(ps_server *s, ps_batch *b) {
 
 /* ---- writing ------------------------------------------------------------ */
 
+static double save_clock(clockid_t id) {
+  struct timespec t;
+  clock_gettime(id, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
 static void save_work(uv_work_t *w) {
   ps_batch *b = w->data;
+  double t0 = save_clock(CLOCK_MONOTONIC),
+         c0 = save_clock(CLOCK_THREAD_CPUTIME_ID);
+  if (!b->srv->ckpt_stage) /* NULL still works: buffers of each file */
+    b->srv->ckpt_stage = tsr_shardfile_stage_new();
   const char *gate = b->gate[0] ? b->gate : NULL;
   for (size_t i = 0; i < b->n; i++) {
     while (gate && access(gate, F_OK) == 0) usleep(20000);
@@ -232,8 +240,8 @@ static void save_work(uv_work_t *w) {
     if (!b->rc) {
       const ps_snap_info *in = ps__snap_info(v);
       ps_ckpt_file *f = &b->files[b->n_files];
-      b->rc = ps__ckpt_save_snap(v, b->dir, &b->who, b->verify, f, b->err,
-                                 sizeof b->err);
+      b->rc = ps__ckpt_save_snap(v, b->dir, &b->who, b->srv->ckpt_stage,
+                                 b->verify, f, b->err, sizeof b->err);
       if (!b->rc) {
         b->n_files++;
         b->count++;
@@ -243,13 +251,14 @@ static void save_work(uv_work_t *w) {
     }
     ps__snap_release(v); /* its writers keep nothing more */
   }
-  /* the rows kept while it was written are freed: their pages go back to
-   * the system rather than stay resident in the allocator's arenas (the
-   * pool threads' applies allocated them; nothing else would reuse them
-   * before the next checkpoint) */
-#ifdef __GLIBC__
-  malloc_trim(0);
-#endif
+  /* the blocks the rows were kept in stay for the next checkpoint, as
+   * many as were out at once (keep.c): fresh pages would cost a fault
+   * and a zeroing each again. (The allocator's free memory is no longer
+   * trimmed here: the kept rows are not in it, and what is, the answers'
+   * buffers, was faulted in again by the next pulls.) */
+  ps__keep_trim(&b->srv->mem);
+  b->write_s = save_clock(CLOCK_MONOTONIC) - t0;
+  b->write_cpu_s = save_clock(CLOCK_THREAD_CPUTIME_ID) - c0;
 }
 
 /* The writing is over (status: the pool's own failure to run it). */
@@ -263,6 +272,10 @@ static void save_finish(ps_server *s, ps_batch *b, int status) {
   if (b->rc)
     tsr_warn("checkpoint \"%s\" of step %" PRId64 " not saved: %s",
              b->who.id, b->who.step, b->err);
+  else /* what a checkpoint costs here, beside the applies it slows */
+    tsr_info("checkpoint \"%s\" of step %" PRId64 ": %zu file(s), %.1f MB "
+             "written in %.2f s, %.2f s of CPU", b->who.id, b->who.step,
+             b->n_files, (double)b->bytes / 1e6, b->write_s, b->write_cpu_s);
   if (!b->background) {
     save_reply(s, b->call, b, true);
     save_forget(s, b);
@@ -308,7 +321,10 @@ void ps__save_snapped(ps_server *s, ps_batch *b) {
 
 void ps__save_close(ps_server *s) {
   ps_batch *b = s->save;
-  if (!b || b->phase < 2) return; /* a save being written ends on its own */
+  if (b && b->phase < 2) return; /* a save being written ends on its own */
+  tsr_shardfile_stage_free(s->ckpt_stage);
+  s->ckpt_stage = NULL;
+  if (!b) return;
   for (size_t i = 0; i < b->n_waiters; i++)
     tsr_rpc_reply_error(b->waiters[i], TSR_ESHUTDOWN,
                         "the parameter server is shutting down");

@@ -16,6 +16,7 @@
 /* Frees the server itself, through the hook it was allocated with. */
 static void ps__free_self(ps_server *s) {
   ps_mem m = {0};
+  ps__keep_free(&s->keep, &s->mem); /* freed already by a full close */
   m.al = s->mem.al;
   ps__free(&m, s);
 }
@@ -39,6 +40,7 @@ int ps_server_new(ps_server **out, tsr_rpc_ctx *ctx, const ps_server_opts *o) {
   if (o) s->opts = *o;
   s->allow_nonfinite = s->opts.allow_nonfinite;
   s->mem.limit = s->opts.memory_limit;
+  if (!ps__keep_init(&s->keep)) s->mem.keep = &s->keep; /* else none kept */
   tsr_rpc_opts ro;
   tsr_rpc_ctx_opts(ctx, &ro);
   s->max_answer = ro.max_payload_bytes > SIZE_MAX ? SIZE_MAX
@@ -100,6 +102,8 @@ static void ps__free_all(ps_server *s) {
   ps__save_close(s);
   for (int i = 0; i < s->n_ents; i++) ps__entry_free(s->ents[i], &s->mem);
   ps__free(&s->mem, s->ents);
+  s->mem.keep = NULL;
+  ps__keep_free(&s->keep, &s->mem);
   ps__cons_free(&s->cons);
   tsr_trace_free(s->trace);
   void (*cb)(void *) = s->close_cb;

@@ -93,6 +93,8 @@ struct ps_snap {
   uint64_t *hkey;
   uint32_t *hval;
   size_t hcap;
+  size_t hcap_first;      /* where the index starts (the shard's last) */
+  size_t hcap_peak;       /* the most it reached, kept for the shard */
   size_t charged;         /* bytes of the budget this view holds */
   /* an increment: only these rows, in order; the reader's place in them
    * (the cur_k-th selected row is row cur_r) */
@@ -112,11 +114,19 @@ static bool snap_charge(ps_snap *v, size_t bytes) {
   return true;
 }
 
+/* Bytes of one block of kept records. */
+static size_t side_bytes(const ps_snap *v) {
+  return SNAP_SIDE_CHUNK * v->stride * sizeof(float);
+}
+
+/* The blocks of kept records and the index go back to the PS's blocks
+ * kept for the next view (keep.c); they stay charged there. */
 static void snap_free_side(ps_snap *v) {
-  for (size_t i = 0; i < v->n_side; i++) ps__free(v->mem, v->side[i]);
+  for (size_t i = 0; i < v->n_side; i++)
+    ps__keep_put(v->mem, v->side[i], side_bytes(v));
   ps__free(v->mem, v->side);
-  ps__free(v->mem, v->hkey);
-  ps__free(v->mem, v->hval);
+  ps__keep_put(v->mem, v->hkey, v->hcap * sizeof *v->hkey);
+  ps__keep_put(v->mem, v->hval, v->hcap * sizeof *v->hval);
   ps__free(v->mem, v->dense_copy);
   v->side = NULL;
   v->hkey = NULL;
@@ -143,6 +153,7 @@ int ps__snap_take(const ps_shard *s, ps_mem *mem, ps_snap **out, char *err,
   v->info.step = s->step;
   v->info.version = s->version;
   v->info.sparse = ps_var_spec_sparse(&s->spec);
+  v->hcap_first = s->snap_hcap > 1024 ? s->snap_hcap : 1024;
   size_t words = 0;
   if (v->info.sparse) {
     const ps_rows *t = &s->rows;
@@ -251,6 +262,7 @@ void ps__snap_drop(ps_shard *s) {
   ps_snap *v = s->snap;
   if (!v) return;
   s->snap = NULL;
+  if (!v->err) s->snap_hcap = v->hcap_peak; /* the next one starts there */
   ps__snap_free(v);
 }
 
@@ -270,18 +282,30 @@ static uint64_t snap_hash(uint64_t k) {
   return k ^ (k >> 29);
 }
 
+/* A block for the view: from those kept, or new and charged; NULL (the
+ * view's error set) when it does not fit. */
+static void *snap_block(ps_snap *v, size_t bytes) {
+  int rc;
+  void *p = ps__keep_get(v->mem, bytes, &rc);
+  if (!p) {
+    v->err = rc;
+    v->err_bytes = bytes;
+  }
+  return p;
+}
+
 static bool snap_hgrow(ps_snap *v) {
-  size_t ncap = v->hcap ? v->hcap * 2 : 1024;
-  if (!snap_charge(v, (ncap - v->hcap) * (sizeof(uint64_t) + sizeof(uint32_t))))
-    return false;
-  uint64_t *k = ps__calloc(v->mem, ncap, sizeof *k);
-  uint32_t *val = ps__alloc(v->mem, ncap * sizeof *val);
-  if (!k || !val) {
-    ps__free(v->mem, k);
-    ps__free(v->mem, val);
-    v->err = TSR_ENOMEM;
+  /* a checkpoint's view of a shard keeps about as many rows as the last
+   * one: starting at that size takes one block of the index from those
+   * kept (keep.c), not each size of a chain of doublings */
+  size_t ncap = v->hcap ? v->hcap * 2 : v->hcap_first;
+  uint64_t *k = snap_block(v, ncap * sizeof *k);
+  uint32_t *val = k ? snap_block(v, ncap * sizeof *val) : NULL;
+  if (!val) {
+    ps__keep_put(v->mem, k, ncap * sizeof *k);
     return false;
   }
+  memset(k, 0, ncap * sizeof *k);
   for (size_t i = 0; i < v->hcap; i++) {
     if (!v->hkey[i]) continue;
     size_t j = snap_hash(v->hkey[i]) & (ncap - 1);
@@ -289,11 +313,12 @@ static bool snap_hgrow(ps_snap *v) {
     k[j] = v->hkey[i];
     val[j] = v->hval[i];
   }
-  ps__free(v->mem, v->hkey);
-  ps__free(v->mem, v->hval);
+  ps__keep_put(v->mem, v->hkey, v->hcap * sizeof *v->hkey);
+  ps__keep_put(v->mem, v->hval, v->hcap * sizeof *v->hval);
   v->hkey = k;
   v->hval = val;
   v->hcap = ncap;
+  if (ncap > v->hcap_peak) v->hcap_peak = ncap;
   return true;
 }
 
@@ -328,12 +353,7 @@ static float *snap_side_new(ps_snap *v, size_t r) {
       v->side = ns;
       v->side_cap = nc;
     }
-    size_t bytes = SNAP_SIDE_CHUNK * v->stride * sizeof(float);
-    if (!snap_charge(v, bytes)) return NULL;
-    if (!(v->side[v->n_side] = ps__alloc(v->mem, bytes))) {
-      v->err = TSR_ENOMEM;
-      return NULL;
-    }
+    if (!(v->side[v->n_side] = snap_block(v, side_bytes(v)))) return NULL;
     v->n_side++;
   }
   uint32_t i = (uint32_t)v->n_kept++;
@@ -432,10 +452,43 @@ bool ps__snap_lost(ps_snap *v) {
 
 static size_t per_of(const ps_snap *v) { return (size_t)1 << v->shift; }
 
-/* ps__snap_read of a piece, under the lock. */
-static int snap_read_locked(ps_snap *v, size_t r0, size_t n, float *recs,
-                            int64_t *ids, char *err, size_t errlen) {
+/* d moved on by i rows. */
+static ps_snap_dst dst_at(const ps_snap_dst *d, int nsec, size_t i) {
+  ps_snap_dst o = *d;
+  for (int k = 0; k < nsec; k++) o.sec[k] += i * d->step;
+  if (o.ids) o.ids += i * sizeof(int64_t);
+  return o;
+}
+
+/* Record rec (value, then each slot) as row i of d: one copy of each
+ * part, straight to where it goes. */
+static inline void put_rec(const ps_snap_dst *d, int nsec, size_t W,
+                           size_t i, const float *rec) {
+  /* the usual widths (an embedding's 16, a wide weight's 1): a fixed
+   * size copies inline, a call per part costs as much as the copy */
+  if (W == 16) {
+    for (int k = 0; k < nsec; k++)
+      memcpy(d->sec[k] + i * d->step, rec + (size_t)k * 16, 64);
+    return;
+  }
+  if (W == 1) {
+    for (int k = 0; k < nsec; k++)
+      memcpy(d->sec[k] + i * d->step, rec + k, sizeof(float));
+    return;
+  }
+  for (int k = 0; k < nsec; k++)
+    memcpy(d->sec[k] + i * d->step, rec + (size_t)k * W, W * sizeof(float));
+}
+
+static inline void put_id(const ps_snap_dst *d, size_t i, int64_t id) {
+  if (d->ids) memcpy(d->ids + i * sizeof id, &id, sizeof id);
+}
+
+/* ps__snap_read_to of a piece, under the lock. */
+static int snap_read_locked(ps_snap *v, size_t r0, size_t n,
+                            const ps_snap_dst *d, char *err, size_t errlen) {
   size_t W = (size_t)v->info.width, S = v->stride;
+  int nsec = 1 + v->info.nslots;
   int rc = 0;
   if (v->err || atomic_load(&v->released)) {
     const ps_snap_info *in = &v->info;
@@ -453,17 +506,18 @@ static int snap_read_locked(ps_snap *v, size_t r0, size_t n, float *recs,
                     v->err ? "lost (out of memory)" : "already released");
     goto out;
   }
-  if (!v->info.sparse) {
-    const float *val = v->dense_copy ? v->dense_copy : v->w;
-    for (size_t i = 0; i < n; i++) {
-      size_t at = (r0 + i) * W;
-      float *rec = recs + i * S;
-      memcpy(rec, val + at, W * sizeof(float));
-      for (int k = 0; k < v->info.nslots; k++)
-        memcpy(rec + (size_t)(k + 1) * W,
-               v->dense_copy ? v->dense_copy + (size_t)(k + 1) * v->numel + at
-                             : v->slots[k] + at,
-               W * sizeof(float));
+  if (!v->info.sparse) { /* a part at a time: one copy each */
+    for (int k = 0; k < nsec; k++) {
+      const float *src = v->dense_copy
+                             ? v->dense_copy + (size_t)k * v->numel
+                             : k ? v->slots[k - 1] : v->w;
+      src += r0 * W;
+      if (d->step == W * sizeof(float)) {
+        memcpy(d->sec[k], src, n * W * sizeof(float));
+      } else {
+        for (size_t i = 0; i < n; i++)
+          memcpy(d->sec[k] + i * d->step, src + i * W, W * sizeof(float));
+      }
     }
     goto out;
   }
@@ -484,21 +538,27 @@ static int snap_read_locked(ps_snap *v, size_t r0, size_t n, float *recs,
       const float *src = v->kept[q >> 6] >> (q & 63) & 1
                              ? snap_side_find(v, q)
                              : v->chunks[k] + at * S;
-      if (src) memcpy(recs + i * S, src, S * sizeof(float));
-      if (ids)
-        ids[i] = v->direct ? v->row0 + (int64_t)q : v->idc[k][at];
+      if (src) put_rec(d, nsec, W, i, src);
+      put_id(d, i, v->direct ? v->row0 + (int64_t)q : v->idc[k][at]);
       v->cur_r = snap_sel_next(v, q + 1);
       v->cur_k++;
     }
     goto out;
   }
   /* the table's records are copied already (snap_copy_live); the rows
-   * kept since are copied over them */
-  for (size_t i = 0; i < n; i++) {
+   * kept since are copied over them, a word of the map at a time */
+  for (size_t i = 0; i < n;) {
     size_t q = r0 + i;
-    if (!(v->kept[q >> 6] >> (q & 63) & 1)) continue;
-    const float *old = snap_side_find(v, q);
-    if (old) memcpy(recs + i * S, old, S * sizeof(float));
+    uint64_t bits = v->kept[q >> 6] >> (q & 63);
+    size_t span = 64 - (q & 63) < n - i ? 64 - (q & 63) : n - i;
+    if (span < 64) bits &= ((uint64_t)1 << span) - 1;
+    while (bits) {
+      size_t j = (size_t)__builtin_ctzll(bits);
+      bits &= bits - 1;
+      const float *old = snap_side_find(v, q + j);
+      if (old) put_rec(d, nsec, W, i + j, old);
+    }
+    i += span;
   }
 out:
   return rc;
@@ -507,30 +567,35 @@ out:
 /* Rows [r, r+n) of a whole sparse view as the table holds them now, and
  * their ids; without the lock (rows kept meanwhile are copied over them
  * under it). */
-static void snap_copy_live(const ps_snap *v, size_t r, size_t n, float *recs,
-                           int64_t *ids) {
-  size_t S = v->stride, per = per_of(v);
+static void snap_copy_live(const ps_snap *v, size_t r, size_t n,
+                           const ps_snap_dst *d) {
+  size_t S = v->stride, W = (size_t)v->info.width, per = per_of(v);
+  int nsec = 1 + v->info.nslots;
   for (size_t i = 0; i < n;) {
     size_t q = r + i, k = q >> v->shift, at = q & (per - 1);
     size_t run = per - at < n - i ? per - at : n - i;
-    if (ids) {
+    if (d->ids) {
       if (v->direct)
-        for (size_t j = 0; j < run; j++) ids[i + j] = v->row0 + (int64_t)(q + j);
+        for (size_t j = 0; j < run; j++)
+          put_id(d, i + j, v->row0 + (int64_t)(q + j));
       else
-        memcpy(ids + i, v->idc[k] + at, run * sizeof(int64_t));
+        memcpy(d->ids + i * sizeof(int64_t), v->idc[k] + at,
+               run * sizeof(int64_t));
     }
-    memcpy(recs + i * S, v->chunks[k] + at * S, run * S * sizeof(float));
+    const float *src = v->chunks[k] + at * S;
+    for (size_t j = 0; j < run; j++) put_rec(d, nsec, W, i + j, src + j * S);
     i += run;
   }
 }
 
-int ps__snap_read(ps_snap *v, size_t r0, size_t n, float *recs, int64_t *ids,
-                  char *err, size_t errlen) {
+int ps__snap_read_to(ps_snap *v, size_t r0, size_t n, const ps_snap_dst *d,
+                     char *err, size_t errlen) {
   /* a piece at a time: the lock is held for a piece's kept rows (an
    * increment's rows are scattered: a few hundred of them; contiguous
    * ones: 32 KiB), and the place published after each */
   bool whole = v->info.sparse && !v->sel;
   size_t S = v->stride;
+  int nsec = 1 + v->info.nslots;
   size_t P = v->sel ? 256 : (32u << 10) / (S * sizeof(float));
   if (P < 1) P = 1;
   if (v->info.sparse && !atomic_load(&v->released) &&
@@ -542,16 +607,17 @@ int ps__snap_read(ps_snap *v, size_t r0, size_t n, float *recs, int64_t *ids,
   int rc = 0;
   for (size_t i = 0; i < n && !rc; i += P) {
     size_t k = n - i < P ? n - i : P;
+    ps_snap_dst at = dst_at(d, nsec, i);
     if (whole) {
       if (r0 + i + k > v->n_all)
         return tsr_errf(err, errlen, TSR_ERANGE, "%s shard %d: rows [%zu, "
-                        "%zu) are past the snapshot's %zu", v->info.spec.var.name,
-                        v->info.spec.shard.shard, r0 + i, r0 + i + k, v->n_all);
-      snap_copy_live(v, r0 + i, k, recs + i * S, ids ? ids + i : NULL);
+                        "%zu) are past the snapshot's %zu",
+                        v->info.spec.var.name, v->info.spec.shard.shard,
+                        r0 + i, r0 + i + k, v->n_all);
+      snap_copy_live(v, r0 + i, k, &at);
     }
     uv_mutex_lock(&v->mu);
-    rc = snap_read_locked(v, r0 + i, k, recs + i * S, ids ? ids + i : NULL,
-                          err, errlen);
+    rc = snap_read_locked(v, r0 + i, k, &at, err, errlen);
     if (!rc && v->info.sparse) /* the rows read are let change */
       atomic_store_explicit(&v->upto, v->sel ? (v->cur_r == SIZE_MAX
                                                     ? v->n_all : v->cur_r)
@@ -560,4 +626,16 @@ int ps__snap_read(ps_snap *v, size_t r0, size_t n, float *recs, int64_t *ids,
     uv_mutex_unlock(&v->mu);
   }
   return rc;
+}
+
+int ps__snap_read(ps_snap *v, size_t r0, size_t n, float *recs, int64_t *ids,
+                  char *err, size_t errlen) {
+  ps_snap_dst d;
+  memset(&d, 0, sizeof d);
+  size_t W = (size_t)v->info.width;
+  for (int k = 0; k <= v->info.nslots; k++)
+    d.sec[k] = (unsigned char *)(recs + (size_t)k * W);
+  d.step = v->stride * sizeof(float);
+  d.ids = (unsigned char *)ids;
+  return ps__snap_read_to(v, r0, n, &d, err, errlen);
 }

@@ -67,6 +67,8 @@ typedef struct {
   ps_snap **snaps;
   char since[PS_CKPT_ID_MAX + 1]; /* save: an increment since this save */
   bool incremental;    /* save: some shard was saved as an increment */
+  double write_s, write_cpu_s; /* save: the writing job's wall and CPU
+                                  seconds (its own thread's) */
   char (*chain)[PS_PATH_MAX];     /* restore: the folders dir builds on */
   ps_ckpt_ident *chain_who;
   size_t n_chain;
@@ -173,6 +175,12 @@ struct ps_server {
   bool job_done;            /* the chief's shutdown said the job is done */
   ps_batch *save;           /* the save being written, or the last
                                background one (its result for SaveWait) */
+  ps_keep keep;             /* blocks snapshots keep rows in, kept warm
+                               from one checkpoint to the next (keep.c);
+                               mem.keep points here */
+  tsr_shardfile_stage *ckpt_stage; /* save.c: the files' write buffers,
+                               kept warm from save to save (the writing
+                               job alone uses them, one save at a time) */
   uint64_t rsnap_id;        /* the evaluation snapshot held (0: none) */
   uint64_t rsnap_until;     /* dropped then (uv_now, ms) */
   int64_t max_read_lead;    /* ssp: largest clock - slowest clock of a read

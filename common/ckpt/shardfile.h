@@ -102,6 +102,17 @@ typedef struct {
 int tsr_shardfile_parse(const char *path, const uint8_t *b, size_t size,
                         tsr_shardfile_part *p, char *err, size_t errlen);
 
+/* Checks the part file at `path` for a reader that wants no data out of
+ * it (the chief's check of the files a checkpoint's PS report): a
+ * regular file of `bytes` bytes whose every byte has CRC32C `crc`, then
+ * every check of tsr_shardfile_parse, in that order of report. Reads the
+ * file once, a few MiB at a time, without mapping it and with direct I/O
+ * where the file system takes it. *h (may be NULL) gets its header.
+ * Errors name the file: missing (-ENOENT), not a regular file, another
+ * size or CRC ("damaged"), the part's own. */
+int tsr_shardfile_check(const char *path, uint64_t bytes, uint32_t crc,
+                        tsr_shardfile_hdr *h, char *err, size_t errlen);
+
 /* A part file mapped and checked (tsr_shardfile_parse). */
 typedef struct {
   char path[4096];
@@ -178,24 +189,38 @@ int tsr_shardfile_write(const char *dir, const tsr_shardfile_hdr *h,
                         void *ctx, bool verify, tsr_shardfile_written *out,
                         char *err, size_t errlen);
 
-/* Rows [r0, r0+n) of the part being written: their ids (sparse parts;
- * NULL for a dense one) and their records, n of width * (1 + nslots)
- * floats each (the value, then each slot). 0, or a negative code with
- * `err` filled (it is passed on). */
+/* Rows [r0, r0+n) of the part being written, put straight where the
+ * file's sections are staged (no copy of the records in between): ids
+ * gets the n ids, 8 bytes each (sparse parts; NULL for a dense one),
+ * secs[0] the n values, secs[1 + k] slot k, width * 4 bytes per row,
+ * rows one after the other. The places are not aligned (a section starts
+ * wherever the header leaves it): store with memcpy. 0, or a negative
+ * code with `err` filled (it is passed on). */
 typedef int (*tsr_shardfile_rows_fn)(void *ctx, uint64_t r0, size_t n,
-                                     int64_t *ids, float *recs, char *err,
+                                     unsigned char *ids,
+                                     unsigned char *const *secs, char *err,
                                      size_t errlen);
+
+/* The staging memory of tsr_shardfile_write_rows, kept by a writer of
+ * many files so that each file reuses the pages the last one touched
+ * (a megabyte or more per section: fresh pages cost the kernel a fault
+ * and a zeroing each). Allocated on first use, grown where a file needs
+ * more; one file at a time. tsr_shardfile_stage_free(NULL) is a no-op. */
+typedef struct tsr_shardfile_stage tsr_shardfile_stage;
+tsr_shardfile_stage *tsr_shardfile_stage_new(void);
+void tsr_shardfile_stage_free(tsr_shardfile_stage *st);
 
 /* The same file as tsr_shardfile_write, from rows asked for once each, in
  * blocks, in order: every section is written at its own offset as the
  * blocks come, the header last (its data CRC is fixed-width), the CRCs
  * joined rather than computed in a second pass. For a writer whose rows
- * are costly to fetch (a snapshot read while training goes on). The same
- * failure modes, and the caller's own error for a block. */
+ * are costly to fetch (a snapshot read while training goes on). `stage`:
+ * the caller's staging memory, or NULL for memory of this call only. The
+ * same failure modes, and the caller's own error for a block. */
 int tsr_shardfile_write_rows(const char *dir, const tsr_shardfile_hdr *h,
                              const char *written_by, tsr_shardfile_rows_fn rows,
-                             void *ctx, bool verify,
-                             tsr_shardfile_written *out, char *err,
-                             size_t errlen);
+                             void *ctx, tsr_shardfile_stage *stage,
+                             bool verify, tsr_shardfile_written *out,
+                             char *err, size_t errlen);
 
 #endif

@@ -5,13 +5,18 @@
  *
  * Happy path: the header goes last. Its data CRC is packed fixed-width,
  * so its length, and with it where the data starts, is known before the
- * data is written. The rows are asked for in blocks of about 256 KiB;
- * each block is split into its sections (ids, value, each slot), each
- * section's bytes staged in 1 MiB and sent with pwrite at the section's
- * own offset, its CRC32C kept as it goes; the data's CRC and the file's
- * are the sections' joined (tsr_crc32c_combine), not a second pass over
- * the rows. Then the header at offset 0, fsync, rename, fsync of the
- * folder (tsr_atomic_open / tsr_atomic_commit, common/fs.h).
+ * data is written. The rows are asked for in blocks of about 256 KiB,
+ * and the caller puts each block's ids, values and slots straight into
+ * the sections' staging buffers (one copy of a row from wherever it
+ * lives, none through a buffer of records); each section's CRC32C is
+ * taken of the block just put, while it is in the cache, and about 1 MiB
+ * of a section is sent with pwrite at the section's own offset; the
+ * data's CRC and the file's are the sections' joined
+ * (tsr_crc32c_combine), not a second pass over the rows. The staging
+ * memory may be the caller's (tsr_shardfile_stage), kept warm across the
+ * files of a checkpoint and across checkpoints. Then the header at
+ * offset 0, fsync, rename, fsync of the folder (tsr_atomic_open /
+ * tsr_atomic_commit, common/fs.h).
  *
  * Why direct I/O. A buffered write copies every byte into the page cache
  * and leaves gigabytes of dirty pages for the kernel to write back and
@@ -57,20 +62,63 @@
  * a busy disk made a small model's checkpoints several times slower */
 #define SR_DIRECT_MIN (4u << 20)
 
+struct tsr_shardfile_stage {
+  uint8_t *buf[TSR_SHARDFILE_MAX_SECTIONS]; /* aligned to SR_ALIGN */
+  size_t cap;                               /* bytes of each */
+};
+
+tsr_shardfile_stage *tsr_shardfile_stage_new(void) {
+  return calloc(1, sizeof(tsr_shardfile_stage));
+}
+
+static void sr_stage_clear(tsr_shardfile_stage *st) {
+  for (int k = 0; k < TSR_SHARDFILE_MAX_SECTIONS; k++) {
+    free(st->buf[k]);
+    st->buf[k] = NULL;
+  }
+  st->cap = 0;
+}
+
+void tsr_shardfile_stage_free(tsr_shardfile_stage *st) {
+  if (!st) return;
+  sr_stage_clear(st);
+  free(st);
+}
+
+/* nsec buffers of at least cap bytes each; false: out of memory (the
+ * stage then holds none). */
+static bool sr_stage_fit(tsr_shardfile_stage *st, int nsec, size_t cap) {
+  if (st->cap < cap) sr_stage_clear(st);
+  if (!st->cap) st->cap = cap;
+  for (int k = 0; k < nsec; k++) {
+    if (st->buf[k]) continue;
+    void *p = NULL;
+    if (posix_memalign(&p, SR_ALIGN, st->cap)) {
+      sr_stage_clear(st);
+      return false;
+    }
+    st->buf[k] = p;
+  }
+  return true;
+}
+
 typedef struct {
   int fd;         /* buffered */
   int dfd;        /* O_DIRECT on the same file; -1: none (all buffered) */
 } sr_out;
 
+/* A section being staged. buf[i] is the file's byte base + i (base is
+ * aligned, so whole blocks of buf go direct from aligned memory); the
+ * bytes before `start` are not the section's. */
 typedef struct {
-  uint64_t off;   /* where the staged bytes go (from the file's start) */
+  uint64_t base;  /* the file offset buf[0] stands for (aligned) */
+  size_t start;   /* where the section's bytes begin in buf (first stage) */
+  size_t n;       /* bytes of buf in use, start included */
   uint64_t len;   /* the section's length */
-  uint64_t left;  /* of its bytes not yet put */
-  uint64_t head;  /* bytes still to put before its first aligned offset */
+  uint64_t put;   /* of its bytes put so far */
   uint32_t crc;   /* of its bytes so far */
   bool direct;    /* its aligned bytes go direct (SR_DIRECT_MIN) */
-  uint8_t *buf;   /* SR_STAGE bytes, aligned to SR_ALIGN */
-  size_t n;
+  uint8_t *buf;
 } sr_sec;
 
 static int sr_pwrite(int fd, const void *p, size_t n, uint64_t off) {
@@ -99,46 +147,37 @@ static int sr_write_aligned(sr_out *o, const void *p, size_t n, uint64_t off) {
   return sr_pwrite(o->fd, p, n, off);
 }
 
-/* Writes what is staged; `last`: the section's end is in it. Before the
- * end only whole SR_ALIGN blocks are staged (the stage is a multiple of
- * it, and starts aligned once the head is out). */
+/* Writes the whole blocks staged (`last`: every byte, the section's end
+ * is in it). A section's first block, when it starts inside one, and its
+ * last partial block go buffered, like the header: direct and buffered
+ * writes never share a block. What follows the last whole block moves
+ * to the front of the buffer (under a block: it stays aligned). */
 static int sr_flush(sr_out *o, sr_sec *c, bool last) {
-  if (!c->n) return 0;
-  c->crc = tsr_crc32c(c->crc, c->buf, c->n);
-  size_t whole = c->n, rest = 0;
+  size_t whole = c->n & ~(size_t)(SR_ALIGN - 1);
+  size_t end = last ? c->n : whole;
   int rc = 0;
-  if (c->off % SR_ALIGN) /* a head, or a section too small to align */
-    whole = 0, rest = c->n;
-  else if (last)
-    rest = c->n % SR_ALIGN, whole = c->n - rest;
-  if (whole)
-    rc = c->direct ? sr_write_aligned(o, c->buf, whole, c->off)
-                   : sr_pwrite(o->fd, c->buf, whole, c->off);
-  if (!rc && rest) rc = sr_pwrite(o->fd, c->buf + whole, rest, c->off + whole);
-  c->off += c->n;
-  c->n = 0;
-  return rc;
-}
-
-static int sr_put(sr_out *o, sr_sec *c, const void *p, size_t n) {
-  const uint8_t *b = p;
-  while (n) {
-    size_t room = SR_STAGE - c->n;
-    if (c->head && room > c->head) room = (size_t)c->head;
-    size_t k = room < n ? room : n;
-    memcpy(c->buf + c->n, b, k);
-    c->n += k;
-    b += k;
-    n -= k;
-    c->left -= k;
-    bool full = c->n == SR_STAGE;
-    if (c->head) {
-      c->head -= k;
-      full = c->head == 0; /* the head goes on its own */
+  if (end > c->start) {
+    if (!c->direct) {
+      rc = sr_pwrite(o->fd, c->buf + c->start, end - c->start,
+                     c->base + c->start);
+    } else {
+      size_t d0 = c->start ? SR_ALIGN : 0, d1 = whole;
+      if (d0 > end) d0 = end;
+      if (d1 < d0) d1 = d0;
+      if (d0 > c->start)
+        rc = sr_pwrite(o->fd, c->buf + c->start, d0 - c->start,
+                       c->base + c->start);
+      if (!rc && d1 > d0)
+        rc = sr_write_aligned(o, c->buf + d0, d1 - d0, c->base + d0);
+      if (!rc && end > d1)
+        rc = sr_pwrite(o->fd, c->buf + d1, end - d1, c->base + d1);
     }
-    int rc = full || !c->left ? sr_flush(o, c, !c->left) : 0;
-    if (rc) return rc;
   }
+  if (rc || last || !whole) return rc;
+  memmove(c->buf, c->buf + whole, c->n - whole);
+  c->n -= whole;
+  c->base += whole;
+  c->start = 0;
   return 0;
 }
 
@@ -158,9 +197,9 @@ static int sr_open_direct(const char *tmp) {
 
 int tsr_shardfile_write_rows(const char *dir, const tsr_shardfile_hdr *h,
                              const char *written_by, tsr_shardfile_rows_fn rows,
-                             void *ctx, bool verify,
-                             tsr_shardfile_written *out, char *err,
-                             size_t errlen) {
+                             void *ctx, tsr_shardfile_stage *stage,
+                             bool verify, tsr_shardfile_written *out,
+                             char *err, size_t errlen) {
   tsr_shardfile__dest d;
   int rc = tsr_shardfile__dest_of(dir, h, &d, err, errlen);
   if (rc) return rc;
@@ -173,34 +212,35 @@ int tsr_shardfile_write_rows(const char *dir, const tsr_shardfile_hdr *h,
   size_t hlen = sb.size;
   uint64_t base = 16 + (uint64_t)hlen;
 
-  /* the sections in layout order: [ids,] value, each slot */
+  /* the sections in layout order: [ids,] value, each slot; a block puts
+   * at most SR_BLOCK_BYTES of records (one row at least) */
   size_t W = (size_t)h->width, S = W * (size_t)(1 + h->nslots);
-  int ids_at = h->sparse ? 0 : -1, first_f = h->sparse ? 1 : 0;
+  int first_f = h->sparse ? 1 : 0;
   sr_sec sec[TSR_SHARDFILE_MAX_SECTIONS];
   memset(sec, 0, sizeof sec);
   size_t B = SR_BLOCK_BYTES / (S * sizeof(float));
   if (B < 1) B = 1;
-  float *recs = malloc(B * S * sizeof(float));
-  int64_t *ids = malloc(B * sizeof(int64_t));
-  bool bufs = recs && ids;
-  for (int k = 0; k < d.nsec && bufs; k++) {
-    sec[k].off = base + d.secs[k].offset;
-    sec[k].len = sec[k].left = d.secs[k].nbytes;
-    sec[k].direct = sec[k].len >= SR_DIRECT_MIN;
-    /* up to the first aligned offset (none inside it: all of it) */
-    uint64_t a = (sec[k].off + SR_ALIGN - 1) / SR_ALIGN * SR_ALIGN;
-    sec[k].head = a - sec[k].off < sec[k].len ? a - sec[k].off : 0;
-    void *p = NULL;
-    bufs = posix_memalign(&p, SR_ALIGN, SR_STAGE) == 0;
-    sec[k].buf = p;
-  }
+  size_t most = B * (W * sizeof(float) > sizeof(int64_t) ? W * sizeof(float)
+                                                          : sizeof(int64_t));
+  /* a block's bytes of one section fit after the block kept at a flush */
+  size_t cap = (most + 2 * SR_ALIGN - 1) / SR_ALIGN * SR_ALIGN;
+  if (cap < SR_STAGE) cap = SR_STAGE;
+  tsr_shardfile_stage own = {0}, *st = stage ? stage : &own;
   tsr_atomic_file af;
   bool open = false;
   sr_out o = {-1, -1};
-  if (!bufs) {
+  if (!sr_stage_fit(st, d.nsec, cap)) {
     rc = tsr_errf(err, errlen, TSR_ENOMEM, "%s: out of memory for the write "
                   "buffers", d.path);
     goto out;
+  }
+  for (int k = 0; k < d.nsec; k++) {
+    uint64_t off = base + d.secs[k].offset;
+    sec[k].base = off / SR_ALIGN * SR_ALIGN;
+    sec[k].start = sec[k].n = (size_t)(off - sec[k].base);
+    sec[k].len = d.secs[k].nbytes;
+    sec[k].direct = sec[k].len >= SR_DIRECT_MIN;
+    sec[k].buf = st->buf[k];
   }
   if ((rc = tsr_atomic_open(&af, d.path, err, errlen))) goto out;
   open = true;
@@ -209,15 +249,29 @@ int tsr_shardfile_write_rows(const char *dir, const tsr_shardfile_hdr *h,
   uint64_t n_rows = (uint64_t)h->n_rows;
   for (uint64_t r = 0; r < n_rows && !rc; r += B) {
     size_t n = n_rows - r < B ? (size_t)(n_rows - r) : B;
-    if ((rc = rows(ctx, r, n, h->sparse ? ids : NULL, recs, err, errlen)))
+    unsigned char *to[TSR_SHARDFILE_MAX_SECTIONS];
+    size_t sz[TSR_SHARDFILE_MAX_SECTIONS];
+    for (int k = 0; k < d.nsec && !rc; k++) {
+      sr_sec *c = &sec[k];
+      sz[k] = n * (k < first_f ? sizeof(int64_t) : W * sizeof(float));
+      if (c->n + sz[k] > cap) rc = sr_flush(&o, c, false);
+      to[k] = c->buf + c->n;
+    }
+    if (rc) break;
+    if ((rc = rows(ctx, r, n, first_f ? to[0] : NULL, to + first_f, err,
+                   errlen)))
       goto out; /* the caller's message */
-    if (ids_at >= 0) rc = sr_put(&o, &sec[ids_at], ids, n * sizeof(int64_t));
-    for (size_t i = 0; i < n && !rc; i++)
-      for (int k = first_f; k < d.nsec && !rc; k++)
-        rc = sr_put(&o, &sec[k], recs + i * S + (size_t)(k - first_f) * W,
-                    W * sizeof(float));
+    for (int k = 0; k < d.nsec; k++) {
+      sr_sec *c = &sec[k];
+      c->crc = tsr_crc32c(c->crc, to[k], sz[k]);
+      c->n += sz[k];
+      c->put += sz[k];
+    }
   }
-  for (int k = 0; k < d.nsec && !rc; k++) rc = sr_flush(&o, &sec[k], true);
+  for (int k = 0; k < d.nsec && !rc; k++) {
+    if (sec[k].put != sec[k].len) rc = TSR_EINVAL; /* cannot happen */
+    if (!rc) rc = sr_flush(&o, &sec[k], true);
+  }
   if (rc) {
     tsr_errf(err, errlen, rc, "%s: write failed: %s", af.tmp,
              tsr_strerror(rc));
@@ -265,8 +319,6 @@ out:
   if (o.dfd >= 0) close(o.dfd);
   if (open) tsr_atomic_abort(&af);
   msgpack_sbuffer_destroy(&sb);
-  for (int k = 0; k < d.nsec; k++) free(sec[k].buf);
-  free(recs);
-  free(ids);
+  if (st == &own) sr_stage_clear(&own);
   return rc;
 }

@@ -13,7 +13,7 @@
 /* Writes the part into `dir`; `f` gets its name, size and CRC. */
 static inline void fz_write_manifest_part(const char *dir, ps_ckpt_file *f) {
   ps_var_spec s = h_spec("w", 4, 2, 0, 1, "zeros", 1, TSR_OPT_SGD);
-  ps_mem mem = {0, 0, NULL};
+  ps_mem mem = {0, 0, NULL, NULL};
   ps_shard *sh;
   char err[512];
   ps_ckpt_ident who = {"fz-7", 7};

@@ -42,7 +42,7 @@ static void fz_restore(const tsr_shardfile_hdr *p, const char *dir, int shard,
   for (int k = 0; k < 5; k++)
     if (!strcmp(p->optimizer, opt[k])) tsr_optim_defaults(k, &s.optim);
   if (p->nslots == 1 && s.optim.kind == TSR_OPT_SGD) s.optim.momentum = 0.9;
-  ps_mem mem = {0, 64 << 20, NULL};
+  ps_mem mem = {0, 64 << 20, NULL, NULL};
   ps_shard *out = NULL;
   char err[512];
   if (ps__ckpt_load_shard(&s, &mem, dir, NULL, &out, err, sizeof err) == 0)

@@ -199,7 +199,7 @@ static void service_seeds(void) {
 static void shard_file(const char *seed, ps_var_spec s, int pushes) {
   char dir[] = "/tmp/tsr-seeds-XXXXXX", err[512];
   if (!mkdtemp(dir)) abort();
-  ps_mem mem = {0, 0, NULL};
+  ps_mem mem = {0, 0, NULL, NULL};
   ps_shard *sh;
   if (ps__shard_new(&s, &mem, &sh, err, sizeof err)) abort();
   float g[64];

@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 #include <dirent.h>
+#include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -182,8 +183,8 @@ typedef struct {
   int blocks;
 } rows_src;
 
-static int rows_fn(void *ctx, uint64_t r0, size_t n, int64_t *ids,
-                   float *recs, char *err, size_t errlen) {
+static int rows_fn(void *ctx, uint64_t r0, size_t n, unsigned char *ids,
+                   unsigned char *const *secs, char *err, size_t errlen) {
   rows_src *s = ctx;
   s->blocks++;
   for (size_t i = 0; i < n; i++) {
@@ -191,10 +192,12 @@ static int rows_fn(void *ctx, uint64_t r0, size_t n, int64_t *ids,
     if (s->fail_at && r == s->fail_at)
       return tsr_errf(err, errlen, TSR_EMEMLIMIT, "row %llu: lost",
                       (unsigned long long)r);
-    if (ids) ids[i] = (int64_t)(r * 3 + 1);
+    int64_t id = (int64_t)(r * 3 + 1);
+    if (ids) memcpy(ids + i * sizeof id, &id, sizeof id);
     for (size_t k = 0; k < s->width; k++) {
-      recs[(i * 2) * s->width + k] = (float)r + 0.25f * (float)k;
-      recs[(i * 2 + 1) * s->width + k] = 1.0f + (float)(r % 7);
+      float v = (float)r + 0.25f * (float)k, m = 1.0f + (float)(r % 7);
+      memcpy(secs[0] + (i * s->width + k) * sizeof v, &v, sizeof v);
+      memcpy(secs[1] + (i * s->width + k) * sizeof m, &m, sizeof m);
     }
   }
   return 0;
@@ -211,16 +214,20 @@ static void stream_emit(void *ctx, tsr_shardfile_writer *w) {
   stream_src *s = ctx;
   size_t W = s->rs->width, n = (size_t)s->h->n_rows;
   int64_t *ids = malloc(n * sizeof *ids);
-  float *recs = malloc(n * 2 * W * sizeof *recs);
+  float *val = malloc(n * W * sizeof *val), *mom = malloc(n * W * sizeof *mom);
+  unsigned char *secs[2] = {(unsigned char *)val, (unsigned char *)mom};
   char err[64];
-  assert_int_equal(rows_fn(s->rs, 0, n, s->h->sparse ? ids : NULL, recs, err,
+  assert_int_equal(rows_fn(s->rs, 0, n, s->h->sparse ? (unsigned char *)ids
+                                                     : NULL, secs, err,
                            sizeof err), 0);
   if (s->h->sparse) tsr_shardfile_put(w, ids, n * sizeof *ids);
-  for (int sec = 0; sec < 2; sec++)
-    for (size_t i = 0; i < n; i++)
-      tsr_shardfile_put(w, recs + (i * 2 + (size_t)sec) * W, W * sizeof(float));
+  for (size_t i = 0; i < n; i++) /* small pieces: through its buffer */
+    tsr_shardfile_put(w, val + i * W, W * sizeof(float));
+  for (size_t i = 0; i < n; i++)
+    tsr_shardfile_put(w, mom + i * W, W * sizeof(float));
   free(ids);
-  free(recs);
+  free(val);
+  free(mom);
 }
 
 static void *slurp(const char *path, size_t *n) {
@@ -241,6 +248,8 @@ static void rows_writer_same_bytes(void **state) {
    * buffered), then, where there is one, on tmpfs: kernels before 6.6
    * refuse O_DIRECT there, and every byte goes buffered */
   char shm[64] = "/dev/shm/tsr-shardfile-XXXXXX", keep[64];
+  tsr_shardfile_stage *stage = tsr_shardfile_stage_new();
+  assert_non_null(stage);
   snprintf(keep, sizeof keep, "%s", g_dir);
   bool on_shm = false;
   for (int pass = 0; pass < 4; pass++) {
@@ -273,8 +282,11 @@ static void rows_writer_same_bytes(void **state) {
     snprintf(b, sizeof b, "%s/first", g_dir);
     assert_int_equal(rename(a, b), 0);
     rs.blocks = 0;
+    /* one stage for every pass: buffers kept from a file of another
+     * shape serve the next */
     assert_int_equal(tsr_shardfile_write_rows(g_dir, &h, "test", rows_fn, &rs,
-                                              true, &o2, err, sizeof err), 0);
+                                              stage, true, &o2, err,
+                                              sizeof err), 0);
     assert_true(rs.blocks > 3);
     assert_int_equal(o1.bytes, o2.bytes);
     assert_int_equal(o1.crc32c, o2.crc32c);
@@ -290,6 +302,7 @@ static void rows_writer_same_bytes(void **state) {
     unlink(a);
     unlink(b);
   }
+  tsr_shardfile_stage_free(stage);
   if (on_shm) assert_int_equal(rmdir(shm), 0);
   snprintf(g_dir, sizeof g_dir, "%s", keep);
   /* a block that fails: its error, no file left */
@@ -298,10 +311,118 @@ static void rows_writer_same_bytes(void **state) {
   rows_src rs = {2, 17, 0};
   char err[512] = "";
   assert_int_equal(tsr_shardfile_write_rows(g_dir, &h, "test", rows_fn, &rs,
-                                            false, NULL, err, sizeof err),
+                                            NULL, false, NULL, err, sizeof err),
                    TSR_EMEMLIMIT);
   assert_non_null(strstr(err, "row 17: lost"));
   assert_int_equal(count_files(g_dir), 0);
+}
+
+/* rows_fn's rows with value element `bad` (row-major) made NaN, or
+ * (`neg`) that element of the slot made negative. */
+typedef struct {
+  rows_src rs;
+  uint64_t bad;
+  bool neg;
+} nan_src;
+
+static int nan_rows(void *ctx, uint64_t r0, size_t n, unsigned char *ids,
+                    unsigned char *const *secs, char *err, size_t errlen) {
+  nan_src *s = ctx;
+  int rc = rows_fn(&s->rs, r0, n, ids, secs, err, errlen);
+  uint64_t W = s->rs.width, row = s->bad / W;
+  if (!rc && row >= r0 && row < r0 + n) {
+    uint32_t x = s->neg ? 0xbfa5a5a5u : 0x7fa5a5a5u; /* -1.29..., a NaN:
+                                                         no zero byte */
+    memcpy(secs[s->neg ? 1 : 0] + ((row - r0) * W + s->bad % W) * sizeof x,
+           &x, sizeof x);
+  }
+  return rc;
+}
+
+static void check_reads_once(void **state) {
+  (void)state;
+  /* 400000 rows of 3 with a slot: ids 3.2 MB, value and slot 4.8 MB
+   * each, read in pieces of 4 MiB; the id's length puts the value section
+   * at 1 past 4-byte alignment, so its element at 4 MiB lies across two
+   * pieces, three bytes in the first (the exponent's low bit among them) */
+  tsr_shardfile_hdr h = sparse_hdr();
+  h.shape[0] = 1200001;
+  h.shape[1] = 3;
+  h.width = 3;
+  h.rows = 1200001;
+  h.n_rows = 400000;
+  nan_src ns = {{3, 0, 0}, UINT64_MAX, false};
+  char err[512], err2[512], path[300];
+  tsr_shardfile_written o;
+  uint64_t vo = 0;
+  for (int L = 0; L < 8; L++) {
+    memset(h.ckpt_id, 'x', (size_t)L);
+    h.ckpt_id[L] = 0;
+    assert_int_equal(tsr_shardfile_write_rows(g_dir, &h, "test", nan_rows, &ns,
+                                              NULL, false, &o, err,
+                                              sizeof err), 0);
+    snprintf(path, sizeof path, "%s/%s", g_dir, o.name);
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    uint8_t head[12];
+    assert_int_equal(fread(head, 1, 12, f), 12);
+    fclose(f);
+    uint32_t hlen;
+    memcpy(&hlen, head + 8, 4);
+    vo = 16 + (uint64_t)hlen + 400000 * 8;
+    if (vo % 4 == 1) break;
+  }
+  assert_true(vo % 4 == 1);
+  /* intact: its header */
+  tsr_shardfile_hdr got;
+  assert_int_equal(tsr_shardfile_check(path, o.bytes, o.crc32c, &got, err,
+                                       sizeof err), 0);
+  assert_int_equal(got.n_rows, 400000);
+  assert_string_equal(got.ckpt_id, h.ckpt_id);
+  /* another size, another CRC */
+  assert_int_equal(tsr_shardfile_check(path, o.bytes + 1, o.crc32c, NULL, err,
+                                       sizeof err), TSR_ECORRUPT);
+  assert_non_null(strstr(err, "bytes, written"));
+  assert_int_equal(tsr_shardfile_check(path, o.bytes, o.crc32c ^ 1, NULL, err,
+                                       sizeof err), TSR_ECORRUPT);
+  assert_non_null(strstr(err, "(damaged)"));
+  /* a NaN across the pieces, its CRCs right: named as the map's check
+   * names it */
+  ns.bad = ((4u << 20) - vo) / 4;
+  assert_int_equal(tsr_shardfile_write_rows(g_dir, &h, "test", nan_rows, &ns,
+                                            NULL, false, &o, err, sizeof err),
+                   0);
+  assert_int_equal(tsr_shardfile_check(path, o.bytes, o.crc32c, NULL, err,
+                                       sizeof err), TSR_EFORMAT);
+  tsr_shardfile f;
+  assert_int_equal(tsr_shardfile_open(&f, path, err2, sizeof err2),
+                   TSR_EFORMAT);
+  assert_string_equal(err, err2);
+  assert_non_null(strstr(err, "\"value\" holds NaN"));
+  /* a negative sum of squares */
+  ns.neg = true;
+  ns.bad = 1000001;
+  assert_int_equal(tsr_shardfile_write_rows(g_dir, &h, "test", nan_rows, &ns,
+                                            NULL, false, &o, err, sizeof err),
+                   0);
+  assert_int_equal(tsr_shardfile_check(path, o.bytes, o.crc32c, NULL, err,
+                                       sizeof err), TSR_EFORMAT);
+  assert_int_equal(tsr_shardfile_open(&f, path, err2, sizeof err2),
+                   TSR_EFORMAT);
+  assert_string_equal(err, err2);
+  assert_non_null(strstr(err, "\"slot/accumulator\" holds a negative value"));
+  assert_non_null(strstr(err, "row 333333, element 2"));
+  /* not a regular file; missing */
+  char link[300];
+  snprintf(link, sizeof link, "%s/link.tshard", g_dir);
+  assert_int_equal(symlink(path, link), 0);
+  assert_int_equal(tsr_shardfile_check(link, o.bytes, o.crc32c, NULL, err,
+                                       sizeof err), TSR_EFORMAT);
+  assert_non_null(strstr(err, "symbolic link"));
+  unlink(link);
+  unlink(path);
+  assert_int_equal(tsr_shardfile_check(path, o.bytes, o.crc32c, NULL, err,
+                                       sizeof err), -ENOENT);
 }
 
 /* The resident kB of the mapping that starts at p (/proc/self/smaps). */
@@ -338,7 +459,8 @@ static void reader_releases_pages(void **state) {
   char err[512], path[300];
   tsr_shardfile_written o;
   assert_int_equal(tsr_shardfile_write_rows(g_dir, &h, "test", rows_fn, &rs,
-                                            false, &o, err, sizeof err), 0);
+                                            NULL, false, &o, err, sizeof err),
+                   0);
   snprintf(path, sizeof path, "%s/%s", g_dir, o.name);
   tsr_shardfile f;
   assert_int_equal(tsr_shardfile_open(&f, path, err, sizeof err), 0);
@@ -498,7 +620,7 @@ static void target_paths(void **state) {
   rows_src rs = {(size_t)h.width, 0, 0};
   err[0] = 0;
   assert_int_equal(tsr_shardfile_write_rows(dir, &h, "test", rows_fn, &rs,
-                                            false, NULL, err, sizeof err),
+                                            NULL, false, NULL, err, sizeof err),
                    TSR_ERANGE);
   assert_non_null(strstr(err, "path too long"));
   assert_int_equal(rs.blocks, 0);
@@ -513,6 +635,7 @@ int main(void) {
       cmocka_unit_test(names),
       cmocka_unit_test_setup_teardown(rows_writer_same_bytes, setup, teardown),
       cmocka_unit_test_setup_teardown(reader_releases_pages, setup, teardown),
+      cmocka_unit_test_setup_teardown(check_reads_once, setup, teardown),
       cmocka_unit_test_setup_teardown(bad_writers, setup, teardown),
       cmocka_unit_test_setup_teardown(not_regular, setup, teardown),
       cmocka_unit_test_setup_teardown(slots_twice, setup, teardown),

@@ -24,6 +24,11 @@
 #       an increment's (BENCH_LARGE_EVERY steps after it), printed with
 #       the fraction of rows the increment holds
 #
+# Printed beside them, from the PS's and the chief's own log lines: the
+# CPU seconds each checkpoint's writing took on all PS, and the chief's
+# check of its files (thread CPU time: what a checkpoint takes from
+# training, which a loaded machine changes little, unlike the rates).
+#
 # Not part of a plain `--benchmark` run: it needs 9 GiB or more and many
 # minutes, and the 8.5 GB run belongs on a machine nobody else is
 # squeezing. Run it with
@@ -213,6 +218,29 @@ print(f"{'checkpoint restore (s)':52s} {rs_s:14.2f}")
 if rrss:
     print(f"{'restore: worst PS peak resident (MB), of it files':52s} {max(rrss.values()) / 1e6:9.1f} {max(rfile.values()) / 1e6:6.1f}")
     print(f"{'restore: peak RSS / raw floats, worst PS':52s} {max(rrss.values()) / per_ps_raw:14.3f}")
+# the CPU a checkpoint costs: the PS's writing jobs and the chief's check
+# of the files (their own log lines: thread CPU time, which a loaded
+# machine changes little, unlike the wall-clock rates above)
+import re
+wr, ck = {}, {}
+try:
+    log = open(os.path.join(work, "local_train.log")).read()
+except OSError:
+    log = ""
+for m in re.finditer(r'checkpoint "[^"]*" of step (\d+): \d+ file\(s\), '
+                     r'([0-9.]+) MB written in [0-9.]+ s, ([0-9.]+) s of CPU',
+                     log):
+    a = wr.setdefault(int(m.group(1)), [0.0, 0.0])
+    a[0] += float(m.group(2)) / 1e3
+    a[1] += float(m.group(3))
+for m in re.finditer(r'checkpoint of step (\d+): \d+ file\(s\), ([0-9.]+) '
+                     r'MB checked in [0-9.]+ s, ([0-9.]+) s of CPU', log):
+    ck[int(m.group(1))] = (float(m.group(2)) / 1e3, float(m.group(3)))
+for st in sorted(wr):
+    gb, cpu = wr[st]
+    print(f"{'checkpoint of step %d: PS writing CPU, all PS (s/GB)' % st:52s} {cpu:7.2f} {cpu / gb if gb else float('nan'):6.2f}")
+    if st in ck:
+        print(f"{'  the chief check of its files: CPU (s/GB)':52s} {ck[st][1]:7.2f} {ck[st][1] / ck[st][0] if ck[st][0] else float('nan'):6.2f}")
 print(f"{'disk sequential write, dd fdatasync (GB/s)':52s} {disk:14.3f}")
 print(f"RATIO large_bytes_per_param_overhead {per_ps_raw / max(peaks):.3f} goal 0.87")
 print(f"RATIO large_train_during_ckpt_vs_without {rate_in / rate_out:.2f} goal 0.8")

@@ -18,7 +18,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   char err[512];
-  ps_mem mem = {0, 0, NULL};
+  ps_mem mem = {0, 0, NULL, NULL};
   ps_ckpt_ident who = {"run-7", 9};
   tsr_optim_spec o;
   tsr_optim_defaults(TSR_OPT_ADAM, &o);

@@ -198,7 +198,7 @@ static const ps_ckpt_ident g_who = {"ckpt-b", 20};
 static void save_parts(const char *dir, const char *name, int64_t d0,
                        int64_t d1, int nsh, tsr_opt_kind k, bool sparse,
                        const ps_ckpt_ident *who) {
-  ps_mem mem = {0, 0, NULL};
+  ps_mem mem = {0, 0, NULL, NULL};
   char err[512];
   for (int i = 0; i < nsh; i++) {
     ps_var_spec sp = spec_of(name, d0, d1, i, nsh, k, sparse);
@@ -232,7 +232,7 @@ static void part_path(char *buf, size_t len, const char *dir,
 static void refused(const char *dir, const char *name, int64_t d0, int64_t d1,
                     tsr_opt_kind k, bool sparse, const ps_ckpt_ident *want,
                     int code, const char *text) {
-  ps_mem mem = {0, 0, NULL};
+  ps_mem mem = {0, 0, NULL, NULL};
   char err[512] = "";
   ps_var_spec whole = spec_of(name, d0, d1, 0, 1, k, sparse);
   ps_shard *r = NULL;
@@ -381,7 +381,7 @@ static void other_variable_and_old_format(void **state) {
 /* The whole variable restored from dir; its first value. */
 static float restored_first(const char *dir, const char *name, int64_t d0,
                             int64_t d1, tsr_opt_kind k) {
-  ps_mem mem = {0, 0, NULL};
+  ps_mem mem = {0, 0, NULL, NULL};
   char err[512] = "";
   ps_var_spec whole = spec_of(name, d0, d1, 0, 1, k, false);
   ps_shard *r = NULL;

@@ -56,7 +56,7 @@ static void shard_round_trip(void **state) {
   (void)state;
   char dir[256], err[512];
   tmpdir(dir, sizeof dir, "rt");
-  ps_mem mem = {0, 0, NULL};
+  ps_mem mem = {0, 0, NULL, NULL};
   ps_var_spec sp = spec_of("layer/kernel:0", 10, 6, 0, 1, TSR_OPT_ADAM);
   ps_shard *a, *b;
   assert_int_equal(ps__shard_new(&sp, &mem, &a, err, sizeof err), 0);
@@ -148,7 +148,7 @@ static void sparse_past_the_buffer(void **state) {
   (void)state;
   char dir[256], err[512];
   tmpdir(dir, sizeof dir, "big");
-  ps_mem mem = {0, 0, NULL};
+  ps_mem mem = {0, 0, NULL, NULL};
   ps_var_spec e = sparse_of("big", 3);
   ps_shard *a, *b;
   assert_int_equal(ps__shard_new(&e, &mem, &a, err, sizeof err), 0);
@@ -188,7 +188,7 @@ static void materialized_round_trip(void **state) {
   (void)state;
   char dir[256], err[512];
   tmpdir(dir, sizeof dir, "mat");
-  ps_mem mem = {0, 0, NULL};
+  ps_mem mem = {0, 0, NULL, NULL};
   ps_shard *a[2], *m, *t;
   for (int k = 0; k < 2; k++) {
     ps_var_spec e = spec_of("emb", 3001, 5, k, 2, TSR_OPT_ADAGRAD);
@@ -231,7 +231,7 @@ static void corrupt_files_fail_whole(void **state) {
   (void)state;
   char dir[256], err[512];
   tmpdir(dir, sizeof dir, "bad");
-  ps_mem mem = {0, 0, NULL};
+  ps_mem mem = {0, 0, NULL, NULL};
   ps_var_spec s0 = spec_of("v", 9, 3, 0, 2, TSR_OPT_SGD);
   ps_var_spec s1 = spec_of("v", 9, 3, 1, 2, TSR_OPT_SGD);
   ps_shard *a, *b, *r = NULL;

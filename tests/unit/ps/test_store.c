@@ -37,7 +37,7 @@ static ps_var_spec dense_spec(const char *name, int64_t d0, int64_t d1,
 
 static void init_independent_of_sharding(void **state) {
   (void)state;
-  ps_mem mem = {0, 0, NULL};
+  ps_mem mem = {0, 0, NULL, NULL};
   ps_var_spec whole = dense_spec("dense/kernel", 13, 7, 0, 1);
   ps_shard *w;
   char err[256];
@@ -56,7 +56,7 @@ static void init_independent_of_sharding(void **state) {
 
 static void dense_apply_matches_kernel(void **state) {
   (void)state;
-  ps_mem mem = {0, 0, NULL};
+  ps_mem mem = {0, 0, NULL, NULL};
   ps_var_spec sp = dense_spec("v", 8, 4, 0, 1);
   ps_shard *s;
   char err[256];
@@ -119,7 +119,7 @@ static ps_var_spec sparse_spec(bool bounded, int64_t d0, int shard, int ns) {
 
 static void sparse_rows_first_touch(void **state) {
   (void)state;
-  ps_mem mem = {0, 0, NULL};
+  ps_mem mem = {0, 0, NULL, NULL};
   /* ten billion rows: far more than memory could ever hold densely */
   ps_var_spec sp = sparse_spec(true, 10000000000LL, 0, 1);
   ps_shard *s;
@@ -160,7 +160,7 @@ static void sparse_rows_first_touch(void **state) {
  * increasing order with those sums gives. */
 static void unsorted_duplicates(void **state) {
   (void)state;
-  ps_mem mem = {0, 0, NULL};
+  ps_mem mem = {0, 0, NULL, NULL};
   ps_var_spec sp = sparse_spec(false, 1000, 0, 1);
   ps_shard *a, *b;
   char err[256];
@@ -201,7 +201,7 @@ static void unsorted_duplicates(void **state) {
 
 static void ids_out_of_range(void **state) {
   (void)state;
-  ps_mem mem = {0, 0, NULL};
+  ps_mem mem = {0, 0, NULL, NULL};
   ps_var_spec sp = sparse_spec(true, 100, 1, 2); /* rows [50, 100) */
   ps_shard *s;
   char err[256] = "";
@@ -231,7 +231,7 @@ static void ids_out_of_range(void **state) {
 static void memory_limit(void **state) {
   (void)state;
   ps_var_spec sp = dense_spec("big", 1000, 100, 0, 1); /* 400 KB x3 (adam) */
-  ps_mem mem = {0, 1000000, NULL};
+  ps_mem mem = {0, 1000000, NULL, NULL};
   ps_shard *s;
   char err[256] = "";
   assert_int_equal(ps__shard_new(&sp, &mem, &s, err, sizeof err), TSR_EMEMLIMIT);
@@ -266,7 +266,7 @@ static void memory_limit(void **state) {
  * records and a chunk pointer per 65536 rows, nothing per row. */
 static void materialized_equals_on_touch(void **state) {
   (void)state;
-  ps_mem mem = {0, 0, NULL};
+  ps_mem mem = {0, 0, NULL, NULL};
   char err[256];
   for (int k = 0; k < 3; k++) {
     ps_var_spec a = sparse_spec(true, 1000, k, 3), b = a;
@@ -329,7 +329,7 @@ static void materialized_refused_before_allocating(void **state) {
   (void)state;
   count_alloc c = {0, 0};
   tsr_rpc_allocator al = {ca_alloc, ca_free, &c};
-  ps_mem mem = {0, 3000000, &al};
+  ps_mem mem = {0, 3000000, &al, NULL};
   ps_var_spec sp = sparse_spec(true, 100000, 0, 1); /* 3.2 MB with its slot */
   sp.materialized = true;
   ps_shard *s = NULL;
@@ -392,7 +392,7 @@ static void snap_now(ps_shard *s, ps_mem *mem, float *recs, int64_t *ids) {
  * returned when it is released and dropped. */
 static void snapshot_while_applying(void **state) {
   (void)state;
-  ps_mem mem = {0, 0, NULL};
+  ps_mem mem = {0, 0, NULL, NULL};
   char err[256];
   for (int kind = 0; kind < 3; kind++) {
     ps_var_spec sp = kind == 0 ? dense_spec("d", 40, 4, 0, 1)
@@ -462,12 +462,72 @@ static void snapshot_while_applying(void **state) {
   assert_int_equal(atomic_load(&mem.used), 0);
 }
 
+/* The blocks a view kept rows in serve the next view: a second
+ * checkpoint's snapshot allocates nothing new for its kept rows, the
+ * blocks stay charged between them, and a reservation that needs their
+ * room gets it. */
+static void snapshot_blocks_reused(void **state) {
+  (void)state;
+  ps_keep k;
+  assert_int_equal(ps__keep_init(&k), 0);
+  ps_mem mem = {0, 0, NULL, &k};
+  char err[256];
+  ps_var_spec sp = sparse_spec(true, 4000, 0, 1);
+  sp.materialized = true;
+  ps_shard *s;
+  assert_int_equal(ps__shard_new(&sp, &mem, &s, err, sizeof err), 0);
+  size_t used_table = atomic_load(&mem.used);
+  static float g[3000 * 4];
+  int64_t ids[3000];
+  for (int i = 0; i < 3000; i++) ids[i] = i + 1000; /* ahead of the reader */
+  size_t fresh[3], kept[3], used[3];
+  float *recs = calloc(4000 * 8, 4);
+  for (int round = 0; round < 3; round++) {
+    ps_snap *v;
+    assert_int_equal(ps__snap_take(s, &mem, &v, err, sizeof err), 0);
+    assert_int_equal(ps__snap_attach(s, v, err, sizeof err), 0);
+    snap_rows(v, 0, 1000, recs, NULL);
+    assert_int_equal(ps__shard_apply_rows(s, &mem, ids, 3000, g, 1.0f, err,
+                                          sizeof err), 0);
+    snap_rows(v, 1000, 4000, recs, NULL);
+    ps__snap_release(v);
+    ps__snap_drop(s);
+    ps__keep_trim(&mem);
+    ps__keep_stats(&mem, &fresh[round], &kept[round]);
+    used[round] = atomic_load(&mem.used);
+  }
+  /* 3000 rows of 32 bytes kept: 3 blocks of 1024 and the index, grown
+   * to 8192 through each size; the next views start it at 8192 */
+  assert_true(fresh[0] >= 4);
+  assert_true(kept[0] >= 3000 * 32);
+  assert_int_equal(s->snap_hcap, 8192);
+  assert_int_equal(fresh[1], fresh[0]); /* nothing new */
+  assert_int_equal(fresh[2], fresh[0]);
+  assert_true(kept[1] < kept[0]); /* the smaller indexes are let go */
+  assert_true(kept[1] >= 3000 * 32 + 8192 * 12);
+  assert_int_equal(kept[2], kept[1]);
+  assert_int_equal(used[2], used[1]);
+  assert_true(used[0] >= used_table + kept[0]); /* and the dirty map */
+  /* a budget that needs their room: the kept blocks give way */
+  mem.limit = used[2];
+  size_t room = kept[2] / 2, left;
+  assert_int_equal(ps__mem_reserve(&mem, room), 0);
+  ps__keep_stats(&mem, &fresh[0], &left);
+  assert_int_equal(left, 0);
+  assert_int_equal(atomic_load(&mem.used), used[2] - kept[2] + room);
+  ps__mem_release(&mem, room);
+  free(recs);
+  ps__shard_free(s, &mem);
+  ps__keep_free(&k, &mem);
+  assert_int_equal(atomic_load(&mem.used), 0);
+}
+
 /* A checkpoint's snapshot keeps only the rows its reader has not copied
  * out yet, and of an increment only the rows selected; a row read twice
  * is refused (it may have changed since). */
 static void snapshot_keeps_rows_ahead(void **state) {
   (void)state;
-  ps_mem mem = {0, 0, NULL};
+  ps_mem mem = {0, 0, NULL, NULL};
   char err[256];
   ps_var_spec sp = sparse_spec(true, 40, 0, 1);
   sp.materialized = true;
@@ -538,7 +598,7 @@ static void snapshot_lost_without_room(void **state) {
   ps_var_spec sp = sparse_spec(true, 5000, 0, 1);
   sp.materialized = true;
   size_t table = ps__rows_direct_bytes(8, 5000);
-  ps_mem mem = {0, table + 5000 / 8 + 2048, NULL}; /* the map, no more */
+  ps_mem mem = {0, table + 5000 / 8 + 2048, NULL, NULL}; /* the map only */
   char err[512];
   ps_shard *s;
   assert_int_equal(ps__shard_new(&sp, &mem, &s, err, sizeof err), 0);
@@ -560,7 +620,7 @@ static void snapshot_lost_without_room(void **state) {
 
 static void sync_sum_is_mean(void **state) {
   (void)state;
-  ps_mem mem = {0, 0, NULL};
+  ps_mem mem = {0, 0, NULL, NULL};
   ps_var_spec sp = dense_spec("v", 6, 5, 0, 1);
   tsr_optim_defaults(TSR_OPT_SGD, &sp.optim);
   sp.optim.momentum = 0.9;
@@ -610,7 +670,7 @@ static void sync_sum_is_mean(void **state) {
 
 static void bad_specs(void **state) {
   (void)state;
-  ps_mem mem = {0, 0, NULL};
+  ps_mem mem = {0, 0, NULL, NULL};
   ps_shard *s;
   char err[256] = "";
   ps_var_spec sp = dense_spec("v", 10, 3, 0, 1);
@@ -642,6 +702,7 @@ int main(void) {
       cmocka_unit_test(materialized_refused_before_allocating),
       cmocka_unit_test(snapshot_while_applying),
       cmocka_unit_test(snapshot_keeps_rows_ahead),
+      cmocka_unit_test(snapshot_blocks_reused),
       cmocka_unit_test(snapshot_lost_without_room),
       cmocka_unit_test(sync_sum_is_mean),
       cmocka_unit_test(bad_specs),
