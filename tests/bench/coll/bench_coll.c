@@ -9,16 +9,25 @@
  * 1 MiB writes) while it reads B bytes from its left; link bandwidth =
  * B / time of the slowest rank. Ours: an all-reduce of S bytes of
  * float32; bus bandwidth = S / time * 2(N-1)/N (the bytes each link
- * carries; NCCL's busbw), time of the slowest rank. Each round alternates
- * the two, after a ring barrier; best of ROUNDS. The RPC takes the same
- * path every call takes (the same-host Unix socket, no frame MAC there:
- * rpc.h); a second table runs it over TCP with frame MACs
- * (TESSERA_RPC_TRANSPORT=tcp), the way ranks on two hosts talk.
+ * carries; NCCL's busbw), time of the slowest rank. Each starts after a
+ * ring barrier. The RPC takes the same path every call takes (the
+ * same-host Unix socket, no frame MAC there: rpc.h); a second table runs
+ * it over TCP with frame MACs (TESSERA_RPC_TRANSPORT=tcp), the way ranks
+ * on two hosts talk.
+ *
+ * Paired rounds. On a shared machine the bandwidth either side gets
+ * moves by 2x within seconds, so the two are never measured apart: each
+ * round runs the baseline and the all-reduce back to back (which goes
+ * first alternates from round to round, so neither always finds the
+ * caches and the scheduler in the state the other left) and gives one
+ * ratio, busbw / raw. RATIO is the median of the rounds' ratios; the line
+ * before it has their minimum and maximum, how much the machine moved.
+ * The table's GB/s columns are the medians of each side's rounds.
  *
  * Also printed: all-reduce bus bandwidth by size from 64 KiB to 64 MiB on
  * 2 ranks, the curve that sets the gradient bucket size (the smallest
  * size whose bus bandwidth is near the large-size figure), and the
- * segment size's effect at 64 MiB.
+ * segment size's effect at 64 MiB (median of rounds).
  *
  * Lines `RATIO allreduce_busbw_<S>_vs_tcp[_<N>w] value goal 0.8`; the
  * unsuffixed ones are the smaller of the 2- and 3-rank figures. */
@@ -33,6 +42,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -45,7 +55,18 @@
 
 #define TOKEN "bench-coll-token"
 #define MAXN 3
-#define ROUNDS 5
+/* paired rounds per size (odd: the median is one round's ratio); fewer
+ * over TCP with frame MACs, whose rounds take twice as long */
+#define ROUNDS_4MIB 31
+#define ROUNDS_64MIB 15
+#define ROUNDS_4MIB_MAC 15
+#define ROUNDS_64MIB_MAC 9
+#define MAXROUNDS 31
+/* the warm-up's size, at most */
+#define WARMUP_MAX ((size_t)16 << 20)
+/* the bucket-size curve and the segment table */
+#define CURVE_ROUNDS 5
+#define SEG_ROUNDS 3
 #define WRITE_CHUNK ((size_t)1 << 20)
 
 /* ---- one rank ------------------------------------------------------------ */
@@ -83,6 +104,24 @@ static void raw_barrier(rank_t *r) {
     cu_write_all(r->to_right, &t, 1);
     cu_read_all(r->from_left, &t, 1);
   }
+}
+
+/* raw_barrier, with the loop running while it waits (answers still
+ * queued there go out). */
+static int raw_barrier_live(rank_t *r) {
+  uint8_t t = 1;
+  for (int i = 0; i < 2; i++) {
+    if (cu_write_all(r->to_right, &t, 1)) return -1;
+    for (;;) {
+      struct pollfd pf = {.fd = r->from_left, .events = POLLIN};
+      int k = poll(&pf, 1, 1);
+      if (k < 0 && errno != EINTR) return -1;
+      if (k > 0) break;
+      uv_run(&r->loop, UV_RUN_NOWAIT);
+    }
+    if (cu_read_all(r->from_left, &t, 1)) return -1;
+  }
+  return 0;
 }
 
 /* B bytes to the right while B bytes arrive from the left; seconds. */
@@ -158,16 +197,23 @@ typedef struct {
   uint32_t segment_bytes;
   int nsizes;
   size_t sizes[8];
-  bool raw;            /* the baseline too */
-  int rounds;
+  bool raw;            /* the baseline too, paired with each round */
+  int rounds[8];       /* per size */
 } plan_t;
+
+/* Cells (rounds over every size) of a plan. */
+static size_t plan_cells(const plan_t *p) {
+  size_t k = 0;
+  for (int s = 0; s < p->nsizes; s++) k += (size_t)p->rounds[s];
+  return k;
+}
 
 typedef struct {
   char addr[64];
   int raw_port;
 } hello_t;
 
-/* Runs in the child: returns per (size, round) [raw, coll] seconds. */
+/* Runs in the child: returns per round [raw, coll] seconds. */
 static int rank_main(int rank, const plan_t *p, int up, int down) {
   alarm(600);
   signal(SIGPIPE, SIG_IGN);
@@ -218,26 +264,41 @@ static int rank_main(int rank, const plan_t *p, int up, int down) {
   memset(g_buf, 0, maxb);
   memset(r.src, 1, maxb);
   memset(r.sink, 0, WRITE_CHUNK);
-  /* warm-up: connections, pools, pages */
-  if (coll_time(&r, maxb) < 0) return 10;
-  if (p->raw) raw_shift(&r, maxb);
-  double *t = calloc((size_t)p->nsizes * (size_t)p->rounds * 2,
-                     sizeof(double));
-  for (int s = 0; s < p->nsizes; s++)
-    for (int k = 0; k < p->rounds; k++) {
-      double *cell = t + ((size_t)s * (size_t)p->rounds + (size_t)k) * 2;
-      if (p->raw) cell[0] = raw_shift(&r, p->sizes[s]);
+  /* warm-up: connections, pools, socket buffers (the pages are touched
+   * above) */
+  size_t warm = maxb < WARMUP_MAX ? maxb : WARMUP_MAX;
+  if (coll_time(&r, warm) < 0) return 10;
+  if (p->raw) raw_shift(&r, warm);
+  double *t = calloc(plan_cells(p) * 2, sizeof(double));
+  int k0 = 0;
+  for (int s = 0; s < p->nsizes; s++) {
+    for (int k = 0; k < p->rounds[s]; k++) {
+      double *cell = t + ((size_t)(k0 + k)) * 2;
+      /* the pair back to back, the first of them alternating */
+      bool raw_first = p->raw && k % 2 == 0;
+      if (raw_first) cell[0] = raw_shift(&r, p->sizes[s]);
       if ((cell[1] = coll_time(&r, p->sizes[s])) < 0) return 11;
+      if (p->raw && !raw_first) cell[0] = raw_shift(&r, p->sizes[s]);
     }
-  if (cu_write_all(up, t, sizeof(double) * (size_t)p->nsizes *
-                           (size_t)p->rounds * 2))
-    return 12;
+    k0 += p->rounds[s];
+  }
+  /* No rank leaves while another may still wait for its answers: the
+   * last all-reduce completes on a rank once its own sends are answered,
+   * but a neighbour's answer may still be on its way out when the rank
+   * that sent it leaves, and the kernel then drops it. A last barrier
+   * completes on every rank only once each has answered its left
+   * neighbour's messages, and the raw barrier keeps every process (its
+   * loop running) until every rank has seen that. */
+  int last;
+  if (run_op(&r, post_barrier, &last) || raw_barrier_live(&r)) return 12;
+  if (cu_write_all(up, t, sizeof(double) * plan_cells(p) * 2))
+    return 13;
   /* the process ends here: the kernel closes what is open */
   return 0;
 }
 
-/* Forks p->n ranks, returns per (size, round) the slowest rank's [raw,
- * coll] seconds in t. */
+/* Forks p->n ranks, returns per round (the rounds of size 0, then of size
+ * 1, ...) the slowest rank's [raw, coll] seconds in t. */
 static int run_plan(const plan_t *p, double *t) {
   pid_t pid[MAXN];
   int up[MAXN], down[MAXN];
@@ -261,7 +322,7 @@ static int run_plan(const plan_t *p, double *t) {
     if (cu_read_all(up[i], &all[i], sizeof all[i])) rc = -1;
   for (int i = 0; i < p->n && !rc; i++)
     if (cu_write_all(down[i], all, sizeof(hello_t) * (size_t)p->n)) rc = -1;
-  size_t cells = (size_t)p->nsizes * (size_t)p->rounds * 2;
+  size_t cells = plan_cells(p) * 2;
   double *one = calloc(cells, sizeof(double));
   memset(t, 0, cells * sizeof(double));
   for (int i = 0; i < p->n; i++) {
@@ -285,13 +346,47 @@ static int run_plan(const plan_t *p, double *t) {
   return rc;
 }
 
-static double best(const double *t, int rounds, int size, int which) {
-  double b = 0;
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* What the rounds of one size say. */
+typedef struct {
+  int rounds;
+  double raw, bus, alg;          /* GB/s, medians of the rounds */
+  double ratio, rmin, rmax;      /* busbw / raw: median, min, max */
+} stat_t;
+
+/* The rounds t[0..rounds) ([raw, coll] seconds) of an all-reduce of
+ * `bytes` on n ranks. */
+static stat_t summarize(const double *t, int rounds, size_t bytes, int n) {
+  double raw[MAXROUNDS], coll[MAXROUNDS], ratio[MAXROUNDS];
+  double f = 2.0 * (n - 1) / n;
+  stat_t st = {.rounds = rounds};
   for (int k = 0; k < rounds; k++) {
-    double v = t[((size_t)size * (size_t)rounds + (size_t)k) * 2 + (size_t)which];
-    if (v > 0 && (b == 0 || v < b)) b = v;
+    raw[k] = t[2 * k] > 0 ? (double)bytes / t[2 * k] / 1e9 : 0;
+    coll[k] = (double)bytes / t[2 * k + 1] / 1e9;
+    ratio[k] = raw[k] > 0 ? coll[k] * f / raw[k] : 0;
   }
-  return b;
+  st.raw = median(raw, rounds);
+  st.alg = median(coll, rounds);
+  st.bus = st.alg * f;
+  st.ratio = median(ratio, rounds); /* sorted now */
+  st.rmin = ratio[0];
+  st.rmax = ratio[rounds - 1];
+  return st;
+}
+
+static void print_ratio(const char *name, const stat_t *st) {
+  printf("%s: %d paired rounds, per-round ratio min %.2f max %.2f\n", name,
+         st->rounds, st->rmin, st->rmax);
+  printf("RATIO %s %.2f goal 0.8\n", name, st->ratio);
 }
 
 static const char *mib(size_t b, char *buf, size_t len) {
@@ -302,20 +397,27 @@ static const char *mib(size_t b, char *buf, size_t len) {
   return buf;
 }
 
+static double since(uint64_t t0) {
+  return (double)(tsr_now_ns() - t0) / 1e9;
+}
+
 int main(int argc, char **argv) {
   (void)argc;
   (void)argv;
   signal(SIGPIPE, SIG_IGN);
   tsr_log_set_level(TSR_LOG_WARN);
   const char *tr = getenv("TESSERA_RPC_TRANSPORT");
+  uint64_t t_start = tsr_now_ns();
   printf("bench_coll: ring all-reduce vs raw TCP ring, %ld CPUs, transport "
-         "%s\n", sysconf(_SC_NPROCESSORS_ONLN), tr && *tr ? tr : "auto");
-  double worst[2] = {0, 0};
+         "%s; paired rounds, medians\n", sysconf(_SC_NPROCESSORS_ONLN),
+         tr && *tr ? tr : "auto");
+  stat_t worst[2];
   bool have[2] = {false, false};
   for (int pass = 0; pass < 2; pass++) {
     if (pass == 1) setenv("TESSERA_RPC_TRANSPORT", "tcp", 1);
-    printf("\n%s\n", pass ? "RPC over TCP with frame MACs (ranks on two "
-                            "hosts)" : "RPC as on one host (same-host socket)");
+    printf("\n%s (at %.1f s)\n", pass ? "RPC over TCP with frame MACs "
+           "(ranks on two hosts)" : "RPC as on one host (same-host socket)",
+           since(t_start));
     printf("%-6s %-7s %12s %12s %12s %7s\n", "ranks", "size", "raw GB/s",
            "busbw GB/s", "algbw GB/s", "ratio");
     for (int n = 2; n <= 3; n++) {
@@ -325,26 +427,25 @@ int main(int argc, char **argv) {
       p.nsizes = 2;
       p.sizes[0] = (size_t)4 << 20;
       p.sizes[1] = (size_t)64 << 20;
+      p.rounds[0] = pass ? ROUNDS_4MIB_MAC : ROUNDS_4MIB;
+      p.rounds[1] = pass ? ROUNDS_64MIB_MAC : ROUNDS_64MIB;
       p.raw = true;
-      p.rounds = ROUNDS;
-      double t[2 * ROUNDS * 2];
+      double t[(ROUNDS_4MIB + ROUNDS_64MIB) * 2];
       if (run_plan(&p, t)) return 1;
+      int k0 = 0;
       for (int s = 0; s < 2; s++) {
-        double raw = (double)p.sizes[s] / best(t, ROUNDS, s, 0) / 1e9;
-        double alg = (double)p.sizes[s] / best(t, ROUNDS, s, 1) / 1e9;
-        double bus = alg * 2.0 * (n - 1) / n;
-        double ratio = bus / raw;
-        char b[16];
+        stat_t st = summarize(t + 2 * k0, p.rounds[s], p.sizes[s], n);
+        k0 += p.rounds[s];
+        char b[16], name[96];
         printf("%-6d %-7s %12.3f %12.3f %12.3f %7.2f\n", n,
-               mib(p.sizes[s], b, sizeof b), raw, bus, alg, ratio);
-        if (pass == 0) {
-          printf("RATIO allreduce_busbw_%s_vs_tcp_%dw %.2f goal 0.8\n",
-                 mib(p.sizes[s], b, sizeof b), n, ratio);
-          if (!have[s] || ratio < worst[s]) worst[s] = ratio;
+               mib(p.sizes[s], b, sizeof b), st.raw, st.bus, st.alg,
+               st.ratio);
+        snprintf(name, sizeof name, "allreduce_busbw_%s_vs_tcp_%dw%s", b, n,
+                 pass ? "_tcpmac" : "");
+        print_ratio(name, &st);
+        if (pass == 0 && (!have[s] || st.ratio < worst[s].ratio)) {
+          worst[s] = st;
           have[s] = true;
-        } else {
-          printf("RATIO allreduce_busbw_%s_vs_tcp_%dw_tcpmac %.2f goal "
-                 "0.8\n", mib(p.sizes[s], b, sizeof b), n, ratio);
         }
       }
     }
@@ -353,46 +454,50 @@ int main(int argc, char **argv) {
   if (tr) setenv("TESSERA_RPC_TRANSPORT", tr, 1);
 
   /* the bucket-size curve, 2 ranks */
-  printf("\nall-reduce bus bandwidth by size (2 ranks, best of %d)\n",
-         ROUNDS);
+  printf("\nall-reduce bus bandwidth by size (2 ranks, median of %d; at "
+         "%.1f s)\n", CURVE_ROUNDS, since(t_start));
   plan_t c;
   memset(&c, 0, sizeof c);
   c.n = 2;
-  c.rounds = ROUNDS;
   size_t curve[] = {64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20,
                     64 << 20};
   c.nsizes = 6;
-  for (int i = 0; i < 6; i++) c.sizes[i] = curve[i];
-  double tc[6 * ROUNDS * 2];
+  for (int i = 0; i < 6; i++) {
+    c.sizes[i] = curve[i];
+    c.rounds[i] = CURVE_ROUNDS;
+  }
+  double tc[6 * CURVE_ROUNDS * 2];
   if (run_plan(&c, tc)) return 1;
   printf("%-8s %10s %12s\n", "size", "time ms", "busbw GB/s");
   for (int s = 0; s < 6; s++) {
-    double sec = best(tc, ROUNDS, s, 1);
+    stat_t st = summarize(tc + 2 * s * CURVE_ROUNDS, CURVE_ROUNDS, curve[s],
+                          2);
     char b[16];
-    printf("%-8s %10.3f %12.3f\n", mib(curve[s], b, sizeof b), sec * 1e3,
-           (double)curve[s] / sec / 1e9);
+    printf("%-8s %10.3f %12.3f\n", mib(curve[s], b, sizeof b),
+           (double)curve[s] / st.alg / 1e6, st.bus);
   }
 
   /* segment size at 64 MiB, 3 ranks */
-  printf("\nsegment size at 64MiB (3 ranks, best of 3)\n");
+  printf("\nsegment size at 64MiB (3 ranks, median of %d; at %.1f s)\n",
+         SEG_ROUNDS, since(t_start));
   printf("%-8s %12s\n", "segment", "busbw GB/s");
   uint32_t segs[] = {64 << 10, 256 << 10, 512 << 10, 2 << 20, 8 << 20};
   for (int i = 0; i < 5; i++) {
     plan_t q;
     memset(&q, 0, sizeof q);
     q.n = 3;
-    q.rounds = 3;
     q.nsizes = 1;
     q.sizes[0] = (size_t)64 << 20;
+    q.rounds[0] = SEG_ROUNDS;
     q.segment_bytes = segs[i];
-    double tq[1 * 3 * 2];
+    double tq[SEG_ROUNDS * 2];
     if (run_plan(&q, tq)) return 1;
+    stat_t st = summarize(tq, SEG_ROUNDS, q.sizes[0], 3);
     char b[16];
-    printf("%-8s %12.3f\n", mib(segs[i], b, sizeof b),
-           (double)q.sizes[0] / best(tq, 3, 0, 1) / 1e9 * 4.0 / 3.0);
+    printf("%-8s %12.3f\n", mib(segs[i], b, sizeof b), st.bus);
   }
-  printf("\n");
-  printf("RATIO allreduce_busbw_4MiB_vs_tcp %.2f goal 0.8\n", worst[0]);
-  printf("RATIO allreduce_busbw_64MiB_vs_tcp %.2f goal 0.8\n", worst[1]);
+  printf("\nbench_coll: %.1f s in all\n", since(t_start));
+  print_ratio("allreduce_busbw_4MiB_vs_tcp", &worst[0]);
+  print_ratio("allreduce_busbw_64MiB_vs_tcp", &worst[1]);
   return 0;
 }
