@@ -24,6 +24,12 @@
  * before it has their minimum and maximum, how much the machine moved.
  * The table's GB/s columns are the medians of each side's rounds.
  *
+ * CPU columns: the CPU time of every rank process together (all its
+ * threads) over one side of a round, in ms per GiB the ranks sent (raw:
+ * N B; the ring: 2(N-1) S), median of the rounds. A loaded machine moves
+ * it far less than wall time, so it says what the ring costs per byte
+ * against raw TCP, and what a segment size costs, when the GB/s cannot.
+ *
  * Also printed: all-reduce bus bandwidth by size from 64 KiB to 64 MiB on
  * 2 ranks, the curve that sets the gradient bucket size (the smallest
  * size whose bus bandwidth is near the large-size figure), and the
@@ -68,6 +74,8 @@
 #define CURVE_ROUNDS 5
 #define SEG_ROUNDS 3
 #define WRITE_CHUNK ((size_t)1 << 20)
+/* per round: [raw s, ring s, raw CPU s, ring CPU s] */
+#define CELL 4
 
 /* ---- one rank ------------------------------------------------------------ */
 
@@ -125,6 +133,13 @@ static int raw_barrier_live(rank_t *r) {
 }
 
 /* B bytes to the right while B bytes arrive from the left; seconds. */
+/* CPU seconds of this process, every thread (the raw writer's too). */
+static double cpu_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
 static double raw_shift(rank_t *r, size_t bytes) {
   raw_barrier(r);
   uint64_t t0 = tsr_now_ns();
@@ -213,7 +228,8 @@ typedef struct {
   int raw_port;
 } hello_t;
 
-/* Runs in the child: returns per round [raw, coll] seconds. */
+/* Runs in the child: returns per round [raw, coll] seconds and the CPU
+ * seconds of each. */
 static int rank_main(int rank, const plan_t *p, int up, int down) {
   alarm(600);
   signal(SIGPIPE, SIG_IGN);
@@ -269,16 +285,26 @@ static int rank_main(int rank, const plan_t *p, int up, int down) {
   size_t warm = maxb < WARMUP_MAX ? maxb : WARMUP_MAX;
   if (coll_time(&r, warm) < 0) return 10;
   if (p->raw) raw_shift(&r, warm);
-  double *t = calloc(plan_cells(p) * 2, sizeof(double));
+  double *t = calloc(plan_cells(p) * CELL, sizeof(double));
   int k0 = 0;
   for (int s = 0; s < p->nsizes; s++) {
     for (int k = 0; k < p->rounds[s]; k++) {
-      double *cell = t + ((size_t)(k0 + k)) * 2;
+      double *cell = t + ((size_t)(k0 + k)) * CELL, c0;
       /* the pair back to back, the first of them alternating */
       bool raw_first = p->raw && k % 2 == 0;
-      if (raw_first) cell[0] = raw_shift(&r, p->sizes[s]);
+      if (raw_first) {
+        c0 = cpu_now();
+        cell[0] = raw_shift(&r, p->sizes[s]);
+        cell[2] = cpu_now() - c0;
+      }
+      c0 = cpu_now();
       if ((cell[1] = coll_time(&r, p->sizes[s])) < 0) return 11;
-      if (p->raw && !raw_first) cell[0] = raw_shift(&r, p->sizes[s]);
+      cell[3] = cpu_now() - c0;
+      if (p->raw && !raw_first) {
+        c0 = cpu_now();
+        cell[0] = raw_shift(&r, p->sizes[s]);
+        cell[2] = cpu_now() - c0;
+      }
     }
     k0 += p->rounds[s];
   }
@@ -291,14 +317,15 @@ static int rank_main(int rank, const plan_t *p, int up, int down) {
    * loop running) until every rank has seen that. */
   int last;
   if (run_op(&r, post_barrier, &last) || raw_barrier_live(&r)) return 12;
-  if (cu_write_all(up, t, sizeof(double) * plan_cells(p) * 2))
+  if (cu_write_all(up, t, sizeof(double) * plan_cells(p) * CELL))
     return 13;
   /* the process ends here: the kernel closes what is open */
   return 0;
 }
 
 /* Forks p->n ranks, returns per round (the rounds of size 0, then of size
- * 1, ...) the slowest rank's [raw, coll] seconds in t. */
+ * 1, ...) in t: the slowest rank's [raw, coll] seconds, then the CPU
+ * seconds of every rank together on each side. */
 static int run_plan(const plan_t *p, double *t) {
   pid_t pid[MAXN];
   int up[MAXN], down[MAXN];
@@ -322,13 +349,17 @@ static int run_plan(const plan_t *p, double *t) {
     if (cu_read_all(up[i], &all[i], sizeof all[i])) rc = -1;
   for (int i = 0; i < p->n && !rc; i++)
     if (cu_write_all(down[i], all, sizeof(hello_t) * (size_t)p->n)) rc = -1;
-  size_t cells = plan_cells(p) * 2;
+  size_t cells = plan_cells(p) * CELL;
   double *one = calloc(cells, sizeof(double));
   memset(t, 0, cells * sizeof(double));
   for (int i = 0; i < p->n; i++) {
     if (!rc && cu_read_all(up[i], one, cells * sizeof(double))) rc = -1;
-    for (size_t c = 0; !rc && c < cells; c++)
-      if (one[c] > t[c]) t[c] = one[c];
+    for (size_t c = 0; !rc && c < cells; c++) {
+      if (c % CELL >= 2)
+        t[c] += one[c];
+      else if (one[c] > t[c])
+        t[c] = one[c];
+    }
   }
   free(one);
   for (int i = 0; i < p->n; i++) {
@@ -360,22 +391,30 @@ static double median(double *v, int n) {
 typedef struct {
   int rounds;
   double raw, bus, alg;          /* GB/s, medians of the rounds */
+  double raw_cpu, ring_cpu;      /* CPU ms per GiB the ranks sent */
   double ratio, rmin, rmax;      /* busbw / raw: median, min, max */
 } stat_t;
 
-/* The rounds t[0..rounds) ([raw, coll] seconds) of an all-reduce of
- * `bytes` on n ranks. */
+/* The rounds t[0..rounds) (cells of CELL) of an all-reduce of `bytes`
+ * on n ranks. */
 static stat_t summarize(const double *t, int rounds, size_t bytes, int n) {
   double raw[MAXROUNDS], coll[MAXROUNDS], ratio[MAXROUNDS];
-  double f = 2.0 * (n - 1) / n;
+  double rcpu[MAXROUNDS], ccpu[MAXROUNDS];
+  double f = 2.0 * (n - 1) / n, gib = (double)(1u << 30);
   stat_t st = {.rounds = rounds};
   for (int k = 0; k < rounds; k++) {
-    raw[k] = t[2 * k] > 0 ? (double)bytes / t[2 * k] / 1e9 : 0;
-    coll[k] = (double)bytes / t[2 * k + 1] / 1e9;
+    const double *c = t + (size_t)k * CELL;
+    raw[k] = c[0] > 0 ? (double)bytes / c[0] / 1e9 : 0;
+    coll[k] = (double)bytes / c[1] / 1e9;
     ratio[k] = raw[k] > 0 ? coll[k] * f / raw[k] : 0;
+    /* bytes sent: raw, every rank B; the ring, every rank 2(N-1)/N S */
+    rcpu[k] = c[2] * 1e3 / ((double)bytes * n / gib);
+    ccpu[k] = c[3] * 1e3 / ((double)bytes * f * n / gib);
   }
   st.raw = median(raw, rounds);
   st.alg = median(coll, rounds);
+  st.raw_cpu = median(rcpu, rounds);
+  st.ring_cpu = median(ccpu, rounds);
   st.bus = st.alg * f;
   st.ratio = median(ratio, rounds); /* sorted now */
   st.rmin = ratio[0];
@@ -418,8 +457,9 @@ int main(int argc, char **argv) {
     printf("\n%s (at %.1f s)\n", pass ? "RPC over TCP with frame MACs "
            "(ranks on two hosts)" : "RPC as on one host (same-host socket)",
            since(t_start));
-    printf("%-6s %-7s %12s %12s %12s %7s\n", "ranks", "size", "raw GB/s",
-           "busbw GB/s", "algbw GB/s", "ratio");
+    printf("%-6s %-7s %12s %12s %12s %7s %9s %9s\n", "ranks", "size",
+           "raw GB/s", "busbw GB/s", "algbw GB/s", "ratio", "raw CPU",
+           "ring CPU");
     for (int n = 2; n <= 3; n++) {
       plan_t p;
       memset(&p, 0, sizeof p);
@@ -430,16 +470,16 @@ int main(int argc, char **argv) {
       p.rounds[0] = pass ? ROUNDS_4MIB_MAC : ROUNDS_4MIB;
       p.rounds[1] = pass ? ROUNDS_64MIB_MAC : ROUNDS_64MIB;
       p.raw = true;
-      double t[(ROUNDS_4MIB + ROUNDS_64MIB) * 2];
+      double t[(ROUNDS_4MIB + ROUNDS_64MIB) * CELL];
       if (run_plan(&p, t)) return 1;
       int k0 = 0;
       for (int s = 0; s < 2; s++) {
-        stat_t st = summarize(t + 2 * k0, p.rounds[s], p.sizes[s], n);
+        stat_t st = summarize(t + CELL * k0, p.rounds[s], p.sizes[s], n);
         k0 += p.rounds[s];
         char b[16], name[96];
-        printf("%-6d %-7s %12.3f %12.3f %12.3f %7.2f\n", n,
+        printf("%-6d %-7s %12.3f %12.3f %12.3f %7.2f %9.0f %9.0f\n", n,
                mib(p.sizes[s], b, sizeof b), st.raw, st.bus, st.alg,
-               st.ratio);
+               st.ratio, st.raw_cpu, st.ring_cpu);
         snprintf(name, sizeof name, "allreduce_busbw_%s_vs_tcp_%dw%s", b, n,
                  pass ? "_tcpmac" : "");
         print_ratio(name, &st);
@@ -466,21 +506,22 @@ int main(int argc, char **argv) {
     c.sizes[i] = curve[i];
     c.rounds[i] = CURVE_ROUNDS;
   }
-  double tc[6 * CURVE_ROUNDS * 2];
+  double tc[6 * CURVE_ROUNDS * CELL];
   if (run_plan(&c, tc)) return 1;
-  printf("%-8s %10s %12s\n", "size", "time ms", "busbw GB/s");
+  printf("%-8s %10s %12s %9s\n", "size", "time ms", "busbw GB/s",
+         "ring CPU");
   for (int s = 0; s < 6; s++) {
-    stat_t st = summarize(tc + 2 * s * CURVE_ROUNDS, CURVE_ROUNDS, curve[s],
-                          2);
+    stat_t st = summarize(tc + CELL * s * CURVE_ROUNDS, CURVE_ROUNDS,
+                          curve[s], 2);
     char b[16];
-    printf("%-8s %10.3f %12.3f\n", mib(curve[s], b, sizeof b),
-           (double)curve[s] / st.alg / 1e6, st.bus);
+    printf("%-8s %10.3f %12.3f %9.0f\n", mib(curve[s], b, sizeof b),
+           (double)curve[s] / st.alg / 1e6, st.bus, st.ring_cpu);
   }
 
   /* segment size at 64 MiB, 3 ranks */
   printf("\nsegment size at 64MiB (3 ranks, median of %d; at %.1f s)\n",
          SEG_ROUNDS, since(t_start));
-  printf("%-8s %12s\n", "segment", "busbw GB/s");
+  printf("%-8s %12s %9s\n", "segment", "busbw GB/s", "ring CPU");
   uint32_t segs[] = {64 << 10, 256 << 10, 512 << 10, 2 << 20, 8 << 20};
   for (int i = 0; i < 5; i++) {
     plan_t q;
@@ -490,11 +531,12 @@ int main(int argc, char **argv) {
     q.sizes[0] = (size_t)64 << 20;
     q.rounds[0] = SEG_ROUNDS;
     q.segment_bytes = segs[i];
-    double tq[SEG_ROUNDS * 2];
+    double tq[SEG_ROUNDS * CELL];
     if (run_plan(&q, tq)) return 1;
     stat_t st = summarize(tq, SEG_ROUNDS, q.sizes[0], 3);
     char b[16];
-    printf("%-8s %12.3f\n", mib(segs[i], b, sizeof b), st.bus);
+    printf("%-8s %12.3f %9.0f\n", mib(segs[i], b, sizeof b), st.bus,
+           st.ring_cpu);
   }
   printf("\nbench_coll: %.1f s in all\n", since(t_start));
   print_ratio("allreduce_busbw_4MiB_vs_tcp", &worst[0]);
