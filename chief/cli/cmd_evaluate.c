@@ -9,6 +9,7 @@
 #include "chief/eval/offline.h"
 #include "common/arg.h"
 #include "common/log.h"
+#include "kernels/kern.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,7 +64,7 @@ static int run(int argc, char **argv, bool predict) {
       TSR_ARG_STR("out", &o.predict_out),
       TSR_ARG_STR("summary-json", &o.summary_json),
       TSR_ARG_CHOICE("device", &o.device, kern_device_names),
-      TSR_ARG_INT("threads", &o.threads, 1, 1024),
+      TSR_ARG_INT("threads", &o.threads, 1, KERN_MAX_THREADS),
       TSR_ARG_CALL("set", add_set, &ov),
       TSR_ARG_END};
   const tsr_arg_cmd cmd = {.name = name, .usage = usage, .data = &predict};

@@ -130,6 +130,12 @@ expect 2 "--out $WORK/p.txt: the outputs are written as .npy" \
 expect 2 "--out $WORK/no/p.npy" \
   "$TESSERA" predict --job "$JOB" --weights "$WORK/ck/weights.npz" --out "$WORK/no/p.npy"
 [ ! -e "$WORK/no" ] || fail "a failed predict left files"
+# the CPU kernels' thread limit, refused as an argument (exit 2) as the
+# standalone trainer refuses it, not after the data is read
+expect 2 "tessera evaluate: --threads 257: must be a whole number from 1 to 256" \
+  "$TESSERA" evaluate --job "$JOB" --weights "$WORK/ck/weights.npz" --threads 257
+expect 2 "--threads 257: must be a whole number from 1 to 256" \
+  "$TESSERA" predict --job "$JOB" --weights "$WORK/ck/weights.npz" --threads 257 --out "$WORK/p.npy"
 expect 2 "--data test: must be eval" \
   "$TESSERA" evaluate --job "$JOB" --weights "$WORK/ck/weights.npz" --data test
 expect 2 "a cluster's checkpoint (manifest and shard files); evaluate it with \`tessera evaluate" \

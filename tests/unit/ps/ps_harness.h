@@ -89,7 +89,10 @@ static inline void h_spin(h_env *e, int rounds) {
   }
 }
 
-static inline void h_up(h_env *e, int n, const ps_server_opts *o) {
+/* Servers on ports[i] (NULL, or a 0 in it: a port the kernel picks; a test
+ * that starts a server again on its port claims it first: tests/ports). */
+static inline void h_up_on(h_env *e, int n, const ps_server_opts *o,
+                           const int *ports) {
   memset(e, 0, sizeof *e);
   if (uv_loop_init(&e->loop)) abort();
   tsr_rpc_opts ro = {0};
@@ -101,11 +104,16 @@ static inline void h_up(h_env *e, int n, const ps_server_opts *o) {
   e->n = n;
   for (int i = 0; i < n; i++) {
     if (ps_server_new(&e->srv[i], e->ctx, o)) abort();
-    if (ps_server_listen(e->srv[i], "127.0.0.1:0")) abort();
     char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", ports ? ports[i] : 0);
+    if (ps_server_listen(e->srv[i], addr)) abort();
     snprintf(addr, sizeof addr, "127.0.0.1:%d", ps_server_port(e->srv[i]));
     if (ps_client_new(&e->cl[i], e->ctx, addr)) abort();
   }
+}
+
+static inline void h_up(h_env *e, int n, const ps_server_opts *o) {
+  h_up_on(e, n, o, NULL);
 }
 
 static inline void h_closed(void *data) { (*(int *)data)++; }

@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "ps_harness.h"
+#include "ports.h"
 
 #define NPS 2
 
@@ -118,12 +119,12 @@ static void create(fx *f, int ps, const char *name, int rank,
   assert_int_equal(r.status, 0);
 }
 
-/* Two PS (their options), the variables, a client with the layout
- * (wait_lost as given), then the loop thread. */
-static void fx_up_with(fx *f, const ps_server_opts *so, bool hold,
-                       ps_dtype wire, bool wait_lost) {
+/* Two PS (their options; on `ports`, NULL: any), the variables, a client
+ * with the layout (wait_lost as given), then the loop thread. */
+static void fx_up_on(fx *f, const ps_server_opts *so, bool hold,
+                     ps_dtype wire, bool wait_lost, const int *ports) {
   memset(f, 0, sizeof *f);
-  h_up(&f->e, NPS, so);
+  h_up_on(&f->e, NPS, so, ports);
   char a0[64], a1[64];
   snprintf(a0, sizeof a0, "127.0.0.1:%d", ps_server_port(f->e.srv[0]));
   snprintf(a1, sizeof a1, "127.0.0.1:%d", ps_server_port(f->e.srv[1]));
@@ -149,7 +150,7 @@ static void fx_up_with(fx *f, const ps_server_opts *so, bool hold,
 /* Two PS in `mode` (NULL: async). */
 static void fx_up(fx *f, const char *mode, bool hold, ps_dtype wire) {
   ps_server_opts so = {.mode = mode};
-  fx_up_with(f, &so, hold, wire, false);
+  fx_up_on(f, &so, hold, wire, false, NULL);
 }
 
 static void close_kv(void *arg) {
@@ -655,9 +656,12 @@ static void lost_ps_waited_for(void **state) {
   snprintf(c1, sizeof c1, "%s/c1", root);
   assert_int_equal(mkdir(c1, 0700), 0);
   ps_server_opts so = {.checkpoint_root = root};
+  /* ps:1 comes back on its port: a port the kernel picked could be taken
+   * meanwhile by any connection on the host, a claimed one cannot */
+  int ports[NPS] = {0, test_port()};
   fx f;
-  fx_up_with(&f, &so, false, PS_DT_F32, true);
-  ps1_ref x = {.f = &f, .port = ps_server_port(f.e.srv[1]), .root = root};
+  fx_up_on(&f, &so, false, PS_DT_F32, true, ports);
+  ps1_ref x = {.f = &f, .port = ports[1], .root = root};
   float g[4] = {1, 2, 3, 4}, one[4] = {1, 1, 1, 1}, b[4], w[24];
   ps_kv_item pb = {.var = 1, .grad = g}, qb = {.var = 1, .dst = b},
              qw = {.var = 0, .dst = w};
