@@ -91,8 +91,10 @@ typedef struct tsr_coll_opts {
   uint32_t configure_timeout_ms; /* reaching both neighbours in the same
                                     group; default 10000 */
   uint32_t max_sends;            /* messages in flight to the right
-                                    neighbour; more wait in order;
-                                    default 64 */
+                                    neighbour; more wait, bytes that
+                                    just arrived (passed on) before an
+                                    operation's own first ones;
+                                    default 2 (see ring.c) */
   uint64_t early_bytes_max;      /* data held for operations not posted
                                     here yet; default 256 MiB */
 } tsr_coll_opts;

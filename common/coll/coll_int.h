@@ -73,7 +73,7 @@ typedef struct coll_land {
 
 /* A message to the right neighbour, queued or in flight. */
 typedef struct coll_msg {
-  tsr_list node;            /* c->sendq while queued */
+  tsr_list node;            /* c->fwdq or c->sendq while queued */
   coll_op *op;
   uint32_t step, seg;
   size_t off, len;          /* bytes in op->buf */
@@ -139,7 +139,10 @@ struct tsr_coll {
   tsr_list ops;             /* posted, not complete */
   tsr_list done;            /* complete, callback not yet delivered */
   tsr_list early;           /* coll_land of ops not posted yet */
-  tsr_list sendq;           /* coll_msg waiting for a send slot */
+  tsr_list fwdq;            /* coll_msg waiting for a send slot: bytes
+                               that just arrived, passed on (steps after
+                               an operation's first); sent first */
+  tsr_list sendq;           /* the same: operations' first steps */
   uint32_t sending;         /* coll_msg in flight */
   bool cfg_done;            /* configure's callback pending delivery */
   int cfg_status;

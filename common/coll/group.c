@@ -391,7 +391,7 @@ static int opts_fill(tsr_coll_opts *o) {
   if (!o->segment_bytes) o->segment_bytes = 512u << 10;
   if (!o->op_timeout_ms) o->op_timeout_ms = 60000;
   if (!o->configure_timeout_ms) o->configure_timeout_ms = 10000;
-  if (!o->max_sends) o->max_sends = 64;
+  if (!o->max_sends) o->max_sends = 2;
   if (!o->early_bytes_max) o->early_bytes_max = (uint64_t)256 << 20;
   if (o->segment_bytes < 4096 || o->segment_bytes > (64u << 20) ||
       o->segment_bytes % sizeof(float))
@@ -422,6 +422,7 @@ int tsr_coll_new(tsr_coll **out, tsr_rpc_ctx *ctx, tsr_rpc_server *srv,
   tsr_list_init(&c->ops);
   tsr_list_init(&c->done);
   tsr_list_init(&c->early);
+  tsr_list_init(&c->fwdq);
   tsr_list_init(&c->sendq);
   tsr_list_init(&c->subq);
   c->pool_cap = 16;
@@ -649,11 +650,13 @@ void tsr_coll_free(tsr_coll *c) {
     free(op->sent);
     free(op);
   }
-  tsr_list_foreach_safe(it, tmp, &c->sendq) {
-    coll_msg *m = tsr_list_entry(it, coll_msg, node);
-    tsr_list_remove(&m->node);
-    free(m);
-  }
+  tsr_list *queues[2] = {&c->fwdq, &c->sendq};
+  for (int q = 0; q < 2; q++)
+    tsr_list_foreach_safe(it, tmp, queues[q]) {
+      coll_msg *m = tsr_list_entry(it, coll_msg, node);
+      tsr_list_remove(&m->node);
+      free(m);
+    }
   tsr_coll__early_drop(c);
   for (int i = 0; i < c->pool_n; i++) free(c->pool[i]);
   free(c->pool);

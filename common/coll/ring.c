@@ -11,6 +11,19 @@
  * through the ring. Broadcast: the rank at distance d from the root
  * receives step d-1 straight into the buffer and passes it on as step d.
  *
+ * Send order. Only max_sends messages are in flight to the right
+ * neighbour (default 2); the rest wait in two queues, and a segment to
+ * pass on (fwdq: it just arrived and was added or landed) goes before
+ * the operation's own first-step segments (sendq). So the bytes just
+ * added are sent while they are still in the cache, instead of behind
+ * every first-step segment of the operation (at 64 MiB on 2 ranks, 32
+ * MiB of them): the kernel's copy of a forwarded segment then reads the
+ * cache, not memory. Measured on 2 cores (bench_coll, CPU per GiB sent,
+ * ring over raw TCP, 64 MiB): 1.07-1.25 before, 0.84-1.08 after on 2
+ * ranks, 1.08-1.17 and 0.91-1.09 on 3; 2 in flight cost less CPU than 4
+ * or 8 (a window past the L2 cache), and one segment in flight while the
+ * other lands keeps the link busy.
+ *
  * Where a payload lands. Reduce-scatter segments land in a pool buffer
  * and are added; all-gather and broadcast segments land straight in the
  * caller's buffer, except an all-gather segment whose bytes this rank is
@@ -137,12 +150,14 @@ void tsr_coll__op_fail(coll_op *op, int code, const char *fmt, ...) {
   else
     snprintf(op->msg, sizeof op->msg, "%s: %s", name, text);
   /* messages not sent yet never will be */
-  tsr_list_foreach_safe(it, tmp, &c->sendq) {
-    coll_msg *m = tsr_list_entry(it, coll_msg, node);
-    if (m->op != op) continue;
-    tsr_list_remove(&m->node);
-    free(m);
-  }
+  tsr_list *queues[2] = {&c->fwdq, &c->sendq};
+  for (int q = 0; q < 2; q++)
+    tsr_list_foreach_safe(it, tmp, queues[q]) {
+      coll_msg *m = tsr_list_entry(it, coll_msg, node);
+      if (m->op != op) continue;
+      tsr_list_remove(&m->node);
+      free(m);
+    }
   tsr_list_foreach_safe(it, tmp, &op->deferred) {
     coll_land *l = tsr_list_entry(it, coll_land, node);
     tsr_list_remove(&l->node);
@@ -182,6 +197,13 @@ void tsr_coll__early_drop(tsr_coll *c) {
 
 /* ---- sending ------------------------------------------------------------ */
 
+/* Whether `step` is the first this rank sends in op (its own bytes, not
+ * bytes that arrived). */
+static bool first_step(const coll_op *op, uint32_t step) {
+  if (op->kind != TSR_COLL_BROADCAST) return step == 0;
+  return op->c->rank == op->root;
+}
+
 static void queue_send(coll_op *op, uint32_t step, uint32_t seg) {
   tsr_coll *c = op->c;
   coll_msg *m = calloc(1, sizeof *m);
@@ -201,7 +223,7 @@ static void queue_send(coll_op *op, uint32_t step, uint32_t seg) {
   m->seg = seg;
   m->off = off * elem;
   m->len = len * elem;
-  tsr_list_push_back(&c->sendq, &m->node);
+  tsr_list_push_back(first_step(op, step) ? &c->sendq : &c->fwdq, &m->node);
 }
 
 static void on_sent(const tsr_rpc_result *r, void *data);
@@ -209,8 +231,10 @@ static void on_sent(const tsr_rpc_result *r, void *data);
 void tsr_coll__pump(tsr_coll *c) {
   if (!c->configured || c->closing) return;
   tsr_list *n;
-  while (c->sending < c->o.max_sends && (n = tsr_list_first(&c->sendq))) {
+  while (c->sending < c->o.max_sends &&
+         ((n = tsr_list_first(&c->fwdq)) || (n = tsr_list_first(&c->sendq)))) {
     coll_msg *m = tsr_list_entry(n, coll_msg, node);
+    tsr_list *from = first_step(m->op, m->step) ? &c->sendq : &c->fwdq;
     coll_op *op = m->op;
     Tessera__Coll__Data d = TESSERA__COLL__DATA__INIT;
     d.epoch = c->epoch;
@@ -240,7 +264,7 @@ void tsr_coll__pump(tsr_coll *c) {
     int rc = tsr_rpc_call(c->right.cl, &q, on_sent, m);
     if (rc == TSR_EBUSY && c->sending > 0) {
       /* the connection's call limit: go on when a send completes */
-      tsr_list_push_front(&c->sendq, &m->node);
+      tsr_list_push_front(from, &m->node);
       return;
     }
     if (rc) {
