@@ -45,6 +45,20 @@ static void run_to_stage(sim *s, coord_act_kind hold) {
   fail_msg("no checkpoint reached the stage");
 }
 
+/* Runs, answering every checkpoint stage and evaluation, until the
+ * checkpoint of `step` reaches stage `kind` (or the run ends). */
+static void run_to_checkpoint(sim *s, int64_t step, coord_act_kind kind) {
+  for (int r = 0; r < 100000 && !s->ended; r++) {
+    if (s->ck_active && s->ck_step == step && s->ck_kind == kind) return;
+    if (s->ck_active)
+      sim_ck_answer(s, 0, -1, false, NULL);
+    else if (s->ev_active)
+      sim_ev_answer(s, 0, NULL);
+    else
+      step_holding_ck(s);
+  }
+}
+
 /* Async: while a checkpoint's snapshots, files or manifest are out,
  * closures keep going out and being counted, with no pause; the
  * checkpoint commits the step SAVE named. (Before, the machine drained
@@ -171,16 +185,7 @@ static void lockstep_last_checkpoint_taken_again(void **state) {
     sim s;
     sim_init(&s, &c, (unsigned)k);
     start(&s);
-    for (int r = 0; r < 100000 && !s.ended; r++) {
-      if (s.ck_active && s.ck_step == 240 && s.ck_kind == stages[k % 2])
-        break;
-      if (s.ck_active)
-        sim_ck_answer(&s, 0, -1, false, NULL);
-      else if (s.ev_active)
-        sim_ev_answer(&s, 0, NULL);
-      else
-        step_holding_ck(&s);
-    }
+    run_to_checkpoint(&s, 240, stages[k % 2]);
     assert_true(s.ck_active && s.ck_step == 240);
     int64_t good = sim_disk_newest(&s);
     sim_ps_lost(&s, 1);
@@ -241,16 +246,7 @@ static void lockstep_last_checkpoint_after_a_slow_one(void **state) {
     if (where >= 2) { /* the one before done: the last one to a stage */
       coord_act_kind at[4] = {COORD_ACT_SAVE, COORD_ACT_SAVE_WAIT,
                               COORD_ACT_SAVE, COORD_ACT_SAVE_WAIT};
-      for (int r = 0; r < 1000 && !s.ended; r++) {
-        if (s.ck_active && s.ck_step == 240 && s.ck_kind == at[where - 2])
-          break;
-        if (s.ck_active)
-          sim_ck_answer(&s, 0, -1, false, NULL);
-        else if (s.ev_active)
-          sim_ev_answer(&s, 0, NULL);
-        else
-          step_holding_ck(&s);
-      }
+      run_to_checkpoint(&s, 240, at[where - 2]);
       assert_true(s.ck_active && s.ck_step == 240);
     }
     sim_ps_lost(&s, 1);
@@ -291,16 +287,7 @@ static void async_last_checkpoint_and_evaluation_lost_ps(void **state) {
     sim s;
     sim_init(&s, &c, (unsigned)k);
     start(&s);
-    for (int r = 0; r < 100000 && !s.ended; r++) {
-      if (s.ck_active && s.ck_step == 300 && s.ck_kind == stages[k % 2])
-        break;
-      if (s.ck_active)
-        sim_ck_answer(&s, 0, -1, false, NULL);
-      else if (s.ev_active)
-        sim_ev_answer(&s, 0, NULL);
-      else
-        step_holding_ck(&s);
-    }
+    run_to_checkpoint(&s, 300, stages[k % 2]);
     /* the last evaluation goes out beside it (its snapshot, or read) */
     for (int r = 0; r < 20 && !s.ev_active; r++) sim_tick(&s, 0.1);
     if (s.ev_active && (k & 2)) sim_ev_answer(&s, 0, NULL);
