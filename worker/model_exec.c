@@ -254,8 +254,8 @@ void wk_exec_close(wk_exec *e) {
   for (int s = 0; s < e->n_sp; s++) {
     wk_splan *p = &e->sp[s];
     splan_free_dev(e, p);
-    TSR_FREE_ALL(p->uniq, p->idx, p->bag_off, p->occ_off, p->occ_bag,
-                 p->occ_w);
+    TSR_FREE_ALL(p->uniq, p->pairs, p->pairs_tmp, p->idx, p->bag_off,
+                 p->occ_off, p->occ_bag, p->occ_w);
   }
   TSR_FREE_ALL(e->dp, e->dg, e->dcap, e->ready_at, e->readied, e);
 }
@@ -268,11 +268,6 @@ static int grow(void **p, int64_t *cap, int64_t need, size_t elem) {
   *p = np;
   *cap = nc;
   return 0;
-}
-
-static int cmp_i64(const void *a, const void *b) {
-  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-  return (x > y) - (x < y);
 }
 
 /* Visits the ids of plan p for examples [lo, hi): fn(bag, id). Returns a
@@ -320,28 +315,69 @@ static int visit_ids(wk_exec *e, wk_splan *p, const wk_batch *b, int64_t lo,
   return 0;
 }
 
-static int collect_id(wk_splan *p, int64_t bag, int64_t id, void *arg) {
-  if (grow((void **)&p->uniq, &p->cap_uniq, p->n_uniq + 1, sizeof(int64_t)))
-    return TSR_ENOMEM;
-  p->uniq[p->n_uniq++] = id;
-  return 0;
-}
-
-/* Bags arrive in order (bag index never decreases) so bag_off is filled
- * as a running count. */
-static int place_id(wk_splan *p, int64_t bag, int64_t id, void *arg) {
-  int64_t lo = 0, hi = p->n_uniq;
-  while (lo < hi) {
-    int64_t mid = (lo + hi) / 2;
-    if (p->uniq[mid] < id) lo = mid + 1;
-    else hi = mid;
+/* Appends the occurrence (bag, id) in visit order; bags arrive in order
+ * (the bag index never decreases within a feature), so bag_off[bag + 1]
+ * counts the bag's ids. */
+static int collect_pair(wk_splan *p, int64_t bag, int64_t id, void *arg) {
+  (void)arg;
+  if (p->n_idx >= p->cap_pairs) {
+    /* both buffers keep the same capacity (the sort swaps them) */
+    int64_t cap = p->cap_pairs;
+    if (grow((void **)&p->pairs, &cap, p->n_idx + 1, sizeof *p->pairs))
+      return TSR_ENOMEM;
+    void *t = realloc(p->pairs_tmp, (size_t)cap * sizeof *p->pairs_tmp);
+    if (!t) return TSR_ENOMEM; /* pairs is larger: cap_pairs stays right */
+    p->pairs_tmp = t;
+    p->cap_pairs = cap;
   }
-  if (grow((void **)&p->idx, &p->cap_idx, p->n_idx + 1, sizeof(int32_t)))
-    return TSR_ENOMEM;
-  p->idx[p->n_idx] = (int32_t)lo;
+  p->pairs[p->n_idx].id = id;
+  p->pairs[p->n_idx].at = p->n_idx;
   p->bag_off[bag + 1]++;
   p->n_idx++;
   return 0;
+}
+
+/* Sorts p->pairs[0, n_idx) by id, stable: LSD radix sort by 11-bit digits
+ * (ids are >= 0; only the digits up to the largest id's are sorted, and a
+ * digit every id shares is skipped). */
+#define RADIX_BITS 11
+static void sort_pairs(wk_splan *p) {
+  int64_t n = p->n_idx;
+  if (n < 2) return;
+  struct wk_idpos *a = p->pairs, *t = p->pairs_tmp;
+  if (n <= 32) { /* insertion sort: small slices */
+    for (int64_t i = 1; i < n; i++) {
+      struct wk_idpos v = a[i];
+      int64_t j = i;
+      for (; j > 0 && a[j - 1].id > v.id; j--) a[j] = a[j - 1];
+      a[j] = v;
+    }
+    return;
+  }
+  uint64_t max = 0;
+  for (int64_t i = 0; i < n; i++)
+    if ((uint64_t)a[i].id > max) max = (uint64_t)a[i].id;
+  static const int nb = 1 << RADIX_BITS;
+  int64_t cnt[1 << RADIX_BITS];
+  for (int shift = 0; shift < 64 && (max >> shift); shift += RADIX_BITS) {
+    memset(cnt, 0, sizeof cnt);
+    for (int64_t i = 0; i < n; i++)
+      cnt[((uint64_t)a[i].id >> shift) & (uint64_t)(nb - 1)]++;
+    if (cnt[((uint64_t)a[0].id >> shift) & (uint64_t)(nb - 1)] == n) continue;
+    int64_t sum = 0;
+    for (int d = 0; d < nb; d++) {
+      int64_t c = cnt[d];
+      cnt[d] = sum;
+      sum += c;
+    }
+    for (int64_t i = 0; i < n; i++)
+      t[cnt[((uint64_t)a[i].id >> shift) & (uint64_t)(nb - 1)]++] = a[i];
+    struct wk_idpos *sw = a;
+    a = t;
+    t = sw;
+  }
+  p->pairs = a;
+  p->pairs_tmp = t;
 }
 
 static int build_plan(wk_exec *e, wk_splan *p, const wk_batch *b, int64_t lo,
@@ -350,24 +386,11 @@ static int build_plan(wk_exec *e, wk_splan *p, const wk_batch *b, int64_t lo,
   const tsr_model *m = e->m;
   int rc;
   int64_t n = hi - lo;
+  const wk_splan *g = NULL;
   if (global) {
-    const wk_splan *g = NULL;
     for (int s = 0; s < global->n_sp; s++)
       if (global->sp[s].var == p->var) g = &global->sp[s];
     if (!g) return TSR_EINVAL;
-    if (grow((void **)&p->uniq, &p->cap_uniq, g->n_uniq, sizeof(int64_t)))
-      return TSR_ENOMEM;
-    memcpy(p->uniq, g->uniq, (size_t)g->n_uniq * sizeof(int64_t));
-    p->n_uniq = g->n_uniq;
-  } else {
-    p->n_uniq = 0;
-    if ((rc = visit_ids(e, p, b, lo, hi, collect_id, NULL, err, errlen)))
-      return rc;
-    qsort(p->uniq, (size_t)p->n_uniq, sizeof(int64_t), cmp_i64);
-    int64_t k = 0;
-    for (int64_t i = 0; i < p->n_uniq; i++)
-      if (k == 0 || p->uniq[i] != p->uniq[k - 1]) p->uniq[k++] = p->uniq[i];
-    p->n_uniq = k;
   }
   const wk_embed *em = &m->emb[p->first_emb];
   p->n_bags = em->per_id ? n * m->layers[em->node].dim[0] : n;
@@ -376,9 +399,36 @@ static int build_plan(wk_exec *e, wk_splan *p, const wk_batch *b, int64_t lo,
     return TSR_ENOMEM;
   memset(p->bag_off, 0, (size_t)(p->n_bags + 1) * sizeof(int32_t));
   p->n_idx = 0;
-  if ((rc = visit_ids(e, p, b, lo, hi, place_id, NULL, err, errlen)))
+  if ((rc = visit_ids(e, p, b, lo, hi, collect_pair, NULL, err, errlen)))
     return rc;
-  /* place_id counted per bag; the wide variable's features visit the same
+  if (grow((void **)&p->idx, &p->cap_idx, p->n_idx, sizeof(int32_t)))
+    return TSR_ENOMEM;
+  /* sorted by id: the unique ids (or their places in the whole batch's
+   * list, for a slice) and each occurrence's row index */
+  sort_pairs(p);
+  if (g) {
+    if (grow((void **)&p->uniq, &p->cap_uniq, g->n_uniq, sizeof(int64_t)))
+      return TSR_ENOMEM;
+    memcpy(p->uniq, g->uniq, (size_t)g->n_uniq * sizeof(int64_t));
+    p->n_uniq = g->n_uniq;
+    int64_t u = 0;
+    for (int64_t i = 0; i < p->n_idx; i++) {
+      while (u < p->n_uniq && p->uniq[u] < p->pairs[i].id) u++;
+      if (u == p->n_uniq || p->uniq[u] != p->pairs[i].id) return TSR_EINVAL;
+      p->idx[p->pairs[i].at] = (int32_t)u;
+    }
+  } else {
+    if (grow((void **)&p->uniq, &p->cap_uniq, p->n_idx, sizeof(int64_t)))
+      return TSR_ENOMEM;
+    int64_t k = 0;
+    for (int64_t i = 0; i < p->n_idx; i++) {
+      if (k == 0 || p->uniq[k - 1] != p->pairs[i].id)
+        p->uniq[k++] = p->pairs[i].id;
+      p->idx[p->pairs[i].at] = (int32_t)(k - 1);
+    }
+    p->n_uniq = k;
+  }
+  /* collect_pair counted per bag; the wide variable's features visit the same
    * bags feature by feature, so order the occurrences by bag */
   for (int64_t i = 0; i < p->n_bags; i++) p->bag_off[i + 1] += p->bag_off[i];
   if (p->wide && m->n_sparse > 1) {

@@ -209,6 +209,9 @@ typedef struct {           /* per row-sparse variable */
   int first_emb;           /* its first wk_embed */
   int64_t *uniq;           /* sorted unique ids */
   int64_t n_uniq, cap_uniq;
+  /* the slice's (id, occurrence) pairs and the radix sort's second buffer */
+  struct wk_idpos { int64_t id; int64_t at; } *pairs, *pairs_tmp;
+  int64_t cap_pairs;
   /* gather: bags and their local row indices */
   int32_t *idx, *bag_off;
   int64_t n_idx, cap_idx, n_bags, cap_bags;

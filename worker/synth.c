@@ -142,8 +142,10 @@ static double gen(synth_src *g, int64_t row, wk_rec *r, double *u_label) {
     int64_t at = r->off[f];
     for (int k = 0; k < g->ids_per; k++) {
       uint64_t rank = (uint64_t)zipf_draw(&g->zipf[f], &st) - 1;
-      uint64_t id = (uint64_t)(((unsigned __int128)rank * g->mult[f]) %
-                               (uint64_t)s->vocab[f]);
+      uint64_t v = (uint64_t)s->vocab[f]; /* rank and mult are < v */
+      uint64_t id = v <= UINT32_MAX
+                        ? rank * g->mult[f] % v
+                        : (uint64_t)(((unsigned __int128)rank * g->mult[f]) % v);
       r->ids[at + k] = (int64_t)id;
       t += g->sig_sparse * keyed_unit(g->seed, (uint64_t)f + 1, id);
     }
