@@ -556,6 +556,36 @@ static void synthetic_ctr(void **state) {
   assert_int_equal(wk_input_get_schema(f->in)->n_examples, 6666);
 }
 
+/* Vocabularies both sides of 2^32 (ids mapped from Zipf ranks by a 64-bit
+ * product below it, a 128-bit one above): every id in range, the hottest
+ * rank's id (rank 0 is id 0) the most frequent, and ids above 2^32 drawn
+ * from the large vocabulary. */
+static void synthetic_ctr_vocab_sizes(void **state) {
+  fx *f = *state;
+  load(f, "{\"train\": {\"format\": \"synthetic_ctr\", \"n\": 3000, "
+          "\"dense\": 1, \"sparse\": 2, \"vocab\": [4294967295, "
+          "12884901888], \"zipf\": 1.1, \"ids_per_feature\": 2}}");
+  assert_int_equal(open_opts(f, WK_SPLIT_TRAIN, topts(1, 0, 500, 1, 1)), 0);
+  const wk_input_schema *s = wk_input_get_schema(f->in);
+  const wk_batch *b;
+  int64_t zero[2] = {0, 0}, above = 0, n = 0;
+  while (wk_input_next(f->in, &b) == 0) {
+    for (int fe = 0; fe < 2; fe++)
+      for (int64_t k = 0; k < b->offsets[fe][b->n]; k++) {
+        int64_t id = b->ids[fe][k];
+        assert_true(id >= 0 && id < s->vocab[fe]);
+        zero[fe] += id == 0;
+        if (fe == 1 && id > 4294967296ll) above++;
+        n++;
+      }
+  }
+  assert_int_equal(n, 3000 * 2 * 2);
+  /* rank 0 of Zipf(1.1) over ~1e10 ids: about 1 / zeta(1.1) ~ 9 % */
+  for (int fe = 0; fe < 2; fe++)
+    assert_true(zero[fe] > 0.05 * 6000 && zero[fe] < 0.15 * 6000);
+  assert_true(above > 1000);
+}
+
 static int cmp_pair(const void *a, const void *b) {
   const double *x = a, *y = b;
   return (x[0] > y[0]) - (x[0] < y[0]);
@@ -678,6 +708,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(normalize_streamed, setup, teardown),
       cmocka_unit_test_setup_teardown(synthetic_regression, setup, teardown),
       cmocka_unit_test_setup_teardown(synthetic_ctr, setup, teardown),
+      cmocka_unit_test_setup_teardown(synthetic_ctr_vocab_sizes, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(synthetic_ctr_learnable, setup,
                                       teardown),
   };
