@@ -108,6 +108,27 @@ static float row_grad(env *v, run_bufs *rb, int k, int64_t id, int64_t col) {
   return rb->g[k][lo * v->vi[k].row_dim + col];
 }
 
+/* Predictions pp and summed gradients gsum (A's row order) against run A;
+ * gsum is zeroed for the next comparison. `how`: "alone", "in a slice". */
+static void same_as_batch(env *v, const run_bufs *ra, const float *pa,
+                          const float *pp, float **gsum, const char *how) {
+  for (int i = 0; i < NB; i++)
+    if (fabsf(pa[i] - pp[i]) > 1e-6f)
+      fail_msg("example %d: prediction %.9g %s, %.9g in the batch", i, pp[i],
+               how, pa[i]);
+  for (int q = 0; q < v->nv; q++) {
+    const tsr_var *vi = &v->vi[q];
+    int64_t ne = vi->kind == TSR_VAR_DENSE ? vi->numel
+                                           : ra->nr[q] * vi->row_dim;
+    for (int64_t e = 0; e < ne; e++)
+      if (fabsf(gsum[q][e] - ra->g[q][e]) > 1e-5f * (1 + fabsf(ra->g[q][e])))
+        fail_msg("%s[%lld]: gradient %.9g summed over examples %s, %.9g "
+                 "from the batch", vi->name, (long long)e, gsum[q][e], how,
+                 ra->g[q][e]);
+    memset(gsum[q], 0, (size_t)ne * sizeof(float));
+  }
+}
+
 static void test_plans_agree(void **state) {
   (void)state;
   char err[1024];
@@ -228,20 +249,7 @@ static void test_plans_agree(void **state) {
     }
     bufs_free(&v, &rb);
   }
-  for (int i = 0; i < NB; i++)
-    if (fabsf(pa[i] - pp[i]) > 1e-6f)
-      fail_msg("example %d: prediction %.9g alone, %.9g in the batch", i,
-               pp[i], pa[i]);
-  for (int q = 0; q < v.nv; q++) {
-    const tsr_var *vi = &v.vi[q];
-    int64_t ne = vi->kind == TSR_VAR_DENSE ? vi->numel
-                                           : ra.nr[q] * vi->row_dim;
-    for (int64_t e = 0; e < ne; e++)
-      if (fabsf(gsum[q][e] - ra.g[q][e]) > 1e-5f * (1 + fabsf(ra.g[q][e])))
-        fail_msg("%s[%lld]: gradient %.9g summed over examples, %.9g from "
-                 "the batch", vi->name, (long long)e, gsum[q][e], ra.g[q][e]);
-    memset(gsum[q], 0, (size_t)ne * sizeof(float));
-  }
+  same_as_batch(&v, &ra, pa, pp, gsum, "alone");
 
   /* C: two slices with the whole batch's row lists */
   int64_t cut[3] = {0, 23, NB};
@@ -265,20 +273,8 @@ static void test_plans_agree(void **state) {
     }
     bufs_free(&v, &rc);
   }
-  for (int i = 0; i < NB; i++)
-    if (fabsf(pa[i] - pp[i]) > 1e-6f)
-      fail_msg("example %d: prediction %.9g in a slice, %.9g in the batch",
-               i, pp[i], pa[i]);
-  for (int q = 0; q < v.nv; q++) {
-    const tsr_var *vi = &v.vi[q];
-    int64_t ne = vi->kind == TSR_VAR_DENSE ? vi->numel
-                                           : ra.nr[q] * vi->row_dim;
-    for (int64_t e = 0; e < ne; e++)
-      if (fabsf(gsum[q][e] - ra.g[q][e]) > 1e-5f * (1 + fabsf(ra.g[q][e])))
-        fail_msg("%s[%lld]: gradient %.9g summed over slices, %.9g from the "
-                 "batch", vi->name, (long long)e, gsum[q][e], ra.g[q][e]);
-    free(gsum[q]);
-  }
+  same_as_batch(&v, &ra, pa, pp, gsum, "in slices");
+  for (int q = 0; q < v.nv; q++) free(gsum[q]);
   (void)la;
   bufs_free(&v, &ra);
   wk_exec_close(ea);
