@@ -279,11 +279,14 @@ static void sm_ck_ps_failed(coord_sm *sm, const coord_event *ev) {
 }
 
 /* An answer to `stage` (sm_ck_answer) that reports success; a PS's failure
- * fails the checkpoint. */
+ * fails the checkpoint. One that failed because the PS was lost is due
+ * again once every PS is whole, as when the loss is seen first
+ * (sm__ckpt_retake): the save's error and the loss come in either order. */
 static bool sm_ck_ok(coord_sm *sm, const coord_event *ev, int stage) {
   if (!sm_ck_answer(sm, ev, stage)) return false;
   if (ev->status) {
     sm_ck_ps_failed(sm, ev);
+    if (ev->lost) sm__ckpt_retake(sm);
     return false;
   }
   return true;

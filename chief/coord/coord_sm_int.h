@@ -224,6 +224,9 @@ bool sm__ckpt_busy(const coord_sm *sm);
 /* A PS was lost: a checkpoint whose snapshots or files were still out
  * fails (its files cannot all be written now). */
 void sm__ckpt_abandon(coord_sm *sm);
+/* A checkpoint ended by a lost PS is due again once every PS is whole
+ * (in the final phase: the final checkpoint is taken again). */
+void sm__ckpt_retake(coord_sm *sm);
 void sm__on_ckpt(coord_sm *sm, const coord_event *ev);
 enum { SM_EV_IDLE = 0, SM_EV_SNAP, SM_EV_RUN };
 /* A due evaluation starts (training goes on): SNAPSHOT. */
