@@ -224,6 +224,31 @@ static void ps_lost_during_a_save(void **state) {
   sim_free(&s);
 }
 
+/* async: the run's final checkpoint fails because its PS was lost, the
+ * save's error arriving before the loss: once the PS is restored the
+ * final checkpoint is taken again (the run ends with it on disk). */
+static void final_save_failed_before_the_loss(void **state) {
+  (void)state;
+  coord_sm_config c = sim_ckpt_config(2, 2, TSR_MODE_ASYNC, 200, 40);
+  sim s;
+  sim_init(&s, &c, 0);
+  start(&s);
+  for (int r = 0; r < 100000 && !(s.ck_active && s.ck_kind ==
+                                   COORD_ACT_SAVE && s.ck_step == 200); r++)
+    sim_step(&s);
+  assert_true(s.ck_active && s.ck_step == 200);
+  sim_ck_answer(&s, -1, 0, true, "save: connection closed");
+  assert_int_equal(s.count[COORD_ACT_DISCARD], 1);
+  sim_ps_lost(&s, 0);
+  sim_ps_up(&s, 0);
+  assert_int_equal(sim_alone_out(&s), 0);
+  sim_run_calm(&s, 3000);
+  assert_int_equal(s.status, 0);
+  assert_int_equal(coord_sm_global_step(s.sm), 200);
+  assert_int_equal(sim_disk_newest(&s), 200);
+  sim_free(&s);
+}
+
 /* async: every PS lost at once: nothing newer survives anywhere, so the
  * run goes back to the checkpoint as sync and ssp do (it costs nothing
  * more); and a PS whose restore alone keeps failing is restored with all
@@ -358,6 +383,7 @@ int main(void) {
       cmocka_unit_test(stuck_worker_is_named),
       cmocka_unit_test(lost_ps_restored_alone),
       cmocka_unit_test(ps_lost_during_a_save),
+      cmocka_unit_test(final_save_failed_before_the_loss),
       cmocka_unit_test(async_ps_recovered_globally),
       cmocka_unit_test(ps_away_for_good),
       cmocka_unit_test(waiting_is_named),
