@@ -430,6 +430,7 @@ static void sm_pump(coord_sm *sm) {
     sm__closure_deadlines(sm);
     sm__ckpt_deadlines(sm);
     if (sm->ended) return;
+    sm__ckpt_release(sm);
     if (training) sm__note_waiting(sm);
     switch (sm->phase) {
       case SM_CONNECT: sm_pump_connect(sm); break;

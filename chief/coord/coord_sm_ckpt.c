@@ -292,6 +292,22 @@ static bool sm_ck_ok(coord_sm *sm, const coord_event *ev, int stage) {
   return true;
 }
 
+/* The run's last checkpoint records the final evaluation (its manifest's
+ * "eval", which a chief started after the end reports): its manifest waits
+ * while an evaluation of the checkpoint's step is going on (the final one
+ * starts as soon as every PS holds the checkpoint's snapshot, before its
+ * files are written). Only while one is out: one still to start may wait
+ * on this checkpoint. */
+static bool sm_final_eval_pending(const coord_sm *sm) {
+  return sm__in_final(sm) && sm__eval_busy(sm) &&
+         sm->ev_step == sm->save_step;
+}
+
+void sm__ckpt_release(coord_sm *sm) {
+  if (sm->ck_stage != SM_CK_HOLD || sm_final_eval_pending(sm)) return;
+  sm_ck_next(sm, SM_CK_COMMIT, COORD_ACT_COMMIT);
+}
+
 void sm__on_ckpt(coord_sm *sm, const coord_event *ev) {
   switch (ev->kind) {
     case COORD_EV_SAVE_DONE:
@@ -302,6 +318,11 @@ void sm__on_ckpt(coord_sm *sm, const coord_event *ev) {
       return;
     case COORD_EV_SAVE_WRITTEN:
       if (!sm_ck_ok(sm, ev, SM_CK_WRITE)) return;
+      if (sm_final_eval_pending(sm)) {
+        sm->ck_stage = SM_CK_HOLD; /* sm__ckpt_release commits it */
+        sm->ck_op = 0;
+        return;
+      }
       sm_ck_next(sm, SM_CK_COMMIT, COORD_ACT_COMMIT);
       return;
     case COORD_EV_CKPT_COMMITTED:
@@ -420,7 +441,9 @@ void sm__ckpt_deadlines(coord_sm *sm) {
                          sm->c.closure_timeout_s > sm->c.op_timeout_s
                      ? sm->c.closure_timeout_s
                      : sm->c.op_timeout_s;
-  if (sm__ckpt_busy(sm) && ck > sm__grace(limit)) {
+  /* a held one waits on the evaluation, which has deadlines of its own */
+  if (sm__ckpt_busy(sm) && sm->ck_stage != SM_CK_HOLD &&
+      ck > sm__grace(limit)) {
     snprintf(why, sizeof why, "%s within %.0f s",
              sm->ck_stage == SM_CK_SNAP    ? "no snapshot from every PS"
              : sm->ck_stage == SM_CK_WRITE ? "the PS did not all write their "

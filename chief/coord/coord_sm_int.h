@@ -105,8 +105,10 @@ struct coord_sm {
   int64_t restore_step;
   int64_t save_step;
   /* the checkpoint being taken (coord_sm_ckpt.c), whatever the phase:
-   * SM_CK_SNAP (SAVE out), SM_CK_WRITE (SAVE_WAIT out), SM_CK_COMMIT
-   * (COMMIT out); its own op id, apart from `op` */
+   * SM_CK_SNAP (SAVE out), SM_CK_WRITE (SAVE_WAIT out), SM_CK_HOLD (the
+   * run's last: its files written, its manifest waits for the final
+   * evaluation, whose figures it records), SM_CK_COMMIT (COMMIT out); its
+   * own op id, apart from `op` */
   int ck_stage;
   uint64_t ck_op;
   double t_ck;
@@ -213,7 +215,7 @@ void sm__ckpt_known(coord_sm *sm, const int64_t *steps, const int64_t *bases,
 int64_t sm__newest_good(const coord_sm *sm);   /* -1: none */
 int64_t sm__newest_committed(const coord_sm *sm);
 void sm__mark_bad(coord_sm *sm, int64_t step);
-enum { SM_CK_IDLE = 0, SM_CK_SNAP, SM_CK_WRITE, SM_CK_COMMIT };
+enum { SM_CK_IDLE = 0, SM_CK_SNAP, SM_CK_WRITE, SM_CK_HOLD, SM_CK_COMMIT };
 void sm__enter_drain(coord_sm *sm, sm_phase after);
 void sm__pump_drain(coord_sm *sm);
 /* Training (async): a due checkpoint starts without a pause. */
@@ -227,6 +229,12 @@ void sm__ckpt_abandon(coord_sm *sm);
 /* A checkpoint ended by a lost PS is due again once every PS is whole
  * (in the final phase: the final checkpoint is taken again). */
 void sm__ckpt_retake(coord_sm *sm);
+/* Every pump: a held final checkpoint (SM_CK_HOLD) is committed once the
+ * final evaluation has ended, well or not, or the run left the final
+ * phase. */
+void sm__ckpt_release(coord_sm *sm);
+/* Whether the run is in its final phase, or pausing on the way to it. */
+bool sm__in_final(const coord_sm *sm);
 void sm__on_ckpt(coord_sm *sm, const coord_event *ev);
 enum { SM_EV_IDLE = 0, SM_EV_SNAP, SM_EV_RUN };
 /* A due evaluation starts (training goes on): SNAPSHOT. */

@@ -188,14 +188,14 @@ void sm__on_ps_restored(coord_sm *sm, const coord_event *ev) {
 /* A PS was lost: a checkpoint or an evaluation going on read its
  * snapshot, which went with it. It ends here (nothing committed) and is
  * due again: taken once every PS is whole (the run's last ones too). */
-static bool sm_in_final(const coord_sm *sm) {
+bool sm__in_final(const coord_sm *sm) {
   return sm->phase == SM_FINAL ||
          ((sm->phase == SM_DRAIN || sm->phase == SM_SAVE ||
            sm->phase == SM_EVAL) && sm->after_drain == SM_FINAL);
 }
 
 void sm__ckpt_retake(coord_sm *sm) {
-  if (sm_in_final(sm)) sm->final_ckpt_done = false;
+  if (sm__in_final(sm)) sm->final_ckpt_done = false;
   else sm->ckpt_due = true;
 }
 
@@ -203,7 +203,7 @@ static void sm_alone_end_ops(coord_sm *sm) {
   bool ck = sm__ckpt_busy(sm), ev = sm__eval_busy(sm);
   sm__ckpt_abandon(sm);
   sm__eval_abandon(sm, true);
-  bool final = sm_in_final(sm);
+  bool final = sm__in_final(sm);
   if (ck && !sm__ckpt_busy(sm)) sm__ckpt_retake(sm);
   if (ev && !sm__eval_busy(sm)) {
     if (final) sm->final_eval_done = false;

@@ -328,6 +328,59 @@ static void async_last_checkpoint_and_evaluation_lost_ps(void **state) {
   }
 }
 
+/* The run's last checkpoint records its last evaluation: its manifest
+ * (COMMIT) goes out only once the final evaluation has answered, whether
+ * the files were written before that answer or after, and when the
+ * evaluation fails (then without its figures); async and sync. */
+static void last_checkpoint_waits_for_the_last_evaluation(void **state) {
+  (void)state;
+  for (int k = 0; k < 6; k++) {
+    coord_sm_config c = sim_ckpt_config(
+        2, 2, k % 2 ? TSR_MODE_SYNC : TSR_MODE_ASYNC, 300, 100);
+    c.has_eval = true;
+    c.eval_every_steps = 100;
+    c.lockstep = k % 2;
+    sim s;
+    sim_init(&s, &c, (unsigned)k);
+    start(&s);
+    run_to_checkpoint(&s, 300, COORD_ACT_SAVE_WAIT);
+    for (int r = 0; r < 20 && !s.ev_active; r++) sim_tick(&s, 0.1);
+    if (!(s.ck_active && s.ck_kind == COORD_ACT_SAVE_WAIT && s.ev_active))
+      fail_msg("case %d: the last checkpoint's files and the last "
+               "evaluation are not both out", k);
+    int evals = s.count[COORD_ACT_EVALUATE];
+    bool failing = k >= 4;
+    if (k < 2) { /* the files first: the manifest waits */
+      sim_ck_answer(&s, 0, -1, false, NULL);
+      if (s.ck_active)
+        fail_msg("case %d: the manifest went out before the last "
+                 "evaluation answered", k);
+      sim_tick(&s, 5);
+      assert_false(s.ck_active);
+      assert_int_equal(s.status, 0);
+      assert_false(sim_noted(&s, "failed"));
+    }
+    while (s.ev_active)
+      sim_ev_answer(&s, failing && s.ev_kind == COORD_ACT_EVALUATE ? -1 : 0,
+                    failing ? "worker:0: no memory" : NULL);
+    assert_int_equal(s.count[COORD_ACT_EVALUATE], evals + 1);
+    if (k < 2) { /* the answer lets it go */
+      if (!(s.ck_active && s.ck_kind == COORD_ACT_COMMIT))
+        fail_msg("case %d: no manifest once the evaluation answered", k);
+    } else {     /* the files after: the manifest at once */
+      sim_ck_answer(&s, 0, -1, false, NULL);
+      if (!(s.ck_active && s.ck_kind == COORD_ACT_COMMIT))
+        fail_msg("case %d: no manifest once the files were written", k);
+    }
+    sim_run_calm(&s, 3000);
+    if (s.status || sim_disk_newest(&s) != 300)
+      fail_msg("case %d: status %d, newest checkpoint %lld", k, s.status,
+               (long long)sim_disk_newest(&s));
+    assert_int_equal(s.count[COORD_ACT_EVALUATE], evals + 1);
+    sim_free(&s);
+  }
+}
+
 /* Async, a PS lost while an evaluation's snapshot is taken or read: the
  * PS is restored alone and the evaluation ends there (its snapshot went
  * with the PS: the others are told to drop theirs; a late answer, well,
@@ -581,6 +634,7 @@ int main(void) {
       cmocka_unit_test(lockstep_last_checkpoint_taken_again),
       cmocka_unit_test(lockstep_last_checkpoint_after_a_slow_one),
       cmocka_unit_test(async_last_checkpoint_and_evaluation_lost_ps),
+      cmocka_unit_test(last_checkpoint_waits_for_the_last_evaluation),
       cmocka_unit_test(lost_ps_ends_the_evaluation),
       cmocka_unit_test(run_ends_after_its_last_checkpoint),
       cmocka_unit_test(pruning_keeps_chains),
