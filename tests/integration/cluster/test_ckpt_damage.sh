@@ -3,7 +3,8 @@
 # workers, the diabetes job, checkpoints every 400 steps, keep 3):
 #  1. a run of 1200 steps commits checkpoints (about every 400 steps: at the
 #     first closure boundary past each); `tessera ckpt inspect
-#     --verify` finds them intact;
+#     --verify` finds them intact; the last one records the run's final
+#     evaluation (its manifest waits for it);
 #  1b. a chief started again after the job ended (the cluster gone, the
 #     final checkpoint committed) exits 0 at once with the full step count
 #     and the run's final loss, eval and examples (from the final
@@ -49,6 +50,13 @@ check "run 1: newest checkpoint at step 1200" test "$(ckpt_step "$WORK/ckpt")" =
 out=$("$TESSERA" ckpt inspect --verify "$WORK/ckpt" 2>&1); rc=$?
 check "inspect --verify: intact, exit 0" test "$rc" = 0
 check "inspect --verify: says so" grep -q "all intact" <<<"$out"
+# the final checkpoint's manifest waits for the final evaluation (they go
+# on together): it records that one, of its own step
+m="$WORK/ckpt/ckpt-000000001200/manifest.json"
+check "run 1: the final checkpoint records the final evaluation's step" \
+  test "$(json_get "$m" eval_step)" = 1200
+check "run 1: and its loss, the summary's" \
+  test "$(json_get "$m" eval.loss)" = "$(json_get "$WORK/s1.json" eval.loss)"
 mv "$WORK/chief.log" "$WORK/chief1.log.txt"
 
 # ---- 1b. a chief started again once the job had finished -----------------------
