@@ -185,9 +185,6 @@ void sm__on_ps_restored(coord_sm *sm, const coord_event *ev) {
            sm__global(sm));
 }
 
-/* A PS was lost: a checkpoint or an evaluation going on read its
- * snapshot, which went with it. It ends here (nothing committed) and is
- * due again: taken once every PS is whole (the run's last ones too). */
 bool sm__in_final(const coord_sm *sm) {
   return sm->phase == SM_FINAL ||
          ((sm->phase == SM_DRAIN || sm->phase == SM_SAVE ||
@@ -199,6 +196,9 @@ void sm__ckpt_retake(coord_sm *sm) {
   else sm->ckpt_due = true;
 }
 
+/* A PS was lost: a checkpoint or an evaluation going on read its
+ * snapshot, which went with it. It ends here (nothing committed) and is
+ * due again: taken once every PS is whole (the run's last ones too). */
 static void sm_alone_end_ops(coord_sm *sm) {
   bool ck = sm__ckpt_busy(sm), ev = sm__eval_busy(sm);
   sm__ckpt_abandon(sm);
