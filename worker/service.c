@@ -206,7 +206,20 @@ static void h_dense(tsr_rpc_incoming *call, void *data) {
 }
 
 static void h_dense_set(tsr_rpc_incoming *call, void *data) {
-  enqueue(data, call, WK_JOB_DENSE_SET);
+  wk_svc *s = data;
+  const Tessera__Worker__DenseSetRequest *q = call->request;
+  if (q->rewind && s->coll) {
+    /* the run rewinds: the ring's steps since are void. A closure of it
+     * may wait on a member that has none left (the chief gives none until
+     * every member took this state): break the ring on every member now,
+     * or this state would queue behind that wait */
+    char why[160];
+    snprintf(why, sizeof why, "the run rewinds to the dense state of %lld "
+             "optimizer applies (the chief restores a checkpoint)",
+             (long long)q->step);
+    tsr_coll_abort(s->coll, TSR_ECANCELED, why);
+  }
+  enqueue(s, call, WK_JOB_DENSE_SET);
 }
 
 static void h_status(tsr_rpc_incoming *call, void *data) {

@@ -39,6 +39,7 @@ typedef struct {
   int64_t step;
   int w;
   bool for_ready;      /* a configure's follow-up: post `ready` after */
+  bool rewind;         /* the run rewinds: the ring's steps are void */
   coord_event ready;
 } dn_call;
 
@@ -382,6 +383,7 @@ static int dn_set_cb(coord *co, int w, dn_call *call, tsr_rpc_call_cb cb) {
     Tessera__Worker__DenseSetRequest q =
         TESSERA__WORKER__DENSE_SET_REQUEST__INIT;
     q.step = co->dense_step;
+    q.rewind = call->rewind;
     q.n_vars = k;
     q.vars = dp;
     uv_buf_t b = uv_buf_init((char *)co->dense_state,
@@ -422,11 +424,19 @@ void coord__dense_restore(coord *co, uint64_t op, int64_t step) {
   tsr_info("dense \"allreduce\": the checkpoint of step %" PRId64 " holds "
            "the dense variables at %" PRId64 " optimizer applies", step,
            co->dense_step);
+  /* the run rewinds (a lost PS's global recovery): once closures have
+   * run, the ring's steps in flight are void. Each worker breaks its ring
+   * as this state arrives (a closure in flight may wait on a member that
+   * has none left, and nothing is dispatched until every member took the
+   * state), and the next closures re-form it */
+  if (co->ring_started) co->ring_dirty = true;
   for (int i = 0; i < co->n_wk; i++) {
     if (coord_sm_wk_state(co->sm, i) != COORD_WK_READY) continue;
     dn_call *call = calloc(1, sizeof *call);
     coord__psop_add(co, op);
-    if (call) *call = (dn_call){.co = co, .op = op, .step = step, .w = i};
+    if (call)
+      *call = (dn_call){.co = co, .op = op, .step = step, .w = i,
+                        .rewind = co->ring_started};
     rc = call ? dn_set(co, i, call) : TSR_ENOMEM;
     if (rc) {
       free(call);

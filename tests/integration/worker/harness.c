@@ -331,13 +331,25 @@ static void on_call(const tsr_rpc_result *r, void *data) {
 
 int h_call_start(h_cluster *c, int w, uint32_t method,
                  const ProtobufCMessage *req, h_result *res) {
+  return h_call_start_payload(c, w, method, req, NULL, 0, res);
+}
+
+int h_call_start_payload(h_cluster *c, int w, uint32_t method,
+                         const ProtobufCMessage *req, const void *payload,
+                         size_t payload_len, h_result *res) {
   memset(res, 0, sizeof *res);
   size_t len = protobuf_c_message_get_packed_size(req);
   uint8_t *buf = malloc(len ? len : 1);
   if (!buf) return TSR_ENOMEM;
   protobuf_c_message_pack(req, buf);
+  uv_buf_t pb = uv_buf_init((char *)(uintptr_t)payload,
+                            (unsigned)payload_len);
   tsr_rpc_request rq = {.method = method, .meta = buf, .meta_len = len,
                         .deadline_ms = 60000};
+  if (payload_len) {
+    rq.payload = &pb;
+    rq.npayload = 1;
+  }
   int rc = tsr_rpc_call(c->wk[w], &rq, on_call, res);
   free(buf);
   return rc;
@@ -423,6 +435,26 @@ int h_configure_all(h_cluster *c, uint64_t run_id, int timeout_ms) {
   return 0;
 }
 
+int h_run_ring_start(h_cluster *c, int w, uint64_t id, int64_t steps,
+                     uint32_t state_root, h_result *res) {
+  Tessera__Worker__RunRequest q = TESSERA__WORKER__RUN_REQUEST__INIT;
+  char *gaddrs[H_MAX_PROCS], *gnames[H_MAX_PROCS], names[H_MAX_PROCS][16];
+  for (int i = 0; i < c->n_workers; i++) {
+    gaddrs[i] = c->wk_addr[i];
+    snprintf(names[i], sizeof names[i], "worker:%d", i);
+    gnames[i] = names[i];
+  }
+  q.closure_id = id;
+  q.steps = steps;
+  q.n_group_addrs = q.n_group_names = (size_t)c->n_workers;
+  q.group_addrs = gaddrs;
+  q.group_names = gnames;
+  q.group_rank = (uint32_t)w;
+  q.group_epoch = c->group_epoch;
+  q.state_root = state_root;
+  return h_call_start(c, w, WK_M_RUN, &q.base, res);
+}
+
 int h_run_start(h_cluster *c, int w, uint64_t id, int64_t steps, bool trace,
                 h_result *res) {
   Tessera__Worker__RunRequest q = TESSERA__WORKER__RUN_REQUEST__INIT;
@@ -468,4 +500,33 @@ int h_dense(h_cluster *c, int w, float **out, size_t *n, int64_t *step) {
   r.payload = NULL;
   h_result_free(&r);
   return 0;
+}
+
+int h_dense_state(h_cluster *c, int w, h_result *res,
+                  Tessera__Worker__DenseResponse **state) {
+  Tessera__Worker__DenseRequest q = TESSERA__WORKER__DENSE_REQUEST__INIT;
+  q.slots = true;
+  *state = NULL;
+  int rc = h_call(c, w, WK_M_DENSE, &q.base, res, 30000);
+  if (rc) {
+    fprintf(stderr, "dense state of worker %d: %s\n", w, res->msg);
+    return rc;
+  }
+  *state = tessera__worker__dense_response__unpack(NULL, res->meta_len,
+                                                   res->meta);
+  return *state ? 0 : TSR_EPROTO;
+}
+
+int h_dense_set_start(h_cluster *c, int w,
+                      const Tessera__Worker__DenseResponse *state,
+                      const void *payload, size_t payload_len, bool rewind,
+                      h_result *res) {
+  Tessera__Worker__DenseSetRequest q =
+      TESSERA__WORKER__DENSE_SET_REQUEST__INIT;
+  q.step = state->step;
+  q.n_vars = state->n_vars;
+  q.vars = state->vars;
+  q.rewind = rewind;
+  return h_call_start_payload(c, w, WK_M_DENSE_SET, &q.base, payload,
+                              payload_len, res);
 }

@@ -101,6 +101,10 @@ int h_call(h_cluster *c, int w, uint32_t method, const ProtobufCMessage *req,
 /* Starts a call and returns at once; h_wait waits for it. */
 int h_call_start(h_cluster *c, int w, uint32_t method,
                  const ProtobufCMessage *req, h_result *res);
+/* The same with a payload: `payload` must stay valid until the call ends. */
+int h_call_start_payload(h_cluster *c, int w, uint32_t method,
+                         const ProtobufCMessage *req, const void *payload,
+                         size_t payload_len, h_result *res);
 int h_wait(h_cluster *c, h_result *res, int timeout_ms);
 void h_result_free(h_result *res);
 
@@ -120,6 +124,11 @@ int h_configure_all(h_cluster *c, uint64_t run_id, int timeout_ms);
  * with `trace` the answer carries the closure's step phases. */
 int h_run_start(h_cluster *c, int w, uint64_t id, int64_t steps, bool trace,
                 h_result *res);
+/* dense "allreduce": the same in the ring of every worker under
+ * c->group_epoch (a new epoch re-forms it), every member taking the dense
+ * state of rank state_root. */
+int h_run_ring_start(h_cluster *c, int w, uint64_t id, int64_t steps,
+                     uint32_t state_root, h_result *res);
 
 /* The start of a test program's main: one test name in argv[1] and
  * TSR_SOURCE_DIR set (else "usage: USAGE (TSR_SOURCE_DIR, TSR_BUILD_DIR
@@ -136,6 +145,16 @@ int h_pull_var(h_cluster *c, int v, float *out, int64_t *step);
  * variables, each numel floats) into a malloc'd *out, and its optimizer
  * applies. */
 int h_dense(h_cluster *c, int w, float **out, size_t *n, int64_t *step);
+/* Worker w's whole dense state, slots too: *state unpacked from res's
+ * meta (free it, then res), its floats in res->payload. */
+int h_dense_state(h_cluster *c, int w, h_result *res,
+                  Tessera__Worker__DenseResponse **state);
+/* Starts setting worker w's dense state to `state` and its payload (as
+ * h_dense_state gave them); `rewind`: the run rewinds to it. */
+int h_dense_set_start(h_cluster *c, int w,
+                      const Tessera__Worker__DenseResponse *state,
+                      const void *payload, size_t payload_len, bool rewind,
+                      h_result *res);
 
 /* Runs the driver loop for about ms milliseconds. */
 void h_spin(h_cluster *c, int ms);
