@@ -94,13 +94,20 @@ static void coord_psop_result(coord *co, uint64_t op, coord_ps *p,
                               const char *message) {
   coord_psop *o = coord_psop_of(co, op);
   if (!o) return;
+  /* `lost`: a PS's call failed by its connection (the machine then takes
+   * the checkpoint again once every PS is whole); the chief's own parts
+   * (the folder, the dense state from a worker) are never a lost PS: a
+   * checkpoint they fail is not taken again at once (with no worker ready
+   * for the dense state, it would be taken again and fail at once, for
+   * ever) */
+  bool lost = p && coord__conn_error(status);
   if (status && !o->status) {
     o->status = status;
     o->failed_ps = p ? p->index : -1;
-    o->lost = coord__conn_error(status);
+    o->lost = lost;
     snprintf(o->msg, sizeof o->msg, "%s: %s", what,
              message && message[0] ? message : tsr_strerror(status));
-  } else if (status && coord__conn_error(status)) {
+  } else if (lost) {
     o->lost = true;
   }
   coord_psop_end(co, op);

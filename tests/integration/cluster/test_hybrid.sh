@@ -10,7 +10,9 @@
 # is installed; a chief killed mid-run resumes from its checkpoint and the
 # workers take the dense state back; a worker killed mid-run leaves the
 # ring, which re-forms, and joins again with the others' dense state;
-# `tessera partition` says where each
+# both workers lost while a checkpoint's folder is made leave it no dense
+# state: it fails once (not taken again at once, for ever), and the
+# workers started again finish the run; `tessera partition` says where each
 # variable lives; a job with sparse tables and no PS is refused naming
 # cluster.ps.
 . "$(dirname "$0")/lib.sh"
@@ -142,6 +144,41 @@ check "the ring re-formed with the survivor, then with the worker back" \
   bash -c "grep -q 'the ring re-forms with 1 worker' $WORK/chief.log && grep -q 'the ring re-forms with 2 worker' $WORK/chief.log"
 check "the returning worker took the survivor's dense state" \
   bash -c "tail -n +$((seen + 1)) $WORK/worker1.log | grep -q 'dense state from rank 0'"
+
+# both workers lost while the chief makes a checkpoint's folder (its test
+# hook holds it): the checkpoint has no worker to give its dense state and
+# fails, once; it is not taken again at once (it would fail at once, for
+# ever, and the workers started again would never be configured); they
+# are, and the run ends with the exact step count
+mkdir -p "$WORK/nw"
+cp "$WORK/diabetes.csv" "$WORK/nw/"
+write_diabetes_job "$WORK/nw/job.json" ', "epochs": 2000, "dense": "allreduce",
+  "steps_per_closure": 20, "checkpoint": {"dir": "ckpt", "every_steps": 500}'
+FGATE="$WORK/nw/folder_gate"
+cluster 0 2
+start_all
+TESSERA_TEST_FOLDER_GATE="$FGATE" start_chief --job "$WORK/nw/job.json" \
+  --summary-json "$WORK/nw/summary.json"
+check "the checkpoint of step 0 is committed" \
+  wait_for 60 test -f "$WORK/nw/ckpt/ckpt-000000000000/manifest.json"
+touch "$FGATE"
+check "the chief holds the next checkpoint's folder" \
+  wait_for 60 test -f "$FGATE.held"
+kill -9 "${PIDS[worker0]}" "${PIDS[worker1]}"
+wait "${PIDS[worker0]}" "${PIDS[worker1]}" 2>/dev/null
+both_lost() { grep -q 'lost worker:0' "$WORK/chief.log" && grep -q 'lost worker:1' "$WORK/chief.log"; }
+check "the chief saw both workers go" wait_for 60 both_lost
+rm -f "$FGATE"
+no_dense() { grep -q 'checkpoint of step [0-9]* failed: dense state: .*no worker is ready' "$WORK/chief.log"; }
+check "the checkpoint fails: no worker to give the dense state" wait_for 60 no_dense
+start_worker 0
+start_worker 1
+wait_chief 120
+check "the chief exits 0" test "$CHIEF_RC" = 0
+steps=$(json_get "$WORK/nw/summary.json" steps 2>/dev/null || echo 0)
+check "exact step count with the workers back ($steps)" test "$steps" = 12000
+failed=$(grep -c 'checkpoint of step [0-9]* failed' "$WORK/chief.log")
+check "that checkpoint failed once, and no other ($failed)" test "$failed" = 1
 
 # where each variable lives
 cat >"$WORK/ctr.json" <<'JSON'
