@@ -159,7 +159,7 @@ static inline int sim_disk_at(const sim *s, int64_t step) {
 }
 
 static inline int64_t sim_k(const sim *s) {
-  return s->cfg.mode == TSR_MODE_SYNC ? s->cfg.n_wk : 1;
+  return s->cfg.mode == TSR_MODE_SYNC || s->cfg.lockstep ? s->cfg.n_wk : 1;
 }
 
 static inline bool sim_was_counted(const sim *s, uint64_t id) {
@@ -343,6 +343,12 @@ static inline void sim_apply(sim *s, const coord_action *a) {
       }
       s->counted[s->n_counted++] = a->closure.id;
       s->counted_steps += a->closure.steps;
+      if (s->cfg.lockstep) {
+        /* lockstep: the scheduler's count stops at the run's worker
+         * steps (the last closures round up) */
+        int64_t room = (coord_sm_total_steps(s->sm) - s->base) * sim_k(s);
+        if (s->counted_steps > room) s->counted_steps = room;
+      }
       break;
     case COORD_ACT_NOTE:
       SIM_CHECK(s, a->msg[0] != 0, "an empty note");
