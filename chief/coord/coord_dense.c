@@ -5,8 +5,10 @@
  * applies with it, listed in the manifest with ps -1): inspect, export,
  * verification and restore read them as they read the PS's.
  *
- * Happy path. SAVE: the lowest-numbered ready worker answers its dense
- * state (WK_M_DENSE, between closures: the machine has drained them), the
+ * Happy path. SAVE: the lowest-numbered ready worker that holds the
+ * ring's trained state answers it (WK_M_DENSE, between closures: the
+ * machine has drained them; a worker configured since, a fresh process
+ * with the initial values, is never asked), the
  * chief writes one file per dense variable (written, read back, checked)
  * and adds it to the checkpoint's list; before any closure (the step-0
  * checkpoint of a fresh run) the chief writes the initial state itself,
@@ -14,8 +16,16 @@
  * files (each part's own checks, the model's shapes and slots) and sends
  * the state to every ready worker (WK_M_DENSE_SET); a worker configured
  * before training goes on gets it right after its configure.
- * Failure modes: no ready worker, a worker's error, a file that cannot be
- * written: the SAVE fails (the machine discards the checkpoint); a file
+ * Every worker that held the trained state lost (those configured since
+ * hold none): the run goes on from the newest committed checkpoint's,
+ * made the live state as a restored one (a worker configured now takes
+ * it before any closure, so it can evaluate; a checkpoint writes it), or
+ * from the initial values when there is none. A worker configured while
+ * another holds the state is "fresh" (WK_READY): it evaluates nothing
+ * until a closure gives it the ring's state.
+ * Failure modes: a worker that holds the state not ready, a worker's
+ * error, a file that cannot be written, a newest checkpoint that cannot
+ * be read: the SAVE fails (the machine discards the checkpoint); a file
  * missing or damaged, a state a worker refuses: the RESTORE fails (the
  * machine tries an older checkpoint). Each names the worker or the file.
  */
@@ -204,39 +214,102 @@ static int dn_save_initial(coord *co, const char *dir, char *err,
   return rc;
 }
 
-/* The restored state (not trained past yet), written back. */
-static int dn_save_restored(coord *co, const char *dir, char *err,
-                            size_t errlen) {
+/* A whole dense state (DenseSetRequest's order) written. */
+static int dn_save_state(coord *co, const char *dir, const float *state,
+                         int64_t applies, char *err, size_t errlen) {
   size_t at = 0;
   int rc = 0;
   for (size_t v = 0; v < co->n_vars && !rc; v++) {
     if (!dn_dense(co, v)) continue;
-    rc = dn_write(co, dir, v, co->dense_state + at, co->dense_step, -1, err,
-                  errlen);
+    rc = dn_write(co, dir, v, state + at, applies, -1, err, errlen);
     at += (size_t)co->vars[v].numel * (size_t)(1 + dn_slots(co, v));
   }
   return rc;
 }
 
+static int dn_read(coord *co, int64_t step, float **out, size_t *floats,
+                   int64_t *applies, char *err, size_t errlen);
+
+/* Every worker that held the dense state was lost: the run goes on from
+ * the newest committed checkpoint's (the steps since are not rewound, as
+ * a lost PS's shards in async mode), read into dense_state (not live): 1;
+ * 0 with no checkpoint (from the initial values); -1 (err) when it
+ * cannot be read. Each said in the log. */
+static int dn_orphan_load(coord *co, char *err, size_t errlen) {
+  int64_t step = -1;
+  json_t *m = NULL;
+  if (!co->job.checkpoint_dir ||
+      chief_ckpt_latest(co->job.checkpoint_dir, &step, &m, err, errlen)) {
+    coord__note(co, TSR_LOG_WARN, "dense \"allreduce\": every worker that "
+                "held the dense variables was lost and there is no "
+                "checkpoint: training goes on from their initial values");
+    return 0;
+  }
+  json_decref(m);
+  float *state;
+  size_t floats;
+  int64_t applies;
+  int rc = co->dense_sending > 0
+               ? tsr_errf(err, errlen, TSR_EBUSY, "an earlier state is "
+                          "still being sent")
+               : dn_read(co, step, &state, &floats, &applies, err, errlen);
+  if (rc) {
+    coord__note(co, TSR_LOG_WARN, "dense \"allreduce\": every worker that "
+                "held the dense variables was lost, and the checkpoint of "
+                "step %" PRId64 " cannot give them: %s", step, err);
+    return -1;
+  }
+  coord__dense_forget(co);
+  co->dense_state = state;
+  co->dense_floats = floats;
+  co->dense_step = applies;
+  coord__note(co, TSR_LOG_WARN, "dense \"allreduce\": every worker that held "
+              "the dense variables was lost: they go on from the checkpoint "
+              "of step %" PRId64 " (the steps since are not rewound)", step);
+  return 1;
+}
+
+/* Whether a worker holds the run's dense state. */
+static bool dn_held(const coord *co) {
+  for (int i = 0; i < co->n_wk; i++)
+    if (co->wk[i].has_state) return true;
+  return false;
+}
+
 void coord__dense_save(coord *co, uint64_t op, int64_t step) {
   coord__psop_add(co, op);
   char err[COORD_MSG_MAX];
-  if (co->dense_live || !co->dense_trained) {
+  bool initial = !co->dense_trained;
+  if (!co->dense_live && !initial && !dn_held(co)) {
+    /* no worker holds it: the state the run goes on from, which every
+     * worker configured from now on takes */
+    int got = dn_orphan_load(co, err, sizeof err);
+    if (got < 0) {
+      coord__psop_answer(co, op, "dense state", TSR_EUNAVAIL, err);
+      return;
+    }
+    co->dense_live = got > 0;
+    initial = got == 0;
+  }
+  if (co->dense_live || initial) {
     char dir[DN_DIR_MAX];
     int rc = dn_dir(co, step, dir, err, sizeof err);
     if (!rc)
-      rc = co->dense_live ? dn_save_restored(co, dir, err, sizeof err)
+      rc = co->dense_live ? dn_save_state(co, dir, co->dense_state,
+                                          co->dense_step, err, sizeof err)
                           : dn_save_initial(co, dir, err, sizeof err);
     coord__psop_answer(co, op, "dense state", rc, rc ? err : NULL);
     return;
   }
   int w = -1;
   for (int i = 0; i < co->n_wk && w < 0; i++)
-    if (coord_sm_wk_state(co->sm, i) == COORD_WK_READY) w = i;
+    if (co->wk[i].has_state &&
+        coord_sm_wk_state(co->sm, i) == COORD_WK_READY)
+      w = i;
   if (w < 0) {
     coord__psop_answer(co, op, "dense state", TSR_EUNAVAIL,
-                       "dense \"allreduce\": no worker is ready to give the "
-                       "dense variables");
+                       "dense \"allreduce\": no worker that holds the dense "
+                       "variables is ready to give them");
     return;
   }
   dn_call *call = calloc(1, sizeof *call);
@@ -339,6 +412,10 @@ static void dn_on_set(const tsr_rpc_result *r, void *data) {
       ev.status = r->status;
       ev.err_kind = coord__wk_err_kind(&co->wk[call->w], r);
       ev.msg = r->message;
+    } else {
+      /* it holds the run's state: the restored one, not trained past */
+      co->wk[call->w].has_state = true;
+      ev.fresh = false;
     }
     coord__post(co, &ev);
   } else {
@@ -458,35 +535,8 @@ static void dn_on_set_logged(const tsr_rpc_result *r, void *data) {
 }
 
 void coord__dense_from_ckpt(coord *co) {
-  int64_t step = -1;
-  json_t *m = NULL;
   char err[COORD_MSG_MAX];
-  if (!co->job.checkpoint_dir ||
-      chief_ckpt_latest(co->job.checkpoint_dir, &step, &m, err, sizeof err)) {
-    coord__note(co, TSR_LOG_WARN, "dense \"allreduce\": every worker that "
-                "held the dense variables was lost and there is no "
-                "checkpoint: training goes on from their initial values");
-    return;
-  }
-  json_decref(m);
-  float *state;
-  size_t floats;
-  int64_t applies;
-  if (co->dense_sending > 0 ||
-      dn_read(co, step, &state, &floats, &applies, err, sizeof err)) {
-    coord__note(co, TSR_LOG_WARN, "dense \"allreduce\": every worker that "
-                "held the dense variables was lost, and the checkpoint of "
-                "step %" PRId64 " cannot give them: %s", step,
-                co->dense_sending > 0 ? "a state is still being sent" : err);
-    return;
-  }
-  coord__dense_forget(co);
-  co->dense_state = state;
-  co->dense_floats = floats;
-  co->dense_step = applies;
-  coord__note(co, TSR_LOG_WARN, "dense \"allreduce\": every worker that held "
-              "the dense variables was lost: they go on from the checkpoint "
-              "of step %" PRId64 " (the steps since are not rewound)", step);
+  if (dn_orphan_load(co, err, sizeof err) <= 0) return;
   for (int i = 0; i < co->n_wk; i++) {
     if (!co->wk[i].in_ring) continue;
     dn_call *call = calloc(1, sizeof *call);
@@ -497,8 +547,20 @@ void coord__dense_from_ckpt(coord *co) {
 }
 
 void coord__dense_ready(coord *co, int w, const coord_event *ready) {
+  /* every worker that held the dense state lost: worker w (and each one
+   * configured after it) takes the newest checkpoint's before any
+   * closure, so it can evaluate and be checkpointed; with no checkpoint
+   * the initial values it holds are the run's */
+  if (!co->dense_live && co->ring_started && !dn_held(co)) {
+    char err[COORD_MSG_MAX];
+    int got = dn_orphan_load(co, err, sizeof err);
+    co->dense_live = got > 0;
+    if (got == 0) co->wk[w].has_state = true;
+  }
   if (!co->dense_live) {
-    coord__post(co, ready);
+    coord_event ev = *ready;
+    ev.fresh = !co->wk[w].has_state;
+    coord__post(co, &ev);
     return;
   }
   dn_call *call = calloc(1, sizeof *call);

@@ -40,13 +40,24 @@ struct coord_fs_job {
 
 static void coord_fs_next(coord *co);
 
-/* The test hook (chief_coord_opts.test_folder_gate): says it holds a
- * folder (<gate>.held), then waits while the gate exists. */
-static void coord_fs_gate(const char *gate) {
+/* The test hook (chief_coord_opts.test_folder_gate): while the gate
+ * exists, and the step written in it (none: 0) is at most `step`, says it
+ * holds the folder of step `step` (<gate>.held, the step in it), then
+ * waits while the gate exists. */
+static void coord_fs_gate(const char *gate, int64_t step) {
   char held[4096];
   if (snprintf(held, sizeof held, "%s.held", gate) >= (int)sizeof held) return;
-  FILE *f = access(gate, F_OK) == 0 ? fopen(held, "w") : NULL;
-  if (f) fclose(f);
+  FILE *g = fopen(gate, "r");
+  if (!g) return;
+  long long from = 0;
+  if (fscanf(g, "%lld", &from) != 1) from = 0;
+  fclose(g);
+  if (step < from) return;
+  FILE *f = fopen(held, "w");
+  if (f) {
+    fprintf(f, "%" PRId64 "\n", step);
+    fclose(f);
+  }
   while (access(gate, F_OK) == 0) usleep(20000);
 }
 
@@ -54,7 +65,7 @@ static void coord_fs_work(uv_work_t *w) {
   coord_fs_job *j = w->data;
   const char *root = j->co->job.checkpoint_dir;
   if (j->make && j->co->o->test_folder_gate)
-    coord_fs_gate(j->co->o->test_folder_gate);
+    coord_fs_gate(j->co->o->test_folder_gate, j->step);
   j->rc = j->make ? chief_ckpt_prepare(root, j->step, j->err, sizeof j->err)
                   : chief_ckpt_remove(root, j->step, j->err, sizeof j->err);
 }

@@ -443,9 +443,17 @@ static void sm_pump(coord_sm *sm) {
           sm_restore_failed(sm, -1, "no answer to the restore");
         break;
       case SM_TRAIN: sm__pump_train(sm); break;
-      case SM_DRAIN: sm__pump_drain(sm); break;
-      case SM_SAVE: break; /* its answer moves it on */
-      case SM_EVAL: break; /* likewise */
+      /* a pause for a checkpoint or an evaluation (a large model's can
+       * take minutes): a worker back meanwhile is configured now, ready
+       * when training goes on */
+      case SM_DRAIN:
+        sm__configure_workers(sm);
+        if (!sm->ended && sm->phase == SM_DRAIN) sm__pump_drain(sm);
+        break;
+      case SM_SAVE: /* its answer moves it on */
+      case SM_EVAL: /* likewise */
+        sm__configure_workers(sm);
+        break;
       case SM_RECOVER: sm__pump_recover(sm); break;
       case SM_FINAL: sm_pump_final(sm); break;
       case SM_SHUTDOWN:

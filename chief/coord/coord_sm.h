@@ -168,7 +168,8 @@ typedef enum {
   COORD_EV_CKPT_FAILED,    /* op, step, msg */
   COORD_EV_WK_UP,          /* index */
   COORD_EV_WK_LOST,        /* index, msg */
-  COORD_EV_WK_READY,       /* index, examples (per epoch, -1 unknown) */
+  COORD_EV_WK_READY,       /* index, examples (per epoch, -1 unknown),
+                              fresh */
   COORD_EV_WK_CONFIG_FAILED, /* index, err_kind, msg */
   COORD_EV_CLOSURE_DONE,   /* index, closure_id, generation, steps_done,
                               stats */
@@ -190,6 +191,11 @@ typedef struct {
   const char *msg;         /* borrowed for the call; NULL: none */
   int64_t step;
   int64_t examples;
+  /* WK_READY, dense "allreduce": the worker holds none of the run's dense
+   * state (configured after the ring's first closures: a fresh process,
+   * its initial values, until a closure of it ends); it does not
+   * evaluate */
+  bool fresh;
   uint64_t closure_id;
   uint32_t generation;
   int64_t steps_done;

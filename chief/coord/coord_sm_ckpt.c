@@ -412,7 +412,9 @@ void sm__on_eval(coord_sm *sm, const coord_event *ev) {
       return;
     }
     int w = sm->eval_worker;
-    if (sm->wk[w].st != COORD_WK_READY && (w = sm__ready_worker(sm)) < 0) {
+    /* gone since, or back fresh (holding no dense state): another */
+    if ((sm->wk[w].st != COORD_WK_READY || sm->wk[w].fresh) &&
+        (w = sm__ready_worker(sm)) < 0) {
       sm->ev_stage = SM_EV_RUN;
       sm_eval_done(sm, "no worker is ready");
       return;

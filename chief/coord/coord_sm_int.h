@@ -52,6 +52,8 @@ typedef struct {
   bool answered;        /* has answered a configuration of this run */
   bool left;            /* ssp/sync: told the PS it no longer counts */
   bool member;          /* MEMBER up given, no MEMBER down since */
+  bool fresh;           /* dense "allreduce": ready, holding none of the
+                           run's dense state yet (WK_READY's fresh) */
   int restarts;
   int failures;         /* its own closure errors in a row */
   int64_t examples;     /* per epoch, -1 unknown */
@@ -201,7 +203,9 @@ void sm__release_idle(coord_sm *sm);  /* closures sent */
 void sm__enter_train(coord_sm *sm);
 void sm__pump_train(coord_sm *sm);
 int sm__count(const coord_sm *sm, coord_wk_state st);
-int sm__ready_worker(coord_sm *sm);  /* for an evaluation; -1: none */
+/* A ready worker for an evaluation, round robin, never a fresh one;
+ * -1: none */
+int sm__ready_worker(coord_sm *sm);
 /* What training or a pause waits for (closures out, no worker): the text
  * of coord_sm_waiting; "" when nothing. */
 size_t sm__waiting_train(const coord_sm *sm, char *buf, size_t len);

@@ -26,7 +26,7 @@ int sm__count(const coord_sm *sm, coord_wk_state st) {
 int sm__ready_worker(coord_sm *sm) {
   for (int k = 0; k < sm->c.n_wk; k++) {
     int w = (sm->eval_rr + k) % sm->c.n_wk;
-    if (sm->wk[w].st == COORD_WK_READY) {
+    if (sm->wk[w].st == COORD_WK_READY && !sm->wk[w].fresh) {
       sm->eval_rr = w + 1;
       return w;
     }
@@ -178,6 +178,7 @@ void sm__on_worker(coord_sm *sm, const coord_event *ev) {
         break;
       }
       k->st = COORD_WK_READY;
+      k->fresh = ev->fresh;
       k->ever_ready = true;
       k->left = false; /* its configure joined the PS clocks (ssp, sync) */
       k->failures = 0; /* a worker configured again starts afresh */
@@ -257,6 +258,7 @@ void sm__on_closure(coord_sm *sm, const coord_event *ev) {
   sm_wk *k = &sm->wk[w];
   bool known = sm_out_take(sm, ev->closure_id);
   if (ev->kind == COORD_EV_CLOSURE_DONE) {
+    k->fresh = false; /* it took the ring's state */
     if (chief_sched_done(sm->sched, ev->closure_id, ev->generation,
                          ev->steps_done)) {
       coord_action *a = sm__emit(sm, COORD_ACT_COUNT);

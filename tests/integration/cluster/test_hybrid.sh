@@ -10,9 +10,10 @@
 # is installed; a chief killed mid-run resumes from its checkpoint and the
 # workers take the dense state back; a worker killed mid-run leaves the
 # ring, which re-forms, and joins again with the others' dense state;
-# both workers lost while a checkpoint's folder is made leave it no dense
-# state: it fails once (not taken again at once, for ever), and the
-# workers started again finish the run; `tessera partition` says where each
+# a checkpoint's dense variables come from a worker that holds the
+# trained state (workers killed and started again while its folder is
+# made: from the survivor, or with none the newest checkpoint's), and the
+# runs end with the exact step count; `tessera partition` says where each
 # variable lives; a job with sparse tables and no PS is refused naming
 # cluster.ps.
 . "$(dirname "$0")/lib.sh"
@@ -145,40 +146,103 @@ check "the ring re-formed with the survivor, then with the worker back" \
 check "the returning worker took the survivor's dense state" \
   bash -c "tail -n +$((seen + 1)) $WORK/worker1.log | grep -q 'dense state from rank 0'"
 
-# both workers lost while the chief makes a checkpoint's folder (its test
-# hook holds it): the checkpoint has no worker to give its dense state and
-# fails, once; it is not taken again at once (it would fail at once, for
-# ever, and the workers started again would never be configured); they
-# are, and the run ends with the exact step count
-mkdir -p "$WORK/nw"
-cp "$WORK/diabetes.csv" "$WORK/nw/"
-write_diabetes_job "$WORK/nw/job.json" ', "epochs": 2000, "dense": "allreduce",
-  "steps_per_closure": 20, "checkpoint": {"dir": "ckpt", "every_steps": 500}'
-FGATE="$WORK/nw/folder_gate"
-cluster 0 2
-start_all
-TESSERA_TEST_FOLDER_GATE="$FGATE" start_chief --job "$WORK/nw/job.json" \
-  --summary-json "$WORK/nw/summary.json"
-check "the checkpoint of step 0 is committed" \
-  wait_for 60 test -f "$WORK/nw/ckpt/ckpt-000000000000/manifest.json"
-touch "$FGATE"
-check "the chief holds the next checkpoint's folder" \
-  wait_for 60 test -f "$FGATE.held"
-kill -9 "${PIDS[worker0]}" "${PIDS[worker1]}"
-wait "${PIDS[worker0]}" "${PIDS[worker1]}" 2>/dev/null
-both_lost() { grep -q 'lost worker:0' "$WORK/chief.log" && grep -q 'lost worker:1' "$WORK/chief.log"; }
-check "the chief saw both workers go" wait_for 60 both_lost
-rm -f "$FGATE"
-no_dense() { grep -q 'checkpoint of step [0-9]* failed: dense state: .*no worker is ready' "$WORK/chief.log"; }
-check "the checkpoint fails: no worker to give the dense state" wait_for 60 no_dense
-start_worker 0
-start_worker 1
-wait_chief 120
-check "the chief exits 0" test "$CHIEF_RC" = 0
-steps=$(json_get "$WORK/nw/summary.json" steps 2>/dev/null || echo 0)
-check "exact step count with the workers back ($steps)" test "$steps" = 12000
-failed=$(grep -c 'checkpoint of step [0-9]* failed' "$WORK/chief.log")
-check "that checkpoint failed once, and no other ($failed)" test "$failed" = 1
+# A checkpoint's dense variables come from a worker that holds the ring's
+# trained state, never from one configured since (a fresh process, its
+# initial values). The chief's test hook holds a checkpoint's folder while
+# workers are killed and started again, and lets it go once the chief has
+# configured them (ready, in no ring yet): with worker 0 alone killed, the
+# checkpoint is written from worker 1's state; with both, no worker holds
+# the state, and the checkpoint takes the newest committed one's (what the
+# next ring goes on from), equal to it. Each run ends 0 with the exact step
+# count and no checkpoint failed.
+same_npz() { # a.npz b.npz: 0 when every array is equal
+  /usr/bin/python3 - "$1" "$2" <<'PY'
+import sys, numpy as np
+a, b = np.load(sys.argv[1]), np.load(sys.argv[2])
+sys.exit(0 if a.files == b.files and
+         all(np.array_equal(a[k], b[k]) for k in a.files) else 1)
+PY
+}
+differs() { [ -f "$1" ] && [ -f "$2" ] && ! same_npz "$1" "$2"; }
+no_ckpt_failed() { # log-line offset
+  ! tail -n +"$1" "$WORK/chief.log" | grep -q 'checkpoint of step [0-9]* failed'
+}
+from_worker() { # checkpoint folder, worker: its dense parts, by that worker only
+  grep -aq "tessera-chief (worker:$2)" "$1"/* &&
+    ! grep -aq "tessera-chief (worker:$((1 - $2)))" "$1"/*
+}
+eval_loss() { # step: the chief's evaluation of that step in this run
+  tail -n +"$LOG0" "$WORK/chief.log" | sed -n "s/.*eval at step $1: loss \([^ ]*\)$/\1/p" | head -1
+}
+below() { /usr/bin/python3 -c "import sys; sys.exit(0 if float('$1') < float('$2') else 1)" 2>/dev/null; }
+ready_again() { # log-line offset, workers...: each configured again since
+  local w
+  for w in "${@:2}"; do
+    tail -n +"$1" "$WORK/chief.log" | grep -q "worker:$w (.*) ready on" || return 1
+  done
+}
+held_run() { # folder, workers to kill...
+  local label=$1 d="$WORK/$1" w; shift
+  mkdir -p "$d"
+  cp "$WORK/diabetes.csv" "$d/"
+  write_diabetes_job "$d/job.json" ', "epochs": 2000, "dense": "allreduce",
+  "steps_per_closure": 20, "eval_every_steps": 500,
+  "checkpoint": {"dir": "ckpt", "every_steps": 500, "keep": 1000}'
+  FGATE="$d/folder_gate"
+  LOG0=$(($(wc -l <"$WORK/chief.log") + 1))
+  cluster 0 2
+  start_all
+  echo 1000 >"$FGATE" # held: the first folder of a step >= 1000
+  TESSERA_TEST_FOLDER_GATE="$FGATE" start_chief --job "$d/job.json" \
+    --summary-json "$d/summary.json"
+  check "$label: the chief holds a checkpoint's folder past step 1000" \
+    wait_for 60 test -s "$FGATE.held"
+  HELD=$(cat "$FGATE.held")
+  for w in "$@"; do kill -9 "${PIDS[worker$w]}"; wait "${PIDS[worker$w]}" 2>/dev/null; done
+  local seen=$(($(wc -l <"$WORK/chief.log") + 1))
+  for w in "$@"; do start_worker "$w"; done
+  check "$label: the workers started again are configured" \
+    wait_for 60 ready_again "$seen" "$@"
+  rm -f "$FGATE"
+  wait_chief 120
+  check "$label: the chief exits 0" test "$CHIEF_RC" = 0
+  local steps
+  steps=$(json_get "$d/summary.json" steps 2>/dev/null || echo 0)
+  check "$label: exact step count ($steps)" test "$steps" = 12000
+  check "$label: no checkpoint failed" no_ckpt_failed "$LOG0"
+  HELD_DIR=$(printf '%s/ckpt/ckpt-%012d' "$d" "$HELD")
+  "$TESSERA" ckpt export "$HELD_DIR" --npz "$d/held.npz" >/dev/null 2>&1
+  "$TESSERA" ckpt export "$d/ckpt/ckpt-000000000000" --npz "$d/initial.npz" \
+    >/dev/null 2>&1
+}
+held_run one_back 0
+check "one_back: the held checkpoint ($HELD) was written from worker 1's state" \
+  from_worker "$HELD_DIR" 1
+check "one_back: its dense values are trained, not the initial ones" \
+  differs "$WORK/one_back/held.npz" "$WORK/one_back/initial.npz"
+first=$(tail -n +"$LOG0" "$WORK/chief.log" | sed -n 's/.*eval at step \([0-9]*\): loss.*/\1/p' | head -1)
+l_first=$(eval_loss "${first:-x}")
+l_held=$(eval_loss "$HELD")
+check "one_back: the evaluation of step $HELD is not on the worker started again (its loss $l_held below step ${first:-none}'s $l_first)" \
+  below "${l_held:-x}" "${l_first:-x}"
+held_run both_back 0 1
+from=$(tail -n +"$LOG0" "$WORK/chief.log" | sed -n "s/.*was lost: they go on from the checkpoint of step \([0-9]*\) .*/\1/p" | head -1)
+check "both_back: the chief says the workers go on from the newest checkpoint's dense state (step ${from:-none})" \
+  test -n "$from"
+if [ -n "$from" ]; then
+  "$TESSERA" ckpt export "$(printf '%s/ckpt/ckpt-%012d' "$WORK/both_back" "$from")" \
+    --npz "$WORK/both_back/from.npz" >/dev/null 2>&1
+fi
+check "both_back: its dense values equal the checkpoint of step ${from:-none}'s, trained" \
+  test "${from:-0}" -gt 0
+check "both_back: its dense values equal the checkpoint of step ${from:-none}'s" \
+  same_npz "$WORK/both_back/held.npz" "$WORK/both_back/from.npz"
+check "both_back: and not the initial ones" \
+  differs "$WORK/both_back/held.npz" "$WORK/both_back/initial.npz"
+l_from=$(eval_loss "${from:-x}")
+l_held=$(eval_loss "$HELD")
+check "both_back: the evaluation of step $HELD, on a worker started again, sees the dense state of step ${from:-none} ($l_held, $l_from)" \
+  test -n "$l_held" -a "$l_held" = "$l_from"
 
 # where each variable lives
 cat >"$WORK/ctr.json" <<'JSON'

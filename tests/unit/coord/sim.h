@@ -9,7 +9,8 @@
  *     dispatched in, and the steps counted since the last REWIND plus its
  *     step are the machine's step count;
  *   - CONFIGURE / DISPATCH / EVALUATE go to a worker that is up, DISPATCH
- *     only to a member (MEMBER up given, no MEMBER down since);
+ *     only to a member (MEMBER up given, no MEMBER down since), EVALUATE
+ *     never to a fresh one (ready with `fresh`, no closure of it ended);
  *   - MEMBER changes a worker's membership each time and bumps the epoch
  *     by one;
  *   - RESTORE_PS (a PS restored alone) only in async, of a committed
@@ -108,6 +109,8 @@ typedef struct {
                                      rewound to (-1: none) */
   bool last_rewind_resumed;
   bool member[SIM_MAX];           /* as the MEMBER actions said */
+  bool fresh_next[SIM_MAX];       /* the worker's next WK_READY: fresh */
+  bool fresh[SIM_MAX];            /* ready fresh, no closure ended since */
   uint64_t members_epoch;
   uint64_t alone_op[SIM_MAX];     /* RESTORE_PS out per PS (0: none) */
   int64_t alone_step[SIM_MAX];
@@ -156,7 +159,7 @@ static inline int sim_disk_at(const sim *s, int64_t step) {
 }
 
 static inline int64_t sim_k(const sim *s) {
-  return s->cfg.mode == TSR_MODE_SYNC ? s->cfg.n_wk : 1;
+  return s->cfg.mode == TSR_MODE_SYNC || s->cfg.lockstep ? s->cfg.n_wk : 1;
 }
 
 static inline bool sim_was_counted(const sim *s, uint64_t id) {
@@ -200,6 +203,8 @@ static inline void sim_apply(sim *s, const coord_action *a) {
       if (a->kind == COORD_ACT_EVALUATE) {
         SIM_CHECK(s, a->index >= 0 && s->wk_up[a->index],
                   "EVALUATE on worker %d that is down", a->index);
+        SIM_CHECK(s, !s->fresh[a->index], "EVALUATE on worker %d, which "
+                  "holds no dense state yet", a->index);
         SIM_CHECK(s, s->snap_held && a->op == s->ev_op,
                   "EVALUATE of snapshot %" PRIu64 " the PS do not hold",
                   a->op);
@@ -338,6 +343,12 @@ static inline void sim_apply(sim *s, const coord_action *a) {
       }
       s->counted[s->n_counted++] = a->closure.id;
       s->counted_steps += a->closure.steps;
+      if (s->cfg.lockstep) {
+        /* lockstep: the scheduler's count stops at the run's worker
+         * steps (the last closures round up) */
+        int64_t room = (coord_sm_total_steps(s->sm) - s->base) * sim_k(s);
+        if (s->counted_steps > room) s->counted_steps = room;
+      }
       break;
     case COORD_ACT_NOTE:
       SIM_CHECK(s, a->msg[0] != 0, "an empty note");
@@ -605,8 +616,10 @@ static inline void sim_ck_through(sim *s) {
 static inline void sim_ready(sim *s, int w) {
   assert_true(s->cfg_pending[w]);
   s->cfg_pending[w] = false;
+  s->fresh[w] = s->fresh_next[w];
+  s->fresh_next[w] = false;
   sim_ev(s, (coord_event){.kind = COORD_EV_WK_READY, .index = w,
-                          .examples = s->examples[w]});
+                          .examples = s->examples[w], .fresh = s->fresh[w]});
 }
 
 static inline void sim_cfg_fail(sim *s, int w, coord_err_kind k,
@@ -625,6 +638,7 @@ static inline sim_fl sim_take(sim *s, int k) {
 
 static inline void sim_closure_done(sim *s, int k, int64_t steps) {
   sim_fl f = sim_take(s, k);
+  s->fresh[f.c.worker] = false;
   coord_event ev = {.kind = COORD_EV_CLOSURE_DONE, .index = f.c.worker,
                     .closure_id = f.c.id, .generation = f.c.generation,
                     .steps_done = steps < 0 ? f.c.steps : steps};

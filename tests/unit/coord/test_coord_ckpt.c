@@ -625,6 +625,45 @@ static void lockstep_takes_them_at_a_boundary(void **state) {
   sim_free(&s);
 }
 
+/* Dense "allreduce": a worker configured again while the run's last
+ * checkpoint is taken (a fresh process: the initial values, until a
+ * closure gives it the ring's state; none comes, the run is over) is
+ * configured during the pause, and the final evaluation runs on the
+ * worker that holds the state, never on it (the sim checks every
+ * EVALUATE), for either worker coming back. */
+static void lockstep_fresh_worker_evaluates_nothing(void **state) {
+  (void)state;
+  for (int back = 0; back < 2; back++) {
+    coord_sm_config c = sim_ckpt_config(1, 2, TSR_MODE_ASYNC, 240, 40);
+    c.lockstep = true;
+    c.has_eval = true;
+    sim s;
+    sim_init(&s, &c, (unsigned)back);
+    start(&s);
+    run_to_checkpoint(&s, 240, COORD_ACT_SAVE);
+    assert_true(s.ck_active && s.ck_step == 240);
+    sim_wk_lost(&s, back);
+    s.fresh_next[back] = true;
+    sim_wk_up(&s, back);
+    assert_true(s.cfg_pending[back]); /* configured in the pause */
+    sim_ready(&s, back);
+    assert_true(s.fresh[back]);
+    for (int r = 0; r < 100 && !s.ev_active; r++) {
+      if (s.ck_active) sim_ck_answer(&s, 0, -1, false, NULL);
+      else sim_tick(&s, 0.1);
+    }
+    assert_true(s.ev_active && s.ev_kind == COORD_ACT_SNAPSHOT);
+    sim_ev_answer(&s, 0, NULL);
+    assert_true(s.ev_active && s.ev_kind == COORD_ACT_EVALUATE);
+    assert_int_equal(s.ev_worker, 1 - back);
+    for (int r = 0; r < 100000 && !s.ended; r++) sim_step(&s);
+    assert_int_equal(s.status, 0);
+    assert_int_equal(coord_sm_global_step(s.sm), 240);
+    assert_int_equal(sim_disk_newest(&s), 240);
+    sim_free(&s);
+  }
+}
+
 int main(void) {
   tsr_log_set_level(TSR_LOG_ERROR);
   const struct CMUnitTest tests[] = {
@@ -640,6 +679,7 @@ int main(void) {
       cmocka_unit_test(pruning_keeps_chains),
       cmocka_unit_test(evaluation_does_not_pause),
       cmocka_unit_test(lockstep_takes_them_at_a_boundary),
+      cmocka_unit_test(lockstep_fresh_worker_evaluates_nothing),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -201,6 +201,17 @@ static void keep_within_limits(rsim *x) {
     if (s->cfg_pending[w]) DO(x, sim_ready(s, w));
 }
 
+/* dense "allreduce": a worker configured while another holds the ring's
+ * state (ready, a closure of it ended) may be fresh, as the I/O side
+ * says of one configured after the ring's first closures */
+static void maybe_fresh(rsim *x, int w) {
+  sim *s = &x->s;
+  if (!s->cfg.lockstep || s->count[COORD_ACT_DISPATCH] == 0) return;
+  for (int k = 0; k < s->cfg.n_wk; k++)
+    if (k != w && s->wk_up[k] && !s->fresh[k] && !s->cfg_pending[k])
+      s->fresh_next[w] = rnd(&x->r) % 2;
+}
+
 static void one_event(rsim *x) {
   sim *s = &x->s;
   uint32_t p = rnd(&x->r) % 100;
@@ -264,6 +275,7 @@ static void one_event(rsim *x) {
   } else if (p < 93) {
     for (int w = 0; w < s->cfg.n_wk; w++)
       if (!s->wk_up[w]) {
+        maybe_fresh(x, w);
         DO(x, sim_wk_up(s, w));
         break;
       }
@@ -292,6 +304,8 @@ static struct {
       worker_restarts, epochs, timers_failed, no_ckpt_failed, alone;
 } stats;
 
+static bool lockstep; /* the runs of dense "allreduce" (async tables) */
+
 static coord_sm_config random_config(rng *r, tsr_mode mode) {
   bool epochs = rnd(r) % 3 == 0;
   coord_sm_config c =
@@ -305,6 +319,7 @@ static coord_sm_config random_config(rng *r, tsr_mode mode) {
   c.has_eval = rnd(r) % 2;
   c.eval_every_steps = rnd(r) % 2 ? 30 + rnd(r) % 50 : 0;
   c.sync_rejoin = rnd(r) % 2;
+  c.lockstep = lockstep;
   return c;
 }
 
@@ -373,7 +388,12 @@ static void one_run(unsigned seed, tsr_mode mode, bool timers_only) {
   sim_free(s);
 }
 
-static void runs(tsr_mode mode, bool timers_only, unsigned first) {
+/* runs()'s mode flag: dense "allreduce" over tables of that mode */
+#define RUNS_LOCKSTEP 0x100
+
+static void runs(int mode_flags, bool timers_only, unsigned first) {
+  lockstep = mode_flags & RUNS_LOCKSTEP;
+  tsr_mode mode = (tsr_mode)(mode_flags & ~RUNS_LOCKSTEP);
   const char *one = getenv("SIM_SEED");
   if (one) {
     one_run((unsigned)strtoul(one, NULL, 10), mode, timers_only);
@@ -406,6 +426,10 @@ static void sync_runs(void **state) {
   (void)state;
   runs(TSR_MODE_SYNC, false, 200001);
 }
+static void lockstep_runs(void **state) {
+  (void)state;
+  runs(TSR_MODE_ASYNC | RUNS_LOCKSTEP, false, 500001);
+}
 static void async_timers_only(void **state) {
   (void)state;
   runs(TSR_MODE_ASYNC, true, 300001);
@@ -421,6 +445,7 @@ int main(void) {
       cmocka_unit_test(async_runs),
       cmocka_unit_test(ssp_runs),
       cmocka_unit_test(sync_runs),
+      cmocka_unit_test(lockstep_runs),
       cmocka_unit_test(async_timers_only),
       cmocka_unit_test(sync_timers_only),
   };
