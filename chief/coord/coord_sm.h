@@ -33,8 +33,12 @@
  *     is gone): at once its closures' steps go back to the pool and run on
  *     the workers that are up, nothing waits for their answers any more
  *     (a pause for a checkpoint goes on without them), MEMBER says it left;
- *     it is configured again when it comes back (sync: it sits the run out
- *     unless cfg.sync_rejoin). The closure deadline is for a worker that
+ *     it is configured again when it comes back, at once, also during a
+ *     pause for a checkpoint or an evaluation (sync: it sits the run out
+ *     unless cfg.sync_rejoin; dense "allreduce": WK_READY says whether it
+ *     is fresh, holding none of the run's dense state, and a fresh worker
+ *     evaluates nothing until a closure of it ends). The closure deadline
+ *     is for a worker that
  *     is connected but does not answer (alive and stuck);
  *   a closure fails: transient (a PS unreachable, a stale sync push) - its
  *     steps go back; the worker's own error - the same, and after
