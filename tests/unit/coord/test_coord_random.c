@@ -38,6 +38,7 @@ typedef struct {
   int chief_restarts;
   int last_counts;
   int alone_failures[SIM_MAX]; /* a PS's failed restores alone in a row */
+  double recover_at;          /* the machine was first seen recovering (-1) */
 } rsim;
 
 static bool any_ps_down(const rsim *x) {
@@ -163,13 +164,17 @@ static void answer_alone(rsim *x, int i) {
 
 /* Whatever has waited too long for the run to survive it is answered or
  * brought back before time moves on. */
+/* a PS is back well within --ps-timeout (and --wait-timeout, which
+ * bounds the wait for it at the start) */
+static double ps_down_limit(const sim *s) {
+  return s->cfg.wait_timeout_s < s->cfg.ps_timeout_s
+             ? s->cfg.wait_timeout_s / 3
+             : s->cfg.ps_timeout_s / 3;
+}
+
 static void keep_within_limits(rsim *x) {
   sim *s = &x->s;
-  /* a PS is back well within --ps-timeout (and --wait-timeout, which
-   * bounds the wait for it at the start) */
-  double ps_limit = s->cfg.wait_timeout_s < s->cfg.ps_timeout_s
-                        ? s->cfg.wait_timeout_s / 3
-                        : s->cfg.ps_timeout_s / 3;
+  double ps_limit = ps_down_limit(s);
   for (int i = 0; i < s->cfg.n_ps && !s->ended; i++)
     if (!s->ps_up[i] && s->now - x->ps_down_at[i] > ps_limit)
       DO(x, sim_ps_up(s, i));
@@ -252,6 +257,15 @@ static void one_event(rsim *x) {
     bool busy = s->op_active && (s->op_kind == COORD_ACT_SETUP_PS ||
                                  s->op_kind == COORD_ACT_RESTORE) &&
                 x->cycle_failures >= 1;
+    /* PS that keep going away through a whole recovery wait fail it,
+     * rightly (its --ps-timeout counts from its start): none goes once
+     * the wait is past the time a PS is kept down */
+    if (strcmp(coord_sm_phase(s->sm), "recover") != 0)
+      x->recover_at = -1;
+    else if (x->recover_at < 0)
+      x->recover_at = s->now;
+    else if (s->now - x->recover_at > ps_down_limit(s))
+      busy = true;
     if (s->ps_up[i] && !busy) {
       x->ps_down_at[i] = s->now;
       DO(x, sim_ps_lost(s, i));
@@ -328,6 +342,7 @@ static coord_sm_config random_config(rng *r, tsr_mode mode) {
 static void one_run(unsigned seed, tsr_mode mode, bool timers_only) {
   rsim x;
   memset(&x, 0, sizeof x);
+  x.recover_at = -1;
   x.r.s = 0x9E3779B97F4A7C15ull ^ ((uint64_t)seed * 0x2545F4914F6CDD1Dull);
   for (int i = 0; i < 4; i++) rnd(&x.r);
   coord_sm_config c = random_config(&x.r, mode);
