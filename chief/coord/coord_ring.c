@@ -59,6 +59,9 @@ static void coord_ring_on_break(const tsr_rpc_result *r, void *data) {
 void coord__ring_break(coord *co, const char *why) {
   if (!co->job.dense_allreduce || !co->ring_started) return;
   co->ring_dirty = true;
+  coord__note(co, TSR_LOG_INFO, "dense \"allreduce\": every worker's ring "
+              "breaks now (%s): a closure waiting in an all-reduce ends at "
+              "once", why);
   Tessera__Worker__RingBreakRequest q =
       TESSERA__WORKER__RING_BREAK_REQUEST__INIT;
   q.why = (char *)why;

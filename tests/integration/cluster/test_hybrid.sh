@@ -279,10 +279,15 @@ check "sync, tables on 2 PS: exact step count after the PS came back ($steps)" \
   test "$steps" = 4000
 check "the chief recovered globally from the lost PS" \
   bash -c "tail -n +$SB0 $WORK/chief.log | grep -q 'ps:1 (.*) was lost: training paused'"
+check "the chief breaks every worker's ring as the recovery starts" \
+  bash -c "tail -n +$SB0 $WORK/chief.log | grep -q 'every worker.s ring breaks now (a parameter server was lost'"
+# each ring broke after the loss: by the chief's break, or first by the
+# closure that failed at the lost PS (which tells its ring too)
 ring_broken() { # worker, first line
-  tail -n +"$2" "$WORK/worker$1.log" | grep -q 'broken: .*the chief broke the ring: a parameter server was lost'
+  tail -n +"$2" "$WORK/worker$1.log" |
+    grep -Eq 'collective group .* broken: .*(the chief broke the ring: a parameter server was lost|ps:1 \()'
 }
-check "the chief broke both workers' rings as the recovery started" \
+check "both workers' rings broke after the PS was lost" \
   bash -c "$(declare -f ring_broken); WORK=$WORK; ring_broken 0 $W0 && ring_broken 1 $W1"
 
 # where each variable lives
