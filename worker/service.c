@@ -222,6 +222,20 @@ static void h_dense_set(tsr_rpc_incoming *call, void *data) {
   enqueue(s, call, WK_JOB_DENSE_SET);
 }
 
+static void h_ring_break(tsr_rpc_incoming *call, void *data) {
+  wk_svc *s = data;
+  const Tessera__Worker__RingBreakRequest *q = call->request;
+  if (s->coll) {
+    char why[200];
+    snprintf(why, sizeof why, "the chief broke the ring: %.150s",
+             q->why && q->why[0] ? q->why : "no reason given");
+    tsr_coll_abort(s->coll, TSR_ECANCELED, why);
+  }
+  Tessera__Worker__RingBreakResponse r =
+      TESSERA__WORKER__RING_BREAK_RESPONSE__INIT;
+  reply_msg(call, &r.base);
+}
+
 static void h_status(tsr_rpc_incoming *call, void *data) {
   wk_svc *s = data;
   Tessera__Worker__StatusResponse r = TESSERA__WORKER__STATUS_RESPONSE__INIT;
@@ -387,6 +401,8 @@ static int register_all(wk_svc *s) {
        &tessera__worker__dense_request__descriptor, NULL, NULL},
       {WK_M_DENSE_SET, "dense_set", h_dense_set, s,
        &tessera__worker__dense_set_request__descriptor, NULL, NULL},
+      {WK_M_RING_BREAK, "ring_break", h_ring_break, s,
+       &tessera__worker__ring_break_request__descriptor, NULL, NULL},
   };
   for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
     int rc = tsr_rpc_server_register_method(s->srv, &ms[i]);

@@ -19,6 +19,9 @@
  *                   same taken in (a checkpoint restored); a list or a
  *                   payload that does not match the model is TSR_ESHAPE
  *                   naming the variable, and nothing changes
+ *   WK_M_RING_BREAK RingBreakRequest -> RingBreakResponse: dense
+ *                   "allreduce", the ring breaks now (its closures in
+ *                   flight fail naming `why`); answered at once
  * Errors travel as RPC error frames: a data file missing on this worker is
  * TSR_EIO with the path, a model the worker cannot build TSR_ECONFIG, a PS
  * that cannot be reached TSR_EUNAVAIL naming the PS.
@@ -35,7 +38,8 @@ enum {
   WK_M_STATUS = 204,
   WK_M_SHUTDOWN = 205,
   WK_M_DENSE = 206,
-  WK_M_DENSE_SET = 207
+  WK_M_DENSE_SET = 207,
+  WK_M_RING_BREAK = 208
 };
 
 #endif

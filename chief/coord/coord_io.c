@@ -151,8 +151,11 @@ static void coord_exec(coord *co, const coord_action *a) {
                       co->trace_recover_us);
       break;
     case COORD_ACT_PAUSE:
-      if (co->trace && a->index == 1)
-        co->trace_recover_us = tsr_trace_now_us();
+      if (a->index == 1) { /* a global recovery starts */
+        if (co->trace) co->trace_recover_us = tsr_trace_now_us();
+        coord__ring_break(co, "a parameter server was lost: the run goes "
+                              "back to a checkpoint");
+      }
       break;
     case COORD_ACT_SAVE:
       if (co->trace) co->trace_save_us = tsr_trace_now_us();

@@ -363,6 +363,14 @@ void coord__ring_lost(coord *co, int w);
 void coord__ring_configured(coord *co, int w);
 void coord__ring_failed(coord *co, int w, uint64_t epoch);
 void coord__ring_done(coord *co, int w);
+/* A global recovery starts (a lost PS; PAUSE): the ring's steps in flight
+ * are void. Every connected worker is told to break its ring now
+ * (WK_M_RING_BREAK), so a closure waiting in an all-reduce on a member
+ * with none left fails at once and the recovery's wait for the closures
+ * in flight (sync, ssp) ends; the next closures re-form the ring. A
+ * worker that does not get it is no worse off than before: its closure
+ * ends at the ring's stall bound, or when the restored state arrives. */
+void coord__ring_break(coord *co, const char *why);
 
 /* coord_fs.c: a checkpoint's folder made (emptied first when it is there)
  * or removed off the loop, one after the other in the order asked; `done`

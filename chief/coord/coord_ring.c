@@ -15,8 +15,10 @@
 #include "chief/coord/coord_io.h"
 #include "common/log.h"
 #include "worker.pb-c.h"
+#include "worker/wire.h"
 
 #include <inttypes.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +48,28 @@ void coord__ring_failed(coord *co, int w, uint64_t epoch) {
 }
 
 void coord__ring_done(coord *co, int w) { co->wk[w].has_state = true; }
+
+static void coord_ring_on_break(const tsr_rpc_result *r, void *data) {
+  intptr_t w = (intptr_t)data;
+  if (r->status)
+    tsr_debug("dense \"allreduce\": worker:%d did not take the ring break: "
+              "%s", (int)w, r->message);
+}
+
+void coord__ring_break(coord *co, const char *why) {
+  if (!co->job.dense_allreduce || !co->ring_started) return;
+  co->ring_dirty = true;
+  coord__note(co, TSR_LOG_INFO, "dense \"allreduce\": every worker's ring "
+              "breaks now (%s): a closure waiting in an all-reduce ends at "
+              "once", why);
+  Tessera__Worker__RingBreakRequest q =
+      TESSERA__WORKER__RING_BREAK_REQUEST__INIT;
+  q.why = (char *)why;
+  for (int i = 0; i < co->n_wk; i++)
+    if (co->wk[i].cli && tsr_rpc_client_connected(co->wk[i].cli))
+      coord__wk_send(co, i, WK_M_RING_BREAK, &q.base, NULL, 10000,
+                     coord_ring_on_break, (void *)(intptr_t)i);
+}
 
 void coord__ring_free(char **strs) {
   if (!strs) return;

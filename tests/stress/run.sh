@@ -28,6 +28,7 @@ DEFAULT_TESTS=(cluster_failures cluster_lost_worker cluster_lost_ps
                chief_local chief_local_cluster rpc_procs worker_errors
                worker_synckill worker_syncback cluster_hybrid
                worker_hybrid_errors worker_ring_newrun worker_ring_rewind
+               worker_ring_break
                cluster_ckpt_lost_save storm)
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)

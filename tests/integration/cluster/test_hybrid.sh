@@ -13,7 +13,9 @@
 # a checkpoint's dense variables come from a worker that holds the
 # trained state (workers killed and started again while its folder is
 # made: from the survivor, or with none the newest checkpoint's), and the
-# runs end with the exact step count; `tessera partition` says where each
+# runs end with the exact step count; a sync hybrid run with a table on 2
+# PS, a PS killed: the chief breaks both workers' rings as the global
+# recovery starts and the run ends exact; `tessera partition` says where each
 # variable lives; a job with sparse tables and no PS is refused naming
 # cluster.ps.
 . "$(dirname "$0")/lib.sh"
@@ -243,6 +245,50 @@ l_from=$(eval_loss "${from:-x}")
 l_held=$(eval_loss "$HELD")
 check "both_back: the evaluation of step $HELD, on a worker started again, sees the dense state of step ${from:-none} ($l_held, $l_from)" \
   test -n "$l_held" -a "$l_held" = "$l_from"
+
+# a sync hybrid run with its table on 2 PS: a PS killed mid-run starts a
+# global recovery, and the chief breaks every worker's ring as it starts
+# (a worker whose closure failed at the lost PS leaves its peer waiting in
+# an all-reduce for a part that will not come: that closure now ends at
+# once, not at the ring's stall bound); the run ends with the exact count
+mkdir -p "$WORK/sb"
+cat >"$WORK/sb/job.json" <<'JSON'
+{"model": {"builtin": "wide_deep", "dense_features": 2, "sparse_features": 1,
+           "vocab": 1000, "embedding_dim": 8, "hidden": [16]},
+ "loss": "binary_crossentropy", "dense": "allreduce", "mode": "sync",
+ "steps": 4000, "steps_per_closure": 10, "batch_size": 32,
+ "checkpoint": {"dir": "ckpt", "every_steps": 400},
+ "data": {"train": {"format": "synthetic_ctr", "n": 4096, "sparse": 1,
+                    "dense": 2, "vocab": 1000, "ids_per_feature": 1}}}
+JSON
+SB0=$(($(wc -l <"$WORK/chief.log") + 1))
+W0=$(($(cat "$WORK/worker0.log" 2>/dev/null | wc -l) + 1))
+W1=$(($(cat "$WORK/worker1.log" 2>/dev/null | wc -l) + 1))
+cluster 2 2
+start_all
+start_chief --job "$WORK/sb/job.json" --summary-json "$WORK/sb/summary.json"
+check "sync, tables on 2 PS: a checkpoint past step 0" \
+  wait_for 60 bash -c "test \$(ls -d $WORK/sb/ckpt/ckpt-*/manifest.json 2>/dev/null | wc -l) -ge 2"
+kill -9 "${PIDS[ps1]}"
+wait "${PIDS[ps1]}" 2>/dev/null
+start_ps 1
+wait_chief 120
+check "sync, tables on 2 PS: the chief exits 0" test "$CHIEF_RC" = 0
+steps=$(json_get "$WORK/sb/summary.json" steps 2>/dev/null || echo 0)
+check "sync, tables on 2 PS: exact step count after the PS came back ($steps)" \
+  test "$steps" = 4000
+check "the chief recovered globally from the lost PS" \
+  bash -c "tail -n +$SB0 $WORK/chief.log | grep -q 'ps:1 (.*) was lost: training paused'"
+check "the chief breaks every worker's ring as the recovery starts" \
+  bash -c "tail -n +$SB0 $WORK/chief.log | grep -q 'every worker.s ring breaks now (a parameter server was lost'"
+# each ring broke after the loss: by the chief's break, or first by the
+# closure that failed at the lost PS (which tells its ring too)
+ring_broken() { # worker, first line
+  tail -n +"$2" "$WORK/worker$1.log" |
+    grep -Eq 'collective group .* broken: .*(the chief broke the ring: a parameter server was lost|ps:1 \()'
+}
+check "both workers' rings broke after the PS was lost" \
+  bash -c "$(declare -f ring_broken); WORK=$WORK; ring_broken 0 $W0 && ring_broken 1 $W1"
 
 # where each variable lives
 cat >"$WORK/ctr.json" <<'JSON'

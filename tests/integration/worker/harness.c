@@ -517,6 +517,13 @@ int h_dense_state(h_cluster *c, int w, h_result *res,
   return *state ? 0 : TSR_EPROTO;
 }
 
+int h_ring_break_start(h_cluster *c, int w, const char *why, h_result *res) {
+  Tessera__Worker__RingBreakRequest q =
+      TESSERA__WORKER__RING_BREAK_REQUEST__INIT;
+  q.why = (char *)why;
+  return h_call_start(c, w, WK_M_RING_BREAK, &q.base, res);
+}
+
 int h_dense_set_start(h_cluster *c, int w,
                       const Tessera__Worker__DenseResponse *state,
                       const void *payload, size_t payload_len, bool rewind,

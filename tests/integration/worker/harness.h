@@ -149,6 +149,8 @@ int h_dense(h_cluster *c, int w, float **out, size_t *n, int64_t *step);
  * meta (free it, then res), its floats in res->payload. */
 int h_dense_state(h_cluster *c, int w, h_result *res,
                   Tessera__Worker__DenseResponse **state);
+/* Starts breaking worker w's ring (WK_M_RING_BREAK), naming `why`. */
+int h_ring_break_start(h_cluster *c, int w, const char *why, h_result *res);
 /* Starts setting worker w's dense state to `state` and its payload (as
  * h_dense_state gave them); `rewind`: the run rewinds to it. */
 int h_dense_set_start(h_cluster *c, int w,

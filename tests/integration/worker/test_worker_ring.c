@@ -18,6 +18,14 @@
  *           closure fails naming the rewind (not by the ring's stall
  *           bound) and takes the state next; closures of a new ring epoch
  *           complete on both from the restored state.
+ *   break   2 workers in a ring, trained 2 steps; worker 1 runs a closure
+ *           worker 0 never gets (a sync run lost a PS: the chief forgot the
+ *           closures in flight and gives none while it recovers), so
+ *           worker 1 waits in its all-reduce for worker 0. The chief's
+ *           ring break reaching both makes that closure fail at once
+ *           naming its reason (not by the ring's stall bound); the dense
+ *           state is untouched (2 applies) and closures of a new ring
+ *           epoch complete on both.
  * Every wait has a deadline; every worker must exit 0 on SIGTERM.
  */
 #include "harness.h"
@@ -166,13 +174,68 @@ static int test_rewind(const char *job_path) {
   return 0;
 }
 
+static int test_break(const char *job_path) {
+  h_cluster c;
+  H_CHECK(h_start(&c, 0, 2, "async") == 0, "start");
+  const char *ovr[] = {"data.train.shuffle_buffer=0", "batch_size=16",
+                       "dense=\"allreduce\"", NULL};
+  H_CHECK(h_load_job(&c, job_path, ovr, 0) == 0, "job");
+  if (h_configure_all(&c, 81, 30000)) return 1;
+  if (run_both(&c, 1, 2)) return 1;
+  h_result lone;
+  H_CHECK(h_run_start(&c, 1, 2, 3, false, &lone) == 0, "closure on worker 1");
+  h_spin(&c, 500);
+  H_CHECK(!lone.done, "worker 1's closure ended without worker 0: %s",
+          lone.msg);
+  h_result br[2];
+  for (int w = 0; w < 2; w++) {
+    H_CHECK(h_ring_break_start(&c, w, "ps:1 was lost", &br[w]) == 0,
+            "ring break");
+    int rc = h_wait(&c, &br[w], 5000);
+    H_CHECK(rc == 0, "worker %d breaks its ring: %s", w, br[w].msg);
+    h_result_free(&br[w]);
+  }
+  int rc = h_wait(&c, &lone, 5000);
+  fprintf(stderr, "break: the closure in flight: %s: %s\n",
+          tsr_err_name(rc), lone.msg);
+  H_CHECK(rc != 0 && strstr(lone.msg, "ps:1 was lost"),
+          "the closure in flight fails naming the break: %s", lone.msg);
+  h_result_free(&lone);
+  /* nothing else changed: the next closures form a new ring */
+  c.group_epoch++;
+  h_result r[2];
+  for (int w = 0; w < 2; w++)
+    H_CHECK(h_run_ring_start(&c, w, 3, 4, 0, &r[w]) == 0, "run");
+  for (int w = 0; w < 2; w++) {
+    rc = h_wait(&c, &r[w], 60000);
+    H_CHECK(rc == 0, "closure of the new ring on worker %d: %s", w,
+            r[w].msg);
+    h_result_free(&r[w]);
+  }
+  float *d[2];
+  size_t n[2];
+  int64_t applies[2];
+  for (int w = 0; w < 2; w++)
+    H_CHECK(h_dense(&c, w, &d[w], &n[w], &applies[w]) == 0, "dense");
+  H_CHECK(applies[0] == 6 && applies[1] == 6,
+          "2 applies before the break and 4 after: %lld and %lld",
+          (long long)applies[0], (long long)applies[1]);
+  H_CHECK(n[0] == n[1] && memcmp(d[0], d[1], n[0] * sizeof(float)) == 0,
+          "both workers hold the same dense values");
+  free(d[0]);
+  free(d[1]);
+  H_CHECK(h_stop(&c) == 0, "clean stop");
+  return 0;
+}
+
 int main(int argc, char **argv) {
   char job_path[1024];
-  if (!h_main_start(argc, argv, "test_worker_ring newrun|rewind", job_path,
+  if (!h_main_start(argc, argv, "test_worker_ring newrun|rewind|break", job_path,
                     sizeof job_path))
     return 2;
   if (strcmp(argv[1], "newrun") == 0) return test_newrun(job_path);
   if (strcmp(argv[1], "rewind") == 0) return test_rewind(job_path);
+  if (strcmp(argv[1], "break") == 0) return test_break(job_path);
   fprintf(stderr, "unknown test %s\n", argv[1]);
   return 2;
 }
